@@ -1,0 +1,6 @@
+"""triton-transpile: plain Triton kernels in, explicit Gluon variants out.
+
+Entry points: :func:`transpile.engine.translate_source` (text in, variants out) and the ``transpile`` command line.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,939 @@
+"""Layout inference: which explicit Gluon layout every tensor of a kernel gets.
+
+Plain Triton leaves layouts to the compiler; Gluon wants them spelled out. This analysis walks a jit function's body in
+source order and collects layout *classes*: sets of tensors that must share one layout because an elementwise op,
+a load/store, an assignment to the same name or a loop-carried value ties them together (a union-find over `Term`s).
+Two structural constraints shape the classes:
+
+* ``x[:, None]`` (expand_dims) needs ``x`` in ``SliceLayout(1, L)`` where ``L`` is the layout of the result, and a
+  reduction ``tl.sum(x, axis=1)`` yields a tensor in ``SliceLayout(1, layout(x))``;
+* ``tl.dot`` yields a tensor in the target's MMA layout (an *anchor*); every class holding a dot result gets the MMA
+  layout, so epilogues, masks and pointer tiles that meet the accumulator are built in it directly.
+
+A constraint that cannot hold (``offs_k`` used both as ``offs_k[None, :]`` and ``offs_k[:, None]``, a permuted
+tensor meeting another class) becomes a ``convert_layout`` at that one site. Classes with no anchor get a blocked
+layout computed from the class's tile shape. The result is a `LayoutPlan`: facts only, the rewrite rules read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.source import SourceFile
+
+# --------------------------------------------------------------------------------------------------------------------
+# Terms (layout variables) and abstract values
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Term:
+    """A layout variable. Roots of the union-find carry the class's facts."""
+
+    rank: int | None
+    shape: list[str | None] | None = None
+    slice_of: tuple[int, Term] | None = None  # SliceLayout(dim, parent)
+    dots: list[DotSite] | None = None  # MMA anchor: the dots whose results live in this class
+    origins: set[str] = field(default_factory=set)  # what put tensors in this class (for helpers' params)
+    names: list[str] = field(default_factory=list)  # variable names bound to this class, for readable layout names
+    parent: Term | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def find(self) -> Term:
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        node = self
+        while node.parent is not None and node.parent is not root:  # path compression
+            node.parent, node = root, node.parent
+        return root
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """Not a tensor: Python values, constexprs, scalar pointers and integers."""
+
+    param: str | None = None  # the jit function parameter this value is, when it is one (maybe a pointer)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    term: Term
+    # Element type as kernel-level source text (``a_ptr.dtype.element_ty``, ``gl.float16``) where the analysis can
+    # tell; for a tensor of pointers, the pointee's type.
+    elem: str | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return self.term.find().rank
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A device-side tensor descriptor made by ``tl.make_tensor_descriptor``."""
+
+    name: str
+    info: DescriptorInfo
+
+
+@dataclass(frozen=True)
+class Tup:
+    items: tuple[Value, ...]
+
+
+Value = Scalar | Tensor | Descriptor | Tup
+SCALAR = Scalar()
+
+
+@dataclass
+class DotSite:
+    node: cst.Call
+    a: cst.BaseExpression
+    b: cst.BaseExpression
+    acc: cst.BaseExpression | None
+    out_dtype: cst.BaseExpression | None
+    input_precision: cst.BaseExpression | None
+    result: Term
+    shape: list[str | None]  # [M, N] as source text where known
+    operand_dtype: str | None = None  # element type of the A operand as kernel-level source text
+
+
+@dataclass
+class DescriptorInfo:
+    """What ``tl.make_tensor_descriptor(base, shape, strides, block_shape)`` said, as source text."""
+
+    node: cst.Call
+    base: str
+    shape: list[str]
+    strides: list[str]
+    block_shape: list[str]
+
+
+@dataclass
+class Refusal:
+    node: cst.CSTNode
+    code: str
+    message: str
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass
+class LayoutPlan:
+    """Layout facts of one jit function, keyed by nodes of the source tree."""
+
+    function: JitFunction
+    creations: dict[cst.CSTNode, Term] = field(default_factory=dict)  # arange/zeros/full/desc.load: `layout=`
+    converts: dict[cst.CSTNode, Term] = field(default_factory=dict)  # wrap the node in convert_layout(node, ...)
+    param_converts: dict[str, Term] = field(default_factory=dict)  # helpers: convert a tensor parameter on entry
+    dots: dict[cst.Call, DotSite] = field(default_factory=dict)
+    descriptors: dict[str, DescriptorInfo] = field(default_factory=dict)
+    descriptor_ops: dict[cst.Call, tuple[str, DescriptorInfo]] = field(default_factory=dict)  # desc.load/.store
+    transposes: set[cst.CSTNode] = field(default_factory=set)  # `x.T` and `x.trans()` on tensors
+    refusals: list[Refusal] = field(default_factory=list)
+    returns: Value | None = None
+    # filled by `solve`
+    names: dict[int, str] = field(default_factory=dict)  # root id -> declared layout constant name
+    declarations: list[tuple[str, str, Term]] = field(default_factory=list)  # (name, kind, root)
+
+    def layout_expr(self, term: Term) -> str:
+        """Source text of the layout of `term`'s class, e.g. ``gl.SliceLayout(1, acc_layout)``."""
+        root = term.find()
+        if root.slice_of is not None:
+            dim, parent = root.slice_of
+            return f"gl.SliceLayout({dim}, {self.layout_expr(parent)})"
+        return self.names[root.id]
+
+    def is_mma(self, term: Term) -> bool:
+        return term.find().dots is not None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Language surface the analysis knows
+
+
+ELEMENTWISE = {
+    "abs", "cdiv", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log", "log2", "maximum",
+    "minimum", "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi", "where", "cast", "clamp",
+}  # fmt: skip
+SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "cumsum", "cumprod", "associative_scan"}
+REDUCTIONS = {"sum", "max", "min", "xor_sum", "reduce", "reduce_or"}
+SCALAR_FUNCS = {
+    "program_id", "num_programs", "static_range", "range", "static_assert", "static_print", "device_print",
+    "device_assert", "debug_barrier", "constexpr", "assume", "pointer_type",
+}  # fmt: skip
+CREATIONS = {"arange", "zeros", "full"}
+LIKE = {"zeros_like", "full_like"}
+OPAQUE = {"trans", "permute", "reshape", "view", "ravel"}
+ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
+# triton.language functions with no Gluon counterpart the rewrite emits (the rewrite refuses them by name).
+UNSUPPORTED = {
+    "rand", "randn", "randint", "randint4x", "argmax", "argmin", "sigmoid", "softmax", "make_block_ptr", "advance",
+    "join", "split", "cat", "interleave", "histogram", "gather", "dot_scaled", "sort", "flip", "broadcast_to",
+    "expand_dims", "swizzle2d", "zeros_like_block_ptr", "inline_asm_elementwise", "extra", "clamp",
+}  # fmt: skip
+
+
+def _strip_module(lang: str) -> str:
+    """``math.exp`` -> ``exp``; ``core.load`` -> ``load``."""
+    return lang.rsplit(".", 1)[-1]
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The analysis
+
+
+class LayoutAnalysis:
+    """Analyses every jit function of a module; helpers are analysed at their first call site (argument kinds)."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.source: SourceFile = facts.source
+        self.plans: dict[str, LayoutPlan] = {}
+        self.helper_kinds: dict[str, tuple[Value, ...]] = {}
+        self.module_names = _module_level_names(self.source.module)
+
+    def run(self) -> dict[str, LayoutPlan]:
+        for fn in self.facts.kernels:
+            self.analyse(fn, None)
+        for fn in self.facts.helpers:  # helpers no kernel reached: analyse with scalar parameters
+            if fn.name not in self.plans:
+                self.analyse(fn, None)
+        for plan in self.plans.values():
+            _solve(plan, self)
+        return self.plans
+
+    def analyse(self, fn: JitFunction, arg_kinds: tuple[Value, ...] | None) -> LayoutPlan:
+        if fn.name in self.plans:
+            return self.plans[fn.name]
+        plan = LayoutPlan(fn)
+        self.plans[fn.name] = plan
+        walker = _FunctionWalker(self, plan, arg_kinds)
+        for _ in range(2):  # a second walk settles kinds of names that a later statement makes tensors
+            walker.walk_body(fn.node.body)
+        walker.finish()
+        return plan
+
+
+def _module_level_names(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            names.add(statement.name.value)
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets: list[cst.BaseExpression] = []
+                if isinstance(small, cst.Assign):
+                    targets = [t.target for t in small.targets]
+                elif isinstance(small, cst.AnnAssign):
+                    targets = [small.target]
+                for t in targets:
+                    if isinstance(t, cst.Name):
+                        names.add(t.value)
+    return names
+
+
+class _FunctionWalker:
+    def __init__(self, analysis: LayoutAnalysis, plan: LayoutPlan, arg_kinds: tuple[Value, ...] | None) -> None:
+        self.analysis = analysis
+        self.source = analysis.source
+        self.plan = plan
+        self.fn = plan.function
+        self.env: dict[str, Value] = {}
+        self.name_terms: dict[str, Term] = {}
+        self.memo: dict[tuple[cst.CSTNode, str], Term] = {}
+        self.param_terms: dict[str, Term] = {}
+        self.refused: set[tuple[int, str]] = set()
+        self.opaque_nodes: set[cst.CSTNode] = set()
+        self.returns: list[Value] = []
+        param_names = [p.name for p in self.fn.params]
+        self.allowed_shape_names = set(param_names) | analysis.module_names
+        for i, name in enumerate(param_names):
+            kind = arg_kinds[i] if arg_kinds is not None and i < len(arg_kinds) else SCALAR
+            if isinstance(kind, Tensor):
+                term = Term(rank=kind.rank, origins={f"param:{name}"}, names=[name])
+                self.param_terms[name] = term
+                self.name_terms[name] = term
+                self.env[name] = Tensor(term)
+            elif isinstance(kind, Descriptor):
+                self.refuse(self.fn.node, "TT010", f"helper `{self.fn.name}` takes a tensor descriptor argument "
+                            f"`{name}`; pass the base pointer and strides instead")
+                self.env[name] = SCALAR
+            else:
+                self.env[name] = Scalar(param=name)
+
+    # ---- bookkeeping ----------------------------------------------------------------------------------------------
+
+    def refuse(self, node: cst.CSTNode, code: str, message: str) -> None:
+        key = (id(node), code)
+        if key not in self.refused:
+            self.refused.add(key)
+            self.plan.refusals.append(Refusal(node, code, message))
+
+    def fresh(self, node: cst.CSTNode, tag: str, **kwargs: object) -> Term:
+        key = (node, tag)
+        if key not in self.memo:
+            self.memo[key] = Term(**kwargs)  # type: ignore[arg-type]
+        return self.memo[key]
+
+    def created(self, node: cst.CSTNode, rank: int | None, shape: list[str | None] | None) -> Term:
+        """A creation site (arange, zeros, full, a descriptor load): it gets `layout=` its class's layout."""
+        term = self.fresh(node, "create", rank=rank, shape=shape, origins={"creation"})
+        self.plan.creations[node] = term
+        return term
+
+    def unify_or_convert(self, target: Term, node: cst.BaseExpression, value: Term) -> None:
+        """Make the tensor `node` (of class `value`) live in `target`'s class, or convert it at this site."""
+        if not _unify(target, value):
+            self.plan.converts[node] = target
+
+    def dtype_text(self, node: cst.BaseExpression) -> str | None:
+        """``tl.float16`` -> ``gl.float16``; ``c_ptr.dtype.element_ty`` as is; None for anything local."""
+        lang = language_name(self.source.qualified_name(node))
+        if lang is not None:
+            return f"gl.{lang.rsplit('.', 1)[-1]}"
+        return self.shape_text(node)
+
+    def shape_text(self, node: cst.BaseExpression) -> str | None:
+        text = self.source.code(node).strip()
+        if all(name in self.allowed_shape_names for name in _IDENT.findall(text)):
+            return text
+        return None
+
+    # ---- statements -----------------------------------------------------------------------------------------------
+
+    def walk_body(self, body: cst.BaseSuite | list[cst.BaseStatement]) -> None:
+        statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else body
+        for statement in statements:
+            self.walk_statement(statement)
+
+    def walk_statement(self, statement: cst.CSTNode) -> None:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                self.walk_small(small)
+        elif isinstance(statement, cst.If):
+            self.eval(statement.test)
+            self.walk_body(statement.body)
+            orelse = statement.orelse
+            if isinstance(orelse, cst.If):
+                self.walk_statement(orelse)
+            elif isinstance(orelse, cst.Else):
+                self.walk_body(orelse.body)
+        elif isinstance(statement, cst.For):
+            self.eval(statement.iter)
+            self.bind_target(statement.target, SCALAR, None)
+            for _ in range(2):  # loop-carried values: the second walk sees what the first one bound
+                self.walk_body(statement.body)
+            if statement.orelse is not None:
+                self.walk_body(statement.orelse.body)
+        elif isinstance(statement, cst.While):
+            for _ in range(2):
+                self.eval(statement.test)
+                self.walk_body(statement.body)
+        elif isinstance(statement, cst.With):
+            for item in statement.items:
+                self.eval(item.item)
+            self.walk_body(statement.body)
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            self.refuse(statement, "TT010", f"nested definition `{statement.name.value}` inside a jit function")
+        elif isinstance(statement, (cst.Try, cst.Match if hasattr(cst, "Match") else cst.Try)):
+            self.refuse(statement, "TT010", "`try`/`match` is not supported inside a jit function")
+
+    def walk_small(self, small: cst.BaseSmallStatement) -> None:
+        if isinstance(small, cst.Assign):
+            value = self.eval(small.value)
+            for target in small.targets:
+                self.bind_target(target.target, value, small.value)
+        elif isinstance(small, cst.AnnAssign):
+            value = self.eval(small.value) if small.value is not None else SCALAR
+            self.bind_target(small.target, value, small.value)
+        elif isinstance(small, cst.AugAssign):
+            current = self.eval(small.target)
+            adds = isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign))
+            value = self.binary(current, small.target, self.eval(small.value), small.value, adds)
+            self.bind_target(small.target, value, small.value)
+        elif isinstance(small, cst.Expr):
+            self.eval(small.value)
+        elif isinstance(small, cst.Return):
+            if small.value is not None:
+                self.returns.append(self.eval(small.value))
+        elif isinstance(small, cst.Assert):
+            self.eval(small.test)
+
+    def bind_target(self, target: cst.BaseExpression, value: Value, value_node: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            name = target.value
+            if isinstance(value, Tensor):
+                if name in self.name_terms:
+                    existing = self.name_terms[name]
+                    if value_node is not None:
+                        self.unify_or_convert(existing, value_node, value.term)
+                    else:
+                        _unify(existing, value.term)
+                else:
+                    self.name_terms[name] = value.term
+                    value.term.find().names.append(name)
+                previous = self.env.get(name)
+                elem = value.elem or (previous.elem if isinstance(previous, Tensor) else None)
+                self.env[name] = Tensor(self.name_terms[name], elem)
+            elif isinstance(value, Descriptor):
+                self.env[name] = Descriptor(name, value.info)
+                self.plan.descriptors[name] = value.info
+            else:
+                previous = self.env.get(name)
+                self.env[name] = previous if isinstance(previous, Tensor) else value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            items = value.items if isinstance(value, Tup) else None
+            elements = [e.value for e in target.elements]
+            value_elements: list[cst.BaseExpression | None] = [None] * len(elements)
+            if isinstance(value_node, (cst.Tuple, cst.List)) and len(value_node.elements) == len(elements):
+                value_elements = [e.value for e in value_node.elements]
+            for i, element in enumerate(elements):
+                item = items[i] if items is not None and i < len(items) else SCALAR
+                self.bind_target(element, item, value_elements[i])
+        elif isinstance(target, cst.Subscript):
+            self.eval(target)
+
+    # ---- expressions ----------------------------------------------------------------------------------------------
+
+    def eval(self, node: cst.BaseExpression | None) -> Value:
+        if node is None:
+            return SCALAR
+        if isinstance(node, cst.Name):
+            return self.env.get(node.value, SCALAR)
+        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                             cst.FormattedString, cst.Ellipsis, cst.Lambda)):
+            return SCALAR
+        if isinstance(node, cst.Attribute):
+            return self.eval_attribute(node)
+        if isinstance(node, cst.BinaryOperation):
+            adds = isinstance(node.operator, (cst.Add, cst.Subtract))
+            return self.binary(self.eval(node.left), node.left, self.eval(node.right), node.right, adds)
+        if isinstance(node, cst.UnaryOperation):
+            return self.eval(node.expression)
+        if isinstance(node, cst.BooleanOperation):
+            return self.binary(self.eval(node.left), node.left, self.eval(node.right), node.right)
+        if isinstance(node, cst.Comparison):
+            value = self.eval(node.left)
+            left = node.left
+            for target in node.comparisons:
+                value = self.binary(value, left, self.eval(target.comparator), target.comparator)
+                left = target.comparator
+            return value
+        if isinstance(node, cst.Subscript):
+            return self.eval_subscript(node)
+        if isinstance(node, cst.Call):
+            return self.eval_call(node)
+        if isinstance(node, cst.IfExp):
+            self.eval(node.test)
+            return self.binary(self.eval(node.body), node.body, self.eval(node.orelse), node.orelse)
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return Tup(tuple(self.eval(e.value) for e in node.elements))
+        return SCALAR
+
+    def binary(self, left: Value, left_node: cst.BaseExpression, right: Value, right_node: cst.BaseExpression,
+               adds: bool = False) -> Value:
+        """Result of an elementwise op; `adds` for `+`/`-` (pointer arithmetic keeps the pointee type)."""
+        if isinstance(left, Tensor) and isinstance(right, Tensor):
+            lr, rr = left.rank, right.rank
+            if lr is not None and rr is not None and lr != rr:
+                self.refuse(right_node, "TT010",
+                            f"implicit broadcast of a rank-{min(lr, rr)} tensor against a rank-{max(lr, rr)} tensor; "
+                            "write the expansion explicitly (e.g. `x[None, :]`)")
+                return left
+            self.unify_or_convert(left.term, right_node, right.term)
+            return left if left.elem is not None else Tensor(left.term, right.elem)
+        if isinstance(left, Tensor):
+            return _with_pointee(left, right) if adds else left
+        if isinstance(right, Tensor):
+            return _with_pointee(right, left) if adds else right
+        if adds and isinstance(left, Scalar) and left.param is not None:
+            return left  # `a_ptr + pid * stride` is still (an offset of) the parameter a_ptr
+        return SCALAR
+
+    def eval_attribute(self, node: cst.Attribute) -> Value:
+        if language_name(self.source.qualified_name(node)) is not None:
+            return SCALAR
+        base = self.eval(node.value)
+        if isinstance(base, Tensor) and node.attr.value == "T":
+            self.plan.transposes.add(node)
+            return self.opaque(node, base.rank, None)
+        return SCALAR
+
+    def eval_subscript(self, node: cst.Subscript) -> Value:
+        base = self.eval(node.value)
+        indices = []
+        for element in node.slice:
+            index = element.slice
+            if isinstance(index, cst.Index):
+                if isinstance(index.value, cst.Name) and index.value.value == "None":
+                    indices.append(None)
+                else:
+                    self.eval(index.value)
+                    indices.append("index")
+            elif isinstance(index, cst.Slice) and index.lower is None and index.upper is None and index.step is None:
+                indices.append(":")
+            else:
+                indices.append("slice")
+        if isinstance(base, Tup):
+            return SCALAR if len(indices) != 1 else _tuple_item(base, node, self.source)
+        if not isinstance(base, Tensor):
+            return SCALAR
+        if any(i in ("index", "slice") for i in indices):
+            self.refuse(node, "TT010", "indexing or slicing a tensor is not supported; only `[:, None]`-style "
+                        "expansion is")
+            return base
+        if None not in indices:
+            return base
+        # x[None, :] etc.: each None is an expand_dims, applied left to right.
+        rank = base.rank
+        in_shape = list(base.term.find().shape or [None] * (rank or 1))
+        shape: list[str | None] = []
+        src_dims = iter(in_shape)
+        for i in indices:
+            shape.append("1" if i is None else next(src_dims, None))
+        final_rank = len(indices) if rank is None else rank + indices.count(None)
+        result = self.fresh(node, "expand", rank=final_rank, shape=shape, origins={"expand"})
+        # Build the chain of slices from the result down to the operand: x = Slice(d0, Slice(d1, ... result)).
+        expected = result
+        current_rank = final_rank
+        for position in reversed([p for p, i in enumerate(indices) if i is None]):
+            current_rank -= 1
+            expected = Term(rank=current_rank, slice_of=(position, expected), origins={"slice"})
+        self.unify_or_convert(expected, node.value, base.term)
+        return Tensor(result)
+
+    def opaque(self, node: cst.CSTNode, rank: int | None, shape: list[str | None] | None) -> Tensor:
+        """A tensor whose layout Gluon derives in a way the plan does not model: convert it to its class's layout."""
+        term = self.fresh(node, "opaque", rank=rank, shape=shape, origins={"opaque"})
+        self.plan.converts[node] = term  # type: ignore[index]
+        self.opaque_nodes.add(node)
+        return Tensor(term)
+
+    # ---- calls ----------------------------------------------------------------------------------------------------
+
+    def eval_call(self, node: cst.Call) -> Value:
+        func = node.func
+        lang = language_name(self.source.qualified_name(func))
+        if lang is not None:
+            return self.eval_language_call(node, _strip_module(lang), lang)
+        if self.source.qualified_name(func) == "triton.cdiv":
+            return self.elementwise(node)
+        if isinstance(func, cst.Name) and func.value in self.analysis.facts.functions:
+            return self.eval_helper_call(node, func.value)
+        if isinstance(func, cst.Attribute):
+            base = self.eval(func.value)
+            method = func.attr.value
+            if isinstance(base, Tensor):
+                return self.eval_method(node, base, method)
+            if isinstance(base, Descriptor):
+                return self.eval_descriptor_op(node, base, method)
+        for arg in node.args:
+            self.eval(arg.value)
+        return SCALAR
+
+    def args(self, node: cst.Call) -> tuple[list[cst.BaseExpression], dict[str, cst.BaseExpression]]:
+        positional = [a.value for a in node.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        return positional, keywords
+
+    def arg(self, node: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
+        positional, keywords = self.args(node)
+        if name in keywords:
+            return keywords[name]
+        return positional[index] if index < len(positional) else None
+
+    def elementwise(self, node: cst.Call, skip: int = 10**9) -> Value:
+        result: Value = SCALAR
+        result_node: cst.BaseExpression | None = None
+        positional, keywords = self.args(node)
+        for i, arg in enumerate([*positional, *keywords.values()]):
+            value = self.eval(arg)
+            if i >= skip:
+                continue
+            if isinstance(value, Tensor):
+                if isinstance(result, Tensor) and result_node is not None:
+                    result = self.binary(result, result_node, value, arg)
+                else:
+                    result, result_node = value, arg
+        return result
+
+    def eval_language_call(self, node: cst.Call, name: str, full: str) -> Value:
+        if name in UNSUPPORTED or full.startswith("extra."):
+            self.refuse(node, "TT011", f"`tl.{full}` has no Gluon translation in this tool")
+            for a in node.args:
+                self.eval(a.value)
+            return SCALAR
+        if name in CREATIONS:
+            return self.creation(node, name)
+        if name in LIKE:
+            return self.elementwise(node, skip=1)
+        if name in ("load", "atomic_load"):
+            pointer = self.eval(self.arg(node, 0, "pointer"))
+            for key, index in (("mask", 1), ("other", 2)):
+                arg = self.arg(node, index, key)
+                value = self.eval(arg)
+                if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
+                    self.unify_or_convert(pointer.term, arg, value.term)
+            return pointer if isinstance(pointer, Tensor) else SCALAR
+        if name == "store" or name in ATOMICS:
+            pointer = self.eval(self.arg(node, 0, "pointer"))
+            keys = (("value", 1), ("mask", 2)) if name == "store" else (("val", 1), ("mask", 2))
+            if name == "atomic_cas":
+                keys = (("cmp", 1), ("val", 2))
+            for key, index in keys:
+                arg = self.arg(node, index, key)
+                value = self.eval(arg)
+                if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
+                    self.unify_or_convert(pointer.term, arg, value.term)
+            for a in node.args:
+                if a.keyword is not None and a.keyword.value in ("sem", "scope", "cache_modifier", "eviction_policy"):
+                    self.eval(a.value)
+            return pointer if (name != "store" and isinstance(pointer, Tensor)) else SCALAR
+        if name in REDUCTIONS:
+            return self.reduction(node, self.arg(node, 0, "input"), self.arg(node, 1, "axis"))
+        if name in SAME_AS_FIRST:
+            first = self.eval(self.arg(node, 0, "input"))
+            for a in node.args[1:]:
+                self.eval(a.value)
+            return first
+        if name in OPAQUE:
+            value = self.eval(self.arg(node, 0, "input"))
+            for a in node.args[1:]:
+                self.eval(a.value)
+            if not isinstance(value, Tensor):
+                return SCALAR
+            rank = value.rank
+            if name in ("reshape", "view"):
+                shape_node = self.arg(node, 1, "shape")
+                rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
+            if name == "ravel":
+                rank = 1
+            return self.opaque(node, rank, None)
+        if name == "dot":
+            return self.dot(node)
+        if name == "make_tensor_descriptor":
+            return self.descriptor(node)
+        if name in ELEMENTWISE:
+            return self.elementwise(node)
+        for a in node.args:
+            self.eval(a.value)
+        return SCALAR
+
+    def creation(self, node: cst.Call, name: str) -> Value:
+        for a in node.args:
+            self.eval(a.value)
+        if name == "arange":
+            start = self.arg(node, 0, "start")
+            end = self.arg(node, 1, "end")
+            shape: list[str | None] = [None]
+            if start is not None and end is not None:
+                start_text, end_text = self.shape_text(start), self.shape_text(end)
+                if start_text == "0":
+                    shape = [end_text]
+                elif start_text is not None and end_text is not None:
+                    shape = [f"{end_text} - {start_text}"]
+            return Tensor(self.created(node, rank=1, shape=shape))
+        shape_node = self.arg(node, 0, "shape")
+        if isinstance(shape_node, (cst.List, cst.Tuple)):
+            dims = [self.shape_text(e.value) for e in shape_node.elements]
+            return Tensor(self.created(node, rank=len(dims), shape=dims))
+        self.refuse(node, "TT010", f"`tl.{name}` needs a literal shape list (e.g. `[BLOCK_M, BLOCK_N]`) so that its "
+                    "layout can be chosen")
+        return Tensor(self.created(node, rank=None, shape=None))
+
+    def reduction(self, node: cst.Call, input_node: cst.BaseExpression | None, axis_node: cst.BaseExpression | None
+                  ) -> Value:
+        value = self.eval(input_node)
+        for a in node.args:
+            if a.value is not input_node:
+                self.eval(a.value)
+        keep_dims = self.arg(node, 3, "keep_dims")
+        if not isinstance(value, Tensor):
+            return SCALAR
+        if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
+            return SCALAR
+        if keep_dims is not None and self.source.code(keep_dims).strip() != "False":
+            self.refuse(node, "TT010", "reductions with `keep_dims=True` are not supported; reduce, then expand "
+                        "with `[:, None]`")
+            return value
+        try:
+            axis = int(self.source.code(axis_node).strip())
+        except ValueError:
+            self.refuse(axis_node, "TT010", "reduction axis must be an integer literal")
+            return value
+        rank = value.rank
+        if rank is not None and axis < 0:
+            axis += rank
+        shape = value.term.find().shape
+        out_shape = [s for i, s in enumerate(shape) if i != axis] if shape else None
+        term = self.fresh(node, "reduce", rank=None if rank is None else rank - 1, shape=out_shape,
+                          slice_of=(axis, value.term), origins={"slice"})
+        return Tensor(term)
+
+    def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
+        if method in ("to", "cast"):
+            for a in node.args:
+                self.eval(a.value)
+            dtype = self.arg(node, 0, "dtype")
+            return Tensor(base.term, self.dtype_text(dtype) if dtype is not None else None)
+        if method in REDUCTIONS:
+            return self.reduction(node, node.func.value, self.arg(node, 0, "axis"))  # type: ignore[attr-defined]
+        if method in ("trans", "permute", "reshape", "view"):
+            if method == "trans" and not node.args:
+                self.plan.transposes.add(node)
+            for a in node.args:
+                self.eval(a.value)
+            rank = base.rank
+            if method in ("reshape", "view"):
+                rank = len(node.args) if len(node.args) > 1 else None
+            return self.opaque(node, rank, None)
+        for a in node.args:
+            self.eval(a.value)
+        return base
+
+    def dot(self, node: cst.Call) -> Value:
+        a_node = self.arg(node, 0, "input")
+        b_node = self.arg(node, 1, "other")
+        acc_node = self.arg(node, 2, "acc")
+        a = self.eval(a_node)
+        b = self.eval(b_node)
+        for operand in (a_node, b_node):  # operands are converted to the dot-operand layout anyway
+            if operand in self.opaque_nodes:
+                self.plan.converts.pop(operand, None)  # type: ignore[arg-type]
+        shape: list[str | None] = [None, None]
+        if isinstance(a, Tensor) and a.term.find().shape:
+            shape[0] = a.term.find().shape[0]  # type: ignore[index]
+        if isinstance(b, Tensor) and b.term.find().shape and len(b.term.find().shape) == 2:  # type: ignore[arg-type]
+            shape[1] = b.term.find().shape[1]  # type: ignore[index]
+        site = self.plan.dots.get(node)
+        if site is None:
+            result = Term(rank=2, shape=list(shape), origins={"mma"})
+            site = DotSite(node, a_node, b_node, acc_node, self.arg(node, 4, "out_dtype"),
+                           self.arg(node, 3, "input_precision"), result, shape)  # type: ignore[arg-type]
+            site.operand_dtype = a.elem if isinstance(a, Tensor) else None
+            result.dots = [site]
+            self.plan.dots[node] = site
+        acc = self.eval(acc_node)
+        if isinstance(acc, Tensor) and acc_node is not None:
+            self.unify_or_convert(site.result, acc_node, acc.term)
+            root = site.result.find()
+            if root.shape:
+                site.shape = [site.shape[0] or root.shape[0], site.shape[1] or root.shape[1]]
+        for key in ("out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
+            self.eval(self.arg(node, 99, key))
+        return Tensor(site.result)
+
+    def descriptor(self, node: cst.Call) -> Value:
+        for a in node.args:
+            self.eval(a.value)
+
+        def texts(index: int, key: str) -> list[str] | None:
+            arg = self.arg(node, index, key)
+            if isinstance(arg, (cst.List, cst.Tuple)):
+                return [self.source.code(e.value).strip() for e in arg.elements]
+            return None
+
+        base = self.arg(node, 0, "base")
+        shape, strides, block = texts(1, "shape"), texts(2, "strides"), texts(3, "block_shape")
+        if base is None or shape is None or strides is None or block is None:
+            self.refuse(node, "TT010", "`tl.make_tensor_descriptor` needs literal `shape`, `strides` and "
+                        "`block_shape` lists")
+            return SCALAR
+        if len(block) != 2:
+            self.refuse(node, "TT010", f"rank-{len(block)} tensor descriptors are not supported (rank 2 is)")
+            return SCALAR
+        info = DescriptorInfo(node, self.source.code(base).strip(), shape, strides, block)
+        return Descriptor("", info)
+
+    def eval_descriptor_op(self, node: cst.Call, desc: Descriptor, method: str) -> Value:
+        for a in node.args:
+            self.eval(a.value)
+        if method == "load":
+            self.plan.descriptor_ops[node] = ("load", desc.info)
+            shape = [t if all(n in self.allowed_shape_names for n in _IDENT.findall(t)) else None
+                     for t in desc.info.block_shape]
+            base = desc.info.base
+            elem = f"{base}.dtype.element_ty" if base in self.allowed_shape_names else None
+            return Tensor(self.created(node, rank=len(shape), shape=shape), elem)
+        if method == "store":
+            self.plan.descriptor_ops[node] = ("store", desc.info)
+            value_node = self.arg(node, 1, "value")
+            value = self.eval(value_node)
+            if isinstance(value, Tensor) and value_node is not None:
+                # the stored tile is converted to a blocked layout of the block shape on the way out
+                target = self.fresh(node, "store", rank=2, shape=list(desc.info.block_shape), origins={"creation"})
+                self.plan.converts[value_node] = target
+            return SCALAR
+        self.refuse(node, "TT010", f"tensor descriptor method `.{method}` is not supported (load and store are)")
+        return SCALAR
+
+    def eval_helper_call(self, node: cst.Call, name: str) -> Value:
+        callee = self.analysis.facts.functions[name]
+        positional, keywords = self.args(node)
+        kinds: list[Value] = [self.eval(a) for a in positional]
+        for param in callee.params[len(positional):]:
+            kinds.append(self.eval(keywords[param.name]) if param.name in keywords else SCALAR)
+        kinds_t = tuple(kinds)
+        previous = self.analysis.helper_kinds.get(name)
+        if previous is None:
+            self.analysis.helper_kinds[name] = kinds_t
+        elif [_kind(k) for k in previous] != [_kind(k) for k in kinds_t]:
+            self.refuse(node, "TT012", f"`{name}` is called here with argument kinds {[_kind(k) for k in kinds_t]} "
+                        f"but elsewhere with {[_kind(k) for k in previous]}; Gluon layouts need one kind per helper")
+        if name == self.fn.name:
+            self.refuse(node, "TT010", f"recursive call of `{name}`")
+            return SCALAR
+        plan = self.analysis.analyse(callee, kinds_t)
+        result = plan.returns
+        if isinstance(result, Tensor):
+            return self.opaque(node, result.rank, None)
+        if isinstance(result, Tup) and any(isinstance(i, Tensor) for i in result.items):
+            self.refuse(node, "TT010", f"helper `{name}` returns a tuple holding tensors; return one tensor per "
+                        "helper (its layout is converted at the call site)")
+            return SCALAR
+        return result if result is not None else SCALAR
+
+    # ---- end of function ------------------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        plan = self.plan
+        plan.returns = self.returns[0] if self.returns else None
+        for name, term in self.param_terms.items():
+            root = term.find()
+            if root.slice_of is not None or root.dots is not None or root.origins - {f"param:{name}"}:
+                plan.param_converts[name] = term
+
+
+def _with_pointee(tensor: Tensor, other: Value) -> Tensor:
+    """`ptr + offsets`: a tensor of pointers whose pointee type is that of the parameter `ptr` (the outermost
+    addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`)."""
+    if isinstance(other, Scalar) and other.param is not None:
+        return Tensor(tensor.term, f"{other.param}.dtype.element_ty")
+    return tensor
+
+
+def _kind(value: Value) -> str:
+    if isinstance(value, Tensor):
+        return f"tensor(rank {value.rank})"
+    if isinstance(value, Descriptor):
+        return "descriptor"
+    if isinstance(value, Tup):
+        return "tuple"
+    return "scalar"
+
+
+def _tuple_item(value: Tup, node: cst.Subscript, source: SourceFile) -> Value:
+    element = node.slice[0].slice
+    if isinstance(element, cst.Index):
+        try:
+            return value.items[int(source.code(element.value).strip())]
+        except (ValueError, IndexError):
+            return SCALAR
+    return SCALAR
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Unification
+
+
+def _compatible(a: Term, b: Term) -> bool:
+    ra, rb = a.find(), b.find()
+    if ra is rb:
+        return True
+    if ra.rank is not None and rb.rank is not None and ra.rank != rb.rank:
+        return False
+    if ra.slice_of is not None and rb.slice_of is not None:
+        return ra.slice_of[0] == rb.slice_of[0] and _compatible(ra.slice_of[1], rb.slice_of[1])
+    if (ra.slice_of is not None and rb.dots is not None) or (rb.slice_of is not None and ra.dots is not None):
+        return False
+    return True
+
+
+def _unify(a: Term, b: Term) -> bool:
+    """Merge the classes of `a` and `b` when their constraints allow it; False (and no change) otherwise."""
+    if not _compatible(a, b):
+        return False
+    ra, rb = a.find(), b.find()
+    if ra is rb:
+        return True
+    rb.parent = ra
+    ra.rank = ra.rank if ra.rank is not None else rb.rank
+    ra.shape = _join_shapes(ra.shape, rb.shape)
+    ra.origins |= rb.origins
+    ra.names.extend(n for n in rb.names if n not in ra.names)
+    if rb.dots is not None:
+        ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]
+    if ra.slice_of is None:
+        ra.slice_of = rb.slice_of
+    elif rb.slice_of is not None:
+        _unify(ra.slice_of[1], rb.slice_of[1])
+    return True
+
+
+def _join_shapes(a: list[str | None] | None, b: list[str | None] | None) -> list[str | None] | None:
+    if a is None or b is None or len(a) != len(b):
+        return a if a is not None else b
+    return [x if (x is not None and x != "1") else (y if y is not None else x) for x, y in zip(a, b)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Solving: a concrete, named layout per class
+
+
+def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:
+    """Name the layout of every class a creation site or a convert needs, in order of first use."""
+    used: list[Term] = []
+    seen: set[int] = set()
+
+    def need(term: Term) -> None:
+        root = term.find()
+        if root.slice_of is not None:
+            need(root.slice_of[1])
+            return
+        if root.id not in seen:
+            seen.add(root.id)
+            used.append(root)
+
+    for term in [*plan.creations.values(), *plan.param_converts.values(), *plan.converts.values()]:
+        need(term)
+    for site in plan.dots.values():
+        need(site.result)
+    plan.creations = {node: term for node, term in plan.creations.items()}
+    taken: set[str] = set(p.name for p in plan.function.params) | analysis.module_names
+    for root in used:
+        kind = "mma" if root.dots is not None else "blocked"
+        base = _layout_name(root, kind)
+        name = base
+        suffix = 2
+        while name in taken:
+            name = f"{base}_{suffix}"
+            suffix += 1
+        taken.add(name)
+        plan.names[root.id] = name
+        plan.declarations.append((name, kind, root))
+
+
+def _layout_name(root: Term, kind: str) -> str:
+    if kind == "mma":
+        return "mma_layout"
+    for name in root.names:
+        if not name.startswith("_"):
+            return f"{name}_layout"
+    return "mma_layout" if kind == "mma" else f"blocked_{root.rank or 1}d"
+
+
+def analyse_layouts(facts: ModuleFacts) -> dict[str, LayoutPlan]:
+    return LayoutAnalysis(facts).run()

@@ -1,0 +1,68 @@
+"""Located diagnostics with stable codes.
+
+Every message the tool prints about an input reads ``path:line:col: CODE message``. The codes are stable: tools and
+people may match on them. README.md documents the table below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"  # the input is bad: nothing is written, exit 2
+    REFUSAL = "refusal"  # one kernel (or loop) is not translated as asked; the rest goes on
+    NOTE = "note"  # information: a pipeline not applied, a file skipped
+
+
+#: code -> (severity, one-line meaning). Keep in sync with README.md ("Diagnostics").
+CODES: dict[str, tuple[Severity, str]] = {
+    "TT001": (Severity.ERROR, "syntax error: the file does not parse as Python"),
+    "TT002": (Severity.ERROR, "unreadable input: not a file, not UTF-8 text, or missing"),
+    "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
+    "TT004": (Severity.ERROR, "unknown target"),
+    "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile]"),
+    "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
+    "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
+    "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),
+    "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
+    "TT021": (Severity.ERROR, "variant is missing"),
+    "TT030": (Severity.ERROR, "verify: a kernel argument has no type or value"),
+    "TT031": (Severity.ERROR, "verify: the variant did not compile for the target"),
+    "TT032": (Severity.ERROR, "verify: the variant could not be imported"),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code][0]
+
+    def format(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+        }
+
+
+class TranspileError(Exception):
+    """Bad input for a whole file: carries the diagnostic that explains it."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.format())
+        self.diagnostic = diagnostic

@@ -1,0 +1,200 @@
+"""Discovery: which functions of a module are Triton kernels, whatever the import spelling.
+
+Names are resolved through libcst's QualifiedNameProvider, so ``@triton.jit``, ``@jit`` after ``from triton import
+jit``, ``tl.load`` and ``T.load`` after ``from triton import language as T`` are all recognised the same way.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.source import SourceFile
+
+TRITON_JIT = "triton.jit"
+TRITON_AUTOTUNE = "triton.autotune"
+TRITON_HEURISTICS = "triton.heuristics"
+TRITON_CONFIG = "triton.Config"
+LANGUAGE_PREFIXES = ("triton.language.",)
+
+
+def language_name(qualified: str | None) -> str | None:
+    """``triton.language.math.exp`` -> ``math.exp``; None when the name is not from triton.language."""
+    if qualified is None:
+        return None
+    for prefix in LANGUAGE_PREFIXES:
+        if qualified.startswith(prefix):
+            return qualified[len(prefix) :]
+    return None
+
+
+@dataclass
+class Param:
+    name: str
+    is_constexpr: bool
+    default: str | None  # source text of the default value
+    node: cst.Param = field(repr=False)
+
+
+@dataclass
+class AutotuneConfig:
+    """One ``triton.Config``: constexpr values (literals only) and launch options."""
+
+    values: dict[str, object]
+    num_warps: int | None
+    num_stages: int | None
+    node: cst.Call = field(repr=False)
+
+
+@dataclass
+class JitFunction:
+    """A ``@triton.jit`` function with what its decorators say about it."""
+
+    name: str
+    node: cst.FunctionDef = field(repr=False)
+    params: list[Param]
+    jit_decorator: cst.Decorator = field(repr=False)
+    autotune_configs: list[AutotuneConfig]
+    autotune_keys: list[str]
+    heuristics: list[str]  # constexpr names computed by @triton.heuristics
+    called_by: set[str] = field(default_factory=set)  # other jit functions of the file that call this one
+
+    @property
+    def is_helper(self) -> bool:
+        """A jit function other jit functions call; a kernel is launched from the host."""
+        return bool(self.called_by)
+
+    @property
+    def constexpr_names(self) -> list[str]:
+        return [p.name for p in self.params if p.is_constexpr]
+
+
+@dataclass
+class ModuleFacts:
+    source: SourceFile
+    functions: dict[str, JitFunction]  # in file order
+
+    @property
+    def kernels(self) -> list[JitFunction]:
+        return [f for f in self.functions.values() if not f.is_helper]
+
+    @property
+    def helpers(self) -> list[JitFunction]:
+        return [f for f in self.functions.values() if f.is_helper]
+
+
+def _decorator_target(decorator: cst.Decorator) -> cst.BaseExpression:
+    dec = decorator.decorator
+    return dec.func if isinstance(dec, cst.Call) else dec
+
+
+def _literal(source: SourceFile, node: cst.BaseExpression) -> object:
+    try:
+        return ast.literal_eval(source.code(node).strip())
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _autotune(source: SourceFile, call: cst.Call) -> tuple[list[AutotuneConfig], list[str]]:
+    configs: list[AutotuneConfig] = []
+    keys: list[str] = []
+    for arg in call.args:
+        name = arg.keyword.value if arg.keyword else None
+        if name == "key" or (name is None and configs and not keys):
+            value = _literal(source, arg.value)
+            if isinstance(value, (list, tuple)):
+                keys = [str(k) for k in value]
+            continue
+        if name not in (None, "configs") or not isinstance(arg.value, (cst.List, cst.Tuple)):
+            continue
+        for element in arg.value.elements:
+            config = element.value
+            if not isinstance(config, cst.Call) or source.qualified_name(config.func) != TRITON_CONFIG:
+                continue
+            values: dict[str, object] = {}
+            num_warps = num_stages = None
+            for i, carg in enumerate(config.args):
+                key = carg.keyword.value if carg.keyword else None
+                if (key == "kwargs" or (key is None and i == 0)) and isinstance(carg.value, cst.Dict):
+                    for entry in carg.value.elements:
+                        if isinstance(entry, cst.DictElement):
+                            k = _literal(source, entry.key)
+                            if isinstance(k, str):
+                                values[k] = _literal(source, entry.value)
+                elif key == "num_warps" or (key is None and i == 1):
+                    num_warps = _literal(source, carg.value)  # type: ignore[assignment]
+                elif key == "num_stages" or (key is None and i == 2):
+                    num_stages = _literal(source, carg.value)  # type: ignore[assignment]
+            configs.append(AutotuneConfig(values, num_warps, num_stages, config))
+    return configs, keys
+
+
+def _heuristics(source: SourceFile, call: cst.Call) -> list[str]:
+    names: list[str] = []
+    for arg in call.args:
+        if isinstance(arg.value, cst.Dict):
+            for entry in arg.value.elements:
+                if isinstance(entry, cst.DictElement):
+                    key = _literal(source, entry.key)
+                    if isinstance(key, str):
+                        names.append(key)
+    return names
+
+
+def _params(source: SourceFile, fn: cst.FunctionDef) -> list[Param]:
+    params: list[Param] = []
+    for p in [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]:
+        is_constexpr = False
+        if p.annotation is not None:
+            ann = p.annotation.annotation
+            qn = source.qualified_name(ann)
+            is_constexpr = qn in ("triton.language.constexpr", "triton.language.core.constexpr") or (
+                isinstance(ann, (cst.Attribute, cst.Name)) and source.code(ann).endswith("constexpr")
+            )
+        default = source.code(p.default).strip() if p.default is not None else None
+        params.append(Param(p.name.value, is_constexpr, default, p))
+    return params
+
+
+def discover(source: SourceFile) -> ModuleFacts:
+    functions: dict[str, JitFunction] = {}
+    for statement in source.module.body:
+        if not isinstance(statement, cst.FunctionDef):
+            continue
+        jit = None
+        configs: list[AutotuneConfig] = []
+        keys: list[str] = []
+        heuristics: list[str] = []
+        for decorator in statement.decorators:
+            qn = source.qualified_name(_decorator_target(decorator))
+            if qn == TRITON_JIT:
+                jit = decorator
+            elif qn == TRITON_AUTOTUNE and isinstance(decorator.decorator, cst.Call):
+                configs, keys = _autotune(source, decorator.decorator)
+            elif qn == TRITON_HEURISTICS and isinstance(decorator.decorator, cst.Call):
+                heuristics = _heuristics(source, decorator.decorator)
+        if jit is None:
+            continue
+        name = statement.name.value
+        functions[name] = JitFunction(name, statement, _params(source, statement), jit, configs, keys, heuristics)
+
+    # Call graph between jit functions: a function another one calls is a helper.
+    for fn in functions.values():
+        for call in _calls(fn.node):
+            callee = call.func.value if isinstance(call.func, cst.Name) else None
+            if callee in functions and callee != fn.name:
+                functions[callee].called_by.add(fn.name)
+    return ModuleFacts(source, functions)
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class _Collector(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Collector())
+    return found

@@ -1,0 +1,145 @@
+"""The rule protocol and the context rules read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+
+from transpile.analysis.layouts import LayoutPlan
+from transpile.diagnostics import Diagnostic
+from transpile.discover import JitFunction, ModuleFacts, language_name
+
+if TYPE_CHECKING:
+    from transpile.targets import Target
+
+
+@dataclass(frozen=True)
+class Example:
+    """A rule's before/after example: translating `before` (a whole module) must produce every line of `after`
+    (matched after stripping indentation) for `target`."""
+
+    before: str
+    after: tuple[str, ...]
+    target: str = "gfx942"
+
+
+@dataclass
+class RuleContext:
+    """What the rules of one jit function read, and where they record what the module needs."""
+
+    facts: ModuleFacts
+    function: JitFunction
+    plan: LayoutPlan
+    target: Target
+    helpers: set[str]  # module-level helper snippets the emitted code calls (names from the target's snippets)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations
+        return self.facts.source
+
+    def language(self, node: cst.CSTNode) -> str | None:
+        """``tl.math.exp`` -> ``math.exp`` for a node of the source tree, else None."""
+        return language_name(self.source.qualified_name(node))
+
+    def layout(self, node: cst.CSTNode) -> str:
+        return self.plan.layout_expr(self.plan.creations[node])
+
+    def refuse(self, node: cst.CSTNode, code: str, message: str) -> None:
+        self.diagnostics.append(self.source.diagnostic(node, code, message))
+
+    def need(self, helper: str) -> None:
+        self.helpers.add(helper)
+
+
+class Rule:
+    """Base class. Subclasses set the class attributes and implement the ``leave_*`` hooks they need."""
+
+    name: ClassVar[str] = ""
+    matches: ClassVar[str] = ""
+    emits: ClassVar[str] = ""
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        return updated
+
+    def leave_Attribute(
+        self, ctx: RuleContext, original: cst.Attribute, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        return updated
+
+    def leave_Name(self, ctx: RuleContext, original: cst.Name, updated: cst.BaseExpression) -> cst.BaseExpression:
+        return updated
+
+    def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For) -> cst.BaseStatement:
+        return updated
+
+    def leave_SimpleStatementLine(
+        self, ctx: RuleContext, original: cst.SimpleStatementLine, updated: cst.BaseStatement
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        return updated
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        return updated
+
+
+def expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+def statement(text: str) -> cst.BaseStatement:
+    return cst.parse_statement(text)
+
+
+def call(func: str, *args: cst.BaseExpression | str, **kwargs: cst.BaseExpression | str) -> cst.Call:
+    """Build ``func(args..., key=value...)`` from nodes or source text."""
+
+    def node(value: cst.BaseExpression | str) -> cst.BaseExpression:
+        return expr(value) if isinstance(value, str) else value
+
+    arguments = [cst.Arg(node(a)) for a in args]
+    arguments += [
+        cst.Arg(node(v), keyword=cst.Name(k), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        for k, v in kwargs.items()
+    ]
+    return cst.Call(func=expr(func), args=arguments)
+
+
+def with_keyword(node: cst.Call, key: str, value: cst.BaseExpression | str) -> cst.Call:
+    """`node` with keyword argument `key` set to `value` (replaced when present, else appended)."""
+    value_node = expr(value) if isinstance(value, str) else value
+    args = list(node.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == key:
+            args[i] = arg.with_changes(value=value_node)
+            return node.with_changes(args=args)
+    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+        # keep a trailing comma style: f(a, b,) -> f(a, b, key=v,)
+        pass
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(
+        cst.Arg(
+            value_node,
+            keyword=cst.Name(key),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+    )
+    return node.with_changes(args=args)
+
+
+def without_keywords(node: cst.Call, keys: set[str]) -> cst.Call:
+    args = [a for a in node.args if a.keyword is None or a.keyword.value not in keys]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return node.with_changes(args=args)
+
+
+def positional_or_keyword(node: cst.Call, index: int, key: str) -> cst.Arg | None:
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == key:
+            return arg
+    return positional[index] if index < len(positional) else None

@@ -1,0 +1,146 @@
+"""Device-side tensor descriptors: ``tl.make_tensor_descriptor`` and ``desc.load`` / ``desc.store``.
+
+Two rewrites, one per copy engine:
+
+* `DescriptorsAsPointers` (gfx942, gfx950, gfx1250 until its TDM rule set lands): no tensor-memory copy engine is
+  used; the descriptor becomes the tuple ``(base, rows, cols, row_stride, col_stride)`` and each tile access a masked
+  pointer load/store (out-of-bounds elements read as zero and are not written, as with a descriptor).
+* `DescriptorsAsTMA` (sm90): a Hopper TMA descriptor built on the device (``tma.make_tensor_descriptor`` with an NVMMA
+  shared layout), each load a TMA copy into shared memory completed on an mbarrier, each store a TMA store from
+  shared memory.
+
+Matches: rank-2 descriptors with literal ``shape``/``strides``/``block_shape`` lists and literal offset lists.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.rules.base import Example, Rule, RuleContext, call, expr
+
+DESCRIPTOR = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(x_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):\n"
+    "    desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])\n"
+    "    tile = desc.load([tl.program_id(0) * BM, 0])\n"
+    "    desc.store([tl.program_id(0) * BM, 0], tile * 2)\n"
+)
+
+
+def _offsets(ctx: RuleContext, original: cst.Call, updated: cst.Call) -> list[cst.BaseExpression] | None:
+    first = updated.args[0].value if updated.args else None
+    if isinstance(first, (cst.List, cst.Tuple)) and len(first.elements) == 2:
+        return [e.value for e in first.elements]
+    ctx.refuse(original, "TT010", "descriptor offsets must be a literal list such as `[off_m, off_k]`")
+    return None
+
+
+def _stored_value(updated: cst.Call) -> cst.BaseExpression | None:
+    for i, arg in enumerate(updated.args):
+        if (arg.keyword is not None and arg.keyword.value == "value") or (arg.keyword is None and i == 1):
+            return arg.value
+    return None
+
+
+class DescriptorsAsPointers(Rule):
+    name = "descriptors-as-pointers"
+    matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
+    emits = "a `(base, rows, cols, row_stride, col_stride)` tuple and masked pointer tile loads/stores"
+    examples = (
+        Example(DESCRIPTOR, ("desc = (x_ptr, M, N, N, 1)",
+                             "tile = _desc_load(desc, gl.program_id(0) * BM, 0, BM, BN, tile_layout)",
+                             "_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile * 2, "), "gfx942"),
+    )
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if not isinstance(updated, cst.Call):
+            return updated
+        if ctx.language(original.func) in ("make_tensor_descriptor", "core.make_tensor_descriptor"):
+            info = _info(ctx, original)
+            if info is None:
+                return updated
+            parts = [info.base, *info.shape, *info.strides]
+            return expr(f"({', '.join(parts)})")
+        op = ctx.plan.descriptor_ops.get(original)
+        if op is None:
+            return updated
+        kind, info = op
+        desc = updated.func.value  # type: ignore[attr-defined]
+        offsets = _offsets(ctx, original, updated)
+        if offsets is None:
+            return updated
+        if kind == "load":
+            ctx.need("desc_load")
+            return call("_desc_load", desc, *offsets, *info.block_shape, ctx.layout(original))
+        ctx.need("desc_store")
+        value = _stored_value(updated)
+        if value is None:
+            ctx.refuse(original, "TT010", "`desc.store` needs the stored value")
+            return updated
+        return call("_desc_store", desc, *offsets, value)
+
+    def leave_SimpleStatementLine(self, ctx: RuleContext, original: cst.SimpleStatementLine, updated: cst.BaseStatement
+                                  ) -> cst.BaseStatement:
+        if _creates_descriptor(ctx, original) and isinstance(updated, cst.SimpleStatementLine):
+            if updated.trailing_whitespace.comment is None:
+                note = "# (base, rows, cols, row_stride, col_stride): tiles are read with masked pointer loads"
+                return updated.with_changes(trailing_whitespace=cst.TrailingWhitespace(
+                    whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(note)))
+        return updated
+
+
+class DescriptorsAsTMA(Rule):
+    name = "descriptors-as-tma"
+    matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
+    emits = "`tma.make_tensor_descriptor(..., layout=NVMMASharedLayout)`, `_tma_load`/`_tma_store` helpers"
+    examples = (
+        Example(DESCRIPTOR, ("desc = tma.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, "
+                             "BN], layout=gl.NVMMASharedLayout.get_default_for([BM, BN], x_ptr.dtype.element_ty))",
+                             "tile = _tma_load(desc, [gl.program_id(0) * BM, 0], tile_layout)"), "sm90"),
+    )
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if not isinstance(updated, cst.Call):
+            return updated
+        if ctx.language(original.func) in ("make_tensor_descriptor", "core.make_tensor_descriptor"):
+            info = _info(ctx, original)
+            if info is None:
+                return updated
+            base = info.base if info.base.isidentifier() else f"({info.base})"
+            shared = f"gl.NVMMASharedLayout.get_default_for([{', '.join(info.block_shape)}], {base}.dtype.element_ty)"
+            return call("tma.make_tensor_descriptor", info.base, shape=f"[{', '.join(info.shape)}]",
+                        strides=f"[{', '.join(info.strides)}]", block_shape=f"[{', '.join(info.block_shape)}]",
+                        layout=shared)
+        op = ctx.plan.descriptor_ops.get(original)
+        if op is None:
+            return updated
+        kind, _ = op
+        desc = updated.func.value  # type: ignore[attr-defined]
+        offsets = _offsets(ctx, original, updated)
+        if offsets is None:
+            return updated
+        coords = cst.List([cst.Element(o) for o in offsets])
+        coords = expr(cst.Module([]).code_for_node(coords).replace(",", ", ").replace(",  ", ", "))  # type: ignore[assignment]
+        if kind == "load":
+            ctx.need("tma_load")
+            return call("_tma_load", desc, coords, ctx.layout(original))
+        ctx.need("tma_store")
+        value = _stored_value(updated)
+        if value is None:
+            ctx.refuse(original, "TT010", "`desc.store` needs the stored value")
+            return updated
+        return call("_tma_store", desc, coords, value)
+
+
+def _info(ctx: RuleContext, original: cst.Call):  # noqa: ANN202
+    for info in ctx.plan.descriptors.values():
+        if info.node is original:
+            return info
+    return None
+
+
+def _creates_descriptor(ctx: RuleContext, line: cst.SimpleStatementLine) -> bool:
+    return any(
+        isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and _info(ctx, small.value) is not None
+        for small in line.body
+    )

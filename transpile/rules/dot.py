@@ -1,0 +1,68 @@
+"""``tl.dot`` -> the target's matrix instruction.
+
+Matches: ``tl.dot(a, b)`` and ``tl.dot(a, b, acc)`` (``out_dtype`` honoured when there is no accumulator).
+Emits: ``_dot(a, b, acc)``, a small ``@gluon.jit`` helper written into the variant by the target (MFMA on gfx942 and
+gfx950, WMMA on gfx1250, wgmma on sm90) that moves the operands into the layouts the instruction reads. The
+accumulator lives in the target's MMA layout (the layout plan puts every tensor that meets it there too), so the
+result needs no conversion. Without an accumulator the rule starts one from zeros in that layout.
+Targets: all (each brings its own `_dot`).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.rules.base import Example, Rule, RuleContext, call, expr
+
+MATMUL = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):\n"
+    "    m = tl.arange(0, M)\n    n = tl.arange(0, N)\n    k = tl.arange(0, K)\n"
+    "    a = tl.load(a_ptr + m[:, None] * K + k[None, :])\n    b = tl.load(b_ptr + k[:, None] * N + n[None, :])\n"
+    "    c = tl.dot(a, b)\n    tl.store(c_ptr + m[:, None] * N + n[None, :], c)\n"
+)
+
+
+class Dot(Rule):
+    name = "dot"
+    matches = "`tl.dot(a, b[, acc])`"
+    emits = "`_dot(a, b, acc)` with the accumulator in the target's MMA layout"
+    examples = (
+        Example(MATMUL, ("c = _dot(a, b, gl.zeros([M, N], _acc_dtype(a_ptr.dtype.element_ty), layout=mma_layout))",
+                         "mma_layout: gl.constexpr = _mma_layout(M, [N], a_ptr.dtype.element_ty, gl.num_warps())",
+                         "return mfma(a, b, acc)"), "gfx942"),
+        Example(MATMUL, ("return wmma(a, b, acc)",), "gfx1250"),
+        Example(MATMUL, ("acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)",), "sm90"),
+    )
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        site = ctx.plan.dots.get(original)
+        if site is None or not isinstance(updated, cst.Call):
+            return updated
+        ctx.need("dot")
+        args = [a for a in updated.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
+        a = keywords.get("input", args[0].value if args else None)
+        b = keywords.get("other", args[1].value if len(args) > 1 else None)
+        acc = keywords.get("acc", args[2].value if len(args) > 2 else None)
+        if a is None or b is None:
+            ctx.refuse(original, "TT010", "`tl.dot` needs both operands")
+            return updated
+        if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
+            layout = ctx.plan.layout_expr(site.result)
+            m = site.shape[0] or f"{ctx.source.code(site.a).strip()}.shape[0]"
+            n = site.shape[1] or f"{ctx.source.code(site.b).strip()}.shape[1]"
+            out_dtype = keywords.get("out_dtype", args[4].value if len(args) > 4 else None)
+            if out_dtype is not None:
+                dtype: cst.BaseExpression = out_dtype
+            else:
+                ctx.need("acc_dtype")
+                dtype = expr(f"_acc_dtype({site.operand_dtype or f'({ctx.source.code(site.a).strip()}).dtype'})")
+            acc = call("gl.zeros", f"[{m}, {n}]", dtype, layout=layout)
+        return call("_dot", _bare(a), _bare(b), _bare(acc))
+
+
+def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    if getattr(node, "lpar", None):
+        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
+    return node

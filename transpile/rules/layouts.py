@@ -1,0 +1,110 @@
+"""Explicit layouts from the layout plan (`transpile.analysis.layouts`).
+
+Matches: tensor creation sites (``tl.arange``, ``tl.zeros``, ``tl.full``), the start of each jit function, and every
+node the plan marks for a conversion.
+Emits: ``layout=`` arguments; one ``<name>_layout: gl.constexpr = ...`` declaration per layout class at the top of the
+function, computed at compile time by the emitted ``@gluon.constexpr_function`` helpers from the function's own
+constexpr block sizes and ``gl.num_warps()``; ``gl.convert_layout`` where two constraints disagree.
+Targets: all.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.rules.base import Example, Rule, RuleContext, call, statement, with_keyword
+
+CREATIONS = ("arange", "zeros", "full")
+
+
+class CreationLayouts(Rule):
+    name = "creation-layouts"
+    matches = "`tl.arange`, `tl.zeros`, `tl.full` in a jit function"
+    emits = "the same call with `layout=` the layout of its class (a slice of a 2-D layout for `x[:, None]` uses)"
+    examples = (
+        Example(
+            "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+            "def k(x_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n"
+            "    rows = tl.arange(0, BLOCK_M)\n    cols = tl.arange(0, BLOCK_N)\n"
+            "    ptrs = x_ptr + rows[:, None] * N + cols[None, :]\n"
+            "    tl.store(ptrs, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), mask=rows[:, None] < M)\n",
+            (
+                "ptrs_layout: gl.constexpr = _blocked_layout([BLOCK_M, BLOCK_N], gl.num_warps())",
+                "rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ptrs_layout))",
+                "cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ptrs_layout))",
+                "gl.zeros([BLOCK_M, BLOCK_N], dtype=gl.float32, layout=ptrs_layout)",
+            ),
+        ),
+    )
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        if original not in ctx.plan.creations or not isinstance(updated, cst.Call):
+            return updated
+        lang = ctx.language(original.func)
+        if lang is None or lang.rsplit(".", 1)[-1] not in CREATIONS:
+            return updated  # descriptor loads: the descriptor rules use the layout
+        return with_keyword(updated, "layout", ctx.layout(original))
+
+
+class LayoutDeclarations(Rule):
+    name = "layout-declarations"
+    matches = "each jit function with at least one layout class"
+    emits = "`<name>_layout: gl.constexpr = ...` declarations at the top of the body; helper parameters converted on entry"
+    examples = CreationLayouts.examples
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        plan = ctx.plan
+        lines: list[str] = []
+        for name, kind, root in plan.declarations:
+            if kind == "mma":
+                value = ctx.target.mma_layout_expr(ctx, root)
+            else:
+                ctx.need("blocked_layout")
+                shape = ", ".join(s if s is not None else "None" for s in (root.shape or [None] * (root.rank or 1)))
+                value = f"_blocked_layout([{shape}], gl.num_warps())"
+            lines.append(f"{name}: gl.constexpr = {value}")
+        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
+                 for param, term in plan.param_converts.items()]
+        if not lines and not entry:
+            return updated
+        new: list[cst.BaseStatement] = []
+        for i, line in enumerate(lines):
+            node = statement(line)
+            if i == 0:
+                comment = "# Layouts, computed at compile time from the block sizes and the number of warps."
+                node = node.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
+            new.append(node)
+        for i, line in enumerate(entry):
+            node = statement(line)
+            if i == 0:
+                comment = "# Tensor arguments arrive in the caller's layouts: bring them to this helper's."
+                node = node.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
+            new.append(node)
+        body = list(updated.body.body)
+        at = 1 if body and _is_docstring(body[0]) else 0
+        body[at:at] = new
+        # Keep a blank line between the declarations and the code they precede.
+        if at + len(new) < len(body):
+            following = body[at + len(new)]
+            if not following.leading_lines:  # type: ignore[union-attr]
+                body[at + len(new)] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])  # type: ignore[union-attr]
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+
+def convert(node: cst.BaseExpression, layout: str) -> cst.Call:
+    return call("gl.convert_layout", _strip_parens(node), layout)
+
+
+def _strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
+    if getattr(node, "lpar", None):
+        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
+    return node
+
+
+def _is_docstring(statement_node: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement_node, cst.SimpleStatementLine)
+        and len(statement_node.body) == 1
+        and isinstance(statement_node.body[0], cst.Expr)
+        and isinstance(statement_node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

@@ -1,0 +1,109 @@
+"""Reading and parsing one source file, with located errors."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from transpile.diagnostics import Diagnostic, TranspileError
+
+
+@dataclass
+class SourceFile:
+    """One parsed Python file plus the metadata the analyses read (positions, qualified names)."""
+
+    path: str
+    text: str
+    wrapper: MetadataWrapper
+    positions: dict = field(repr=False)
+    qualified_names: dict = field(repr=False)
+    parents: dict = field(repr=False)
+
+    @property
+    def module(self) -> cst.Module:
+        return self.wrapper.module
+
+    @property
+    def sha256(self) -> str:
+        return sha256_text(self.text)
+
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        """1-based line and column of a node of this file's tree."""
+        pos = self.positions.get(node)
+        if pos is None:
+            return (1, 1)
+        return (pos.start.line, pos.start.column + 1)
+
+    def qualified_name(self, node: cst.CSTNode) -> str | None:
+        """The single fully qualified name a Name/Attribute refers to, e.g. ``triton.language.load``."""
+        names = self.qualified_names.get(node)
+        if callable(names):  # libcst resolves this provider lazily
+            names = names()
+        if not names:
+            return None
+        return sorted(n.name for n in names)[0]
+
+    def diagnostic(self, node: cst.CSTNode, code: str, message: str) -> Diagnostic:
+        line, col = self.position(node)
+        return Diagnostic(self.path, line, col, code, message)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", "is a directory, expected a Python file")) from None
+    except OSError as exc:
+        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", f"cannot read: {exc.strerror}")) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TranspileError(
+            Diagnostic(str(path), line, col, "TT002", "not UTF-8 text (is this a Python source file?)")
+        ) from None
+
+
+def parse_source(text: str, path: str) -> SourceFile:
+    # CPython's own parser gives the most precise location and message for a syntax error; libcst then builds the
+    # concrete tree that the rewrites keep byte-identical where they do not touch it.
+    try:
+        compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        raise TranspileError(
+            Diagnostic(path, exc.lineno or 1, exc.offset or 1, "TT001", f"syntax error: {exc.msg}")
+        ) from None
+    except ValueError as exc:  # e.g. "source code string cannot contain null bytes"
+        raise TranspileError(Diagnostic(path, 1, 1, "TT002", f"not Python source: {exc}")) from None
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+        raise TranspileError(
+            Diagnostic(path, exc.raw_line, exc.raw_column + 1, "TT001", f"syntax error: {message}")
+        ) from None
+    except Exception as exc:  # libcst raises a few other exception types on exotic input
+        raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ParentNodeProvider])
+    return SourceFile(
+        path=path,
+        text=text,
+        wrapper=wrapper,
+        positions=resolved[PositionProvider],
+        qualified_names=resolved[QualifiedNameProvider],
+        parents=resolved[ParentNodeProvider],
+    )

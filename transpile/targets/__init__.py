@@ -1,0 +1,99 @@
+"""Target families as data: an ordered rule list plus the parameters and helper snippets the rules emit.
+
+``TARGETS`` maps every accepted spelling (names and aliases) to its `Target`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from transpile.diagnostics import Diagnostic, TranspileError
+
+if TYPE_CHECKING:
+    from transpile.analysis.layouts import Term
+    from transpile.rules.base import Rule, RuleContext
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    aliases: tuple[str, ...]
+    backend: str  # "hip" | "cuda"
+    arch: str | int  # GPUTarget arch: "gfx942" | 90
+    warp_size: int
+    mma: str  # what `tl.dot` becomes, for people
+    copy_engine: str  # how tiles reach shared memory, for people
+    shared_memory_bytes: int
+    min_triton: tuple[int, int]  # the oldest Triton whose Gluon the output must compile under
+    rules: tuple[Rule, ...]
+    imports: tuple[str, ...]  # import lines the emitted module needs
+    snippets: dict[str, str] = field(repr=False)  # helper name -> module-level source, in emission order
+
+    def gpu_target(self):  # noqa: ANN201 - triton.backends.compiler.GPUTarget, imported lazily (slow import)
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget(self.backend, self.arch, self.warp_size)
+
+    def snippet(self, name: str) -> str:
+        return self.snippets[name]
+
+    def snippet_order(self, needed: set[str]) -> list[str]:
+        """Needed snippets plus what they call, in the target's fixed (dependency) order."""
+        closure = set(needed)
+        for name in list(needed):
+            closure |= set(SNIPPET_DEPENDENCIES.get(name, ()))
+        return [name for name in self.snippets if name in closure]
+
+    def mma_layout_expr(self, ctx: RuleContext, root: Term) -> str:
+        """Declaration value of an MMA layout class: `_mma_layout(M, [N, ...], operand dtype, num_warps)`."""
+        dots = root.dots or []
+        ms = [d.shape[0] for d in dots if d.shape[0] is not None]
+        ns: list[str] = []
+        for d in dots:
+            if d.shape[1] is not None and d.shape[1] not in ns:
+                ns.append(d.shape[1])
+        dtype = next((d.operand_dtype for d in dots if d.operand_dtype is not None), None)
+        if dtype is None:
+            ctx.refuse(dots[0].node, "TT010", "cannot tell the element type of this dot's operands from the source "
+                       "(load them through a pointer parameter, or cast with `.to(tl.float16)`)")
+            dtype = "gl.float16"
+        ctx.need("mma_layout")
+        m = ms[0] if ms else "None"
+        return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps())"
+
+
+# Snippets that call other snippets.
+SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+    "dot": ("mma_k_width",),
+    "tma_load": ("tma_aliases",),
+    "tma_store": ("tma_aliases",),
+}
+
+
+def _registry() -> dict[str, Target]:
+    from transpile.targets.amd import GFX942, GFX950, GFX1250
+    from transpile.targets.hopper import SM90
+
+    table: dict[str, Target] = {}
+    for target in (GFX942, GFX950, GFX1250, SM90):
+        for spelling in (target.name, *target.aliases):
+            table[spelling] = target
+    return table
+
+
+TARGET_NAMES = ("gfx942", "gfx950", "gfx1250", "sm90")
+
+
+def get_target(name: str) -> Target:
+    table = _registry()
+    key = name.strip().lower()
+    if key not in table:
+        choices = ", ".join(f"{t} ({'/'.join(table[t].aliases)})" if table[t].aliases else t for t in TARGET_NAMES)
+        raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004", f"unknown target `{name}`; choose from {choices}"))
+    return table[key]
+
+
+def all_targets() -> list[Target]:
+    table = _registry()
+    return [table[n] for n in TARGET_NAMES]

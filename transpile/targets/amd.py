@@ -1,0 +1,113 @@
+"""AMD rule sets: gfx942 (MI300, CDNA3), gfx950 (MI350, CDNA4), gfx1250 (CDNA5)."""
+
+from __future__ import annotations
+
+from transpile.rules.descriptors import DescriptorsAsPointers
+from transpile.rules.dot import Dot
+from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
+from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
+from transpile.rules.ranges import Ranges
+from transpile.targets import Target
+from transpile.targets import snippets as s
+
+GLUON_IMPORTS = (
+    "from triton.experimental import gluon",
+    "from triton.experimental.gluon import language as gl",
+)
+
+# Rules in the order they apply to each node.
+BASE_RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
+              DescriptorsAsPointers(), LayoutDeclarations())
+
+MFMA_LAYOUT = '''
+@gluon.constexpr_function
+def _mma_layout(m, ns, dtype, num_warps):
+    """MFMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on
+    {arch}: 32x32 instructions (16x16 for tiles narrower than 32) with the K depth of `dtype`, and warps split between
+    M and N."""
+    small = (m is not None and m < 32) or any(n is not None and n < 32 for n in ns)
+    instr_mn = 16 if small else 32
+    depth = {depths}[dtype.primitive_bitwidth]
+    instr_k = depth * 2 if small else depth
+    rows = 128 if m is None else m
+    warps_m = min(2 if num_warps > 1 else 1, max(1, rows // instr_mn))
+    return gl.amd.AMDMFMALayout(version={version}, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
+                                warps_per_cta=[warps_m, num_warps // warps_m])
+'''
+
+MFMA_K_WIDTH = '''
+@gluon.constexpr_function
+def _mma_k_width(dtype):
+    """Consecutive K elements each lane holds of a {arch} MFMA operand of `dtype`."""
+    return {k_widths}[dtype.primitive_bitwidth]
+'''
+
+MFMA_DOT = '''
+@gluon.jit
+def _dot(a, b, acc):
+    """`tl.dot(a, b, acc)` on the matrix cores: both operands are converted to the dot-operand layouts of the
+    accumulator's {instr} layout, then one `{instr_name}` accumulates into `acc`."""
+    k_width: gl.constexpr = _mma_k_width(a.dtype)
+    a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, k_width))
+    b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, k_width))
+    return {instr_name}(a, b, acc)
+'''
+
+WMMA_LAYOUT = '''
+@gluon.constexpr_function
+def _mma_layout(m, ns, dtype, num_warps):
+    """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
+    16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M."""
+    instr_k = {8: 64, 16: 32, 32: 4}[dtype.primitive_bitwidth]
+    warp_bases = [[0, 1]] if num_warps > 1 else []
+    while (1 << len(warp_bases)) < num_warps:
+        warp_bases.append([1 << (len(warp_bases) - 1), 0])
+    return gl.amd.AMDWMMALayout(3, True, warp_bases, [], [16, 16, instr_k])
+'''
+
+
+def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
+                mma_snippets: dict[str, str], imports: tuple[str, ...]) -> Target:
+    snippets = {
+        "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
+        "acc_dtype": s.ACC_DTYPE,
+        "cta_barrier": s.CTA_BARRIER,
+        **mma_snippets,
+        "desc_load": s.DESC_LOAD,
+        "desc_store": s.DESC_STORE,
+    }
+    return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
+                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=BASE_RULES,
+                  imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
+
+
+def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str) -> dict[str, str]:
+    return {
+        "mma_layout": MFMA_LAYOUT.format(arch=arch, version=version, depths=depths),
+        "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths),
+        "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name),
+    }
+
+
+GFX942 = _amd_target(
+    "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
+    "register loads + shared-memory stores", 64 * 1024,
+    _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 4}", "{8: 8, 16: 4, 32: 2}", "mfma"),
+    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",),
+)
+GFX950 = _amd_target(
+    "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
+    "direct-to-LDS async copies", 160 * 1024,
+    _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma"),
+    ("from triton.experimental.gluon.language.amd.cdna4 import mfma",),
+)
+GFX1250 = _amd_target(
+    "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
+    "TDM tensor copies", 320 * 1024,
+    {
+        "mma_layout": WMMA_LAYOUT,
+        "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}"),
+        "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
+    },
+    ("from triton.experimental.gluon.language.amd.gfx1250 import wmma",),
+)

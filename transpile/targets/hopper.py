@@ -1,0 +1,115 @@
+"""NVIDIA Hopper (sm90) rule set: wgmma for `tl.dot`, TMA for tensor descriptors.
+
+The output must compile under Triton 3.6 (the GPU machines) and 3.9 (the newest release): where the two spell an
+API differently, the helpers go through module-level aliases (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from transpile.rules.descriptors import DescriptorsAsTMA
+from transpile.rules.dot import Dot
+from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
+from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
+from transpile.rules.ranges import Ranges
+from transpile.targets import Target
+from transpile.targets import snippets as s
+
+RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
+         DescriptorsAsTMA(), LayoutDeclarations())
+
+IMPORTS = (
+    "from triton.experimental import gluon",
+    "from triton.experimental.gluon import language as gl",
+    "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+    "warpgroup_mma, warpgroup_mma_wait",
+)
+
+WGMMA_LAYOUT = '''
+@gluon.constexpr_function
+def _mma_layout(m, ns, dtype, num_warps):
+    """wgmma accumulator layout for [m, n] tiles of `dtype` operands: warps stacked along M (a warpgroup per 64 rows),
+    the instruction as wide in N as every dot of this layout allows (at most 256), K = 32 bytes of `dtype`."""
+    widths = [n for n in ns if n is not None] or [128]
+    instr_n = min(256, min(widths))
+    rows = 128 if m is None else m
+    warps_m = max(4, min(num_warps, rows // 16))
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, num_warps // warps_m],
+                                     instr_shape=[16, instr_n, 256 // dtype.primitive_bitwidth])
+'''
+
+WGMMA_SMEM = '''
+@gluon.constexpr_function
+def _mma_k_width(shape, dtype, k_major):
+    """NVMMA shared layout of a wgmma operand; 8- and 32-bit B operands must be K-major (stored transposed)."""
+    transposed = k_major and dtype.primitive_bitwidth != 16
+    return gl.NVMMASharedLayout.get_default_for(shape, dtype, transposed=transposed)
+'''
+
+WGMMA_DOT = '''
+@gluon.jit
+def _dot(a, b, acc):
+    """`tl.dot(a, b, acc)` as one wgmma: both operands are staged through shared memory in the NVMMA layouts the
+    tensor cores read, fenced so that the async proxy sees the stores, and the result is waited for at once."""
+    a_smem = gl.allocate_shared_memory(a.dtype, a.shape, _mma_k_width(a.shape, a.dtype, False), a)
+    b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
+    fence_async_shared()
+    acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
+    return warpgroup_mma_wait(0, deps=[acc])
+'''
+
+TMA_ALIASES = '''
+# TMA copies: `tma.async_load`/`tma.async_store` in Triton 3.9, `async_copy_*` before it.
+_tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+'''
+
+TMA_LOAD = '''
+@gluon.jit
+def _tma_load(desc, coords, layout: gl.constexpr):
+    """`desc.load(coords)`: one TMA copy of the tile into shared memory, completed on an mbarrier, then read into
+    registers in `layout`. Out-of-bounds elements read as zero."""
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    _tma_async_load(desc, coords, bar, smem)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    return smem.load(layout)
+'''
+
+TMA_STORE = '''
+@gluon.jit
+def _tma_store(desc, coords, value):
+    """`desc.store(coords, value)`: the tile goes to shared memory, a fence makes it visible to the TMA engine, one
+    TMA store writes it (out-of-bounds elements are not written) and completes before returning."""
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout, value.to(desc.dtype))
+    fence_async_shared()
+    _tma_async_store(desc, coords, smem)
+    tma.store_wait(0)
+'''
+
+SM90 = Target(
+    name="sm90",
+    aliases=("hopper",),
+    backend="cuda",
+    arch=90,
+    warp_size=32,
+    mma="wgmma (hopper.warpgroup_mma, NVMMADistributedLayout version [3, 0])",
+    copy_engine="TMA for descriptors; cp.async for pointer tiles",
+    shared_memory_bytes=227 * 1024,
+    min_triton=(3, 6),
+    rules=RULES,
+    imports=IMPORTS,
+    snippets={
+        "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=32),
+        "acc_dtype": s.ACC_DTYPE,
+        "cta_barrier": s.CTA_BARRIER,
+        "mma_layout": WGMMA_LAYOUT,
+        "mma_k_width": WGMMA_SMEM,
+        "dot": WGMMA_DOT,
+        "tma_aliases": TMA_ALIASES,
+        "tma_load": TMA_LOAD,
+        "tma_store": TMA_STORE,
+    },
+)

@@ -1,0 +1,66 @@
+"""Module-level helpers the rules emit into variants, as source text (shared by the target families).
+
+Each is small, documented and self-contained: a variant imports only triton (and torch where its source did).
+`WARP_SIZE` and other per-target numbers are baked in by `format` so that the helpers need no target query.
+"""
+
+BLOCKED_LAYOUT = '''
+@gluon.constexpr_function
+def _blocked_layout(shape, num_warps):
+    """Blocked layout for a tile of `shape` (None: size unknown here). Each thread holds a 4-element vector of the
+    contiguous last dimension; the {warp_size} lanes of a warp cover the last dimension first; warps split the first
+    dimensions. Loads and stores of row-major tiles coalesce."""
+    rank = len(shape)
+    size = [{warp_size} * 4 * num_warps if s is None else s for s in shape]
+    size_per_thread = [1] * (rank - 1) + [min(4, size[-1])]
+    threads_per_warp = [1] * rank
+    lanes = {warp_size}
+    for dim in reversed(range(rank)):
+        threads_per_warp[dim] = min(lanes, max(1, size[dim] // size_per_thread[dim]))
+        lanes //= threads_per_warp[dim]
+    threads_per_warp[0] *= lanes
+    warps_per_cta = [1] * rank
+    warps = num_warps
+    for dim in range(rank):
+        warps_per_cta[dim] = min(warps, max(1, size[dim] // (size_per_thread[dim] * threads_per_warp[dim])))
+        warps //= warps_per_cta[dim]
+    warps_per_cta[0] *= warps
+    return gl.BlockedLayout(size_per_thread, threads_per_warp, warps_per_cta, list(reversed(range(rank))))
+'''
+
+ACC_DTYPE = '''
+@gluon.constexpr_function
+def _acc_dtype(operand_dtype):
+    """Accumulator type of `tl.dot` without `out_dtype`: int32 for integer operands, float32 otherwise."""
+    return gl.int32 if operand_dtype.is_int() else gl.float32
+'''
+
+CTA_BARRIER = '''
+# A CTA-wide barrier: `gl.barrier` in Triton 3.9, `gl.thread_barrier` before it.
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+'''
+
+DESC_LOAD = '''
+@gluon.jit
+def _desc_load(desc, off0, off1, BLOCK0: gl.constexpr, BLOCK1: gl.constexpr, layout: gl.constexpr):
+    """`desc.load([off0, off1])` without a tensor-memory engine: a masked pointer load of the tile; elements outside
+    the descriptor's shape read as zero, as with a descriptor."""
+    base, size0, size1, stride0, stride1 = desc
+    rows = off0 + gl.arange(0, BLOCK0, layout=gl.SliceLayout(1, layout))
+    cols = off1 + gl.arange(0, BLOCK1, layout=gl.SliceLayout(0, layout))
+    mask = (rows[:, None] < size0) & (cols[None, :] < size1)
+    return gl.load(base + rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask, other=0)
+'''
+
+DESC_STORE = '''
+@gluon.jit
+def _desc_store(desc, off0, off1, value):
+    """`desc.store([off0, off1], value)` without a tensor-memory engine: a masked pointer store of the tile;
+    elements outside the descriptor's shape are not written."""
+    base, size0, size1, stride0, stride1 = desc
+    layout: gl.constexpr = value.type.layout
+    rows = off0 + gl.arange(0, value.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = off1 + gl.arange(0, value.shape[1], layout=gl.SliceLayout(0, layout))
+    mask = (rows[:, None] < size0) & (cols[None, :] < size1)
+    gl.store(base + rows[:, None] * stride0 + cols[None, :] * stride1, value.to(base.dtype.element_ty), mask=mask)
+'''

@@ -1,0 +1,170 @@
+"""Compile emitted kernels with Triton for their target, on the CPU (no GPU needed).
+
+Argument types and constexpr values come from, in order: the values the user gives (``NAME=VALUE``; types such as
+``*fp16``/``i32``/``fp32`` for runtime arguments, Python literals for constexprs), the kernel's ``@triton.autotune``
+configs (each config is compiled), the parameter's default. Runtime arguments the user does not type default to
+``i32`` unless their name says they are pointers (``*_ptr``), which must be typed. Anything still missing is a
+TT030 error that names it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import itertools
+import os
+import sys
+import tempfile
+from contextlib import redirect_stderr
+from dataclasses import dataclass
+from pathlib import Path
+
+from transpile.diagnostics import Diagnostic, TranspileError
+from transpile.discover import AutotuneConfig, JitFunction, discover
+from transpile.engine import TranslationResult
+from transpile.source import parse_source
+from transpile.targets import Target
+
+_counter = itertools.count()
+
+
+@dataclass
+class CompiledKernel:
+    kernel: str
+    config: str  # which autotune config (or "given values")
+    ok: bool
+    message: str  # "" or the compiler's first error line
+    asm: dict[str, str]  # stage -> text (ttgir, llir, amdgcn/ptx) when ok
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}[{self.config}]"
+
+
+def parse_values(items: list[str]) -> dict[str, object]:
+    """``["a_ptr=*fp16", "BLOCK=128"]`` -> ``{"a_ptr": "*fp16", "BLOCK": 128}``."""
+    values: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise TranspileError(Diagnostic("<command line>", 1, 1, "TT030", f"expected NAME=VALUE, got `{item}`"))
+        try:
+            values[name.strip()] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            values[name.strip()] = text.strip()
+    return values
+
+
+def _is_pointer_name(name: str) -> bool:
+    return name.endswith("ptr") or name.endswith("_ptr") or name.endswith("_base")
+
+
+def _configs(fn: JitFunction) -> list[tuple[str, AutotuneConfig | None]]:
+    if not fn.autotune_configs:
+        return [("given values", None)]
+    return [(f"config {i}", c) for i, c in enumerate(fn.autotune_configs)]
+
+
+def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dict[str, object], path: str,
+                     line: int) -> tuple[dict[str, str], dict[str, object], int]:
+    """Signature, constexpr values and num_warps for one compile of `fn`; TT030 names what is missing."""
+    signature: dict[str, str] = {}
+    constexprs: dict[str, object] = {}
+    missing: list[str] = []
+    config_values = config.values if config is not None else {}
+    for param in fn.params:
+        name = param.name
+        if param.is_constexpr or name in fn.heuristics:
+            signature[name] = "constexpr"
+            if name in values:
+                constexprs[name] = values[name]
+            elif name in config_values:
+                constexprs[name] = config_values[name]
+            elif param.default is not None:
+                constexprs[name] = ast.literal_eval(param.default) if _literal(param.default) else param.default
+            else:
+                missing.append(f"constexpr `{name}`")
+            continue
+        if name in values:
+            signature[name] = str(values[name])
+        elif _is_pointer_name(name):
+            missing.append(f"pointer `{name}` (give its type, e.g. {name}=*fp16)")
+        else:
+            signature[name] = "i32"
+    if missing:
+        raise TranspileError(Diagnostic(path, line, 1, "TT030",
+                                        f"`{fn.name}`: no type or value for " + ", ".join(missing)))
+    num_warps = int(values.get("num_warps", (config.num_warps if config and config.num_warps else 4)))  # type: ignore[arg-type]
+    return signature, constexprs, num_warps
+
+
+def _literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+        return True
+    except (ValueError, SyntaxError):
+        return False
+
+
+def load_variant(result: TranslationResult, directory: Path | None = None):  # noqa: ANN201 - a module
+    """Import the variant's text as a module (from a real file: Triton reads kernel source through inspect)."""
+    directory = directory or Path(tempfile.mkdtemp(prefix="transpile-verify-"))
+    name = f"_transpile_variant_{next(_counter)}_{Path(result.source_path).stem}_{result.target.name}"
+    path = directory / f"{name}.py"
+    path.write_text(result.text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the variant's own import failed: report, do not crash
+        raise TranspileError(Diagnostic(result.source_path, 1, 1, "TT032",
+                                        f"the {result.target.name} variant does not import: {type(exc).__name__}: {exc}")
+                             ) from None
+    return module
+
+
+def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
+                   num_warps: int) -> tuple[bool, str, dict[str, str]]:
+    import triton
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    os.environ.setdefault("TRITON_ALWAYS_COMPILE", "1")
+    from triton.runtime.jit import JITFunction
+
+    fn = jit_fn
+    while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
+        fn = fn.fn
+    source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    captured = io.StringIO()
+    try:
+        with redirect_stderr(captured):
+            compiled = triton.compile(source, target=target.gpu_target(), options={"num_warps": num_warps})
+    except Exception as exc:  # compiler errors come in many types; report the first meaningful line
+        text = str(exc).strip() or type(exc).__name__
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else text)
+        return False, detail.strip()[:400], {}
+    return True, "", {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
+
+
+def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:
+    """Compile every translated kernel of a variant (each autotune config, or the first)."""
+    module = load_variant(result)
+    source = parse_source(result.original_text, result.source_path)
+    source_facts = discover(source).functions
+    outcomes: list[CompiledKernel] = []
+    for outcome in result.functions:
+        if outcome.is_helper or not outcome.translated:
+            continue
+        fn = source_facts[outcome.name]
+        configs = _configs(fn) if all_configs else _configs(fn)[:1]
+        line = source.position(fn.node.name)[0]
+        for label, config in configs:
+            signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)
+            ok, message, asm = compile_kernel(getattr(module, outcome.name), result.target, signature, constexprs,
+                                              num_warps)
+            outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm))
+    return outcomes
