@@ -175,13 +175,16 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
 
     imports_end = _imports_end(body)
     new_imports = [cst.parse_statement(line) for line in target.imports]
-    snippets = [cst.parse_statement(target.snippet(name).strip() + "\n") for name in target.snippet_order(helpers)]
-    for i, snippet in enumerate(snippets):
-        lines = [cst.EmptyLine(), cst.EmptyLine()]
+    snippets: list[cst.BaseStatement] = []
+    for i, name in enumerate(target.snippet_order(helpers)):
+        parsed = cst.parse_module(target.snippet(name).strip() + "\n")
+        lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
         if i == 0:
-            lines.append(cst.EmptyLine(comment=cst.Comment(
+            lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
                 f"# ---- Helpers emitted by triton-transpile for {target.name}. ----")))
-        snippets[i] = snippet.with_changes(leading_lines=[*lines, *snippet.leading_lines])  # type: ignore[union-attr]
+        first, *rest = parsed.body
+        snippets.append(first.with_changes(leading_lines=[*lines, *parsed.header, *first.leading_lines]))
+        snippets.extend(rest)
     if snippets and imports_end < len(body):
         # PEP 8: two blank lines between the helpers and the code that follows them.
         following = body[imports_end]

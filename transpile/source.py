@@ -41,6 +41,11 @@ class SourceFile:
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
         """The single fully qualified name a Name/Attribute refers to, e.g. ``triton.language.load``."""
+        base = node
+        while isinstance(base, cst.Attribute):
+            base = base.value
+        if not isinstance(base, cst.Name):  # `tl.load(p).to`: an attribute of a call result, not a dotted name
+            return None
         names = self.qualified_names.get(node)
         if callable(names):  # libcst resolves this provider lazily
             names = names()

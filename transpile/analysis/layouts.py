@@ -69,6 +69,11 @@ class Tensor:
     # Element type as kernel-level source text (``a_ptr.dtype.element_ty``, ``gl.float16``) where the analysis can
     # tell; for a tensor of pointers, the pointee's type.
     elem: str | None = None
+    # This value's own shape as source text per dimension (None where unknown); classes mix shapes.
+    shape: tuple[str | None, ...] | None = None
+
+    def derive(self, elem: str | None = None, shape: tuple[str | None, ...] | None = None) -> Tensor:
+        return Tensor(self.term, elem if elem is not None else self.elem, shape if shape is not None else self.shape)
 
     @property
     def rank(self) -> int | None:
@@ -266,7 +271,7 @@ class _FunctionWalker:
                 term = Term(rank=kind.rank, origins={f"param:{name}"}, names=[name])
                 self.param_terms[name] = term
                 self.name_terms[name] = term
-                self.env[name] = Tensor(term)
+                self.env[name] = Tensor(term, shape=kind.shape)
             elif isinstance(kind, Descriptor):
                 self.refuse(self.fn.node, "TT010", f"helper `{self.fn.name}` takes a tensor descriptor argument "
                             f"`{name}`; pass the base pointer and strides instead")
@@ -387,7 +392,8 @@ class _FunctionWalker:
                     value.term.find().names.append(name)
                 previous = self.env.get(name)
                 elem = value.elem or (previous.elem if isinstance(previous, Tensor) else None)
-                self.env[name] = Tensor(self.name_terms[name], elem)
+                shape = value.shape or (previous.shape if isinstance(previous, Tensor) else None)
+                self.env[name] = Tensor(self.name_terms[name], elem, shape)
             elif isinstance(value, Descriptor):
                 self.env[name] = Descriptor(name, value.info)
                 self.plan.descriptors[name] = value.info
@@ -454,7 +460,7 @@ class _FunctionWalker:
                             "write the expansion explicitly (e.g. `x[None, :]`)")
                 return left
             self.unify_or_convert(left.term, right_node, right.term)
-            return left if left.elem is not None else Tensor(left.term, right.elem)
+            return Tensor(left.term, left.elem or right.elem, _broadcast(left.shape, right.shape))
         if isinstance(left, Tensor):
             return _with_pointee(left, right) if adds else left
         if isinstance(right, Tensor):
@@ -469,7 +475,7 @@ class _FunctionWalker:
         base = self.eval(node.value)
         if isinstance(base, Tensor) and node.attr.value == "T":
             self.plan.transposes.add(node)
-            return self.opaque(node, base.rank, None)
+            return self.opaque(node, base.rank, tuple(reversed(base.shape)) if base.shape else None, base.elem)
         return SCALAR
 
     def eval_subscript(self, node: cst.Subscript) -> Value:
@@ -499,7 +505,7 @@ class _FunctionWalker:
             return base
         # x[None, :] etc.: each None is an expand_dims, applied left to right.
         rank = base.rank
-        in_shape = list(base.term.find().shape or [None] * (rank or 1))
+        in_shape = list(base.shape or [None] * (rank or 1))
         shape: list[str | None] = []
         src_dims = iter(in_shape)
         for i in indices:
@@ -513,14 +519,15 @@ class _FunctionWalker:
             current_rank -= 1
             expected = Term(rank=current_rank, slice_of=(position, expected), origins={"slice"})
         self.unify_or_convert(expected, node.value, base.term)
-        return Tensor(result)
+        return Tensor(result, base.elem, tuple(shape))
 
-    def opaque(self, node: cst.CSTNode, rank: int | None, shape: list[str | None] | None) -> Tensor:
+    def opaque(self, node: cst.CSTNode, rank: int | None, shape: tuple[str | None, ...] | None,
+               elem: str | None = None) -> Tensor:
         """A tensor whose layout Gluon derives in a way the plan does not model: convert it to its class's layout."""
-        term = self.fresh(node, "opaque", rank=rank, shape=shape, origins={"opaque"})
+        term = self.fresh(node, "opaque", rank=rank, shape=list(shape) if shape else None, origins={"opaque"})
         self.plan.converts[node] = term  # type: ignore[index]
         self.opaque_nodes.add(node)
-        return Tensor(term)
+        return Tensor(term, elem, shape)
 
     # ---- calls ----------------------------------------------------------------------------------------------------
 
@@ -621,7 +628,8 @@ class _FunctionWalker:
                 rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
             if name == "ravel":
                 rank = 1
-            return self.opaque(node, rank, None)
+            shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
+            return self.opaque(node, rank, shape, value.elem)
         if name == "dot":
             return self.dot(node)
         if name == "make_tensor_descriptor":
@@ -645,11 +653,11 @@ class _FunctionWalker:
                     shape = [end_text]
                 elif start_text is not None and end_text is not None:
                     shape = [f"{end_text} - {start_text}"]
-            return Tensor(self.created(node, rank=1, shape=shape))
+            return Tensor(self.created(node, rank=1, shape=shape), shape=tuple(shape))
         shape_node = self.arg(node, 0, "shape")
         if isinstance(shape_node, (cst.List, cst.Tuple)):
             dims = [self.shape_text(e.value) for e in shape_node.elements]
-            return Tensor(self.created(node, rank=len(dims), shape=dims))
+            return Tensor(self.created(node, rank=len(dims), shape=dims), shape=tuple(dims))
         self.refuse(node, "TT010", f"`tl.{name}` needs a literal shape list (e.g. `[BLOCK_M, BLOCK_N]`) so that its "
                     "layout can be chosen")
         return Tensor(self.created(node, rank=None, shape=None))
@@ -677,18 +685,20 @@ class _FunctionWalker:
         rank = value.rank
         if rank is not None and axis < 0:
             axis += rank
-        shape = value.term.find().shape
+        if rank == 1:
+            return SCALAR  # reducing a vector gives a scalar
+        shape = value.shape
         out_shape = [s for i, s in enumerate(shape) if i != axis] if shape else None
         term = self.fresh(node, "reduce", rank=None if rank is None else rank - 1, shape=out_shape,
                           slice_of=(axis, value.term), origins={"slice"})
-        return Tensor(term)
+        return Tensor(term, value.elem, tuple(out_shape) if out_shape is not None else None)
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
         if method in ("to", "cast"):
             for a in node.args:
                 self.eval(a.value)
             dtype = self.arg(node, 0, "dtype")
-            return Tensor(base.term, self.dtype_text(dtype) if dtype is not None else None)
+            return Tensor(base.term, self.dtype_text(dtype) if dtype is not None else None, base.shape)
         if method in REDUCTIONS:
             return self.reduction(node, node.func.value, self.arg(node, 0, "axis"))  # type: ignore[attr-defined]
         if method in ("trans", "permute", "reshape", "view"):
@@ -699,7 +709,8 @@ class _FunctionWalker:
             rank = base.rank
             if method in ("reshape", "view"):
                 rank = len(node.args) if len(node.args) > 1 else None
-            return self.opaque(node, rank, None)
+            shape = tuple(reversed(base.shape)) if method == "trans" and base.shape else None
+            return self.opaque(node, rank, shape, base.elem)
         for a in node.args:
             self.eval(a.value)
         return base
@@ -714,10 +725,10 @@ class _FunctionWalker:
             if operand in self.opaque_nodes:
                 self.plan.converts.pop(operand, None)  # type: ignore[arg-type]
         shape: list[str | None] = [None, None]
-        if isinstance(a, Tensor) and a.term.find().shape:
-            shape[0] = a.term.find().shape[0]  # type: ignore[index]
-        if isinstance(b, Tensor) and b.term.find().shape and len(b.term.find().shape) == 2:  # type: ignore[arg-type]
-            shape[1] = b.term.find().shape[1]  # type: ignore[index]
+        if isinstance(a, Tensor) and a.shape:
+            shape[0] = a.shape[0]
+        if isinstance(b, Tensor) and b.shape and len(b.shape) == 2:
+            shape[1] = b.shape[1]
         site = self.plan.dots.get(node)
         if site is None:
             result = Term(rank=2, shape=list(shape), origins={"mma"})
@@ -729,12 +740,11 @@ class _FunctionWalker:
         acc = self.eval(acc_node)
         if isinstance(acc, Tensor) and acc_node is not None:
             self.unify_or_convert(site.result, acc_node, acc.term)
-            root = site.result.find()
-            if root.shape:
-                site.shape = [site.shape[0] or root.shape[0], site.shape[1] or root.shape[1]]
+            if acc.shape and len(acc.shape) == 2:
+                site.shape = [site.shape[0] or acc.shape[0], site.shape[1] or acc.shape[1]]
         for key in ("out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
             self.eval(self.arg(node, 99, key))
-        return Tensor(site.result)
+        return Tensor(site.result, None, tuple(site.shape))
 
     def descriptor(self, node: cst.Call) -> Value:
         for a in node.args:
@@ -767,7 +777,7 @@ class _FunctionWalker:
                      for t in desc.info.block_shape]
             base = desc.info.base
             elem = f"{base}.dtype.element_ty" if base in self.allowed_shape_names else None
-            return Tensor(self.created(node, rank=len(shape), shape=shape), elem)
+            return Tensor(self.created(node, rank=len(shape), shape=shape), elem, tuple(shape))
         if method == "store":
             self.plan.descriptor_ops[node] = ("store", desc.info)
             value_node = self.arg(node, 1, "value")
@@ -817,11 +827,17 @@ class _FunctionWalker:
                 plan.param_converts[name] = term
 
 
+def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | None) -> tuple[str | None, ...] | None:
+    if a is None or b is None or len(a) != len(b):
+        return a if a is not None else b
+    return tuple(x if (x is not None and x != "1") else y for x, y in zip(a, b))
+
+
 def _with_pointee(tensor: Tensor, other: Value) -> Tensor:
     """`ptr + offsets`: a tensor of pointers whose pointee type is that of the parameter `ptr` (the outermost
     addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`)."""
     if isinstance(other, Scalar) and other.param is not None:
-        return Tensor(tensor.term, f"{other.param}.dtype.element_ty")
+        return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape)
     return tensor
 
 

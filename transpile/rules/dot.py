@@ -50,14 +50,17 @@ class Dot(Rule):
             return updated
         if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
             layout = ctx.plan.layout_expr(site.result)
-            m = site.shape[0] or f"{ctx.source.code(site.a).strip()}.shape[0]"
-            n = site.shape[1] or f"{ctx.source.code(site.b).strip()}.shape[1]"
+            m, n = site.shape
+            if m is None or n is None:
+                ctx.refuse(original, "TT010", "cannot tell the shape of this `tl.dot` result from the source; pass an "
+                           "accumulator (`acc = tl.zeros([BLOCK_M, BLOCK_N], ...)`)")
+                return updated
             out_dtype = keywords.get("out_dtype", args[4].value if len(args) > 4 else None)
             if out_dtype is not None:
                 dtype: cst.BaseExpression = out_dtype
             else:
                 ctx.need("acc_dtype")
-                dtype = expr(f"_acc_dtype({site.operand_dtype or f'({ctx.source.code(site.a).strip()}).dtype'})")
+                dtype = expr(f"_acc_dtype({site.operand_dtype or 'gl.float16'})")
             acc = call("gl.zeros", f"[{m}, {n}]", dtype, layout=layout)
         return call("_dot", _bare(a), _bare(b), _bare(acc))
 
