@@ -168,3 +168,10 @@ def verify(result: TranslationResult, values: dict[str, object], all_configs: bo
                                               num_warps)
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm))
     return outcomes
+
+
+def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True
+                ) -> list[CompiledKernel]:
+    from transpile.engine import translate_file
+
+    return verify(translate_file(path, target, display), values, all_configs)

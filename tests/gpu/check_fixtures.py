@@ -393,15 +393,15 @@ def _compare(actual, expected, atol: float, rtol: float) -> tuple[float, bool]:
     actual, expected = _outputs(actual), _outputs(expected)
     if len(actual) != len(expected):
         return float("nan"), False
-    worst, ok = 0.0, True
+    errors, ok = [torch.zeros((), dtype=torch.float64)], True
     for a, e in zip(actual, expected):
         if a.shape != e.shape:
             return float("nan"), False
         a, e = a.double().cpu(), e.double().cpu()
         if a.numel():
-            worst = max(worst, (a - e).abs().max().item())
+            errors.append((a - e).abs().max())  # NaN if any element is NaN
         ok = ok and torch.isclose(a, e, atol=atol, rtol=rtol).all().item()
-    return worst, ok
+    return torch.stack(errors).max().item(), ok
 
 
 def _call(module, case: Case, inputs: tuple):

@@ -1,0 +1,1 @@
+"""The `transpile` command line (installed as `transpile.cli`)."""

@@ -1,0 +1,173 @@
+"""The `transpile` command line: argument parsing (Typer), output (rich), exit codes. Logic lives in `transpile/`.
+
+Exit codes: 0 fine, 1 a check failed (stale/missing variant, a kernel that does not compile, `--fail-on-write` wrote
+something), 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from transpile.diagnostics import Diagnostic, Severity, TranspileError
+from transpile.project import Outcome, Project, Run, load_config
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+TARGET_HELP = "gfx942|gfx950|gfx1250|sm90 (aliases mi300, mi350, hopper); repeat or comma-separate for several"
+SUBCOMMANDS = ("explain", "verify")
+
+
+def _targets(values: list[str] | None) -> list[str]:
+    return [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
+
+
+def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
+    for d in diagnostics:
+        style = {"error": "red", "refusal": "yellow", "note": "dim"}[d.severity.value]
+        err.print(f"[{style}]{d.format()}[/{style}]", markup=True, highlight=False)
+
+
+def _fail(diagnostic: Diagnostic) -> None:
+    _print_diagnostics([diagnostic])
+    raise typer.Exit(2)
+
+
+@app.command(
+    help="Write Gluon variants of the Triton kernels in PATH... (files or directories), one per target: "
+    "`dir/name.py` -> `dir/name_<target>.py`. Subcommands: `transpile explain FILE -t T`, "
+    "`transpile verify FILE -t T`.",
+)
+def translate(
+    paths: list[Path] = typer.Argument(..., help="Python files or directories (searched for *.py with kernels)."),
+    target: Optional[list[str]] = typer.Option(None, "--target", "-t", help=TARGET_HELP),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write variants here instead of beside sources."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print unified diffs of what would change."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing missing or stale variants."),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Glob of paths to skip (repeatable)."),
+    skip_files_without_kernels: bool = typer.Option(
+        False, "--skip-files-without-kernels", help="Pass over named files that hold no kernels (pre-commit)."
+    ),
+    fail_on_write: bool = typer.Option(False, "--fail-on-write", help="Exit 1 when a variant was written (pre-commit)."),
+    output_format: str = typer.Option("text", "--output-format", help="text or json."),
+) -> None:
+    if output_format not in ("text", "json"):
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
+    if diff and check:
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
+    try:
+        config = load_config(Path.cwd())
+        project = Project(config, _targets(target), out_dir, list(exclude or []))
+    except TranspileError as exc:
+        _fail(exc.diagnostic)
+    mode = "diff" if diff else "check" if check else "write"
+    run = project.run(paths, mode, skip_files_without_kernels, progress=sys.stderr.isatty() and output_format == "text")
+    if output_format == "json":
+        out.print_json(json.dumps(run.as_dict()))
+    else:
+        _report(run, mode)
+    code = run.exit_code
+    if code == 0 and fail_on_write and any(o.status == "written" for o in run.outcomes):
+        code = 1
+    raise typer.Exit(code)
+
+
+def _report(run: Run, mode: str) -> None:
+    _print_diagnostics(run.diagnostics)
+    for outcome in run.outcomes:
+        if mode == "diff" and outcome.diff:
+            _print_diff(outcome.diff)
+        elif mode == "check" and outcome.status in ("missing", "stale"):
+            code = "TT021" if outcome.status == "missing" else "TT020"
+            reason = f" ({outcome.reason})" if outcome.reason else ""
+            err.print(f"{outcome.variant}:1:1: {code} variant is {outcome.status}{reason}; "
+                      f"run `{outcome.command}`", highlight=False)
+    counts: dict[str, int] = {}
+    for outcome in run.outcomes:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no kernel files"
+    err.print(f"{summary} ({run.seconds:.2f}s)", style="dim", highlight=False)
+
+
+def _print_diff(text: str) -> None:
+    if not out.is_terminal:
+        sys.stdout.write(text)
+        return
+    for line in text.splitlines():
+        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else None
+        out.print(line, style=style, markup=False, highlight=False)
+
+
+@tools.command(help="Show each kernel's loops, their dots and loads, the layouts, and what was emitted or why not.")
+def explain(
+    file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
+    target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
+) -> None:
+    from transpile.explain import explain_file
+
+    try:
+        config = load_config(Path.cwd())
+        project = Project(config, _targets(target), None, [])
+        reports = [explain_file(file, t, project.display(file)) for t in project.targets]
+    except TranspileError as exc:
+        _fail(exc.diagnostic)
+    for report in reports:
+        for table in report:
+            out.print(table)
+
+
+@tools.command(help="Compile each emitted kernel with Triton for the target, on the CPU.")
+def verify(
+    file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
+    target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
+    value: Optional[list[str]] = typer.Option(None, "--value", "-v",
+                                              help="NAME=VALUE: `a_ptr=*fp16`, `M=i32`, `BLOCK=128` (repeatable)."),
+    values_file: Optional[Path] = typer.Option(None, "--values-file",
+                                               help="JSON of NAME: VALUE (or FILE_NAME: {NAME: VALUE})."),
+    first_config: bool = typer.Option(False, "--first-config", help="Compile only the first autotune config."),
+) -> None:
+    from transpile.verify import parse_values, verify_file
+
+    try:
+        values: dict[str, object] = {}
+        if values_file is not None:
+            data = json.loads(values_file.read_text(encoding="utf-8"))
+            values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
+        values.update(parse_values(list(value or [])))
+        config = load_config(Path.cwd())
+        project = Project(config, _targets(target), None, [])
+        table = Table("target", "kernel", "config", "result", title=f"verify {project.display(file)}")
+        failed = False
+        for t in project.targets:
+            for compiled in verify_file(file, t, values, project.display(file), not first_config):
+                failed |= not compiled.ok
+                result = "[green]compiles[/green]" if compiled.ok else f"[red]fails[/red]: {compiled.message}"
+                table.add_row(t.name, compiled.kernel, compiled.config, result)
+    except TranspileError as exc:
+        _fail(exc.diagnostic)
+    except (OSError, json.JSONDecodeError) as exc:
+        _fail(Diagnostic(str(values_file), 1, 1, "TT002", f"cannot read the values file: {exc}"))
+    out.print(table)
+    raise typer.Exit(1 if failed else 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `transpile` console script and of `python -m transpile`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        tools(args, prog_name="transpile")
+    else:
+        app(args, prog_name="transpile")
+
+
+__all__ = ["main", "Outcome"]

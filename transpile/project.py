@@ -1,0 +1,292 @@
+"""Running the tool over files and directories: configuration, variant paths, write/diff/check, atomic writes."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transpile import __version__
+from transpile.diagnostics import Diagnostic, Severity, TranspileError
+from transpile.engine import HEADER_HASH, HEADER_TOOL, TranslationResult, is_generated, translate_source, variant_path
+from transpile.source import read_text, sha256_text
+from transpile.targets import Target, get_target
+
+SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
+
+
+@dataclass
+class Config:
+    """`[tool.triton-transpile]` of the nearest pyproject.toml (root: the directory holding it, else the cwd)."""
+
+    root: Path
+    targets: list[str] = field(default_factory=list)
+    out_dir: Path | None = None
+    exclude: list[str] = field(default_factory=list)
+
+
+def load_config(start: Path) -> Config:
+    for directory in [start, *start.parents]:
+        pyproject = directory / "pyproject.toml"
+        if pyproject.is_file():
+            return _read_config(pyproject)
+    return Config(root=start)
+
+
+def _read_config(pyproject: Path) -> Config:
+    try:
+        import tomllib  # Python >= 3.11
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
+    section = data.get("tool", {}).get("triton-transpile", {})
+    config = Config(root=pyproject.parent)
+    known = {"targets", "out-dir", "exclude"}
+    for key in section:
+        if key not in known:
+            raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005",
+                                            f"unknown key `{key}` in [tool.triton-transpile] (known: {sorted(known)})"))
+    targets = section.get("targets", [])
+    if isinstance(targets, str):
+        targets = [targets]
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`targets` must be a list of target names"))
+    config.targets = targets
+    if "out-dir" in section:
+        config.out_dir = pyproject.parent / str(section["out-dir"])
+    exclude = section.get("exclude", [])
+    if not isinstance(exclude, list):
+        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`exclude` must be a list of globs"))
+    config.exclude = [str(e) for e in exclude]
+    return config
+
+
+@dataclass
+class Outcome:
+    """One (source file, target) pair."""
+
+    source: str
+    target: str
+    variant: str
+    status: str  # written | unchanged | missing | stale | up-to-date | would-write | error | skipped
+    command: str
+    reason: str = ""
+    diff: str = ""
+    kernels: list[dict[str, object]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "diff" or v}
+
+
+@dataclass
+class Run:
+    outcomes: list[Outcome] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if any(d.severity is Severity.ERROR for d in self.diagnostics):
+            return 2
+        if any(o.status in ("missing", "stale") for o in self.outcomes):
+            return 1
+        return 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tool_version": __version__,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "outcomes": [o.as_dict() for o in self.outcomes],
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+        }
+
+
+class Project:
+    def __init__(self, config: Config, targets: list[str], out_dir: Path | None, exclude: list[str]) -> None:
+        self.config = config
+        names = targets or config.targets
+        if not names:
+            raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004",
+                                            "no target: pass --target (or set `targets` in [tool.triton-transpile])"))
+        seen: dict[str, Target] = {}
+        for name in names:
+            target = get_target(name)
+            seen.setdefault(target.name, target)
+        self.targets = list(seen.values())
+        self.out_dir = out_dir if out_dir is not None else config.out_dir
+        self.exclude = [*config.exclude, *exclude]
+
+    # ---- paths ----------------------------------------------------------------------------------------------------
+
+    def display(self, path: Path) -> str:
+        """Path as written into headers and messages: relative to the project root when under it (stable)."""
+        resolved = path.resolve()
+        try:
+            return resolved.relative_to(self.config.root.resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def excluded(self, path: Path) -> bool:
+        shown = self.display(path)
+        return any(fnmatch.fnmatch(shown, pattern) or fnmatch.fnmatch(shown, f"{pattern.rstrip('/')}/*")
+                   for pattern in self.exclude)
+
+    def collect(self, paths: list[Path], diagnostics: list[Diagnostic]) -> list[tuple[Path, bool]]:
+        """(file, named explicitly) pairs: named files as given; directories searched for *.py files."""
+        files: list[tuple[Path, bool]] = []
+        for path in paths:
+            if path.is_dir():
+                for root, dirs, names in os.walk(path):
+                    dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                    for name in sorted(names):
+                        candidate = Path(root) / name
+                        if name.endswith(".py") and not self.excluded(candidate):
+                            files.append((candidate, False))
+            elif path.exists():
+                if not self.excluded(path):
+                    files.append((path, True))
+            else:
+                diagnostics.append(Diagnostic(path.as_posix(), 1, 1, "TT002", "no such file or directory"))
+        return files
+
+    def command(self, source: Path, target: Target) -> str:
+        parts = ["transpile", self.display(source), "--target", target.name]
+        if self.out_dir is not None and self.out_dir != self.config.out_dir:
+            parts += ["--out-dir", self.display(self.out_dir)]
+        return shlex.join(parts)
+
+    def variant(self, source: Path, target: Target) -> Path:
+        out_dir = self.out_dir
+        if out_dir is not None and not out_dir.is_absolute():
+            out_dir = Path.cwd() / out_dir
+        return variant_path(source, target, out_dir)
+
+    # ---- the run --------------------------------------------------------------------------------------------------
+
+    def run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool = False, progress: bool = False) -> Run:
+        started = time.perf_counter()
+        result = Run()
+        files = self.collect(paths, result.diagnostics)
+        work = [(f, named, t) for f, named in files for t in self.targets]
+        bar = None
+        if progress and len(work) > 8:
+            from rich.progress import Progress
+
+            bar = Progress(transient=True)
+            bar.start()
+            task = bar.add_task("transpiling", total=len(work))
+        texts: dict[Path, str | None] = {}
+        try:
+            for source, named, target in work:
+                if source not in texts:
+                    texts[source] = self._read(source, named, skip_files_without_kernels, result)
+                text = texts[source]
+                if text is not None:
+                    self._one(source, text, target, mode, named and not skip_files_without_kernels, result)
+                if bar is not None:
+                    bar.advance(task)
+        finally:
+            if bar is not None:
+                bar.stop()
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _read(self, source: Path, named: bool, skip: bool, run: Run) -> str | None:
+        try:
+            text = read_text(source)
+        except TranspileError as exc:
+            run.diagnostics.append(exc.diagnostic)
+            return None
+        if "jit" not in text or is_generated(text):
+            if named and not skip:
+                message = ("is a variant generated by triton-transpile, not a source" if is_generated(text)
+                           else "no @triton.jit kernels in this file")
+                run.diagnostics.append(Diagnostic(self.display(source), 1, 1, "TT003", message))
+            return None
+        return text
+
+    def _one(self, source: Path, text: str, target: Target, mode: str, named: bool, run: Run) -> None:
+        variant = self.variant(source, target)
+        command = self.command(source, target)
+        try:
+            translation = translate_source(text, self.display(source), target, command)
+        except TranspileError as exc:
+            if exc.diagnostic.code == "TT003" and not named:
+                return  # a file in a directory without kernels: not ours
+            run.diagnostics.append(exc.diagnostic)
+            run.outcomes.append(Outcome(self.display(source), target.name, self.display(variant), "error", command,
+                                        exc.diagnostic.message))
+            return
+        run.diagnostics.extend(d for d in translation.diagnostics if d not in run.diagnostics)
+        outcome = Outcome(self.display(source), target.name, self.display(variant), "", command,
+                          kernels=_kernels(translation))
+        existing = variant.read_text(encoding="utf-8") if variant.is_file() else None
+        if mode == "check":
+            if existing is None:
+                outcome.status = "missing"
+            elif existing != translation.text:
+                outcome.status = "stale"
+                outcome.reason = _stale_reason(existing, translation)
+            else:
+                outcome.status = "up-to-date"
+        elif mode == "diff":
+            outcome.status = "unchanged" if existing == translation.text else "would-write"
+            if existing != translation.text:
+                outcome.diff = "".join(difflib.unified_diff(
+                    (existing or "").splitlines(keepends=True), translation.text.splitlines(keepends=True),
+                    fromfile=outcome.variant if existing is not None else "/dev/null", tofile=outcome.variant))
+        else:
+            if existing == translation.text:
+                outcome.status = "unchanged"
+            else:
+                write_atomic(variant, translation.text)
+                outcome.status = "written"
+        run.outcomes.append(outcome)
+
+
+def _kernels(translation: TranslationResult) -> list[dict[str, object]]:
+    return [{"name": f.name, "helper": f.is_helper, "translated": f.translated,
+             "diagnostics": [d.format() for d in f.diagnostics]} for f in translation.functions]
+
+
+def _stale_reason(existing: str, translation: TranslationResult) -> str:
+    tool = HEADER_TOOL.search(existing[:2000])
+    digest = HEADER_HASH.search(existing[:2000])
+    if digest is None or tool is None:
+        return "no triton-transpile header"
+    if digest.group(1) != translation.source_sha256:
+        return "the source changed"
+    if tool.group(1) != __version__:
+        return f"made by triton-transpile {tool.group(1)}, this is {__version__}"
+    return "its content differs from a fresh translation (edited by hand?)"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and an atomic rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "sha256_text", "write_atomic", "sys"]
