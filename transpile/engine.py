@@ -13,6 +13,7 @@ from transpile.analysis.layouts import analyse_layouts
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext
+from transpile.rules.hoist import is_hoisted
 from transpile.rules.layouts import convert
 from transpile.source import SourceFile, parse_source, read_text
 from transpile.targets import Target
@@ -114,7 +115,7 @@ class _KernelRewriter(cst.CSTTransformer):
             if method is not None and isinstance(updated, cst.CSTNode):
                 updated = method(self.ctx, original_node, updated)
         term = self.ctx.plan.converts.get(original_node)  # type: ignore[call-overload]
-        if term is not None and isinstance(updated, cst.BaseExpression):
+        if term is not None and isinstance(updated, cst.BaseExpression) and not is_hoisted(self.ctx, original_node):
             updated = convert(updated, self.ctx.plan.layout_expr(term))
         return updated
 

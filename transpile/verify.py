@@ -142,12 +142,19 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     try:
         with redirect_stderr(captured):
             compiled = triton.compile(source, target=target.gpu_target(), options={"num_warps": num_warps})
-    except Exception as exc:  # compiler errors come in many types; report the first meaningful line
-        text = str(exc).strip() or type(exc).__name__
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        detail = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else text)
-        return False, detail.strip()[:400], {}
+    except Exception as exc:  # compiler errors come in many types; report the innermost cause
+        return False, _error_summary(exc, captured.getvalue()), {}
     return True, "", {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
+
+
+def _error_summary(exc: BaseException, stderr: str) -> str:
+    """The innermost cause of a compile failure, with the MLIR diagnostic when the pass manager printed one."""
+    inner: BaseException = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    message = f"{type(inner).__name__}: {str(inner).strip().splitlines()[-1] if str(inner).strip() else ''}"
+    mlir = next((ln.strip() for ln in stderr.splitlines() if "error:" in ln), "")
+    return (f"{message} [{mlir}]" if mlir else message)[:600]
 
 
 def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:

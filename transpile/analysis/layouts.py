@@ -271,7 +271,7 @@ class _FunctionWalker:
                 term = Term(rank=kind.rank, origins={f"param:{name}"}, names=[name])
                 self.param_terms[name] = term
                 self.name_terms[name] = term
-                self.env[name] = Tensor(term, shape=kind.shape)
+                self.env[name] = Tensor(term)  # the caller's shape texts mean nothing in here
             elif isinstance(kind, Descriptor):
                 self.refuse(self.fn.node, "TT010", f"helper `{self.fn.name}` takes a tensor descriptor argument "
                             f"`{name}`; pass the base pointer and strides instead")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transpile.rules.descriptors import DescriptorsAsPointers
 from transpile.rules.dot import Dot
+from transpile.rules.hoist import HoistConversions
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
 from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
 from transpile.rules.ranges import Ranges
@@ -16,7 +17,7 @@ GLUON_IMPORTS = (
 )
 
 # Rules in the order they apply to each node.
-BASE_RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
+BASE_RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
               DescriptorsAsPointers(), LayoutDeclarations())
 
 MFMA_LAYOUT = '''
