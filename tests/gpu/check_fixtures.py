@@ -10,7 +10,9 @@ the same inputs and compare it with the original. One line per case; exit status
     python tests/gpu/check_fixtures.py --variant-dir out --target sm90    # variants against originals
     python tests/gpu/check_fixtures.py --interpret --case softmax         # Triton interpreter, on the CPU
 
---case takes a case name or a fixture name (all of that fixture's cases) and may be repeated.
+--case takes a case name or a fixture name (all of that fixture's cases) and may be repeated. --interpret
+uses each case's small sizes, the interpreter being slow. --all-configs runs the cases of autotuned
+fixtures once per autotune config (lines NAME@cfgI) rather than only with the config the autotuner picks.
 """
 
 from __future__ import annotations
