@@ -26,6 +26,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),
+    "TT040": (Severity.NOTE, "main loop not pipelined (the reason follows); the loop is translated as it is"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
     "TT030": (Severity.ERROR, "verify: a kernel argument has no type or value"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from transpile.rules.descriptors import DescriptorsAsTMA
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
+from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
 from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
 from transpile.rules.ranges import Ranges
@@ -16,7 +17,7 @@ from transpile.targets import Target
 from transpile.targets import snippets as s
 
 RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-         DescriptorsAsTMA(), LayoutDeclarations())
+         DescriptorsAsTMA(), HopperTMAPipeline(), LayoutDeclarations())
 
 IMPORTS = (
     "from triton.experimental import gluon",

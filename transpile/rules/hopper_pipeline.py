@@ -1,0 +1,220 @@
+"""sm90: pipeline a descriptor GEMM main loop with a TMA ring and asynchronous wgmma.
+
+Matches: ``for k in range(...)`` / ``tl.range(..., num_stages=n)`` whose body loads the two operands of one
+``acc = tl.dot(a, b, acc)`` with ``desc.load(...)`` (the plan of `transpile.analysis.pipeline`).
+Emits: an ``NUM_STAGES``-deep ring of shared-memory tiles per operand with one mbarrier per slot (allocate, ``init``,
+``expect`` with the tile bytes, ``wait`` on the slot's phase, ``invalidate`` after the loop); a prologue that starts
+the copies of the first ``NUM_STAGES - 1`` iterations; in the loop, ``warpgroup_mma(..., is_async=True)`` straight
+from the ring, then ``warpgroup_mma_wait(1, ...)``: the previous wgmma has then finished reading its slot, and that
+slot is refilled with the tiles of iteration ``it + NUM_STAGES - 1``. One final ``warpgroup_mma_wait(0)`` makes the
+accumulator available to the epilogue. A loop the analysis cannot pipeline is left as it is, with a TT040 note.
+Targets: sm90.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
+from transpile.rules.base import Example, Rule, RuleContext
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"
+    "    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])\n"
+    "    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])\n"
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in tl.range(0, tl.cdiv(K, BK), num_stages=4):\n"
+    "        a = a_desc.load([0, k * BK])\n        b = b_desc.load([k * BK, 0])\n        acc = tl.dot(a, b, acc)\n"
+    "    c_desc.store([0, 0], acc.to(tl.float16))\n"
+)
+
+_code = cst.Module([]).code_for_node
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
+
+
+def _rename(node: cst.CSTNode, names: dict[str, str]) -> str:
+    return _code(node.visit(_Rename(names))).strip()
+
+
+class HopperTMAPipeline(Rule):
+    name = "hopper-tma-pipeline"
+    matches = "a main loop whose dot operands are tensor-descriptor tile loads"
+    emits = "a TMA ring with per-slot mbarriers and async wgmma kept one deep in flight"
+    examples = (
+        Example(EXAMPLE, (
+            "NUM_STAGES: gl.constexpr = 4",
+            "mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)",
+            "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
+            "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])",
+            "acc = warpgroup_mma_wait(0, deps=[acc])",
+        ), "sm90"),
+    )
+
+    def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        configs = ctx.function.autotune_configs
+        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        plan = plan_loop(ctx.source, original, ctx.plan, default)
+        if plan is None:
+            return updated
+        if isinstance(plan, LoopRefusal):
+            ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
+            return updated
+        return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
+
+    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:
+        body = list(updated.body.body)  # type: ignore[union-attr]
+        taken = _names(ctx.function.node)
+        name = _namer(taken)
+        stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
+                                                         name("next_it"), name("next_slot"), name("num_iters"))
+        a, b = plan.loads
+        a_smem, b_smem = name(f"{a.name}_smem"), name(f"{b.name}_smem")
+        infos = {op.descriptor: ctx.plan.descriptors[op.descriptor] for op in plan.loads}
+        args = [a_ for a_ in updated.iter.args if a_.keyword is None]  # type: ignore[union-attr]
+        texts = [_code(x.value).strip() for x in args]
+        lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
+        count = hi if (lo == "0" and step == "1") else f"gl.cdiv({hi} - ({lo}), {step})"
+        index = (lambda v: f"{lo} + {v} * {step}") if (lo, step) != ("0", "1") else (lambda v: v)  # noqa: E731
+
+        # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
+        renames = {plan.var: name(f"{plan.var}_next")}
+        for i in plan.producer:
+            for assigned in _assigned_names(body[i]):
+                renames[assigned] = name(f"{assigned}_next")
+
+        def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
+            lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
+            lines += [f"{indent}{_rename(body[i], renames)}" for i in plan.producer]
+            nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
+            lines.append(f"{indent}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
+            for op, smem in ((a, a_smem), (b, b_smem)):
+                coords = _load_coords(body[op.index])
+                lines.append(f"{indent}_tma_async_load({op.descriptor}, {_rename(coords, renames)}, "
+                             f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
+            return lines
+
+        ctx.need("tma_aliases")
+        dot_call = _dot_call(body[plan.dot_index])
+        acc_in = _code(dot_call.args[2].value).strip() if dot_call is not None and len(dot_call.args) > 2 else plan.acc
+        skip = {op.index for op in plan.loads} | {plan.dot_index}
+        consumer_names: set[str] = set()
+        for i, statement in enumerate(body):
+            if i not in skip and i not in plan.producer:
+                consumer_names |= _names(statement)
+        producer_only = {i for i in plan.producer if not (_assigned_names(body[i]) & consumer_names)}
+        before = [body[i] for i in range(plan.dot_index) if i not in skip and i not in producer_only]
+        after = [body[i] for i in range(plan.dot_index + 1, len(body)) if i not in skip and i not in producer_only]
+        uses_var = any(plan.var in _names(s) for s in [*before, *after])
+
+        lines = [
+            "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES "
+            "shared-memory slots",
+            "# filled by TMA ahead of use (one mbarrier per slot); each wgmma reads its slot directly and runs "
+            "asynchronously,",
+            "# one stays in flight, and a slot is refilled only once the wgmma that read it has completed.",
+            f"{stages}: gl.constexpr = {plan.num_stages}",
+            f"gl.static_assert({a.descriptor}.dtype.primitive_bitwidth == 16, \"the pipelined wgmma reads B from a "
+            f"row-major ring: 16-bit operands only\")",
+            f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
+            f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
+            f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
+            f"{', '.join(infos[b.descriptor].block_shape)}], {b.descriptor}.layout)",
+            f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+            f"for s in gl.static_range({stages}):\n    mbarrier.init({ready}.index(s), count=1)",
+            f"{iters} = {count}",
+            "# Prologue: start the copies of the first NUM_STAGES - 1 iterations.",
+        ]
+        prologue = producer("i", "i", "    ")
+        lines.append(f"for i in gl.static_range({stages} - 1):\n" + "\n".join(prologue))
+        loop = [f"for {it} in range({iters}):"]
+        if uses_var:
+            loop.append(f"    {plan.var} = {index(it)}")
+        loop += [f"    {_code(s).strip()}" for s in before]
+        loop += [
+            f"    {slot} = {it} % {stages}",
+            f"    mbarrier.wait({ready}.index({slot}), ({it} // {stages}) & 1)",
+            f"    {plan.acc} = warpgroup_mma({a_smem}.index({slot}), {b_smem}.index({slot}), {acc_in}, is_async=True)",
+            "    # The previous wgmma has now finished reading its slot: refill that slot below.",
+            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {a_smem}.index({slot}), "
+            f"{b_smem}.index({slot})])",
+        ]
+        loop += [f"    {_code(s).strip()}" for s in after]
+        loop.append(f"    {nxt} = {it} + {stages} - 1")
+        loop.append(f"    {nxt_slot} = {nxt} % {stages}")
+        loop += producer(nxt, nxt_slot, "    ")
+        lines.append("\n".join(loop))
+        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
+        lines.append(f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))")
+        # `_tma_load` is still needed only if a descriptor load remains outside pipelined loops.
+        pipelined = {op.call for op in plan.loads}
+        if not any(kind == "load" and node not in pipelined for node, (kind, _) in ctx.plan.descriptor_ops.items()):
+            ctx.helpers.discard("tma_load")
+        return _as_statements(lines)
+
+
+def _as_statements(lines: list[str]) -> list[str]:
+    """Group lines into whole statements (a comment line joins the statement after it)."""
+    statements: list[str] = []
+    pending: list[str] = []
+    for line in lines:
+        if line.startswith("#"):
+            pending.append(line)
+            continue
+        statements.append("\n".join([*pending, line]) + "\n")
+        pending = []
+    return statements
+
+
+def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
+    value = statement.body[0].value  # type: ignore[union-attr]
+    # after DescriptorsAsTMA: `_tma_load(desc, coords, layout)`
+    return value.args[1].value
+
+
+def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
+    value = statement.body[0].value  # type: ignore[union-attr]
+    return value if isinstance(value, cst.Call) else None
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    node.visit(_Names())
+    return found
+
+
+def _assigned_names(statement: cst.BaseStatement) -> set[str]:
+    names: set[str] = set()
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if isinstance(small, cst.Assign):
+                for t in small.targets:
+                    names |= _names(t.target)
+            elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+                names |= _names(small.target)
+    return names
+
+
+def _namer(taken: set[str]):  # noqa: ANN202
+    def name(base: str) -> str:
+        candidate = base
+        while candidate in taken:
+            candidate += "_"
+        taken.add(candidate)
+        return candidate
+
+    return name
