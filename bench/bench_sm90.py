@@ -61,6 +61,20 @@ def main() -> int:
             name = f"gemm {str(dtype).split('.')[-1]} {m}x{n}x{k}"
             print(f"{name:42s} {t_o:9.3f} {t_v:11.3f} {t_r:9.3f} {t_o / t_v:8.2f} {t_r / t_v:8.2f}", flush=True)
 
+    desc_o = _load(FIXTURES / "matmul_descriptor.py", "bench_orig_desc")
+    desc_v = _load(args.variant_dir / "matmul_descriptor_sm90.py", "bench_var_desc")
+    zero_bias = None
+    for m, n, k in sizes:
+        n, k = -(-n // 8) * 8, -(-k // 8) * 8  # TMA needs 16-byte aligned row strides
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        zero_bias = torch.zeros(n, device="cuda", dtype=torch.float16)
+        t_o = _ms(lambda: desc_o.matmul_bias_act(a, b, zero_bias, activation="none"))
+        t_v = _ms(lambda: desc_v.matmul_bias_act(a, b, zero_bias, activation="none"))
+        t_r = _ms(lambda: torch.matmul(a, b))
+        name = f"descriptor gemm float16 {m}x{n}x{k}"
+        print(f"{name:42s} {t_o:9.3f} {t_v:11.3f} {t_r:9.3f} {t_o / t_v:8.2f} {t_r / t_v:8.2f}", flush=True)
+
     attn_o = _load(FIXTURES / "attention_fwd.py", "bench_orig_attn")
     attn_v = _load(args.variant_dir / "attention_fwd_sm90.py", "bench_var_attn")
     shapes = [(64, False)] if args.quick else [(64, False), (64, True), (128, False), (128, True)]
