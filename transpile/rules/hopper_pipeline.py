@@ -72,6 +72,8 @@ class HopperTMAPipeline(Rule):
         return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
 
     def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:
+        """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
+        operands of other widths."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         taken = _names(ctx.function.node)
         name = _namer(taken)
@@ -116,15 +118,14 @@ class HopperTMAPipeline(Rule):
         after = [body[i] for i in range(plan.dot_index + 1, len(body)) if i not in skip and i not in producer_only]
         uses_var = any(plan.var in _names(s) for s in [*before, *after])
 
+        header = [
+            "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
+            "# shared-memory slots filled by TMA ahead of use (one mbarrier per slot); each wgmma reads its slot",
+            "# directly and runs asynchronously, one stays in flight, and a slot is refilled only once the wgmma",
+            "# that read it has completed.",
+        ]
         lines = [
-            "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES "
-            "shared-memory slots",
-            "# filled by TMA ahead of use (one mbarrier per slot); each wgmma reads its slot directly and runs "
-            "asynchronously,",
-            "# one stays in flight, and a slot is refilled only once the wgmma that read it has completed.",
             f"{stages}: gl.constexpr = {plan.num_stages}",
-            f"gl.static_assert({a.descriptor}.dtype.primitive_bitwidth == 16, \"the pipelined wgmma reads B from a "
-            f"row-major ring: 16-bit operands only\")",
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
@@ -144,9 +145,12 @@ class HopperTMAPipeline(Rule):
             f"    {slot} = {it} % {stages}",
             f"    mbarrier.wait({ready}.index({slot}), ({it} // {stages}) & 1)",
             f"    {plan.acc} = warpgroup_mma({a_smem}.index({slot}), {b_smem}.index({slot}), {acc_in}, is_async=True)",
-            "    # The previous wgmma has now finished reading its slot: refill that slot below.",
+            "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
+            "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
             f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {a_smem}.index({slot}), "
             f"{b_smem}.index({slot})])",
+            "    if gl.num_warps() > 4:",
+            "        _cta_barrier()",
         ]
         loop += [f"    {_code(s).strip()}" for s in after]
         loop.append(f"    {nxt} = {it} + {stages} - 1")
@@ -159,20 +163,20 @@ class HopperTMAPipeline(Rule):
         pipelined = {op.call for op in plan.loads}
         if not any(kind == "load" and node not in pipelined for node, (kind, _) in ctx.plan.descriptor_ops.items()):
             ctx.helpers.discard("tma_load")
-        return _as_statements(lines)
-
-
-def _as_statements(lines: list[str]) -> list[str]:
-    """Group lines into whole statements (a comment line joins the statement after it)."""
-    statements: list[str] = []
-    pending: list[str] = []
-    for line in lines:
-        if line.startswith("#"):
-            pending.append(line)
-            continue
-        statements.append("\n".join([*pending, line]) + "\n")
-        pending = []
-    return statements
+        ctx.need("cta_barrier")
+        pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
+        original = "\n".join("    " + ln for ln in _code(updated).strip().splitlines())
+        condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
+        text = "\n".join([
+            *header,
+            f"if {condition}:",
+            pipelined,
+            "else:",
+            "    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
+            "    # the loop runs as translated, unpipelined.",
+            original,
+        ])
+        return [text + "\n"]
 
 
 def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
