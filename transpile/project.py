@@ -14,7 +14,16 @@ from pathlib import Path
 
 from transpile import __version__
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
-from transpile.engine import HEADER_HASH, HEADER_TOOL, TranslationResult, is_generated, translate_source, variant_path
+from transpile.engine import (
+    HEADER_HASH,
+    HEADER_TOOL,
+    Prepared,
+    TranslationResult,
+    is_generated,
+    prepare,
+    translate_source,
+    variant_path,
+)
 from transpile.source import read_text, sha256_text
 from transpile.targets import Target, get_target
 
@@ -125,6 +134,7 @@ class Project:
         self.targets = list(seen.values())
         self.out_dir = out_dir if out_dir is not None else config.out_dir
         self.exclude = [*config.exclude, *exclude]
+        self._prepared: dict[Path, Prepared] = {}
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
@@ -219,7 +229,9 @@ class Project:
         variant = self.variant(source, target)
         command = self.command(source, target)
         try:
-            translation = translate_source(text, self.display(source), target, command)
+            if source not in self._prepared:
+                self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
+            translation = translate_source(text, self.display(source), target, command, self._prepared[source])
         except TranspileError as exc:
             if exc.diagnostic.code == "TT003" and not named:
                 return  # a file in a directory without kernels: not ours
