@@ -29,6 +29,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT040": (Severity.NOTE, "main loop not pipelined (the reason follows); the loop is translated as it is"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
+    "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),
     "TT030": (Severity.ERROR, "verify: a kernel argument has no type or value"),
     "TT031": (Severity.ERROR, "verify: the variant did not compile for the target"),
     "TT032": (Severity.ERROR, "verify: the variant could not be imported"),

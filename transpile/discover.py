@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile.cst_utils import calls_in
 from transpile.source import SourceFile
 
 TRITON_JIT = "triton.jit"
@@ -182,19 +183,9 @@ def discover(source: SourceFile) -> ModuleFacts:
 
     # Call graph between jit functions: a function another one calls is a helper.
     for fn in functions.values():
-        for call in _calls(fn.node):
+        for call in calls_in(fn.node):
             callee = call.func.value if isinstance(call.func, cst.Name) else None
             if callee in functions and callee != fn.name:
                 functions[callee].called_by.add(fn.name)
     return ModuleFacts(source, functions)
 
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class _Collector(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Collector())
-    return found

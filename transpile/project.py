@@ -232,7 +232,11 @@ class Project:
             if source not in self._prepared:
                 self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
             translation = translate_source(text, self.display(source), target, command, self._prepared[source])
-        except TranspileError as exc:
+        except Exception as exc:  # a bug of the tool must not take the other files down with it
+            if not isinstance(exc, TranspileError):
+                exc = TranspileError(Diagnostic(self.display(source), 1, 1, "TT090",
+                                                f"internal error of triton-transpile {__version__} ({type(exc).__name__}: "
+                                                f"{exc}); nothing was written for this file, please report it"))
             if exc.diagnostic.code == "TT003" and not named:
                 return  # a file in a directory without kernels: not ours
             run.diagnostics.append(exc.diagnostic)

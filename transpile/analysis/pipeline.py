@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
+from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -44,37 +45,12 @@ class LoopRefusal:
     reason: str
 
 
-def _names(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-    node.visit(_Names())
-    return found
-
-
-def _assigned(statement: cst.BaseStatement) -> set[str]:
-    names: set[str] = set()
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            targets = []
-            if isinstance(small, cst.Assign):
-                targets = [t.target for t in small.targets]
-            elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-                targets = [small.target]
-            for t in targets:
-                names |= _names(t) if isinstance(t, (cst.Tuple, cst.List)) else ({t.value} if isinstance(t, cst.Name) else set())
-    return names
-
-
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads."""
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else []
-    dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in _calls(s))]
+    dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     loads = {i: s for i, s in enumerate(body)
-             if any(plan.descriptor_ops.get(c, ("",))[0] == "load" for c in _calls(s))}
+             if any(plan.descriptor_ops.get(c, ("",))[0] == "load" for c in calls_in(s))}
     if not dots or not loads:
         return None
     if len(dots) != 1:
@@ -105,7 +81,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             if isinstance(small, (cst.Break, cst.Continue, cst.Return)):
                 return LoopRefusal(small, "data-dependent exit from the main loop")
     # The dot: `acc = tl.dot(a, b, acc)` with operands bound by tile loads in this loop.
-    dot_call = next(c for c in _calls(dot_statement) if c in plan.dots)
+    dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     if not (isinstance(small, cst.Assign) and small.value is dot_call and isinstance(small.targets[0].target, cst.Name)
@@ -118,7 +94,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         found = None
         for i, statement in loads.items():
-            if _assigned(statement) == {operand.value} and isinstance(statement.body[0], cst.Assign):  # type: ignore[union-attr]
+            if assigned_names(statement) == {operand.value} and isinstance(statement.body[0], cst.Assign):  # type: ignore[union-attr]
                 call = statement.body[0].value  # type: ignore[union-attr]
                 op = plan.descriptor_ops.get(call) if isinstance(call, cst.Call) else None
                 if op is not None and op[0] == "load" and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):  # type: ignore[union-attr]
@@ -126,16 +102,16 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if found is None:
             return LoopRefusal(operand, f"the dot operand `{operand.value}` is not a tensor-descriptor tile load in "
                                "this loop")
-        uses = sum(operand.value in _names(s) for j, s in enumerate(body) if j not in (found.index,))
+        uses = sum(operand.value in names_in(s) for j, s in enumerate(body) if j not in (found.index,))
         if uses != 1:
             return LoopRefusal(operand, f"`{operand.value}` is used outside the dot; the pipelined wgmma reads it "
                                "straight from shared memory")
         operands.append(found)
     # The producer slice: statements the load coordinates need, transitively, within the loop.
-    assigned_at = {name: i for i, s in enumerate(body) for name in _assigned(s)}
+    assigned_at = {name: i for i, s in enumerate(body) for name in assigned_names(s)}
     needed: set[str] = set()
     for load in operands:
-        needed |= _names(load.call.args[0].value) if load.call.args else set()
+        needed |= names_in(load.call.args[0].value) if load.call.args else set()
     producer: set[int] = set()
     frontier = set(needed)
     while frontier:
@@ -145,22 +121,12 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             continue
         if i >= min(o.index for o in operands) and i not in [o.index for o in operands]:
             return LoopRefusal(body[i], "a load address depends on a value computed after the loads")
-        if acc in _names(body[i]) or i == dot_index:
+        if acc in names_in(body[i]) or i == dot_index:
             return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
         producer.add(i)
-        frontier |= _names(body[i]) - needed
-        needed |= _names(body[i])
+        frontier |= names_in(body[i]) - needed
+        needed |= names_in(body[i])
     if acc in needed:
         return LoopRefusal(dot_call, "a load depends on the accumulator")
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer))
 
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
-    return found

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile.cst_utils import names_in
 from transpile.rules.base import Example, Rule, RuleContext, statement
 
 MATMUL_K = (
@@ -61,7 +62,7 @@ def _plan(ctx: RuleContext) -> dict[cst.Name, tuple[str, str]]:
     definitions: dict[tuple[str, str], tuple[int, str, str, str]] = {}
     fn = ctx.function.node
     counts, where = _assignments(fn)
-    taken = _all_names(fn)
+    taken = names_in(fn)
     for node, term in ctx.plan.converts.items():
         if not isinstance(node, cst.Name) or counts.get(node.value) != 1 or node.value not in where:
             continue
@@ -126,14 +127,3 @@ def _assignments(fn: cst.FunctionDef) -> tuple[dict[str, int], dict[str, int]]:
         binder.index = i if isinstance(stmt, cst.SimpleStatementLine) else None
         stmt.visit(binder)
     return counts, top
-
-
-def _all_names(fn: cst.FunctionDef) -> set[str]:
-    names: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            names.add(node.value)
-
-    fn.visit(_Names())
-    return names

@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
+from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 
 EXAMPLE = (
@@ -75,7 +76,7 @@ class HopperTMAPipeline(Rule):
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
         operands of other widths."""
         body = list(updated.body.body)  # type: ignore[union-attr]
-        taken = _names(ctx.function.node)
+        taken = names_in(ctx.function.node)
         name = _namer(taken)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
                                                          name("next_it"), name("next_slot"), name("num_iters"))
@@ -91,7 +92,7 @@ class HopperTMAPipeline(Rule):
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
         renames = {plan.var: name(f"{plan.var}_next")}
         for i in plan.producer:
-            for assigned in _assigned_names(body[i]):
+            for assigned in assigned_names(body[i]):
                 renames[assigned] = name(f"{assigned}_next")
 
         def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
@@ -112,11 +113,11 @@ class HopperTMAPipeline(Rule):
         consumer_names: set[str] = set()
         for i, statement in enumerate(body):
             if i not in skip and i not in plan.producer:
-                consumer_names |= _names(statement)
-        producer_only = {i for i in plan.producer if not (_assigned_names(body[i]) & consumer_names)}
+                consumer_names |= names_in(statement)
+        producer_only = {i for i in plan.producer if not (assigned_names(body[i]) & consumer_names)}
         before = [body[i] for i in range(plan.dot_index) if i not in skip and i not in producer_only]
         after = [body[i] for i in range(plan.dot_index + 1, len(body)) if i not in skip and i not in producer_only]
-        uses_var = any(plan.var in _names(s) for s in [*before, *after])
+        uses_var = any(plan.var in names_in(s) for s in [*before, *after])
 
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -188,29 +189,6 @@ def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
 def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     value = statement.body[0].value  # type: ignore[union-attr]
     return value if isinstance(value, cst.Call) else None
-
-
-def _names(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-    node.visit(_Names())
-    return found
-
-
-def _assigned_names(statement: cst.BaseStatement) -> set[str]:
-    names: set[str] = set()
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if isinstance(small, cst.Assign):
-                for t in small.targets:
-                    names |= _names(t.target)
-            elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-                names |= _names(small.target)
-    return names
 
 
 def _namer(taken: set[str]):  # noqa: ANN202
