@@ -32,10 +32,11 @@ def _mma_layout(m, ns, dtype, num_warps):
     """wgmma accumulator layout for [m, n] tiles of `dtype` operands: warps stacked along M (a warpgroup per 64 rows),
     the instruction as wide in N as every dot of this layout allows (at most 256), K = 32 bytes of `dtype`."""
     widths = [n for n in ns if n is not None] or [128]
-    instr_n = min(256, min(widths))
     rows = 128 if m is None else m
     warps_m = max(4, min(num_warps, rows // 16))
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, num_warps // warps_m],
+    warps_n = num_warps // warps_m
+    instr_n = min(256, min(widths) // warps_n)  # warps side by side in N split the tile's columns
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, warps_n],
                                      instr_shape=[16, instr_n, 256 // dtype.primitive_bitwidth])
 '''
 
