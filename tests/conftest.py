@@ -1,0 +1,213 @@
+"""Shared test setup: the fixture x target grid, golden files, and helpers that run the command line.
+
+Tests that take a `fixture_name` and/or a `target_name` argument are parametrized over every fixture
+(`fixtures/*.py`) and every target (`transpile.targets.all_targets()`) by `pytest_generate_tests` below.
+
+`pytest --update-goldens` rewrites `fixtures/expected/<target>/<name>_<target>.py` from the current tool instead of
+comparing against them (and runs the snapshot tests first, so that the compile tests read the new files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import TranslationResult, translate_source
+from transpile.project import Project, load_config
+from transpile.targets import all_targets, get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES_DIR = ROOT / "fixtures"
+EXPECTED_DIR = FIXTURES_DIR / "expected"
+FIXTURE_NAMES = sorted(path.stem for path in FIXTURES_DIR.glob("*.py"))
+TARGET_NAMES = [target.name for target in all_targets()]
+VERIFY_VALUES: dict[str, dict[str, object]] = {
+    name: values
+    for name, values in json.loads((FIXTURES_DIR / "verify.json").read_text(encoding="utf-8")).items()
+    if not name.startswith("_")
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite fixtures/expected/<target>/*.py from the current translator instead of comparing with them",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fixture_name" in metafunc.fixturenames:
+        metafunc.parametrize("fixture_name", FIXTURE_NAMES)
+    if "target_name" in metafunc.fixturenames:
+        metafunc.parametrize("target_name", TARGET_NAMES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--update-goldens"):
+        # Write the goldens before anything reads them.
+        items.sort(key=lambda item: item.path.name != "test_snapshots.py")
+
+
+@pytest.fixture(scope="session")
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Goldens
+
+
+def golden_path(fixture_name: str, target_name: str) -> Path:
+    return EXPECTED_DIR / target_name / f"{fixture_name}_{target_name}.py"
+
+
+def golden_project(target_name: str) -> Project:
+    """The project the CLI builds for `transpile fixtures/<f>.py --target T --out-dir fixtures/expected/T`, run in
+    the repository root."""
+    return Project(load_config(ROOT), [target_name], EXPECTED_DIR / target_name, [])
+
+
+@lru_cache(maxsize=None)
+def translate_fixture(fixture_name: str, target_name: str) -> TranslationResult:
+    """The fixture's variant exactly as the CLI writes it into fixtures/expected/ (same path and header command)."""
+    source = FIXTURES_DIR / f"{fixture_name}.py"
+    target = get_target(target_name)
+    project = golden_project(target_name)
+    return translate_source(source.read_text(encoding="utf-8"), project.display(source), target,
+                            project.command(source, target))
+
+
+class Goldens:
+    """The golden files under fixtures/expected/."""
+
+    directory = EXPECTED_DIR
+
+    def path(self, fixture_name: str, target_name: str) -> Path:
+        return golden_path(fixture_name, target_name)
+
+    def read(self, fixture_name: str, target_name: str) -> str:
+        path = self.path(fixture_name, target_name)
+        if not path.is_file():
+            pytest.fail(f"missing golden {path.relative_to(ROOT)}; run `python -m pytest --update-goldens`")
+        return path.read_text(encoding="utf-8")
+
+    def expected_files(self) -> set[Path]:
+        return {self.path(f, t) for f in FIXTURE_NAMES for t in TARGET_NAMES}
+
+
+@pytest.fixture(scope="session")
+def goldens() -> Goldens:
+    return Goldens()
+
+
+@pytest.fixture(scope="session")
+def translated():
+    """`translated(fixture_name, target_name)` -> the TranslationResult the CLI writes into fixtures/expected/."""
+    return translate_fixture
+
+
+@pytest.fixture(scope="session")
+def verify_values() -> dict[str, dict[str, object]]:
+    """fixtures/verify.json: per fixture file, argument types and constexpr values for `transpile verify`."""
+    return VERIFY_VALUES
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Running the command line
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None = None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+class Cli:
+    """Runs `transpile ARGS` in-process (typer's CliRunner, cwd = `self.cwd`) or as a real subprocess."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(self, *args: str | os.PathLike[str]) -> CliResult:
+        from typer.testing import CliRunner
+
+        from transpile.cli.app import SUBCOMMANDS, app, tools
+
+        argv = [str(a) for a in args]
+        command = tools if argv and argv[0] in SUBCOMMANDS else app
+        previous = Path.cwd()
+        os.chdir(self.cwd)
+        try:
+            result = CliRunner().invoke(command, argv, prog_name="transpile")
+        finally:
+            os.chdir(previous)
+        exception = result.exception if not isinstance(result.exception, SystemExit) else None
+        return CliResult(result.exit_code, result.stdout, result.stderr, exception)
+
+    def subprocess(self, *args: str | os.PathLike[str], env: dict[str, str] | None = None,
+                   timeout: float = 300) -> CliResult:
+        """`python -m transpile ARGS`: the real entry point, `main()`'s dispatch included."""
+        completed = subprocess.run([sys.executable, "-m", "transpile", *map(str, args)], cwd=self.cwd,
+                                   capture_output=True, text=True, timeout=timeout,
+                                   env={**os.environ, **(env or {})})
+        return CliResult(completed.returncode, completed.stdout, completed.stderr)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """Runs the command line with the current directory set to the test's `tmp_path`."""
+    return Cli(tmp_path)
+
+
+@pytest.fixture
+def repo_cli() -> Cli:
+    """Runs the command line in the repository root (its pyproject.toml is the configuration)."""
+    return Cli(ROOT)
+
+
+@pytest.fixture(scope="session")
+def tree():
+    """`tree(directory)` -> {relative path: bytes} of every file under it (to assert what a run wrote or left)."""
+
+    def read(directory: Path) -> dict[str, bytes]:
+        return {p.relative_to(directory).as_posix(): p.read_bytes()
+                for p in sorted(directory.rglob("*")) if p.is_file()}
+
+    return read
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path):
+    """`fixture_copy("vector_add", ...)` copies fixtures into `tmp_path` and returns their paths there."""
+
+    def copy(*names: str, into: Path | None = None) -> list[Path]:
+        directory = into or tmp_path
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name in names:
+            destination = directory / f"{name}.py"
+            destination.write_bytes((FIXTURES_DIR / f"{name}.py").read_bytes())
+            paths.append(destination)
+        return paths
+
+    return copy
