@@ -1,0 +1,285 @@
+"""Layout-plan facts on small kernels: classes, slices, MMA anchors, conversions, and refusals with their lines.
+
+`transpile.analysis.layouts.analyse_layouts(discover(parse_source(text, "x.py")))` gives one `LayoutPlan` per jit
+function; these tests read its facts through the source positions of the nodes they are keyed by.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.source import SourceFile, parse_source
+from transpile.targets import get_target
+
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+
+MATMUL = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BLOCK_N + offs_n[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * BLOCK_N
+    c = acc.to(tl.float16)
+    tl.store(c_ptr + offs_m[:, None] * BLOCK_N + offs_n[None, :], c)
+'''
+
+ROWS = HEAD + '''@triton.jit
+def rows(x_ptr, out_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + r[:, None] * N + c[None, :])
+    m = tl.max(x, axis=1)
+    total = tl.zeros([BLOCK_M], dtype=tl.float32) + m
+    tl.store(out_ptr + r, total)
+    tl.store(out_ptr + c, tl.sum(x, axis=1))
+'''
+
+BROADCAST = HEAD + '''@triton.jit
+def bad_broadcast(x_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + r[:, None] * N + c[None, :])
+    y = x + c
+    tl.store(x_ptr + r[:, None] * N + c[None, :], y)
+'''
+
+SIGMOID = HEAD + '''@triton.jit
+def scale(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+
+@triton.jit
+def gate(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(x_ptr + offs, tl.sigmoid(x))
+'''
+
+DESCRIPTOR_HELPER = HEAD + '''@triton.jit
+def load_tile(desc, off):
+    return desc.load([off, 0])
+
+
+@triton.jit
+def copy(a_ptr, c_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    desc = tl.make_tensor_descriptor(a_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    x = load_tile(desc, 0)
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + r[:, None] * N + c[None, :], x)
+'''
+
+TENSOR_HELPER = HEAD + '''@triton.jit
+def row_sum(x):
+    return tl.sum(x, axis=1)
+
+
+@triton.jit
+def k(x_ptr, out_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + r[:, None] * N + c[None, :])
+    tl.store(out_ptr + r, row_sum(x))
+    tl.store(out_ptr + r, row_sum(r))
+'''
+
+BIAS_HELPER = HEAD + '''@triton.jit
+def add_bias(x, b_ptr, BLOCK_N: tl.constexpr):
+    c = tl.arange(0, BLOCK_N)
+    return x + tl.load(b_ptr + c)[None, :]
+
+
+@triton.jit
+def k(x_ptr, b_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + r[:, None] * N + c[None, :])
+    tl.store(x_ptr + r[:, None] * N + c[None, :], add_bias(x, b_ptr, BLOCK_N))
+'''
+
+
+def analyse(text: str) -> tuple[SourceFile, dict[str, LayoutPlan]]:
+    source = parse_source(text, "x.py")
+    return source, analyse_layouts(discover(source))
+
+
+def creations(source: SourceFile, plan: LayoutPlan) -> dict[str, str]:
+    """Creation call text -> its layout expression."""
+    return {source.code(node).strip(): plan.layout_expr(term) for node, term in plan.creations.items()}
+
+
+def converts(source: SourceFile, plan: LayoutPlan) -> list[tuple[str, int, int, str]]:
+    """(converted expression, line, column, target layout), in source order."""
+    return sorted((source.code(node).strip(), *source.position(node), plan.layout_expr(term))
+                  for node, term in plan.converts.items())
+
+
+def refusals(source: SourceFile, plan: LayoutPlan) -> list[tuple[str, int, int]]:
+    return [(r.code, *source.position(r.node)) for r in plan.refusals]
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Matmul: the accumulator's class, the k-offsets used both ways
+
+
+def test_matmul_offs_k_used_both_ways_gets_exactly_one_conversion() -> None:
+    source, plans = analyse(MATMUL)
+    plan = plans["mm"]
+    line = line_of(MATMUL, "b_ptrs = b_ptr + offs_k[:, None]")
+    # `offs_k[None, :]` (line before) fixes offs_k in SliceLayout(0, ...); the `[:, None]` use needs SliceLayout(1,
+    # ...): one conversion, at that use, and none anywhere else.
+    assert converts(source, plan) == [("offs_k", line, 22, "gl.SliceLayout(1, mma_layout)")]
+    assert refusals(source, plan) == []
+
+
+def test_matmul_accumulator_class_is_mma() -> None:
+    source, plans = analyse(MATMUL)
+    plan = plans["mm"]
+    (site,) = plan.dots.values()
+    assert plan.is_mma(site.result)
+    assert site.shape == ["BLOCK_M", "BLOCK_N"]
+    assert site.operand_dtype == "a_ptr.dtype.element_ty"
+    zeros = next(node for node in plan.creations if "zeros" in source.code(node))
+    assert plan.is_mma(plan.creations[zeros])
+    assert plan.creations[zeros].find() is site.result.find()  # `acc += tl.dot(...)`: one class
+    assert creations(source, plan)["tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)"] == "mma_layout"
+    assert [(name, kind) for name, kind, _ in plan.declarations] == [("mma_layout", "mma")]
+
+
+def test_matmul_index_vectors_are_slices_of_the_accumulator_layout() -> None:
+    source, plans = analyse(MATMUL)
+    assert creations(source, plans["mm"]) == {
+        "tl.arange(0, BLOCK_M)": "gl.SliceLayout(1, mma_layout)",
+        "tl.arange(0, BLOCK_N)": "gl.SliceLayout(0, mma_layout)",
+        "tl.arange(0, BLOCK_K)": "gl.SliceLayout(0, mma_layout)",
+        "tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)": "mma_layout",
+    }
+
+
+def test_matmul_translation_declares_the_mma_layout_and_converts_once() -> None:
+    text = translate_source(MATMUL, "x.py", get_target("gfx942")).text
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK_M, [BLOCK_N], a_ptr.dtype.element_ty, gl.num_warps())" in text
+    assert "acc = gl.zeros([BLOCK_M, BLOCK_N], dtype=gl.float32, layout=mma_layout)" in text
+    assert text.count("gl.convert_layout(offs_k,") == 1  # hoisted out of the use, never per iteration
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reductions
+
+
+def test_reduction_result_is_a_slice_of_its_input_layout() -> None:
+    source, plans = analyse(ROWS)
+    plan = plans["rows"]
+    layouts = creations(source, plan)
+    # `tl.max(x, axis=1)` is in SliceLayout(1, layout(x)); `tl.zeros([BLOCK_M]) + m` joins its class.
+    assert layouts["tl.zeros([BLOCK_M], dtype=tl.float32)"] == "gl.SliceLayout(1, x_layout)"
+    assert layouts["tl.arange(0, BLOCK_M)"] == "gl.SliceLayout(1, x_layout)"
+    assert layouts["tl.arange(0, BLOCK_N)"] == "gl.SliceLayout(0, x_layout)"
+    assert [(name, kind) for name, kind, _ in plan.declarations] == [("x_layout", "blocked")]
+
+
+def test_reduction_stored_through_the_other_axis_is_converted() -> None:
+    source, plans = analyse(ROWS)
+    line = line_of(ROWS, "tl.store(out_ptr + c, tl.sum(x, axis=1))")
+    # A row reduction (SliceLayout(1)) stored through column offsets (SliceLayout(0)): one conversion, of the value.
+    assert converts(source, plans["rows"]) == [("tl.sum(x, axis=1)", line, 27, "gl.SliceLayout(0, x_layout)")]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Refusals
+
+
+def test_rank_mismatch_broadcast_is_refused_with_its_line() -> None:
+    source, plans = analyse(BROADCAST)
+    line = line_of(BROADCAST, "y = x + c")
+    assert refusals(source, plans["bad_broadcast"]) == [("TT010", line, 13)]
+    assert "implicit broadcast of a rank-1 tensor against a rank-2 tensor" in plans["bad_broadcast"].refusals[0].message
+
+    result = translate_source(BROADCAST, "x.py", get_target("gfx942"))
+    (outcome,) = result.functions
+    assert not outcome.translated
+    assert [d.format()[: len(f"x.py:{line}:13: TT010")] for d in result.diagnostics] == [f"x.py:{line}:13: TT010"]
+
+
+def test_sigmoid_is_refused_and_the_kernel_replaced_by_a_note() -> None:
+    source, plans = analyse(SIGMOID)
+    line = line_of(SIGMOID, "tl.sigmoid(x)")
+    assert refusals(source, plans["gate"]) == [("TT011", line, 28)]
+    assert refusals(source, plans["scale"]) == []
+
+    result = translate_source(SIGMOID, "x.py", get_target("sm90"))
+    assert {f.name: f.translated for f in result.functions} == {"scale": True, "gate": False}
+    text = result.text
+    assert "# not translated: `gate` (the notes in their place say why)" in text.splitlines()[:5]
+    assert "# triton-transpile: the kernel `gate` is not translated for sm90:" in text
+    assert f"x.py:{line}:28: TT011 `tl.sigmoid` has no Gluon translation in this tool" in text
+    assert "gate = None" in text.splitlines()
+    assert "def gate(" not in text and "sigmoid(" not in text
+    assert "@gluon.jit\ndef scale(x_ptr, BLOCK: gl.constexpr):" in text
+    compile(text, "gate_sm90.py", "exec")  # the variant still parses
+
+
+def test_helper_called_with_a_descriptor_is_refused() -> None:
+    source, plans = analyse(DESCRIPTOR_HELPER)
+    helper = plans["load_tile"]
+    assert [(code, line) for code, line, _ in refusals(source, helper)] == [("TT010", line_of(DESCRIPTOR_HELPER,
+                                                                                                "def load_tile"))]
+    assert "takes a tensor descriptor argument `desc`" in helper.refusals[0].message
+
+    result = translate_source(DESCRIPTOR_HELPER, "x.py", get_target("gfx942"))
+    outcomes = {f.name: f for f in result.functions}
+    assert not outcomes["load_tile"].translated and outcomes["load_tile"].is_helper
+    # Its caller would call something missing: refused too, naming the helper.
+    assert not outcomes["copy"].translated
+    assert any("calls the helper `load_tile`, which is not translated" in d.message
+               for d in outcomes["copy"].diagnostics)
+    assert "# not translated: `load_tile`, `copy` (the notes in their place say why)" in result.text
+
+
+def test_helper_called_with_inconsistent_kinds_is_refused() -> None:
+    source, plans = analyse(TENSOR_HELPER)
+    codes = [code for code, *_ in refusals(source, plans["k"])]
+    assert codes == ["TT012"]
+    assert refusals(source, plans["k"])[0][1] == line_of(TENSOR_HELPER, "row_sum(r)")
+
+
+def test_helper_tensor_parameter_is_converted_on_entry_and_its_result_at_the_call() -> None:
+    source, plans = analyse(BIAS_HELPER)
+    helper = plans["add_bias"]
+    # `x + tl.load(...)[None, :]` constrains the parameter `x`: the helper brings it into its own layout on entry.
+    assert {name: helper.layout_expr(term) for name, term in helper.param_converts.items()} == {"x": "x_layout"}
+    assert creations(source, helper) == {"tl.arange(0, BLOCK_N)": "gl.SliceLayout(0, x_layout)"}
+    # The caller cannot know the layout the helper returns: the result is converted at the call.
+    line = line_of(BIAS_HELPER, "add_bias(x, b_ptr, BLOCK_N))")
+    assert converts(source, plans["k"]) == [("add_bias(x, b_ptr, BLOCK_N)", line, 51, "x_layout")]
+    assert refusals(source, helper) == [] and refusals(source, plans["k"]) == []
+
+
+def test_plan_is_keyed_by_nodes_of_the_source_tree() -> None:
+    source, plans = analyse(MATMUL)
+    nodes = set()
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nodes.add(id(node))
+            return True
+
+    source.module.visit(Collect())
+    plan = plans["mm"]
+    assert all(id(node) in nodes for node in [*plan.creations, *plan.converts, *plan.dots])
