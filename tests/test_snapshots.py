@@ -7,10 +7,13 @@ writes when run in the repository root. After an intended change of the output, 
 
 from __future__ import annotations
 
+import ast
 import difflib
+import io
 import json
 import os
 import shutil
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -67,6 +70,46 @@ def test_golden_header(fixture_name: str, target_name: str, goldens) -> None:
         f"# source-sha256: {digest}",
         f"# regenerate: transpile {source} --target {target_name} --out-dir fixtures/expected/{target_name}",
     ]
+
+
+def _comments(text: str) -> list[str]:
+    return [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+
+
+def _parameters(fn: ast.FunctionDef) -> list[tuple[str, str | None]]:
+    """(name, default) of every parameter; annotations change (`tl.constexpr` -> `gl.constexpr`), names do not."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + [ast.unparse(d) for d in args.defaults]
+    keyword = [(a.arg, ast.unparse(d) if d is not None else None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    return [(a.arg, d) for a, d in zip(positional, defaults)] + keyword
+
+
+def test_output_contract(fixture_name: str, target_name: str, goldens, translated, root: Path) -> None:
+    """The variant keeps the source's functions (same names, same parameters), its autotune/heuristics decorators,
+    its host code and every comment; refused kernels are replaced by a note that binds the name to None."""
+    source_text = (root / "fixtures" / f"{fixture_name}.py").read_text(encoding="utf-8")
+    variant_text = goldens.read(fixture_name, target_name)
+    source, variant = ast.parse(source_text), ast.parse(variant_text)
+    translated_names = {f.name for f in translated(fixture_name, target_name).functions if f.translated}
+    variant_functions = {n.name: n for n in variant.body if isinstance(n, ast.FunctionDef)}
+    for fn in (n for n in source.body if isinstance(n, ast.FunctionDef)):
+        decorators = [ast.unparse(d) for d in fn.decorator_list]
+        is_jit = any(d in ("triton.jit", "jit") or d.startswith(("triton.jit(", "jit(")) for d in decorators)
+        if is_jit and fn.name not in translated_names:
+            assert fn.name not in variant_functions and f"{fn.name} = None" in variant_text.splitlines()
+            continue
+        other = variant_functions.get(fn.name)
+        assert other is not None, f"`{fn.name}` is missing from the variant"
+        assert _parameters(other) == _parameters(fn), f"`{fn.name}`: parameters differ"
+        if is_jit:
+            kept = [d for d in decorators if "jit" not in d]
+            assert [ast.unparse(d) for d in other.decorator_list if "jit" not in ast.unparse(d)] == kept
+            assert any(ast.unparse(d).startswith("gluon.jit") for d in other.decorator_list)
+        else:  # host code is copied as it is
+            assert ast.dump(other) == ast.dump(fn), f"host function `{fn.name}` changed"
+    variant_comments = set(_comments(variant_text))
+    assert [c for c in _comments(source_text) if c not in variant_comments] == []
 
 
 def test_translation_is_deterministic(fixture_name: str, target_name: str, root: Path) -> None:
