@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from transpile.engine import TranslationResult, translate_source
+from transpile.engine import TranslationResult, is_generated, translate_source
 from transpile.project import Project, load_config
 from transpile.targets import all_targets, get_target
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = ROOT / "fixtures"
 EXPECTED_DIR = FIXTURES_DIR / "expected"
-FIXTURE_NAMES = sorted(path.stem for path in FIXTURES_DIR.glob("*.py"))
+# The translator's inputs: fixtures/*.py, less any variant a local run of the tool wrote beside them.
+FIXTURE_NAMES = sorted(path.stem for path in FIXTURES_DIR.glob("*.py")
+                       if not is_generated(path.read_text(encoding="utf-8", errors="replace")))
 TARGET_NAMES = [target.name for target in all_targets()]
 VERIFY_VALUES: dict[str, dict[str, object]] = {
     name: values
@@ -124,6 +126,12 @@ def verify_values() -> dict[str, dict[str, object]]:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def fixture_names() -> list[str]:
+    """Stems of the fixture files (fixtures/<name>.py), sorted."""
+    return FIXTURE_NAMES
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import difflib
 import io
 import json
 import os
-import shutil
 import tokenize
 from pathlib import Path
 
@@ -124,10 +123,10 @@ def test_translation_is_deterministic(fixture_name: str, target_name: str, root:
 
 
 @pytest.mark.parametrize("seed", ["0", "4242"])
-def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, seed: str, repo_cli) -> None:
+def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, seed: str, repo_cli, fixture_names) -> None:
     """`transpile --check` in a new interpreter (another hash seed: set and dict orders change) finds every golden
     up to date: the CLI writes exactly what the goldens hold, whatever the process."""
-    fixtures = sorted(Path("fixtures").glob("*.py"))
+    fixtures = [f"fixtures/{name}.py" for name in fixture_names]
     result = repo_cli.subprocess(*fixtures, "--target", target_name, "--out-dir", f"fixtures/expected/{target_name}",
                                  "--check", "--output-format", "json", env={"PYTHONHASHSEED": seed})
     assert result.exit_code == 0, result.output
@@ -135,10 +134,10 @@ def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, seed: str, 
     assert [o["status"] for o in report["outcomes"]] == ["up-to-date"] * len(fixtures), report["outcomes"]
 
 
-def test_cli_is_idempotent(tmp_path: Path, cli, tree, root: Path) -> None:
+def test_cli_is_idempotent(tmp_path: Path, cli, tree, fixture_copy, fixture_names) -> None:
     """On a copy of the fixtures: the first run writes every variant, the second writes nothing, --check passes."""
-    shutil.copytree(root / "fixtures", tmp_path / "fixtures", ignore=shutil.ignore_patterns("expected", "*.json"))
-    sources = sorted(p.name for p in (tmp_path / "fixtures").glob("*.py"))
+    fixture_copy(*fixture_names, into=tmp_path / "fixtures")
+    sources = [f"{name}.py" for name in fixture_names]
     targets = "gfx942,gfx950,gfx1250,sm90"
 
     first = cli("fixtures", "--target", targets)
