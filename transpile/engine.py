@@ -176,7 +176,8 @@ def _header(path: str, source: SourceFile, target: Target, command: str | None, 
     if refused:
         names = ", ".join(f"`{o.name}`" for o in refused)
         lines.append(f"# not translated: {names} (the notes in their place say why)")
-    return "\n".join(lines) + "\n"
+    newline = source.module.default_newline  # the source's own line ends (LF or CRLF)
+    return newline.join(lines) + newline
 
 
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
@@ -215,7 +216,10 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     body[imports_end:imports_end] = [*new_imports, *snippets]
     out = module.with_changes(body=body)
     out = _drop_unused_language_imports(out, source)
-    return out.code
+    code = out.code
+    if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
+        code = re.sub(r"(?<!\r)\n", module.default_newline, code)
+    return code
 
 
 def _refusal_note(statement: cst.FunctionDef, outcome: KernelOutcome, target: Target) -> cst.BaseStatement:

@@ -171,7 +171,8 @@ class Project:
 
     def command(self, source: Path, target: Target) -> str:
         parts = ["transpile", self.display(source), "--target", target.name]
-        if self.out_dir is not None and self.out_dir != self.config.out_dir:
+        configured = self.config.out_dir.resolve() if self.config.out_dir is not None else None
+        if self.out_dir is not None and self.out_dir.resolve() != configured:
             parts += ["--out-dir", self.display(self.out_dir)]
         return shlex.join(parts)
 
@@ -246,7 +247,8 @@ class Project:
         run.diagnostics.extend(d for d in translation.diagnostics if d not in run.diagnostics)
         outcome = Outcome(self.display(source), target.name, self.display(variant), "", command,
                           kernels=_kernels(translation))
-        existing = variant.read_text(encoding="utf-8") if variant.is_file() else None
+        # Bytes as they are (no newline translation): a variant of a CRLF source keeps CRLF line ends.
+        existing = variant.read_bytes().decode("utf-8", errors="replace") if variant.is_file() else None
         if mode == "check":
             if existing is None:
                 outcome.status = "missing"
