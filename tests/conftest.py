@@ -68,10 +68,6 @@ def update_goldens(request: pytest.FixtureRequest) -> bool:
 # Goldens
 
 
-def golden_path(fixture_name: str, target_name: str) -> Path:
-    return EXPECTED_DIR / target_name / f"{fixture_name}_{target_name}.py"
-
-
 def golden_project(target_name: str) -> Project:
     """The project the CLI builds for `transpile fixtures/<f>.py --target T --out-dir fixtures/expected/T`, run in
     the repository root."""
@@ -94,7 +90,7 @@ class Goldens:
     directory = EXPECTED_DIR
 
     def path(self, fixture_name: str, target_name: str) -> Path:
-        return golden_path(fixture_name, target_name)
+        return EXPECTED_DIR / target_name / f"{fixture_name}_{target_name}.py"
 
     def read(self, fixture_name: str, target_name: str) -> str:
         path = self.path(fixture_name, target_name)

@@ -17,7 +17,8 @@ import pytest
 
 from transpile.cli.app import main
 
-DIAGNOSTIC = re.compile(r"^(?P<path><command line>|\S+?):(?P<line>\d+):(?P<col>\d+): (?P<code>TT\d{3}) (?P<message>.+)$", re.M)
+DIAGNOSTIC = re.compile(
+    r"^(?P<path><command line>|\S+?):(?P<line>\d+):(?P<col>\d+): (?P<code>TT\d{3}) (?P<message>.+)$", re.M)
 
 MIXED = textwrap.dedent('''\
     import triton
@@ -211,7 +212,8 @@ def test_json_output(tmp_path: Path, cli, fixture_copy) -> None:
         {"name": "add_kernel", "helper": False, "translated": True, "diagnostics": []}]
     kernels = {k["name"]: k for k in outcomes["mixed.py"]["kernels"]}
     assert {name: k["translated"] for name, k in kernels.items()} == {"double": True, "gate": False, "negate": True}
-    assert kernels["gate"]["diagnostics"] == ["mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool"]
+    assert kernels["gate"]["diagnostics"] == [
+        "mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool"]
     (diagnostic,) = report["diagnostics"]
     assert diagnostic == {"path": "mixed.py", "line": 15, "col": 28, "code": "TT011", "severity": "refusal",
                           "message": "`tl.sigmoid` has no Gluon translation in this tool"}

@@ -161,7 +161,8 @@ def test_cli_is_idempotent(tmp_path: Path, cli, tree, fixture_copy, fixture_name
 
 NOT_KERNELS = {
     "helpers.py": "def add(a, b):\n    return a + b\n",
-    "mentions_jit.py": '"""Launches kernels compiled with @triton.jit elsewhere."""\nimport triton\n\nJIT = triton.jit\n',
+    "mentions_jit.py": '"""Launches kernels compiled with @triton.jit elsewhere."""\n'
+                       "import triton\n\nJIT = triton.jit\n",
     "__init__.py": "",
     "pkg/constants.py": "BLOCK = 128  # jit-friendly\n",
     "notes.txt": "@triton.jit\ndef k(): pass\n",
