@@ -175,13 +175,14 @@ def test_check_reports_missing_and_stale_variants(tmp_path: Path, cli, fixture_c
     assert (path, code) == ("softmax_gfx942.py", "TT020") and "edited by hand?" in message
 
 
-@pytest.mark.xfail(strict=True, reason="tool bug: the existing variant is read with newline translation "
-                   "(Path.read_text) but written as is, so a variant of a CRLF source never compares equal: every run "
-                   "rewrites it and --check calls it stale")
 def test_crlf_source_is_idempotent(tmp_path: Path, cli, root: Path) -> None:
+    """A CRLF source gives a CRLF variant (every line), which the next run and --check find up to date."""
     source = (root / "fixtures" / "vector_add.py").read_bytes().replace(b"\n", b"\r\n")
     (tmp_path / "vector_add.py").write_bytes(source)
     assert_clean_exit(cli("vector_add.py", "-t", "gfx942"), 0)
+    variant = (tmp_path / "vector_add_gfx942.py").read_bytes()
+    assert variant.count(b"\n") == variant.count(b"\r\n") > 0
+    assert "1 unchanged" in cli("vector_add.py", "-t", "gfx942").stderr
     result = cli("vector_add.py", "-t", "gfx942", "--check")
     assert_clean_exit(result, 0)
 
@@ -287,10 +288,8 @@ def test_config_targets_out_dir_exclude(tmp_path: Path, cli, fixture_copy) -> No
     assert_clean_exit(cli("src", "--check"), 0)
 
 
-@pytest.mark.xfail(strict=True, reason="tool bug: Project.command compares the relative --out-dir with the "
-                   "configured (absolute) out-dir, so naming the configured directory adds `--out-dir generated` to "
-                   "the header and --check calls the variant stale ('edited by hand?')")
 def test_out_dir_equal_to_the_configured_one(tmp_path: Path, cli, fixture_copy) -> None:
+    """Naming the configured out-dir on the command line is the same command: the variant is up to date."""
     (tmp_path / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
     fixture_copy("vector_add", into=tmp_path / "src")
     assert_clean_exit(cli("src"), 0)
