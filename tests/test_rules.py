@@ -42,15 +42,6 @@ def _rule_classes_in_package() -> set[type[Rule]]:
 RULES = _rules_in_targets()
 
 # Examples that do not hold with the translator as it is (see the final report of the test-suite work):
-KNOWN_FAILURES = {
-    "language-names[0]": "tool bug: `T.math.exp(x)` / `tl.math.exp(x)` is refused with TT011 "
-                         "'`tl.math` has no Gluon translation' (the `tl.math` prefix is renamed on its own)",
-    "language-names[1]": "stale example: the refusal note is emitted as `#   x.py:6:21: TT011 ...` (three spaces), "
-                         "the example expects `# x.py:6:21: TT011 ...`",
-    "hoist-conversions[0]": "stale example: `a_ptrs` and `b_ptrs` end in one layout class (tied by "
-                            "`tl.load(a_ptrs) + tl.sum(b, axis=0)[None, :]`), which is named `a_ptrs_layout`; "
-                            "the example expects `b_ptrs_layout`",
-}
 
 
 def _example_params() -> list[object]:
@@ -58,8 +49,7 @@ def _example_params() -> list[object]:
     for cls in RULES:
         for index, example in enumerate(cls.examples):
             case = f"{cls.name}[{index}]"
-            marks = [pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[case])] if case in KNOWN_FAILURES else []
-            params.append(pytest.param(cls, example, id=f"{case}-{example.target}", marks=marks))
+            params.append(pytest.param(cls, example, id=f"{case}-{example.target}"))
     return params
 
 
@@ -98,7 +88,6 @@ MATH_NAMESPACE = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES["language-names[0]"])
 def test_math_namespace_is_translated() -> None:
     """`tl.math.exp(x)` is `gl.exp(x)`, as `tl.exp(x)` is."""
     result = translate_source(MATH_NAMESPACE, "x.py", get_target("gfx942"))

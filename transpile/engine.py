@@ -10,6 +10,7 @@ import libcst as cst
 
 from transpile import __version__
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.cst_utils import names_in
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext
@@ -196,6 +197,7 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
 
     imports_end = _imports_end(body)
     new_imports = [cst.parse_statement(line) for line in target.imports]
+    new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)])
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
         parsed = cst.parse_module(target.snippet(name).strip() + "\n")
@@ -233,6 +235,28 @@ def _refusal_note(statement: cst.FunctionDef, outcome: KernelOutcome, target: Ta
         body=[cst.Assign([cst.AssignTarget(cst.Name(outcome.name))], cst.Name("None"))],
         leading_lines=lines,
     )
+
+
+def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseStatement]:
+    return [s for name in target.snippet_order(helpers) for s in cst.parse_module(target.snippet(name)).body]
+
+
+def _used_imports(imports: list[cst.BaseStatement], code: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The tool's own import lines, keeping only the names the variant uses (no `mfma` import without a dot)."""
+    used: set[str] = set()
+    for statement in code:
+        used |= names_in(statement)
+    kept: list[cst.BaseStatement] = []
+    for statement in imports:
+        small = statement.body[0]  # type: ignore[union-attr]
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            names = [a for a in small.names if (a.asname.name.value if a.asname else a.name.value) in used]  # type: ignore[union-attr]
+            if not names:
+                continue
+            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            statement = statement.with_changes(body=[small.with_changes(names=names)])  # type: ignore[union-attr]
+        kept.append(statement)
+    return kept
 
 
 def _imports_end(body: list[cst.BaseStatement]) -> int:

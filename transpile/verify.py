@@ -14,6 +14,7 @@ import importlib.util
 import io
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 from contextlib import redirect_stderr
@@ -159,7 +160,14 @@ def _error_summary(exc: BaseException, stderr: str) -> str:
 
 def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:
     """Compile every translated kernel of a variant (each autotune config, or the first)."""
-    module = load_variant(result)
+    directory = Path(tempfile.mkdtemp(prefix="transpile-verify-"))
+    try:
+        return _verify(result, values, all_configs, load_variant(result, directory))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
     source = parse_source(result.original_text, result.source_path)
     source_facts = discover(source).functions
     outcomes: list[CompiledKernel] = []

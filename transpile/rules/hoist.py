@@ -19,9 +19,12 @@ MATMUL_K = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
     "def k(a_ptr, b_ptr, K, BM: tl.constexpr, BK: tl.constexpr):\n"
     "    offs_k = tl.arange(0, BK)\n    offs_m = tl.arange(0, BM)\n"
-    "    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]\n    b_ptrs = b_ptr + offs_k[:, None] * BM + offs_m[None, :]\n"
+    "    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]\n"
+    "    b_ptrs = b_ptr + offs_k[:, None] * BM + offs_m[None, :]\n"
     "    for k in range(0, K, BK):\n"
-    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k)\n        tl.store(a_ptrs, tl.load(a_ptrs) + tl.sum(b, axis=0)[None, :])\n"
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k)\n"
+    "        tl.store(b_ptrs, b * 2, mask=offs_k[:, None] < K - k)\n"
+    "    tl.store(a_ptrs, tl.load(a_ptrs) + 1)\n"
 )
 
 

@@ -25,6 +25,8 @@ SHARED = frozenset(
 )
 # Only in Triton 3.9's Gluon: fine for the AMD targets (which need 3.9 anyway), refused where 3.6 must compile too.
 NEWER = frozenset({"cumsum", "cumprod"})
+# Submodules of triton.language: only the names inside them are translated.
+SUBMODULES = frozenset({"math", "core", "standard", "semantic", "extra", "extra.cuda", "extra.libdevice"})
 # Handled by their own rules (dot, descriptors, ranges, transposes, barriers).
 OWN_RULE = frozenset({"dot", "make_tensor_descriptor", "range", "trans", "debug_barrier"})
 
@@ -72,12 +74,12 @@ class LanguageNames(Rule):
         Example(
             "from triton import jit\nfrom triton import language as T\n\n@jit\ndef k(x_ptr, BLOCK: T.constexpr):\n"
             "    x = T.load(x_ptr + T.arange(0, BLOCK))\n    T.store(x_ptr + T.arange(0, BLOCK), T.math.exp(x))\n",
-            ("def k(x_ptr, BLOCK: gl.constexpr):", "gl.store(x_ptr + gl.arange(0, BLOCK, layout=gl.SliceLayout(0, "),
+            ("def k(x_ptr, BLOCK: gl.constexpr):", "gl.store(x_ptr + gl.arange(0, BLOCK, layout=x_layout), gl.exp(x))"),
         ),
         Example(
             "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n"
             "    tl.store(x_ptr, tl.sigmoid(tl.load(x_ptr)))\n",
-            ("# x.py:6:21: TT011 `tl.sigmoid` has no Gluon translation in this tool",),
+            ("x.py:6:21: TT011 `tl.sigmoid` has no Gluon translation in this tool",),
         ),
     )
 
@@ -94,10 +96,8 @@ class LanguageNames(Rule):
         short = lang.rsplit(".", 1)[-1]
         if short in OWN_RULE:
             return updated
-        if isinstance(original, cst.Attribute) and ctx.language(original.value) not in (None, ""):
-            # `tl.math` inside `tl.math.exp`: the outer attribute is renamed as a whole
-            if ctx.language(original.value) in ("math", "core", "standard", "extra", "extra.cuda", "semantic"):
-                return updated
+        if lang in SUBMODULES:
+            return updated  # `tl.math` inside `tl.math.exp`: the outer attribute is renamed as a whole
         new = gluon_name(lang, ctx.target.min_triton)
         if new is None:
             ctx.refuse(original, "TT011", f"`tl.{lang}` has no Gluon translation in this tool")
