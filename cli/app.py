@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from transpile.diagnostics import Diagnostic, Severity, TranspileError
-from transpile.project import Outcome, Project, Run, load_config
+from transpile.diagnostics import Diagnostic, TranspileError
+from transpile.project import Project, Run, load_config
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)
@@ -170,4 +170,4 @@ def main(argv: list[str] | None = None) -> None:
         app(args, prog_name="transpile")
 
 
-__all__ = ["main", "Outcome"]
+__all__ = ["main"]

@@ -268,8 +268,6 @@ def _imports_end(body: list[cst.BaseStatement]) -> int:
         ):
             end = i + 1
             continue
-        if isinstance(statement, cst.If) or isinstance(statement, cst.Try):
-            break
         break
     return end
 

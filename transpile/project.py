@@ -6,7 +6,6 @@ import difflib
 import fnmatch
 import os
 import shlex
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from transpile.engine import (
     translate_source,
     variant_path,
 )
-from transpile.source import parse_source, read_text, sha256_text
+from transpile.source import parse_source, read_text
 from transpile.targets import Target, get_target
 
 SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
@@ -312,4 +311,4 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "sha256_text", "write_atomic", "sys"]
+__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "write_atomic"]

@@ -353,7 +353,7 @@ class _FunctionWalker:
             self.walk_body(statement.body)
         elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             self.refuse(statement, "TT010", f"nested definition `{statement.name.value}` inside a jit function")
-        elif isinstance(statement, (cst.Try, cst.Match if hasattr(cst, "Match") else cst.Try)):
+        elif isinstance(statement, (cst.Try, cst.Match)):
             self.refuse(statement, "TT010", "`try`/`match` is not supported inside a jit function")
 
     def walk_small(self, small: cst.BaseSmallStatement) -> None:
@@ -927,7 +927,6 @@ def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:
         need(term)
     for site in plan.dots.values():
         need(site.result)
-    plan.creations = {node: term for node, term in plan.creations.items()}
     taken: set[str] = set(p.name for p in plan.function.params) | analysis.module_names
     for root in used:
         kind = "mma" if root.dots is not None else "blocked"

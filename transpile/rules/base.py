@@ -115,9 +115,6 @@ def with_keyword(node: cst.Call, key: str, value: cst.BaseExpression | str) -> c
         if arg.keyword is not None and arg.keyword.value == key:
             args[i] = arg.with_changes(value=value_node)
             return node.with_changes(args=args)
-    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
-        # keep a trailing comma style: f(a, b,) -> f(a, b, key=v,)
-        pass
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     args.append(
@@ -135,6 +132,13 @@ def without_keywords(node: cst.Call, keys: set[str]) -> cst.Call:
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return node.with_changes(args=args)
+
+
+def bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` without its own parentheses (for use as a whole call argument)."""
+    if getattr(node, "lpar", None):
+        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
+    return node
 
 
 def positional_or_keyword(node: cst.Call, index: int, key: str) -> cst.Arg | None:

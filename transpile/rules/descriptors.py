@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile.analysis.layouts import DescriptorInfo
 from transpile.rules.base import Example, Rule, RuleContext, call, expr
 
 DESCRIPTOR = (
@@ -42,25 +43,27 @@ def _stored_value(updated: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
-class DescriptorsAsPointers(Rule):
-    name = "descriptors-as-pointers"
-    matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
-    emits = "a `(base, rows, cols, row_stride, col_stride)` tuple and masked pointer tile loads/stores"
-    examples = (
-        Example(DESCRIPTOR, ("desc = (x_ptr, M, N, N, 1)",
-                             "tile = _desc_load(desc, gl.program_id(0) * BM, 0, BM, BN, tile_layout)",
-                             "_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile * 2, "), "gfx942"),
-    )
+class _DescriptorDispatch:
+    """The dispatch both copy engines share (a mixin, not a rule): descriptor creation, `desc.load(offsets)`,
+    `desc.store(offsets, x)`."""
+
+    def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:
+        raise NotImplementedError
+
+    def load(self, ctx: RuleContext, original: cst.Call, desc: cst.BaseExpression,
+             offsets: list[cst.BaseExpression], info: DescriptorInfo) -> cst.BaseExpression:
+        raise NotImplementedError
+
+    def store(self, ctx: RuleContext, desc: cst.BaseExpression, offsets: list[cst.BaseExpression],
+              value: cst.BaseExpression) -> cst.BaseExpression:
+        raise NotImplementedError
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
         if not isinstance(updated, cst.Call):
             return updated
         if ctx.language(original.func) in ("make_tensor_descriptor", "core.make_tensor_descriptor"):
             info = _info(ctx, original)
-            if info is None:
-                return updated
-            parts = [info.base, *info.shape, *info.strides]
-            return expr(f"({', '.join(parts)})")
+            return updated if info is None else self.make(ctx, info)
         op = ctx.plan.descriptor_ops.get(original)
         if op is None:
             return updated
@@ -70,13 +73,35 @@ class DescriptorsAsPointers(Rule):
         if offsets is None:
             return updated
         if kind == "load":
-            ctx.need("desc_load")
-            return call("_desc_load", desc, *offsets, *info.block_shape, ctx.layout(original))
-        ctx.need("desc_store")
+            return self.load(ctx, original, desc, offsets, info)
         value = _stored_value(updated)
         if value is None:
             ctx.refuse(original, "TT010", "`desc.store` needs the stored value")
             return updated
+        return self.store(ctx, desc, offsets, value)
+
+
+class DescriptorsAsPointers(_DescriptorDispatch, Rule):
+    name = "descriptors-as-pointers"
+    matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
+    emits = "a `(base, rows, cols, row_stride, col_stride)` tuple and masked pointer tile loads/stores"
+    examples = (
+        Example(DESCRIPTOR, ("desc = (x_ptr, M, N, N, 1)",
+                             "tile = _desc_load(desc, gl.program_id(0) * BM, 0, BM, BN, tile_layout)",
+                             "_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile * 2, "), "gfx942"),
+    )
+
+    def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:
+        return expr(f"({', '.join([info.base, *info.shape, *info.strides])})")
+
+    def load(self, ctx: RuleContext, original: cst.Call, desc: cst.BaseExpression,
+             offsets: list[cst.BaseExpression], info: DescriptorInfo) -> cst.BaseExpression:
+        ctx.need("desc_load")
+        return call("_desc_load", desc, *offsets, *info.block_shape, ctx.layout(original))
+
+    def store(self, ctx: RuleContext, desc: cst.BaseExpression, offsets: list[cst.BaseExpression],
+              value: cst.BaseExpression) -> cst.BaseExpression:
+        ctx.need("desc_store")
         return call("_desc_store", desc, *offsets, value)
 
     def leave_SimpleStatementLine(self, ctx: RuleContext, original: cst.SimpleStatementLine, updated: cst.BaseStatement
@@ -89,7 +114,7 @@ class DescriptorsAsPointers(Rule):
         return updated
 
 
-class DescriptorsAsTMA(Rule):
+class DescriptorsAsTMA(_DescriptorDispatch, Rule):
     name = "descriptors-as-tma"
     matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
     emits = "`tma.make_tensor_descriptor(..., layout=NVMMASharedLayout)`, `_tma_load`/`_tma_store` helpers"
@@ -99,40 +124,30 @@ class DescriptorsAsTMA(Rule):
                              "tile = _tma_load(desc, [gl.program_id(0) * BM, 0], tile_layout)"), "sm90"),
     )
 
-    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
-        if not isinstance(updated, cst.Call):
-            return updated
-        if ctx.language(original.func) in ("make_tensor_descriptor", "core.make_tensor_descriptor"):
-            info = _info(ctx, original)
-            if info is None:
-                return updated
-            base = info.base if info.base.isidentifier() else f"({info.base})"
-            shared = f"gl.NVMMASharedLayout.get_default_for([{', '.join(info.block_shape)}], {base}.dtype.element_ty)"
-            return call("tma.make_tensor_descriptor", info.base, shape=f"[{', '.join(info.shape)}]",
-                        strides=f"[{', '.join(info.strides)}]", block_shape=f"[{', '.join(info.block_shape)}]",
-                        layout=shared)
-        op = ctx.plan.descriptor_ops.get(original)
-        if op is None:
-            return updated
-        kind, _ = op
-        desc = updated.func.value  # type: ignore[attr-defined]
-        offsets = _offsets(ctx, original, updated)
-        if offsets is None:
-            return updated
-        coords = cst.List([cst.Element(o) for o in offsets])
-        coords = expr(cst.Module([]).code_for_node(coords).replace(",", ", ").replace(",  ", ", "))  # type: ignore[assignment]
-        if kind == "load":
-            ctx.need("tma_load")
-            return call("_tma_load", desc, coords, ctx.layout(original))
+    def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:
+        base = info.base if info.base.isidentifier() else f"({info.base})"
+        shared = f"gl.NVMMASharedLayout.get_default_for([{', '.join(info.block_shape)}], {base}.dtype.element_ty)"
+        return call("tma.make_tensor_descriptor", info.base, shape=f"[{', '.join(info.shape)}]",
+                    strides=f"[{', '.join(info.strides)}]", block_shape=f"[{', '.join(info.block_shape)}]",
+                    layout=shared)
+
+    def load(self, ctx: RuleContext, original: cst.Call, desc: cst.BaseExpression,
+             offsets: list[cst.BaseExpression], info: DescriptorInfo) -> cst.BaseExpression:
+        ctx.need("tma_load")
+        return call("_tma_load", desc, _coords(offsets), ctx.layout(original))
+
+    def store(self, ctx: RuleContext, desc: cst.BaseExpression, offsets: list[cst.BaseExpression],
+              value: cst.BaseExpression) -> cst.BaseExpression:
         ctx.need("tma_store")
-        value = _stored_value(updated)
-        if value is None:
-            ctx.refuse(original, "TT010", "`desc.store` needs the stored value")
-            return updated
-        return call("_tma_store", desc, coords, value)
+        return call("_tma_store", desc, _coords(offsets), value)
 
 
-def _info(ctx: RuleContext, original: cst.Call):  # noqa: ANN202
+def _coords(offsets: list[cst.BaseExpression]) -> cst.BaseExpression:
+    code = cst.Module([]).code_for_node
+    return expr(f"[{', '.join(code(o).strip() for o in offsets)}]")
+
+
+def _info(ctx: RuleContext, original: cst.Call) -> DescriptorInfo | None:
     for info in ctx.plan.descriptors.values():
         if info.node is original:
             return info

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.rules.base import Example, Rule, RuleContext, call, expr
+from transpile.rules.base import Example, Rule, RuleContext, bare, call, expr
 
 MATMUL = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -62,10 +62,5 @@ class Dot(Rule):
                 ctx.need("acc_dtype")
                 dtype = expr(f"_acc_dtype({site.operand_dtype or 'gl.float16'})")
             acc = call("gl.zeros", f"[{m}, {n}]", dtype, layout=layout)
-        return call("_dot", _bare(a), _bare(b), _bare(acc))
+        return call("_dot", bare(a), bare(b), bare(acc))
 
-
-def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
-    if getattr(node, "lpar", None):
-        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
-    return node

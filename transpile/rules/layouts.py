@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.rules.base import Example, Rule, RuleContext, call, statement, with_keyword
+from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
 
 CREATIONS = ("arange", "zeros", "full")
 
@@ -67,19 +67,10 @@ class LayoutDeclarations(Rule):
                  for param, term in plan.param_converts.items()]
         if not lines and not entry:
             return updated
-        new: list[cst.BaseStatement] = []
-        for i, line in enumerate(lines):
-            node = statement(line)
-            if i == 0:
-                comment = "# Layouts, computed at compile time from the block sizes and the number of warps."
-                node = node.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
-            new.append(node)
-        for i, line in enumerate(entry):
-            node = statement(line)
-            if i == 0:
-                comment = "# Tensor arguments arrive in the caller's layouts: bring them to this helper's."
-                node = node.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
-            new.append(node)
+        new = [
+            *_commented(lines, "# Layouts, computed at compile time from the block sizes and the number of warps."),
+            *_commented(entry, "# Tensor arguments arrive in the caller's layouts: bring them to this helper's."),
+        ]
         body = list(updated.body.body)
         at = 1 if body and _is_docstring(body[0]) else 0
         body[at:at] = new
@@ -92,13 +83,16 @@ class LayoutDeclarations(Rule):
 
 
 def convert(node: cst.BaseExpression, layout: str) -> cst.Call:
-    return call("gl.convert_layout", _strip_parens(node), layout)
+    return call("gl.convert_layout", bare(node), layout)
 
 
-def _strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
-    if getattr(node, "lpar", None):
-        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
-    return node
+def _commented(lines: list[str], comment: str) -> list[cst.BaseStatement]:
+    """`lines` as statements, the first preceded by `comment`."""
+    statements = [statement(line) for line in lines]
+    if statements:
+        comment_line = cst.EmptyLine(comment=cst.Comment(comment))
+        statements[0] = statements[0].with_changes(leading_lines=[comment_line])  # type: ignore[union-attr]
+    return statements
 
 
 def _is_docstring(statement_node: cst.BaseStatement) -> bool:
