@@ -37,6 +37,7 @@ class CompiledKernel:
     ok: bool
     message: str  # "" or the compiler's first error line
     asm: dict[str, str]  # stage -> text (ttgir, llir, amdgcn/ptx) when ok
+    shared: int | None = None  # bytes of shared memory (LDS) the compiled kernel takes, when ok
 
     @property
     def label(self) -> str:
@@ -128,7 +129,7 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
 
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
-                   num_warps: int) -> tuple[bool, str, dict[str, str]]:
+                   num_warps: int) -> tuple[bool, str, dict[str, str], int | None]:
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -144,8 +145,8 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
         with redirect_stderr(captured):
             compiled = triton.compile(source, target=target.gpu_target(), options={"num_warps": num_warps})
     except Exception as exc:  # compiler errors come in many types; report the innermost cause
-        return False, _error_summary(exc, captured.getvalue()), {}
-    return True, "", {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
+        return False, _error_summary(exc, captured.getvalue()), {}, None
+    return True, "", {k: v for k, v in compiled.asm.items() if isinstance(v, str)}, int(compiled.metadata.shared)
 
 
 def _error_summary(exc: BaseException, stderr: str) -> str:
@@ -180,9 +181,9 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)
             num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
-            ok, message, asm = compile_kernel(getattr(module, outcome.name), result.target, signature, constexprs,
-                                              num_warps)
-            outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm))
+            ok, message, asm, shared = compile_kernel(getattr(module, outcome.name), result.target, signature,
+                                                      constexprs, num_warps)
+            outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared))
     return outcomes
 
 

@@ -118,6 +118,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         return None
     if isinstance(loop_plan, LoopRefusal):
         return StageRefusal(loop_plan.node, loop_plan.reason)
+    # The target's copy engine moves tensor-descriptor tiles; pointer tiles are staged through registers: direct-to-LDS
+    # and TDM copies need wide vectors (a rectangular tile with unit inner stride and aligned rows) that the compiler
+    # proves for pointer arithmetic only when the launch specialized the strides.
+    if loop_plan.kind != "descriptor":
+        engine = "registers"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such

@@ -53,8 +53,11 @@ class AMDWarpPipeline(Rule):
         ), "gfx942"),
     )
 
+    def __init__(self, engine: str = "registers") -> None:
+        self.engine = engine  # the target's copy engine for tensor-descriptor tiles (ENGINES in analysis.stages)
+
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, "registers",
+        stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, self.engine,
                                  ctx.target.shared_memory_bytes)
         if stage_plan is None:
             return updated
@@ -63,6 +66,10 @@ class AMDWarpPipeline(Rule):
                                                          f"main loop not pipelined: {stage_plan.reason}"))
             return updated
         ctx.need("lds_ring")
+        if stage_plan.engine == "async_copy":
+            ctx.need("lds_copy")
+        elif stage_plan.engine == "tdm":
+            ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
         return cst.FlattenSentinel(list(cst.parse_module(_emit(ctx, stage_plan, updated)).body))
 
@@ -122,38 +129,69 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                                                                           or i in shared_producer)]
     uses_var = any(plan.var in names_in(body[i]) for i in consumer)
 
+    engine = sp.engine
+    tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
+
     def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
-        value = _renamed_load(body[load.index], renames, iteration, iters, load)
-        return f"{indent}{rings[load.name]}.index({slot_expr}).store({value})"
+        dest = f"{rings[load.name]}.index({slot_expr})"
+        if engine == "registers":
+            return f"{indent}{dest}.store({_renamed_load(body[load.index], renames, iteration, iters, load)})"
+        call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
+        offsets = [rename(a.value, renames) for a in call.args[1:3]]
+        if engine == "async_copy":
+            return f"{indent}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
+        return f"{indent}tdm.async_load({tdm_descs[load.name]}, [{offsets[0]}, {offsets[1]}], {dest})"
 
     def producer(iteration: str, slot_expr: str, indent: str) -> tuple[list[str], list[str]]:
         """The producer of `iteration`: (address/mask statements and copies, pointer advances)."""
         lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
         lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_before()]
         lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
+        if engine == "async_copy":
+            lines.append(f"{indent}async_copy.commit_group()")
         return lines, [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
 
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
     a, b = plan.loads
     fits = (f"_lds_ring_bytes({stages}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
             f"[{', '.join(shapes[b.name])}], {dtypes[b.name]}) <= {sp.lds_limit}")
+    layout_fn = {"registers": "_lds_layout", "async_copy": "_lds_copy_layout", "tdm": "_lds_tdm_layout"}[engine]
+    layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, {k})"
+               for k, load in enumerate(plan.loads)}
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
-          f"{', '.join(shapes[load.name])}], _lds_layout({dtypes[load.name]}, {k}))" for k, load in enumerate(plan.loads)),
+          f"{', '.join(shapes[load.name])}], {layouts[load.name]})" for load in plan.loads),
+        *(f"{tdm_descs[load.name]} = tdm.make_tensor_descriptor({load.descriptor}[0], [{load.descriptor}[1], "
+          f"{load.descriptor}[2]], [{load.descriptor}[3], 1], [{', '.join(shapes[load.name])}], {layouts[load.name]})"
+          for load in plan.loads if engine == "tdm"),
         f"{iters} = {count}",
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the tiles of the first NUM_STAGES - 1 iterations go into their slots.",
         f"for i in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer("i", "i", "    "), [])),
     ]
+    per_iteration = len(plan.loads)
+    wait = {"registers": None, "async_copy": "async_copy.wait_group({n})",
+            "tdm": "tdm.async_wait({n})"}[engine]
+    if wait is not None:
+        # The first tile must have landed before the first `lds_read`.
+        first = f"{stages} - 2" if engine == "async_copy" else f"({stages} - 2) * {per_iteration}"
+        lines.append(wait.format(n=first))
     loop = [f"for {it} in range({iters}):"]
     if uses_var:
         loop.append(f"    {plan.var} = {index(it)}")
     loop += [
         f"    {slot} = {it} % {stages}",
         '    with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
-        *(f"        {load.name} = {rings[load.name]}.index({slot}).load(gl.DotOperandLayout({k}, "
+        *(f"        {load.name} = {_read(engine, f'{rings[load.name]}.index({slot})')}gl.DotOperandLayout({k}, "
           f"{plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))" for k, load in enumerate(plan.loads)),
-        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
+    ]
+    if wait is not None:
+        between = f"{stages} - 3" if engine == "async_copy" else f"({stages} - 3) * {per_iteration}"
+        loop += [
+            "    # Between the stages: this iteration's tiles have landed, also those the lagging warp group copied.",
+            "    " + wait.format(n=between),
+        ]
+    loop += [        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
         f"        {nxt} = {it} + {stages} - 1",
         f"        {nxt_slot} = {nxt} % {stages}",
     ]
@@ -162,15 +200,25 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     loop += [_indent(code(body[i]), "        ") for i in consumer]
     loop += advances
     lines.append("\n".join(loop))
+    if wait is not None:
+        lines.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
     pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
     original = "\n".join("    " + ln for ln in code(updated).splitlines())
+    how = {
+        "registers": ["loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their",
+                      "slot and runs the MMA."],
+        "async_copy": ["starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES - 1 into their slot",
+                       "(one commit group per iteration) and runs the MMA."],
+        "tdm": ["starts TDM copies of the tiles of iteration it + NUM_STAGES - 1 into their slot and runs the",
+                "MMA."],
+    }[engine]
     header = [
         "# Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one",
         "# stage apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the reads).",
-        "# `lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma` loads the tiles",
-        "# of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and runs the MMA. With three",
-        "# slots or more a group never writes the slot the other group is reading. Tiles past the end load as zeros",
-        "# (masked) and are never read.",
+        "# `lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma`",
+        *(f"# {line}" for line in how),
+        "# With three slots or more a group never writes the slot the other group is reading. Tiles past the end",
+        "# read as zeros and are never used.",
         f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
         f'{PIPELINE_WARPS}: two warp groups of 4 warps alternate between its stages")',
         f"{stages}: gl.constexpr = {sp.slots}",
@@ -182,6 +230,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _read(engine: str, slot: str) -> str:
+    """The operand read of a ring slot: relaxed after direct-to-LDS copies (the wait before it already orders them)."""
+    return f"async_copy.load_shared_relaxed({slot}, " if engine == "async_copy" else f"{slot}.load("
 
 
 def _indent(text: str, prefix: str) -> str:

@@ -17,9 +17,10 @@ GLUON_IMPORTS = (
     "from triton.experimental.gluon import language as gl",
 )
 
-# Rules in the order they apply to each node.
-BASE_RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-              DescriptorsAsPointers(), AMDWarpPipeline(), LayoutDeclarations())
+def _rules(engine: str) -> tuple:
+    """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS."""
+    return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
+            HoistConversions(), DescriptorsAsPointers(), AMDWarpPipeline(engine), LayoutDeclarations())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
@@ -82,16 +83,65 @@ def _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype):
 
 
 @gluon.constexpr_function
-def _lds_layout(dtype, operand):
-    """Shared layout of a ring slot of MMA operand `operand` (0: A, 1: B): row-major tiles swizzled in vectors of
-    the operand's k_width, so that the operand reads of a wavefront spread over the LDS banks."""
+def _lds_layout(shape, dtype, operand):
+    """Shared layout of a ring slot of MMA operand `operand` (0: A, 1: B) stored from registers: row-major tiles
+    swizzled in vectors of the operand's k_width, so that the operand reads of a wavefront spread over the banks."""
     vec = {k_widths}[dtype.primitive_bitwidth]
     return gl.SwizzledSharedLayout(vec=vec, per_phase=1, max_phase=16 if operand == 0 else 8, order=[1, 0])
 '''
 
+LDS_COPY = '''
+@gluon.constexpr_function
+def _lds_copy_layout(shape, dtype, operand):
+    """Shared layout of a ring slot filled by direct-to-LDS copies: plain row-major (the copy engine writes each
+    lane's vector where the lane's address says; it cannot swizzle)."""
+    return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+
+
+@gluon.constexpr_function
+def _copy_layout(shape, dtype, num_warps):
+    """Register layout of a tile copied to LDS: 16 bytes per lane along the contiguous last dimension (the widest
+    direct-to-LDS transfer), lanes across it first, warps down the rows."""
+    vec = min(128 // dtype.primitive_bitwidth, shape[1])
+    lanes_n = min(64, shape[1] // vec)
+    return gl.BlockedLayout([1, vec], [64 // lanes_n, lanes_n], [num_warps, 1], [1, 0])
+
+
+@gluon.jit
+def _desc_copy(desc, off0, off1, dest):
+    """`desc.load([off0, off1])` straight into the LDS slot `dest`; elements outside the descriptor's shape read as
+    zero. A tile whose columns all lie inside the shape goes by direct-to-LDS async copies (16 bytes a lane: a tensor
+    descriptor's base and row stride are 16-byte aligned, a requirement of `tl.make_tensor_descriptor`, which the
+    hints pass on); a tile cut by the last column (or at a column offset not a multiple of the vector) goes through
+    registers, since a direct-to-LDS copy moves a lane's
+    whole vector or nothing. The caller closes the commit group."""
+    base, size0, size1, stride0, stride1 = desc
+    layout: gl.constexpr = _copy_layout(dest.shape, dest.dtype, gl.num_warps())
+    vec: gl.constexpr = 128 // dest.dtype.primitive_bitwidth
+    rows = off0 + gl.arange(0, dest.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = off1 + gl.arange(0, dest.shape[1], layout=gl.SliceLayout(0, layout))
+    if (off1 % vec == 0) and (off1 + dest.shape[1] <= size1):
+        row_offsets = gl.multiple_of(rows * stride0, vec)
+        ptrs = base + (row_offsets[:, None] + cols[None, :] * stride1)
+        ptrs = gl.max_contiguous(gl.multiple_of(ptrs, [1, 16]), [1, vec])  # 16 bytes: pointer hints count bytes
+        in_rows = gl.full(dest.shape, 1, gl.int1, layout) & (rows[:, None] < size0)
+        async_copy.global_load_to_shared(dest, ptrs, mask=in_rows, other=0.0)
+    else:
+        mask = (rows[:, None] < size0) & (cols[None, :] < size1)
+        dest.store(gl.load(base + rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask, other=0))
+'''
+
+LDS_TDM = '''
+@gluon.constexpr_function
+def _lds_tdm_layout(shape, dtype, operand):
+    """Shared layout of a ring slot filled by TDM: rows padded (8 elements after each row of A, 16 after each row
+    of B) so that the operand reads of the WMMA lanes fall into different banks."""
+    return gl.PaddedSharedLayout.with_identity_for([[shape[1], 8 if operand == 0 else 16]], shape, [1, 0])
+'''
+
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
-                mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str) -> Target:
+                mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str) -> Target:
     snippets = {
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
         "acc_dtype": s.ACC_DTYPE,
@@ -99,10 +149,12 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         **mma_snippets,
         "desc_load": s.DESC_LOAD,
         "lds_ring": LDS_RING.format(k_widths=k_widths),
+        "lds_copy": LDS_COPY,
+        "lds_tdm": LDS_TDM,
         "desc_store": s.DESC_STORE,
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
-                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=BASE_RULES,
+                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine),
                   imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
 
 
@@ -118,13 +170,14 @@ GFX942 = _amd_target(
     "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
     "register loads + shared-memory stores", 64 * 1024,
     _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 4}", "{8: 8, 16: 4, 32: 2}", "mfma"),
-    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 2}",
+    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 2}", "registers",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
     "direct-to-LDS async copies", 160 * 1024,
     _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma"),
-    ("from triton.experimental.gluon.language.amd.cdna4 import mfma",), "{8: 16, 16: 8, 32: 1}",
+    ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma",), "{8: 16, 16: 8, 32: 1}",
+    "async_copy",
 )
 GFX1250 = _amd_target(
     "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
@@ -134,5 +187,5 @@ GFX1250 = _amd_target(
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}"),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
     },
-    ("from triton.experimental.gluon.language.amd.gfx1250 import wmma",), "{8: 8, 16: 8, 32: 2}",
+    ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
 )
