@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import libcst as cst
+
 from rich.table import Table
 
 from transpile.analysis.layouts import analyse_layouts
 from transpile.analysis.loops import loop_facts
+from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal, plan_stages
 from transpile.discover import discover
 from transpile.engine import translate_source
 from transpile.source import parse_source, read_text
@@ -38,6 +41,8 @@ def explain_file(path: Path, target: Target, display: str) -> list[Table]:
                       f"{' at ' + ', '.join(map(str, loop.dots)) if loop.dots else ''}, {len(loop.loads)} load(s)"
                       f"{' at ' + ', '.join(map(str, loop.loads)) if loop.loads else ''}")
             table.add_row("loop", str(loop.line), detail)
+        for row in _stage_rows(source, fn, plan, target):
+            table.add_row(*row)
         for site in plan.dots.values():
             table.add_row("dot", str(source.position(site.node)[0]),
                           f"-> _dot: {target.mma}; tile [{', '.join(s or '?' for s in site.shape)}]")
@@ -52,3 +57,58 @@ def explain_file(path: Path, target: Target, display: str) -> list[Table]:
             table.add_row(d.code, str(d.line), d.message)
         tables.append(table)
     return tables
+
+
+def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:  # noqa: ANN001
+    """The warp-pipeline stage plan of each main loop, for targets whose rules warp-pipeline (AMD)."""
+    from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
+
+    rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
+    if rule is None:
+        return []
+    rows: list[tuple[str, str, str]] = []
+    loops: list = []
+
+    class _Loops(cst.CSTVisitor):
+        def visit_For(self, node: cst.For) -> None:
+            loops.append(node)
+
+    fn.node.visit(_Loops())
+    for loop in loops:
+        sp = plan_stages(source, fn, loop, plan, rule.engine, target.shared_memory_bytes)
+        line = str(source.position(loop)[0])
+        if sp is None:
+            continue
+        if isinstance(sp, StageRefusal):
+            rows.append(("stage plan", line, f"not pipelined ({source.position(sp.node)[0]}): {sp.reason}"))
+            continue
+        rows.append(("stage plan", line, f"{len(sp.stages)} stages on 2 warp groups (num_warps=8); copies: "
+                     f"{ENGINES[sp.engine]}; ring of {sp.slots} slots, {sp.distance} iteration(s) ahead"))
+        for i, stage in enumerate(sp.stages):
+            rows.append((f"stage {i}", ", ".join(map(str, stage.lines)),
+                         f'"{stage.label}" priority {stage.priority}: {stage.role}'))
+            if i == 0:
+                rows.append(("wait", "", sp.wait or "none: the compiler's barrier between the stages orders the "
+                             "LDS reads before the next stores"))
+        for ring in sp.rings:
+            rows.append(("ring", "", f"`{ring.operand}`: {sp.slots} x [{', '.join(ring.shape)}]"))
+        rows.append(("prologue", "", sp.prologue))
+        rows.append(("epilogue", "", sp.epilogue))
+        rows += _lds_rows(sp)
+    return rows
+
+
+def _lds_rows(sp: StagePlan) -> list[tuple[str, str, str]]:
+    rows = []
+    for i, values in enumerate(sp.configs):
+        label = f"config {i}" if len(sp.configs) > 1 or values else "LDS"
+        parts = []
+        for bits in (16, 8):
+            size = sp.ring_bytes(values, bits)
+            if size is None:
+                parts = ["block sizes known only at launch: checked at compile time"]
+                break
+            verdict = "fits" if size <= sp.lds_limit else "does not fit: that config runs the loop unpipelined"
+            parts.append(f"{size} B at {bits}-bit elements ({verdict})")
+        rows.append(("LDS", label, f"{'; '.join(parts)}; the target has {sp.lds_limit} B"))
+    return rows

@@ -36,7 +36,7 @@ class Use:
     """Where the value of `name` read by a statement comes from."""
 
     name: str
-    source: str  # "iteration" (an earlier statement), "carried" (the previous iteration), "outside"
+    source: str  # "iteration" (an earlier statement), "carried" (the previous iteration), "loop" (its variable), "outside"
     statement: int | None  # the defining statement's index (None: outside the loop)
 
 
@@ -120,7 +120,7 @@ def loop_dataflow(source: SourceFile, loop: cst.For | cst.While, plan: LayoutPla
         uses: list[Use] = []
         for name in sorted(reads):
             if name in loop_vars:
-                uses.append(Use(name, "iteration", None))
+                uses.append(Use(name, "loop", None))
                 continue
             defs = assigned.get(name, [])
             earlier = [j for j in defs if j < i]

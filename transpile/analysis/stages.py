@@ -5,14 +5,15 @@ the dot, the tile loads feeding it, the producer slice) with its dataflow (`tran
 loop-carried values, ops that need a CTA-wide barrier) into a `StagePlan`:
 
 - a ring of shared-memory (LDS) slots per operand, ``slots`` deep, filled ``distance`` iterations ahead of use;
-- ordered stages, each a ``with gl.amd.warp_pipeline_stage(label, priority=p)`` block: ``load`` (the producer
-  slice of a later iteration and its copies) and ``compute`` (operand reads from the ring, the MMA, the consumer);
+- ordered stages, each a ``with gl.amd.warp_pipeline_stage(label, priority=p)`` block: ``lds_read`` (this
+  iteration's operands from the ring) and ``copy_mma`` (the producer slice of a later iteration and its copies, the
+  MMA, the rest of the body);
 - the wait that stands between the two stages for asynchronous copy engines;
 - the prologue (``distance`` iterations prefetched before the loop) and the epilogue (the drain after it).
 
 The lowering runs the two stages on two warp groups of 4 warps at once, one stage apart: while one group runs
-``compute`` of iteration ``it`` (writing the slot of iteration ``it + slots - 1``), the other runs ``load`` of
-``it + 1``... or ``it`` (reading slot ``it % slots`` or the next). With ``slots >= 3`` these slots always differ, so
+``copy_mma`` of iteration ``it`` (writing the slot of iteration ``it + slots - 1``), the other runs ``lds_read`` of
+``it`` or ``it + 1`` (reading slot ``it % slots`` or the next). With ``slots >= 3`` these slots always differ, so
 the ring needs three slots at least, whatever the source asked for, and copies go ``distance = slots - 1`` iterations
 ahead. For asynchronous engines the wait between the stages leaves ``slots - 3`` copy groups in flight: the group
 that lags one stage behind must also have landed its part of the tile the other group reads next.
@@ -79,7 +80,7 @@ class StagePlan:
     slots: int
     distance: int
     stages: list[Stage]
-    wait: str | None  # the wait between `load` and `compute`, or None
+    wait: str | None  # the wait between `lds_read` and `copy_mma`, or None
     rings: list[Ring]
     lds_limit: int
     configs: list[dict[str, object]]  # the constexpr values the ring size is evaluated for (autotune configs)
@@ -126,15 +127,15 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such
-    # op there would sit inside `compute` after the MMA.
+    # op there would sit inside `copy_mma` next to the MMA.
     for facts in body:
         if facts.index in loop_plan.producer or facts.index in {load.index for load in loop_plan.loads}:
             continue
         if facts.index == loop_plan.dot_index:
             continue
         for node, what in facts.barriers:
-            return StageRefusal(node, f"{what} in the loop body would fall inside the `compute` stage, after the MMA: "
-                                "its internal barrier breaks the warp-group schedule (move it out of the loop)")
+            return StageRefusal(node, f"{what} in the loop body would fall inside the `copy_mma` stage, next to the "
+                                "MMA: its internal barrier breaks the warp-group schedule (move it out of the loop)")
         if Effect.ATOMIC in facts.effects or Effect.GLOBAL_STORE in facts.effects:
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
@@ -149,19 +150,20 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     slots = max(MIN_SLOTS, loop_plan.num_stages)
     distance = slots - 1
     wait = WAITS[engine]
-    if wait is not None:
-        wait = wait.format(n=slots - 3)
+    if wait is not None:  # TDM counts copies (one per operand), async_copy commit groups (one per iteration)
+        wait = wait.format(n=(slots - 3) * (len(loop_plan.loads) if engine == "tdm" else 1))
     producer_lines = [body[i].line for i in loop_plan.producer]
     load_lines = [body[load.index].line for load in loop_plan.loads]
     consumer_lines = [f.line for f in body if f.index not in loop_plan.producer
                       and f.index not in {load.index for load in loop_plan.loads}]
+    copies = {"registers": "global loads into registers, stored into their slot",
+              "async_copy": "direct-to-LDS copies into their slot, one commit group",
+              "tdm": "TDM copies into their slot"}[engine]
     stages = [
-        Stage("load", 1, sorted(producer_lines + load_lines),
-              f"addresses and masks of iteration it + {distance}, "
-              + ("global loads into registers" if engine == "registers" else "copies into the ring")),
-        Stage("compute", 0, consumer_lines,
-              "operand reads from the ring in the MMA operand layouts, the MMA"
-              + (", stores of the prefetched registers into the ring" if engine == "registers" else "")),
+        Stage("lds_read", 1, [body[loop_plan.dot_index].line],
+              "this iteration's operands read from the ring in the MMA operand layouts"),
+        Stage("copy_mma", 0, sorted(producer_lines + load_lines + consumer_lines),
+              f"addresses and masks of iteration it + {distance}, {copies}; the MMA and the rest of the body"),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,

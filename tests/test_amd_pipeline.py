@@ -1,0 +1,238 @@
+"""AMD warp pipelining: loop dataflow, stage plans on small loops (stages, waits, rings, refusals with their codes and
+lines), and the compiled GEMM-family variants (warp-pipeline lowering in the AMDGCN, LDS use against the target).
+
+The compile tests build each golden variant for its AMD target with Triton on the CPU and read the code object's
+assembly: `s_setprio` per stage, the split of the CTA into two warp groups (the extra `s_barrier` / on gfx1250
+`s_barrier_signal`/`s_barrier_wait` pairs), the copy engine's instructions, and `metadata.shared`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from transpile.analysis.dataflow import Effect, loop_dataflow
+from transpile.analysis.layouts import analyse_layouts
+from transpile.analysis.stages import StagePlan, StageRefusal, plan_stages
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.source import parse_source
+from transpile.targets import get_target
+from transpile.verify import verify
+
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+
+GEMM = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, tl.cdiv(K, BK), num_stages=NUM):
+        k_left = K - k * BK
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        BODY
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def gemm(body: str = "acc = acc * 1.0", stages: int = 3) -> str:
+    return GEMM.replace("BODY", body).replace("NUM", str(stages))
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def stage_plan(text: str, engine: str = "registers", lds: int = 64 * 1024) -> StagePlan | StageRefusal | None:
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    plans = analyse_layouts(facts)
+    fn = next(iter(facts.functions.values()))
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    return plan_stages(source, fn, loop, plans[fn.name], engine, lds)
+
+
+def test_dataflow_of_a_gemm_loop() -> None:
+    text = gemm()
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = facts.functions["mm"]
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    flow = loop_dataflow(source, loop, analyse_layouts(facts)["mm"])
+    assert flow.carried == ["a_ptrs", "b_ptrs", "acc"]  # read before this iteration assigns them (first read first)
+    by_line = {f.line: f for f in flow.statements}
+    load_a = by_line[line_of(text, "a = tl.load")]
+    assert Effect.GLOBAL_LOAD in load_a.effects and load_a.defines == {"a"}
+    sources = {u.name: (u.source, u.statement) for u in load_a.uses}
+    assert sources["a_ptrs"] == ("carried", flow.statements.index(by_line[line_of(text, "a_ptrs += BK")]))
+    assert sources["k_left"] == ("iteration", 0)
+    assert sources["offs_k"] == ("outside", None)
+    assert Effect.SHARED in by_line[line_of(text, "tl.dot")].effects
+    assert flow.slice_of({2}) == {0, 2}  # the B load needs k_left, nothing else of this iteration
+
+
+def test_dataflow_names_barrier_ops() -> None:
+    text = gemm("s = tl.sum(acc, axis=1)")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    loop = next(n for n in facts.functions["mm"].node.body.body if isinstance(n, cst.For))
+    flow = loop_dataflow(source, loop, analyse_layouts(facts)["mm"])
+    barriers = [what for f in flow.statements for _, what in f.barriers]
+    assert barriers == ["reduction `tl.sum`"]
+
+
+@pytest.mark.parametrize(("engine", "stages", "wait"), [
+    ("registers", 3, None),
+    ("async_copy", 4, "async_copy.wait_group(1)"),
+    ("tdm", 3, "tdm.async_wait(0)"),
+])
+def test_stage_plan_of_a_pointer_gemm(engine: str, stages: int, wait: str | None) -> None:
+    text = gemm(stages=stages)
+    sp = stage_plan(text, engine)
+    assert isinstance(sp, StagePlan)
+    # Pointer tiles are register-staged whatever the target's engine (wide direct copies need proven alignment).
+    assert sp.engine == "registers"
+    assert [(s.label, s.priority) for s in sp.stages] == [("lds_read", 1), ("copy_mma", 0)]
+    assert sp.stages[0].lines == [line_of(text, "tl.dot")]
+    assert line_of(text, "a_ptrs += BK") in sp.stages[1].lines and line_of(text, "k_left =") in sp.stages[1].lines
+    assert sp.slots == stages and sp.distance == stages - 1
+    assert sp.wait is None
+    assert sp.loop.carried == ["a_ptrs", "b_ptrs"]
+    assert [r.shape for r in sp.rings] == [["BM", "BK"], ["BK", "BN"]]
+    assert sp.ring_bytes({"BM": 128, "BN": 128, "BK": 64}) == stages * (128 * 64 + 64 * 128) * 2
+
+
+def test_ring_has_three_slots_at_least() -> None:
+    sp = stage_plan(gemm(stages=2))
+    assert isinstance(sp, StagePlan) and sp.slots == 3
+
+
+DESCRIPTOR_GEMM = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, tl.cdiv(K, BK), num_stages=4):
+        a = a_desc.load([0, k * BK])
+        b = b_desc.load([k * BK, 0])
+        acc = tl.dot(a, b, acc)
+    a_desc.store([0, 0], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize(("engine", "wait"), [("async_copy", "async_copy.wait_group(1)"), ("tdm", "tdm.async_wait(2)")])
+def test_descriptor_tiles_use_the_targets_copy_engine(engine: str, wait: str) -> None:
+    sp = stage_plan(DESCRIPTOR_GEMM, engine)
+    assert isinstance(sp, StagePlan)
+    assert sp.engine == engine and sp.slots == 4
+    assert sp.wait == wait
+
+
+@pytest.mark.parametrize(("body", "needle", "reason"), [
+    ("a_ptrs += tl.max(tl.max(acc, axis=1), axis=0).to(tl.int32)", "a_ptrs += tl.max",
+     "a load depends on this iteration's MMA result"),
+    ("s = tl.sum(acc, axis=1)", "tl.sum", "reduction `tl.sum` in the loop body would fall inside the `copy_mma` stage"),
+    ("tl.store(c_ptr + offs_m, tl.sum(acc, axis=1))", "tl.store", "reduction `tl.sum`"),
+    ("break", "break", "data-dependent exit from the main loop"),
+    ("for j in range(3):\n            acc = acc * 1.0", "for j in", "a loop inside the main loop"),
+    ("if k > 3:\n            acc = acc * 1.0", "if k > 3", "control flow inside the main loop"),
+])
+def test_refusals_name_the_construct_and_line(body: str, needle: str, reason: str) -> None:
+    text = gemm(body)
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal)
+    assert reason in sp.reason
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
+    assert [(d.line, reason in d.message) for d in notes] == [(line_of(text, needle), True)]
+    assert "warp_pipeline_stage" not in result.text  # the loop stays as translated
+
+
+def test_pipelined_variant_shape_and_idempotence() -> None:
+    text = gemm()
+    first = translate_source(text, "x.py", get_target("gfx942")).text
+    assert first.count("with gl.amd.warp_pipeline_stage(") == 2
+    assert 'gl.static_assert(gl.num_warps() == 8, "the warp-pipelined main loop needs num_warps=8' in first
+    assert "a_ptrs_next += BK" in first and "k_left_next = K - k_next * BK" in first
+    assert translate_source(text, "x.py", get_target("gfx942")).text == first
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Compiled variants of the GEMM-family fixtures
+
+
+GEMM_FIXTURES = ["matmul_grouped", "matmul_descriptor", "matmul_int8", "moe_gather_gemm", "matmul_splitk"]
+SPLIT = {  # the warp-group split the lowering adds: extra barriers behind a branch on the warp id
+    "gfx942": ("s_barrier", "s_cbranch_execz"),
+    "gfx950": ("s_barrier", "s_cbranch_execz"),
+    "gfx1250": ("s_barrier_signal -1", "s_barrier_wait -1"),
+}
+ENGINE_INSTRUCTIONS = {("matmul_descriptor", "gfx950"): "global_load_lds_dwordx4",
+                       ("matmul_descriptor", "gfx1250"): "tensor_load_to_lds"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amd_target", ["gfx942", "gfx950", "gfx1250"])
+@pytest.mark.parametrize("fixture", GEMM_FIXTURES)
+def test_gemm_variant_is_warp_pipelined_in_the_code_object(fixture: str, amd_target: str, goldens, translated,
+                                                           verify_values, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    target_name = amd_target
+    target = get_target(target_name)
+    result = dataclasses.replace(translated(fixture, target_name), text=goldens.read(fixture, target_name))
+    assert "gl.static_assert(gl.num_warps() == 8" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = verify_values[f"{fixture}.py"]
+    compiled = verify(result, values, all_configs=True)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+    source = parse_source(result.original_text, "x.py")
+    facts = discover(source)
+    fn = next(f for f in facts.functions.values() if not f.is_helper)
+    loop = next(n for n in _loops(fn.node))
+    sp = plan_stages(source, fn, loop, analyse_layouts(facts)[fn.name], "registers", target.shared_memory_bytes)
+    assert isinstance(sp, StagePlan)
+    elem_bits = 8 if fixture == "matmul_int8" else 16
+    pipelined = fitting = 0
+    for c, config in zip(compiled, sp.configs if fn.autotune_configs else [values]):
+        asm = c.asm["amdgcn"]
+        ring = sp.ring_bytes({**values, **config}, elem_bits)
+        fitting += ring is not None and ring <= target.shared_memory_bytes
+        if "s_setprio" not in asm:  # the compile-time test chose the translated loop: the ring must not fit
+            assert ring is not None and ring > target.shared_memory_bytes, f"{c.label} is not pipelined"
+            continue
+        pipelined += 1
+        assert re.search(r"s_setprio 1\b", asm) and re.search(r"s_setprio 0\b", asm), c.label
+        for marker in SPLIT[target_name]:
+            assert marker in asm, f"{c.label}: no `{marker}` (warp-group split)"
+        assert c.shared is not None and c.shared <= target.shared_memory_bytes, f"{c.label}: {c.shared} B of LDS"
+        if ring is not None:
+            assert c.shared >= ring, f"{c.label}: LDS {c.shared} B is less than the ring's {ring} B"
+        instruction = ENGINE_INSTRUCTIONS.get((fixture, target_name))
+        if instruction:
+            assert instruction in asm, f"{c.label}: no `{instruction}`"
+    assert pipelined == fitting, "a config whose ring fits the LDS is not warp-pipelined"
+    if target_name != "gfx942":  # 64 KiB of LDS: the descriptor kernel's configs need 72 and 96 KiB
+        assert pipelined, "no config of this kernel is warp-pipelined"
+
+
+def _loops(node: cst.CSTNode) -> list[cst.For]:
+    found: list[cst.For] = []
+
+    class _Loops(cst.CSTVisitor):
+        def visit_For(self, n: cst.For) -> None:
+            found.append(n)
+
+    node.visit(_Loops())
+    return found
