@@ -118,7 +118,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
-        return StageRefusal(loop_plan.node, loop_plan.reason)
+        return _refusal(source, loop, plan, loop_plan)
     # The target's copy engine moves tensor-descriptor tiles; pointer tiles are staged through registers: direct-to-LDS
     # and TDM copies need wide vectors (a rectangular tile with unit inner stride and aligned rows) that the compiler
     # proves for pointer arithmetic only when the launch specialized the strides.
@@ -168,3 +168,18 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs)
+
+
+def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:
+    """The loop plan's refusal, with the barrier-needing ops named when they are what stands in the way."""
+    flow = loop_dataflow(source, loop, plan)
+    dots = [f for f in flow.statements if Effect.SHARED in f.effects]
+    if len(dots) > 1:
+        between = [(f.line, what) for f in flow.statements if dots[0].index < f.index < dots[-1].index
+                   for _, what in f.barriers]
+        if between:
+            listed = ", ".join(f"{what} at line {line}" for line, what in between)
+            return StageRefusal(refusal.node, f"{len(dots)} dots with cross-warp ops between them ({listed}): with the "
+                                "two warp groups one stage apart, their barriers and LDS scratch would be shared by two "
+                                "stages running at once; this loop shape (attention) is not warp-pipelined")
+    return StageRefusal(refusal.node, refusal.reason)

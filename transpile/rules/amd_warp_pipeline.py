@@ -14,6 +14,9 @@ Targets: gfx942, gfx950, gfx1250 (register-staged copies: global loads into regi
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
+
 import libcst as cst
 
 from transpile.analysis.pipeline import OperandLoad
@@ -71,7 +74,8 @@ class AMDWarpPipeline(Rule):
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
-        return cst.FlattenSentinel(list(cst.parse_module(_emit(ctx, stage_plan, updated)).body))
+        return cst.FlattenSentinel(_statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
+                                               updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
                           ) -> cst.FunctionDef:
@@ -205,22 +209,23 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
     original = "\n".join("    " + ln for ln in code(updated).splitlines())
     how = {
-        "registers": ["loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their",
-                      "slot and runs the MMA."],
-        "async_copy": ["starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES - 1 into their slot",
-                       "(one commit group per iteration) and runs the MMA."],
-        "tdm": ["starts TDM copies of the tiles of iteration it + NUM_STAGES - 1 into their slot and runs the",
-                "MMA."],
+        "registers": "loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and "
+                     "runs the MMA.",
+        "async_copy": "starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES - 1 into their slot (one "
+                      "commit group per iteration) and runs the MMA.",
+        "tdm": "starts TDM copies of the tiles of iteration it + NUM_STAGES - 1 into their slot and runs the MMA.",
     }[engine]
+    paragraph = (
+        "Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one stage "
+        "apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the reads). "
+        f"`lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma` {how} With "
+        "three slots or more a group never writes the slot the other group is reading. Tiles past the end read as "
+        "zeros and are never used."
+    )
     header = [
-        "# Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one",
-        "# stage apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the reads).",
-        "# `lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma`",
-        *(f"# {line}" for line in how),
-        "# With three slots or more a group never writes the slot the other group is reading. Tiles past the end",
-        "# read as zeros and are never used.",
+        *textwrap.wrap(paragraph, 114, initial_indent="# ", subsequent_indent="# "),
         f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
-        f'{PIPELINE_WARPS}: two warp groups of 4 warps alternate between its stages")',
+        f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")',
         f"{stages}: gl.constexpr = {sp.slots}",
         f"if {fits}:",
         pipelined,
@@ -230,6 +235,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _statements(text: str, leading: Sequence[cst.EmptyLine]) -> list[cst.BaseStatement]:
+    """The statements of `text`; its opening comment and the loop's own leading lines go before the first one."""
+    module = cst.parse_module(text)
+    first, *rest = module.body
+    first = first.with_changes(leading_lines=[*leading, *module.header, *first.leading_lines])
+    return [first, *rest]
 
 
 def _read(engine: str, slot: str) -> str:
