@@ -168,3 +168,11 @@ def test_golden_pipelined_branch_compiles_with_unit_strides(tmp_path: Path) -> N
         ptx = compiled.asm["ptx"]
         assert "cp.async.cg.shared.global" in ptx and ", 16" in ptx  # 16-byte copies of K and V
         assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+
+
+def test_contiguous_rows_need_no_compile_time_stride_test() -> None:
+    text = EXAMPLE.replace("offs_d[None, :] * stride_d", "offs_d[None, :]")
+    result = translate_source(text, "x.py", get_target("sm90"))
+    assert "isinstance(" not in result.text and "_dot(" not in result.text  # one loop, the pipelined one
+    assert "# Main loop, pipelined by triton-transpile" in result.text
+    assert "qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])" in result.text

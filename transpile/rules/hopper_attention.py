@@ -112,9 +112,11 @@ class HopperAttentionPipeline(Rule):
         for helper in ("async_copy_alias", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        statement = cst.parse_statement(_emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides))
-        return cst.FlattenSentinel([statement.with_changes(
-            leading_lines=[*updated.leading_lines, *statement.leading_lines])])
+        module = cst.parse_module(_emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides))
+        statements = list(module.body)  # the header comments parse as the module's header: put them back in front
+        statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
+                                                                  *statements[0].leading_lines])
+        return cst.FlattenSentinel(statements)
 
 
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
