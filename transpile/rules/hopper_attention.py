@@ -111,6 +111,8 @@ class HopperAttentionPipeline(Rule):
             return updated
         for helper in ("async_copy_alias", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
+        if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
+            ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
         module = cst.parse_module(_emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides))
         statements = list(module.body)  # the header comments parse as the module's header: put them back in front
