@@ -9,6 +9,7 @@ from __future__ import annotations
 from transpile.rules.descriptors import DescriptorsAsTMA
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
+from transpile.rules.hopper_attention import HopperAttentionPipeline
 from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
 from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
@@ -17,13 +18,14 @@ from transpile.targets import Target
 from transpile.targets import snippets as s
 
 RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-         DescriptorsAsTMA(), HopperTMAPipeline(), LayoutDeclarations())
+         DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(), LayoutDeclarations())
 
 IMPORTS = (
     "from triton.experimental import gluon",
     "from triton.experimental.gluon import language as gl",
     "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
     "warpgroup_mma, warpgroup_mma_wait",
+    "from triton.experimental.gluon.language.nvidia.ampere import async_copy",
 )
 
 WGMMA_LAYOUT = '''
@@ -58,6 +60,29 @@ def _dot(a, b, acc):
     fence_async_shared()
     acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
     return warpgroup_mma_wait(0, deps=[acc])
+'''
+
+ASYNC_COPY_ALIAS = '''
+# cp.async (global -> shared, no registers): `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before.
+_async_copy = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+'''
+
+COPY_LAYOUT = '''
+@gluon.constexpr_function
+def _copy_layout(shape, dtype, num_warps):
+    """Blocked layout for copying a row-major [rows, cols] tile with cp.async: each thread moves 16 bytes of a row
+    (the widest cp.async), a warp's lanes cover a row first, warps are stacked over the rows."""
+    vec = max(1, min(shape[1], 128 // dtype.primitive_bitwidth))
+    lanes_per_row = min(32, max(1, shape[1] // vec))
+    return gl.BlockedLayout([1, vec], [32 // lanes_per_row, lanes_per_row], [num_warps, 1], [1, 0])
+'''
+
+REGISTER_A_LAYOUT = '''
+@gluon.constexpr_function
+def _register_a_layout(mma_layout, dtype):
+    """Layout of a wgmma A operand held in registers: the dot-operand layout of the accumulator layout, 32 bits of
+    `dtype` per register (k_width)."""
+    return gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=32 // dtype.primitive_bitwidth)
 '''
 
 TMA_ALIASES = '''
@@ -111,6 +136,9 @@ SM90 = Target(
         "mma_layout": WGMMA_LAYOUT,
         "mma_k_width": WGMMA_SMEM,
         "dot": WGMMA_DOT,
+        "async_copy_alias": ASYNC_COPY_ALIAS,
+        "copy_layout": COPY_LAYOUT,
+        "register_a_layout": REGISTER_A_LAYOUT,
         "tma_aliases": TMA_ALIASES,
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,

@@ -1,0 +1,178 @@
+"""sm90 flash-attention pipeline: the two-dot loop plan (and its refusals), the golden's loop, its compile."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+from transpile.analysis.layouts import analyse_layouts
+from transpile.analysis.pipeline import LoopRefusal
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.rules.hopper_attention import EXAMPLE
+from transpile.source import parse_source
+from transpile.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "fixtures" / "expected" / "sm90" / "attention_fwd_sm90.py"
+
+SCORES = "        qk = tl.dot(q, tl.trans(k))\n"
+RESCALE = "        acc = acc * alpha[:, None]\n"
+SECOND = "        acc = tl.dot(p.to(tl.float16), v, acc)\n"
+K_LOAD = "        k = tl.load(k_ptrs + start_n * stride_n, mask=mask, other=0.0)\n"
+
+
+def _plan(text: str) -> tuple[AttentionPlan | LoopRefusal | None, object]:
+    source = parse_source(text, "x.py")
+    plans = analyse_layouts(discover(source))
+    fn = plans["attn"].function
+    loop = next(s for s in fn.node.body.body if isinstance(s, cst.For))  # type: ignore[union-attr]
+    return plan_attention_loop(source, loop, plans["attn"], 3), source
+
+
+def _refusal(text: str) -> tuple[str, int]:
+    plan, source = _plan(text)
+    assert isinstance(plan, LoopRefusal), plan
+    return plan.reason, source.position(plan.node)[0]  # type: ignore[attr-defined]
+
+
+def _line(text: str, fragment: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if fragment in line)
+
+
+def test_example_loop_is_planned() -> None:
+    plan, _ = _plan(EXAMPLE)
+    assert isinstance(plan, AttentionPlan)
+    assert (plan.q, plan.k.name, plan.k_transposed, plan.v.name, plan.scores, plan.acc) == ("q", "k", True, "v",
+                                                                                             "qk", "acc")
+    assert plan.num_stages == 3
+    assert len(plan.rescales) == 1  # `acc = acc * alpha[:, None]` waits for the previous PV
+    assert {"k_ptrs", "v_ptrs", "offs_n"} <= set(plan.invariants)
+    assert len(plan.producer) == 1  # `mask = ...`: re-evaluated for the iterations being prefetched
+
+
+def test_single_dot_loop_is_not_this_plans_business() -> None:
+    text = EXAMPLE.replace(SECOND, "        acc += p\n")
+    plan, _ = _plan(text)
+    assert plan is None
+
+
+def test_accumulator_read_after_the_second_dot_is_refused_at_that_line() -> None:
+    text = EXAMPLE.replace(SECOND, SECOND + "        acc = acc + 1.0\n")
+    reason, line = _refusal(text)
+    assert "`acc` is used here" in reason
+    assert line == _line(text, "acc = acc + 1.0")
+
+
+def test_scores_without_a_reduction_are_refused() -> None:
+    text = EXAMPLE.replace("tl.maximum(m_i, tl.max(qk, axis=1))", "m_i").replace("l_i * alpha + tl.sum(p, axis=1)",
+                                                                               "l_i * alpha")
+    reason, line = _refusal(text)
+    assert "feeds no reduction" in reason
+    assert line == _line(text, "qk = tl.dot(")
+
+
+def test_k_operand_that_is_an_expression_is_refused() -> None:
+    text = EXAMPLE.replace(SCORES, "        qk = tl.dot(q, tl.trans(k * 2))\n")
+    reason, line = _refusal(text)
+    assert "is an expression, not a tile loaded in the loop" in reason
+    assert line == _line(text, "qk = tl.dot(")
+
+
+def test_query_tile_loaded_in_the_loop_is_refused() -> None:
+    text = EXAMPLE.replace(K_LOAD, K_LOAD + "        q = tl.load(q_ptr + offs_m[:, None] * stride_n + "
+                           "offs_d[None, :] * stride_d)\n")
+    reason, _ = _refusal(text)
+    assert "A operand is not a tensor defined before the loop" in reason
+
+
+def test_nonzero_fill_of_a_masked_load_is_refused() -> None:
+    text = EXAMPLE.replace(K_LOAD, K_LOAD.replace("other=0.0", "other=1.0"))
+    reason, line = _refusal(text)
+    assert "non-zero `other`" in reason
+    assert line == _line(text, "k = tl.load(")
+
+
+def test_refusal_leaves_the_loop_translated_with_a_tt040_note() -> None:
+    text = EXAMPLE.replace(RESCALE, "").replace(SECOND, SECOND + "        acc = acc * 0.5\n")
+    result = translate_source(text, "x.py", get_target("sm90"))
+    notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
+    assert len(notes) == 1 and "attention loop" in notes[0].message
+    assert notes[0].line == _line(text, "acc = acc * 0.5")
+    assert "warpgroup_mma_wait(1" not in result.text and "acc = _dot(p.to(gl.float16), v, acc)" in result.text
+
+
+def _pipelined_loop(text: str) -> str:
+    """The body of the golden's pipelined main loop (`for it in range(num_iters):`), up to the final PV."""
+    start = text.index("for it in range(num_iters):")
+    end = text.index("# The last iteration's PV.", start)
+    return text[start:end]
+
+
+def test_golden_loop_keeps_pv_in_flight_across_the_softmax() -> None:
+    loop = _pipelined_loop(GOLDEN.read_text())
+    issues = re.findall(r"= warpgroup_mma\((\w+), .*is_async=True\)", loop)
+    assert issues == ["q_smem", "p_prev"]  # QK^T from the staged Q, then PV with P from registers
+    waits = [int(n) for n in re.findall(r"warpgroup_mma_wait\((\d+),", loop)]
+    assert waits[0] >= 1, "the first wait must leave the PV wgmma outstanding"
+    assert loop.index("warpgroup_mma_wait(1") < loop.index("gl.max(") < loop.index("warpgroup_mma_wait(0")
+    assert "_dot(" not in loop and "gl.load(" not in loop  # no per-iteration staging through registers
+    assert "async_copy.wait_group(" in loop and loop.count("async_copy.commit_group()") == 2
+
+
+def test_golden_stages_q_in_shared_memory_once_before_the_loop() -> None:
+    text = GOLDEN.read_text()
+    allocation = text.index("q_smem = gl.allocate_shared_memory(")
+    assert allocation < text.index("for it in range(num_iters):")
+    assert text.count("q_smem = ") == 1
+
+
+@pytest.mark.slow
+def test_golden_pipelined_branch_compiles_with_unit_strides(tmp_path: Path) -> None:
+    """The CPU compile of tests/test_compile.py passes the strides as runtime ints (the translated branch); here they
+    are constexpr 1 with 16-divisible sizes and aligned pointers, as the launcher passes contiguous tensors."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    path = tmp_path / "attention_fwd_sm90_variant.py"
+    path.write_text(GOLDEN.read_text())
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    fn = module.attn_fwd_kernel.fn
+    for config in module.attn_fwd_kernel.configs:
+        signature: dict[str, str] = {}
+        constexprs: dict[str, object] = {}
+        for name in fn.arg_names:
+            if name.endswith("_ptr"):
+                signature[name] = "*fp16"
+            elif name == "sm_scale":
+                signature[name] = "fp32"
+            elif name in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "CAUSAL") or name.endswith(("_qk", "_kk", "_vk", "_ok")):
+                signature[name] = "constexpr"
+                constexprs[name] = {"HEAD_DIM": 128, "CAUSAL": True, **config.kwargs}.get(name, 1)
+            else:
+                signature[name] = "i32"
+        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+                 if signature[name] not in ("constexpr", "fp32")}
+        source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.num_warps})
+        ptx = compiled.asm["ptx"]
+        assert "cp.async.cg.shared.global" in ptx and ", 16" in ptx  # 16-byte copies of K and V
+        assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+
+
+def test_contiguous_rows_need_no_compile_time_stride_test() -> None:
+    text = EXAMPLE.replace("offs_d[None, :] * stride_d", "offs_d[None, :]")
+    result = translate_source(text, "x.py", get_target("sm90"))
+    assert "isinstance(" not in result.text and "_dot(" not in result.text  # one loop, the pipelined one
+    assert "# Main loop, pipelined by triton-transpile" in result.text
+    assert "qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])" in result.text

@@ -1,0 +1,295 @@
+"""Main-loop facts for the flash-attention shape: two dots around an online softmax.
+
+`plan_attention_loop` recognises a loop ``for start_n in range(lo, hi[, step])`` whose body holds exactly two
+``tl.dot`` calls of this shape::
+
+    k = tl.load(k_ptrs + ..., mask=..., other=0.0)       # K tile: a pointer load in the loop
+    s = tl.dot(q, tl.trans(k))                            # first dot: q loop-invariant, fresh accumulator
+    ... reductions of s (tl.max / tl.sum), p computed from s ...
+    acc = acc * alpha[:, None]                            # rescales of the accumulator (optional)
+    v = tl.load(v_ptrs + ..., mask=..., other=0.0)       # V tile: a pointer load in the loop
+    acc = tl.dot(p.to(tl.float16), v, acc)                # second dot: A from registers, loop-carried acc
+
+and splits it into the parts a pipelined rewrite moves around: the tile loads and the *producer slice* their
+addresses need (re-evaluated for a later iteration), the statements before the first dot, the softmax between the
+dots, the accumulator rescales (which must wait for the previous iteration's second dot), and the statements after
+the second dot. Anything else with two dots is a `LoopRefusal` naming the construct; loops with another number of
+dots are not this plan's business (None). Pure facts: the tree is not edited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
+from transpile.analysis.pipeline import LoopRefusal
+from transpile.cst_utils import calls_in, names_in
+from transpile.discover import language_name
+from transpile.source import SourceFile
+
+
+@dataclass
+class TileLoad:
+    index: int  # statement index in the loop body
+    name: str  # the variable the tile is bound to
+    call: cst.Call = field(repr=False)  # the `tl.load(...)`
+    pointer: cst.BaseExpression = field(repr=False)
+    mask: cst.BaseExpression | None = field(repr=False)
+
+
+@dataclass
+class AttentionPlan:
+    loop: cst.For = field(repr=False)
+    var: str
+    range_args: list[cst.BaseExpression] = field(repr=False)
+    num_stages: int
+    q: str  # the first dot's A operand, loop-invariant (staged in shared memory once)
+    k: TileLoad  # the first dot's B operand (loaded [N, K] and transposed when `k_transposed`)
+    k_transposed: bool
+    v: TileLoad  # the second dot's B operand
+    scores: str  # the first dot's result
+    scores_index: int
+    acc: str  # the second dot's loop-carried accumulator
+    acc_index: int
+    p: cst.BaseExpression = field(repr=False)  # the second dot's A operand (registers)
+    producer: list[int]  # statement indices the loads' addresses and masks depend on
+    rescales: list[int]  # `acc = acc * ...` statements between the dots
+    invariants: list[str] = field(default_factory=list)  # names from outside the loop the addresses use
+
+
+def _assigned(statement: cst.CSTNode) -> set[str]:
+    """Names bound anywhere in `statement` (compound statements included)."""
+    names: set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                names.update(names_in(target.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            names.update(names_in(node.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            names.update(names_in(node.target))
+
+    statement.visit(_Targets())
+    return names
+
+
+def _single_assign(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
+    """``name = value`` as (name, value), else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value, small.value
+    return None
+
+
+def _transposed(source: SourceFile, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` for ``tl.trans(x)``, ``x.T``, ``x.trans()`` and ``tl.permute(x, (1, 0))``; None otherwise."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "T":
+        return node.value
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "trans" and not node.args:
+            return node.func.value
+        lang = language_name(source.qualified_name(node.func))
+        if lang in ("trans", "core.trans") and len(node.args) == 1:
+            return node.args[0].value
+        if lang in ("permute", "core.permute") and len(node.args) == 2:
+            order = source.code(node.args[1].value).replace(" ", "")
+            if order in ("(1,0)", "[1,0]"):
+                return node.args[0].value
+    return None
+
+
+def _is_zero(source: SourceFile, node: cst.BaseExpression) -> bool:
+    return source.code(node).strip() in ("0", "0.0", "0.", "False")
+
+
+def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
+                        default_stages: int) -> AttentionPlan | LoopRefusal | None:
+    """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops."""
+    body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
+    if len(dots) != 2 or sum(1 for s in body for c in calls_in(s) if c in plan.dots) != 2:
+        return None
+
+    def refuse(node: cst.CSTNode, reason: str) -> LoopRefusal:
+        return LoopRefusal(node, f"attention loop: {reason}")
+
+    # The loop header: `for n in range(...)` or `tl.range(...)`.
+    if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
+        return refuse(loop, "the loop is not `for <name> in range(...)`")
+    lang = language_name(source.qualified_name(loop.iter.func))
+    if not ((isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range") or lang == "range"):
+        return refuse(loop.iter, "the loop does not iterate over `range`/`tl.range`")
+    stages = default_stages
+    for a in loop.iter.args:
+        if a.keyword is not None and a.keyword.value == "num_stages":
+            try:
+                stages = int(source.code(a.value).strip())
+            except ValueError:
+                return refuse(a.value, "`num_stages` must be an integer literal")
+    stages = max(stages, 2)
+    range_args = [a.value for a in loop.iter.args if a.keyword is None]
+
+    # Statements: no inner loops, no early exits; compound statements only where they touch no dot and no load.
+    for statement in body:
+        if isinstance(statement, (cst.For, cst.While)):
+            return refuse(statement, "a loop inside the main loop")
+        for node in _smalls(statement):
+            if isinstance(node, (cst.Break, cst.Continue, cst.Return)):
+                return refuse(node, "data-dependent exit from the main loop")
+
+    # The two dots.
+    (i1, s1), (i2, s2) = dots
+    first = _single_assign(s1)
+    call1 = next(c for c in calls_in(s1) if c in plan.dots)
+    site1 = plan.dots[call1]
+    if first is None or first[1] is not call1:
+        return refuse(call1, "the first dot is not `s = tl.dot(q, k)` on a line of its own")
+    if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None"):
+        return refuse(call1, "the first dot has an accumulator; the score tile must start from zero each iteration")
+    second = _single_assign(s2)
+    call2 = next(c for c in calls_in(s2) if c in plan.dots)
+    site2 = plan.dots[call2]
+    if second is None or second[1] is not call2 or not isinstance(site2.acc, cst.Name) or \
+            site2.acc.value != second[0]:
+        return refuse(call2, "the second dot is not `acc = tl.dot(p, v, acc)` with a loop-carried accumulator")
+    scores, acc = first[0], second[0]
+    if None in site1.shape or None in site2.shape:
+        return refuse(call1, "the dot tile shapes are not known from the source")
+
+    # Tile loads of the loop: `x = tl.load(ptr, mask=..., other=0)`.
+    def tile_load(operand: cst.BaseExpression, what: str) -> TileLoad | LoopRefusal:
+        if not isinstance(operand, cst.Name):
+            return refuse(operand, f"{what} is an expression, not a tile loaded in the loop")
+        for i, statement in enumerate(body):
+            assigned = _single_assign(statement)
+            if assigned is None or assigned[0] != operand.value:
+                continue
+            call = assigned[1]
+            if not (isinstance(call, cst.Call) and language_name(source.qualified_name(call.func)) in ("load",
+                                                                                                       "core.load")):
+                return refuse(statement, f"{what} `{operand.value}` is not a `tl.load` of a pointer tile")
+            pointer = next((a.value for a in call.args if a.keyword is None), None)
+            mask = other = None
+            for a in call.args:
+                if a.keyword is None:
+                    continue
+                if a.keyword.value == "mask":
+                    mask = a.value
+                elif a.keyword.value == "other":
+                    other = a.value
+                else:
+                    return refuse(a, f"`{a.keyword.value}=` on the load of `{operand.value}` (cp.async copies "
+                                  "take a mask only)")
+            if pointer is None or len([a for a in call.args if a.keyword is None]) != 1:
+                return refuse(call, f"the load of `{operand.value}` passes more than a pointer positionally")
+            if other is not None and not _is_zero(source, other):
+                return refuse(other, f"the load of `{operand.value}` fills masked elements with a non-zero "
+                              "`other` (cp.async fills them with zeros)")
+            uses = sum(operand.value in names_in(s) for j, s in enumerate(body) if j != i)
+            if uses != 1:
+                return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined wgmma reads it "
+                              "straight from shared memory")
+            return TileLoad(i, operand.value, call, pointer, mask)
+        return refuse(operand, f"{what} `{operand.value}` is not loaded in this loop")
+
+    k_operand = _transposed(source, site1.b)
+    k = tile_load(k_operand if k_operand is not None else site1.b, "the first dot's B operand")
+    if isinstance(k, LoopRefusal):
+        return k
+    v = tile_load(site2.b, "the second dot's B operand")
+    if isinstance(v, LoopRefusal):
+        return v
+    if not isinstance(site1.a, cst.Name) or any(site1.a.value in _assigned(s) for s in body):
+        return refuse(site1.a, "the first dot's A operand is not a tensor defined before the loop (it is staged in "
+                      "shared memory once)")
+    if k.index > i1:
+        return refuse(body[k.index], "the K tile is loaded after the first dot")
+    if v.index > i2:
+        return refuse(body[v.index], "the V tile is loaded after the second dot")
+
+    # The softmax: values derived from the scores, a reduction of them, the second dot's A operand among them.
+    derived = {scores}
+    reduced = False
+    for statement in body[i1 + 1:i2]:
+        if names_in(statement) & derived:
+            for call in calls_in(statement):
+                lang = language_name(source.qualified_name(call.func)) or ""
+                method = call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
+                if (lang.rsplit(".", 1)[-1] in REDUCTIONS or method in REDUCTIONS) and names_in(call) & derived:
+                    reduced = True
+            derived |= _assigned(statement)
+    if not reduced:
+        return refuse(call1, f"`{scores}` feeds no reduction (tl.max/tl.sum) before the second dot: not the "
+                      "online-softmax shape")
+    if not (names_in(site2.a) & derived):
+        return refuse(site2.a, f"the second dot's A operand is not computed from `{scores}`")
+
+    # The accumulator: read only by the second dot and by `acc = acc * ...` rescales between the dots.
+    rescales: list[int] = []
+    for i, statement in enumerate(body):
+        if i == i2 or acc not in names_in(statement):
+            continue
+        assigned = _single_assign(statement)
+        if i1 < i < i2 and assigned is not None and assigned[0] == acc and \
+                isinstance(assigned[1], cst.BinaryOperation) and isinstance(assigned[1].operator, cst.Multiply):
+            rescales.append(i)
+            continue
+        return refuse(statement, f"`{acc}` is used here; in the pipelined loop it is available only after the "
+                      "second dot's wgmma is waited for, where the `acc = acc * ...` rescales go")
+    if any(scores in names_in(s) for s in body[i2 + 1:]) or any(scores in names_in(s) for s in body[:i1]):
+        return refuse(s1, f"`{scores}` is used outside the softmax between the two dots")
+
+    # The producer slice: statements the load addresses and masks need, transitively, within the loop.
+    assigned_at: dict[str, int] = {}
+    for i, statement in enumerate(body):
+        for name in _assigned(statement):
+            assigned_at.setdefault(name, i)
+    needed: set[str] = set()
+    for load in (k, v):
+        needed |= names_in(load.pointer) | (names_in(load.mask) if load.mask is not None else set())
+    producer: set[int] = set()
+    frontier = set(needed)
+    while frontier:
+        name = frontier.pop()
+        i = assigned_at.get(name)
+        if i is None or i in producer:
+            continue
+        statement = body[i]
+        if not isinstance(statement, cst.SimpleStatementLine) or i in (k.index, v.index, i1, i2):
+            return refuse(statement, "a load address depends on control flow or on a dot in the loop")
+        if i > min(k.index, v.index) or (names_in(statement) & ({acc} | derived)):
+            return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
+        producer.add(i)
+        frontier |= names_in(statement) - needed
+        needed |= names_in(statement)
+    inside = set(assigned_at) | {loop.target.value}
+    invariants = sorted(needed - inside)
+    return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
+                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants)
+
+
+def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class _Smalls(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            found.append(node)
+
+        def visit_Continue(self, node: cst.Continue) -> None:
+            found.append(node)
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    statement.visit(_Smalls())
+    return found

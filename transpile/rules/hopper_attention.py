@@ -1,0 +1,366 @@
+"""sm90: pipeline a flash-attention main loop (S = Q K^T, online softmax, acc += P V) with cp.async and wgmma.
+
+Matches: the two-dot loop of `transpile.analysis.attention` (K and V pointer tile loads, ``s = tl.dot(q,
+tl.trans(k))``, a softmax of ``s`` whose ``p`` feeds ``acc = tl.dot(p.to(...), v, acc)``).
+Emits, under a compile-time test that the K/V rows are contiguous (the launcher turns a stride equal to 1 into a
+constexpr; cp.async needs that to copy 16-byte vectors), with the loop as translated in the other branch:
+  * Q stored once into shared memory (NVMMA layout) before the loop: every QK^T wgmma reads it there;
+  * a ``NUM_STAGES``-deep ring of K and V tiles in shared memory, filled by cp.async (one commit group per tile,
+    masks kept, so ragged sequence lengths read zeros) ``NUM_STAGES - 1`` iterations ahead of use;
+  * per iteration: issue the QK^T wgmma, then the previous iteration's PV wgmma (P from registers, as the wgmma A
+    operand), wait for the first only (``warpgroup_mma_wait(1)``), so that the softmax runs while the tensor cores
+    still work on PV; wait for PV where the accumulator is rescaled; refill the slots the finished wgmmas read.
+    The PV of iteration ``i`` is issued in iteration ``i + 1`` (and the last one after the loop); the first
+    iteration's "previous PV" multiplies a zero P by a zero-filled V slot, which keeps the loop body uniform.
+A two-dot loop of another shape is left as it is, with a TT040 note naming what does not fit.
+Targets: sm90.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+from transpile.analysis.layouts import LayoutPlan, Term
+from transpile.analysis.pipeline import LoopRefusal
+from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.rules.base import Example, Rule, RuleContext
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def attn(q_ptr, k_ptr, v_ptr, o_ptr, stride_n, stride_d, N_CTX, D: tl.constexpr, BM: tl.constexpr,\n"
+    "         BN: tl.constexpr):\n"
+    "    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n"
+    "    offs_d = tl.arange(0, D)\n"
+    "    q = tl.load(q_ptr + offs_m[:, None] * stride_n + offs_d[None, :] * stride_d)\n"
+    "    k_ptrs = k_ptr + offs_n[:, None] * stride_n + offs_d[None, :] * stride_d\n"
+    "    v_ptrs = v_ptr + offs_n[:, None] * stride_n + offs_d[None, :] * stride_d\n"
+    "    m_i = tl.full([BM], -float('inf'), dtype=tl.float32)\n    l_i = tl.zeros([BM], dtype=tl.float32)\n"
+    "    acc = tl.zeros([BM, D], dtype=tl.float32)\n"
+    "    for start_n in range(0, N_CTX, BN):\n"
+    "        mask = (start_n + offs_n)[:, None] < N_CTX\n"
+    "        k = tl.load(k_ptrs + start_n * stride_n, mask=mask, other=0.0)\n"
+    "        qk = tl.dot(q, tl.trans(k))\n"
+    "        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))\n        p = tl.exp2(qk - m_ij[:, None])\n"
+    "        alpha = tl.exp2(m_i - m_ij)\n        l_i = l_i * alpha + tl.sum(p, axis=1)\n"
+    "        acc = acc * alpha[:, None]\n"
+    "        v = tl.load(v_ptrs + start_n * stride_n, mask=mask, other=0.0)\n"
+    "        acc = tl.dot(p.to(tl.float16), v, acc)\n        m_i = m_ij\n"
+    "    tl.store(o_ptr + offs_m[:, None] * stride_n + offs_d[None, :] * stride_d, acc / l_i[:, None])\n"
+)
+
+_code = cst.Module([]).code_for_node
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only bare names are renamed
+
+
+def _text(node: cst.CSTNode, names: dict[str, str] | None = None) -> str:
+    return _code(node.visit(_Rename(names)) if names else node).strip()
+
+
+class HopperAttentionPipeline(Rule):
+    name = "hopper-attention-pipeline"
+    matches = "a main loop with two dots around an online softmax (flash attention) whose K and V are pointer loads"
+    emits = ("Q in shared memory once, a cp.async ring of K/V tiles, async QK^T and PV wgmmas with PV kept in flight "
+             "across the softmax")
+    examples = (
+        Example(EXAMPLE, (
+            "if isinstance(stride_d, int):",
+            "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "
+            "q.dtype), q)",
+            "_async_copy(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
+            "async_copy.wait_group(2 * NUM_STAGES - 3)",
+            "qk = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), gl.zeros([BM, BN], "
+            "_acc_dtype(q_ptr.dtype.element_ty), layout=mma_layout), is_async=True)",
+            "acc = warpgroup_mma(p_prev, v_smem.index(prev_slot), gl.convert_layout(acc, pv_layout), is_async=True)",
+            "qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])",
+            "acc, _ = warpgroup_mma_wait(0, deps=[acc, v_smem.index(prev_slot)])",
+            "p_prev = gl.convert_layout(p.to(gl.float16), p_layout)",
+            "acc = _dot(p.to(gl.float16), v, acc)",
+        ), "sm90"),
+    )
+
+    def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        configs = ctx.function.autotune_configs
+        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        plan = plan_attention_loop(ctx.source, original, ctx.plan, default)
+        if plan is None:
+            return updated
+        if isinstance(plan, LoopRefusal):
+            ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
+            return updated
+        body = list(updated.body.body)  # type: ignore[union-attr]
+        if len(body) != len(original.body.body):  # type: ignore[union-attr]
+            ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", "main loop not pipelined: attention "
+                                                         "loop: an earlier rule changed its statements"))
+            return updated
+        strides = _inner_strides(ctx, plan)
+        if isinstance(strides, LoopRefusal):
+            ctx.diagnostics.append(ctx.source.diagnostic(strides.node, "TT040",
+                                                         f"main loop not pipelined: {strides.reason}"))
+            return updated
+        for helper in ("async_copy_alias", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
+            ctx.need(helper)
+        if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
+            ctx.helpers.discard("dot")
+        # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
+        module = cst.parse_module(_emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides))
+        statements = list(module.body)  # the header comments parse as the module's header: put them back in front
+        statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
+                                                                  *statements[0].leading_lines])
+        return cst.FlattenSentinel(statements)
+
+
+def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
+    """The kernel parameters that scale the last (contiguous) index of the K and V addresses: in ``x + i[:, None] *
+    s0 + j[None, :] * s1`` that is ``s1``. They must be 1 for cp.async; the launcher makes an int argument equal to 1
+    a constexpr, which the emitted code tests at compile time. An address without such a factor is contiguous."""
+    params = {p.name for p in ctx.function.params if not p.is_constexpr}
+    definitions: dict[str, cst.BaseExpression] = {}
+    for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
+                isinstance(statement.body[0], cst.Assign) and isinstance(statement.body[0].targets[0].target, cst.Name):
+            definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
+    found: list[str] = []
+
+    class _Strides(cst.CSTVisitor):
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            if not isinstance(node.operator, cst.Multiply):
+                return
+            for index, factor in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(index, cst.Subscript) and isinstance(factor, cst.Name) and factor.value in params and \
+                        ctx.source.code(index.slice[0]).strip().startswith("None") and factor.value not in found:
+                    found.append(factor.value)
+
+    for load in (plan.k, plan.v):
+        seen: set[str] = set()
+        pending = [load.pointer]
+        while pending:
+            expression = pending.pop()
+            expression.visit(_Strides())
+            for name in names_in(expression) - seen:
+                seen.add(name)
+                if name in definitions and name in plan.invariants:
+                    pending.append(definitions[name])
+    return found
+
+
+def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
+    """Variable name -> the root of its layout class, for the names the layout plan bound to tensors."""
+    terms: list[Term] = [*plan.creations.values(), *plan.converts.values(), *(s.result for s in plan.dots.values())]
+    roots: dict[str, Term] = {}
+    seen: set[int] = set()
+    while terms:
+        root = terms.pop().find()
+        if root.id in seen:
+            continue
+        seen.add(root.id)
+        for name in root.names:
+            roots.setdefault(name, root)
+        if root.slice_of is not None:
+            terms.append(root.slice_of[1])
+    return roots
+
+
+def _namer(taken: set[str]):  # noqa: ANN202
+    def name(base: str) -> str:
+        candidate = base
+        while candidate in taken:
+            candidate += "_"
+        taken.add(candidate)
+        return candidate
+
+    return name
+
+
+def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
+          strides: list[str]) -> str:
+    name = _namer(names_in(ctx.function.node))
+    stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
+                                                       name("prev_slot"), name("next_it"), name("num_iters"),
+                                                       name("p_prev"))
+    q_smem, k_smem, v_smem = name(f"{plan.q}_smem"), name(f"{plan.k.name}_smem"), name(f"{plan.v.name}_smem")
+    pv_layout, p_layout = name("pv_layout"), name("p_layout")
+    sites = list(ctx.plan.dots.values())
+    site1 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.scores_index]))  # type: ignore[union-attr]
+    site2 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.acc_index]))  # type: ignore[union-attr]
+    m, n = site1.shape
+    d = site2.shape[1]
+    acc_layout = ctx.plan.layout_expr(site2.result)
+    q_term = _name_terms(ctx.plan).get(plan.q)
+    q_cols = q_term.shape[1] if q_term is not None and q_term.shape and q_term.shape[1] else f"{plan.q}.shape[1]"
+    k_shape = f"[{q_cols}, {n}]" if not plan.k_transposed else f"[{n}, {q_cols}]"
+    v_shape = f"[{n}, {d}]"
+    dtype = f"{plan.q}.dtype"  # wgmma reads A and B of one type: K, V and P are Q's type
+
+    # Copy layouts (16-byte vectors along the contiguous dimension): one per distinct tile shape.
+    copy_layouts: dict[str, str] = {}
+    for shape in (k_shape, v_shape):
+        if shape not in copy_layouts:
+            copy_layouts[shape] = name("kv_layout" if not copy_layouts else "v_layout")
+    k_layout, v_layout = copy_layouts[k_shape], copy_layouts[v_shape]
+
+    # Loop-invariant tensors the addresses use, converted once to the copy layout (`_ring` copies).
+    terms = _name_terms(ctx.plan)
+    renames: dict[str, str] = {plan.var: name(f"{plan.var}_next")}
+    conversions: list[str] = []
+    for invariant in plan.invariants:
+        term = terms.get(invariant)
+        if term is None:
+            continue  # a scalar
+        ring = name(f"{invariant}_ring")
+        renames[invariant] = ring
+        layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
+        target = f"gl.SliceLayout({term.slice_of[0]}, {layout})" if term.slice_of is not None else layout
+        conversions.append(f"{ring} = gl.convert_layout({invariant}, {target})")
+    for i in plan.producer:
+        for assigned in assigned_names(body[i]):
+            renames[assigned] = name(f"{assigned}_next")
+
+    # The loop range as an iteration count.
+    texts = [_text(a.value) for a in updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
+    lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
+    count = f"gl.cdiv({hi}, {step})" if lo == "0" else f"gl.cdiv({hi} - ({lo}), {step})"
+    index = (lambda v: f"{v} * {step}") if lo == "0" else (lambda v: f"{lo} + {v} * {step}")  # noqa: E731
+
+    def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
+        lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
+        lines += [f"{indent}{_text(body[i], renames)}" for i in plan.producer]
+        for load, smem in ((plan.k, k_smem), (plan.v, v_smem)):
+            pointer, mask = _load_args(body[load.index])
+            live = f"({iteration} < {iters})"
+            full_mask = f"{_text(mask, renames)} & {live}" if mask is not None else live
+            if mask is not None and not isinstance(mask, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)):
+                full_mask = f"({_text(mask, renames)}) & {live}"
+            lines.append(f"{indent}_async_copy({smem}.index({slot_expr}), {_text(pointer, renames)}, mask={full_mask})")
+            lines.append(f"{indent}async_copy.commit_group()")
+        return lines
+
+    dot1 = _value(body[plan.scores_index])
+    zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
+    k_operand = f"{k_smem}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{k_smem}.index({slot})"
+    p_text = _text(_value(body[plan.acc_index]).args[0].value)
+    loads = {plan.k.index, plan.v.index}
+    producer_only = {i for i in plan.producer
+                     if not any(assigned_names(body[i]) & names_in(s) for j, s in enumerate(body)
+                                if j not in plan.producer and j not in loads)}
+    skip = loads | producer_only | {plan.scores_index, plan.acc_index}
+    before = [i for i in range(plan.scores_index) if i not in skip]
+    softmax = [i for i in range(plan.scores_index + 1, plan.acc_index) if i not in skip and i not in plan.rescales]
+    after = [i for i in range(plan.acc_index + 1, len(body)) if i not in skip]
+    uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales)
+
+    def statements(indices: list[int]) -> list[str]:
+        return [_indent(_text(body[i]), "    ") for i in indices]
+
+    lines = [
+        f"{stages}: gl.constexpr = {plan.num_stages}",
+        "# cp.async copies 16 bytes per thread along the contiguous dimension of each tile.",
+        *(f"{layout}: gl.constexpr = _copy_layout({shape}, {dtype}, gl.num_warps())"
+          for shape, layout in copy_layouts.items()),
+        "# PV gets a wgmma as wide as the head dimension (the same registers as the accumulator's layout, so the",
+        "# conversions around it are free); P is its A operand, straight from registers.",
+        f"{pv_layout}: gl.constexpr = _mma_layout({m}, [{d}], {dtype}, gl.num_warps())",
+        f"{p_layout}: gl.constexpr = _register_a_layout({pv_layout}, {dtype})",
+        "# Address tiles in the copy layout, converted once (before the buffers below, so that the conversion's",
+        "# scratch space can be reused by them).",
+        *conversions,
+        f"{q_smem} = gl.allocate_shared_memory({dtype}, {plan.q}.shape, "
+        f"gl.NVMMASharedLayout.get_default_for({plan.q}.shape, {dtype}), {plan.q})",
+        f"{k_smem} = gl.allocate_shared_memory({dtype}, [{stages}, {k_shape[1:-1]}], "
+        f"gl.NVMMASharedLayout.get_default_for({k_shape}, {dtype}))",
+        f"{v_smem} = gl.allocate_shared_memory({dtype}, [{stages}, {v_shape[1:-1]}], "
+        f"gl.NVMMASharedLayout.get_default_for({v_shape}, {dtype}))",
+        "# The V slot of iteration -1 holds zeros: the first iteration's PV (of a zero P) then adds nothing.",
+        f"{v_smem}.index({stages} - 1).store(gl.zeros({v_shape}, {dtype}, layout={v_layout}))",
+        "fence_async_shared()  # the register stores above are read by wgmma (the async proxy)",
+        f"{iters} = {count}",
+        f"# Prologue: start the copies of the first {stages} - 1 iterations (masked off past the last one).",
+        f"for i in gl.static_range({stages} - 1):\n" + "\n".join(copies("i", "i", "    ")),
+        f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
+    ]
+    loop = [f"for {it} in range({iters}):"]
+    if uses_var:
+        loop.append(f"    {plan.var} = {index(it)}")
+    loop += statements(before)
+    loop += [
+        f"    {slot} = {it} % {stages}",
+        f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
+        "    # K of this iteration (and V of the previous one) have landed: this thread's copies are done, and the",
+        "    # barrier makes every thread's copies visible before the wgmmas read them.",
+        f"    async_copy.wait_group(2 * {stages} - 3)",
+        "    _cta_barrier()",
+        f"    {plan.scores} = warpgroup_mma({q_smem}, {k_operand}, {zeros}, is_async=True)",
+        f"    {plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index({prev_slot}), gl.convert_layout({plan.acc}, "
+        f"{pv_layout}), is_async=True)",
+        "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax.",
+        f"    {plan.scores}, _ = warpgroup_mma_wait(1, deps=[{plan.scores}, {k_smem}.index({slot})])",
+    ]
+    loop += statements(softmax)
+    loop += [
+        f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_smem}.index({prev_slot})])",
+        f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",
+    ]
+    loop += statements(plan.rescales)
+    loop.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
+    loop += statements(after)
+    loop += [
+        f"    # Both wgmmas that read slot `{prev_slot}` are done: refill it with the tiles of iteration "
+        f"{it} + {stages} - 1.",
+        f"    {nxt} = {it} + {stages} - 1",
+        *copies(nxt, prev_slot, "    "),
+    ]
+    lines.append("\n".join(loop))
+    lines += [
+        "# The last iteration's PV.",
+        f"{plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index(({iters} + {stages} - 1) % {stages}), "
+        f"gl.convert_layout({plan.acc}, {pv_layout}), is_async=True)",
+        f"{plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
+        "async_copy.wait_group(0)  # the copies past the end (masked off) are complete too",
+    ]
+    pipelined = _indent("\n".join(lines), "    ")
+    original = _indent(_text(updated), "    ")
+    condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
+    header = [
+        "# Main loop, pipelined by triton-transpile (flash-attention shape: S = Q K^T, online softmax, acc += P V):",
+        "# Q sits in shared memory for the whole loop; K and V tiles stream through a ring of NUM_STAGES slots",
+        "# filled by cp.async ahead of use; each iteration issues its QK^T wgmma and the previous iteration's PV",
+        "# wgmma, and waits only for QK^T before the softmax.",
+    ]
+    if strides:
+        header += [
+            f"# cp.async needs contiguous rows: the launcher passes {' and '.join(strides)} as compile-time "
+            "constants when they",
+            "# are 1 (and then `isinstance(..., int)` holds at compile time); other strides keep the translated loop.",
+        ]
+        text = "\n".join([*header, f"if {condition}:", pipelined, "else:",
+                          "    # Rows with a stride: the loop runs as translated, unpipelined.", original])
+    else:
+        text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
+    return text + "\n"
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + ln if ln else ln for ln in text.splitlines())
+
+
+def _value(statement: cst.BaseStatement) -> cst.Call:
+    return statement.body[0].value  # type: ignore[union-attr,return-value]
+
+
+def _load_args(statement: cst.BaseStatement) -> tuple[cst.BaseExpression, cst.BaseExpression | None]:
+    call = _value(statement)
+    pointer = next(a.value for a in call.args if a.keyword is None)
+    mask = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "mask"), None)
+    return pointer, mask
+
