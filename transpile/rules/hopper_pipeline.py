@@ -16,7 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 
 EXAMPLE = (
@@ -68,6 +68,8 @@ class HopperTMAPipeline(Rule):
         if plan is None:
             return updated
         if isinstance(plan, LoopRefusal):
+            if not any(ctx.plan.descriptor_ops.get(c, ("",))[0] == "load" for c in calls_in(original)):
+                return updated  # not a descriptor loop: the pointer-tile and attention rules speak for it
             ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
             return updated
         if plan.kind != "descriptor":
