@@ -132,7 +132,7 @@ def mm(a_ptr, b_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constex
 '''
 
 
-@pytest.mark.parametrize(("engine", "wait"), [("async_copy", "async_copy.wait_group(1)"), ("tdm", "tdm.async_wait(2)")])
+@pytest.mark.parametrize(("engine", "wait"), [("async_copy", "async_copy.wait_group(1)"), ("tdm", "tdm.async_wait(1)")])
 def test_descriptor_tiles_use_the_targets_copy_engine(engine: str, wait: str) -> None:
     sp = stage_plan(DESCRIPTOR_GEMM, engine)
     assert isinstance(sp, StagePlan)

@@ -150,15 +150,15 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     slots = max(MIN_SLOTS, loop_plan.num_stages)
     distance = slots - 1
     wait = WAITS[engine]
-    if wait is not None:  # TDM counts copies (one per operand), async_copy commit groups (one per iteration)
-        wait = wait.format(n=(slots - 3) * (len(loop_plan.loads) if engine == "tdm" else 1))
+    if wait is not None:  # one commit group (async_copy) or one fused TDM operation (tdm) per iteration
+        wait = wait.format(n=slots - 3)
     producer_lines = [body[i].line for i in loop_plan.producer]
     load_lines = [body[load.index].line for load in loop_plan.loads]
     consumer_lines = [f.line for f in body if f.index not in loop_plan.producer
                       and f.index not in {load.index for load in loop_plan.loads}]
     copies = {"registers": "global loads into registers, stored into their slot",
               "async_copy": "direct-to-LDS copies into their slot, one commit group",
-              "tdm": "TDM copies into their slot"}[engine]
+              "tdm": "one fused TDM copy into their slot (warps 0-3: A, warps 4-7: B)"}[engine]
     stages = [
         Stage("lds_read", 1, [body[loop_plan.dot_index].line],
               "this iteration's operands read from the ring in the MMA operand layouts"),

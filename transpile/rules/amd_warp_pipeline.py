@@ -135,6 +135,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
 
     engine = sp.engine
     tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
+    tdm_at = {load.name: name(f"{load.descriptor}_at") for load in plan.loads} if engine == "tdm" else {}
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
@@ -144,7 +145,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
             return f"{indent}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
-        return f"{indent}tdm.async_load({tdm_descs[load.name]}, [{offsets[0]}, {offsets[1]}], {dest})"
+        return (f"{indent}{tdm_at[load.name]} = tdm.update_tensor_descriptor({tdm_descs[load.name]}, "
+                f"add_offsets=[{offsets[0]}, {offsets[1]}], clamp_bounds=True)")
+
+    def fused(slot_expr: str, indent: str) -> list[str]:
+        """One TDM operation for both tiles: warps 0-3 copy the first, warps 4-7 the second."""
+        members = ", ".join(f"({tdm_at[load.name]}, {rings[load.name]}.index({slot_expr}), {hint})"
+                            for load, hint in zip(plan.loads, ("0b00001111", "0b11110000")))
+        return [f"{indent}tdm.async_load_fused([{members}])"]
 
     def producer(iteration: str, slot_expr: str, indent: str) -> tuple[list[str], list[str]]:
         """The producer of `iteration`: (address/mask statements and copies, pointer advances)."""
@@ -153,6 +161,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
         if engine == "async_copy":
             lines.append(f"{indent}async_copy.commit_group()")
+        elif engine == "tdm":
+            lines += fused(slot_expr, indent)
         return lines, [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
 
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
@@ -173,12 +183,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         "# Prologue: the tiles of the first NUM_STAGES - 1 iterations go into their slots.",
         f"for i in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer("i", "i", "    "), [])),
     ]
-    per_iteration = len(plan.loads)
     wait = {"registers": None, "async_copy": "async_copy.wait_group({n})",
             "tdm": "tdm.async_wait({n})"}[engine]
     if wait is not None:
         # The first tile must have landed before the first `lds_read`.
-        first = f"{stages} - 2" if engine == "async_copy" else f"({stages} - 2) * {per_iteration}"
+        first = f"{stages} - 2"  # one commit group / one fused TDM operation per iteration
         lines.append(wait.format(n=first))
     loop = [f"for {it} in range({iters}):"]
     if uses_var:
@@ -190,7 +199,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
           f"{plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))" for k, load in enumerate(plan.loads)),
     ]
     if wait is not None:
-        between = f"{stages} - 3" if engine == "async_copy" else f"({stages} - 3) * {per_iteration}"
+        between = f"{stages} - 3"
         loop += [
             "    # Between the stages: this iteration's tiles have landed, also those the lagging warp group copied.",
             "    " + wait.format(n=between),
@@ -213,7 +222,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                      "runs the MMA.",
         "async_copy": "starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES - 1 into their slot (one "
                       "commit group per iteration) and runs the MMA.",
-        "tdm": "starts TDM copies of the tiles of iteration it + NUM_STAGES - 1 into their slot and runs the MMA.",
+        "tdm": "starts one fused TDM copy of the tiles of iteration it + NUM_STAGES - 1 into their slot (warps 0-3 "
+               "copy A, warps 4-7 copy B) and runs the MMA.",
     }[engine]
     paragraph = (
         "Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one stage "
