@@ -139,7 +139,17 @@ class DescriptorsAsTMA(_DescriptorDispatch, Rule):
     def store(self, ctx: RuleContext, desc: cst.BaseExpression, offsets: list[cst.BaseExpression],
               value: cst.BaseExpression) -> cst.BaseExpression:
         ctx.need("tma_store")
+        # The tile goes to shared memory on its way to TMA, which takes it from any register layout: the conversion
+        # to a blocked layout that the store's layout class asks for would only cost a shuffle through shared memory.
+        if isinstance(value, cst.Call) and _dotted(value.func) == "gl.convert_layout" and value.args:
+            value = value.args[0].value
         return call("_tma_store", desc, _coords(offsets), value)
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return node.value if isinstance(node, cst.Name) else ""
 
 
 def _coords(offsets: list[cst.BaseExpression]) -> cst.BaseExpression:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile.cst_utils import names_in
+
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
 
 CREATIONS = ("arange", "zeros", "full")
@@ -55,7 +57,10 @@ class LayoutDeclarations(Rule):
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = ctx.plan
         lines: list[str] = []
+        used = names_in(updated.body)
         for name, kind, root in plan.declarations:
+            if name not in used:  # e.g. a store conversion a target's rule made unnecessary
+                continue
             if kind == "mma":
                 value = ctx.target.mma_layout_expr(ctx, root)
             else:
