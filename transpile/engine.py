@@ -29,6 +29,7 @@ class KernelOutcome:
     is_helper: bool
     translated: bool
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    num_warps: int | None = None  # the warps the variant must be launched with (a warp-pipelined loop needs 8)
 
 
 @dataclass
@@ -107,7 +108,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         ctx = RuleContext(facts, fn, plan, target, helpers=set())
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
         node = fn.node.visit(_KernelRewriter(ctx))
-        outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)))
+        outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps)
         outcome.translated = not any(d.severity is not Severity.NOTE for d in outcome.diagnostics)
         outcomes[fn.name] = outcome
         if outcome.translated:
@@ -181,6 +182,26 @@ def _header(path: str, source: SourceFile, target: Target, command: str | None, 
     return newline.join(lines) + newline
 
 
+class _LaunchWarps(cst.CSTTransformer):
+    """Host code: launches ``kernel[grid](..., num_warps=n)`` of a kernel that needs a number of warps get it."""
+
+    def __init__(self, warps: dict[str, int]) -> None:
+        super().__init__()
+        self.warps = warps
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        func = updated_node.func
+        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and func.value.value in self.warps):
+            return updated_node
+        warps = self.warps[func.value.value]
+        args = list(updated_node.args)
+        for i, arg in enumerate(args):
+            if arg.keyword is not None and arg.keyword.value == "num_warps":
+                args[i] = arg.with_changes(value=cst.Integer(str(warps)))
+                return updated_node.with_changes(args=args)
+        return updated_node  # no num_warps given: the autotune configs (rewritten) or the kernel's assert decide
+
+
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
                  outcomes: dict[str, KernelOutcome], helpers: set[str]) -> str:
     module = source.module
@@ -194,6 +215,10 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
                 body.append(_refusal_note(statement, outcomes[name], target))
             continue
         body.append(statement)
+    launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
+    if launch_warps:
+        body = [s.visit(_LaunchWarps(launch_warps)) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
+                else s for s in body]
 
     imports_end = _imports_end(body)
     new_imports = [cst.parse_statement(line) for line in target.imports]

@@ -179,6 +179,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         line = source.position(fn.node.name)[0]
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)
+            num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             ok, message, asm = compile_kernel(getattr(module, outcome.name), result.target, signature, constexprs,
                                               num_warps)
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm))

@@ -108,6 +108,9 @@ class DotSite:
     result: Term
     shape: list[str | None]  # [M, N] as source text where known
     operand_dtype: str | None = None  # element type of the A operand as kernel-level source text
+    a_shape: tuple[str | None, ...] | None = None  # the operands' shapes as source text where known
+    b_shape: tuple[str | None, ...] | None = None
+    b_dtype: str | None = None
 
 
 @dataclass
@@ -735,6 +738,9 @@ class _FunctionWalker:
             site = DotSite(node, a_node, b_node, acc_node, self.arg(node, 4, "out_dtype"),
                            self.arg(node, 3, "input_precision"), result, shape)  # type: ignore[arg-type]
             site.operand_dtype = a.elem if isinstance(a, Tensor) else None
+            site.b_dtype = b.elem if isinstance(b, Tensor) else None
+            site.a_shape = a.shape if isinstance(a, Tensor) else None
+            site.b_shape = b.shape if isinstance(b, Tensor) else None
             result.dots = [site]
             self.plan.dots[node] = site
         acc = self.eval(acc_node)

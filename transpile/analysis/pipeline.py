@@ -1,10 +1,14 @@
 """Main-loop facts for software pipelining: which statements produce the MMA operands, which consume them.
 
 For a loop ``for k in range(lo, hi[, step])`` of a jit function, `plan_loop` finds the dot (``acc = tl.dot(a, b,
-acc)``), the tile loads that produce its operands, and the *producer slice*: the loop statements those loads'
-addresses depend on (``off_k = k * BLOCK_K``). Everything else is the consumer. The plan is pure facts; a target's
-pipeline rule turns it into a ring of shared-memory buffers filled ahead of use. When a loop cannot be pipelined
-the result is a `LoopRefusal` with the reason and the node to point at; the loop then stays as it is.
+acc)``), the tile loads that produce its operands (``a = a_desc.load(coords)`` through a tensor descriptor, or
+``a = tl.load(a_ptrs, mask=..., other=...)`` through a tile of pointers), and the *producer slice*: the loop
+statements those loads' addresses and masks depend on (``off_k = k * BLOCK_K``, ``k_mask = offs_k < K - k *
+BLOCK_K``), including *loop-carried producer state*: pointers that each iteration advances after the loads
+(``a_ptrs += BLOCK_K * stride_ak``). Everything else is the consumer. The plan is pure facts; a target's pipeline
+rule turns it into a ring of shared-memory buffers filled ahead of use (the producer slice is re-evaluated for a
+later iteration, its carried state advanced on its own copy). When a loop cannot be pipelined the result is a
+`LoopRefusal` with the reason and the node to point at; the loop then stays as it is.
 """
 
 from __future__ import annotations
@@ -18,13 +22,23 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
+# Keyword arguments of `tl.load` that a pipelined copy can honour (the cache hints are dropped by the copy engines).
+POINTER_LOAD_KEYWORDS = ("mask", "other", "cache_modifier", "eviction_policy")
+
 
 @dataclass
 class OperandLoad:
     index: int  # statement index in the loop body
     name: str  # the variable the tile is bound to
-    descriptor: str  # the descriptor variable it is loaded through
+    descriptor: str  # the descriptor variable it is loaded through ("" for a pointer load)
     call: cst.Call = field(repr=False)
+    pointer: cst.BaseExpression | None = field(default=None, repr=False)  # pointer loads: the tile of pointers
+    mask: cst.BaseExpression | None = field(default=None, repr=False)
+    other: cst.BaseExpression | None = field(default=None, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return "descriptor" if self.descriptor else "pointer"
 
 
 @dataclass
@@ -36,7 +50,24 @@ class LoopPlan:
     loads: list[OperandLoad]  # A then B
     dot_index: int
     acc: str
-    producer: list[int]  # statement indices the loads' coordinates depend on (pure scalar statements)
+    producer: list[int]  # statement indices the loads' addresses and masks depend on (in body order)
+    carried: list[str] = field(default_factory=list)  # loop-carried producer state (advanced after the loads)
+
+    @property
+    def kind(self) -> str:
+        """"descriptor" when both operands come through tensor descriptors, "pointer" when both are pointer tiles."""
+        kinds = {load.kind for load in self.loads}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
+    def producer_before(self) -> list[int]:
+        """Producer statements that run before the loads of an iteration (coordinates, masks)."""
+        first = min(load.index for load in self.loads)
+        return [i for i in self.producer if i < first]
+
+    def producer_after(self) -> list[int]:
+        """Producer statements that advance the carried state after the loads (``a_ptrs += ...``)."""
+        first = min(load.index for load in self.loads)
+        return [i for i in self.producer if i > first]
 
 
 @dataclass
@@ -45,13 +76,44 @@ class LoopRefusal:
     reason: str
 
 
+def loop_body(loop: cst.For | cst.While) -> list[cst.BaseStatement]:
+    return list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+
+
+def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cst.BaseStatement,
+                 name: str) -> OperandLoad | LoopRefusal | None:
+    """`name = desc.load(coords)` or `name = tl.load(ptrs, mask=, other=)` at `statement`, else None."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign) and assigned_names(statement) == {name}):
+        return None
+    call = statement.body[0].value
+    if not isinstance(call, cst.Call):
+        return None
+    op = plan.descriptor_ops.get(call)
+    if op is not None and op[0] == "load" and isinstance(call.func, cst.Attribute) \
+            and isinstance(call.func.value, cst.Name):
+        return OperandLoad(index, name, call.func.value.value, call)
+    if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    unsupported = [k for k in keywords if k not in POINTER_LOAD_KEYWORDS + ("pointer",)]
+    if unsupported:
+        return LoopRefusal(call, f"`tl.load(..., {unsupported[0]}=...)` has no pipelined copy")
+    values = [a.value for a in positional]
+    pointer = values[0] if values else keywords.get("pointer")
+    mask = values[1] if len(values) > 1 else keywords.get("mask")
+    other = values[2] if len(values) > 2 else keywords.get("other")
+    if pointer is None:
+        return None
+    return OperandLoad(index, name, "", call, pointer, mask, other)
+
+
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads."""
-    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else []
+    body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
-    loads = {i: s for i, s in enumerate(body)
-             if any(plan.descriptor_ops.get(c, ("",))[0] == "load" for c in calls_in(s))}
-    if not dots or not loads:
+    if not dots:
         return None
     if len(dots) != 1:
         return LoopRefusal(dots[1][1], "more than one `tl.dot` in the loop (one accumulator chain is pipelined)")
@@ -92,41 +154,65 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     for operand in (site.a, site.b):
         if not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
-        found = None
-        for i, statement in loads.items():
-            if assigned_names(statement) == {operand.value} and isinstance(statement.body[0], cst.Assign):  # type: ignore[union-attr]
-                call = statement.body[0].value  # type: ignore[union-attr]
-                op = plan.descriptor_ops.get(call) if isinstance(call, cst.Call) else None
-                if op is not None and op[0] == "load" and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):  # type: ignore[union-attr]
-                    found = OperandLoad(i, operand.value, call.func.value.value, call)  # type: ignore[union-attr]
+        found: OperandLoad | LoopRefusal | None = None
+        for i, statement in enumerate(body[:dot_index]):
+            candidate = operand_load(source, plan, i, statement, operand.value)
+            if candidate is not None:
+                found = candidate
+        if isinstance(found, LoopRefusal):
+            return found
         if found is None:
-            return LoopRefusal(operand, f"the dot operand `{operand.value}` is not a tensor-descriptor tile load in "
-                               "this loop")
+            return LoopRefusal(operand, f"the dot operand `{operand.value}` is not a tile load (`tl.load` or a tensor "
+                               "descriptor's `load`) in this loop")
         uses = sum(operand.value in names_in(s) for j, s in enumerate(body) if j not in (found.index,))
         if uses != 1:
-            return LoopRefusal(operand, f"`{operand.value}` is used outside the dot; the pipelined wgmma reads it "
+            return LoopRefusal(operand, f"`{operand.value}` is used outside the dot; the pipelined MMA reads it "
                                "straight from shared memory")
         operands.append(found)
-    # The producer slice: statements the load coordinates need, transitively, within the loop.
-    assigned_at = {name: i for i, s in enumerate(body) for name in assigned_names(s)}
+    # The producer slice: statements the load addresses and masks need, transitively, within the loop. A name the
+    # loads read before the loop body assigns it is loop-carried producer state (`a_ptrs += ...` after the dot).
+    first_load = min(o.index for o in operands)
+    load_indices = {o.index for o in operands}
+    assigned_at: dict[str, list[int]] = {}
+    for i, s in enumerate(body):
+        for name in assigned_names(s):
+            assigned_at.setdefault(name, []).append(i)
     needed: set[str] = set()
     for load in operands:
-        needed |= names_in(load.call.args[0].value) if load.call.args else set()
+        for part in (load.call.args[0].value if load.descriptor else load.pointer, load.mask, load.other):
+            if part is not None:
+                needed |= names_in(part)
     producer: set[int] = set()
+    carried: list[str] = []
     frontier = set(needed)
     while frontier:
         name = frontier.pop()
-        i = assigned_at.get(name)
-        if i is None or i in producer:
-            continue
-        if i >= min(o.index for o in operands) and i not in [o.index for o in operands]:
-            return LoopRefusal(body[i], "a load address depends on a value computed after the loads")
-        if acc in names_in(body[i]) or i == dot_index:
-            return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
-        producer.add(i)
-        frontier |= names_in(body[i]) - needed
-        needed |= names_in(body[i])
+        for i in assigned_at.get(name, []):
+            if i in producer:
+                continue
+            if i in load_indices:
+                return LoopRefusal(body[i], f"a load address depends on the loaded tile `{name}`")
+            if acc in names_in(body[i]) or i == dot_index:
+                return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
+            if i > first_load:
+                # Advanced after the loads: the value the loads read comes from the previous iteration.
+                if any(j < first_load for j in assigned_at[name]):
+                    return LoopRefusal(body[i], f"`{name}` is assigned both before and after the loads")
+                if name not in carried:
+                    carried.append(name)
+            producer.add(i)
+            new = names_in(body[i]) - needed
+            frontier |= new
+            needed |= new
     if acc in needed:
         return LoopRefusal(dot_call, "a load depends on the accumulator")
-    return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer))
-
+    # The carried state must advance from producer values alone (it is re-run ahead of the consumer).
+    for i in producer:
+        if i > first_load:
+            for name in names_in(body[i]):
+                for j in assigned_at.get(name, []):
+                    if j not in producer and name not in carried:
+                        return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
+    carried.sort(key=lambda name: assigned_at[name][0])
+    return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
+                    carried)

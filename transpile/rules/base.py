@@ -35,6 +35,7 @@ class RuleContext:
     target: Target
     helpers: set[str]  # module-level helper snippets the emitted code calls (names from the target's snippets)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    num_warps: int | None = None  # set by a rule whose output needs this many warps (a warp-pipelined loop: 8)
 
     @property
     def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations

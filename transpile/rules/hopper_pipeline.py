@@ -70,6 +70,11 @@ class HopperTMAPipeline(Rule):
         if isinstance(plan, LoopRefusal):
             ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
             return updated
+        if plan.kind != "descriptor":
+            ctx.diagnostics.append(ctx.source.diagnostic(
+                original, "TT040", "main loop not pipelined: its operands are pointer tiles (the TMA ring needs tensor "
+                "descriptors)"))
+            return updated
         return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
 
     def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:

@@ -66,6 +66,7 @@ class Target:
 # Snippets that call other snippets.
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dot": ("mma_k_width",),
+    "lds_ring": ("mma_k_width",),
     "tma_load": ("tma_aliases",),
     "tma_store": ("tma_aliases",),
 }

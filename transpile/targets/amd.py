@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
 from transpile.rules.descriptors import DescriptorsAsPointers
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
@@ -18,7 +19,7 @@ GLUON_IMPORTS = (
 
 # Rules in the order they apply to each node.
 BASE_RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-              DescriptorsAsPointers(), LayoutDeclarations())
+              DescriptorsAsPointers(), AMDWarpPipeline(), LayoutDeclarations())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
@@ -67,14 +68,37 @@ def _mma_layout(m, ns, dtype, num_warps):
 '''
 
 
+LDS_RING = '''
+@gluon.constexpr_function
+def _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype):
+    """LDS bytes of the rings of a pipelined main loop: `slots` tiles of A and `slots` tiles of B."""
+    a_elements = 1
+    for dim in a_shape:
+        a_elements *= dim
+    b_elements = 1
+    for dim in b_shape:
+        b_elements *= dim
+    return slots * (a_elements * a_dtype.primitive_bitwidth + b_elements * b_dtype.primitive_bitwidth) // 8
+
+
+@gluon.constexpr_function
+def _lds_layout(dtype, operand):
+    """Shared layout of a ring slot of MMA operand `operand` (0: A, 1: B): row-major tiles swizzled in vectors of
+    the operand's k_width, so that the operand reads of a wavefront spread over the LDS banks."""
+    vec = {k_widths}[dtype.primitive_bitwidth]
+    return gl.SwizzledSharedLayout(vec=vec, per_phase=1, max_phase=16 if operand == 0 else 8, order=[1, 0])
+'''
+
+
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
-                mma_snippets: dict[str, str], imports: tuple[str, ...]) -> Target:
+                mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str) -> Target:
     snippets = {
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
         "acc_dtype": s.ACC_DTYPE,
         "cta_barrier": s.CTA_BARRIER,
         **mma_snippets,
         "desc_load": s.DESC_LOAD,
+        "lds_ring": LDS_RING.format(k_widths=k_widths),
         "desc_store": s.DESC_STORE,
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
@@ -94,13 +118,13 @@ GFX942 = _amd_target(
     "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
     "register loads + shared-memory stores", 64 * 1024,
     _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 4}", "{8: 8, 16: 4, 32: 2}", "mfma"),
-    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",),
+    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 2}",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
     "direct-to-LDS async copies", 160 * 1024,
     _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma"),
-    ("from triton.experimental.gluon.language.amd.cdna4 import mfma",),
+    ("from triton.experimental.gluon.language.amd.cdna4 import mfma",), "{8: 16, 16: 8, 32: 1}",
 )
 GFX1250 = _amd_target(
     "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
@@ -110,5 +134,5 @@ GFX1250 = _amd_target(
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}"),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
     },
-    ("from triton.experimental.gluon.language.amd.gfx1250 import wmma",),
+    ("from triton.experimental.gluon.language.amd.gfx1250 import wmma",), "{8: 8, 16: 8, 32: 2}",
 )

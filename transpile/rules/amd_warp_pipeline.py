@@ -1,0 +1,215 @@
+"""AMD: warp-pipeline a GEMM main loop into two `gl.amd.warp_pipeline_stage` blocks over an LDS ring.
+
+Matches: ``for k in range(...)`` / ``tl.range(..., num_stages=n)`` whose body loads the two operands of one
+``acc = tl.dot(a, b, acc)`` (pointer tiles or tensor-descriptor tiles) -- the `StagePlan` of
+`transpile.analysis.stages`.
+Emits, under a compile-time test that the ring fits the target's LDS (else the loop runs as translated):
+``gl.static_assert`` that the kernel runs with 8 warps; a ring of ``NUM_STAGES`` LDS slots per operand; a prologue
+that fills the first ``NUM_STAGES - 1`` slots; a loop of two stages, ``lds_read`` (priority 1: this iteration's
+operands from the ring, in the MMA operand layouts) and ``copy_mma`` (priority 0: the tiles of iteration
+``it + NUM_STAGES - 1`` into their slot, then the MMA and the rest of the body). The lowering runs the two stages on
+two warp groups at once, one stage apart, so that one group's memory traffic overlaps the other's MMAs.
+Targets: gfx942, gfx950, gfx1250 (register-staged copies: global loads into registers, stores into the ring).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.pipeline import OperandLoad
+from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
+from transpile.cst_utils import assigned_names, names_in
+from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import code, namer, rename
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    offs_m = tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n    offs_k = tl.arange(0, BK)\n"
+    "    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]\n"
+    "    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]\n"
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in tl.range(0, tl.cdiv(K, BK), num_stages=3):\n"
+    "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n"
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, b, acc)\n        a_ptrs += BK\n        b_ptrs += BK * BN\n"
+    "    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))\n"
+)
+
+
+class AMDWarpPipeline(Rule):
+    name = "amd-warp-pipeline"
+    matches = "a main loop whose dot operands are tile loads (pointer or tensor-descriptor tiles)"
+    emits = "an LDS ring and two warp_pipeline_stage blocks (lds_read, copy_mma) run by two warp groups"
+    examples = (
+        Example(EXAMPLE, (
+            'gl.static_assert(gl.num_warps() == 8, "the warp-pipelined main loop needs num_warps=8',
+            "NUM_STAGES: gl.constexpr = 3",
+            'with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
+            "a = a_ring.index(slot).load(gl.DotOperandLayout(0, acc.type.layout, _mma_k_width(a_ring.dtype)))",
+            'with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
+            "a_ring.index(next_slot).store(gl.load(a_ptrs_next, mask=(offs_k[None, :] < K - k_next * BK) & "
+            "(next_it < num_iters), other=0.0))",
+        ), "gfx942"),
+    )
+
+    def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, "registers",
+                                 ctx.target.shared_memory_bytes)
+        if stage_plan is None:
+            return updated
+        if isinstance(stage_plan, StageRefusal):
+            ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
+                                                         f"main loop not pipelined: {stage_plan.reason}"))
+            return updated
+        ctx.need("lds_ring")
+        ctx.num_warps = PIPELINE_WARPS
+        return cst.FlattenSentinel(list(cst.parse_module(_emit(ctx, stage_plan, updated)).body))
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        """Autotune configs of a kernel with a warp-pipelined loop launch it with 8 warps."""
+        if ctx.num_warps != PIPELINE_WARPS or not ctx.function.autotune_configs:
+            return updated
+        decorators = []
+        for decorator in updated.decorators:
+            changed = decorator.visit(_ConfigWarps())
+            if changed is not decorator and not changed.deep_equals(decorator):
+                changed = changed.with_changes(leading_lines=[*changed.leading_lines, cst.EmptyLine(
+                    comment=cst.Comment("# num_warps=8 in every config: the warp-pipelined main loop runs its stages on "
+                                        "two groups of 4 warps."))])
+            decorators.append(changed)
+        return updated.with_changes(decorators=decorators)
+
+
+class _ConfigWarps(cst.CSTTransformer):
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if updated_node.keyword is not None and updated_node.keyword.value == "num_warps":
+            return updated_node.with_changes(value=cst.Integer(str(PIPELINE_WARPS)))
+        return updated_node
+
+
+def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
+    plan = sp.loop
+    body = list(updated.body.body)  # type: ignore[union-attr]
+    name = namer(names_in(ctx.function.node))
+    stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
+                                              name("next_slot"), name("num_iters"))
+    rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
+    site = ctx.plan.dots[_dot_call(plan)]
+    dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
+    args = [a for a in updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
+    texts = [code(x.value) for x in args]
+    lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
+    count = hi if (lo == "0" and step == "1") else f"gl.cdiv({hi} - ({lo}), {step})"
+
+    def index(v: str) -> str:
+        return v if (lo, step) == ("0", "1") else f"{lo} + {v} * {step}"
+
+    # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
+    # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
+    renames = {plan.var: name(f"{plan.var}_next")}
+    for i in plan.producer:
+        for assigned in assigned_names(body[i]):
+            renames[assigned] = name(f"{assigned}_next")
+    load_indices = {load.index for load in plan.loads}
+    consumer_names: set[str] = set()
+    for i, statement in enumerate(body):
+        if i not in load_indices and i not in plan.producer:
+            consumer_names |= names_in(statement)
+    shared_producer = [i for i in plan.producer if assigned_names(body[i]) & consumer_names]
+    consumer = [i for i in range(len(body)) if i not in load_indices and (i not in plan.producer
+                                                                          or i in shared_producer)]
+    uses_var = any(plan.var in names_in(body[i]) for i in consumer)
+
+    def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
+        value = _renamed_load(body[load.index], renames, iteration, iters, load)
+        return f"{indent}{rings[load.name]}.index({slot_expr}).store({value})"
+
+    def producer(iteration: str, slot_expr: str, indent: str) -> tuple[list[str], list[str]]:
+        """The producer of `iteration`: (address/mask statements and copies, pointer advances)."""
+        lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
+        lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_before()]
+        lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
+        return lines, [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
+
+    shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
+    a, b = plan.loads
+    fits = (f"_lds_ring_bytes({stages}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
+            f"[{', '.join(shapes[b.name])}], {dtypes[b.name]}) <= {sp.lds_limit}")
+    lines = [
+        *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
+          f"{', '.join(shapes[load.name])}], _lds_layout({dtypes[load.name]}, {k}))" for k, load in enumerate(plan.loads)),
+        f"{iters} = {count}",
+        *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
+        "# Prologue: the tiles of the first NUM_STAGES - 1 iterations go into their slots.",
+        f"for i in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer("i", "i", "    "), [])),
+    ]
+    loop = [f"for {it} in range({iters}):"]
+    if uses_var:
+        loop.append(f"    {plan.var} = {index(it)}")
+    loop += [
+        f"    {slot} = {it} % {stages}",
+        '    with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
+        *(f"        {load.name} = {rings[load.name]}.index({slot}).load(gl.DotOperandLayout({k}, "
+          f"{plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))" for k, load in enumerate(plan.loads)),
+        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
+        f"        {nxt} = {it} + {stages} - 1",
+        f"        {nxt_slot} = {nxt} % {stages}",
+    ]
+    copies, advances = producer(nxt, nxt_slot, "        ")
+    loop += copies
+    loop += [_indent(code(body[i]), "        ") for i in consumer]
+    loop += advances
+    lines.append("\n".join(loop))
+    pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
+    original = "\n".join("    " + ln for ln in code(updated).splitlines())
+    header = [
+        "# Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one",
+        "# stage apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the reads).",
+        "# `lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma` loads the tiles",
+        "# of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and runs the MMA. With three",
+        "# slots or more a group never writes the slot the other group is reading. Tiles past the end load as zeros",
+        "# (masked) and are never read.",
+        f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
+        f'{PIPELINE_WARPS}: two warp groups of 4 warps alternate between its stages")',
+        f"{stages}: gl.constexpr = {sp.slots}",
+        f"if {fits}:",
+        pipelined,
+        "else:",
+        f"    # The ring does not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes: the loop runs as "
+        "translated.",
+        original,
+    ]
+    return "\n".join(header) + "\n"
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def _dot_call(plan) -> cst.Call:  # noqa: ANN001
+    statement = plan.loop.body.body[plan.dot_index]
+    return statement.body[0].value
+
+
+def _renamed_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
+                  load: OperandLoad) -> str:
+    """The translated load of `statement` for a later iteration; a pointer load past the end is masked off."""
+    call = statement.body[0].value  # type: ignore[union-attr]
+    if load.kind == "descriptor":  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
+        return rename(call, renames)
+    args = list(call.args)
+    guard = cst.parse_expression(f"{iteration} < {iters}")
+    positional = [a for a in args if a.keyword is None]
+    mask_arg = next((a for a in args if a.keyword is not None and a.keyword.value == "mask"), None)
+    if mask_arg is None and len(positional) > 1:
+        mask_arg = positional[1]
+    if mask_arg is not None:
+        new_mask = cst.BinaryOperation(cst.parse_expression(f"({code(mask_arg.value)})"), cst.BitAnd(),
+                                       cst.parse_expression(f"({iteration} < {iters})"))
+        args = [a.with_changes(value=new_mask) if a is mask_arg else a for a in args]
+    else:
+        args.insert(1, cst.Arg(guard, keyword=cst.Name("mask"), equal=cst.AssignEqual(
+            cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return rename(call.with_changes(args=args), renames)
