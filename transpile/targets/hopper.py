@@ -9,6 +9,7 @@ from __future__ import annotations
 from transpile.rules.descriptors import DescriptorsAsTMA
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
+from transpile.rules.hopper_cp_async import HopperCpAsyncPipeline
 from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
 from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
@@ -17,13 +18,13 @@ from transpile.targets import Target
 from transpile.targets import snippets as s
 
 RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-         DescriptorsAsTMA(), HopperTMAPipeline(), LayoutDeclarations())
+         DescriptorsAsTMA(), HopperTMAPipeline(), LayoutDeclarations(), HopperCpAsyncPipeline())
 
 IMPORTS = (
     "from triton.experimental import gluon",
     "from triton.experimental.gluon import language as gl",
-    "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
-    "warpgroup_mma, warpgroup_mma_wait",
+    "from triton.experimental.gluon.language.nvidia.hopper import async_copy as _async_copy, fence_async_shared, "
+    "mbarrier, tma, warpgroup_mma, warpgroup_mma_wait",
 )
 
 WGMMA_LAYOUT = '''
@@ -64,6 +65,35 @@ TMA_ALIASES = '''
 # TMA copies: `tma.async_load`/`tma.async_store` in Triton 3.9, `async_copy_*` before it.
 _tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+'''
+
+CP_ASYNC = '''
+# cp.async copies into shared memory: `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before it.
+_cp_async_load = getattr(_async_copy, "async_load", None) or _async_copy.async_copy_global_to_shared
+'''
+
+COPY_LAYOUT = '''
+@gluon.constexpr_function
+def _copy_layout(shape, num_warps, dtype):
+    """Blocked layout for a tile that cp.async copies into shared memory: each thread holds 16 contiguous bytes of the
+    last dimension (8 x 16-bit elements; the copy engine's widest and fastest copy), the 32 lanes of a warp cover the
+    last dimension first, warps split the first dimension."""
+    rank = len(shape)
+    size = list(shape)
+    size_per_thread = [1] * (rank - 1) + [min(128 // dtype.primitive_bitwidth, size[-1])]
+    threads_per_warp = [1] * rank
+    lanes = 32
+    for dim in reversed(range(rank)):
+        threads_per_warp[dim] = min(lanes, max(1, size[dim] // size_per_thread[dim]))
+        lanes //= threads_per_warp[dim]
+    threads_per_warp[0] *= lanes
+    warps_per_cta = [1] * rank
+    warps = num_warps
+    for dim in range(rank):
+        warps_per_cta[dim] = min(warps, max(1, size[dim] // (size_per_thread[dim] * threads_per_warp[dim])))
+        warps //= warps_per_cta[dim]
+    warps_per_cta[0] *= warps
+    return gl.BlockedLayout(size_per_thread, threads_per_warp, warps_per_cta, list(reversed(range(rank))))
 '''
 
 TMA_LOAD = '''
@@ -112,6 +142,8 @@ SM90 = Target(
         "mma_k_width": WGMMA_SMEM,
         "dot": WGMMA_DOT,
         "tma_aliases": TMA_ALIASES,
+        "cp_async": CP_ASYNC,
+        "copy_layout": COPY_LAYOUT,
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,
     },
