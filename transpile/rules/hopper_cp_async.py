@@ -135,6 +135,8 @@ class _FreshTiles(cst.CSTTransformer):
 
 
 class _Emitted:
+    """The emitted source of a pipelined loop (a plain `str` from `_Emitter.emit` is the reason it was not)."""
+
     def __init__(self, text: str) -> None:
         self.text = text
 
@@ -182,7 +184,7 @@ class _Emitter:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
         ctx.need("cp_async")
         ctx.need("cta_barrier")
-        return _Emitted(self._text(site, tests, definitions, dtypes, shapes))
+        return _Emitted(self._text(tests, definitions, dtypes, shapes))
 
     def _definition(self, name: str) -> cst.BaseExpression | None:
         """The value of the one assignment `name = ...` among the function's statements outside the loop."""
@@ -241,8 +243,8 @@ class _Emitter:
                 names |= names_in(original_body[i])
         return names & self.params
 
-    def _text(self, site, tests: list[str], definitions: dict[str, cst.BaseExpression],  # noqa: ANN001
-              dtypes: dict[str, str], shapes: dict[str, str]) -> str:
+    def _text(self, tests: list[str], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
+              shapes: dict[str, str]) -> str:
         plan, body = self.plan, self.body
         name = namer(names_in(self.ctx.function.node))
         stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
