@@ -78,7 +78,7 @@ class HopperAttentionPipeline(Rule):
             "if isinstance(stride_d, int):",
             "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "
             "q.dtype), q)",
-            "_async_copy(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
+            "_cp_async_load(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
             "async_copy.wait_group(2 * NUM_STAGES - 3)",
             "qk = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), gl.zeros([BM, BN], "
             "_acc_dtype(q_ptr.dtype.element_ty), layout=mma_layout), is_async=True)",
@@ -109,7 +109,7 @@ class HopperAttentionPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(strides.node, "TT040",
                                                          f"main loop not pipelined: {strides.reason}"))
             return updated
-        for helper in ("async_copy_alias", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
+        for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
@@ -242,7 +242,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
             full_mask = f"{_text(mask, renames)} & {live}" if mask is not None else live
             if mask is not None and not isinstance(mask, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)):
                 full_mask = f"({_text(mask, renames)}) & {live}"
-            lines.append(f"{indent}_async_copy({smem}.index({slot_expr}), {_text(pointer, renames)}, mask={full_mask})")
+            lines.append(f"{indent}_cp_async_load({smem}.index({slot_expr}), {_text(pointer, renames)}, mask={full_mask})")
             lines.append(f"{indent}async_copy.commit_group()")
         return lines
 

@@ -72,10 +72,12 @@ class HopperTMAPipeline(Rule):
                 return updated  # not a descriptor loop: the pointer-tile and attention rules speak for it
             ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
             return updated
+        if plan.kind == "pointer":
+            return updated  # pointer tiles: the cp.async ring (HopperCpAsyncPipeline)
         if plan.kind != "descriptor":
             ctx.diagnostics.append(ctx.source.diagnostic(
-                original, "TT040", "main loop not pipelined: its operands are pointer tiles (the TMA ring needs tensor "
-                "descriptors)"))
+                original, "TT040", "main loop not pipelined: one operand is a pointer tile, the other a tensor "
+                "descriptor's tile"))
             return updated
         return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
 

@@ -57,7 +57,9 @@ class LayoutDeclarations(Rule):
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = ctx.plan
         lines: list[str] = []
-        used = names_in(updated.body)
+        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
+                 for param, term in plan.param_converts.items()]
+        used = names_in(updated.body) | {n for line in entry for n in names_in(statement(line))}
         for name, kind, root in plan.declarations:
             if name not in used:  # e.g. a store conversion a target's rule made unnecessary
                 continue
@@ -68,8 +70,6 @@ class LayoutDeclarations(Rule):
                 shape = ", ".join(s if s is not None else "None" for s in (root.shape or [None] * (root.rank or 1)))
                 value = f"_blocked_layout([{shape}], gl.num_warps())"
             lines.append(f"{name}: gl.constexpr = {value}")
-        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
-                 for param, term in plan.param_converts.items()]
         if not lines and not entry:
             return updated
         new = [

@@ -10,6 +10,7 @@ from transpile.rules.descriptors import DescriptorsAsTMA
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
 from transpile.rules.hopper_attention import HopperAttentionPipeline
+from transpile.rules.hopper_cp_async import HopperCpAsyncPipeline
 from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
 from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
@@ -18,7 +19,8 @@ from transpile.targets import Target
 from transpile.targets import snippets as s
 
 RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-         DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(), LayoutDeclarations())
+         DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(), LayoutDeclarations(),
+         HopperCpAsyncPipeline())
 
 IMPORTS = (
     "from triton.experimental import gluon",
@@ -62,21 +64,6 @@ def _dot(a, b, acc):
     return warpgroup_mma_wait(0, deps=[acc])
 '''
 
-ASYNC_COPY_ALIAS = '''
-# cp.async (global -> shared, no registers): `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before.
-_async_copy = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-'''
-
-COPY_LAYOUT = '''
-@gluon.constexpr_function
-def _copy_layout(shape, dtype, num_warps):
-    """Blocked layout for copying a row-major [rows, cols] tile with cp.async: each thread moves 16 bytes of a row
-    (the widest cp.async), a warp's lanes cover a row first, warps are stacked over the rows."""
-    vec = max(1, min(shape[1], 128 // dtype.primitive_bitwidth))
-    lanes_per_row = min(32, max(1, shape[1] // vec))
-    return gl.BlockedLayout([1, vec], [32 // lanes_per_row, lanes_per_row], [num_warps, 1], [1, 0])
-'''
-
 REGISTER_A_LAYOUT = '''
 @gluon.constexpr_function
 def _register_a_layout(mma_layout, dtype):
@@ -89,6 +76,35 @@ TMA_ALIASES = '''
 # TMA copies: `tma.async_load`/`tma.async_store` in Triton 3.9, `async_copy_*` before it.
 _tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+'''
+
+CP_ASYNC = '''
+# cp.async copies into shared memory: `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before it.
+_cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+'''
+
+COPY_LAYOUT = '''
+@gluon.constexpr_function
+def _copy_layout(shape, dtype, num_warps):
+    """Blocked layout for a tile that cp.async copies into shared memory: each thread holds 16 contiguous bytes of the
+    last dimension (8 x 16-bit elements; the copy engine's widest and fastest copy), the 32 lanes of a warp cover the
+    last dimension first, warps split the first dimension."""
+    rank = len(shape)
+    size = list(shape)
+    size_per_thread = [1] * (rank - 1) + [min(128 // dtype.primitive_bitwidth, size[-1])]
+    threads_per_warp = [1] * rank
+    lanes = 32
+    for dim in reversed(range(rank)):
+        threads_per_warp[dim] = min(lanes, max(1, size[dim] // size_per_thread[dim]))
+        lanes //= threads_per_warp[dim]
+    threads_per_warp[0] *= lanes
+    warps_per_cta = [1] * rank
+    warps = num_warps
+    for dim in range(rank):
+        warps_per_cta[dim] = min(warps, max(1, size[dim] // (size_per_thread[dim] * threads_per_warp[dim])))
+        warps //= warps_per_cta[dim]
+    warps_per_cta[0] *= warps
+    return gl.BlockedLayout(size_per_thread, threads_per_warp, warps_per_cta, list(reversed(range(rank))))
 '''
 
 TMA_LOAD = '''
@@ -136,10 +152,10 @@ SM90 = Target(
         "mma_layout": WGMMA_LAYOUT,
         "mma_k_width": WGMMA_SMEM,
         "dot": WGMMA_DOT,
-        "async_copy_alias": ASYNC_COPY_ALIAS,
-        "copy_layout": COPY_LAYOUT,
         "register_a_layout": REGISTER_A_LAYOUT,
         "tma_aliases": TMA_ALIASES,
+        "cp_async": CP_ASYNC,
+        "copy_layout": COPY_LAYOUT,
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,
     },

@@ -1,0 +1,404 @@
+"""sm90: pipeline a pointer GEMM main loop with a cp.async ring and asynchronous wgmma.
+
+Matches: ``for k in range(...)`` whose body loads the two operands of one ``acc = tl.dot(a, b, acc)`` with
+``tl.load(ptrs, mask=..., other=0)`` (the pointer plan of `transpile.analysis.pipeline`), the pointer tiles built
+before the loop as ``base + rows[:, None] * stride + cols[None, :] * stride`` sums.
+Emits, under a test that is partly compile-time (16-bit operands) and partly run-time (16-byte alignment): a ring of
+``NUM_STAGES`` shared-memory slots per operand filled ``NUM_STAGES - 1`` iterations ahead with cp.async (16 bytes per
+thread copy, one commit group per iteration, masks kept and past-the-end iterations masked off); per iteration
+``wait_group(NUM_STAGES - 2)``, a CTA barrier, ``warpgroup_mma(..., is_async=True)`` from the slot,
+``warpgroup_mma_wait(1)`` (with two warpgroups a second barrier), then the refill of the slot the retired wgmma read.
+No proxy fence after ``wait_group`` (Triton's own pipeliner has none; measured 3-5% slower with one).
+The alignment hints the copies need (``multiple_of``/``max_contiguous``/``max_constancy``) sit only on values the
+guarded branch creates itself: a hint marks the op defining a value, so one on a value shared with the fallback loop
+would make its plain loads vectorise on unaligned rows ("misaligned address").
+The fallback (``else``) is the translated loop: 8- and 32-bit operands (wgmma wants B K-major in shared memory, which
+a copy of an N-contiguous tile does not write), and at run time unaligned rows or a K, M, N that is not a multiple of
+8 (cp.async rejects copies under 4 bytes, and only 16-byte copies are fast).
+Known limit: the run-time test reads the kernel arguments in the pointer-tile definitions and in the masks (directly
+or through loop statements); a mask bound computed before the loop from other values is not tested.
+Targets: sm90.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
+from transpile.cst_utils import assigned_names, names_in
+from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import code, namer, rename
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, K, N, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    offs_m = tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n    offs_k = tl.arange(0, BK)\n"
+    "    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]\n"
+    "    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]\n"
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in tl.range(0, tl.cdiv(K, BK), num_stages=3):\n"
+    "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n"
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, b, acc)\n        a_ptrs += BK\n        b_ptrs += BK * stride_bk\n"
+    "    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))\n"
+)
+
+VEC = 8  # 16-bit elements per 16-byte copy
+ZEROS = ("0", "0.0", "0.", "None")
+
+
+class HopperCpAsyncPipeline(Rule):
+    name = "hopper-cp-async-pipeline"
+    matches = "a main loop whose dot operands are pointer-tile loads"
+    emits = ("a cp.async ring (16-byte copies, commit/wait groups) feeding async wgmma kept one deep in flight, under "
+             "a run-time alignment test; the translated loop otherwise")
+    examples = (
+        Example(EXAMPLE, (
+            "NUM_STAGES: gl.constexpr = 3",
+            "and (a_ptr.to(gl.int64) % 16 == 0)",
+            "and (stride_am % 8 == 0)",
+            "and (K % 8 == 0)",
+            "a_ptrs_next = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]",
+            "_cp_async_load(a_smem.index(i), gl.max_contiguous(gl.multiple_of(a_ptrs_next, [1, 16]), [1, 8]),",
+            "mask=gl.max_constancy(gl.broadcast(offs_k[None, :] < K - k_next * BK, a_ptrs_next)[0] & (i < num_iters), "
+            "[1, 8]))",
+            "else:",
+            "a = gl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)",
+            "async_copy.wait_group(NUM_STAGES - 2)",
+            "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
+            "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])",
+            "a_ptrs_next += BK",
+            "acc = warpgroup_mma_wait(0, deps=[acc])",
+        ), "sm90"),
+    )
+
+    def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        configs = ctx.function.autotune_configs
+        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        plan = plan_loop(ctx.source, original, ctx.plan, default)
+        if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
+            return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
+        emitted = _Emitter(ctx, plan, original, updated).emit()
+        if isinstance(emitted, str):
+            ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
+            return updated
+        return cst.FlattenSentinel(list(cst.parse_module(emitted.text).body))
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        """Tiles that stream through a cp.async ring get 16-byte copy layouts (8 x 16-bit elements per thread); the
+        ring's fresh pointer tiles get the translated definitions of the tiles they copy."""
+        tiles = ctx.copy_tiles
+        if not tiles:
+            return updated
+        if ctx.fresh_tiles:
+            updated = updated.visit(_FreshTiles(updated, ctx.fresh_tiles))  # type: ignore[assignment]
+        body = list(updated.body.body)
+        for i, statement in enumerate(body):
+            text = code(statement)
+            for shape, dtype in tiles.items():
+                old = f"_blocked_layout([{shape}], gl.num_warps())"
+                if text.endswith(old) and ": gl.constexpr = " in text:
+                    new = text.replace(old, f"_copy_layout([{shape}], {dtype}, gl.num_warps())")
+                    body[i] = cst.parse_statement(new).with_changes(leading_lines=statement.leading_lines)
+                    ctx.need("copy_layout")
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+
+class _FreshTiles(cst.CSTTransformer):
+    """`a_ptrs_next = a_ptrs` -> `a_ptrs_next = <the translated value of the one `a_ptrs = ...` outside loops>`."""
+
+    def __init__(self, function: cst.FunctionDef, fresh: dict[str, str]) -> None:
+        super().__init__()
+        self.fresh = fresh
+        self.values: dict[str, cst.BaseExpression] = {}
+        wanted = set(fresh.values())
+        values = self.values
+
+        class Definitions(cst.CSTVisitor):
+            def visit_For(self, node: cst.For) -> bool:
+                return False
+
+            def visit_Assign(self, node: cst.Assign) -> None:
+                target = node.targets[0].target
+                if len(node.targets) == 1 and isinstance(target, cst.Name) and target.value in wanted:
+                    values[target.value] = node.value
+
+        function.body.visit(Definitions())
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        target, value = updated_node.targets[0].target, updated_node.value
+        if isinstance(target, cst.Name) and target.value in self.fresh and isinstance(value, cst.Name) \
+                and value.value == self.fresh[target.value] and value.value in self.values:
+            return updated_node.with_changes(value=self.values[value.value])
+        return updated_node
+
+
+class _Emitted:
+    """The emitted source of a pipelined loop (a plain `str` from `_Emitter.emit` is the reason it was not)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class _Emitter:
+    """The guarded ring for one loop plan, or the reason it cannot be emitted."""
+
+    def __init__(self, ctx: RuleContext, plan: LoopPlan, original: cst.For, updated: cst.For) -> None:
+        self.ctx, self.plan, self.original, self.updated = ctx, plan, original, updated
+        self.body = list(updated.body.body)  # type: ignore[union-attr]
+        self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
+
+    def emit(self) -> _Emitted | str:
+        ctx, plan, body = self.ctx, self.plan, self.body
+        site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
+        if site.out_dtype is not None and "int" in code(site.out_dtype):
+            return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
+                    "N-contiguous tile does not write")
+        if not site.operand_dtype or not site.b_dtype or not site.a_shape or not site.b_shape \
+                or len(site.a_shape) != 2 or len(site.b_shape) != 2 or None in site.a_shape + site.b_shape:
+            return "the operand tiles' element types or 2-D block shapes are not known"
+        for load in plan.loads:
+            if load.other is not None and code(load.other) not in ZEROS:
+                return f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements with zeros)"
+        # The run-time test that makes the copies' alignment hints true.
+        tests: list[str] = []
+        definitions: dict[str, cst.BaseExpression] = {}
+        for load in plan.loads:
+            if not isinstance(load.pointer, cst.Name) or load.pointer.value not in plan.carried:
+                return f"the pointer tile of `{load.name}` is not a loop-carried tile of pointers"
+            definition = self._definition(load.pointer.value)
+            if definition is None:
+                return f"`{load.pointer.value}` is not assigned exactly once before the loop"
+            test = self._alignment_tests(definition)
+            if isinstance(test, str):
+                return test
+            tests += test
+            definitions[load.pointer.value] = definition
+            for name in sorted(self._mask_params(load)):
+                tests.append(f"({name} % {VEC} == 0)")
+        tests = list(dict.fromkeys(tests))
+        dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
+        shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
+        for load in plan.loads:
+            ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
+        ctx.need("cp_async")
+        ctx.need("cta_barrier")
+        return _Emitted(self._text(tests, definitions, dtypes, shapes))
+
+    def _definition(self, name: str) -> cst.BaseExpression | None:
+        """The value of the one assignment `name = ...` among the function's statements outside the loop."""
+        found: list[cst.BaseExpression] = []
+
+        class Visitor(cst.CSTVisitor):
+            def __init__(self, loop: cst.For) -> None:
+                self.loop = loop
+
+            def visit_For(self, node: cst.For) -> bool:
+                return node is not self.loop
+
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets):
+                    found.append(node.value)
+
+            def visit_AugAssign(self, node: cst.AugAssign) -> None:
+                if isinstance(node.target, cst.Name) and node.target.value == name:
+                    found.append(node.value)
+
+        self.ctx.function.node.body.visit(Visitor(self.original))
+        return found[0] if len(found) == 1 else None
+
+    def _alignment_tests(self, definition: cst.BaseExpression) -> list[str] | str:
+        """Run-time conditions under which every row of `base + rows[:, None] * s0 + cols[None, :] * s1` starts on a
+        16-byte boundary and runs contiguously: base 16-byte aligned, s1 == 1, every other stride a multiple of 8."""
+        terms = _sum_terms(definition)
+        base = terms[0]
+        if not (isinstance(base, cst.Name) and base.value in self.params):
+            return f"the pointer tile `{code(definition)}` does not start from a pointer argument"
+        tests = [f"({base.value}.to(gl.int64) % 16 == 0)"]
+        for term in terms[1:]:
+            factors = _product_factors(term)
+            along_last = [f for f in factors if _broadcast_dim(f) == "last"]
+            scalars = [f for f in factors if isinstance(f, cst.Name) and f.value in self.params]
+            other_names = {n for f in factors if _broadcast_dim(f) is None for n in names_in(f)} & self.params
+            if along_last:
+                if other_names - {s.value for s in scalars}:
+                    return f"the contiguous offsets of `{code(definition)}` are not `cols[None, :] * stride`"
+                tests += [f"({s.value} == 1)" for s in scalars]
+            else:
+                tests += [f"({s.value} % {VEC} == 0)" for s in scalars]
+                unknown = other_names - {s.value for s in scalars}
+                if unknown:
+                    return f"the row offsets of `{code(definition)}` are not `rows[:, None] * stride`"
+        return tests
+
+    def _mask_params(self, load: OperandLoad) -> set[str]:
+        """Kernel arguments a mask reads, directly or through the loop's producer statements."""
+        if load.mask is None:
+            return set()
+        names = names_in(load.mask)
+        original_body = list(self.original.body.body)  # type: ignore[union-attr]
+        for i in reversed(self.plan.producer_before()):
+            if assigned_names(original_body[i]) & names:
+                names |= names_in(original_body[i])
+        return names & self.params
+
+    def _text(self, tests: list[str], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
+              shapes: dict[str, str]) -> str:
+        plan, body = self.plan, self.body
+        name = namer(names_in(self.ctx.function.node))
+        stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
+                                                  name("next_slot"), name("num_iters"))
+        smem = {load.name: name(f"{load.name}_smem") for load in plan.loads}
+        args = [a for a in self.updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
+        texts = [code(x.value) for x in args]
+        lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2
+                                                                      else "1")
+        count = hi if (lo, step) == ("0", "1") else f"gl.cdiv({hi} - ({lo}), {step})"
+
+        def index(v: str) -> str:
+            return v if (lo, step) == ("0", "1") else f"{lo} + {v} * {step}"
+
+        renames = {plan.var: name(f"{plan.var}_next")}
+        for i in plan.producer:
+            for assigned in assigned_names(body[i]):
+                renames[assigned] = name(f"{assigned}_next")
+        load_indices = {load.index for load in plan.loads}
+        consumer_names: set[str] = set()
+        for i, statement in enumerate(body):
+            if i not in load_indices and i not in plan.producer:
+                consumer_names |= names_in(statement)
+        shared = {i for i in plan.producer if assigned_names(body[i]) & consumer_names}
+        consumer = [i for i in range(len(body)) if i not in load_indices and i != plan.dot_index
+                    and (i not in plan.producer or i in shared)]
+        before = [i for i in consumer if i < plan.dot_index]
+        after = [i for i in consumer if i > plan.dot_index]
+        uses_var = any(plan.var in names_in(body[i]) for i in consumer)
+        dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
+        acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
+
+        def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
+            call = body[load.index].body[0].value  # type: ignore[union-attr]
+            pointer = rename(call.args[0].value, renames)
+            mask_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "mask"), None)
+            if mask_arg is None and len([a for a in call.args if a.keyword is None]) > 1:
+                mask_arg = call.args[1]
+            in_range = f"({iteration} < {iters})"
+            # The mask is broadcast to the tile's shape before the hint: a [BK, 1] mask broadcast by the copy
+            # itself does not lower (Triton 3.6 and 3.9).
+            mask = (f"gl.max_constancy(gl.broadcast({rename(mask_arg.value, renames)}, {pointer})[0] & {in_range}, "
+                    f"[1, {VEC}])" if mask_arg is not None else in_range)
+            head = f"{indent}_cp_async_load("
+            return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, [1, 16]), "
+                    f"[1, {VEC}]),\n{' ' * len(head)}mask={mask})")
+
+        def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
+            lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
+            lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_before()]
+            lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
+            lines.append(f"{indent}async_copy.commit_group()")
+            lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
+            return lines
+
+        a, b = plan.loads
+        lines = [
+            *(f"{smem[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, {shapes[load.name]}], "
+              f"gl.NVMMASharedLayout.get_default_for([{shapes[load.name]}], {dtypes[load.name]}))"
+              for load in plan.loads),
+            f"{iters} = {count}",
+            "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
+            *(f"{renames[carried]} = {carried}" for carried in plan.carried),
+            "# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group each. The hints",
+            "# (16-byte aligned, 8 contiguous elements, masks constant over 8) are what the test above guarantees.",
+            f"for i in gl.static_range({stages} - 1):\n" + "\n".join(producer("i", "i", "    ")),
+        ]
+        loop = [f"for {it} in range({iters}):"]
+        if uses_var:
+            loop.append(f"    {plan.var} = {index(it)}")
+        loop += [_indent(code(body[i]), "    ") for i in before]
+        loop += [
+            f"    {slot} = {it} % {stages}",
+            "    # This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the barrier",
+            "    # makes every thread's copies visible before the wgmma reads the slot.",
+            f"    async_copy.wait_group({stages} - 2)",
+            "    _cta_barrier()",
+            f"    {plan.acc} = warpgroup_mma({smem[a.name]}.index({slot}), {smem[b.name]}.index({slot}), {acc_in}, "
+            "is_async=True)",
+            "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
+            "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
+            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {smem[a.name]}.index({slot}), "
+            f"{smem[b.name]}.index({slot})])",
+            "    if gl.num_warps() > 4:",
+            "        _cta_barrier()",
+        ]
+        loop += [_indent(code(body[i]), "    ") for i in after]
+        loop += [f"    {nxt} = {it} + {stages} - 1", f"    {nxt_slot} = {nxt} % {stages}"]
+        loop += producer(nxt, nxt_slot, "    ")
+        lines.append("\n".join(loop))
+        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
+        lines.append("async_copy.wait_group(0)")
+        # `a_ptrs_next = a_ptrs` becomes a copy of the translated definition of `a_ptrs` (leave_FunctionDef).
+        self.ctx.fresh_tiles.update({renames[c]: c for c in plan.carried if c in definitions})
+        pipelined = "\n".join("    " + ln if ln else ln for ln in "\n".join(lines).splitlines())
+        fallback = "\n".join("    " + ln if ln else ln for ln in code(self.updated).splitlines())
+        widths = [f"{dtypes[load.name]}.primitive_bitwidth == 16" for load in plan.loads]
+        condition = " and ".join(dict.fromkeys(widths))
+        guard = "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests), "):"])
+        header = [
+            "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
+            "# shared-memory slots filled by cp.async (16 bytes per thread copy) NUM_STAGES - 1 iterations ahead; each",
+            "# wgmma reads its slot directly and runs asynchronously, one stays in flight, and a slot is refilled only",
+            "# once the wgmma that read it has completed. The test below (16-bit operands; rows on 16-byte boundaries,",
+            "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true.",
+            f"{stages}: gl.constexpr = {plan.num_stages}",
+            guard,
+            pipelined,
+            "else:",
+            "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
+            "    # runs as translated, unpipelined.",
+            fallback,
+        ]
+        return "\n".join(header) + "\n"
+
+
+def _calls(statement: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    statement.visit(Visitor())
+    return found
+
+
+def _strip(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+
+
+def _sum_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    node = _strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _sum_terms(node.left) + _sum_terms(node.right)
+    return [node]
+
+
+def _product_factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    node = _strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return _product_factors(node.left) + _product_factors(node.right)
+    return [node]
+
+
+def _broadcast_dim(node: cst.BaseExpression) -> str | None:
+    """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
+        return None
+    parts = ["none" if isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name)
+             and e.slice.value.value == "None" else "all" if isinstance(e.slice, cst.Slice) else "?"
+             for e in node.slice]
+    return {("none", "all"): "last", ("all", "none"): "first"}.get(tuple(parts))  # type: ignore[arg-type]
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
