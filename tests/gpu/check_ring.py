@@ -2,24 +2,38 @@
 
 check_fixtures.py's sizes (K = 700, 4100) fail the ring's run-time alignment test, so they exercise the fallback loop
 only; these sizes pass it (rows and K multiples of 8, some not of 16: the hinted path) and take the ring. Each
-autotune config separately. Run from a directory holding fixtures/, sm90/ (the variants) and tests/gpu/:
+autotune config separately; exit status 1 if any case fails.
 
-    python tests/gpu/check_ring.py
+    python tests/gpu/check_ring.py --variant-dir fixtures/expected/sm90
 """
-import importlib.util, sys
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
 from pathlib import Path
+
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--variant-dir", type=Path, default=ROOT / "fixtures" / "expected" / "sm90")
+VARIANTS = parser.parse_args().variant_dir
 
 
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
-    m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); return m
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def pair(fixture):
-    return load(ROOT / "fixtures" / f"{fixture}.py", f"o_{fixture}"), load(ROOT / "sm90" / f"{fixture}_sm90.py", f"v_{fixture}")
+    """The original fixture module and its sm90 variant."""
+    return (load(ROOT / "fixtures" / f"{fixture}.py", f"o_{fixture}"),
+            load(VARIANTS / f"{fixture}_sm90.py", f"v_{fixture}"))
 
 
 def report(name, out_v, out_o, ref):
@@ -36,19 +50,24 @@ ok = True
 o, v = pair("matmul_grouped")
 for (M, N, K) in [(1000, 1096, 712), (512, 512, 512), (257, 1032, 4104)]:
     for dt in (torch.float16,):
-        a = torch.randn(M, K, device="cuda", dtype=dt); b = torch.randn(K, N, device="cuda", dtype=dt)
+        a = torch.randn(M, K, device="cuda", dtype=dt)
+        b = torch.randn(K, N, device="cuda", dtype=dt)
         for i, cfg in enumerate(list(v.matmul_kernel.configs)):
-            v.matmul_kernel.configs = [cfg]; o.matmul_kernel.configs = [cfg]
-            v.matmul_kernel.cache.clear(); o.matmul_kernel.cache.clear()
+            v.matmul_kernel.configs = [cfg]
+            o.matmul_kernel.configs = [cfg]
+            v.matmul_kernel.cache.clear()
+            o.matmul_kernel.cache.clear()
             ok &= report(f"matmul_grouped@cfg{i} {M}x{N}x{K}", v.matmul(a, b), o.matmul(a, b), a.float() @ b.float())
     o, v = pair("matmul_grouped")  # fresh modules: all configs again
 o, v = pair("matmul_splitk")
 for (M, N, K) in [(250, 336, 4104), (512, 512, 4096)]:
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16); b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     ok &= report(f"matmul_splitk {M}x{N}x{K}", v.matmul_splitk(a, b), o.matmul_splitk(a, b), a.float() @ b.float())
 o, v = pair("moe_gather_gemm")
 for (T, E, M, N, K) in [(2000, 4, 600, 1096, 712), (1024, 2, 256, 512, 512)]:
-    a = torch.randn(T, K, device="cuda", dtype=torch.float16); b = torch.randn(E, K, N, device="cuda", dtype=torch.float16)
+    a = torch.randn(T, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(E, K, N, device="cuda", dtype=torch.float16)
     idx = torch.randint(0, T, (E, M), device="cuda", dtype=torch.int32); idx[:, -7:] = -1
     out_o = o.gather_gemm(a, idx, b)
     rows = a[idx.clamp(min=0).long()].float() * (idx >= 0)[..., None]
