@@ -74,7 +74,8 @@ class LoopDataflow:
         return result
 
 
-def _barrier_ops(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+def _barrier_ops(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode, assigned: set[str]
+                 ) -> list[tuple[cst.CSTNode, str]]:
     found: list[tuple[cst.CSTNode, str]] = []
     for call in calls_in(node):
         lang = language_name(source.qualified_name(call.func))
@@ -85,8 +86,11 @@ def _barrier_ops(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode) -> lis
             found.append((call, f"scan `tl.{lang or method}`"))
         elif lang in ("trans", "permute") or call in plan.transposes:
             found.append((call, "transpose (a layout conversion through shared memory)"))
-        if call in plan.converts:
-            found.append((call, "layout conversion"))
+    for converted in _walk(node):
+        if converted in plan.converts:
+            if isinstance(converted, cst.Name) and converted.value not in assigned:
+                continue  # a loop-invariant value: the translation converts it once, where it is defined
+            found.append((converted, "layout conversion"))
     return found
 
 
@@ -135,7 +139,7 @@ def loop_dataflow(source: SourceFile, loop: cst.For | cst.While, plan: LayoutPla
         exits = any(isinstance(n, (cst.Break, cst.Continue, cst.Return)) for n in _walk(statement))
         statements.append(StatementFacts(
             index=i, line=source.position(statement)[0], node=statement, defines=_defines(statement), uses=uses,
-            effects=_effects(source, plan, statement), barriers=_barrier_ops(source, plan, statement),
+            effects=_effects(source, plan, statement), barriers=_barrier_ops(source, plan, statement, set(assigned)),
             nested_loop=isinstance(statement, (cst.For, cst.While)), exits=exits,
         ))
     return LoopDataflow(statements, carried)

@@ -30,6 +30,7 @@ import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.layouts import LayoutPlan
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import calls_in
 from transpile.discover import JitFunction
@@ -74,7 +75,7 @@ class Stage:
 @dataclass
 class StagePlan:
     line: int
-    loop: LoopPlan = field(repr=False)
+    loop: LoopPlan | AttentionPlan = field(repr=False)
     dataflow: LoopDataflow = field(repr=False)
     engine: str
     slots: int
@@ -118,6 +119,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
+        attention = plan_attention_loop(source, loop, plan, requested or MIN_SLOTS)
+        if isinstance(attention, AttentionPlan):
+            return _attention_stages(source, fn, loop, plan, attention, lds_limit)
+        if isinstance(attention, LoopRefusal):
+            return StageRefusal(attention.node, attention.reason)
         return _refusal(source, loop, plan, loop_plan)
     # The target's copy engine moves tensor-descriptor tiles; pointer tiles are staged through registers: direct-to-LDS
     # and TDM copies need wide vectors (a rectangular tile with unit inner stride and aligned rows) that the compiler
@@ -183,3 +189,96 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
                                 "two warp groups one stage apart, their barriers and LDS scratch would be shared by two "
                                 "stages running at once; this loop shape (attention) is not warp-pipelined")
     return StageRefusal(refusal.node, refusal.reason)
+
+
+def _attention_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, att: AttentionPlan,
+                      lds_limit: int) -> StagePlan | StageRefusal:
+    """Four stages for the flash-attention loop: `lds_read` (K^T and V from the ring), `copy_qk` (the copies of a
+    later iteration, S = Q K^T), `softmax` (the online softmax, the accumulator rescale) and `pv` (acc += P V).
+
+    The MMA layout puts every warp along the rows (M) of the tiles, so the softmax's row reductions stay inside a warp
+    (lane shuffles, no LDS scratch, no barrier) and P reaches the second MMA's operand layout in registers: no stage
+    then holds a barrier of its own, and the two warp groups, one stage apart, never share LDS scratch. Any other
+    cross-warp op in the loop (a reduction along the rows, a scan, a layout conversion that cannot be hoisted) is
+    refused.
+    """
+    flow = loop_dataflow(source, loop, plan)
+    for facts in flow.statements:
+        for node, what in facts.barriers:
+            axis = _reduction_axis(source, node)
+            if what.startswith("reduction") and axis == 1:
+                continue  # a row reduction: warp-local with all warps along M
+            if what.startswith("transpose") and facts.index == att.scores_index:
+                continue  # K^T is read from the ring through a permuted view: no data movement
+            if what == "layout conversion" and hoistable_convert(node, loop, flow) is not None:
+                continue  # `convert(n0 + offs)` becomes `n0 + convert(offs)`, the conversion hoisted out of the loop
+            return StageRefusal(node, f"{what} inside the attention loop needs a cross-warp barrier in the middle of "
+                                "a stage (only row reductions, `axis=1`, stay inside a warp)")
+        if facts.nested_loop:
+            return StageRefusal(facts.node, "a loop inside the main loop")
+    slots = max(MIN_SLOTS, att.num_stages)
+    body = flow.statements
+    loads = {att.k.index, att.v.index}
+    softmax = [f.line for f in body if att.scores_index < f.index < att.acc_index and f.index not in loads
+               and f.index not in att.producer]
+    stages = [
+        Stage("lds_read", 1, [body[att.scores_index].line, body[att.acc_index].line],
+              "K^T and V of this iteration read from the rings in the MMA operand layouts"),
+        Stage("copy_qk", 0, sorted({body[i].line for i in att.producer} | {body[i].line for i in loads}
+                                   | {f.line for f in body if f.index <= att.scores_index and f.index not in loads}),
+              f"addresses and masks of iteration it + {slots - 1}, its K and V tiles loaded into registers and stored "
+              "into their slots; S = Q K^T"),
+        Stage("softmax", 0, softmax, "the online softmax (row reductions inside each warp), the accumulator rescale"),
+        Stage("pv", 0, [f.line for f in body if f.index >= att.acc_index],
+              "acc += P V, P converted to the MMA operand layout in registers"),
+    ]
+    keys = plan.dots[_dot_of(body[att.scores_index].node, plan)].shape[1]  # S is [M, keys]
+    head = plan.dots[_dot_of(body[att.acc_index].node, plan)].shape[1]  # acc is [M, head]
+    if keys is None or head is None:
+        return StageRefusal(att.loop, "the K and V tile shapes are not known from the source")
+    rings = [Ring(att.k.name, [keys, head], {}), Ring(att.v.name, [keys, head], {})]
+    configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
+    return StagePlan(source.position(loop)[0], att, flow, "registers", slots, slots - 1, stages, None, rings,
+                     lds_limit, configs)
+
+
+def _dot_of(node: cst.CSTNode, plan: LayoutPlan) -> cst.Call:
+    return next(c for c in calls_in(node) if c in plan.dots)
+
+
+def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:
+    if not isinstance(node, cst.Call):
+        return None
+    for i, arg in enumerate(node.args):
+        if (arg.keyword is not None and arg.keyword.value == "axis") or (arg.keyword is None and i == 1):
+            try:
+                return int(source.code(arg.value).strip())
+            except ValueError:
+                return None
+    return None
+
+
+def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> tuple[str, str] | None:
+    """For a layout conversion of `x`, where this iteration computes ``x = <loop variable> + offs`` with `offs` from
+    outside the loop: (loop variable, offs). The conversion of `offs` can then be made once before the loop."""
+    if not isinstance(node, cst.Name) or not isinstance(loop.target, cst.Name):
+        return None
+    var = loop.target.value
+    for facts in flow.statements:
+        if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
+            continue
+        small = facts.node.body[0]
+        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
+                and isinstance(small.value.operator, cst.Add)):
+            return None
+        sides = [small.value.left, small.value.right]
+        if not all(isinstance(side, cst.Name) for side in sides):
+            return None
+        names = [side.value for side in sides]  # type: ignore[union-attr]
+        if var not in names:
+            return None
+        other = names[1 - names.index(var)]
+        if any(other in f.defines for f in flow.statements):
+            return None
+        return var, other
+    return None

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from transpile.analysis.pipeline import OperandLoad
+from transpile.analysis.pipeline import LoopPlan, OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
@@ -62,8 +62,8 @@ class AMDWarpPipeline(Rule):
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, self.engine,
                                  ctx.target.shared_memory_bytes)
-        if stage_plan is None:
-            return updated
+        if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
+            return updated  # no dot fed by loads, or an attention loop (AMDAttentionWarpPipeline)
         if isinstance(stage_plan, StageRefusal):
             ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
                                                          f"main loop not pipelined: {stage_plan.reason}"))
@@ -215,8 +215,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     lines.append("\n".join(loop))
     if wait is not None:
         lines.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
-    pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
-    original = "\n".join("    " + ln for ln in code(updated).splitlines())
+    pipelined = "\n".join(("    " + ln) if ln.strip() else "" for ln in "\n".join(lines).splitlines())
+    original = "\n".join(("    " + ln) if ln.strip() else "" for ln in code(updated).splitlines())
     how = {
         "registers": "loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and "
                      "runs the MMA.",

@@ -36,6 +36,7 @@ class RuleContext:
     helpers: set[str]  # module-level helper snippets the emitted code calls (names from the target's snippets)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     num_warps: int | None = None  # set by a rule whose output needs this many warps (a warp-pipelined loop: 8)
+    mma_warps_along_m: bool = False  # set by a rule that needs every warp along M in the MMA layout (row reductions)
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     fresh_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: fresh copy -> pointer tile
 

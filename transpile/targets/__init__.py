@@ -60,7 +60,8 @@ class Target:
             dtype = "gl.float16"
         ctx.need("mma_layout")
         m = ms[0] if ms else "None"
-        return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps())"
+        rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
+        return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps(){rows})"
 
 
 # Snippets that call other snippets.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from transpile.rules.amd_attention_pipeline import AMDAttentionWarpPipeline
 from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
 from transpile.rules.descriptors import DescriptorsAsPointers
 from transpile.rules.dot import Dot
@@ -20,17 +21,24 @@ GLUON_IMPORTS = (
 def _rules(engine: str) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
-            HoistConversions(), DescriptorsAsPointers(), AMDWarpPipeline(engine), LayoutDeclarations())
+            HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(), AMDWarpPipeline(engine),
+            LayoutDeclarations())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     """MFMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on
     {arch}: 32x32 instructions (16x16 for tiles narrower than 32) with the K depth of `dtype`, and warps split between
-    M and N."""
+    M and N. With `warps_along_m` (and rows enough), every warp takes its own rows, 16x16 instructions where a warp
+    has fewer than 32: reductions along a row then stay inside a warp."""
+    depth = {depths}[dtype.primitive_bitwidth]
+    if warps_along_m and m is not None and m >= 16 * num_warps:
+        instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
+        instr_k = depth if instr_mn == 32 else depth * 2
+        return gl.amd.AMDMFMALayout(version={version}, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
+                                    warps_per_cta=[num_warps, 1])
     small = (m is not None and m < 32) or any(n is not None and n < 32 for n in ns)
     instr_mn = 16 if small else 32
-    depth = {depths}[dtype.primitive_bitwidth]
     instr_k = depth * 2 if small else depth
     rows = 128 if m is None else m
     warps_m = min(2 if num_warps > 1 else 1, max(1, rows // instr_mn))
@@ -58,10 +66,16 @@ def _dot(a, b, acc):
 
 WMMA_LAYOUT = '''
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
-    16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M."""
+    16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
+    `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp."""
     instr_k = {8: 64, 16: 32, 32: 4}[dtype.primitive_bitwidth]
+    if warps_along_m and m is not None and m >= 16 * num_warps:
+        warp_bases = []
+        while (1 << len(warp_bases)) < num_warps:
+            warp_bases.append([1 << len(warp_bases), 0])
+        return gl.amd.AMDWMMALayout(3, True, warp_bases, [], [16, 16, instr_k])
     warp_bases = [[0, 1]] if num_warps > 1 else []
     while (1 << len(warp_bases)) < num_warps:
         warp_bases.append([1 << (len(warp_bases) - 1), 0])
