@@ -61,7 +61,7 @@ def main() -> int:
                     cells = []
                     for c in compiled:
                         piped = "s_setprio" in c.asm.get("amdgcn", "")
-                        cells.append(f"{c.config}: {'yes' if piped else 'no (ring > LDS)'}, {c.shared} B"
+                        cells.append(f"{c.config}: {'yes' if piped else 'no (translated loop: ring > LDS, or < 16 rows a warp)'}, {c.shared} B"
                                      if c.ok else f"{c.config}: compile error")
                     print(f"| {path.stem} | {name} | line {line}: pipelined | {len(sp.stages)} | {sp.engine} | "
                           f"{'; '.join(cells)} ({target.shared_memory_bytes} B) |")
