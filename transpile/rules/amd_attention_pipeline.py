@@ -24,7 +24,7 @@ from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, h
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.amd_warp_pipeline import _indent, _renamed_load, _statements
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -138,16 +138,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
                 hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
                 converts[node.value] = (var, target)  # type: ignore[union-attr]
 
-    args = [a for a in updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
-    texts = [code(x.value) for x in args]
-    lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
-    count = hi if (lo == "0" and step == "1") else (f"gl.cdiv({hi}, {step})" if lo == "0" else
-                                                     f"gl.cdiv({hi} - ({lo}), {step})")
-
-    def index(v: str) -> str:
-        if (lo, step) == ("0", "1"):
-            return v
-        return f"{v} * {step}" if lo == "0" else f"{lo} + {v} * {step}"
+    span = LoopRange.of(updated)
+    count, index = span.count, span.value
 
     renames = {att.var: name(f"{att.var}_next")}
     for i in att.producer:

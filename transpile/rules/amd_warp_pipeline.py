@@ -23,7 +23,7 @@ from transpile.analysis.pipeline import LoopPlan, OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -109,13 +109,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
     site = ctx.plan.dots[_dot_call(plan)]
     dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
-    args = [a for a in updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
-    texts = [code(x.value) for x in args]
-    lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
-    count = hi if (lo == "0" and step == "1") else f"gl.cdiv({hi} - ({lo}), {step})"
-
-    def index(v: str) -> str:
-        return v if (lo, step) == ("0", "1") else f"{lo} + {v} * {step}"
+    span = LoopRange.of(updated)
+    count, index = span.count, span.value
 
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.

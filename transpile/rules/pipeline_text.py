@@ -4,6 +4,7 @@ later iteration (``k`` -> ``k_next``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -40,3 +41,33 @@ def namer(taken: set[str]) -> Callable[[str], str]:
         return candidate
 
     return name
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    """``range(lo, hi, step)`` of a loop as source text: the iteration count, and the loop variable's value at an
+    iteration index (pipelined loops count iterations from 0)."""
+
+    lo: str
+    hi: str
+    step: str
+
+    @classmethod
+    def of(cls, loop: cst.For) -> LoopRange:
+        texts = [code(a.value) for a in loop.iter.args if a.keyword is None]  # type: ignore[attr-defined]
+        if len(texts) == 1:
+            return cls("0", texts[0], "1")
+        return cls(texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
+
+    @property
+    def count(self) -> str:
+        if (self.lo, self.step) == ("0", "1"):
+            return self.hi
+        if self.lo == "0":
+            return f"gl.cdiv({self.hi}, {self.step})"
+        return f"gl.cdiv({self.hi} - ({self.lo}), {self.step})"
+
+    def value(self, iteration: str) -> str:
+        if (self.lo, self.step) == ("0", "1"):
+            return iteration
+        return f"{iteration} * {self.step}" if self.lo == "0" else f"{self.lo} + {iteration} * {self.step}"
