@@ -111,7 +111,7 @@ def test_refusal_leaves_the_loop_translated_with_a_tt040_note() -> None:
 def _pipelined_loop(text: str) -> str:
     """The body of the golden's pipelined main loop (`for it in range(num_iters):`), up to the final PV."""
     start = text.index("for it in range(num_iters):")
-    end = text.index("# The last iteration's PV.", start)
+    end = text.index("# The last iteration's PV", start)
     return text[start:end]
 
 
@@ -131,6 +131,41 @@ def test_golden_stages_q_in_shared_memory_once_before_the_loop() -> None:
     allocation = text.index("q_smem = gl.allocate_shared_memory(")
     assert allocation < text.index("for it in range(num_iters):")
     assert text.count("q_smem = ") == 1
+
+
+def test_golden_loads_q_for_its_staging_in_a_copy_layout() -> None:
+    text = GOLDEN.read_text()
+    staging = text[text.index("q_layout: gl.constexpr = _copy_layout("):text.index("for it in range(num_iters):")]
+    # 16 bytes per thread, from the re-evaluated address tile, masked as the original load
+    assert "q_ptrs_stage = q_ptr + off_z * stride_qz + off_h * stride_qh + offs_m_stage[:, None] * stride_qm" in staging
+    assert "gl.load(q_ptrs_stage, mask=offs_m_stage[:, None] < N_CTX, other=0.0))" in staging
+
+
+def test_golden_address_tiles_are_re_evaluated_in_the_copy_layout_not_converted() -> None:
+    text = GOLDEN.read_text()
+    assert "gl.convert_layout(k_ptrs," not in text and "gl.convert_layout(v_ptrs," not in text
+    assert "offs_n_ring = gl.convert_layout(offs_n, gl.SliceLayout(1, kv_layout))" in text  # 1-D parts converted
+    assert "k_ptrs_ring = k_ptr + off_z * stride_kz + off_h * stride_kh + offs_n_ring[:, None] * stride_kn" in text
+
+
+def test_address_tile_assigned_twice_is_converted() -> None:
+    text = EXAMPLE.replace("    m_i = tl.full(", "    k_ptrs += 0\n    m_i = tl.full(")
+    result = translate_source(text, "x.py", get_target("sm90"))
+    assert "k_ptrs_ring = gl.convert_layout(k_ptrs, kv_layout)" in result.text
+    assert "v_ptrs_ring = v_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :] * stride_d" in result.text
+
+
+def test_q_load_with_other_arguments_is_staged_from_registers() -> None:
+    text = EXAMPLE.replace("offs_d[None, :] * stride_d)\n    k_ptrs", "offs_d[None, :] * stride_d, cache_modifier='.cg')\n    k_ptrs")
+    assert text != EXAMPLE
+    result = translate_source(text, "x.py", get_target("sm90"))
+    assert "q.dtype), q)" in result.text and "_stage" not in result.text and "q_layout" not in result.text
+
+
+def test_golden_last_pv_waits_for_every_copy() -> None:
+    text = GOLDEN.read_text()
+    tail = text[text.index("# The last iteration's PV"):text.index("    else:", text.index("# The last iteration's PV"))]
+    assert tail.index("async_copy.wait_group(0)") < tail.index("_cta_barrier()") < tail.index("warpgroup_mma(")
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ Matches: the two-dot loop of `transpile.analysis.attention` (K and V pointer til
 tl.trans(k))``, a softmax of ``s`` whose ``p`` feeds ``acc = tl.dot(p.to(...), v, acc)``).
 Emits, under a compile-time test that the K/V rows are contiguous (the launcher turns a stride equal to 1 into a
 constexpr; cp.async needs that to copy 16-byte vectors), with the loop as translated in the other branch:
-  * Q stored once into shared memory (NVMMA layout) before the loop: every QK^T wgmma reads it there;
+  * Q stored once into shared memory (NVMMA layout) before the loop, loaded 16 bytes per thread for it: every
+    QK^T wgmma reads it there; the K/V address tiles re-evaluated in the copy layout from their 1-D offsets;
   * a ``NUM_STAGES``-deep ring of K and V tiles in shared memory, filled by cp.async (one commit group per tile,
     masks kept, so ragged sequence lengths read zeros) ``NUM_STAGES - 1`` iterations ahead of use;
   * per iteration: issue the QK^T wgmma, then the previous iteration's PV wgmma (P from registers, as the wgmma A
@@ -24,6 +25,7 @@ from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.layouts import LayoutPlan, Term
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
 
 EXAMPLE = (
@@ -76,8 +78,10 @@ class HopperAttentionPipeline(Rule):
     examples = (
         Example(EXAMPLE, (
             "if isinstance(stride_d, int):",
+            "k_ptrs_ring = k_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :] * stride_d",
+            "offs_m_stage = gl.convert_layout(offs_m, gl.SliceLayout(1, q_layout))",
             "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "
-            "q.dtype), q)",
+            "q.dtype), gl.load(q_ptr + offs_m_stage[:, None] * stride_n + offs_d_stage[None, :] * stride_d))",
             "_cp_async_load(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
             "async_copy.wait_group(2 * NUM_STAGES - 3)",
             "qk = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), gl.zeros([BM, BN], "
@@ -155,6 +159,135 @@ def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRef
     return found
 
 
+class _Relayout:
+    """Loop-invariant tensors re-expressed in a copy layout, as statements appended to `lines` (one per tensor and
+    layout): a 1-D tensor (a slice of a 2-D layout) is converted; a 2-D tensor defined once, at the top of the kernel,
+    by arithmetic on scalars and 1-D tensors (``k_ptr + offs_n[:, None] * stride + offs_d[None, :]``) is
+    re-evaluated from its 1-D parts in the new layout; any other 2-D tensor is converted."""
+
+    def __init__(self, ctx: RuleContext, terms: dict[str, Term], name, lines: list[str]) -> None:  # noqa: ANN001
+        self.ctx, self.terms, self.name, self.lines = ctx, terms, name, lines
+        self.definitions, self.counts = _definitions(ctx.function.node)
+        self.done: dict[tuple[str, str], str] = {}
+
+    def name_in(self, tensor: str, layout: str, suffix: str) -> str:
+        """The name of `tensor` in `layout` (the statement defining it is appended on first use)."""
+        if (tensor, layout) not in self.done:
+            term = self.terms[tensor]
+            if term.slice_of is not None:
+                text = f"gl.convert_layout({tensor}, gl.SliceLayout({term.slice_of[0]}, {layout}))"
+            else:
+                text = self.expression(self.expression_of(tensor), layout, suffix) or \
+                    f"gl.convert_layout({tensor}, {layout})"
+            new = self.name(f"{tensor}_{suffix}")
+            self.lines.append(f"{new} = {text}")
+            self.done[(tensor, layout)] = new
+        return self.done[(tensor, layout)]
+
+    def expression(self, node: cst.BaseExpression | None, layout: str, suffix: str) -> str | None:
+        """`node` re-evaluated in `layout` (text), or None when it is not arithmetic, comparisons and subscripts of
+        numbers, scalars and 1-D tensors that are assigned at most once in the kernel."""
+        if node is None or not _elementwise(node):
+            return None
+        names = sorted(names_in(node))
+        if any(self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None) for n in names):
+            return None
+        return _text(node, {n: self.name_in(n, layout, suffix) for n in names if n in self.terms})
+
+    def load(self, tensor: str, layout: str, suffix: str) -> str | None:
+        """`tensor = tl.load(ptrs, mask=..., other=...)` as a load in `layout` (text), or None."""
+        call = self.definitions.get(tensor)
+        if not isinstance(call, cst.Call) or self.counts.get(tensor, 0) != 1 or \
+                language_name(self.ctx.source.qualified_name(call.func)) not in ("load", "core.load"):
+            return None
+        positional = [a for a in call.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if len(positional) != 1 or not set(keywords) <= {"mask", "other"}:
+            return None
+        pointer = positional[0].value
+        if "other" in keywords and (not _elementwise(keywords["other"]) or names_in(keywords["other"]) & set(self.terms)):
+            return None
+        for part in (pointer, keywords.get("mask")):  # check first: nothing is emitted for a load that is not moved
+            if part is not None and (not _elementwise(part) or any(
+                    self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None and
+                                                  self.expression_of(n) is None) for n in names_in(part))):
+                return None
+        if isinstance(pointer, cst.Name) and pointer.value in self.terms:
+            address = self.name_in(pointer.value, layout, suffix)
+        else:
+            address = self.expression(pointer, layout, suffix)
+        args = [address]
+        if "mask" in keywords:
+            args.append(f"mask={self.expression(keywords['mask'], layout, suffix)}")
+        if "other" in keywords:
+            args.append(f"other={_text(keywords['other'])}")
+        return f"gl.load({', '.join(args)})"  # type: ignore[arg-type]
+
+    def expression_of(self, tensor: str) -> cst.BaseExpression | None:
+        """The definition of a 2-D `tensor` when it can be re-evaluated from its 1-D parts."""
+        node = self.definitions.get(tensor)
+        if node is None or self.counts.get(tensor, 0) != 1 or not _elementwise(node) or any(
+                self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None)
+                for n in names_in(node)):
+            return None
+        return node
+
+
+def _definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:
+    """`name = value` statements at the top level of `function`, and how often each name is bound anywhere in it."""
+    definitions: dict[str, cst.BaseExpression] = {}
+    for statement in function.body.body:  # type: ignore[union-attr]
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
+                isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 and \
+                isinstance(statement.body[0].targets[0].target, cst.Name):
+            definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
+    counts: dict[str, int] = {}
+
+    class _Bindings(cst.CSTVisitor):
+        def _bind(self, target: cst.CSTNode) -> None:
+            for bound in names_in(target):
+                counts[bound] = counts.get(bound, 0) + 1
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                self._bind(target.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._bind(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._bind(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._bind(node.target)
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            self._bind(node.target)
+
+    function.body.visit(_Bindings())
+    return definitions, counts
+
+
+def _elementwise(node: cst.CSTNode) -> bool:
+    """Only names, numbers, arithmetic, comparisons and `x[:, None]`-style subscripts (no calls, no attributes)."""
+    allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
+               cst.ComparisonTarget, cst.Subscript, cst.SubscriptElement, cst.Index, cst.Slice, cst.LeftParen,
+               cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.Comma, cst.Colon,
+               cst.BaseBinaryOp, cst.BaseUnaryOp, cst.BaseCompOp, cst.MaybeSentinel, cst.ParenthesizedWhitespace,
+               cst.SimpleWhitespace, cst.Newline, cst.EmptyLine, cst.Comment, cst.TrailingWhitespace)
+    ok = True
+
+    class _Check(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal ok
+            if not isinstance(n, allowed):
+                ok = False
+            return ok
+
+    node.visit(_Check())
+    return ok
+
+
 def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
     """Variable name -> the root of its layout class, for the names the layout plan bound to tensors."""
     terms: list[Term] = [*plan.creations.values(), *plan.converts.values(), *(s.result for s in plan.dots.values())]
@@ -210,19 +343,29 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
             copy_layouts[shape] = name("kv_layout" if not copy_layouts else "v_layout")
     k_layout, v_layout = copy_layouts[k_shape], copy_layouts[v_shape]
 
-    # Loop-invariant tensors the addresses use, converted once to the copy layout (`_ring` copies).
+    # Loop-invariant tensors the addresses use, in the copy layout (`_ring` copies): a 1-D tensor is converted, a
+    # 2-D one (an address tile) is re-evaluated from its definition with its 1-D parts converted, which costs far
+    # fewer instructions than converting a tile of 64-bit pointers through shared memory; a 2-D tensor defined
+    # otherwise is converted.
     terms = _name_terms(ctx.plan)
     renames: dict[str, str] = {plan.var: name(f"{plan.var}_next")}
     conversions: list[str] = []
+    in_layout = _Relayout(ctx, terms, name, conversions)
     for invariant in plan.invariants:
         term = terms.get(invariant)
         if term is None:
             continue  # a scalar
-        ring = name(f"{invariant}_ring")
-        renames[invariant] = ring
         layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
-        target = f"gl.SliceLayout({term.slice_of[0]}, {layout})" if term.slice_of is not None else layout
-        conversions.append(f"{ring} = gl.convert_layout({invariant}, {target})")
+        renames[invariant] = in_layout.name_in(invariant, layout, "ring")
+
+    # Q is loaded again for its shared-memory copy, 16 bytes per thread (the translated load, in the accumulator's
+    # layout, reads 4 bytes per thread; unused in this branch, the compiler drops it), when its address and mask
+    # can be re-evaluated in a copy layout; else the translated load's tile is stored.
+    q_shape = f"[{m}, {q_cols}]"
+    q_layout = copy_layouts.get(q_shape) or name(f"{plan.q}_layout")
+    q_tile = in_layout.load(plan.q, q_layout, "stage") or plan.q
+    if q_tile != plan.q:
+        copy_layouts.setdefault(q_shape, q_layout)
     for i in plan.producer:
         for assigned in assigned_names(body[i]):
             renames[assigned] = name(f"{assigned}_next")
@@ -265,18 +408,18 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
 
     lines = [
         f"{stages}: gl.constexpr = {plan.num_stages}",
-        "# cp.async copies 16 bytes per thread along the contiguous dimension of each tile.",
+        "# Copies into shared memory move 16 bytes per thread along the contiguous dimension of each tile.",
         *(f"{layout}: gl.constexpr = _copy_layout({shape}, {dtype}, gl.num_warps())"
           for shape, layout in copy_layouts.items()),
         "# PV gets a wgmma as wide as the head dimension (the same registers as the accumulator's layout, so the",
         "# conversions around it are free); P is its A operand, straight from registers.",
         f"{pv_layout}: gl.constexpr = _mma_layout({m}, [{d}], {dtype}, gl.num_warps())",
         f"{p_layout}: gl.constexpr = _register_a_layout({pv_layout}, {dtype})",
-        "# Address tiles in the copy layout, converted once (before the buffers below, so that the conversion's",
-        "# scratch space can be reused by them).",
+        "# Address tiles in the copy layouts, computed once from their row and column offsets (before the buffers",
+        "# below, so that the scratch space of the conversions can be reused by them).",
         *conversions,
         f"{q_smem} = gl.allocate_shared_memory({dtype}, {plan.q}.shape, "
-        f"gl.NVMMASharedLayout.get_default_for({plan.q}.shape, {dtype}), {plan.q})",
+        f"gl.NVMMASharedLayout.get_default_for({plan.q}.shape, {dtype}), {q_tile})",
         f"{k_smem} = gl.allocate_shared_memory({dtype}, [{stages}, {k_shape[1:-1]}], "
         f"gl.NVMMASharedLayout.get_default_for({k_shape}, {dtype}))",
         f"{v_smem} = gl.allocate_shared_memory({dtype}, [{stages}, {v_shape[1:-1]}], "
@@ -322,11 +465,13 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ]
     lines.append("\n".join(loop))
     lines += [
-        "# The last iteration's PV.",
+        "# The last iteration's PV, once its V tile has landed (every thread's copies: hence the barrier; the copies",
+        "# past the end, masked off, are complete too).",
+        "async_copy.wait_group(0)",
+        "_cta_barrier()",
         f"{plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index(({iters} + {stages} - 1) % {stages}), "
         f"gl.convert_layout({plan.acc}, {pv_layout}), is_async=True)",
         f"{plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
-        "async_copy.wait_group(0)  # the copies past the end (masked off) are complete too",
     ]
     pipelined = _indent("\n".join(lines), "    ")
     original = _indent(_text(updated), "    ")
