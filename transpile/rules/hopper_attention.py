@@ -458,8 +458,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     loop.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
     loop += statements(after)
     loop += [
-        f"    # Both wgmmas that read slot `{prev_slot}` are done: refill it with the tiles of iteration "
-        f"{it} + {stages} - 1.",
+        f"    # This warpgroup's wgmmas that read slot `{prev_slot}` are done; with two warpgroups the barrier waits for",
+        "    # the other one's PV too before the slot is refilled with the tiles of iteration it + NUM_STAGES - 1.",
+        "    if gl.num_warps() > 4:",
+        "        _cta_barrier()",
         f"    {nxt} = {it} + {stages} - 1",
         *copies(nxt, prev_slot, "    "),
     ]
