@@ -51,3 +51,24 @@ def test_pointer_gemm_is_a_cp_async_ring(goldens, gemm: str) -> None:
     loop = _main_loop(goldens.read(gemm, "sm90"))
     _assert_async_wgmma(loop)
     assert "commit_group()" in loop and "wait_group(" in loop, "no cp.async commit/wait groups in the main loop"
+
+
+def test_pointer_gemm_ring_has_copy_layouts_and_the_fallback_keeps_blocked_ones(goldens) -> None:
+    """The ring's 16-byte copies read tiles in `_copy_layout`s that the ring branch builds itself; the kernel's layout
+    declarations, and so the fallback loop's plain loads, stay 4-wide `_blocked_layout`s (a fallback loading 8-wide
+    tiles ran at 0.78x of the original on unaligned sizes)."""
+    text = goldens.read("matmul_grouped", "sm90")
+    kernel = next(node for node in ast.walk(ast.parse(text))
+                  if isinstance(node, ast.FunctionDef) and node.name == "matmul_kernel")
+    ring = next(node for node in kernel.body if isinstance(node, ast.If))
+    before = kernel.body[:kernel.body.index(ring)]
+    blocked = {node.target.id for node in before if isinstance(node, ast.AnnAssign)
+               and "_blocked_layout(" in (ast.get_source_segment(text, node) or "")}
+    assert blocked, "the kernel declares no blocked tile layouts"
+    assert not any("_copy_layout(" in (ast.get_source_segment(text, node) or "") for node in before)
+    pipelined = "\n".join(ast.get_source_segment(text, node) or "" for node in ring.body)
+    fallback = "\n".join(ast.get_source_segment(text, node) or "" for node in ring.orelse)
+    assert "_copy_layout(" in pipelined and "_cp_async_load(" in pipelined
+    ring_names = {node.id for node in ast.walk(ast.parse(pipelined)) if isinstance(node, ast.Name)}
+    assert not blocked & ring_names, f"the ring reads values in the blocked layouts {sorted(blocked & ring_names)}"
+    assert "gl.load(" in fallback and "_ring" not in fallback and "_copy_layout" not in fallback

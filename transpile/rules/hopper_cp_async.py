@@ -12,6 +12,11 @@ No proxy fence after ``wait_group`` (Triton's own pipeliner has none; measured 3
 The alignment hints the copies need (``multiple_of``/``max_contiguous``/``max_constancy``) sit only on values the
 guarded branch creates itself: a hint marks the op defining a value, so one on a value shared with the fallback loop
 would make its plain loads vectorise on unaligned rows ("misaligned address").
+Tiles in a blocked layout are rebuilt at the start of the ring branch in 16-byte copy layouts: the statements before
+the loop that compute the index vectors (and layouts) the ring reads are copied with ``_ring`` names, so the kernel's
+declarations, and the fallback loop's plain loads, keep the 4-wide blocked layouts (8-wide plain loads made the
+fallback 15-30% slower on unaligned sizes). Where that slice cannot be copied safely, the ring keeps the blocked
+layouts (8-byte copies).
 The fallback (``else``) is the translated loop: 8- and 32-bit operands (wgmma wants B K-major in shared memory, which
 a copy of an N-contiguous tile does not write), and at run time unaligned rows or a K, M, N that is not a multiple of
 8 (cp.async rejects copies under 4 bytes, and only 16-byte copies are fast).
@@ -86,23 +91,183 @@ class HopperCpAsyncPipeline(Rule):
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
                           ) -> cst.FunctionDef:
-        """Tiles that stream through a cp.async ring get 16-byte copy layouts (8 x 16-bit elements per thread); the
-        ring's fresh pointer tiles get the translated definitions of the tiles they copy."""
-        tiles = ctx.copy_tiles
-        if not tiles:
+        """The ring's fresh pointer tiles get the translated definitions of the tiles they copy. Where those tiles
+        are in a blocked layout, the ring rebuilds them, and the index vectors its masks read, in 16-byte copy layouts
+        (8 x 16-bit elements per thread); the fallback loop keeps the blocked layouts (4-element loads)."""
+        if not ctx.fresh_tiles:
             return updated
-        if ctx.fresh_tiles:
-            updated = updated.visit(_FreshTiles(updated, ctx.fresh_tiles))  # type: ignore[assignment]
+        updated = updated.visit(_FreshTiles(updated, ctx.fresh_tiles))  # type: ignore[assignment]
+        layouts = _blocked_tile_layouts(updated, ctx.copy_tiles)
+        if not layouts:
+            return updated
         body = list(updated.body.body)
+        name = namer(names_in(updated))
         for i, statement in enumerate(body):
-            text = code(statement)
-            for shape, dtype in tiles.items():
-                old = f"_blocked_layout([{shape}], gl.num_warps())"
-                if text.endswith(old) and ": gl.constexpr = " in text:
-                    new = text.replace(old, f"_copy_layout([{shape}], {dtype}, gl.num_warps())")
-                    body[i] = cst.parse_statement(new).with_changes(leading_lines=statement.leading_lines)
+            if isinstance(statement, cst.If) and _bound_names(statement.body) & set(ctx.fresh_tiles):
+                ring = _in_copy_layouts(body[:i], statement, layouts, name)
+                if ring is not None:
+                    body[i] = ring
                     ctx.need("copy_layout")
         return updated.with_changes(body=updated.body.with_changes(body=body))
+
+
+def _blocked_tile_layouts(function: cst.FunctionDef, tiles: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """`name: gl.constexpr = _blocked_layout([shape], gl.num_warps())` declarations of the ring's tile shapes:
+    layout name -> (shape text, element type)."""
+    found: dict[str, tuple[str, str]] = {}
+    for statement in function.body.body:
+        text = code(statement)
+        for shape, dtype in tiles.items():
+            if text.endswith(f" = _blocked_layout([{shape}], gl.num_warps())") and ": gl.constexpr = " in text:
+                (bound,) = _bound_names(statement)
+                found[bound] = (shape, dtype)
+    return found
+
+
+def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dict[str, tuple[str, str]],
+                     name) -> cst.If | None:  # noqa: ANN001 - namer
+    """The ring branch of `ring` with the values it reads that are built (before it) from the blocked `layouts`
+    rebuilt at its start in copy layouts, or None where that slice of the function cannot be copied safely
+    (a definition inside a compound statement, or one that reads a name reassigned before the ring)."""
+    branch = ring.body
+    needed = _reads(branch) - _bound_names(branch)
+    # Which earlier statements compute values in (or derived from) the blocked layouts.
+    derived: set[str] = set()
+    facts: list[tuple[set[str], set[str], str]] = []  # (bound names, read names, "copy" | "opaque" | "other")
+    for statement in before:
+        bound, reads = _bound_names(statement), _statement_reads(statement)
+        simple = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign, cst.AugAssign)) and len(bound) == 1
+        if bound & set(layouts) or not reads & (set(layouts) | derived):
+            kind = "other"
+            derived -= bound
+        else:
+            kind = "copy" if simple else "opaque"
+            derived |= bound
+        facts.append((bound, reads, kind))
+    # The statements the ring needs, walking back from its reads.
+    keep: list[int] = []
+    for i in reversed(range(len(before))):
+        bound, reads, kind = facts[i]
+        if not bound & needed:
+            continue
+        if kind == "opaque":
+            return None
+        if kind == "copy":
+            keep.append(i)
+            needed = (needed - bound) | reads
+        else:
+            needed -= bound
+    if not keep:
+        return None
+    renames: dict[str, str] = {}
+    lines: list[str] = []
+    used = set().union(*(facts[i][1] for i in keep))
+    for layout, (shape, dtype) in layouts.items():
+        if layout in used:
+            renames[layout] = name(layout[: -len("_layout")] + "_copy_layout" if layout.endswith("_layout")
+                                   else layout + "_copy")
+            lines.append(f"{renames[layout]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps())")
+    for i in sorted(keep):
+        bound, reads, _ = facts[i]
+        if any(reads_name not in renames and reads_name in _bound_names_of(before[i + 1:])
+               for reads_name in reads):
+            return None  # the copy would read a value reassigned after the original statement
+        small = before[i].body[0]  # type: ignore[attr-defined]
+        (target,) = bound
+        value = _renamed(small.value, renames)
+        if isinstance(small, cst.AugAssign) and target not in renames:
+            operator = code(small.operator).rstrip("=").strip()
+            renames[target] = name(f"{target}_ring")
+            lines.append(f"{renames[target]} = {target} {operator} ({value})")
+            continue
+        renames.setdefault(target, name(f"{target}_ring"))
+        text = code(_renamed(small, renames))
+        lines.append(text)
+    header = ("# The ring copies 16 bytes per thread: the index vectors and pointer tiles it reads are rebuilt in copy "
+              "layouts\n# (8 x 16-bit elements per thread); the fallback loop keeps the blocked layouts.\n")
+    prelude = list(cst.parse_module("pass\n" + header + "\n".join(lines) + "\n").body)[1:]  # comment kept
+    renamed = _renamed(branch, renames)
+    return ring.with_changes(body=renamed.with_changes(body=[*prelude, *renamed.body]))
+
+
+class _Renamer(cst.CSTTransformer):
+    """Renames variables (not attribute names or keyword-argument names)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+
+def _renamed(node, names: dict[str, str]):  # noqa: ANN001, ANN202 - any CST node, same type back
+    return node.visit(_Renamer(names))
+
+
+def _reads(node: cst.CSTNode) -> set[str]:
+    """Variables `node` reads or binds (not attribute names or keyword-argument names)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(Visitor())
+    return found
+
+
+def _statement_reads(statement: cst.BaseStatement) -> set[str]:
+    """Variables a statement reads: an assignment's value (an augmented one's target too), anything in others."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign):
+            return _reads(small.value)
+        if isinstance(small, cst.AnnAssign) and small.value is not None:
+            return _reads(small.value)
+        if isinstance(small, cst.AugAssign):
+            return _reads(small.target) | _reads(small.value)
+    return _reads(statement)
+
+
+def _bound_names(node: cst.CSTNode) -> set[str]:
+    """Variables assigned anywhere in `node` (assignments, augmented and annotated ones, loop targets)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            found.update(_reads(n.target))
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            found.update(_reads(n.target))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            found.update(_reads(n.target))
+
+        def visit_For(self, n: cst.For) -> None:
+            found.update(_reads(n.target))
+
+    node.visit(Visitor())
+    return found
+
+
+def _bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:
+    return set().union(*(_bound_names(s) for s in statements)) if statements else set()
 
 
 class _FreshTiles(cst.CSTTransformer):
