@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
-from transpile.analysis.pipeline import LoopRefusal
+from transpile.analysis.pipeline import LoopRefusal, loop_header
 from transpile.cst_utils import calls_in, names_in
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -120,21 +120,10 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     def refuse(node: cst.CSTNode, reason: str) -> LoopRefusal:
         return LoopRefusal(node, f"attention loop: {reason}")
 
-    # The loop header: `for n in range(...)` or `tl.range(...)`.
-    if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
-        return refuse(loop, "the loop is not `for <name> in range(...)`")
-    lang = language_name(source.qualified_name(loop.iter.func))
-    if not ((isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range") or lang == "range"):
-        return refuse(loop.iter, "the loop does not iterate over `range`/`tl.range`")
-    stages = default_stages
-    for a in loop.iter.args:
-        if a.keyword is not None and a.keyword.value == "num_stages":
-            try:
-                stages = int(source.code(a.value).strip())
-            except ValueError:
-                return refuse(a.value, "`num_stages` must be an integer literal")
-    stages = max(stages, 2)
-    range_args = [a.value for a in loop.iter.args if a.keyword is None]
+    header = loop_header(source, loop, default_stages)
+    if isinstance(header, LoopRefusal):
+        return refuse(header.node, header.reason)
+    range_args, stages = header
 
     # Statements: no inner loops, no early exits; compound statements only where they touch no dot and no load.
     for statement in body:

@@ -80,6 +80,25 @@ def loop_body(loop: cst.For | cst.While) -> list[cst.BaseStatement]:
     return list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
 
 
+def loop_header(source: SourceFile, loop: cst.For, default_stages: int
+                ) -> tuple[list[cst.BaseExpression], int] | LoopRefusal:
+    """`for k in range(...)` / `tl.range(..., num_stages=n)`: the range arguments and the ring depth (at least 2;
+    `default_stages` when the source gives none), or a refusal naming what is not such a loop."""
+    if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
+        return LoopRefusal(loop, "the loop is not `for <name> in range(...)`")
+    lang = language_name(source.qualified_name(loop.iter.func))
+    if not ((isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range") or lang == "range"):
+        return LoopRefusal(loop.iter, "the loop does not iterate over `range`/`tl.range`")
+    stages = default_stages
+    for a in loop.iter.args:
+        if a.keyword is not None and a.keyword.value == "num_stages":
+            try:
+                stages = int(source.code(a.value).strip())
+            except ValueError:
+                return LoopRefusal(a.value, "`num_stages` must be an integer literal")
+    return [a.value for a in loop.iter.args if a.keyword is None], max(stages, 2)
+
+
 def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cst.BaseStatement,
                  name: str) -> OperandLoad | LoopRefusal | None:
     """`name = desc.load(coords)` or `name = tl.load(ptrs, mask=, other=)` at `statement`, else None."""
@@ -118,22 +137,10 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     if len(dots) != 1:
         return LoopRefusal(dots[1][1], "more than one `tl.dot` in the loop (one accumulator chain is pipelined)")
     dot_index, dot_statement = dots[0]
-    # The loop header: `for k in range(...)` or `tl.range(...)`.
-    if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
-        return LoopRefusal(loop, "the loop is not `for <name> in range(...)`")
-    lang = language_name(source.qualified_name(loop.iter.func))
-    is_range = (isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range") or lang in ("range",)
-    if not is_range:
-        return LoopRefusal(loop.iter, "the loop does not iterate over `range`/`tl.range`")
-    range_args = [a.value for a in loop.iter.args if a.keyword is None]
-    stages = default_stages
-    for a in loop.iter.args:
-        if a.keyword is not None and a.keyword.value == "num_stages":
-            try:
-                stages = int(source.code(a.value).strip())
-            except ValueError:
-                return LoopRefusal(a.value, "`num_stages` must be an integer literal")
-    stages = max(stages, 2)
+    header = loop_header(source, loop, default_stages)
+    if isinstance(header, LoopRefusal):
+        return header
+    range_args, stages = header
     for statement in body:
         if isinstance(statement, (cst.For, cst.While)):
             return LoopRefusal(statement, "a loop inside the main loop")

@@ -27,6 +27,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import LoopRange, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -51,23 +52,8 @@ EXAMPLE = (
     "    tl.store(o_ptr + offs_m[:, None] * stride_n + offs_d[None, :] * stride_d, acc / l_i[:, None])\n"
 )
 
-_code = cst.Module([]).code_for_node
-
-
-class _Rename(cst.CSTTransformer):
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only bare names are renamed
-
-
 def _text(node: cst.CSTNode, names: dict[str, str] | None = None) -> str:
-    return _code(node.visit(_Rename(names)) if names else node).strip()
+    return rename(node, names or {})
 
 
 class HopperAttentionPipeline(Rule):
@@ -305,20 +291,9 @@ def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
     return roots
 
 
-def _namer(taken: set[str]):  # noqa: ANN202
-    def name(base: str) -> str:
-        candidate = base
-        while candidate in taken:
-            candidate += "_"
-        taken.add(candidate)
-        return candidate
-
-    return name
-
-
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str]) -> str:
-    name = _namer(names_in(ctx.function.node))
+    name = namer(names_in(ctx.function.node))
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
                                                        name("p_prev"))
@@ -371,10 +346,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
             renames[assigned] = name(f"{assigned}_next")
 
     # The loop range as an iteration count.
-    texts = [_text(a.value) for a in updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
-    lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
-    count = f"gl.cdiv({hi}, {step})" if lo == "0" else f"gl.cdiv({hi} - ({lo}), {step})"
-    index = (lambda v: f"{v} * {step}") if lo == "0" else (lambda v: f"{lo} + {v} * {step}")  # noqa: E731
+    span = LoopRange.of(updated)
+    count, index = span.count, span.value
 
     def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
         lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]

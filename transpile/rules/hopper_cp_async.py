@@ -32,7 +32,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -315,7 +315,7 @@ class _Emitter:
         self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
 
     def emit(self) -> _Emitted | str:
-        ctx, plan, body = self.ctx, self.plan, self.body
+        ctx, plan = self.ctx, self.plan
         site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
         if site.out_dtype is not None and "int" in code(site.out_dtype):
             return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
@@ -415,14 +415,8 @@ class _Emitter:
         stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                                   name("next_slot"), name("num_iters"))
         smem = {load.name: name(f"{load.name}_smem") for load in plan.loads}
-        args = [a for a in self.updated.iter.args if a.keyword is None]  # type: ignore[union-attr]
-        texts = [code(x.value) for x in args]
-        lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2
-                                                                      else "1")
-        count = hi if (lo, step) == ("0", "1") else f"gl.cdiv({hi} - ({lo}), {step})"
-
-        def index(v: str) -> str:
-            return v if (lo, step) == ("0", "1") else f"{lo} + {v} * {step}"
+        span = LoopRange.of(self.updated)
+        count, index = span.count, span.value
 
         renames = {plan.var: name(f"{plan.var}_next")}
         for i in plan.producer:

@@ -18,6 +18,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import LoopRange, code, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -30,22 +31,6 @@ EXAMPLE = (
     "        a = a_desc.load([0, k * BK])\n        b = b_desc.load([k * BK, 0])\n        acc = tl.dot(a, b, acc)\n"
     "    c_desc.store([0, 0], acc.to(tl.float16))\n"
 )
-
-_code = cst.Module([]).code_for_node
-
-
-class _Rename(cst.CSTTransformer):
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
-
-
-def _rename(node: cst.CSTNode, names: dict[str, str]) -> str:
-    return _code(node.visit(_Rename(names))).strip()
-
 
 class HopperTMAPipeline(Rule):
     name = "hopper-tma-pipeline"
@@ -86,17 +71,14 @@ class HopperTMAPipeline(Rule):
         operands of other widths."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         taken = names_in(ctx.function.node)
-        name = _namer(taken)
+        name = namer(taken)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
                                                          name("next_it"), name("next_slot"), name("num_iters"))
         a, b = plan.loads
         a_smem, b_smem = name(f"{a.name}_smem"), name(f"{b.name}_smem")
         infos = {op.descriptor: ctx.plan.descriptors[op.descriptor] for op in plan.loads}
-        args = [a_ for a_ in updated.iter.args if a_.keyword is None]  # type: ignore[union-attr]
-        texts = [_code(x.value).strip() for x in args]
-        lo, hi, step = ("0", texts[0], "1") if len(texts) == 1 else (texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
-        count = hi if (lo == "0" and step == "1") else f"gl.cdiv({hi} - ({lo}), {step})"
-        index = (lambda v: f"{lo} + {v} * {step}") if (lo, step) != ("0", "1") else (lambda v: v)  # noqa: E731
+        span = LoopRange.of(updated)
+        count, index = span.count, span.value
 
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
         renames = {plan.var: name(f"{plan.var}_next")}
@@ -106,18 +88,18 @@ class HopperTMAPipeline(Rule):
 
         def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
             lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-            lines += [f"{indent}{_rename(body[i], renames)}" for i in plan.producer]
+            lines += [f"{indent}{rename(body[i], renames)}" for i in plan.producer]
             nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
             lines.append(f"{indent}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
             for op, smem in ((a, a_smem), (b, b_smem)):
                 coords = _load_coords(body[op.index])
-                lines.append(f"{indent}_tma_async_load({op.descriptor}, {_rename(coords, renames)}, "
+                lines.append(f"{indent}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
                              f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
             return lines
 
         ctx.need("tma_aliases")
         dot_call = _dot_call(body[plan.dot_index])
-        acc_in = _code(dot_call.args[2].value).strip() if dot_call is not None and len(dot_call.args) > 2 else plan.acc
+        acc_in = code(dot_call.args[2].value) if dot_call is not None and len(dot_call.args) > 2 else plan.acc
         skip = {op.index for op in plan.loads} | {plan.dot_index}
         consumer_names: set[str] = set()
         for i, statement in enumerate(body):
@@ -150,7 +132,7 @@ class HopperTMAPipeline(Rule):
         loop = [f"for {it} in range({iters}):"]
         if uses_var:
             loop.append(f"    {plan.var} = {index(it)}")
-        loop += [f"    {_code(s).strip()}" for s in before]
+        loop += [f"    {code(s)}" for s in before]
         loop += [
             f"    {slot} = {it} % {stages}",
             f"    mbarrier.wait({ready}.index({slot}), ({it} // {stages}) & 1)",
@@ -162,7 +144,7 @@ class HopperTMAPipeline(Rule):
             "    if gl.num_warps() > 4:",
             "        _cta_barrier()",
         ]
-        loop += [f"    {_code(s).strip()}" for s in after]
+        loop += [f"    {code(s)}" for s in after]
         loop.append(f"    {nxt} = {it} + {stages} - 1")
         loop.append(f"    {nxt_slot} = {nxt} % {stages}")
         loop += producer(nxt, nxt_slot, "    ")
@@ -175,7 +157,7 @@ class HopperTMAPipeline(Rule):
             ctx.helpers.discard("tma_load")
         ctx.need("cta_barrier")
         pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
-        original = "\n".join("    " + ln for ln in _code(updated).strip().splitlines())
+        original = "\n".join("    " + ln for ln in code(updated).splitlines())
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
         text = "\n".join([
             *header,
@@ -198,14 +180,3 @@ def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
 def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     value = statement.body[0].value  # type: ignore[union-attr]
     return value if isinstance(value, cst.Call) else None
-
-
-def _namer(taken: set[str]):  # noqa: ANN202
-    def name(base: str) -> str:
-        candidate = base
-        while candidate in taken:
-            candidate += "_"
-        taken.add(candidate)
-        return candidate
-
-    return name

@@ -24,6 +24,9 @@ class _Rename(cst.CSTTransformer):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
         return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
 
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only bare names are renamed
+
 
 def rename(node: cst.CSTNode, names: dict[str, str]) -> str:
     """The source text of `node` with the identifiers in `names` replaced."""
