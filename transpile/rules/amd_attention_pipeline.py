@@ -22,9 +22,8 @@ from transpile.analysis.attention import AttentionPlan
 from transpile.analysis.pipeline import OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, hoistable_convert, plan_stages
 from transpile.cst_utils import assigned_names, calls_in, names_in
-from transpile.rules.amd_warp_pipeline import _indent, _renamed_load, _statements
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, rename, statements
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -82,7 +81,7 @@ class AMDAttentionWarpPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(text.node, "TT040",
                                                          f"main loop not pipelined: {text.reason}"))
             return updated
-        return cst.FlattenSentinel(_statements(text, updated.leading_lines))
+        return cst.FlattenSentinel(statements(text, updated.leading_lines))
 
 
 class _Substitute(cst.CSTTransformer):
@@ -155,13 +154,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
             used_by_consumer |= names_in(cst.parse_module(consumer_text[i]))
     consumer = [i for i in consumer if i not in att.producer or assigned_names(body[i]) & used_by_consumer]
 
-    def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
-        lines = [f"{indent}{renames[att.var]} = {index(iteration)}"]
-        lines += [_indent(rename(body[i], renames), indent) for i in att.producer]
+    def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
+        lines = [f"{pad}{renames[att.var]} = {index(iteration)}"]
+        lines += [indent(rename(body[i], renames), pad) for i in att.producer]
         for i, tile in sorted(loads.items()):
             load = OperandLoad(i, tile.name, "", tile.call, tile.pointer, tile.mask, None)
-            value = _renamed_load(body[i], renames, iteration, iters, load)
-            lines.append(f"{indent}{rings[tile.name]}.index({slot_expr}).store({value})")
+            value = later_load(body[i], renames, iteration, iters, load)
+            lines.append(f"{pad}{rings[tile.name]}.index({slot_expr}).store({value})")
         return lines
 
     layout = f"{att.acc}.type.layout"
@@ -170,7 +169,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
             f"[{keys}, {head}], {dtype}) <= {sp.lds_limit}")
 
     def stage_lines(indices: list[int]) -> list[str]:
-        return [_indent(consumer_text[i], "        ") for i in indices if i in consumer]
+        return [indent(consumer_text[i], "        ") for i in indices if i in consumer]
 
     before = [i for i in range(att.scores_index + 1) if i in consumer]
     between = [i for i in range(att.scores_index + 1, att.acc_index) if i in consumer]
@@ -221,10 +220,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
         f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")',
         f"{stages}: gl.constexpr = {sp.slots}",
         f"if {fits}:",
-        "\n".join(("    " + ln) if ln.strip() else "" for ln in "\n".join(pipelined).splitlines()),
+        indent("\n".join(pipelined), "    "),
         "else:",
         f"    # Fewer than 16 rows per warp, or rings larger than the {sp.lds_limit // 1024} KiB of LDS: the loop runs "
         "as translated.",
-        "\n".join(("    " + ln) if ln.strip() else "" for ln in code(updated).splitlines()),
+        indent(code(updated), "    "),
     ])
     return text + "\n"

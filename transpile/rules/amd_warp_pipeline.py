@@ -15,7 +15,6 @@ Targets: gfx942, gfx950, gfx1250 (register-staged copies: global loads into regi
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
 
 import libcst as cst
 
@@ -23,7 +22,7 @@ from transpile.analysis.pipeline import LoopPlan, OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, rename, statements
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -74,7 +73,7 @@ class AMDWarpPipeline(Rule):
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
-        return cst.FlattenSentinel(_statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
+        return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -132,33 +131,33 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
     tdm_at = {load.name: name(f"{load.descriptor}_at") for load in plan.loads} if engine == "tdm" else {}
 
-    def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
+    def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
         if engine == "registers":
-            return f"{indent}{dest}.store({_renamed_load(body[load.index], renames, iteration, iters, load)})"
+            return f"{pad}{dest}.store({later_load(body[load.index], renames, iteration, iters, load)})"
         call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
-            return f"{indent}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
-        return (f"{indent}{tdm_at[load.name]} = tdm.update_tensor_descriptor({tdm_descs[load.name]}, "
+            return f"{pad}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
+        return (f"{pad}{tdm_at[load.name]} = tdm.update_tensor_descriptor({tdm_descs[load.name]}, "
                 f"add_offsets=[{offsets[0]}, {offsets[1]}], clamp_bounds=True)")
 
-    def fused(slot_expr: str, indent: str) -> list[str]:
+    def fused(slot_expr: str, pad: str) -> list[str]:
         """One TDM operation for both tiles: warps 0-3 copy the first, warps 4-7 the second."""
         members = ", ".join(f"({tdm_at[load.name]}, {rings[load.name]}.index({slot_expr}), {hint})"
                             for load, hint in zip(plan.loads, ("0b00001111", "0b11110000")))
-        return [f"{indent}tdm.async_load_fused([{members}])"]
+        return [f"{pad}tdm.async_load_fused([{members}])"]
 
-    def producer(iteration: str, slot_expr: str, indent: str) -> tuple[list[str], list[str]]:
+    def producer(iteration: str, slot_expr: str, pad: str) -> tuple[list[str], list[str]]:
         """The producer of `iteration`: (address/mask statements and copies, pointer advances)."""
-        lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-        lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_before()]
-        lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
+        lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
+        lines += [indent(rename(body[i], renames), pad) for i in plan.producer_before()]
+        lines += [copy(load, iteration, slot_expr, pad) for load in plan.loads]
         if engine == "async_copy":
-            lines.append(f"{indent}async_copy.commit_group()")
+            lines.append(f"{pad}async_copy.commit_group()")
         elif engine == "tdm":
-            lines += fused(slot_expr, indent)
-        return lines, [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
+            lines += fused(slot_expr, pad)
+        return lines, [indent(rename(body[i], renames), pad) for i in plan.producer_after()]
 
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
     a, b = plan.loads
@@ -199,19 +198,20 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             "    # Between the stages: this iteration's tiles have landed, also those the lagging warp group copied.",
             "    " + wait.format(n=between),
         ]
-    loop += [        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
+    loop += [
+        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
         f"        {nxt} = {it} + {stages} - 1",
         f"        {nxt_slot} = {nxt} % {stages}",
     ]
     copies, advances = producer(nxt, nxt_slot, "        ")
     loop += copies
-    loop += [_indent(code(body[i]), "        ") for i in consumer]
+    loop += [indent(code(body[i]), "        ") for i in consumer]
     loop += advances
     lines.append("\n".join(loop))
     if wait is not None:
         lines.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
-    pipelined = "\n".join(("    " + ln) if ln.strip() else "" for ln in "\n".join(lines).splitlines())
-    original = "\n".join(("    " + ln) if ln.strip() else "" for ln in code(updated).splitlines())
+    pipelined = indent("\n".join(lines), "    ")
+    original = indent(code(updated), "    ")
     how = {
         "registers": "loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and "
                      "runs the MMA.",
@@ -242,45 +242,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     return "\n".join(header) + "\n"
 
 
-def _statements(text: str, leading: Sequence[cst.EmptyLine]) -> list[cst.BaseStatement]:
-    """The statements of `text`; its opening comment and the loop's own leading lines go before the first one."""
-    module = cst.parse_module(text)
-    first, *rest = module.body
-    first = first.with_changes(leading_lines=[*leading, *module.header, *first.leading_lines])
-    return [first, *rest]
-
-
 def _read(engine: str, slot: str) -> str:
     """The operand read of a ring slot: relaxed after direct-to-LDS copies (the wait before it already orders them)."""
     return f"async_copy.load_shared_relaxed({slot}, " if engine == "async_copy" else f"{slot}.load("
 
 
-def _indent(text: str, prefix: str) -> str:
-    return "\n".join(prefix + line if line else line for line in text.splitlines())
-
-
-def _dot_call(plan) -> cst.Call:  # noqa: ANN001
+def _dot_call(plan: LoopPlan) -> cst.Call:
     statement = plan.loop.body.body[plan.dot_index]
-    return statement.body[0].value
-
-
-def _renamed_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
-                  load: OperandLoad) -> str:
-    """The translated load of `statement` for a later iteration; a pointer load past the end is masked off."""
-    call = statement.body[0].value  # type: ignore[union-attr]
-    if load.kind == "descriptor":  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
-        return rename(call, renames)
-    args = list(call.args)
-    guard = cst.parse_expression(f"{iteration} < {iters}")
-    positional = [a for a in args if a.keyword is None]
-    mask_arg = next((a for a in args if a.keyword is not None and a.keyword.value == "mask"), None)
-    if mask_arg is None and len(positional) > 1:
-        mask_arg = positional[1]
-    if mask_arg is not None:
-        new_mask = cst.BinaryOperation(cst.parse_expression(f"({code(mask_arg.value)})"), cst.BitAnd(),
-                                       cst.parse_expression(f"({iteration} < {iters})"))
-        args = [a.with_changes(value=new_mask) if a is mask_arg else a for a in args]
-    else:
-        args.insert(1, cst.Arg(guard, keyword=cst.Name("mask"), equal=cst.AssignEqual(
-            cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-    return rename(call.with_changes(args=args), renames)
+    return statement.body[0].value  # type: ignore[attr-defined,return-value]

@@ -32,7 +32,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, indent, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -436,7 +436,7 @@ class _Emitter:
         dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
         acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
 
-        def copy(load: OperandLoad, iteration: str, slot_expr: str, indent: str) -> str:
+        def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str) -> str:
             call = body[load.index].body[0].value  # type: ignore[union-attr]
             pointer = rename(call.args[0].value, renames)
             mask_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "mask"), None)
@@ -447,16 +447,16 @@ class _Emitter:
             # itself does not lower (Triton 3.6 and 3.9).
             mask = (f"gl.max_constancy(gl.broadcast({rename(mask_arg.value, renames)}, {pointer})[0] & {in_range}, "
                     f"[1, {VEC}])" if mask_arg is not None else in_range)
-            head = f"{indent}_cp_async_load("
+            head = f"{pad}_cp_async_load("
             return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, [1, 16]), "
                     f"[1, {VEC}]),\n{' ' * len(head)}mask={mask})")
 
-        def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
-            lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-            lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_before()]
-            lines += [copy(load, iteration, slot_expr, indent) for load in plan.loads]
-            lines.append(f"{indent}async_copy.commit_group()")
-            lines += [_indent(rename(body[i], renames), indent) for i in plan.producer_after()]
+        def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
+            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
+            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_before()]
+            lines += [copy(load, iteration, slot_expr, pad) for load in plan.loads]
+            lines.append(f"{pad}async_copy.commit_group()")
+            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_after()]
             return lines
 
         a, b = plan.loads
@@ -498,8 +498,8 @@ class _Emitter:
         lines.append("async_copy.wait_group(0)")
         # `a_ptrs_next = a_ptrs` becomes a copy of the translated definition of `a_ptrs` (leave_FunctionDef).
         self.ctx.fresh_tiles.update({renames[c]: c for c in plan.carried if c in definitions})
-        pipelined = "\n".join("    " + ln if ln else ln for ln in "\n".join(lines).splitlines())
-        fallback = "\n".join("    " + ln if ln else ln for ln in code(self.updated).splitlines())
+        pipelined = indent("\n".join(lines), "    ")
+        fallback = indent(code(self.updated), "    ")
         widths = [f"{dtypes[load.name]}.primitive_bitwidth == 16" for load in plan.loads]
         condition = " and ".join(dict.fromkeys(widths))
         guard = "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests), "):"])

@@ -18,7 +18,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, indent, namer, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -86,14 +86,14 @@ class HopperTMAPipeline(Rule):
             for assigned in assigned_names(body[i]):
                 renames[assigned] = name(f"{assigned}_next")
 
-        def producer(iteration: str, slot_expr: str, indent: str) -> list[str]:
-            lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-            lines += [f"{indent}{rename(body[i], renames)}" for i in plan.producer]
+        def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
+            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
+            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer]
             nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
-            lines.append(f"{indent}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
+            lines.append(f"{pad}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
             for op, smem in ((a, a_smem), (b, b_smem)):
                 coords = _load_coords(body[op.index])
-                lines.append(f"{indent}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
+                lines.append(f"{pad}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
                              f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
             return lines
 
@@ -156,8 +156,8 @@ class HopperTMAPipeline(Rule):
         if not any(kind == "load" and node not in pipelined for node, (kind, _) in ctx.plan.descriptor_ops.items()):
             ctx.helpers.discard("tma_load")
         ctx.need("cta_barrier")
-        pipelined = "\n".join("    " + ln for ln in "\n".join(lines).splitlines())
-        original = "\n".join("    " + ln for ln in code(updated).splitlines())
+        pipelined = indent("\n".join(lines), "    ")
+        original = indent(code(updated), "    ")
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
         text = "\n".join([
             *header,

@@ -3,10 +3,12 @@ later iteration (``k`` -> ``k_next``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
+
+from transpile.analysis.pipeline import OperandLoad
 
 _MODULE = cst.Module([])
 
@@ -74,3 +76,38 @@ class LoopRange:
         if (self.lo, self.step) == ("0", "1"):
             return iteration
         return f"{iteration} * {self.step}" if self.lo == "0" else f"{self.lo} + {iteration} * {self.step}"
+
+
+def statements(text: str, leading: Sequence[cst.EmptyLine]) -> list[cst.BaseStatement]:
+    """The statements of `text`; its opening comment and the loop's own leading lines go before the first one."""
+    module = cst.parse_module(text)
+    first, *rest = module.body
+    first = first.with_changes(leading_lines=[*leading, *module.header, *first.leading_lines])
+    return [first, *rest]
+
+
+def indent(text: str, prefix: str) -> str:
+    """`text` with `prefix` before each line that is not empty."""
+    return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
+
+
+def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
+                  load: OperandLoad) -> str:
+    """The translated load of `statement` for a later iteration; a pointer load past the end is masked off."""
+    call = statement.body[0].value  # type: ignore[union-attr]
+    if load.kind == "descriptor":  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
+        return rename(call, renames)
+    args = list(call.args)
+    guard = cst.parse_expression(f"{iteration} < {iters}")
+    positional = [a for a in args if a.keyword is None]
+    mask_arg = next((a for a in args if a.keyword is not None and a.keyword.value == "mask"), None)
+    if mask_arg is None and len(positional) > 1:
+        mask_arg = positional[1]
+    if mask_arg is not None:
+        new_mask = cst.BinaryOperation(cst.parse_expression(f"({code(mask_arg.value)})"), cst.BitAnd(),
+                                       cst.parse_expression(f"({iteration} < {iters})"))
+        args = [a.with_changes(value=new_mask) if a is mask_arg else a for a in args]
+    else:
+        args.insert(1, cst.Arg(guard, keyword=cst.Name("mask"), equal=cst.AssignEqual(
+            cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return rename(call.with_changes(args=args), renames)
