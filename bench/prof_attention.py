@@ -7,7 +7,8 @@
 Without --prof: d64/d128, full/causal; every kernel is timed `--rounds` times (default 7) in interleaved rounds
 (`triton.testing.do_bench` medians, then the median of the rounds), each after its own autotuning; the ratio is
 original time / variant time. With --prof: one launch of each kernel (after warm-up and autotuning) between
-cudaProfilerStart/Stop, for ncu, at head dimension --d (full attention).
+cudaProfilerStart/Stop, for ncu, at head dimension --d (full attention). --cfg=N pins every variant to its N-th
+autotune config (the original is still autotuned), to compare variants without autotuning noise.
 """
 import importlib.util
 import statistics
@@ -35,6 +36,8 @@ for a in args:
     if not a.startswith("--"):
         label, path = a.split("=", 1)
         mods[label] = load(Path(path), f"variant_{label}")
+        if "--cfg" in option:  # pin the variant to one autotune config (no autotuning noise)
+            mods[label].attn_fwd_kernel.configs = [mods[label].attn_fwd_kernel.configs[int(option["--cfg"])]]
 prof = "--prof" in args
 shapes = [(int(option.get("--d", 128)), False)] if prof else [(64, False), (64, True), (128, False), (128, True)]
 for d, causal in shapes:
