@@ -138,13 +138,16 @@ def line_of(text: str, needle: str) -> int:
 # Matmul: the accumulator's class, the k-offsets used both ways
 
 
-def test_matmul_offs_k_used_both_ways_gets_exactly_one_conversion() -> None:
+def test_matmul_offs_k_used_both_ways_and_the_stored_tile_get_one_conversion_each() -> None:
     source, plans = analyse(MATMUL)
     plan = plans["mm"]
     line = line_of(MATMUL, "b_ptrs = b_ptr + offs_k[:, None]")
+    store = line_of(MATMUL, "tl.store(c_ptr")
     # `offs_k[None, :]` (line before) fixes offs_k in SliceLayout(0, ...); the `[:, None]` use needs SliceLayout(1,
-    # ...): one conversion, at that use, and none anywhere else.
-    assert converts(source, plan) == [("offs_k", line, 22, "gl.SliceLayout(1, mma_layout)")]
+    # ...): one conversion, at that use. The MMA result leaves through pointers of their own (coalesced) layout: one
+    # conversion of the stored tile. None anywhere else.
+    assert converts(source, plan) == [("c", store, 67, "a_ptrs_layout"),
+                                      ("offs_k", line, 22, "gl.SliceLayout(1, a_ptrs_layout)")]
     assert refusals(source, plan) == []
 
 
@@ -159,15 +162,16 @@ def test_matmul_accumulator_class_is_mma() -> None:
     assert plan.is_mma(plan.creations[zeros])
     assert plan.creations[zeros].find() is site.result.find()  # `acc += tl.dot(...)`: one class
     assert creations(source, plan)["tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)"] == "mma_layout"
-    assert [(name, kind) for name, kind, _ in plan.declarations] == [("mma_layout", "mma")]
+    declared = [(name, kind) for name, kind, _ in plan.declarations]
+    assert declared == [("a_ptrs_layout", "blocked"), ("mma_layout", "mma")]
 
 
-def test_matmul_index_vectors_are_slices_of_the_accumulator_layout() -> None:
+def test_matmul_index_vectors_are_slices_of_the_pointer_layout_not_of_the_accumulator() -> None:
     source, plans = analyse(MATMUL)
     assert creations(source, plans["mm"]) == {
-        "tl.arange(0, BLOCK_M)": "gl.SliceLayout(1, mma_layout)",
-        "tl.arange(0, BLOCK_N)": "gl.SliceLayout(0, mma_layout)",
-        "tl.arange(0, BLOCK_K)": "gl.SliceLayout(0, mma_layout)",
+        "tl.arange(0, BLOCK_M)": "gl.SliceLayout(1, a_ptrs_layout)",
+        "tl.arange(0, BLOCK_N)": "gl.SliceLayout(0, a_ptrs_layout)",
+        "tl.arange(0, BLOCK_K)": "gl.SliceLayout(0, a_ptrs_layout)",
         "tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)": "mma_layout",
     }
 

@@ -159,7 +159,7 @@ def test_q_load_with_other_arguments_is_staged_from_registers() -> None:
     text = EXAMPLE.replace("offs_d[None, :] * stride_d)\n    k_ptrs", "offs_d[None, :] * stride_d, cache_modifier='.cg')\n    k_ptrs")
     assert text != EXAMPLE
     result = translate_source(text, "x.py", get_target("sm90"))
-    assert "q.dtype), q)" in result.text and "_stage" not in result.text and "q_layout" not in result.text
+    assert "q.dtype), q)" in result.text and "_stage" not in result.text
 
 
 def test_golden_last_pv_waits_for_every_copy() -> None:

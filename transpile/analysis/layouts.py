@@ -607,7 +607,13 @@ class _FunctionWalker:
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
-                    self.unify_or_convert(pointer.term, arg, value.term)
+                    if key in ("value", "val") and value.term.find().dots and not pointer.term.find().dots:
+                        # An MMA result goes out through pointers of their own (blocked, coalesced) layout: one
+                        # conversion of the tile, as Triton's coalescing does, instead of a store pattern that
+                        # follows the matrix instruction's registers.
+                        self.plan.converts[arg] = pointer.term
+                    else:
+                        self.unify_or_convert(pointer.term, arg, value.term)
             for a in node.args:
                 if a.keyword is not None and a.keyword.value in ("sem", "scope", "cache_modifier", "eviction_policy"):
                     self.eval(a.value)

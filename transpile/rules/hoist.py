@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import names_in
+from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext, statement
 
 MATMUL_K = (
@@ -42,17 +42,19 @@ class HoistConversions(Rule):
         return cst.Name(hoisted[0]) if hoisted is not None else updated
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        inserts: dict[int, list[str]] = {}
-        for index, new_name, variable, layout in _definitions(ctx).values():
+        # Keyed by the variable, not by statement index: other rules may have replaced a statement by several.
+        inserts: dict[str, list[str]] = {}
+        for _, new_name, variable, layout in _definitions(ctx).values():
             line = f"{new_name} = gl.convert_layout({variable}, {layout})"
-            if line not in inserts.setdefault(index, []):
-                inserts[index].append(line)
+            if line not in inserts.setdefault(variable, []):
+                inserts[variable].append(line)
         if not inserts:
             return updated
         body: list[cst.BaseStatement] = []
-        for i, stmt in enumerate(updated.body.body):
+        for stmt in updated.body.body:
             body.append(stmt)
-            body.extend(statement(line) for line in inserts.get(i, []))
+            for variable in sorted(assigned_names(stmt) & inserts.keys()):
+                body.extend(statement(line) for line in inserts[variable])
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
 

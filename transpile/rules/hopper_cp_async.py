@@ -63,9 +63,9 @@ class HopperCpAsyncPipeline(Rule):
             "and (a_ptr.to(gl.int64) % 16 == 0)",
             "and (stride_am % 8 == 0)",
             "and (K % 8 == 0)",
-            "a_ptrs_next = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]",
+            "a_ptrs_next = a_ptr + offs_m_ring[:, None] * stride_am + offs_k_ring[None, :]",
             "_cp_async_load(a_smem.index(i), gl.max_contiguous(gl.multiple_of(a_ptrs_next, [1, 16]), [1, 8]),",
-            "mask=gl.max_constancy(gl.broadcast(offs_k[None, :] < K - k_next * BK, a_ptrs_next)[0] & (i < num_iters), "
+            "mask=gl.max_constancy(gl.broadcast(offs_k_ring[None, :] < K - k_next * BK, a_ptrs_next)[0] & (i < num_iters), "
             "[1, 8]))",
             "else:",
             "a = gl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)",
