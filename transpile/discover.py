@@ -68,6 +68,11 @@ class JitFunction:
         return bool(self.called_by)
 
     @property
+    def num_stages(self) -> int | None:
+        """The `num_stages` of the first autotune config that gives one (the ring depth the source asks for)."""
+        return next((c.num_stages for c in self.autotune_configs if c.num_stages), None)
+
+    @property
     def constexpr_names(self) -> list[str]:
         return [p.name for p in self.params if p.is_constexpr]
 

@@ -114,7 +114,7 @@ class StageRefusal:
 def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, engine: str,
                 lds_limit: int) -> StagePlan | StageRefusal | None:
     """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads."""
-    requested = next((c.num_stages for c in fn.autotune_configs if c.num_stages), None)
+    requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS)
     if loop_plan is None:
         return None

@@ -23,7 +23,7 @@ from transpile.analysis.pipeline import OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, hoistable_convert, plan_stages
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, rename, statements
+from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, next_names, rename, statements
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -140,10 +140,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
     span = LoopRange.of(updated)
     count, index = span.count, span.value
 
-    renames = {att.var: name(f"{att.var}_next")}
-    for i in att.producer:
-        for assigned in assigned_names(body[i]):
-            renames[assigned] = name(f"{assigned}_next")
+    renames = next_names(att.var, att.producer, body, name)
     loads = {att.k.index: att.k, att.v.index: att.v}
     substitute = _Substitute(converts, {att.q: q_op}, att.k.name, k_t)
     consumer = [i for i in range(len(body)) if i not in loads]

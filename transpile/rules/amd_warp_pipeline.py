@@ -20,9 +20,10 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, rename, statements
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, namer,
+                                           next_names, rename, statements)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -113,18 +114,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
 
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
-    renames = {plan.var: name(f"{plan.var}_next")}
-    for i in plan.producer:
-        for assigned in assigned_names(body[i]):
-            renames[assigned] = name(f"{assigned}_next")
-    load_indices = {load.index for load in plan.loads}
-    consumer_names: set[str] = set()
-    for i, statement in enumerate(body):
-        if i not in load_indices and i not in plan.producer:
-            consumer_names |= names_in(statement)
-    shared_producer = [i for i in plan.producer if assigned_names(body[i]) & consumer_names]
-    consumer = [i for i in range(len(body)) if i not in load_indices and (i not in plan.producer
-                                                                          or i in shared_producer)]
+    renames = next_names(plan.var, plan.producer, body, name)
+    consumer = consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
     uses_var = any(plan.var in names_in(body[i]) for i in consumer)
 
     engine = sp.engine

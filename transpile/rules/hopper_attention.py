@@ -27,7 +27,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, namer, rename
+from transpile.rules.pipeline_text import LoopRange, namer, next_names, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -81,8 +81,7 @@ class HopperAttentionPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        configs = ctx.function.autotune_configs
-        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        default = ctx.function.num_stages or 3
         plan = plan_attention_loop(ctx.source, original, ctx.plan, default)
         if plan is None:
             return updated
@@ -323,7 +322,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     # fewer instructions than converting a tile of 64-bit pointers through shared memory; a 2-D tensor defined
     # otherwise is converted.
     terms = _name_terms(ctx.plan)
-    renames: dict[str, str] = {plan.var: name(f"{plan.var}_next")}
+    renames = next_names(plan.var, plan.producer, body, name)
     conversions: list[str] = []
     in_layout = _Relayout(ctx, terms, name, conversions)
     for invariant in plan.invariants:
@@ -341,9 +340,6 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     q_tile = in_layout.load(plan.q, q_layout, "stage") or plan.q
     if q_tile != plan.q:
         copy_layouts.setdefault(q_shape, q_layout)
-    for i in plan.producer:
-        for assigned in assigned_names(body[i]):
-            renames[assigned] = name(f"{assigned}_next")
 
     # The loop range as an iteration count.
     span = LoopRange.of(updated)

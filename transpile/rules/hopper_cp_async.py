@@ -32,7 +32,8 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, namer, rename
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
+                                           renamed)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -78,8 +79,7 @@ class HopperCpAsyncPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        configs = ctx.function.autotune_configs
-        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        default = ctx.function.num_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
@@ -175,41 +175,20 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
             return None  # the copy would read a value reassigned after the original statement
         small = before[i].body[0]  # type: ignore[attr-defined]
         (target,) = bound
-        value = _renamed(small.value, renames)
+        value = renamed(small.value, renames)
         if isinstance(small, cst.AugAssign) and target not in renames:
             operator = code(small.operator).rstrip("=").strip()
             renames[target] = name(f"{target}_ring")
             lines.append(f"{renames[target]} = {target} {operator} ({value})")
             continue
         renames.setdefault(target, name(f"{target}_ring"))
-        text = code(_renamed(small, renames))
+        text = code(renamed(small, renames))
         lines.append(text)
     header = ("# The ring copies 16 bytes per thread: the index vectors and pointer tiles it reads are rebuilt in copy "
               "layouts\n# (8 x 16-bit elements per thread); the fallback loop keeps the blocked layouts.\n")
     prelude = list(cst.parse_module("pass\n" + header + "\n".join(lines) + "\n").body)[1:]  # comment kept
-    renamed = _renamed(branch, renames)
-    return ring.with_changes(body=renamed.with_changes(body=[*prelude, *renamed.body]))
-
-
-class _Renamer(cst.CSTTransformer):
-    """Renames variables (not attribute names or keyword-argument names)."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        return updated_node.with_changes(attr=original_node.attr)
-
-    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        return updated_node.with_changes(keyword=original_node.keyword)
-
-
-def _renamed(node, names: dict[str, str]):  # noqa: ANN001, ANN202 - any CST node, same type back
-    return node.visit(_Renamer(names))
+    branch = renamed(branch, renames)
+    return ring.with_changes(body=branch.with_changes(body=[*prelude, *branch.body]))
 
 
 def _reads(node: cst.CSTNode) -> set[str]:
@@ -418,18 +397,9 @@ class _Emitter:
         span = LoopRange.of(self.updated)
         count, index = span.count, span.value
 
-        renames = {plan.var: name(f"{plan.var}_next")}
-        for i in plan.producer:
-            for assigned in assigned_names(body[i]):
-                renames[assigned] = name(f"{assigned}_next")
-        load_indices = {load.index for load in plan.loads}
-        consumer_names: set[str] = set()
-        for i, statement in enumerate(body):
-            if i not in load_indices and i not in plan.producer:
-                consumer_names |= names_in(statement)
-        shared = {i for i in plan.producer if assigned_names(body[i]) & consumer_names}
-        consumer = [i for i in range(len(body)) if i not in load_indices and i != plan.dot_index
-                    and (i not in plan.producer or i in shared)]
+        renames = next_names(plan.var, plan.producer, body, name)
+        consumer = [i for i in consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
+                    if i != plan.dot_index]
         before = [i for i in consumer if i < plan.dot_index]
         after = [i for i in consumer if i > plan.dot_index]
         uses_var = any(plan.var in names_in(body[i]) for i in consumer)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, namer, rename
+from transpile.rules.pipeline_text import LoopRange, code, consumer_statements, indent, namer, next_names, rename
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -47,8 +47,7 @@ class HopperTMAPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        configs = ctx.function.autotune_configs
-        default = next((c.num_stages for c in configs if c.num_stages), None) or 3
+        default = ctx.function.num_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default)
         if plan is None:
             return updated
@@ -81,10 +80,7 @@ class HopperTMAPipeline(Rule):
         count, index = span.count, span.value
 
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
-        renames = {plan.var: name(f"{plan.var}_next")}
-        for i in plan.producer:
-            for assigned in assigned_names(body[i]):
-                renames[assigned] = name(f"{assigned}_next")
+        renames = next_names(plan.var, plan.producer, body, name)
 
         def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
             lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
@@ -100,14 +96,9 @@ class HopperTMAPipeline(Rule):
         ctx.need("tma_aliases")
         dot_call = _dot_call(body[plan.dot_index])
         acc_in = code(dot_call.args[2].value) if dot_call is not None and len(dot_call.args) > 2 else plan.acc
-        skip = {op.index for op in plan.loads} | {plan.dot_index}
-        consumer_names: set[str] = set()
-        for i, statement in enumerate(body):
-            if i not in skip and i not in plan.producer:
-                consumer_names |= names_in(statement)
-        producer_only = {i for i in plan.producer if not (assigned_names(body[i]) & consumer_names)}
-        before = [body[i] for i in range(plan.dot_index) if i not in skip and i not in producer_only]
-        after = [body[i] for i in range(plan.dot_index + 1, len(body)) if i not in skip and i not in producer_only]
+        consumer = consumer_statements(plan.producer, {op.index for op in plan.loads}, body)
+        before = [body[i] for i in consumer if i < plan.dot_index]
+        after = [body[i] for i in consumer if i > plan.dot_index]
         uses_var = any(plan.var in names_in(s) for s in [*before, *after])
 
         header = [

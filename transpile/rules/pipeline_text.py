@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import libcst as cst
 
 from transpile.analysis.pipeline import OperandLoad
+from transpile.cst_utils import assigned_names, names_in
+
+CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
 
 _MODULE = cst.Module([])
 
@@ -27,12 +31,41 @@ class _Rename(cst.CSTTransformer):
         return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only bare names are renamed
+        return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only variables are renamed
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)  # nor keyword-argument names
+
+
+def renamed(node: CSTNodeT, names: dict[str, str]) -> CSTNodeT:
+    """`node` with the variables in `names` renamed."""
+    return node.visit(_Rename(names))  # type: ignore[return-value]
 
 
 def rename(node: cst.CSTNode, names: dict[str, str]) -> str:
-    """The source text of `node` with the identifiers in `names` replaced."""
-    return code(node.visit(_Rename(names)))
+    """The source text of `node` with the variables in `names` renamed."""
+    return code(renamed(node, names))
+
+
+def consumer_statements(producer: list[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:
+    """Indices of the loop statements the consumer runs: all but the tile loads, less the producer statements whose
+    values only the producer reads (those run ahead, on the renamed copies)."""
+    read: set[str] = set()
+    for i, statement in enumerate(body):
+        if i not in loads and i not in producer:
+            read |= names_in(statement)
+    return [i for i in range(len(body)) if i not in loads and (i not in producer or assigned_names(body[i]) & read)]
+
+
+def next_names(var: str, producer: list[int], body: list[cst.BaseStatement], name: Callable[[str], str]
+               ) -> dict[str, str]:
+    """Renames for the producer of a later iteration: the loop variable and every name the producer statements bind
+    get a `_next` copy, so that the producer runs ahead without touching the consumer's values."""
+    renames = {var: name(f"{var}_next")}
+    for i in producer:
+        for assigned in assigned_names(body[i]):
+            renames[assigned] = name(f"{assigned}_next")
+    return renames
 
 
 def namer(taken: set[str]) -> Callable[[str], str]:
