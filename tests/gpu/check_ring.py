@@ -1,8 +1,9 @@
 """Correctness of the sm90 pointer GEMMs' cp.async ring (HopperCpAsyncPipeline) on a GPU.
 
-check_fixtures.py's sizes (K = 700, 4100) fail the ring's run-time alignment test, so they exercise the fallback loop
-only; these sizes pass it (rows and K multiples of 8, some not of 16: the hinted path) and take the ring. Each
-autotune config separately; exit status 1 if any case fails.
+The variants pick one of three loops at run time: the ring of 16-byte copies (rows and sizes multiples of 8 elements),
+the ring of 8-byte copies (multiples of 4 only: check_fixtures.py's K = 700, 4100 take this one) and the translated
+loop (odd rows or sizes). These sizes take each: 1096x712 and the like the 16-byte ring, 1100x708 the 8-byte ring,
+1097x713 the translated loop. Each autotune config separately; exit status 1 if any case fails.
 
     python tests/gpu/check_ring.py --variant-dir fixtures/expected/sm90
 """
@@ -48,7 +49,7 @@ def report(name, out_v, out_o, ref):
 torch.manual_seed(0)
 ok = True
 o, v = pair("matmul_grouped")
-for (M, N, K) in [(1000, 1096, 712), (512, 512, 512), (257, 1032, 4104)]:
+for (M, N, K) in [(1000, 1096, 712), (512, 512, 512), (257, 1032, 4104), (1000, 1100, 708), (999, 1097, 713)]:
     for dt in (torch.float16,):
         a = torch.randn(M, K, device="cuda", dtype=dt)
         b = torch.randn(K, N, device="cuda", dtype=dt)
@@ -60,12 +61,13 @@ for (M, N, K) in [(1000, 1096, 712), (512, 512, 512), (257, 1032, 4104)]:
             ok &= report(f"matmul_grouped@cfg{i} {M}x{N}x{K}", v.matmul(a, b), o.matmul(a, b), a.float() @ b.float())
     o, v = pair("matmul_grouped")  # fresh modules: all configs again
 o, v = pair("matmul_splitk")
-for (M, N, K) in [(250, 336, 4104), (512, 512, 4096)]:
+for (M, N, K) in [(250, 336, 4104), (512, 512, 4096), (250, 332, 4100), (251, 333, 4099)]:
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     ok &= report(f"matmul_splitk {M}x{N}x{K}", v.matmul_splitk(a, b), o.matmul_splitk(a, b), a.float() @ b.float())
 o, v = pair("moe_gather_gemm")
-for (T, E, M, N, K) in [(2000, 4, 600, 1096, 712), (1024, 2, 256, 512, 512)]:
+for (T, E, M, N, K) in [(2000, 4, 600, 1096, 712), (1024, 2, 256, 512, 512), (2000, 4, 600, 1100, 708),
+                        (999, 3, 301, 1097, 713)]:
     a = torch.randn(T, K, device="cuda", dtype=torch.float16)
     b = torch.randn(E, K, N, device="cuda", dtype=torch.float16)
     idx = torch.randint(0, T, (E, M), device="cuda", dtype=torch.int32); idx[:, -7:] = -1

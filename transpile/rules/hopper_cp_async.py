@@ -32,8 +32,8 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
-                                           renamed)
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, namer, next_names,
+                                           rename, renamed)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -49,7 +49,10 @@ EXAMPLE = (
     "    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))\n"
 )
 
-VEC = 8  # 16-bit elements per 16-byte copy
+# cp.async copy widths the ring is emitted for, widest first: (16-bit elements per copy, bytes per copy). The 8-byte
+# copies take rows and sizes that are multiples of 4 elements but not of 8 (K = 3900, say): half the width, but still
+# pipelined, where plain loads of such rows are not vectorised at all.
+TIERS = ((8, 16), (4, 8))
 ZEROS = ("0", "0.0", "0.", "None")
 
 
@@ -101,10 +104,17 @@ class HopperCpAsyncPipeline(Rule):
         if not layouts:
             return updated
         body = list(updated.body.body)
-        name = namer(names_in(updated))
+        taken = names_in(updated)
         for i, statement in enumerate(body):
             if isinstance(statement, cst.If) and _bound_names(statement.body) & set(ctx.fresh_tiles):
-                ring = _in_copy_layouts(body[:i], statement, layouts, name)
+                # The 16-byte ring, then the 8-byte one (`elif`): the same names serve both branches, whose values
+                # do not leave them.
+                (_, width16), (_, width8) = TIERS
+                ring = _in_copy_layouts(body[:i], statement, layouts, namer(set(taken)), 8 * width16)
+                tier = statement.orelse
+                if ring is not None and isinstance(tier, cst.If) and _bound_names(tier.body) & set(ctx.fresh_tiles):
+                    tier = _in_copy_layouts(body[:i], tier, layouts, namer(set(taken)), 8 * width8)
+                    ring = ring.with_changes(orelse=tier) if tier is not None else None
                 if ring is not None:
                     body[i] = ring
                     ctx.need("copy_layout")
@@ -125,7 +135,7 @@ def _blocked_tile_layouts(function: cst.FunctionDef, tiles: dict[str, str]) -> d
 
 
 def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dict[str, tuple[str, str]],
-                     name) -> cst.If | None:  # noqa: ANN001 - namer
+                     name, bits: int) -> cst.If | None:  # noqa: ANN001 - namer
     """The ring branch of `ring` with the values it reads that are built (before it) from the blocked `layouts`
     rebuilt at its start in copy layouts, or None where that slice of the function cannot be copied safely
     (a definition inside a compound statement, or one that reads a name reassigned before the ring)."""
@@ -167,7 +177,8 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
         if layout in used:
             renames[layout] = name(layout[: -len("_layout")] + "_copy_layout" if layout.endswith("_layout")
                                    else layout + "_copy")
-            lines.append(f"{renames[layout]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps())")
+            extra = "" if bits == 128 else f", {bits}"
+            lines.append(f"{renames[layout]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps(){extra})")
     for i in sorted(keep):
         bound, reads, _ = facts[i]
         if any(reads_name not in renames and reads_name in _bound_names_of(before[i + 1:])
@@ -184,8 +195,9 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
         renames.setdefault(target, name(f"{target}_ring"))
         text = code(renamed(small, renames))
         lines.append(text)
-    header = ("# The ring copies 16 bytes per thread: the index vectors and pointer tiles it reads are rebuilt in copy "
-              "layouts\n# (8 x 16-bit elements per thread); the fallback loop keeps the blocked layouts.\n")
+    header = (f"# The ring copies {bits // 8} bytes per thread: the index vectors and pointer tiles it reads are rebuilt "
+              f"in copy\n# layouts ({bits // 16} x 16-bit elements per thread); the fallback loop keeps the blocked "
+              "layouts.\n")
     prelude = list(cst.parse_module("pass\n" + header + "\n".join(lines) + "\n").body)[1:]  # comment kept
     branch = renamed(branch, renames)
     return ring.with_changes(body=branch.with_changes(body=[*prelude, *branch.body]))
@@ -296,17 +308,26 @@ class _Emitter:
     def emit(self) -> _Emitted | str:
         ctx, plan = self.ctx, self.plan
         site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
-        if site.out_dtype is not None and "int" in code(site.out_dtype):
-            return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
-                    "N-contiguous tile does not write")
+        integer = site.out_dtype is not None and "int" in code(site.out_dtype)
         if not site.operand_dtype or not site.b_dtype or not site.a_shape or not site.b_shape \
                 or len(site.a_shape) != 2 or len(site.b_shape) != 2 or None in site.a_shape + site.b_shape:
             return "the operand tiles' element types or 2-D block shapes are not known"
+        dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
+        shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
+        ctx.need("cta_barrier")
+        if integer:
+            if len(ctx.plan.dots) == 1:  # no translated `_dot` call is left in the function
+                ctx.helpers.discard("dot")
+            ctx.need("mma_k_width")
+            # 8-bit operands: wgmma reads B K-major from shared memory, which a cp.async copy of an N-contiguous tile
+            # does not write; the register-staged ring stores it transposed.
+            name = namer(names_in(ctx.function.node))
+            return _Emitted(self._register_text(name, dtypes, shapes, self._register_header()) + "\n")
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
                 return f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements with zeros)"
-        # The run-time test that makes the copies' alignment hints true.
-        tests: list[str] = []
+        # The run-time tests that make the copies' alignment hints true, per copy width.
+        tests: dict[int, list[str]] = {vec: [] for vec, _ in TIERS}
         definitions: dict[str, cst.BaseExpression] = {}
         for load in plan.loads:
             if not isinstance(load.pointer, cst.Name) or load.pointer.value not in plan.carried:
@@ -314,20 +335,17 @@ class _Emitter:
             definition = self._definition(load.pointer.value)
             if definition is None:
                 return f"`{load.pointer.value}` is not assigned exactly once before the loop"
-            test = self._alignment_tests(definition)
-            if isinstance(test, str):
-                return test
-            tests += test
+            for vec, width in TIERS:
+                test = self._alignment_tests(definition, vec, width)
+                if isinstance(test, str):
+                    return test
+                tests[vec] += test
+                tests[vec] += [f"({name} % {vec} == 0)" for name in sorted(self._mask_params(load))]
             definitions[load.pointer.value] = definition
-            for name in sorted(self._mask_params(load)):
-                tests.append(f"({name} % {VEC} == 0)")
-        tests = list(dict.fromkeys(tests))
-        dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
-        shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
+        tests = {vec: list(dict.fromkeys(t)) for vec, t in tests.items()}
         for load in plan.loads:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
         ctx.need("cp_async")
-        ctx.need("cta_barrier")
         return _Emitted(self._text(tests, definitions, dtypes, shapes))
 
     def _definition(self, name: str) -> cst.BaseExpression | None:
@@ -352,14 +370,15 @@ class _Emitter:
         self.ctx.function.node.body.visit(Visitor(self.original))
         return found[0] if len(found) == 1 else None
 
-    def _alignment_tests(self, definition: cst.BaseExpression) -> list[str] | str:
+    def _alignment_tests(self, definition: cst.BaseExpression, vec: int, width: int) -> list[str] | str:
         """Run-time conditions under which every row of `base + rows[:, None] * s0 + cols[None, :] * s1` starts on a
-        16-byte boundary and runs contiguously: base 16-byte aligned, s1 == 1, every other stride a multiple of 8."""
+        `width`-byte boundary and runs contiguously: base `width`-byte aligned, s1 == 1, every other stride a multiple
+        of `vec` elements."""
         terms = _sum_terms(definition)
         base = terms[0]
         if not (isinstance(base, cst.Name) and base.value in self.params):
             return f"the pointer tile `{code(definition)}` does not start from a pointer argument"
-        tests = [f"({base.value}.to(gl.int64) % 16 == 0)"]
+        tests = [f"({base.value}.to(gl.int64) % {width} == 0)"]
         for term in terms[1:]:
             factors = _product_factors(term)
             along_last = [f for f in factors if _broadcast_dim(f) == "last"]
@@ -370,7 +389,7 @@ class _Emitter:
                     return f"the contiguous offsets of `{code(definition)}` are not `cols[None, :] * stride`"
                 tests += [f"({s.value} == 1)" for s in scalars]
             else:
-                tests += [f"({s.value} % {VEC} == 0)" for s in scalars]
+                tests += [f"({s.value} % {vec} == 0)" for s in scalars]
                 unknown = other_names - {s.value for s in scalars}
                 if unknown:
                     return f"the row offsets of `{code(definition)}` are not `rows[:, None] * stride`"
@@ -387,7 +406,7 @@ class _Emitter:
                 names |= names_in(original_body[i])
         return names & self.params
 
-    def _text(self, tests: list[str], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
+    def _text(self, tests: dict[int, list[str]], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
               shapes: dict[str, str]) -> str:
         plan, body = self.plan, self.body
         name = namer(names_in(self.ctx.function.node))
@@ -406,7 +425,7 @@ class _Emitter:
         dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
         acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
 
-        def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str) -> str:
+        def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, vec: int, width: int) -> str:
             call = body[load.index].body[0].value  # type: ignore[union-attr]
             pointer = rename(call.args[0].value, renames)
             mask_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "mask"), None)
@@ -416,78 +435,168 @@ class _Emitter:
             # The mask is broadcast to the tile's shape before the hint: a [BK, 1] mask broadcast by the copy
             # itself does not lower (Triton 3.6 and 3.9).
             mask = (f"gl.max_constancy(gl.broadcast({rename(mask_arg.value, renames)}, {pointer})[0] & {in_range}, "
-                    f"[1, {VEC}])" if mask_arg is not None else in_range)
+                    f"[1, {vec}])" if mask_arg is not None else in_range)
             head = f"{pad}_cp_async_load("
-            return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, [1, 16]), "
-                    f"[1, {VEC}]),\n{' ' * len(head)}mask={mask})")
+            return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, "
+                    f"[1, {width}]), [1, {vec}]),\n{' ' * len(head)}mask={mask})")
 
-        def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
+        def producer(iteration: str, slot_expr: str, pad: str, vec: int, width: int) -> list[str]:
             lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
             lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_before()]
-            lines += [copy(load, iteration, slot_expr, pad) for load in plan.loads]
+            lines += [copy(load, iteration, slot_expr, pad, vec, width) for load in plan.loads]
             lines.append(f"{pad}async_copy.commit_group()")
             lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_after()]
             return lines
 
         a, b = plan.loads
-        lines = [
-            *(f"{smem[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, {shapes[load.name]}], "
-              f"gl.NVMMASharedLayout.get_default_for([{shapes[load.name]}], {dtypes[load.name]}))"
-              for load in plan.loads),
-            f"{iters} = {count}",
-            "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
-            *(f"{renames[carried]} = {carried}" for carried in plan.carried),
-            "# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group each. The hints",
-            "# (16-byte aligned, 8 contiguous elements, masks constant over 8) are what the test above guarantees.",
-            f"for i in gl.static_range({stages} - 1):\n" + "\n".join(producer("i", "i", "    ")),
-        ]
-        loop = [f"for {it} in range({iters}):"]
-        if uses_var:
-            loop.append(f"    {plan.var} = {index(it)}")
-        loop += [_indent(code(body[i]), "    ") for i in before]
-        loop += [
-            f"    {slot} = {it} % {stages}",
-            "    # This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the barrier",
-            "    # makes every thread's copies visible before the wgmma reads the slot.",
-            f"    async_copy.wait_group({stages} - 2)",
-            "    _cta_barrier()",
-            f"    {plan.acc} = warpgroup_mma({smem[a.name]}.index({slot}), {smem[b.name]}.index({slot}), {acc_in}, "
-            "is_async=True)",
-            "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
-            "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {smem[a.name]}.index({slot}), "
-            f"{smem[b.name]}.index({slot})])",
-            "    if gl.num_warps() > 4:",
-            "        _cta_barrier()",
-        ]
-        loop += [_indent(code(body[i]), "    ") for i in after]
-        loop += [f"    {nxt} = {it} + {stages} - 1", f"    {nxt_slot} = {nxt} % {stages}"]
-        loop += producer(nxt, nxt_slot, "    ")
-        lines.append("\n".join(loop))
-        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
-        lines.append("async_copy.wait_group(0)")
+
+        def ring(vec: int, width: int) -> str:
+            lines = [
+                *(f"{smem[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
+                  f"{shapes[load.name]}], gl.NVMMASharedLayout.get_default_for([{shapes[load.name]}], "
+                  f"{dtypes[load.name]}))" for load in plan.loads),
+                f"{iters} = {count}",
+                "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
+                *(f"{renames[carried]} = {carried}" for carried in plan.carried),
+                "# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group each. The hints",
+                f"# ({width}-byte aligned, {vec} contiguous elements, masks constant over {vec}) are what the test "
+                "above guarantees.",
+                f"for i in gl.static_range({stages} - 1):\n" + "\n".join(producer("i", "i", "    ", vec, width)),
+            ]
+            loop = [f"for {it} in range({iters}):"]
+            if uses_var:
+                loop.append(f"    {plan.var} = {index(it)}")
+            loop += [_indent(code(body[i]), "    ") for i in before]
+            loop += [
+                f"    {slot} = {it} % {stages}",
+                "    # This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the "
+                "barrier",
+                "    # makes every thread's copies visible before the wgmma reads the slot.",
+                f"    async_copy.wait_group({stages} - 2)",
+                "    _cta_barrier()",
+                f"    {plan.acc} = warpgroup_mma({smem[a.name]}.index({slot}), {smem[b.name]}.index({slot}), {acc_in}, "
+                "is_async=True)",
+                "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
+                "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
+                f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {smem[a.name]}.index({slot}), "
+                f"{smem[b.name]}.index({slot})])",
+                "    if gl.num_warps() > 4:",
+                "        _cta_barrier()",
+            ]
+            loop += [_indent(code(body[i]), "    ") for i in after]
+            loop += [f"    {nxt} = {it} + {stages} - 1", f"    {nxt_slot} = {nxt} % {stages}"]
+            loop += producer(nxt, nxt_slot, "    ", vec, width)
+            lines.append("\n".join(loop))
+            lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
+            lines.append("async_copy.wait_group(0)")
+            return indent("\n".join(lines), "    ")
+
         # `a_ptrs_next = a_ptrs` becomes a copy of the translated definition of `a_ptrs` (leave_FunctionDef).
         self.ctx.fresh_tiles.update({renames[c]: c for c in plan.carried if c in definitions})
-        pipelined = indent("\n".join(lines), "    ")
-        fallback = indent(code(self.updated), "    ")
         widths = [f"{dtypes[load.name]}.primitive_bitwidth == 16" for load in plan.loads]
         condition = " and ".join(dict.fromkeys(widths))
-        guard = "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests), "):"])
+        (vec16, width16), (vec8, width8) = TIERS
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
             "# shared-memory slots filled by cp.async (16 bytes per thread copy) NUM_STAGES - 1 iterations ahead; each",
             "# wgmma reads its slot directly and runs asynchronously, one stays in flight, and a slot is refilled only",
             "# once the wgmma that read it has completed. The test below (16-bit operands; rows on 16-byte boundaries,",
-            "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true.",
+            "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true;",
+            "# the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
             f"{stages}: gl.constexpr = {plan.num_stages}",
-            guard,
-            pipelined,
+            "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
+            ring(vec16, width16),
+            "\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
+                       f"{width8}-byte copies", f"    {condition}", *(f"    and {t}" for t in tests[vec8]), "):"]),
+            ring(vec8, width8),
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined.",
-            fallback,
+            indent(code(self.updated), "    "),
         ]
         return "\n".join(header) + "\n"
+
+    @staticmethod
+    def _register_header(fallback: bool = False) -> list[str]:
+        why = (["# 8- or 32-bit operands, or rows and sizes the 16-byte copies cannot take: the main loop is pipelined"]
+               if fallback else
+               ["# Main loop, pipelined by triton-transpile (8-bit operands: a cp.async copy cannot write B K-major,",
+                "# as the tensor cores read it)"])
+        return [
+            *why,
+            "# through registers. Each iteration stores the tiles loaded one iteration ahead into a 3-slot",
+            "# shared-memory ring in the layouts wgmma reads (8-bit B K-major), starts its wgmma asynchronously and",
+            "# loads the next tiles while it runs. A slot is rewritten three iterations after its wgmma was issued:",
+            "# every warp has waited for that wgmma before the barrier of the iteration in between.",
+        ]
+
+    def _register_text(self, name, dtypes: dict[str, str], shapes: dict[str, str],  # noqa: ANN001 - namer
+                       header: list[str], loop_names: tuple[str, str, str] | None = None) -> str:
+        """The loop with its operand tiles loaded into registers one iteration ahead (masks kept, past the end masked
+        off) and stored into a 3-slot ring of NVMMA shared memory per operand, wgmma asynchronous, one in flight.
+        `loop_names` (iteration, slot, iteration count) may be the other branch's: they are scalars of one type."""
+        plan, body = self.plan, self.body
+        slots = name("REG_SLOTS")
+        it, slot, iters = loop_names or (name("it"), name("slot"), name("num_iters"))
+        ring = {load.name: name(f"{load.name}_ring") for load in plan.loads}
+        tile = {load.name: name(f"{load.name}_pre") for load in plan.loads}
+        span = LoopRange.of(self.updated)
+        count, index = span.count, span.value
+        renames = next_names(plan.var, plan.producer, body, lambda base: name(base[: -len("_next")] + "_pre"))
+        renames.update(tile)
+        consumer = [i for i in consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
+                    if i != plan.dot_index]
+        before = [i for i in consumer if i < plan.dot_index]
+        after = [i for i in consumer if i > plan.dot_index]
+        uses_var = any(plan.var in names_in(body[i]) for i in consumer)
+        dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
+        acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
+
+        def producer(iteration: str, pad: str, comments: bool) -> list[str]:
+            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
+            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_before()]
+            for load in plan.loads:
+                if comments:  # the loads' own comments (their statements are rewritten)
+                    lines += [f"{pad}{code(line.comment)}" for line in body[load.index].leading_lines
+                              if line.comment is not None]
+                lines.append(f"{pad}{tile[load.name]} = "
+                             f"{later_load(body[load.index], renames, iteration, iters, load)}")
+            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_after()]
+            return lines
+
+        a, b = plan.loads
+        operands = f"{ring[a.name]}.index({slot}), {ring[b.name]}.index({slot})"
+        lines = [
+            *header,
+            f"{slots}: gl.constexpr = 3",
+            *(f"{ring[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{slots}, {shapes[load.name]}], "
+              f"_mma_k_width([{shapes[load.name]}], {dtypes[load.name]}, {k_major}))"
+              for load, k_major in ((a, False), (b, True))),
+            f"{iters} = {count}",
+            *(f"{renames[carried]} = {carried}" for carried in plan.carried),
+            "# Prologue: the first iteration's tiles.",
+            *producer("0", "", False),
+            f"for {it} in range({iters}):",
+        ]
+        loop = []
+        if uses_var:
+            loop.append(f"    {plan.var} = {index(it)}")
+        loop += [_indent(code(body[i]), "    ") for i in before]
+        loop += [
+            f"    {slot} = {it} % {slots}",
+            *(f"    {ring[load.name]}.index({slot}).store({tile[load.name]})" for load in plan.loads),
+            "    # Every thread's stores are visible to the tensor cores (async proxy) before the wgmma reads them.",
+            "    fence_async_shared()",
+            "    _cta_barrier()",
+            f"    {plan.acc} = warpgroup_mma({operands}, {acc_in}, is_async=True)",
+            "    # The next iteration's tiles load while the wgmma runs.",
+            *producer(f"{it} + 1", "    ", True),
+            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {operands}])",
+        ]
+        loop += [_indent(code(body[i]), "    ") for i in after]
+        lines.append("\n".join(loop))
+        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
+        return "\n".join(lines)
 
 
 def _calls(statement: cst.CSTNode) -> list[cst.Call]:

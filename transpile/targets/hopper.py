@@ -85,13 +85,13 @@ _cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_cop
 
 COPY_LAYOUT = '''
 @gluon.constexpr_function
-def _copy_layout(shape, dtype, num_warps):
-    """Blocked layout for a tile that cp.async copies into shared memory: each thread holds 16 contiguous bytes of the
-    last dimension (8 x 16-bit elements; the copy engine's widest and fastest copy), the 32 lanes of a warp cover the
-    last dimension first, warps split the first dimension."""
+def _copy_layout(shape, dtype, num_warps, bits=128):
+    """Blocked layout for a tile that cp.async copies into shared memory: each thread holds `bits` contiguous bits of
+    the last dimension (by default 16 bytes, 8 x 16-bit elements: the copy engine's widest and fastest copy), the 32
+    lanes of a warp cover the last dimension first, warps split the first dimension."""
     rank = len(shape)
     size = list(shape)
-    size_per_thread = [1] * (rank - 1) + [min(128 // dtype.primitive_bitwidth, size[-1])]
+    size_per_thread = [1] * (rank - 1) + [min(bits // dtype.primitive_bitwidth, size[-1])]
     threads_per_warp = [1] * rank
     lanes = 32
     for dim in reversed(range(rank)):
