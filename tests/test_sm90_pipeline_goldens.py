@@ -13,7 +13,8 @@ import pytest
 
 DESCRIPTOR_GEMMS = ["matmul_descriptor"]
 # int8: wgmma reads an 8-bit B operand K-major from shared memory, which a cp.async copy of the N-contiguous tile does
-# not write; its main loop stays translated (TT040). Drop the mark once the ring handles it.
+# not write; its main loop stays translated (TT040). A ring staged through registers (B stored K-major) was measured
+# and not kept (bench/prototypes/int8: no faster at 4096^3, 5x slower unaligned). Drop the mark once a ring handles it.
 POINTER_GEMMS = ["matmul_grouped", "matmul_splitk", "moe_gather_gemm",
                  pytest.param("matmul_int8", marks=pytest.mark.xfail(
                      strict=True, reason="issue #4: 8-bit B operand needs K-major shared memory; cp.async ring not emitted"))]
@@ -53,22 +54,31 @@ def test_pointer_gemm_is_a_cp_async_ring(goldens, gemm: str) -> None:
     assert "commit_group()" in loop and "wait_group(" in loop, "no cp.async commit/wait groups in the main loop"
 
 
-def test_pointer_gemm_ring_has_copy_layouts_and_the_fallback_keeps_blocked_ones(goldens) -> None:
-    """The ring's 16-byte copies read tiles in `_copy_layout`s that the ring branch builds itself; the kernel's layout
-    declarations, and so the fallback loop's plain loads, stay 4-wide `_blocked_layout`s (a fallback loading 8-wide
-    tiles ran at 0.78x of the original on unaligned sizes)."""
+def test_pointer_gemm_rings_have_copy_layouts_and_the_fallback_keeps_blocked_ones(goldens) -> None:
+    """Two rings, then the translated loop: 16-byte copies under the 16-byte alignment test, 8-byte copies under the
+    8-byte one (rows and sizes multiples of 4 elements). Each ring reads tiles in `_copy_layout`s of its copy width that
+    it builds itself; the kernel's layout declarations, and so the fallback loop's plain loads, stay 4-wide
+    `_blocked_layout`s (a fallback loading 8-wide tiles ran at 0.78x of the original on unaligned sizes)."""
     text = goldens.read("matmul_grouped", "sm90")
     kernel = next(node for node in ast.walk(ast.parse(text))
                   if isinstance(node, ast.FunctionDef) and node.name == "matmul_kernel")
-    ring = next(node for node in kernel.body if isinstance(node, ast.If))
-    before = kernel.body[:kernel.body.index(ring)]
+    ring16 = next(node for node in kernel.body if isinstance(node, ast.If))
+    before = kernel.body[:kernel.body.index(ring16)]
     blocked = {node.target.id for node in before if isinstance(node, ast.AnnAssign)
                and "_blocked_layout(" in (ast.get_source_segment(text, node) or "")}
     assert blocked, "the kernel declares no blocked tile layouts"
     assert not any("_copy_layout(" in (ast.get_source_segment(text, node) or "") for node in before)
-    pipelined = "\n".join(ast.get_source_segment(text, node) or "" for node in ring.body)
-    fallback = "\n".join(ast.get_source_segment(text, node) or "" for node in ring.orelse)
-    assert "_copy_layout(" in pipelined and "_cp_async_load(" in pipelined
-    ring_names = {node.id for node in ast.walk(ast.parse(pipelined)) if isinstance(node, ast.Name)}
-    assert not blocked & ring_names, f"the ring reads values in the blocked layouts {sorted(blocked & ring_names)}"
-    assert "gl.load(" in fallback and "_ring" not in fallback and "_copy_layout" not in fallback
+    assert len(ring16.orelse) == 1 and isinstance(ring16.orelse[0], ast.If), "no second (8-byte) ring"
+    ring8 = ring16.orelse[0]
+    segment = lambda nodes: "\n".join(ast.get_source_segment(text, node) or "" for node in nodes)  # noqa: E731
+    for ring, width, vec in ((ring16, 16, 8), (ring8, 8, 4)):
+        test, pipelined = ast.get_source_segment(text, ring.test) or "", segment(ring.body)
+        assert f"a_ptr.to(gl.int64) % {width} == 0" in test and f"stride_am % {vec} == 0" in test
+        assert f"K % {vec} == 0" in test and "stride_ak == 1" in test
+        assert "_cp_async_load(" in pipelined and f"gl.multiple_of(a_ptrs_next, [1, {width}]), [1, {vec}])" in pipelined
+        bits = "" if width == 16 else f", {8 * width})"
+        assert f"gl.num_warps(){bits}" in pipelined and "_copy_layout(" in pipelined
+        ring_names = {node.id for node in ast.walk(ast.parse(pipelined)) if isinstance(node, ast.Name)}
+        assert not blocked & ring_names, f"the ring reads values in the blocked layouts {sorted(blocked & ring_names)}"
+    fallback = segment(ring8.orelse)
+    assert "gl.load(" in fallback and "_dot(" in fallback and "_ring" not in fallback and "_copy_layout" not in fallback

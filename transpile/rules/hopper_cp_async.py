@@ -17,9 +17,12 @@ the loop that compute the index vectors (and layouts) the ring reads are copied 
 declarations, and the fallback loop's plain loads, keep the 4-wide blocked layouts (8-wide plain loads made the
 fallback 15-30% slower on unaligned sizes). Where that slice cannot be copied safely, the ring keeps the blocked
 layouts (8-byte copies).
-The fallback (``else``) is the translated loop: 8- and 32-bit operands (wgmma wants B K-major in shared memory, which
-a copy of an N-contiguous tile does not write), and at run time unaligned rows or a K, M, N that is not a multiple of
-8 (cp.async rejects copies under 4 bytes, and only 16-byte copies are fast).
+Where the 16-byte test fails but rows are 8-byte aligned and the sizes multiples of 4 elements (K = 3900, say), an
+``elif`` runs the same ring with 8-byte copies (2.4x the original at 4000x4100x3900, whose plain loads of such rows
+are not vectorised; the translated loop was 0.96x there). The fallback (``else``) is the translated loop: 8- and
+32-bit operands (wgmma wants B K-major in shared memory, which a copy of an N-contiguous tile does not write), and at
+run time odd rows or sizes (cp.async rejects copies under 4 bytes). A ring staged through registers measured slower
+than the translated loop there (bench/prototypes/fallback, bench/prototypes/int8), so it is not emitted.
 Known limit: the run-time test reads the kernel arguments in the pointer-tile definitions and in the masks (directly
 or through loop statements); a mask bound computed before the loop from other values is not tested.
 Targets: sm90.
@@ -32,7 +35,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, namer, next_names,
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names,
                                            rename, renamed)
 
 EXAMPLE = (
@@ -60,7 +63,8 @@ class HopperCpAsyncPipeline(Rule):
     name = "hopper-cp-async-pipeline"
     matches = "a main loop whose dot operands are pointer-tile loads"
     emits = ("a cp.async ring (16-byte copies, commit/wait groups) feeding async wgmma kept one deep in flight, under "
-             "a run-time alignment test; the translated loop otherwise")
+             "a run-time alignment test; the same ring with 8-byte copies under a weaker one; the translated loop "
+             "otherwise")
     examples = (
         Example(EXAMPLE, (
             "NUM_STAGES: gl.constexpr = 3",
@@ -308,21 +312,17 @@ class _Emitter:
     def emit(self) -> _Emitted | str:
         ctx, plan = self.ctx, self.plan
         site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
-        integer = site.out_dtype is not None and "int" in code(site.out_dtype)
+        if site.out_dtype is not None and "int" in code(site.out_dtype):
+            # Measured (bench/prototypes/int8): a ring staged through registers, B stored K-major, ran as fast as the
+            # translated loop at 4096^3 and 5x slower on unaligned sizes, so the loop stays as translated.
+            return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
+                    "N-contiguous tile does not write")
         if not site.operand_dtype or not site.b_dtype or not site.a_shape or not site.b_shape \
                 or len(site.a_shape) != 2 or len(site.b_shape) != 2 or None in site.a_shape + site.b_shape:
             return "the operand tiles' element types or 2-D block shapes are not known"
         dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
         shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
         ctx.need("cta_barrier")
-        if integer:
-            if len(ctx.plan.dots) == 1:  # no translated `_dot` call is left in the function
-                ctx.helpers.discard("dot")
-            ctx.need("mma_k_width")
-            # 8-bit operands: wgmma reads B K-major from shared memory, which a cp.async copy of an N-contiguous tile
-            # does not write; the register-staged ring stores it transposed.
-            name = namer(names_in(ctx.function.node))
-            return _Emitted(self._register_text(name, dtypes, shapes, self._register_header()) + "\n")
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
                 return f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements with zeros)"
@@ -515,88 +515,6 @@ class _Emitter:
             indent(code(self.updated), "    "),
         ]
         return "\n".join(header) + "\n"
-
-    @staticmethod
-    def _register_header(fallback: bool = False) -> list[str]:
-        why = (["# 8- or 32-bit operands, or rows and sizes the 16-byte copies cannot take: the main loop is pipelined"]
-               if fallback else
-               ["# Main loop, pipelined by triton-transpile (8-bit operands: a cp.async copy cannot write B K-major,",
-                "# as the tensor cores read it)"])
-        return [
-            *why,
-            "# through registers. Each iteration stores the tiles loaded one iteration ahead into a 3-slot",
-            "# shared-memory ring in the layouts wgmma reads (8-bit B K-major), starts its wgmma asynchronously and",
-            "# loads the next tiles while it runs. A slot is rewritten three iterations after its wgmma was issued:",
-            "# every warp has waited for that wgmma before the barrier of the iteration in between.",
-        ]
-
-    def _register_text(self, name, dtypes: dict[str, str], shapes: dict[str, str],  # noqa: ANN001 - namer
-                       header: list[str], loop_names: tuple[str, str, str] | None = None) -> str:
-        """The loop with its operand tiles loaded into registers one iteration ahead (masks kept, past the end masked
-        off) and stored into a 3-slot ring of NVMMA shared memory per operand, wgmma asynchronous, one in flight.
-        `loop_names` (iteration, slot, iteration count) may be the other branch's: they are scalars of one type."""
-        plan, body = self.plan, self.body
-        slots = name("REG_SLOTS")
-        it, slot, iters = loop_names or (name("it"), name("slot"), name("num_iters"))
-        ring = {load.name: name(f"{load.name}_ring") for load in plan.loads}
-        tile = {load.name: name(f"{load.name}_pre") for load in plan.loads}
-        span = LoopRange.of(self.updated)
-        count, index = span.count, span.value
-        renames = next_names(plan.var, plan.producer, body, lambda base: name(base[: -len("_next")] + "_pre"))
-        renames.update(tile)
-        consumer = [i for i in consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
-                    if i != plan.dot_index]
-        before = [i for i in consumer if i < plan.dot_index]
-        after = [i for i in consumer if i > plan.dot_index]
-        uses_var = any(plan.var in names_in(body[i]) for i in consumer)
-        dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
-        acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
-
-        def producer(iteration: str, pad: str, comments: bool) -> list[str]:
-            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
-            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_before()]
-            for load in plan.loads:
-                if comments:  # the loads' own comments (their statements are rewritten)
-                    lines += [f"{pad}{code(line.comment)}" for line in body[load.index].leading_lines
-                              if line.comment is not None]
-                lines.append(f"{pad}{tile[load.name]} = "
-                             f"{later_load(body[load.index], renames, iteration, iters, load)}")
-            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_after()]
-            return lines
-
-        a, b = plan.loads
-        operands = f"{ring[a.name]}.index({slot}), {ring[b.name]}.index({slot})"
-        lines = [
-            *header,
-            f"{slots}: gl.constexpr = 3",
-            *(f"{ring[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{slots}, {shapes[load.name]}], "
-              f"_mma_k_width([{shapes[load.name]}], {dtypes[load.name]}, {k_major}))"
-              for load, k_major in ((a, False), (b, True))),
-            f"{iters} = {count}",
-            *(f"{renames[carried]} = {carried}" for carried in plan.carried),
-            "# Prologue: the first iteration's tiles.",
-            *producer("0", "", False),
-            f"for {it} in range({iters}):",
-        ]
-        loop = []
-        if uses_var:
-            loop.append(f"    {plan.var} = {index(it)}")
-        loop += [_indent(code(body[i]), "    ") for i in before]
-        loop += [
-            f"    {slot} = {it} % {slots}",
-            *(f"    {ring[load.name]}.index({slot}).store({tile[load.name]})" for load in plan.loads),
-            "    # Every thread's stores are visible to the tensor cores (async proxy) before the wgmma reads them.",
-            "    fence_async_shared()",
-            "    _cta_barrier()",
-            f"    {plan.acc} = warpgroup_mma({operands}, {acc_in}, is_async=True)",
-            "    # The next iteration's tiles load while the wgmma runs.",
-            *producer(f"{it} + 1", "    ", True),
-            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {operands}])",
-        ]
-        loop += [_indent(code(body[i]), "    ") for i in after]
-        lines.append("\n".join(loop))
-        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
-        return "\n".join(lines)
 
 
 def _calls(statement: cst.CSTNode) -> list[cst.Call]:
