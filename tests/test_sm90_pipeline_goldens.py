@@ -82,3 +82,27 @@ def test_pointer_gemm_rings_have_copy_layouts_and_the_fallback_keeps_blocked_one
         assert not blocked & ring_names, f"the ring reads values in the blocked layouts {sorted(blocked & ring_names)}"
     fallback = segment(ring8.orelse)
     assert "gl.load(" in fallback and "_dot(" in fallback and "_ring" not in fallback and "_copy_layout" not in fallback
+
+
+@pytest.mark.slow
+def test_each_autotune_config_gets_its_own_ring_depth(goldens, translated, verify_values,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """matmul_grouped's configs ask for 3 and 4 stages (and its loop gives none): the compiled rings hold 3 slots of
+    128x64 / 64x256 tiles for the first config and 4 slots of 64x32 / 32x128 tiles for the second."""
+    import dataclasses
+    import tempfile
+
+    from transpile.verify import verify
+
+    text = goldens.read("matmul_grouped", "sm90")
+    assert "NUM_STAGES: gl.constexpr = _autotune_stages([BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, " \
+           "gl.num_warps()], [[128, 256, 64, 8, 8, 3], [64, 128, 32, 8, 4, 4]], 3)" in text
+    result = dataclasses.replace(translated("matmul_grouped", "sm90"), text=text)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, verify_values["matmul_grouped.py"], all_configs=True)
+    assert [c.ok for c in compiled] == [True, True], [c.message for c in compiled]
+    for c, (slots, a, b) in zip(compiled, [(3, "128x64", "64x256"), (4, "64x32", "32x128")]):
+        ttgir = c.asm["ttgir"]
+        assert f"memdesc<{slots}x{a}xf16" in ttgir and f"memdesc<{slots}x{b}xf16" in ttgir, c.label
+        other = 7 - slots
+        assert f"memdesc<{other}x{a}xf16" not in ttgir, c.label

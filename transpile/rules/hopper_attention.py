@@ -27,7 +27,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, namer, next_names, rename
+from transpile.rules.pipeline_text import LoopRange, namer, next_names, rename, ring_depth_lines
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -376,7 +376,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         return [_indent(_text(body[i]), "    ") for i in indices]
 
     lines = [
-        f"{stages}: gl.constexpr = {plan.num_stages}",
+        *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
         "# Copies into shared memory move 16 bytes per thread along the contiguous dimension of each tile.",
         *(f"{layout}: gl.constexpr = _copy_layout({shape}, {dtype}, gl.num_warps())"
           for shape, layout in copy_layouts.items()),

@@ -35,8 +35,8 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names,
-                                           rename, renamed)
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
+                                           renamed, ring_depth_lines, statements)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -94,7 +94,8 @@ class HopperCpAsyncPipeline(Rule):
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
-        return cst.FlattenSentinel(list(cst.parse_module(emitted.text).body))
+        # The header comment and the loop's own leading lines go before the first statement (`statements`).
+        return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
                           ) -> cst.FunctionDef:
@@ -503,7 +504,7 @@ class _Emitter:
             "# once the wgmma that read it has completed. The test below (16-bit operands; rows on 16-byte boundaries,",
             "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true;",
             "# the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
-            f"{stages}: gl.constexpr = {plan.num_stages}",
+            *ring_depth_lines(self.ctx, plan.loop, plan.num_stages, stages),
             "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
             ring(vec16, width16),
             "\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
@@ -512,7 +513,7 @@ class _Emitter:
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined.",
-            indent(code(self.updated), "    "),
+            indent(code(self.updated.with_changes(leading_lines=[])), "    "),
         ]
         return "\n".join(header) + "\n"
 

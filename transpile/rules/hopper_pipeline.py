@@ -18,7 +18,8 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, consumer_statements, indent, namer, next_names, rename
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
+                                           ring_depth_lines)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -108,7 +109,7 @@ class HopperTMAPipeline(Rule):
             "# that read it has completed.",
         ]
         lines = [
-            f"{stages}: gl.constexpr = {plan.num_stages}",
+            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "

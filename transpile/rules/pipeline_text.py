@@ -144,3 +144,38 @@ def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration:
         args.insert(1, cst.Arg(guard, keyword=cst.Name("mask"), equal=cst.AssignEqual(
             cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
     return rename(call.with_changes(args=args), renames)
+
+
+def ring_depth(ctx, loop: cst.For, stages: int) -> str:  # noqa: ANN001 - RuleContext (import cycle)
+    """The ring depth as the text of a constexpr: `stages` where the loop gives `tl.range(..., num_stages=)` or the
+    autotune configs agree; where they give different `num_stages`, a `_autotune_stages(...)` lookup that finds the
+    config being compiled by its constexpr values (and warps, where those differ). Depths below 2 become 2."""
+    explicit = isinstance(loop.iter, cst.Call) and any(
+        a.keyword is not None and a.keyword.value == "num_stages" for a in loop.iter.args)
+    configs = ctx.function.autotune_configs
+    depths = [c.num_stages or stages for c in configs]
+    if explicit or len(set(depths)) < 2:
+        return str(stages)
+    keys = list(configs[0].values)
+    if any(list(c.values) != keys for c in configs) or any(not isinstance(c.values[k], int) for c in configs
+                                                           for k in keys):
+        return str(stages)
+    warps = len({c.num_warps for c in configs}) > 1
+    rows = []
+    for config, depth in zip(configs, depths):
+        row = [config.values[k] for k in keys] + ([config.num_warps] if warps else []) + [max(depth, 2)]
+        rows.append(f"[{', '.join(str(v) for v in row)}]")
+    names = keys + (["gl.num_warps()"] if warps else [])
+    if len({r[:r.rindex(",")] for r in rows}) < len(rows):
+        return str(stages)  # two configs that differ only in num_stages cannot be told apart when compiled
+    ctx.need("autotune_stages")
+    return f"_autotune_stages([{', '.join(names)}], [{', '.join(rows)}], {stages})"
+
+
+def ring_depth_lines(ctx, loop: cst.For, stages: int, name: str) -> list[str]:  # noqa: ANN001 - RuleContext
+    """`NUM_STAGES: gl.constexpr = ...` (see `ring_depth`), with a comment where it is looked up per config."""
+    depth = ring_depth(ctx, loop, stages)
+    if depth.isdigit():
+        return [f"{name}: gl.constexpr = {depth}"]
+    return ["# Ring depth: the num_stages of the autotune config being compiled (found by its values and warps).",
+            f"{name}: gl.constexpr = {depth}"]

@@ -107,6 +107,20 @@ def _copy_layout(shape, dtype, num_warps, bits=128):
     return gl.BlockedLayout(size_per_thread, threads_per_warp, warps_per_cta, list(reversed(range(rank))))
 '''
 
+AUTOTUNE_STAGES = '''
+@gluon.constexpr_function
+def _autotune_stages(config, table, default):
+    """The ring depth of the autotune config being compiled: `table` holds one row per config, its constexpr values
+    (and number of warps) followed by its `num_stages`; `config` is those values as compiled. `default` where no row
+    matches (a launch outside the autotuner)."""
+    key = [getattr(v, "value", v) for v in config]
+    for row in table:
+        values = [getattr(v, "value", v) for v in row]
+        if values[:-1] == key:
+            return values[-1]
+    return default
+'''
+
 TMA_LOAD = '''
 @gluon.jit
 def _tma_load(desc, coords, layout: gl.constexpr):
@@ -156,6 +170,7 @@ SM90 = Target(
         "tma_aliases": TMA_ALIASES,
         "cp_async": CP_ASYNC,
         "copy_layout": COPY_LAYOUT,
+        "autotune_stages": AUTOTUNE_STAGES,
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,
     },
