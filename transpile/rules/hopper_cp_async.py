@@ -323,7 +323,6 @@ class _Emitter:
             return "the operand tiles' element types or 2-D block shapes are not known"
         dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
         shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
-        ctx.need("cta_barrier")
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
                 return f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements with zeros)"
@@ -336,17 +335,18 @@ class _Emitter:
             definition = self._definition(load.pointer.value)
             if definition is None:
                 return f"`{load.pointer.value}` is not assigned exactly once before the loop"
+            mask_params = sorted(self._mask_params(load))
             for vec, width in TIERS:
                 test = self._alignment_tests(definition, vec, width)
                 if isinstance(test, str):
                     return test
-                tests[vec] += test
-                tests[vec] += [f"({name} % {vec} == 0)" for name in sorted(self._mask_params(load))]
+                tests[vec] += test + [f"({name} % {vec} == 0)" for name in mask_params]
             definitions[load.pointer.value] = definition
         tests = {vec: list(dict.fromkeys(t)) for vec, t in tests.items()}
         for load in plan.loads:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
         ctx.need("cp_async")
+        ctx.need("cta_barrier")
         return _Emitted(self._text(tests, definitions, dtypes, shapes))
 
     def _definition(self, name: str) -> cst.BaseExpression | None:

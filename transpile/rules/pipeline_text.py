@@ -161,13 +161,11 @@ def ring_depth(ctx, loop: cst.For, stages: int) -> str:  # noqa: ANN001 - RuleCo
                                                            for k in keys):
         return str(stages)
     warps = len({c.num_warps for c in configs}) > 1
-    rows = []
-    for config, depth in zip(configs, depths):
-        row = [config.values[k] for k in keys] + ([config.num_warps] if warps else []) + [max(depth, 2)]
-        rows.append(f"[{', '.join(str(v) for v in row)}]")
-    names = keys + (["gl.num_warps()"] if warps else [])
-    if len({r[:r.rindex(",")] for r in rows}) < len(rows):
+    found = [[c.values[k] for k in keys] + ([c.num_warps] if warps else []) for c in configs]
+    if len({tuple(f) for f in found}) < len(found):
         return str(stages)  # two configs that differ only in num_stages cannot be told apart when compiled
+    rows = [f"[{', '.join(str(v) for v in [*f, max(depth, 2)])}]" for f, depth in zip(found, depths)]
+    names = keys + (["gl.num_warps()"] if warps else [])
     ctx.need("autotune_stages")
     return f"_autotune_stages([{', '.join(names)}], [{', '.join(rows)}], {stages})"
 
