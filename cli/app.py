@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.project import Project, Run, load_config
+from transpile.project import Project, Run, load_config, write_atomic
+from transpile.source import read_text
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)
@@ -112,18 +113,32 @@ def _print_diff(text: str) -> None:
 def explain(
     file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
     target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
+    timeline: Optional[Path] = typer.Option(
+        None, "--timeline", help="Also write the warp-pipeline timeline of every pipelined loop as an SVG file."),
 ) -> None:
     from transpile.explain import explain_file
+    from transpile.timeline import file_panels, render_svg, render_text
 
     try:
         config = load_config(Path.cwd())
         project = Project(config, _targets(target), None, [])
         reports = [explain_file(file, t, project.display(file)) for t in project.targets]
+        text = read_text(file)
+        panels = [p for t in project.targets for p in file_panels(text, project.display(file), t)]
     except TranspileError as exc:
         _fail(exc.diagnostic)
     for report in reports:
         for table in report:
             out.print(table)
+    for panel in panels:
+        out.print("\n".join(render_text(panel)), markup=False, highlight=False)
+    if timeline is not None:
+        if not panels:
+            err.print(f"{project.display(file)}: no loop is warp-pipelined for {', '.join(target)}; no timeline "
+                      "written", markup=False, highlight=False)
+            raise typer.Exit(1)
+        write_atomic(timeline, render_svg(panels))
+        out.print(f"timeline written to {timeline}")
 
 
 @tools.command(help="Compile each emitted kernel with Triton for the target, on the CPU.")
