@@ -143,10 +143,7 @@ class HopperTMAPipeline(Rule):
         lines.append("\n".join(loop))
         lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
         lines.append(f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))")
-        # `_tma_load` is still needed only if a descriptor load remains outside pipelined loops.
-        pipelined = {op.call for op in plan.loads}
-        if not any(kind == "load" and node not in pipelined for node, (kind, _) in ctx.plan.descriptor_ops.items()):
-            ctx.helpers.discard("tma_load")
+        # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
         pipelined = indent("\n".join(lines), "    ")
         original = indent(code(updated), "    ")
