@@ -142,7 +142,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
 
     renames = next_names(att.var, att.producer, body, name)
     loads = {att.k.index: att.k, att.v.index: att.v}
-    substitute = _Substitute(converts, {att.q: q_op}, att.k.name, k_t)
+    # K loaded as [HEAD_DIM, BLOCK_N] feeds the first dot as it is: the dot reads `k_t`, the slot loaded in lds_read.
+    substitute = _Substitute(converts, {att.q: q_op, **({} if att.k_transposed else {att.k.name: k_t})},
+                             att.k.name, k_t)
     consumer = [i for i in range(len(body)) if i not in loads]
     consumer_text = {i: code(body[i].visit(substitute)) for i in consumer}
     used_by_consumer: set[str] = set()
@@ -191,8 +193,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
         '    with gl.amd.warp_pipeline_stage("pv", priority=0):',
         *stage_lines(after),
     ]
+    k_tile = f"{keys}, {head}" if att.k_transposed else f"{head}, {keys}"  # the K slot has the loaded tile's shape
     pipelined = [
-        f"{k_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {keys}, {head}], _lds_layout([{keys}, {head}], "
+        f"{k_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {k_tile}], _lds_layout([{k_tile}], "
         f"{dtype}, 1))",
         f"{v_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {keys}, {head}], _lds_layout([{keys}, {head}], "
         f"{dtype}, 1))",
