@@ -23,7 +23,7 @@ from transpile.analysis.pipeline import OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, hoistable_convert, plan_stages
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, next_names, rename, statements
+from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, loop_namer, next_names, rename, statements
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -108,7 +108,7 @@ class _Substitute(cst.CSTTransformer):
 def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) -> str | StageRefusal:
     att: AttentionPlan = sp.loop  # type: ignore[assignment]
     body = list(updated.body.body)  # type: ignore[union-attr]
-    name = namer(names_in(ctx.function.node))
+    name = loop_namer(ctx, original)
     stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                               name("next_slot"), name("num_iters"))
     k_ring, v_ring, k_t, q_op = name(f"{att.k.name}_ring"), name(f"{att.v.name}_ring"), name(f"{att.k.name}_t"), \

@@ -27,7 +27,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, namer, next_names, rename, ring_depth_lines
+from transpile.rules.pipeline_text import LoopRange, loop_namer, next_names, rename, ring_depth_lines
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -300,7 +300,7 @@ def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
 
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str]) -> str:
-    name = namer(names_in(ctx.function.node))
+    name = loop_namer(ctx, plan.loop)
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
                                                        name("p_prev"))
