@@ -160,10 +160,15 @@ def _error_summary(exc: BaseException, stderr: str) -> str:
 
 
 def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:
-    """Compile every translated kernel of a variant (each autotune config, or the first)."""
+    """Compile every translated kernel of a variant (each autotune config, or the first). A name the variant reads
+    without defining it (`transpile.names`) is a failure of the function that reads it, found before compiling."""
+    from transpile.names import undefined_names
+
+    undefined = [CompiledKernel(u.function, "names", False, f"line {u.line}: `{u.name}` is not defined", {})
+                 for u in undefined_names(result.text)]
     directory = Path(tempfile.mkdtemp(prefix="transpile-verify-"))
     try:
-        return _verify(result, values, all_configs, load_variant(result, directory))
+        return undefined + _verify(result, values, all_configs, load_variant(result, directory))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -88,6 +88,12 @@ def _moe_inputs(s, device, gen):
     return a, idx.to(device), b
 
 
+def _two_gemms_inputs(s, device, gen):
+    x = _randn(gen, s["M"], s["K"], device=device)
+    scale = s["K"] ** -0.5  # outputs of order 1 (the product of two projections stays well inside fp16)
+    return x, _randn(gen, s["K"], s["N"], device=device) * scale, _randn(gen, s["K"], s["N"], device=device) * scale
+
+
 def _attention_inputs(s, device, gen):
     size = (s["Z"], s["H"], s["N_CTX"], s["HEAD_DIM"])
     return tuple(_randn(gen, *size, device=device) for _ in range(3))
@@ -153,6 +159,16 @@ def _ref_attention(q, k, v, causal, sm_scale):
     return torch.softmax(scores, dim=-1) @ v.double()
 
 
+def _ref_linear(x, w, bias=None):
+    y = x.double() @ w.double()
+    return y if bias is None else y + bias.double()
+
+
+def _ref_gated_mlp(x, w_gate, w_up):
+    gate = x.double() @ w_gate.double()
+    return gate * torch.sigmoid(gate) * (x.double() @ w_up.double())
+
+
 def _ref_layer_norm(x, weight, bias, eps):
     x32 = x.float()
     mean = x32.mean(dim=-1)
@@ -198,6 +214,64 @@ def _attention_cases():
                 options=dict(causal=causal, sm_scale=head_dim**-0.5),
                 atol=5e-3,  # outputs are averages of N(0, 1) values, mostly well below 1
             )
+
+
+def _fx_cases():
+    """The fx_ fixtures (failure classes of issue 9): ragged sizes."""
+    for causal in (False, True):
+        yield Case(
+            name=f"fx_attention_kt-{'causal' if causal else 'full'}",
+            fixture="fx_attention_kt",
+            wrapper="attention",
+            make_inputs=_attention_inputs,
+            reference=_ref_attention,
+            shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=64),
+            small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
+            options=dict(causal=causal, sm_scale=64**-0.5),
+            atol=5e-3,
+        )
+    yield Case(
+        name="fx_attention_v_late",
+        fixture="fx_attention_v_late",
+        wrapper="attention",
+        make_inputs=_attention_inputs,
+        reference=_ref_attention,
+        shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=64),
+        small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
+        options=dict(causal=False, sm_scale=64**-0.5),
+        atol=5e-3,
+    )
+    yield Case(
+        name="fx_attention_two_loops",
+        fixture="fx_attention_two_loops",
+        wrapper="attention",
+        make_inputs=_attention_inputs,
+        reference=_ref_attention,
+        shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=64),
+        small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
+        options=dict(causal=True, sm_scale=64**-0.5),
+        atol=5e-3,
+    )
+    for with_bias in (False, True):
+        yield Case(
+            name=f"fx_desc_epilogue-{'bias' if with_bias else 'plain'}",
+            fixture="fx_desc_epilogue",
+            wrapper="linear",
+            make_inputs=_bias_gemm_inputs if with_bias else _gemm_inputs,
+            reference=_ref_linear,
+            shape=dict(M=1000, N=1096, K=712),
+            small_shape=dict(M=150, N=136, K=104),
+        )
+    yield Case(
+        name="fx_two_gemms",
+        fixture="fx_two_gemms",
+        wrapper="gated_mlp",
+        make_inputs=_two_gemms_inputs,
+        reference=_ref_gated_mlp,
+        shape=dict(M=1000, N=1100, K=700),
+        small_shape=dict(M=150, N=130, K=100),
+        atol=2e-2,
+    )
 
 
 CASES: list[Case] = [
@@ -253,6 +327,7 @@ CASES: list[Case] = [
         small_shape=dict(T=100, E=3, M=70, N=90, K=100),
     ),
     *_attention_cases(),
+    *_fx_cases(),
     Case(
         name="vector_add",
         fixture="vector_add",

@@ -23,7 +23,7 @@ from transpile.analysis.pipeline import OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, hoistable_convert, plan_stages
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, namer, next_names, rename, statements
+from transpile.rules.pipeline_text import LoopRange, code, indent, later_load, loop_namer, next_names, rename, statements
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -108,7 +108,7 @@ class _Substitute(cst.CSTTransformer):
 def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) -> str | StageRefusal:
     att: AttentionPlan = sp.loop  # type: ignore[assignment]
     body = list(updated.body.body)  # type: ignore[union-attr]
-    name = namer(names_in(ctx.function.node))
+    name = loop_namer(ctx, original)
     stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                               name("next_slot"), name("num_iters"))
     k_ring, v_ring, k_t, q_op = name(f"{att.k.name}_ring"), name(f"{att.v.name}_ring"), name(f"{att.k.name}_t"), \
@@ -142,7 +142,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
 
     renames = next_names(att.var, att.producer, body, name)
     loads = {att.k.index: att.k, att.v.index: att.v}
-    substitute = _Substitute(converts, {att.q: q_op}, att.k.name, k_t)
+    # K loaded as [HEAD_DIM, BLOCK_N] feeds the first dot as it is: the dot reads `k_t`, the slot loaded in lds_read.
+    substitute = _Substitute(converts, {att.q: q_op, **({} if att.k_transposed else {att.k.name: k_t})},
+                             att.k.name, k_t)
     consumer = [i for i in range(len(body)) if i not in loads]
     consumer_text = {i: code(body[i].visit(substitute)) for i in consumer}
     used_by_consumer: set[str] = set()
@@ -191,8 +193,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
         '    with gl.amd.warp_pipeline_stage("pv", priority=0):',
         *stage_lines(after),
     ]
+    k_tile = f"{keys}, {head}" if att.k_transposed else f"{head}, {keys}"  # the K slot has the loaded tile's shape
     pipelined = [
-        f"{k_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {keys}, {head}], _lds_layout([{keys}, {head}], "
+        f"{k_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {k_tile}], _lds_layout([{k_tile}], "
         f"{dtype}, 1))",
         f"{v_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {keys}, {head}], _lds_layout([{keys}, {head}], "
         f"{dtype}, 1))",

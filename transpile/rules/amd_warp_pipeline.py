@@ -22,7 +22,7 @@ from transpile.analysis.pipeline import LoopPlan, OperandLoad
 from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
 from transpile.cst_utils import names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, namer,
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            next_names, rename, statements)
 
 EXAMPLE = (
@@ -103,7 +103,7 @@ class _ConfigWarps(cst.CSTTransformer):
 def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
-    name = namer(names_in(ctx.function.node))
+    name = loop_namer(ctx, plan.loop)
     stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                               name("next_slot"), name("num_iters"))
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}

@@ -39,6 +39,9 @@ class RuleContext:
     mma_warps_along_m: bool = False  # set by a rule that needs every warp along M in the MMA layout (row reductions)
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     fresh_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: fresh copy -> pointer tile
+    # Names a pipeline rule emitted, per loop (id of the source `For`): a second pipelined loop of the function names
+    # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).
+    generated: dict[int, set[str]] = field(default_factory=dict)
 
     @property
     def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations

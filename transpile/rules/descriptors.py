@@ -9,7 +9,9 @@ Two rewrites, one per copy engine:
   shared layout), each load a TMA copy into shared memory completed on an mbarrier, each store a TMA store from
   shared memory.
 
-Matches: rank-2 descriptors with literal ``shape``/``strides``/``block_shape`` lists and literal offset lists.
+Matches: rank-2 descriptors with literal ``shape``/``strides``/``block_shape`` lists and literal offset lists. On the
+pointer path, ``desc.dtype``/``.shape``/``.strides``/``.block_shape`` become the base pointer's element type and the
+lists the descriptor was made from (the tuple has no such attributes).
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ class _DescriptorDispatch:
         return self.store(ctx, desc, offsets, value)
 
 
+_ATTRIBUTES = ("dtype", "shape", "strides", "block_shape")
+
+
 class DescriptorsAsPointers(_DescriptorDispatch, Rule):
     name = "descriptors-as-pointers"
     matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
@@ -89,6 +94,9 @@ class DescriptorsAsPointers(_DescriptorDispatch, Rule):
         Example(DESCRIPTOR, ("desc = (x_ptr, M, N, N, 1)",
                              "tile = _desc_load(desc, gl.program_id(0) * BM, 0, BM, BN, tile_layout)",
                              "_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile * 2, "), "gfx942"),
+        Example(DESCRIPTOR.replace("tile * 2", "tile.to(desc.dtype) * desc.block_shape[1] + desc.shape[0]"),
+                ("_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile.to(x_ptr.dtype.element_ty) * "
+                 "(BM, BN)[1] + (M, N)[0], ",), "gfx950"),
     )
 
     def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:
@@ -103,6 +111,21 @@ class DescriptorsAsPointers(_DescriptorDispatch, Rule):
               value: cst.BaseExpression) -> cst.BaseExpression:
         ctx.need("desc_store")
         return call("_desc_store", desc, *offsets, value)
+
+    def leave_Attribute(self, ctx: RuleContext, original: cst.Attribute, updated: cst.BaseExpression
+                        ) -> cst.BaseExpression:
+        """``desc.dtype`` / ``.shape`` / ``.strides`` / ``.block_shape`` of a descriptor that is now a tuple: the
+        element type of its base pointer, and the lists the descriptor was made from (tuples of the same values)."""
+        if not isinstance(original.value, cst.Name) or original.attr.value not in _ATTRIBUTES:
+            return updated
+        info = ctx.plan.descriptors.get(original.value.value)
+        if info is None:
+            return updated
+        if original.attr.value == "dtype":
+            base = info.base if info.base.isidentifier() else f"({info.base})"
+            return expr(f"{base}.dtype.element_ty")
+        values = {"shape": info.shape, "strides": info.strides, "block_shape": info.block_shape}[original.attr.value]
+        return expr(f"({', '.join(values)},)" if len(values) == 1 else f"({', '.join(values)})")
 
     def leave_SimpleStatementLine(self, ctx: RuleContext, original: cst.SimpleStatementLine, updated: cst.BaseStatement
                                   ) -> cst.BaseStatement:

@@ -27,7 +27,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, namer, next_names, rename, ring_depth_lines
+from transpile.rules.pipeline_text import LoopRange, loop_namer, next_names, rename, ring_depth_lines
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -87,6 +87,14 @@ class HopperAttentionPipeline(Rule):
             return updated
         if isinstance(plan, LoopRefusal):
             ctx.diagnostics.append(ctx.source.diagnostic(plan.node, "TT040", f"main loop not pipelined: {plan.reason}"))
+            return updated
+        if not plan.k_transposed:
+            # K read as [HEAD_DIM, BLOCK_N] (keys along the columns, the head dimension contiguous down the rows):
+            # the ring's cp.async copies move 16-byte vectors along a tile's last dimension, which here is strided.
+            ctx.diagnostics.append(ctx.source.diagnostic(
+                plan.k.call, "TT040", "main loop not pipelined: attention loop: the K tile is loaded as [HEAD_DIM, "
+                "BLOCK_N] (keys along its columns); the cp.async ring copies K rows of contiguous head-dimension "
+                "elements: load K as [BLOCK_N, HEAD_DIM] and use `tl.trans(k)`"))
             return updated
         body = list(updated.body.body)  # type: ignore[union-attr]
         if len(body) != len(original.body.body):  # type: ignore[union-attr]
@@ -292,7 +300,7 @@ def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
 
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str]) -> str:
-    name = namer(names_in(ctx.function.node))
+    name = loop_namer(ctx, plan.loop)
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
                                                        name("p_prev"))
@@ -361,7 +369,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     dot1 = _value(body[plan.scores_index])
     zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
     k_operand = f"{k_smem}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{k_smem}.index({slot})"
-    p_text = _text(_value(body[plan.acc_index]).args[0].value)
+    # P's type may be spelt through the K or V tile (`p.to(v.dtype)`): neither is a register tile in this branch.
+    p_text = _text(_value(body[plan.acc_index]).args[0].value.visit(_TileDtype({plan.k.name, plan.v.name}, dtype)))
     loads = {plan.k.index, plan.v.index}
     producer_only = {i for i in plan.producer
                      if not any(assigned_names(body[i]) & names_in(s) for j, s in enumerate(body)
@@ -464,6 +473,20 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     else:
         text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
     return text + "\n"
+
+
+class _TileDtype(cst.CSTTransformer):
+    """``v.dtype`` -> `dtype` for the tiles that stay in shared memory (K, V and Q share one element type)."""
+
+    def __init__(self, tiles: set[str], dtype: str) -> None:
+        super().__init__()
+        self.tiles, self.dtype = tiles, dtype
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if original_node.attr.value == "dtype" and isinstance(original_node.value, cst.Name) and \
+                original_node.value.value in self.tiles:
+            return cst.parse_expression(self.dtype)
+        return updated_node
 
 
 def _indent(text: str, prefix: str) -> str:

@@ -35,8 +35,8 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
-                                           renamed, ring_depth_lines, statements)
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, namer, next_names,
+                                           rename, renamed, ring_depth_lines, statements)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -410,7 +410,7 @@ class _Emitter:
     def _text(self, tests: dict[int, list[str]], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
               shapes: dict[str, str]) -> str:
         plan, body = self.plan, self.body
-        name = namer(names_in(self.ctx.function.node))
+        name = loop_namer(self.ctx, plan.loop)
         stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                                   name("next_slot"), name("num_iters"))
         smem = {load.name: name(f"{load.name}_smem") for load in plan.loads}

@@ -18,7 +18,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, namer, next_names, rename,
+from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth_lines)
 
 EXAMPLE = (
@@ -70,8 +70,7 @@ class HopperTMAPipeline(Rule):
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
         operands of other widths."""
         body = list(updated.body.body)  # type: ignore[union-attr]
-        taken = names_in(ctx.function.node)
-        name = namer(taken)
+        name = loop_namer(ctx, plan.loop)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
                                                          name("next_it"), name("next_slot"), name("num_iters"))
         a, b = plan.loads
@@ -143,10 +142,7 @@ class HopperTMAPipeline(Rule):
         lines.append("\n".join(loop))
         lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
         lines.append(f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))")
-        # `_tma_load` is still needed only if a descriptor load remains outside pipelined loops.
-        pipelined = {op.call for op in plan.loads}
-        if not any(kind == "load" and node not in pipelined for node, (kind, _) in ctx.plan.descriptor_ops.items()):
-            ctx.helpers.discard("tma_load")
+        # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
         pipelined = indent("\n".join(lines), "    ")
         original = indent(code(updated), "    ")

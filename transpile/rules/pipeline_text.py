@@ -81,6 +81,26 @@ def namer(taken: set[str]) -> Callable[[str], str]:
     return name
 
 
+def loop_namer(ctx, loop: cst.CSTNode) -> Callable[[str], str]:  # noqa: ANN001 - RuleContext (import cycle)
+    """A source of names for what the pipelined form of `loop` emits: unused in the function and by the pipelined
+    forms of its other loops (two loops must not both define the constexpr `NUM_STAGES`); naming the same loop again
+    gives the same names."""
+    others: set[str] = set()
+    for key, names in ctx.generated.items():
+        if key != id(loop):
+            others |= names
+    mine = ctx.generated.setdefault(id(loop), set())
+    mine.clear()
+    inner = namer(names_in(ctx.function.node) | others)
+
+    def name(base: str) -> str:
+        chosen = inner(base)
+        mine.add(chosen)
+        return chosen
+
+    return name
+
+
 @dataclass(frozen=True)
 class LoopRange:
     """``range(lo, hi, step)`` of a loop as source text: the iteration count, and the loop variable's value at an

@@ -1,0 +1,79 @@
+"""The failure classes of issue 9 that the fx_ fixtures show fixed, checked on their goldens and by compiles."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXPECTED_DIR
+
+
+def _golden(name: str, target: str) -> str:
+    return (EXPECTED_DIR / target / f"{name}_{target}.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250", "sm90"])
+@pytest.mark.parametrize("name", ["fx_attention_two_loops", "fx_two_gemms"])
+def test_two_pipelined_loops_name_their_own_ring(name: str, target: str) -> None:
+    text = _golden(name, target)
+    assert "NUM_STAGES: gl.constexpr" in text and "NUM_STAGES_: gl.constexpr" in text
+    assert text.count("NUM_STAGES: gl.constexpr") == 1 and text.count("NUM_STAGES_: gl.constexpr") == 1
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_amd_descriptor_attributes_are_translated(target: str) -> None:
+    text = _golden("fx_desc_epilogue", target).split("def linear_desc_kernel")[1]
+    assert "acc.to(y_ptr.dtype.element_ty)" in text and "(BLOCK_M, BLOCK_N)[1]" in text
+    assert "y_desc.dtype" not in text and "y_desc.block_shape" not in text
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: str) -> None:
+    text = _golden("fx_attention_kt", target)
+    assert "k_ring = gl.allocate_shared_memory(q.dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N]" in text
+    assert "qk = _dot(q_op, k_t, " in text
+
+
+def test_sm90_attention_with_k_as_head_dim_by_keys_keeps_the_translated_loop() -> None:
+    """The cp.async ring copies K rows along the head dimension: K loaded as [HEAD_DIM, BLOCK_N] is refused (TT040)
+    rather than pipelined with a guard on the wrong stride and a branch reading an undefined `v`."""
+    text = _golden("fx_attention_kt", "sm90")
+    assert "warpgroup_mma(" not in text.split("def attn_kt_fwd")[1]
+
+
+@pytest.mark.slow
+def test_sm90_two_attention_loops_compile_pipelined(tmp_path: Path) -> None:
+    """Both loops take the pipelined branch (head-dimension strides constexpr 1, sizes 16-divisible, as the launcher
+    passes contiguous tensors): each ring has its own NUM_STAGES."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    path = tmp_path / "fx_attention_two_loops_sm90_variant.py"
+    path.write_text(_golden("fx_attention_two_loops", "sm90"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    fn = module.attn_two_loops_fwd
+    signature: dict[str, str] = {}
+    constexprs: dict[str, object] = {}
+    for name in fn.arg_names:
+        if name.endswith("_ptr"):
+            signature[name] = "*fp16"
+        elif name == "sm_scale":
+            signature[name] = "fp32"
+        elif name in ("HEAD_DIM", "BLOCK_M", "BLOCK_N") or name.endswith("d"):
+            signature[name] = "constexpr"
+            constexprs[name] = {"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 64}.get(name, 1)
+        else:
+            signature[name] = "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+             if signature[name] not in ("constexpr", "fp32")}
+    source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx
