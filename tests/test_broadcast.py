@@ -234,3 +234,31 @@ def test_broadcast_kernels_compile(name: str, text: str, values: dict[str, objec
     assert compiled
     failures = [f"{c.label}: {c.message}" for c in compiled if not c.ok]
     assert not failures, "\n".join(failures)
+
+
+def _implicit_gemm() -> str:
+    """fixtures/matmul_grouped.py with its K and N offsets broadcast implicitly (`offs_k < K - ...`), as much
+    public code writes them."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "matmul_grouped.py").read_text()
+    implicit = text.replace("offs_bn[None, :]", "offs_bn").replace("offs_k[None, :]", "offs_k")
+    assert implicit.count("offs_k < K - k * BLOCK_SIZE_K") == 1
+    return implicit
+
+
+def test_pipelined_loops_keep_the_expansions() -> None:
+    lines = body(translate(_implicit_gemm(), "sm90"))
+    # The cp.async ring re-evaluates the mask for iteration `k_next`: the expansion comes with it.
+    assert any("(offs_k_ring < K - k_next * BLOCK_SIZE_K)[None, :]" in line for line in lines)
+    assert "a = gl.load(a_ptrs, mask=(offs_k < K - k * BLOCK_SIZE_K)[None, :], other=0.0)" in lines
+    assert any("with gl.amd.warp_pipeline_stage" in line for line in body(translate(_implicit_gemm(), "gfx950")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_pipelined_gemm_with_implicit_broadcasts_compiles(target: str, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    result = translate(_implicit_gemm(), target)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}, all_configs=True)
+    assert len(compiled) == 2
+    assert all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
