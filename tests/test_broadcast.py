@@ -109,6 +109,27 @@ def dtypes(x_ptr, y_ptr, o_ptr, BLOCK: tl.constexpr):
     tl.store(o_ptr + offs, (acc + acc2).to(tl.float16))
 '''
 
+# Operands loaded by helpers: the helper's `ptr.dtype.element_ty` becomes the caller's pointer argument's.
+HELPER_DTYPES = HEAD + '''@triton.jit
+def _load_tile(ptr, offs, stride):
+    return tl.load(ptr + offs[:, None] * stride + offs[None, :])
+
+
+@triton.jit
+def _load_pair(a_ptr, b_ptr, offs, stride):
+    return _load_tile(a_ptr, offs, stride), tl.load(b_ptr + offs[:, None] * stride + offs[None, :])
+
+
+@triton.jit
+def helper_dtypes(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    acc = tl.dot(_load_tile(a_ptr, offs, BLOCK), _load_tile(b_ptr, offs, BLOCK), acc)
+    x, y = _load_pair(a_ptr, b_ptr, offs, BLOCK)
+    acc = tl.dot(x, y, acc)
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+'''
+
 AUGMENT_LOWER = HEAD + '''@triton.jit
 def grows(x_ptr, BLOCK: tl.constexpr):
     r = tl.arange(0, BLOCK)
@@ -202,6 +223,13 @@ def test_dot_operand_types_come_from_computed_values() -> None:
         result)
 
 
+def test_dot_operand_types_come_through_helpers() -> None:
+    result = translate(HELPER_DTYPES, "sm90")
+    assert all(f.translated for f in result.functions), result.diagnostics
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], a_ptr.dtype.element_ty, gl.num_warps())" in body(
+        result)
+
+
 def test_promotion_of_element_types() -> None:
     assert promote("gl.float16", "gl.bfloat16") == "gl.float32"
     assert promote("gl.float16", "gl.float32") == "gl.float32"
@@ -219,6 +247,7 @@ COMPILES = [
     ("rank3", RANK3, {"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "A": 4, "B": 8, "C": 32}),
     ("tuple", TUPLE, {"x_ptr": "*fp16", "y_ptr": "*fp32", "BLOCK_M": 16, "BLOCK_N": 128}),
     ("dtypes", DTYPES, {"x_ptr": "*fp16", "y_ptr": "*fp16", "o_ptr": "*fp16", "BLOCK": 64}),
+    ("helper_dtypes", HELPER_DTYPES, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
 ]
 
 

@@ -895,14 +895,29 @@ class _FunctionWalker:
         plan = self.analysis.analyse(callee, kinds_t)
         result = plan.returns
         if isinstance(result, Tensor):
-            return self.opaque(node, result.rank, None)
+            return self.opaque(node, result.rank, None, self.caller_elem(result.elem, callee, positional))
         if isinstance(result, Tup) and any(isinstance(i, Tensor) for i in result.items):
             # Each tensor of the tuple arrives in the callee's layout: the caller converts it after unpacking.
             items = tuple(self.fresh(node, f"item{i}", rank=item.rank, origins={"opaque"}) if isinstance(item, Tensor)
                           else None for i, item in enumerate(result.items))
             self.tuple_calls[node] = name
-            return Tup(tuple(Tensor(t, None) if t is not None else SCALAR for t in items))
+            return Tup(tuple(
+                Tensor(t, self.caller_elem(item.elem, callee, positional)) if t is not None and isinstance(item, Tensor)
+                else SCALAR for t, item in zip(items, result.items)))
         return result if result is not None else SCALAR
+
+    def caller_elem(self, elem: str | None, callee: JitFunction, positional: list[cst.BaseExpression]) -> str | None:
+        """A helper result's element type in the caller's terms: `gl.float16` as is; `p.dtype.element_ty` of the
+        helper's pointer parameter `p` becomes that of the caller's pointer parameter passed for it."""
+        if elem is None or elem.startswith("gl."):
+            return elem
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z_0-9]*)\.dtype\.element_ty", elem)
+        names = [p.name for p in callee.params]
+        if match and match.group(1) in names and names.index(match.group(1)) < len(positional):
+            arg = self.eval(positional[names.index(match.group(1))])
+            if isinstance(arg, Scalar) and arg.param is not None:
+                return f"{arg.param}.dtype.element_ty"
+        return None
 
     def unpack_helper_tuple(self, assign: cst.Assign, value: Value) -> None:
         """`a, b = helper(...)` of a helper returning tensors: convert each tensor name once after the line."""
