@@ -15,7 +15,7 @@ from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext
 from transpile.rules.hoist import is_hoisted
-from transpile.rules.layouts import convert
+from transpile.rules.layouts import convert, expand
 from transpile.source import SourceFile, parse_source, read_text
 from transpile.targets import Target
 
@@ -138,6 +138,9 @@ class _KernelRewriter(cst.CSTTransformer):
         term = self.ctx.plan.converts.get(original_node)  # type: ignore[call-overload]
         if term is not None and isinstance(updated, cst.BaseExpression) and not is_hoisted(self.ctx, original_node):
             updated = convert(updated, self.ctx.plan.layout_expr(term))
+        expansion = self.ctx.plan.expansions.get(original_node)  # type: ignore[call-overload]
+        if expansion is not None and isinstance(updated, cst.BaseExpression):
+            updated = expand(updated, *expansion)
         return updated
 
 

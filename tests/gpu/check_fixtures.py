@@ -126,6 +126,30 @@ def _elementwise_pair_inputs(s, device, gen):
     return tuple(_randn(gen, s["n"], dtype=torch.float32, device=device) for _ in range(2))
 
 
+def _bc_rotary_inputs(s, device, gen):
+    q = _randn(gen, s["T"], s["H"], s["D"], device=device)
+    angles = torch.rand(s["P"], s["D"] // 2, generator=gen) * 6.28
+    positions = torch.randint(0, s["P"], (s["T"],), generator=gen)
+    return q, angles.cos().to(device), angles.sin().to(device), positions.to(device)
+
+
+def _bc_logits_inputs(s, device, gen):
+    logits = (torch.randn(s["M"], s["V"], generator=gen) * 3).to(device=device, dtype=torch.float16)
+    return logits, torch.randint(0, s["V"], (s["M"],), generator=gen).to(device)
+
+
+def _bc_dequant_inputs(s, device, gen):
+    a = _randn(gen, s["M"], s["K"], device=device)
+    w = torch.randint(-128, 128, (s["K"], s["N"]), generator=gen, dtype=torch.int8).to(device)
+    scales = (torch.rand(s["N"], generator=gen) * 1e-2 + 5e-3).to(device)
+    return a, w, scales
+
+
+def _bc_layer_norm_inputs(s, device, gen):
+    x = (torch.randn(s["M"], s["N"], generator=gen) * 2 + 1).to(device=device, dtype=torch.float16)
+    return x, _randn(gen, s["N"], device=device), _randn(gen, s["N"], device=device)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Torch references, computed in float64 (GEMMs) or float32 so that they are more accurate than the kernels.
 
@@ -193,6 +217,25 @@ def _ref_residual_add_clamp(x, residual, alpha=0.5, lo=-1.0, hi=1.0):
 def _ref_column_minmax(x):
     x32 = x.float()
     return x32.amax(dim=0), x32.amin(dim=0), x32.abs().amax(dim=0)
+
+
+def _ref_bc_rotary(q, cos, sin, positions):
+    half = q.shape[-1] // 2
+    c, si = cos[positions][:, None, :].double(), sin[positions][:, None, :].double()
+    x1, x2 = q[..., :half].double(), q[..., half:].double()
+    return torch.cat([x1 * c - x2 * si, x2 * c + x1 * si], dim=-1)
+
+
+def _ref_bc_cross_entropy(logits, target, scale=1.0):
+    return F.cross_entropy(logits.float() * scale, target, reduction="none")
+
+
+def _ref_bc_dequant_matmul(a, w, scales):
+    return a.double() @ (w.float() * scales).half().double()
+
+
+def _ref_bc_layer_norm(x, weight, bias, eps=1e-5):
+    return F.layer_norm(x.float(), (x.shape[-1],), weight.float(), bias.float(), eps)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -413,6 +456,54 @@ CASES: list[Case] = [
             ("ragged", dict(M=3000, N=1100), dict(M=150, N=300)),
             ("even", dict(M=3000, N=1024), dict(M=150, N=256)),  # EVEN_N: N % BLOCK_N == 0
         )
+    ),
+    Case(
+        name="bc_norm_rows",
+        fixture="bc_norm_rows",
+        wrapper="rms_norm_rows",
+        make_inputs=_bias_rows_inputs,
+        reference=_ref_rms_norm,
+        shape=dict(M=1001, N=1500),
+        small_shape=dict(M=37, N=300),
+        options=dict(eps=1e-6),
+    ),
+    Case(
+        name="bc_rotary",
+        fixture="bc_rotary",
+        wrapper="rotary",
+        make_inputs=_bc_rotary_inputs,
+        reference=_ref_bc_rotary,
+        shape=dict(T=1000, H=12, D=128, P=4096),
+        small_shape=dict(T=20, H=5, D=64, P=64),
+    ),
+    Case(
+        name="bc_cross_entropy",
+        fixture="bc_cross_entropy",
+        wrapper="cross_entropy",
+        make_inputs=_bc_logits_inputs,
+        reference=_ref_bc_cross_entropy,
+        shape=dict(M=1003, V=5000),
+        small_shape=dict(M=9, V=1500),
+        options=dict(scale=0.5),
+    ),
+    Case(
+        name="bc_dequant_matmul",
+        fixture="bc_dequant_matmul",
+        wrapper="dequant_matmul",
+        make_inputs=_bc_dequant_inputs,
+        reference=_ref_bc_dequant_matmul,
+        shape=dict(M=1000, N=1100, K=900),
+        small_shape=dict(M=70, N=90, K=100),
+    ),
+    Case(
+        name="bc_tuple_helper",
+        fixture="bc_tuple_helper",
+        wrapper="layer_norm_rows",
+        make_inputs=_bc_layer_norm_inputs,
+        reference=_ref_bc_layer_norm,
+        shape=dict(M=1001, N=3000),
+        small_shape=dict(M=37, N=300),
+        options=dict(eps=1e-5),
     ),
 ]
 

@@ -147,6 +147,12 @@ class LayoutPlan:
     descriptors: dict[str, DescriptorInfo] = field(default_factory=dict)
     descriptor_ops: dict[cst.Call, tuple[str, DescriptorInfo]] = field(default_factory=dict)  # desc.load/.store
     transposes: set[cst.CSTNode] = field(default_factory=set)  # `x.T` and `x.trans()` on tensors
+    # Implicit broadcasts made explicit: the node (of rank `own`) gets `added` leading new axes (`x` -> `x[None, :]`),
+    # the expansion Gluon needs where plain Triton broadcasts a lower-rank tensor against a higher-rank one like numpy.
+    expansions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)  # node -> (added, own)
+    # Helpers returning tuples of tensors: `a, b = helper(...)` is followed by one conversion per tensor name (the
+    # callee returns its own layouts), as (name, layout class) pairs keyed by the assignment.
+    tuple_converts: dict[cst.Assign, list[tuple[str, Term]]] = field(default_factory=dict)
     refusals: list[Refusal] = field(default_factory=list)
     returns: Value | None = None
     # filled by `solve`
@@ -266,6 +272,8 @@ class _FunctionWalker:
         self.refused: set[tuple[int, str]] = set()
         self.opaque_nodes: set[cst.CSTNode] = set()
         self.returns: list[Value] = []
+        self.tuple_calls: dict[cst.Call, str] = {}  # calls of helpers that return tensors in a tuple
+        self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
         self.allowed_shape_names = set(param_names) | analysis.module_names
         for i, name in enumerate(param_names):
@@ -312,6 +320,10 @@ class _FunctionWalker:
         lang = language_name(self.source.qualified_name(node))
         if lang is not None:
             return f"gl.{lang.rsplit('.', 1)[-1]}"
+        if isinstance(node, cst.Attribute) and node.attr.value == "dtype" and isinstance(node.value, cst.Name):
+            local = self.env.get(node.value.value)
+            if isinstance(local, Tensor) and local.elem is not None:
+                return local.elem  # `x.to(y.dtype)`: the element type the analysis knows for `y`
         return self.shape_text(node)
 
     def shape_text(self, node: cst.BaseExpression) -> str | None:
@@ -364,13 +376,21 @@ class _FunctionWalker:
             value = self.eval(small.value)
             for target in small.targets:
                 self.bind_target(target.target, value, small.value)
+            self.unpack_helper_tuple(small, value)
         elif isinstance(small, cst.AnnAssign):
             value = self.eval(small.value) if small.value is not None else SCALAR
             self.bind_target(small.target, value, small.value)
         elif isinstance(small, cst.AugAssign):
             current = self.eval(small.target)
             adds = isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign))
-            value = self.binary(current, small.target, self.eval(small.value), small.value, adds)
+            incoming = self.eval(small.value)
+            if (isinstance(current, Tensor) and isinstance(incoming, Tensor) and current.rank is not None
+                    and incoming.rank is not None and current.rank < incoming.rank):
+                self.refuse(small, "TT010", f"`{self.source.code(small.target).strip()}` (rank {current.rank}) is "
+                            f"updated in place with a rank-{incoming.rank} tensor; assign the broadcast result to a "
+                            "new name")
+                return
+            value = self.binary(current, small.target, incoming, small.value, adds)
             self.bind_target(small.target, value, small.value)
         elif isinstance(small, cst.Expr):
             self.eval(small.value)
@@ -440,7 +460,7 @@ class _FunctionWalker:
             for target in node.comparisons:
                 value = self.binary(value, left, self.eval(target.comparator), target.comparator)
                 left = target.comparator
-            return value
+            return value.derive(elem="gl.int1") if isinstance(value, Tensor) else value
         if isinstance(node, cst.Subscript):
             return self.eval_subscript(node)
         if isinstance(node, cst.Call):
@@ -458,12 +478,12 @@ class _FunctionWalker:
         if isinstance(left, Tensor) and isinstance(right, Tensor):
             lr, rr = left.rank, right.rank
             if lr is not None and rr is not None and lr != rr:
-                self.refuse(right_node, "TT010",
-                            f"implicit broadcast of a rank-{min(lr, rr)} tensor against a rank-{max(lr, rr)} tensor; "
-                            "write the expansion explicitly (e.g. `x[None, :]`)")
-                return left
+                if lr < rr:
+                    left = self.expand_to_rank(left_node, left, rr)
+                else:
+                    right = self.expand_to_rank(right_node, right, lr)
             self.unify_or_convert(left.term, right_node, right.term)
-            return Tensor(left.term, left.elem or right.elem, _broadcast(left.shape, right.shape))
+            return Tensor(left.term, promote(left.elem, right.elem), _broadcast(left.shape, right.shape))
         if isinstance(left, Tensor):
             return _with_pointee(left, right) if adds else left
         if isinstance(right, Tensor):
@@ -514,15 +534,40 @@ class _FunctionWalker:
         for i in indices:
             shape.append("1" if i is None else next(src_dims, None))
         final_rank = len(indices) if rank is None else rank + indices.count(None)
-        result = self.fresh(node, "expand", rank=final_rank, shape=shape, origins={"expand"})
+        return self.expansion(node, "expand", node.value, base, indices, final_rank, shape)
+
+    def expansion(self, key: cst.CSTNode, tag: str, operand: cst.BaseExpression, base: Tensor,
+                  indices: list[str | None], final_rank: int, shape: list[str | None]) -> Tensor:
+        """`operand[indices]` where each None is an expand_dims: the operand must be in the matching slice layout."""
+        result = self.fresh(key, tag, rank=final_rank, shape=shape, origins={"expand"})
         # Build the chain of slices from the result down to the operand: x = Slice(d0, Slice(d1, ... result)).
         expected = result
         current_rank = final_rank
         for position in reversed([p for p, i in enumerate(indices) if i is None]):
             current_rank -= 1
             expected = Term(rank=current_rank, slice_of=(position, expected), origins={"slice"})
-        self.unify_or_convert(expected, node.value, base.term)
+        self.unify_or_convert(expected, operand, base.term)
         return Tensor(result, base.elem, tuple(shape))
+
+    def expand_to_rank(self, node: cst.BaseExpression, value: Tensor, rank: int) -> Tensor:
+        """Triton's implicit broadcast, made explicit: `value` (the tensor `node`) gets leading new axes up to `rank`
+        (numpy's rule: trailing dimensions align, so a vector against a matrix is a row, `x[None, :]`)."""
+        own = value.rank
+        if own is None or own >= rank:
+            return value
+        added = rank - own
+        self.plan.expansions[node] = (added, own)
+        shape = ["1"] * added + list(value.shape or [None] * own)
+        return self.expansion(node, "broadcast", node, value, [None] * added + [":"] * own, rank, shape)
+
+    def broadcast_args(self, nodes: list[cst.BaseExpression], values: list[Value]) -> list[Value]:
+        """The tensors among `values` expanded to the highest rank among them (every operand of one elementwise
+        call broadcasts against all the others)."""
+        ranks = [v.rank for v in values if isinstance(v, Tensor) and v.rank is not None]
+        if not ranks:
+            return values
+        top = max(ranks)
+        return [self.expand_to_rank(n, v, top) if isinstance(v, Tensor) else v for n, v in zip(nodes, values)]
 
     def opaque(self, node: cst.CSTNode, rank: int | None, shape: tuple[str | None, ...] | None,
                elem: str | None = None) -> Tensor:
@@ -569,8 +614,10 @@ class _FunctionWalker:
         result: Value = SCALAR
         result_node: cst.BaseExpression | None = None
         positional, keywords = self.args(node)
-        for i, arg in enumerate([*positional, *keywords.values()]):
-            value = self.eval(arg)
+        nodes = [*positional, *keywords.values()]
+        values = [self.eval(arg) for arg in nodes]
+        values[:skip] = self.broadcast_args(nodes[:skip], values[:skip])
+        for i, (arg, value) in enumerate(zip(nodes, values)):
             if i >= skip:
                 continue
             if isinstance(value, Tensor):
@@ -579,6 +626,15 @@ class _FunctionWalker:
                 else:
                     result, result_node = value, arg
         return result
+
+    def operand_of_access(self, node: cst.Call, pointer: Tensor, arg: cst.BaseExpression, value: Tensor, key: str
+                          ) -> Tensor:
+        """A mask, `other` or stored value of a load/store/atomic broadcast to the pointer tile's rank."""
+        if pointer.rank is not None and value.rank is not None and value.rank > pointer.rank:
+            self.refuse(arg, "TT010", f"`{key}=` has rank {value.rank} but the pointers rank {pointer.rank}; broadcast "
+                        "the pointers explicitly (e.g. `ptrs[None, :] + zeros`)")
+            return value
+        return self.expand_to_rank(arg, value, pointer.rank) if pointer.rank is not None else value
 
     def eval_language_call(self, node: cst.Call, name: str, full: str) -> Value:
         if name in UNSUPPORTED or full.startswith("extra."):
@@ -596,6 +652,7 @@ class _FunctionWalker:
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
+                    value = self.operand_of_access(node, pointer, arg, value, key)
                     self.unify_or_convert(pointer.term, arg, value.term)
             return pointer if isinstance(pointer, Tensor) else SCALAR
         if name == "store" or name in ATOMICS:
@@ -607,6 +664,7 @@ class _FunctionWalker:
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
+                    value = self.operand_of_access(node, pointer, arg, value, key)
                     if key in ("value", "val") and value.term.find().dots and not pointer.term.find().dots:
                         # An MMA result goes out through pointers of their own (blocked, coalesced) layout: one
                         # conversion of the tile, as Triton's coalescing does, instead of a store pattern that
@@ -662,11 +720,13 @@ class _FunctionWalker:
                     shape = [end_text]
                 elif start_text is not None and end_text is not None:
                     shape = [f"{end_text} - {start_text}"]
-            return Tensor(self.created(node, rank=1, shape=shape), shape=tuple(shape))
+            return Tensor(self.created(node, rank=1, shape=shape), "gl.int32", shape=tuple(shape))
         shape_node = self.arg(node, 0, "shape")
+        dtype_node = self.arg(node, 1 if name == "zeros" else 2, "dtype")
+        elem = self.dtype_text(dtype_node) if dtype_node is not None else None
         if isinstance(shape_node, (cst.List, cst.Tuple)):
             dims = [self.shape_text(e.value) for e in shape_node.elements]
-            return Tensor(self.created(node, rank=len(dims), shape=dims), shape=tuple(dims))
+            return Tensor(self.created(node, rank=len(dims), shape=dims), elem, shape=tuple(dims))
         self.refuse(node, "TT010", f"`tl.{name}` needs a literal shape list (e.g. `[BLOCK_M, BLOCK_N]`) so that its "
                     "layout can be chosen")
         return Tensor(self.created(node, rank=None, shape=None))
@@ -700,7 +760,10 @@ class _FunctionWalker:
         out_shape = [s for i, s in enumerate(shape) if i != axis] if shape else None
         term = self.fresh(node, "reduce", rank=None if rank is None else rank - 1, shape=out_shape,
                           slice_of=(axis, value.term), origins={"slice"})
-        return Tensor(term, value.elem, tuple(out_shape) if out_shape is not None else None)
+        elem = value.elem
+        if elem in _SMALL_INTS and _strip_module(self.source.code(node.func).strip()) in ("sum", "xor_sum"):
+            elem = "gl.uint32" if elem.startswith("gl.uint") else "gl.int32"
+        return Tensor(term, elem, tuple(out_shape) if out_shape is not None else None)
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
         if method in ("to", "cast"):
@@ -756,7 +819,18 @@ class _FunctionWalker:
                 site.shape = [site.shape[0] or acc.shape[0], site.shape[1] or acc.shape[1]]
         for key in ("out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
             self.eval(self.arg(node, 99, key))
-        return Tensor(site.result, None, tuple(site.shape))
+        return Tensor(site.result, self.dot_result_dtype(site, acc), tuple(site.shape))
+
+    def dot_result_dtype(self, site: DotSite, acc: Value) -> str | None:
+        """The result's element type: `out_dtype=`, else the accumulator's, else what Triton picks for the operands."""
+        if site.out_dtype is not None:
+            return self.dtype_text(site.out_dtype)
+        if isinstance(acc, Tensor) and acc.elem is not None:
+            return acc.elem
+        operand = site.operand_dtype
+        if operand in _DTYPE_ORDER:
+            return "gl.int32" if operand.startswith(("gl.int", "gl.uint")) else "gl.float32"
+        return None
 
     def descriptor(self, node: cst.Call) -> Value:
         for a in node.args:
@@ -821,22 +895,83 @@ class _FunctionWalker:
         plan = self.analysis.analyse(callee, kinds_t)
         result = plan.returns
         if isinstance(result, Tensor):
-            return self.opaque(node, result.rank, None)
+            return self.opaque(node, result.rank, None, self.caller_elem(result.elem, callee, positional))
         if isinstance(result, Tup) and any(isinstance(i, Tensor) for i in result.items):
-            self.refuse(node, "TT010", f"helper `{name}` returns a tuple holding tensors; return one tensor per "
-                        "helper (its layout is converted at the call site)")
-            return SCALAR
+            # Each tensor of the tuple arrives in the callee's layout: the caller converts it after unpacking.
+            items = tuple(self.fresh(node, f"item{i}", rank=item.rank, origins={"opaque"}) if isinstance(item, Tensor)
+                          else None for i, item in enumerate(result.items))
+            self.tuple_calls[node] = name
+            return Tup(tuple(
+                Tensor(t, self.caller_elem(item.elem, callee, positional)) if t is not None and isinstance(item, Tensor)
+                else SCALAR for t, item in zip(items, result.items)))
         return result if result is not None else SCALAR
+
+    def caller_elem(self, elem: str | None, callee: JitFunction, positional: list[cst.BaseExpression]) -> str | None:
+        """A helper result's element type in the caller's terms: `gl.float16` as is; `p.dtype.element_ty` of the
+        helper's pointer parameter `p` becomes that of the caller's pointer parameter passed for it."""
+        if elem is None or elem.startswith("gl."):
+            return elem
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z_0-9]*)\.dtype\.element_ty", elem)
+        names = [p.name for p in callee.params]
+        if match and match.group(1) in names and names.index(match.group(1)) < len(positional):
+            arg = self.eval(positional[names.index(match.group(1))])
+            if isinstance(arg, Scalar) and arg.param is not None:
+                return f"{arg.param}.dtype.element_ty"
+        return None
+
+    def unpack_helper_tuple(self, assign: cst.Assign, value: Value) -> None:
+        """`a, b = helper(...)` of a helper returning tensors: convert each tensor name once after the line."""
+        if not (isinstance(value, Tup) and assign.value in self.tuple_calls):
+            return
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, (cst.Tuple, cst.List)):
+            return
+        elements = [e.value for e in assign.targets[0].target.elements]  # type: ignore[attr-defined]
+        if len(elements) != len(value.items) or not all(isinstance(e, cst.Name) for e in elements):
+            return
+        self.unpacked.add(assign.value)
+        self.plan.tuple_converts[assign] = [
+            (e.value, self.name_terms[e.value]) for e, item in zip(elements, value.items)  # type: ignore[attr-defined]
+            if isinstance(item, Tensor) and e.value in self.name_terms  # type: ignore[attr-defined]
+        ]
 
     # ---- end of function ------------------------------------------------------------------------------------------
 
     def finish(self) -> None:
         plan = self.plan
         plan.returns = self.returns[0] if self.returns else None
+        for call_node, name in self.tuple_calls.items():
+            if call_node not in self.unpacked:
+                self.refuse(call_node, "TT010", f"helper `{name}` returns a tuple holding tensors; unpack it into "
+                            f"names where it is called (`a, b = {name}(...)`)")
         for name, term in self.param_terms.items():
             root = term.find()
             if root.slice_of is not None or root.dots is not None or root.origins - {f"param:{name}"}:
                 plan.param_converts[name] = term
+
+
+_SMALL_INTS = {"gl.int1", "gl.int8", "gl.int16", "gl.uint8", "gl.uint16"}
+# Element types by promotion rank within their kind (Triton promotes to the wider of two; fp16 with bf16 to fp32).
+_DTYPE_ORDER = {
+    "gl.int1": (0, 1), "gl.int8": (0, 8), "gl.uint8": (0, 8), "gl.int16": (0, 16), "gl.uint16": (0, 16),
+    "gl.int32": (0, 32), "gl.uint32": (0, 32), "gl.int64": (0, 64), "gl.uint64": (0, 64),
+    "gl.float8e5": (1, 8), "gl.float8e4nv": (1, 8), "gl.float8e4b8": (1, 8), "gl.float8e5b16": (1, 8),
+    "gl.float8e4b15": (1, 8), "gl.float16": (1, 16), "gl.bfloat16": (1, 16), "gl.float32": (1, 32),
+    "gl.float64": (1, 64),
+}  # fmt: skip
+
+
+def promote(a: str | None, b: str | None) -> str | None:
+    """The element type of an arithmetic result of tensors of types `a` and `b` (source text; None = unknown)."""
+    if a is None or b is None or a == b:
+        return a if a is not None else b
+    ka, kb = _DTYPE_ORDER.get(a), _DTYPE_ORDER.get(b)
+    if ka is None or kb is None:
+        return a if ka is None else b  # a type only the kernel knows (`x_ptr.dtype.element_ty`, a pointee) wins
+    if ka[0] != kb[0]:
+        return a if ka[0] > kb[0] else b  # float wins over int
+    if ka[0] == 1 and ka[1] == kb[1]:
+        return "gl.float32"  # fp16 with bf16, two fp8 kinds
+    return a if ka[1] >= kb[1] else b
 
 
 def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | None) -> tuple[str | None, ...] | None:
@@ -935,7 +1070,8 @@ def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:
             seen.add(root.id)
             used.append(root)
 
-    for term in [*plan.creations.values(), *plan.param_converts.values(), *plan.converts.values()]:
+    unpacked = [term for pairs in plan.tuple_converts.values() for _, term in pairs]
+    for term in [*plan.creations.values(), *plan.param_converts.values(), *plan.converts.values(), *unpacked]:
         need(term)
     for site in plan.dots.values():
         need(site.result)

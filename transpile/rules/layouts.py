@@ -1,10 +1,12 @@
 """Explicit layouts from the layout plan (`transpile.analysis.layouts`).
 
-Matches: tensor creation sites (``tl.arange``, ``tl.zeros``, ``tl.full``), the start of each jit function, and every
-node the plan marks for a conversion.
+Matches: tensor creation sites (``tl.arange``, ``tl.zeros``, ``tl.full``), the start of each jit function, every
+node the plan marks for a conversion or an expansion, and ``a, b = helper(...)`` of helpers returning tensor tuples.
 Emits: ``layout=`` arguments; one ``<name>_layout: gl.constexpr = ...`` declaration per layout class at the top of the
 function, computed at compile time by the emitted ``@gluon.constexpr_function`` helpers from the function's own
-constexpr block sizes and ``gl.num_warps()``; ``gl.convert_layout`` where two constraints disagree.
+constexpr block sizes and ``gl.num_warps()``; ``gl.convert_layout`` where two constraints disagree; ``x[None, :]``
+where Triton broadcasts a lower-rank tensor implicitly (the engine applies conversions and expansions to every node);
+``a = gl.convert_layout(a, ...)`` after unpacking a helper's tuple.
 Targets: all.
 """
 
@@ -87,8 +89,48 @@ class LayoutDeclarations(Rule):
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
 
+class HelperTupleConversions(Rule):
+    name = "helper-tuple-conversions"
+    matches = "`a, b = helper(...)` where the jit helper returns a tuple holding tensors"
+    emits = "the line, then `a = gl.convert_layout(a, <layout of a>)` for each tensor name (the helper returns its own)"
+    examples = (
+        Example(
+            "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+            "def split_scale(x, s):\n    return x * s, x + s\n\n@triton.jit\n"
+            "def k(x_ptr, y_ptr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+            "    x = tl.load(x_ptr + offs)\n    a, b = split_scale(x, 2.0)\n    tl.store(y_ptr + offs, a + b)\n",
+            (
+                "a, b = split_scale(x, 2.0)",
+                "a = gl.convert_layout(a, offs_layout)",
+                "b = gl.convert_layout(b, offs_layout)",
+            ),
+        ),
+    )
+
+    def leave_SimpleStatementLine(
+        self, ctx: RuleContext, original: cst.SimpleStatementLine, updated: cst.BaseStatement
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        lines: list[cst.BaseStatement] = []
+        for small in original.body:
+            for name, term in ctx.plan.tuple_converts.get(small, ()):  # type: ignore[call-overload]
+                lines.append(statement(f"{name} = gl.convert_layout({name}, {ctx.plan.layout_expr(term)})"))
+        if not lines:
+            return updated
+        return cst.FlattenSentinel([updated, *lines])
+
+
 def convert(node: cst.BaseExpression, layout: str) -> cst.Call:
     return call("gl.convert_layout", bare(node), layout)
+
+
+def expand(node: cst.BaseExpression, added: int, own: int) -> cst.Subscript:
+    """Triton's implicit broadcast written out: `x` -> `x[None, :]` (`added` new leading axes of a rank-`own` value)."""
+    if not isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or getattr(node, "lpar", None):
+        node = bare(node).with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
+    elements = ["None"] * added + [":"] * own
+    template = cst.parse_expression(f"_[{', '.join(elements)}]")
+    assert isinstance(template, cst.Subscript)
+    return template.with_changes(value=node)
 
 
 def _commented(lines: list[str], comment: str) -> list[cst.BaseStatement]:

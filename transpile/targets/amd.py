@@ -8,7 +8,7 @@ from transpile.rules.descriptors import DescriptorsAsPointers
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
-from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
+from transpile.rules.layouts import CreationLayouts, HelperTupleConversions, LayoutDeclarations
 from transpile.rules.ranges import Ranges
 from transpile.targets import Target
 from transpile.targets import snippets as s
@@ -20,9 +20,9 @@ GLUON_IMPORTS = (
 
 def _rules(engine: str) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS."""
-    return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(),
-            HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(), AMDWarpPipeline(engine),
-            LayoutDeclarations())
+    return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
+            HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(),
+            AMDWarpPipeline(engine), LayoutDeclarations())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function

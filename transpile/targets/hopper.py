@@ -13,14 +13,14 @@ from transpile.rules.hopper_attention import HopperAttentionPipeline
 from transpile.rules.hopper_cp_async import HopperCpAsyncPipeline
 from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
-from transpile.rules.layouts import CreationLayouts, LayoutDeclarations
+from transpile.rules.layouts import CreationLayouts, HelperTupleConversions, LayoutDeclarations
 from transpile.rules.ranges import Ranges
 from transpile.targets import Target
 from transpile.targets import snippets as s
 
-RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), Dot(), HoistConversions(),
-         DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(), LayoutDeclarations(),
-         HopperCpAsyncPipeline())
+RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), HelperTupleConversions(),
+         Dot(), HoistConversions(), DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(),
+         LayoutDeclarations(), HopperCpAsyncPipeline())
 
 IMPORTS = (
     "from triton.experimental import gluon",

@@ -1,0 +1,293 @@
+"""Implicit broadcasting, helpers returning tuples of tensors and element types the kernel computes.
+
+Triton broadcasts like numpy (trailing dimensions align, so a vector against a matrix is a row); Gluon wants every
+expansion written out with the operand in the matching slice layout. Each case translates a small kernel, asserts the
+expansion the tool inserted, and (slow tests) compiles the variant with Triton for an AMD and the Hopper target.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.analysis.layouts import promote
+from transpile.engine import TranslationResult, translate_source
+from transpile.targets import get_target
+from transpile.verify import verify
+
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+
+ROWS = HEAD + '''@triton.jit
+def rows(x_ptr, w_ptr, y_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r[:, None] < M) & (c < N)
+    x = tl.load(x_ptr + r[:, None] * N + c, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+    y = x * w + w * x
+    y = y * (w + 1.0) - tl.maximum(y, w)
+    y = tl.where(c < N, y, 0.0)
+    y += w
+    y = y * 2.0 + tl.program_id(0)
+    tl.store(y_ptr + r[:, None] * N + c, y, mask=mask)
+'''
+
+LOADS = HEAD + '''@triton.jit
+def loads(x_ptr, b_ptr, y_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    bias = tl.load(b_ptr + c, mask=c < N, other=0.0)
+    ptrs = x_ptr + r[:, None] * N + c[None, :]
+    x = tl.load(ptrs, mask=c < N, other=bias)
+    tl.store(y_ptr + r[:, None] * N + c[None, :], bias, mask=c < N)
+    tl.store(y_ptr + N * BLOCK_M + r[:, None] * N + c[None, :], x, mask=c < N)
+'''
+
+# A row statistic broadcast the numpy way (as a row): valid Triton for square tiles; the reduction (a slice along
+# dimension 1) is converted to the slice along dimension 0 before the expansion.
+SQUARE = HEAD + '''@triton.jit
+def square(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    offs = r[:, None] * BLOCK + r[None, :]
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x - tl.max(x, axis=1))
+'''
+
+RANK3 = HEAD + '''@triton.jit
+def rank3(x_ptr, s_ptr, y_ptr, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr):
+    a = tl.arange(0, A)
+    b = tl.arange(0, B)
+    c = tl.arange(0, C)
+    offs = a[:, None, None] * (B * C) + b[None, :, None] * C + c[None, None, :]
+    s = tl.load(s_ptr + c)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x * s)
+'''
+
+TUPLE = HEAD + '''@triton.jit
+def _stats(x, n):
+    mean = tl.sum(x, axis=1) / n
+    var = tl.sum(x * x, axis=1) / n - mean * mean
+    return mean, var
+
+
+@triton.jit
+def normalise(x_ptr, y_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    offs = r[:, None] * N + c[None, :]
+    x = tl.load(x_ptr + offs, mask=c[None, :] < N, other=0.0).to(tl.float32)
+    mean, var = _stats(x, N)
+    tl.store(y_ptr + offs, (x - mean[:, None]) / tl.sqrt(var[:, None] + 1e-5), mask=c[None, :] < N)
+'''
+
+TUPLE_NOT_UNPACKED = HEAD + '''@triton.jit
+def _pair(x):
+    return x + 1.0, x * 2.0
+
+
+@triton.jit
+def keeps_tuple(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    t = _pair(tl.load(x_ptr + offs))
+    tl.store(x_ptr + offs, t[0])
+'''
+
+# The dot operands' element types come from what the kernel computes: a cast to another tensor's type and a
+# zero-initialised fp16 tile, not from pointer parameters.
+DTYPES = HEAD + '''@triton.jit
+def dtypes(x_ptr, y_ptr, o_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    offs = r[:, None] * BLOCK + r[None, :]
+    y = tl.load(y_ptr + offs)
+    x = tl.exp(tl.load(x_ptr + offs).to(tl.float32))
+    h = tl.zeros([BLOCK, BLOCK], dtype=tl.float16) + 1.0
+    acc = tl.dot(x.to(y.dtype), y)
+    acc2 = tl.dot(h, y.to(tl.float16))
+    tl.store(o_ptr + offs, (acc + acc2).to(tl.float16))
+'''
+
+# Operands loaded by helpers: the helper's `ptr.dtype.element_ty` becomes the caller's pointer argument's.
+HELPER_DTYPES = HEAD + '''@triton.jit
+def _load_tile(ptr, offs, stride):
+    return tl.load(ptr + offs[:, None] * stride + offs[None, :])
+
+
+@triton.jit
+def _load_pair(a_ptr, b_ptr, offs, stride):
+    return _load_tile(a_ptr, offs, stride), tl.load(b_ptr + offs[:, None] * stride + offs[None, :])
+
+
+@triton.jit
+def helper_dtypes(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    acc = tl.dot(_load_tile(a_ptr, offs, BLOCK), _load_tile(b_ptr, offs, BLOCK), acc)
+    x, y = _load_pair(a_ptr, b_ptr, offs, BLOCK)
+    acc = tl.dot(x, y, acc)
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+'''
+
+AUGMENT_LOWER = HEAD + '''@triton.jit
+def grows(x_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + r)
+    m = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])
+    v += m
+    tl.store(x_ptr + r, tl.sum(v, axis=0))
+'''
+
+
+def translate(text: str, target: str = "gfx942") -> TranslationResult:
+    return translate_source(text, "k.py", get_target(target))
+
+
+def body(result: TranslationResult) -> list[str]:
+    return [line.strip() for line in result.text.splitlines()]
+
+
+def test_rank1_against_rank2_is_a_row_in_every_elementwise_form() -> None:
+    result = translate(ROWS)
+    assert all(f.translated for f in result.functions), result.diagnostics
+    lines = body(result)
+    for expected in (
+        "mask = (r[:, None] < M) & (c < N)[None, :]",
+        "x = gl.load(x_ptr + r[:, None] * N + c[None, :], mask=mask, other=0.0).to(gl.float32)",
+        "w = gl.load(w_ptr + c, mask=c < N, other=0.0).to(gl.float32)",  # rank 1 with rank 1: unchanged
+        "y = x * w[None, :] + w[None, :] * x",  # either side
+        "y = y * (w + 1.0)[None, :] - gl.maximum(y, w[None, :])",  # an operation in parentheses; a call
+        "y = gl.where((c < N)[None, :], y, 0.0)",
+        "y += w[None, :]",
+        "y = y * 2.0 + gl.program_id(0)",  # rank-0 scalars broadcast without help
+        "gl.store(y_ptr + r[:, None] * N + c[None, :], y, mask=mask)",
+    ):
+        assert expected in lines, expected
+    # `c` is used both as a row and as itself: one layout, the column slice of the tile's.
+    assert "c = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mask_layout))" in lines
+
+
+def test_masks_other_and_stored_values_broadcast_to_the_pointer_tile() -> None:
+    lines = body(translate(LOADS))
+    assert "x = gl.load(ptrs, mask=(c < N)[None, :], other=bias[None, :])" in lines
+    assert "gl.store(y_ptr + r[:, None] * N + c[None, :], bias[None, :], mask=(c < N)[None, :])" in lines
+    assert "gl.store(y_ptr + N * BLOCK_M + r[:, None] * N + c[None, :], x, mask=(c < N)[None, :])" in lines
+
+
+def test_a_row_reduction_broadcast_as_a_row_is_converted_then_expanded() -> None:
+    lines = body(translate(SQUARE))
+    assert ("gl.store(y_ptr + offs, x - gl.convert_layout(gl.max(x, axis=1), gl.SliceLayout(0, offs_layout))"
+            "[None, :])") in lines
+
+
+def test_rank1_against_rank3_gets_two_leading_axes() -> None:
+    lines = body(translate(RANK3))
+    assert "gl.store(y_ptr + offs, x * s[None, None, :])" in lines
+    assert "s = gl.load(s_ptr + c)" in lines
+
+
+def test_helper_tuple_of_tensors_is_unpacked_and_converted() -> None:
+    result = translate(TUPLE)
+    assert all(f.translated for f in result.functions), result.diagnostics
+    lines = body(result)
+    at = lines.index("mean, var = _stats(x, N)")
+    assert lines[at + 1: at + 3] == [
+        "mean = gl.convert_layout(mean, gl.SliceLayout(1, offs_layout))",
+        "var = gl.convert_layout(var, gl.SliceLayout(1, offs_layout))",
+    ]
+    assert "return mean, var" in lines
+
+
+def test_helper_tuple_not_unpacked_is_refused_with_what_to_write() -> None:
+    result = translate(TUPLE_NOT_UNPACKED)
+    refused = {f.name for f in result.functions if not f.translated}
+    assert refused == {"keeps_tuple"}
+    messages = [d.message for d in result.diagnostics]
+    assert any("unpack it into names where it is called (`a, b = _pair(...)`)" in m for m in messages), messages
+
+
+def test_in_place_update_of_the_lower_rank_side_is_refused() -> None:
+    result = translate(AUGMENT_LOWER)
+    (outcome,) = result.functions
+    assert not outcome.translated
+    assert any("`v` (rank 1) is updated in place with a rank-2 tensor" in d.message for d in result.diagnostics)
+
+
+def test_dot_operand_types_come_from_computed_values() -> None:
+    result = translate(DTYPES)
+    assert all(f.translated for f in result.functions), result.diagnostics
+    assert not any("element type" in d.message for d in result.diagnostics)
+    # `x.to(y.dtype)`: y's type is its pointer's pointee.
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], y_ptr.dtype.element_ty, gl.num_warps())" in body(
+        result)
+
+
+def test_dot_operand_types_come_through_helpers() -> None:
+    result = translate(HELPER_DTYPES, "sm90")
+    assert all(f.translated for f in result.functions), result.diagnostics
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], a_ptr.dtype.element_ty, gl.num_warps())" in body(
+        result)
+
+
+def test_promotion_of_element_types() -> None:
+    assert promote("gl.float16", "gl.bfloat16") == "gl.float32"
+    assert promote("gl.float16", "gl.float32") == "gl.float32"
+    assert promote("gl.int32", "gl.float16") == "gl.float16"
+    assert promote("gl.int8", "gl.int32") == "gl.int32"
+    assert promote("x_ptr.dtype.element_ty", "gl.int32") == "x_ptr.dtype.element_ty"
+    assert promote("gl.int32", "x_ptr.dtype.element_ty") == "x_ptr.dtype.element_ty"
+    assert promote(None, "gl.float32") == "gl.float32"
+
+
+COMPILES = [
+    ("rows", ROWS, {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp32", "BLOCK_M": 16, "BLOCK_N": 128}),
+    ("loads", LOADS, {"x_ptr": "*fp16", "b_ptr": "*fp16", "y_ptr": "*fp16", "BLOCK_M": 16, "BLOCK_N": 64}),
+    ("square", SQUARE, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 64}),
+    ("rank3", RANK3, {"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "A": 4, "B": 8, "C": 32}),
+    ("tuple", TUPLE, {"x_ptr": "*fp16", "y_ptr": "*fp32", "BLOCK_M": 16, "BLOCK_N": 128}),
+    ("dtypes", DTYPES, {"x_ptr": "*fp16", "y_ptr": "*fp16", "o_ptr": "*fp16", "BLOCK": 64}),
+    ("helper_dtypes", HELPER_DTYPES, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+@pytest.mark.parametrize(("name", "text", "values"), COMPILES, ids=[c[0] for c in COMPILES])
+def test_broadcast_kernels_compile(name: str, text: str, values: dict[str, object], target: str,
+                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    result = translate(text, target)
+    assert all(f.translated for f in result.functions), result.diagnostics
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, values, all_configs=True)
+    assert compiled
+    failures = [f"{c.label}: {c.message}" for c in compiled if not c.ok]
+    assert not failures, "\n".join(failures)
+
+
+def _implicit_gemm() -> str:
+    """fixtures/matmul_grouped.py with its K and N offsets broadcast implicitly (`offs_k < K - ...`), as much
+    public code writes them."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "matmul_grouped.py").read_text()
+    implicit = text.replace("offs_bn[None, :]", "offs_bn").replace("offs_k[None, :]", "offs_k")
+    assert implicit.count("offs_k < K - k * BLOCK_SIZE_K") == 1
+    return implicit
+
+
+def test_pipelined_loops_keep_the_expansions() -> None:
+    lines = body(translate(_implicit_gemm(), "sm90"))
+    # The cp.async ring re-evaluates the mask for iteration `k_next`: the expansion comes with it.
+    assert any("(offs_k_ring < K - k_next * BLOCK_SIZE_K)[None, :]" in line for line in lines)
+    assert "a = gl.load(a_ptrs, mask=(offs_k < K - k * BLOCK_SIZE_K)[None, :], other=0.0)" in lines
+    assert any("with gl.amd.warp_pipeline_stage" in line for line in body(translate(_implicit_gemm(), "gfx950")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_pipelined_gemm_with_implicit_broadcasts_compiles(target: str, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    result = translate(_implicit_gemm(), target)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}, all_configs=True)
+    assert len(compiled) == 2
+    assert all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
