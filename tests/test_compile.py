@@ -17,9 +17,24 @@ from transpile.verify import verify
 
 pytestmark = pytest.mark.slow
 
+# Goldens that genuinely do not compile today, with the reason. Strict: once one compiles, its test XPASSes and
+# fails, so the entry must be removed with the fix.
+_ALIAS_HELPER = ("a jit helper called through a module-level alias (`act = _relu_squared`) is not recognised as a "
+                 "helper: it is verified as a kernel of its own and its body keeps blocked layouts that do not match "
+                 "the caller's MMA accumulator (`Layout mismatch in broadcast`)")
+_BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is refused, so no kernel "
+              "of the fixture is translated (and Triton 3.9's `tl` no longer has block pointers)")
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    **{("suite_alias_gemm", t): _ALIAS_HELPER for t in ("gfx942", "gfx950", "gfx1250", "sm90")},
+    **{("suite_blockptr_gemm", t): _BLOCK_PTR for t in ("gfx942", "gfx950", "gfx1250", "sm90")},
+}
+
 
 def test_golden_compiles(fixture_name: str, target_name: str, goldens, translated, verify_values,
-                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    reason = EXPECTED_FAILURES.get((fixture_name, target_name))
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     values = verify_values.get(f"{fixture_name}.py")
     assert values is not None, f"fixtures/verify.json has no entry for {fixture_name}.py"
     result = dataclasses.replace(translated(fixture_name, target_name), text=goldens.read(fixture_name, target_name))
