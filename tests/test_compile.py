@@ -17,9 +17,38 @@ from transpile.verify import verify
 
 pytestmark = pytest.mark.slow
 
+# Goldens that genuinely do not compile today, with the reason. Strict: once one compiles, its test XPASSes and
+# fails, so the entry must be removed with the fix.
+_ALIAS_HELPER = ("a jit helper called through a module-level alias (`act = _relu_squared`) is not recognised as a "
+                 "helper: it is verified as a kernel of its own and its body keeps blocked layouts that do not match "
+                 "the caller's MMA accumulator (`Layout mismatch in broadcast`)")
+_BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is refused, so no kernel "
+              "of the fixture is translated (and Triton 3.9's `tl` no longer has block pointers)")
+_RAND = "`tl.rand` has no Gluon translation (TT011): the kernel is refused, so no kernel of the fixture is translated"
+_SIGMOID = ("`tl.sigmoid` has no Gluon translation (TT011): the kernel is refused, so no kernel of the fixture is "
+            "translated")
+_FP8_AMD = ("the variant's dot of fp8e4nv (OCP e4m3) operands in an explicit MFMA layout is not legalised by "
+            "ConvertTritonAMDGPUToLLVM (`failed to legalize operation 'tt.dot'`)")
+_TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFMA layout with instr_shape [32, 32, 4] while the "
+                "dot is lowered as IEEE fp32 (inputPrecision = 2): `no matching matrix core intrinsic for mfma version 3 "
+                "with instruction shape [32, 32, 4] and element types A='f32', B='f32'`")
+_ALL = ("gfx942", "gfx950", "gfx1250", "sm90")
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    **{("suite_dropout", t): _RAND for t in _ALL},
+    **{("suite_geglu", t): _SIGMOID for t in _ALL},
+    **{("suite_swiglu_gemm", t): _SIGMOID for t in _ALL},
+    **{("suite_fp8_blockscale", t): _FP8_AMD for t in ("gfx942", "gfx950")},
+    ("suite_gemm_tf32", "gfx942"): _TF32_GFX942,
+    **{("suite_alias_gemm", t): _ALIAS_HELPER for t in _ALL},
+    **{("suite_blockptr_gemm", t): _BLOCK_PTR for t in _ALL},
+}
+
 
 def test_golden_compiles(fixture_name: str, target_name: str, goldens, translated, verify_values,
-                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    reason = EXPECTED_FAILURES.get((fixture_name, target_name))
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     values = verify_values.get(f"{fixture_name}.py")
     assert values is not None, f"fixtures/verify.json has no entry for {fixture_name}.py"
     result = dataclasses.replace(translated(fixture_name, target_name), text=goldens.read(fixture_name, target_name))

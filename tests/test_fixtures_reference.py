@@ -16,11 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_SCRIPT = ROOT / "tests" / "gpu" / "check_fixtures.py"
 FIXTURES = sorted(path.stem for path in (ROOT / "fixtures").glob("*.py"))
+# Fixtures that Triton 3.9's interpreter cannot run (strict: remove the entry once it can).
+INTERPRETER_FAILURES = {
+    "suite_blockptr_gemm": "Triton 3.9 removed block pointers (`tl.make_block_ptr`): the kernel runs only on Triton <= 3.6",
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES)
-def test_fixture_matches_torch_reference(fixture: str) -> None:
+def test_fixture_matches_torch_reference(fixture: str, request: pytest.FixtureRequest) -> None:
+    if fixture in INTERPRETER_FAILURES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=INTERPRETER_FAILURES[fixture]))
     # --case with a fixture name runs all of that fixture's cases; a fixture without any is an error.
     command = [sys.executable, str(CHECK_SCRIPT), "--interpret", "--all-configs", "--case", fixture]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)

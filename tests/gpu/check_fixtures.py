@@ -42,12 +42,17 @@ class Case:
     fixture: str  # module stem in fixtures/
     wrapper: str  # host function of that module to call
     make_inputs: Callable[[Shape, torch.device, torch.Generator], tuple]  # positional arguments of the wrapper
-    reference: Callable[..., Any]  # torch implementation, called like the wrapper
+    reference: Callable[..., Any] | None  # torch implementation, called like the wrapper (None: random output,
+    # such as dropout's, only the variant is compared with the original)
     shape: Shape  # sizes on the GPU
     small_shape: Shape  # sizes under the interpreter, which is slow
     options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the wrapper and the reference
     atol: float = 1e-2
     rtol: float = 1e-2
+    # Benchmark (bench/bench_fixtures.py): realistic sizes and the floating-point operations of one call at them.
+    # Every fixture with a dot loop has them; the benchmark times the original and the variant at bench_shape.
+    bench_shape: Shape | None = None
+    flops: Callable[[Shape], float] | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -239,6 +244,234 @@ def _ref_bc_layer_norm(x, weight, bias, eps=1e-5):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Benchmark sizes and operation counts (bench/bench_fixtures.py).
+
+GEMM_BENCH: Shape = dict(M=4096, N=4096, K=4096)
+
+
+def _gemm_flops(s: Shape) -> float:
+    return 2.0 * s["M"] * s["N"] * s["K"]
+
+
+def _attention_flops(causal: bool):
+    def flops(s: Shape) -> float:  # two GEMMs of N_CTX x N_CTX x HEAD_DIM per head; causal: half of them
+        return 4.0 * s["Z"] * s["H"] * s["N_CTX"] ** 2 * s["HEAD_DIM"] * (0.5 if causal else 1.0)
+
+    return flops
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Inputs and references of the suite_ fixtures.
+
+
+def _scaled_gemm_inputs(s, device, gen):
+    """fp16 A [M, K] and B [K, N] scaled by 1/sqrt(K): outputs of order 1 (epilogues with nonlinearities)."""
+    a, b = _gemm_inputs(s, device, gen)
+    return a, b / s["K"] ** 0.5
+
+
+def _scaled_bias_gemm_inputs(s, device, gen):
+    a, b = _scaled_gemm_inputs(s, device, gen)
+    return a, b, _randn(gen, s["N"], device=device)
+
+
+def _ref_linear_gelu(x, w, bias):
+    return F.gelu(x.double() @ w.double() + bias.double(), approximate="tanh")
+
+
+def _swiglu_inputs(s, device, gen):
+    a, wg = _scaled_gemm_inputs(s, device, gen)
+    return a, wg, _randn(gen, s["K"], s["N"], device=device) / s["K"] ** 0.5
+
+
+def _ref_swiglu_gemm(x, wg, wu):
+    g = x.double() @ wg.double()
+    return F.silu(g) * (x.double() @ wu.double())
+
+
+def _bmm_inputs(s, device, gen):
+    return (_randn(gen, s["B"], s["M"], s["K"], device=device), _randn(gen, s["B"], s["K"], s["N"], device=device))
+
+
+def _bmm_flops(s: Shape) -> float:
+    return 2.0 * s["B"] * s["M"] * s["N"] * s["K"]
+
+
+def _linear_nk_inputs(dtype, with_bias=False):
+    """x [M, K] and a weight stored [N, K] (torch.nn.Linear), optionally a bias [N]."""
+
+    def make(s, device, gen):
+        x = _randn(gen, s["M"], s["K"], dtype=dtype, device=device)
+        w = _randn(gen, s["N"], s["K"], dtype=dtype, device=device)
+        return (x, w, _randn(gen, s["N"], dtype=dtype, device=device)) if with_bias else (x, w)
+
+    return make
+
+
+def _ref_linear_nk(x, w, bias=None):
+    y = x.double() @ w.double().T
+    return y if bias is None else y + bias.double()
+
+
+def _fp32_gemm_inputs(s, device, gen):
+    return (_randn(gen, s["M"], s["K"], dtype=torch.float32, device=device),
+            _randn(gen, s["K"], s["N"], dtype=torch.float32, device=device))
+
+
+def _fp8_blockscale_inputs(s, device, gen):
+    kb, nb = -(-s["K"] // 128), -(-s["N"] // 128)
+    a = torch.randn(s["M"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(s["K"], s["N"], generator=gen).to(torch.float8_e4m3fn)
+    a_scale = torch.rand(s["M"], kb, generator=gen) * 0.1 + 0.02
+    b_scale = torch.rand(kb, nb, generator=gen) * 0.1 + 0.02
+    return tuple(t.to(device) for t in (a, b, a_scale, b_scale))
+
+
+def _ref_fp8_blockscale(a, b, a_scale, b_scale):
+    k, n = a.shape[1], b.shape[1]
+    a_full = a.double() * a_scale.double().repeat_interleave(128, dim=1)[:, :k]
+    b_full = b.double() * b_scale.double().repeat_interleave(128, dim=0)[:k].repeat_interleave(128, dim=1)[:, :n]
+    return a_full @ b_full
+
+
+def _lora_inputs(s, device, gen):
+    x, w = _gemm_inputs(s, device, gen)
+    lora_a = _randn(gen, s["K"], s["R"], device=device) / s["K"] ** 0.5
+    lora_b = _randn(gen, s["R"], s["N"], device=device)
+    return x, w, lora_a, lora_b
+
+
+def _ref_lora(x, w, lora_a, lora_b, scaling=0.5):
+    x64 = x.double()
+    return x64 @ w.double() + scaling * (x64 @ lora_a.double()) @ lora_b.double()
+
+
+def _lora_flops(s: Shape) -> float:
+    return 2.0 * s["M"] * s["K"] * (s["N"] + s["R"]) + 2.0 * s["M"] * s["R"] * s["N"]
+
+
+def _moe_sorted_inputs(s, device, gen, block_m=64):
+    """Top-1 routing of T tokens to E experts; each expert's tokens padded to block_m with the id T."""
+    a = _randn(gen, s["T"], s["K"], device=device)
+    b = _randn(gen, s["E"], s["K"], s["N"], device=device) / s["K"] ** 0.5
+    expert_of = torch.randint(0, s["E"], (s["T"],), generator=gen)
+    sorted_ids, expert_ids = [], []
+    for e in range(s["E"]):
+        tokens = torch.nonzero(expert_of == e).flatten().to(torch.int32)
+        blocks = -(-len(tokens) // block_m)
+        padded = torch.full((blocks * block_m,), s["T"], dtype=torch.int32)
+        padded[: len(tokens)] = tokens
+        sorted_ids.append(padded)
+        expert_ids += [e] * blocks
+    return a, b, torch.cat(sorted_ids).to(device), torch.tensor(expert_ids, dtype=torch.int32).to(device)
+
+
+def _ref_moe_sorted(a, b, sorted_ids, expert_ids, block_m=64):
+    out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64, device=a.device)
+    for block, expert in enumerate(expert_ids.tolist()):
+        ids = sorted_ids[block * block_m:(block + 1) * block_m].long()
+        ids = ids[ids < a.shape[0]]
+        out[ids] = a[ids].double() @ b[expert].double()
+    return out
+
+
+def _moe_sorted_flops(s: Shape) -> float:
+    return 2.0 * s["T"] * s["N"] * s["K"]
+
+
+def _gqa_inputs(s, device, gen):
+    q = _randn(gen, s["Z"], s["H"], s["N_CTX"], s["HEAD_DIM"], device=device)
+    kv = (s["Z"], s["H_KV"], s["N_CTX"], s["HEAD_DIM"])
+    return q, _randn(gen, *kv, device=device), _randn(gen, *kv, device=device)
+
+
+def _ref_gqa(q, k, v, causal, sm_scale):
+    group = q.shape[1] // k.shape[1]
+    return _ref_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), causal, sm_scale)
+
+
+def _linear_attn_inputs(s, device, gen):
+    size = (s["B"], s["H"], s["T"], s["D"])
+    return tuple(_randn(gen, *size, device=device) * 0.5 for _ in range(3))
+
+
+def _ref_linear_attn(q, k, v, scale=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    return scores.tril() @ v.double()
+
+
+def _linear_attn_flops(s: Shape) -> float:  # per 64-row chunk: q k^T, scores v, q S and k^T v
+    return 4.0 * s["B"] * s["H"] * s["T"] * s["D"] * (64 + s["D"])
+
+
+def _ref_online_softmax(x):
+    return torch.softmax(x.float(), dim=-1)
+
+
+def _add_rmsnorm_inputs(s, device, gen):
+    x = _randn(gen, s["M"], s["N"], device=device)
+    residual = _randn(gen, s["M"], s["N"], device=device)
+    return x, residual, torch.rand(s["N"], generator=gen).to(device=device, dtype=torch.float16)
+
+
+def _ref_add_rmsnorm(x, residual, weight, eps=1e-6):
+    h = x.float() + residual.float()
+    return _ref_rms_norm(h, weight, eps), h
+
+
+def _cross_entropy_inputs(s, device, gen):
+    logits = torch.randn(s["M"], s["V"], generator=gen) * 3
+    target = torch.randint(0, s["V"], (s["M"],), generator=gen)
+    target[::7] = -100  # ignored rows
+    return logits.to(device), target.to(device)
+
+
+def _ref_cross_entropy(logits, target, ignore_index=-100):
+    lse = torch.logsumexp(logits.double(), dim=-1)
+    loss = F.cross_entropy(logits.double(), target, ignore_index=ignore_index, reduction="none")
+    return loss, lse
+
+
+def _glu_inputs(s, device, gen):
+    return (_randn(gen, s["M"], 2 * s["N"], device=device),)
+
+
+def _ref_glu(x, act="gelu"):
+    a, b = x.float().chunk(2, dim=-1)
+    return (F.gelu(a) if act == "gelu" else F.silu(a)) * b
+
+
+def _ref_row_sumsq(x):
+    return x.double().pow(2).sum(dim=-1)
+
+
+def _layernorm_bwd_inputs(s, device, gen):
+    x = (torch.randn(s["M"], s["N"], generator=gen) * 2 + 1).to(torch.float16)
+    dy = torch.randn(s["M"], s["N"], generator=gen).to(torch.float16)
+    w = torch.rand(s["N"], generator=gen).to(torch.float16)
+    mean = x.float().mean(dim=-1)
+    rstd = torch.rsqrt(x.float().var(dim=-1, unbiased=False) + 1e-5)
+    return tuple(t.to(device) for t in (dy, x, w, mean, rstd))
+
+
+def _ref_layernorm_bwd(dy, x, w, mean, rstd):
+    xhat = (x.double() - mean.double()[:, None]) * rstd.double()[:, None]
+    wdy = w.double() * dy.double()
+    c1 = (xhat * wdy).mean(dim=-1, keepdim=True)
+    c2 = wdy.mean(dim=-1, keepdim=True)
+    return (wdy - (xhat * c1 + c2)) * rstd.double()[:, None]
+
+
+def _vector_inputs(s, device, gen):
+    return (_randn(gen, s["n"], dtype=torch.float32, device=device),)
+
+
+def _ref_column_sum(x):
+    return x.double().sum(dim=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The cases. GPU sizes are ragged with respect to every tile size in the fixtures; descriptor operands keep
 # 16-byte aligned rows (multiples of 8 fp16 elements), as TMA requires.
 
@@ -256,6 +489,8 @@ def _attention_cases():
                 small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=head_dim),
                 options=dict(causal=causal, sm_scale=head_dim**-0.5),
                 atol=5e-3,  # outputs are averages of N(0, 1) values, mostly well below 1
+                bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=head_dim),
+                flops=_attention_flops(causal),
             )
 
 
@@ -326,6 +561,8 @@ CASES: list[Case] = [
         reference=_ref_matmul,
         shape=dict(M=1000, N=1100, K=700),
         small_shape=dict(M=150, N=130, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     *(
         Case(
@@ -337,6 +574,8 @@ CASES: list[Case] = [
             shape=dict(M=1000, N=1096, K=712),
             small_shape=dict(M=150, N=136, K=104),
             options=dict(activation=activation),
+            bench_shape=GEMM_BENCH if activation == "leaky_relu" else None,
+            flops=_gemm_flops if activation == "leaky_relu" else None,
         )
         for activation in ("leaky_relu", "none")
     ),
@@ -350,6 +589,8 @@ CASES: list[Case] = [
         small_shape=dict(M=70, N=100, K=600),
         options=dict(split_k=4),
         rtol=1e-3,
+        bench_shape=dict(M=2048, N=2048, K=8192),  # split-K's natural shape: small output, long K
+        flops=_gemm_flops,
     ),
     Case(
         name="matmul_int8",
@@ -359,6 +600,8 @@ CASES: list[Case] = [
         reference=_ref_int8_matmul_scaled,
         shape=dict(M=1000, N=1100, K=700),
         small_shape=dict(M=150, N=130, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="moe_gather_gemm",
@@ -368,6 +611,8 @@ CASES: list[Case] = [
         reference=_ref_gather_gemm,
         shape=dict(T=2000, E=4, M=600, N=1100, K=700),
         small_shape=dict(T=100, E=3, M=70, N=90, K=100),
+        bench_shape=dict(T=16384, E=8, M=2048, N=4096, K=4096),
+        flops=lambda s: 2.0 * s["E"] * s["M"] * s["N"] * s["K"],
     ),
     *_attention_cases(),
     *_fx_cases(),
@@ -508,6 +753,116 @@ CASES: list[Case] = [
 ]
 
 
+def _suite_gemm_case(name, wrapper="matmul", **kw):
+    """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
+    fixture = kw.pop("fixture", name)
+    options = dict(make_inputs=_gemm_inputs, reference=_ref_matmul, shape=dict(M=1000, N=1100, K=700),
+                   small_shape=dict(M=150, N=130, K=100), bench_shape=GEMM_BENCH, flops=_gemm_flops)
+    options.update(kw)
+    return Case(name=name, fixture=fixture, wrapper=wrapper, **options)
+
+
+SUITE_CASES: list[Case] = [
+    _suite_gemm_case("suite_gemm_kaddr"),
+    _suite_gemm_case("suite_gemm_evenk"),
+    _suite_gemm_case("suite_gemm_evenk-even", fixture="suite_gemm_evenk", shape=dict(M=1000, N=1100, K=704),
+                     small_shape=dict(M=150, N=130, K=96), bench_shape=None, flops=None),
+    _suite_gemm_case("suite_alias_gemm", wrapper="matmul_relu_squared", make_inputs=_scaled_gemm_inputs,
+                     reference=lambda a, b: torch.relu(a.double() @ b.double()) ** 2),
+    _suite_gemm_case("suite_gemm_persistent", wrapper="matmul_persistent"),
+    _suite_gemm_case("suite_blockptr_gemm"),
+    _suite_gemm_case("suite_gemm_bias_gelu", wrapper="linear_gelu", make_inputs=_scaled_bias_gemm_inputs,
+                     reference=_ref_linear_gelu),
+    _suite_gemm_case("suite_swiglu_gemm", wrapper="swiglu_gemm", make_inputs=_swiglu_inputs,
+                     reference=_ref_swiglu_gemm, flops=lambda s: 2 * _gemm_flops(s)),
+    _suite_gemm_case("suite_bmm", wrapper="bmm", make_inputs=_bmm_inputs, reference=_ref_matmul,
+                     shape=dict(B=3, M=500, N=600, K=300), small_shape=dict(B=2, M=70, N=90, K=50),
+                     bench_shape=dict(B=8, M=2048, N=2048, K=2048), flops=_bmm_flops),
+    # Descriptor operands keep 16-byte aligned rows (K and N multiples of 8).
+    _suite_gemm_case("suite_desc_linear", wrapper="linear", make_inputs=_linear_nk_inputs(torch.float16),
+                     reference=_ref_linear_nk, shape=dict(M=1000, N=1096, K=712),
+                     small_shape=dict(M=150, N=136, K=104)),
+    _suite_gemm_case("suite_linear_trans_b", wrapper="linear",
+                     make_inputs=_linear_nk_inputs(torch.float16, with_bias=True), reference=_ref_linear_nk),
+    # TF32 keeps 10 mantissa bits: errors of about 1e-3 relative on sums of 700 products.
+    _suite_gemm_case("suite_gemm_tf32", wrapper="matmul_tf32", make_inputs=_fp32_gemm_inputs, atol=0.1, rtol=1e-2),
+    _suite_gemm_case("suite_splitk_atomic", wrapper="matmul_splitk_atomic", shape=dict(M=250, N=330, K=4100),
+                     small_shape=dict(M=70, N=100, K=600), bench_shape=dict(M=2048, N=2048, K=8192),
+                     options=dict(split_k=4), rtol=1e-3),
+    _suite_gemm_case("suite_fp8_blockscale", wrapper="fp8_blockscale_matmul", make_inputs=_fp8_blockscale_inputs,
+                     reference=_ref_fp8_blockscale, atol=5e-2, rtol=2e-2),
+    _suite_gemm_case("suite_int8_rowscale", wrapper="int8_matmul_rowscale", make_inputs=_int8_gemm_inputs,
+                     reference=_ref_int8_matmul_scaled),
+    _suite_gemm_case("suite_lora", wrapper="lora_linear", make_inputs=_lora_inputs, reference=_ref_lora,
+                     shape=dict(M=1000, N=1100, K=700, R=16), small_shape=dict(M=150, N=130, K=100, R=16),
+                     bench_shape=dict(M=4096, N=4096, K=4096, R=16), flops=_lora_flops),
+    _suite_gemm_case("suite_moe_sorted", wrapper="moe_sorted_gemm", make_inputs=_moe_sorted_inputs,
+                     reference=_ref_moe_sorted, shape=dict(T=2000, E=4, N=1100, K=700),
+                     small_shape=dict(T=200, E=3, N=90, K=100), bench_shape=dict(T=16384, E=8, N=4096, K=4096),
+                     flops=_moe_sorted_flops),
+    *(
+        Case(
+            name=f"suite_gqa_attention-{'causal' if causal else 'full'}-d{head_dim}",
+            fixture="suite_gqa_attention",
+            wrapper="gqa_attention",
+            make_inputs=_gqa_inputs,
+            reference=_ref_gqa,
+            shape=dict(Z=2, H=8, H_KV=2, N_CTX=1000, HEAD_DIM=head_dim),
+            small_shape=dict(Z=1, H=4, H_KV=2, N_CTX=150, HEAD_DIM=head_dim),
+            options=dict(causal=causal, sm_scale=head_dim**-0.5),
+            atol=5e-3,
+            bench_shape=dict(Z=4, H=16, H_KV=4, N_CTX=4096, HEAD_DIM=head_dim),
+            flops=_attention_flops(causal),
+        )
+        for causal, head_dim in ((False, 128), (True, 64))
+    ),
+    Case(
+        name="suite_linear_attn",
+        fixture="suite_linear_attn",
+        wrapper="linear_attention",
+        make_inputs=_linear_attn_inputs,
+        reference=_ref_linear_attn,
+        shape=dict(B=2, H=3, T=1000, D=64),
+        small_shape=dict(B=1, H=2, T=150, D=64),
+        atol=5e-2,
+        rtol=2e-2,
+        bench_shape=dict(B=4, H=16, T=4096, D=64),
+        flops=_linear_attn_flops,
+    ),
+    Case(name="suite_online_softmax", fixture="suite_online_softmax", wrapper="softmax",
+         make_inputs=_rows_inputs(torch.float32), reference=_ref_online_softmax, shape=dict(M=1823, N=5000),
+         small_shape=dict(M=37, N=2100), atol=1e-5, rtol=1e-4),
+    Case(name="suite_add_rmsnorm", fixture="suite_add_rmsnorm", wrapper="add_rms_norm",
+         make_inputs=_add_rmsnorm_inputs, reference=_ref_add_rmsnorm, shape=dict(M=1001, N=3000),
+         small_shape=dict(M=9, N=1500), options=dict(eps=1e-6)),
+    Case(name="suite_cross_entropy", fixture="suite_cross_entropy", wrapper="cross_entropy",
+         make_inputs=_cross_entropy_inputs, reference=_ref_cross_entropy, shape=dict(M=301, V=32003),
+         small_shape=dict(M=9, V=5000), atol=1e-4, rtol=1e-4),
+    *(
+        Case(name=f"suite_geglu-{act}", fixture="suite_geglu", wrapper="glu", make_inputs=_glu_inputs,
+             reference=_ref_glu, shape=dict(M=1000, N=1500), small_shape=dict(M=30, N=1100), options=dict(act=act))
+        for act in ("gelu", "silu")
+    ),
+    Case(name="suite_row_sumsq", fixture="suite_row_sumsq", wrapper="row_sumsq", make_inputs=_rows_inputs(torch.float16),
+         reference=_ref_row_sumsq, shape=dict(M=1001, N=3000), small_shape=dict(M=37, N=600), atol=1e-3, rtol=1e-4),
+    Case(name="suite_layernorm_bwd", fixture="suite_layernorm_bwd", wrapper="layer_norm_bwd_dx",
+         make_inputs=_layernorm_bwd_inputs, reference=_ref_layernorm_bwd, shape=dict(M=1001, N=3000),
+         small_shape=dict(M=9, N=1500)),
+    # tl.rand's stream has no torch equivalent: p=0 keeps everything (checked against torch); p=0.3 compares the
+    # variant with the original only.
+    Case(name="suite_dropout-p0", fixture="suite_dropout", wrapper="dropout", make_inputs=_vector_inputs,
+         reference=lambda x, p, seed: x, shape=dict(n=98_432 + 17), small_shape=dict(n=5_000),
+         options=dict(p=0.0, seed=7), atol=0.0, rtol=0.0),
+    Case(name="suite_dropout-p0.3", fixture="suite_dropout", wrapper="dropout", make_inputs=_vector_inputs,
+         reference=None, shape=dict(n=98_432 + 17), small_shape=dict(n=5_000), options=dict(p=0.3, seed=7),
+         atol=1e-6, rtol=1e-6),
+    Case(name="suite_atomic_colsum", fixture="suite_atomic_colsum", wrapper="column_sum",
+         make_inputs=_rows_inputs(torch.float16), reference=_ref_column_sum, shape=dict(M=3001, N=1100),
+         small_shape=dict(M=150, N=300), atol=1e-3, rtol=1e-4),
+]
+CASES += SUITE_CASES
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Running and comparing.
 
@@ -615,9 +970,10 @@ def run_case(case: Case, loaded: Loaded, device: torch.device, small: bool, labe
     reference_err, variant_err = float("nan"), None
     try:
         got = _call(loaded.original, case, inputs)
-        reference_err, ok = _compare(got, case.reference(*inputs, **case.options), case.atol, case.rtol)
-        if not ok:
-            notes.append("original differs from torch")
+        if case.reference is not None:
+            reference_err, ok = _compare(got, case.reference(*inputs, **case.options), case.atol, case.rtol)
+            if not ok:
+                notes.append("original differs from torch")
         if loaded.variant is not None:
             variant_err, ok = _compare(_call(loaded.variant, case, inputs), got, case.atol, case.rtol)
             if not ok:
