@@ -130,6 +130,20 @@ def helper_dtypes(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
     tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
 '''
 
+# A dot in a helper whose A operand is a tensor argument: its type is the parameter's own `a.dtype`.
+HELPER_PARAM_DTYPE = HEAD + '''@triton.jit
+def _mm(a, b_ptr, offs, BLOCK: tl.constexpr):
+    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+    return tl.dot(a, b, tl.zeros([BLOCK, BLOCK], dtype=tl.float32))
+
+
+@triton.jit
+def helper_param_dtype(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], _mm(a, b_ptr, offs, BLOCK))
+'''
+
 AUGMENT_LOWER = HEAD + '''@triton.jit
 def grows(x_ptr, BLOCK: tl.constexpr):
     r = tl.arange(0, BLOCK)
@@ -230,6 +244,12 @@ def test_dot_operand_types_come_through_helpers() -> None:
         result)
 
 
+def test_dot_operand_type_of_a_helper_parameter_is_its_dtype() -> None:
+    result = translate(HELPER_PARAM_DTYPE, "sm90")
+    assert all(f.translated for f in result.functions), result.diagnostics
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], a.dtype, gl.num_warps())" in body(result)
+
+
 def test_promotion_of_element_types() -> None:
     assert promote("gl.float16", "gl.bfloat16") == "gl.float32"
     assert promote("gl.float16", "gl.float32") == "gl.float32"
@@ -248,6 +268,7 @@ COMPILES = [
     ("tuple", TUPLE, {"x_ptr": "*fp16", "y_ptr": "*fp32", "BLOCK_M": 16, "BLOCK_N": 128}),
     ("dtypes", DTYPES, {"x_ptr": "*fp16", "y_ptr": "*fp16", "o_ptr": "*fp16", "BLOCK": 64}),
     ("helper_dtypes", HELPER_DTYPES, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
+    ("helper_param_dtype", HELPER_PARAM_DTYPE, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
 ]
 
 

@@ -150,6 +150,14 @@ def _bc_dequant_inputs(s, device, gen):
     return a, w, scales
 
 
+def _bc_int4_inputs(s, device, gen):
+    a = _randn(gen, s["M"], s["K"], device=device)
+    q = torch.randint(0, 16, (s["K"], s["N"]), generator=gen, dtype=torch.uint8)
+    packed = q[0::2] | (q[1::2] << 4)
+    scales = torch.rand(s["N"], generator=gen) * 2e-1 + 5e-2
+    return a, packed.to(device), scales.to(device)
+
+
 def _bc_layer_norm_inputs(s, device, gen):
     x = (torch.randn(s["M"], s["N"], generator=gen) * 2 + 1).to(device=device, dtype=torch.float16)
     return x, _randn(gen, s["N"], device=device), _randn(gen, s["N"], device=device)
@@ -237,6 +245,11 @@ def _ref_bc_cross_entropy(logits, target, scale=1.0):
 
 def _ref_bc_dequant_matmul(a, w, scales):
     return a.double() @ (w.float() * scales).half().double()
+
+
+def _ref_bc_int4_matmul(a, packed, scales):
+    q = torch.stack([packed & 0xF, packed >> 4], dim=1).reshape(-1, packed.shape[1])  # rows 2i, 2i + 1
+    return a.double() @ ((q.float() - 8.0) * scales).half().double()
 
 
 def _ref_bc_layer_norm(x, weight, bias, eps=1e-5):
@@ -738,6 +751,15 @@ CASES: list[Case] = [
         make_inputs=_bc_dequant_inputs,
         reference=_ref_bc_dequant_matmul,
         shape=dict(M=1000, N=1100, K=900),
+        small_shape=dict(M=70, N=90, K=100),
+    ),
+    Case(
+        name="bc_dequant_matmul-int4",
+        fixture="bc_dequant_matmul",
+        wrapper="int4_matmul",
+        make_inputs=_bc_int4_inputs,
+        reference=_ref_bc_int4_matmul,
+        shape=dict(M=1000, N=1100, K=902),
         small_shape=dict(M=70, N=90, K=100),
     ),
     Case(

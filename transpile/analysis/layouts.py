@@ -282,7 +282,9 @@ class _FunctionWalker:
                 term = Term(rank=kind.rank, origins={f"param:{name}"}, names=[name])
                 self.param_terms[name] = term
                 self.name_terms[name] = term
-                self.env[name] = Tensor(term)  # the caller's shape texts mean nothing in here
+                # The element type as the call site translated it into this helper's names, else the parameter's own
+                # `.dtype` (valid where the layouts are declared: the top of the helper). Shapes stay unknown.
+                self.env[name] = Tensor(term, kind.elem or f"{name}.dtype", kind.shape)
             elif isinstance(kind, Descriptor):
                 self.refuse(self.fn.node, "TT010", f"helper `{self.fn.name}` takes a tensor descriptor argument "
                             f"`{name}`; pass the base pointer and strides instead")
@@ -892,7 +894,7 @@ class _FunctionWalker:
         if name == self.fn.name:
             self.refuse(node, "TT010", f"recursive call of `{name}`")
             return SCALAR
-        plan = self.analysis.analyse(callee, kinds_t)
+        plan = self.analysis.analyse(callee, self.in_callee_terms(callee, positional, keywords, kinds_t))
         result = plan.returns
         if isinstance(result, Tensor):
             return self.opaque(node, result.rank, None, self.caller_elem(result.elem, callee, positional))
@@ -905,6 +907,34 @@ class _FunctionWalker:
                 Tensor(t, self.caller_elem(item.elem, callee, positional)) if t is not None and isinstance(item, Tensor)
                 else SCALAR for t, item in zip(items, result.items)))
         return result if result is not None else SCALAR
+
+    def in_callee_terms(self, callee: JitFunction, positional: list[cst.BaseExpression],
+                        keywords: dict[str, cst.BaseExpression], kinds: tuple[Value, ...]) -> tuple[Value, ...]:
+        """Tensor arguments with their element types rewritten in the helper's own names: `a_ptr.dtype.element_ty`
+        with `a_ptr` passed as `ptr` becomes `ptr.dtype.element_ty`, `gl.float16` stays (so that the helper's dots
+        know their operand types). What does not translate is unknown."""
+        passed: dict[str, str] = {}  # caller parameter name -> the helper parameter it is passed as
+        for i, param in enumerate(callee.params):
+            arg = positional[i] if i < len(positional) else keywords.get(param.name)
+            if isinstance(arg, cst.Name) and arg.value not in passed:
+                passed[arg.value] = param.name
+
+        def translate(text: str | None) -> str | None:
+            if text is None or text.startswith("gl."):
+                return text
+            match = re.fullmatch(r"([A-Za-z_][A-Za-z_0-9]*)\.dtype\.element_ty", text)
+            if match and match.group(1) in passed:
+                return f"{passed[match.group(1)]}.dtype.element_ty"
+            return None
+
+        out: list[Value] = []
+        for kind in kinds:
+            if isinstance(kind, Tensor):
+                # Shapes stay unknown in helpers: a helper's loop the pipeline rules could rewrite would need the
+                # kernels calling it launched with the warps the rewrite asks for, which nothing propagates yet.
+                kind = Tensor(kind.term, translate(kind.elem), None)
+            out.append(kind)
+        return tuple(out)
 
     def caller_elem(self, elem: str | None, callee: JitFunction, positional: list[cst.BaseExpression]) -> str | None:
         """A helper result's element type in the caller's terms: `gl.float16` as is; `p.dtype.element_ty` of the
