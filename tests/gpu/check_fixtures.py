@@ -520,6 +520,8 @@ def _fx_cases():
             small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
             options=dict(causal=causal, sm_scale=64**-0.5),
             atol=5e-3,
+            bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=64),
+            flops=_attention_flops(causal),
         )
     yield Case(
         name="fx_attention_v_late",
@@ -531,6 +533,8 @@ def _fx_cases():
         small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
         options=dict(causal=False, sm_scale=64**-0.5),
         atol=5e-3,
+        bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=64),
+        flops=_attention_flops(False),
     )
     yield Case(
         name="fx_attention_two_loops",
@@ -542,6 +546,8 @@ def _fx_cases():
         small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=64),
         options=dict(causal=True, sm_scale=64**-0.5),
         atol=5e-3,
+        bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=64),
+        flops=_attention_flops(True),
     )
     for with_bias in (False, True):
         yield Case(
@@ -552,6 +558,8 @@ def _fx_cases():
             reference=_ref_linear,
             shape=dict(M=1000, N=1096, K=712),
             small_shape=dict(M=150, N=136, K=104),
+            bench_shape=GEMM_BENCH if with_bias else None,
+            flops=_gemm_flops if with_bias else None,
         )
     yield Case(
         name="fx_two_gemms",
@@ -562,6 +570,8 @@ def _fx_cases():
         shape=dict(M=1000, N=1100, K=700),
         small_shape=dict(M=150, N=130, K=100),
         atol=2e-2,
+        bench_shape=GEMM_BENCH,
+        flops=lambda sh: 2 * _gemm_flops(sh),  # two GEMMs sharing the activation operand
     )
 
 
@@ -752,6 +762,8 @@ CASES: list[Case] = [
         reference=_ref_bc_dequant_matmul,
         shape=dict(M=1000, N=1100, K=900),
         small_shape=dict(M=70, N=90, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="bc_dequant_matmul-int4",
