@@ -26,6 +26,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TARGET_HELP = "gfx942|gfx950|gfx1250|sm90 (aliases mi300, mi350, hopper); repeat or comma-separate for several"
 SUBCOMMANDS = ("explain", "verify")
+GLUON_ALWAYS_HELP = ("Emit the translated Gluon even for kernels kept as Triton by default (a dot loop no pipeline "
+                     "rule pipelines, or only a ring measured slower than Triton's own).")
 
 
 def _targets(values: list[str] | None) -> list[str]:
@@ -60,6 +62,7 @@ def translate(
     ),
     fail_on_write: bool = typer.Option(False, "--fail-on-write", help="Exit 1 when a variant was written (pre-commit)."),
     output_format: str = typer.Option("text", "--output-format", help="text or json."),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
@@ -67,7 +70,7 @@ def translate(
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
     try:
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), out_dir, list(exclude or []))
+        project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     mode = "diff" if diff else "check" if check else "write"
@@ -112,13 +115,14 @@ def _print_diff(text: str) -> None:
 def explain(
     file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
     target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     from transpile.explain import explain_file
 
     try:
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), None, [])
-        reports = [explain_file(file, t, project.display(file)) for t in project.targets]
+        project = Project(config, _targets(target), None, [], gluon_always)
+        reports = [explain_file(file, t, project.display(file), project.gluon_always) for t in project.targets]
     except TranspileError as exc:
         _fail(exc.diagnostic)
     for report in reports:
@@ -135,6 +139,7 @@ def verify(
     values_file: Optional[Path] = typer.Option(None, "--values-file",
                                                help="JSON of NAME: VALUE (or FILE_NAME: {NAME: VALUE})."),
     first_config: bool = typer.Option(False, "--first-config", help="Compile only the first autotune config."),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     from transpile.verify import parse_values, verify_file
 
@@ -145,14 +150,16 @@ def verify(
             values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
         values.update(parse_values(list(value or [])))
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), None, [])
+        project = Project(config, _targets(target), None, [], gluon_always)
         table = Table("target", "kernel", "config", "result", title=f"verify {project.display(file)}")
         failed = False
         for t in project.targets:
-            for compiled in verify_file(file, t, values, project.display(file), not first_config):
+            for compiled in verify_file(file, t, values, project.display(file), not first_config,
+                                        project.gluon_always):
                 failed |= not compiled.ok
                 result = "[green]compiles[/green]" if compiled.ok else f"[red]fails[/red]: {compiled.message}"
-                table.add_row(t.name, compiled.kernel, compiled.config, result)
+                kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel
+                table.add_row(t.name, kernel, compiled.config, result)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     except (OSError, json.JSONDecodeError) as exc:
