@@ -27,6 +27,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TARGET_HELP = "gfx942|gfx950|gfx1250|sm90 (aliases mi300, mi350, hopper); repeat or comma-separate for several"
 SUBCOMMANDS = ("explain", "verify")
+GLUON_ALWAYS_HELP = ("Emit the translated Gluon even for kernels kept as Triton by default (a dot loop no pipeline "
+                     "rule pipelines, or only a ring measured slower than Triton's own).")
 
 
 def _targets(values: list[str] | None) -> list[str]:
@@ -61,6 +63,7 @@ def translate(
     ),
     fail_on_write: bool = typer.Option(False, "--fail-on-write", help="Exit 1 when a variant was written (pre-commit)."),
     output_format: str = typer.Option("text", "--output-format", help="text or json."),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
@@ -68,7 +71,7 @@ def translate(
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
     try:
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), out_dir, list(exclude or []))
+        project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     mode = "diff" if diff else "check" if check else "write"
@@ -115,14 +118,15 @@ def explain(
     target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
     timeline: Optional[Path] = typer.Option(
         None, "--timeline", help="Also write the warp-pipeline timeline of every pipelined loop as an SVG file."),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     from transpile.explain import explain_file
     from transpile.timeline import file_panels, render_svg, render_text
 
     try:
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), None, [])
-        reports = [explain_file(file, t, project.display(file)) for t in project.targets]
+        project = Project(config, _targets(target), None, [], gluon_always)
+        reports = [explain_file(file, t, project.display(file), project.gluon_always) for t in project.targets]
         text = read_text(file)
         panels = [p for t in project.targets for p in file_panels(text, project.display(file), t)]
     except TranspileError as exc:
@@ -150,6 +154,7 @@ def verify(
     values_file: Optional[Path] = typer.Option(None, "--values-file",
                                                help="JSON of NAME: VALUE (or FILE_NAME: {NAME: VALUE})."),
     first_config: bool = typer.Option(False, "--first-config", help="Compile only the first autotune config."),
+    gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     from transpile.verify import parse_values, verify_file
 
@@ -160,14 +165,16 @@ def verify(
             values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
         values.update(parse_values(list(value or [])))
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), None, [])
+        project = Project(config, _targets(target), None, [], gluon_always)
         table = Table("target", "kernel", "config", "result", title=f"verify {project.display(file)}")
         failed = False
         for t in project.targets:
-            for compiled in verify_file(file, t, values, project.display(file), not first_config):
+            for compiled in verify_file(file, t, values, project.display(file), not first_config,
+                                        project.gluon_always):
                 failed |= not compiled.ok
                 result = "[green]compiles[/green]" if compiled.ok else f"[red]fails[/red]: {compiled.message}"
-                table.add_row(t.name, compiled.kernel, compiled.config, result)
+                kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel
+                table.add_row(t.name, kernel, compiled.config, result)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     except (OSError, json.JSONDecodeError) as exc:

@@ -27,6 +27,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),
     "TT040": (Severity.NOTE, "main loop not pipelined (the reason follows); the loop is translated as it is"),
+    "TT041": (Severity.NOTE, "kernel kept as Triton in the variant (the reason follows): a dot loop no pipeline rule "
+                             "pipelines on the target, a refusal, or a kept caller/helper"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

@@ -17,9 +17,9 @@ from transpile.source import parse_source, read_text
 from transpile.targets import Target
 
 
-def explain_file(path: Path, target: Target, display: str) -> list[Table]:
+def explain_file(path: Path, target: Target, display: str, gluon_always: bool = False) -> list[Table]:
     text = read_text(path)
-    result = translate_source(text, display, target)
+    result = translate_source(text, display, target, gluon_always=gluon_always)
     source = parse_source(text, display)
     facts = discover(source)
     plans = analyse_layouts(facts)
@@ -29,12 +29,14 @@ def explain_file(path: Path, target: Target, display: str) -> list[Table]:
         outcome = outcomes[fn.name]
         plan = plans[fn.name]
         kind = "helper" if fn.is_helper else "kernel"
-        status = "translated" if outcome.translated else "NOT translated"
+        status = outcome.status
         table = Table(title=f"{display}:{source.position(fn.node)[0]} {kind} `{fn.name}` for {target.name}: {status}",
                       show_lines=False, title_justify="left")
         table.add_column("what")
         table.add_column("line")
         table.add_column("detail")
+        if outcome.reason:
+            table.add_row("kept", "", f"kept as Triton: {outcome.reason}")
         for loop in loop_facts(source, fn.node, plan):
             hints = ", ".join(f"{k}={v}" for k, v in loop.hints.items())
             detail = (f"{'  ' * loop.depth}{loop.kind}{f' ({hints})' if hints else ''}: {len(loop.dots)} dot(s)"
@@ -43,6 +45,11 @@ def explain_file(path: Path, target: Target, display: str) -> list[Table]:
             table.add_row("loop", str(loop.line), detail)
         for row in _stage_rows(source, fn, plan, target):
             table.add_row(*row)
+        if not outcome.translated:  # the variant holds the source function: no Gluon dots or layouts to show
+            for d in outcome.diagnostics:
+                table.add_row(d.code, str(d.line), d.message)
+            tables.append(table)
+            continue
         for site in plan.dots.values():
             table.add_row("dot", str(source.position(site.node)[0]),
                           f"-> _dot: {target.mma}; tile [{', '.join(s or '?' for s in site.shape)}]")

@@ -37,6 +37,7 @@ class Config:
     targets: list[str] = field(default_factory=list)
     out_dir: Path | None = None
     exclude: list[str] = field(default_factory=list)
+    gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
 
 
 def load_config(start: Path) -> Config:
@@ -58,7 +59,7 @@ def _read_config(pyproject: Path) -> Config:
         raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
     section = data.get("tool", {}).get("triton-transpile", {})
     config = Config(root=pyproject.parent)
-    known = {"targets", "out-dir", "exclude"}
+    known = {"targets", "out-dir", "exclude", "gluon-always"}
     for key in section:
         if key not in known:
             raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005",
@@ -75,6 +76,10 @@ def _read_config(pyproject: Path) -> Config:
     if not isinstance(exclude, list):
         raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`exclude` must be a list of globs"))
     config.exclude = [str(e) for e in exclude]
+    gluon_always = section.get("gluon-always", False)
+    if not isinstance(gluon_always, bool):
+        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`gluon-always` must be true or false"))
+    config.gluon_always = gluon_always
     return config
 
 
@@ -120,8 +125,10 @@ class Run:
 
 
 class Project:
-    def __init__(self, config: Config, targets: list[str], out_dir: Path | None, exclude: list[str]) -> None:
+    def __init__(self, config: Config, targets: list[str], out_dir: Path | None, exclude: list[str],
+                 gluon_always: bool = False) -> None:
         self.config = config
+        self.gluon_always = gluon_always or config.gluon_always
         names = targets or config.targets
         if not names:
             raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004",
@@ -173,6 +180,8 @@ class Project:
         configured = self.config.out_dir.resolve() if self.config.out_dir is not None else None
         if self.out_dir is not None and self.out_dir.resolve() != configured:
             parts += ["--out-dir", self.display(self.out_dir)]
+        if self.gluon_always and not self.config.gluon_always:
+            parts.append("--gluon-always")
         return shlex.join(parts)
 
     def variant(self, source: Path, target: Target) -> Path:
@@ -236,7 +245,8 @@ class Project:
         try:
             if source not in self._prepared:
                 self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
-            translation = translate_source(text, self.display(source), target, command, self._prepared[source])
+            translation = translate_source(text, self.display(source), target, command, self._prepared[source],
+                                           gluon_always=self.gluon_always)
         except Exception as exc:  # a bug of the tool must not take the other files down with it
             if not isinstance(exc, TranspileError):
                 exc = TranspileError(Diagnostic(self.display(source), 1, 1, "TT090",
@@ -277,7 +287,8 @@ class Project:
 
 
 def _kernels(translation: TranslationResult) -> list[dict[str, object]]:
-    return [{"name": f.name, "helper": f.is_helper, "translated": f.translated,
+    return [{"name": f.name, "helper": f.is_helper, "translated": f.translated, "status": f.status,
+             **({"reason": f.reason} if f.reason else {}),
              "diagnostics": [d.format() for d in f.diagnostics]} for f in translation.functions]
 
 

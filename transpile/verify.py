@@ -38,6 +38,7 @@ class CompiledKernel:
     message: str  # "" or the compiler's first error line
     asm: dict[str, str]  # stage -> text (ttgir, llir, amdgcn/ptx) when ok
     shared: int | None = None  # bytes of shared memory (LDS) the compiled kernel takes, when ok
+    kept: bool = False  # the variant keeps this kernel as Triton: compiled as a Triton kernel for the target
 
     @property
     def label(self) -> str:
@@ -129,8 +130,10 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
 
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
-                   num_warps: int) -> tuple[bool, str, dict[str, str], int | None]:
+                   num_warps: int, triton_kernel: bool = False) -> tuple[bool, str, dict[str, str], int | None]:
+    """Compile one kernel for `target`: a Gluon kernel, or (`triton_kernel`) a `@triton.jit` kernel the variant kept."""
     import triton
+    from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource
 
     os.environ.setdefault("TRITON_ALWAYS_COMPILE", "1")
@@ -139,7 +142,8 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     fn = jit_fn
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
         fn = fn.fn
-    source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    kind = ASTSource if triton_kernel else GluonASTSource
+    source = kind(fn=fn, signature=signature, constexprs=constexprs)
     captured = io.StringIO()
     try:
         with redirect_stderr(captured):
@@ -160,8 +164,9 @@ def _error_summary(exc: BaseException, stderr: str) -> str:
 
 
 def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:
-    """Compile every translated kernel of a variant (each autotune config, or the first). A name the variant reads
-    without defining it (`transpile.names`) is a failure of the function that reads it, found before compiling."""
+    """Compile every kernel of a variant (each autotune config, or the first): translated kernels as Gluon, kernels
+    the variant keeps as Triton as Triton kernels. A name the variant reads without defining it (`transpile.names`)
+    is a failure of the function that reads it, found before compiling."""
     from transpile.names import undefined_names
 
     undefined = [CompiledKernel(u.function, "names", False, f"line {u.line}: `{u.name}` is not defined", {})
@@ -178,22 +183,24 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
     source_facts = discover(source).functions
     outcomes: list[CompiledKernel] = []
     for outcome in result.functions:
-        if outcome.is_helper or not outcome.translated:
+        if outcome.is_helper:
             continue
         fn = source_facts[outcome.name]
         configs = _configs(fn) if all_configs else _configs(fn)[:1]
         line = source.position(fn.node.name)[0]
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)
-            num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
+            kept = not outcome.translated
+            if not kept:
+                num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             ok, message, asm, shared = compile_kernel(getattr(module, outcome.name), result.target, signature,
-                                                      constexprs, num_warps)
-            outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared))
+                                                      constexprs, num_warps, triton_kernel=kept)
+            outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes
 
 
-def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True
-                ) -> list[CompiledKernel]:
+def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True,
+                gluon_always: bool = False) -> list[CompiledKernel]:
     from transpile.engine import translate_file
 
-    return verify(translate_file(path, target, display), values, all_configs)
+    return verify(translate_file(path, target, display, gluon_always=gluon_always), values, all_configs)

@@ -42,6 +42,9 @@ class RuleContext:
     # Names a pipeline rule emitted, per loop (id of the source `For`): a second pipelined loop of the function names
     # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).
     generated: dict[int, set[str]] = field(default_factory=dict)
+    gluon_always: bool = False  # --gluon-always: emit every pipeline and translation, even those measured slower
+    pipelined: list[cst.For] = field(default_factory=list)  # loops (nodes of the source tree) a pipeline rule rewrote
+    unprofitable: dict[cst.For, str] = field(default_factory=dict)  # loops left alone by the profitability policy
 
     @property
     def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations
@@ -59,6 +62,30 @@ class RuleContext:
 
     def need(self, helper: str) -> None:
         self.helpers.add(helper)
+
+    def pipelined_loop(self, original: cst.For) -> None:
+        """A pipeline rule rewrote `original` (the loop of the source tree): the kernel is pipelined there."""
+        self.pipelined.append(original)
+
+    def slower_than_triton(self, original: cst.For, copy_engine: str) -> bool:
+        """The profitability policy: True when a GEMM ring of `copy_engine` on this target was measured slower than
+        Triton's own pipeliner (UNPROFITABLE_RINGS) and --gluon-always is not given. The loop is then left alone
+        and its kernel kept as Triton, with the measurement as the reason."""
+        reason = UNPROFITABLE_RINGS.get((self.target.name, copy_engine))
+        if reason is None or self.gluon_always:
+            return False
+        self.unprofitable[original] = reason
+        return True
+
+
+#: Pipelines measured slower than the loop Triton's own compiler pipelines, by (target, copy engine of a GEMM ring).
+#: By default such a loop is not rewritten: its kernel is kept as Triton (TT041). `--gluon-always` emits the ring.
+#: The measurements are in bench/RESULTS.md ("Profitability"); keyed on the copy engine, never on kernel names.
+UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
+    ("sm90", "cp.async"): (
+        "only the cp.async pointer ring would pipeline it, and that ring ran at 0.69x-0.96x of Triton 3.6's own "
+        "pipeliner on an H100 GEMMs, which builds the same ring with better occupancy: bench/RESULTS.md"),
+}
 
 
 class Rule:

@@ -23,6 +23,11 @@ are not vectorised; the translated loop was 0.96x there). The fallback (``else``
 32-bit operands (wgmma wants B K-major in shared memory, which a copy of an N-contiguous tile does not write), and at
 run time odd rows or sizes (cp.async rejects copies under 4 bytes). A ring staged through registers measured slower
 than the translated loop there (bench/prototypes/fallback, bench/prototypes/int8), so it is not emitted.
+Profitability (measured on an H100, Triton 3.6, against the source kernel compiled by Triton): the ring ran at 0.96x
+(grouped GEMM, 4096^3), 0.70x (split-K GEMM, 2048x2048x8192) and 0.69x (MoE gather GEMM); Triton 3.6's own pipeliner
+builds the same cp.async ring and wins on occupancy. So by default the rule leaves such a loop alone and the kernel is
+kept as Triton (`RuleContext.slower_than_triton`, keyed on the copy engine: UNPROFITABLE_RINGS in rules/base.py);
+``--gluon-always`` emits the ring. The figures are in bench/RESULTS.md ("Profitability").
 Known limit: the run-time test reads the kernel arguments in the pointer-tile definitions and in the masks (directly
 or through loop statements); a mask bound computed before the loop from other values is not tested.
 Targets: sm90.
@@ -94,6 +99,9 @@ class HopperCpAsyncPipeline(Rule):
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
+        if ctx.slower_than_triton(original, "cp.async"):
+            return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
+        ctx.pipelined_loop(original)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
         return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
 

@@ -64,6 +64,7 @@ class HopperTMAPipeline(Rule):
                 original, "TT040", "main loop not pipelined: one operand is a pointer tile, the other a tensor "
                 "descriptor's tile"))
             return updated
+        ctx.pipelined_loop(original)
         return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
 
     def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:

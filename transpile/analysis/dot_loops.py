@@ -1,0 +1,108 @@
+"""Dot loops: the loops of each jit function that run a `tl.dot`, the loops Triton's own compiler software-pipelines.
+
+A kernel whose dot loop no pipeline rule pipelines on a target is kept as Triton in the variant (the engine's "never
+slower by default" policy): this module finds those loops, whatever the spelling of the dot (`acc += tl.dot(a, b)`,
+`acc = acc + tl.dot(a, b)`, `tl.dot(a, b, acc)`, `tl.dot(a, b, acc=acc)`, `tl.dot_scaled(...)`), and also loops that
+call a jit helper of the same file which runs a dot itself (directly or through further helpers).
+
+A dot loop is the innermost `for` loop around a dot: in a persistent kernel (`for tile in ...: for k in ...: dot`)
+only the K loop counts. `tl.static_range` loops (unrolled by the compiler) and `while` loops are not dot loops:
+Triton's pipeliner does not pipeline them either, so keeping the kernel as Triton would gain nothing.
+Pure: reads the tree, never edits it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.source import SourceFile
+
+DOT_NAMES = ("dot", "dot_scaled")
+UNROLLED = ("static_range",)
+
+
+@dataclass
+class DotLoop:
+    """One loop that runs a dot: the loop node of the tree the rules see, and its source line."""
+
+    node: cst.For = field(repr=False)
+    line: int
+    dots: list[int]  # lines of the dots (or of the helper calls that run them) directly in this loop
+    via: list[str] = field(default_factory=list)  # helpers called from the loop that run a dot
+
+
+def is_dot_call(source: SourceFile, node: cst.Call) -> bool:
+    return language_name(source.qualified_name(node.func)) in DOT_NAMES
+
+
+def dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
+    """The dot loops of `fn`, in source order."""
+    runs_dot = _functions_running_dots(facts)
+    source = facts.source
+    found: list[DotLoop] = []
+    stack: list[DotLoop | None] = []  # None: a loop that cannot be a dot loop (unrolled), hides nothing
+
+    class _Walker(cst.CSTVisitor):
+        def visit_For(self, node: cst.For) -> None:
+            entry = None if _is_unrolled(source, node) else DotLoop(node, source.position(node)[0], [])
+            stack.append(entry)
+
+        def leave_For(self, original_node: cst.For) -> None:
+            entry = stack.pop()
+            if entry is not None and entry.dots:
+                found.append(entry)
+
+        def visit_While(self, node: cst.While) -> None:
+            stack.append(None)
+
+        def leave_While(self, original_node: cst.While) -> None:
+            stack.pop()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if not stack or stack[-1] is None:
+                return
+            callee = node.func.value if isinstance(node.func, cst.Name) else None
+            if is_dot_call(source, node):
+                stack[-1].dots.append(source.position(node)[0])
+            elif callee in runs_dot and callee != fn.name:
+                stack[-1].dots.append(source.position(node)[0])
+                if callee not in stack[-1].via:
+                    stack[-1].via.append(callee)
+
+    fn.node.body.visit(_Walker())
+    return sorted(found, key=lambda loop: loop.line)
+
+
+def _is_unrolled(source: SourceFile, node: cst.For) -> bool:
+    return isinstance(node.iter, cst.Call) and language_name(source.qualified_name(node.iter.func)) in UNROLLED
+
+
+def _functions_running_dots(facts: ModuleFacts) -> set[str]:
+    """Jit functions of the file that run a dot, directly or through the helpers they call."""
+    source = facts.source
+    direct = {name for name, fn in facts.functions.items() if any(
+        is_dot_call(source, c) for c in _calls(fn.node))}
+    changed = True
+    while changed:
+        changed = False
+        for name, fn in facts.functions.items():
+            if name in direct:
+                continue
+            if any(isinstance(c.func, cst.Name) and c.func.value in direct for c in _calls(fn.node)):
+                direct.add(name)
+                changed = True
+    return direct
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
