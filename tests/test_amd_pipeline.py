@@ -155,7 +155,7 @@ def test_refusals_name_the_construct_and_line(body: str, needle: str, reason: st
     sp = stage_plan(text)
     assert isinstance(sp, StageRefusal)
     assert reason in sp.reason
-    result = translate_source(text, "x.py", get_target("gfx950"))
+    result = translate_source(text, "x.py", get_target("gfx950"), gluon_always=True)
     notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
     assert [(d.line, reason in d.message) for d in notes] == [(line_of(text, needle), True)]
     assert "warp_pipeline_stage" not in result.text  # the loop stays as translated
@@ -196,7 +196,7 @@ def test_attention_stage_plan() -> None:
     assert sp.stages[2].lines == [line_of(text, n) for n in ("qk = tl.where", "m_ij =", "p = tl.exp2", "alpha =",
                                                                  "l_i = l_i", "acc = acc * alpha")]
     assert [r.shape for r in sp.rings] == [["BLOCK_N", "D"], ["BLOCK_N", "D"]]
-    variant = translate_source(text, "x.py", get_target("gfx1250")).text
+    variant = translate_source(text, "x.py", get_target("gfx1250"), gluon_always=True).text
     assert variant.count("with gl.amd.warp_pipeline_stage(") == 4
     assert "warps_along_m=True" in variant
     # the conversion of `start_n + offs_n` for the score mask is made once, before the loop, on `offs_n`
@@ -209,7 +209,7 @@ def test_attention_with_a_column_reduction_is_refused() -> None:
     sp = stage_plan(text)
     assert isinstance(sp, StageRefusal)
     assert "reduction `tl.sum` inside the attention loop needs a cross-warp barrier" in sp.reason
-    result = translate_source(text, "x.py", get_target("gfx942"))
+    result = translate_source(text, "x.py", get_target("gfx942"), gluon_always=True)
     notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
     assert [d.line for d in notes] == [line_of(text, "tl.sum(tl.sum(p, axis=0), axis=0)")]
     assert "warp_pipeline_stage" not in result.text
@@ -217,11 +217,11 @@ def test_attention_with_a_column_reduction_is_refused() -> None:
 
 def test_pipelined_variant_shape_and_idempotence() -> None:
     text = gemm()
-    first = translate_source(text, "x.py", get_target("gfx942")).text
+    first = translate_source(text, "x.py", get_target("gfx942"), gluon_always=True).text
     assert first.count("with gl.amd.warp_pipeline_stage(") == 2
     assert 'gl.static_assert(gl.num_warps() == 8, "the warp-pipelined main loop needs num_warps=8' in first
     assert "a_ptrs_next += BK" in first and "k_left_next = K - k_next * BK" in first
-    assert translate_source(text, "x.py", get_target("gfx942")).text == first
+    assert translate_source(text, "x.py", get_target("gfx942"), gluon_always=True).text == first
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def test_matmul_index_vectors_are_slices_of_the_pointer_layout_not_of_the_accumu
 
 
 def test_matmul_translation_declares_the_mma_layout_and_converts_once() -> None:
-    text = translate_source(MATMUL, "x.py", get_target("gfx942")).text
+    text = translate_source(MATMUL, "x.py", get_target("gfx942"), gluon_always=True).text
     assert "mma_layout: gl.constexpr = _mma_layout(BLOCK_M, [BLOCK_N], a_ptr.dtype.element_ty, gl.num_warps())" in text
     assert "acc = gl.zeros([BLOCK_M, BLOCK_N], dtype=gl.float32, layout=mma_layout)" in text
     assert text.count("gl.convert_layout(offs_k,") == 1  # hoisted out of the use, never per iteration
@@ -223,7 +223,7 @@ def test_rank_mismatch_broadcast_is_expanded_like_numpy() -> None:
     assert "y = x + c[None, :]" in result.text
 
 
-def test_sigmoid_is_refused_and_the_kernel_replaced_by_a_note() -> None:
+def test_sigmoid_is_refused_and_the_kernel_kept_as_triton() -> None:
     source, plans = analyse(SIGMOID)
     line = line_of(SIGMOID, "tl.sigmoid(x)")
     assert refusals(source, plans["gate"]) == [("TT011", line, 28)]
@@ -232,11 +232,13 @@ def test_sigmoid_is_refused_and_the_kernel_replaced_by_a_note() -> None:
     result = translate_source(SIGMOID, "x.py", get_target("sm90"))
     assert {f.name: f.translated for f in result.functions} == {"scale": True, "gate": False}
     text = result.text
-    assert "# not translated: `gate` (the notes in their place say why)" in text.splitlines()[:5]
-    assert "# triton-transpile: the kernel `gate` is not translated for sm90:" in text
+    assert "# kept as Triton: `gate` (the comments above them say why)" in text.splitlines()[:5]
+    assert "# triton-transpile: the kernel `gate` is kept as Triton for sm90:" in text
     assert f"x.py:{line}:28: TT011 `tl.sigmoid` has no Gluon translation in this tool" in text
-    assert "gate = None" in text.splitlines()
-    assert "def gate(" not in text and "sigmoid(" not in text
+    # the source function, byte for byte
+    kept = SIGMOID[SIGMOID.index("@triton.jit\ndef gate"):].rstrip()
+    assert kept in text
+    assert "import triton.language as tl" in text.splitlines()
     assert "@gluon.jit\ndef scale(x_ptr, BLOCK: gl.constexpr):" in text
     compile(text, "gate_sm90.py", "exec")  # the variant still parses
 
@@ -251,11 +253,11 @@ def test_helper_called_with_a_descriptor_is_refused() -> None:
     result = translate_source(DESCRIPTOR_HELPER, "x.py", get_target("gfx942"))
     outcomes = {f.name: f for f in result.functions}
     assert not outcomes["load_tile"].translated and outcomes["load_tile"].is_helper
-    # Its caller would call something missing: refused too, naming the helper.
+    # Gluon cannot call Triton: its caller is kept as Triton too, naming the helper.
     assert not outcomes["copy"].translated
-    assert any("calls the helper `load_tile`, which is not translated" in d.message
+    assert any("calls the helper `load_tile`, which is kept as Triton" in d.message
                for d in outcomes["copy"].diagnostics)
-    assert "# not translated: `load_tile`, `copy` (the notes in their place say why)" in result.text
+    assert "# kept as Triton: `load_tile`, `copy` (the comments above them say why)" in result.text
 
 
 def test_helper_called_with_inconsistent_kinds_is_refused() -> None:

@@ -101,7 +101,7 @@ def test_nonzero_fill_of_a_masked_load_is_refused() -> None:
 
 def test_refusal_leaves_the_loop_translated_with_a_tt040_note() -> None:
     text = EXAMPLE.replace(RESCALE, "").replace(SECOND, SECOND + "        acc = acc * 0.5\n")
-    result = translate_source(text, "x.py", get_target("sm90"))
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
     notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
     assert len(notes) == 1 and "attention loop" in notes[0].message
     assert notes[0].line == _line(text, "acc = acc * 0.5")
@@ -150,7 +150,7 @@ def test_golden_address_tiles_are_re_evaluated_in_the_copy_layout_not_converted(
 
 def test_address_tile_assigned_twice_is_converted() -> None:
     text = EXAMPLE.replace("    m_i = tl.full(", "    k_ptrs += 0\n    m_i = tl.full(")
-    result = translate_source(text, "x.py", get_target("sm90"))
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
     assert "k_ptrs_ring = gl.convert_layout(k_ptrs, kv_layout)" in result.text
     assert "v_ptrs_ring = v_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :] * stride_d" in result.text
 
@@ -158,7 +158,7 @@ def test_address_tile_assigned_twice_is_converted() -> None:
 def test_q_load_with_other_arguments_is_staged_from_registers() -> None:
     text = EXAMPLE.replace("offs_d[None, :] * stride_d)\n    k_ptrs", "offs_d[None, :] * stride_d, cache_modifier='.cg')\n    k_ptrs")
     assert text != EXAMPLE
-    result = translate_source(text, "x.py", get_target("sm90"))
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
     assert "q.dtype), q)" in result.text and "_stage" not in result.text
 
 
@@ -207,7 +207,7 @@ def test_golden_pipelined_branch_compiles_with_unit_strides(tmp_path: Path) -> N
 
 def test_contiguous_rows_need_no_compile_time_stride_test() -> None:
     text = EXAMPLE.replace("offs_d[None, :] * stride_d", "offs_d[None, :]")
-    result = translate_source(text, "x.py", get_target("sm90"))
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
     assert "isinstance(" not in result.text and "_dot(" not in result.text  # one loop, the pipelined one
     assert "# Main loop, pipelined by triton-transpile" in result.text
     assert "qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])" in result.text

@@ -55,7 +55,7 @@ def _example_params() -> list[object]:
 
 @pytest.mark.parametrize(("rule", "example"), _example_params())
 def test_rule_example(rule: type[Rule], example: Example) -> None:
-    result = translate_source(example.before, "x.py", get_target(example.target))
+    result = translate_source(example.before, "x.py", get_target(example.target), gluon_always=True)
     lines = [line.strip() for line in result.text.splitlines()]
     missing = [after for after in example.after if not any(after.strip() in line for line in lines)]
     assert not missing, (f"rule `{rule.name}` for {example.target}: expected lines not in the output:\n  "
