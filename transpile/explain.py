@@ -8,21 +8,18 @@ import libcst as cst
 
 from rich.table import Table
 
-from transpile.analysis.layouts import analyse_layouts
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal, plan_stages
-from transpile.discover import discover
-from transpile.engine import translate_source
-from transpile.source import parse_source, read_text
+from transpile.engine import prepare, translate_source
+from transpile.source import read_text
 from transpile.targets import Target
 
 
 def explain_file(path: Path, target: Target, display: str, gluon_always: bool = False) -> list[Table]:
     text = read_text(path)
-    result = translate_source(text, display, target, gluon_always=gluon_always)
-    source = parse_source(text, display)
-    facts = discover(source)
-    plans = analyse_layouts(facts)
+    prepared = prepare(text, display)  # the canonical text: what the rules read (same lines as the source)
+    result = translate_source(text, display, target, prepared=prepared, gluon_always=gluon_always)
+    source, facts, plans = prepared.source, prepared.facts, prepared.plans
     outcomes = {o.name: o for o in result.functions}
     tables: list[Table] = []
     for fn in facts.functions.values():

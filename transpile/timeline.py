@@ -128,18 +128,15 @@ def file_panels(text: str, display: str, target) -> list[Panel]:  # noqa: ANN001
     """A panel for every loop of `text` the target's warp-pipeline rule pipelines (none for other targets)."""
     import libcst as cst
 
-    from transpile.analysis.layouts import analyse_layouts
     from transpile.analysis.stages import plan_stages
-    from transpile.discover import discover
+    from transpile.engine import prepare
     from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
-    from transpile.source import parse_source
 
     rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
     if rule is None:
         return []
-    source = parse_source(text, display)
-    facts = discover(source)
-    plans = analyse_layouts(facts)
+    prepared = prepare(text, display)  # the canonical text the rules read (same lines as the source)
+    source, facts, plans = prepared.source, prepared.facts, prepared.plans
     panels: list[Panel] = []
     for fn in facts.functions.values():
         loops: list[cst.For] = []

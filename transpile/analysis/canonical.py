@@ -1,0 +1,223 @@
+"""Canonical spellings of a source before it is analysed: a pure, line-preserving rewrite of the jit functions.
+
+Real Triton code writes the same dot and the same operands in several ways. The analyses and the pipeline rules
+read one spelling; this pass rewrites the others into it, statement by statement, on the same lines (comments,
+blank lines and line numbers stay where they were, so every diagnostic still points at the user's source):
+
+- ``acc += tl.dot(a, b)``, ``acc = acc + tl.dot(a, b)``, ``acc = tl.dot(a, b) + acc`` and
+  ``acc = tl.dot(a, b, acc=acc)`` become ``acc = tl.dot(a, b, acc)``; keyword arguments (``out_dtype=``,
+  ``input_precision=``, ``allow_tf32=``, ...) are kept. An accumulation is folded into the dot only where the
+  function starts the accumulator from ``tl.zeros``/``tl.full`` with a dtype the dot can accumulate in: ``int32``,
+  ``float32`` (not for 8-bit integer operands, whose dot result is ``int32``), or the dot's own ``out_dtype``.
+- ``acc += tl.dot(a, b) * scale`` is left as it is: scaling the dot result is not scaling the accumulator. The
+  pipeline analysis names it in its TT040 note ("dot result scaled before accumulation").
+- ``b.T`` becomes ``tl.trans(b)`` (with the file's own name for ``triton.language``).
+
+Loop headers need no rewrite: ``range(0, K, BLOCK_K)``, ``range(tl.cdiv(K, BLOCK_K))`` and ``tl.range(...,
+num_stages=, flatten=, warp_specialize=, loop_unroll_factor=)`` are read alike by the loop analysis
+(`transpile.analysis.pipeline.loop_header`).
+
+`canonicalize(source, facts)` returns the rewritten module text (the input text itself when nothing changes).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.cst_utils import calls_in
+from transpile.discover import ModuleFacts, discover, language_name
+from transpile.source import SourceFile, parse_source
+
+# Accumulator dtypes (as the tail of their source text) a dot accumulates in without an `out_dtype`.
+_FOLD_DTYPES = ("float32", "fp32", "int32")
+
+
+def canonicalize_text(text: str, path: str = "<string>") -> str:
+    """The canonical text of a source file (parses it; for tests and tools)."""
+    source = parse_source(text, path)
+    return canonicalize(source, discover(source))
+
+
+def canonicalize(source: SourceFile, facts: ModuleFacts) -> str:
+    functions = {fn.node for fn in facts.functions.values()}
+    if not functions:
+        return source.text
+    module = source.module.visit(_Canonical(source, functions))
+    return module.code
+
+
+class _Canonical(cst.CSTTransformer):
+    def __init__(self, source: SourceFile, functions: set[cst.FunctionDef]) -> None:
+        super().__init__()
+        self.source = source
+        self.functions = functions
+        self.depth = 0  # > 0 inside a jit function
+        self.accumulators: dict[str, str] = {}  # accumulator name -> dtype text of its tl.zeros/tl.full start
+        self.int8 = False  # the function mentions 8-bit integer types
+        self.lang = ""  # the function's name for triton.language (`tl`)
+
+    # -- scope --------------------------------------------------------------------------------------------------
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if node in self.functions:
+            self.depth += 1
+            self.accumulators = _accumulator_dtypes(self.source, node)
+            code = self.source.code(node)
+            self.int8 = "int8" in code
+            self.lang = _language_alias(self.source, node)
+        return True
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        if original_node in self.functions:
+            self.depth -= 1
+        return updated_node
+
+    # -- `b.T` -> `tl.trans(b)` ---------------------------------------------------------------------------------
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if self.depth == 0 or not self.lang or original_node.attr.value != "T":
+            return updated_node
+        if self.source.qualified_name(original_node) is not None and \
+                language_name(self.source.qualified_name(original_node)) is not None:
+            return updated_node  # a module attribute, not a tensor's transpose
+        value = updated_node.value.with_changes(lpar=[], rpar=[]) if isinstance(
+            updated_node.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else updated_node.value
+        return cst.Call(func=cst.Attribute(cst.Name(self.lang), cst.Name("trans")), args=[cst.Arg(value)],
+                        lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+    # -- accumulations into the dot ------------------------------------------------------------------------------
+
+    def leave_AugAssign(self, original_node: cst.AugAssign, updated_node: cst.AugAssign) -> cst.BaseSmallStatement:
+        if self.depth == 0 or not isinstance(updated_node.operator, cst.AddAssign):
+            return updated_node
+        target = updated_node.target
+        if not isinstance(target, cst.Name):
+            return updated_node
+        folded = self._fold(original_node.value, updated_node.value, target.value)
+        if folded is None:
+            return updated_node
+        return cst.Assign(targets=[cst.AssignTarget(target)], value=folded,
+                          semicolon=updated_node.semicolon)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if self.depth == 0 or len(updated_node.targets) != 1:
+            return updated_node
+        target = updated_node.targets[0].target
+        if not isinstance(target, cst.Name):
+            return updated_node
+        name = target.value
+        original, value = original_node.value, updated_node.value
+        # `acc = tl.dot(a, b, acc=acc)`
+        if isinstance(value, cst.Call) and self._is_dot(original):
+            moved = _acc_keyword_to_positional(value, name)
+            return updated_node if moved is None else updated_node.with_changes(value=moved)
+        # `acc = acc + tl.dot(a, b)` / `acc = tl.dot(a, b) + acc`
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) and not value.lpar \
+                and isinstance(original, cst.BinaryOperation):
+            for dot_orig, dot_new, other in ((original.right, value.right, value.left),
+                                             (original.left, value.left, value.right)):
+                if isinstance(other, cst.Name) and other.value == name:
+                    folded = self._fold(dot_orig, dot_new, name)
+                    if folded is not None:
+                        return updated_node.with_changes(value=folded)
+        return updated_node
+
+    def _is_dot(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
+            "dot", "core.dot")
+
+    def _fold(self, original: cst.BaseExpression, value: cst.BaseExpression, acc: str) -> cst.Call | None:
+        """`tl.dot(a, b[, kw=...])` with `acc` passed as its accumulator, or None when it must stay apart."""
+        if not (self._is_dot(original) and isinstance(value, cst.Call)) or value.lpar:
+            return None
+        positional = [a for a in value.args if a.keyword is None]
+        keywords = {a.keyword.value: a for a in value.args if a.keyword is not None}
+        if len(positional) != 2 or any(a.star for a in value.args) or "acc" in keywords:
+            return None
+        if not all(a.keyword is None for a in value.args[:2]):
+            return None
+        dtype = self.accumulators.get(acc)
+        if dtype is None:
+            return None
+        out = keywords.get("out_dtype")
+        if out is not None:
+            if _tail(_MODULE.code_for_node(out.value)) != _tail(dtype):
+                return None
+        elif _tail(dtype) not in _FOLD_DTYPES or (_tail(dtype) in ("float32", "fp32") and self.int8):
+            return None
+        return _insert_acc(value, acc)
+
+
+_MODULE = cst.Module([])
+
+
+def _tail(dtype: str) -> str:
+    return dtype.strip().rsplit(".", 1)[-1]
+
+
+def _insert_acc(call: cst.Call, acc: str) -> cst.Call:
+    """`call` with `acc` as a third positional argument (after the two operands, before any keyword)."""
+    args = list(call.args)
+    second = args[1]
+    new = cst.Arg(cst.Name(acc), comma=second.comma if second.comma is not cst.MaybeSentinel.DEFAULT
+                  else cst.MaybeSentinel.DEFAULT)
+    if len(args) > 2 and new.comma is cst.MaybeSentinel.DEFAULT:
+        new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args[1] = second.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.insert(2, new)
+    return call.with_changes(args=args)
+
+
+def _acc_keyword_to_positional(call: cst.Call, acc: str) -> cst.Call | None:
+    """`tl.dot(a, b, acc=acc, ...)` -> `tl.dot(a, b, acc, ...)`; None when the call is not that."""
+    args = list(call.args)
+    index = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "acc"), None)
+    if index is None or len(args) < 3 or any(a.keyword is not None for a in args[:2]) or any(a.star for a in args):
+        return None
+    arg = args.pop(index)
+    if not (isinstance(arg.value, cst.Name) and arg.value.value == acc):
+        return None
+    if index == len(args):  # it was the last argument: the one now last takes its comma (trailing or none)
+        args[-1] = args[-1].with_changes(comma=arg.comma)
+    moved = cst.Arg(arg.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    if len(args) == 2:
+        moved = moved.with_changes(comma=args[1].comma)
+    if args[1].comma is cst.MaybeSentinel.DEFAULT or len(args) == 2:
+        args[1] = args[1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.insert(2, moved)
+    return call.with_changes(args=args)
+
+
+def _accumulator_dtypes(source: SourceFile, fn: cst.FunctionDef) -> dict[str, str]:
+    """Names the function starts from `tl.zeros(shape, dtype)` / `tl.full(shape, value, dtype)`: their dtype text."""
+    found: dict[str, str] = {}
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+                return
+            value = node.value
+            if not isinstance(value, cst.Call):
+                return
+            lang = language_name(source.qualified_name(value.func))
+            position = {"zeros": 1, "core.zeros": 1, "full": 2, "core.full": 2}.get(lang or "")
+            if position is None:
+                return
+            positional = [a.value for a in value.args if a.keyword is None]
+            keywords = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
+            dtype = keywords.get("dtype", positional[position] if len(positional) > position else None)
+            if dtype is not None:
+                found[node.targets[0].target.value] = source.code(dtype).strip()
+
+    fn.visit(_Visitor())
+    return found
+
+
+def _language_alias(source: SourceFile, fn: cst.FunctionDef) -> str:
+    """The name the function calls triton.language by (`tl` in `tl.dot`), or "" when it uses none."""
+    for call in calls_in(fn):
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
+                language_name(source.qualified_name(func)) is not None:
+            return func.value.value
+    return ""
