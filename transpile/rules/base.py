@@ -83,8 +83,8 @@ class RuleContext:
 #: The measurements are in bench/RESULTS.md ("Profitability"); keyed on the copy engine, never on kernel names.
 UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     ("sm90", "cp.async"): (
-        "only the cp.async pointer ring would pipeline it, and that ring ran at 0.69x-0.96x of Triton 3.6's own "
-        "pipeliner on an H100 GEMMs, which builds the same ring with better occupancy: bench/RESULTS.md"),
+        "only the cp.async pointer ring would pipeline it, and on an H100 that ring ran GEMMs at 0.69x-0.96x the "
+        "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy: bench/RESULTS.md"),
 }
 
 
