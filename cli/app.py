@@ -54,7 +54,14 @@ def _fail(diagnostic: Diagnostic) -> None:
 def translate(
     paths: list[Path] = typer.Argument(..., help="Python files or directories (searched for *.py with kernels)."),
     target: Optional[list[str]] = typer.Option(None, "--target", "-t", help=TARGET_HELP),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Write variants here instead of beside sources."),
+    out_dir: Optional[Path] = typer.Option(
+        None, "--out-dir", help="Write variants here instead of beside sources, mirroring the source tree."
+    ),
+    source_root: Optional[Path] = typer.Option(
+        None, "--source-root",
+        help="With --out-dir: the directory whose tree is mirrored (default: the project root, the directory of the "
+        "nearest pyproject.toml; without one, the common parent of PATH...).",
+    ),
     diff: bool = typer.Option(False, "--diff", help="Write nothing; print unified diffs of what would change."),
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing missing or stale variants."),
     exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Glob of paths to skip (repeatable)."),
@@ -71,7 +78,8 @@ def translate(
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
     try:
         config = load_config(Path.cwd())
-        project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always)
+        project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always=gluon_always,
+                          source_root=source_root)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     mode = "diff" if diff else "check" if check else "write"

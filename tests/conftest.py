@@ -69,9 +69,9 @@ def update_goldens(request: pytest.FixtureRequest) -> bool:
 
 
 def golden_project(target_name: str) -> Project:
-    """The project the CLI builds for `transpile fixtures/<f>.py --target T --out-dir fixtures/expected/T`, run in
-    the repository root."""
-    return Project(load_config(ROOT), [target_name], EXPECTED_DIR / target_name, [])
+    """The project the CLI builds for `transpile fixtures/<f>.py --target T --out-dir fixtures/expected/T
+    --source-root fixtures`, run in the repository root (the out-dir mirrors the tree below fixtures/)."""
+    return Project(load_config(ROOT), [target_name], EXPECTED_DIR / target_name, [], source_root=FIXTURES_DIR)
 
 
 @lru_cache(maxsize=None)

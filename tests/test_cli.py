@@ -90,9 +90,11 @@ def test_out_dir(tmp_path: Path, cli, fixture_copy) -> None:
     fixture_copy("vector_add", into=tmp_path / "src")
     result = cli("src/vector_add.py", "-t", "gfx1250", "--out-dir", "generated/amd")
     assert_clean_exit(result, 0)
+    # No pyproject.toml: the tree mirrored is the one below the common parent of the paths given (here src/), and
+    # the regenerate command names that root so that it writes the same path when run alone.
     variant = tmp_path / "generated" / "amd" / "vector_add_gfx1250.py"
     assert variant.is_file() and not (tmp_path / "src" / "vector_add_gfx1250.py").exists()
-    assert ("# regenerate: transpile src/vector_add.py --target gfx1250 --out-dir generated/amd"
+    assert ("# regenerate: transpile src/vector_add.py --target gfx1250 --out-dir generated/amd --source-root src"
             in variant.read_text(encoding="utf-8").splitlines())
 
 
@@ -270,11 +272,12 @@ def test_config_targets_out_dir_exclude(tmp_path: Path, cli, fixture_copy) -> No
 
     result = cli("src")  # no --target: the configuration's targets
     assert_clean_exit(result, 0)
-    assert sorted(p.name for p in (tmp_path / "generated").iterdir()) == ["vector_add_gfx942.py",
-                                                                          "vector_add_sm90.py"]
+    # The out-dir mirrors the tree below the project root (the pyproject.toml's directory).
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "generated").rglob("*.py")) == [
+        "generated/src/vector_add_gfx942.py", "generated/src/vector_add_sm90.py"]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "src").rglob("*.py")) == [
         "src/legacy/softmax.py", "src/skip_me.py", "src/vector_add.py"]  # excluded files: no variants
-    header = (tmp_path / "generated" / "vector_add_sm90.py").read_text(encoding="utf-8").splitlines()
+    header = (tmp_path / "generated" / "src" / "vector_add_sm90.py").read_text(encoding="utf-8").splitlines()
     # The configured out-dir is implied: the regenerate command does not repeat it.
     assert "# regenerate: transpile src/vector_add.py --target sm90" in header[:4]
 
@@ -282,7 +285,7 @@ def test_config_targets_out_dir_exclude(tmp_path: Path, cli, fixture_copy) -> No
     sub = type(cli)(tmp_path / "src")
     result = sub("vector_add.py", "--target", "gfx1250", "--check")
     assert_clean_exit(result, 1)
-    assert diagnostics(result.stderr) == [("generated/vector_add_gfx1250.py", 1, 1, "TT021", "variant is missing; "
+    assert diagnostics(result.stderr) == [("generated/src/vector_add_gfx1250.py", 1, 1, "TT021", "variant is missing; "
                                            "run `transpile src/vector_add.py --target gfx1250`")]
 
     assert_clean_exit(cli("src", "--check"), 0)
@@ -505,3 +508,104 @@ def test_verify_bad_value_syntax(repo_cli) -> None:
     result = repo_cli("verify", "fixtures/vector_add.py", "-t", "gfx942", "-v", "x_ptr")
     assert_clean_exit(result, 2)
     assert [d[3] for d in diagnostics(result.stderr)] == ["TT030"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# --out-dir mirrors the source tree; no two sources share a variant path (TT006)
+
+OD_PYPROJECT = """\
+[project]
+name = "od_demo"
+
+[tool.triton-transpile]
+targets = ["gfx942", "sm90"]
+"""
+
+
+def _od_same_named_tree(tmp_path: Path, fixture_copy) -> None:
+    """models/cohere/rotary.py and models/llama/rotary.py: same file name, different kernels."""
+    (tmp_path / "pyproject.toml").write_text(OD_PYPROJECT, encoding="utf-8")
+    fixture_copy("vector_add", into=tmp_path / "models" / "cohere")
+    fixture_copy("softmax", into=tmp_path / "models" / "llama")
+    (tmp_path / "models" / "cohere" / "vector_add.py").rename(tmp_path / "models" / "cohere" / "rotary.py")
+    (tmp_path / "models" / "llama" / "softmax.py").rename(tmp_path / "models" / "llama" / "rotary.py")
+
+
+def test_od_out_dir_mirrors_the_tree(tmp_path: Path, cli, fixture_copy, tree) -> None:
+    _od_same_named_tree(tmp_path, fixture_copy)
+    result = cli("models", "--out-dir", "OUT", "--output-format", "json")
+    assert_clean_exit(result, 0)
+    report = json.loads(result.stdout)
+    assert sorted((o["variant"], o["status"]) for o in report["outcomes"]) == [
+        ("OUT/models/cohere/rotary_gfx942.py", "written"), ("OUT/models/cohere/rotary_sm90.py", "written"),
+        ("OUT/models/llama/rotary_gfx942.py", "written"), ("OUT/models/llama/rotary_sm90.py", "written")]
+    written = tree(tmp_path / "OUT")
+    assert len(written) == 4
+    cohere = written["models/cohere/rotary_sm90.py"].decode()
+    llama = written["models/llama/rotary_sm90.py"].decode()
+    assert "from models/cohere/rotary.py" in cohere.splitlines()[0] and "def add_kernel" in cohere
+    assert "from models/llama/rotary.py" in llama.splitlines()[0] and "def softmax_kernel" in llama
+    # The project root is the default: the regenerate command needs no --source-root.
+    assert "# regenerate: transpile models/llama/rotary.py --target sm90 --out-dir OUT" in llama.splitlines()
+
+    # --check finds the mirrored tree up to date, from the root and from a subdirectory (the root stays the same).
+    assert_clean_exit(cli("models", "--out-dir", "OUT", "--check"), 0)
+    assert_clean_exit(type(cli)(tmp_path / "models")("llama/rotary.py", "--out-dir", "../OUT", "--check"), 0)
+    # A second run writes nothing.
+    again = json.loads(cli("models", "--out-dir", "OUT", "--output-format", "json").stdout)
+    assert {o["status"] for o in again["outcomes"]} == {"unchanged"}
+
+    # Removing one variant: --check names exactly that one, with the command that writes it back.
+    (tmp_path / "OUT" / "models" / "cohere" / "rotary_sm90.py").unlink()
+    result = cli("models", "--out-dir", "OUT", "--check")
+    assert_clean_exit(result, 1)
+    assert diagnostics(result.stderr) == [("OUT/models/cohere/rotary_sm90.py", 1, 1, "TT021", "variant is missing; "
+                                           "run `transpile models/cohere/rotary.py --target sm90 --out-dir OUT`")]
+
+
+def test_od_source_root(tmp_path: Path, cli, fixture_copy, tree) -> None:
+    """--source-root replaces the project root as the mirrored tree's base and is named in the command."""
+    _od_same_named_tree(tmp_path, fixture_copy)
+    result = cli("models", "-t", "sm90", "--out-dir", "OUT", "--source-root", "models")
+    assert_clean_exit(result, 0)
+    written = tree(tmp_path / "OUT")
+    assert sorted(written) == ["cohere/rotary_sm90.py", "llama/rotary_sm90.py"]
+    assert ("# regenerate: transpile models/cohere/rotary.py --target sm90 --out-dir OUT --source-root models"
+            in written["cohere/rotary_sm90.py"].decode().splitlines())
+    assert_clean_exit(cli("models/cohere/rotary.py", "-t", "sm90", "--out-dir", "OUT", "--source-root", "models",
+                          "--check"), 0)
+    # A source outside the given root has no place under the out-dir: TT006, nothing written.
+    fixture_copy("vector_add", into=tmp_path / "other")
+    result = cli("other/vector_add.py", "-t", "sm90", "--out-dir", "OUT", "--source-root", "models")
+    assert_clean_exit(result, 2)
+    assert [d[:4] for d in diagnostics(result.stderr)] == [("other/vector_add.py", 1, 1, "TT006")]
+    assert "outside the source root `models`" in result.stderr
+    assert not (tmp_path / "OUT" / "other").exists()
+
+
+def test_od_collision_is_an_error_before_anything_is_written(tmp_path: Path, cli, fixture_copy, tree) -> None:
+    """A variant path that is another source's path: TT006 names both sources; nothing at all is written (not even
+    the variants of the other, unrelated sources), with or without an out-dir that overlaps the sources."""
+    _od_same_named_tree(tmp_path, fixture_copy)
+    fixture_copy("rmsnorm", into=tmp_path / "models")  # an unrelated source: not written either
+    # A real kernel file named like a variant of its neighbour: `rotary.py`'s sm90 variant would overwrite it.
+    (tmp_path / "models" / "llama" / "rotary_sm90.py").write_bytes(
+        (tmp_path / "models" / "cohere" / "rotary.py").read_bytes())
+    before = tree(tmp_path)
+    message = ("its sm90 variant `models/llama/rotary_sm90.py` is the source `models/llama/rotary_sm90.py`; rename "
+               "one of them or pass --out-dir")
+    for args in (["-t", "sm90"], ["-t", "gfx942,sm90", "--out-dir", "."], ["-t", "sm90", "--diff"]):
+        result = cli("models", *args)
+        assert_clean_exit(result, 2)
+        assert diagnostics(result.stderr) == [("models/llama/rotary.py", 1, 1, "TT006", message)], args
+        assert tree(tmp_path) == before, args  # nothing written
+    result = cli("models", "-t", "sm90", "--check", "--output-format", "json")
+    assert_clean_exit(result, 2)
+    assert json.loads(result.stdout)["outcomes"] == []
+
+    # Mirrored into an out-dir elsewhere, the two no longer meet: all variants are written, --check passes.
+    assert_clean_exit(cli("models", "-t", "sm90", "--out-dir", "OUT"), 0)
+    assert sorted(tree(tmp_path / "OUT")) == [
+        "models/cohere/rotary_sm90.py", "models/llama/rotary_sm90.py", "models/llama/rotary_sm90_sm90.py",
+        "models/rmsnorm_sm90.py"]
+    assert_clean_exit(cli("models", "-t", "sm90", "--out-dir", "OUT", "--check"), 0)

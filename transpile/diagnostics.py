@@ -23,6 +23,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile]"),
+    "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path; nothing is written"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),

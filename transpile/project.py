@@ -35,6 +35,7 @@ class Config:
 
     root: Path
     targets: list[str] = field(default_factory=list)
+    pyproject: Path | None = None  # the pyproject.toml the root comes from (None: no pyproject.toml found)
     out_dir: Path | None = None
     exclude: list[str] = field(default_factory=list)
     gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
@@ -58,7 +59,7 @@ def _read_config(pyproject: Path) -> Config:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
     section = data.get("tool", {}).get("triton-transpile", {})
-    config = Config(root=pyproject.parent)
+    config = Config(root=pyproject.parent, pyproject=pyproject)
     known = {"targets", "out-dir", "exclude", "gluon-always"}
     for key in section:
         if key not in known:
@@ -126,9 +127,13 @@ class Run:
 
 class Project:
     def __init__(self, config: Config, targets: list[str], out_dir: Path | None, exclude: list[str],
-                 gluon_always: bool = False) -> None:
+                 gluon_always: bool = False, source_root: Path | None = None) -> None:
         self.config = config
         self.gluon_always = gluon_always or config.gluon_always
+        # With an out-dir, variants mirror the source tree below this root: `--source-root`, else the project root
+        # (the pyproject.toml's directory), else (no pyproject.toml) the common parent of the paths of the run.
+        self.source_root = source_root.resolve() if source_root is not None else None
+        self._paths_root: Path | None = None
         names = targets or config.targets
         if not names:
             raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004",
@@ -175,6 +180,17 @@ class Project:
                 diagnostics.append(Diagnostic(path.as_posix(), 1, 1, "TT002", "no such file or directory"))
         return files
 
+    def mirror_root(self, source: Path) -> Path:
+        """The directory whose tree an out-dir mirrors for `source` (see `__init__`)."""
+        if self.source_root is not None:
+            return self.source_root
+        resolved = source.resolve()
+        if self.config.pyproject is not None and resolved.is_relative_to(self.config.root.resolve()):
+            return self.config.root.resolve()
+        if self._paths_root is not None:
+            return self._paths_root
+        return resolved.parent  # one file, outside a run
+
     def command(self, source: Path, target: Target) -> str:
         parts = ["transpile", self.display(source), "--target", target.name]
         configured = self.config.out_dir.resolve() if self.config.out_dir is not None else None
@@ -182,13 +198,27 @@ class Project:
             parts += ["--out-dir", self.display(self.out_dir)]
         if self.gluon_always and not self.config.gluon_always:
             parts.append("--gluon-always")
+        if self.out_dir is not None:
+            root = self.mirror_root(source)
+            if self.config.pyproject is None or root != self.config.root.resolve():
+                # Not the default root: the command names it, so that it writes the same path when run alone.
+                parts += ["--source-root", self.display(root) or "."]
         return shlex.join(parts)
 
     def variant(self, source: Path, target: Target) -> Path:
         out_dir = self.out_dir
-        if out_dir is not None and not out_dir.is_absolute():
+        if out_dir is None:
+            return variant_path(source, target)
+        if not out_dir.is_absolute():
             out_dir = Path.cwd() / out_dir
-        return variant_path(source, target, out_dir)
+        root = self.mirror_root(source)
+        try:
+            relative = source.resolve().parent.relative_to(root)
+        except ValueError:
+            raise TranspileError(Diagnostic(self.display(source), 1, 1, "TT006",
+                                            f"is outside the source root `{self.display(root)}`: its variant has no "
+                                            "place under the out-dir (pass --source-root with a parent of it)"))
+        return variant_path(source, target, out_dir / relative)
 
     # ---- the run --------------------------------------------------------------------------------------------------
 
@@ -196,6 +226,15 @@ class Project:
         started = time.perf_counter()
         result = Run()
         files = self.collect(paths, result.diagnostics)
+        existing = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
+        self._paths_root = Path(os.path.commonpath(existing)) if existing else None
+        texts: dict[Path, str | None] = {}
+        for source, named in files:
+            if source not in texts:
+                texts[source] = self._read(source, named, skip_files_without_kernels, result)
+        if self._collisions([f for f, _ in files if texts[f] is not None], result):
+            result.seconds = time.perf_counter() - started
+            return result  # nothing written
         work = [(f, named, t) for f, named in files for t in self.targets]
         bar = None
         if progress and len(work) > 8:
@@ -204,11 +243,8 @@ class Project:
             bar = Progress(transient=True)
             bar.start()
             task = bar.add_task("transpiling", total=len(work))
-        texts: dict[Path, str | None] = {}
         try:
             for source, named, target in work:
-                if source not in texts:
-                    texts[source] = self._read(source, named, skip_files_without_kernels, result)
                 text = texts[source]
                 if text is not None:
                     self._one(source, text, target, mode, named and not skip_files_without_kernels, result)
@@ -219,6 +255,37 @@ class Project:
                 bar.stop()
         result.seconds = time.perf_counter() - started
         return result
+
+    def _collisions(self, sources: list[Path], run: Run) -> bool:
+        """TT006 for every variant path two sources (or a source and itself a source) would share; True if any."""
+        unique: dict[Path, Path] = {}
+        for source in sources:
+            unique.setdefault(source.resolve(), source)  # a file named twice (or through a link) is one source
+        sources = list(unique.values())
+        owners: dict[Path, tuple[Path, Target]] = {}
+        paths = {s.resolve(): s for s in sources}
+        found: list[Diagnostic] = []
+        for source in sources:
+            for target in self.targets:
+                try:
+                    variant = self.variant(source, target).resolve()
+                except TranspileError as exc:
+                    found.append(exc.diagnostic)
+                    break
+                if variant in paths:
+                    found.append(Diagnostic(self.display(source), 1, 1, "TT006",
+                                            f"its {target.name} variant `{self.display(variant)}` is the source "
+                                            f"`{self.display(paths[variant])}`; rename one of them or pass --out-dir"))
+                elif variant in owners:
+                    other, other_target = owners[variant]
+                    found.append(Diagnostic(self.display(source), 1, 1, "TT006",
+                                            f"its {target.name} variant `{self.display(variant)}` is also the "
+                                            f"{other_target.name} variant of `{self.display(other)}`; nothing was "
+                                            "written (rename one, or use --out-dir/--source-root so that they differ)"))
+                else:
+                    owners[variant] = (source, target)
+        run.diagnostics.extend(found)
+        return bool(found)
 
     def _read(self, source: Path, named: bool, skip: bool, run: Run) -> str | None:
         try:
