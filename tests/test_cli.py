@@ -212,9 +212,12 @@ def test_json_output(tmp_path: Path, cli, fixture_copy) -> None:
         "source": "vector_add.py", "target": "gfx950", "variant": "vector_add_gfx950.py", "status": "written",
         "command": "transpile vector_add.py --target gfx950", "reason": "", "kernels": None}
     assert outcomes["vector_add.py"]["kernels"] == [
-        {"name": "add_kernel", "helper": False, "translated": True, "diagnostics": []}]
+        {"name": "add_kernel", "helper": False, "translated": True, "status": "translated", "diagnostics": []}]
     kernels = {k["name"]: k for k in outcomes["mixed.py"]["kernels"]}
     assert {name: k["translated"] for name, k in kernels.items()} == {"double": True, "gate": False, "negate": True}
+    assert {name: k["status"] for name, k in kernels.items()} == {
+        "double": "translated", "gate": "kept as Triton", "negate": "translated"}
+    assert "`tl.sigmoid` has no Gluon translation" in kernels["gate"]["reason"]
     assert kernels["gate"]["diagnostics"] == [
         "mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool"]
     (diagnostic,) = report["diagnostics"]
@@ -419,13 +422,17 @@ def test_unsupported_construct_is_refused_per_kernel(tmp_path: Path, cli) -> Non
         ("mixed.py", 15, 28, "TT011", "`tl.sigmoid` has no Gluon translation in this tool")]
     variant = (tmp_path / "mixed_gfx942.py").read_text(encoding="utf-8")
     lines = variant.splitlines()
-    assert "# not translated: `gate` (the notes in their place say why)" in lines[:5]
-    note = lines.index("# triton-transpile: the kernel `gate` is not translated for gfx942:")
+    assert "# kept as Triton: `gate` (the comments above them say why)" in lines[:5]
+    note = lines.index("# triton-transpile: the kernel `gate` is kept as Triton for gfx942: it is not translated for "
+                       "gfx942: `tl.sigmoid`")
     assert lines[note + 1: note + 4] == [
+        "#   has no Gluon translation in this tool.",
         "#   mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool",
-        "# Fix or rewrite the construct in the source and run the tool again.",
-        "gate = None",
+        "@triton.jit",
     ]
+    # the source function, byte for byte, under the note
+    gate = MIXED[MIXED.index("@triton.jit\ndef gate"):MIXED.index("@triton.jit\ndef negate")].rstrip()
+    assert "\n".join(lines[note + 3:]).startswith(gate)
     assert "@gluon.jit\ndef double(x_ptr, BLOCK: gl.constexpr):" in variant
     assert "@gluon.jit\ndef negate(x_ptr, BLOCK: gl.constexpr):" in variant
     assert lines.index("def double(x_ptr, BLOCK: gl.constexpr):") < note < lines.index(
@@ -441,7 +448,7 @@ def test_explain_prints_the_kernel_table(repo_cli) -> None:
     result = repo_cli("explain", "fixtures/matmul_grouped.py", "-t", "gfx942")
     assert_clean_exit(result, 0)
     out = result.stdout
-    assert "fixtures/matmul_grouped.py:" in out and "kernel `matmul_kernel` for gfx942: translated" in out
+    assert "fixtures/matmul_grouped.py:" in out and "kernel `matmul_kernel` for gfx942: pipelined" in out
     for column in ("what", "line", "detail"):
         assert column in out
     assert re.search(r"loop\s+│\s+\d+\s+│ range: 1 dot\(s\)", out), out
@@ -453,7 +460,7 @@ def test_explain_shows_refusals(tmp_path: Path, cli) -> None:
     (tmp_path / "mixed.py").write_text(MIXED, encoding="utf-8")
     result = cli("explain", "mixed.py", "-t", "sm90")
     assert_clean_exit(result, 0)
-    assert "kernel `gate` for sm90: NOT translated" in result.stdout
+    assert "kernel `gate` for sm90: kept as Triton" in result.stdout
     assert "TT011" in result.stdout and "`tl.sigmoid` has no Gluon translation" in result.stdout
     assert not (tmp_path / "mixed_sm90.py").exists()  # explain writes nothing
 

@@ -22,11 +22,8 @@ pytestmark = pytest.mark.slow
 _ALIAS_HELPER = ("a jit helper called through a module-level alias (`act = _relu_squared`) is not recognised as a "
                  "helper: it is verified as a kernel of its own and its body keeps blocked layouts that do not match "
                  "the caller's MMA accumulator (`Layout mismatch in broadcast`)")
-_BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is refused, so no kernel "
-              "of the fixture is translated (and Triton 3.9's `tl` no longer has block pointers)")
-_RAND = "`tl.rand` has no Gluon translation (TT011): the kernel is refused, so no kernel of the fixture is translated"
-_SIGMOID = ("`tl.sigmoid` has no Gluon translation (TT011): the kernel is refused, so no kernel of the fixture is "
-            "translated")
+_BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is kept as Triton, and "
+              "Triton 3.9's `tl` no longer has block pointers, so the kept kernel does not compile under 3.9 either")
 _FP8_AMD = ("the variant's dot of fp8e4nv (OCP e4m3) operands in an explicit MFMA layout is not legalised by "
             "ConvertTritonAMDGPUToLLVM (`failed to legalize operation 'tt.dot'`)")
 _TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFMA layout with instr_shape [32, 32, 4] while the "
@@ -34,9 +31,6 @@ _TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFM
                 "with instruction shape [32, 32, 4] and element types A='f32', B='f32'`")
 _ALL = ("gfx942", "gfx950", "gfx1250", "sm90")
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    **{("suite_dropout", t): _RAND for t in _ALL},
-    **{("suite_geglu", t): _SIGMOID for t in _ALL},
-    **{("suite_swiglu_gemm", t): _SIGMOID for t in _ALL},
     **{("suite_fp8_blockscale", t): _FP8_AMD for t in ("gfx942", "gfx950")},
     ("suite_gemm_tf32", "gfx942"): _TF32_GFX942,
     **{("suite_alias_gemm", t): _ALIAS_HELPER for t in _ALL},
@@ -56,8 +50,9 @@ def test_golden_compiles(fixture_name: str, target_name: str, goldens, translate
 
     compiled = verify(result, values, all_configs=True)
 
-    expected = [f.name for f in result.functions if f.translated and not f.is_helper]
-    assert expected, "no kernel of this fixture is translated"
+    # Every kernel compiles: translated ones as Gluon, kept ones (TT041) as the Triton kernels they are.
+    expected = [f.name for f in result.functions if not f.is_helper]
+    assert expected, "the fixture has no kernel"
     assert sorted({c.kernel for c in compiled}) == sorted(expected)
     failures = [f"{c.label}: {c.message}" for c in compiled if not c.ok]
     assert not failures, "\n".join(failures)
