@@ -602,6 +602,37 @@ CASES: list[Case] = [
         )
         for activation in ("leaky_relu", "none")
     ),
+    *(
+        Case(
+            name=name,
+            fixture=name,
+            wrapper="matmul",
+            make_inputs=_gemm_inputs,
+            reference=_ref_matmul,
+            shape=dict(M=1000, N=1100, K=700),
+            small_shape=dict(M=150, N=130, K=100),
+        )
+        for name in ("canon_gemm_iadd", "canon_gemm_recompute")
+    ),
+    Case(
+        name="canon_gemm_nt",
+        fixture="canon_gemm_nt",
+        wrapper="linear",
+        make_inputs=lambda s, device, gen: (_randn(gen, s["M"], s["K"], device=device),
+                                            _randn(gen, s["N"], s["K"], device=device)),
+        reference=lambda x, w: x.double() @ w.double().T,
+        shape=dict(M=1000, N=1100, K=700),
+        small_shape=dict(M=150, N=130, K=100),
+    ),
+    Case(
+        name="canon_linear_desc_bias",
+        fixture="canon_linear_desc_bias",
+        wrapper="linear_bias",
+        make_inputs=_bias_gemm_inputs,
+        reference=lambda a, b, bias: _ref_matmul_bias_act(a, b, bias, activation="none"),
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
+    ),
     Case(
         name="matmul_splitk",
         fixture="matmul_splitk",
