@@ -611,6 +611,8 @@ CASES: list[Case] = [
             reference=_ref_matmul,
             shape=dict(M=1000, N=1100, K=700),
             small_shape=dict(M=150, N=130, K=100),
+            bench_shape=GEMM_BENCH,
+            flops=_gemm_flops,
         )
         for name in ("canon_gemm_iadd", "canon_gemm_recompute")
     ),
@@ -623,6 +625,8 @@ CASES: list[Case] = [
         reference=lambda x, w: x.double() @ w.double().T,
         shape=dict(M=1000, N=1100, K=700),
         small_shape=dict(M=150, N=130, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="canon_linear_desc_bias",
@@ -632,6 +636,8 @@ CASES: list[Case] = [
         reference=lambda a, b, bias: _ref_matmul_bias_act(a, b, bias, activation="none"),
         shape=dict(M=1000, N=1096, K=712),
         small_shape=dict(M=150, N=136, K=104),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="matmul_splitk",
