@@ -6,8 +6,10 @@ slower by default" policy): this module finds those loops, whatever the spelling
 call a jit helper of the same file which runs a dot itself (directly or through further helpers).
 
 A dot loop is the innermost `for` loop around a dot: in a persistent kernel (`for tile in ...: for k in ...: dot`)
-only the K loop counts. `tl.static_range` loops (unrolled by the compiler) and `while` loops are not dot loops:
-Triton's pipeliner does not pipeline them either, so keeping the kernel as Triton would gain nothing.
+only the K loop counts. A dot inside a `tl.static_range` loop (unrolled by the compiler) belongs to the loop around
+it; a dot whose only loops are unrolled or `while` loops makes that loop a dot loop too: the translated Gluon loop
+stages both operands through shared memory and waits for every tile (measured at 0.28x on an H100 for a LoRA kernel
+whose dots sit in a `tl.static_range` inside the K loop), while Triton keeps its own schedule.
 Pure: reads the tree, never edits it.
 """
 
@@ -43,34 +45,35 @@ def dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
     runs_dot = _functions_running_dots(facts)
     source = facts.source
     found: list[DotLoop] = []
-    stack: list[DotLoop | None] = []  # None: a loop that cannot be a dot loop (unrolled), hides nothing
+    stack: list[tuple[DotLoop, bool]] = []  # (loop, unrolled or `while`: its dots belong to a loop around it)
 
     class _Walker(cst.CSTVisitor):
         def visit_For(self, node: cst.For) -> None:
-            entry = None if _is_unrolled(source, node) else DotLoop(node, source.position(node)[0], [])
-            stack.append(entry)
+            stack.append((DotLoop(node, source.position(node)[0], []), _is_unrolled(source, node)))
 
         def leave_For(self, original_node: cst.For) -> None:
-            entry = stack.pop()
-            if entry is not None and entry.dots:
+            entry, _ = stack.pop()
+            if entry.dots:
                 found.append(entry)
 
         def visit_While(self, node: cst.While) -> None:
-            stack.append(None)
+            stack.append((DotLoop(node, source.position(node)[0], []), True))  # type: ignore[arg-type]
 
         def leave_While(self, original_node: cst.While) -> None:
-            stack.pop()
+            self.leave_For(original_node)  # type: ignore[arg-type]
 
         def visit_Call(self, node: cst.Call) -> None:
-            if not stack or stack[-1] is None:
+            if not stack:
                 return
+            # the innermost loop Triton pipelines (not unrolled, not `while`), else the innermost loop
+            entry = next((e for e, unrolled in reversed(stack) if not unrolled), stack[-1][0])
             callee = node.func.value if isinstance(node.func, cst.Name) else None
             if is_dot_call(source, node):
-                stack[-1].dots.append(source.position(node)[0])
+                entry.dots.append(source.position(node)[0])
             elif callee in runs_dot and callee != fn.name:
-                stack[-1].dots.append(source.position(node)[0])
-                if callee not in stack[-1].via:
-                    stack[-1].via.append(callee)
+                entry.dots.append(source.position(node)[0])
+                if callee not in entry.via:
+                    entry.via.append(callee)
 
     fn.node.body.visit(_Walker())
     return sorted(found, key=lambda loop: loop.line)

@@ -85,6 +85,10 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     ("sm90", "cp.async"): (
         "only the cp.async pointer ring would pipeline it, and on an H100 that ring ran GEMMs at 0.69x-0.96x the "
         "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy: bench/RESULTS.md"),
+    ("sm90", "cp.async attention, several dot loops"): (
+        "the attention ring fills and drains again in each of the kernel's dot loops (e.g. off-diagonal and "
+        "diagonal blocks of a causal attention); on an H100 such a kernel ran at 0.74x the speed of Triton 3.6's own "
+        "pipeliner: bench/RESULTS.md"),
 }
 
 
