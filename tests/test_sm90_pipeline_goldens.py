@@ -1,4 +1,5 @@
-"""The sm90 goldens of the GEMM fixtures hold a pipelined main loop (issue #4), read from the golden text.
+"""The sm90 variants of the GEMM fixtures hold a pipelined main loop (issue #4): the descriptor goldens, and the
+pointer GEMMs translated with --gluon-always (their goldens keep the kernel as Triton: the profitability policy).
 
 The main loop is the `for` statement that issues the wgmma; it must issue it asynchronously and keep one in flight
 (`warpgroup_mma_wait(1, ...)` inside the loop, `wait(0)` only after it), and fill its shared-memory ring ahead of
@@ -8,8 +9,21 @@ use: TMA and per-slot mbarriers for descriptor kernels, cp.async commit/wait gro
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
+
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _gluon_always(gemm: str):  # noqa: ANN202 - TranslationResult
+    """The sm90 variant with --gluon-always: pointer GEMMs are kept as Triton by default (the profitability policy,
+    UNPROFITABLE_RINGS), the ring is emitted on request."""
+    text = (FIXTURES / f"{gemm}.py").read_text(encoding="utf-8")
+    return translate_source(text, f"fixtures/{gemm}.py", get_target("sm90"), gluon_always=True)
 
 DESCRIPTOR_GEMMS = ["matmul_descriptor"]
 # int8: wgmma reads an 8-bit B operand K-major from shared memory, which a cp.async copy of the N-contiguous tile does
@@ -49,7 +63,8 @@ def test_descriptor_gemm_is_a_tma_ring(goldens, gemm: str) -> None:
 
 @pytest.mark.parametrize("gemm", POINTER_GEMMS)
 def test_pointer_gemm_is_a_cp_async_ring(goldens, gemm: str) -> None:
-    loop = _main_loop(goldens.read(gemm, "sm90"))
+    assert "# kept as Triton:" in goldens.read(gemm, "sm90")  # by default: Triton's pipeliner is faster here
+    loop = _main_loop(_gluon_always(gemm).text)
     _assert_async_wgmma(loop)
     assert "commit_group()" in loop and "wait_group(" in loop, "no cp.async commit/wait groups in the main loop"
 
@@ -59,7 +74,7 @@ def test_pointer_gemm_rings_have_copy_layouts_and_the_fallback_keeps_blocked_one
     8-byte one (rows and sizes multiples of 4 elements). Each ring reads tiles in `_copy_layout`s of its copy width that
     it builds itself; the kernel's layout declarations, and so the fallback loop's plain loads, stay 4-wide
     `_blocked_layout`s (a fallback loading 8-wide tiles ran at 0.78x of the original on unaligned sizes)."""
-    text = goldens.read("matmul_grouped", "sm90")
+    text = _gluon_always("matmul_grouped").text
     kernel = next(node for node in ast.walk(ast.parse(text))
                   if isinstance(node, ast.FunctionDef) and node.name == "matmul_kernel")
     ring16 = next(node for node in kernel.body if isinstance(node, ast.If))
@@ -94,10 +109,10 @@ def test_each_autotune_config_gets_its_own_ring_depth(goldens, translated, verif
 
     from transpile.verify import verify
 
-    text = goldens.read("matmul_grouped", "sm90")
+    result = _gluon_always("matmul_grouped")
+    text = result.text
     assert "NUM_STAGES: gl.constexpr = _autotune_stages([BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, " \
            "gl.num_warps()], [[128, 256, 64, 8, 8, 3], [64, 128, 32, 8, 4, 4]], 3)" in text
-    result = dataclasses.replace(translated("matmul_grouped", "sm90"), text=text)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(result, verify_values["matmul_grouped.py"], all_configs=True)
     assert [c.ok for c in compiled] == [True, True], [c.message for c in compiled]
