@@ -1,0 +1,108 @@
+"""Never slower by default: kernels whose dot loop is not pipelined on a target, and refused kernels, are kept as
+Triton in the variant (byte for byte, under a comment and a TT041 note); `--gluon-always` emits Gluon anyway."""
+
+from __future__ import annotations
+
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+# A dot in a `tl.static_range` loop: no pipeline rule takes it, on any target.
+UNROLLED = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _scale(x, s):
+        return x * s
+
+
+    @triton.jit
+    def unrolled_gemm(a_ptr, b_ptr, c_ptr, s, K: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+        for k in tl.static_range(0, K, BLOCK):  # unrolled: Triton schedules it itself
+            a = tl.load(a_ptr + offs[:, None] * K + (k + offs)[None, :])
+            b = tl.load(b_ptr + (k + offs)[:, None] * BLOCK + offs[None, :])
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], _scale(acc, s).to(tl.float16))
+
+
+    @triton.jit
+    def double(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * 2)
+    ''')
+
+
+def _function_text(text: str, name: str) -> str:
+    start = text.index(f"@triton.jit\ndef {name}(")
+    end = text.find("\n\n\n", start)
+    return text[start:end if end != -1 else len(text)].rstrip()
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250", "sm90"])
+def test_unpipelined_dot_loop_kernel_is_kept_byte_for_byte(target: str) -> None:
+    result = translate_source(UNROLLED, "k.py", get_target(target))
+    outcomes = {f.name: f for f in result.functions}
+    assert not outcomes["unrolled_gemm"].translated and outcomes["double"].translated
+    # the helper used only by the kept kernel stays Triton with it (Gluon cannot call Triton and vice versa)
+    assert not outcomes["_scale"].translated
+    assert _function_text(UNROLLED, "unrolled_gemm") in result.text
+    assert _function_text(UNROLLED, "_scale") in result.text
+    assert "@gluon.jit\ndef double(" in result.text
+    assert "# kept as Triton: `_scale`, `unrolled_gemm`" in result.text or \
+        "# kept as Triton: `unrolled_gemm`, `_scale`" in result.text
+    notes = [d for d in outcomes["unrolled_gemm"].diagnostics if d.code == "TT041"]
+    assert notes and notes[0].line == UNROLLED.splitlines().index(
+        "    for k in tl.static_range(0, K, BLOCK):  # unrolled: Triton schedules it itself") + 1
+    assert f"not pipelined for {target}" in notes[0].message
+    compile(result.text, "k_variant.py", "exec")
+
+
+def test_gluon_always_emits_the_translation() -> None:
+    result = translate_source(UNROLLED, "k.py", get_target("gfx942"), gluon_always=True)
+    assert all(f.translated for f in result.functions)
+    assert "@triton.jit" not in result.text and "def unrolled_gemm(" in result.text
+
+
+def test_gluon_always_config_key(tmp_path: Path, cli) -> None:
+    (tmp_path / "k.py").write_text(UNROLLED, encoding="utf-8")
+    result = cli("k.py", "-t", "gfx942")
+    assert result.exit_code == 0
+    assert "@triton.jit\ndef unrolled_gemm(" in (tmp_path / "k_gfx942.py").read_text()
+    (tmp_path / "pyproject.toml").write_text('[tool.triton-transpile]\ngluon-always = true\n', encoding="utf-8")
+    result = cli("k.py", "-t", "gfx942")
+    assert result.exit_code == 0
+    variant = (tmp_path / "k_gfx942.py").read_text()
+    assert "@triton.jit" not in variant and "@gluon.jit\ndef unrolled_gemm(" in variant
+
+
+def test_explain_says_kept(tmp_path: Path, cli) -> None:
+    (tmp_path / "k.py").write_text(UNROLLED, encoding="utf-8")
+    result = cli("explain", "k.py", "-t", "sm90")
+    assert result.exit_code == 0
+    assert "kernel `unrolled_gemm` for sm90: kept as Triton" in result.stdout
+    assert "kernel `double` for sm90: translated" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+def test_kept_variant_compiles(target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from transpile.verify import verify
+
+    result = translate_source(UNROLLED, "k.py", get_target(target))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "x_ptr": "*fp32", "s": "fp32",
+                               "K": 128, "BLOCK": 64}, all_configs=True)
+    assert sorted(c.kernel for c in compiled) == ["double", "unrolled_gemm"]
+    assert all(c.ok for c in compiled), [c.message for c in compiled]
+    kept = {c.kernel: c.kept for c in compiled}
+    assert kept == {"double": False, "unrolled_gemm": True}
+    assert all(c.asm.get("ttgir") for c in compiled)
