@@ -151,10 +151,11 @@ def test_translation_is_deterministic(fixture_name: str, target_name: str, root:
     assert [(f.name, f.translated) for f in first.functions] == [(f.name, f.translated) for f in second.functions]
 
 
-@pytest.mark.parametrize("seed", ["0", "4242"])
-def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, seed: str, repo_cli, fixture_names) -> None:
+def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, repo_cli, fixture_names) -> None:
     """`transpile --check` in a new interpreter (another hash seed: set and dict orders change) finds every golden
-    up to date: the CLI writes exactly what the goldens hold, whatever the process."""
+    up to date: the CLI writes exactly what the goldens hold, whatever the process. Two targets run under hash seed 0,
+    two under 4242 (one process per target keeps the suite's time within CI's budget)."""
+    seed = "0" if target_name in ("gfx942", "gfx1250") else "4242"
     fixtures = [f"fixtures/{name}.py" for name in fixture_names]
     result = repo_cli.subprocess(*fixtures, "--target", target_name, "--out-dir", f"fixtures/expected/{target_name}",
                                  "--source-root", "fixtures",
