@@ -1,0 +1,130 @@
+"""Run the tool over a directory of public Triton files and report what happens (issues 9 and 12).
+
+    python scripts/corpus_eval.py DIR [DIR ...] [-t sm90 -t gfx942 ...] [--json] [--top 20]
+
+For every `.py` file holding `@triton.jit` under the directories, and every target (all four by default), it
+translates in-process (nothing written) and counts: files, kernels and helpers, crashes (a traceback of the tool, or
+TT090), bad input (TT00x errors), per function "pipelined" / "translated" / "kept as Triton", the refusal codes and
+their most common messages, variants that are not valid Python (`compile`) or read a name they never define
+(`transpile.names`), and the time per file. Exit status 1 when anything crashed or a variant is not valid Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from transpile.diagnostics import TranspileError
+from transpile.engine import prepare, translate_source
+from transpile.names import undefined_names
+from transpile.targets import all_targets, get_target
+
+JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
+
+
+def _files(dirs: list[Path]) -> list[Path]:
+    found = []
+    for d in dirs:
+        paths = [d] if d.is_file() else sorted(d.rglob("*.py"))
+        for p in paths:
+            try:
+                if JIT.search(p.read_text(encoding="utf-8", errors="replace")):
+                    found.append(p)
+            except OSError:
+                continue
+    return found
+
+
+def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
+    files = _files(dirs)
+    counts: collections.Counter[str] = collections.Counter()
+    refusals: collections.Counter[str] = collections.Counter()
+    reasons: collections.Counter[str] = collections.Counter()
+    crashes: list[dict[str, str]] = []
+    invalid: list[dict[str, str]] = []
+    undefined: list[dict[str, str]] = []
+    seconds: list[float] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        start = time.perf_counter()
+        try:
+            prepared = prepare(text, str(path))
+        except TranspileError as exc:
+            counts["bad input" if exc.diagnostic.code != "TT090" else "crash"] += 1
+            if exc.diagnostic.code == "TT090":
+                crashes.append({"file": str(path), "target": "-", "error": exc.diagnostic.format()})
+            seconds.append(time.perf_counter() - start)
+            continue
+        except Exception:  # noqa: BLE001 - a crash of the tool is what this script counts
+            crashes.append({"file": str(path), "target": "-", "error": traceback.format_exc(limit=3)})
+            seconds.append(time.perf_counter() - start)
+            continue
+        for name in targets:
+            try:
+                result = translate_source(text, str(path), get_target(name), prepared=prepared)
+            except TranspileError as exc:
+                counts["bad input"] += 1
+                continue
+            except Exception:  # noqa: BLE001
+                crashes.append({"file": str(path), "target": name, "error": traceback.format_exc(limit=3)})
+                continue
+            try:
+                compile(result.text, f"{path.stem}_{name}.py", "exec")
+            except SyntaxError as exc:
+                invalid.append({"file": str(path), "target": name, "error": str(exc)})
+            else:
+                for u in undefined_names(result.text):
+                    undefined.append({"file": str(path), "target": name, "name": u.name, "function": u.function})
+            for fn in result.functions:
+                counts["helpers" if fn.is_helper else "kernels"] += 1
+                status = ("pipelined" if fn.pipelined else "translated") if fn.translated else "kept as Triton"
+                counts[status] += 1
+                for d in fn.diagnostics:
+                    if d.severity.value == "refusal":
+                        refusals[d.code] += 1
+                        reasons[f"{d.code} {re.sub(r'`[^`]*`', '`…`', d.message)[:110]}"] += 1
+        seconds.append(time.perf_counter() - start)
+    functions = counts["kernels"] + counts["helpers"]
+    return {
+        "files": len(files), "targets": targets, "functions": functions, "counts": dict(counts),
+        "kept_as_triton_pct": round(100.0 * counts["kept as Triton"] / functions, 1) if functions else 0.0,
+        "refusal_codes": dict(refusals), "top_reasons": reasons.most_common(),
+        "crashes": crashes, "invalid_python": invalid, "undefined_names": undefined,
+        "ms_per_file": round(1000.0 * sum(seconds) / len(seconds), 1) if seconds else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path)
+    parser.add_argument("-t", "--target", action="append", help="target (repeatable; default: all four)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--top", type=int, default=15, help="how many refusal reasons to list")
+    args = parser.parse_args(argv)
+    targets = args.target or [t.name for t in all_targets()]
+    report = evaluate(args.dirs, targets)
+    if args.json:
+        report["top_reasons"] = report["top_reasons"][:args.top]  # type: ignore[index]
+        print(json.dumps(report, indent=1))
+    else:
+        c = report["counts"]
+        print(f"files {report['files']}, targets {', '.join(targets)}, functions x targets {report['functions']}")
+        print(f"crashes {len(report['crashes'])}, invalid Python {len(report['invalid_python'])}, "  # type: ignore[arg-type]
+              f"undefined names {len(report['undefined_names'])}, bad input {c.get('bad input', 0)}")  # type: ignore[union-attr,arg-type]
+        print(f"pipelined {c.get('pipelined', 0)}, translated {c.get('translated', 0)}, kept as Triton "  # type: ignore[union-attr]
+              f"{c.get('kept as Triton', 0)} ({report['kept_as_triton_pct']}%), {report['ms_per_file']} ms per file")  # type: ignore[union-attr]
+        for reason, n in report["top_reasons"][:args.top]:  # type: ignore[index]
+            print(f"  {n:5d}  {reason}")
+        for crash in report["crashes"]:  # type: ignore[union-attr]
+            print(f"CRASH {crash['file']} [{crash['target']}]\n{crash['error']}")
+    return 1 if report["crashes"] or report["invalid_python"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""scripts/corpus_eval.py: the report over a directory of Triton files (crashes, invalid Python, statuses, reasons)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "corpus_eval.py"
+spec = importlib.util.spec_from_file_location("corpus_eval", SCRIPT)
+corpus_eval = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+spec.loader.exec_module(corpus_eval)  # type: ignore[union-attr]
+
+KERNELS = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def double(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+
+    @triton.jit
+    def gate(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.rand(0, offs))
+    ''')
+
+
+def test_report_counts_statuses_and_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "k.py").write_text(KERNELS, encoding="utf-8")
+    (tmp_path / "plain.py").write_text("x = 1\n", encoding="utf-8")  # no kernels: not counted
+    (tmp_path / "broken.py").write_text("@triton.jit\ndef f(:\n", encoding="utf-8")  # bad input, not a crash
+    code = corpus_eval.main([str(tmp_path), "-t", "gfx942", "-t", "sm90", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["files"] == 2 and report["functions"] == 4
+    assert report["counts"]["translated"] == 2 and report["counts"]["kept as Triton"] == 2
+    assert report["counts"]["bad input"] == 1
+    assert report["crashes"] == [] and report["invalid_python"] == [] and report["undefined_names"] == []
+    assert report["refusal_codes"] == {"TT011": 2}
+    assert report["top_reasons"][0][1] == 2 and report["top_reasons"][0][0].startswith("TT011")
+    assert report["kept_as_triton_pct"] == 50.0
+
+
+def test_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "k.py").write_text(KERNELS, encoding="utf-8")
+    assert corpus_eval.main([str(tmp_path), "-t", "gfx950"]) == 0
+    out = capsys.readouterr().out
+    assert "crashes 0, invalid Python 0" in out and "kept as Triton 1 (50.0%)" in out
