@@ -160,16 +160,40 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
-    _propagate_kept(facts, outcomes, source, target)
-    for name, outcome in outcomes.items():
-        if outcome.translated:
-            helpers |= translated_helpers[name]
-        else:
-            del rewritten[name]
+    while True:
+        _propagate_kept(facts, outcomes, source, target)
+        helpers = set()
+        for name, outcome in outcomes.items():
+            if outcome.translated:
+                helpers |= translated_helpers[name]
+            else:
+                rewritten.pop(name, None)
+        module = _emit_module(source, facts, target, rewritten, outcomes, helpers, text)
+        header = _header(path, sha256, source, target, command, outcomes)
+        # A safety net for the tool's own bugs: a translated function that reads a name it never defines would not
+        # compile; it is kept as Triton instead (and the loop repeats, since keeping it may keep its callers).
+        broken = _undefined_in_translated(header + module, outcomes)
+        if not broken:
+            return TranslationResult(path, target, header + module, list(outcomes.values()), sha256, text)
+        for name, missing in broken.items():
+            outcome = outcomes[name]
+            outcome.translated = False
+            outcome.kept_reason = (f"its Gluon translation for {target.name} reads `{missing}` without defining it "
+                                   "(a limit of the tool's rewrite)")
+            fn = facts.functions[name]
+            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+                fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
 
-    module = _emit_module(source, facts, target, rewritten, outcomes, helpers, text)
-    header = _header(path, sha256, source, target, command, outcomes)
-    return TranslationResult(path, target, header + module, list(outcomes.values()), sha256, text)
+
+def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:
+    from transpile.names import undefined_names
+
+    broken: dict[str, str] = {}
+    for u in undefined_names(text):
+        outcome = outcomes.get(u.function)
+        if outcome is not None and outcome.translated and u.function not in broken:
+            broken[u.function] = u.name
+    return broken
 
 
 class _KernelRewriter(cst.CSTTransformer):
