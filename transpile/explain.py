@@ -63,23 +63,28 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
     return tables
 
 
-def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:  # noqa: ANN001
-    """The warp-pipeline stage plan of each main loop, for targets whose rules warp-pipeline (AMD)."""
+def stage_plans(source, fn, plan, target: Target) -> list[tuple[cst.For, StagePlan | StageRefusal | None]]:  # noqa: ANN001
+    """Every `for` loop of `fn` with the warp-pipeline stage plan the target's AMD rule makes for it (none for
+    targets without that rule): what `explain` prints and what the timeline draws."""
     from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
 
     rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
     if rule is None:
         return []
-    rows: list[tuple[str, str, str]] = []
-    loops: list = []
+    loops: list[cst.For] = []
 
     class _Loops(cst.CSTVisitor):
         def visit_For(self, node: cst.For) -> None:
             loops.append(node)
 
     fn.node.visit(_Loops())
-    for loop in loops:
-        sp = plan_stages(source, fn, loop, plan, rule.engine, target.shared_memory_bytes)
+    return [(loop, plan_stages(source, fn, loop, plan, rule.engine, target.shared_memory_bytes)) for loop in loops]
+
+
+def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:  # noqa: ANN001
+    """The warp-pipeline stage plan of each main loop, for targets whose rules warp-pipeline (AMD)."""
+    rows: list[tuple[str, str, str]] = []
+    for loop, sp in stage_plans(source, fn, plan, target):
         line = str(source.position(loop)[0])
         if sp is None:
             continue

@@ -126,28 +126,13 @@ def render_svg(panels: list[Panel]) -> str:
 
 def file_panels(text: str, display: str, target) -> list[Panel]:  # noqa: ANN001 (a transpile.targets.Target)
     """A panel for every loop of `text` the target's warp-pipeline rule pipelines (none for other targets)."""
-    import libcst as cst
-
-    from transpile.analysis.stages import plan_stages
     from transpile.engine import prepare
-    from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
+    from transpile.explain import stage_plans
 
-    rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
-    if rule is None:
-        return []
     prepared = prepare(text, display)  # the canonical text the rules read (same lines as the source)
-    source, facts, plans = prepared.source, prepared.facts, prepared.plans
     panels: list[Panel] = []
-    for fn in facts.functions.values():
-        loops: list[cst.For] = []
-
-        class _Loops(cst.CSTVisitor):
-            def visit_For(self, node: cst.For) -> None:
-                loops.append(node)
-
-        fn.node.visit(_Loops())
-        for loop in loops:
-            sp = plan_stages(source, fn, loop, plans[fn.name], rule.engine, target.shared_memory_bytes)
+    for fn in prepared.facts.functions.values():
+        for _, sp in stage_plans(prepared.source, fn, prepared.plans[fn.name], target):
             if isinstance(sp, StagePlan):
                 title = (f"{display}:{sp.line} `{fn.name}` on {target.name}: {len(sp.stages)} stages, ring of "
                          f"{sp.slots} slots, copies {sp.distance} iteration(s) ahead")

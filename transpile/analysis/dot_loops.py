@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile.cst_utils import calls_in
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
 
@@ -87,25 +88,14 @@ def _functions_running_dots(facts: ModuleFacts) -> set[str]:
     """Jit functions of the file that run a dot, directly or through the helpers they call."""
     source = facts.source
     direct = {name for name, fn in facts.functions.items() if any(
-        is_dot_call(source, c) for c in _calls(fn.node))}
+        is_dot_call(source, c) for c in calls_in(fn.node))}
     changed = True
     while changed:
         changed = False
         for name, fn in facts.functions.items():
             if name in direct:
                 continue
-            if any(isinstance(c.func, cst.Name) and c.func.value in direct for c in _calls(fn.node)):
+            if any(isinstance(c.func, cst.Name) and c.func.value in direct for c in calls_in(fn.node)):
                 direct.add(name)
                 changed = True
     return direct
-
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
-    return found
