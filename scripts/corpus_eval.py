@@ -28,6 +28,16 @@ from transpile.targets import all_targets, get_target
 JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
 
 
+def _kept_category(reason: str) -> str:
+    """Why a function is kept as Triton, in three words: refused (a construct the tool cannot translate), dot loop
+    (a loop Triton's own compiler pipelines better than any variant would), call graph (a caller or callee is kept)."""
+    if reason.startswith("it is not translated") or "without defining it" in reason:
+        return "refused"
+    if reason.startswith(("it is called by", "it calls the helper")):
+        return "call graph"
+    return "dot loop"
+
+
 def _files(dirs: list[Path]) -> list[Path]:
     found = []
     for d in dirs:
@@ -46,6 +56,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
     counts: collections.Counter[str] = collections.Counter()
     refusals: collections.Counter[str] = collections.Counter()
     reasons: collections.Counter[str] = collections.Counter()
+    kept_why: collections.Counter[str] = collections.Counter()
     crashes: list[dict[str, str]] = []
     invalid: list[dict[str, str]] = []
     undefined: list[dict[str, str]] = []
@@ -85,6 +96,8 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
                 counts["helpers" if fn.is_helper else "kernels"] += 1
                 status = ("pipelined" if fn.pipelined else "translated") if fn.translated else "kept as Triton"
                 counts[status] += 1
+                if not fn.translated:
+                    kept_why[_kept_category(fn.kept_reason)] += 1
                 for d in fn.diagnostics:
                     if d.severity.value == "refusal":
                         refusals[d.code] += 1
@@ -94,6 +107,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
     return {
         "files": len(files), "targets": targets, "functions": functions, "counts": dict(counts),
         "kept_as_triton_pct": round(100.0 * counts["kept as Triton"] / functions, 1) if functions else 0.0,
+        "kept_why": dict(kept_why), "refused_pct": round(100.0 * kept_why["refused"] / functions, 1) if functions else 0.0,
         "refusal_codes": dict(refusals), "top_reasons": reasons.most_common(),
         "crashes": crashes, "invalid_python": invalid, "undefined_names": undefined,
         "ms_per_file": round(1000.0 * sum(seconds) / len(seconds), 1) if seconds else 0.0,
@@ -119,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
               f"undefined names {len(report['undefined_names'])}, bad input {c.get('bad input', 0)}")  # type: ignore[union-attr,arg-type]
         print(f"pipelined {c.get('pipelined', 0)}, translated {c.get('translated', 0)}, kept as Triton "  # type: ignore[union-attr]
               f"{c.get('kept as Triton', 0)} ({report['kept_as_triton_pct']}%), {report['ms_per_file']} ms per file")  # type: ignore[union-attr]
+        print("kept as Triton because: " + ", ".join(f"{k} {v}" for k, v in sorted(report["kept_why"].items()))  # type: ignore[union-attr]
+              + f" (refused: {report['refused_pct']}% of functions x targets)")
         for reason, n in report["top_reasons"][:args.top]:  # type: ignore[index]
             print(f"  {n:5d}  {reason}")
         for crash in report["crashes"]:  # type: ignore[union-attr]

@@ -35,7 +35,7 @@ MIXED = textwrap.dedent('''\
     def gate(x_ptr, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + offs)
-        tl.store(x_ptr + offs, tl.sigmoid(x))
+        tl.store(x_ptr + offs, tl.softsign(x))
 
 
     @triton.jit
@@ -217,12 +217,12 @@ def test_json_output(tmp_path: Path, cli, fixture_copy) -> None:
     assert {name: k["translated"] for name, k in kernels.items()} == {"double": True, "gate": False, "negate": True}
     assert {name: k["status"] for name, k in kernels.items()} == {
         "double": "translated", "gate": "kept as Triton", "negate": "translated"}
-    assert "`tl.sigmoid` has no Gluon translation" in kernels["gate"]["reason"]
+    assert "`tl.softsign` has no Gluon translation" in kernels["gate"]["reason"]
     assert kernels["gate"]["diagnostics"] == [
-        "mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool"]
+        "mixed.py:15:28: TT011 `tl.softsign` has no Gluon translation in this tool"]
     (diagnostic,) = report["diagnostics"]
     assert diagnostic == {"path": "mixed.py", "line": 15, "col": 28, "code": "TT011", "severity": "refusal",
-                          "message": "`tl.sigmoid` has no Gluon translation in this tool"}
+                          "message": "`tl.softsign` has no Gluon translation in this tool"}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -419,15 +419,15 @@ def test_unsupported_construct_is_refused_per_kernel(tmp_path: Path, cli) -> Non
     result = cli("mixed.py", "-t", "gfx942")
     assert_clean_exit(result, 0)  # a refusal is not an error: the other kernels are translated
     assert diagnostics(result.stderr) == [
-        ("mixed.py", 15, 28, "TT011", "`tl.sigmoid` has no Gluon translation in this tool")]
+        ("mixed.py", 15, 28, "TT011", "`tl.softsign` has no Gluon translation in this tool")]
     variant = (tmp_path / "mixed_gfx942.py").read_text(encoding="utf-8")
     lines = variant.splitlines()
     assert "# kept as Triton: `gate` (the comments above them say why)" in lines[:5]
     note = lines.index("# triton-transpile: the kernel `gate` is kept as Triton for gfx942: it is not translated for "
-                       "gfx942: `tl.sigmoid`")
+                       "gfx942: `tl.softsign`")
     assert lines[note + 1: note + 4] == [
         "#   has no Gluon translation in this tool.",
-        "#   mixed.py:15:28: TT011 `tl.sigmoid` has no Gluon translation in this tool",
+        "#   mixed.py:15:28: TT011 `tl.softsign` has no Gluon translation in this tool",
         "@triton.jit",
     ]
     # the source function, byte for byte, under the note
@@ -461,7 +461,7 @@ def test_explain_shows_refusals(tmp_path: Path, cli) -> None:
     result = cli("explain", "mixed.py", "-t", "sm90")
     assert_clean_exit(result, 0)
     assert "kernel `gate` for sm90: kept as Triton" in result.stdout
-    assert "TT011" in result.stdout and "`tl.sigmoid` has no Gluon translation" in result.stdout
+    assert "TT011" in result.stdout and "`tl.softsign` has no Gluon translation" in result.stdout
     assert not (tmp_path / "mixed_sm90.py").exists()  # explain writes nothing
 
 

@@ -28,7 +28,7 @@ KERNELS = textwrap.dedent('''\
     @triton.jit
     def gate(x_ptr, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
-        tl.store(x_ptr + offs, tl.rand(0, offs))
+        tl.store(x_ptr + offs, tl.sort(tl.load(x_ptr + offs)))
     ''')
 
 
@@ -47,6 +47,7 @@ def test_report_counts_statuses_and_reasons(tmp_path: Path, capsys: pytest.Captu
     assert report["refusal_codes"] == {"TT011": 2}
     assert report["top_reasons"][0][1] == 2 and report["top_reasons"][0][0].startswith("TT011")
     assert report["kept_as_triton_pct"] == 50.0
+    assert report["kept_why"] == {"refused": 2} and report["refused_pct"] == 50.0
 
 
 def test_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,3 +55,4 @@ def test_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert corpus_eval.main([str(tmp_path), "-t", "gfx950"]) == 0
     out = capsys.readouterr().out
     assert "crashes 0, invalid Python 0" in out and "kept as Triton 1 (50.0%)" in out
+    assert "kept as Triton because: refused 1 (refused: 50.0% of functions x targets)" in out

@@ -447,6 +447,10 @@ def _drop_unused_language_imports(module: cst.Module, source: SourceFile) -> cst
         def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
             return False
 
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # `gl.extra.libdevice.tanh` uses `gl`, not a `libdevice` import
+            return False
+
         def visit_Name(self, node: cst.Name) -> None:
             used.add(node.value)
 

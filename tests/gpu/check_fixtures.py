@@ -575,6 +575,27 @@ def _fx_cases():
     )
 
 
+def _lang_gated_inputs(s, device, gen):
+    return tuple(_randn(gen, s["n"], dtype=torch.float16, device=device) * 3 for _ in range(2))
+
+
+def _ref_lang_gated_act(gate, up, activation="silu", limit=20.0):
+    g = gate.float()
+    act = torch.nn.functional.gelu(g, approximate="tanh") if activation == "gelu_tanh" else torch.nn.functional.silu(g)
+    return torch.clamp(act * up.float(), -limit, limit).to(gate.dtype)
+
+
+def _lang_router_inputs(s, device, gen):
+    return (_randn(gen, s["T"], s["E"], device=device) * 2,)
+
+
+def _ref_lang_router(logits):
+    x = logits.float()
+    probs = torch.softmax(x, dim=1)
+    weight = probs.max(dim=1).values
+    return x.argmax(dim=1).to(torch.int32), weight, probs / weight[:, None]
+
+
 CASES: list[Case] = [
     Case(
         name="matmul_grouped",
@@ -820,6 +841,42 @@ CASES: list[Case] = [
         shape=dict(M=1001, N=3000),
         small_shape=dict(M=37, N=300),
         options=dict(eps=1e-5),
+    ),
+    *(
+        Case(
+            name=f"lang_gated_act-{activation}",
+            fixture="lang_gated_act",
+            wrapper="gated_act",
+            make_inputs=_lang_gated_inputs,
+            reference=_ref_lang_gated_act,
+            shape=dict(n=1_000_003),
+            small_shape=dict(n=3_000),
+            options=dict(activation=activation, limit=4.0),
+        )
+        for activation in ("silu", "gelu_tanh")
+    ),
+    Case(
+        name="lang_router",
+        fixture="lang_router",
+        wrapper="top1_router",
+        make_inputs=_lang_router_inputs,
+        reference=_ref_lang_router,
+        shape=dict(T=5003, E=60),
+        small_shape=dict(T=37, E=60),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    Case(
+        name="lang_scan_dropout",
+        fixture="lang_scan_dropout",
+        wrapper="scan_dropout",
+        make_inputs=_rows_inputs(torch.float16),
+        reference=None,  # random: the variant is compared with the original (same seed, same Philox stream)
+        shape=dict(M=1001, N=1500),
+        small_shape=dict(M=70, N=200),
+        options=dict(p=0.25, seed=77),
+        atol=1e-3,
+        rtol=1e-4,
     ),
 ]
 

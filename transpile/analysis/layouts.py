@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
+
+from transpile import language
 
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -147,6 +150,8 @@ class LayoutPlan:
     descriptors: dict[str, DescriptorInfo] = field(default_factory=dict)
     descriptor_ops: dict[cst.Call, tuple[str, DescriptorInfo]] = field(default_factory=dict)  # desc.load/.store
     transposes: set[cst.CSTNode] = field(default_factory=set)  # `x.T` and `x.trans()` on tensors
+    # `x.argmax(1)` and other tensor methods whose Triton body Gluon cannot compile: the rule calls the function form.
+    method_calls: dict[cst.Call, str] = field(default_factory=dict)
     # Implicit broadcasts made explicit: the node (of rank `own`) gets `added` leading new axes (`x` -> `x[None, :]`),
     # the expansion Gluon needs where plain Triton broadcasts a lower-rank tensor against a higher-rank one like numpy.
     expansions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)  # node -> (added, own)
@@ -177,24 +182,26 @@ class LayoutPlan:
 
 ELEMENTWISE = {
     "abs", "cdiv", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log", "log2", "maximum",
-    "minimum", "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi", "where", "cast", "clamp",
+    "minimum", "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi", "where", "cast", "clamp", "sigmoid", "add", "sub", "mul",
+    "uint_to_uniform_float", "map_elementwise",
 }  # fmt: skip
-SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "cumsum", "cumprod", "associative_scan"}
-REDUCTIONS = {"sum", "max", "min", "xor_sum", "reduce", "reduce_or"}
+# Random numbers: elementwise over the offsets (the seed is a scalar); the `4x` forms give four such tensors.
+RANDOM = {"rand", "randn", "randint"}
+RANDOM4 = {"rand4x", "randn4x", "randint4x", "philox", "philox_impl", "pair_uniform_to_normal"}
+SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "cumsum", "cumprod", "associative_scan",
+                 "softmax", "flip"}
+REDUCTIONS = {"sum", "max", "min", "xor_sum", "reduce", "reduce_or", "argmax", "argmin"}
+# Ops whose result needs data from other threads (a barrier between warps): the reductions and the scans.
+CROSS_WARP = REDUCTIONS | {"cumsum", "cumprod", "associative_scan", "softmax", "flip", "sort", "topk", "histogram",
+                           "gather"}
 SCALAR_FUNCS = {
     "program_id", "num_programs", "static_range", "range", "static_assert", "static_print", "device_print",
-    "device_assert", "debug_barrier", "constexpr", "assume", "pointer_type",
+    "device_assert", "debug_barrier", "constexpr", "assume", "pointer_type", "swizzle2d",
 }  # fmt: skip
 CREATIONS = {"arange", "zeros", "full"}
 LIKE = {"zeros_like", "full_like"}
-OPAQUE = {"trans", "permute", "reshape", "view", "ravel"}
+OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave", "histogram"}
 ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
-# triton.language functions with no Gluon counterpart the rewrite emits (the rewrite refuses them by name).
-UNSUPPORTED = {
-    "rand", "randn", "randint", "randint4x", "argmax", "argmin", "sigmoid", "softmax", "make_block_ptr", "advance",
-    "join", "split", "cat", "interleave", "histogram", "gather", "dot_scaled", "sort", "flip", "broadcast_to",
-    "expand_dims", "swizzle2d", "zeros_like_block_ptr", "inline_asm_elementwise", "extra", "clamp",
-}  # fmt: skip
 
 
 def _strip_module(lang: str) -> str:
@@ -639,11 +646,62 @@ class _FunctionWalker:
         return self.expand_to_rank(arg, value, pointer.rank) if pointer.rank is not None else value
 
     def eval_language_call(self, node: cst.Call, name: str, full: str) -> Value:
-        if name in UNSUPPORTED or full.startswith("extra."):
-            self.refuse(node, "TT011", f"`tl.{full}` has no Gluon translation in this tool")
+        spelling = language.lookup(full, "cuda", (3, 9))  # the form of the result; the rule spells it per target
+        if spelling is not None and spelling.kind == "libdevice":
+            return self.elementwise(node)
+        if spelling is None or spelling.kind == "refuse":
+            if spelling is not None and not (full.startswith("extra.") or "libdevice" in full):
+                # Refused on every target (the language rule refuses what only some targets lack, and libdevice
+                # functions one backend lacks).
+                self.refuse(node, "TT011", spelling.text)
             for a in node.args:
                 self.eval(a.value)
             return SCALAR
+        if name in RANDOM:
+            return self.elementwise(node)
+        if name in RANDOM4:
+            value = self.elementwise(node)
+            return Tup((value,) * (2 if name == "pair_uniform_to_normal" else 4))
+        if name in ("expand_dims", "unsqueeze"):
+            return self.expand_dims(node)
+        if name == "broadcast_to":
+            return self.broadcast_to(node)
+        if name == "broadcast":
+            value = self.elementwise(node)
+            return Tup((value, value))
+        if name == "split":
+            value = self.eval(self.arg(node, 0, "a"))
+            if not isinstance(value, Tensor):
+                return SCALAR
+            rank = value.rank - 1 if value.rank is not None else None
+            shape = value.shape[:-1] if value.shape else None
+            return Tup((self.opaque(node, rank, shape, value.elem), self.opaque(node, rank, shape, value.elem)))
+        if name == "gather":
+            source = self.eval(self.arg(node, 0, "src"))
+            index = self.eval(self.arg(node, 1, "index"))
+            self.eval(self.arg(node, 2, "axis"))
+            if not isinstance(index, Tensor):
+                return SCALAR
+            return Tensor(index.term, source.elem if isinstance(source, Tensor) else None, index.shape)
+        if name == "histogram":
+            for a in node.args:
+                self.eval(a.value)
+            bins = self.arg(node, 1, "num_bins")
+            shape = [self.shape_text(bins) if bins is not None else None]
+            return Tensor(self.created(node, rank=1, shape=shape), "gl.int32", shape=tuple(shape))
+        if name == "inline_asm_elementwise":
+            args_node = self.arg(node, 2, "args")
+            values = self.eval(args_node)
+            for a in node.args:
+                if a.value is not args_node:
+                    self.eval(a.value)
+            items = values.items if isinstance(values, Tup) else (values,)
+            tensors = [v for v in items if isinstance(v, Tensor)]
+            if not tensors:
+                return SCALAR
+            dtype = self.arg(node, 3, "dtype")
+            elem = self.dtype_text(dtype) if dtype is not None and not isinstance(dtype, (cst.Tuple, cst.List)) else None
+            return tensors[0].derive(elem=elem)
         if name in CREATIONS:
             return self.creation(node, name)
         if name in LIKE:
@@ -709,6 +767,47 @@ class _FunctionWalker:
             self.eval(a.value)
         return SCALAR
 
+    def expand_dims(self, node: cst.Call) -> Value:
+        """`tl.expand_dims(x, axis)`: as `x[:, None]` (the operand in the matching slice layout)."""
+        operand = self.arg(node, 0, "input")
+        base = self.eval(operand)
+        axis_node = self.arg(node, 1, "axis")
+        self.eval(axis_node)
+        if not isinstance(base, Tensor) or operand is None:
+            return base
+        try:
+            axis = int(self.source.code(axis_node).strip()) if axis_node is not None else None
+        except ValueError:
+            axis = None
+        if axis is None or base.rank is None:
+            self.refuse(node, "TT010", "`tl.expand_dims` needs an integer literal axis (or write `x[:, None]`)")
+            return base
+        if axis < 0:
+            axis += base.rank + 1
+        indices: list[str | None] = [":"] * base.rank
+        indices.insert(axis, None)
+        in_shape = list(base.shape or [None] * base.rank)
+        shape = [*in_shape[:axis], "1", *in_shape[axis:]]
+        return self.expansion(node, "expand", operand, base, indices, base.rank + 1, shape)
+
+    def shape_of_args(self, args: Sequence[cst.Arg]) -> tuple[str | None, ...] | None:
+        """The shape a `broadcast_to`/`reshape` call names: one list/tuple argument or the dimensions one by one."""
+        positional = [a.value for a in args if a.keyword is None]
+        if len(positional) == 1 and isinstance(positional[0], (cst.List, cst.Tuple)):
+            return tuple(self.shape_text(e.value) for e in positional[0].elements)
+        return tuple(self.shape_text(p) for p in positional) if positional else None
+
+    def broadcast_to(self, node: cst.Call) -> Value:
+        """`tl.broadcast_to(x, shape)`: `x`'s layout class with the new shape (Triton broadcasts size-1 dimensions of
+        a tensor of the same rank)."""
+        base = self.eval(node.args[0].value) if node.args else SCALAR
+        for a in node.args[1:]:
+            self.eval(a.value)
+        if not isinstance(base, Tensor):
+            self.refuse(node, "TT010", "`tl.broadcast_to` of a scalar: write `tl.full(shape, value, dtype)`")
+            return SCALAR
+        return Tensor(base.term, base.elem, self.shape_of_args(node.args[1:]))
+
     def creation(self, node: cst.Call, name: str) -> Value:
         for a in node.args:
             self.eval(a.value)
@@ -763,11 +862,28 @@ class _FunctionWalker:
         term = self.fresh(node, "reduce", rank=None if rank is None else rank - 1, shape=out_shape,
                           slice_of=(axis, value.term), origins={"slice"})
         elem = value.elem
+        reducer = _strip_module(self.source.code(node.func).strip())
+        if reducer in ("argmax", "argmin"):
+            elem = "gl.int32"
         if elem in _SMALL_INTS and _strip_module(self.source.code(node.func).strip()) in ("sum", "xor_sum"):
             elem = "gl.uint32" if elem.startswith("gl.uint") else "gl.int32"
         return Tensor(term, elem, tuple(out_shape) if out_shape is not None else None)
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
+        if method in language.METHOD_FUNCTIONS:
+            # `x.argmax(1)`: Triton's method body does not compile under Gluon; the rule calls the function form.
+            self.plan.method_calls[node] = method
+            if method in REDUCTIONS:
+                return self.reduction(node, node.func.value, self.arg(node, 0, "axis"))  # type: ignore[attr-defined]
+            for a in node.args:
+                self.eval(a.value)
+            return base
+        if method in ("cumsum", "cumprod", "flip", "sigmoid", "broadcast_to"):
+            for a in node.args:
+                self.eval(a.value)
+            if method == "broadcast_to":
+                return Tensor(base.term, base.elem, self.shape_of_args(node.args))
+            return base
         if method in ("to", "cast"):
             for a in node.args:
                 self.eval(a.value)

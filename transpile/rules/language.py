@@ -10,36 +10,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile import language
 from transpile.rules.base import Example, Rule, RuleContext, expr
 
-# Names spelled the same in triton.language and in Gluon's language module, in Triton 3.6 and 3.9 alike.
-SHARED = frozenset(
-    """
-    program_id num_programs arange zeros zeros_like full full_like load store where cdiv maximum minimum exp exp2 log
-    log2 sqrt sqrt_rn rsqrt abs cos sin erf floor ceil fma fdiv div_rn umulhi sum max min xor_sum reduce reduce_or
-    associative_scan atomic_add atomic_max atomic_min atomic_and atomic_or atomic_xor atomic_xchg atomic_cas
-    multiple_of max_contiguous max_constancy static_range static_assert static_print device_print device_assert cast
-    permute reshape ravel float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
-    float8e4nv float8e5 float8e4b15 float8e4b8 float8e5b16 constexpr tensor pointer_type dtype assume
-    """.split()
-)
-# Only in Triton 3.9's Gluon: fine for the AMD targets (which need 3.9 anyway), refused where 3.6 must compile too.
-NEWER = frozenset({"cumsum", "cumprod"})
-# Submodules of triton.language: only the names inside them are translated.
-SUBMODULES = frozenset({"math", "core", "standard", "semantic", "extra", "extra.cuda", "extra.libdevice"})
-# Handled by their own rules (dot, descriptors, ranges, transposes, barriers).
-OWN_RULE = frozenset({"dot", "make_tensor_descriptor", "range", "trans", "debug_barrier"})
-
-
-def gluon_name(lang: str, target_min_triton: tuple[int, int]) -> str | None:
-    """``math.exp`` -> ``gl.exp``; None when Gluon has no such name (for this target's minimum Triton)."""
-    name = lang.rsplit(".", 1)[-1]
-    module = lang.rsplit(".", 1)[0] if "." in lang else ""
-    if module not in ("", "math", "core", "standard", "semantic"):
+def gluon_name(lang: str, backend: str, min_triton: tuple[int, int]) -> str | None:
+    """``math.exp`` -> ``gl.exp`` for a plain rename (the language table); None otherwise."""
+    spelling = language.lookup(lang, backend, min_triton)
+    if spelling is None or spelling.kind in ("own", "refuse", "method"):
         return None
-    if name in SHARED or (name in NEWER and target_min_triton >= (3, 9)):
-        return f"gl.{name}"
-    return None
+    return language.gluon_text(spelling)
 
 
 class JitDecorator(Rule):
@@ -69,7 +48,9 @@ class JitDecorator(Rule):
 class LanguageNames(Rule):
     name = "language-names"
     matches = "`triton.language` names inside jit functions: ops, math, dtypes, `constexpr`"
-    emits = "the `gl.` name; refuses (TT011) a name Gluon lacks"
+    emits = ("the spelling of the language table (`transpile/language.py`): the `gl.` name, Triton's own standard "
+             "function compiled as a Gluon function, a helper, the backend's libdevice; refuses (TT011) with the "
+             "table's reason")
     examples = (
         Example(
             "from triton import jit\nfrom triton import language as T\n\n@jit\ndef k(x_ptr, BLOCK: T.constexpr):\n"
@@ -79,7 +60,12 @@ class LanguageNames(Rule):
         Example(
             "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n"
             "    tl.store(x_ptr, tl.sigmoid(tl.load(x_ptr)))\n",
-            ("x.py:6:21: TT011 `tl.sigmoid` has no Gluon translation in this tool",),
+            ("_sigmoid = gluon.jit(tl_standard.sigmoid.fn)", "gl.store(x_ptr, _sigmoid(gl.load(x_ptr)))"),
+        ),
+        Example(
+            "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr, B: tl.constexpr):\n"
+            "    x = tl.load(x_ptr + tl.arange(0, B))\n    tl.store(x_ptr + tl.arange(0, B), tl.sort(x))\n",
+            ("x.py:7:39: TT011 `tl.sort` (a bitonic network over reshaped tensors) has no Gluon translation",),
         ),
     )
 
@@ -93,16 +79,41 @@ class LanguageNames(Rule):
         lang = ctx.language(original)
         if lang is None or lang == "":
             return updated
-        short = lang.rsplit(".", 1)[-1]
-        if short in OWN_RULE:
+        spelling = language.lookup(lang, ctx.target.backend, ctx.target.min_triton)
+        if spelling is None or spelling.kind in ("own", "method"):
+            return updated  # a submodule inside `tl.math.exp` (renamed as a whole), or a rule of its own
+        if spelling.kind == "refuse":
+            everywhere = language.lookup(lang, "cuda", (3, 9))
+            if everywhere is None or everywhere.kind != "refuse" or "libdevice" in lang or lang.startswith("extra."):
+                ctx.refuse(original, "TT011", spelling.text)  # what the layout analysis did not refuse already
             return updated
-        if lang in SUBMODULES:
-            return updated  # `tl.math` inside `tl.math.exp`: the outer attribute is renamed as a whole
-        new = gluon_name(lang, ctx.target.min_triton)
-        if new is None:
-            ctx.refuse(original, "TT011", f"`tl.{lang}` has no Gluon translation in this tool")
+        key = language.snippet_key(spelling)
+        if key is not None:
+            ctx.need(key)
+        return expr(language.gluon_text(spelling))
+
+    def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        """`x.argmax(1)` -> `_argmax(x, 1)` (tensor methods whose Triton code Gluon cannot compile);
+        `tl.broadcast_to(x, shape)` -> `x.broadcast_to(shape)` (Gluon has the method, not the function)."""
+        if not isinstance(updated, cst.Call):
             return updated
-        return expr(new)
+        method = ctx.plan.method_calls.get(original)
+        if method is not None and isinstance(updated.func, cst.Attribute):
+            spelling = language.lookup(method, ctx.target.backend, ctx.target.min_triton)
+            if spelling is None or spelling.kind == "refuse":
+                ctx.refuse(original, "TT011", spelling.text if spelling else f"`x.{method}()` is not translated")
+                return updated
+            key = language.snippet_key(spelling)
+            if key is not None:
+                ctx.need(key)
+            return cst.Call(expr(language.gluon_text(spelling)), [cst.Arg(updated.func.value), *updated.args])
+        lang = ctx.language(original.func)
+        if lang is not None and lang.rsplit(".", 1)[-1] in ("broadcast_to",) and updated.args:
+            first, *rest = updated.args
+            if first.keyword is None:
+                return cst.Call(cst.Attribute(first.value, cst.Name("broadcast_to")),
+                                [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for a in rest])
+        return updated
 
 
 class Barrier(Rule):

@@ -18,7 +18,7 @@ from transpile.cst_utils import names_in
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
 
-CREATIONS = ("arange", "zeros", "full")
+CREATIONS = ("arange", "zeros", "full", "histogram")
 
 
 class CreationLayouts(Rule):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from transpile import language
 from transpile.diagnostics import Diagnostic, TranspileError
 
 if TYPE_CHECKING:
@@ -36,14 +37,22 @@ class Target:
         return GPUTarget(self.backend, self.arch, self.warp_size)
 
     def snippet(self, name: str) -> str:
-        return self.snippets[name]
+        if name in self.snippets:
+            return self.snippets[name]
+        text = language.snippet(name)
+        if text is None:
+            raise KeyError(name)
+        return text
 
     def snippet_order(self, needed: set[str]) -> list[str]:
         """Needed snippets plus what they call, in the target's fixed (dependency) order."""
         closure = set(needed)
         for name in list(needed):
-            closure |= set(SNIPPET_DEPENDENCIES.get(name, ()))
-        return [name for name in self.snippets if name in closure]
+            closure |= set(SNIPPET_DEPENDENCIES.get(name, ())) | set(language.HELPER_NEEDS.get(name, ()))
+        own = [name for name in self.snippets if name in closure]
+        # Language helpers (`tl.argmax`, `tl.sigmoid`, ...) after the target's, callees first, then by name.
+        rest = sorted(closure - set(own), key=lambda n: (n not in language.CALLEES, n))
+        return [*own, *rest]
 
     def mma_layout_expr(self, ctx: RuleContext, root: Term) -> str:
         """Declaration value of an MMA layout class: `_mma_layout(M, [N, ...], operand dtype, num_warps)`."""

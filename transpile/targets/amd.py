@@ -16,6 +16,8 @@ from transpile.targets import snippets as s
 GLUON_IMPORTS = (
     "from triton.experimental import gluon",
     "from triton.experimental.gluon import language as gl",
+    # Only where a variant uses them (`tl.sigmoid` as Triton's own code, `tl.PropagateNan` values).
+    "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
 
 def _rules(engine: str) -> tuple:

@@ -28,6 +28,8 @@ IMPORTS = (
     "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
     "warpgroup_mma, warpgroup_mma_wait",
     "from triton.experimental.gluon.language.nvidia.ampere import async_copy",
+    # Only where a variant uses them (`tl.sigmoid` as Triton's own code, `tl.PropagateNan` values).
+    "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
 
 WGMMA_LAYOUT = '''

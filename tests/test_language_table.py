@@ -1,0 +1,109 @@
+"""The language table covers every public name of the installed triton.language: each is translated (to a Gluon name
+that exists, a standard function that exists, a helper the tool emits, a libdevice function) or refused with a reason
+of its own; and the translations compile (tests/test_compile.py compiles the lang_* fixtures for every target)."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+import triton.experimental.gluon.language as gl
+import triton.language as tl
+
+from transpile import language
+from transpile.engine import translate_source
+from transpile.targets import all_targets, get_target
+
+GENERIC = "has no Gluon translation in this tool"
+# Names of triton.language that are modules, or typing leftovers of its source files (not language).
+NOT_LANGUAGE = {"List", "T", "wraps", "TypeVar", "Sequence", "Optional", "Union", "Callable", "annotations", "builtins"}
+
+
+def _public(module: types.ModuleType) -> list[str]:
+    return sorted(n for n in dir(module) if not n.startswith("_") and n not in NOT_LANGUAGE
+                  and not inspect.ismodule(getattr(module, n)))
+
+
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
+def test_every_public_name_is_translated_or_refused_with_a_reason(target: str) -> None:
+    t = get_target(target)
+    missing, generic = [], []
+    for prefix, module in (("", tl), ("math.", tl.math), ("core.", tl.core), ("standard.", tl.standard)):
+        for name in _public(module):
+            spelling = language.lookup(prefix + name, t.backend, t.min_triton)
+            if spelling is None:
+                missing.append(prefix + name)
+            elif spelling.kind == "refuse" and (spelling.text == f"`tl.{prefix}{name}` {GENERIC}"
+                                                or f"{name}`" not in spelling.text):
+                generic.append(f"{prefix}{name}: {spelling.text}")
+    # tl.core's and tl.standard's internals (helpers of the implementation) may fall to the generic refusal; the
+    # public top-level and math names may not.
+    assert not missing, missing
+    assert not [g for g in generic if not g.startswith(("core.", "standard."))], generic
+
+
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
+def test_translations_name_what_exists(target: str) -> None:
+    t = get_target(target)
+    for name, spelling in language.TABLE.items():
+        spelling = language.lookup(name, t.backend, t.min_triton)
+        assert spelling is not None, name
+        if spelling.kind in ("gl", "gl39"):
+            assert hasattr(gl, spelling.text), f"gl.{spelling.text}"
+        elif spelling.kind == "std":
+            module = tl.random if spelling.text in language.RANDOM else tl.standard
+            assert hasattr(getattr(module, spelling.text), "fn"), spelling.text
+            assert f"tl_{module.__name__.rsplit('.', 1)[-1]}" in " ".join(t.imports)
+        elif spelling.kind == "helper":
+            assert language.snippet(spelling.text) is not None
+        elif spelling.kind == "method":
+            assert hasattr(gl.tensor, spelling.text)
+        elif spelling.kind == "refuse":
+            assert spelling.text != f"`tl.{name}` {GENERIC}" and f"{name}`" in spelling.text, name
+
+
+def test_sm90_gets_the_spelling_triton_3_6_has() -> None:
+    sm90, gfx950 = get_target("sm90"), get_target("gfx950")
+    assert language.lookup("cumsum", gfx950.backend, gfx950.min_triton) == language.Spelling("gl39", "cumsum",
+                                                                                             language.Spelling("std", "cumsum"))
+    assert language.lookup("cumsum", sm90.backend, sm90.min_triton) == language.Spelling("std", "cumsum")
+    assert language.lookup("clamp", sm90.backend, sm90.min_triton).kind == "helper"
+    assert language.lookup("gather", sm90.backend, sm90.min_triton).kind == "refuse"
+
+
+def test_libdevice_spellings_per_backend() -> None:
+    for lang in ("extra.cuda.libdevice.tanh", "extra.libdevice.tanh", "math.tanh", "extra.hip.libdevice.tanh"):
+        assert language.lookup(lang, "cuda", (3, 6)) == language.Spelling("libdevice", "tanh")
+        assert language.lookup(lang, "hip", (3, 9)) == language.Spelling("libdevice", "tanh")
+    cuda_only = language.lookup("extra.cuda.libdevice.cbrt", "hip", (3, 9))
+    assert cuda_only.kind == "refuse" and "CUDA" in cuda_only.text
+    assert language.lookup("extra.cuda.libdevice.cbrt", "cuda", (3, 6)).kind == "libdevice"
+
+
+SOURCE = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def k(x_ptr, i_ptr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    x = tl.load(x_ptr + offs)
+    y = tl.sigmoid(x) + libdevice.tanh(x) + tl.clamp(x, 0.0, 1.0) + tl.cumsum(x, 0)
+    tl.store(x_ptr + offs, y)
+    tl.store(i_ptr, x.argmax(0))
+'''
+
+
+def test_rewrites_per_target() -> None:
+    sm90 = translate_source(SOURCE, "x.py", get_target("sm90")).text
+    assert "y = _sigmoid(x) + gl.extra.libdevice.tanh(x) + _clamp(x, 0.0, 1.0) + _cumsum(x, 0)" in sm90
+    assert "_sigmoid = gluon.jit(tl_standard.sigmoid.fn)" in sm90
+    assert "from triton.language import standard as tl_standard" in sm90.splitlines()
+    assert "gl.store(i_ptr, _argmax(x, 0))" in sm90  # the method's Triton body does not compile under Gluon
+    assert sm90.index("def _index_along") < sm90.index("def _argmax(")  # callee first
+    assert "from triton.language.extra import libdevice" not in sm90  # nothing uses it any more
+    amd = translate_source(SOURCE, "x.py", get_target("gfx950")).text
+    assert "y = _sigmoid(x) + gl.extra.libdevice.tanh(x) + gl.clamp(x, 0.0, 1.0) + gl.cumsum(x, 0)" in amd
+    assert "def _clamp" not in amd

@@ -1,0 +1,288 @@
+"""What every public name of ``triton.language`` becomes in a Gluon variant: the one table the layout analysis and
+the language rule read.
+
+Each entry says how the name is spelled in Gluon (the same ``gl.`` name; a ``gl.`` name only Triton 3.9's Gluon has,
+with what the older Gluon of the sm90 machines gets instead; Triton's own implementation compiled as a Gluon function;
+a helper of this tool; the backend's libdevice), which rule handles it, or why it is refused. A refusal names what the
+user can change in their source; the kernel is then kept as Triton (``engine``), never emitted half-translated.
+
+``tests/test_language_table.py`` fails on any public name of the installed ``triton.language``, ``tl.math`` or libdevice
+that is in neither column.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+# How each spelling is emitted:
+#   gl        `gl.<name>` (Gluon has it in Triton 3.6 and 3.9)
+#   gl39      `gl.<name>` where the target needs Triton 3.9 anyway (AMD); `fallback` (a spelling of this table) on sm90
+#   std       Triton's own `triton.language.standard.<name>`, compiled as a Gluon function by a module-level
+#             `_<name> = gluon.jit(...)` line (Gluon has no `gl.<name>`; the implementation is Triton's, layout-generic)
+#   helper    a `@gluon.jit` helper of this tool (snippet `text`), for standard functions whose Triton implementation
+#             does not compile under Gluon (they build index tensors without a layout)
+#   libdevice `gl.extra.libdevice.<name>` (the backend's libdevice: CUDA's on sm90, ROCm's on AMD)
+#   method    a tensor method Gluon's tensors have (`x.broadcast_to(...)`)
+#   triton    `triton.language.<name>` itself (enum values that Gluon's ops accept as they are)
+#   own       rewritten by a rule of its own (dot, descriptors, ranges, transposes, barriers)
+#   refuse    refused (TT011) with `text` as the reason
+KINDS = ("gl", "gl39", "std", "helper", "libdevice", "method", "triton", "own", "refuse")
+
+
+@dataclass(frozen=True)
+class Spelling:
+    kind: str
+    text: str = ""  # gl/gl39/std/libdevice/method/triton: the name; helper: the snippet key; refuse: the reason
+    fallback: Spelling | None = None  # gl39: the spelling on targets whose Gluon is older (sm90: Triton 3.6)
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, self.kind
+
+
+def _gl(names: str) -> dict[str, Spelling]:
+    return {n: Spelling("gl", n) for n in names.split()}
+
+
+_NO_BLOCK_POINTERS = ("`tl.{}`: Gluon has no block pointers; address the tile with pointers or "
+                      "`tl.make_tensor_descriptor`")
+_SORT = "`tl.{}` (a bitonic network over reshaped tensors) has no Gluon translation in this tool"
+
+TABLE: dict[str, Spelling] = {
+    # ---- the language surface Gluon shares, Triton 3.6 and 3.9 alike --------------------------------------------
+    **_gl("""
+        program_id num_programs arange zeros zeros_like full load store where cdiv maximum minimum exp exp2 log log2
+        sqrt sqrt_rn rsqrt abs cos sin erf floor ceil fma fdiv div_rn umulhi sum max min xor_sum reduce reduce_or
+        associative_scan atomic_add atomic_max atomic_min atomic_and atomic_or atomic_xor atomic_xchg atomic_cas
+        multiple_of max_contiguous max_constancy static_range static_assert static_print device_print device_assert
+        cast permute reshape ravel expand_dims broadcast join split histogram inline_asm_elementwise map_elementwise
+        add sub mul assume
+        float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
+        float8e4nv float8e5 float8e4b15 float8e4b8 float8e5b16 constexpr tensor pointer_type block_type dtype void
+        tuple tuple_type
+    """),
+    # ---- Gluon names only Triton 3.9 has ----------------------------------------------------------------------------
+    "cumsum": Spelling("gl39", "cumsum", Spelling("std", "cumsum")),
+    "cumprod": Spelling("gl39", "cumprod", Spelling("std", "cumprod")),
+    "clamp": Spelling("gl39", "clamp", Spelling("helper", "clamp")),
+    "gather": Spelling("gl39", "gather", Spelling("refuse", "`tl.gather` needs Triton 3.9's Gluon (its 3.6 Gluon "
+                                                            "cannot lay out the result); the sm90 variant must "
+                                                            "compile under 3.6")),
+    "atomic_load": Spelling("gl39", "atomic_load", Spelling("refuse", "`tl.atomic_load` needs Triton 3.9")),
+    "atomic_store": Spelling("gl39", "atomic_store", Spelling("refuse", "`tl.atomic_store` needs Triton 3.9")),
+    "atomic_poll": Spelling("gl39", "atomic_poll", Spelling("refuse", "`tl.atomic_poll` needs Triton 3.9")),
+    "to_tensor": Spelling("gl39", "to_tensor", Spelling("refuse", "`tl.to_tensor` needs Triton 3.9")),
+    "expect_zero": Spelling("gl39", "expect_zero", Spelling("refuse", "`tl.expect_zero` needs Triton 3.9")),
+    "aggregate_replace": Spelling("gl39", "aggregate_replace",
+                                  Spelling("refuse", "`tl.aggregate_replace` needs Triton 3.9")),
+    # ---- triton.language.standard: Triton's own implementation, compiled as a Gluon function ----------------------
+    **{n: Spelling("std", n) for n in (
+        "sigmoid flip interleave swizzle2d rand randn randint rand4x randn4x randint4x philox philox_impl "
+        "pair_uniform_to_normal uint_to_uniform_float"
+    ).split()},
+    # ---- standard functions whose Triton implementation Gluon cannot compile: helpers of this tool --------------
+    "softmax": Spelling("helper", "softmax"),
+    "argmax": Spelling("helper", "argmax"),
+    "argmin": Spelling("helper", "argmin"),
+    # ---- other spellings ------------------------------------------------------------------------------------------
+    "view": Spelling("gl", "reshape"),  # `tl.view` is the deprecated name of a reshape that may reorder
+    "unsqueeze": Spelling("gl", "expand_dims"),
+    "broadcast_to": Spelling("method", "broadcast_to"),
+    "PropagateNan": Spelling("triton", "PropagateNan"),
+    # ---- rules of their own ---------------------------------------------------------------------------------------
+    **{n: Spelling("own") for n in "dot make_tensor_descriptor range trans debug_barrier".split()},
+    # ---- refused, with what the user can do --------------------------------------------------------------------
+    "make_block_ptr": Spelling("refuse", _NO_BLOCK_POINTERS.format("make_block_ptr")),
+    "advance": Spelling("refuse", _NO_BLOCK_POINTERS.format("advance")),
+    "sort": Spelling("refuse", _SORT.format("sort")),
+    "topk": Spelling("refuse", _SORT.format("topk")),
+    "bitonic_merge": Spelling("refuse", _SORT.format("bitonic_merge")),
+    "cat": Spelling("refuse", "`tl.cat` (concatenation that may reorder elements) has no Gluon counterpart; "
+                              "`tl.join` then `tl.reshape` concatenates in a defined order"),
+    "squeeze": Spelling("refuse", "`tl.squeeze` has no Gluon counterpart; write `tl.reshape` to the smaller shape"),
+    "dot_scaled": Spelling("refuse", "`tl.dot_scaled` (microscaled MMA) has no translation in this tool; the "
+                                     "kernel is kept as Triton"),
+    "load_tensor_descriptor": Spelling("refuse", "write `desc.load(offsets)` instead of `tl.load_tensor_descriptor`"),
+    "store_tensor_descriptor": Spelling("refuse", "write `desc.store(offsets, value)` instead of "
+                                                  "`tl.store_tensor_descriptor`"),
+    "tensor_descriptor": Spelling("refuse", "tensor-descriptor parameters (`tl.tensor_descriptor`) are not "
+                                            "translated; make the descriptor in the kernel with "
+                                            "`tl.make_tensor_descriptor`"),
+    "tensor_descriptor_type": Spelling("refuse", "`tl.tensor_descriptor_type` is not translated"),
+    "const": Spelling("refuse", "`tl.const` parameters have no Gluon counterpart; drop the annotation"),
+    "constexpr_type": Spelling("refuse", "`tl.constexpr_type` is Triton's internal type of constexprs; annotate "
+                                         "with `tl.constexpr`"),
+    "condition": Spelling("refuse", "`tl.condition` is not translated"),
+    "slice": Spelling("refuse", "`tl.slice` is Triton's internal slice object; slicing tensors is not supported"),
+    "pi32_t": Spelling("refuse", "`tl.pi32_t` (Triton's internal pointer type) is not translated"),
+    "str_to_ty": Spelling("refuse", "`tl.str_to_ty` is Triton's internal type parser; write the dtype (`tl.float16`)"),
+    "target_info": Spelling("refuse", "`tl.target_info` queries are not translated; pass the value as a constexpr"),
+    "TRITON_MAX_TENSOR_NUMEL": Spelling("refuse", "`tl.TRITON_MAX_TENSOR_NUMEL` is not translated; use the number "
+                                                  "(a host-side constant)"),
+}
+
+# Submodules of triton.language: names inside them are looked up by their last part (`tl.core.load` is `load`).
+MODULES = frozenset({"core", "standard", "math", "semantic", "random", "extra"})
+# Module names a libdevice function is reached through (`tl.extra.cuda.libdevice.tanh`, `libdevice.tanh` imported
+# from `triton.language.extra`, Triton 2's `tl.libdevice`).
+LIBDEVICE_MODULES = ("extra.cuda.libdevice", "extra.hip.libdevice", "extra.libdevice", "libdevice", "math")
+
+# Tensor methods (`x.argmax(1)`) whose implementation does not compile under Gluon: rewritten to the function form.
+METHOD_FUNCTIONS = frozenset({"argmax", "argmin", "softmax", "sort", "topk"})
+
+
+@functools.cache
+def libdevice_names(backend: str) -> frozenset[str]:
+    """Public functions of the installed Triton's libdevice for `backend` ("cuda" or "hip")."""
+    import importlib
+
+    module = importlib.import_module(f"triton.language.extra.{backend}.libdevice")
+    return frozenset(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+
+
+def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | None:
+    """The spelling of `tl.<lang>` (``lang`` as `language_name` gives it: ``math.exp``, ``extra.cuda.libdevice.tanh``)
+    on a target of `backend` whose variants must compile under `min_triton`; None for a submodule itself (its
+    attributes are looked up) or a name of no known kind."""
+    module, _, name = lang.rpartition(".")
+    if lang in MODULES or lang in LIBDEVICE_MODULES or lang.startswith("extra.") and lang.count(".") < 2:
+        return None
+    spelling = TABLE.get(name) if module in ("", "core", "standard", "math", "semantic", "random") else None
+    if spelling is None and (module in LIBDEVICE_MODULES or module.endswith(".libdevice")):
+        if name in libdevice_names(backend):
+            return Spelling("libdevice", name)
+        other = "cuda" if backend == "hip" else "hip"
+        if name in libdevice_names(other):
+            return Spelling("refuse", f"`libdevice.{name}` exists only in {other.upper()}'s libdevice; this target's "
+                                      "has no such function")
+        return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
+    if spelling is None:
+        return Spelling("refuse", f"`tl.{lang}` has no Gluon translation in this tool") if name else None
+    if spelling.kind == "gl39" and min_triton < (3, 9):
+        return spelling.fallback
+    return spelling
+
+
+def gluon_text(spelling: Spelling) -> str:
+    """The expression that replaces the `tl.` name (for the kinds that are a plain rename)."""
+    if spelling.kind in ("gl", "gl39"):
+        return f"gl.{spelling.text}"
+    if spelling.kind in ("std", "helper"):
+        return f"_{spelling.text}"
+    if spelling.kind == "libdevice":
+        return f"gl.extra.libdevice.{spelling.text}"
+    if spelling.kind == "triton":
+        return spelling.text  # imported from triton.language by the target's import lines
+    raise ValueError(spelling.kind)
+
+
+def snippet_key(spelling: Spelling) -> str | None:
+    """The module-level helper a spelling needs (`std_sigmoid`, `argmax`), or None."""
+    if spelling.kind == "std":
+        return f"std_{spelling.text}"
+    if spelling.kind == "helper":
+        return spelling.text
+    return None
+
+
+RANDOM = frozenset("rand randn randint rand4x randn4x randint4x philox philox_impl pair_uniform_to_normal "
+                   "uint_to_uniform_float".split())  # in triton.language.random; the other `std` names in .standard
+
+
+def std_snippet(name: str) -> str:
+    module = "random" if name in RANDOM else "standard"
+    return (f"\n# Triton's own `tl.{name}` (triton.language.{module}), compiled as a Gluon function.\n"
+            f"_{name} = gluon.jit(tl_{module}.{name}.fn)\n")
+
+
+HELPERS = {
+    "softmax": '''
+@gluon.jit
+def _softmax(x, dim: gl.constexpr = None, keep_dims: gl.constexpr = False, ieee_rounding: gl.constexpr = False):
+    """`tl.softmax`: exp(x - max) / sum(exp(x - max)) along `dim` (0 when None), in `x`'s layout."""
+    if dim is None:
+        axis: gl.constexpr = 0
+    else:
+        axis: gl.constexpr = dim
+    if len(x.shape) == 1:
+        num = gl.exp(x - gl.max(x, 0))
+        den = gl.sum(num, 0)
+    else:
+        num = gl.exp(x - gl.max(x, axis, keep_dims=True))
+        den = gl.sum(num, axis, keep_dims=True)
+    return gl.fdiv(num, den, ieee_rounding)
+''',
+    "clamp": '''
+@gluon.jit
+def _clamp(x, min, max, propagate_nan: gl.constexpr = None):
+    """`tl.clamp` (Gluon has `gl.clamp` from Triton 3.9 on): `x` limited to [min, max]."""
+    return gl.minimum(gl.maximum(x, min), max)
+''',
+    "index_along": '''
+@gluon.jit
+def _index_along(x, axis: gl.constexpr):
+    """int32 tensor of `x`'s shape and layout holding each element's index along `axis` (rank 1 or 2)."""
+    gl.static_assert(len(x.shape) <= 2, "argmax/argmin: tensors of rank 1 or 2")
+    if len(x.shape) == 1:
+        index = gl.arange(0, x.shape[0], layout=x.type.layout)
+    else:
+        index = gl.arange(0, x.shape[axis], layout=gl.SliceLayout(1 - axis, x.type.layout))
+        index = gl.broadcast(gl.expand_dims(index, 1 - axis), x)[0]
+    return index
+''',
+    "argmax": '''
+@gluon.jit
+def _argmax_combine(value1, index1, value2, index2):
+    pick = (value1 > value2) | ((value1 == value2) & (index1 < index2))
+    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
+
+
+@gluon.jit
+def _argmax_combine_last(value1, index1, value2, index2):
+    pick = value1 > value2
+    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
+
+
+@gluon.jit
+def _argmax(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
+    """`tl.argmax`: the index of the largest element along `axis` (the first one on ties unless
+    `tie_break_left=False`), reduced in `x`'s layout."""
+    if tie_break_left:
+        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine, keep_dims=keep_dims)
+    else:
+        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine_last, keep_dims=keep_dims)
+    return index
+''',
+    "argmin": '''
+@gluon.jit
+def _argmin_combine(value1, index1, value2, index2):
+    pick = (value1 < value2) | ((value1 == value2) & (index1 < index2))
+    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
+
+
+@gluon.jit
+def _argmin_combine_last(value1, index1, value2, index2):
+    pick = value1 < value2
+    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
+
+
+@gluon.jit
+def _argmin(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
+    """`tl.argmin`: the index of the smallest element along `axis` (the first one on ties unless
+    `tie_break_left=False`), reduced in `x`'s layout."""
+    if tie_break_left:
+        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine, keep_dims=keep_dims)
+    else:
+        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine_last, keep_dims=keep_dims)
+    return index
+''',
+}
+HELPER_NEEDS = {"argmax": ("index_along",), "argmin": ("index_along",)}
+CALLEES = frozenset({"index_along"})  # helpers other helpers call: emitted first
+
+
+def snippet(key: str) -> str | None:
+    """Source text of a language helper snippet (`std_sigmoid`, `argmax`, ...), or None for other keys."""
+    if key.startswith("std_"):
+        return std_snippet(key[4:])
+    return HELPERS.get(key)
