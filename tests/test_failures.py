@@ -89,3 +89,43 @@ def test_sm90_two_attention_loops_compile_pipelined(tmp_path: Path) -> None:
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
     ptx = compiled.asm["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx
+
+
+# The B address is recomputed from the loop variable *between* the two loads (a style of public MoE kernels):
+# it is a producer statement of the iteration, not loop-carried state advanced after the loads.
+ADDRESS_BETWEEN_LOADS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_offs = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in tl.range(0, K, BLOCK_K):
+        k_idx = k + k_offs
+        a_ptrs = a_ptr + rows[:, None] * stride_am + k_idx[None, :]
+        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (k_idx[None, :] < K), other=0.0)
+        b_ptrs = b_ptr + k_idx[:, None] * stride_bk + cols[None, :]
+        b = tl.load(b_ptrs, mask=(k_idx[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(tl.float16),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_address_recomputed_between_the_loads_is_not_carried(target: str) -> None:
+    from transpile.engine import translate_source
+    from transpile.names import undefined_names
+    from transpile.targets import get_target
+
+    result = translate_source(ADDRESS_BETWEEN_LOADS, "x.py", get_target(target))
+    (kernel,) = result.functions
+    assert kernel.pipelined, kernel.kept_reason
+    assert undefined_names(result.text) == []
+    assert "b_ptrs_next = b_ptrs\n" not in result.text  # no carried copy of a value the iteration recomputes
+    prologue = result.text.split("for i in gl.static_range(")[1].split("for it in range(")[0]
+    assert prologue.index("b_ptrs_next = b_ptr + ") < prologue.index("gl.load(b_ptrs_next")

@@ -165,10 +165,19 @@ def test_cli_reproduces_goldens_in_a_fresh_process(target_name: str, repo_cli, f
     assert [o["status"] for o in report["outcomes"]] == ["up-to-date"] * len(fixtures), report["outcomes"]
 
 
+# One fixture of each kind of output (AMD and sm90 pipelines, kept as Triton, helpers, language helpers, broadcast
+# expansions, import spellings): idempotence is a property of the writer and of deterministic output, which
+# test_translation_is_deterministic checks for every fixture; three CLI runs over all of them cost minutes of CI.
+IDEMPOTENT = ("attention_fwd", "matmul_descriptor", "matmul_grouped", "suite_lora", "fx_two_gemms", "lang_router",
+              "bc_tuple_helper", "import_aliases", "softmax")
+
+
 def test_cli_is_idempotent(tmp_path: Path, cli, tree, fixture_copy, fixture_names) -> None:
     """On a copy of the fixtures: the first run writes every variant, the second writes nothing, --check passes."""
-    fixture_copy(*fixture_names, into=tmp_path / "fixtures")
-    sources = [f"{name}.py" for name in fixture_names]
+    names = [n for n in fixture_names if n in IDEMPOTENT]
+    assert len(names) == len(IDEMPOTENT)
+    fixture_copy(*names, into=tmp_path / "fixtures")
+    sources = [f"{name}.py" for name in names]
     targets = "gfx942,gfx950,gfx1250,sm90"
 
     first = cli("fixtures", "--target", targets)

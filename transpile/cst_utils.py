@@ -5,16 +5,31 @@ from __future__ import annotations
 import libcst as cst
 
 
+class _Names(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: set[str] = set()
+
+    def visit_Name(self, n: cst.Name) -> None:
+        self.found.add(n.value)
+
+
+# Nodes are immutable and hash by identity: the analyses and rules ask for the names of the same statements several
+# times (about three on average), and a libcst visit is the slow part. Bounded so a long directory run stays small.
+_NAMES_CACHE: dict[cst.CSTNode, frozenset[str]] = {}
+
+
 def names_in(node: cst.CSTNode) -> set[str]:
-    """Every identifier that occurs in `node`."""
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-    node.visit(_Names())
-    return found
+    """Every identifier that occurs in `node` (a fresh set the caller may change)."""
+    cached = _NAMES_CACHE.get(node)
+    if cached is None:
+        visitor = _Names()
+        node.visit(visitor)
+        cached = frozenset(visitor.found)
+        if len(_NAMES_CACHE) > 100_000:
+            _NAMES_CACHE.clear()
+        _NAMES_CACHE[node] = cached
+    return set(cached)
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:

@@ -59,15 +59,20 @@ class LoopPlan:
         kinds = {load.kind for load in self.loads}
         return kinds.pop() if len(kinds) == 1 else "mixed"
 
-    def producer_before(self) -> list[int]:
-        """Producer statements that run before the loads of an iteration (coordinates, masks)."""
+    def _advances(self, i: int) -> bool:
+        """Statement `i` advances loop-carried producer state (``a_ptrs += ...``): it assigns a name the loads read
+        before the body assigns it, and it comes after the first load. Any other producer statement (coordinates,
+        masks, an address recomputed from the loop variable between two loads) runs before the loads."""
         first = min(load.index for load in self.loads)
-        return [i for i in self.producer if i < first]
+        return i > first and bool(assigned_names(loop_body(self.loop)[i]) & set(self.carried))
+
+    def producer_before(self) -> list[int]:
+        """Producer statements that run before the loads of an iteration (coordinates, masks, addresses)."""
+        return [i for i in self.producer if not self._advances(i)]
 
     def producer_after(self) -> list[int]:
         """Producer statements that advance the carried state after the loads (``a_ptrs += ...``)."""
-        first = min(load.index for load in self.loads)
-        return [i for i in self.producer if i > first]
+        return [i for i in self.producer if self._advances(i)]
 
 
 @dataclass
@@ -126,6 +131,14 @@ def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cs
     if pointer is None:
         return None
     return OperandLoad(index, name, "", call, pointer, mask, other)
+
+
+def _plain_targets(statement: cst.BaseStatement) -> set[str]:
+    """Names a statement assigns without reading them first (`x = ...`; not `x += ...`)."""
+    if isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Assign, cst.AnnAssign))
+                                                               for s in statement.body):
+        return assigned_names(statement)
+    return set()
 
 
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int) -> LoopPlan | LoopRefusal | None:
@@ -190,7 +203,6 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             if part is not None:
                 needed |= names_in(part)
     producer: set[int] = set()
-    carried: list[str] = []
     frontier = set(needed)
     while frontier:
         name = frontier.pop()
@@ -201,21 +213,30 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                 return LoopRefusal(body[i], f"a load address depends on the loaded tile `{name}`")
             if acc in names_in(body[i]) or i == dot_index:
                 return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
-            if i > first_load:
-                # Advanced after the loads: the value the loads read comes from the previous iteration.
-                if any(j < first_load for j in assigned_at[name]):
-                    return LoopRefusal(body[i], f"`{name}` is assigned both before and after the loads")
-                if name not in carried:
-                    carried.append(name)
             producer.add(i)
             new = names_in(body[i]) - needed
             frontier |= new
             needed |= new
     if acc in needed:
         return LoopRefusal(dot_call, "a load depends on the accumulator")
+    # Loop-carried producer state: a name some load or producer statement reads before the body assigns it in the
+    # iteration (`a_ptrs += BLOCK_K * stride` after the dot); the value read comes from the previous iteration. An
+    # address recomputed from the loop variable between two loads (`w_ptrs = base + k_idx[:, None] * ...`) is not.
+    reads: dict[str, int] = {}  # name -> first statement index reading it (loads and producer statements)
+    for i in sorted(producer | load_indices):
+        for name in names_in(body[i]):
+            reads.setdefault(name, i)
+    carried: list[str] = []
+    for i in sorted(producer):
+        for name in assigned_names(body[i]):
+            if reads.get(name, i + 1) < i or (reads.get(name) == i and name not in _plain_targets(body[i])):
+                if i < first_load or any(j < first_load for j in assigned_at[name]):
+                    return LoopRefusal(body[i], f"`{name}` is assigned both before and after the loads")
+                if name not in carried:
+                    carried.append(name)
     # The carried state must advance from producer values alone (it is re-run ahead of the consumer).
     for i in producer:
-        if i > first_load:
+        if assigned_names(body[i]) & set(carried):
             for name in names_in(body[i]):
                 for j in assigned_at.get(name, []):
                     if j not in producer and name not in carried:
