@@ -107,3 +107,24 @@ def test_rewrites_per_target() -> None:
     amd = translate_source(SOURCE, "x.py", get_target("gfx950")).text
     assert "y = _sigmoid(x) + gl.extra.libdevice.tanh(x) + gl.clamp(x, 0.0, 1.0) + gl.cumsum(x, 0)" in amd
     assert "def _clamp" not in amd
+
+
+KEEP_DIMS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    x = tl.load(x_ptr + offs)
+    e = tl.exp(x - tl.max(x, axis=1, keep_dims=True))
+    tl.store(y_ptr + offs, e / e.sum(1, keep_dims=True))
+'''
+
+
+def test_reductions_with_keep_dims_stay_in_the_input_layout() -> None:
+    result = translate_source(KEEP_DIMS, "x.py", get_target("sm90"))
+    assert [f.translated for f in result.functions] == [True], result.diagnostics
+    assert "e = gl.exp(x - gl.max(x, axis=1, keep_dims=True))" in result.text
+    assert "gl.store(y_ptr + offs, e / e.sum(1, keep_dims=True))" in result.text
+    assert "convert_layout" not in result.text  # the kept dimension brings the result back to x's layout

@@ -204,6 +204,20 @@ OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave", 
 ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
 
 
+# Position of `keep_dims` in each reduction's signature (tl.sum(input, axis, keep_dims, dtype), tl.max(input, axis,
+# return_indices, return_indices_tie_break_left, keep_dims), ...); one less for the method forms.
+_KEEP_DIMS_INDEX = {"sum": 2, "xor_sum": 2, "max": 4, "min": 4, "argmax": 3, "argmin": 3, "reduce": 3, "reduce_or": 2}
+
+
+def _reduced_elem(elem: str | None, reducer: str) -> str | None:
+    """Element type of a reduction's result: int32 indices for argmax/argmin, sums of small ints widened to 32 bits."""
+    if reducer in ("argmax", "argmin"):
+        return "gl.int32"
+    if elem in _SMALL_INTS and reducer in ("sum", "xor_sum"):
+        return "gl.uint32" if elem.startswith("gl.uint") else "gl.int32"
+    return elem
+
+
 def _strip_module(lang: str) -> str:
     """``math.exp`` -> ``exp``; ``core.load`` -> ``load``."""
     return lang.rsplit(".", 1)[-1]
@@ -838,15 +852,15 @@ class _FunctionWalker:
         for a in node.args:
             if a.value is not input_node:
                 self.eval(a.value)
-        keep_dims = self.arg(node, 3, "keep_dims")
+        reducer = _strip_module(self.source.code(node.func).strip())
+        index = _KEEP_DIMS_INDEX.get(reducer, 99) - (1 if input_node is not None and input_node is not
+                                                        self.arg(node, 0, "input") else 0)  # methods: no input arg
+        keep_dims = self.arg(node, index, "keep_dims")
         if not isinstance(value, Tensor):
             return SCALAR
         if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
             return SCALAR
-        if keep_dims is not None and self.source.code(keep_dims).strip() != "False":
-            self.refuse(node, "TT010", "reductions with `keep_dims=True` are not supported; reduce, then expand "
-                        "with `[:, None]`")
-            return value
+        keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
         try:
             axis = int(self.source.code(axis_node).strip())
         except ValueError:
@@ -855,19 +869,20 @@ class _FunctionWalker:
         rank = value.rank
         if rank is not None and axis < 0:
             axis += rank
+        if keeps:
+            # Gluon reduces into the slice layout and expands it back: the result is in the input's layout.
+            if rank == 1:
+                self.refuse(node, "TT010", "`keep_dims=True` on a rank-1 tensor: reduce to a scalar and use it as is")
+                return value
+            kept_shape = tuple("1" if i == axis else d for i, d in enumerate(value.shape)) if value.shape else None
+            return Tensor(value.term, _reduced_elem(value.elem, reducer), kept_shape)
         if rank == 1:
             return SCALAR  # reducing a vector gives a scalar
         shape = value.shape
         out_shape = [s for i, s in enumerate(shape) if i != axis] if shape else None
         term = self.fresh(node, "reduce", rank=None if rank is None else rank - 1, shape=out_shape,
                           slice_of=(axis, value.term), origins={"slice"})
-        elem = value.elem
-        reducer = _strip_module(self.source.code(node.func).strip())
-        if reducer in ("argmax", "argmin"):
-            elem = "gl.int32"
-        if elem in _SMALL_INTS and _strip_module(self.source.code(node.func).strip()) in ("sum", "xor_sum"):
-            elem = "gl.uint32" if elem.startswith("gl.uint") else "gl.int32"
-        return Tensor(term, elem, tuple(out_shape) if out_shape is not None else None)
+        return Tensor(term, _reduced_elem(value.elem, reducer), tuple(out_shape) if out_shape is not None else None)
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
         if method in language.METHOD_FUNCTIONS:
