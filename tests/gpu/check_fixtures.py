@@ -867,6 +867,17 @@ CASES: list[Case] = [
         rtol=1e-4,
     ),
     Case(
+        name="bc_logsumexp_rows",
+        fixture="bc_logsumexp_rows",
+        wrapper="logsumexp_rows",
+        make_inputs=_rows_inputs(torch.float16),
+        reference=lambda x: torch.logsumexp(x.float(), dim=1),
+        shape=dict(M=1001, N=3000),
+        small_shape=dict(M=37, N=600),
+        atol=1e-3,
+        rtol=1e-4,
+    ),
+    Case(
         name="lang_scan_dropout",
         fixture="lang_scan_dropout",
         wrapper="scan_dropout",

@@ -427,6 +427,14 @@ class _FunctionWalker:
         if isinstance(target, cst.Name):
             name = target.value
             if isinstance(value, Tensor):
+                known = self.name_terms.get(name)
+                if known is not None and None not in (known.find().rank, value.rank) \
+                        and known.find().rank != value.rank:
+                    # Rebound to a tensor of another rank (`m = tl.max(m, 1)` after a loop that carried `m` as a
+                    # tile): a new value with its own layout class. Triton allows it only in straight-line code
+                    # (a loop-carried value keeps its type), so no loop sees both.
+                    del self.name_terms[name]
+                    self.env.pop(name, None)
                 if name in self.name_terms:
                     existing = self.name_terms[name]
                     if value_node is not None:
