@@ -254,6 +254,9 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
     if loop.via:
         helpers = ", ".join(f"`{h}`" for h in loop.via)
         return f"its dot runs in the helper {helpers}, which no pipeline rule looks into"
+    if len(loop.dots) > 1:
+        return (f"its {len(loop.dots)} dots are neither one GEMM nor the two chained dots of attention, the loops "
+                f"the {ctx.target.name} pipeline rules take")
     return "no pipeline rule matches this loop"
 
 

@@ -25,7 +25,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
 from transpile.analysis.pipeline import LoopRefusal, loop_header
-from transpile.cst_utils import calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -109,6 +109,18 @@ def _is_zero(source: SourceFile, node: cst.BaseExpression) -> bool:
     return source.code(node).strip() in ("0", "0.0", "0.", "False")
 
 
+def _chained(body: list[cst.BaseStatement], first: int, second: int) -> bool:
+    """The second dot reads, through the statements between them, a value the first dot's statement assigns (the
+    probabilities computed from the scores): the shape of attention, and of chunked linear attention."""
+    derived = assigned_names(body[first])
+    for statement in body[first + 1:second + 1]:
+        if names_in(statement) & derived:
+            if statement is body[second]:
+                return True
+            derived |= assigned_names(statement)
+    return False
+
+
 def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
                         default_stages: int) -> AttentionPlan | LoopRefusal | None:
     """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops."""
@@ -116,6 +128,9 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if len(dots) != 2 or sum(1 for s in body for c in calls_in(s) if c in plan.dots) != 2:
         return None
+    if not _chained(body, dots[0][0], dots[1][0]):
+        return None  # two independent GEMMs (gate and up projections), not attention: the GEMM rules say why not
+
 
     def refuse(node: cst.CSTNode, reason: str) -> LoopRefusal:
         return LoopRefusal(node, f"attention loop: {reason}")
