@@ -124,3 +124,40 @@ def test_targets_from_pyproject(git_repo: Path, root: Path) -> None:
     assert (git_repo / "softmax_gfx942.py").is_file() and (git_repo / "softmax_gfx1250.py").is_file()
     second = _pre_commit(git_repo, "run", "--all-files")
     assert second.returncode == 0, second.stdout + second.stderr
+
+
+def test_transpile_and_ruff_format_hooks_settle(git_repo: Path, root: Path) -> None:
+    """The two hooks of a typical repository, transpile then ruff-format (both `language: system`, run from this
+    environment). The first run writes the variants (new, untracked files); once they are added, ruff reformats them
+    and transpile passes, since a variant a formatter touched is not stale (transpile.formatting); the run after
+    that changes nothing. Without that, transpile would rewrite what ruff formatted on every commit."""
+    for name in ("matmul_grouped", "softmax"):
+        shutil.copy(root / "fixtures" / f"{name}.py", git_repo / f"{name}.py")
+    ruff = shlex.join([sys.executable, "-m", "ruff", "format", "--line-length", "120"])
+    config = _config(_hook_entry(root), ["--target", "sm90", "--target", "gfx950"]) + (
+        "      - id: ruff-format\n"
+        "        name: ruff-format\n"
+        f"        entry: {ruff}\n"
+        "        language: system\n"
+        "        types: [python]\n"
+    )
+    (git_repo / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
+    _git(git_repo, "add", ".")
+
+    first = _pre_commit(git_repo, "run", "--all-files")
+    assert first.returncode == 1, first.stdout + first.stderr  # variants written, files reformatted
+    variants = sorted(git_repo.glob("*_sm90.py")) + sorted(git_repo.glob("*_gfx950.py"))
+    assert len(variants) == 4
+    _git(git_repo, "add", ".")
+
+    second = _pre_commit(git_repo, "run", "--all-files")  # ruff formats the variants it sees for the first time
+    assert "triton-transpile" in second.stdout and "Passed" in second.stdout.split("ruff-format")[0], second.stdout
+    _git(git_repo, "add", ".")
+    formatted = {p.name: p.read_bytes() for p in git_repo.glob("*.py")}
+
+    third = _pre_commit(git_repo, "run", "--all-files")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert {p.name: p.read_bytes() for p in git_repo.glob("*.py")} == formatted
+    check = subprocess.run([sys.executable, "-m", "transpile", "--check", "--target", "sm90", "--target", "gfx950",
+                            "matmul_grouped.py", "softmax.py"], cwd=git_repo, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -23,6 +23,7 @@ from transpile.engine import (
     translate_source,
     variant_path,
 )
+from transpile.formatting import same_code
 from transpile.source import parse_source, read_text
 from transpile.targets import Target, get_target
 
@@ -333,20 +334,21 @@ class Project:
         if mode == "check":
             if existing is None:
                 outcome.status = "missing"
-            elif existing != translation.text:
+            elif not same_code(existing, translation.text):
                 outcome.status = "stale"
                 outcome.reason = _stale_reason(existing, translation)
             else:
                 outcome.status = "up-to-date"
         elif mode == "diff":
-            outcome.status = "unchanged" if existing == translation.text else "would-write"
-            if existing != translation.text:
+            current = existing is not None and same_code(existing, translation.text)
+            outcome.status = "unchanged" if current else "would-write"
+            if not current:
                 outcome.diff = "".join(difflib.unified_diff(
                     (existing or "").splitlines(keepends=True), translation.text.splitlines(keepends=True),
                     fromfile=outcome.variant if existing is not None else "/dev/null", tofile=outcome.variant))
         else:
-            if existing == translation.text:
-                outcome.status = "unchanged"
+            if existing is not None and same_code(existing, translation.text):
+                outcome.status = "unchanged"  # byte for byte, or as a code formatter left it
             else:
                 write_atomic(variant, translation.text)
                 outcome.status = "written"
