@@ -616,3 +616,28 @@ def test_od_collision_is_an_error_before_anything_is_written(tmp_path: Path, cli
         "models/cohere/rotary_sm90.py", "models/llama/rotary_sm90.py", "models/llama/rotary_sm90_sm90.py",
         "models/rmsnorm_sm90.py"]
     assert_clean_exit(cli("models", "-t", "sm90", "--out-dir", "OUT", "--check"), 0)
+
+
+def test_directory_runs_in_worker_processes_give_the_same_output(tmp_path: Path, cli, tree, fixture_copy,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run over many files translates them in worker processes: the same variants, statuses and diagnostics as
+    one process (TRANSPILE_JOBS=1), a bad file reported in both."""
+    names = ["vector_add", "softmax", "matmul_grouped", "attention_fwd", "suite_lora", "lang_router", "bc_rotary",
+             "import_aliases", "fx_two_gemms"]
+    outputs = {}
+    for jobs in ("1", ""):
+        root = tmp_path / f"jobs{jobs or 'N'}"
+        fixture_copy(*names, into=root / "src")
+        (root / "src" / "broken.py").write_text("import triton\n\n@triton.jit\ndef k(:\n", encoding="utf-8")
+        monkeypatch.setenv("TRANSPILE_JOBS", jobs)
+        result = cli(f"{root.name}/src", "--target", "gfx950,sm90", "--out-dir", f"{root.name}/out",
+                     "--output-format", "json")
+        assert result.exit_code == 2, result.stdout  # the syntax error
+        report = json.loads(result.stdout.replace(root.name, "ROOT"))
+        written = tree(root / "out")
+        outputs[jobs] = (report["outcomes"], report["diagnostics"],
+                         {p: (root / "out" / p).read_text(encoding="utf-8").replace(root.name, "ROOT")
+                          for p in written})
+    assert outputs["1"] == outputs[""]
+    assert len(outputs[""][2]) == 2 * len(names)
+    assert any(d["code"] == "TT001" and d["path"].endswith("broken.py") for d in outputs[""][1])

@@ -27,6 +27,10 @@ from transpile.formatting import same_code
 from transpile.source import parse_source, read_text
 from transpile.targets import Target, get_target
 
+# A run over at least this many files translates them in worker processes (`Project._translate_in_parallel`);
+# TRANSPILE_JOBS=1 keeps everything in one process.
+PARALLEL_FILES = 8
+
 SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
 
 
@@ -147,6 +151,7 @@ class Project:
         self.out_dir = out_dir if out_dir is not None else config.out_dir
         self.exclude = [*config.exclude, *exclude]
         self._prepared: dict[Path, Prepared] = {}
+        self._precomputed: dict[tuple[Path, str], TranslationResult | TranspileError] = {}
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
@@ -237,6 +242,7 @@ class Project:
             result.seconds = time.perf_counter() - started
             return result  # nothing written
         work = [(f, named, t) for f, named in files for t in self.targets]
+        self._precomputed = self._translate_in_parallel([f for f, _ in files if texts.get(f) is not None], texts)
         bar = None
         if progress and len(work) > 8:
             from rich.progress import Progress
@@ -307,14 +313,48 @@ class Project:
             return None
         return text
 
+    def _translate_in_parallel(self, sources: list[Path], texts: dict[Path, str | None]
+                               ) -> dict[tuple[Path, str], TranslationResult | Diagnostic]:
+        """Translations of many files for every target, in worker processes (one file per task): the run over a
+        directory uses the machine's cores. Empty for a few files or one core (the loop translates as it goes).
+        Each file's output does not depend on which process made it."""
+        unique = list(dict.fromkeys(sources))
+        workers = min(os.cpu_count() or 1, len(unique))
+        if workers < 2 or len(unique) < PARALLEL_FILES or os.environ.get("TRANSPILE_JOBS") == "1":
+            return {}
+        import concurrent.futures
+        import multiprocessing
+
+        tasks = [(str(source), texts[source], self.display(source),
+                  [(t.name, self.command(source, t)) for t in self.targets], self.gluon_always) for source in unique]
+        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        results: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
+        try:
+            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+                for source, outcome in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
+                    for target in self.targets:
+                        item = outcome[target.name]
+                        if isinstance(item, TranslationResult):
+                            item.target = target  # sent back without it (rules and snippets stay here)
+                        results[(source, target.name)] = item
+        except (OSError, concurrent.futures.process.BrokenProcessPool):
+            return {}  # no processes here (a sandbox): translate in this one
+        return results
+
     def _one(self, source: Path, text: str, target: Target, mode: str, named: bool, run: Run) -> None:
         variant = self.variant(source, target)
         command = self.command(source, target)
         try:
-            if source not in self._prepared:
+            done = self._precomputed.get((source, target.name)) if self._precomputed else None
+            if isinstance(done, Diagnostic):
+                raise TranspileError(done)
+            if done is not None:
+                translation = done
+            elif source not in self._prepared:
                 self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
-            translation = translate_source(text, self.display(source), target, command, self._prepared[source],
-                                           gluon_always=self.gluon_always)
+            if done is None:
+                translation = translate_source(text, self.display(source), target, command,
+                                               self._prepared[source], gluon_always=self.gluon_always)
         except Exception as exc:  # a bug of the tool must not take the other files down with it
             if not isinstance(exc, TranspileError):
                 exc = TranspileError(Diagnostic(self.display(source), 1, 1, "TT090",
@@ -322,7 +362,8 @@ class Project:
                                                 f"{exc}); nothing was written for this file, please report it"))
             if exc.diagnostic.code == "TT003" and not named:
                 return  # a file in a directory without kernels: not ours
-            run.diagnostics.append(exc.diagnostic)
+            if exc.diagnostic not in run.diagnostics:  # once, not once per target
+                run.diagnostics.append(exc.diagnostic)
             run.outcomes.append(Outcome(self.display(source), target.name, self.display(variant), "error", command,
                                         exc.diagnostic.message))
             return
@@ -353,6 +394,35 @@ class Project:
                 write_atomic(variant, translation.text)
                 outcome.status = "written"
         run.outcomes.append(outcome)
+
+
+def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
+                    ) -> dict[str, TranslationResult | Diagnostic]:
+    """Worker process: one file for every target, prepared once. A bad file gives its diagnostic for every target;
+    an internal error its TT090, worded as the one-process path words it."""
+    _, text, display, targets, gluon_always = task
+    out: dict[str, TranslationResult | Diagnostic] = {}
+    try:
+        prepared = prepare(text, display)
+    except TranspileError as exc:
+        return {name: exc.diagnostic for name, _ in targets}
+    except Exception as exc:  # noqa: BLE001 - reported as TT090 by the caller, like the one-process path
+        return {name: _internal_error(display, exc) for name, _ in targets}
+    for name, command in targets:
+        try:
+            result = translate_source(text, display, get_target(name), command, prepared, gluon_always=gluon_always)
+            result.target = None  # type: ignore[assignment]  # the caller puts its own Target back
+            out[name] = result
+        except TranspileError as exc:
+            out[name] = exc.diagnostic
+        except Exception as exc:  # noqa: BLE001
+            out[name] = _internal_error(display, exc)
+    return out
+
+
+def _internal_error(display: str, exc: Exception) -> Diagnostic:
+    return Diagnostic(display, 1, 1, "TT090", f"internal error of triton-transpile {__version__} "
+                      f"({type(exc).__name__}: {exc}); nothing was written for this file, please report it")
 
 
 def _kernels(translation: TranslationResult) -> list[dict[str, object]]:
