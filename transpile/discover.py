@@ -192,5 +192,8 @@ def discover(source: SourceFile) -> ModuleFacts:
             callee = call.func.value if isinstance(call.func, cst.Name) else None
             if callee in functions and callee != fn.name:
                 functions[callee].called_by.add(fn.name)
+            for arg in call.args:  # a combine function passed to tl.reduce / tl.associative_scan is called too
+                if isinstance(arg.value, cst.Name) and arg.value.value in functions and arg.value.value != fn.name:
+                    functions[arg.value.value].called_by.add(fn.name)
     return ModuleFacts(source, functions)
 

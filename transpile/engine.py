@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,13 +205,18 @@ class _KernelRewriter(cst.CSTTransformer):
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
         self.ctx = ctx
+        self.hooks: dict[type, list] = {}
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         updated = super().on_leave(original_node, updated_node)
-        hook = f"leave_{type(original_node).__name__}"
-        for rule in self.ctx.target.rules:
-            method = getattr(rule, hook, None)
-            if method is not None and isinstance(updated, cst.CSTNode):
+        kind = type(original_node)
+        methods = self.hooks.get(kind)
+        if methods is None:  # the rules' `leave_<Node>` methods, looked up once per node type
+            hook = f"leave_{kind.__name__}"
+            methods = self.hooks[kind] = [m for rule in self.ctx.target.rules
+                                          if (m := getattr(rule, hook, None)) is not None]
+        for method in methods:
+            if isinstance(updated, cst.CSTNode):
                 updated = method(self.ctx, original_node, updated)
         term = self.ctx.plan.converts.get(original_node)  # type: ignore[call-overload]
         if term is not None and isinstance(updated, cst.BaseExpression) and not is_hoisted(self.ctx, original_node):
@@ -361,7 +369,7 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)])
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
-        parsed = cst.parse_module(target.snippet(name).strip() + "\n")
+        parsed = _parsed_snippet(target.snippet(name).strip() + "\n")
         lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
         if i == 0:
             lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
@@ -405,14 +413,33 @@ def _kept_function(statement: cst.FunctionDef, outcome: KernelOutcome, target: T
 
 
 def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseStatement]:
-    return [s for name in target.snippet_order(helpers) for s in cst.parse_module(target.snippet(name)).body]
+    return [s for name in target.snippet_order(helpers) for s in _parsed_snippet(target.snippet(name)).body]
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_snippet(text: str) -> cst.Module:
+    """Snippets are constant text: parse each once per process (libcst nodes are immutable, so sharing is safe)."""
+    return cst.parse_module(text)
+
+
+def _code_names(statements: list[cst.BaseStatement], attributes: bool) -> set[str]:
+    """Identifiers in the code of `statements` (not in strings or comments); with `attributes=False`, not the
+    names after a dot (`gl.extra.libdevice.tanh` uses `gl` only). Tokenizing the generated text is many times
+    faster than a libcst visit of the same statements."""
+    code = cst.Module(body=statements).code
+    names: set[str] = set()
+    previous = ""
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.NAME and (attributes or previous != "."):
+            names.add(token.string)
+        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            previous = token.string
+    return names
 
 
 def _used_imports(imports: list[cst.BaseStatement], code: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     """The tool's own import lines, keeping only the names the variant uses (no `mfma` import without a dot)."""
-    used: set[str] = set()
-    for statement in code:
-        used |= names_in(statement)
+    used = _code_names(code, attributes=True)
     kept: list[cst.BaseStatement] = []
     for statement in imports:
         small = statement.body[0]  # type: ignore[union-attr]
@@ -441,23 +468,8 @@ def _imports_end(body: list[cst.BaseStatement]) -> int:
 
 def _drop_unused_language_imports(module: cst.Module, source: SourceFile) -> cst.Module:
     """Drop `import triton.language as tl`-style imports that nothing references any more."""
-    used: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)  # `gl.extra.libdevice.tanh` uses `gl`, not a `libdevice` import
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            used.add(node.value)
-
-    module.visit(_Names())
+    used = _code_names([s for s in module.body if not (isinstance(s, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in s.body))], attributes=False)
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:

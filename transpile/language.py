@@ -34,7 +34,7 @@ KINDS = ("gl", "gl39", "std", "helper", "libdevice", "method", "triton", "own", 
 class Spelling:
     kind: str
     text: str = ""  # gl/gl39/std/libdevice/method/triton: the name; helper: the snippet key; refuse: the reason
-    fallback: Spelling | None = None  # gl39: the spelling on targets whose Gluon is older (sm90: Triton 3.6)
+    fallback: Spelling | None = None  # the spelling on targets whose Gluon is older (sm90: Triton 3.6)
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -46,6 +46,8 @@ def _gl(names: str) -> dict[str, Spelling]:
 
 _NO_BLOCK_POINTERS = ("`tl.{}`: Gluon has no block pointers; address the tile with pointers or "
                       "`tl.make_tensor_descriptor`")
+_SPLIT_36 = ("`tl.{}` does not compile under Triton 3.6's Gluon (the sm90 variant must); translated for the AMD "
+             "targets only")
 _SORT = "`tl.{}` (a bitonic network over reshaped tensors) has no Gluon translation in this tool"
 
 TABLE: dict[str, Spelling] = {
@@ -55,7 +57,7 @@ TABLE: dict[str, Spelling] = {
         sqrt sqrt_rn rsqrt abs cos sin erf floor ceil fma fdiv div_rn umulhi sum max min xor_sum reduce reduce_or
         associative_scan atomic_add atomic_max atomic_min atomic_and atomic_or atomic_xor atomic_xchg atomic_cas
         multiple_of max_contiguous max_constancy static_range static_assert static_print device_print device_assert
-        cast permute reshape ravel expand_dims broadcast join split histogram inline_asm_elementwise map_elementwise
+        cast permute reshape ravel expand_dims broadcast histogram inline_asm_elementwise map_elementwise
         add sub mul assume
         float16 bfloat16 float32 float64 int1 int8 int16 int32 int64 uint8 uint16 uint32 uint64
         float8e4nv float8e5 float8e4b15 float8e4b8 float8e5b16 constexpr tensor pointer_type block_type dtype void
@@ -71,13 +73,16 @@ TABLE: dict[str, Spelling] = {
     "atomic_load": Spelling("gl39", "atomic_load", Spelling("refuse", "`tl.atomic_load` needs Triton 3.9")),
     "atomic_store": Spelling("gl39", "atomic_store", Spelling("refuse", "`tl.atomic_store` needs Triton 3.9")),
     "atomic_poll": Spelling("gl39", "atomic_poll", Spelling("refuse", "`tl.atomic_poll` needs Triton 3.9")),
+    "split": Spelling("gl39", "split", Spelling("refuse", _SPLIT_36.format("split"))),
+    "join": Spelling("gl39", "join", Spelling("refuse", _SPLIT_36.format("join"))),
+    "interleave": Spelling("std", "interleave", Spelling("refuse", _SPLIT_36.format("interleave"))),
     "to_tensor": Spelling("gl39", "to_tensor", Spelling("refuse", "`tl.to_tensor` needs Triton 3.9")),
     "expect_zero": Spelling("gl39", "expect_zero", Spelling("refuse", "`tl.expect_zero` needs Triton 3.9")),
     "aggregate_replace": Spelling("gl39", "aggregate_replace",
                                   Spelling("refuse", "`tl.aggregate_replace` needs Triton 3.9")),
     # ---- triton.language.standard: Triton's own implementation, compiled as a Gluon function ----------------------
     **{n: Spelling("std", n) for n in (
-        "sigmoid flip interleave swizzle2d rand randn randint rand4x randn4x randint4x philox philox_impl "
+        "sigmoid flip swizzle2d rand randn randint rand4x randn4x randint4x philox philox_impl "
         "pair_uniform_to_normal uint_to_uniform_float"
     ).split()},
     # ---- standard functions whose Triton implementation Gluon cannot compile: helpers of this tool --------------
@@ -158,7 +163,7 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
     if spelling is None:
         return Spelling("refuse", f"`tl.{lang}` has no Gluon translation in this tool") if name else None
-    if spelling.kind == "gl39" and min_triton < (3, 9):
+    if spelling.fallback is not None and min_triton < (3, 9):
         return spelling.fallback
     return spelling
 

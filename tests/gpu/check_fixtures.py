@@ -596,6 +596,31 @@ def _ref_lang_router(logits):
     return x.argmax(dim=1).to(torch.int32), weight, probs / weight[:, None]
 
 
+def _pairs_inputs(s, device, gen):
+    return (_randn(gen, s["n"], 2, dtype=torch.float32, device=device),)
+
+
+def _ref_swap_pairs(x):
+    return torch.stack([x[:, 1] + x[:, 0], x[:, 0] + x[:, 0]], dim=1)
+
+
+def _scan_inputs(s, device, gen):
+    # Factors near 1 keep the cumulative products in range.
+    return ((1 + 0.01 * _randn(gen, s["M"], s["N"], dtype=torch.float32, device=device)),)
+
+
+def _ref_scans(x):
+    return torch.cumprod(x, dim=1), torch.cummax(x, dim=1).values
+
+
+def _bucket_inputs(s, device, gen):
+    return (torch.randint(0, 64, (s["n"],), generator=gen, dtype=torch.int32).to(device),)
+
+
+def _ref_bucket_histogram(ids, num_buckets=64):
+    return torch.bincount(ids.long(), minlength=num_buckets).to(torch.int32)
+
+
 CASES: list[Case] = [
     Case(
         name="matmul_grouped",
@@ -876,6 +901,39 @@ CASES: list[Case] = [
         small_shape=dict(M=37, N=600),
         atol=1e-3,
         rtol=1e-4,
+    ),
+    Case(
+        name="lang_shapes-swap_pairs",
+        fixture="lang_shapes",
+        wrapper="swap_pairs",
+        make_inputs=_pairs_inputs,
+        reference=_ref_swap_pairs,
+        shape=dict(n=100_003),
+        small_shape=dict(n=700),
+        atol=1e-6,
+        rtol=1e-6,
+    ),
+    Case(
+        name="lang_shapes-scans",
+        fixture="lang_shapes",
+        wrapper="scans",
+        make_inputs=_scan_inputs,
+        reference=_ref_scans,
+        shape=dict(M=1001, N=1000),
+        small_shape=dict(M=7, N=300),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    Case(
+        name="lang_shapes-bucket_histogram",
+        fixture="lang_shapes",
+        wrapper="bucket_histogram",
+        make_inputs=_bucket_inputs,
+        reference=_ref_bucket_histogram,
+        shape=dict(n=1_000_003),
+        small_shape=dict(n=5_000),
+        atol=0.0,
+        rtol=0.0,
     ),
     Case(
         name="lang_scan_dropout",

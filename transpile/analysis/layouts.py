@@ -697,7 +697,10 @@ class _FunctionWalker:
                 return SCALAR
             rank = value.rank - 1 if value.rank is not None else None
             shape = value.shape[:-1] if value.shape else None
-            return Tup((self.opaque(node, rank, shape, value.elem), self.opaque(node, rank, shape, value.elem)))
+            # Like a helper returning two tensors: `a, b = tl.split(x)`, each name converted after the line.
+            self.tuple_calls[node] = "tl.split"
+            return Tup(tuple(Tensor(self.fresh(node, f"item{i}", rank=rank, origins={"opaque"}), value.elem, shape)
+                             for i in range(2)))
         if name == "gather":
             source = self.eval(self.arg(node, 0, "src"))
             index = self.eval(self.arg(node, 1, "index"))
@@ -778,6 +781,9 @@ class _FunctionWalker:
             if name == "ravel":
                 rank = 1
             shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
+            if name == "join":  # two tensors of one shape -> that shape with a new last dimension of 2
+                rank = rank + 1 if rank is not None else None
+                shape = (*value.shape, "2") if value.shape else None
             return self.opaque(node, rank, shape, value.elem)
         if name == "dot":
             return self.dot(node)
@@ -1110,7 +1116,8 @@ class _FunctionWalker:
         plan.returns = self.returns[0] if self.returns else None
         for call_node, name in self.tuple_calls.items():
             if call_node not in self.unpacked:
-                self.refuse(call_node, "TT010", f"helper `{name}` returns a tuple holding tensors; unpack it into "
+                what = f"`{name}`" if name.startswith("tl.") else f"helper `{name}`"
+                self.refuse(call_node, "TT010", f"{what} returns a tuple holding tensors; unpack it into "
                             f"names where it is called (`a, b = {name}(...)`)")
         for name, term in self.param_terms.items():
             root = term.find()
