@@ -313,3 +313,33 @@ def test_pipelined_gemm_with_implicit_broadcasts_compiles(target: str, monkeypat
     compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}, all_configs=True)
     assert len(compiled) == 2
     assert all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+BRANCH_RANKS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def store_tile_kernel(y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, AS_3D: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    y = tl.zeros([BM, BN], dtype=tl.float32) + rows[:, None].to(tl.float32)
+    if AS_3D:
+        y = tl.expand_dims(y, 0)
+        tl.store(y_ptr + tl.arange(0, 1)[:, None, None] + rows[None, :, None] * N + cols[None, None, :], y)
+    else:
+        tl.store(y_ptr + rows[:, None] * N + cols[None, :], y, mask=(rows[:, None] < M) & (cols[None, :] < N))
+'''
+
+
+def test_a_branch_that_rebinds_a_name_to_another_rank_leaves_the_other_branch_alone() -> None:
+    """`y = tl.expand_dims(y, 0)` under a constexpr flag (unsloth's TMA-store style): the `else` branch still sees
+    the rank-2 `y`, and after a loop `m = tl.max(m, 1)` rebinds a name to a new layout class."""
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    result = translate_source(BRANCH_RANKS, "x.py", get_target("sm90"))
+    assert [f.translated for f in result.functions] == [True], result.diagnostics
+    assert "y = gl.expand_dims(y, 0)" in result.text
+    (store,) = [line for line in result.text.splitlines() if "gl.store(y_ptr + rows[:, None] * N" in line]
+    assert ", y, mask=" in store  # the rank-2 `y`, not expanded again

@@ -368,8 +368,19 @@ class _FunctionWalker:
                 self.walk_small(small)
         elif isinstance(statement, cst.If):
             self.eval(statement.test)
+            env, terms = dict(self.env), dict(self.name_terms)
             self.walk_body(statement.body)
             orelse = statement.orelse
+            if orelse is not None:
+                # A name the first branch rebound to another rank (`y = tl.expand_dims(y, 0)` under a constexpr
+                # flag) keeps its old value in the other branch, which starts from the state before the `if`.
+                for name, value in list(self.env.items()):
+                    old = env.get(name)
+                    if (isinstance(value, Tensor) and isinstance(old, Tensor) and None not in (value.rank, old.rank)
+                            and value.rank != old.rank):
+                        self.env[name] = old
+                        if name in terms:
+                            self.name_terms[name] = terms[name]
             if isinstance(orelse, cst.If):
                 self.walk_statement(orelse)
             elif isinstance(orelse, cst.Else):
