@@ -16,7 +16,6 @@ from transpile import __version__
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
-from transpile.cst_utils import names_in
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext

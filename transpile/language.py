@@ -168,6 +168,15 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
     return spelling
 
 
+def refused_on_every_target(lang: str) -> bool:
+    """A refusal that does not depend on the target: the layout analysis reports it once, for every target. What
+    only some targets lack (Triton 3.6's Gluon on sm90, a function one backend's libdevice lacks) the language rule
+    reports per target."""
+    spelling = lookup(lang, "cuda", (3, 9))
+    return (spelling is not None and spelling.kind == "refuse"
+            and not (lang.startswith("extra.") or "libdevice" in lang))
+
+
 def gluon_text(spelling: Spelling) -> str:
     """The expression that replaces the `tl.` name (for the kinds that are a plain rename)."""
     if spelling.kind in ("gl", "gl39"):

@@ -151,7 +151,7 @@ class Project:
         self.out_dir = out_dir if out_dir is not None else config.out_dir
         self.exclude = [*config.exclude, *exclude]
         self._prepared: dict[Path, Prepared] = {}
-        self._precomputed: dict[tuple[Path, str], TranslationResult | TranspileError] = {}
+        self._precomputed: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
@@ -345,21 +345,19 @@ class Project:
         variant = self.variant(source, target)
         command = self.command(source, target)
         try:
-            done = self._precomputed.get((source, target.name)) if self._precomputed else None
+            done = self._precomputed.get((source, target.name))  # made by a worker process
             if isinstance(done, Diagnostic):
                 raise TranspileError(done)
             if done is not None:
                 translation = done
-            elif source not in self._prepared:
-                self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
-            if done is None:
+            else:
+                if source not in self._prepared:
+                    self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
                 translation = translate_source(text, self.display(source), target, command,
                                                self._prepared[source], gluon_always=self.gluon_always)
         except Exception as exc:  # a bug of the tool must not take the other files down with it
             if not isinstance(exc, TranspileError):
-                exc = TranspileError(Diagnostic(self.display(source), 1, 1, "TT090",
-                                                f"internal error of triton-transpile {__version__} ({type(exc).__name__}: "
-                                                f"{exc}); nothing was written for this file, please report it"))
+                exc = TranspileError(_internal_error(self.display(source), exc))
             if exc.diagnostic.code == "TT003" and not named:
                 return  # a file in a directory without kernels: not ours
             if exc.diagnostic not in run.diagnostics:  # once, not once per target

@@ -15,7 +15,7 @@ from enum import Enum
 
 import libcst as cst
 
-from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
+from transpile.analysis.layouts import BARRIER_REDUCTIONS, LayoutPlan
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -80,8 +80,8 @@ def _barrier_ops(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode, assign
     for call in calls_in(node):
         lang = language_name(source.qualified_name(call.func))
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        if lang in REDUCTIONS | {"softmax"} or (lang is None and method in REDUCTIONS | {"softmax"}
-                                                 and call not in plan.descriptor_ops):
+        if lang in BARRIER_REDUCTIONS or (lang is None and method in BARRIER_REDUCTIONS
+                                          and call not in plan.descriptor_ops):
             found.append((call, f"reduction `tl.{lang or method}`"))
         elif lang in SCANS or (lang is None and method in SCANS):
             found.append((call, f"scan `tl.{lang or method}`"))

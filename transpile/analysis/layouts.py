@@ -191,16 +191,15 @@ RANDOM4 = {"rand4x", "randn4x", "randint4x", "philox", "philox_impl", "pair_unif
 SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "cumsum", "cumprod", "associative_scan",
                  "softmax", "flip"}
 REDUCTIONS = {"sum", "max", "min", "xor_sum", "reduce", "reduce_or", "argmax", "argmin"}
-# Ops whose result needs data from other threads (a barrier between warps): the reductions and the scans.
-CROSS_WARP = REDUCTIONS | {"cumsum", "cumprod", "associative_scan", "softmax", "flip", "sort", "topk", "histogram",
-                           "gather"}
+# Reductions as the stage planner sees them: each needs data from other warps (softmax reduces twice inside).
+BARRIER_REDUCTIONS = REDUCTIONS | {"softmax"}
 SCALAR_FUNCS = {
     "program_id", "num_programs", "static_range", "range", "static_assert", "static_print", "device_print",
     "device_assert", "debug_barrier", "constexpr", "assume", "pointer_type", "swizzle2d",
 }  # fmt: skip
 CREATIONS = {"arange", "zeros", "full"}
 LIKE = {"zeros_like", "full_like"}
-OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave", "histogram"}
+OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave"}
 ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
 
 
@@ -683,9 +682,7 @@ class _FunctionWalker:
         if spelling is not None and spelling.kind == "libdevice":
             return self.elementwise(node)
         if spelling is None or spelling.kind == "refuse":
-            if spelling is not None and not (full.startswith("extra.") or "libdevice" in full):
-                # Refused on every target (the language rule refuses what only some targets lack, and libdevice
-                # functions one backend lacks).
+            if spelling is not None and language.refused_on_every_target(full):
                 self.refuse(node, "TT011", spelling.text)
             for a in node.args:
                 self.eval(a.value)
@@ -918,12 +915,10 @@ class _FunctionWalker:
             for a in node.args:
                 self.eval(a.value)
             return base
-        if method in ("cumsum", "cumprod", "flip", "sigmoid", "broadcast_to"):
+        if method == "broadcast_to":
             for a in node.args:
                 self.eval(a.value)
-            if method == "broadcast_to":
-                return Tensor(base.term, base.elem, self.shape_of_args(node.args))
-            return base
+            return Tensor(base.term, base.elem, self.shape_of_args(node.args))
         if method in ("to", "cast"):
             for a in node.args:
                 self.eval(a.value)

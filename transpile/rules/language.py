@@ -13,14 +13,6 @@ import libcst as cst
 from transpile import language
 from transpile.rules.base import Example, Rule, RuleContext, expr
 
-def gluon_name(lang: str, backend: str, min_triton: tuple[int, int]) -> str | None:
-    """``math.exp`` -> ``gl.exp`` for a plain rename (the language table); None otherwise."""
-    spelling = language.lookup(lang, backend, min_triton)
-    if spelling is None or spelling.kind in ("own", "refuse", "method"):
-        return None
-    return language.gluon_text(spelling)
-
-
 class JitDecorator(Rule):
     name = "jit-decorator"
     matches = "`@triton.jit` (any import spelling), with or without arguments"
@@ -83,9 +75,8 @@ class LanguageNames(Rule):
         if spelling is None or spelling.kind in ("own", "method"):
             return updated  # a submodule inside `tl.math.exp` (renamed as a whole), or a rule of its own
         if spelling.kind == "refuse":
-            everywhere = language.lookup(lang, "cuda", (3, 9))
-            if everywhere is None or everywhere.kind != "refuse" or "libdevice" in lang or lang.startswith("extra."):
-                ctx.refuse(original, "TT011", spelling.text)  # what the layout analysis did not refuse already
+            if not language.refused_on_every_target(lang):  # else the layout analysis refused it already
+                ctx.refuse(original, "TT011", spelling.text)
             return updated
         key = language.snippet_key(spelling)
         if key is not None:
@@ -108,11 +99,11 @@ class LanguageNames(Rule):
                 ctx.need(key)
             return cst.Call(expr(language.gluon_text(spelling)), [cst.Arg(updated.func.value), *updated.args])
         lang = ctx.language(original.func)
-        if lang is not None and lang.rsplit(".", 1)[-1] in ("broadcast_to",) and updated.args:
+        spelling = language.lookup(lang, ctx.target.backend, ctx.target.min_triton) if lang else None
+        if spelling is not None and spelling.kind == "method" and updated.args and updated.args[0].keyword is None:
             first, *rest = updated.args
-            if first.keyword is None:
-                return cst.Call(cst.Attribute(first.value, cst.Name("broadcast_to")),
-                                [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for a in rest])
+            return cst.Call(cst.Attribute(first.value, cst.Name(spelling.text)),
+                            [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for a in rest])
         return updated
 
 
