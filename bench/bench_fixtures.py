@@ -7,8 +7,8 @@
     python bench/bench_fixtures.py --dry-run                        # what would run (works on the CPU)
     python bench/bench_fixtures.py --check-only                     # correctness only, no timing
 
-The cases are those of tests/gpu/check_fixtures.py that have a `bench_shape` (every fixture with a dot loop has
-one): for each, the original fixture and its variant `DIR/<fixture>_<target>.py` (imported by path: only this
+The cases are those of tests/gpu/check_fixtures.py that have a `bench_shape` (the cases of every
+dot-loop fixture, and the elementwise, row-wise and reduction kernels at memory-bound sizes, MEMORY_BENCH): for each, the original fixture and its variant `DIR/<fixture>_<target>.py` (imported by path: only this
 checkout is needed) are first checked against each other and against torch at the case's ragged sizes, then both
 host wrappers are timed at `bench_shape` on the same inputs. Times are medians of `triton.testing.do_bench`
 (`--rep` ms of runs after `--warmup` ms), after one untimed call (autotuning, compilation); with --repeats R the

@@ -23,7 +23,7 @@ import os
 import sys
 import traceback
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -856,6 +856,8 @@ CASES: list[Case] = [
         reference=_ref_bc_int4_matmul,
         shape=dict(M=1000, N=1100, K=902),
         small_shape=dict(M=70, N=90, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="bc_tuple_helper",
@@ -1058,6 +1060,45 @@ SUITE_CASES: list[Case] = [
          small_shape=dict(M=150, N=300), atol=1e-3, rtol=1e-4),
 ]
 CASES += SUITE_CASES
+
+# Realistic sizes for the cases without a dot loop (elementwise, row-wise, reductions), so that the benchmark times
+# every translated kernel against its original too: a translated kernel that is memory-bound must not lose
+# bandwidth to its explicit layouts ("never slower" holds for them as for the pipelined loops). No flop count:
+# these kernels are timed by their ratio alone.
+_ROWS = dict(M=8192, N=4096)
+MEMORY_BENCH: dict[str, Shape] = {
+    "vector_add": dict(n=1 << 25),
+    "softmax": _ROWS,
+    "log_softmax": _ROWS,
+    "layernorm": dict(B=4, M=2048, N=4096),
+    "rmsnorm": dict(B=4, M=2048, N=4096),
+    "fused_helpers": _ROWS,
+    "import_aliases": dict(n=1 << 25),
+    "column_minmax-ragged": dict(M=8192, N=4100),
+    "column_minmax-even": _ROWS,
+    "bc_norm_rows": _ROWS,
+    "bc_rotary": dict(T=8192, H=32, D=128, P=8192),
+    "bc_cross_entropy": dict(M=4096, V=32000),
+    "bc_tuple_helper": _ROWS,
+    "lang_gated_act-silu": dict(n=1 << 25),
+    "lang_gated_act-gelu_tanh": dict(n=1 << 25),
+    "lang_router": dict(T=65536, E=64),
+    "bc_logsumexp_rows": _ROWS,
+    "lang_shapes-swap_pairs": dict(n=1 << 25),
+    "lang_shapes-scans": dict(M=8192, N=1024),
+    "lang_shapes-bucket_histogram": dict(n=1 << 24),
+    "lang_scan_dropout": dict(M=8192, N=2048),
+    "suite_online_softmax": dict(M=8192, N=8192),
+    "suite_add_rmsnorm": _ROWS,
+    "suite_cross_entropy": dict(M=4096, V=32000),
+    "suite_geglu-gelu": _ROWS,
+    "suite_geglu-silu": _ROWS,
+    "suite_row_sumsq": _ROWS,
+    "suite_layernorm_bwd": _ROWS,
+    "suite_dropout-p0.3": dict(n=1 << 25),
+    "suite_atomic_colsum": _ROWS,
+}
+CASES = [replace(c, bench_shape=MEMORY_BENCH[c.name]) if c.name in MEMORY_BENCH else c for c in CASES]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
