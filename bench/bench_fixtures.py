@@ -7,15 +7,16 @@
     python bench/bench_fixtures.py --dry-run                        # what would run (works on the CPU)
     python bench/bench_fixtures.py --check-only                     # correctness only, no timing
 
-The cases are those of tests/gpu/check_fixtures.py that have a `bench_shape` (the cases of every
-dot-loop fixture, and the elementwise, row-wise and reduction kernels at memory-bound sizes, MEMORY_BENCH): for each, the original fixture and its variant `DIR/<fixture>_<target>.py` (imported by path: only this
-checkout is needed) are first checked against each other and against torch at the case's ragged sizes, then both
-host wrappers are timed at `bench_shape` on the same inputs. Times are medians of `triton.testing.do_bench`
-(`--rep` ms of runs after `--warmup` ms), after one untimed call (autotuning, compilation); with --repeats R the
-original and the variant are timed alternately R times and the median of the R medians is kept. The ratio is a
-speed ratio, original ms / variant ms: above 1.0 the variant is faster. TFLOP/s is the case's `flops` at
-bench_shape divided by the variant's time. A variant whose kernels are kept as plain Triton (`@triton.jit`, left
-for Triton's own pipeliner) is timed like any other; the `variant` column says gluon, triton or mixed.
+The cases are those of tests/gpu/check_fixtures.py that have a `bench_shape`: every case of a dot-loop fixture, and
+the elementwise, row-wise and reduction cases at memory-bound sizes (MEMORY_BENCH there). For each, the original
+fixture and its variant `DIR/<fixture>_<target>.py` (imported by path: only this checkout is needed) are first
+checked against each other and against torch at the case's ragged sizes, then both host wrappers are timed at
+`bench_shape` on the same inputs. Times are medians of `triton.testing.do_bench` (`--rep` ms of runs after
+`--warmup` ms), after one untimed call (autotuning, compilation); with --repeats R the original and the variant are
+timed alternately R times and the median of the R medians is kept. The ratio is a speed ratio, original ms / variant
+ms: above 1.0 the variant is faster. TFLOP/s is the case's `flops` at bench_shape divided by the variant's time. A
+variant whose kernels are kept as plain Triton (`@triton.jit`, left for Triton's own pipeliner) is timed like any
+other; the `variant` column says gluon, triton or mixed.
 Exit status 1 if any case fails its check or cannot be timed.
 """
 

@@ -19,9 +19,6 @@ pytestmark = pytest.mark.slow
 
 # Goldens that genuinely do not compile today, with the reason. Strict: once one compiles, its test XPASSes and
 # fails, so the entry must be removed with the fix.
-_ALIAS_HELPER = ("a jit helper called through a module-level alias (`act = _relu_squared`) is not recognised as a "
-                 "helper: it is verified as a kernel of its own and its body keeps blocked layouts that do not match "
-                 "the caller's MMA accumulator (`Layout mismatch in broadcast`)")
 _BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is kept as Triton, and "
               "Triton 3.9's `tl` no longer has block pointers, so the kept kernel does not compile under 3.9 either")
 _TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFMA layout with instr_shape [32, 32, 4] while the "
@@ -30,7 +27,6 @@ _TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFM
 _ALL = ("gfx942", "gfx950", "gfx1250", "sm90")
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
     ("suite_gemm_tf32", "gfx942"): _TF32_GFX942,
-    **{("suite_alias_gemm", t): _ALIAS_HELPER for t in _ALL},
     **{("suite_blockptr_gemm", t): _BLOCK_PTR for t in _ALL},
 }
 

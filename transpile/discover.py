@@ -81,6 +81,15 @@ class JitFunction:
 class ModuleFacts:
     source: SourceFile
     functions: dict[str, JitFunction]  # in file order
+    # Module-level names bound once to a jit function (`act = _relu_squared`): a call `act(x)` calls that helper.
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def callee(self, func: cst.BaseExpression) -> str | None:
+        """The jit function of this file that a call of `func` runs (through an alias too), else None."""
+        if not isinstance(func, cst.Name):
+            return None
+        name = self.aliases.get(func.value, func.value)
+        return name if name in self.functions else None
 
     @property
     def kernels(self) -> list[JitFunction]:
@@ -186,14 +195,36 @@ def discover(source: SourceFile) -> ModuleFacts:
         name = statement.name.value
         functions[name] = JitFunction(name, statement, _params(source, statement), jit, configs, keys, heuristics)
 
+    facts = ModuleFacts(source, functions, _aliases(source.module, functions))
     # Call graph between jit functions: a function another one calls is a helper.
     for fn in functions.values():
         for call in calls_in(fn.node):
-            callee = call.func.value if isinstance(call.func, cst.Name) else None
-            if callee in functions and callee != fn.name:
+            callee = facts.callee(call.func)
+            if callee is not None and callee != fn.name:
                 functions[callee].called_by.add(fn.name)
             for arg in call.args:  # a combine function passed to tl.reduce / tl.associative_scan is called too
-                if isinstance(arg.value, cst.Name) and arg.value.value in functions and arg.value.value != fn.name:
-                    functions[arg.value.value].called_by.add(fn.name)
-    return ModuleFacts(source, functions)
+                passed = facts.callee(arg.value)
+                if passed is not None and passed != fn.name:
+                    functions[passed].called_by.add(fn.name)
+    return facts
+
+
+def _aliases(module: cst.Module, functions: dict[str, JitFunction]) -> dict[str, str]:
+    """`act = _relu_squared` at module level, the name bound nowhere else in the module's top level: `act` is
+    another name of the jit function (kernels that pick their activation from a table of helpers do this)."""
+    bound: dict[str, list[str | None]] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        if isinstance(target.target, cst.Name):
+                            value = small.value.value if isinstance(small.value, cst.Name) else None
+                            bound.setdefault(target.target.value, []).append(value)
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and isinstance(small.target, cst.Name):
+                    bound.setdefault(small.target.value, []).append(None)
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            bound.setdefault(statement.name.value, []).append(None)
+    return {name: values[0] for name, values in bound.items()
+            if len(values) == 1 and values[0] in functions and name not in functions}
 

@@ -68,7 +68,7 @@ def dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
                 return
             # the innermost loop Triton pipelines (not unrolled, not `while`), else the innermost loop
             entry = next((e for e, unrolled in reversed(stack) if not unrolled), stack[-1][0])
-            callee = node.func.value if isinstance(node.func, cst.Name) else None
+            callee = facts.callee(node.func)
             if is_dot_call(source, node):
                 entry.dots.append(source.position(node)[0])
             elif callee in runs_dot and callee != fn.name:
@@ -95,7 +95,7 @@ def _functions_running_dots(facts: ModuleFacts) -> set[str]:
         for name, fn in facts.functions.items():
             if name in direct:
                 continue
-            if any(isinstance(c.func, cst.Name) and c.func.value in direct for c in calls_in(fn.node)):
+            if any(facts.callee(c.func) in direct for c in calls_in(fn.node)):
                 direct.add(name)
                 changed = True
     return direct

@@ -46,6 +46,7 @@ class Term:
     dots: list[DotSite] | None = None  # MMA anchor: the dots whose results live in this class
     origins: set[str] = field(default_factory=set)  # what put tensors in this class (for helpers' params)
     names: list[str] = field(default_factory=list)  # variable names bound to this class, for readable layout names
+    reduced: set[int] = field(default_factory=set)  # axes a reduction of this class runs along
     parent: Term | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -627,8 +628,9 @@ class _FunctionWalker:
             return self.eval_language_call(node, _strip_module(lang), lang)
         if self.source.qualified_name(func) == "triton.cdiv":
             return self.elementwise(node)
-        if isinstance(func, cst.Name) and func.value in self.analysis.facts.functions:
-            return self.eval_helper_call(node, func.value)
+        callee = self.analysis.facts.callee(func)
+        if callee is not None:
+            return self.eval_helper_call(node, callee)
         if isinstance(func, cst.Attribute):
             base = self.eval(func.value)
             method = func.attr.value
@@ -891,6 +893,8 @@ class _FunctionWalker:
         rank = value.rank
         if rank is not None and axis < 0:
             axis += rank
+        if rank is not None and 0 <= axis < rank:
+            value.term.find().reduced.add(axis)
         if keeps:
             # Gluon reduces into the slice layout and expands it back: the result is in the input's layout.
             if rank == 1:
@@ -1156,10 +1160,21 @@ def promote(a: str | None, b: str | None) -> str | None:
     return a if ka[1] >= kb[1] else b
 
 
+def _dim(x: str | None, y: str | None) -> str | None:
+    """One dimension of two shapes that meet (a broadcast, or two uses of one layout class): a size-1 dimension
+    takes the other's size, known or not (`rows[:, None]` of unknown length meeting `cols[None, :]` is unknown in
+    both dimensions, not 1); of a known and an unknown size, the known one."""
+    if x == "1":
+        return y
+    if y == "1":
+        return x
+    return x if x is not None else y
+
+
 def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | None) -> tuple[str | None, ...] | None:
     if a is None or b is None or len(a) != len(b):
         return a if a is not None else b
-    return tuple(x if (x is not None and x != "1") else y for x, y in zip(a, b))
+    return tuple(_dim(x, y) for x, y in zip(a, b))
 
 
 def _with_pointee(tensor: Tensor, other: Value) -> Tensor:
@@ -1218,6 +1233,7 @@ def _unify(a: Term, b: Term) -> bool:
     ra.rank = ra.rank if ra.rank is not None else rb.rank
     ra.shape = _join_shapes(ra.shape, rb.shape)
     ra.origins |= rb.origins
+    ra.reduced |= rb.reduced
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]
@@ -1231,7 +1247,7 @@ def _unify(a: Term, b: Term) -> bool:
 def _join_shapes(a: list[str | None] | None, b: list[str | None] | None) -> list[str | None] | None:
     if a is None or b is None or len(a) != len(b):
         return a if a is not None else b
-    return [x if (x is not None and x != "1") else (y if y is not None else x) for x, y in zip(a, b)]
+    return [_dim(x, y) for x, y in zip(a, b)]
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.cst_utils import names_in
+from transpile.analysis.layouts import Term
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
 
@@ -69,8 +70,9 @@ class LayoutDeclarations(Rule):
                 value = ctx.target.mma_layout_expr(ctx, root)
             else:
                 ctx.need("blocked_layout")
-                shape = ", ".join(s if s is not None else "None" for s in (root.shape or [None] * (root.rank or 1)))
-                value = f"_blocked_layout([{shape}], gl.num_warps())"
+                # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
+                shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
+                value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)})"
             lines.append(f"{name}: gl.constexpr = {value}")
         if not lines and not entry:
             return updated
@@ -149,3 +151,13 @@ def _is_docstring(statement_node: cst.BaseStatement) -> bool:
         and isinstance(statement_node.body[0], cst.Expr)
         and isinstance(statement_node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
+
+
+def _reduced_argument(root: Term) -> str:
+    """`, reduced=[0]` for a class reduced along an axis other than its last (a column reduction): the blocked layout
+    then keeps that axis inside each thread where the tile allows, so that the reduction needs no shuffles and no
+    shared-memory round trip between warps (Triton's own layout for such a loop). Nothing for row reductions, which
+    the default layout (lanes along the last axis) already serves."""
+    if root.rank is None or not root.reduced or root.rank - 1 in root.reduced:
+        return ""
+    return f", reduced={sorted(root.reduced)}"
