@@ -105,6 +105,25 @@ def _without_warps(node: ast.AST) -> tuple[str, list[str]]:
     return ast.dump(warps.visit(copy.deepcopy(node))), warps.seen
 
 
+def _drop_added_configs(variant_fn: ast.FunctionDef, source_fn: ast.FunctionDef, variant_text: str) -> int:
+    """Removes, in place, the autotune configs the variant's table holds after the source's own (a rule's added
+    tile); returns how many there were."""
+    def configs(fn: ast.FunctionDef) -> ast.List | None:
+        for d in fn.decorator_list:
+            if isinstance(d, ast.Call) and ast.unparse(d.func) == "triton.autotune":
+                for k in d.keywords:
+                    if k.arg == "configs" and isinstance(k.value, ast.List):
+                        return k.value
+        return None
+
+    mine, theirs = configs(variant_fn), configs(source_fn)
+    if mine is None or theirs is None or len(mine.elts) <= len(theirs.elts):
+        return 0
+    added = len(mine.elts) - len(theirs.elts)
+    del mine.elts[len(theirs.elts):]
+    return added
+
+
 def test_output_contract(fixture_name: str, target_name: str, goldens, translated, root: Path) -> None:
     """The variant keeps the source's functions (same names, same parameters), its autotune/heuristics decorators,
     its host code and every comment; kernels kept as Triton (refused, or a dot loop not pipelined) are the source
@@ -128,7 +147,10 @@ def test_output_contract(fixture_name: str, target_name: str, goldens, translate
         assert _parameters(other) == _parameters(fn), f"`{fn.name}`: parameters differ"
         if is_jit:
             kept = [_without_warps(d)[0] for d in fn.decorator_list if "jit" not in ast.unparse(d)]
+            added = _drop_added_configs(other, fn, variant_text)
             assert [_without_warps(d)[0] for d in other.decorator_list if "jit" not in ast.unparse(d)] == kept
+            if added:  # configs of the variant's own follow the source's, and the header names them
+                assert f"# autotune configs added to `{fn.name}` for {target_name}: " in variant_text.split('"""')[0]
             if "gl.num_warps() == 8" in ast.unparse(other):  # warp-pipelined: every config launches 8 warps
                 assert all(w == "8" for d in other.decorator_list for w in _without_warps(d)[1])
             assert any(ast.unparse(d).startswith("gluon.jit") for d in other.decorator_list)

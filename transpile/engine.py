@@ -40,6 +40,8 @@ class KernelOutcome:
     num_warps: int | None = None  # the warps the variant must be launched with (a warp-pipelined loop needs 8)
     pipelined: bool = False  # a pipeline rule rewrote one of its loops
     kept_reason: str = ""  # why it is kept as Triton (when not translated)
+    module_functions: list[str] = field(default_factory=list)  # emitted right before it (see RuleContext)
+    added_configs: list[str] = field(default_factory=list)  # autotune configs the variant added (see RuleContext)
 
     @property
     def status(self) -> str:
@@ -152,7 +154,8 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
         node = fn.node.visit(_KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
-                                pipelined=bool(ctx.pipelined))
+                                pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
+                                added_configs=ctx.added_configs)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False
@@ -320,6 +323,9 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
     if kept:
         names = ", ".join(f"`{o.name}`" for o in kept)
         lines.append(f"# kept as Triton: {names} (the comments above them say why)")
+    for o in outcomes.values():
+        if o.translated and o.added_configs:
+            lines.append(f"# autotune configs added to `{o.name}` for {target.name}: {'; '.join(o.added_configs)}")
     newline = source.module.default_newline  # the source's own line ends (LF or CRLF)
     return newline.join(lines) + newline
 
@@ -353,6 +359,9 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
         if isinstance(statement, cst.FunctionDef) and statement.name.value in facts.functions:
             name = statement.name.value
             if name in rewritten:
+                for text in outcomes[name].module_functions:  # e.g. a warp-specialised loop's loader partition
+                    function = cst.parse_statement(text)
+                    body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
                 body.append(rewritten[name])
             else:
                 body.append(_kept_function(originals.get(name, statement), outcomes[name], target))

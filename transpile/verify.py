@@ -69,6 +69,18 @@ def _configs(fn: JitFunction) -> list[tuple[str, AutotuneConfig | None]]:
     return [(f"config {i}", c) for i, c in enumerate(fn.autotune_configs)]
 
 
+def _added_configs(module, name: str, known: int) -> list[tuple[str, AutotuneConfig | None]]:  # noqa: ANN001
+    """The autotune configs the variant added after the source's `known` ones (a rule's own tile, listed in the
+    variant's header), so that they are compiled too."""
+    obj = getattr(module, name, None)
+    while obj is not None and not isinstance(getattr(obj, "configs", None), list):
+        obj = getattr(obj, "fn", None)  # @triton.heuristics wraps the autotuner's function, or is wrapped by it
+    if obj is None or not known:
+        return []
+    return [(f"config {i} (added)", AutotuneConfig(dict(c.kwargs), c.num_warps, c.num_stages, None))  # type: ignore[arg-type]
+            for i, c in enumerate(obj.configs) if i >= known]
+
+
 def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dict[str, object], path: str,
                      line: int) -> tuple[dict[str, str], dict[str, object], int]:
     """Signature, constexpr values and num_warps for one compile of `fn`; TT030 names what is missing."""
@@ -186,7 +198,8 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         if outcome.is_helper:
             continue
         fn = source_facts[outcome.name]
-        configs = _configs(fn) if all_configs else _configs(fn)[:1]
+        configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
+        configs = configs if all_configs else configs[:1]
         line = source.position(fn.node.name)[0]
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)

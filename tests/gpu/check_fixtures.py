@@ -1269,7 +1269,9 @@ def main(argv: list[str] | None = None) -> int:
     all_ok = True
     for fixture in dict.fromkeys(c.fixture for c in cases):  # each fixture once, in table order
         loaded = load_fixture(fixture, args, config_index=None)
-        config_indices = range(_config_count(loaded.original)) if args.all_configs else [None]
+        # The variant's table may hold configs of its own after the original's (the original then runs its last).
+        configs = max(_config_count(m) for m in (loaded.original, loaded.variant) if m is not None)
+        config_indices = range(configs) if args.all_configs else [None]
         for index in config_indices:
             if index is not None:
                 loaded = load_fixture(fixture, args, config_index=index)

@@ -45,6 +45,12 @@ class RuleContext:
     gluon_always: bool = False  # --gluon-always: emit every pipeline and translation, even those measured slower
     pipelined: list[cst.For] = field(default_factory=list)  # loops (nodes of the source tree) a pipeline rule rewrote
     unprofitable: dict[cst.For, str] = field(default_factory=dict)  # loops left alone by the profitability policy
+    # Module-level functions a rule emits right before this function (a warp-specialised loop's loader partition).
+    module_functions: list[str] = field(default_factory=list)
+    # The operand tile shapes (constexpr names, A then B) of a warp-specialised ring: its tile becomes a config.
+    ws_tiles: tuple[list[str], list[str]] | None = None
+    # Autotune configs a rule added to this kernel's table (described for the variant's header).
+    added_configs: list[str] = field(default_factory=list)
 
     @property
     def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations

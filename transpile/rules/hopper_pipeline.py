@@ -8,6 +8,15 @@ the copies of the first ``NUM_STAGES - 1`` iterations; in the loop, ``warpgroup_
 from the ring, then ``warpgroup_mma_wait(1, ...)``: the previous wgmma has then finished reading its slot, and that
 slot is refilled with the tiles of iteration ``it + NUM_STAGES - 1``. One final ``warpgroup_mma_wait(0)`` makes the
 accumulator available to the epilogue. A loop the analysis cannot pipeline is left as it is, with a TT040 note.
+
+Warp specialisation: where the loop body is only the copies, their scalar producer slice and the dot, the ring has a
+second form, chosen at compile time for tiles of 128x256 accumulator elements and more: a loader partition (one warp,
+a module-level function emitted before the kernel) issues the copies into slots an `empty` mbarrier hands back, and
+the kernel's warps (`_ws_wgmma_consumer`) only wait, run the wgmmas and release slots. On an H100 it ran the
+descriptor GEMM 1.18x (4096^3) and 1.37x (8192^3) faster than the original kernel at 128x256x64, against 1.18x and
+1.21x for the single-partition ring at that tile, and 0.95-1.04x at 128x128 (bench/RESULTS.md). An autotuned kernel
+whose tile sizes are config keys gets that tile as one more config (listed in the variant's header), so that the
+autotuner can choose it; its own configs stay.
 Targets: sm90.
 """
 
@@ -16,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
-from transpile.cst_utils import calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth_lines)
@@ -44,6 +53,10 @@ class HopperTMAPipeline(Rule):
             "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
             "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])",
             "acc = warpgroup_mma_wait(0, deps=[acc])",
+            "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768:",
+            "(_ws_wgmma_consumer, (a_smem, b_smem, ready, empty, num_iters, acc)),",
+            "(_k_tma_loader, (a_desc, b_desc, BK, a_smem, b_smem, ready, empty, num_iters)),",
+            "def _k_tma_loader(a_desc, b_desc, BK: gl.constexpr, a_ring, b_ring, ready, empty, num_iters):",
         ), "sm90"),
     )
 
@@ -66,6 +79,22 @@ class HopperTMAPipeline(Rule):
             return updated
         ctx.pipelined_loop(original)
         return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        """An autotuned kernel with a warp-specialised ring gets the tile that form is for as one more config."""
+        tiles = ctx.ws_tiles
+        if not tiles or not ctx.function.autotune_configs:
+            return updated
+        decorators = list(updated.decorators)
+        for i, (source, decorator) in enumerate(zip(original.decorators, decorators)):
+            if ctx.source.qualified_name(_decorator_call(source)) != "triton.autotune":
+                continue
+            added = _add_ws_config(ctx, decorator, tiles)
+            if added is not None:
+                decorators[i] = added
+                return updated.with_changes(decorators=decorators)
+        return updated
 
     def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
@@ -108,8 +137,9 @@ class HopperTMAPipeline(Rule):
             "# directly and runs asynchronously, one stays in flight, and a slot is refilled only once the wgmma",
             "# that read it has completed.",
         ]
+        depth = ring_depth_lines(ctx, plan.loop, plan.num_stages, stages)
         lines = [
-            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
+            *depth,
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
@@ -145,6 +175,10 @@ class HopperTMAPipeline(Rule):
         lines.append(f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))")
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
+        ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, count, index, acc_in,
+                               (a_smem, b_smem, ready), infos)
+        if ws:  # the warp-specialised form for large tiles, the ring below for the others
+            lines = [*depth, *ws, "else:", indent("\n".join(lines[len(depth):]), "    ")]
         pipelined = indent("\n".join(lines), "    ")
         original = indent(code(updated), "    ")
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
@@ -169,3 +203,171 @@ def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
 def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     value = statement.body[0].value  # type: ignore[union-attr]
     return value if isinstance(value, cst.Call) else None
+
+
+# Accumulator tiles of at least this many elements run the warp-specialised form (128x256: measured faster than the
+# single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
+WS_MIN_TILE = 128 * 256
+# The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
+WS_CONFIG = ((128, 256, 64), 8, 3)
+_SCALAR_CALLS = {"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "gl.minimum", "gl.maximum",
+                 "gl.multiple_of", "gl.max_contiguous"}
+
+
+def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
+                      name, stages: str, iters: str, count: str, index, acc_in: str,  # noqa: ANN001
+                      smem: tuple[str, str, str], infos: dict) -> list[str]:  # noqa: ANN001
+    """The warp-specialised form of the ring (statements of the kernel, and the loader function recorded in `ctx`),
+    or [] where the loop does more than copy and multiply (consumer statements besides the dot) or its producer slice
+    is not plain scalar arithmetic (a loader warp takes no tensors)."""
+    if consumer_rest:
+        return []
+    producer = [body[i] for i in plan.producer]
+    for statement in producer:
+        for call in calls_in(statement):
+            if code(call.func) not in _SCALAR_CALLS:
+                return []
+    a, b = plan.loads
+    coords = {op.index: _load_coords(body[op.index]) for op in plan.loads}
+    local = _kernel_names(ctx.function.node)
+    assigned = {n for st in producer for n in assigned_names(st)} | {plan.var}
+    used: list[str] = []
+    for node in [cst.parse_expression(index("it")), *producer, *coords.values()]:
+        for n in sorted(names_in(node)):
+            if n in local and n not in assigned and n not in used and n != "it":
+                used.append(n)
+    descriptors = [op.descriptor for op in plan.loads]
+    free = [*dict.fromkeys(descriptors), *[n for n in used if n not in descriptors]]
+    constexprs = _constexpr_names(ctx.function)
+    loader = name(f"_{ctx.function.name}_tma_loader")
+    a_ring, b_ring, ready = smem
+    empty = name("empty")
+    nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
+    params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in free)
+    line = ctx.source.position(plan.loop)[0]
+    loop_lines = [f"        {plan.var} = {index('it')}", *[f"        {code(st)}" for st in producer]]
+    ctx.module_functions.append("\n".join([
+        "@gluon.jit",
+        f"def {loader}({params}, a_ring, b_ring, ready, empty, num_iters):",
+        f'    """Loader partition of `{ctx.function.name}`\'s warp-specialised main loop (line {line} of the source): '
+        "one warp",
+        "    issues the TMA copies of each iteration into the ring slot the wgmma warps have handed back.\"\"\"",
+        "    NUM_STAGES: gl.constexpr = a_ring.shape[0]",
+        "    for it in range(num_iters):",
+        *loop_lines,
+        "        slot = it % NUM_STAGES",
+        "        # A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not wait.",
+        "        mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) & 1) ^ 1)",
+        f"        mbarrier.expect(ready.index(slot), {nbytes})",
+        f"        _tma_async_load({a.descriptor}, {code(coords[a.index])}, ready.index(slot), a_ring.index(slot))",
+        f"        _tma_async_load({b.descriptor}, {code(coords[b.index])}, ready.index(slot), b_ring.index(slot))",
+    ]) + "\n")
+    ctx.need("ws_wgmma_consumer")
+    ctx.need("tma_aliases")
+    tiles = (infos[a.descriptor].block_shape, infos[b.descriptor].block_shape)
+    ctx.ws_tiles = tiles  # read by leave_FunctionDef (one more autotune config)
+    args = ", ".join(free)
+    return [
+        f"if {a.descriptor}.block_type.shape[0] * {b.descriptor}.block_type.shape[1] >= {WS_MIN_TILE}:",
+        "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back.",
+        f"    {a_ring} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
+        f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
+        f"    {b_ring} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
+        f"{', '.join(infos[b.descriptor].block_shape)}], {b.descriptor}.layout)",
+        f"    {ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+        f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+        f"    for s in gl.static_range({stages}):",
+        f"        mbarrier.init({ready}.index(s), count=1)",
+        f"        mbarrier.init({empty}.index(s), count=1)",
+        f"    {iters} = {count}",
+        f"    {plan.acc} = gl.warp_specialize([",
+        f"        (_ws_wgmma_consumer, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in})),",
+        f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
+        "    ], [1], [24])[0]",
+        f"    for s in gl.static_range({stages}):",
+        f"        mbarrier.invalidate({ready}.index(s))",
+        f"        mbarrier.invalidate({empty}.index(s))",
+    ]
+
+
+class _Bound(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: set[str] = set()
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.found.add(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.found |= names_in(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.found |= names_in(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.found |= names_in(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.found |= names_in(node.target)
+
+
+def _kernel_names(function: cst.FunctionDef) -> set[str]:
+    """Names the function binds: its parameters and every assignment or loop target in its body."""
+    visitor = _Bound()
+    function.visit(visitor)
+    return visitor.found
+
+
+def _constexpr_names(function) -> set[str]:  # noqa: ANN001 - JitFunction
+    """Constexpr parameters and `X: tl.constexpr = ...` names of the function (a loader takes them as constexprs)."""
+    names = {p.name for p in function.params if p.is_constexpr}
+
+    class _Ann(cst.CSTVisitor):
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if code(node.annotation.annotation).endswith("constexpr") and isinstance(node.target, cst.Name):
+                names.add(node.target.value)
+
+    function.node.visit(_Ann())
+    return names
+
+
+def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles) -> cst.Decorator | None:  # noqa: ANN001
+    """`@triton.autotune(configs=[...])` with one more `triton.Config` for the warp-specialised tile: the first
+    config's values with the tile sizes of WS_CONFIG, 8 warps and WS_CONFIG's ring depth. None where the tile sizes
+    are not plain names that every config sets to integers, the configs are not a literal list, or the tile is there
+    already."""
+    call = decorator.decorator
+    if not isinstance(call, cst.Call):
+        return None
+    (m, k), (k2, n) = tiles
+    configs = ctx.function.autotune_configs
+    if k != k2 or len({m, n, k}) < 3 or any(not isinstance(c.values.get(x), int) for c in configs for x in (m, n, k)):
+        return None
+    (bm, bn, bk), warps, depth = WS_CONFIG
+    if any((c.values[m], c.values[n], c.values[k], c.num_warps) == (bm, bn, bk, warps) for c in configs):
+        return None
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "configs"), None)
+    if arg is None or not isinstance(arg.value, cst.List) or not arg.value.elements:
+        return None
+    values = dict(configs[0].values)
+    values.update({m: bm, n: bn, k: bk})
+    first = arg.value.elements[0].value
+    config_call = code(first.func) if isinstance(first, cst.Call) else "triton.Config"
+    text = ", ".join(f"{key!r}: {value!r}" for key, value in values.items()).replace("'", '"')
+    new = cst.parse_expression(f"{config_call}({{{text}}}, num_warps={warps}, num_stages={depth})")
+    elements = list(arg.value.elements)
+    last = elements[-1]
+    # The new config goes last, laid out like the others: the separator between two configs (one per line, or a
+    # space) before it, the last config's own trailing comma and closing layout after it.
+    separator = elements[-2].comma if len(elements) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    elements[-1] = last.with_changes(comma=separator)
+    elements.append(cst.Element(new, comma=last.comma))
+    ctx.added_configs.append(f"{m}={bm}, {n}={bn}, {k}={bk}, num_warps={warps}, num_stages={depth} (the "
+                             "warp-specialised ring's tile)")
+    new_arg = arg.with_changes(value=arg.value.with_changes(elements=elements))
+    return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args]))
+
+
+def _decorator_call(decorator: cst.Decorator) -> cst.BaseExpression:
+    """The callee of `@x(...)` (or `x` of `@x`), a node of the source tree whose qualified name is known."""
+    return decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator

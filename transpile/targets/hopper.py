@@ -80,6 +80,26 @@ _tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_s
 _tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 '''
 
+WS_WGMMA_CONSUMER = '''
+@gluon.jit
+def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc):
+    """Default partition of a warp-specialised TMA ring: waits for each slot the loader warp filled, runs the wgmma
+    on it asynchronously with one left in flight, and hands the slot of the previous wgmma (now completed, in every
+    warpgroup once the barrier has passed) back to the loader. Returns the accumulator as a 1-tuple (Triton 3.6's
+    `warp_specialize` flattens the default partition's results)."""
+    NUM_STAGES: gl.constexpr = a_ring.shape[0]
+    for it in range(num_iters):
+        slot = it % NUM_STAGES
+        mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(slot), b_ring.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=[acc])
+        if gl.num_warps() > 4:
+            _cta_barrier()
+        mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    return (acc, )
+'''
+
 CP_ASYNC = '''
 # cp.async copies into shared memory: `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before it.
 _cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -170,6 +190,7 @@ SM90 = Target(
         "dot": WGMMA_DOT,
         "register_a_layout": REGISTER_A_LAYOUT,
         "tma_aliases": TMA_ALIASES,
+        "ws_wgmma_consumer": WS_WGMMA_CONSUMER,
         "cp_async": CP_ASYNC,
         "copy_layout": COPY_LAYOUT,
         "autotune_stages": AUTOTUNE_STAGES,

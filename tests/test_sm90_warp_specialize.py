@@ -1,0 +1,94 @@
+"""sm90: the warp-specialised form of the TMA ring (issue 10): a loader partition emitted before the kernel, the
+kernel's warps running `_ws_wgmma_consumer`, chosen at compile time for large tiles; the tile it is for added to an
+autotuned kernel's configs (and named in the header); loops that do more than copy and multiply keep the ring only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+
+PLAIN = HEAD + '''@triton.jit
+def gemm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    off_m = tl.program_id(0) * BM
+    off_n = tl.program_id(1) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = a_desc.load([off_m, k])
+        b = b_desc.load([k, off_n])
+        acc += tl.dot(a, b)
+    c_desc.store([off_m, off_n], acc.to(tl.float16))
+'''
+
+SCALED = PLAIN.replace("        acc += tl.dot(a, b)\n", "        acc += tl.dot(a, b)\n        acc = acc * 0.5\n")
+
+
+def _sm90(text: str) -> str:
+    return translate_source(text, "x.py", get_target("sm90")).text
+
+
+def test_plain_descriptor_loop_gets_the_warp_specialised_form_for_large_tiles() -> None:
+    text = _sm90(PLAIN)
+    loader = text.index("def _gemm_tma_loader(a_desc, b_desc, BK: gl.constexpr, off_m, off_n, a_ring, b_ring, ready, "
+                        "empty, num_iters):")
+    assert loader < text.index("def gemm("), "the loader partition is emitted before its kernel"
+    assert "k = it * BK" in text[loader:text.index("def gemm(")], "the loop variable is recomputed per iteration"
+    assert "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768:" in text
+    assert "acc = gl.warp_specialize([" in text and "], [1], [24])[0]" in text
+    assert "def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc):" in text
+    # Both forms are there: the single-partition ring serves the smaller tiles.
+    assert "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])" in text
+    assert "autotune configs added" not in text, "a kernel without @triton.autotune gets no configs"
+
+
+def test_loop_with_more_than_the_dot_keeps_the_ring_only() -> None:
+    text = _sm90(SCALED)
+    assert "warpgroup_mma(a_smem.index(slot)" in text, "the ring still pipelines it"
+    assert "warp_specialize" not in text and "_tma_loader" not in text
+
+
+def test_autotuned_kernel_gets_the_tile_as_one_more_config_named_in_the_header() -> None:
+    text = translate_source((ROOT / "fixtures" / "matmul_descriptor.py").read_text(), "fixtures/matmul_descriptor.py",
+                            get_target("sm90")).text
+    assert ("# autotune configs added to `matmul_bias_act_kernel` for sm90: BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, "
+            "num_warps=8, num_stages=3") in text.split('"""')[0]
+    configs = text[text.index("@triton.autotune("):text.index("key=[")]
+    assert configs.count("triton.Config(") == 3, configs
+    assert ('        triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=4, num_stages=4),\n'
+            '        triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8, num_stages=3),\n'
+            '    ],') in configs, "the new config is laid out like the others"
+    # The AMD targets get nothing of it.
+    amd = translate_source((ROOT / "fixtures" / "matmul_descriptor.py").read_text(), "fixtures/matmul_descriptor.py",
+                           get_target("gfx950")).text
+    assert "autotune configs added" not in amd and "warp_specialize" not in amd
+
+
+@pytest.mark.slow
+def test_every_config_compiles_the_added_one_too() -> None:
+    from transpile.verify import verify_file
+
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "bias_ptr": "*fp16", "ACTIVATION": "leaky_relu"}
+    results = verify_file(ROOT / "fixtures" / "matmul_descriptor.py", get_target("sm90"), values,
+                          "fixtures/matmul_descriptor.py")
+    assert [r.config for r in results] == ["config 0", "config 1", "config 2 (added)"], results
+    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
+
+
+@pytest.mark.slow
+def test_warp_specialised_branch_of_a_plain_kernel_compiles(tmp_path: Path) -> None:
+    from transpile.verify import verify_file
+
+    source = tmp_path / "gemm.py"
+    source.write_text(PLAIN)
+    values = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp16", "BM": 128, "BN": 256, "BK": 64, "num_warps": 8}
+    results = verify_file(source, get_target("sm90"), values, "gemm.py")
+    assert [r.ok for r in results] == [True], [r.message for r in results]
