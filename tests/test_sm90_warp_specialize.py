@@ -44,7 +44,8 @@ def test_plain_descriptor_loop_gets_the_warp_specialised_form_for_large_tiles() 
     assert "k = it * BK" in text[loader:text.index("def gemm(")], "the loop variable is recomputed per iteration"
     assert "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768:" in text
     assert "acc = gl.warp_specialize([" in text and "], [1], [24])[0]" in text
-    assert "def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc):" in text
+    assert "def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc, TRANS_A" in text
+    assert "(_ws_wgmma_consumer, (a_smem, b_smem, ready, empty, num_iters, acc))," in text
     # Both forms are there: the single-partition ring serves the smaller tiles.
     assert "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])" in text
     assert "autotune configs added" not in text, "a kernel without @triton.autotune gets no configs"
@@ -92,3 +93,22 @@ def test_warp_specialised_branch_of_a_plain_kernel_compiles(tmp_path: Path) -> N
     values = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp16", "BM": 128, "BN": 256, "BK": 64, "num_warps": 8}
     results = verify_file(source, get_target("sm90"), values, "gemm.py")
     assert [r.ok for r in results] == [True], [r.message for r in results]
+
+
+LINEAR_NT = PLAIN.replace("b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])",
+                          "w_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])"
+                          ).replace("        b = b_desc.load([k, off_n])\n        acc += tl.dot(a, b)\n",
+                                    "        w = w_desc.load([off_n, k])\n        acc += tl.dot(a, w.T)\n")
+
+
+def test_transposed_operand_of_a_linear_layer_is_read_through_a_transposed_view() -> None:
+    """`tl.dot(x, w.T)` with w loaded as [N, K] (a linear layer's weights): the ring holds w's tiles as loaded and the
+    wgmma reads `slot.permute((1, 0))`; the warp-specialised form gets TRANS_B and takes N from w's first dimension.
+    The AMD rings do not lay out transposed tiles: the kernel stays Triton there, as before."""
+    assert "w.T" in LINEAR_NT
+    text = _sm90(LINEAR_NT)
+    assert "acc = warpgroup_mma(a_smem.index(slot), w_smem.index(slot).permute((1, 0)), acc, is_async=True)" in text
+    assert "(_ws_wgmma_consumer, (a_smem, w_smem, ready, empty, num_iters, acc, False, True))," in text
+    assert "if a_desc.block_type.shape[0] * w_desc.block_type.shape[0] >= 32768:" in text
+    amd = translate_source(LINEAR_NT, "x.py", get_target("gfx950")).text
+    assert "@triton.jit\ndef gemm" in amd and "a dot operand is an expression" in amd

@@ -35,6 +35,9 @@ class OperandLoad:
     pointer: cst.BaseExpression | None = field(default=None, repr=False)  # pointer loads: the tile of pointers
     mask: cst.BaseExpression | None = field(default=None, repr=False)
     other: cst.BaseExpression | None = field(default=None, repr=False)
+    # The dot reads the tile transposed (`tl.dot(x, tl.trans(w))`, `w.T`: a linear layer's [N, K] weights): the
+    # ring holds the tile as loaded and the MMA reads a transposed view of its slot.
+    transposed: bool = False
 
     @property
     def kind(self) -> str:
@@ -133,6 +136,20 @@ def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cs
     return OperandLoad(index, name, "", call, pointer, mask, other)
 
 
+def _transposed_name(source: SourceFile, operand: cst.BaseExpression) -> cst.Name | None:
+    """`w` of a dot operand written `tl.trans(w)` or `tl.permute(w, (1, 0))` (canonicalisation turns `w.T` into
+    `tl.trans(w)`), else None."""
+    if not isinstance(operand, cst.Call) or not operand.args or not isinstance(operand.args[0].value, cst.Name):
+        return None
+    name = language_name(source.qualified_name(operand.func))
+    rest = "".join(source.code(a.value) for a in operand.args[1:]).replace(" ", "")
+    if name == "trans" and rest in ("", "(1,0)", "[1,0]", "1,0", "10"):
+        return operand.args[0].value
+    if name == "permute" and rest in ("(1,0)", "[1,0]", "10"):
+        return operand.args[0].value
+    return None
+
+
 def _plain_targets(statement: cst.BaseStatement) -> set[str]:
     """Names a statement assigns without reading them first (`x = ...`; not `x += ...`)."""
     if isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Assign, cst.AnnAssign))
@@ -141,8 +158,10 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
     return set()
 
 
-def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int) -> LoopPlan | LoopRefusal | None:
-    """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads."""
+def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
+              transposed_operands: bool = False) -> LoopPlan | LoopRefusal | None:
+    """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
+    `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -172,6 +191,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     acc = site.acc.value
     operands: list[OperandLoad] = []
     for operand in (site.a, site.b):
+        transposed = _transposed_name(source, operand) if transposed_operands else None
+        if transposed is not None:
+            operand = transposed
         if not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         found: OperandLoad | LoopRefusal | None = None
@@ -188,6 +210,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if uses != 1:
             return LoopRefusal(operand, f"`{operand.value}` is used outside the dot; the pipelined MMA reads it "
                                "straight from shared memory")
+        found.transposed = transposed is not None
         operands.append(found)
     # The producer slice: statements the load addresses and masks need, transitively, within the loop. A name the
     # loads read before the loop body assigns it is loop-carried producer state (`a_ptrs += ...` after the dot).

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
@@ -62,7 +62,7 @@ class HopperTMAPipeline(Rule):
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or 3
-        plan = plan_loop(ctx.source, original, ctx.plan, default)
+        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True)
         if plan is None:
             return updated
         if isinstance(plan, LoopRefusal):
@@ -158,7 +158,8 @@ class HopperTMAPipeline(Rule):
         loop += [
             f"    {slot} = {it} % {stages}",
             f"    mbarrier.wait({ready}.index({slot}), ({it} // {stages}) & 1)",
-            f"    {plan.acc} = warpgroup_mma({a_smem}.index({slot}), {b_smem}.index({slot}), {acc_in}, is_async=True)",
+            f"    {plan.acc} = warpgroup_mma({_view(a, f'{a_smem}.index({slot})')}, "
+            f"{_view(b, f'{b_smem}.index({slot})')}, {acc_in}, is_async=True)",
             "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
             "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
             f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {a_smem}.index({slot}), "
@@ -264,11 +265,18 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     ]) + "\n")
     ctx.need("ws_wgmma_consumer")
     ctx.need("tma_aliases")
-    tiles = (infos[a.descriptor].block_shape, infos[b.descriptor].block_shape)
+    # The operand tiles as the dot reads them, [M, K] and [K, N], for the added autotune config.
+    tiles = tuple(list(reversed(infos[op.descriptor].block_shape)) if op.transposed
+                  else list(infos[op.descriptor].block_shape) for op in (a, b))
     ctx.ws_tiles = tiles  # read by leave_FunctionDef (one more autotune config)
     args = ", ".join(free)
+    # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
+    flags = ", " + ", ".join(str(op.transposed) for op in (a, b)) if a.transposed or b.transposed else ""
+    # The accumulator's rows are A's rows and its columns B's columns, whichever way the tiles are loaded.
+    rows = f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]"
+    cols = f"{b.descriptor}.block_type.shape[{0 if b.transposed else 1}]"
     return [
-        f"if {a.descriptor}.block_type.shape[0] * {b.descriptor}.block_type.shape[1] >= {WS_MIN_TILE}:",
+        f"if {rows} * {cols} >= {WS_MIN_TILE}:",
         "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back.",
         f"    {a_ring} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
         f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
@@ -281,7 +289,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
         f"        mbarrier.init({empty}.index(s), count=1)",
         f"    {iters} = {count}",
         f"    {plan.acc} = gl.warp_specialize([",
-        f"        (_ws_wgmma_consumer, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in})),",
+        f"        (_ws_wgmma_consumer, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
         f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
         "    ], [1], [24])[0]",
         f"    for s in gl.static_range({stages}):",
@@ -371,3 +379,8 @@ def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles) -> cst.Dec
 def _decorator_call(decorator: cst.Decorator) -> cst.BaseExpression:
     """The callee of `@x(...)` (or `x` of `@x`), a node of the source tree whose qualified name is known."""
     return decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+
+
+def _view(load: OperandLoad, slot: str) -> str:
+    """The MMA operand for `load`'s ring slot: the slot itself, or a transposed view of it (`tl.trans(w)`)."""
+    return f"{slot}.permute((1, 0))" if load.transposed else slot

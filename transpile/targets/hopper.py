@@ -82,16 +82,24 @@ _tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to
 
 WS_WGMMA_CONSUMER = '''
 @gluon.jit
-def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc):
+def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc, TRANS_A: gl.constexpr = False,
+                       TRANS_B: gl.constexpr = False):
     """Default partition of a warp-specialised TMA ring: waits for each slot the loader warp filled, runs the wgmma
     on it asynchronously with one left in flight, and hands the slot of the previous wgmma (now completed, in every
-    warpgroup once the barrier has passed) back to the loader. Returns the accumulator as a 1-tuple (Triton 3.6's
-    `warp_specialize` flattens the default partition's results)."""
+    warpgroup once the barrier has passed) back to the loader. TRANS_A/TRANS_B: the dot reads that operand's tile
+    transposed (`tl.trans(w)`). Returns the accumulator as a 1-tuple (Triton 3.6's `warp_specialize` flattens the
+    default partition's results)."""
     NUM_STAGES: gl.constexpr = a_ring.shape[0]
     for it in range(num_iters):
         slot = it % NUM_STAGES
         mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
-        acc = warpgroup_mma(a_ring.index(slot), b_ring.index(slot), acc, is_async=True)
+        a = a_ring.index(slot)
+        if TRANS_A:
+            a = a.permute((1, 0))
+        b = b_ring.index(slot)
+        if TRANS_B:
+            b = b.permute((1, 0))
+        acc = warpgroup_mma(a, b, acc, is_async=True)
         acc = warpgroup_mma_wait(1, deps=[acc])
         if gl.num_warps() > 4:
             _cta_barrier()
