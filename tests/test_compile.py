@@ -21,12 +21,8 @@ pytestmark = pytest.mark.slow
 # fails, so the entry must be removed with the fix.
 _BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is kept as Triton, and "
               "Triton 3.9's `tl` no longer has block pointers, so the kept kernel does not compile under 3.9 either")
-_TF32_GFX942 = ("the variant's fp32 dot (`input_precision=\"tf32\"`) gets an MFMA layout with instr_shape [32, 32, 4] while the "
-                "dot is lowered as IEEE fp32 (inputPrecision = 2): `no matching matrix core intrinsic for mfma version 3 "
-                "with instruction shape [32, 32, 4] and element types A='f32', B='f32'`")
 _ALL = ("gfx942", "gfx950", "gfx1250", "sm90")
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    ("suite_gemm_tf32", "gfx942"): _TF32_GFX942,
     **{("suite_blockptr_gemm", t): _BLOCK_PTR for t in _ALL},
 }
 

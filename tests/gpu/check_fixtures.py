@@ -686,6 +686,17 @@ CASES: list[Case] = [
         flops=_gemm_flops,
     ),
     Case(
+        name="canon_desc_carried_nt",
+        fixture="canon_desc_carried_nt",
+        wrapper="linear_nt",
+        make_inputs=_linear_nk_inputs(torch.float16),
+        reference=_ref_linear_nk,
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
         name="matmul_splitk",
         fixture="matmul_splitk",
         wrapper="matmul_splitk",

@@ -114,13 +114,15 @@ class HopperTMAPipeline(Rule):
 
         def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
             lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
-            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer]
+            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer_before()]
             nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
             lines.append(f"{pad}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
             for op, smem in ((a, a_smem), (b, b_smem)):
                 coords = _load_coords(body[op.index])
                 lines.append(f"{pad}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
                              f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
+            # Loop-carried producer state (`off_k += BLOCK_K` after the loads) advances its own copy, after the copies.
+            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer_after()]
             return lines
 
         ctx.need("tma_aliases")
@@ -147,6 +149,7 @@ class HopperTMAPipeline(Rule):
             f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
             f"for s in gl.static_range({stages}):\n    mbarrier.init({ready}.index(s), count=1)",
             f"{iters} = {count}",
+            *[f"{renames[c]} = {c}  # the producer's own copy of loop-carried state" for c in plan.carried],
             "# Prologue: start the copies of the first NUM_STAGES - 1 iterations.",
         ]
         prologue = producer("i", "i", "    ")
@@ -231,7 +234,8 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     a, b = plan.loads
     coords = {op.index: _load_coords(body[op.index]) for op in plan.loads}
     local = _kernel_names(ctx.function.node)
-    assigned = {n for st in producer for n in assigned_names(st)} | {plan.var}
+    # Loop-carried producer state (`off_k += BLOCK_K` after the loads) starts from the kernel's value: an argument.
+    assigned = {n for st in producer for n in assigned_names(st)} - set(plan.carried) | {plan.var}
     used: list[str] = []
     for node in [cst.parse_expression(index("it")), *producer, *coords.values()]:
         for n in sorted(names_in(node)):
@@ -246,7 +250,8 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
     params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in free)
     line = ctx.source.position(plan.loop)[0]
-    loop_lines = [f"        {plan.var} = {index('it')}", *[f"        {code(st)}" for st in producer]]
+    loop_lines = [f"        {plan.var} = {index('it')}", *[f"        {code(body[i])}" for i in plan.producer_before()]]
+    advance = [f"        {code(body[i])}" for i in plan.producer_after()]  # carried state, after this iteration's copies
     ctx.module_functions.append("\n".join([
         "@gluon.jit",
         f"def {loader}({params}, a_ring, b_ring, ready, empty, num_iters):",
@@ -262,6 +267,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
         f"        mbarrier.expect(ready.index(slot), {nbytes})",
         f"        _tma_async_load({a.descriptor}, {code(coords[a.index])}, ready.index(slot), a_ring.index(slot))",
         f"        _tma_async_load({b.descriptor}, {code(coords[b.index])}, ready.index(slot), b_ring.index(slot))",
+        *advance,
     ]) + "\n")
     ctx.need("ws_wgmma_consumer")
     ctx.need("tma_aliases")

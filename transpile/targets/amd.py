@@ -185,8 +185,8 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str) 
 GFX942 = _amd_target(
     "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
     "register loads + shared-memory stores", 64 * 1024,
-    _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 4}", "{8: 8, 16: 4, 32: 2}", "mfma"),
-    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 2}", "registers",
+    _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 2}", "{8: 8, 16: 4, 32: 1}", "mfma"),
+    ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 1}", "registers",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
