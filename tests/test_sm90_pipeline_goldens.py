@@ -38,7 +38,8 @@ def _main_loop(text: str) -> str:
     """Source of the innermost `for` loop that issues a wgmma itself (the 16-bit path: the loop kept for 8- and 32-bit
     operands calls the synchronous `_dot` helper instead)."""
     loops = []
-    for node in ast.walk(ast.parse(text)):
+    kernels = [f for f in ast.parse(text).body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")]
+    for node in (n for f in kernels for n in ast.walk(f)):  # not the helpers (a warp-specialised form's partitions)
         if isinstance(node, ast.For):
             calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
             if "warpgroup_mma" in calls:

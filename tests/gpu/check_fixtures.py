@@ -697,6 +697,17 @@ CASES: list[Case] = [
         flops=_gemm_flops,
     ),
     Case(
+        name="suite_desc_persistent",
+        fixture="suite_desc_persistent",
+        wrapper="matmul_persistent",
+        make_inputs=_gemm_inputs,
+        reference=_ref_matmul,
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
         name="matmul_splitk",
         fixture="matmul_splitk",
         wrapper="matmul_splitk",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.analysis.dot_loops import dot_loops
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.layouts import LayoutPlan, Term
@@ -108,8 +107,7 @@ class HopperAttentionPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(strides.node, "TT040",
                                                          f"main loop not pipelined: {strides.reason}"))
             return updated
-        if len(dot_loops(ctx.facts, ctx.function)) > 1 and ctx.slower_than_triton(original, "cp.async attention, "
-                                                                                   "several dot loops"):
+        if ctx.slower_than_triton(original, "cp.async attention"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)

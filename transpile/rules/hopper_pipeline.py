@@ -53,7 +53,7 @@ class HopperTMAPipeline(Rule):
             "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
             "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])",
             "acc = warpgroup_mma_wait(0, deps=[acc])",
-            "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768:",
+            "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768 and gl.num_warps() >= 8:",
             "(_ws_wgmma_consumer, (a_smem, b_smem, ready, empty, num_iters, acc)),",
             "(_k_tma_loader, (a_desc, b_desc, BK, a_smem, b_smem, ready, empty, num_iters)),",
             "def _k_tma_loader(a_desc, b_desc, BK: gl.constexpr, a_ring, b_ring, ready, empty, num_iters):",
@@ -209,8 +209,8 @@ def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     return value if isinstance(value, cst.Call) else None
 
 
-# Accumulator tiles of at least this many elements run the warp-specialised form (128x256: measured faster than the
-# single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
+# Accumulator tiles of at least this many elements, on 8 warps or more, run the warp-specialised form (128x256 on 8
+# warps: measured faster than the single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
 WS_MIN_TILE = 128 * 256
 # The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
 WS_CONFIG = ((128, 256, 64), 8, 3)
@@ -282,7 +282,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     rows = f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]"
     cols = f"{b.descriptor}.block_type.shape[{0 if b.transposed else 1}]"
     return [
-        f"if {rows} * {cols} >= {WS_MIN_TILE}:",
+        f"if {rows} * {cols} >= {WS_MIN_TILE} and gl.num_warps() >= 8:",
         "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back.",
         f"    {a_ring} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
         f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
