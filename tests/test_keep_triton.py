@@ -106,3 +106,41 @@ def test_kept_variant_compiles(target: str, monkeypatch: pytest.MonkeyPatch, tmp
     kept = {c.kernel: c.kept for c in compiled}
     assert kept == {"double": False, "unrolled_gemm": True}
     assert all(c.asm.get("ttgir") for c in compiled)
+
+
+UNSEEN_HEAD = "import os\n\nimport triton\nimport triton.language as tl\nfrom mylib.ops import safe_dot\n\n"
+UNSEEN_KERNEL = '''
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+    c = CALL(a, b)
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c)
+'''
+CONDITIONAL = '''if os.environ.get("FAST") == "1":
+    @triton.jit
+    def mm(a, b):
+        return tl.dot(a, b, allow_tf32=False)
+else:
+    @triton.jit
+    def mm(a, b):
+        return tl.dot(a, b)
+'''
+
+
+@pytest.mark.parametrize("call, defined, how", [
+    ("safe_dot", "", "imported from `mylib.ops`"),
+    ("mm", CONDITIONAL, "defined under a module-level `if`/`try`/`with`"),
+])
+def test_kernel_calling_a_function_the_tool_cannot_read_is_kept_as_triton(call: str, defined: str, how: str) -> None:
+    """A helper imported from another module or defined under a module-level `if` may be Triton code with a dot
+    (Gluon cannot call it: its variant did not compile). The kernel is kept as Triton with a TT010 at the call."""
+    text = UNSEEN_HEAD + defined + UNSEEN_KERNEL.replace("CALL", call)
+    for target in ("sm90", "gfx942"):
+        result = translate_source(text, "x.py", get_target(target))
+        kernel = next(f for f in result.functions if f.name == "k")
+        assert not kernel.translated, result.text
+        assert f"`{call}` is {how}" in kernel.kept_reason
+        assert "@triton.jit\ndef k(" in result.text

@@ -239,6 +239,7 @@ class LayoutAnalysis:
         self.plans: dict[str, LayoutPlan] = {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
         self.module_names = _module_level_names(self.source.module)
+        self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases))
 
     def run(self) -> dict[str, LayoutPlan]:
         for fn in self.facts.kernels:
@@ -260,6 +261,46 @@ class LayoutAnalysis:
             walker.walk_body(fn.node.body)
         walker.finish()
         return plan
+
+
+def _unseen_functions(module: cst.Module, jit_names: set[str]) -> dict[str, str]:
+    """Names a module binds to code the tool cannot read, with how: imported from another module (not Triton's own,
+    `from fla.ops.utils.op import safe_dot`), or defined inside a module-level `if`/`try`/`with` (a helper picked by
+    an environment variable). A jit function calling one of them may be calling Triton code that needs layouts (a
+    `tl.dot`), which a Gluon kernel cannot call."""
+    found: dict[str, str] = {}
+
+    class _Bound(cst.CSTVisitor):
+        def __init__(self, how: str) -> None:
+            super().__init__()
+            self.how = how
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            found.setdefault(node.name.value, self.how)
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            if isinstance(node.target, cst.Name):
+                found.setdefault(node.target.value, self.how)
+
+    for statement in module.body:
+        if isinstance(statement, (cst.If, cst.Try, cst.With)):
+            statement.visit(_Bound("defined under a module-level `if`/`try`/`with`"))
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    origin = "." * len(small.relative) + (cst.Module([]).code_for_node(small.module)
+                                                          if small.module is not None else "")
+                    if origin == "triton" or origin.startswith(("triton.", "torch")):
+                        continue
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname is not None else alias.name
+                        if isinstance(bound, cst.Name):
+                            found.setdefault(bound.value, f"imported from `{origin}`")
+    return {name: how for name, how in found.items() if name not in jit_names}
 
 
 def _module_level_names(module: cst.Module) -> set[str]:
@@ -631,6 +672,10 @@ class _FunctionWalker:
         callee = self.analysis.facts.callee(func)
         if callee is not None:
             return self.eval_helper_call(node, callee)
+        if isinstance(func, cst.Name) and func.value in self.analysis.unseen_functions:
+            self.refuse(node, "TT010", f"`{func.value}` is {self.analysis.unseen_functions[func.value]}, where the tool "
+                        "cannot read it: if it is Triton code, a Gluon kernel cannot call it (bring the helper into "
+                        "this file at module level)")
         if isinstance(func, cst.Attribute):
             base = self.eval(func.value)
             method = func.attr.value
