@@ -370,3 +370,30 @@ def test_helper_called_through_a_module_level_alias_is_a_helper() -> None:
     assert "gl.convert_layout(act(acc)," in text, text
     kept = translate_source(ALIASED_HELPER, "x.py", get_target("sm90")).text
     assert "@triton.jit\ndef _square" in kept and "@gluon.jit\ndef _square" not in kept, kept
+
+
+CALL_FORM = HEAD + '''def _scale(x_ptr, y_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * FACTOR, mask=mask)
+
+
+_scale = triton.jit(_scale)
+_scale = triton.heuristics({"FACTOR": lambda args: 2.0})(_scale)
+
+
+def scale(x, y):
+    _scale[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+'''
+
+
+def test_jit_applied_as_a_call_is_a_kernel() -> None:
+    """`f = triton.jit(f)` after `def f` (unsloth's and ml-cross-entropy's style) makes `f` a kernel: it is
+    translated, and the call becomes `gluon.jit(f)`; a `triton.heuristics(...)(f)` call names constexprs as the
+    decorator does. Before, such a file had "no @triton.jit kernels" (TT003)."""
+    facts = discover(parse_source(CALL_FORM, "x.py"))
+    assert list(facts.functions) == ["_scale"] and facts.functions["_scale"].heuristics == ["FACTOR"]
+    text = translate_source(CALL_FORM, "x.py", get_target("sm90")).text
+    assert "\n_scale = gluon.jit(_scale)\n" in text and "def _scale(x_ptr, y_ptr, n, FACTOR: gl.constexpr" in text
+    assert '_scale = triton.heuristics({"FACTOR": lambda args: 2.0})(_scale)' in text
+    assert "gl.arange(0, BLOCK, layout=" in text

@@ -56,7 +56,7 @@ class JitFunction:
     name: str
     node: cst.FunctionDef = field(repr=False)
     params: list[Param]
-    jit_decorator: cst.Decorator = field(repr=False)
+    jit_decorator: cst.Decorator | None = field(repr=False)  # None: made jit by a call (`f = triton.jit(f)`)
     autotune_configs: list[AutotuneConfig]
     autotune_keys: list[str]
     heuristics: list[str]  # constexpr names computed by @triton.heuristics
@@ -83,6 +83,8 @@ class ModuleFacts:
     functions: dict[str, JitFunction]  # in file order
     # Module-level names bound once to a jit function (`act = _relu_squared`): a call `act(x)` calls that helper.
     aliases: dict[str, str] = field(default_factory=dict)
+    # `f = triton.jit(f)` statements (the call form of the decorator), with the function they make jit.
+    jit_statements: dict[cst.SimpleStatementLine, str] = field(default_factory=dict)
 
     def callee(self, func: cst.BaseExpression) -> str | None:
         """The jit function of this file that a call of `func` runs (through an alias too), else None."""
@@ -173,8 +175,35 @@ def _params(source: SourceFile, fn: cst.FunctionDef) -> list[Param]:
     return params
 
 
+def _call_forms(source: SourceFile) -> dict[str, dict[str, object]]:
+    """Decorators applied as calls at module level, after the function: `f = triton.jit(f)`,
+    `f = triton.heuristics({...})(f)`, `f = triton.autotune(...)(f)` (unsloth's and ml-cross-entropy's style). Per
+    function name: "jit" (the statement), "heuristics", "autotune" (the decorator calls)."""
+    found: dict[str, dict[str, object]] = {}
+    for statement in source.module.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1):
+            continue
+        target, value = statement.body[0].targets[0].target, statement.body[0].value
+        if not (isinstance(target, cst.Name) and isinstance(value, cst.Call) and len(value.args) == 1
+                and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == target.value):
+            continue
+        entry = found.setdefault(target.value, {})
+        if source.qualified_name(value.func) == TRITON_JIT:
+            entry["jit"] = statement
+        elif isinstance(value.func, cst.Call):
+            qn = source.qualified_name(value.func.func)
+            if qn == TRITON_HEURISTICS:
+                entry["heuristics"] = value.func
+            elif qn == TRITON_AUTOTUNE:
+                entry["autotune"] = value.func
+    return {name: entry for name, entry in found.items() if "jit" in entry}
+
+
 def discover(source: SourceFile) -> ModuleFacts:
     functions: dict[str, JitFunction] = {}
+    call_forms = _call_forms(source)
+    jit_statements: dict[cst.SimpleStatementLine, str] = {}
     for statement in source.module.body:
         if not isinstance(statement, cst.FunctionDef):
             continue
@@ -182,6 +211,17 @@ def discover(source: SourceFile) -> ModuleFacts:
         configs: list[AutotuneConfig] = []
         keys: list[str] = []
         heuristics: list[str] = []
+        applied = call_forms.get(statement.name.value)
+        if applied is not None and not statement.decorators:
+            jit_statements[applied["jit"]] = statement.name.value  # type: ignore[index]
+            if "autotune" in applied:
+                configs, keys = _autotune(source, applied["autotune"])  # type: ignore[arg-type]
+            if "heuristics" in applied:
+                heuristics = _heuristics(source, applied["heuristics"])  # type: ignore[arg-type]
+            name = statement.name.value
+            functions[name] = JitFunction(name, statement, _params(source, statement), None, configs, keys,
+                                          heuristics)
+            continue
         for decorator in statement.decorators:
             qn = source.qualified_name(_decorator_target(decorator))
             if qn == TRITON_JIT:
@@ -195,7 +235,7 @@ def discover(source: SourceFile) -> ModuleFacts:
         name = statement.name.value
         functions[name] = JitFunction(name, statement, _params(source, statement), jit, configs, keys, heuristics)
 
-    facts = ModuleFacts(source, functions, _aliases(source.module, functions))
+    facts = ModuleFacts(source, functions, _aliases(source.module, functions), jit_statements)
     # Call graph between jit functions: a function another one calls is a helper.
     for fn in functions.values():
         for call in calls_in(fn.node):

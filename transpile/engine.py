@@ -366,6 +366,8 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
             else:
                 body.append(_kept_function(originals.get(name, statement), outcomes[name], target))
             continue
+        if statement in facts.jit_statements and facts.jit_statements[statement] in rewritten:
+            statement = _gluon_jit_call(statement)  # `f = triton.jit(f)` of a translated function
         body.append(statement)
     launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
     if launch_warps:
@@ -399,6 +401,14 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
         code = re.sub(r"(?<!\r)\n", module.default_newline, code)
     return code
+
+
+def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`f = triton.jit(f)` -> `f = gluon.jit(f)` (the call form of the decorator, for a translated function)."""
+    assign = statement.body[0]
+    call = assign.value  # type: ignore[attr-defined]
+    return statement.with_changes(body=[assign.with_changes(value=call.with_changes(  # type: ignore[attr-defined]
+        func=cst.Attribute(cst.Name("gluon"), cst.Name("jit"))))])
 
 
 def _original_functions(text: str) -> dict[str, cst.FunctionDef]:
