@@ -144,3 +144,12 @@ def test_kernel_calling_a_function_the_tool_cannot_read_is_kept_as_triton(call: 
         assert not kernel.translated, result.text
         assert f"`{call}` is {how}" in kernel.kept_reason
         assert "@triton.jit\ndef k(" in result.text
+
+
+def test_name_the_source_never_defines_is_not_blamed_on_the_tool() -> None:
+    """A kernel reading a name its own source never defines is kept as Triton (its translation could not compile
+    either) and the reason says the source lacks it, not that the rewrite lost it."""
+    text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
+            "    offs = tl.arange(0, BLOCK)\n    acc += tl.load(x_ptr + offs)\n    tl.store(x_ptr + offs, acc)\n")
+    kernel = translate_source(text, "x.py", get_target("sm90")).functions[0]
+    assert not kernel.translated and kernel.kept_reason == "it reads `acc`, which its source never defines"

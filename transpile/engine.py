@@ -180,11 +180,17 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         broken = _undefined_in_translated(header + module, outcomes)
         if not broken:
             return TranslationResult(path, target, header + module, list(outcomes.values()), sha256, text)
+        from transpile.names import undefined_names
+
+        in_source = {(u.function, u.name) for u in undefined_names(text)}  # the source's own undefined names
         for name, missing in broken.items():
             outcome = outcomes[name]
             outcome.translated = False
-            outcome.kept_reason = (f"its Gluon translation for {target.name} reads `{missing}` without defining it "
-                                   "(a limit of the tool's rewrite)")
+            if (name, missing) in in_source:
+                outcome.kept_reason = f"it reads `{missing}`, which its source never defines"
+            else:
+                outcome.kept_reason = (f"its Gluon translation for {target.name} reads `{missing}` without defining "
+                                       "it (a limit of the tool's rewrite)")
             fn = facts.functions[name]
             outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
                 fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
