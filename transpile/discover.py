@@ -83,6 +83,8 @@ class ModuleFacts:
     functions: dict[str, JitFunction]  # in file order
     # Module-level names bound once to a jit function (`act = _relu_squared`): a call `act(x)` calls that helper.
     aliases: dict[str, str] = field(default_factory=dict)
+    # Target-independent analyses of this file, made once and shared by every target (`dot_loops`).
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def callee(self, func: cst.BaseExpression) -> str | None:
         """The jit function of this file that a call of `func` runs (through an alias too), else None."""
