@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import tokenize
+from collections.abc import Callable
+from typing import TypeVar
 
 import libcst as cst
+
+T = TypeVar("T")
 
 
 class _Names(cst.CSTVisitor):
@@ -128,3 +133,26 @@ def _token_names(code: str, attributes: bool) -> frozenset[str]:
         if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
             previous = token.string
     return frozenset(names)
+
+
+_ANALYSES_CACHE: dict[tuple, tuple[object, object, object]] = {}
+
+
+def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
+    """Memoise a pure analysis ``analysis(source, node, plan, *rest)`` of a node of the source tree: every target
+    asks for the same loop's plan and dataflow, which do not depend on the target. Results are shared: read them,
+    never change them. Keyed by the node (identity) and `rest`; a hit needs the same source and plan objects."""
+
+    @functools.wraps(analysis)
+    def memoised(source, node, plan, *rest):  # type: ignore[no-untyped-def]
+        key = (analysis, node, *rest)
+        hit = _ANALYSES_CACHE.get(key)
+        if hit is not None and hit[0] is source and hit[1] is plan:
+            return hit[2]  # type: ignore[return-value]
+        result = analysis(source, node, plan, *rest)
+        if len(_ANALYSES_CACHE) > 20_000:
+            _ANALYSES_CACHE.clear()
+        _ANALYSES_CACHE[key] = (source, plan, result)
+        return result
+
+    return memoised

@@ -190,7 +190,8 @@ def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> d
     from transpile.names import undefined_names
 
     broken: dict[str, str] = {}
-    for u in undefined_names(text):
+    translated = {name for name, outcome in outcomes.items() if outcome.translated}
+    for u in undefined_names(text, translated):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
@@ -391,9 +392,11 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     return code
 
 
+@functools.lru_cache(maxsize=8)
 def _original_functions(text: str) -> dict[str, cst.FunctionDef]:
     """The module-level functions of the source text as written (not the tree the rules saw, which an earlier pass
-    may have normalised): a kept function is emitted from these, byte for byte."""
+    may have normalised): a kept function is emitted from these, byte for byte. Parsed once for every target of the
+    same text (read-only)."""
     return {s.name.value: s for s in cst.parse_module(text).body if isinstance(s, cst.FunctionDef)}
 
 
