@@ -77,3 +77,21 @@ def test_transformers_still_rebuild() -> None:
             return updated_node.with_changes(value="y")
 
     assert module.visit(_Rename()).code == "y = 1\n"
+
+
+@pytest.mark.parametrize("path", SOURCES[::5], ids=lambda p: p.name)
+def test_preorder_is_the_visit_order(path: Path) -> None:
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+
+    class _Order(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nodes: list[cst.CSTNode] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            self.nodes.append(node)
+            return True
+
+    order = _Order()
+    _libcst_visit(module, order)
+    assert [id(n) for n in cst_walk.preorder(module)] == [id(n) for n in order.nodes]

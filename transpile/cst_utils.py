@@ -10,16 +10,9 @@ from typing import TypeVar
 
 import libcst as cst
 
+from transpile.cst_walk import preorder
+
 T = TypeVar("T")
-
-
-class _Names(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: set[str] = set()
-
-    def visit_Name(self, n: cst.Name) -> None:
-        self.found.add(n.value)
 
 
 # Nodes are immutable and hash by identity: the analyses and rules ask for the names of the same statements several
@@ -31,22 +24,11 @@ def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier that occurs in `node` (a fresh set the caller may change)."""
     cached = _NAMES_CACHE.get(node)
     if cached is None:
-        visitor = _Names()
-        node.visit(visitor)
-        cached = frozenset(visitor.found)
+        cached = frozenset(n.value for n in preorder(node) if type(n) is cst.Name)
         if len(_NAMES_CACHE) > 100_000:
             _NAMES_CACHE.clear()
         _NAMES_CACHE[node] = cached
     return set(cached)
-
-
-class _Calls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[cst.Call] = []
-
-    def visit_Call(self, call: cst.Call) -> None:
-        self.found.append(call)
 
 
 _CALLS_CACHE: dict[cst.CSTNode, tuple[cst.Call, ...]] = {}
@@ -56,9 +38,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call in `node`, outermost first (a fresh list the caller may change; cached like `names_in`)."""
     cached = _CALLS_CACHE.get(node)
     if cached is None:
-        visitor = _Calls()
-        node.visit(visitor)
-        cached = tuple(visitor.found)
+        cached = tuple(n for n in preorder(node) if type(n) is cst.Call)
         if len(_CALLS_CACHE) > 100_000:
             _CALLS_CACHE.clear()
         _CALLS_CACHE[node] = cached

@@ -114,6 +114,26 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor) -> None:
     visitor.on_leave(node)
 
 
+def preorder(root: CSTNode) -> list[CSTNode]:
+    """`root` and every node below it, in the order a visitor's ``on_visit`` sees them."""
+    found: list[CSTNode] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        children: list[CSTNode] = []
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            if isinstance(value, CSTNode):
+                children.append(value)
+            elif isinstance(value, (tuple, list)):
+                children.extend(value)
+        stack.extend(reversed(children))
+    return found
+
+
 def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
     """Each node below `root` mapped to its parent (what libcst's `ParentNodeProvider` gives)."""
     parents: dict[CSTNode, CSTNode] = {}
@@ -148,4 +168,4 @@ def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
 
 
-__all__ = ["install", "parent_map", "uninstall", "walk"]
+__all__ = ["install", "parent_map", "preorder", "uninstall", "walk"]

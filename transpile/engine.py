@@ -206,8 +206,12 @@ class _KernelRewriter(cst.CSTTransformer):
         self.ctx = ctx
         self.hooks: dict[type, list] = {}
 
+    # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return True
+
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        updated = super().on_leave(original_node, updated_node)
+        updated = updated_node
         kind = type(original_node)
         methods = self.hooks.get(kind)
         if methods is None:  # the rules' `leave_<Node>` methods, looked up once per node type
