@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import io
+import tokenize
+from collections.abc import Callable
+from typing import TypeVar
+
 import libcst as cst
 
+from transpile.cst_walk import preorder
 
-class _Names(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: set[str] = set()
-
-    def visit_Name(self, n: cst.Name) -> None:
-        self.found.add(n.value)
+T = TypeVar("T")
 
 
 # Nodes are immutable and hash by identity: the analyses and rules ask for the names of the same statements several
@@ -23,25 +24,25 @@ def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier that occurs in `node` (a fresh set the caller may change)."""
     cached = _NAMES_CACHE.get(node)
     if cached is None:
-        visitor = _Names()
-        node.visit(visitor)
-        cached = frozenset(visitor.found)
+        cached = frozenset(n.value for n in preorder(node) if type(n) is cst.Name)
         if len(_NAMES_CACHE) > 100_000:
             _NAMES_CACHE.clear()
         _NAMES_CACHE[node] = cached
     return set(cached)
 
 
+_CALLS_CACHE: dict[cst.CSTNode, tuple[cst.Call, ...]] = {}
+
+
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call in `node`, outermost first."""
-    found: list[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
-    return found
+    """Every call in `node`, outermost first (a fresh list the caller may change; cached like `names_in`)."""
+    cached = _CALLS_CACHE.get(node)
+    if cached is None:
+        cached = tuple(n for n in preorder(node) if type(n) is cst.Call)
+        if len(_CALLS_CACHE) > 100_000:
+            _CALLS_CACHE.clear()
+        _CALLS_CACHE[node] = cached
+    return list(cached)
 
 
 def assigned_names(statement: cst.CSTNode) -> set[str]:
@@ -55,3 +56,84 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
             elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
                 names |= names_in(small.target)
     return names
+
+
+# Generated code, per node and module layout: the emitter needs the text of every top-level statement of a variant
+# (the names it uses decide the imports) and then the whole module; statements the rules left alone are the same
+# node objects for every target, so their text is made once. Keyed by the node itself (identity), so it stays alive.
+_CODE_CACHE: dict[tuple[cst.CSTNode, str, str], str] = {}
+_TOKEN_NAMES_CACHE: dict[tuple[cst.CSTNode, bool], frozenset[str]] = {}
+
+
+def node_code(module: cst.Module, node: cst.CSTNode) -> str:
+    """``module.code_for_node(node)``, made once per node and layout (indentation, line end)."""
+    key = (node, module.default_indent, module.default_newline)
+    code = _CODE_CACHE.get(key)
+    if code is None:
+        code = module.code_for_node(node)
+        if len(_CODE_CACHE) > 20_000:
+            _CODE_CACHE.clear()
+        _CODE_CACHE[key] = code
+    return code
+
+
+def module_code(module: cst.Module) -> str:
+    """``module.code``, from the cached text of its statements (`node_code`): the same text, piece by piece."""
+    code = "".join(node_code(module, node) for part in (module.header, module.body, module.footer) for node in part)
+    if module.has_trailing_newline:
+        return code or module.default_newline  # libcst keeps the newline of an empty module
+    # libcst drops the last token, always a line end: `\r\n`, `\n` or `\r`
+    return code[:-2] if code.endswith("\r\n") else code[:-1] if code else code
+
+
+def code_names(module: cst.Module, statements: list[cst.BaseStatement], attributes: bool) -> set[str]:
+    """Identifiers in the code of `statements` (not in strings or comments); with `attributes=False`, not the names
+    after a dot (`gl.extra.libdevice.tanh` uses `gl` only). Tokenizing the generated text is many times faster than a
+    libcst visit of the same statements; each statement's names are found once (a statement cannot end with a dot,
+    so reading them one by one gives what reading them together gives)."""
+    names: set[str] = set()
+    for statement in statements:
+        key = (statement, attributes)
+        found = _TOKEN_NAMES_CACHE.get(key)
+        if found is None:
+            found = _TOKEN_NAMES_CACHE[key] = _token_names(node_code(module, statement), attributes)
+            if len(_TOKEN_NAMES_CACHE) > 20_000:
+                _TOKEN_NAMES_CACHE.clear()
+                _TOKEN_NAMES_CACHE[key] = found
+        names |= found
+    return names
+
+
+def _token_names(code: str, attributes: bool) -> frozenset[str]:
+    names: set[str] = set()
+    previous = ""
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.NAME and (attributes or previous != "."):
+            names.add(token.string)
+        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            previous = token.string
+    return frozenset(names)
+
+
+_ANALYSES_CACHE: dict[tuple, tuple[object, object, object]] = {}
+
+
+def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
+    """Memoise a pure analysis ``analysis(source, node, plan, *rest)`` of a node of the source tree: every target
+    asks for the same loop's plan and dataflow, which do not depend on the target. Results are shared: read them,
+    never change them. Keyed by the node (identity), `rest` and keyword options; a hit needs the same source and plan
+    objects."""
+
+    @functools.wraps(analysis)
+    def memoised(source, node, plan, *rest, **options):  # type: ignore[no-untyped-def]
+        key = (analysis, node, *rest, *sorted(options.items()))
+        hit = _ANALYSES_CACHE.get(key)
+        if hit is not None and hit[0] is source and hit[1] is plan:
+            return hit[2]  # type: ignore[return-value]
+        result = analysis(source, node, plan, *rest, **options)
+        if len(_ANALYSES_CACHE) > 20_000:
+            _ANALYSES_CACHE.clear()
+        _ANALYSES_CACHE[key] = (source, plan, result)
+        return result
+
+    return memoised

@@ -85,6 +85,8 @@ class ModuleFacts:
     aliases: dict[str, str] = field(default_factory=dict)
     # `f = triton.jit(f)` statements (the call form of the decorator), with the function they make jit.
     jit_statements: dict[cst.SimpleStatementLine, str] = field(default_factory=dict)
+    # Target-independent analyses of this file, made once and shared by every target (`dot_loops`).
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def callee(self, func: cst.BaseExpression) -> str | None:
         """The jit function of this file that a call of `func` runs (through an alias too), else None."""

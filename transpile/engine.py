@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-import io
 import re
 import textwrap
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from transpile import __version__
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.cst_utils import code_names, module_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext
@@ -200,7 +199,8 @@ def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> d
     from transpile.names import undefined_names
 
     broken: dict[str, str] = {}
-    for u in undefined_names(text):
+    translated = {name for name, outcome in outcomes.items() if outcome.translated}
+    for u in undefined_names(text, translated):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
@@ -215,8 +215,12 @@ class _KernelRewriter(cst.CSTTransformer):
         self.ctx = ctx
         self.hooks: dict[type, list] = {}
 
+    # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return True
+
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        updated = super().on_leave(original_node, updated_node)
+        updated = updated_node
         kind = type(original_node)
         methods = self.hooks.get(kind)
         if methods is None:  # the rules' `leave_<Node>` methods, looked up once per node type
@@ -365,8 +369,8 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
         if isinstance(statement, cst.FunctionDef) and statement.name.value in facts.functions:
             name = statement.name.value
             if name in rewritten:
-                for text in outcomes[name].module_functions:  # e.g. a warp-specialised loop's loader partition
-                    function = cst.parse_statement(text)
+                for function_text in outcomes[name].module_functions:  # e.g. a warp-specialised loader partition
+                    function = cst.parse_statement(function_text)
                     body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
                 body.append(rewritten[name])
             else:
@@ -381,8 +385,8 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
                 else s for s in body]
 
     imports_end = _imports_end(body)
-    new_imports = [cst.parse_statement(line) for line in target.imports]
-    new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)])
+    new_imports = [_parsed_statement(line) for line in target.imports]
+    new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)], module)
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
         parsed = _parsed_snippet(target.snippet(name).strip() + "\n")
@@ -403,7 +407,7 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     body[imports_end:imports_end] = [*new_imports, *snippets]
     out = module.with_changes(body=body)
     out = _drop_unused_language_imports(out, source)
-    code = out.code
+    code = module_code(out)
     if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
         code = re.sub(r"(?<!\r)\n", module.default_newline, code)
     return code
@@ -417,9 +421,11 @@ def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLi
         func=cst.Attribute(cst.Name("gluon"), cst.Name("jit"))))])
 
 
+@functools.lru_cache(maxsize=8)
 def _original_functions(text: str) -> dict[str, cst.FunctionDef]:
     """The module-level functions of the source text as written (not the tree the rules saw, which an earlier pass
-    may have normalised): a kept function is emitted from these, byte for byte."""
+    may have normalised): a kept function is emitted from these, byte for byte. Parsed once for every target of the
+    same text (read-only)."""
     return {s.name.value: s for s in cst.parse_module(text).body if isinstance(s, cst.FunctionDef)}
 
 
@@ -441,29 +447,20 @@ def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseState
 
 
 @functools.lru_cache(maxsize=256)
+def _parsed_statement(line: str) -> cst.BaseStatement:
+    return cst.parse_statement(line)
+
+
+@functools.lru_cache(maxsize=256)
 def _parsed_snippet(text: str) -> cst.Module:
     """Snippets are constant text: parse each once per process (libcst nodes are immutable, so sharing is safe)."""
     return cst.parse_module(text)
 
 
-def _code_names(statements: list[cst.BaseStatement], attributes: bool) -> set[str]:
-    """Identifiers in the code of `statements` (not in strings or comments); with `attributes=False`, not the
-    names after a dot (`gl.extra.libdevice.tanh` uses `gl` only). Tokenizing the generated text is many times
-    faster than a libcst visit of the same statements."""
-    code = cst.Module(body=statements).code
-    names: set[str] = set()
-    previous = ""
-    for token in tokenize.generate_tokens(io.StringIO(code).readline):
-        if token.type == tokenize.NAME and (attributes or previous != "."):
-            names.add(token.string)
-        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
-            previous = token.string
-    return names
-
-
-def _used_imports(imports: list[cst.BaseStatement], code: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+def _used_imports(imports: list[cst.BaseStatement], code: list[cst.BaseStatement], module: cst.Module
+                  ) -> list[cst.BaseStatement]:
     """The tool's own import lines, keeping only the names the variant uses (no `mfma` import without a dot)."""
-    used = _code_names(code, attributes=True)
+    used = code_names(module, code, attributes=True)
     kept: list[cst.BaseStatement] = []
     for statement in imports:
         small = statement.body[0]  # type: ignore[union-attr]
@@ -492,7 +489,7 @@ def _imports_end(body: list[cst.BaseStatement]) -> int:
 
 def _drop_unused_language_imports(module: cst.Module, source: SourceFile) -> cst.Module:
     """Drop `import triton.language as tl`-style imports that nothing references any more."""
-    used = _code_names([s for s in module.body if not (isinstance(s, cst.SimpleStatementLine) and all(
+    used = code_names(module, [s for s in module.body if not (isinstance(s, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in s.body))], attributes=False)
     body: list[cst.BaseStatement] = []
     for statement in module.body:

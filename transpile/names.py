@@ -77,8 +77,9 @@ def _module_bindings(tree: ast.Module) -> set[str]:
 
 
 class _Checker:
-    def __init__(self, globals_: set[str]) -> None:
+    def __init__(self, globals_: set[str], functions: set[str] | None = None) -> None:
         self.globals = globals_
+        self.functions = functions  # the module-level functions whose bodies are read (None: all)
         self.found: list[UndefinedName] = []
 
     # Expressions --------------------------------------------------------------------------------------------------
@@ -137,6 +138,8 @@ class _Checker:
                 expr(decorator, defined, function)
             self.defaults(node.args, defined, function)
             expr(node.returns, defined, function)
+            if function == "<module>" and self.functions is not None and node.name not in self.functions:
+                return defined | {node.name}
             inner = set(defined) | _arguments(node.args) | {node.name}
             inner |= _declared(node.body)
             self.block(node.body, inner, node.name)
@@ -227,9 +230,10 @@ def _declared(body: list[ast.stmt]) -> set[str]:
     return names
 
 
-def undefined_names(text: str) -> list[UndefinedName]:
-    """The names `text` reads without defining them first, in source order (empty for correct code)."""
+def undefined_names(text: str, functions: set[str] | None = None) -> list[UndefinedName]:
+    """The names `text` reads without defining them first, in source order (empty for correct code). With
+    `functions`, the bodies of the other module-level functions are not read (nothing is reported inside them)."""
     tree = ast.parse(text)
-    checker = _Checker(_module_bindings(tree))
+    checker = _Checker(_module_bindings(tree), functions)
     checker.block(tree.body, set(), "<module>")
     return sorted(set(checker.found), key=lambda u: (u.line, u.col, u.name))

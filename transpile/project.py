@@ -318,7 +318,8 @@ class Project:
         """Translations of many files for every target, in worker processes (one file per task): the run over a
         directory uses the machine's cores. Empty for a few files or one core (the loop translates as it goes).
         Each file's output does not depend on which process made it."""
-        unique = list(dict.fromkeys(sources))
+        # Largest files first: the workers finish together instead of one of them running the last big file alone.
+        unique = sorted(dict.fromkeys(sources), key=lambda source: -len(texts[source] or ""))
         workers = min(os.cpu_count() or 1, len(unique))
         if workers < 2 or len(unique) < PARALLEL_FILES or os.environ.get("TRANSPILE_JOBS") == "1":
             return {}

@@ -8,21 +8,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
+from transpile import cst_walk
 from transpile.diagnostics import Diagnostic, TranspileError
+
+cst_walk.install()  # read-only visits (metadata providers, analyses) walk the tree without rebuilding it
 
 
 @dataclass
 class SourceFile:
-    """One parsed Python file plus the metadata the analyses read (positions, qualified names)."""
+    """One parsed Python file plus the metadata the analyses read (positions, qualified names).
+
+    Qualified names are what libcst's `QualifiedNameProvider` gives, asked of the scopes one node at a time when an
+    analysis needs them (the provider would walk the whole tree once more to set up a lazy value for every node)."""
 
     path: str
     text: str
     wrapper: MetadataWrapper
     positions: dict = field(repr=False)
-    qualified_names: dict = field(repr=False)
-    parents: dict = field(repr=False)
+    scopes: dict = field(repr=False)
+    _qualified: dict = field(repr=False, default_factory=dict)
+    _parents: dict | None = field(repr=False, default=None)
 
     @property
     def module(self) -> cst.Module:
@@ -46,12 +53,26 @@ class SourceFile:
             base = base.value
         if not isinstance(base, cst.Name):  # `tl.load(p).to`: an attribute of a call result, not a dotted name
             return None
-        names = self.qualified_names.get(node)
-        if callable(names):  # libcst resolves this provider lazily
-            names = names()
+        names = self._qualified.get(node)
+        if names is None:
+            names = self._qualified[node] = self._qualified_names(node)
         if not names:
             return None
         return sorted(n.name for n in names)[0]
+
+    def _qualified_names(self, node: cst.CSTNode) -> set | None:
+        """`QualifiedNameProvider`'s value for `node`: None for a node outside this tree."""
+        if node not in self.scopes:
+            return None
+        scope = self.scopes[node]
+        return scope.get_qualified_names_for(node) if scope else set()
+
+    @property
+    def parents(self) -> dict:
+        """Each node's parent (`ParentNodeProvider`'s map), made when first asked for."""
+        if self._parents is None:
+            self._parents = cst_walk.parent_map(self.module)
+        return self._parents
 
     def diagnostic(self, node: cst.CSTNode, code: str, message: str) -> Diagnostic:
         line, col = self.position(node)
@@ -103,12 +124,6 @@ def parse_source(text: str, path: str) -> SourceFile:
     except Exception as exc:  # libcst raises a few other exception types on exotic input
         raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ParentNodeProvider])
-    return SourceFile(
-        path=path,
-        text=text,
-        wrapper=wrapper,
-        positions=resolved[PositionProvider],
-        qualified_names=resolved[QualifiedNameProvider],
-        parents=resolved[ParentNodeProvider],
-    )
+    resolved = wrapper.resolve_many([PositionProvider, ScopeProvider])
+    return SourceFile(path=path, text=text, wrapper=wrapper, positions=resolved[PositionProvider],
+                      scopes=resolved[ScopeProvider])

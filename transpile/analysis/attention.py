@@ -25,7 +25,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
 from transpile.analysis.pipeline import LoopRefusal, loop_header
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -121,6 +121,7 @@ def _chained(body: list[cst.BaseStatement], first: int, second: int) -> bool:
     return False
 
 
+@per_loop
 def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
                         default_stages: int) -> AttentionPlan | LoopRefusal | None:
     """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops."""

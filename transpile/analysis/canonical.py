@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import calls_in
+from transpile.cst_utils import calls_in, module_code
 from transpile.discover import ModuleFacts, discover, language_name
 from transpile.source import SourceFile, parse_source
 
@@ -42,8 +42,11 @@ def canonicalize(source: SourceFile, facts: ModuleFacts) -> str:
     functions = {fn.node for fn in facts.functions.values()}
     if not functions:
         return source.text
-    module = source.module.visit(_Canonical(source, functions))
-    return module.code
+    # Only the jit functions change (they are top-level statements): the rest of the module is not visited, and
+    # its text comes from the per-statement cache the emitter shares.
+    canonical = _Canonical(source, functions)
+    module = source.module
+    return module_code(module.with_changes(body=[s.visit(canonical) if s in functions else s for s in module.body]))
 
 
 class _Canonical(cst.CSTTransformer):

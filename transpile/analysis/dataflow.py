@@ -16,7 +16,7 @@ from enum import Enum
 import libcst as cst
 
 from transpile.analysis.layouts import BARRIER_REDUCTIONS, LayoutPlan
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -111,6 +111,7 @@ def _effects(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode) -> set[Eff
     return effects
 
 
+@per_loop
 def loop_dataflow(source: SourceFile, loop: cst.For | cst.While, plan: LayoutPlan) -> LoopDataflow:
     body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
     loop_vars = names_in(loop.target) if isinstance(loop, cst.For) else set()

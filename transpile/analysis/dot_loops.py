@@ -42,8 +42,17 @@ def is_dot_call(source: SourceFile, node: cst.Call) -> bool:
 
 
 def dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
-    """The dot loops of `fn`, in source order."""
-    runs_dot = _functions_running_dots(facts)
+    """The dot loops of `fn`, in source order (found once per file and function: read them, do not change them)."""
+    key = ("dot_loops", fn.name)
+    if key not in facts.memo:
+        facts.memo[key] = _dot_loops(facts, fn)
+    return list(facts.memo[key])
+
+
+def _dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
+    if "runs_dot" not in facts.memo:
+        facts.memo["runs_dot"] = _functions_running_dots(facts)
+    runs_dot = facts.memo["runs_dot"]
     source = facts.source
     found: list[DotLoop] = []
     stack: list[tuple[DotLoop, bool]] = []  # (loop, unrolled or `while`: its dots belong to a loop around it)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -158,6 +158,7 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
     return set()
 
 
+@per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.

@@ -10,6 +10,8 @@ Targets: all.
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from transpile.cst_utils import assigned_names, names_in
@@ -96,8 +98,10 @@ def is_hoisted(ctx: RuleContext, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name) and node in _plan(ctx)
 
 
+@functools.lru_cache(maxsize=1024)
 def _assignments(fn: cst.FunctionDef) -> tuple[dict[str, int], dict[str, int]]:
-    """How often each name is bound in `fn`, and the top-level statement index of single top-level bindings."""
+    """How often each name is bound in `fn`, and the top-level statement index of single top-level bindings (once
+    per function of the source tree, for every target: read-only)."""
     counts: dict[str, int] = {p.name.value: 1 for p in fn.params.params}
     top: dict[str, int] = {}
 
