@@ -134,16 +134,36 @@ else:
     ("safe_dot", "", "imported from `mylib.ops`"),
     ("mm", CONDITIONAL, "defined under a module-level `if`/`try`/`with`"),
 ])
-def test_kernel_calling_a_function_the_tool_cannot_read_is_kept_as_triton(call: str, defined: str, how: str) -> None:
-    """A helper imported from another module or defined under a module-level `if` may be Triton code with a dot
-    (Gluon cannot call it: its variant did not compile). The kernel is kept as Triton with a TT010 at the call."""
+def test_kernel_calling_a_dot_helper_the_tool_does_not_translate_is_kept_as_triton(
+        call: str, defined: str, how: str, tmp_path: Path) -> None:
+    """A helper imported from another module of the project (found on disk) or defined under a module-level `if`
+    that runs a dot: the Gluon kernel calling that Triton code did not compile. The kernel is kept as Triton with a
+    TT010 at the call."""
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "ops.py").write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                               "def safe_dot(a, b):\n    return tl.dot(a, b)\n\n\n@triton.jit\n"
+                                               "def exp2(x):\n    return tl.exp2(x)\n")
+    path = str(tmp_path / "kernels.py")
     text = UNSEEN_HEAD + defined + UNSEEN_KERNEL.replace("CALL", call)
     for target in ("sm90", "gfx942"):
-        result = translate_source(text, "x.py", get_target(target))
+        result = translate_source(text, path, get_target(target))
         kernel = next(f for f in result.functions if f.name == "k")
         assert not kernel.translated, result.text
         assert f"`{call}` is {how}" in kernel.kept_reason
         assert "@triton.jit\ndef k(" in result.text
+
+
+def test_elementwise_or_unfound_imported_helpers_stay_callable(tmp_path: Path) -> None:
+    """An imported helper that only computes elementwise (`exp2`), or one whose module is not on disk, is called from
+    the translated kernel as before (Gluon runs such Triton helpers on its tensors)."""
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "ops.py").write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                               "def exp2(x):\n    return tl.exp2(x)\n")
+    kernel = ("import triton\nimport triton.language as tl\nfrom mylib.ops import exp2\nfrom elsewhere import f\n\n\n"
+              "@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+              "    tl.store(x_ptr + offs, f(exp2(tl.load(x_ptr + offs))))\n")
+    result = translate_source(kernel, str(tmp_path / "kernels.py"), get_target("sm90"))
+    assert result.functions[0].translated, result.functions[0].kept_reason
 
 
 def test_name_the_source_never_defines_is_not_blamed_on_the_tool() -> None:

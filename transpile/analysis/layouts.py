@@ -17,10 +17,12 @@ layout computed from the class's tile shape. The result is a `LayoutPlan`: facts
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
@@ -239,7 +241,8 @@ class LayoutAnalysis:
         self.plans: dict[str, LayoutPlan] = {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
         self.module_names = _module_level_names(self.source.module)
-        self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases))
+        self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
+                                                  self.source.path)
 
     def run(self) -> dict[str, LayoutPlan]:
         for fn in self.facts.kernels:
@@ -263,44 +266,101 @@ class LayoutAnalysis:
         return plan
 
 
-def _unseen_functions(module: cst.Module, jit_names: set[str]) -> dict[str, str]:
-    """Names a module binds to code the tool cannot read, with how: imported from another module (not Triton's own,
-    `from fla.ops.utils.op import safe_dot`), or defined inside a module-level `if`/`try`/`with` (a helper picked by
-    an environment variable). A jit function calling one of them may be calling Triton code that needs layouts (a
-    `tl.dot`), which a Gluon kernel cannot call."""
+# Calls an unseen helper may make and still run when a Gluon kernel calls it (elementwise math on the tensors it is
+# given: no layouts of its own). Any other call (a dot, a load, a new tensor, a reduction) makes the helper one that
+# Gluon code cannot call.
+_ELEMENTWISE_ONLY = ELEMENTWISE | {
+    "exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf", "erfc", "sqrt", "rsqrt", "abs",
+    "where", "maximum", "minimum", "fma", "to", "cast", "sigmoid", "softplus", "floor", "ceil", "round", "trunc",
+    "pow", "isnan", "isinf", "fmod", "div_rz", "rint", "inline_asm_elementwise", "constexpr", "static_assert",
+    "device_assert", "static_print", "float", "int", "bool", "jit", "heuristics",
+}  # fmt: skip
+
+
+def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dict[str, str]:
+    """Names a module binds to Triton code the tool does not translate and a Gluon kernel cannot call, with where it
+    is: a function defined inside a module-level `if`/`try`/`with` (a helper picked by an environment variable), or
+    imported from another module of the project (`from fla.ops.utils.op import safe_dot`, the file found on disk),
+    whose body does more than elementwise math (a `tl.dot`: the Gluon kernel calling it did not compile). Helpers
+    that only compute elementwise (`exp2`), aliases, and modules not found stay callable, as before."""
     found: dict[str, str] = {}
-
-    class _Bound(cst.CSTVisitor):
-        def __init__(self, how: str) -> None:
-            super().__init__()
-            self.how = how
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            found.setdefault(node.name.value, self.how)
-            return False
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            if isinstance(node.target, cst.Name):
-                found.setdefault(node.target.value, self.how)
-
+    local: dict[str, list[ast.FunctionDef]] = {}
     for statement in module.body:
         if isinstance(statement, (cst.If, cst.Try, cst.With)):
-            statement.visit(_Bound("defined under a module-level `if`/`try`/`with`"))
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                    origin = "." * len(small.relative) + (cst.Module([]).code_for_node(small.module)
-                                                          if small.module is not None else "")
-                    if origin == "triton" or origin.startswith(("triton.", "torch")):
-                        continue
-                    for alias in small.names:
-                        bound = alias.asname.name if alias.asname is not None else alias.name
-                        if isinstance(bound, cst.Name):
-                            found.setdefault(bound.value, f"imported from `{origin}`")
+            tree = ast.parse(cst.Module([statement]).code)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef):
+                    local.setdefault(node.name, []).append(node)
+    for name, defs in local.items():
+        if any(_beyond_elementwise(d) for d in defs):
+            found[name] = "defined under a module-level `if`/`try`/`with`"
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                continue
+            origin = "." * len(small.relative) + (cst.Module([]).code_for_node(small.module)
+                                                  if small.module is not None else "")
+            if origin == "triton" or origin.startswith(("triton.", "torch")):
+                continue
+            defs = _module_functions(path, origin)
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                imported = cst.Module([]).code_for_node(alias.name)
+                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d) for d in defs.get(imported, [])):
+                    found.setdefault(bound.value, f"imported from `{origin}`")
     return {name: how for name, how in found.items() if name not in jit_names}
+
+
+def _beyond_elementwise(fn: ast.FunctionDef) -> bool:
+    """The function calls something other than elementwise math (see _ELEMENTWISE_ONLY)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in _ELEMENTWISE_ONLY:
+                return True
+    return False
+
+
+_MODULE_FUNCTIONS: dict[tuple[str, str], dict[str, list[ast.FunctionDef]]] = {}
+
+
+def _module_functions(path: str, origin: str) -> dict[str, list[ast.FunctionDef]]:
+    """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
+    file at `path`: a relative import from the file's package, an absolute one from the nearest enclosing directory
+    that holds it. Empty when the module is not found on disk."""
+    key = (path, origin)
+    if key in _MODULE_FUNCTIONS:
+        return _MODULE_FUNCTIONS[key]
+    here = Path(path).resolve().parent
+    dots = len(origin) - len(origin.lstrip("."))
+    parts = [p for p in origin.lstrip(".").split(".") if p]
+    bases = [here.parents[dots - 2] if dots > 1 and len(here.parents) >= dots - 1 else here] if dots else \
+        [here, *here.parents]
+    functions: dict[str, list[ast.FunctionDef]] = {}
+    for base in bases:
+        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                          base.joinpath(*parts, "__init__.py")):
+            if candidate is None or not candidate.is_file():
+                continue
+            try:
+                tree = ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
+            except (SyntaxError, ValueError):
+                continue
+            for statement in tree.body:
+                for node in ([statement] if isinstance(statement, ast.FunctionDef) else
+                             ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else []):
+                    if isinstance(node, ast.FunctionDef):
+                        functions.setdefault(node.name, []).append(node)
+            break
+        if functions:
+            break
+    if len(_MODULE_FUNCTIONS) > 1000:
+        _MODULE_FUNCTIONS.clear()
+    _MODULE_FUNCTIONS[key] = functions
+    return functions
 
 
 def _module_level_names(module: cst.Module) -> set[str]:
