@@ -285,6 +285,9 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
     that only compute elementwise (`exp2`), aliases, and modules not found stay callable, as before."""
     found: dict[str, str] = {}
     local: dict[str, list[ast.FunctionDef]] = {}
+    imports = ast.parse(cst.Module([s for s in module.body if isinstance(s, cst.SimpleStatementLine)
+                                    and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]).code)
+    math_modules = _math_modules(imports)
     for statement in module.body:
         if isinstance(statement, (cst.If, cst.Try, cst.With)):
             tree = ast.parse(cst.Module([statement]).code)
@@ -292,7 +295,7 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
                 if isinstance(node, ast.FunctionDef):
                     local.setdefault(node.name, []).append(node)
     for name, defs in local.items():
-        if any(_beyond_elementwise(d) for d in defs):
+        if any(_beyond_elementwise(d, math_modules) for d in defs):
             found[name] = "defined under a module-level `if`/`try`/`with`"
     for statement in module.body:
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -304,33 +307,53 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
                                                   if small.module is not None else "")
             if origin == "triton" or origin.startswith(("triton.", "torch")):
                 continue
-            defs = _module_functions(path, origin)
+            defs, their_math = _module_functions(path, origin)
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 imported = cst.Module([]).code_for_node(alias.name)
-                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d) for d in defs.get(imported, [])):
+                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d, their_math)
+                                                       for d in defs.get(imported, [])):
                     found.setdefault(bound.value, f"imported from `{origin}`")
     return {name: how for name, how in found.items() if name not in jit_names}
 
 
-def _beyond_elementwise(fn: ast.FunctionDef) -> bool:
-    """The function calls something other than elementwise math (see _ELEMENTWISE_ONLY)."""
+def _beyond_elementwise(fn: ast.FunctionDef, math_modules: frozenset[str] = frozenset()) -> bool:
+    """The function calls something other than elementwise math (see _ELEMENTWISE_ONLY); a call of a libdevice or
+    math module's function (`tldevice.fast_expf`, the module's alias in `math_modules`) is elementwise."""
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
             func = node.func
+            if isinstance(func, ast.Attribute) and ast.unparse(func.value) in math_modules:
+                continue
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name not in _ELEMENTWISE_ONLY:
                 return True
     return False
 
 
-_MODULE_FUNCTIONS: dict[tuple[str, str], dict[str, list[ast.FunctionDef]]] = {}
+def _math_modules(tree: ast.Module) -> frozenset[str]:
+    """Names a module gives libdevice and the math modules of `triton.language` (`import ... libdevice as tldevice`,
+    `tl.math`, `libdevice`): their functions are elementwise."""
+    names = {"tl.math", "tl.extra.libdevice", "libdevice", "tl.extra.cuda.libdevice"}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.endswith(("libdevice", ".math")):
+                    names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("triton"):
+            for alias in node.names:
+                if alias.name in ("libdevice", "math"):
+                    names.add(alias.asname or alias.name)
+    return frozenset(names)
 
 
-def _module_functions(path: str, origin: str) -> dict[str, list[ast.FunctionDef]]:
+_MODULE_FUNCTIONS: dict[tuple[str, str], tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]] = {}
+
+
+def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]:
     """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
-    file at `path`: a relative import from the file's package, an absolute one from the nearest enclosing directory
-    that holds it. Empty when the module is not found on disk."""
+    file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an
+    absolute one from the nearest enclosing directory that holds it. Empty when the module is not found on disk."""
     key = (path, origin)
     if key in _MODULE_FUNCTIONS:
         return _MODULE_FUNCTIONS[key]
@@ -340,6 +363,7 @@ def _module_functions(path: str, origin: str) -> dict[str, list[ast.FunctionDef]
     bases = [here.parents[dots - 2] if dots > 1 and len(here.parents) >= dots - 1 else here] if dots else \
         [here, *here.parents]
     functions: dict[str, list[ast.FunctionDef]] = {}
+    math_modules: frozenset[str] = frozenset()
     for base in bases:
         for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
                           base.joinpath(*parts, "__init__.py")):
@@ -349,6 +373,7 @@ def _module_functions(path: str, origin: str) -> dict[str, list[ast.FunctionDef]
                 tree = ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
             except (SyntaxError, ValueError):
                 continue
+            math_modules = _math_modules(tree)
             for statement in tree.body:
                 for node in ([statement] if isinstance(statement, ast.FunctionDef) else
                              ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else []):
@@ -359,8 +384,8 @@ def _module_functions(path: str, origin: str) -> dict[str, list[ast.FunctionDef]
             break
     if len(_MODULE_FUNCTIONS) > 1000:
         _MODULE_FUNCTIONS.clear()
-    _MODULE_FUNCTIONS[key] = functions
-    return functions
+    _MODULE_FUNCTIONS[key] = functions, math_modules
+    return functions, math_modules
 
 
 def _module_level_names(module: cst.Module) -> set[str]:
