@@ -112,3 +112,18 @@ def test_transposed_operand_of_a_linear_layer_is_read_through_a_transposed_view(
     assert "if a_desc.block_type.shape[0] * w_desc.block_type.shape[0] >= 32768 and gl.num_warps() >= 8:" in text
     amd = translate_source(LINEAR_NT, "x.py", get_target("gfx950")).text
     assert "@triton.jit\ndef gemm" in amd and "a dot operand is an expression" in amd
+
+
+INLINE = PLAIN.replace("        a = a_desc.load([off_m, k])\n        b = b_desc.load([k, off_n])\n        acc += tl.dot(a, b)\n",
+                       "        acc += tl.dot(a_desc.load([off_m, k]), b_desc.load([k, off_n]))\n")
+
+
+def test_loads_written_inside_the_dot_are_the_ring_producers() -> None:
+    """`acc += tl.dot(a_desc.load(...), b_desc.load(...))`: the loads inside the dot fill the ring like loads of
+    their own statements (before, "a dot operand is an expression" kept the kernel as Triton). AMD keeps it."""
+    assert "a = a_desc" not in INLINE
+    text = _sm90(INLINE)
+    assert "acc = warpgroup_mma(a_desc_tile_smem.index(slot), b_desc_tile_smem.index(slot), acc, is_async=True)" in text
+    assert "_tma_async_load(a_desc, [off_m, k], ready.index(slot), a_ring.index(slot))" in text  # the loader
+    amd = translate_source(INLINE, "x.py", get_target("gfx950")).text
+    assert "@triton.jit\ndef gemm" in amd

@@ -697,6 +697,17 @@ CASES: list[Case] = [
         flops=_gemm_flops,
     ),
     Case(
+        name="suite_desc_inline",
+        fixture="suite_desc_inline",
+        wrapper="linear_inline",
+        make_inputs=_linear_nk_inputs(torch.float16, with_bias=True),
+        reference=_ref_linear_nk,
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
         name="suite_desc_persistent",
         fixture="suite_desc_persistent",
         wrapper="matmul_persistent",

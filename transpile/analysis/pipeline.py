@@ -38,6 +38,9 @@ class OperandLoad:
     # The dot reads the tile transposed (`tl.dot(x, tl.trans(w))`, `w.T`: a linear layer's [N, K] weights): the
     # ring holds the tile as loaded and the MMA reads a transposed view of its slot.
     transposed: bool = False
+    # The load is written inside the dot (`tl.dot(a_desc.load([...]), ...)`): `index` is the dot's statement and
+    # `name` a name for the tile that the source does not bind.
+    inline: bool = False
 
     @property
     def kind(self) -> str:
@@ -136,10 +139,26 @@ def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cs
     return OperandLoad(index, name, "", call, pointer, mask, other)
 
 
-def _transposed_name(source: SourceFile, operand: cst.BaseExpression) -> cst.Name | None:
+def _inline_descriptor_load(plan: LayoutPlan, operand: cst.BaseExpression, dot_index: int, transposed: bool
+                            ) -> OperandLoad | None:
+    """The operand `a_desc.load(coords)` written inside the dot, as an OperandLoad of the dot's statement."""
+    if not isinstance(operand, cst.Call):
+        return None
+    op = plan.descriptor_ops.get(operand)
+    if op is None or op[0] != "load" or not isinstance(operand.func, cst.Attribute) \
+            or not isinstance(operand.func.value, cst.Name):
+        return None
+    desc = operand.func.value.value
+    return OperandLoad(dot_index, f"{desc}_tile", desc, operand, transposed=transposed, inline=True)
+
+
+def _transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: bool = False
+                     ) -> cst.BaseExpression | None:
     """`w` of a dot operand written `tl.trans(w)` or `tl.permute(w, (1, 0))` (canonicalisation turns `w.T` into
-    `tl.trans(w)`), else None."""
-    if not isinstance(operand, cst.Call) or not operand.args or not isinstance(operand.args[0].value, cst.Name):
+    `tl.trans(w)`), else None; with `calls`, `w` may be a call (`tl.trans(w_desc.load(...))`)."""
+    if not isinstance(operand, cst.Call) or not operand.args:
+        return None
+    if not isinstance(operand.args[0].value, cst.Name) and not (calls and isinstance(operand.args[0].value, cst.Call)):
         return None
     name = language_name(source.qualified_name(operand.func))
     rest = "".join(source.code(a.value) for a in operand.args[1:]).replace(" ", "")
@@ -160,9 +179,10 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 
 @per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
-              transposed_operands: bool = False) -> LoopPlan | LoopRefusal | None:
+              transposed_operands: bool = False, inline_loads: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
-    `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA."""
+    `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
+    it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -192,9 +212,13 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     acc = site.acc.value
     operands: list[OperandLoad] = []
     for operand in (site.a, site.b):
-        transposed = _transposed_name(source, operand) if transposed_operands else None
+        transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None
         if transposed is not None:
             operand = transposed
+        inline = _inline_descriptor_load(plan, operand, dot_index, transposed is not None) if inline_loads else None
+        if inline is not None:
+            operands.append(inline)
+            continue
         if not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         found: OperandLoad | LoopRefusal | None = None

@@ -62,7 +62,7 @@ class HopperTMAPipeline(Rule):
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or 3
-        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True)
+        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, inline_loads=True)
         if plan is None:
             return updated
         if isinstance(plan, LoopRefusal):
@@ -111,6 +111,7 @@ class HopperTMAPipeline(Rule):
 
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
         renames = next_names(plan.var, plan.producer, body, name)
+        coords_of = _operand_coords(plan, body)
 
         def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
             lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
@@ -118,7 +119,7 @@ class HopperTMAPipeline(Rule):
             nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
             lines.append(f"{pad}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
             for op, smem in ((a, a_smem), (b, b_smem)):
-                coords = _load_coords(body[op.index])
+                coords = coords_of[id(op)]
                 lines.append(f"{pad}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
                              f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
             # Loop-carried producer state (`off_k += BLOCK_K` after the loads) advances its own copy, after the copies.
@@ -180,7 +181,7 @@ class HopperTMAPipeline(Rule):
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
         ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, count, index, acc_in,
-                               (a_smem, b_smem, ready), infos)
+                               (a_smem, b_smem, ready), infos, coords_of)
         if ws:  # the warp-specialised form for large tiles, the ring below for the others
             lines = [*depth, *ws, "else:", indent("\n".join(lines[len(depth):]), "    ")]
         pipelined = indent("\n".join(lines), "    ")
@@ -196,6 +197,24 @@ class HopperTMAPipeline(Rule):
             original,
         ])
         return [text + "\n"]
+
+
+def _operand_coords(plan: LoopPlan, body: list[cst.BaseStatement]) -> dict[int, cst.BaseExpression]:
+    """The coordinates of each operand's load in the translated body (by `id` of the OperandLoad): the load
+    statement's `_tma_load(desc, coords, layout)`, or, for a load written inside the dot, the `_tma_load` of that
+    descriptor there (in order, should both operands come through one descriptor)."""
+    found: dict[int, cst.BaseExpression] = {}
+    taken: list[cst.Call] = []
+    for op in plan.loads:
+        if not op.inline:
+            found[id(op)] = _load_coords(body[op.index])
+            continue
+        call = next(c for c in calls_in(body[op.index]) if isinstance(c.func, cst.Name) and c.func.value == "_tma_load"
+                    and isinstance(c.args[0].value, cst.Name) and c.args[0].value.value == op.descriptor
+                    and not any(c is t for t in taken))
+        taken.append(call)
+        found[id(op)] = call.args[1].value
+    return found
 
 
 def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
@@ -220,7 +239,7 @@ _SCALAR_CALLS = {"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "g
 
 def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
                       name, stages: str, iters: str, count: str, index, acc_in: str,  # noqa: ANN001
-                      smem: tuple[str, str, str], infos: dict) -> list[str]:  # noqa: ANN001
+                      smem: tuple[str, str, str], infos: dict, coords_of: dict) -> list[str]:  # noqa: ANN001
     """The warp-specialised form of the ring (statements of the kernel, and the loader function recorded in `ctx`),
     or [] where the loop does more than copy and multiply (consumer statements besides the dot) or its producer slice
     is not plain scalar arithmetic (a loader warp takes no tensors)."""
@@ -232,12 +251,12 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
             if code(call.func) not in _SCALAR_CALLS:
                 return []
     a, b = plan.loads
-    coords = {op.index: _load_coords(body[op.index]) for op in plan.loads}
+    coords = [coords_of[id(op)] for op in plan.loads]
     local = _kernel_names(ctx.function.node)
     # Loop-carried producer state (`off_k += BLOCK_K` after the loads) starts from the kernel's value: an argument.
     assigned = {n for st in producer for n in assigned_names(st)} - set(plan.carried) | {plan.var}
     used: list[str] = []
-    for node in [cst.parse_expression(index("it")), *producer, *coords.values()]:
+    for node in [cst.parse_expression(index("it")), *producer, *coords]:
         for n in sorted(names_in(node)):
             if n in local and n not in assigned and n not in used and n != "it":
                 used.append(n)
@@ -265,8 +284,8 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
         "        # A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not wait.",
         "        mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) & 1) ^ 1)",
         f"        mbarrier.expect(ready.index(slot), {nbytes})",
-        f"        _tma_async_load({a.descriptor}, {code(coords[a.index])}, ready.index(slot), a_ring.index(slot))",
-        f"        _tma_async_load({b.descriptor}, {code(coords[b.index])}, ready.index(slot), b_ring.index(slot))",
+        f"        _tma_async_load({a.descriptor}, {code(coords_of[id(a)])}, ready.index(slot), a_ring.index(slot))",
+        f"        _tma_async_load({b.descriptor}, {code(coords_of[id(b)])}, ready.index(slot), b_ring.index(slot))",
         *advance,
     ]) + "\n")
     ctx.need("ws_wgmma_consumer")
