@@ -104,7 +104,7 @@ class ModuleFacts:
         return [f for f in self.functions.values() if f.is_helper]
 
 
-def _decorator_target(decorator: cst.Decorator) -> cst.BaseExpression:
+def decorator_target(decorator: cst.Decorator) -> cst.BaseExpression:
     dec = decorator.decorator
     return dec.func if isinstance(dec, cst.Call) else dec
 
@@ -225,7 +225,7 @@ def discover(source: SourceFile) -> ModuleFacts:
                                           heuristics)
             continue
         for decorator in statement.decorators:
-            qn = source.qualified_name(_decorator_target(decorator))
+            qn = source.qualified_name(decorator_target(decorator))
             if qn == TRITON_JIT:
                 jit = decorator
             elif qn == TRITON_AUTOTUNE and isinstance(decorator.decorator, cst.Call):

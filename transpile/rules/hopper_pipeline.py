@@ -26,6 +26,7 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth_lines)
@@ -88,7 +89,7 @@ class HopperTMAPipeline(Rule):
             return updated
         decorators = list(updated.decorators)
         for i, (source, decorator) in enumerate(zip(original.decorators, decorators)):
-            if ctx.source.qualified_name(_decorator_call(source)) != "triton.autotune":
+            if ctx.source.qualified_name(decorator_target(source)) != TRITON_AUTOTUNE:
                 continue
             added = _add_ws_config(ctx, decorator, tiles)
             if added is not None:
@@ -140,9 +141,9 @@ class HopperTMAPipeline(Rule):
             "# directly and runs asynchronously, one stays in flight, and a slot is refilled only once the wgmma",
             "# that read it has completed.",
         ]
-        depth = ring_depth_lines(ctx, plan.loop, plan.num_stages, stages)
-        lines = [
-            *depth,
+        # The ring, its `ready` barriers and the trip count serve both forms (the warp-specialised one, below).
+        shared = [
+            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
@@ -150,6 +151,8 @@ class HopperTMAPipeline(Rule):
             f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
             f"for s in gl.static_range({stages}):\n    mbarrier.init({ready}.index(s), count=1)",
             f"{iters} = {count}",
+        ]
+        lines = [
             *[f"{renames[c]} = {c}  # the producer's own copy of loop-carried state" for c in plan.carried],
             "# Prologue: start the copies of the first NUM_STAGES - 1 iterations.",
         ]
@@ -177,13 +180,13 @@ class HopperTMAPipeline(Rule):
         loop += producer(nxt, nxt_slot, "    ")
         lines.append("\n".join(loop))
         lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
-        lines.append(f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))")
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
-        ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, count, index, acc_in,
-                               (a_smem, b_smem, ready), infos, coords_of)
+        ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, index, acc_in,
+                               (a_smem, b_smem, ready), coords_of)
         if ws:  # the warp-specialised form for large tiles, the ring below for the others
-            lines = [*depth, *ws, "else:", indent("\n".join(lines[len(depth):]), "    ")]
+            lines = [*ws, "else:", indent("\n".join(lines), "    ")]
+        lines = [*shared, *lines, f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
         pipelined = indent("\n".join(lines), "    ")
         original = indent(code(updated), "    ")
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
@@ -238,11 +241,12 @@ _SCALAR_CALLS = {"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "g
 
 
 def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
-                      name, stages: str, iters: str, count: str, index, acc_in: str,  # noqa: ANN001
-                      smem: tuple[str, str, str], infos: dict, coords_of: dict) -> list[str]:  # noqa: ANN001
-    """The warp-specialised form of the ring (statements of the kernel, and the loader function recorded in `ctx`),
-    or [] where the loop does more than copy and multiply (consumer statements besides the dot) or its producer slice
-    is not plain scalar arithmetic (a loader warp takes no tensors)."""
+                      name, stages: str, iters: str, index, acc_in: str,  # noqa: ANN001
+                      smem: tuple[str, str, str], coords_of: dict) -> list[str]:  # noqa: ANN001
+    """The warp-specialised form of the ring (statements of the kernel that use the ring, its `ready` barriers and
+    trip count allocated before them; the loader function is recorded in `ctx`), or [] where the loop does more than
+    copy and multiply (consumer statements besides the dot) or its producer slice is not plain scalar arithmetic (a
+    loader warp takes no tensors)."""
     if consumer_rest:
         return []
     producer = [body[i] for i in plan.producer]
@@ -291,8 +295,9 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     ctx.need("ws_wgmma_consumer")
     ctx.need("tma_aliases")
     # The operand tiles as the dot reads them, [M, K] and [K, N], for the added autotune config.
-    tiles = tuple(list(reversed(infos[op.descriptor].block_shape)) if op.transposed
-                  else list(infos[op.descriptor].block_shape) for op in (a, b))
+    shapes = {op.descriptor: ctx.plan.descriptors[op.descriptor].block_shape for op in (a, b)}
+    tiles = tuple(list(reversed(shapes[op.descriptor])) if op.transposed else list(shapes[op.descriptor])
+                  for op in (a, b))
     ctx.ws_tiles = tiles  # read by leave_FunctionDef (one more autotune config)
     args = ", ".join(free)
     # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
@@ -302,23 +307,16 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     cols = f"{b.descriptor}.block_type.shape[{0 if b.transposed else 1}]"
     return [
         f"if {rows} * {cols} >= {WS_MIN_TILE} and gl.num_warps() >= 8:",
-        "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back.",
-        f"    {a_ring} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
-        f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
-        f"    {b_ring} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
-        f"{', '.join(infos[b.descriptor].block_shape)}], {b.descriptor}.layout)",
-        f"    {ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+        "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back",
+        "    # through the `empty` barriers.",
         f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
         f"    for s in gl.static_range({stages}):",
-        f"        mbarrier.init({ready}.index(s), count=1)",
         f"        mbarrier.init({empty}.index(s), count=1)",
-        f"    {iters} = {count}",
         f"    {plan.acc} = gl.warp_specialize([",
         f"        (_ws_wgmma_consumer, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
         f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
         "    ], [1], [24])[0]",
         f"    for s in gl.static_range({stages}):",
-        f"        mbarrier.invalidate({ready}.index(s))",
         f"        mbarrier.invalidate({empty}.index(s))",
     ]
 
@@ -353,7 +351,7 @@ def _kernel_names(function: cst.FunctionDef) -> set[str]:
 
 def _constexpr_names(function) -> set[str]:  # noqa: ANN001 - JitFunction
     """Constexpr parameters and `X: tl.constexpr = ...` names of the function (a loader takes them as constexprs)."""
-    names = {p.name for p in function.params if p.is_constexpr}
+    names = set(function.constexpr_names)
 
     class _Ann(cst.CSTVisitor):
         def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
@@ -399,11 +397,6 @@ def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles) -> cst.Dec
                              "warp-specialised ring's tile)")
     new_arg = arg.with_changes(value=arg.value.with_changes(elements=elements))
     return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args]))
-
-
-def _decorator_call(decorator: cst.Decorator) -> cst.BaseExpression:
-    """The callee of `@x(...)` (or `x` of `@x`), a node of the source tree whose qualified name is known."""
-    return decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
 
 
 def _view(load: OperandLoad, slot: str) -> str:
