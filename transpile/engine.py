@@ -41,6 +41,8 @@ class KernelOutcome:
     kept_reason: str = ""  # why it is kept as Triton (when not translated)
     module_functions: list[str] = field(default_factory=list)  # emitted right before it (see RuleContext)
     added_configs: list[str] = field(default_factory=list)  # autotune configs the variant added (see RuleContext)
+    # sm90 persistent form: the `meta` test under which its launches take one program per SM (`_persistent_grid`)
+    persistent_grid: str | None = None
 
     @property
     def status(self) -> str:
@@ -154,7 +156,8 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         node = fn.node.visit(_KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
-                                added_configs=ctx.added_configs)
+                                added_configs=ctx.added_configs,
+                                persistent_grid=getattr(ctx.persistent, "host_condition", None))
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False
@@ -360,6 +363,26 @@ class _LaunchWarps(cst.CSTTransformer):
         return updated_node  # no num_warps given: the autotune configs (rewritten) or the kernel's assert decide
 
 
+class _PersistentLaunches(cst.CSTTransformer):
+    """Host code: launches ``kernel[grid](...)`` of a kernel in its persistent form go through
+    ``_persistent_grid(grid, lambda meta: <tile test>)``: one program per SM for the configs of that form."""
+
+    def __init__(self, conditions: dict[str, str]) -> None:
+        super().__init__()
+        self.conditions = conditions
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
+        if not (isinstance(updated_node.value, cst.Name) and updated_node.value.value in self.conditions
+                and len(updated_node.slice) == 1):
+            return updated_node
+        element = updated_node.slice[0]
+        grid = element.slice.value  # type: ignore[union-attr]
+        wrapped = cst.parse_expression(
+            f"_persistent_grid({cst.Module([]).code_for_node(grid)}, "
+            f"lambda meta: {self.conditions[updated_node.value.value]})")
+        return updated_node.with_changes(slice=[element.with_changes(slice=cst.Index(wrapped))])
+
+
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
                  outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> str:
     module = source.module
@@ -380,6 +403,10 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
             statement = _gluon_jit_call(statement)  # `f = triton.jit(f)` of a translated function
         body.append(statement)
     launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
+    persistent = {name: o.persistent_grid for name, o in outcomes.items() if o.translated and o.persistent_grid}
+    if persistent:
+        body = [s.visit(_PersistentLaunches(persistent)) if not (isinstance(s, cst.FunctionDef) and s.name.value in
+                                                                 rewritten) else s for s in body]
     if launch_warps:
         body = [s.visit(_LaunchWarps(launch_warps)) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
                 else s for s in body]

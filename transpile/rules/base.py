@@ -49,6 +49,9 @@ class RuleContext:
     module_functions: list[str] = field(default_factory=list)
     # The operand tile shapes (constexpr names, A then B) of a warp-specialised ring: its tile becomes a config.
     ws_tiles: tuple[list[str], list[str]] | None = None
+    # sm90: the persistent form of a warp-specialised ring (`hopper_persistent.PersistentForm`), when the kernel and
+    # its launches allow it; its launches then go through `_persistent_grid` (engine).
+    persistent: object | None = None
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

@@ -27,6 +27,7 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
+from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth_lines)
@@ -79,11 +80,24 @@ class HopperTMAPipeline(Rule):
                 "descriptor's tile"))
             return updated
         ctx.pipelined_loop(original)
-        return cst.FlattenSentinel([cst.parse_statement(s) for s in self._emit(ctx, plan, updated)])
+        texts = self._emit(ctx, plan, updated, original)
+        statement = cst.parse_statement(texts[0])
+        if ctx.persistent is not None:
+            ctx.persistent.loop_statement = statement
+            ctx.persistent.plain_statement = cst.parse_statement(texts[1])
+        return statement
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
                           ) -> cst.FunctionDef:
-        """An autotuned kernel with a warp-specialised ring gets the tile that form is for as one more config."""
+        """The persistent form where the ring rule found the kernel fit for it; an autotuned kernel with a
+        warp-specialised ring gets the tile that form is for as one more config."""
+        if ctx.persistent is not None:
+            built = persistent.build(ctx, ctx.persistent, original, updated)
+            if built is None:
+                ctx.persistent = None
+            else:
+                updated = built
+                ctx.need("persistent_grid")
         tiles = ctx.ws_tiles
         if not tiles or not ctx.function.autotune_configs:
             return updated
@@ -97,9 +111,10 @@ class HopperTMAPipeline(Rule):
                 return updated.with_changes(decorators=decorators)
         return updated
 
-    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For) -> list[str]:
+    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For, original_loop: cst.For) -> list[str]:
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
-        operands of other widths."""
+        operands of other widths; second, where the kernel takes the persistent form (`ctx.persistent`), the same
+        without the warp-specialised branch."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
@@ -184,22 +199,29 @@ class HopperTMAPipeline(Rule):
         ctx.need("cta_barrier")
         ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, index, acc_in,
                                (a_smem, b_smem, ready), coords_of)
-        if ws:  # the warp-specialised form for large tiles, the ring below for the others
-            lines = [*ws, "else:", indent("\n".join(lines), "    ")]
-        lines = [*shared, *lines, f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
-        pipelined = indent("\n".join(lines), "    ")
-        original = indent(code(updated), "    ")
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
-        text = "\n".join([
-            *header,
-            f"if {condition}:",
-            pipelined,
-            "else:",
-            "    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
-            "    # the loop runs as translated, unpipelined.",
-            original,
-        ])
-        return [text + "\n"]
+        original = indent(code(updated), "    ")
+
+        def assemble(ring: list[str]) -> str:
+            ring = [*shared, *ring, f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
+            return "\n".join([
+                *header,
+                f"if {condition}:",
+                indent("\n".join(ring), "    "),
+                "else:",
+                "    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
+                "    # the loop runs as translated, unpipelined.",
+                original,
+            ]) + "\n"
+
+        plain = assemble(lines)
+        if not ws:
+            return [plain]
+        # the warp-specialised form for large tiles, the ring below for the others
+        texts = [assemble([*ws, "else:", indent("\n".join(lines), "    ")]), plain]
+        ctx.persistent = _persistent_form(ctx, plan, original_loop, body, name, stages, ready, index, acc_in,
+                                          (a_smem, b_smem), coords_of, count, condition)
+        return texts
 
 
 def _operand_coords(plan: LoopPlan, body: list[cst.BaseStatement]) -> dict[int, cst.BaseExpression]:
@@ -319,6 +341,84 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
         f"    for s in gl.static_range({stages}):",
         f"        mbarrier.invalidate({empty}.index(s))",
     ]
+
+
+def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list[cst.BaseStatement], name,  # noqa: ANN001
+                     stages: str, ready: str, index, acc_in: str, rings: tuple[str, str], coords_of: dict,  # noqa: ANN001
+                     count: str, condition: str) -> persistent.PersistentForm | None:
+    """The pieces of the kernel's persistent form (`hopper_persistent`), or None where the kernel or its launches
+    do not allow it (the non-persistent warp-specialised ring then stays)."""
+    if persistent.eligible(ctx.function, loop) is not None:
+        return None
+    grid = persistent.launch_grid(ctx.source.module, ctx.function)
+    if grid is None:
+        return None
+    a, b = plan.loads
+    shapes = {op.descriptor: ctx.plan.descriptors[op.descriptor].block_shape for op in (a, b)}
+    rows = shapes[a.descriptor][1 if a.transposed else 0]
+    cols = shapes[b.descriptor][0 if b.transposed else 1]
+    host = persistent.host_tile_condition(rows, cols, set(ctx.function.constexpr_names), WS_MIN_TILE)
+    if host is None:
+        return None
+    a_smem, b_smem = rings
+    empty = name("empty")
+    nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
+    consumer_loop = [
+        f"num_iters = {count}",
+        "for it in range(num_iters):",
+        "    slot = (n_done + it) % NUM_STAGES",
+        "    mbarrier.wait(ready.index(slot), ((n_done + it) // NUM_STAGES) & 1)",
+        f"    {plan.acc} = warpgroup_mma({_view(a, 'a_ring.index(slot)')}, {_view(b, 'b_ring.index(slot)')}, "
+        f"{acc_in}, is_async=True)",
+        f"    {plan.acc} = warpgroup_mma_wait(1, deps=[{plan.acc}])",
+        "    # The previous wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
+        "    if gl.num_warps() > 4:",
+        "        _cta_barrier()",
+        "    mbarrier.arrive(empty.index((n_done + it + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)",
+        f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])",
+        "if gl.num_warps() > 4:",
+        "    _cta_barrier()",
+        "mbarrier.arrive(empty.index((n_done + num_iters + NUM_STAGES - 1) % NUM_STAGES), pred=num_iters > 0)",
+        "n_done += num_iters",
+    ]
+    loader_loop = [
+        f"num_iters = {count}",
+        "for it in range(num_iters):",
+        f"    {plan.var} = {index('it')}",
+        *[indent(code(body[i]).strip(chr(10)), "    ") for i in plan.producer_before()],
+        "    slot = (n_done + it) % NUM_STAGES",
+        "    # A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not wait.",
+        "    mbarrier.wait(empty.index(slot), (((n_done + it) // NUM_STAGES) & 1) ^ 1)",
+        f"    mbarrier.expect(ready.index(slot), {nbytes})",
+        f"    _tma_async_load({a.descriptor}, {code(coords_of[id(a)])}, ready.index(slot), a_ring.index(slot))",
+        f"    _tma_async_load({b.descriptor}, {code(coords_of[id(b)])}, ready.index(slot), b_ring.index(slot))",
+        *[indent(code(body[i]).strip(chr(10)), "    ") for i in plan.producer_after()],
+        "n_done += num_iters",
+    ]
+    taken = _kernel_names(ctx.function.node)
+    fixed = {"tile", "group_size", "first", "rows", "program_0", "program_1", "program_2", "n_done", "num_iters", "it", "slot", "NUM_STAGES", "a_ring", "b_ring", "ready", "empty"}
+    if taken & fixed - {plan.var}:
+        return None  # the partitions' own names would shadow the kernel's
+    return persistent.PersistentForm(
+        loop_statement=None, plain_statement=None, grid=grid,  # type: ignore[arg-type]
+        host_condition=host,
+        kernel_condition=f"{condition} and {rows} * {cols} >= {WS_MIN_TILE} and gl.num_warps() >= 8",
+        ring_lines=[
+            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
+            f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
+            f"{', '.join(shapes[a.descriptor])}], {a.descriptor}.layout)",
+            f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
+            f"{', '.join(shapes[b.descriptor])}], {b.descriptor}.layout)",
+            f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+            f"{empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+            f"for s in gl.static_range({stages}):",
+            f"    mbarrier.init({ready}.index(s), count=1)",
+            f"    mbarrier.init({empty}.index(s), count=1)",
+        ],
+        ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}",
+        invalidate_lines=[f"for s in gl.static_range({stages}):", f"    mbarrier.invalidate({ready}.index(s))",
+                          f"    mbarrier.invalidate({empty}.index(s))"],
+        consumer_loop=consumer_loop, loader_loop=loader_loop, ws_loader=ctx.module_functions[-1])
 
 
 class _Bound(cst.CSTVisitor):

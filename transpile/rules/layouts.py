@@ -63,17 +63,7 @@ class LayoutDeclarations(Rule):
         entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
                  for param, term in plan.param_converts.items()]
         used = names_in(updated.body) | {n for line in entry for n in names_in(statement(line))}
-        for name, kind, root in plan.declarations:
-            if name not in used:  # e.g. a store conversion a target's rule made unnecessary
-                continue
-            if kind == "mma":
-                value = ctx.target.mma_layout_expr(ctx, root)
-            else:
-                ctx.need("blocked_layout")
-                # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
-                shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
-                value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)})"
-            lines.append(f"{name}: gl.constexpr = {value}")
+        lines = declaration_lines(ctx, used)
         if not lines and not entry:
             return updated
         new = [
@@ -89,6 +79,23 @@ class LayoutDeclarations(Rule):
             if not following.leading_lines:  # type: ignore[union-attr]
                 body[at + len(new)] = following.with_changes(leading_lines=[cst.EmptyLine(indent=False)])  # type: ignore[union-attr]
         return updated.with_changes(body=updated.body.with_changes(body=body))
+
+
+def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
+    """`<name>: gl.constexpr = <layout>` for each layout of the function's plan that `used` names."""
+    lines = []
+    for name, kind, root in ctx.plan.declarations:
+        if name not in used:  # e.g. a store conversion a target's rule made unnecessary
+            continue
+        if kind == "mma":
+            value = ctx.target.mma_layout_expr(ctx, root)
+        else:
+            ctx.need("blocked_layout")
+            # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
+            shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
+            value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)})"
+        lines.append(f"{name}: gl.constexpr = {value}")
+    return lines
 
 
 class HelperTupleConversions(Rule):

@@ -79,6 +79,7 @@ SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "lds_ring": ("mma_k_width",),
     "tma_load": ("tma_aliases",),
     "tma_store": ("tma_aliases",),
+    "tma_store_deferred": ("tma_aliases",),
     "ws_wgmma_consumer": ("cta_barrier",),
 }
 

@@ -177,6 +177,20 @@ def _tma_store(desc, coords, value):
     tma.store_wait(0)
 '''
 
+TMA_STORE_DEFERRED = '''
+@gluon.jit
+def _tma_store_deferred(desc, coords, value):
+    """`desc.store(coords, value)` in a loop over tiles: waits for the previous TMA store of this call site (which
+    reads the same shared-memory buffer) before writing the tile there, and returns with this store in flight, so
+    that it completes under the next tile's main loop. The caller waits for the last one (`tma.store_wait(0)`)."""
+    tma.store_wait(0)
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout, value.to(desc.dtype))
+    fence_async_shared()
+    _tma_async_store(desc, coords, smem)
+'''
+
+from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
+
 SM90 = Target(
     name="sm90",
     aliases=("hopper",),
@@ -204,5 +218,7 @@ SM90 = Target(
         "autotune_stages": AUTOTUNE_STAGES,
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,
+        "tma_store_deferred": TMA_STORE_DEFERRED,
+        "persistent_grid": PERSISTENT_GRID,
     },
 )
