@@ -127,3 +127,67 @@ def test_loads_written_inside_the_dot_are_the_ring_producers() -> None:
     assert "_tma_async_load(a_desc, [off_m, k], ready.index(slot), a_ring.index(slot))" in text  # the loader
     amd = translate_source(INLINE, "x.py", get_target("gfx950")).text
     assert "@triton.jit\ndef gemm" in amd
+
+
+LAUNCHED = PLAIN + '''
+
+def run(a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    grid = lambda META: (triton.cdiv(M, META["BM"]), triton.cdiv(N, META["BN"]))
+    gemm[grid](a, b, c, M, N, K, BM=128, BN=256, BK=64, num_warps=8)
+'''
+
+
+def test_kernel_launched_in_its_file_gets_the_persistent_form() -> None:
+    text = _sm90(LAUNCHED)
+    # both partitions walk the tiles of the launch grid, restated in the kernel's terms
+    assert "def _gemm_tile_loader(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr" in text
+    assert "def _gemm_tile_consumer(a_ptr, b_ptr, c_ptr, M, N, K, BM: gl.constexpr" in text
+    walk = ("for tile in range(gl.program_id(0) + gl.program_id(1) * gl.num_programs(0), gl.cdiv(M, BM) * "
+            "gl.cdiv(N, BN), gl.num_programs(0) * gl.num_programs(1)):")
+    assert text.count(walk) == 3  # loader, consumer, and the kernel's own per-tile walk for the other configs
+    assert "off_m = program_0 * BM" in text and "_tma_store_deferred(c_desc, [off_m, off_n]" in text
+    assert 'gemm[_persistent_grid(grid, lambda meta: meta["BM"] * meta["BN"] >= 32768)](' in text
+    assert "_ws_wgmma_consumer" not in text  # the non-persistent WS form is not emitted beside it
+
+
+def test_launches_with_grids_that_disagree_keep_the_non_persistent_form() -> None:
+    other = LAUNCHED + '''
+
+def run_other(a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    gemm[(triton.cdiv(M, 128), triton.cdiv(N, 128))](a, b, c, M, N, K, BM=128, BN=128, BK=64)
+'''
+    text = _sm90(other)
+    assert "_persistent_grid" not in text and "_ws_wgmma_consumer" in text
+
+
+def test_launch_grid_is_restated_through_the_launch_arguments() -> None:
+    import libcst as cst
+
+    from transpile.discover import discover
+    from transpile.rules.hopper_persistent import launch_grid
+    from transpile.source import parse_source
+
+    text = LAUNCHED.replace("gemm[grid](a, b, c, M, N, K,", "gemm[grid](a, b, c, M, N, K=K,").replace(
+        "grid = lambda META: (triton.cdiv(M, META[\"BM\"]), triton.cdiv(N, META[\"BN\"]))",
+        "grid = lambda META: (triton.cdiv(M, META[\"BM\"]) * triton.cdiv(N, META[\"BN\"]),)")
+    module = cst.parse_module(text)
+    fn = discover(parse_source(text, "x.py")).functions["gemm"]
+    assert launch_grid(module, fn) == ["gl.cdiv(M, BM) * gl.cdiv(N, BN)"]
+    host_only = text.replace("triton.cdiv(N, META[\"BN\"])", "triton.cdiv(b.shape[1], META[\"BN\"])")
+    assert launch_grid(cst.parse_module(host_only), fn) is None  # b.shape[1] is no argument of the launch
+
+
+def test_persistent_form_compiles(tmp_path: Path) -> None:
+    from transpile.verify import verify_file
+
+    source = tmp_path / "gemm.py"
+    source.write_text(LAUNCHED)
+    for bn in (256, 128):  # the persistent warp-specialised configs, and the per-tile walk of the others
+        values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": bn, "BK": 64,
+                  "num_warps": 8}
+        results = verify_file(source, get_target("sm90"), values, "gemm.py")
+        assert [r.ok for r in results] == [True], [r.message for r in results]

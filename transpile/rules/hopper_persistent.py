@@ -317,7 +317,8 @@ def build(ctx, form: PersistentForm, original: cst.FunctionDef, updated: cst.Fun
         *["    " + x for x in pid_lines],
         *[indent(_programs(code(s).strip("\n")), "        ") for s in [*per_tile, form.plain_statement, *after]],
     ]
-    new_body = [*prefix, *cst.parse_module("\n".join(persistent) + "\n").body]
+    # (after a placeholder statement: a module's leading comments would go to its header, not to the statement)
+    new_body = [*prefix, *cst.parse_module("pass\n" + "\n".join(persistent) + "\n").body[1:]]
     return updated.with_changes(body=updated.body.with_changes(body=new_body))
 
 
