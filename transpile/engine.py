@@ -41,6 +41,7 @@ class KernelOutcome:
     kept_reason: str = ""  # why it is kept as Triton (when not translated)
     module_functions: list[str] = field(default_factory=list)  # emitted right before it (see RuleContext)
     added_configs: list[str] = field(default_factory=list)  # autotune configs the variant added (see RuleContext)
+    schedules: list[object] = field(default_factory=list)  # what its pipelined loops were emitted from (RuleContext)
 
     @property
     def status(self) -> str:
@@ -154,7 +155,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         node = fn.node.visit(_KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
-                                added_configs=ctx.added_configs)
+                                added_configs=ctx.added_configs, schedules=ctx.schedules)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False
