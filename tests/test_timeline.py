@@ -196,6 +196,49 @@ def test_sm90_schedules_are_what_the_variant_says() -> None:
     assert f"warpgroup_mma_wait({MMA_IN_FLIGHT}, deps=[acc])" in WS_WGMMA_CONSUMER
 
 
+# Per sm90 form: the blocks one iteration of a partition runs in the timeline, and the calls the emitted code makes
+# for them, in order, between a start and an end mark of the variant (the kernel's loop, the loader's definition or
+# the consumer snippet).
+ORDERS = [
+    ("matmul_descriptor", False, 1, 0, ["mma", "mma_wait", "refill"],
+     ("        else:\n            # Prologue", "acc = warpgroup_mma_wait(0, deps=[acc])"),
+     ["for it in range(num_iters):", "mbarrier.wait(ready.index(slot)", "warpgroup_mma(a_smem.index(slot)",
+      "warpgroup_mma_wait(1, ", "_cta_barrier()", "mbarrier.expect(ready.index(next_slot)", "_tma_async_load(a_desc"]),
+    ("matmul_descriptor", False, 0, 0, ["load"], ("def _matmul_bias_act_kernel_tma_loader(", "\n\n\n"),
+     ["for it in range(num_iters):", "mbarrier.wait(empty.index(slot)", "mbarrier.expect(ready.index(slot)",
+      "_tma_async_load(a_desc"]),
+    ("matmul_descriptor", False, 0, 1, ["mma", "mma_wait"], ("def _ws_wgmma_consumer(", "warpgroup_mma_wait(0"),
+     ["for it in range(num_iters):", "mbarrier.wait(ready.index(slot)", "warpgroup_mma(a, b", "warpgroup_mma_wait(1, ",
+      "_cta_barrier()", "mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES)"]),
+    ("matmul_grouped", True, 0, 0, ["mma", "mma_wait", "refill"], ("filled by cp.async", "warpgroup_mma_wait(0"),
+     ["for it in range(num_iters):", "async_copy.wait_group(NUM_STAGES - 2)", "_cta_barrier()",
+      "warpgroup_mma(a_smem.index(slot)", "warpgroup_mma_wait(1, ", "_cta_barrier()", "_cp_async_load(a_smem",
+      "async_copy.commit_group()"]),
+    ("attention_fwd", True, 0, 0, ["mma", "softmax", "rescale", "refill"],
+     ("flash-attention shape", "async_copy.wait_group(0)"),
+     ["for it in range(num_iters):", "async_copy.wait_group(2 * NUM_STAGES - 3)", "_cta_barrier()",
+      "qk = warpgroup_mma(q_smem", "acc = warpgroup_mma(p_prev", "warpgroup_mma_wait(1, ", "warpgroup_mma_wait(0, ",
+      "_cta_barrier()", "_cp_async_load(k_smem.index(prev_slot)", "async_copy.commit_group()"]),
+]
+
+
+@pytest.mark.parametrize("fixture, gluon_always, panel, row, blocks, marks, calls", ORDERS)
+def test_sm90_blocks_run_in_the_emitted_order(fixture: str, gluon_always: bool, panel: int, row: int,
+                                             blocks: list[str], marks: tuple[str, str], calls: list[str]) -> None:
+    result = translate_source((FIXTURES / f"{fixture}.py").read_text(), f"{fixture}.py", get_target("sm90"),
+                              gluon_always=gluon_always)
+    drawn = result_panels(result, fixture)[panel]
+    sequence = [c.label for c in sorted(drawn.cells, key=lambda c: c.step) if c.group == row and c.kind == "stage"
+                and c.label != "prologue"]
+    assert sequence[:3 * len(blocks)] == blocks * 3  # (the loader runs ahead: more of its blocks fit)
+    at = result.text.index(marks[0])
+    end = result.text.index(marks[1], at)
+    for call in calls:
+        found = result.text.find(call, at + 1, end)
+        assert found > at, (call, result.text[at:end])
+        at = found
+
+
 def _drawn_loops(panels: list[Panel]) -> set[int]:
     for panel in panels:
         ET.fromstring(render_svg([panel]))
