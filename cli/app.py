@@ -125,28 +125,30 @@ def explain(
     file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
     target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
     timeline: Optional[Path] = typer.Option(
-        None, "--timeline", help="Also write the warp-pipeline timeline of every pipelined loop as an SVG file."),
+        None, "--timeline", help="Also write the timeline of every pipelined loop (warp groups or partitions, ring "
+        "slots, waits) as an SVG file."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
     from transpile.explain import explain_file
-    from transpile.timeline import file_panels, render_svg, render_text
+    from transpile.timeline import file_panels, render_rich, render_svg
 
     try:
         config = load_config(Path.cwd())
         project = Project(config, _targets(target), None, [], gluon_always)
         reports = [explain_file(file, t, project.display(file), project.gluon_always) for t in project.targets]
         text = read_text(file)
-        panels = [p for t in project.targets for p in file_panels(text, project.display(file), t)]
+        panels = [p for t in project.targets
+                  for p in file_panels(text, project.display(file), t, project.gluon_always)]
     except TranspileError as exc:
         _fail(exc.diagnostic)
     for report in reports:
         for table in report:
             out.print(table)
     for panel in panels:
-        out.print("\n".join(render_text(panel)), markup=False, highlight=False)
+        out.print(render_rich(panel), highlight=False)
     if timeline is not None:
         if not panels:
-            err.print(f"{project.display(file)}: no loop is warp-pipelined for {', '.join(target)}; no timeline "
+            err.print(f"{project.display(file)}: no loop is pipelined for {', '.join(target)}; no timeline "
                       "written", markup=False, highlight=False)
             raise typer.Exit(1)
         write_atomic(timeline, render_svg(panels))

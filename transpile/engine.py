@@ -43,6 +43,7 @@ class KernelOutcome:
     added_configs: list[str] = field(default_factory=list)  # autotune configs the variant added (see RuleContext)
     # sm90 persistent form: the `meta` test under which its launches take one program per SM (`_persistent_grid`)
     persistent_grid: str | None = None
+    schedules: list[object] = field(default_factory=list)  # what its pipelined loops were emitted from (RuleContext)
 
     @property
     def status(self) -> str:
@@ -156,7 +157,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         node = fn.node.visit(_KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
-                                added_configs=ctx.added_configs,
+                                added_configs=ctx.added_configs, schedules=ctx.schedules,
                                 persistent_grid=getattr(ctx.persistent, "host_condition", None))
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:

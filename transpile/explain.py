@@ -11,6 +11,7 @@ from rich.table import Table
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal, plan_stages
 from transpile.engine import prepare, translate_source
+from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
 
@@ -42,6 +43,8 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
             table.add_row("loop", str(loop.line), detail)
         for row in _stage_rows(source, fn, plan, target):
             table.add_row(*row)
+        for row in _ring_rows(outcome):
+            table.add_row(*row)
         if not outcome.translated:  # the variant holds the source function: no Gluon dots or layouts to show
             for d in outcome.diagnostics:
                 table.add_row(d.code, str(d.line), d.message)
@@ -65,7 +68,8 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
 
 def stage_plans(source, fn, plan, target: Target) -> list[tuple[cst.For, StagePlan | StageRefusal | None]]:  # noqa: ANN001
     """Every `for` loop of `fn` with the warp-pipeline stage plan the target's AMD rule makes for it (none for
-    targets without that rule): what `explain` prints and what the timeline draws."""
+    targets without that rule): what `explain` prints, refusals included. (The timeline draws the plans the rules
+    recorded for the loops they rewrote: `KernelOutcome.schedules`.)"""
     from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
 
     rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
@@ -104,6 +108,46 @@ def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:
         rows.append(("prologue", "", sp.prologue))
         rows.append(("epilogue", "", sp.epilogue))
         rows += _lds_rows(sp)
+    return rows
+
+
+def _ring_rows(outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001 - KernelOutcome
+    """The sm90 rings the variant's loops were emitted with (what the timeline draws)."""
+    rows: list[tuple[str, str, str]] = []
+    for ring in outcome.schedules if outcome.translated else []:
+        if not isinstance(ring, Sm90Ring):
+            continue
+        what = {"tma": "TMA ring, one `ready` mbarrier per slot (expect-tx of the tile bytes, wait on its phase)",
+                "cp.async": "cp.async ring, one commit group per iteration",
+                "attention": f"flash-attention ring: `{ring.q}` in shared memory, K and V by cp.async (a commit group "
+                             "each)"}[ring.form]
+        operands = ", ".join(f"`{o.name}` ({o.engine}{', read transposed' if o.transposed else ''})"
+                             for o in ring.operands)
+        rows.append(("ring", str(ring.line), f"{what}; NUM_STAGES = {ring.depth.text} slots of {operands}, filled "
+                     "NUM_STAGES - 1 iterations ahead"))
+        if ring.form == "attention":
+            rows.append(("wgmma", "", f"QK^T and the previous PV asynchronous; warpgroup_mma_wait("
+                         f"{ring.mma_in_flight}) for QK^T with PV in flight during the softmax, "
+                         "warpgroup_mma_wait(0) before the rescale"))
+        else:
+            rows.append(("wgmma", "", f"asynchronous from the slot; warpgroup_mma_wait({ring.mma_in_flight}) leaves "
+                         f"{ring.mma_in_flight} in flight, then the slot it read is refilled"))
+        if ring.wait_groups is not None:
+            rows.append(("wait", "", f"async_copy.wait_group({ring.wait_groups.text('NUM_STAGES')}) and a CTA barrier "
+                         "before the wgmmas read a slot"))
+        ws = ring.ws
+        if ws is not None:
+            rows.append(("partitions", "", f"if {ws.condition}: loader `{ws.loader}` ({ws.warps} warp, "
+                         f"{ws.registers} registers) waits `empty[slot]`, expects and copies into the slot; "
+                         f"`{ws.consumer or WS_CONSUMER}` waits `ready[slot]`, multiplies, arrives on the previous "
+                         "slot's `empty`" + ("; both walk the program's tiles (persistent)" if ws.persistent else "")
+                         + "; else one partition"))
+        for config in ring.configs:
+            form = ("" if ws is None else
+                    {True: "warp-specialised; ", False: "single partition; ", None: "form decided at launch; "}[
+                        ws.selects(config.values, config.num_warps)])
+            rows.append(("config", config.label, f"{config.text}: {form}ring depth "
+                         f"{ring.depth.for_config(config.values, config.num_warps)}"))
     return rows
 
 

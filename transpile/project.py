@@ -411,6 +411,8 @@ def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
         try:
             result = translate_source(text, display, get_target(name), command, prepared, gluon_always=gluon_always)
             result.target = None  # type: ignore[assignment]  # the caller puts its own Target back
+            for outcome in result.functions:
+                outcome.schedules = []  # what `explain --timeline` draws (it translates in its own process)
             out[name] = result
         except TranspileError as exc:
             out[name] = exc.diagnostic

@@ -81,7 +81,7 @@ class AMDAttentionWarpPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(text.node, "TT040",
                                                          f"main loop not pipelined: {text.reason}"))
             return updated
-        ctx.pipelined_loop(original)
+        ctx.pipelined_loop(original, sp)
         return cst.FlattenSentinel(statements(text, updated.leading_lines))
 
 

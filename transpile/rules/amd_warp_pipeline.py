@@ -74,7 +74,7 @@ class AMDWarpPipeline(Rule):
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
-        ctx.pipelined_loop(original)
+        ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
 

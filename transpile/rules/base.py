@@ -44,6 +44,9 @@ class RuleContext:
     generated: dict[int, set[str]] = field(default_factory=dict)
     gluon_always: bool = False  # --gluon-always: emit every pipeline and translation, even those measured slower
     pipelined: list[cst.For] = field(default_factory=list)  # loops (nodes of the source tree) a pipeline rule rewrote
+    # The schedule each of those loops was emitted from, in the same order (an AMD `StagePlan`, an sm90 `Sm90Ring`):
+    # what `transpile explain --timeline` draws.
+    schedules: list[object] = field(default_factory=list)
     unprofitable: dict[cst.For, str] = field(default_factory=dict)  # loops left alone by the profitability policy
     # Module-level functions a rule emits right before this function (a warp-specialised loop's loader partition).
     module_functions: list[str] = field(default_factory=list)
@@ -72,9 +75,11 @@ class RuleContext:
     def need(self, helper: str) -> None:
         self.helpers.add(helper)
 
-    def pipelined_loop(self, original: cst.For) -> None:
-        """A pipeline rule rewrote `original` (the loop of the source tree): the kernel is pipelined there."""
+    def pipelined_loop(self, original: cst.For, schedule: object) -> None:
+        """A pipeline rule rewrote `original` (the loop of the source tree) from `schedule`: the kernel is pipelined
+        there."""
         self.pipelined.append(original)
+        self.schedules.append(schedule)
 
     def slower_than_triton(self, original: cst.For, copy_engine: str) -> bool:
         """The profitability policy: True when a GEMM ring of `copy_engine` on this target was measured slower than

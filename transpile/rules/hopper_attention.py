@@ -28,7 +28,8 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.pipeline_text import LoopRange, loop_namer, next_names, rename, ring_depth_lines
+from transpile.rules.hopper_schedule import RingOperand, Sm90Ring, WaitGroups, kernel_configs
+from transpile.rules.pipeline_text import LoopRange, loop_namer, next_names, rename, ring_depth
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -111,11 +112,12 @@ class HopperAttentionPipeline(Rule):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
-        ctx.pipelined_loop(original)
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        module = cst.parse_module(_emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides))
+        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides)
+        ctx.pipelined_loop(original, ring)
+        module = cst.parse_module(text)
         statements = list(module.body)  # the header comments parse as the module's header: put them back in front
         statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
                                                                   *statements[0].leading_lines])
@@ -303,7 +305,14 @@ def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
 
 
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
-          strides: list[str]) -> str:
+          strides: list[str]) -> tuple[str, Sm90Ring]:
+    """The pipelined loop and the schedule it is written from."""
+    # Two commit groups per iteration (K, then V); at the top of iteration `it` the 2 * NUM_STAGES - 3 youngest may
+    # be in flight: K of `it` and V of `it - 1` have landed. QK^T is waited for with PV (`mma_in_flight`) in flight.
+    schedule = Sm90Ring("attention", ctx.function.name, ctx.source.position(plan.loop)[0],
+                        ring_depth(ctx, plan.loop, plan.num_stages),
+                        (RingOperand(plan.k.name, "cp.async", plan.k_transposed), RingOperand(plan.v.name, "cp.async")),
+                        wait_groups=WaitGroups(2, 3), configs=kernel_configs(ctx.function), q=plan.q)
     name = loop_namer(ctx, plan.loop)
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
@@ -389,7 +398,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         return [_indent(_text(body[i]), "    ") for i in indices]
 
     lines = [
-        *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
+        *schedule.depth.lines(stages),
         "# Copies into shared memory move 16 bytes per thread along the contiguous dimension of each tile.",
         *(f"{layout}: gl.constexpr = _copy_layout({shape}, {dtype}, gl.num_warps())"
           for shape, layout in copy_layouts.items()),
@@ -423,13 +432,14 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
         "    # K of this iteration (and V of the previous one) have landed: this thread's copies are done, and the",
         "    # barrier makes every thread's copies visible before the wgmmas read them.",
-        f"    async_copy.wait_group(2 * {stages} - 3)",
+        f"    async_copy.wait_group({schedule.wait_groups.text(stages)})",
         "    _cta_barrier()",
         f"    {plan.scores} = warpgroup_mma({q_smem}, {k_operand}, {zeros}, is_async=True)",
         f"    {plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index({prev_slot}), gl.convert_layout({plan.acc}, "
         f"{pv_layout}), is_async=True)",
         "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax.",
-        f"    {plan.scores}, _ = warpgroup_mma_wait(1, deps=[{plan.scores}, {k_smem}.index({slot})])",
+        f"    {plan.scores}, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.scores}, "
+        f"{k_smem}.index({slot})])",
     ]
     loop += statements(softmax)
     loop += [
@@ -476,7 +486,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                           "    # Rows with a stride: the loop runs as translated, unpipelined.", original])
     else:
         text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
-    return text + "\n"
+    return text + "\n", schedule
 
 
 class _TileDtype(cst.CSTTransformer):

@@ -40,8 +40,9 @@ import libcst as cst
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import assigned_names, names_in
 from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.hopper_schedule import RingOperand, Sm90Ring, WaitGroups, kernel_configs
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, namer, next_names,
-                                           rename, renamed, ring_depth_lines, statements)
+                                           rename, renamed, ring_depth, statements)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -101,7 +102,7 @@ class HopperCpAsyncPipeline(Rule):
             return updated
         if ctx.slower_than_triton(original, "cp.async"):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
-        ctx.pipelined_loop(original)
+        ctx.pipelined_loop(original, emitted.ring)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
         return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
 
@@ -304,10 +305,11 @@ class _FreshTiles(cst.CSTTransformer):
 
 
 class _Emitted:
-    """The emitted source of a pipelined loop (a plain `str` from `_Emitter.emit` is the reason it was not)."""
+    """The emitted source of a pipelined loop and the schedule it was written from (a plain `str` from
+    `_Emitter.emit` is the reason it was not)."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, text: str, ring: Sm90Ring) -> None:
+        self.text, self.ring = text, ring
 
 
 class _Emitter:
@@ -355,7 +357,7 @@ class _Emitter:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
         ctx.need("cp_async")
         ctx.need("cta_barrier")
-        return _Emitted(self._text(tests, definitions, dtypes, shapes))
+        return _Emitted(*self._text(tests, definitions, dtypes, shapes))
 
     def _definition(self, name: str) -> cst.BaseExpression | None:
         """The value of the one assignment `name = ...` among the function's statements outside the loop."""
@@ -416,8 +418,13 @@ class _Emitter:
         return names & self.params
 
     def _text(self, tests: dict[int, list[str]], definitions: dict[str, cst.BaseExpression], dtypes: dict[str, str],
-              shapes: dict[str, str]) -> str:
+              shapes: dict[str, str]) -> tuple[str, Sm90Ring]:
         plan, body = self.plan, self.body
+        # One commit group per iteration; at the top of an iteration all but the NUM_STAGES - 2 youngest have landed.
+        schedule = Sm90Ring("cp.async", self.ctx.function.name, self.ctx.source.position(plan.loop)[0],
+                            ring_depth(self.ctx, plan.loop, plan.num_stages),
+                            tuple(RingOperand(load.name, "cp.async") for load in plan.loads),
+                            wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function))
         name = loop_namer(self.ctx, plan.loop)
         stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                                   name("next_slot"), name("num_iters"))
@@ -481,13 +488,14 @@ class _Emitter:
                 "    # This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the "
                 "barrier",
                 "    # makes every thread's copies visible before the wgmma reads the slot.",
-                f"    async_copy.wait_group({stages} - 2)",
+                f"    async_copy.wait_group({schedule.wait_groups.text(stages)})",
                 "    _cta_barrier()",
                 f"    {plan.acc} = warpgroup_mma({smem[a.name]}.index({slot}), {smem[b.name]}.index({slot}), {acc_in}, "
                 "is_async=True)",
                 "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
                 "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-                f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {smem[a.name]}.index({slot}), "
+                f"    {plan.acc}, _, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.acc}, "
+                f"{smem[a.name]}.index({slot}), "
                 f"{smem[b.name]}.index({slot})])",
                 "    if gl.num_warps() > 4:",
                 "        _cta_barrier()",
@@ -512,7 +520,7 @@ class _Emitter:
             "# once the wgmma that read it has completed. The test below (16-bit operands; rows on 16-byte boundaries,",
             "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true;",
             "# the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
-            *ring_depth_lines(self.ctx, plan.loop, plan.num_stages, stages),
+            *schedule.depth.lines(stages),
             "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
             ring(vec16, width16),
             "\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
@@ -523,7 +531,7 @@ class _Emitter:
             "    # runs as translated, unpipelined.",
             indent(code(self.updated.with_changes(leading_lines=[])), "    "),
         ]
-        return "\n".join(header) + "\n"
+        return "\n".join(header) + "\n", schedule
 
 
 def _calls(statement: cst.CSTNode) -> list[cst.Call]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.rules.hopper_schedule import PERSISTENT_LOADER_REGISTERS
 from transpile.rules.layouts import declaration_lines
 from transpile.rules.pipeline_text import code, indent
 
@@ -309,7 +310,7 @@ def build(ctx, form: PersistentForm, original: cst.FunctionDef, updated: cst.Fun
         "    gl.warp_specialize([",
         f"        ({consumer_fn}, ({args}, {desc_args}{form.ring_args})),",
         f"        ({loader_fn}, ({', '.join(loader_params)}, {form.ring_args})),",
-        "    ], [1], [40])",  # the loader warp: 40 registers (24 measured slower at 8192^3)
+        f"    ], [1], [{PERSISTENT_LOADER_REGISTERS}])",
         *["    " + x for x in form.invalidate_lines],
         "else:",
         "    # One tile per step of the same walk: under the source's grid, each program's own tile.",

@@ -22,6 +22,8 @@ Targets: sm90.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
@@ -29,8 +31,10 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig, RingOperand, Sm90Ring,
+                                             WarpSpecialised, kernel_configs)
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
-                                           ring_depth_lines)
+                                           ring_depth)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -79,8 +83,8 @@ class HopperTMAPipeline(Rule):
                 original, "TT040", "main loop not pipelined: one operand is a pointer tile, the other a tensor "
                 "descriptor's tile"))
             return updated
-        ctx.pipelined_loop(original)
-        texts = self._emit(ctx, plan, updated, original)
+        texts, ring = self._emit(ctx, plan, updated, original)
+        ctx.pipelined_loop(original, ring)
         statement = cst.parse_statement(texts[0])
         if ctx.persistent is not None:
             ctx.persistent.loop_statement = statement
@@ -98,6 +102,11 @@ class HopperTMAPipeline(Rule):
             else:
                 updated = built
                 ctx.need("persistent_grid")
+                for ring in ctx.schedules:  # the timeline draws the partitions that are emitted
+                    if isinstance(ring, Sm90Ring) and ring.ws is not None:
+                        ring.ws = replace(ring.ws, loader=f"_{ctx.function.name}_tile_loader",
+                                          consumer=f"_{ctx.function.name}_tile_consumer",
+                                          registers=PERSISTENT_LOADER_REGISTERS, persistent=True)
         tiles = ctx.ws_tiles
         if not tiles or not ctx.function.autotune_configs:
             return updated
@@ -107,14 +116,18 @@ class HopperTMAPipeline(Rule):
                 continue
             added = _add_ws_config(ctx, decorator, tiles)
             if added is not None:
-                decorators[i] = added
+                decorators[i], config = added
+                for ring in ctx.schedules:  # the timeline shows which form each config compiles
+                    if isinstance(ring, Sm90Ring) and ring.ws is not None:
+                        ring.configs.append(config)
                 return updated.with_changes(decorators=decorators)
         return updated
 
-    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For, original_loop: cst.For) -> list[str]:
+    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For, original_loop: cst.For
+              ) -> tuple[list[str], Sm90Ring]:
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
-        operands of other widths; second, where the kernel takes the persistent form (`ctx.persistent`), the same
-        without the warp-specialised branch."""
+        operands of other widths, and the schedule it was written from; second text, where the kernel takes the
+        persistent form (`ctx.persistent`), the same loop without the warp-specialised branch."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
@@ -124,6 +137,10 @@ class HopperTMAPipeline(Rule):
         infos = {op.descriptor: ctx.plan.descriptors[op.descriptor] for op in plan.loads}
         span = LoopRange.of(updated)
         count, index = span.count, span.value
+        ring = Sm90Ring("tma", ctx.function.name, ctx.source.position(plan.loop)[0],
+                        ring_depth(ctx, plan.loop, plan.num_stages),
+                        tuple(RingOperand(op.name, "TMA", op.transposed) for op in plan.loads),
+                        configs=kernel_configs(ctx.function))
 
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
         renames = next_names(plan.var, plan.producer, body, name)
@@ -158,7 +175,7 @@ class HopperTMAPipeline(Rule):
         ]
         # The ring, its `ready` barriers and the trip count serve both forms (the warp-specialised one, below).
         shared = [
-            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
+            *ring.depth.lines(stages),
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
@@ -184,8 +201,8 @@ class HopperTMAPipeline(Rule):
             f"{_view(b, f'{b_smem}.index({slot})')}, {acc_in}, is_async=True)",
             "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
             "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-            f"    {plan.acc}, _, _ = warpgroup_mma_wait(1, deps=[{plan.acc}, {a_smem}.index({slot}), "
-            f"{b_smem}.index({slot})])",
+            f"    {plan.acc}, _, _ = warpgroup_mma_wait({ring.mma_in_flight}, deps=[{plan.acc}, "
+            f"{a_smem}.index({slot}), {b_smem}.index({slot})])",
             "    if gl.num_warps() > 4:",
             "        _cta_barrier()",
         ]
@@ -197,17 +214,19 @@ class HopperTMAPipeline(Rule):
         lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
-        ws = _warp_specialised(ctx, plan, body, before or after, name, stages, iters, index, acc_in,
-                               (a_smem, b_smem, ready), coords_of)
+        ring.ws = _ws_decision(ctx, plan, body, before or after, name)
+        ws = _warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, acc_in, (a_smem, b_smem, ready),
+                               coords_of) if ring.ws is not None else []
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
         original = indent(code(updated), "    ")
 
-        def assemble(ring: list[str]) -> str:
-            ring = [*shared, *ring, f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
+        def assemble(body_lines: list[str]) -> str:
+            body_lines = [*shared, *body_lines,
+                          f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
             return "\n".join([
                 *header,
                 f"if {condition}:",
-                indent("\n".join(ring), "    "),
+                indent("\n".join(body_lines), "    "),
                 "else:",
                 "    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
                 "    # the loop runs as translated, unpipelined.",
@@ -216,12 +235,12 @@ class HopperTMAPipeline(Rule):
 
         plain = assemble(lines)
         if not ws:
-            return [plain]
+            return [plain], ring
         # the warp-specialised form for large tiles, the ring below for the others
         texts = [assemble([*ws, "else:", indent("\n".join(lines), "    ")]), plain]
         ctx.persistent = _persistent_form(ctx, plan, original_loop, body, name, stages, ready, index, acc_in,
-                                          (a_smem, b_smem), coords_of, count, condition)
-        return texts
+                                          (a_smem, b_smem), coords_of, count, f"{condition} and {ring.ws.condition}")
+        return texts, ring
 
 
 def _operand_coords(plan: LoopPlan, body: list[cst.BaseStatement]) -> dict[int, cst.BaseExpression]:
@@ -253,29 +272,35 @@ def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     return value if isinstance(value, cst.Call) else None
 
 
-# Accumulator tiles of at least this many elements, on 8 warps or more, run the warp-specialised form (128x256 on 8
-# warps: measured faster than the single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
-WS_MIN_TILE = 128 * 256
-# The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
-WS_CONFIG = ((128, 256, 64), 8, 3)
 _SCALAR_CALLS = {"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "gl.minimum", "gl.maximum",
                  "gl.multiple_of", "gl.max_contiguous"}
 
 
-def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
-                      name, stages: str, iters: str, index, acc_in: str,  # noqa: ANN001
-                      smem: tuple[str, str, str], coords_of: dict) -> list[str]:  # noqa: ANN001
-    """The warp-specialised form of the ring (statements of the kernel that use the ring, its `ready` barriers and
-    trip count allocated before them; the loader function is recorded in `ctx`), or [] where the loop does more than
-    copy and multiply (consumer statements besides the dot) or its producer slice is not plain scalar arithmetic (a
-    loader warp takes no tensors)."""
+def _ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
+                 name) -> WarpSpecialised | None:  # noqa: ANN001
+    """The warp-specialised form of the ring, or None where the loop does more than copy and multiply (consumer
+    statements besides the dot) or its producer slice is not plain scalar arithmetic (a loader warp takes no
+    tensors)."""
     if consumer_rest:
-        return []
-    producer = [body[i] for i in plan.producer]
-    for statement in producer:
+        return None
+    for statement in (body[i] for i in plan.producer):
         for call in calls_in(statement):
             if code(call.func) not in _SCALAR_CALLS:
-                return []
+                return None
+    a, b = plan.loads
+    # The accumulator's rows are A's rows and its columns B's columns, whichever way the tiles are loaded.
+    rows, cols = (1 if a.transposed else 0), (0 if b.transposed else 1)
+    dims = (ctx.plan.descriptors[a.descriptor].block_shape[rows], ctx.plan.descriptors[b.descriptor].block_shape[cols])
+    return WarpSpecialised(name(f"_{ctx.function.name}_tma_loader"), f"{a.descriptor}.block_type.shape[{rows}]",
+                           f"{b.descriptor}.block_type.shape[{cols}]", dims)
+
+
+def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, body: list[cst.BaseStatement],
+                      name, stages: str, iters: str, index, acc_in: str,  # noqa: ANN001
+                      smem: tuple[str, str, str], coords_of: dict) -> list[str]:  # noqa: ANN001
+    """The warp-specialised form `ws` of the ring (statements of the kernel that use the ring, its `ready` barriers
+    and trip count allocated before them; the loader function is recorded in `ctx`)."""
+    producer = [body[i] for i in plan.producer]
     a, b = plan.loads
     coords = [coords_of[id(op)] for op in plan.loads]
     local = _kernel_names(ctx.function.node)
@@ -289,7 +314,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     descriptors = [op.descriptor for op in plan.loads]
     free = [*dict.fromkeys(descriptors), *[n for n in used if n not in descriptors]]
     constexprs = _constexpr_names(ctx.function)
-    loader = name(f"_{ctx.function.name}_tma_loader")
+    loader = ws.loader
     a_ring, b_ring, ready = smem
     empty = name("empty")
     nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
@@ -324,20 +349,17 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseState
     args = ", ".join(free)
     # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
     flags = ", " + ", ".join(str(op.transposed) for op in (a, b)) if a.transposed or b.transposed else ""
-    # The accumulator's rows are A's rows and its columns B's columns, whichever way the tiles are loaded.
-    rows = f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]"
-    cols = f"{b.descriptor}.block_type.shape[{0 if b.transposed else 1}]"
     return [
-        f"if {rows} * {cols} >= {WS_MIN_TILE} and gl.num_warps() >= 8:",
+        f"if {ws.condition}:",
         "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back",
         "    # through the `empty` barriers.",
         f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
         f"    for s in gl.static_range({stages}):",
         f"        mbarrier.init({empty}.index(s), count=1)",
         f"    {plan.acc} = gl.warp_specialize([",
-        f"        (_ws_wgmma_consumer, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
+        f"        ({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
         f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
-        "    ], [1], [24])[0]",
+        f"    ], [{ws.warps}], [{ws.registers}])[0]",
         f"    for s in gl.static_range({stages}):",
         f"        mbarrier.invalidate({empty}.index(s))",
     ]
@@ -402,9 +424,9 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
     return persistent.PersistentForm(
         loop_statement=None, plain_statement=None, grid=grid,  # type: ignore[arg-type]
         host_condition=host,
-        kernel_condition=f"{condition} and {rows} * {cols} >= {WS_MIN_TILE} and gl.num_warps() >= 8",
+        kernel_condition=condition,
         ring_lines=[
-            *ring_depth_lines(ctx, plan.loop, plan.num_stages, stages),
+            *ring_depth(ctx, plan.loop, plan.num_stages).lines(stages),
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(shapes[a.descriptor])}], {a.descriptor}.layout)",
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
@@ -462,7 +484,8 @@ def _constexpr_names(function) -> set[str]:  # noqa: ANN001 - JitFunction
     return names
 
 
-def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles) -> cst.Decorator | None:  # noqa: ANN001
+def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles  # noqa: ANN001
+                   ) -> tuple[cst.Decorator, RingConfig] | None:
     """`@triton.autotune(configs=[...])` with one more `triton.Config` for the warp-specialised tile: the first
     config's values with the tile sizes of WS_CONFIG, 8 warps and WS_CONFIG's ring depth. None where the tile sizes
     are not plain names that every config sets to integers, the configs are not a literal list, or the tile is there
@@ -496,7 +519,9 @@ def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles) -> cst.Dec
     ctx.added_configs.append(f"{m}={bm}, {n}={bn}, {k}={bk}, num_warps={warps}, num_stages={depth} (the "
                              "warp-specialised ring's tile)")
     new_arg = arg.with_changes(value=arg.value.with_changes(elements=elements))
-    return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args]))
+    config = RingConfig(f"config {len(configs)}", values, warps, "added: the warp-specialised ring's tile")
+    return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args])), \
+        config
 
 
 def _view(load: OperandLoad, slot: str) -> str:

@@ -166,34 +166,55 @@ def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration:
     return rename(call.with_changes(args=args), renames)
 
 
-def ring_depth(ctx, loop: cst.For, stages: int) -> str:  # noqa: ANN001 - RuleContext (import cycle)
-    """The ring depth as the text of a constexpr: `stages` where the loop gives `tl.range(..., num_stages=)` or the
-    autotune configs agree; where they give different `num_stages`, a `_autotune_stages(...)` lookup that finds the
-    config being compiled by its constexpr values (and warps, where those differ). Depths below 2 become 2."""
+@dataclass(frozen=True)
+class RingDepth:
+    """The depth of a loop's ring (`NUM_STAGES`): `stages` where the loop gives `tl.range(..., num_stages=)` or the
+    autotune configs agree; where they give different `num_stages`, one row per config (its values of `keys`, then
+    its depth) that the emitted `_autotune_stages(...)` lookup matches against the config being compiled. The emitted
+    constexpr and `for_config` (what the timeline draws) read the same rows."""
+
+    stages: int
+    keys: tuple[str, ...] = ()  # constexpr names, then "gl.num_warps()" where the configs' warps differ
+    rows: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The value of the `NUM_STAGES` constexpr as emitted."""
+        if not self.rows:
+            return str(self.stages)
+        rows = [f"[{', '.join(str(v) for v in row)}]" for row in self.rows]
+        return f"_autotune_stages([{', '.join(self.keys)}], [{', '.join(rows)}], {self.stages})"
+
+    def lines(self, name: str) -> list[str]:
+        """`NUM_STAGES: gl.constexpr = ...`, with a comment where it is looked up per config."""
+        if not self.rows:
+            return [f"{name}: gl.constexpr = {self.text}"]
+        return ["# Ring depth: the num_stages of the autotune config being compiled (found by its values and warps).",
+                f"{name}: gl.constexpr = {self.text}"]
+
+    def for_config(self, values: dict[str, object], num_warps: int | None) -> int:
+        """The depth a config with these constexpr values and warps compiles (`_autotune_stages` at compile time)."""
+        key = [num_warps if k == "gl.num_warps()" else values.get(k) for k in self.keys]
+        return next((row[-1] for row in self.rows if list(row[:-1]) == key), self.stages)
+
+
+def ring_depth(ctx, loop: cst.For, stages: int) -> RingDepth:  # noqa: ANN001 - RuleContext (import cycle)
+    """The ring depth of `loop` (see `RingDepth`). Depths below 2 become 2."""
     explicit = isinstance(loop.iter, cst.Call) and any(
         a.keyword is not None and a.keyword.value == "num_stages" for a in loop.iter.args)
     configs = ctx.function.autotune_configs
     depths = [c.num_stages or stages for c in configs]
     if explicit or len(set(depths)) < 2:
-        return str(stages)
+        return RingDepth(stages)
     keys = list(configs[0].values)
     if any(list(c.values) != keys for c in configs) or any(not isinstance(c.values[k], int) for c in configs
                                                            for k in keys):
-        return str(stages)
+        return RingDepth(stages)
     warps = len({c.num_warps for c in configs}) > 1
     found = [[c.values[k] for k in keys] + ([c.num_warps] if warps else []) for c in configs]
     if len({tuple(f) for f in found}) < len(found):
-        return str(stages)  # two configs that differ only in num_stages cannot be told apart when compiled
-    rows = [f"[{', '.join(str(v) for v in [*f, max(depth, 2)])}]" for f, depth in zip(found, depths)]
+        return RingDepth(stages)  # two configs that differ only in num_stages cannot be told apart when compiled
+    rows = tuple(tuple([*f, max(depth, 2)]) for f, depth in zip(found, depths))
     names = keys + (["gl.num_warps()"] if warps else [])
     ctx.need("autotune_stages")
-    return f"_autotune_stages([{', '.join(names)}], [{', '.join(rows)}], {stages})"
-
-
-def ring_depth_lines(ctx, loop: cst.For, stages: int, name: str) -> list[str]:  # noqa: ANN001 - RuleContext
-    """`NUM_STAGES: gl.constexpr = ...` (see `ring_depth`), with a comment where it is looked up per config."""
-    depth = ring_depth(ctx, loop, stages)
-    if depth.isdigit():
-        return [f"{name}: gl.constexpr = {depth}"]
-    return ["# Ring depth: the num_stages of the autotune config being compiled (found by its values and warps).",
-            f"{name}: gl.constexpr = {depth}"]
+    return RingDepth(stages, tuple(names), rows)  # type: ignore[arg-type]

@@ -1,0 +1,138 @@
+"""The schedule of an sm90 pipelined loop: what the sm90 pipeline rules decide for it and emit from.
+
+Each of the three sm90 rings (`hopper_pipeline`: the TMA ring and its warp-specialised form; `hopper_cp_async`: the
+cp.async ring of pointer GEMMs; `hopper_attention`: the cp.async K/V ring of flash attention) builds one `Sm90Ring`
+for the loop it rewrites, writes the loop from it (the ring depth, the wgmmas left in flight, the cp.async groups
+waited for, the warp-specialised form's condition, loader warps and registers) and records it on the rule context
+(`RuleContext.pipelined_loop`). `transpile.timeline` draws the recorded objects, so the timeline is the schedule of
+the emitted code, not a second description of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transpile.rules.pipeline_text import RingDepth
+
+#: `warpgroup_mma_wait(MMA_IN_FLIGHT, ...)` after each wgmma of a GEMM ring: one wgmma stays in flight, so the slot
+#: the one before it read is free. (`_ws_wgmma_consumer`, a fixed snippet, waits the same; a test checks it.)
+MMA_IN_FLIGHT = 1
+#: The warp-specialised ring's loader partition: one warp with few registers (`gl.warp_specialize(..., [1], [24])`).
+LOADER_WARPS = 1
+LOADER_REGISTERS = 24
+PERSISTENT_LOADER_REGISTERS = 40  # the persistent form's loader also walks the tiles (24 measured slower, 8192^3)
+#: The default partition of the warp-specialised ring (a helper snippet of the sm90 target).
+WS_CONSUMER = "_ws_wgmma_consumer"
+# Accumulator tiles of at least this many elements, on 8 warps or more, run the warp-specialised form (128x256 on 8
+# warps: measured faster than the single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
+WS_MIN_TILE = 128 * 256
+WS_MIN_WARPS = 8
+# The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
+WS_CONFIG = ((128, 256, 64), 8, 3)
+
+
+@dataclass(frozen=True)
+class RingOperand:
+    """One ring of shared-memory tiles: the dot operand it holds and the copy engine that fills it."""
+
+    name: str  # the tile's variable in the source (`a`, `k`)
+    engine: str  # "TMA" or "cp.async"
+    transposed: bool = False  # the wgmma reads a transposed view of the slot (`tl.trans(w)`)
+
+
+@dataclass(frozen=True)
+class WaitGroups:
+    """`async_copy.wait_group(per_stage * NUM_STAGES - less)`: the cp.async commit groups left in flight."""
+
+    per_stage: int
+    less: int
+
+    def text(self, stages: str) -> str:
+        return f"{stages} - {self.less}" if self.per_stage == 1 else f"{self.per_stage} * {stages} - {self.less}"
+
+    def value(self, stages: int) -> int:
+        return self.per_stage * stages - self.less
+
+
+@dataclass(frozen=True)
+class WarpSpecialised:
+    """The warp-specialised form of the TMA ring, chosen at compile time: a loader partition of `warps` warp(s)
+    fills the ring through `empty`/`ready` mbarriers while the kernel's warps (`WS_CONSUMER`) wait, multiply and hand
+    slots back. `rows` x `cols` is the accumulator tile as the kernel reads it (descriptor block shapes); `dims`
+    the block-shape entries they are (constexpr names or numbers), which the configs' values decide."""
+
+    loader: str  # the loader partition's function
+    rows: str
+    cols: str
+    dims: tuple[str, str]
+    warps: int = LOADER_WARPS
+    registers: int = LOADER_REGISTERS
+    min_tile: int = WS_MIN_TILE
+    min_warps: int = WS_MIN_WARPS
+    # The persistent form (`hopper_persistent`): both partitions walk the program's tiles; `consumer` is then the
+    # kernel's own default-partition function instead of WS_CONSUMER.
+    persistent: bool = False
+    consumer: str = ""
+
+    @property
+    def condition(self) -> str:
+        """The emitted compile-time test."""
+        return f"{self.rows} * {self.cols} >= {self.min_tile} and gl.num_warps() >= {self.min_warps}"
+
+    def selects(self, values: dict[str, object], num_warps: int | None) -> bool | None:
+        """Whether a config with these constexpr values and warps compiles this form (None: not known here)."""
+        sizes = []
+        for dim in self.dims:
+            value = values.get(dim, dim)
+            try:
+                sizes.append(int(value))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                return None
+        if num_warps is None:
+            return None
+        return sizes[0] * sizes[1] >= self.min_tile and num_warps >= self.min_warps
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    """An autotune config the ring is compiled for."""
+
+    label: str
+    values: dict[str, object]
+    num_warps: int | None
+    added: str = ""  # why the tool added it (the warp-specialised ring's tile), or "" for the kernel's own
+
+    @property
+    def text(self) -> str:
+        """`BLOCK_M=128, BLOCK_N=256, num_warps=8` (and why the tool added it)."""
+        values = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        warps = f"num_warps={self.num_warps}" if self.num_warps is not None else "num_warps from the launch"
+        added = f"; {self.added}" if self.added else ""
+        return (f"{values}, {warps}" if values else warps) + added
+
+
+@dataclass
+class Sm90Ring:
+    """An sm90 pipelined loop as its rule emits it.
+
+    `form`: "tma" (a TMA ring, one mbarrier `ready` per slot, with the warp-specialised form `ws` where the loop
+    only copies and multiplies), "cp.async" (a cp.async ring of pointer tiles, one commit group per iteration) or
+    "attention" (the K/V cp.async ring of flash attention: Q in shared memory, QK^T and the previous iteration's PV
+    issued together, QK^T waited for with PV in flight).
+    """
+
+    form: str
+    kernel: str
+    line: int  # the loop's line in the source
+    depth: RingDepth
+    operands: tuple[RingOperand, ...]
+    mma_in_flight: int = MMA_IN_FLIGHT
+    wait_groups: WaitGroups | None = None  # cp.async rings: the commit groups left in flight at the top of the loop
+    ws: WarpSpecialised | None = None
+    configs: list[RingConfig] = field(default_factory=list)
+    q: str = ""  # attention: the loop-invariant operand kept in shared memory
+
+
+def kernel_configs(function) -> list[RingConfig]:  # noqa: ANN001 - JitFunction
+    """The kernel's autotune configs (none: block sizes and warps come with each launch)."""
+    return [RingConfig(f"config {i}", dict(c.values), c.num_warps) for i, c in enumerate(function.autotune_configs)]
