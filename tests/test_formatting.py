@@ -70,6 +70,8 @@ def test_every_golden_is_formatted_by_ruff() -> None:
     result = _ruff_check(EXPECTED_DIR, 88)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(GOLDENS)} files already formatted" in result.stdout
+    texts = [path.read_text(encoding="utf-8") for path in GOLDENS]
+    assert format_texts(texts) == texts  # and the tool's own formatting (ruff, then black's layouts) is idempotent
 
 
 def test_every_golden_is_stable_under_black(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ directory, at the settings of the user's project (`project_style`):
 
 - the line length is ruff's `line-length` where the project has a ruff configuration (the first `.ruff.toml`,
   `ruff.toml`, or `pyproject.toml` with a `[tool.ruff]` table, searched upwards from the project root, as ruff
-  finds it, `extend` followed), else `[tool.black] line-length` of the project's pyproject.toml, else 88 (the
-  default of both formatters);
+  finds it, `extend` followed; never a user-level one, so the output does not depend on the machine), else
+  `[tool.black] line-length` of the project's pyproject.toml, else 88 (`DEFAULT_LINE_LENGTH`, the default of both
+  formatters);
 - with a ruff configuration, its formatter settings (`indent-width`, `target-version`, `preview` and the `[format]`
   table: `quote-style`, `indent-style`, `skip-magic-trailing-comma`, `line-ending`, `docstring-code-format`,
   `docstring-code-line-length`) apply too; without one, black's `skip-string-normalization` and
@@ -29,7 +30,8 @@ layout, below), so a missing formatter never blocks a run.
 **Comparing.** A formatter may still rewrite a variant (another ruff or black version, other settings) without
 changing its syntax tree or its comments. The variant is current when it is the fresh (formatted) translation byte
 for byte, or when both have the same syntax tree (docstrings compared as `inspect.cleandoc` gives them, trailing
-spaces dropped) and the same comments in the same order (`same_code`): then `--check` passes and a write leaves the
+spaces dropped) and the same comments in the same order (`#x` and `# x` alike, `# fmt: skip` left out:
+`same_code`): then `--check` passes and a write leaves the
 formatted file alone, so a `transpile` hook and a formatter hook settle after one round instead of rewriting each
 other's output on every commit. A hand edit that changes code or a comment is still stale.
 """
