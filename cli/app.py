@@ -180,7 +180,7 @@ def verify(
         failed = False
         for t in project.targets:
             for compiled in verify_file(file, t, values, project.display(file), not first_config,
-                                        project.gluon_always):
+                                        project.gluon_always, project.style):
                 failed |= not compiled.ok
                 result = "[green]compiles[/green]" if compiled.ok else f"[red]fails[/red]: {compiled.message}"
                 kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""How fast the tool itself is: ms per file for parsing and analysis, ms per kernel and target for the rewrite, and
-the wall time of the command line over a directory for every target (worker processes included).
+"""How fast the tool itself is: ms per file for parsing and analysis, ms per kernel and target for the rewrite, the
+formatting of every variant (one ruff process), and the wall time of the command line over a directory for every
+target (worker processes included).
 
     python scripts/bench_tool.py                 # fixtures/, all four targets, median of 5
     python scripts/bench_tool.py DIR --repeats 3
@@ -31,22 +32,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from transpile.engine import prepare, translate_source
+    from transpile.formatting import format_texts
     from transpile.targets import all_targets
 
     files = [p for p in sorted(args.directory.glob("*.py"))]
     texts = [(str(p), p.read_text(encoding="utf-8")) for p in files]
     targets = all_targets()
-    prepare_ms, translate_ms, prepare_cpu, translate_cpu = [], [], [], []
+    prepare_ms, translate_ms, prepare_cpu, translate_cpu, format_ms, format_cpu = [], [], [], [], [], []
     kernels = 0
+    variants: list[str] = []
     for _ in range(args.repeats):
         started, started_cpu = time.perf_counter(), time.process_time()
         prepared = [prepare(text, path) for path, text in texts]
         middle, middle_cpu = time.perf_counter(), time.process_time()
         kernels = 0
+        variants = []
         for (path, text), p in zip(texts, prepared):
             for target in targets:
-                kernels += len(translate_source(text, path, target, prepared=p).functions)
+                result = translate_source(text, path, target, prepared=p)
+                kernels += len(result.functions)
+                variants.append(result.text)
         done, done_cpu = time.perf_counter(), time.process_time()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        format_texts(variants)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        format_ms.append(1000 * (time.perf_counter() - done))
+        format_cpu.append(1000 * (time.process_time() - done_cpu + after.ru_utime + after.ru_stime
+                                  - before.ru_utime - before.ru_stime))
         prepare_ms.append(1000 * (middle - started) / len(texts))
         translate_ms.append(1000 * (done - middle) / kernels)
         prepare_cpu.append(1000 * (middle_cpu - started_cpu) / len(texts))
@@ -67,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
           f"[cpu {statistics.median(prepare_cpu):.1f}]")
     print(f"  rewrite + emit:                 {statistics.median(translate_ms):7.1f} ms per kernel and target "
           f"[cpu {statistics.median(translate_cpu):.1f}]")
+    print(f"  format (one ruff process):      {statistics.median(format_ms):7.1f} ms for {len(variants)} variants "
+          f"[cpu {statistics.median(format_cpu):.1f}]")
     print(f"  command line, whole directory:  {statistics.median(walls):7.2f} s [cpu {statistics.median(cpus):.2f}]")
     return 0
 

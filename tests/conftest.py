@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from transpile.engine import TranslationResult, is_generated, translate_source
+from transpile.engine import TranslationResult, format_results, is_generated, translate_source
 from transpile.project import Project, load_config
 from transpile.targets import all_targets, get_target
 
@@ -76,12 +76,16 @@ def golden_project(target_name: str) -> Project:
 
 @lru_cache(maxsize=None)
 def translate_fixture(fixture_name: str, target_name: str) -> TranslationResult:
-    """The fixture's variant exactly as the CLI writes it into fixtures/expected/ (same path and header command)."""
+    """The fixture's variant exactly as the CLI writes it into fixtures/expected/ (same path, header command and
+    layout: formatted by ruff at the repository's settings)."""
     source = FIXTURES_DIR / f"{fixture_name}.py"
     target = get_target(target_name)
     project = golden_project(target_name)
-    return translate_source(source.read_text(encoding="utf-8"), project.display(source), target,
-                            project.command(source, target))
+    result = translate_source(source.read_text(encoding="utf-8"), project.display(source), target,
+                              project.command(source, target))
+    problem = format_results([result], project.style)
+    assert problem is None, f"the variant could not be formatted: {problem}"
+    return result
 
 
 class Goldens:

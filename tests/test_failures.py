@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_amd_descriptor_attributes_are_translated(target: str) -> None:
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
 def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: str) -> None:
-    text = _golden("fx_attention_kt", target)
+    text = ast.unparse(ast.parse(_golden("fx_attention_kt", target)))  # one statement a line, whatever the layout
     assert "k_ring = gl.allocate_shared_memory(q.dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N]" in text
     assert "qk = _dot(q_op, k_t, " in text
 

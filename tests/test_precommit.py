@@ -126,9 +126,49 @@ def test_targets_from_pyproject(git_repo: Path, root: Path) -> None:
     assert second.returncode == 0, second.stdout + second.stderr
 
 
+@pytest.mark.parametrize(("formatter", "settings"), [("ruff", "[tool.ruff]\nline-length = 100\n"),
+                                                      ("black", "[tool.black]\nline-length = 100\n")])
+def test_transpile_writes_what_the_formatter_hook_leaves_alone(git_repo: Path, root: Path, formatter: str,
+                                                               settings: str) -> None:
+    """transpile then the repository's formatter (ruff-format or black, `language: system`, both reading the line
+    length of the repository's pyproject.toml): the variants are written formatted at that length, so once they are
+    added the second run passes and changes nothing, and `--check` finds them current."""
+    for name in ("matmul_descriptor", "suite_gemm_bias_gelu"):
+        shutil.copy(root / "fixtures" / f"{name}.py", git_repo / f"{name}.py")
+    (git_repo / "pyproject.toml").write_text(settings, encoding="utf-8")
+    command = ["ruff", "format", "--no-cache"] if formatter == "ruff" else ["black", "-q"]
+    # The sources are formatted already, as in a repository that runs the formatter (else the first run formats
+    # them, their hash changes and the second run regenerates the variants).
+    subprocess.run([sys.executable, "-m", *command, "."], cwd=git_repo, check=True, env=_env(git_repo.parent))
+    config = _config(_hook_entry(root), ["--target", "sm90", "--target", "gfx950"]) + (
+        f"      - id: {formatter}\n"
+        f"        name: {formatter}\n"
+        f"        entry: {shlex.join([sys.executable, '-m', *command])}\n"
+        "        language: system\n"
+        "        types: [python]\n"
+    )
+    (git_repo / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
+    _git(git_repo, "add", ".")
+
+    first = _pre_commit(git_repo, "run", "--all-files")
+    assert first.returncode == 1, first.stdout + first.stderr  # transpile wrote the variants
+    assert len(list(git_repo.glob("*_sm90.py")) + list(git_repo.glob("*_gfx950.py"))) == 4
+    _git(git_repo, "add", ".")
+    written = {p.name: p.read_bytes() for p in git_repo.glob("*.py")}
+
+    second = _pre_commit(git_repo, "run", "--all-files")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert {p.name: p.read_bytes() for p in git_repo.glob("*.py")} == written  # the formatter changed nothing
+    check = subprocess.run([sys.executable, "-m", "transpile", "--check", "--target", "sm90", "--target", "gfx950",
+                            "matmul_descriptor.py", "suite_gemm_bias_gelu.py"], cwd=git_repo, capture_output=True,
+                           text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_transpile_and_ruff_format_hooks_settle(git_repo: Path, root: Path) -> None:
     """The two hooks of a typical repository, transpile then ruff-format (both `language: system`, run from this
-    environment). The first run writes the variants (new, untracked files); once they are added, ruff reformats them
+    environment), here a ruff at another line length than the project's (120 on the command line, 88 in the
+    project). The first run writes the variants (new, untracked files); once they are added, ruff reformats them
     and transpile passes, since a variant a formatter touched is not stale (transpile.formatting); the run after
     that changes nothing. Without that, transpile would rewrite what ruff formatted on every commit."""
     for name in ("matmul_grouped", "softmax"):

@@ -35,15 +35,16 @@ POINTER_GEMMS = ["matmul_grouped", "matmul_splitk", "moe_gather_gemm",
 
 
 def _main_loop(text: str) -> str:
-    """Source of the innermost `for` loop that issues a wgmma itself (the 16-bit path: the loop kept for 8- and 32-bit
-    operands calls the synchronous `_dot` helper instead)."""
+    """Code of the innermost `for` loop that issues a wgmma itself (the 16-bit path: the loop kept for 8- and 32-bit
+    operands calls the synchronous `_dot` helper instead), one statement a line (`ast.unparse`: whatever the layout
+    of the variant)."""
     loops = []
     kernels = [f for f in ast.parse(text).body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")]
     for node in (n for f in kernels for n in ast.walk(f)):  # not the helpers (a warp-specialised form's partitions)
         if isinstance(node, ast.For):
             calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
             if "warpgroup_mma" in calls:
-                loops.append(ast.get_source_segment(text, node) or "")
+                loops.append(ast.unparse(node))
     assert loops, "no loop issues `warpgroup_mma` directly: the main loop is not pipelined"
     return min(loops, key=len)
 

@@ -22,7 +22,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT002": (Severity.ERROR, "unreadable input: not a file, not UTF-8 text, or missing"),
     "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
     "TT004": (Severity.ERROR, "unknown target"),
-    "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile]"),
+    "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
+                              "cannot be read"),
     "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path; nothing is written"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
@@ -32,6 +33,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "pipelines on the target, a refusal, or a kept caller/helper"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
+    "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
+                             "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),
     "TT030": (Severity.ERROR, "verify: a kernel argument has no type or value"),
     "TT031": (Severity.ERROR, "verify: the variant did not compile for the target"),

@@ -17,6 +17,7 @@ from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.cst_utils import code_names, module_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
+from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import RuleContext
 from transpile.rules.hoist import is_hoisted
 from transpile.rules.layouts import convert, expand
@@ -140,6 +141,9 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     `gluon_always` emits the translated Gluon for the latter anyway. What keeping a function implies for the others
     follows the call graph (`_propagate_kept`). `prepared` (from `prepare`) saves parsing and analysing the same text
     again for another target.
+
+    The text is the translation as the rules emit it, not yet formatted: `format_results` lays it out as the command
+    line writes it (one ruff process for any number of results).
     """
     if prepared is None or prepared.text != text:
         prepared = prepare(text, path)
@@ -197,6 +201,20 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
             fn = facts.functions[name]
             outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
                 fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
+
+
+def format_results(results: list[TranslationResult], style: FormatStyle | None = None) -> FormatError | None:
+    """Lays out the texts of `results`, in place, as the command line writes them: ruff's formatter at `style` (the
+    project's settings, `transpile.formatting.project_style`; 88 columns when None), one ruff process for all of
+    them (`transpile.formatting.format_texts`). Returns None, or the FormatError that says why some or all of them
+    were left as translated (ruff missing or failing)."""
+    try:
+        texts, problem = format_texts([r.text for r in results], style), None
+    except FormatError as exc:
+        texts, problem = exc.texts, exc
+    for result, text in zip(results, texts):
+        result.text = text
+    return problem
 
 
 def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from transpile.engine import (
     translate_source,
     variant_path,
 )
-from transpile.formatting import same_code
+from transpile.formatting import FormatError, FormatStyle, format_texts, project_style, same_code
 from transpile.source import parse_source, read_text
 from transpile.targets import Target, get_target
 
@@ -152,6 +152,15 @@ class Project:
         self.exclude = [*config.exclude, *exclude]
         self._prepared: dict[Path, Prepared] = {}
         self._precomputed: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
+        self._style: FormatStyle | None = None
+
+    @property
+    def style(self) -> FormatStyle:
+        """The layout of the variants: the project's ruff or black settings (`transpile.formatting.project_style`).
+        Raises TranspileError (TT005) for a formatter configuration that cannot be read."""
+        if self._style is None:
+            self._style = project_style(self.config.root)
+        return self._style
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
@@ -242,7 +251,14 @@ class Project:
             result.seconds = time.perf_counter() - started
             return result  # nothing written
         work = [(f, named, t) for f, named in files for t in self.targets]
+        try:
+            style = self.style
+        except TranspileError as exc:
+            result.diagnostics.append(exc.diagnostic)
+            result.seconds = time.perf_counter() - started
+            return result  # nothing written
         self._precomputed = self._translate_in_parallel([f for f, _ in files if texts.get(f) is not None], texts)
+        pending: list[_Pending] = []
         bar = None
         if progress and len(work) > 8:
             from rich.progress import Progress
@@ -254,12 +270,15 @@ class Project:
             for source, named, target in work:
                 text = texts[source]
                 if text is not None:
-                    self._one(source, text, target, mode, named and not skip_files_without_kernels, result)
+                    one = self._one(source, text, target, mode, named and not skip_files_without_kernels, result)
+                    if one is not None:
+                        pending.append(one)
                 if bar is not None:
                     bar.advance(task)
         finally:
             if bar is not None:
                 bar.stop()
+        self._finish(pending, mode, style, result)
         result.seconds = time.perf_counter() - started
         return result
 
@@ -342,7 +361,9 @@ class Project:
             return {}  # no processes here (a sandbox): translate in this one
         return results
 
-    def _one(self, source: Path, text: str, target: Target, mode: str, named: bool, run: Run) -> None:
+    def _one(self, source: Path, text: str, target: Target, mode: str, named: bool, run: Run) -> _Pending | None:
+        """Translates one file for one target; its outcome is settled by `_finish` once every variant of the run is
+        formatted (None: an error, already reported)."""
         variant = self.variant(source, target)
         command = self.command(source, target)
         try:
@@ -360,15 +381,38 @@ class Project:
             if not isinstance(exc, TranspileError):
                 exc = TranspileError(_internal_error(self.display(source), exc))
             if exc.diagnostic.code == "TT003" and not named:
-                return  # a file in a directory without kernels: not ours
+                return None  # a file in a directory without kernels: not ours
             if exc.diagnostic not in run.diagnostics:  # once, not once per target
                 run.diagnostics.append(exc.diagnostic)
             run.outcomes.append(Outcome(self.display(source), target.name, self.display(variant), "error", command,
                                         exc.diagnostic.message))
-            return
+            return None
         run.diagnostics.extend(d for d in translation.diagnostics if d not in run.diagnostics)
         outcome = Outcome(self.display(source), target.name, self.display(variant), "", command,
                           kernels=_kernels(translation))
+        run.outcomes.append(outcome)  # in the order of the run; its status comes in `_finish`
+        return _Pending(outcome, variant, translation)
+
+    def _finish(self, pending: list[_Pending], mode: str, style: FormatStyle, run: Run) -> None:
+        """Formats every variant of the run (one ruff process), then compares each with the file on disk and writes,
+        diffs or checks it."""
+        try:
+            texts = format_texts([p.translation.text for p in pending], style)
+        except FormatError as exc:
+            texts = exc.texts
+            if len(exc.failed) == len(pending) and len(pending) > 1:
+                run.diagnostics.append(Diagnostic("<ruff format>", 1, 1, "TT050",
+                                                  f"{exc.message}: the variants are left unformatted"))
+            else:
+                run.diagnostics.extend(Diagnostic(pending[i].outcome.variant, 1, 1, "TT050",
+                                                  f"{exc.message}: the variant is left unformatted")
+                                       for i in exc.failed)
+        for item, text in zip(pending, texts):
+            item.translation.text = text
+            self._settle(item, mode)
+
+    def _settle(self, item: _Pending, mode: str) -> None:
+        outcome, variant, translation = item.outcome, item.variant, item.translation
         # Bytes as they are (no newline translation): a variant of a CRLF source keeps CRLF line ends.
         existing = variant.read_bytes().decode("utf-8", errors="replace") if variant.is_file() else None
         if mode == "check":
@@ -388,11 +432,19 @@ class Project:
                     fromfile=outcome.variant if existing is not None else "/dev/null", tofile=outcome.variant))
         else:
             if existing is not None and same_code(existing, translation.text):
-                outcome.status = "unchanged"  # byte for byte, or as a code formatter left it
+                outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
             else:
                 write_atomic(variant, translation.text)
                 outcome.status = "written"
-        run.outcomes.append(outcome)
+
+
+@dataclass
+class _Pending:
+    """A variant translated in a run, to be formatted with the others, then compared, written, diffed or checked."""
+
+    outcome: Outcome
+    variant: Path
+    translation: TranslationResult
 
 
 def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]

@@ -24,6 +24,7 @@ from pathlib import Path
 from transpile.diagnostics import Diagnostic, TranspileError
 from transpile.discover import AutotuneConfig, JitFunction, discover
 from transpile.engine import TranslationResult
+from transpile.formatting import FormatStyle
 from transpile.source import parse_source
 from transpile.targets import Target
 
@@ -213,7 +214,11 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
 
 
 def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True,
-                gluon_always: bool = False) -> list[CompiledKernel]:
-    from transpile.engine import translate_file
+                gluon_always: bool = False, style: FormatStyle | None = None) -> list[CompiledKernel]:
+    """Translate `path` for `target` and compile the variant as the command line writes it (formatted at `style`;
+    left as translated where ruff is missing or fails: the code compiled is the same)."""
+    from transpile.engine import format_results, translate_file
 
-    return verify(translate_file(path, target, display, gluon_always=gluon_always), values, all_configs)
+    result = translate_file(path, target, display, gluon_always=gluon_always)
+    format_results([result], style)
+    return verify(result, values, all_configs)

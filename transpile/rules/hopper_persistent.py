@@ -408,7 +408,8 @@ def _pid_lines(axes: list[int], grid: list[str]) -> list[str]:
 
 #: The host helper every launch of a persistent kernel goes through (module-level, emitted once).
 PERSISTENT_GRID = '''
-_SM_COUNTS = {}  # device -> number of SMs (asked once per device: launches of small kernels feel a driver query)
+# device -> number of SMs, asked once per device (launches of small kernels feel a driver query)
+_SM_COUNTS = {}
 
 
 def _persistent_grid(grid, persistent):
