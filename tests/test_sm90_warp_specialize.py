@@ -191,3 +191,22 @@ def test_persistent_form_compiles(tmp_path: Path) -> None:
                   "num_warps": 8}
         results = verify_file(source, get_target("sm90"), values, "gemm.py")
         assert [r.ok for r in results] == [True], [r.message for r in results]
+
+
+def test_helper_reading_program_ids_keeps_the_non_persistent_form() -> None:
+    helper = LAUNCHED.replace("@triton.jit\ndef gemm(", '''@triton.jit
+def _tile_m(BM: tl.constexpr):
+    return tl.program_id(0) * BM
+
+
+@triton.jit
+def gemm(''').replace("off_m = tl.program_id(0) * BM", "off_m = _tile_m(BM)")
+    assert "off_m = _tile_m(BM)" in helper
+    text = _sm90(helper)
+    assert "_persistent_grid" not in text and "_ws_wgmma_consumer" in text
+
+
+def test_launch_with_star_arguments_keeps_the_non_persistent_form() -> None:
+    star = LAUNCHED.replace("gemm[grid](a, b, c, M, N, K,", "gemm[grid](*(a, b, c), M, N, K,")
+    text = _sm90(star)
+    assert "_persistent_grid" not in text and "_ws_wgmma_consumer" in text

@@ -49,8 +49,10 @@ class PersistentForm:
     ws_loader: str = ""  # the non-persistent form's loader function (module_functions), dropped when this is built
 
 
-def eligible(fn, loop: cst.For) -> str | None:  # noqa: ANN001 - JitFunction
-    """None when the kernel's shape allows the persistent form (see the module docstring), else why not."""
+def eligible(fn, loop: cst.For, functions: dict | None = None) -> str | None:  # noqa: ANN001 - JitFunction
+    """None when the kernel's shape allows the persistent form (see the module docstring), else why not.
+    `functions`: the module's jit functions by name (a helper the kernel calls must not read program ids: the
+    walk restates only the kernel's own)."""
     body = fn.node.body.body
     if loop not in body:
         return "the main loop is nested"
@@ -66,6 +68,18 @@ def eligible(fn, loop: cst.For) -> str | None:  # noqa: ANN001 - JitFunction
                     return "a program id is read after the main loop or with an axis not written as a number"
     if any(isinstance(n, cst.Return) for n in _walk(fn.node)):
         return "the kernel returns early"
+    seen: set[str] = set()
+    pending = [fn.node]
+    while pending:  # helpers called (transitively) must not read the program ids or their number
+        node = pending.pop()
+        for call in calls_in(node):
+            callee = code(call.func)
+            if callee.endswith(("program_id", "num_programs")) and node is not fn.node:
+                return f"a helper it calls reads tl.{callee.rsplit('.', 1)[-1]}"
+            name = callee.rsplit(".", 1)[-1]
+            if functions and name in functions and name not in seen and name != fn.name:
+                seen.add(name)
+                pending.append(functions[name].node)
     return None
 
 
@@ -129,7 +143,9 @@ def _grid_dims(grid: cst.BaseExpression, call: cst.Call, fn) -> list[str] | None
         return None
     names = [p.name for p in fn.params]
     bound: dict[str, str] = {}  # host expression text -> kernel parameter
-    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if any(a.star for a in call.args):
+        return None  # `*args`: which argument is which parameter is not written at the launch
+    positional = [a for a in call.args if a.keyword is None]
     for arg, param in zip(positional, names):
         bound.setdefault(code(arg.value), param)
     for arg in call.args:

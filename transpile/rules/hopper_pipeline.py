@@ -370,7 +370,7 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
                      count: str, condition: str) -> persistent.PersistentForm | None:
     """The pieces of the kernel's persistent form (`hopper_persistent`), or None where the kernel or its launches
     do not allow it (the non-persistent warp-specialised ring then stays)."""
-    if persistent.eligible(ctx.function, loop) is not None:
+    if persistent.eligible(ctx.function, loop, ctx.facts.functions) is not None:
         return None
     grid = persistent.launch_grid(ctx.source.module, ctx.function)
     if grid is None:
