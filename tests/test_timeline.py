@@ -178,7 +178,7 @@ def test_sm90_schedules_are_what_the_variant_says() -> None:
     """The recorded schedule's facts are in the emitted code: ring depth, wgmmas in flight, the warp-specialised
     test, its loader's warps and registers, the cp.async waits."""
     checked = set()
-    for fixture, gluon_always in [("matmul_descriptor", False), ("canon_desc_carried_nt", False),
+    for fixture, gluon_always in [("matmul_descriptor", False), ("suite_desc_persistent", False),
                                   ("matmul_grouped", True), ("attention_fwd", True)]:
         result = translate_source((FIXTURES / f"{fixture}.py").read_text(), f"{fixture}.py", get_target("sm90"),
                                   gluon_always=gluon_always)
@@ -221,11 +221,11 @@ ORDERS = [
      ["for it in range(num_iters):", "mbarrier.wait(ready.index(slot)", "warpgroup_mma(a_ring.index(slot)",
       "warpgroup_mma_wait(1, ", "_cta_barrier()",
       "mbarrier.arrive(empty.index((n_done + it + NUM_STAGES - 1) % NUM_STAGES)"]),
-    # the non-persistent warp-specialised form (canon_desc_carried_nt: its loader would call tl.swizzle2d)
-    ("canon_desc_carried_nt", False, 0, 0, ["load"], ("def _linear_nt_kernel_tma_loader(", "\n\n\n"),
+    # the non-persistent warp-specialised form (suite_desc_persistent: its main loop is inside its own tile loop)
+    ("suite_desc_persistent", False, 0, 0, ["load"], ("def _persistent_desc_kernel_tma_loader(", "\n\n\n"),
      ["for it in range(num_iters):", "mbarrier.wait(empty.index(slot)", "mbarrier.expect(ready.index(slot)",
-      "_tma_async_load(x_desc"]),
-    ("canon_desc_carried_nt", False, 0, 1, ["mma", "mma_wait"], ("def _ws_wgmma_consumer(", "warpgroup_mma_wait(0"),
+      "_tma_async_load(a_desc"]),
+    ("suite_desc_persistent", False, 0, 1, ["mma", "mma_wait"], ("def _ws_wgmma_consumer(", "warpgroup_mma_wait(0"),
      ["for it in range(num_iters):", "mbarrier.wait(ready.index(slot)", "warpgroup_mma(a, b", "warpgroup_mma_wait(1, ",
       "_cta_barrier()", "mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES)"]),
     ("matmul_grouped", True, 0, 0, ["mma", "mma_wait", "refill"], ("filled by cp.async", "warpgroup_mma_wait(0"),

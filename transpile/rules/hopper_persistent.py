@@ -346,6 +346,12 @@ def _makes_descriptor(statement: cst.BaseStatement) -> bool:
             and code(statement.body[0].value.func).endswith("make_tensor_descriptor"))
 
 
+#: Calls the loader warp's slice may make: scalar arithmetic, and Triton's own tile swizzle (`tl.swizzle2d`, emitted
+#: as `_swizzle2d`) on scalar program ids.
+_LOADER_CALLS = {"gl.cdiv", "gl.program_id", "min", "max", "gl.minimum", "gl.maximum", "gl.multiple_of",
+                 "gl.max_contiguous", "_swizzle2d"}
+
+
 def _backward_slice(statements: list[cst.BaseStatement], used: set[str]) -> list[cst.BaseStatement] | None:
     """The statements (in order) that define names `used` reads, transitively; None when one is not plain scalar
     arithmetic (the loader warp takes no tensors)."""
@@ -358,8 +364,7 @@ def _backward_slice(statements: list[cst.BaseStatement], used: set[str]) -> list
         if not isinstance(statement, cst.SimpleStatementLine):
             return None
         for call in calls_in(statement):
-            if code(call.func) not in {"gl.cdiv", "gl.program_id", "min", "max", "gl.minimum", "gl.maximum", "gl.multiple_of",
-                                       "gl.max_contiguous"}:
+            if code(call.func) not in _LOADER_CALLS:
                 return None
         chosen.append(statement)
         needed |= names_in(statement)
