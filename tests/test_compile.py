@@ -47,3 +47,7 @@ def test_golden_compiles(fixture_name: str, target_name: str, goldens, translate
     assert not failures, "\n".join(failures)
     for c in compiled:
         assert c.asm.get("ttgir"), f"{c.label}: no TTGIR produced"
+    # ... and fits the target's shared memory (else it compiles but fails to launch: OutOfResources)
+    limit = result.target.shared_memory_bytes
+    too_big = [f"{c.label}: {c.shared} bytes" for c in compiled if c.ok and c.shared is not None and c.shared > limit]
+    assert not too_big, f"over {limit} bytes of shared memory: " + ", ".join(too_big)

@@ -43,6 +43,8 @@ class PersistentForm:
     kernel_condition: str  # the same test in the kernel (compile time)
     ring_lines: list[str]  # allocate/init the rings and both barrier arrays
     ring_args: str  # "a_smem, b_smem, ready, empty"
+    stages: str  # the ring depth's constexpr name
+    stage_bytes: str  # bytes of one slot of both rings (constexpr expression)
     invalidate_lines: list[str]
     consumer_loop: list[str]  # the consumer's main loop (per tile), at indent 0, using `n_done`
     loader_loop: list[str]  # the loader's copies of one tile, at indent 0, using `n_done`
@@ -316,13 +318,23 @@ def build(ctx, form: PersistentForm, original: cst.FunctionDef, updated: cst.Fun
     ctx.module_functions.append("\n".join(consumer) + "\n")
 
     desc_args = f"{', '.join(descriptors)}, " if descriptors else ""
+    # The epilogue's shared-memory tiles live beside the ring (the consumer runs while the loader fills it): the
+    # ring gets fewer slots where both would not fit.
+    reserved = [f"{d}.block_type.nbytes" for line in epilogue for d in _SMEM_TILES.findall(line)]
+    ring_lines = list(form.ring_lines)
+    depth_at = next(i for i, line in enumerate(ring_lines) if line.startswith(f"{form.stages}: gl.constexpr = "))
+    depth = ring_lines[depth_at].split(" = ", 1)[1]
+    if reserved:
+        ring_lines[depth_at] = (f"{form.stages}: gl.constexpr = _fit_stages({depth}, {form.stage_bytes}, "
+                                f"{' + '.join(reserved)})")
+        ctx.need("fit_stages")
     persistent = [
         *[code(s).strip("\n") for s in hoisted],
         f"if {form.kernel_condition}:",
         "    # Persistent and warp-specialised (triton-transpile): both partitions walk this program's tiles of the",
         "    # launch grid; the loader warp's ring runs on across tiles, so the next tile's copies overlap this one's",
         "    # epilogue. Launched with one program per SM (`_persistent_grid`); correct under any grid.",
-        *["    " + x for x in form.ring_lines],
+        *["    " + x for x in ring_lines],
         "    gl.warp_specialize([",
         f"        ({consumer_fn}, ({args}, {desc_args}{form.ring_args})),",
         f"        ({loader_fn}, ({', '.join(loader_params)}, {form.ring_args})),",
@@ -402,6 +414,7 @@ def _tile_walk(grid: list[str]) -> list[str]:
 GROUP = 8
 
 
+_SMEM_TILES = re.compile(r"_tma_(?:store|store_deferred|load)\((\w+)")
 _PROGRAM_ID = re.compile(r"gl\.program_id\(\s*(?:axis\s*=\s*)?(\d)\s*\)")
 
 

@@ -437,7 +437,7 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
             f"    mbarrier.init({ready}.index(s), count=1)",
             f"    mbarrier.init({empty}.index(s), count=1)",
         ],
-        ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}",
+        ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}", stages=stages, stage_bytes=nbytes,
         invalidate_lines=[f"for s in gl.static_range({stages}):", f"    mbarrier.invalidate({ready}.index(s))",
                           f"    mbarrier.invalidate({empty}.index(s))"],
         consumer_loop=consumer_loop, loader_loop=loader_loop, ws_loader=ctx.module_functions[-1])

@@ -177,6 +177,17 @@ def _tma_store(desc, coords, value):
     tma.store_wait(0)
 '''
 
+FIT_STAGES = '''
+@gluon.constexpr_function
+def _fit_stages(depth, stage_bytes, reserved_bytes):
+    """The ring depth of a persistent kernel: `depth`, or fewer where the slots of `stage_bytes` and the
+    `reserved_bytes` its epilogue keeps in shared memory at the same time would not fit in an SM's 227 KiB (less
+    1 KiB for the barriers); at least 2."""
+    fit = (227 * 1024 - 1024 - reserved_bytes) // stage_bytes
+    return max(2, min(depth, fit))
+'''
+
+
 TMA_STORE_DEFERRED = '''
 @gluon.jit
 def _tma_store_deferred(desc, coords, value):
@@ -219,6 +230,7 @@ SM90 = Target(
         "tma_load": TMA_LOAD,
         "tma_store": TMA_STORE,
         "tma_store_deferred": TMA_STORE_DEFERRED,
+        "fit_stages": FIT_STAGES,
         "persistent_grid": PERSISTENT_GRID,
     },
 )
