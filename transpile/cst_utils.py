@@ -62,7 +62,7 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
 # (the names it uses decide the imports) and then the whole module; statements the rules left alone are the same
 # node objects for every target, so their text is made once. Keyed by the node itself (identity), so it stays alive.
 _CODE_CACHE: dict[tuple[cst.CSTNode, str, str], str] = {}
-_TOKEN_NAMES_CACHE: dict[tuple[cst.CSTNode, bool], frozenset[str]] = {}
+_TOKEN_NAMES_CACHE: dict[cst.CSTNode, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def node_code(module: cst.Module, node: cst.CSTNode) -> str:
@@ -89,30 +89,36 @@ def module_code(module: cst.Module) -> str:
 def code_names(module: cst.Module, statements: list[cst.BaseStatement], attributes: bool) -> set[str]:
     """Identifiers in the code of `statements` (not in strings or comments); with `attributes=False`, not the names
     after a dot (`gl.extra.libdevice.tanh` uses `gl` only). Tokenizing the generated text is many times faster than a
-    libcst visit of the same statements; each statement's names are found once (a statement cannot end with a dot,
-    so reading them one by one gives what reading them together gives)."""
+    libcst visit of the same statements; each statement's names are found once, both kinds in one pass (a statement
+    cannot end with a dot, so reading them one by one gives what reading them together gives)."""
     names: set[str] = set()
+    which = 0 if attributes else 1
     for statement in statements:
-        key = (statement, attributes)
-        found = _TOKEN_NAMES_CACHE.get(key)
+        found = _TOKEN_NAMES_CACHE.get(statement)
         if found is None:
-            found = _TOKEN_NAMES_CACHE[key] = _token_names(node_code(module, statement), attributes)
+            found = _TOKEN_NAMES_CACHE[statement] = _token_names(node_code(module, statement))
             if len(_TOKEN_NAMES_CACHE) > 20_000:
                 _TOKEN_NAMES_CACHE.clear()
-                _TOKEN_NAMES_CACHE[key] = found
-        names |= found
+                _TOKEN_NAMES_CACHE[statement] = found
+        names |= found[which]
     return names
 
 
-def _token_names(code: str, attributes: bool) -> frozenset[str]:
+def _token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every NAME token, the NAME tokens not right after a `.`) of `code`."""
     names: set[str] = set()
+    unqualified: set[str] = set()
     previous = ""
+    skip = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
     for token in tokenize.generate_tokens(io.StringIO(code).readline):
-        if token.type == tokenize.NAME and (attributes or previous != "."):
+        kind = token.type
+        if kind == tokenize.NAME:
             names.add(token.string)
-        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            if previous != ".":
+                unqualified.add(token.string)
+        if kind not in skip:
             previous = token.string
-    return frozenset(names)
+    return frozenset(names), frozenset(unqualified)
 
 
 _ANALYSES_CACHE: dict[tuple, tuple[object, object, object]] = {}
