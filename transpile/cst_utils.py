@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import io
 import tokenize
@@ -75,6 +76,22 @@ def node_code(module: cst.Module, node: cst.CSTNode) -> str:
             _CODE_CACHE.clear()
         _CODE_CACHE[key] = code
     return code
+
+
+_AST_CACHE: dict[tuple[cst.CSTNode, str, str], list[ast.stmt]] = {}
+
+
+def node_ast(module: cst.Module, node: cst.BaseStatement) -> list[ast.stmt]:
+    """``ast.parse(node_code(module, node)).body`` for a top-level statement, made once per node and layout (lines
+    count from the statement's first line). Shared: read it, never change it."""
+    key = (node, module.default_indent, module.default_newline)
+    parsed = _AST_CACHE.get(key)
+    if parsed is None:
+        parsed = ast.parse(node_code(module, node)).body
+        if len(_AST_CACHE) > 20_000:
+            _AST_CACHE.clear()
+        _AST_CACHE[key] = parsed
+    return parsed
 
 
 def module_code(module: cst.Module) -> str:

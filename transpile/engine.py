@@ -14,7 +14,7 @@ from transpile import __version__
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
-from transpile.cst_utils import code_names, module_code
+from transpile.cst_utils import code_names, module_code, node_ast
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.rules.base import RuleContext
@@ -172,11 +172,12 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
                 helpers |= translated_helpers[name]
             else:
                 rewritten.pop(name, None)
-        module = _emit_module(source, facts, target, rewritten, outcomes, helpers, text)
+        tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text)
+        module = _module_text(tree)
         header = _header(path, sha256, source, target, command, outcomes)
         # A safety net for the tool's own bugs: a translated function that reads a name it never defines would not
         # compile; it is kept as Triton instead (and the loop repeats, since keeping it may keep its callers).
-        broken = _undefined_in_translated(header + module, outcomes)
+        broken = _undefined_in_translated(tree, outcomes)
         if not broken:
             return TranslationResult(path, target, header + module, list(outcomes.values()), sha256, text)
         from transpile.names import undefined_names
@@ -195,12 +196,14 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
                 fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
 
 
-def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:
-    from transpile.names import undefined_names
+def _undefined_in_translated(tree: cst.Module, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:
+    """The first name each translated function of the emitted module reads without defining it. Each top-level
+    statement is parsed on its own (`node_ast`): the statements every target shares are parsed once."""
+    from transpile.names import undefined_in_statements
 
     broken: dict[str, str] = {}
     translated = {name for name, outcome in outcomes.items() if outcome.translated}
-    for u in undefined_names(text, translated):
+    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
@@ -362,6 +365,19 @@ class _LaunchWarps(cst.CSTTransformer):
 
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
                  outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> str:
+    return _module_text(_emit_tree(source, facts, target, rewritten, outcomes, helpers, text))
+
+
+def _module_text(out: cst.Module) -> str:
+    """The text of an emitted module (`_emit_tree`)."""
+    code = module_code(out)
+    if out.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
+        code = re.sub(r"(?<!\r)\n", out.default_newline, code)
+    return code
+
+
+def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
+               outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> cst.Module:
     module = source.module
     originals = _original_functions(text) if len(rewritten) < len(facts.functions) else {}
     body: list[cst.BaseStatement] = []
@@ -406,11 +422,7 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
             body[imports_end] = following.with_changes(leading_lines=[*extra, *following.leading_lines])  # type: ignore[union-attr]
     body[imports_end:imports_end] = [*new_imports, *snippets]
     out = module.with_changes(body=body)
-    out = _drop_unused_language_imports(out, source)
-    code = module_code(out)
-    if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
-        code = re.sub(r"(?<!\r)\n", module.default_newline, code)
-    return code
+    return _drop_unused_language_imports(out, source)
 
 
 def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
