@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.project import Project, Run, load_config, write_atomic
+from transpile.project import Project, Run, load_config, tune_gc, write_atomic
 from transpile.source import read_text
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -194,6 +194,7 @@ def verify(
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `transpile` console script and of `python -m transpile`."""
     args = list(sys.argv[1:] if argv is None else argv)
+    tune_gc()
     if args and args[0] in SUBCOMMANDS:
         tools(args, prog_name="transpile")
     else:
