@@ -95,3 +95,57 @@ def test_preorder_is_the_visit_order(path: Path) -> None:
     order = _Order()
     _libcst_visit(module, order)
     assert [id(n) for n in cst_walk.preorder(module)] == [id(n) for n in order.nodes]
+
+
+class _Edits(cst.CSTTransformer):
+    """Changes a few nodes (renames, a removal, a flattening, a removed optional and sentinel) and records the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.events.append(("visit", id(node)))
+        return not isinstance(node, cst.Lambda)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        self.events.append(("leave", id(original_node), type(updated_node).__name__))
+        if isinstance(updated_node, cst.Name) and updated_node.value in ("tl", "BLOCK_SIZE", "n_elements"):
+            return updated_node.with_changes(value=updated_node.value.upper() + "_")
+        if isinstance(updated_node, cst.Pass):
+            return cst.RemovalSentinel.REMOVE  # an emptied line is dropped by libcst's body rules
+        if isinstance(updated_node, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in updated_node.body):
+            return cst.FlattenSentinel([updated_node, cst.parse_statement("flattened = 1")])
+        if isinstance(updated_node, cst.Annotation):
+            return cst.RemovalSentinel.REMOVE  # an optional field: None
+        if isinstance(updated_node, cst.Comma):
+            return cst.RemovalSentinel.REMOVE  # a sentinel field: MaybeSentinel.DEFAULT
+        return updated_node
+
+
+@pytest.mark.parametrize("path", SOURCES[::3], ids=lambda p: p.name)
+def test_transform_is_libcsts_visit(path: Path) -> None:
+    """`cst_walk.transform` makes libcst's calls in libcst's order and builds the same tree, sharing what it did not
+    change with the input."""
+    module = cst.parse_module(path.read_text(encoding="utf-8") + "\ndef f(a: int, b=1):\n    pass\n    return a\n")
+    expected, got = _Edits(), _Edits()
+    cst_walk.uninstall()
+    try:
+        want = module.visit(expected)
+    except TypeError as exc:  # e.g. a required annotation (`x: int = 1`) removed: libcst refuses, and so must we
+        with pytest.raises(TypeError, match=str(exc)):
+            cst_walk.transform(module, got)
+        return
+    finally:
+        cst_walk.install()
+    result = cst_walk.transform(module, got)
+    assert got.events == expected.events
+    assert result.code == want.code and result.deep_equals(want)
+    assert len(result.body) == len(module.body)
+    same = [(s, r) for s, r in zip(module.body, result.body) if s.deep_equals(r)]
+    assert same and all(s is r for s, r in same)
+
+
+def test_transform_keeps_unchanged_trees() -> None:
+    module = cst.parse_module("x = f(a, b)\n")
+    assert cst_walk.transform(module, cst.CSTTransformer()) is module

@@ -9,13 +9,20 @@ children, in the same (lexical) order, with the same callbacks (``on_visit``, ``
 `CSTVisitor` instances (a `CSTTransformer` still goes through libcst's own code); `walk` is the same for callers that
 want it explicitly.
 
+`transform` is ``node.visit(transformer)`` for a `CSTTransformer` that returns the nodes it does not change: libcst
+copies every node of the tree, changed or not; `transform` walks the same children with the same callbacks and
+rebuilds only the nodes below which something changed (with libcst's own ``_visit_and_replace_children``, handed the
+children's results, so removals and flattening behave as in libcst). A transformer thus sees, as ``updated_node``,
+the original node itself where nothing below it changed, and the result shares every unchanged subtree with the
+input (caches keyed by node, like `cst_utils.node_code`, then hit for them).
+
 Each node type's fields, in the order libcst visits them, are read once from its ``_visit_and_replace_children`` by
 running it on a stand-in whose every field records its name (`_fields`).
 """
 
 from __future__ import annotations
 
-from libcst import CSTNode, CSTVisitor
+from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, RemovalSentinel
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
@@ -59,16 +66,17 @@ def _fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-def _has_attribute_hooks(visitor: CSTVisitor) -> bool:
+def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
     """Whether `visitor` reacts to ``on_visit_attribute``/``on_leave_attribute`` at all: it overrides them, or it
-    defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` defines them all as
-    no-ops; node type names hold no underscore)."""
+    defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` and `CSTTransformer`
+    define them all as no-ops; node type names hold no underscore)."""
     kind = type(visitor)
     hooks = kind.__dict__.get("_cst_walk_attribute_hooks")  # kept on the class itself (visitor classes come and go)
     if hooks is None:
-        own = [cls for cls in kind.__mro__ if cls not in CSTVisitor.__mro__]
-        hooks = (kind.on_visit_attribute is not CSTVisitor.on_visit_attribute
-                 or kind.on_leave_attribute is not CSTVisitor.on_leave_attribute
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        own = [cls for cls in kind.__mro__ if cls not in base.__mro__]
+        hooks = (kind.on_visit_attribute is not base.on_visit_attribute
+                 or kind.on_leave_attribute is not base.on_leave_attribute
                  or any(name.startswith(("visit_", "leave_")) and name.count("_") >= 2
                         for cls in own for name in vars(cls)))
         kind._cst_walk_attribute_hooks = hooks  # type: ignore[attr-defined]
@@ -151,6 +159,62 @@ def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
     return parents
 
 
+class _Replay(CSTTransformer):
+    """Gives libcst's ``_visit_and_replace_children`` of one node the results `transform` already has for its
+    children, in the order libcst visits them (nothing is visited again)."""
+
+    def __init__(self, results: list) -> None:
+        super().__init__()
+        self.results = iter(results)
+
+    def on_visit(self, node: CSTNode) -> bool:
+        return False
+
+    def on_leave(self, original_node: CSTNode, updated_node: CSTNode):  # type: ignore[override]
+        return next(self.results)
+
+    def on_visit_attribute(self, node: CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: CSTNode, attribute: str) -> None:
+        pass
+
+
+def transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-untyped-def]
+    """``node.visit(transformer)``, rebuilding only the nodes below which the transformer changed something (see the
+    module docstring). A transformer that reacts to attribute callbacks goes through libcst's own visit."""
+    if _has_attribute_hooks(transformer):
+        return _ORIGINAL_VISIT(node, transformer)
+    return _transform(node, transformer)
+
+
+def _transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-untyped-def]
+    updated = node
+    if transformer.on_visit(node):
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        results: list = []
+        changed = False
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            if isinstance(value, CSTNode):
+                result = _transform(value, transformer)
+                results.append(result)
+                changed = changed or result is not value
+            elif isinstance(value, (tuple, list)):
+                for child in value:
+                    result = _transform(child, transformer)
+                    results.append(result)
+                    changed = changed or result is not child
+        if changed:
+            updated = node._visit_and_replace_children(_Replay(results))
+    result = transformer.on_leave(node, updated)
+    if not isinstance(result, (CSTNode, RemovalSentinel, FlattenSentinel)):
+        raise CSTValidationError("Expected a node of type CSTNode or a RemovalSentinel, "
+                                 f"but got a return value of {type(result).__name__}")
+    return result
+
+
 def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
     if isinstance(visitor, CSTVisitor):
         walk(self, visitor)
@@ -168,4 +232,4 @@ def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
 
 
-__all__ = ["install", "parent_map", "preorder", "uninstall", "walk"]
+__all__ = ["install", "parent_map", "preorder", "transform", "uninstall", "walk"]

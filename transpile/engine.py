@@ -10,7 +10,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from transpile import __version__
+from transpile import __version__, cst_walk
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
@@ -151,7 +151,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         plan = plans[fn.name]
         ctx = RuleContext(facts, fn, plan, target, helpers=set(), gluon_always=gluon_always)
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
-        node = fn.node.visit(_KernelRewriter(ctx))
+        node = cst_walk.transform(fn.node, _KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs)
@@ -397,7 +397,7 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
         body.append(statement)
     launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
     if launch_warps:
-        body = [s.visit(_LaunchWarps(launch_warps)) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
+        body = [cst_walk.transform(s, _LaunchWarps(launch_warps)) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
                 else s for s in body]
 
     imports_end = _imports_end(body)
