@@ -6,7 +6,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from libcst.metadata import MetadataWrapper, ParentNodeProvider
+from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ParentNodeProvider, ScopeProvider
 
 from transpile import cst_walk
 
@@ -149,3 +149,25 @@ def test_transform_is_libcsts_visit(path: Path) -> None:
 def test_transform_keeps_unchanged_trees() -> None:
     module = cst.parse_module("x = f(a, b)\n")
     assert cst_walk.transform(module, cst.CSTTransformer()) is module
+
+
+@pytest.mark.parametrize("path", SOURCES[::4], ids=lambda p: p.name)
+def test_metadata_is_libcsts(path: Path) -> None:
+    """Scopes and expression contexts resolved through the walk (which skips the batched walk's no-op visits) are
+    libcst's."""
+    text = path.read_text(encoding="utf-8")
+
+    def resolve(module: cst.Module) -> tuple[list, list]:
+        resolved = MetadataWrapper(module, unsafe_skip_copy=True).resolve_many([ScopeProvider,
+                                                                                ExpressionContextProvider])
+        scopes, contexts = resolved[ScopeProvider], resolved[ExpressionContextProvider]
+        nodes = [n for n in cst_walk.preorder(module) if isinstance(n, (cst.Name, cst.Attribute))]
+        return ([sorted(q.name for q in scopes[n].get_qualified_names_for(n)) if scopes.get(n) else None
+                 for n in nodes], [contexts.get(n) for n in nodes])
+
+    cst_walk.uninstall()
+    try:
+        expected = resolve(cst.parse_module(text))
+    finally:
+        cst_walk.install()
+    assert resolve(cst.parse_module(text)) == expected

@@ -22,7 +22,9 @@ running it on a stand-in whose every field records its name (`_fields`).
 
 from __future__ import annotations
 
-from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, RemovalSentinel
+from libcst import (CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module,
+                    RemovalSentinel)
+from libcst._batched_visitor import _BatchedCSTVisitor
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
@@ -85,10 +87,25 @@ def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
 
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor, without building a copy of the tree."""
+    if type(visitor) is _BatchedCSTVisitor and _batched_noop_below(node, visitor):
+        # The metadata providers the tool resolves (ScopeProvider, ExpressionContextProvider) only define
+        # `visit_Module`, which walks the tree with a visitor of their own: every other callback of the batched walk
+        # would find no method to call.
+        visitor.on_visit(node)
+        visitor.on_leave(node)
+        return
     if _has_attribute_hooks(visitor):
         _walk_with_hooks(node, visitor)
     else:
         _walk(node, visitor)
+
+
+def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
+    """Whether libcst's batched visitor has nothing to call below `node`: `node` is a module (no module lies below
+    one), the visitor has no before/after hooks and only `visit_Module`/`leave_Module` methods."""
+    if not isinstance(node, Module) or visitor.before_visit is not None or visitor.after_leave is not None:
+        return False
+    return all(name in ("visit_Module", "leave_Module") for name, methods in visitor.visitor_methods.items() if methods)
 
 
 def _walk(node: CSTNode, visitor: CSTVisitor) -> None:
