@@ -171,3 +171,23 @@ def test_metadata_is_libcsts(path: Path) -> None:
     finally:
         cst_walk.install()
     assert resolve(cst.parse_module(text)) == expected
+
+
+@pytest.mark.parametrize("path", SOURCES[::2], ids=lambda p: p.name)
+def test_positions_are_libcsts(path: Path) -> None:
+    """`transpile.source.Positions` gives libcst's PositionProvider's positions, and its plain code generation (with
+    the position bookkeeping skipped) libcst's code."""
+    from libcst.metadata import PositionProvider
+
+    from transpile.source import Positions
+
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    cst_walk.uninstall()
+    try:
+        expected = dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
+        code = module.code
+    finally:
+        cst_walk.install()
+    got = dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(Positions))
+    assert list(got.items()) == list(expected.items())
+    assert module.code == code

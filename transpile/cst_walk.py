@@ -25,6 +25,7 @@ from __future__ import annotations
 from libcst import (CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module,
                     RemovalSentinel)
 from libcst._batched_visitor import _BatchedCSTVisitor
+from libcst._nodes.internal import CodegenState
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
@@ -32,6 +33,7 @@ _SILENT_WHEN_NONE = {("FormattedStringExpression", "format_spec"), ("TemplatedSt
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _ORIGINAL_VISIT = CSTNode.visit
+_ORIGINAL_RECORD = CodegenState.record_syntactic_position
 
 
 class _Recorder(CSTVisitor):
@@ -239,14 +241,40 @@ def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
     return _ORIGINAL_VISIT(self, visitor)
 
 
+class _NoPosition:
+    """What ``CodegenState.record_syntactic_position`` gives when no position is recorded (plain code generation):
+    libcst's is a generator-based context manager that only yields, made anew for most nodes of every `code`."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_POSITION = _NoPosition()
+
+
+def _no_position(self: CodegenState, node: CSTNode, *, start_node: CSTNode | None = None,
+                 end_node: CSTNode | None = None) -> _NoPosition:
+    return _NO_POSITION
+
+
 def install() -> None:
-    """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree."""
+    """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
+    code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
+    position providers' states keep their own)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
+    if CodegenState.record_syntactic_position is not _no_position:
+        CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
+    CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
 
 
 __all__ = ["install", "parent_map", "preorder", "transform", "uninstall", "walk"]
