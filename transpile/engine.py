@@ -172,7 +172,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
                 helpers |= translated_helpers[name]
             else:
                 rewritten.pop(name, None)
-        tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text)
+        tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text, prepared.original_source.module)
         module = _module_text(tree)
         header = _header(path, sha256, source, target, command, outcomes)
         # A safety net for the tool's own bugs: a translated function that reads a name it never defines would not
@@ -377,9 +377,12 @@ def _module_text(out: cst.Module) -> str:
 
 
 def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
-               outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> cst.Module:
+               outcomes: dict[str, KernelOutcome], helpers: set[str], text: str,
+               original: cst.Module | None = None) -> cst.Module:
+    """The variant as a module; `original` is the parse of `text` where the caller has it (`Prepared`)."""
     module = source.module
-    originals = _original_functions(text) if len(rewritten) < len(facts.functions) else {}
+    originals = ({} if len(rewritten) == len(facts.functions) else _original_functions(text) if original is None
+                 else _functions(original))
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef) and statement.name.value in facts.functions:
@@ -437,8 +440,12 @@ def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLi
 def _original_functions(text: str) -> dict[str, cst.FunctionDef]:
     """The module-level functions of the source text as written (not the tree the rules saw, which an earlier pass
     may have normalised): a kept function is emitted from these, byte for byte. Parsed once for every target of the
-    same text (read-only)."""
-    return {s.name.value: s for s in cst.parse_module(text).body if isinstance(s, cst.FunctionDef)}
+    same text (read-only); `prepare` has that parse already (`Prepared.original_source`)."""
+    return _functions(cst.parse_module(text))
+
+
+def _functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
+    return {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
 
 
 def _kept_function(statement: cst.FunctionDef, outcome: KernelOutcome, target: Target) -> cst.FunctionDef:
