@@ -22,8 +22,7 @@ running it on a stand-in whose every field records its name (`_fields`).
 
 from __future__ import annotations
 
-from libcst import (CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module,
-                    RemovalSentinel)
+from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
 

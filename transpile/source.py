@@ -22,9 +22,9 @@ class _Syntactic:
     """``PositionProvidingCodegenState.record_syntactic_position`` as a plain context manager (libcst's is a
     generator, made for most nodes of the tree): the same start and end, the same order of recording."""
 
-    __slots__ = ("state", "node", "start_node", "end_node", "start")
+    __slots__ = ("end_node", "node", "start", "start_node", "state")
 
-    def __init__(self, state: "_PositionState", node: cst.CSTNode, start_node: cst.CSTNode | None,
+    def __init__(self, state: _PositionState, node: cst.CSTNode, start_node: cst.CSTNode | None,
                  end_node: cst.CSTNode | None) -> None:
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
 
