@@ -191,3 +191,95 @@ def test_positions_are_libcsts(path: Path) -> None:
     got = dict(MetadataWrapper(module, unsafe_skip_copy=True).resolve(Positions))
     assert list(got.items()) == list(expected.items())
     assert module.code == code
+
+
+def test_tokens_hold_no_name() -> None:
+    """`cst_walk.TOKENS` is every libcst node type whose fields (by their annotations) can hold no `Name`: the walk
+    skips exactly the subtrees where a visitor without methods for them has nothing to do."""
+    import dataclasses
+    import inspect
+    import typing
+
+    nodes = {c for c in (getattr(cst, n) for n in dir(cst)) if inspect.isclass(c) and issubclass(c, cst.CSTNode)
+             and dataclasses.is_dataclass(c) and not inspect.isabstract(c) and not c.__name__.startswith("Base")}
+
+    def concrete(kind: type) -> set[type]:
+        found, stack = set(), [kind]
+        while stack:
+            k = stack.pop()
+            found |= {k} & nodes
+            stack.extend(k.__subclasses__())
+        return found
+
+    def referenced(annotation: object) -> set[type]:
+        if typing.get_origin(annotation) is None:
+            return concrete(annotation) if inspect.isclass(annotation) and issubclass(annotation, cst.CSTNode) else set()
+        return set().union(*(referenced(a) for a in typing.get_args(annotation)))
+
+    fields = {k: [referenced(a) for a in typing.get_type_hints(k).values()] for k in nodes}
+    holds_name = {cst.Name}
+    while True:
+        more = {k for k in nodes - holds_name if any(refs & holds_name for refs in fields[k])}
+        if not more:
+            break
+        holds_name |= more
+    assert cst_walk.TOKENS == frozenset(nodes - holds_name)
+
+
+class _Typed(cst.CSTVisitor):
+    """Default dispatch, methods for a few node types, a token type (Comma) among them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.events.append(("Name", id(node)))
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.events.append(("Call", id(original_node)))
+
+    def visit_Comma(self, node: cst.Comma) -> None:
+        self.events.append(("Comma", id(node)))
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Arg_keyword(self, node: cst.Arg) -> None:
+        self.events.append(("Arg.keyword", id(node)))
+
+
+@pytest.mark.parametrize("path", SOURCES[::3], ids=lambda p: p.name)
+def test_skipping_tokens_changes_no_callback(path: Path) -> None:
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    expected, got = _Typed(), _Typed()
+    _libcst_visit(module, expected)
+    cst_walk.walk(module, got)
+    assert got.events == expected.events
+    assert cst.Comma not in cst_walk.skipped(got) and cst.SimpleWhitespace in cst_walk.skipped(got)
+    assert cst_walk.skipped(_Recorder()) == frozenset()  # its own on_visit: every node
+    assert [id(n) for n in cst_walk.semantic_preorder(module)] == [
+        id(n) for n in cst_walk.preorder(module) if type(n) not in cst_walk.TOKENS]
+
+
+class _TypedEdits(cst.CSTTransformer):
+    """Default dispatch: renames names, drops the space after commas (a token type it has a method for)."""
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=updated_node.value + "_") if len(updated_node.value) < 3 else updated_node
+
+    def leave_Comma(self, original_node: cst.Comma, updated_node: cst.Comma) -> cst.Comma:
+        return updated_node.with_changes(whitespace_after=cst.SimpleWhitespace(""))
+
+
+@pytest.mark.parametrize("path", SOURCES[::3], ids=lambda p: p.name)
+def test_transform_skipping_tokens_is_libcsts_visit(path: Path) -> None:
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    cst_walk.uninstall()
+    try:
+        want = module.visit(_TypedEdits())
+    finally:
+        cst_walk.install()
+    assert cst.Comma not in cst_walk.skipped(_TypedEdits()) and cst.Integer in cst_walk.skipped(_TypedEdits())
+    got = cst_walk.transform(module, _TypedEdits())
+    assert got.code == want.code and got.deep_equals(want)

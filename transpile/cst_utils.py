@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from transpile.cst_walk import preorder
+from transpile.cst_walk import semantic_preorder
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier that occurs in `node` (a fresh set the caller may change)."""
     cached = _NAMES_CACHE.get(node)
     if cached is None:
-        cached = frozenset(n.value for n in preorder(node) if type(n) is cst.Name)
+        cached = frozenset(n.value for n in semantic_preorder(node) if type(n) is cst.Name)
         if len(_NAMES_CACHE) > 100_000:
             _NAMES_CACHE.clear()
         _NAMES_CACHE[node] = cached
@@ -39,7 +39,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call in `node`, outermost first (a fresh list the caller may change; cached like `names_in`)."""
     cached = _CALLS_CACHE.get(node)
     if cached is None:
-        cached = tuple(n for n in preorder(node) if type(n) is cst.Call)
+        cached = tuple(n for n in semantic_preorder(node) if type(n) is cst.Call)
         if len(_CALLS_CACHE) > 100_000:
             _CALLS_CACHE.clear()
         _CALLS_CACHE[node] = cached

@@ -22,6 +22,7 @@ running it on a stand-in whose every field records its name (`_fields`).
 
 from __future__ import annotations
 
+import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
@@ -29,6 +30,23 @@ from libcst._nodes.internal import CodegenState
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
 _SILENT_WHEN_NONE = {("FormattedStringExpression", "format_spec"), ("TemplatedStringExpression", "format_spec")}
+
+# The node types that can hold no `Name` (and so no expression, statement or call): whitespace, comments,
+# punctuation, brackets, operators, number and string literals. Their children are only such nodes. A walk skips them
+# for a visitor without methods for any of them: every callback there would be a no-op. (tests/test_cst_walk.py
+# derives the set from libcst's field types.)
+TOKENS: frozenset[type] = frozenset(getattr(libcst, name) for name in (
+    "Add", "AddAssign", "And", "AssignEqual", "Asynchronous", "BitAnd", "BitAndAssign", "BitInvert", "BitOr",
+    "BitOrAssign", "BitXor", "BitXorAssign", "Break", "Colon", "Comma", "Comment", "Continue", "Divide", "DivideAssign",
+    "Dot", "Ellipsis", "EmptyLine", "Equal", "Float", "FloorDivide", "FloorDivideAssign", "FormattedStringText",
+    "GreaterThan", "GreaterThanEqual", "Imaginary", "ImportStar", "In", "Integer", "Is", "IsNot", "LeftCurlyBrace",
+    "LeftParen", "LeftShift", "LeftShiftAssign", "LeftSquareBracket", "LessThan", "LessThanEqual", "MatrixMultiply",
+    "MatrixMultiplyAssign", "Minus", "Modulo", "ModuloAssign", "Multiply", "MultiplyAssign", "Newline", "Not",
+    "NotEqual", "NotIn", "Or", "ParamSlash", "ParamStar", "ParenthesizedWhitespace", "Pass", "Plus", "Power",
+    "PowerAssign", "RightCurlyBrace", "RightParen", "RightShift", "RightShiftAssign", "RightSquareBracket",
+    "Semicolon", "SimpleString", "SimpleWhitespace", "Subtract", "SubtractAssign", "TemplatedStringText",
+    "TrailingWhitespace",
+) if hasattr(libcst, name))
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _ORIGINAL_VISIT = CSTNode.visit
@@ -86,6 +104,26 @@ def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
     return hooks
 
 
+def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
+    """The node types (`TOKENS`) whose subtrees a walk with `visitor` may skip: all those it has no method for, when
+    it dispatches with libcst's own ``on_visit``/``on_leave`` and attribute callbacks (else none). A visitor may give
+    its own set as ``cst_walk_skip``."""
+    own = getattr(visitor, "cst_walk_skip", None)
+    if own is not None:
+        return own
+    kind = type(visitor)
+    skip = kind.__dict__.get("_cst_walk_skipped")  # kept on the class itself, like the attribute hooks
+    if skip is None:
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        dispatches = all(getattr(kind, method) is getattr(base, method)
+                         for method in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
+        methods = {name.split("_")[1] for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
+                   if name.startswith(("visit_", "leave_"))}
+        skip = frozenset(t for t in TOKENS if t.__name__ not in methods) if dispatches else frozenset()
+        kind._cst_walk_skipped = skip  # type: ignore[attr-defined]
+    return skip
+
+
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor, without building a copy of the tree."""
     if type(visitor) is _BatchedCSTVisitor and _batched_noop_below(node, visitor):
@@ -96,9 +134,9 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
         visitor.on_leave(node)
         return
     if _has_attribute_hooks(visitor):
-        _walk_with_hooks(node, visitor)
+        _walk_with_hooks(node, visitor, skipped(visitor))
     else:
-        _walk(node, visitor)
+        _walk(node, visitor, skipped(visitor))
 
 
 def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
@@ -109,20 +147,22 @@ def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
     return all(name in ("visit_Module", "leave_Module") for name, methods in visitor.visitor_methods.items() if methods)
 
 
-def _walk(node: CSTNode, visitor: CSTVisitor) -> None:
+def _walk(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) -> None:
     if visitor.on_visit(node):
         fields = _FIELDS.get(type(node))
         for name in fields if fields is not None else _fields(type(node)):
             value = getattr(node, name)
             if isinstance(value, CSTNode):
-                _walk(value, visitor)
+                if type(value) not in skip:
+                    _walk(value, visitor, skip)
             elif isinstance(value, (tuple, list)):
                 for child in value:
-                    _walk(child, visitor)
+                    if type(child) not in skip:
+                        _walk(child, visitor, skip)
     visitor.on_leave(node)
 
 
-def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor) -> None:
+def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) -> None:
     if visitor.on_visit(node):
         kind = type(node)
         fields = _FIELDS.get(kind)
@@ -132,10 +172,12 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor) -> None:
                 continue
             visitor.on_visit_attribute(node, name)
             if isinstance(value, CSTNode):
-                _walk_with_hooks(value, visitor)
+                if type(value) not in skip:
+                    _walk_with_hooks(value, visitor, skip)
             elif isinstance(value, (tuple, list)):
                 for child in value:
-                    _walk_with_hooks(child, visitor)
+                    if type(child) not in skip:
+                        _walk_with_hooks(child, visitor, skip)
             visitor.on_leave_attribute(node, name)
     visitor.on_leave(node)
 
@@ -156,6 +198,29 @@ def preorder(root: CSTNode) -> list[CSTNode]:
                 children.append(value)
             elif isinstance(value, (tuple, list)):
                 children.extend(value)
+        stack.extend(reversed(children))
+    return found
+
+
+def semantic_preorder(root: CSTNode) -> list[CSTNode]:
+    """`preorder` without the nodes of `TOKENS` types (whitespace, punctuation, literals, ...) below `root`: every
+    name, expression, statement and call, in the same order."""
+    found: list[CSTNode] = []
+    stack = [root]
+    tokens = TOKENS
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        children: list[CSTNode] = []
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            if isinstance(value, CSTNode):
+                if type(value) not in tokens:
+                    children.append(value)
+            elif isinstance(value, (tuple, list)):
+                children.extend(child for child in value if type(child) not in tokens)
         stack.extend(reversed(children))
     return found
 
@@ -203,10 +268,10 @@ def transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-un
     module docstring). A transformer that reacts to attribute callbacks goes through libcst's own visit."""
     if _has_attribute_hooks(transformer):
         return _ORIGINAL_VISIT(node, transformer)
-    return _transform(node, transformer)
+    return _transform(node, transformer, skipped(transformer))
 
 
-def _transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-untyped-def]
+def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]):  # type: ignore[no-untyped-def]
     updated = node
     if transformer.on_visit(node):
         kind = type(node)
@@ -216,12 +281,12 @@ def _transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-u
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
             if isinstance(value, CSTNode):
-                result = _transform(value, transformer)
+                result = value if type(value) in skip else _transform(value, transformer, skip)
                 results.append(result)
                 changed = changed or result is not value
             elif isinstance(value, (tuple, list)):
                 for child in value:
-                    result = _transform(child, transformer)
+                    result = child if type(child) in skip else _transform(child, transformer, skip)
                     results.append(result)
                     changed = changed or result is not child
         if changed:
@@ -276,4 +341,5 @@ def uninstall() -> None:
     CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
 
 
-__all__ = ["install", "parent_map", "preorder", "transform", "uninstall", "walk"]
+__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "transform", "uninstall",
+           "walk"]

@@ -217,6 +217,12 @@ class _KernelRewriter(cst.CSTTransformer):
         super().__init__()
         self.ctx = ctx
         self.hooks: dict[type, list] = {}
+        # Whitespace, punctuation and literals no rule hooks and the plan does not convert are left as they are:
+        # `cst_walk.transform` does not walk them.
+        hooked = {name[len("leave_"):] for rule in ctx.target.rules for name in dir(type(rule))
+                  if name.startswith("leave_")}
+        planned = {type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions)}
+        self.cst_walk_skip = frozenset(t for t in cst_walk.TOKENS if t.__name__ not in hooked and t not in planned)
 
     # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
     def on_visit(self, node: cst.CSTNode) -> bool:
