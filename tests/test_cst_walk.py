@@ -162,8 +162,12 @@ def test_metadata_is_libcsts(path: Path) -> None:
                                                                                 ExpressionContextProvider])
         scopes, contexts = resolved[ScopeProvider], resolved[ExpressionContextProvider]
         nodes = [n for n in cst_walk.preorder(module) if isinstance(n, (cst.Name, cst.Attribute))]
+        index = {n: i for i, n in enumerate(cst_walk.preorder(module))}
         return ([sorted(q.name for q in scopes[n].get_qualified_names_for(n)) if scopes.get(n) else None
-                 for n in nodes], [contexts.get(n) for n in nodes])
+                 for n in nodes], [contexts.get(n) for n in nodes],
+                # every node but whitespace, punctuation and number literals: the same kind of scope, of the same node
+                [(type(scopes.get(n)).__name__, index.get(getattr(scopes.get(n), "node", None)))
+                 for n in cst_walk.semantic_preorder(module)])
 
     cst_walk.uninstall()
     try:

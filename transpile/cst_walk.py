@@ -26,6 +26,7 @@ import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
+from libcst.metadata.scope_provider import ScopeVisitor
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
@@ -329,16 +330,25 @@ def _no_position(self: CodegenState, node: CSTNode, *, start_node: CSTNode | Non
 def install() -> None:
     """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
     code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
-    position providers' states keep their own)."""
+    position providers' states keep their own).
+
+    libcst's scope analysis (`ScopeVisitor`, under `ScopeProvider`) skips the token subtrees too, but for string
+    literals (it reads annotations written as strings): its own ``on_leave`` records the scope of every node it
+    leaves, so the scope map then has no entries for whitespace, punctuation and number literals, which nothing asks
+    about (`SourceFile.qualified_name` asks for names and attributes); every other node gets the same scope, and
+    assignments are counted alike (no token is one)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
     if CodegenState.record_syntactic_position is not _no_position:
         CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
+    ScopeVisitor.cst_walk_skip = TOKENS - {libcst.SimpleString}  # type: ignore[attr-defined]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
     CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
+    if "cst_walk_skip" in ScopeVisitor.__dict__:
+        del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
 
 __all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "transform", "uninstall",
