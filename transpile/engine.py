@@ -414,14 +414,7 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)], module)
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
-        parsed = _parsed_snippet(target.snippet(name).strip() + "\n")
-        lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
-        if i == 0:
-            lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
-                f"# ---- Helpers emitted by triton-transpile for {target.name}. ----")))
-        first, *rest = parsed.body
-        snippets.append(first.with_changes(leading_lines=[*lines, *parsed.header, *first.leading_lines]))
-        snippets.extend(rest)
+        snippets.extend(_snippet_block(target.snippet(name), target.name if i == 0 else None))
     if snippets and imports_end < len(body):
         # PEP 8: two blank lines between the helpers and the code that follows them.
         following = body[imports_end]
@@ -474,6 +467,20 @@ def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseState
 @functools.lru_cache(maxsize=256)
 def _parsed_statement(line: str) -> cst.BaseStatement:
     return cst.parse_statement(line)
+
+
+@functools.lru_cache(maxsize=256)
+def _snippet_block(text: str, first_for: str | None) -> tuple[cst.BaseStatement, ...]:
+    """A snippet's statements as the variant holds them: two blank lines before it (and the helpers' heading before
+    the first, of target `first_for`). The same nodes for every variant that emits the snippet, so that their code,
+    names and parse are made once (`cst_utils.node_code`, `code_names`, `node_ast`)."""
+    parsed = _parsed_snippet(text.strip() + "\n")
+    lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
+    if first_for is not None:
+        lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
+            f"# ---- Helpers emitted by triton-transpile for {first_for}. ----")))
+    first, *rest = parsed.body
+    return (first.with_changes(leading_lines=[*lines, *parsed.header, *first.leading_lines]), *rest)
 
 
 @functools.lru_cache(maxsize=256)
