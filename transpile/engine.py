@@ -17,7 +17,7 @@ from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.cst_utils import code_names, module_code, node_ast
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
-from transpile.rules.base import RuleContext
+from transpile.rules.base import Rule, RuleContext
 from transpile.rules.hoist import is_hoisted
 from transpile.rules.layouts import convert, expand
 from transpile.source import SourceFile, parse_source, read_text, sha256_text
@@ -234,8 +234,10 @@ class _KernelRewriter(cst.CSTTransformer):
         methods = self.hooks.get(kind)
         if methods is None:  # the rules' `leave_<Node>` methods, looked up once per node type
             hook = f"leave_{kind.__name__}"
+            noop = getattr(Rule, hook, None)  # the base class's, which return `updated` as it is
             methods = self.hooks[kind] = [m for rule in self.ctx.target.rules
-                                          if (m := getattr(rule, hook, None)) is not None]
+                                          if (m := getattr(rule, hook, None)) is not None
+                                          and getattr(type(rule), hook) is not noop]
         for method in methods:
             if isinstance(updated, cst.CSTNode):
                 updated = method(self.ctx, original_node, updated)
