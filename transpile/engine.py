@@ -362,12 +362,26 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
     return newline.join(lines) + newline
 
 
-class _LaunchWarps(cst.CSTTransformer):
-    """Host code: launches ``kernel[grid](..., num_warps=n)`` of a kernel that needs a number of warps get it."""
+class _HostLaunches(cst.CSTTransformer):
+    """Host code, launches ``kernel[grid](...)`` of translated kernels: one that needs a number of warps gets it
+    (``num_warps=n``, where the launch gives one); one in its persistent form goes through
+    ``_persistent_grid(grid, lambda meta: <tile test>)`` (one program per SM for the configs of that form)."""
 
-    def __init__(self, warps: dict[str, int]) -> None:
+    def __init__(self, warps: dict[str, int], grids: dict[str, str]) -> None:
         super().__init__()
         self.warps = warps
+        self.grids = grids
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
+        if not (isinstance(updated_node.value, cst.Name) and updated_node.value.value in self.grids
+                and len(updated_node.slice) == 1):
+            return updated_node
+        element = updated_node.slice[0]
+        grid = element.slice.value  # type: ignore[union-attr]
+        wrapped = cst.parse_expression(
+            f"_persistent_grid({cst.Module([]).code_for_node(grid)}, "
+            f"lambda meta: {self.grids[updated_node.value.value]})")
+        return updated_node.with_changes(slice=[element.with_changes(slice=cst.Index(wrapped))])
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         func = updated_node.func
@@ -380,26 +394,6 @@ class _LaunchWarps(cst.CSTTransformer):
                 args[i] = arg.with_changes(value=cst.Integer(str(warps)))
                 return updated_node.with_changes(args=args)
         return updated_node  # no num_warps given: the autotune configs (rewritten) or the kernel's assert decide
-
-
-class _PersistentLaunches(cst.CSTTransformer):
-    """Host code: launches ``kernel[grid](...)`` of a kernel in its persistent form go through
-    ``_persistent_grid(grid, lambda meta: <tile test>)``: one program per SM for the configs of that form."""
-
-    def __init__(self, conditions: dict[str, str]) -> None:
-        super().__init__()
-        self.conditions = conditions
-
-    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
-        if not (isinstance(updated_node.value, cst.Name) and updated_node.value.value in self.conditions
-                and len(updated_node.slice) == 1):
-            return updated_node
-        element = updated_node.slice[0]
-        grid = element.slice.value  # type: ignore[union-attr]
-        wrapped = cst.parse_expression(
-            f"_persistent_grid({cst.Module([]).code_for_node(grid)}, "
-            f"lambda meta: {self.conditions[updated_node.value.value]})")
-        return updated_node.with_changes(slice=[element.with_changes(slice=cst.Index(wrapped))])
 
 
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
@@ -423,12 +417,10 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
         body.append(statement)
     launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
     persistent = {name: o.persistent_grid for name, o in outcomes.items() if o.translated and o.persistent_grid}
-    if persistent:
-        body = [s.visit(_PersistentLaunches(persistent)) if not (isinstance(s, cst.FunctionDef) and s.name.value in
-                                                                 rewritten) else s for s in body]
-    if launch_warps:
-        body = [s.visit(_LaunchWarps(launch_warps)) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
-                else s for s in body]
+    if launch_warps or persistent:
+        launches = _HostLaunches(launch_warps, persistent)
+        body = [s.visit(launches) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten) else s
+                for s in body]
 
     imports_end = _imports_end(body)
     new_imports = [_parsed_statement(line) for line in target.imports]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_walk import preorder
 from transpile.rules.hopper_schedule import PERSISTENT_LOADER_REGISTERS
 from transpile.rules.layouts import declaration_lines
 from transpile.rules.pipeline_text import code, indent
@@ -68,7 +69,7 @@ def eligible(fn, loop: cst.For, functions: dict | None = None) -> str | None:  #
                 axis = [a for a in call.args if a.keyword is None or a.keyword.value == "axis"]
                 if not (i < index and len(axis) == 1 and isinstance(axis[0].value, cst.Integer)):
                     return "a program id is read after the main loop or with an axis not written as a number"
-    if any(isinstance(n, cst.Return) for n in _walk(fn.node)):
+    if any(isinstance(n, cst.Return) for n in preorder(fn.node)):
         return "the kernel returns early"
     seen: set[str] = set()
     pending = [fn.node]
@@ -83,12 +84,6 @@ def eligible(fn, loop: cst.For, functions: dict | None = None) -> str | None:  #
                 seen.add(name)
                 pending.append(functions[name].node)
     return None
-
-
-def _walk(node: cst.CSTNode):  # noqa: ANN202
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 # ---- The launch grid, restated in the kernel's terms ----
@@ -122,7 +117,7 @@ def _assignments(function: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
     """Names bound exactly once in `function` by `name = value` (else left out)."""
     found: dict[str, cst.BaseExpression] = {}
     seen: set[str] = set()
-    for node in _walk(function):
+    for node in preorder(function):
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             name = node.targets[0].target.value
             if name in seen:
@@ -358,10 +353,13 @@ def _makes_descriptor(statement: cst.BaseStatement) -> bool:
             and code(statement.body[0].value.func).endswith("make_tensor_descriptor"))
 
 
-#: Calls the loader warp's slice may make: scalar arithmetic, and Triton's own tile swizzle (`tl.swizzle2d`, emitted
-#: as `_swizzle2d`) on scalar program ids.
-_LOADER_CALLS = {"gl.cdiv", "gl.program_id", "min", "max", "gl.minimum", "gl.maximum", "gl.multiple_of",
-                 "gl.max_contiguous", "_swizzle2d"}
+#: Calls a loader warp's producer slice may make: scalar arithmetic on the program ids (the non-persistent loader,
+#: `hopper_pipeline._warp_specialised`, reads them as they are).
+SCALAR_CALLS = frozenset({"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "gl.minimum", "gl.maximum",
+                          "gl.multiple_of", "gl.max_contiguous"})
+#: The persistent loader's slice: the same, less `tl.num_programs` (the walk restates only program ids), and Triton's
+#: own tile swizzle (`tl.swizzle2d`, emitted `_swizzle2d`) on scalar program ids.
+_LOADER_CALLS = SCALAR_CALLS - {"gl.num_programs"} | {"_swizzle2d"}
 
 
 def _backward_slice(statements: list[cst.BaseStatement], used: set[str]) -> list[cst.BaseStatement] | None:

@@ -272,10 +272,6 @@ def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     return value if isinstance(value, cst.Call) else None
 
 
-_SCALAR_CALLS = {"gl.cdiv", "gl.program_id", "gl.num_programs", "min", "max", "gl.minimum", "gl.maximum",
-                 "gl.multiple_of", "gl.max_contiguous"}
-
-
 def _ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
                  name) -> WarpSpecialised | None:  # noqa: ANN001
     """The warp-specialised form of the ring, or None where the loop does more than copy and multiply (consumer
@@ -285,7 +281,7 @@ def _ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement]
         return None
     for statement in (body[i] for i in plan.producer):
         for call in calls_in(statement):
-            if code(call.func) not in _SCALAR_CALLS:
+            if code(call.func) not in persistent.SCALAR_CALLS:
                 return None
     a, b = plan.loads
     # The accumulator's rows are A's rows and its columns B's columns, whichever way the tiles are loaded.
