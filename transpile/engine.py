@@ -14,6 +14,7 @@ from transpile import __version__
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.analysis.tma_tiles import Dispatch, convert as convert_tma_tiles
 from transpile.cst_utils import code_names, module_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
@@ -45,6 +46,9 @@ class KernelOutcome:
     # sm90 persistent form: the `meta` test under which its launches take one program per SM (`_persistent_grid`)
     persistent_grid: str | None = None
     schedules: list[object] = field(default_factory=list)  # what its pipelined loops were emitted from (RuleContext)
+    # sm90: the kernel was rewritten with its pointer tiles as TMA descriptors (`transpile.analysis.tma_tiles`): the
+    # variant also keeps the source kernel, and a launcher picks one per launch
+    dispatch: Dispatch | None = None
 
     @property
     def status(self) -> str:
@@ -103,6 +107,8 @@ class Prepared:
     facts: ModuleFacts
     plans: dict[str, LayoutPlan]
     original: SourceFile | None = None  # the parsed original text, where canonicalisation changed it
+    # sm90: the pointer GEMMs rewritten with TMA descriptors (`with_tma_tiles`), per set of kernels left out
+    tma: dict = field(default_factory=dict, repr=False)
 
     @property
     def original_source(self) -> SourceFile:
@@ -131,8 +137,46 @@ def prepare(text: str, path: str) -> Prepared:
     return Prepared(text, source, facts, analyse_layouts(facts), original)
 
 
+def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
+                   ) -> tuple[Prepared, dict[str, Dispatch]]:
+    """`prepared` with its pointer GEMM kernels (but those in `skip`) rewritten to read their tiles through TMA
+    descriptors (`transpile.analysis.tma_tiles`), and what each rewritten kernel's launcher checks; `prepared` itself
+    where none is. Positions in the rewritten tree are the source's lines."""
+    if skip not in prepared.tma:
+        conversion = convert_tma_tiles(prepared.source, prepared.facts, skip=skip)
+        if conversion is None:
+            prepared.tma[skip] = (prepared, {})
+        else:
+            source = parse_source(conversion.text, prepared.source.path, conversion.line_map)
+            facts = discover(source)
+            prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts),
+                                           prepared.original_source), conversion.dispatch)
+    return prepared.tma[skip]
+
+
 def translate_source(text: str, path: str, target: Target, command: str | None = None,
                      prepared: Prepared | None = None, gluon_always: bool = False) -> TranslationResult:
+    """Translate the Triton kernels of `text` (the file at `path`) into the Gluon variant for `target`.
+
+    On sm90, a pointer GEMM kernel whose tiles TMA descriptors can read is translated from its descriptor form
+    (`with_tma_tiles`), where the TMA ring then pipelines it; where it does not, the kernel is translated as written.
+    See `_translate` for the rest."""
+    if prepared is None or prepared.text != text:
+        prepared = prepare(text, path)
+    if target.backend != "cuda":
+        return _translate(text, path, target, command, prepared, gluon_always, {})
+    skip: frozenset[str] = frozenset()
+    while True:
+        converted, dispatch = with_tma_tiles(prepared, skip)
+        result = _translate(text, path, target, command, converted, gluon_always, dispatch)
+        failed = {o.name for o in result.functions if o.name in dispatch and not (o.translated and o.pipelined)}
+        if not failed:
+            return result
+        skip = skip | failed
+
+
+def _translate(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
+               gluon_always: bool, dispatch: dict[str, Dispatch]) -> TranslationResult:
     """Translate the Triton kernels of `text` (the file at `path`) into the Gluon variant for `target`.
 
     Raises TranspileError for bad input (syntax error, no kernels). A kernel is kept as Triton (its source function,
@@ -145,8 +189,6 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     The text is the translation as the rules emit it, not yet formatted: `format_results` lays it out as the command
     line writes it (one ruff process for any number of results).
     """
-    if prepared is None or prepared.text != text:
-        prepared = prepare(text, path)
     source, facts, plans = prepared.source, prepared.facts, prepared.plans
     sha256 = sha256_text(text)  # of the source as given, not of its canonical text
 
@@ -162,7 +204,8 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs, schedules=ctx.schedules,
-                                persistent_grid=getattr(ctx.persistent, "host_condition", None))
+                                persistent_grid=getattr(ctx.persistent, "host_condition", None),
+                                dispatch=dispatch.get(fn.name))
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False
@@ -178,6 +221,8 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         for name, outcome in outcomes.items():
             if outcome.translated:
                 helpers |= translated_helpers[name]
+                if outcome.dispatch is not None:
+                    helpers |= {"tma_or_triton", "persistent_grid"}
             else:
                 rewritten.pop(name, None)
         module = _emit_module(source, facts, target, rewritten, outcomes, helpers, text)
@@ -356,6 +401,10 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
         names = ", ".join(f"`{o.name}`" for o in kept)
         lines.append(f"# kept as Triton: {names} (the comments above them say why)")
     for o in outcomes.values():
+        if o.translated and o.dispatch is not None:
+            lines.append(f"# `{o.name}` reads its pointer tiles through TMA descriptors; launches they cannot address "
+                         f"run the source kernel (`_{o.name}_triton`)")
+    for o in outcomes.values():
         if o.translated and o.added_configs:
             lines.append(f"# autotune configs added to `{o.name}` for {target.name}: {'; '.join(o.added_configs)}")
     newline = source.module.default_newline  # the source's own line ends (LF or CRLF)
@@ -399,7 +448,8 @@ class _HostLaunches(cst.CSTTransformer):
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
                  outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> str:
     module = source.module
-    originals = _original_functions(text) if len(rewritten) < len(facts.functions) else {}
+    dispatched = {name for name in rewritten if outcomes[name].dispatch is not None}
+    originals = _original_functions(text) if len(rewritten) < len(facts.functions) or dispatched else {}
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef) and statement.name.value in facts.functions:
@@ -409,6 +459,8 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
                     function = cst.parse_statement(function_text)
                     body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
                 body.append(rewritten[name])
+                if name in dispatched:
+                    body.extend(_dispatched(originals[name], outcomes[name]))
             else:
                 body.append(_kept_function(originals.get(name, statement), outcomes[name], target))
             continue
@@ -416,7 +468,8 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
             statement = _gluon_jit_call(statement)  # `f = triton.jit(f)` of a translated function
         body.append(statement)
     launch_warps = {name: o.num_warps for name, o in outcomes.items() if o.translated and o.num_warps}
-    persistent = {name: o.persistent_grid for name, o in outcomes.items() if o.translated and o.persistent_grid}
+    persistent = {name: o.persistent_grid for name, o in outcomes.items()
+                  if o.translated and o.persistent_grid and name not in dispatched}  # (the launcher's grid)
     if launch_warps or persistent:
         launches = _HostLaunches(launch_warps, persistent)
         body = [s.visit(launches) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten) else s
@@ -449,6 +502,33 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
     if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
         code = re.sub(r"(?<!\r)\n", module.default_newline, code)
     return code
+
+
+def _dispatched(statement: cst.FunctionDef, outcome: KernelOutcome) -> list[cst.BaseStatement]:
+    """After a kernel translated from its TMA-descriptor form: the source kernel, unchanged but for its name, and the
+    launcher (`_TMAOrTriton`) that the kernel's name then stands for."""
+    dispatch = outcome.dispatch
+    assert dispatch is not None
+    name, copy = outcome.name, f"_{outcome.name}_triton"
+    comments = textwrap.wrap(
+        f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above cannot take: its TMA "
+        "descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides. "
+        f"`{name}` is bound below to a launcher that checks each launch's tensors and strides and runs one or the "
+        "other (same arguments, same grid).", width=116, initial_indent="# ", subsequent_indent="# ")
+    blank = cst.EmptyLine(indent=False)
+    fallback = statement.with_changes(name=cst.Name(copy), leading_lines=[
+        blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]])
+
+    def value(x: str | None) -> str:
+        return "None" if x is None else x if x.isdigit() else f'"{x}"'
+
+    tiles = ", ".join(f"({value(t.param)}, {value(t.row_stride)}, {value(t.unit_stride)}, "
+                      f"({''.join(value(o) + ', ' for o in t.offsets)}), {t.load})" for t in dispatch.tiles)
+    params = "".join(f'"{p}", ' for p in dispatch.params)
+    persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
+    launcher = cst.parse_statement(
+        f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles},), persistent={persistent})\n")
+    return [fallback, launcher.with_changes(leading_lines=[blank, blank])]
 
 
 def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider, ScopeProvider
 
 from transpile import cst_walk
 from transpile.diagnostics import Diagnostic, TranspileError
@@ -103,7 +103,9 @@ def read_text(path: Path) -> str:
         ) from None
 
 
-def parse_source(text: str, path: str) -> SourceFile:
+def parse_source(text: str, path: str, line_map: list[int] | None = None) -> SourceFile:
+    """`text` parsed; `line_map` (a rewrite of the file: its line -> the source's line) makes every position a line
+    of the source, so that diagnostics about rewritten code still point at what the user wrote."""
     # CPython's own parser gives the most precise location and message for a syntax error; libcst then builds the
     # concrete tree that the rewrites keep byte-identical where they do not touch it.
     try:
@@ -125,5 +127,12 @@ def parse_source(text: str, path: str) -> SourceFile:
         raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     resolved = wrapper.resolve_many([PositionProvider, ScopeProvider])
-    return SourceFile(path=path, text=text, wrapper=wrapper, positions=resolved[PositionProvider],
-                      scopes=resolved[ScopeProvider])
+    positions = resolved[PositionProvider]
+    if line_map is not None:
+        last = len(line_map) - 1
+
+        def moved(p: CodePosition) -> CodePosition:
+            return CodePosition(line_map[min(p.line, last)] or 1, p.column)
+
+        positions = {node: CodeRange(moved(r.start), moved(r.end)) for node, r in positions.items()}
+    return SourceFile(path=path, text=text, wrapper=wrapper, positions=positions, scopes=resolved[ScopeProvider])

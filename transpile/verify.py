@@ -207,7 +207,13 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
             kept = not outcome.translated
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
-            ok, message, asm, shared = compile_kernel(getattr(module, outcome.name), result.target, signature,
+            kernel = getattr(module, outcome.name)
+            if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
+                ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature, constexprs,
+                                                          num_warps, triton_kernel=True)
+                outcomes.append(CompiledKernel(f"_{outcome.name}_triton", label, ok, message, asm, shared, True))
+                kernel = kernel.gluon_kernel
+            ok, message, asm, shared = compile_kernel(kernel, result.target, signature,
                                                       constexprs, num_warps, triton_kernel=kept)
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes

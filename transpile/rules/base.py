@@ -55,6 +55,8 @@ class RuleContext:
     # sm90: the persistent form of a warp-specialised ring (`hopper_persistent.PersistentForm`), when the kernel and
     # its launches allow it; its launches then go through `_persistent_grid` (engine).
     persistent: object | None = None
+    # the statements `LayoutDeclarations` put at the top of the body: (index of the first, how many)
+    declared: tuple[int, int] = (0, 0)
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

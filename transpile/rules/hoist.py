@@ -70,8 +70,14 @@ def _plan(ctx: RuleContext) -> dict[cst.Name, tuple[str, str]]:
     fn = ctx.function.node
     counts, where = _assignments(fn)
     taken = names_in(fn)
+    # A tile a TMA store writes goes through shared memory from any register layout: the store rule drops its
+    # conversion (`DescriptorsAsTMA.store`), which a hoisted copy would hide from it.
+    tma_stores = any(rule.name == "descriptors-as-tma" for rule in ctx.target.rules)
+    stored = {call.args[1].value for call, (op, _) in ctx.plan.descriptor_ops.items()
+              if op == "store" and len(call.args) > 1} if tma_stores else set()
     for node, term in ctx.plan.converts.items():
-        if not isinstance(node, cst.Name) or counts.get(node.value) != 1 or node.value not in where:
+        if not isinstance(node, cst.Name) or counts.get(node.value) != 1 or node.value not in where \
+                or node in stored:
             continue
         layout = ctx.plan.layout_expr(term)
         key = (node.value, layout)

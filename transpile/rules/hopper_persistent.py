@@ -225,11 +225,11 @@ def build(ctx, form: PersistentForm, original: cst.FunctionDef, updated: cst.Fun
     expected (the non-persistent form then stays)."""
     body = list(updated.body.body)
     at = next((i for i, s in enumerate(body) if s is form.loop_statement), None)
-    extra = len(body) - len(original.body.body)
-    if at is None or extra < 0:
+    first, count = ctx.declared  # the layout declarations the translation put first
+    if at is None or at < first + count:
         return None
-    prefix = body[:extra]  # statements the translation put first
-    before, after = body[extra:at], body[at + 1:]
+    prefix = body[:first + count]  # a docstring, then the declarations
+    before, after = body[first + count:at], body[at + 1:]
     fname = ctx.function.name
     consumer_fn, loader_fn = f"_{fname}_tile_consumer", f"_{fname}_tile_loader"
 

@@ -73,6 +73,7 @@ class LayoutDeclarations(Rule):
         body = list(updated.body.body)
         at = 1 if body and _is_docstring(body[0]) else 0
         body[at:at] = new
+        ctx.declared = (at, len(new))
         # Keep a blank line between the declarations and the code they precede.
         if at + len(new) < len(body):
             following = body[at + len(new)]

@@ -200,6 +200,7 @@ def _tma_store_deferred(desc, coords, value):
     _tma_async_store(desc, coords, smem)
 '''
 
+from transpile.analysis.tma_tiles import LAUNCHER  # noqa: E402
 from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 SM90 = Target(
@@ -232,5 +233,6 @@ SM90 = Target(
         "tma_store_deferred": TMA_STORE_DEFERRED,
         "fit_stages": FIT_STAGES,
         "persistent_grid": PERSISTENT_GRID,
+        "tma_or_triton": LAUNCHER,
     },
 )

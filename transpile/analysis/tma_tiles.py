@@ -1,0 +1,855 @@
+"""sm90: pointer tiles read as TMA descriptors: a pointer GEMM rewritten, in Triton, into a descriptor GEMM.
+
+Most public GEMMs address their operands with pointer tiles (``a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+* stride_ak``, advanced after the loads or recomputed from the loop variable) and mask the ragged edges. On an H100
+the sm90 rules pipeline such a loop only with a cp.async ring that runs slower than Triton's own pipeliner, so the
+kernel was kept as Triton. A tile that is a rectangle of a 2-D row-major tensor is what a TMA descriptor reads:
+``tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])`` and
+``a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])``, the masks replaced by the descriptor's bounds (out-of-range elements
+read as zero, as ``other=0`` gives them; stores are clipped as the mask clips them). The kernel so rewritten is a
+descriptor GEMM, which the TMA ring (and its warp-specialised and persistent forms) pipelines.
+
+What the analysis proves, per operand load ``x = tl.load(P, mask=m, other=0)`` of the kernel's one dot loop:
+- ``P`` is ``base + rows[:, None] * s0 + cols[None, :] * s1`` (terms in any order, through names defined before or
+  in the loop), ``base`` a pointer parameter, ``s1`` absent or a parameter (1 at launch: checked on the host), ``s0`` a
+  parameter or an integer;
+- each index vector is ``start + tl.arange(0, BLOCK)`` (hints such as ``tl.multiple_of`` are dropped), optionally
+  ``% bound`` (rows that wrap around instead of being masked: those rows only feed accumulator rows the store
+  masks off, so zeros there change nothing stored; not taken when the epilogue reduces);
+- the pointer tile is advanced by ``step * s_d`` per iteration (or recomputed from the loop variable): the tile's
+  coordinate in dimension ``d`` is then an expression of the loop variable;
+- every term of the mask bounds one dimension (``rows[:, None] < E``) by a value that does not depend on the loop
+  variable once the coordinate is added back (``offs_k[None, :] < K - k * BLOCK_K`` is ``k * BLOCK_K + offs_k < K``):
+  that value is the descriptor's shape in that dimension. A dimension neither masked nor wrapped is refused (a
+  descriptor needs the tensor's extent).
+The epilogue's ``tl.store`` of a tile of the same form, masked by bounds on both dimensions, becomes a descriptor
+store. Everything else stays as written.
+
+A descriptor wants a unit inner stride, 16-byte aligned base and row strides, and (for the pipelined ring) 16-bit
+elements; whether a launch meets that is known only on the host. So the kernel is rewritten only where the variant
+can also keep the source kernel for the other launches: the engine emits the source kernel unchanged (renamed
+``_<kernel>_triton``) and binds the kernel's name to a launcher (`_TMAOrTriton`) that checks each launch's tensors
+and strides and runs one or the other. Kernels that call jit helpers are not rewritten (the Triton copy would need
+Triton copies of the helpers).
+
+`convert(source, facts)` returns the rewritten text (the kernels' statements replaced; a line map back to the
+source's lines) and, per rewritten kernel, what the launcher checks; or None where no kernel is rewritten.
+`refusals` of the result say why a kernel with a dot loop was not.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.analysis.canonical import _language_alias
+from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_walk import preorder
+from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.source import SourceFile
+
+HINTS = ("multiple_of", "max_contiguous", "max_constancy")
+# Calls whose result the epilogue may compute across rows or columns: with wrapped rows these would read them.
+CROSS_TILE = ("sum", "max", "min", "reduce", "argmax", "argmin", "cumsum", "cumprod", "associative_scan", "xor_sum",
+              "histogram", "sort", "flip")
+# Calls a dead address/mask statement may make (removed with it).
+PURE = ("arange", "multiple_of", "max_contiguous", "max_constancy", "cdiv", "minimum", "maximum", "program_id",
+        "num_programs", "where", "full", "zeros")
+ZEROS = ("0", "0.0", "0.", "None")
+
+
+# ---- Linear forms: sums of monomials (products of atoms) with integer coefficients ------------------------------
+
+Linear = dict  # tuple[str, ...] (sorted atoms) -> int
+
+
+def _lin_add(a: Linear, b: Linear, sign: int = 1) -> Linear:
+    out = dict(a)
+    for mono, coeff in b.items():
+        out[mono] = out.get(mono, 0) + sign * coeff
+        if out[mono] == 0:
+            del out[mono]
+    return out
+
+
+def _lin_mul(a: Linear, b: Linear) -> Linear:
+    out: Linear = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            mono = tuple(sorted(ma + mb))
+            out[mono] = out.get(mono, 0) + ca * cb
+            if out[mono] == 0:
+                del out[mono]
+    return out
+
+
+def _lin_code(lin: Linear, constexprs: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """Source text of a linear form (constant last, block sizes last in a product; `0` when empty)."""
+    if not lin:
+        return "0"
+    parts: list[str] = []
+    for mono, coeff in sorted(lin.items(), key=lambda kv: (len(kv[0]) == 0, kv[0])):
+        body = " * ".join(sorted(mono, key=lambda a: (a in constexprs or a.isupper(), a)))
+        if not mono:
+            text = str(abs(coeff))
+        elif abs(coeff) == 1:
+            text = body
+        else:
+            text = f"{abs(coeff)} * {body}"
+        if not parts:
+            parts.append(text if coeff > 0 else f"-{text}")
+        else:
+            parts.append(f"+ {text}" if coeff > 0 else f"- {text}")
+    return " ".join(parts)
+
+
+def _atoms(lin: Linear) -> set[str]:
+    return {a for mono in lin for a in mono}
+
+
+# ---- Results ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tile:
+    """One pointer tile read (or written) through a descriptor; what the host launcher checks for it."""
+
+    param: str  # the pointer parameter
+    row_stride: str  # parameter name or integer text: `* elements` must be a multiple of 16 bytes
+    unit_stride: str | None  # parameter that must be 1 at launch (None: the source writes no stride there)
+    offsets: tuple[str, ...] = ()  # parameters scaling scalar offsets of the base (multiples of 16 bytes)
+    load: bool = True  # an operand load (16-bit elements for the ring) or the epilogue's store
+
+
+@dataclass
+class Dispatch:
+    kernel: str
+    params: tuple[str, ...]
+    tiles: tuple[Tile, ...]
+
+
+@dataclass
+class Conversion:
+    text: str
+    line_map: list[int]  # 1-based line of the rewritten text -> 1-based line of the source (index 0 unused)
+    dispatch: dict[str, Dispatch] = field(default_factory=dict)
+
+
+class Refusal(Exception):
+    pass
+
+
+# ---- The analysis -------------------------------------------------------------------------------------------------
+
+def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | None = None,
+            skip: frozenset[str] = frozenset()) -> Conversion | None:
+    """The rewritten text, or None where no kernel (but those in `skip`) is rewritten; `refusals` gets why a kernel
+    was not, where the analysis got as far as its dot loop."""
+    replacements: dict[cst.FunctionDef, cst.FunctionDef] = {}
+    dispatch: dict[str, Dispatch] = {}
+    for fn in facts.functions.values():
+        if fn.name in skip or fn.is_helper or fn.jit_decorator is None \
+                or any(fn.name in other.called_by for other in facts.functions.values()):
+            continue  # helpers, and kernels calling helpers (the Triton copy would need Triton helpers)
+        try:
+            rewritten = _Kernel(source, facts, fn).rewrite()
+        except Refusal as exc:
+            if refusals is not None:
+                refusals[fn.name] = str(exc)
+            continue
+        if rewritten is not None:
+            replacements[fn.node], dispatch[fn.name] = rewritten
+    if not replacements:
+        return None
+    module = source.module
+    body = [replacements.get(s, s) for s in module.body]  # type: ignore[arg-type]
+    text = module.with_changes(body=body).code
+    return Conversion(text, _line_map(source.text, text), dispatch)
+
+
+def _line_map(old: str, new: str) -> list[int]:
+    """Line of `new` -> line of `old`: equal lines map to themselves, a replaced or inserted block to the first line
+    of what it replaced (or the line it was inserted before)."""
+    a, b = old.splitlines(), new.splitlines()
+    out = [0] * (len(b) + 2)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            out[j + 1] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(a), 1))
+    out[len(b) + 1] = max(len(a), 1)
+    return out
+
+
+class _Kernel:
+    def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> None:
+        self.source = source
+        self.fn = fn
+        self.params = [p.name for p in fn.params]
+        self.constexprs = set(fn.constexpr_names)
+        self.body = list(fn.node.body.body)  # type: ignore[union-attr]
+
+    def lang(self, call: cst.CSTNode) -> str | None:
+        if not isinstance(call, cst.Call):
+            return None
+        return language_name(self.source.qualified_name(call.func))
+
+    # -- finding the loop ---------------------------------------------------------------------------------------
+
+    def rewrite(self) -> tuple[cst.FunctionDef, Dispatch] | None:
+        loops = [i for i, s in enumerate(self.body) if isinstance(s, cst.For) and self._has_dot(s)]
+        nested = [s for s in self.body if not isinstance(s, cst.For) and self._has_dot(s)]
+        if len(loops) != 1 or nested:
+            return None
+        at = loops[0]
+        loop = self.body[at]
+        assert isinstance(loop, cst.For)
+        if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call) or loop.orelse:
+            return None
+        if not ((isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range")
+                or self.lang(loop.iter) == "range"):
+            return None
+        args = [a.value for a in loop.iter.args if a.keyword is None]
+        if not 1 <= len(args) <= 3:
+            return None
+        self.var = loop.target.value
+        one, zero = cst.Integer("1"), cst.Integer("0")
+        self.lo, self.step = (zero, one) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else one)
+        self.tl = _language_alias(self.source, self.fn.node) or "tl"
+        inner = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+        if any(not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 for s in inner):
+            return None  # branches or several statements on a line in the loop: leave it
+        self.before_env = self._env(self.body[:at])
+        self.inner = inner
+        self.loop = loop
+        self.at = at
+        return self._convert()
+
+    def _has_dot(self, node: cst.CSTNode) -> bool:
+        return any(self.lang(c) in ("dot", "core.dot") for c in calls_in(node))
+
+    def _env(self, statements: list[cst.BaseStatement], env: dict | None = None) -> dict:
+        """name -> (defining expression, the names as they were bound there) for the last plain assignment, or None
+        where it is not one expression."""
+        env = dict(env or {})
+        for s in statements:
+            if isinstance(s, cst.SimpleStatementLine):
+                for small in s.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                            and isinstance(small.targets[0].target, cst.Name):
+                        env[small.targets[0].target.value] = (small.value, dict(env))
+                    elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
+                            and isinstance(small.operator, cst.AddAssign) and env.get(small.target.value) is not None:
+                        env[small.target.value] = (cst.BinaryOperation(small.target, cst.Add(), small.value), dict(env))
+                    else:
+                        for name in assigned_names(s):
+                            env[name] = None
+            else:
+                for name in _bound_in(s):
+                    env[name] = None
+        return env
+
+    # -- expressions ----------------------------------------------------------------------------------------------
+
+    def strip(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        while True:
+            if isinstance(node, cst.Call) and (self.lang(node) or "").rsplit(".", 1)[-1] in HINTS and node.args:
+                node = node.args[0].value
+                continue
+            if node.lpar and isinstance(node, (cst.BinaryOperation, cst.Name, cst.Call, cst.Subscript)):
+                node = node.with_changes(lpar=[], rpar=[])
+                continue
+            return node
+
+    def lin(self, node: cst.BaseExpression, env: dict, depth: int = 0) -> Linear:
+        """The linear form of a scalar or index-vector expression: `tl.arange(0, B)` is the atom `@arange:B`;
+        names defined in `env` as vectors or loop-dependent values are expanded."""
+        node = self.strip(node)
+        if depth > 20:
+            raise Refusal("too deep")
+        if isinstance(node, cst.Integer):
+            return {(): int(node.value, 0)} if int(node.value, 0) else {}
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            return _lin_mul({(): -1}, self.lin(node.expression, env, depth + 1))
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, (cst.Add, cst.Subtract)):
+                return _lin_add(self.lin(node.left, env, depth + 1), self.lin(node.right, env, depth + 1),
+                                1 if isinstance(node.operator, cst.Add) else -1)
+            if isinstance(node.operator, cst.Multiply):
+                return _lin_mul(self.lin(node.left, env, depth + 1), self.lin(node.right, env, depth + 1))
+        if isinstance(node, cst.Call) and (self.lang(node) or "").rsplit(".", 1)[-1] == "arange":
+            args = [a.value for a in node.args if a.keyword is None]
+            if len(args) != 2 or self.source.code(args[0]).strip() != "0":
+                raise Refusal("tl.arange not from 0")
+            return {(f"@arange:{self.source.code(args[1]).strip()}",): 1}
+        if isinstance(node, cst.Name):
+            name = node.value
+            if name in env:
+                binding = env[name]
+                if binding is None:
+                    raise Refusal(f"`{name}` is not one expression")
+                expanded = self.lin(binding[0], binding[1], depth + 1)
+                # Keep scalar names defined before the loop as they are (the loop's coordinates read them).
+                if binding is self.before_env.get(name) and not any(a.startswith("@") for a in _atoms(expanded)) \
+                        and name not in self._assigned_after():
+                    return {(name,): 1}
+                return expanded
+            return {(name,): 1}
+        code = self.source.code(node).strip()
+        if "arange" in code:
+            raise Refusal("vector expression")
+        return {(code,): 1}
+
+    def _assigned_after(self) -> set[str]:
+        names: set[str] = set()
+        for s in self.body[self.at:]:
+            names |= _bound_in(s)
+        return names
+
+    def vector(self, node: cst.BaseExpression, env: dict) -> tuple[Linear, str, str | None]:
+        """`start + tl.arange(0, B)` (optionally `% bound`): (start, B, bound)."""
+        node, env = self.deref(node, env)
+        wrap = None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            wrap = self.source.code(node.right).strip()
+            if names_in(node.right) & (self._assigned_after() | {self.var}):
+                raise Refusal("wrap bound changes")
+            node = node.left
+        lin = self.lin(node, env)
+        aranges = [m for m in lin if any(a.startswith("@arange:") for a in m)]
+        if len(aranges) != 1 or len(aranges[0]) != 1 or lin[aranges[0]] != 1:
+            raise Refusal("not start + arange")
+        block = aranges[0][0].split(":", 1)[1]
+        start = {m: c for m, c in lin.items() if m != aranges[0]}
+        return start, block, wrap
+
+    # -- tiles ----------------------------------------------------------------------------------------------------
+
+    def tile(self, pointer: cst.BaseExpression, env: dict) -> dict:
+        """`base + rows[:, None] * s0 + cols[None, :] * s1` -> its parts."""
+        pointer, env = self.deref(pointer, env)
+        terms = _sum_terms(pointer, self)
+        base_terms, dims = [], {0: [], 1: []}
+        for term in terms:
+            factors = _factors(self.strip(term), self)
+            vectors = [(i, f) for i, f in enumerate(factors) if _broadcast_dim(f) is not None]
+            if not vectors:
+                base_terms.append(factors)
+                continue
+            if len(vectors) != 1:
+                raise Refusal("two vectors in one term")
+            i, sub = vectors[0]
+            dim = _broadcast_dim(sub)
+            rest = [f for j, f in enumerate(factors) if j != i]
+            dims[dim].append(((sub.value, env), rest))  # type: ignore[union-attr]
+        if len(dims[0]) != 1 or len(dims[1]) != 1:
+            raise Refusal("not one index vector per dimension")
+        pointers = [f for f in base_terms if len(f) == 1 and isinstance(f[0], cst.Name) and f[0].value in self.params
+                    and self.fn.params[self.params.index(f[0].value)].is_constexpr is False
+                    and f[0].value not in env]
+        if len(pointers) != 1:
+            raise Refusal("no pointer parameter as the base")
+        param = pointers[0][0].value
+        offsets = []
+        for f in base_terms:
+            if f is pointers[0]:
+                continue
+            stride = [x.value for x in f if isinstance(x, cst.Name) and x.value in self.params
+                      and x.value not in self.constexprs]
+            if not stride:
+                raise Refusal("a base offset without a stride parameter")
+            offsets.append(stride[0])
+        strides = []
+        for dim in (0, 1):
+            _vec, rest = dims[dim][0]
+            if not rest:
+                strides.append(None)
+            elif len(rest) == 1 and isinstance(rest[0], (cst.Name, cst.Integer)):
+                text = self.source.code(rest[0]).strip()
+                if isinstance(rest[0], cst.Name) and (text not in self.params or text in self.constexprs):
+                    raise Refusal("stride is not a parameter")
+                strides.append(text)
+            else:
+                raise Refusal("stride is not one parameter")
+        if strides[0] is None or strides[0] == "1":
+            raise Refusal("column-major tile")  # the unit stride is in dimension 0: a transposed descriptor
+        base = " + ".join([param, *[self.source.code(cst.BinaryOperation(*_binop(f))).strip() if len(f) > 1
+                                    else self.source.code(f[0]).strip() for f in base_terms if f is not pointers[0]]])
+        return {"param": param, "base": base, "offsets": tuple(offsets), "strides": strides,
+                "vectors": [dims[0][0][0], dims[1][0][0]]}
+
+    def deref(self, node: cst.BaseExpression, env: dict) -> tuple[cst.BaseExpression, dict]:
+        """`node` without hints and parentheses, names followed to their definitions (with the names bound there)."""
+        node = self.strip(node)
+        for _ in range(20):
+            if not (isinstance(node, cst.Name) and env.get(node.value) is not None):
+                break
+            node, env = env[node.value]
+            node = self.strip(node)
+        return node, env
+
+    def bounds(self, mask: cst.BaseExpression | None, env: dict, coords: list[Linear], starts: list[Linear]
+               ) -> list[str | None]:
+        """Per dimension, the bound the mask puts on the tile's index (None: no bound)."""
+        out: list[str | None] = [None, None]
+        if mask is None:
+            return out
+        for term, env in _conjuncts(mask, self, env):
+            if isinstance(term, cst.Comparison) and term.lpar:
+                term = term.with_changes(lpar=[], rpar=[])
+            if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
+                raise Refusal("mask term is not one comparison")
+            op = term.comparisons[0].operator
+            left, right = term.left, term.comparisons[0].comparator
+            if isinstance(op, cst.GreaterThan):
+                left, right = right, left
+            elif not isinstance(op, cst.LessThan):
+                raise Refusal("mask term is not `<`")
+            # left - right = J_d + c: the index (coord + J_d) is below coord - c.
+            dim, vec, rest = _vector_side(self.strip(left), self)
+            vstart, _block, _wrap = self.vector(vec, env)  # the vector as the mask reads it
+            lhs = _lin_add(_lin_add(vstart, self.lin(rest, env)) if rest is not None else vstart,
+                           self.lin(right, env), -1)
+            bound = _lin_add(coords[dim], lhs, -1)
+            if self.var in _atoms(bound) or any(a.startswith("@") or self.var in _names(a) for a in _atoms(bound)):
+                raise Refusal("mask bound depends on the loop variable")
+            text = _lin_code(bound, self.constexprs)
+            if out[dim] is not None and out[dim] != text:
+                raise Refusal("two bounds on one dimension")
+            out[dim] = text
+        return out
+
+    # -- the rewrite ----------------------------------------------------------------------------------------------
+
+    def _iteration_coord(self, start: Linear, advance: Linear | None) -> Linear:
+        """The tile's coordinate at the iteration where the loop variable is `var`."""
+        if advance is None:
+            return start
+        var = {(self.var,): 1}
+        lo = self.lin(self.lo, self.before_env)
+        step = self.lin(self.step, self.before_env)
+        moved = _lin_add(var, lo, -1)  # var - lo
+        if advance == step:
+            return _lin_add(start, moved)
+        if step == {(): 1}:
+            return _lin_add(start, _lin_mul(advance, moved))
+        raise Refusal("advance not a multiple of the loop step")
+
+    def _convert(self) -> tuple[cst.FunctionDef, Dispatch] | None:
+        dot_index = next((i for i, s in enumerate(self.inner) if self._has_dot(s)), None)
+        if dot_index is None:
+            return None
+        loads: dict[int, tuple[str, cst.Call]] = {}
+        for i, s in enumerate(self.inner):
+            small = s.body[0]  # type: ignore[attr-defined]
+            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) \
+                    and self.lang(small.value) in ("load", "core.load") and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                loads[i] = (small.targets[0].target.value, small.value)
+        dot = next(c for c in calls_in(self.inner[dot_index]) if self.lang(c) in ("dot", "core.dot"))
+        if any(a.keyword is not None and a.keyword.value in ("input_precision", "allow_tf32", "out_dtype")
+               for a in dot.args) or "int32" in self.source.code(self.fn.node):
+            raise Refusal("operands that are not 16-bit (tf32 precision, an int32 accumulator): the TMA ring "
+                          "pipelines 16-bit operands")
+        dot_reads = names_in(self.inner[dot_index])
+        operand_loads = {i: v for i, v in loads.items() if v[0] in dot_reads and i < dot_index}
+        if len(operand_loads) != 2:
+            return None
+        wraps = False
+        new_statements: dict[int, str | None] = {}  # index in the loop body -> replacement text (None: removed)
+        creations: list[str] = []
+        tiles: list[Tile] = []
+        used_names = names_in(self.fn.node)
+        removed_pointers: set[str] = set()
+        for i, (name, call) in sorted(operand_loads.items()):
+            env = self._env(self.inner[:i], self.before_env)
+            positional = [a.value for a in call.args if a.keyword is None]
+            keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            if set(keywords) - {"mask", "other", "pointer"}:
+                raise Refusal("load keywords")
+            pointer = positional[0] if positional else keywords.get("pointer")
+            mask = positional[1] if len(positional) > 1 else keywords.get("mask")
+            other = positional[2] if len(positional) > 2 else keywords.get("other")
+            if pointer is None or (other is not None and self.source.code(other).strip() not in ZEROS):
+                raise Refusal("load form")
+            tile = self.tile(pointer, env)
+            # How the pointer tile moves: `P += step` in the loop (P a name defined before the loop), or not at all.
+            advance_dim, advance = None, None
+            pname = pointer.value if isinstance(pointer, cst.Name) else None
+            if pname is not None and pname not in env:
+                raise Refusal("pointer not defined")
+            advances = [j for j, s in enumerate(self.inner) if pname and pname in assigned_names(s)]
+            if pname is not None and self.before_env.get(pname) is not None and advances:
+                if len(advances) != 1 or advances[0] < i:
+                    raise Refusal("pointer advanced before its load")
+                small = self.inner[advances[0]].body[0]  # type: ignore[attr-defined]
+                if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+                    step = small.value
+                elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) \
+                        and isinstance(small.value.operator, cst.Add) and isinstance(small.value.left, cst.Name) \
+                        and small.value.left.value == pname:
+                    step = small.value.right
+                else:
+                    raise Refusal("pointer advance form")
+                factors = [self.source.code(f).strip() for f in _factors(self.strip(step), self)]
+                advance_dim = None
+                for dim in (0, 1):
+                    stride = tile["strides"][dim]
+                    if stride is not None and stride in factors:
+                        advance_dim = dim
+                        factors.remove(stride)
+                        break
+                if advance_dim is None:
+                    if tile["strides"][1] is not None:
+                        raise Refusal("advance by no stride")
+                    advance_dim = 1
+                advance = self.lin(cst.parse_expression(" * ".join(factors) or "1"), self.before_env)
+                if self.var in _atoms(advance):
+                    raise Refusal("advance depends on the loop variable")
+                new_statements[advances[0]] = None
+                removed_pointers.add(pname)
+            elif pname is not None and pname in assigned_names_list(self.inner[:i]):
+                j = max(j for j, s in enumerate(self.inner[:i]) if pname in assigned_names(s))
+                new_statements[j] = None  # recomputed in the loop: its definition goes
+                removed_pointers.add(pname)
+            elif pname is not None:
+                removed_pointers.add(pname)
+            starts, blocks, coords, wrapped = [], [], [], []
+            for dim in (0, 1):
+                start, block, wrap = self.vector(*tile["vectors"][dim])
+                starts.append(start)
+                blocks.append(block)
+                coords.append(self._iteration_coord(start, advance if dim == advance_dim else None))
+                wrapped.append(wrap)
+            bounds = self.bounds(mask, env, coords, starts)
+            for dim in (0, 1):
+                if wrapped[dim] is not None:
+                    if dim == advance_dim or (bounds[dim] is not None and bounds[dim] != wrapped[dim]):
+                        raise Refusal("wrapped and masked")
+                    bounds[dim] = wrapped[dim]
+                    wraps = True
+                if bounds[dim] is None:
+                    raise Refusal(f"dimension {dim} of `{name}` unbounded")
+            desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
+            used_names.add(desc)
+            s0 = tile["strides"][0]
+            creations.append(
+                f"{desc} = {self.tl}.make_tensor_descriptor({tile['base']}, shape=[{bounds[0]}, {bounds[1]}], "
+                f"strides=[{s0}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
+            new_statements[i] = f"{name} = {desc}.load([{_lin_code(coords[0], self.constexprs)}, {_lin_code(coords[1], self.constexprs)}])"
+            tiles.append(Tile(tile["param"], s0, tile["strides"][1], tile["offsets"], True))
+        # Names every coordinate and bound reads must hold their values in the loop as before it.
+        self._check_pointers(removed_pointers, new_statements)
+        after = self.body[self.at + 1:]
+        if wraps and any((self.lang(c) or "").rsplit(".", 1)[-1] in CROSS_TILE for s in after for c in calls_in(s)):
+            raise Refusal("wrapped rows with a reduction in the epilogue")
+        store = self._store(after, used_names)
+        # The new loop body.
+        inner = list(self.inner)
+        for j in sorted(new_statements, reverse=True):
+            text = new_statements[j]
+            if text is None:
+                del inner[j]
+            else:
+                inner[j] = inner[j].with_changes(body=[cst.parse_statement(text).body[0]])  # type: ignore[attr-defined]
+        loop = self.loop.with_changes(body=self.loop.body.with_changes(body=inner))
+        body = list(self.body)
+        comment = [cst.EmptyLine(indent=True, comment=cst.Comment(c)) for c in (
+            "# triton-transpile: the pointer tiles as TMA descriptors, their bounds from the masks (out-of-bounds",
+            "# elements read as zero, stores clipped); launches they cannot address run the source kernel.")]
+        made = [cst.parse_statement(t) for t in creations]
+        if store is not None:
+            index, text, creation, tile = store
+            made.append(cst.parse_statement(creation))
+            body[self.at + 1 + index] = body[self.at + 1 + index].with_changes(
+                body=[cst.parse_statement(text).body[0]])  # type: ignore[attr-defined]
+            tiles.append(tile)
+        made[0] = made[0].with_changes(leading_lines=comment)
+        body[self.at:self.at + 1] = [*made, loop]
+        body = _drop_dead(body, self, removed_pointers)
+        node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
+        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles))
+
+    def _check_pointers(self, removed: set[str], replaced: dict[int, str | None]) -> None:
+        """The pointer tiles the rewrite drops must have no other reader."""
+        for j, s in enumerate(self.inner):
+            if j in replaced:
+                continue
+            if names_in(s) & removed:
+                raise Refusal("pointer tile read elsewhere in the loop")
+        for s in self.body[self.at + 1:]:
+            if names_in(s) & removed:
+                raise Refusal("pointer tile read after the loop")
+
+    def _store(self, after: list[cst.BaseStatement], used: set[str]
+               ) -> tuple[int, str, str, Tile] | None:
+        """The epilogue's one `tl.store(tile, value, mask=bounds)` at the function's top level, as a descriptor
+        store, or None."""
+        stores = [(i, s) for i, s in enumerate(after) if any(self.lang(c) in ("store", "core.store")
+                                                             for c in calls_in(s))]
+        if len(stores) != 1:
+            return None
+        i, statement = stores[0]
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
+            return None
+        call = statement.body[0].value
+        env = self._env([*self.body[:self.at], *after[:i]])
+        positional = [a.value for a in call.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if set(keywords) - {"mask", "pointer", "value"} or len(positional) > 3:
+            return None
+        pointer = positional[0] if positional else keywords.get("pointer")
+        value = positional[1] if len(positional) > 1 else keywords.get("value")
+        mask = positional[2] if len(positional) > 2 else keywords.get("mask")
+        if pointer is None or value is None:
+            return None
+        try:
+            saved, self.before_env = self.before_env, env
+            tile = self.tile(pointer, env)
+            starts, blocks = [], []
+            for dim in (0, 1):
+                start, block, wrap = self.vector(*tile["vectors"][dim])
+                if wrap is not None:
+                    return None
+                starts.append(start)
+                blocks.append(block)
+            bounds = self.bounds(mask, env, starts, starts)
+        except Refusal:
+            return None
+        finally:
+            self.before_env = saved
+        if None in bounds:
+            return None
+        if any(a.startswith("@") for s in starts for a in _atoms(s)):
+            return None
+        desc = _fresh(f"{_stem(tile['param'])}_desc", used)
+        used.add(desc)
+        creation = (f"{desc} = {self.tl}.make_tensor_descriptor({tile['base']}, shape=[{bounds[0]}, {bounds[1]}], "
+                    f"strides=[{tile['strides'][0]}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
+        # A descriptor store converts the value to the tensor's element type, as `tl.store` does.
+        text = f"{desc}.store([{_lin_code(starts[0], self.constexprs)}, {_lin_code(starts[1], self.constexprs)}], {self.source.code(value).strip()})"
+        # The store's coordinates and bounds are read before the loop (the descriptor) and after it (the store).
+        for name in _names(creation):
+            if name in self._assigned_after() and name not in self.params:
+                return None
+        return i, text, creation, Tile(tile["param"], tile["strides"][0], tile["strides"][1], tile["offsets"], False)
+
+
+# ---- small helpers ------------------------------------------------------------------------------------------------
+
+def assigned_names_list(statements: list[cst.BaseStatement]) -> set[str]:
+    names: set[str] = set()
+    for s in statements:
+        names |= assigned_names(s)
+    return names
+
+
+def _bound_in(statement: cst.CSTNode) -> set[str]:
+    names: set[str] = set()
+    for node in preorder(statement):
+        if isinstance(node, cst.AssignTarget):
+            names |= names_in(node.target)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            names |= names_in(node.target)
+        elif isinstance(node, cst.For):
+            names |= names_in(node.target)
+    return names
+
+
+def _names(text: str) -> set[str]:
+    try:
+        return names_in(cst.parse_expression(text)) if not text.startswith("@") else set()
+    except Exception:  # noqa: BLE001 - an atom that is not an expression names nothing
+        return {text}
+
+
+def _sum_terms(node: cst.BaseExpression, k: _Kernel) -> list[cst.BaseExpression]:
+    node = k.strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return [*_sum_terms(node.left, k), *_sum_terms(node.right, k)]
+    return [node]
+
+
+def _factors(node: cst.BaseExpression, k: _Kernel) -> list[cst.BaseExpression]:
+    node = k.strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return [*_factors(node.left, k), *_factors(node.right, k)]
+    return [node]
+
+
+def _binop(factors: list[cst.BaseExpression]) -> tuple:
+    left = factors[0]
+    for f in factors[1:-1]:
+        left = cst.BinaryOperation(left, cst.Multiply(), f)
+    return left, cst.Multiply(), factors[-1]
+
+
+def _broadcast_dim(node: cst.BaseExpression) -> int | None:
+    """`v[:, None]` -> 0, `v[None, :]` -> 1."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
+        return None
+    kinds = []
+    for element in node.slice:
+        s = element.slice
+        if isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None:
+            kinds.append(":")
+        elif isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None":
+            kinds.append("None")
+        else:
+            return None
+    return {(":", "None"): 0, ("None", ":"): 1}.get(tuple(kinds))  # type: ignore[arg-type]
+
+
+def _vector_side(node: cst.BaseExpression, k: _Kernel) -> tuple[int, cst.BaseExpression, cst.BaseExpression | None]:
+    """`v[:, None]` or `v[:, None] + rest`: (dim, v, rest)."""
+    terms = _sum_terms(node, k)
+    vectors = [t for t in terms if _broadcast_dim(t) is not None]
+    if len(vectors) != 1:
+        raise Refusal("mask term without one broadcast vector")
+    vec = vectors[0]
+    rest = [t for t in terms if t is not vec]
+    rest_node = None
+    for t in rest:
+        rest_node = t if rest_node is None else cst.BinaryOperation(rest_node, cst.Add(), t)
+    return _broadcast_dim(vec), vec.value, rest_node  # type: ignore[return-value,union-attr]
+
+
+def _conjuncts(node: cst.BaseExpression, k: _Kernel, env: dict) -> list[tuple[cst.BaseExpression, dict]]:
+    """The terms of `a & b & ...`, each with the names bound where it is written."""
+    node, env = k.deref(node, env)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        return [*_conjuncts(node.left, k, env), *_conjuncts(node.right, k, env)]
+    return [(node, env)]
+
+
+def _stem(name: str) -> str:
+    for suffix in ("_ptrs", "_ptr", "_block_ptr", "ptrs", "ptr"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)].rstrip("_") or name
+    return name
+
+
+def _fresh(name: str, used: set[str]) -> str:
+    out, n = name, 2
+    while out in used:
+        out, n = f"{name}{n}", n + 1
+    return out
+
+
+def _drop_dead(body: list[cst.BaseStatement], k: _Kernel, removed: set[str]) -> list[cst.BaseStatement]:
+    """Drops the address and mask statements (pure: aranges, hints, arithmetic) that nothing reads any more, at the
+    top of the function and in the rewritten loop: the pointer tiles, their offsets and masks. A value is read if a
+    statement after its definition reads it (in the loop: any statement of the loop, or after it)."""
+    body = list(body)
+    at = next(i for i, s in enumerate(body) if isinstance(s, cst.For) and k._has_dot(s))
+    loop = body[at]
+    inner = list(loop.body.body)  # type: ignore[union-attr]
+    header = loop.with_changes(body=cst.IndentedBlock(body=[]))  # type: ignore[union-attr]
+    while True:
+        after = [n for s in body[at + 1:] for n in _reads(s)]
+        loop_reads = {n for s in [header, *inner] for n in _reads(s)} | set(after)
+        body[at] = header  # (read through `header` and `inner` while the loop is being cut down)
+        dead = None
+        for i, s in enumerate(body):
+            if i == at:
+                continue
+            later = {n for t in body[i + 1:] if t is not body[at] for n in _reads(t)}
+            if i < at:
+                later |= loop_reads
+            if _removable(s, later, k):
+                dead = ("top", i)
+                break
+        if dead is None:
+            for i, s in enumerate(inner):
+                others = _reads(header) | set(after) | {n for t in inner if t is not s for n in _reads(t)}
+                if _removable(s, others, k):
+                    dead = ("loop", i)
+                    break
+        if dead is None:
+            break
+        where, i = dead
+        if where == "top":
+            del body[i]
+            at -= 1 if i < at else 0
+        else:
+            del inner[i]
+    body[at] = loop.with_changes(body=loop.body.with_changes(body=inner))  # type: ignore[union-attr]
+    return body
+
+
+def _removable(statement: cst.BaseStatement, reads: set[str], k: _Kernel) -> bool:
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign)):
+        return False
+    targets = assigned_names(statement)
+    return bool(targets) and not targets & reads and all(
+        (k.lang(c) or "").rsplit(".", 1)[-1] in PURE for c in calls_in(statement))
+
+
+def _reads(statement: cst.CSTNode) -> set[str]:
+    """Names a statement reads (a plain assignment's own target excluded; `x += ...` reads x)."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
+            return names_in(small.value)
+    return names_in(statement)
+
+
+#: The host launcher a rewritten kernel's name is bound to (module-level, emitted once; after `_persistent_grid`).
+LAUNCHER = '''
+class _TMAOrTriton:
+    """`kernel[grid](*args, **kwargs)` for a kernel whose Gluon variant reads its pointer tiles through TMA
+    descriptors: runs the variant where the descriptors can address every tile of the launch (16-bit operands, a unit
+    inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
+    (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
+    The descriptors are made in the kernel, in a global scratch buffer that Triton allocates per launch: where no
+    allocator is set (`triton.set_allocator`), one that allocates with torch is set."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None):
+        self.gluon_kernel = gluon_kernel
+        self.triton_kernel = triton_kernel
+        self.params = params
+        self.tiles = tiles
+        self.persistent = persistent
+
+    def addressable(self, args, kwargs):
+        values = dict(zip(self.params, args))
+        values.update(kwargs)
+        for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
+            tensor = values.get(pointer)
+            if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:
+                return False
+            size = tensor.element_size()
+            if (operand and size != 2) or (unit_stride is not None and values.get(unit_stride) != 1):
+                return False
+            for stride in (row_stride, *offsets):
+                stride = values.get(stride) if isinstance(stride, str) else stride
+                if not isinstance(stride, int) or stride * size % 16:
+                    return False
+        return True
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if not self.addressable(args, kwargs):
+                return self.triton_kernel[grid](*args, **kwargs)
+            kernel = self.gluon_kernel[grid if self.persistent is None else _persistent_grid(grid, self.persistent)]
+            try:
+                return kernel(*args, **kwargs)
+            except RuntimeError as exc:
+                if "no allocator was set" not in str(exc):
+                    raise
+            triton.set_allocator(_tma_scratch)
+            return kernel(*args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
+        return getattr(self.gluon_kernel, name)
+
+
+def _tma_scratch(size, alignment, stream):
+    """Global scratch for descriptors made in a kernel (`triton.set_allocator`)."""
+    import torch  # the launches' tensors are torch tensors
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+'''
