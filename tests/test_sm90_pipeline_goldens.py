@@ -23,7 +23,8 @@ def _gluon_always(gemm: str):  # noqa: ANN202 - TranslationResult
     """The sm90 variant with --gluon-always: pointer GEMMs are kept as Triton by default (the profitability policy,
     UNPROFITABLE_RINGS), the ring is emitted on request."""
     text = (FIXTURES / f"{gemm}.py").read_text(encoding="utf-8")
-    return translate_source(text, f"fixtures/{gemm}.py", get_target("sm90"), gluon_always=True)
+    # The pointer rings as a pointer GEMM the TMA rewrite (tests/test_tma_tiles.py) refuses gets them.
+    return translate_source(text, f"fixtures/{gemm}.py", get_target("sm90"), gluon_always=True, tma_tiles=False)
 
 DESCRIPTOR_GEMMS = ["matmul_descriptor"]
 # int8: wgmma reads an 8-bit B operand K-major from shared memory, which a cp.async copy of the N-contiguous tile does
@@ -65,7 +66,9 @@ def test_descriptor_gemm_is_a_tma_ring(goldens, gemm: str) -> None:
 
 @pytest.mark.parametrize("gemm", POINTER_GEMMS)
 def test_pointer_gemm_is_a_cp_async_ring(goldens, gemm: str) -> None:
-    assert "# kept as Triton:" in goldens.read(gemm, "sm90")  # by default: Triton's pipeliner is faster here
+    # By default: Triton's pipeliner is faster than this ring (matmul_grouped: read through TMA descriptors instead).
+    golden = goldens.read(gemm, "sm90")
+    assert "# kept as Triton:" in golden or "= _TMAOrTriton(" in golden
     loop = _main_loop(_gluon_always(gemm).text)
     _assert_async_wgmma(loop)
     assert "commit_group()" in loop and "wait_group(" in loop, "no cp.async commit/wait groups in the main loop"

@@ -33,6 +33,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "pipelines on the target, a refusal, or a kept caller/helper"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
+    "TT042": (Severity.NOTE, "sm90: a pointer GEMM's tiles read through TMA descriptors (the source kernel kept for "
+                             "launches they cannot address), or why not"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

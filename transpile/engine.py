@@ -49,6 +49,7 @@ class KernelOutcome:
     # sm90: the kernel was rewritten with its pointer tiles as TMA descriptors (`transpile.analysis.tma_tiles`): the
     # variant also keeps the source kernel, and a launcher picks one per launch
     dispatch: Dispatch | None = None
+    ws_config: bool = False  # sm90: an autotune config of its compiles the warp-specialised ring (RuleContext)
 
     @property
     def status(self) -> str:
@@ -138,41 +139,81 @@ def prepare(text: str, path: str) -> Prepared:
 
 
 def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
-                   ) -> tuple[Prepared, dict[str, Dispatch]]:
+                   ) -> tuple[Prepared, dict[str, Dispatch], dict[str, str]]:
     """`prepared` with its pointer GEMM kernels (but those in `skip`) rewritten to read their tiles through TMA
     descriptors (`transpile.analysis.tma_tiles`), and what each rewritten kernel's launcher checks; `prepared` itself
-    where none is. Positions in the rewritten tree are the source's lines."""
+    where none is, and why the kernels with a dot loop that are not rewritten are not. Positions in the rewritten tree
+    are the source's lines."""
     if skip not in prepared.tma:
-        conversion = convert_tma_tiles(prepared.source, prepared.facts, skip=skip)
+        refusals: dict[str, str] = {}
+        conversion = convert_tma_tiles(prepared.source, prepared.facts, refusals, skip=skip)
         if conversion is None:
-            prepared.tma[skip] = (prepared, {})
+            prepared.tma[skip] = (prepared, {}, refusals)
         else:
             source = parse_source(conversion.text, prepared.source.path, conversion.line_map)
             facts = discover(source)
             prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts),
-                                           prepared.original_source), conversion.dispatch)
+                                           prepared.original_source), conversion.dispatch, refusals)
     return prepared.tma[skip]
 
 
 def translate_source(text: str, path: str, target: Target, command: str | None = None,
-                     prepared: Prepared | None = None, gluon_always: bool = False) -> TranslationResult:
+                     prepared: Prepared | None = None, gluon_always: bool = False, tma_tiles: bool = True
+                     ) -> TranslationResult:
     """Translate the Triton kernels of `text` (the file at `path`) into the Gluon variant for `target`.
 
     On sm90, a pointer GEMM kernel whose tiles TMA descriptors can read is translated from its descriptor form
-    (`with_tma_tiles`), where the TMA ring then pipelines it; where it does not, the kernel is translated as written.
-    See `_translate` for the rest."""
+    (`with_tma_tiles`), where the warp-specialised TMA ring then pipelines it; where it does not, the kernel is
+    translated as written (`tma_tiles=False`: always, what the tests of the pointer rings use). See `_translate` for
+    the rest."""
     if prepared is None or prepared.text != text:
         prepared = prepare(text, path)
-    if target.backend != "cuda":
+    if target.backend != "cuda" or not tma_tiles:
         return _translate(text, path, target, command, prepared, gluon_always, {})
     skip: frozenset[str] = frozenset()
+    unused: set[str] = set()  # rewritten, but only the single-partition ring would run them
     while True:
-        converted, dispatch = with_tma_tiles(prepared, skip)
+        converted, dispatch, refusals = with_tma_tiles(prepared, skip)
         result = _translate(text, path, target, command, converted, gluon_always, dispatch)
-        failed = {o.name for o in result.functions if o.name in dispatch and not (o.translated and o.pipelined)}
+        # A kernel read through TMA descriptors pays where its ring is warp-specialised (a 128x256 tile with 8 warps,
+        # which an autotuned kernel gets as one more config); with only the single-partition ring it ran at 0.79-1.04x
+        # its source on an H100 (bench/RESULTS.md, session 8): such a kernel is translated as written.
+        failed = {o.name for o in result.functions
+                  if o.name in dispatch and not (o.translated and o.pipelined and o.ws_config)}
+        unused |= {o.name for o in result.functions if o.name in failed and o.translated and o.pipelined}
         if not failed:
+            _tma_notes(result, prepared, refusals, unused)
             return result
         skip = skip | failed
+
+
+def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str, str], unused: set[str]) -> None:
+    """TT042 at the dot loop of each kernel that `with_tma_tiles` rewrote, and of each kernel kept as Triton that it
+    did not (and why)."""
+    source = prepared.source
+    for outcome in result.functions:
+        fn = prepared.facts.functions.get(outcome.name)
+        if fn is None:
+            continue
+        loops = dot_loops(prepared.facts, fn)
+        node = loops[0].node if loops else fn.node
+        message = None
+        if outcome.dispatch is not None and outcome.translated:
+            loads = ", ".join(f"`{t.param}`" for t in outcome.dispatch.tiles if t.load)
+            stores = [f"`{t.param}`" for t in outcome.dispatch.tiles if not t.load]
+            message = (f"`{outcome.name}` reads its pointer tiles of {loads} through TMA descriptors"
+                       f"{' and stores ' + stores[0] + ' through one' if stores else ''}; launches they cannot "
+                       "address (operands not 16-bit, an inner stride not 1, rows or addresses not 16-byte aligned) "
+                       f"run the source kernel, kept as `_{outcome.name}_triton`")
+        elif not outcome.translated and outcome.name in unused:
+            message = (f"`{outcome.name}`: its pointer tiles could be read through TMA descriptors, but none of its "
+                       "autotune configs takes the warp-specialised ring (a 128x256 tile with 8 warps; a kernel "
+                       "without autotune configs gets none), and the single-partition ring ran pointer GEMMs at "
+                       "0.79-1.04x their source on an H100 (bench/RESULTS.md)")
+        elif not outcome.translated and outcome.name in refusals and loops:
+            message = f"`{outcome.name}`: pointer tiles not read through TMA descriptors: {refusals[outcome.name]}"
+        if message is not None:
+            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(node, "TT042", message)})
 
 
 def _translate(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
@@ -205,7 +246,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs, schedules=ctx.schedules,
                                 persistent_grid=getattr(ctx.persistent, "host_condition", None),
-                                dispatch=dispatch.get(fn.name))
+                                dispatch=dispatch.get(fn.name), ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False

@@ -500,8 +500,10 @@ def result_panels(result, display: str) -> list[Panel]:  # noqa: ANN001 - transp
     return panels
 
 
-def file_panels(text: str, display: str, target, gluon_always: bool = False) -> list[Panel]:  # noqa: ANN001 (Target)
+def file_panels(text: str, display: str, target, gluon_always: bool = False,  # noqa: ANN001 (Target)
+                tma_tiles: bool = True) -> list[Panel]:
     """The panels of the variant of `text` for `target` (see `result_panels`)."""
     from transpile.engine import translate_source
 
-    return result_panels(translate_source(text, display, target, gluon_always=gluon_always), display)
+    return result_panels(translate_source(text, display, target, gluon_always=gluon_always, tma_tiles=tma_tiles),
+                         display)

@@ -1151,11 +1151,44 @@ def _import_file(path: Path, module_name: str):
 def _autotuners(module):
     from triton.runtime.autotuner import Autotuner  # not at the top: TRITON_INTERPRET must be set first
 
-    for value in vars(module).values():
+    values = []
+    for value in vars(module).values():  # a TMA launcher (`_TMAOrTriton`) stands for a Gluon and a Triton kernel
+        values += [value.gluon_kernel, value.triton_kernel] if _is_launcher(value) else [value]
+    for value in values:
         while value is not None:  # Heuristics -> Autotuner -> JIT function chains
             if isinstance(value, Autotuner):
                 yield value
             value = getattr(value, "fn", None)
+
+
+def _is_launcher(value) -> bool:
+    return type(value).__name__ == "_TMAOrTriton"
+
+
+def _launchers(module) -> list:
+    return [v for v in vars(module).values() if _is_launcher(v)]
+
+
+def _count_paths(module) -> dict[str, int]:
+    """Counts, from now on, the launches of the module's TMA launchers that take the Gluon kernel ("tma") and those
+    that take the source's Triton kernel ("triton")."""
+    counts = {"tma": 0, "triton": 0}
+    for launcher in _launchers(module):
+        check = type(launcher).addressable
+
+        def counted(args, kwargs, _launcher=launcher, _check=check):
+            ok = _check(_launcher, args, kwargs)
+            counts["tma" if ok else "triton"] += 1
+            return ok
+
+        launcher.addressable = counted
+    return counts
+
+
+def _aligned(shape: Shape) -> Shape:
+    """A shape as ragged as `shape` for the tiles but with every size a multiple of 8 (16-byte rows of 16-bit
+    elements): the launches a TMA launcher gives to its Gluon kernel."""
+    return {k: v if k in ("B", "H", "split_k") else -(-v // 8) * 8 for k, v in shape.items()}
 
 
 def _time_configs_as_equal(kernel_call, quantiles=None, **kwargs):
@@ -1232,8 +1265,20 @@ def load_fixture(fixture: str, args: argparse.Namespace, config_index: int | Non
 
 
 def run_case(case: Case, loaded: Loaded, device: torch.device, small: bool, label: str) -> bool:
-    """Runs one case and prints its line; returns whether it passed."""
+    """Runs one case and prints its line; returns whether it passed. A variant with TMA launchers runs the case a
+    second time at the case's shape with sizes rounded up to multiples of 8 (label `+aligned`): the first run's
+    rows are usually not 16-byte aligned, so that its launches take the source kernel; the second's take the Gluon
+    kernel, and must (the line says how many launches took which)."""
     shape = case.small_shape if small else case.shape
+    ok = _run_case(case, loaded, device, shape, label)
+    if loaded.variant is not None and _launchers(loaded.variant) and _aligned(shape) != shape:
+        ok &= _run_case(case, loaded, device, _aligned(shape), f"{label}+aligned", must_tma=True)
+    return ok
+
+
+def _run_case(case: Case, loaded: Loaded, device: torch.device, shape: Shape, label: str,
+              must_tma: bool = False) -> bool:
+    paths = _count_paths(loaded.variant) if loaded.variant is not None else {}
     gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
     inputs = case.make_inputs(shape, device, gen)
 
@@ -1253,11 +1298,18 @@ def run_case(case: Case, loaded: Loaded, device: torch.device, small: bool, labe
         traceback.print_exc()
         notes.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
 
+    if must_tma and not paths.get("tma"):
+        notes.append("no launch took the TMA kernel")
+    if paths and (paths["tma"] or paths["triton"]):
+        notes_path = f"  [launches: {paths['tma']} tma, {paths['triton']} triton]"
+    else:
+        notes_path = ""
     variant_text = "-" if variant_err is None else f"{variant_err:.3e}"
     shape_text = "x".join(f"{k}={v}" for k, v in shape.items())
     verdict = "FAIL  (" + "; ".join(notes) + ")" if notes else "PASS"
     print(
-        f"{label:<34} {shape_text:<32} variant-vs-orig={variant_text:<10} orig-vs-torch={reference_err:.3e}  {verdict}",
+        f"{label:<34} {shape_text:<32} variant-vs-orig={variant_text:<10} orig-vs-torch={reference_err:.3e}  {verdict}"
+        f"{notes_path}",
         flush=True,
     )
     return not notes

@@ -265,7 +265,7 @@ class _Kernel:
         names defined in `env` as vectors or loop-dependent values are expanded."""
         node = self.strip(node)
         if depth > 20:
-            raise Refusal("too deep")
+            raise Refusal("an index expression nested too deep to read")
         if isinstance(node, cst.Integer):
             return {(): int(node.value, 0)} if int(node.value, 0) else {}
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
@@ -279,14 +279,14 @@ class _Kernel:
         if isinstance(node, cst.Call) and (self.lang(node) or "").rsplit(".", 1)[-1] == "arange":
             args = [a.value for a in node.args if a.keyword is None]
             if len(args) != 2 or self.source.code(args[0]).strip() != "0":
-                raise Refusal("tl.arange not from 0")
+                raise Refusal("an index vector `tl.arange(a, b)` that does not start at 0")
             return {(f"@arange:{self.source.code(args[1]).strip()}",): 1}
         if isinstance(node, cst.Name):
             name = node.value
             if name in env:
                 binding = env[name]
                 if binding is None:
-                    raise Refusal(f"`{name}` is not one expression")
+                    raise Refusal(f"`{name}` is assigned in a branch or several names at once: its value is not one expression")
                 expanded = self.lin(binding[0], binding[1], depth + 1)
                 # Keep scalar names defined before the loop as they are (the loop's coordinates read them).
                 if binding is self.before_env.get(name) and not any(a.startswith("@") for a in _atoms(expanded)) \
@@ -296,7 +296,7 @@ class _Kernel:
             return {(name,): 1}
         code = self.source.code(node).strip()
         if "arange" in code:
-            raise Refusal("vector expression")
+            raise Refusal(f"the index vector `{code}` is not a sum of a start and `tl.arange(0, BLOCK)`")
         return {(code,): 1}
 
     def _assigned_after(self) -> set[str]:
@@ -312,12 +312,12 @@ class _Kernel:
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
             wrap = self.source.code(node.right).strip()
             if names_in(node.right) & (self._assigned_after() | {self.var}):
-                raise Refusal("wrap bound changes")
+                raise Refusal("the bound of a wrapped index (`% bound`) changes in the loop")
             node = node.left
         lin = self.lin(node, env)
         aranges = [m for m in lin if any(a.startswith("@arange:") for a in m)]
         if len(aranges) != 1 or len(aranges[0]) != 1 or lin[aranges[0]] != 1:
-            raise Refusal("not start + arange")
+            raise Refusal("an index vector is not `start + tl.arange(0, BLOCK)` (gathered rows, strided or scaled offsets)")
         block = aranges[0][0].split(":", 1)[1]
         start = {m: c for m, c in lin.items() if m != aranges[0]}
         return start, block, wrap
@@ -336,18 +336,18 @@ class _Kernel:
                 base_terms.append(factors)
                 continue
             if len(vectors) != 1:
-                raise Refusal("two vectors in one term")
+                raise Refusal("a term of the pointer tile multiplies two index vectors")
             i, sub = vectors[0]
             dim = _broadcast_dim(sub)
             rest = [f for j, f in enumerate(factors) if j != i]
             dims[dim].append(((sub.value, env), rest))  # type: ignore[union-attr]
         if len(dims[0]) != 1 or len(dims[1]) != 1:
-            raise Refusal("not one index vector per dimension")
+            raise Refusal("the pointer tile is not `base + rows[:, None] * stride + cols[None, :]` with one index vector per dimension")
         pointers = [f for f in base_terms if len(f) == 1 and isinstance(f[0], cst.Name) and f[0].value in self.params
                     and self.fn.params[self.params.index(f[0].value)].is_constexpr is False
                     and f[0].value not in env]
         if len(pointers) != 1:
-            raise Refusal("no pointer parameter as the base")
+            raise Refusal("the pointer tile's base is not a pointer parameter of the kernel (offset before the loop, e.g. per batch)")
         param = pointers[0][0].value
         offsets = []
         for f in base_terms:
@@ -356,7 +356,7 @@ class _Kernel:
             stride = [x.value for x in f if isinstance(x, cst.Name) and x.value in self.params
                       and x.value not in self.constexprs]
             if not stride:
-                raise Refusal("a base offset without a stride parameter")
+                raise Refusal("an offset of the pointer tile's base has no stride parameter to check for 16-byte alignment")
             offsets.append(stride[0])
         strides = []
         for dim in (0, 1):
@@ -366,12 +366,12 @@ class _Kernel:
             elif len(rest) == 1 and isinstance(rest[0], (cst.Name, cst.Integer)):
                 text = self.source.code(rest[0]).strip()
                 if isinstance(rest[0], cst.Name) and (text not in self.params or text in self.constexprs):
-                    raise Refusal("stride is not a parameter")
+                    raise Refusal("a stride of the pointer tile is not a parameter of the kernel")
                 strides.append(text)
             else:
-                raise Refusal("stride is not one parameter")
+                raise Refusal("a stride of the pointer tile is not one parameter or integer")
         if strides[0] is None or strides[0] == "1":
-            raise Refusal("column-major tile")  # the unit stride is in dimension 0: a transposed descriptor
+            raise Refusal("the pointer tile is contiguous along its rows (column-major): a descriptor reads row-major tiles")  # the unit stride is in dimension 0: a transposed descriptor
         base = " + ".join([param, *[self.source.code(cst.BinaryOperation(*_binop(f))).strip() if len(f) > 1
                                     else self.source.code(f[0]).strip() for f in base_terms if f is not pointers[0]]])
         return {"param": param, "base": base, "offsets": tuple(offsets), "strides": strides,
@@ -397,13 +397,13 @@ class _Kernel:
             if isinstance(term, cst.Comparison) and term.lpar:
                 term = term.with_changes(lpar=[], rpar=[])
             if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
-                raise Refusal("mask term is not one comparison")
+                raise Refusal("a term of the load's mask is not one comparison of an index with a bound")
             op = term.comparisons[0].operator
             left, right = term.left, term.comparisons[0].comparator
             if isinstance(op, cst.GreaterThan):
                 left, right = right, left
             elif not isinstance(op, cst.LessThan):
-                raise Refusal("mask term is not `<`")
+                raise Refusal("a term of the load's mask is not `index < bound`")
             # left - right = J_d + c: the index (coord + J_d) is below coord - c.
             dim, vec, rest = _vector_side(self.strip(left), self)
             vstart, _block, _wrap = self.vector(vec, env)  # the vector as the mask reads it
@@ -411,10 +411,10 @@ class _Kernel:
                            self.lin(right, env), -1)
             bound = _lin_add(coords[dim], lhs, -1)
             if self.var in _atoms(bound) or any(a.startswith("@") or self.var in _names(a) for a in _atoms(bound)):
-                raise Refusal("mask bound depends on the loop variable")
+                raise Refusal("a bound in the load's mask depends on the loop variable beyond the tile's own offset")
             text = _lin_code(bound, self.constexprs)
             if out[dim] is not None and out[dim] != text:
-                raise Refusal("two bounds on one dimension")
+                raise Refusal("the load's mask bounds one dimension twice")
             out[dim] = text
         return out
 
@@ -432,7 +432,7 @@ class _Kernel:
             return _lin_add(start, moved)
         if step == {(): 1}:
             return _lin_add(start, _lin_mul(advance, moved))
-        raise Refusal("advance not a multiple of the loop step")
+        raise Refusal("the pointer tile advances by a step that is not the loop's step")
 
     def _convert(self) -> tuple[cst.FunctionDef, Dispatch] | None:
         dot_index = next((i for i, s in enumerate(self.inner) if self._has_dot(s)), None)
@@ -465,22 +465,22 @@ class _Kernel:
             positional = [a.value for a in call.args if a.keyword is None]
             keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
             if set(keywords) - {"mask", "other", "pointer"}:
-                raise Refusal("load keywords")
+                raise Refusal("the load takes keywords other than `mask` and `other` (boundary_check, cache or eviction hints)")
             pointer = positional[0] if positional else keywords.get("pointer")
             mask = positional[1] if len(positional) > 1 else keywords.get("mask")
             other = positional[2] if len(positional) > 2 else keywords.get("other")
             if pointer is None or (other is not None and self.source.code(other).strip() not in ZEROS):
-                raise Refusal("load form")
+                raise Refusal("the load has no pointer or an `other` value that is not 0")
             tile = self.tile(pointer, env)
             # How the pointer tile moves: `P += step` in the loop (P a name defined before the loop), or not at all.
             advance_dim, advance = None, None
             pname = pointer.value if isinstance(pointer, cst.Name) else None
             if pname is not None and pname not in env:
-                raise Refusal("pointer not defined")
+                raise Refusal("the pointer tile is not defined in the kernel")
             advances = [j for j, s in enumerate(self.inner) if pname and pname in assigned_names(s)]
             if pname is not None and self.before_env.get(pname) is not None and advances:
                 if len(advances) != 1 or advances[0] < i:
-                    raise Refusal("pointer advanced before its load")
+                    raise Refusal("the pointer tile is advanced before its load or more than once")
                 small = self.inner[advances[0]].body[0]  # type: ignore[attr-defined]
                 if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
                     step = small.value
@@ -489,7 +489,7 @@ class _Kernel:
                         and small.value.left.value == pname:
                     step = small.value.right
                 else:
-                    raise Refusal("pointer advance form")
+                    raise Refusal("the pointer tile is not advanced as `ptrs += step`")
                 factors = [self.source.code(f).strip() for f in _factors(self.strip(step), self)]
                 advance_dim = None
                 for dim in (0, 1):
@@ -500,11 +500,11 @@ class _Kernel:
                         break
                 if advance_dim is None:
                     if tile["strides"][1] is not None:
-                        raise Refusal("advance by no stride")
+                        raise Refusal("the pointer tile advances by a step that names neither of its strides")
                     advance_dim = 1
                 advance = self.lin(cst.parse_expression(" * ".join(factors) or "1"), self.before_env)
                 if self.var in _atoms(advance):
-                    raise Refusal("advance depends on the loop variable")
+                    raise Refusal("the pointer tile advances by a step that depends on the loop variable")
                 new_statements[advances[0]] = None
                 removed_pointers.add(pname)
             elif pname is not None and pname in assigned_names_list(self.inner[:i]):
@@ -524,11 +524,11 @@ class _Kernel:
             for dim in (0, 1):
                 if wrapped[dim] is not None:
                     if dim == advance_dim or (bounds[dim] is not None and bounds[dim] != wrapped[dim]):
-                        raise Refusal("wrapped and masked")
+                        raise Refusal("an index is both wrapped (`% bound`) and masked, or the wrapped index is the advancing one")
                     bounds[dim] = wrapped[dim]
                     wraps = True
                 if bounds[dim] is None:
-                    raise Refusal(f"dimension {dim} of `{name}` unbounded")
+                    raise Refusal(f"the {('rows', 'columns')[dim]} of `{name}` are neither masked nor wrapped: a descriptor needs the tensor's extent")
             desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
             used_names.add(desc)
             s0 = tile["strides"][0]
@@ -541,7 +541,7 @@ class _Kernel:
         self._check_pointers(removed_pointers, new_statements)
         after = self.body[self.at + 1:]
         if wraps and any((self.lang(c) or "").rsplit(".", 1)[-1] in CROSS_TILE for s in after for c in calls_in(s)):
-            raise Refusal("wrapped rows with a reduction in the epilogue")
+            raise Refusal("rows that wrap around (`% M`) would be read as zeros, and the epilogue reduces across the tile")
         store = self._store(after, used_names)
         # The new loop body.
         inner = list(self.inner)
@@ -575,10 +575,10 @@ class _Kernel:
             if j in replaced:
                 continue
             if names_in(s) & removed:
-                raise Refusal("pointer tile read elsewhere in the loop")
+                raise Refusal("the pointer tile is read in the loop other than by its load")
         for s in self.body[self.at + 1:]:
             if names_in(s) & removed:
-                raise Refusal("pointer tile read after the loop")
+                raise Refusal("the pointer tile is read after the loop")
 
     def _store(self, after: list[cst.BaseStatement], used: set[str]
                ) -> tuple[int, str, str, Tile] | None:
@@ -705,7 +705,7 @@ def _vector_side(node: cst.BaseExpression, k: _Kernel) -> tuple[int, cst.BaseExp
     terms = _sum_terms(node, k)
     vectors = [t for t in terms if _broadcast_dim(t) is not None]
     if len(vectors) != 1:
-        raise Refusal("mask term without one broadcast vector")
+        raise Refusal("a term of the load's mask compares no broadcast index vector (`offs[:, None]`)")
     vec = vectors[0]
     rest = [t for t in terms if t is not vec]
     rest_node = None
@@ -832,7 +832,10 @@ class _TMAOrTriton:
         def launch(*args, **kwargs):
             if not self.addressable(args, kwargs):
                 return self.triton_kernel[grid](*args, **kwargs)
-            kernel = self.gluon_kernel[grid if self.persistent is None else _persistent_grid(grid, self.persistent)]
+            launch_grid = grid
+            if self.persistent is not None:  # one program per SM for the warp-specialised configs
+                launch_grid = _persistent_grid(grid, self.persistent)
+            kernel = self.gluon_kernel[launch_grid]
             try:
                 return kernel(*args, **kwargs)
             except RuntimeError as exc:

@@ -52,6 +52,8 @@ class RuleContext:
     module_functions: list[str] = field(default_factory=list)
     # The operand tile shapes (constexpr names, A then B) of a warp-specialised ring: its tile becomes a config.
     ws_tiles: tuple[list[str], list[str]] | None = None
+    # sm90: one of the kernel's autotune configs (its own or one added) compiles the warp-specialised ring
+    ws_config: bool = False
     # sm90: the persistent form of a warp-specialised ring (`hopper_persistent.PersistentForm`), when the kernel and
     # its launches allow it; its launches then go through `_persistent_grid` (engine).
     persistent: object | None = None

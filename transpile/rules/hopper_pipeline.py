@@ -110,12 +110,14 @@ class HopperTMAPipeline(Rule):
         tiles = ctx.ws_tiles
         if not tiles or not ctx.function.autotune_configs:
             return updated
+        ctx.ws_config = _has_ws_config(ctx, tiles)
         decorators = list(updated.decorators)
         for i, (source, decorator) in enumerate(zip(original.decorators, decorators)):
             if ctx.source.qualified_name(decorator_target(source)) != TRITON_AUTOTUNE:
                 continue
             added = _add_ws_config(ctx, decorator, tiles)
             if added is not None:
+                ctx.ws_config = True
                 decorators[i], config = added
                 for ring in ctx.schedules:  # the timeline shows which form each config compiles
                     if isinstance(ring, Sm90Ring) and ring.ws is not None:
@@ -478,6 +480,14 @@ def _constexpr_names(function) -> set[str]:  # noqa: ANN001 - JitFunction
 
     function.node.visit(_Ann())
     return names
+
+
+def _has_ws_config(ctx: RuleContext, tiles) -> bool:  # noqa: ANN001
+    """Whether one of the kernel's own autotune configs has the warp-specialised ring's tile and warps."""
+    (m, _k), (_k2, n) = tiles
+    return any(isinstance(c.values.get(m), int) and isinstance(c.values.get(n), int)
+               and c.values[m] * c.values[n] >= WS_MIN_TILE and (c.num_warps or 4) >= 8
+               for c in ctx.function.autotune_configs)
 
 
 def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles  # noqa: ANN001

@@ -1,0 +1,268 @@
+"""sm90: pointer GEMMs read through TMA descriptors (transpile.analysis.tma_tiles, the engine's launcher).
+
+The analysis rewrites a pointer GEMM kernel, in Triton, into a descriptor GEMM: the tests check the rewritten text
+for each way public code writes the tiles (advanced after the loads, recomputed from the loop variable, written into
+the load, wrapped rows, a split-K range), its refusals, and what the variant holds: the Gluon kernel, the source
+kernel byte for byte under another name, and the launcher that picks one per launch (its checks run here on
+stand-in tensors; which kernel computes what is checked on the GPU by tests/gpu/check_fixtures.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from transpile.analysis import tma_tiles
+from transpile.analysis.canonical import canonicalize
+from transpile.discover import discover
+from transpile.engine import format_results, translate_source
+from transpile.source import parse_source
+from transpile.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+SM90 = get_target("sm90")
+
+HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n\n"
+AUTOTUNE = (
+    "@triton.autotune(configs=[triton.Config({'BM': 128, 'BN': 128, 'BK': 64}, num_warps=8, num_stages=3)],"
+    " key=['M', 'N', 'K'])\n"
+)
+SIGNATURE = (
+    "@triton.jit\n"
+    "def gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,\n"
+    "         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    pid_m = tl.program_id(0)\n"
+    "    pid_n = tl.program_id(1)\n"
+)
+LAUNCH = (
+    "\n\ndef matmul(a, b):\n"
+    "    M, K = a.shape\n    N = b.shape[1]\n"
+    "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n"
+    "    grid = lambda META: (triton.cdiv(M, META['BM']), triton.cdiv(N, META['BN']))\n"
+    "    gemm[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))\n"
+    "    return c\n"
+)
+
+ADVANCED = textwrap.indent(textwrap.dedent("""\
+    offs_m = (pid_m * BM + tl.arange(0, BM)) % M
+    offs_n = (pid_n * BN + tl.arange(0, BN)) % N
+    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BM), BM)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BK * stride_ak
+        b_ptrs += BK * stride_bk
+    offs_cm = pid_m * BM + tl.arange(0, BM)
+    offs_cn = pid_n * BN + tl.arange(0, BN)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+"""), "    ")
+
+RECOMPUTED = textwrap.indent(textwrap.dedent("""\
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = k + offs_k
+        a_mask = (offs_m[:, None] < M) & (kk[None, :] < K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak, mask=a_mask, other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=(kk[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+"""), "    ")
+
+
+def _convert(text: str) -> tuple[tma_tiles.Conversion | None, dict[str, str]]:
+    source = parse_source(text, "k.py")
+    facts = discover(source)
+    canonical = canonicalize(source, facts)
+    if canonical != text:
+        source = parse_source(canonical, "k.py")
+        facts = discover(source)
+    refusals: dict[str, str] = {}
+    return tma_tiles.convert(source, facts, refusals), refusals
+
+
+def _kernel_text(conversion: tma_tiles.Conversion) -> str:
+    text = conversion.text
+    return text[text.index("def gemm"):text.index("\n\n\ndef matmul") if "def matmul" in text else None]
+
+
+def test_advanced_tiles_become_descriptor_loads_and_the_masked_store_a_descriptor_store() -> None:
+    conversion, refusals = _convert(HEADER + SIGNATURE + ADVANCED)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    # The masks give the bounds; the rows that wrap (`% M`) are bounded by M.
+    assert ("a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], "
+            "block_shape=[BM, BK])") in kernel
+    assert ("b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], "
+            "block_shape=[BK, BN])") in kernel
+    # The advance `a_ptrs += BK * stride_ak` is the column coordinate `k * BK`.
+    assert "a = a_desc.load([pid_m * BM, k * BK])" in kernel
+    assert "b = b_desc.load([k * BK, pid_n * BN])" in kernel
+    assert "c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))" in kernel
+    # The pointer tiles, their index vectors and the advances are gone; nothing reads them.
+    for gone in ("a_ptrs", "b_ptrs", "offs_k", "offs_m", "c_ptrs", "tl.load", "tl.store"):
+        assert gone not in kernel, gone
+    dispatch = conversion.dispatch["gemm"]
+    assert [(t.param, t.row_stride, t.unit_stride, t.load) for t in dispatch.tiles] == [
+        ("a_ptr", "stride_am", "stride_ak", True), ("b_ptr", "stride_bk", "stride_bn", True),
+        ("c_ptr", "stride_cm", "stride_cn", False)]
+
+
+def test_tiles_recomputed_from_the_loop_variable_take_it_as_their_coordinate() -> None:
+    conversion, refusals = _convert(HEADER + SIGNATURE + RECOMPUTED)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "a = a_desc.load([pid_m * BM, k])" in kernel  # `range(0, K, BK)`: k is the element offset
+    assert "b = b_desc.load([k, pid_n * BN])" in kernel
+    assert "shape=[M, K]" in kernel and "shape=[K, N]" in kernel
+    assert "kk = " not in kernel and "a_mask" not in kernel
+
+
+def test_a_split_k_range_bounds_the_descriptor_by_the_range_end() -> None:
+    body = RECOMPUTED.replace("    for k in range(0, K, BK):", "    k_end = min(pid_n * 64 + 64, K)\n"
+                              "    for k in tl.range(pid_n * 64, k_end, BK):").replace("< K)", "< k_end)")
+    conversion, refusals = _convert(HEADER + SIGNATURE + body)
+    assert conversion is not None, refusals
+    assert "shape=[M, k_end]" in _kernel_text(conversion)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    # Rows gathered through an index tensor: not a rectangle of the tensor.
+    (("offs_m = pid_m * BM + tl.arange(0, BM)", "offs_m = tl.load(c_ptr + pid_m * BM + tl.arange(0, BM))"),
+     "not a sum of a start and `tl.arange(0, BLOCK)`"),
+    # A column-major A (unit stride along the rows).
+    (("offs_m[:, None] * stride_am + kk[None, :] * stride_ak", "offs_m[:, None] + kk[None, :] * stride_ak"),
+     "column-major"),
+    # Rows neither masked nor wrapped: the descriptor would not know the tensor's extent.
+    (("(offs_m[:, None] < M) & (kk[None, :] < K)", "kk[None, :] < K"), "neither masked nor wrapped"),
+    # A mask that is not a bound.
+    (("(offs_m[:, None] < M) & (kk[None, :] < K)", "(offs_m[:, None] < M) & (kk[None, :] != 3)"),
+     "not `index < bound`"),
+])
+def test_refusals_name_what_a_descriptor_cannot_read(change: tuple[str, str], reason: str) -> None:
+    old, new = change
+    assert old in RECOMPUTED
+    conversion, refusals = _convert(HEADER + SIGNATURE + RECOMPUTED.replace(old, new))
+    assert conversion is None
+    assert reason in refusals["gemm"]
+
+
+def test_wrapped_rows_are_refused_when_the_epilogue_reduces_across_the_tile() -> None:
+    body = ADVANCED.replace("    offs_cm = ", "    acc = acc - tl.max(acc, axis=0)[None, :]\n    offs_cm = ")
+    conversion, refusals = _convert(HEADER + SIGNATURE + body)
+    assert conversion is None and "wrap" in refusals["gemm"]
+
+
+def _translate(text: str):
+    result = translate_source(text, "k.py", SM90)
+    format_results([result])
+    return result
+
+
+def test_an_autotuned_kernel_gets_the_gluon_kernel_the_source_kernel_and_the_launcher() -> None:
+    source = HEADER + AUTOTUNE + SIGNATURE + ADVANCED + LAUNCH
+    result = _translate(source)
+    outcome = next(o for o in result.functions if o.name == "gemm")
+    assert outcome.translated and outcome.pipelined and outcome.dispatch is not None
+    text = result.text
+    assert "@gluon.jit\ndef gemm(" in text
+    assert "_tma_async_load(" in text  # the TMA ring
+    assert "gemm = _TMAOrTriton(" in text and "    _gemm_triton,\n" in text
+    # The source kernel, byte for byte but for its name.
+    original = source[source.index("@triton.autotune"):source.index("\n\n\ndef matmul")]
+    copy = original.replace("def gemm(", "def _gemm_triton(")
+    formatted = _translate_formatted_source(copy)
+    assert formatted in text
+    # The host code launches `gemm[grid]` as before: the launcher applies the persistent grid itself.
+    assert "    gemm[grid](" in text
+    notes = [d for d in result.diagnostics if d.code == "TT042"]
+    assert notes and notes[0].line == source[:source.index("    for k in")].count("\n") + 1
+
+
+def _translate_formatted_source(code: str) -> str:
+    """`code` laid out as the variant lays out the kept kernel (ruff at 88 columns)."""
+    from transpile.formatting import format_texts
+
+    return format_texts([HEADER + code + "\n"], None)[0][len(HEADER):].rstrip("\n")
+
+
+def test_a_kernel_without_autotune_configs_is_kept_as_written_with_a_note() -> None:
+    source = HEADER + SIGNATURE + ADVANCED + LAUNCH
+    result = _translate(source)
+    outcome = next(o for o in result.functions if o.name == "gemm")
+    assert not outcome.translated and outcome.dispatch is None
+    assert "_TMAOrTriton" not in result.text and "tl.make_tensor_descriptor" not in result.text
+    notes = [d for d in outcome.diagnostics if d.code == "TT042"]
+    assert notes and "warp-specialised ring" in notes[0].message
+    # Diagnostics point at the source's lines, not at the rewritten text's.
+    loop_line = source[:source.index("    for k in")].count("\n") + 1
+    assert {d.line for d in outcome.diagnostics if d.code in ("TT041", "TT042")} == {loop_line}
+
+
+class _Tensor:
+    def __init__(self, address: int, size: int = 2) -> None:
+        self.address, self.size = address, size
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def element_size(self) -> int:
+        return self.size
+
+
+class _Kernel:
+    """Stands in for a compiled kernel: records the launches the launcher gives it."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.log.append((self.name, grid))
+
+
+def _launcher(tmp_path: Path):
+    result = _translate(HEADER + AUTOTUNE + SIGNATURE + ADVANCED + LAUNCH)
+    path = tmp_path / "variant_sm90.py"
+    path.write_text(result.text)
+    spec = importlib.util.spec_from_file_location("variant_tma_launcher", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)  # imports triton and gluon; compiles nothing
+    return module
+
+
+@pytest.mark.parametrize(("a", "stride_am", "stride_ak", "expected"), [
+    (_Tensor(4096), 704, 1, "gluon"),
+    (_Tensor(4096), 700, 1, "triton"),  # rows of 1400 bytes: not 16-byte aligned
+    (_Tensor(4104), 704, 1, "triton"),  # base address not 16-byte aligned
+    (_Tensor(4096), 704, 2, "triton"),  # inner stride not 1
+    (_Tensor(4096, size=4), 704, 1, "triton"),  # fp32 operands: the ring pipelines 16-bit ones
+])
+def test_the_launcher_runs_the_gluon_kernel_only_where_the_descriptors_can_address_the_tiles(
+        tmp_path: Path, a, stride_am: int, stride_ak: int, expected: str) -> None:
+    module = _launcher(tmp_path)
+    log: list = []
+    launcher = module.gemm
+    launcher.gluon_kernel, launcher.triton_kernel = _Kernel("gluon", log), _Kernel("triton", log)
+    b, c = _Tensor(8192), _Tensor(16384)
+    grid = (8, 8)
+    launcher[grid](a, b, c, 1000, 1104, 704, stride_am, stride_ak, 1104, 1, 1104, 1)
+    assert [name for name, _ in log] == [expected]
+    if expected == "gluon":  # the persistent form's grid: a function of the config, not the source's tuple
+        assert callable(log[0][1])
+    else:
+        assert log[0][1] == grid
