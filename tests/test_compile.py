@@ -39,8 +39,10 @@ def test_golden_compiles(fixture_name: str, target_name: str, goldens, translate
 
     compiled = verify(result, values, all_configs=True)
 
-    # Every kernel compiles: translated ones as Gluon, kept ones (TT041) as the Triton kernels they are.
+    # Every kernel compiles: translated ones as Gluon, kept ones (TT041) as the Triton kernels they are, and a kernel
+    # read through TMA descriptors (TT042) both ways: its Gluon kernel and the source's, `_<kernel>_triton`.
     expected = [f.name for f in result.functions if not f.is_helper]
+    expected += [f"_{f.name}_triton" for f in result.functions if f.dispatch is not None and f.translated]
     assert expected, "the fixture has no kernel"
     assert sorted({c.kernel for c in compiled}) == sorted(expected)
     failures = [f"{c.label}: {c.message}" for c in compiled if not c.ok]
