@@ -446,9 +446,13 @@ class _Kernel:
                     and isinstance(small.targets[0].target, cst.Name):
                 loads[i] = (small.targets[0].target.value, small.value)
         dot = next(c for c in calls_in(self.inner[dot_index]) if self.lang(c) in ("dot", "core.dot"))
-        if any(a.keyword is not None and a.keyword.value in ("input_precision", "allow_tf32", "out_dtype")
-               for a in dot.args) or "int32" in self.source.code(self.fn.node):
-            raise Refusal("operands that are not 16-bit (tf32 precision, an int32 accumulator): the TMA ring "
+        # Operands the ring would not pipeline (it takes 16-bit ones; the launcher checks): tf32 asked for, or an
+        # int32 accumulator (8-bit integers).
+        tf32 = any(a.keyword is not None and (a.keyword.value, self.source.code(a.value).strip()) in (
+            ("allow_tf32", "True"), ("input_precision", '"tf32"'), ("input_precision", "'tf32'")) for a in dot.args)
+        if tf32 or any("int32" in self.source.code(c) for c in calls_in(self.fn.node)
+                       if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full")):
+            raise Refusal("operands that are not 16-bit (tf32 asked for, or an int32 accumulator): the TMA ring "
                           "pipelines 16-bit operands")
         dot_reads = names_in(self.inner[dot_index])
         operand_loads = {i: v for i, v in loads.items() if v[0] in dot_reads and i < dot_index}
