@@ -398,6 +398,25 @@ def _gqa_inputs(s, device, gen):
     return q, _randn(gen, *kv, device=device), _randn(gen, *kv, device=device)
 
 
+def _moe_rows_inputs(s, device, gen):
+    """Tokens sorted by expert: E experts with ragged counts (one empty, one shorter than a tile) summing to T."""
+    weights = torch.rand(s["E"], generator=gen)
+    weights[1] = 0.0
+    counts = (weights / weights.sum() * s["T"]).floor().to(torch.int64)
+    counts[2] = min(int(counts[2]), 5)
+    counts[0] += s["T"] - int(counts.sum())
+    return (_randn(gen, s["T"], s["K"], device=device), _randn(gen, s["E"], s["N"], s["K"], device=device),
+            [int(c) for c in counts])
+
+
+def _ref_moe_rows(x, w, counts):
+    out, start = [], 0
+    for e, count in enumerate(counts):
+        out.append(x[start:start + count].double() @ w[e].double().T)
+        start += count
+    return torch.cat(out)
+
+
 def _ref_gqa(q, k, v, causal, sm_scale):
     group = q.shape[1] // k.shape[1]
     return _ref_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), causal, sm_scale)
@@ -1007,6 +1026,11 @@ SUITE_CASES: list[Case] = [
                      reference=_ref_linear_gelu),
     _suite_gemm_case("suite_swiglu_gemm", wrapper="swiglu_gemm", make_inputs=_swiglu_inputs,
                      reference=_ref_swiglu_gemm, flops=lambda s: 2 * _gemm_flops(s)),
+    # Rows of each expert from tables in memory: data-dependent row starts and bounds, per-expert base offsets.
+    _suite_gemm_case("suite_moe_grouped_rows", wrapper="moe_grouped_rows", make_inputs=_moe_rows_inputs,
+                     reference=_ref_moe_rows, shape=dict(E=6, T=1000, N=1100, K=700),
+                     small_shape=dict(E=4, T=150, N=130, K=100), bench_shape=dict(E=8, T=8192, N=4096, K=4096),
+                     flops=lambda s: 2.0 * s["T"] * s["N"] * s["K"]),
     _suite_gemm_case("suite_bmm", wrapper="bmm", make_inputs=_bmm_inputs, reference=_ref_matmul,
                      shape=dict(B=3, M=500, N=600, K=300), small_shape=dict(B=2, M=70, N=90, K=50),
                      bench_shape=dict(B=8, M=2048, N=2048, K=2048), flops=_bmm_flops),
@@ -1188,7 +1212,7 @@ def _count_paths(module) -> dict[str, int]:
 def _aligned(shape: Shape) -> Shape:
     """A shape as ragged as `shape` for the tiles but with every size a multiple of 8 (16-byte rows of 16-bit
     elements): the launches a TMA launcher gives to its Gluon kernel."""
-    return {k: v if k in ("B", "H", "split_k") else -(-v // 8) * 8 for k, v in shape.items()}
+    return {k: v if k in ("B", "H", "E", "split_k") else -(-v // 8) * 8 for k, v in shape.items()}
 
 
 def _time_configs_as_equal(kernel_call, quantiles=None, **kwargs):

@@ -255,6 +255,10 @@ class _Kernel:
             if isinstance(node, cst.Call) and (self.lang(node) or "").rsplit(".", 1)[-1] in HINTS and node.args:
                 node = node.args[0].value
                 continue
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" \
+                    and len(node.args) == 1 and "int" in self.source.code(node.args[0].value):
+                node = node.func.value  # `idx.to(tl.int64)`: the same index, wider
+                continue
             if node.lpar and isinstance(node, (cst.BinaryOperation, cst.Name, cst.Call, cst.Subscript)):
                 node = node.with_changes(lpar=[], rpar=[])
                 continue
@@ -353,8 +357,7 @@ class _Kernel:
         for f in base_terms:
             if f is pointers[0]:
                 continue
-            stride = [x.value for x in f if isinstance(x, cst.Name) and x.value in self.params
-                      and x.value not in self.constexprs]
+            stride = [x.value for x in f if isinstance(x, cst.Name) and x.value in self.params]
             if not stride:
                 raise Refusal("an offset of the pointer tile's base has no stride parameter to check for 16-byte alignment")
             offsets.append(stride[0])
@@ -365,7 +368,7 @@ class _Kernel:
                 strides.append(None)
             elif len(rest) == 1 and isinstance(rest[0], (cst.Name, cst.Integer)):
                 text = self.source.code(rest[0]).strip()
-                if isinstance(rest[0], cst.Name) and (text not in self.params or text in self.constexprs):
+                if isinstance(rest[0], cst.Name) and text not in self.params:
                     raise Refusal("a stride of the pointer tile is not a parameter of the kernel")
                 strides.append(text)
             else:
@@ -396,6 +399,9 @@ class _Kernel:
         for term, env in _conjuncts(mask, self, env):
             if isinstance(term, cst.Comparison) and term.lpar:
                 term = term.with_changes(lpar=[], rpar=[])
+            outer = _broadcast_dim(term)  # `(offs < M)[:, None]`, or `row_mask[:, None]` with a 1-D comparison
+            if outer is not None:
+                term, env = self.deref(term.value, env)  # type: ignore[union-attr]
             if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
                 raise Refusal("a term of the load's mask is not one comparison of an index with a bound")
             op = term.comparisons[0].operator
@@ -405,7 +411,10 @@ class _Kernel:
             elif not isinstance(op, cst.LessThan):
                 raise Refusal("a term of the load's mask is not `index < bound`")
             # left - right = J_d + c: the index (coord + J_d) is below coord - c.
-            dim, vec, rest = _vector_side(self.strip(left), self)
+            if outer is not None:  # a 1-D comparison broadcast: its vector side is the index, unbroadcast
+                dim, vec, rest = outer, left, None
+            else:
+                dim, vec, rest = _vector_side(self.strip(left), self)
             vstart, _block, _wrap = self.vector(vec, env)  # the vector as the mask reads it
             lhs = _lin_add(_lin_add(vstart, self.lin(rest, env)) if rest is not None else vstart,
                            self.lin(right, env), -1)
