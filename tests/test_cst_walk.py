@@ -287,3 +287,26 @@ def test_transform_skipping_tokens_is_libcsts_visit(path: Path) -> None:
     assert cst.Comma not in cst_walk.skipped(_TypedEdits()) and cst.Integer in cst_walk.skipped(_TypedEdits())
     got = cst_walk.transform(module, _TypedEdits())
     assert got.code == want.code and got.deep_equals(want)
+
+
+def test_tokens_holding_a_handled_token_are_walked() -> None:
+    """A token holds other tokens (a bare `*` parameter its comma, a `/` its comma, a parenthesised number its
+    parentheses, an operator its whitespace): a visitor with a method for one of them gets every callback libcst
+    gives, and a transformer edits every one of them."""
+    module = cst.parse_module("def f(a, /, b, *, c=(1), **k):\n    return f(a, b, c=(2)) + [x, (3),]\n")
+    expected, got = _Typed(), _Typed()
+    _libcst_visit(module, expected)
+    cst_walk.walk(module, got)
+    assert got.events == expected.events and sum(e[0] == "Comma" for e in got.events) == 9
+    skipped = cst_walk.skipped(_Typed())
+    assert {cst.ParamStar, cst.ParamSlash, cst.Comma} & skipped == set() and cst.Integer in skipped
+    cst_walk.uninstall()
+    try:
+        want = module.visit(_TypedEdits())
+    finally:
+        cst_walk.install()
+    got_tree = cst_walk.transform(module, _TypedEdits())
+    assert got_tree.code == want.code and got_tree.deep_equals(want) and "*,c" in got_tree.code
+    assert cst.LeftParen not in cst_walk.tokens_without({cst.SimpleWhitespace})
+    assert cst.Integer not in cst_walk.tokens_without({cst.LeftParen})
+    assert cst_walk.tokens_without(set()) == cst_walk.TOKENS

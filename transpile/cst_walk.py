@@ -106,9 +106,10 @@ def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
 
 
 def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
-    """The node types (`TOKENS`) whose subtrees a walk with `visitor` may skip: all those it has no method for, when
-    it dispatches with libcst's own ``on_visit``/``on_leave`` and attribute callbacks (else none). A visitor may give
-    its own set as ``cst_walk_skip``."""
+    """The node types (`TOKENS`) whose subtrees a walk with `visitor` may skip: all those below which (themselves
+    included) it has no method for any node type (`tokens_without`), when it dispatches with libcst's own
+    ``on_visit``/``on_leave`` and attribute callbacks (else none). A visitor may give its own set as
+    ``cst_walk_skip``."""
     own = getattr(visitor, "cst_walk_skip", None)
     if own is not None:
         return own
@@ -120,9 +121,51 @@ def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
                          for method in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
         methods = {name.split("_")[1] for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
                    if name.startswith(("visit_", "leave_"))}
-        skip = frozenset(t for t in TOKENS if t.__name__ not in methods) if dispatches else frozenset()
+        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if dispatches else frozenset()
         kind._cst_walk_skipped = skip  # type: ignore[attr-defined]
     return skip
+
+
+def tokens_without(handled: set[type] | frozenset[type]) -> frozenset[type]:
+    """The `TOKENS` types whose subtrees hold no node of a type in `handled`: a token holds other tokens (a `Comma`
+    its whitespace, a bare `*` parameter (`ParamStar`) its `Comma`, an `Integer` its parentheses), so a walk for a
+    visitor with a method for `Comma` skips neither `Comma` nor `ParamStar`."""
+    below = _tokens_below()
+    return frozenset(t for t in TOKENS if t not in handled and not below[t] & handled)
+
+
+_TOKENS_BELOW: dict[type, frozenset[type]] = {}
+
+
+def _tokens_below() -> dict[type, frozenset[type]]:
+    """Each `TOKENS` type and the token types that may lie below it, by libcst's field annotations (read once)."""
+    if not _TOKENS_BELOW:
+        import inspect
+        import typing
+
+        def referenced(annotation: object) -> set[type]:
+            if typing.get_origin(annotation) is None:
+                if not (inspect.isclass(annotation) and issubclass(annotation, CSTNode)):
+                    return set()
+                found, stack = set(), [annotation]
+                while stack:
+                    kind = stack.pop()
+                    found |= {kind} & TOKENS
+                    stack.extend(kind.__subclasses__())
+                return found
+            return set().union(*(referenced(a) for a in typing.get_args(annotation)))
+
+        direct = {t: set().union(*(referenced(a) for a in typing.get_type_hints(t).values())) for t in TOKENS}
+        for kind in TOKENS:
+            seen: set[type] = set()
+            stack = list(direct[kind])
+            while stack:
+                other = stack.pop()
+                if other not in seen:
+                    seen.add(other)
+                    stack.extend(direct[other])
+            _TOKENS_BELOW[kind] = frozenset(seen)
+    return _TOKENS_BELOW
 
 
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
@@ -341,7 +384,7 @@ def install() -> None:
         CSTNode.visit = _visit  # type: ignore[method-assign]
     if CodegenState.record_syntactic_position is not _no_position:
         CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
-    ScopeVisitor.cst_walk_skip = TOKENS - {libcst.SimpleString}  # type: ignore[attr-defined]
+    ScopeVisitor.cst_walk_skip = tokens_without({libcst.SimpleString})  # type: ignore[attr-defined]
 
 
 def uninstall() -> None:
@@ -351,5 +394,5 @@ def uninstall() -> None:
         del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
 
-__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "transform", "uninstall",
-           "walk"]
+__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without", "transform",
+           "uninstall", "walk"]

@@ -244,7 +244,7 @@ class _KernelRewriter(cst.CSTTransformer):
         hooked = {name[len("leave_"):] for rule in ctx.target.rules for name in dir(type(rule))
                   if name.startswith("leave_")}
         planned = {type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions)}
-        self.cst_walk_skip = frozenset(t for t in cst_walk.TOKENS if t.__name__ not in hooked and t not in planned)
+        self.cst_walk_skip = cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
 
     # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
     def on_visit(self, node: cst.CSTNode) -> bool:
