@@ -542,7 +542,16 @@ def to_cache(item: TranslationResult | Diagnostic) -> dict[str, object]:
     if isinstance(item, Diagnostic):
         return {"error": dataclasses.asdict(item)}
     return {"text": item.text, "source_sha256": item.source_sha256, "source_path": item.source_path,
-            "functions": [dataclasses.asdict(f) for f in item.functions]}
+            "functions": [_outcome_data(f) for f in item.functions]}
+
+
+def _outcome_data(outcome: KernelOutcome) -> dict[str, object]:
+    """A kernel's outcome as plain data, without its `schedules`: the rules' own objects (an `Sm90Ring` holds libcst
+    nodes), which only `explain --timeline` draws, and it translates in its own process, as the worker processes
+    leave them out too (`_translate_file`). A cached outcome reads back with none."""
+    return {f.name: ([dataclasses.asdict(d) for d in outcome.diagnostics] if f.name == "diagnostics"
+                     else getattr(outcome, f.name))
+            for f in dataclasses.fields(outcome) if f.name != "schedules"}
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:
