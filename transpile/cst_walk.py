@@ -50,6 +50,19 @@ TOKENS: frozenset[type] = frozenset(getattr(libcst, name) for name in (
 ) if hasattr(libcst, name))
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+class _Shapes(dict):
+    """What a field's value is, by its type: 1 a node, 2 a sequence (of nodes), 0 anything else (None,
+    `MaybeSentinel`). Looked up once per type: `isinstance` against `CSTNode`, an abstract base class, costs several
+    times a dictionary look-up, and the walks below ask it of every field of every node."""
+
+    def __missing__(self, kind: type) -> int:
+        shape = self[kind] = 1 if issubclass(kind, CSTNode) else 2 if issubclass(kind, (tuple, list)) else 0
+        return shape
+
+
+_SHAPE: dict[type, int] = _Shapes()
 _ORIGINAL_VISIT = CSTNode.visit
 _ORIGINAL_RECORD = CodegenState.record_syntactic_position
 
@@ -196,10 +209,11 @@ def _walk(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) -> None:
         fields = _FIELDS.get(type(node))
         for name in fields if fields is not None else _fields(type(node)):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 if type(value) not in skip:
                     _walk(value, visitor, skip)
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 for child in value:
                     if type(child) not in skip:
                         _walk(child, visitor, skip)
@@ -215,10 +229,11 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) 
             if value is None and (kind.__name__, name) in _SILENT_WHEN_NONE:
                 continue
             visitor.on_visit_attribute(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 if type(value) not in skip:
                     _walk_with_hooks(value, visitor, skip)
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 for child in value:
                     if type(child) not in skip:
                         _walk_with_hooks(child, visitor, skip)
@@ -238,9 +253,10 @@ def preorder(root: CSTNode) -> list[CSTNode]:
         children: list[CSTNode] = []
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 children.append(value)
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 children.extend(value)
         stack.extend(reversed(children))
     return found
@@ -260,10 +276,11 @@ def semantic_preorder(root: CSTNode) -> list[CSTNode]:
         children: list[CSTNode] = []
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 if type(value) not in tokens:
                     children.append(value)
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 children.extend(child for child in value if type(child) not in tokens)
         stack.extend(reversed(children))
     return found
@@ -279,7 +296,8 @@ def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
         fields = _FIELDS.get(kind)
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            children = (value,) if isinstance(value, CSTNode) else value if isinstance(value, (tuple, list)) else ()
+            shape = _SHAPE[type(value)]
+            children = (value,) if shape == 1 else value if shape == 2 else ()
             for child in children:
                 parents[child] = node
                 stack.append(child)
@@ -324,11 +342,12 @@ def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]
         changed = False
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 result = value if type(value) in skip else _transform(value, transformer, skip)
                 results.append(result)
                 changed = changed or result is not value
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 for child in value:
                     result = child if type(child) in skip else _transform(child, transformer, skip)
                     results.append(result)
@@ -336,7 +355,7 @@ def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]
         if changed:
             updated = node._visit_and_replace_children(_Replay(results))
     result = transformer.on_leave(node, updated)
-    if not isinstance(result, (CSTNode, RemovalSentinel, FlattenSentinel)):
+    if _SHAPE[type(result)] != 1 and not isinstance(result, (RemovalSentinel, FlattenSentinel)):
         raise CSTValidationError("Expected a node of type CSTNode or a RemovalSentinel, "
                                  f"but got a return value of {type(result).__name__}")
     return result
