@@ -172,6 +172,7 @@ class Project:
         self._precomputed: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
         self._cache: TranslationCache | None = None
         self._style: FormatStyle | None = None
+        self._resolved: dict[Path, Path] | None = None  # Path.resolve() during a run (`_resolve`)
 
     @property
     def style(self) -> FormatStyle:
@@ -183,11 +184,23 @@ class Project:
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
+    def _resolve(self, path: Path) -> Path:
+        """``path.resolve()``, once per path during a run (`run`): headers, commands, variant paths and messages ask
+        it of the same few paths thousands of times (a system call per part of the path each time); nothing moves
+        during a run, and the working directory does not change."""
+        memo = self._resolved
+        if memo is None:
+            return path.resolve()
+        resolved = memo.get(path)
+        if resolved is None:
+            resolved = memo[path] = path.resolve()
+        return resolved
+
     def display(self, path: Path) -> str:
         """Path as written into headers and messages: relative to the project root when under it (stable)."""
-        resolved = path.resolve()
+        resolved = self._resolve(path)
         try:
-            return resolved.relative_to(self.config.root.resolve()).as_posix()
+            return resolved.relative_to(self._resolve(self.config.root)).as_posix()
         except ValueError:
             return path.as_posix()
 
@@ -218,23 +231,24 @@ class Project:
         """The directory whose tree an out-dir mirrors for `source` (see `__init__`)."""
         if self.source_root is not None:
             return self.source_root
-        resolved = source.resolve()
-        if self.config.pyproject is not None and resolved.is_relative_to(self.config.root.resolve()):
-            return self.config.root.resolve()
+        resolved = self._resolve(source)
+        root = self._resolve(self.config.root)
+        if self.config.pyproject is not None and resolved.is_relative_to(root):
+            return root
         if self._paths_root is not None:
             return self._paths_root
         return resolved.parent  # one file, outside a run
 
     def command(self, source: Path, target: Target) -> str:
         parts = ["transpile", self.display(source), "--target", target.name]
-        configured = self.config.out_dir.resolve() if self.config.out_dir is not None else None
-        if self.out_dir is not None and self.out_dir.resolve() != configured:
+        configured = self._resolve(self.config.out_dir) if self.config.out_dir is not None else None
+        if self.out_dir is not None and self._resolve(self.out_dir) != configured:
             parts += ["--out-dir", self.display(self.out_dir)]
         if self.gluon_always and not self.config.gluon_always:
             parts.append("--gluon-always")
         if self.out_dir is not None:
             root = self.mirror_root(source)
-            if self.config.pyproject is None or root != self.config.root.resolve():
+            if self.config.pyproject is None or root != self._resolve(self.config.root):
                 # Not the default root: the command names it, so that it writes the same path when run alone.
                 parts += ["--source-root", self.display(root) or "."]
         return shlex.join(parts)
@@ -247,7 +261,7 @@ class Project:
             out_dir = Path.cwd() / out_dir
         root = self.mirror_root(source)
         try:
-            relative = source.resolve().parent.relative_to(root)
+            relative = self._resolve(source).parent.relative_to(root)
         except ValueError:
             raise TranspileError(Diagnostic(self.display(source), 1, 1, "TT006",
                                             f"is outside the source root `{self.display(root)}`: its variant has no "
@@ -257,6 +271,13 @@ class Project:
     # ---- the run --------------------------------------------------------------------------------------------------
 
     def run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool = False, progress: bool = False) -> Run:
+        self._resolved = {}
+        try:
+            return self._run(paths, mode, skip_files_without_kernels, progress)
+        finally:
+            self._resolved = None
+
+    def _run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool, progress: bool) -> Run:
         started = time.perf_counter()
         result = Run()
         files = self.collect(paths, result.diagnostics)
@@ -309,15 +330,15 @@ class Project:
         """TT006 for every variant path two sources (or a source and itself a source) would share; True if any."""
         unique: dict[Path, Path] = {}
         for source in sources:
-            unique.setdefault(source.resolve(), source)  # a file named twice (or through a link) is one source
+            unique.setdefault(self._resolve(source), source)  # a file named twice (or through a link) is one source
         sources = list(unique.values())
         owners: dict[Path, tuple[Path, Target]] = {}
-        paths = {s.resolve(): s for s in sources}
+        paths = {self._resolve(s): s for s in sources}
         found: list[Diagnostic] = []
         for source in sources:
             for target in self.targets:
                 try:
-                    variant = self.variant(source, target).resolve()
+                    variant = self._resolve(self.variant(source, target))
                 except TranspileError as exc:
                     found.append(exc.diagnostic)
                     break
