@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.project import Project, Run, load_config, write_atomic
+from transpile.project import Project, Run, load_config, tune_gc, write_atomic
 from transpile.source import read_text
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -71,6 +71,9 @@ def translate(
     fail_on_write: bool = typer.Option(False, "--fail-on-write", help="Exit 1 when a variant was written (pre-commit)."),
     output_format: str = typer.Option("text", "--output-format", help="text or json."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Translate every file; neither read nor write the cache of translations "
+        "(~/.cache/triton-transpile, TRANSPILE_CACHE_DIR; TRANSPILE_NO_CACHE=1 does the same)."),
 ) -> None:
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
@@ -79,7 +82,7 @@ def translate(
     try:
         config = load_config(Path.cwd())
         project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always=gluon_always,
-                          source_root=source_root)
+                          source_root=source_root, cache=not no_cache)
     except TranspileError as exc:
         _fail(exc.diagnostic)
     mode = "diff" if diff else "check" if check else "write"
@@ -196,6 +199,7 @@ def verify(
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `transpile` console script and of `python -m transpile`."""
     args = list(sys.argv[1:] if argv is None else argv)
+    tune_gc()
     if args and args[0] in SUBCOMMANDS:
         tools(args, prog_name="transpile")
     else:

@@ -9,10 +9,13 @@ comparing against them (and runs the snapshot tests first, so that the compile t
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +25,12 @@ import pytest
 from transpile.engine import TranslationResult, format_results, is_generated, translate_source
 from transpile.project import Project, load_config
 from transpile.targets import all_targets, get_target
+
+# The command line's cache of translations (transpile.cache): one of the test session's own, never the user's. Runs
+# of the same input within the session read it, so the tests check cached variants too (tests/test_cache.py checks
+# that they are the fresh translation).
+os.environ["TRANSPILE_CACHE_DIR"] = _SESSION_CACHE = tempfile.mkdtemp(prefix="transpile-test-cache-")
+atexit.register(shutil.rmtree, _SESSION_CACHE, True)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = ROOT / "fixtures"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+
+import libcst as cst
 import pytest
 
-from transpile.names import undefined_names
+from transpile.names import undefined_in_statements, undefined_names
 from conftest import EXPECTED_DIR
 
 
@@ -34,3 +37,17 @@ def test_golden_has_no_undefined_name(fixture_name: str, target_name: str) -> No
 ])
 def test_undefined_names(text: str, expected: list[str]) -> None:
     assert _names(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "def k(d):\n    return _tma_load(d, [0, 0])\n\n\ndef j(p):\n    return q + _tma_load\n",
+    "import math\nx = y; y = 1\n\ndef k(a):\n    if a:\n        c = 1\n    return b, c, math.pi, z\n\nz = w\n",
+    "def k(a):\n    return u\n\ndef k(a):\n    return u\n",  # the same function twice: both reported
+])
+def test_undefined_in_statements_is_undefined_names(text: str) -> None:
+    """The per-statement check the engine runs gives the names of the whole-text check, in the same order."""
+    module = cst.parse_module(text)
+    statements = [ast.parse(module.code_for_node(s)).body for s in module.body]
+    whole = [(u.function, u.name) for u in undefined_names(text)]
+    assert [(u.function, u.name) for _, u in undefined_in_statements(statements)] == whole
+    assert whole

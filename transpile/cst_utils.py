@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import io
 import tokenize
@@ -10,7 +11,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from transpile.cst_walk import preorder
+from transpile.cst_walk import semantic_preorder
 
 T = TypeVar("T")
 
@@ -24,7 +25,7 @@ def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier that occurs in `node` (a fresh set the caller may change)."""
     cached = _NAMES_CACHE.get(node)
     if cached is None:
-        cached = frozenset(n.value for n in preorder(node) if type(n) is cst.Name)
+        cached = frozenset(n.value for n in semantic_preorder(node) if type(n) is cst.Name)
         if len(_NAMES_CACHE) > 100_000:
             _NAMES_CACHE.clear()
         _NAMES_CACHE[node] = cached
@@ -38,7 +39,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call in `node`, outermost first (a fresh list the caller may change; cached like `names_in`)."""
     cached = _CALLS_CACHE.get(node)
     if cached is None:
-        cached = tuple(n for n in preorder(node) if type(n) is cst.Call)
+        cached = tuple(n for n in semantic_preorder(node) if type(n) is cst.Call)
         if len(_CALLS_CACHE) > 100_000:
             _CALLS_CACHE.clear()
         _CALLS_CACHE[node] = cached
@@ -62,7 +63,7 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
 # (the names it uses decide the imports) and then the whole module; statements the rules left alone are the same
 # node objects for every target, so their text is made once. Keyed by the node itself (identity), so it stays alive.
 _CODE_CACHE: dict[tuple[cst.CSTNode, str, str], str] = {}
-_TOKEN_NAMES_CACHE: dict[tuple[cst.CSTNode, bool], frozenset[str]] = {}
+_TOKEN_NAMES_CACHE: dict[cst.CSTNode, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def node_code(module: cst.Module, node: cst.CSTNode) -> str:
@@ -77,6 +78,22 @@ def node_code(module: cst.Module, node: cst.CSTNode) -> str:
     return code
 
 
+_AST_CACHE: dict[tuple[cst.CSTNode, str, str], list[ast.stmt]] = {}
+
+
+def node_ast(module: cst.Module, node: cst.BaseStatement) -> list[ast.stmt]:
+    """``ast.parse(node_code(module, node)).body`` for a top-level statement, made once per node and layout (lines
+    count from the statement's first line). Shared: read it, never change it."""
+    key = (node, module.default_indent, module.default_newline)
+    parsed = _AST_CACHE.get(key)
+    if parsed is None:
+        parsed = ast.parse(node_code(module, node)).body
+        if len(_AST_CACHE) > 20_000:
+            _AST_CACHE.clear()
+        _AST_CACHE[key] = parsed
+    return parsed
+
+
 def module_code(module: cst.Module) -> str:
     """``module.code``, from the cached text of its statements (`node_code`): the same text, piece by piece."""
     code = "".join(node_code(module, node) for part in (module.header, module.body, module.footer) for node in part)
@@ -89,30 +106,36 @@ def module_code(module: cst.Module) -> str:
 def code_names(module: cst.Module, statements: list[cst.BaseStatement], attributes: bool) -> set[str]:
     """Identifiers in the code of `statements` (not in strings or comments); with `attributes=False`, not the names
     after a dot (`gl.extra.libdevice.tanh` uses `gl` only). Tokenizing the generated text is many times faster than a
-    libcst visit of the same statements; each statement's names are found once (a statement cannot end with a dot,
-    so reading them one by one gives what reading them together gives)."""
+    libcst visit of the same statements; each statement's names are found once, both kinds in one pass (a statement
+    cannot end with a dot, so reading them one by one gives what reading them together gives)."""
     names: set[str] = set()
+    which = 0 if attributes else 1
     for statement in statements:
-        key = (statement, attributes)
-        found = _TOKEN_NAMES_CACHE.get(key)
+        found = _TOKEN_NAMES_CACHE.get(statement)
         if found is None:
-            found = _TOKEN_NAMES_CACHE[key] = _token_names(node_code(module, statement), attributes)
+            found = _TOKEN_NAMES_CACHE[statement] = _token_names(node_code(module, statement))
             if len(_TOKEN_NAMES_CACHE) > 20_000:
                 _TOKEN_NAMES_CACHE.clear()
-                _TOKEN_NAMES_CACHE[key] = found
-        names |= found
+                _TOKEN_NAMES_CACHE[statement] = found
+        names |= found[which]
     return names
 
 
-def _token_names(code: str, attributes: bool) -> frozenset[str]:
+def _token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every NAME token, the NAME tokens not right after a `.`) of `code`."""
     names: set[str] = set()
+    unqualified: set[str] = set()
     previous = ""
+    skip = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
     for token in tokenize.generate_tokens(io.StringIO(code).readline):
-        if token.type == tokenize.NAME and (attributes or previous != "."):
+        kind = token.type
+        if kind == tokenize.NAME:
             names.add(token.string)
-        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            if previous != ".":
+                unqualified.add(token.string)
+        if kind not in skip:
             previous = token.string
-    return frozenset(names)
+    return frozenset(names), frozenset(unqualified)
 
 
 _ANALYSES_CACHE: dict[tuple, tuple[object, object, object]] = {}

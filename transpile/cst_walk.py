@@ -9,20 +9,62 @@ children, in the same (lexical) order, with the same callbacks (``on_visit``, ``
 `CSTVisitor` instances (a `CSTTransformer` still goes through libcst's own code); `walk` is the same for callers that
 want it explicitly.
 
+`transform` is ``node.visit(transformer)`` for a `CSTTransformer` that returns the nodes it does not change: libcst
+copies every node of the tree, changed or not; `transform` walks the same children with the same callbacks and
+rebuilds only the nodes below which something changed (with libcst's own ``_visit_and_replace_children``, handed the
+children's results, so removals and flattening behave as in libcst). A transformer thus sees, as ``updated_node``,
+the original node itself where nothing below it changed, and the result shares every unchanged subtree with the
+input (caches keyed by node, like `cst_utils.node_code`, then hit for them).
+
 Each node type's fields, in the order libcst visits them, are read once from its ``_visit_and_replace_children`` by
 running it on a stand-in whose every field records its name (`_fields`).
 """
 
 from __future__ import annotations
 
-from libcst import CSTNode, CSTVisitor
+import libcst
+from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
+from libcst._batched_visitor import _BatchedCSTVisitor
+from libcst._nodes.internal import CodegenState
+from libcst.metadata.scope_provider import ScopeVisitor
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
 # None`); every other optional field gets its callbacks whether or not it is set.
 _SILENT_WHEN_NONE = {("FormattedStringExpression", "format_spec"), ("TemplatedStringExpression", "format_spec")}
 
+# The node types that can hold no `Name` (and so no expression, statement or call): whitespace, comments,
+# punctuation, brackets, operators, number and string literals. Their children are only such nodes. A walk skips them
+# for a visitor without methods for any of them: every callback there would be a no-op. (tests/test_cst_walk.py
+# derives the set from libcst's field types.)
+TOKENS: frozenset[type] = frozenset(getattr(libcst, name) for name in (
+    "Add", "AddAssign", "And", "AssignEqual", "Asynchronous", "BitAnd", "BitAndAssign", "BitInvert", "BitOr",
+    "BitOrAssign", "BitXor", "BitXorAssign", "Break", "Colon", "Comma", "Comment", "Continue", "Divide", "DivideAssign",
+    "Dot", "Ellipsis", "EmptyLine", "Equal", "Float", "FloorDivide", "FloorDivideAssign", "FormattedStringText",
+    "GreaterThan", "GreaterThanEqual", "Imaginary", "ImportStar", "In", "Integer", "Is", "IsNot", "LeftCurlyBrace",
+    "LeftParen", "LeftShift", "LeftShiftAssign", "LeftSquareBracket", "LessThan", "LessThanEqual", "MatrixMultiply",
+    "MatrixMultiplyAssign", "Minus", "Modulo", "ModuloAssign", "Multiply", "MultiplyAssign", "Newline", "Not",
+    "NotEqual", "NotIn", "Or", "ParamSlash", "ParamStar", "ParenthesizedWhitespace", "Pass", "Plus", "Power",
+    "PowerAssign", "RightCurlyBrace", "RightParen", "RightShift", "RightShiftAssign", "RightSquareBracket",
+    "Semicolon", "SimpleString", "SimpleWhitespace", "Subtract", "SubtractAssign", "TemplatedStringText",
+    "TrailingWhitespace",
+) if hasattr(libcst, name))
+
 _FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+class _Shapes(dict):
+    """What a field's value is, by its type: 1 a node, 2 a sequence (of nodes), 0 anything else (None,
+    `MaybeSentinel`). Looked up once per type: `isinstance` against `CSTNode`, an abstract base class, costs several
+    times a dictionary look-up, and the walks below ask it of every field of every node."""
+
+    def __missing__(self, kind: type) -> int:
+        shape = self[kind] = 1 if issubclass(kind, CSTNode) else 2 if issubclass(kind, (tuple, list)) else 0
+        return shape
+
+
+_SHAPE: dict[type, int] = _Shapes()
 _ORIGINAL_VISIT = CSTNode.visit
+_ORIGINAL_RECORD = CodegenState.record_syntactic_position
 
 
 class _Recorder(CSTVisitor):
@@ -59,44 +101,126 @@ def _fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-def _has_attribute_hooks(visitor: CSTVisitor) -> bool:
+def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
     """Whether `visitor` reacts to ``on_visit_attribute``/``on_leave_attribute`` at all: it overrides them, or it
-    defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` defines them all as
-    no-ops; node type names hold no underscore)."""
+    defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` and `CSTTransformer`
+    define them all as no-ops; node type names hold no underscore)."""
     kind = type(visitor)
     hooks = kind.__dict__.get("_cst_walk_attribute_hooks")  # kept on the class itself (visitor classes come and go)
     if hooks is None:
-        own = [cls for cls in kind.__mro__ if cls not in CSTVisitor.__mro__]
-        hooks = (kind.on_visit_attribute is not CSTVisitor.on_visit_attribute
-                 or kind.on_leave_attribute is not CSTVisitor.on_leave_attribute
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        own = [cls for cls in kind.__mro__ if cls not in base.__mro__]
+        hooks = (kind.on_visit_attribute is not base.on_visit_attribute
+                 or kind.on_leave_attribute is not base.on_leave_attribute
                  or any(name.startswith(("visit_", "leave_")) and name.count("_") >= 2
                         for cls in own for name in vars(cls)))
         kind._cst_walk_attribute_hooks = hooks  # type: ignore[attr-defined]
     return hooks
 
 
+def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
+    """The node types (`TOKENS`) whose subtrees a walk with `visitor` may skip: all those below which (themselves
+    included) it has no method for any node type (`tokens_without`), when it dispatches with libcst's own
+    ``on_visit``/``on_leave`` and attribute callbacks (else none). A visitor may give its own set as
+    ``cst_walk_skip``."""
+    own = getattr(visitor, "cst_walk_skip", None)
+    if own is not None:
+        return own
+    kind = type(visitor)
+    skip = kind.__dict__.get("_cst_walk_skipped")  # kept on the class itself, like the attribute hooks
+    if skip is None:
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        dispatches = all(getattr(kind, method) is getattr(base, method)
+                         for method in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
+        methods = {name.split("_")[1] for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
+                   if name.startswith(("visit_", "leave_"))}
+        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if dispatches else frozenset()
+        kind._cst_walk_skipped = skip  # type: ignore[attr-defined]
+    return skip
+
+
+def tokens_without(handled: set[type] | frozenset[type]) -> frozenset[type]:
+    """The `TOKENS` types whose subtrees hold no node of a type in `handled`: a token holds other tokens (a `Comma`
+    its whitespace, a bare `*` parameter (`ParamStar`) its `Comma`, an `Integer` its parentheses), so a walk for a
+    visitor with a method for `Comma` skips neither `Comma` nor `ParamStar`."""
+    below = _tokens_below()
+    return frozenset(t for t in TOKENS if t not in handled and not below[t] & handled)
+
+
+_TOKENS_BELOW: dict[type, frozenset[type]] = {}
+
+
+def _tokens_below() -> dict[type, frozenset[type]]:
+    """Each `TOKENS` type and the token types that may lie below it, by libcst's field annotations (read once)."""
+    if not _TOKENS_BELOW:
+        import inspect
+        import typing
+
+        def referenced(annotation: object) -> set[type]:
+            if typing.get_origin(annotation) is None:
+                if not (inspect.isclass(annotation) and issubclass(annotation, CSTNode)):
+                    return set()
+                found, stack = set(), [annotation]
+                while stack:
+                    kind = stack.pop()
+                    found |= {kind} & TOKENS
+                    stack.extend(kind.__subclasses__())
+                return found
+            return set().union(*(referenced(a) for a in typing.get_args(annotation)))
+
+        direct = {t: set().union(*(referenced(a) for a in typing.get_type_hints(t).values())) for t in TOKENS}
+        for kind in TOKENS:
+            seen: set[type] = set()
+            stack = list(direct[kind])
+            while stack:
+                other = stack.pop()
+                if other not in seen:
+                    seen.add(other)
+                    stack.extend(direct[other])
+            _TOKENS_BELOW[kind] = frozenset(seen)
+    return _TOKENS_BELOW
+
+
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor, without building a copy of the tree."""
+    if type(visitor) is _BatchedCSTVisitor and _batched_noop_below(node, visitor):
+        # The metadata providers the tool resolves (ScopeProvider, ExpressionContextProvider) only define
+        # `visit_Module`, which walks the tree with a visitor of their own: every other callback of the batched walk
+        # would find no method to call.
+        visitor.on_visit(node)
+        visitor.on_leave(node)
+        return
     if _has_attribute_hooks(visitor):
-        _walk_with_hooks(node, visitor)
+        _walk_with_hooks(node, visitor, skipped(visitor))
     else:
-        _walk(node, visitor)
+        _walk(node, visitor, skipped(visitor))
 
 
-def _walk(node: CSTNode, visitor: CSTVisitor) -> None:
+def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
+    """Whether libcst's batched visitor has nothing to call below `node`: `node` is a module (no module lies below
+    one), the visitor has no before/after hooks and only `visit_Module`/`leave_Module` methods."""
+    if not isinstance(node, Module) or visitor.before_visit is not None or visitor.after_leave is not None:
+        return False
+    return all(name in ("visit_Module", "leave_Module") for name, methods in visitor.visitor_methods.items() if methods)
+
+
+def _walk(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) -> None:
     if visitor.on_visit(node):
         fields = _FIELDS.get(type(node))
         for name in fields if fields is not None else _fields(type(node)):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
-                _walk(value, visitor)
-            elif isinstance(value, (tuple, list)):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                if type(value) not in skip:
+                    _walk(value, visitor, skip)
+            elif shape == 2:
                 for child in value:
-                    _walk(child, visitor)
+                    if type(child) not in skip:
+                        _walk(child, visitor, skip)
     visitor.on_leave(node)
 
 
-def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor) -> None:
+def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) -> None:
     if visitor.on_visit(node):
         kind = type(node)
         fields = _FIELDS.get(kind)
@@ -105,11 +229,14 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor) -> None:
             if value is None and (kind.__name__, name) in _SILENT_WHEN_NONE:
                 continue
             visitor.on_visit_attribute(node, name)
-            if isinstance(value, CSTNode):
-                _walk_with_hooks(value, visitor)
-            elif isinstance(value, (tuple, list)):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                if type(value) not in skip:
+                    _walk_with_hooks(value, visitor, skip)
+            elif shape == 2:
                 for child in value:
-                    _walk_with_hooks(child, visitor)
+                    if type(child) not in skip:
+                        _walk_with_hooks(child, visitor, skip)
             visitor.on_leave_attribute(node, name)
     visitor.on_leave(node)
 
@@ -126,10 +253,35 @@ def preorder(root: CSTNode) -> list[CSTNode]:
         children: list[CSTNode] = []
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            if isinstance(value, CSTNode):
+            shape = _SHAPE[type(value)]
+            if shape == 1:
                 children.append(value)
-            elif isinstance(value, (tuple, list)):
+            elif shape == 2:
                 children.extend(value)
+        stack.extend(reversed(children))
+    return found
+
+
+def semantic_preorder(root: CSTNode) -> list[CSTNode]:
+    """`preorder` without the nodes of `TOKENS` types (whitespace, punctuation, literals, ...) below `root`: every
+    name, expression, statement and call, in the same order."""
+    found: list[CSTNode] = []
+    stack = [root]
+    tokens = TOKENS
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        children: list[CSTNode] = []
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                if type(value) not in tokens:
+                    children.append(value)
+            elif shape == 2:
+                children.extend(child for child in value if type(child) not in tokens)
         stack.extend(reversed(children))
     return found
 
@@ -144,11 +296,69 @@ def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
         fields = _FIELDS.get(kind)
         for name in fields if fields is not None else _fields(kind):
             value = getattr(node, name)
-            children = (value,) if isinstance(value, CSTNode) else value if isinstance(value, (tuple, list)) else ()
+            shape = _SHAPE[type(value)]
+            children = (value,) if shape == 1 else value if shape == 2 else ()
             for child in children:
                 parents[child] = node
                 stack.append(child)
     return parents
+
+
+class _Replay(CSTTransformer):
+    """Gives libcst's ``_visit_and_replace_children`` of one node the results `transform` already has for its
+    children, in the order libcst visits them (nothing is visited again)."""
+
+    def __init__(self, results: list) -> None:
+        super().__init__()
+        self.results = iter(results)
+
+    def on_visit(self, node: CSTNode) -> bool:
+        return False
+
+    def on_leave(self, original_node: CSTNode, updated_node: CSTNode):  # type: ignore[override]
+        return next(self.results)
+
+    def on_visit_attribute(self, node: CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: CSTNode, attribute: str) -> None:
+        pass
+
+
+def transform(node: CSTNode, transformer: CSTTransformer):  # type: ignore[no-untyped-def]
+    """``node.visit(transformer)``, rebuilding only the nodes below which the transformer changed something (see the
+    module docstring). A transformer that reacts to attribute callbacks goes through libcst's own visit."""
+    if _has_attribute_hooks(transformer):
+        return _ORIGINAL_VISIT(node, transformer)
+    return _transform(node, transformer, skipped(transformer))
+
+
+def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]):  # type: ignore[no-untyped-def]
+    updated = node
+    if transformer.on_visit(node):
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        results: list = []
+        changed = False
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                result = value if type(value) in skip else _transform(value, transformer, skip)
+                results.append(result)
+                changed = changed or result is not value
+            elif shape == 2:
+                for child in value:
+                    result = child if type(child) in skip else _transform(child, transformer, skip)
+                    results.append(result)
+                    changed = changed or result is not child
+        if changed:
+            updated = node._visit_and_replace_children(_Replay(results))
+    result = transformer.on_leave(node, updated)
+    if _SHAPE[type(result)] != 1 and not isinstance(result, (RemovalSentinel, FlattenSentinel)):
+        raise CSTValidationError("Expected a node of type CSTNode or a RemovalSentinel, "
+                                 f"but got a return value of {type(result).__name__}")
+    return result
 
 
 def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
@@ -158,14 +368,50 @@ def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
     return _ORIGINAL_VISIT(self, visitor)
 
 
+class _NoPosition:
+    """What ``CodegenState.record_syntactic_position`` gives when no position is recorded (plain code generation):
+    libcst's is a generator-based context manager that only yields, made anew for most nodes of every `code`."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_POSITION = _NoPosition()
+
+
+def _no_position(self: CodegenState, node: CSTNode, *, start_node: CSTNode | None = None,
+                 end_node: CSTNode | None = None) -> _NoPosition:
+    return _NO_POSITION
+
+
 def install() -> None:
-    """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree."""
+    """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
+    code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
+    position providers' states keep their own).
+
+    libcst's scope analysis (`ScopeVisitor`, under `ScopeProvider`) skips the token subtrees too, but for string
+    literals (it reads annotations written as strings): its own ``on_leave`` records the scope of every node it
+    leaves, so the scope map then has no entries for whitespace, punctuation and number literals, which nothing asks
+    about (`SourceFile.qualified_name` asks for names and attributes); every other node gets the same scope, and
+    assignments are counted alike (no token is one)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
+    if CodegenState.record_syntactic_position is not _no_position:
+        CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
+    ScopeVisitor.cst_walk_skip = tokens_without({libcst.SimpleString})  # type: ignore[attr-defined]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
+    CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
+    if "cst_walk_skip" in ScopeVisitor.__dict__:
+        del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
 
-__all__ = ["install", "parent_map", "preorder", "uninstall", "walk"]
+__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without", "transform",
+           "uninstall", "walk"]

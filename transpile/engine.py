@@ -10,16 +10,16 @@ from pathlib import Path
 
 import libcst as cst
 
-from transpile import __version__
+from transpile import __version__, cst_walk
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, convert as convert_tma_tiles
-from transpile.cst_utils import code_names, module_code
+from transpile.cst_utils import code_names, module_code, node_ast
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
-from transpile.rules.base import RuleContext
+from transpile.rules.base import Rule, RuleContext
 from transpile.rules.hoist import is_hoisted
 from transpile.rules.layouts import convert, expand
 from transpile.source import SourceFile, parse_source, read_text, sha256_text
@@ -241,7 +241,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         plan = plans[fn.name]
         ctx = RuleContext(facts, fn, plan, target, helpers=set(), gluon_always=gluon_always)
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
-        node = fn.node.visit(_KernelRewriter(ctx))
+        node = cst_walk.transform(fn.node, _KernelRewriter(ctx))
         outcome = KernelOutcome(fn.name, fn.is_helper, True, sorted(set(ctx.diagnostics)), ctx.num_warps,
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs, schedules=ctx.schedules,
@@ -266,11 +266,12 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     helpers |= {"tma_or_triton", "persistent_grid"}
             else:
                 rewritten.pop(name, None)
-        module = _emit_module(source, facts, target, rewritten, outcomes, helpers, text)
+        tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text, prepared.original_source.module)
+        module = _module_text(tree)
         header = _header(path, sha256, source, target, command, outcomes)
         # A safety net for the tool's own bugs: a translated function that reads a name it never defines would not
         # compile; it is kept as Triton instead (and the loop repeats, since keeping it may keep its callers).
-        broken = _undefined_in_translated(header + module, outcomes)
+        broken = _undefined_in_translated(tree, outcomes)
         if not broken:
             return TranslationResult(path, target, header + module, list(outcomes.values()), sha256, text)
         from transpile.names import undefined_names
@@ -303,12 +304,14 @@ def format_results(results: list[TranslationResult], style: FormatStyle | None =
     return problem
 
 
-def _undefined_in_translated(text: str, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:
-    from transpile.names import undefined_names
+def _undefined_in_translated(tree: cst.Module, outcomes: dict[str, KernelOutcome]) -> dict[str, str]:
+    """The first name each translated function of the emitted module reads without defining it. Each top-level
+    statement is parsed on its own (`node_ast`): the statements every target shares are parsed once."""
+    from transpile.names import undefined_in_statements
 
     broken: dict[str, str] = {}
     translated = {name for name, outcome in outcomes.items() if outcome.translated}
-    for u in undefined_names(text, translated):
+    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
@@ -322,6 +325,12 @@ class _KernelRewriter(cst.CSTTransformer):
         super().__init__()
         self.ctx = ctx
         self.hooks: dict[type, list] = {}
+        # Whitespace, punctuation and literals no rule hooks and the plan does not convert are left as they are:
+        # `cst_walk.transform` does not walk them.
+        hooked = {name[len("leave_"):] for rule in ctx.target.rules for name in dir(type(rule))
+                  if name.startswith("leave_")}
+        planned = {type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions)}
+        self.cst_walk_skip = cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
 
     # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -333,8 +342,10 @@ class _KernelRewriter(cst.CSTTransformer):
         methods = self.hooks.get(kind)
         if methods is None:  # the rules' `leave_<Node>` methods, looked up once per node type
             hook = f"leave_{kind.__name__}"
+            noop = getattr(Rule, hook, None)  # the base class's, which return `updated` as it is
             methods = self.hooks[kind] = [m for rule in self.ctx.target.rules
-                                          if (m := getattr(rule, hook, None)) is not None]
+                                          if (m := getattr(rule, hook, None)) is not None
+                                          and getattr(type(rule), hook) is not noop]
         for method in methods:
             if isinstance(updated, cst.CSTNode):
                 updated = method(self.ctx, original_node, updated)
@@ -488,9 +499,25 @@ class _HostLaunches(cst.CSTTransformer):
 
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
                  outcomes: dict[str, KernelOutcome], helpers: set[str], text: str) -> str:
+    return _module_text(_emit_tree(source, facts, target, rewritten, outcomes, helpers, text))
+
+
+def _module_text(out: cst.Module) -> str:
+    """The text of an emitted module (`_emit_tree`)."""
+    code = module_code(out)
+    if out.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
+        code = re.sub(r"(?<!\r)\n", out.default_newline, code)
+    return code
+
+
+def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
+               outcomes: dict[str, KernelOutcome], helpers: set[str], text: str,
+               original: cst.Module | None = None) -> cst.Module:
+    """The variant as a module; `original` is the parse of `text` where the caller has it (`Prepared`)."""
     module = source.module
     dispatched = {name for name in rewritten if outcomes[name].dispatch is not None}
-    originals = _original_functions(text) if len(rewritten) < len(facts.functions) or dispatched else {}
+    originals = ({} if len(rewritten) == len(facts.functions) and not dispatched
+                 else _original_functions(text) if original is None else _functions(original))
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef) and statement.name.value in facts.functions:
@@ -513,22 +540,15 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
                   if o.translated and o.persistent_grid and name not in dispatched}  # (the launcher's grid)
     if launch_warps or persistent:
         launches = _HostLaunches(launch_warps, persistent)
-        body = [s.visit(launches) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten) else s
-                for s in body]
+        body = [cst_walk.transform(s, launches) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
+                else s for s in body]
 
     imports_end = _imports_end(body)
     new_imports = [_parsed_statement(line) for line in target.imports]
     new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)], module)
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
-        parsed = _parsed_snippet(target.snippet(name).strip() + "\n")
-        lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
-        if i == 0:
-            lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
-                f"# ---- Helpers emitted by triton-transpile for {target.name}. ----")))
-        first, *rest = parsed.body
-        snippets.append(first.with_changes(leading_lines=[*lines, *parsed.header, *first.leading_lines]))
-        snippets.extend(rest)
+        snippets.extend(_snippet_block(target.snippet(name), target.name if i == 0 else None))
     if snippets and imports_end < len(body):
         # PEP 8: two blank lines between the helpers and the code that follows them.
         following = body[imports_end]
@@ -538,11 +558,7 @@ def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritt
             body[imports_end] = following.with_changes(leading_lines=[*extra, *following.leading_lines])  # type: ignore[union-attr]
     body[imports_end:imports_end] = [*new_imports, *snippets]
     out = module.with_changes(body=body)
-    out = _drop_unused_language_imports(out, source)
-    code = module_code(out)
-    if module.default_newline != "\n":  # the emitted snippets' docstrings are LF: use the source's line ends
-        code = re.sub(r"(?<!\r)\n", module.default_newline, code)
-    return code
+    return _drop_unused_language_imports(out, source)
 
 
 def _dispatched(statement: cst.FunctionDef, outcome: KernelOutcome) -> list[cst.BaseStatement]:
@@ -584,8 +600,12 @@ def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLi
 def _original_functions(text: str) -> dict[str, cst.FunctionDef]:
     """The module-level functions of the source text as written (not the tree the rules saw, which an earlier pass
     may have normalised): a kept function is emitted from these, byte for byte. Parsed once for every target of the
-    same text (read-only)."""
-    return {s.name.value: s for s in cst.parse_module(text).body if isinstance(s, cst.FunctionDef)}
+    same text (read-only); `prepare` has that parse already (`Prepared.original_source`)."""
+    return _functions(cst.parse_module(text))
+
+
+def _functions(module: cst.Module) -> dict[str, cst.FunctionDef]:
+    return {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
 
 
 def _kept_function(statement: cst.FunctionDef, outcome: KernelOutcome, target: Target) -> cst.FunctionDef:
@@ -608,6 +628,20 @@ def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseState
 @functools.lru_cache(maxsize=256)
 def _parsed_statement(line: str) -> cst.BaseStatement:
     return cst.parse_statement(line)
+
+
+@functools.lru_cache(maxsize=256)
+def _snippet_block(text: str, first_for: str | None) -> tuple[cst.BaseStatement, ...]:
+    """A snippet's statements as the variant holds them: two blank lines before it (and the helpers' heading before
+    the first, of target `first_for`). The same nodes for every variant that emits the snippet, so that their code,
+    names and parse are made once (`cst_utils.node_code`, `code_names`, `node_ast`)."""
+    parsed = _parsed_snippet(text.strip() + "\n")
+    lines = [cst.EmptyLine(indent=False), cst.EmptyLine(indent=False)]
+    if first_for is not None:
+        lines.append(cst.EmptyLine(indent=False, comment=cst.Comment(
+            f"# ---- Helpers emitted by triton-transpile for {first_for}. ----")))
+    first, *rest = parsed.body
+    return (first.with_changes(leading_lines=[*lines, *parsed.header, *first.leading_lines]), *rest)
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,7 +8,9 @@ the loop (Triton carries a value through a loop only when it is defined before i
 nested functions see their own parameters and targets. A bug such as a pipelined branch that reads a tile it never
 loaded, or a helper called but never emitted, shows up as ``UndefinedName(line, col, name, function)``.
 
-`undefined_names(text)` is pure: it parses the text with `ast` and never imports it.
+`undefined_names(text)` is pure: it parses the text with `ast` and never imports it. `undefined_in_statements` does
+the same for a module given as its top-level statements, each parsed on its own (the engine parses the statements
+that are the same for every target once).
 """
 
 from __future__ import annotations
@@ -237,3 +239,22 @@ def undefined_names(text: str, functions: set[str] | None = None) -> list[Undefi
     checker = _Checker(_module_bindings(tree), functions)
     checker.block(tree.body, set(), "<module>")
     return sorted(set(checker.found), key=lambda u: (u.line, u.col, u.name))
+
+
+def undefined_in_statements(statements: list[list[ast.stmt]], functions: set[str] | None = None
+                            ) -> list[tuple[int, UndefinedName]]:
+    """`undefined_names` of a module given as its top-level statements, each parsed on its own (`ast.parse` of the
+    statement's text: one or more `ast.stmt`, lines counted from the statement's first line). Gives (index of the
+    statement, name) pairs in source order: the same names as `undefined_names` of the whole text, in the same order,
+    with lines relative to their statement."""
+    globals_: set[str] = set()
+    for parsed in statements:
+        globals_ |= _module_bindings(ast.Module(body=parsed, type_ignores=[]))
+    checker = _Checker(globals_, functions)
+    found: set[tuple[int, UndefinedName]] = set()
+    defined: set[str] = set()
+    for index, parsed in enumerate(statements):
+        defined = checker.block(parsed, defined, "<module>")
+        found.update((index, u) for u in checker.found)
+        checker.found = []
+    return sorted(found, key=lambda item: (item[0], item[1].line, item[1].col, item[1].name))

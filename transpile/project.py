@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
+import gc
 import os
 import shlex
 import tempfile
@@ -12,10 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transpile import __version__
+from transpile.analysis.tma_tiles import Dispatch, Tile
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
+from transpile.cache import TranslationCache, recording, stop_recording
 from transpile.engine import (
     HEADER_HASH,
     HEADER_TOOL,
+    KernelOutcome,
     Prepared,
     TranslationResult,
     is_generated,
@@ -31,7 +36,20 @@ from transpile.targets import Target, get_target
 # TRANSPILE_JOBS=1 keeps everything in one process.
 PARALLEL_FILES = 8
 
+# Collections of the cyclic garbage collector: see `tune_gc`.
+GC_THRESHOLD = (100_000, 50, 50)
+
 SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
+
+
+def tune_gc() -> None:
+    """Fewer garbage collections for a run of the tool. A translation allocates millions of small objects (libcst
+    nodes, most of them acyclic and alive until the file is done): with Python's default thresholds the collector ran
+    about 2,400 times over the fixtures x 4 targets and took about a fifth of the CPU time, finding little to free.
+    Everything imported so far is frozen (never scanned again; worker processes forked later share it unchanged).
+    Output does not depend on it; memory stays about the same (the trees are not cyclic garbage)."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 @dataclass
@@ -132,8 +150,9 @@ class Run:
 
 class Project:
     def __init__(self, config: Config, targets: list[str], out_dir: Path | None, exclude: list[str],
-                 gluon_always: bool = False, source_root: Path | None = None) -> None:
+                 gluon_always: bool = False, source_root: Path | None = None, cache: bool = True) -> None:
         self.config = config
+        self.use_cache = cache  # the persistent cache of translations (transpile.cache), unless TRANSPILE_NO_CACHE=1
         self.gluon_always = gluon_always or config.gluon_always
         # With an out-dir, variants mirror the source tree below this root: `--source-root`, else the project root
         # (the pyproject.toml's directory), else (no pyproject.toml) the common parent of the paths of the run.
@@ -150,9 +169,11 @@ class Project:
         self.targets = list(seen.values())
         self.out_dir = out_dir if out_dir is not None else config.out_dir
         self.exclude = [*config.exclude, *exclude]
-        self._prepared: dict[Path, Prepared] = {}
+        self._prepared: dict[Path, tuple[Prepared, list[tuple[str, str | None]]]] = {}
         self._precomputed: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
+        self._cache: TranslationCache | None = None
         self._style: FormatStyle | None = None
+        self._resolved: dict[Path, Path] | None = None  # Path.resolve() during a run (`_resolve`)
 
     @property
     def style(self) -> FormatStyle:
@@ -164,11 +185,23 @@ class Project:
 
     # ---- paths ----------------------------------------------------------------------------------------------------
 
+    def _resolve(self, path: Path) -> Path:
+        """``path.resolve()``, once per path during a run (`run`): headers, commands, variant paths and messages ask
+        it of the same few paths thousands of times (a system call per part of the path each time); nothing moves
+        during a run, and the working directory does not change."""
+        memo = self._resolved
+        if memo is None:
+            return path.resolve()
+        resolved = memo.get(path)
+        if resolved is None:
+            resolved = memo[path] = path.resolve()
+        return resolved
+
     def display(self, path: Path) -> str:
         """Path as written into headers and messages: relative to the project root when under it (stable)."""
-        resolved = path.resolve()
+        resolved = self._resolve(path)
         try:
-            return resolved.relative_to(self.config.root.resolve()).as_posix()
+            return resolved.relative_to(self._resolve(self.config.root)).as_posix()
         except ValueError:
             return path.as_posix()
 
@@ -199,23 +232,24 @@ class Project:
         """The directory whose tree an out-dir mirrors for `source` (see `__init__`)."""
         if self.source_root is not None:
             return self.source_root
-        resolved = source.resolve()
-        if self.config.pyproject is not None and resolved.is_relative_to(self.config.root.resolve()):
-            return self.config.root.resolve()
+        resolved = self._resolve(source)
+        root = self._resolve(self.config.root)
+        if self.config.pyproject is not None and resolved.is_relative_to(root):
+            return root
         if self._paths_root is not None:
             return self._paths_root
         return resolved.parent  # one file, outside a run
 
     def command(self, source: Path, target: Target) -> str:
         parts = ["transpile", self.display(source), "--target", target.name]
-        configured = self.config.out_dir.resolve() if self.config.out_dir is not None else None
-        if self.out_dir is not None and self.out_dir.resolve() != configured:
+        configured = self._resolve(self.config.out_dir) if self.config.out_dir is not None else None
+        if self.out_dir is not None and self._resolve(self.out_dir) != configured:
             parts += ["--out-dir", self.display(self.out_dir)]
         if self.gluon_always and not self.config.gluon_always:
             parts.append("--gluon-always")
         if self.out_dir is not None:
             root = self.mirror_root(source)
-            if self.config.pyproject is None or root != self.config.root.resolve():
+            if self.config.pyproject is None or root != self._resolve(self.config.root):
                 # Not the default root: the command names it, so that it writes the same path when run alone.
                 parts += ["--source-root", self.display(root) or "."]
         return shlex.join(parts)
@@ -228,7 +262,7 @@ class Project:
             out_dir = Path.cwd() / out_dir
         root = self.mirror_root(source)
         try:
-            relative = source.resolve().parent.relative_to(root)
+            relative = self._resolve(source).parent.relative_to(root)
         except ValueError:
             raise TranspileError(Diagnostic(self.display(source), 1, 1, "TT006",
                                             f"is outside the source root `{self.display(root)}`: its variant has no "
@@ -238,6 +272,13 @@ class Project:
     # ---- the run --------------------------------------------------------------------------------------------------
 
     def run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool = False, progress: bool = False) -> Run:
+        self._resolved = {}
+        try:
+            return self._run(paths, mode, skip_files_without_kernels, progress)
+        finally:
+            self._resolved = None
+
+    def _run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool, progress: bool) -> Run:
         started = time.perf_counter()
         result = Run()
         files = self.collect(paths, result.diagnostics)
@@ -257,7 +298,11 @@ class Project:
             result.diagnostics.append(exc.diagnostic)
             result.seconds = time.perf_counter() - started
             return result  # nothing written
-        self._precomputed = self._translate_in_parallel([f for f, _ in files if texts.get(f) is not None], texts)
+        sources = [f for f, _ in files if texts.get(f) is not None]
+        self._cache = TranslationCache.open() if self.use_cache else None
+        self._precomputed = self._cached(sources, texts)
+        self._precomputed.update(self._translate_in_parallel(
+            [f for f in sources if any((f, t.name) not in self._precomputed for t in self.targets)], texts))
         pending: list[_Pending] = []
         bar = None
         if progress and len(work) > 8:
@@ -286,15 +331,15 @@ class Project:
         """TT006 for every variant path two sources (or a source and itself a source) would share; True if any."""
         unique: dict[Path, Path] = {}
         for source in sources:
-            unique.setdefault(source.resolve(), source)  # a file named twice (or through a link) is one source
+            unique.setdefault(self._resolve(source), source)  # a file named twice (or through a link) is one source
         sources = list(unique.values())
         owners: dict[Path, tuple[Path, Target]] = {}
-        paths = {s.resolve(): s for s in sources}
+        paths = {self._resolve(s): s for s in sources}
         found: list[Diagnostic] = []
         for source in sources:
             for target in self.targets:
                 try:
-                    variant = self.variant(source, target).resolve()
+                    variant = self._resolve(self.variant(source, target))
                 except TranspileError as exc:
                     found.append(exc.diagnostic)
                     break
@@ -332,6 +377,31 @@ class Project:
             return None
         return text
 
+    def _cache_key(self, source: Path, text: str, target: Target) -> str:
+        assert self._cache is not None
+        return self._cache.key(text, self.display(source), target.name, self.command(source, target),
+                               self.gluon_always)
+
+    def _cached(self, sources: list[Path], texts: dict[Path, str | None]
+                ) -> dict[tuple[Path, str], TranslationResult | Diagnostic]:
+        """The translations of the run that the persistent cache holds (transpile.cache)."""
+        found: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
+        if self._cache is None:
+            return found
+        for source in dict.fromkeys(sources):
+            text = texts[source]
+            assert text is not None
+            for target in self.targets:
+                value = self._cache.get(self._cache_key(source, text, target))
+                if value is not None:
+                    found[(source, target.name)] = from_cache(value, text, target)
+        return found
+
+    def _store(self, source: Path, text: str, target: Target, item: TranslationResult | Diagnostic,
+               files: list[tuple[str, str | None]]) -> None:
+        if self._cache is not None and not (isinstance(item, Diagnostic) and item.code == "TT090"):
+            self._cache.put(self._cache_key(source, text, target), to_cache(item), files)
+
     def _translate_in_parallel(self, sources: list[Path], texts: dict[Path, str | None]
                                ) -> dict[tuple[Path, str], TranslationResult | Diagnostic]:
         """Translations of many files for every target, in worker processes (one file per task): the run over a
@@ -345,18 +415,20 @@ class Project:
         import concurrent.futures
         import multiprocessing
 
+        wanted = {source: [t for t in self.targets if (source, t.name) not in self._precomputed] for source in unique}
         tasks = [(str(source), texts[source], self.display(source),
-                  [(t.name, self.command(source, t)) for t in self.targets], self.gluon_always) for source in unique]
+                  [(t.name, self.command(source, t)) for t in wanted[source]], self.gluon_always) for source in unique]
         context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         results: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
         try:
             with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-                for source, outcome in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
-                    for target in self.targets:
+                for source, (outcome, files) in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
+                    for target in wanted[source]:
                         item = outcome[target.name]
                         if isinstance(item, TranslationResult):
                             item.target = target  # sent back without it (rules and snippets stay here)
                         results[(source, target.name)] = item
+                        self._store(source, texts[source] or "", target, item, files)
         except (OSError, concurrent.futures.process.BrokenProcessPool):
             return {}  # no processes here (a sandbox): translate in this one
         return results
@@ -373,13 +445,21 @@ class Project:
             if done is not None:
                 translation = done
             else:
-                if source not in self._prepared:
-                    self._prepared = {source: prepare(text, self.display(source))}  # keep one file's analysis
-                translation = translate_source(text, self.display(source), target, command,
-                                               self._prepared[source], gluon_always=self.gluon_always)
+                read = recording()  # the other files the translation reads (transpile.cache)
+                try:
+                    if source not in self._prepared:  # keep one file's analysis (and the files it read)
+                        self._prepared = {source: (prepare(text, self.display(source)), list(read))}
+                    prepared, files = self._prepared[source]
+                    translation = translate_source(text, self.display(source), target, command, prepared,
+                                                   gluon_always=self.gluon_always)
+                finally:
+                    stop_recording()
+                self._store(source, text, target, translation, [*files, *read])
         except Exception as exc:  # a bug of the tool must not take the other files down with it
             if not isinstance(exc, TranspileError):
                 exc = TranspileError(_internal_error(self.display(source), exc))
+            elif done is None:
+                self._store(source, text, target, exc.diagnostic, [])
             if exc.diagnostic.code == "TT003" and not named:
                 return None  # a file in a directory without kernels: not ours
             if exc.diagnostic not in run.diagnostics:  # once, not once per target
@@ -448,29 +528,71 @@ class _Pending:
 
 
 def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
-                    ) -> dict[str, TranslationResult | Diagnostic]:
-    """Worker process: one file for every target, prepared once. A bad file gives its diagnostic for every target;
-    an internal error its TT090, worded as the one-process path words it."""
+                    ) -> tuple[dict[str, TranslationResult | Diagnostic], list[tuple[str, str | None]]]:
+    """Worker process: one file for every target, prepared once, and the other files the translation read (for the
+    cache). A bad file gives its diagnostic for every target; an internal error its TT090, worded as the one-process
+    path words it."""
     _, text, display, targets, gluon_always = task
     out: dict[str, TranslationResult | Diagnostic] = {}
+    files = recording()
     try:
-        prepared = prepare(text, display)
-    except TranspileError as exc:
-        return {name: exc.diagnostic for name, _ in targets}
-    except Exception as exc:  # noqa: BLE001 - reported as TT090 by the caller, like the one-process path
-        return {name: _internal_error(display, exc) for name, _ in targets}
-    for name, command in targets:
         try:
-            result = translate_source(text, display, get_target(name), command, prepared, gluon_always=gluon_always)
-            result.target = None  # type: ignore[assignment]  # the caller puts its own Target back
-            for outcome in result.functions:
-                outcome.schedules = []  # what `explain --timeline` draws (it translates in its own process)
-            out[name] = result
+            prepared = prepare(text, display)
         except TranspileError as exc:
-            out[name] = exc.diagnostic
-        except Exception as exc:  # noqa: BLE001
-            out[name] = _internal_error(display, exc)
-    return out
+            return {name: exc.diagnostic for name, _ in targets}, files
+        except Exception as exc:  # noqa: BLE001 - reported as TT090 by the caller, like the one-process path
+            return {name: _internal_error(display, exc) for name, _ in targets}, files
+        for name, command in targets:
+            try:
+                result = translate_source(text, display, get_target(name), command, prepared,
+                                          gluon_always=gluon_always)
+                result.target = None  # type: ignore[assignment]  # the caller puts its own Target back
+                for outcome in result.functions:
+                    outcome.schedules = []  # what `explain --timeline` draws (it translates in its own process)
+                out[name] = result
+            except TranspileError as exc:
+                out[name] = exc.diagnostic
+            except Exception as exc:  # noqa: BLE001
+                out[name] = _internal_error(display, exc)
+        return out, files
+    finally:
+        stop_recording()
+
+
+def to_cache(item: TranslationResult | Diagnostic) -> dict[str, object]:
+    """A translation (or a file's error) as the cache stores it (`from_cache` reads it back)."""
+    if isinstance(item, Diagnostic):
+        return {"error": dataclasses.asdict(item)}
+    return {"text": item.text, "source_sha256": item.source_sha256, "source_path": item.source_path,
+            "functions": [_outcome_data(f) for f in item.functions]}
+
+
+def _outcome_data(outcome: KernelOutcome) -> dict[str, object]:
+    """A kernel's outcome as plain data, without its `schedules`: the rules' own objects (an `Sm90Ring` holds libcst
+    nodes), which only `explain --timeline` draws, and it translates in its own process, as the worker processes
+    leave them out too (`_translate_file`). A cached outcome reads back with none."""
+    data = {f.name: ([dataclasses.asdict(d) for d in outcome.diagnostics] if f.name == "diagnostics"
+                     else getattr(outcome, f.name))
+            for f in dataclasses.fields(outcome) if f.name != "schedules"}
+    if outcome.dispatch is not None:  # (`Dispatch`: tuples of `Tile`s)
+        data["dispatch"] = dataclasses.asdict(outcome.dispatch)
+    return data
+
+
+def _dispatch(data: dict | None) -> Dispatch | None:
+    if data is None:
+        return None
+    tiles = tuple(Tile(**{**t, "offsets": tuple(t["offsets"])}) for t in data["tiles"])
+    return Dispatch(data["kernel"], tuple(data["params"]), tiles)
+
+
+def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:
+    if "error" in value:
+        return Diagnostic(**value["error"])
+    functions = [KernelOutcome(**{**f, "diagnostics": [Diagnostic(**d) for d in f["diagnostics"]],
+                                  "dispatch": _dispatch(f.get("dispatch"))})
+                 for f in value["functions"]]
+    return TranslationResult(value["source_path"], target, value["text"], functions, value["source_sha256"], text)
 
 
 def _internal_error(display: str, exc: Exception) -> Diagnostic:
@@ -514,4 +636,4 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "write_atomic"]
+__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "tune_gc", "write_atomic"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.cst_utils import calls_in, module_code
+from transpile.cst_walk import transform
 from transpile.discover import ModuleFacts, discover, language_name
 from transpile.source import SourceFile, parse_source
 
@@ -46,7 +47,8 @@ def canonicalize(source: SourceFile, facts: ModuleFacts) -> str:
     # its text comes from the per-statement cache the emitter shares.
     canonical = _Canonical(source, functions)
     module = source.module
-    return module_code(module.with_changes(body=[s.visit(canonical) if s in functions else s for s in module.body]))
+    return module_code(module.with_changes(body=[transform(s, canonical) if s in functions else s
+                                                      for s in module.body]))
 
 
 class _Canonical(cst.CSTTransformer):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from transpile import language
+from transpile import cache, language
 
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -347,17 +347,23 @@ def _math_modules(tree: ast.Module) -> frozenset[str]:
     return frozenset(names)
 
 
-_MODULE_FUNCTIONS: dict[tuple[str, str], tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]] = {}
+_MODULE_FUNCTIONS: dict[tuple[str, str], tuple[dict[str, list[ast.FunctionDef]], frozenset[str],
+                                               tuple[tuple[str, str | None], ...]]] = {}
 
 
 def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]:
     """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
     file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an
     absolute one from the nearest enclosing directory that holds it. Empty when the module is not found on disk."""
-    key = (path, origin)
-    if key in _MODULE_FUNCTIONS:
-        return _MODULE_FUNCTIONS[key]
     here = Path(path).resolve().parent
+    key = (str(here), origin)  # `path` may be relative: the same text names another file in another directory
+    if key in _MODULE_FUNCTIONS:
+        functions, math_modules, probes = _MODULE_FUNCTIONS[key]
+        # Still the files it was read from (a long-lived process, tests): else read them again.
+        if all(cache.look_up(Path(probe[0])) == probe for probe in probes):
+            cache.record(probes)  # the files this answer depends on (transpile.cache)
+            return functions, math_modules
+    looked: list[tuple[str, str | None]] = []
     dots = len(origin) - len(origin.lstrip("."))
     parts = [p for p in origin.lstrip(".").split(".") if p]
     bases = [here.parents[dots - 2] if dots > 1 and len(here.parents) >= dots - 1 else here] if dots else \
@@ -367,7 +373,10 @@ def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.Functi
     for base in bases:
         for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
                           base.joinpath(*parts, "__init__.py")):
-            if candidate is None or not candidate.is_file():
+            if candidate is None:
+                continue
+            looked.append(cache.look_up(candidate))
+            if not candidate.is_file():
                 continue
             try:
                 tree = ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
@@ -384,7 +393,8 @@ def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.Functi
             break
     if len(_MODULE_FUNCTIONS) > 1000:
         _MODULE_FUNCTIONS.clear()
-    _MODULE_FUNCTIONS[key] = functions, math_modules
+    _MODULE_FUNCTIONS[key] = functions, math_modules, tuple(looked)
+    cache.record(looked)
     return functions, math_modules
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -142,10 +143,15 @@ class Rule:
         return updated
 
 
+# The rules build their output from a few hundred distinct snippets of text (`gl.load`, `gl.constexpr`, a layout),
+# parsed thousands of times over a directory: each is parsed once. libcst nodes are immutable (a change makes a new
+# node), so the same parsed node may sit in several trees.
+@functools.lru_cache(maxsize=4096)
 def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def statement(text: str) -> cst.BaseStatement:
     return cst.parse_statement(text)
 
