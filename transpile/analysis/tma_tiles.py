@@ -218,6 +218,8 @@ class _Kernel:
         inner = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
         if any(not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 for s in inner):
             return None  # branches or several statements on a line in the loop: leave it
+        if any(self.var in assigned_names(s) for s in inner):
+            return None  # the loop variable is reassigned in the loop: it is not the iteration's value
         self.before_env = self._env(self.body[:at])
         self.inner = inner
         self.loop = loop
@@ -390,8 +392,8 @@ class _Kernel:
             node = self.strip(node)
         return node, env
 
-    def bounds(self, mask: cst.BaseExpression | None, env: dict, coords: list[Linear], starts: list[Linear]
-               ) -> list[str | None]:
+    def bounds(self, mask: cst.BaseExpression | None, env: dict, coords: list[Linear], starts: list[Linear],
+               blocks: list[str] | None = None) -> list[str | None]:
         """Per dimension, the bound the mask puts on the tile's index (None: no bound)."""
         out: list[str | None] = [None, None]
         if mask is None:
@@ -415,7 +417,9 @@ class _Kernel:
                 dim, vec, rest = outer, left, None
             else:
                 dim, vec, rest = _vector_side(self.strip(left), self)
-            vstart, _block, _wrap = self.vector(vec, env)  # the vector as the mask reads it
+            vstart, block, _wrap = self.vector(vec, env)  # the vector as the mask reads it
+            if blocks is not None and block != blocks[dim]:
+                raise Refusal("the load's mask indexes a dimension with a vector of another length than the tile's")
             lhs = _lin_add(_lin_add(vstart, self.lin(rest, env)) if rest is not None else vstart,
                            self.lin(right, env), -1)
             bound = _lin_add(coords[dim], lhs, -1)
@@ -516,7 +520,7 @@ class _Kernel:
                         raise Refusal("the pointer tile advances by a step that names neither of its strides")
                     advance_dim = 1
                 advance = self.lin(cst.parse_expression(" * ".join(factors) or "1"), self.before_env)
-                if self.var in _atoms(advance):
+                if self.var in _atoms(advance) or names_in(step) & assigned_names_list(self.inner):
                     raise Refusal("the pointer tile advances by a step that depends on the loop variable")
                 new_statements[advances[0]] = None
                 removed_pointers.add(pname)
@@ -533,7 +537,7 @@ class _Kernel:
                 blocks.append(block)
                 coords.append(self._iteration_coord(start, advance if dim == advance_dim else None))
                 wrapped.append(wrap)
-            bounds = self.bounds(mask, env, coords, starts)
+            bounds = self.bounds(mask, env, coords, starts, blocks)
             for dim in (0, 1):
                 if wrapped[dim] is not None:
                     if dim == advance_dim or (bounds[dim] is not None and bounds[dim] != wrapped[dim]):
@@ -626,7 +630,7 @@ class _Kernel:
                     return None
                 starts.append(start)
                 blocks.append(block)
-            bounds = self.bounds(mask, env, starts, starts)
+            bounds = self.bounds(mask, env, starts, starts, blocks)
         except Refusal:
             return None
         finally:
@@ -837,7 +841,7 @@ class _TMAOrTriton:
                 return False
             for stride in (row_stride, *offsets):
                 stride = values.get(stride) if isinstance(stride, str) else stride
-                if not isinstance(stride, int) or stride * size % 16:
+                if not isinstance(stride, int) or stride <= 0 or stride * size % 16:
                     return False
         return True
 
