@@ -266,3 +266,43 @@ def test_the_launcher_runs_the_gluon_kernel_only_where_the_descriptors_can_addre
         assert callable(log[0][1])
     else:
         assert log[0][1] == grid
+
+
+# Values that change where the rewrite would read them once (found in review): each is refused, with its reason.
+@pytest.mark.parametrize(("body", "reason"), [
+    # An index vector advanced after the loads: the tiles move although no pointer tile is advanced.
+    (RECOMPUTED.replace("        kk = k + offs_k\n", "        kk = offs_k\n").replace(
+        "        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        offs_k = offs_k + BK\n"),
+     "`offs_k` changes in the loop"),
+    # A parameter reassigned after the index vector was built from it.
+    (RECOMPUTED.replace("    offs_n = pid_n * BN + tl.arange(0, BN)\n",
+                        "    offs_n = pid_n * BN + tl.arange(0, BN)\n    pid_m = pid_m + 1\n").replace(
+        "    pid_m = tl.program_id(0)\n", ""), "reassigned"),
+    # A mask bound computed in the loop: the descriptor is made before it.
+    (RECOMPUTED.replace("        kk = k + offs_k\n", "        kk = k + offs_k\n        k_end = tl.minimum(k + BK, K)\n")
+     .replace("(kk[None, :] < K)", "(kk[None, :] < k_end)"), "depends on the loop variable"),
+    # Wrapped rows and an epilogue that reduces across them (a method call).
+    (ADVANCED.replace("    offs_cm = ", "    acc = acc - acc.max(axis=0)[None, :]\n    offs_cm = "), "wrap around"),
+    # A per-column tensor as a bound.
+    (RECOMPUTED.replace("(offs_n[None, :] < N)", "(offs_n[None, :] < tl.load(c_ptr + offs_n)[None, :])"),
+     "used as a coordinate or bound"),
+])
+def test_values_that_change_where_the_rewrite_reads_them_are_refused(body: str, reason: str) -> None:
+    signature = SIGNATURE if "pid_m = tl.program_id(0)" in body else SIGNATURE.replace(
+        "    pid_m = tl.program_id(0)\n", "").replace("BK: tl.constexpr):", "BK: tl.constexpr, pid_m=0):")
+    conversion, refusals = _convert(HEADER + signature + body)
+    assert conversion is None, _kernel_text(conversion)
+    assert reason in refusals["gemm"]
+
+
+def test_a_store_of_something_else_than_the_accumulator_stays_a_pointer_store() -> None:
+    """A broadcast row stored over the tile is not the tile a descriptor store writes: the loads are rewritten, the
+    store stays as written."""
+    body = RECOMPUTED.replace("    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,",
+                              "    bias = tl.load(c_ptr + offs_n)\n"
+                              "    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,"
+                              " bias[None, :],")
+    conversion, refusals = _convert(HEADER + SIGNATURE + body)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "a_desc.load(" in kernel and "tl.store(" in kernel and "c_desc" not in kernel

@@ -53,6 +53,9 @@ from transpile.source import SourceFile
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
 # Calls whose result the epilogue may compute across rows or columns: with wrapped rows these would read them.
 CROSS_TILE = ("sum", "max", "min", "reduce", "argmax", "argmin", "cumsum", "cumprod", "associative_scan", "xor_sum",
+              "softmax", "dot", "dot_scaled", "trans", "permute", "reshape", "view", "split", "join", "gather",
+              "interleave", "broadcast_to", "expand_dims", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
+              "atomic_cas", "atomic_and", "atomic_or", "atomic_xor",
               "histogram", "sort", "flip")
 # Calls a dead address/mask statement may make (removed with it).
 PURE = ("arange", "multiple_of", "max_contiguous", "max_constancy", "cdiv", "minimum", "maximum", "program_id",
@@ -182,6 +185,10 @@ def _line_map(old: str, new: str) -> list[int]:
 
 class _Kernel:
     def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> None:
+        self.loop_bindings: set[int] = set()
+        self.loop_assigned: set[str] = set()
+        self.assigned_anywhere: set[str] = set()
+        self.advancing: set[str] = set()
         self.source = source
         self.fn = fn
         self.params = [p.name for p in fn.params]
@@ -209,7 +216,7 @@ class _Kernel:
                 or self.lang(loop.iter) == "range"):
             return None
         args = [a.value for a in loop.iter.args if a.keyword is None]
-        if not 1 <= len(args) <= 3:
+        if not 1 <= len(args) <= 3 or any(a.star for a in loop.iter.args):
             return None
         self.var = loop.target.value
         one, zero = cst.Integer("1"), cst.Integer("0")
@@ -220,6 +227,12 @@ class _Kernel:
             return None  # branches or several statements on a line in the loop: leave it
         if any(self.var in assigned_names(s) for s in inner):
             return None  # the loop variable is reassigned in the loop: it is not the iteration's value
+        # What the loop and the whole kernel assign: a value read through a name must be the same wherever the
+        # rewrite evaluates it (coordinates in the loop, bounds before it).
+        self.loop_assigned = {n for s in inner for n in _bound_in(s)}
+        self.assigned_anywhere = {n for s in self.body for n in _bound_in(s)}
+        self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
+        self.loop_bindings: set[int] = set()
         self.before_env = self._env(self.body[:at])
         self.inner = inner
         self.loop = loop
@@ -229,7 +242,7 @@ class _Kernel:
     def _has_dot(self, node: cst.CSTNode) -> bool:
         return any(self.lang(c) in ("dot", "core.dot") for c in calls_in(node))
 
-    def _env(self, statements: list[cst.BaseStatement], env: dict | None = None) -> dict:
+    def _env(self, statements: list[cst.BaseStatement], env: dict | None = None, loop: bool = False) -> dict:
         """name -> (defining expression, the names as they were bound there) for the last plain assignment, or None
         where it is not one expression."""
         env = dict(env or {})
@@ -238,10 +251,15 @@ class _Kernel:
                 for small in s.body:
                     if isinstance(small, cst.Assign) and len(small.targets) == 1 \
                             and isinstance(small.targets[0].target, cst.Name):
-                        env[small.targets[0].target.value] = (small.value, dict(env))
+                        env[small.targets[0].target.value] = binding = (small.value, dict(env))
+                        if loop:
+                            self.loop_bindings.add(id(binding))
                     elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
                             and isinstance(small.operator, cst.AddAssign) and env.get(small.target.value) is not None:
-                        env[small.target.value] = (cst.BinaryOperation(small.target, cst.Add(), small.value), dict(env))
+                        env[small.target.value] = binding = (
+                            cst.BinaryOperation(small.target, cst.Add(), small.value), dict(env))
+                        if loop:
+                            self.loop_bindings.add(id(binding))
                     else:
                         for name in assigned_names(s):
                             env[name] = None
@@ -258,7 +276,8 @@ class _Kernel:
                 node = node.args[0].value
                 continue
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" \
-                    and len(node.args) == 1 and "int" in self.source.code(node.args[0].value):
+                    and len(node.args) == 1 \
+                    and self.source.code(node.args[0].value).strip().rsplit(".", 1)[-1] in ("int32", "int64"):
                 node = node.func.value  # `idx.to(tl.int64)`: the same index, wider
                 continue
             if node.lpar and isinstance(node, (cst.BinaryOperation, cst.Name, cst.Call, cst.Subscript)):
@@ -274,6 +293,8 @@ class _Kernel:
             raise Refusal("an index expression nested too deep to read")
         if isinstance(node, cst.Integer):
             return {(): int(node.value, 0)} if int(node.value, 0) else {}
+        if isinstance(node, (cst.Float, cst.Imaginary)):
+            raise Refusal(f"a coordinate or bound with the non-integer `{self.source.code(node).strip()}`")
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
             return _lin_mul({(): -1}, self.lin(node.expression, env, depth + 1))
         if isinstance(node, cst.BinaryOperation):
@@ -293,17 +314,37 @@ class _Kernel:
                 binding = env[name]
                 if binding is None:
                     raise Refusal(f"`{name}` is assigned in a branch or several names at once: its value is not one expression")
+                self.check_stable(name, binding)
                 expanded = self.lin(binding[0], binding[1], depth + 1)
                 # Keep scalar names defined before the loop as they are (the loop's coordinates read them).
                 if binding is self.before_env.get(name) and not any(a.startswith("@") for a in _atoms(expanded)) \
                         and name not in self._assigned_after():
                     return {(name,): 1}
                 return expanded
+            if name != self.var and name in self.assigned_anywhere:
+                raise Refusal(f"the parameter `{name}` is reassigned in the kernel: its value where the descriptor "
+                              "reads it is not the one the tile was built from")
             return {(name,): 1}
         code = self.source.code(node).strip()
         if "arange" in code:
             raise Refusal(f"the index vector `{code}` is not a sum of a start and `tl.arange(0, BLOCK)`")
+        if isinstance(node, cst.Subscript):
+            raise Refusal(f"the tensor `{code}` is used as a coordinate or bound (a descriptor takes scalars)")
+        for inner in names_in(node):  # an opaque scalar (`tl.load(p + e)`, `min(a, b)`): what it reads is stable
+            if inner in env and env[inner] is not None:
+                self.check_stable(inner, env[inner])
+                if any(a.startswith("@") for a in _atoms(self.lin(env[inner][0], env[inner][1], depth + 1))):
+                    raise Refusal(f"`{code}` reads the index vector `{inner}`: it is not a scalar")
+            elif inner != self.var and inner in self.assigned_anywhere:
+                raise Refusal(f"`{code}` reads `{inner}`, which the kernel reassigns")
         return {(code,): 1}
+
+    def check_stable(self, name: str, binding: tuple) -> None:
+        """A name the loop assigns, read through a definition from before the loop (or from before the loop's
+        statement that assigns it), holds another value in later iterations: the rewrite would read the first."""
+        if name in self.loop_assigned and id(binding) not in self.loop_bindings and name not in self.advancing:
+            raise Refusal(f"`{name}` changes in the loop after the tiles read it (an index or offset advanced "
+                          "there): only pointer tiles advanced as `ptrs += step` are followed")
 
     def _assigned_after(self) -> set[str]:
         names: set[str] = set()
@@ -351,7 +392,7 @@ class _Kernel:
             raise Refusal("the pointer tile is not `base + rows[:, None] * stride + cols[None, :]` with one index vector per dimension")
         pointers = [f for f in base_terms if len(f) == 1 and isinstance(f[0], cst.Name) and f[0].value in self.params
                     and self.fn.params[self.params.index(f[0].value)].is_constexpr is False
-                    and f[0].value not in env]
+                    and f[0].value not in env and f[0].value not in self.assigned_anywhere]
         if len(pointers) != 1:
             raise Refusal("the pointer tile's base is not a pointer parameter of the kernel (offset before the loop, e.g. per batch)")
         param = pointers[0][0].value
@@ -375,6 +416,8 @@ class _Kernel:
                 strides.append(text)
             else:
                 raise Refusal("a stride of the pointer tile is not one parameter or integer")
+        if strides[1] == "1":
+            strides[1] = None  # `cols[None, :] * 1`
         if strides[0] is None or strides[0] == "1":
             raise Refusal("the pointer tile is contiguous along its rows (column-major): a descriptor reads row-major tiles")  # the unit stride is in dimension 0: a transposed descriptor
         base = " + ".join([param, *[self.source.code(cst.BinaryOperation(*_binop(f))).strip() if len(f) > 1
@@ -388,6 +431,7 @@ class _Kernel:
         for _ in range(20):
             if not (isinstance(node, cst.Name) and env.get(node.value) is not None):
                 break
+            self.check_stable(node.value, env[node.value])
             node, env = env[node.value]
             node = self.strip(node)
         return node, env
@@ -423,7 +467,7 @@ class _Kernel:
             lhs = _lin_add(_lin_add(vstart, self.lin(rest, env)) if rest is not None else vstart,
                            self.lin(right, env), -1)
             bound = _lin_add(coords[dim], lhs, -1)
-            if self.var in _atoms(bound) or any(a.startswith("@") or self.var in _names(a) for a in _atoms(bound)):
+            if any(a.startswith("@") or _names(a) & (self.loop_assigned | {self.var}) for a in _atoms(bound)):
                 raise Refusal("a bound in the load's mask depends on the loop variable beyond the tile's own offset")
             text = _lin_code(bound, self.constexprs)
             if out[dim] is not None and out[dim] != text:
@@ -472,13 +516,14 @@ class _Kernel:
         if len(operand_loads) != 2:
             return None
         wraps = False
+        wrapped_names: set[str] = set()  # index vectors that wrap (`% M`): read as zeros past the bound
         new_statements: dict[int, str | None] = {}  # index in the loop body -> replacement text (None: removed)
         creations: list[str] = []
         tiles: list[Tile] = []
         used_names = names_in(self.fn.node)
         removed_pointers: set[str] = set()
         for i, (name, call) in sorted(operand_loads.items()):
-            env = self._env(self.inner[:i], self.before_env)
+            env = self._env(self.inner[:i], self.before_env, loop=True)
             positional = [a.value for a in call.args if a.keyword is None]
             keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
             if set(keywords) - {"mask", "other", "pointer"}:
@@ -488,16 +533,22 @@ class _Kernel:
             other = positional[2] if len(positional) > 2 else keywords.get("other")
             if pointer is None or (other is not None and self.source.code(other).strip() not in ZEROS):
                 raise Refusal("the load has no pointer or an `other` value that is not 0")
-            tile = self.tile(pointer, env)
             # How the pointer tile moves: `P += step` in the loop (P a name defined before the loop), or not at all.
             advance_dim, advance = None, None
             pname = pointer.value if isinstance(pointer, cst.Name) else None
             if pname is not None and pname not in env:
                 raise Refusal("the pointer tile is not defined in the kernel")
             advances = [j for j, s in enumerate(self.inner) if pname and pname in assigned_names(s)]
-            if pname is not None and self.before_env.get(pname) is not None and advances:
+            advanced = pname is not None and self.before_env.get(pname) is not None and bool(advances) \
+                and env.get(pname) is self.before_env.get(pname)
+            if advanced:
                 if len(advances) != 1 or advances[0] < i:
                     raise Refusal("the pointer tile is advanced before its load or more than once")
+                self.advancing.add(pname)  # (its advance is read below, not as a change of its value)
+            elif pname is not None and len(advances) > 1:
+                raise Refusal("the pointer tile is assigned more than once in the loop")
+            tile = self.tile(pointer, env)
+            if advanced:
                 small = self.inner[advances[0]].body[0]  # type: ignore[attr-defined]
                 if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
                     step = small.value
@@ -544,6 +595,9 @@ class _Kernel:
                         raise Refusal("an index is both wrapped (`% bound`) and masked, or the wrapped index is the advancing one")
                     bounds[dim] = wrapped[dim]
                     wraps = True
+                    vector = tile["vectors"][dim][0]
+                    if isinstance(vector, cst.Name):
+                        wrapped_names.add(vector.value)
                 if bounds[dim] is None:
                     raise Refusal(f"the {('rows', 'columns')[dim]} of `{name}` are neither masked nor wrapped: a descriptor needs the tensor's extent")
             desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
@@ -554,12 +608,18 @@ class _Kernel:
                 f"strides=[{s0}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
             new_statements[i] = f"{name} = {desc}.load([{_lin_code(coords[0], self.constexprs)}, {_lin_code(coords[1], self.constexprs)}])"
             tiles.append(Tile(tile["param"], s0, tile["strides"][1], tile["offsets"], True))
-        # Names every coordinate and bound reads must hold their values in the loop as before it.
         self._check_pointers(removed_pointers, new_statements)
         after = self.body[self.at + 1:]
-        if wraps and any((self.lang(c) or "").rsplit(".", 1)[-1] in CROSS_TILE for s in after for c in calls_in(s)):
-            raise Refusal("rows that wrap around (`% M`) would be read as zeros, and the epilogue reduces across the tile")
-        store = self._store(after, used_names)
+        store = self._store(after, used_names, self._dot_accumulator(dot_index))
+        if wraps:
+            # Rows (or columns) past the bound read zeros instead of the wrapped-around rows: only accumulator rows
+            # past the bound change, so the epilogue must not look across rows, nor store those rows anywhere: its
+            # store goes through a descriptor bounded like the loads (clipped), and the wrapped indices are unread.
+            across = {(self.lang(c) or "").rsplit(".", 1)[-1] for s in after for c in calls_in(s)} | {
+                c.func.attr.value for s in after for c in calls_in(s) if isinstance(c.func, cst.Attribute)}
+            if across & set(CROSS_TILE) or store is None or wrapped_names & {n for s in after for n in names_in(s)}:
+                raise Refusal("rows that wrap around (`% M`) read zeros past the bound: the epilogue must store the "
+                              "tile through a bounded store and not reduce, reshape or reuse the wrapped rows")
         # The new loop body.
         inner = list(self.inner)
         for j in sorted(new_statements, reverse=True):
@@ -597,7 +657,14 @@ class _Kernel:
             if names_in(s) & removed:
                 raise Refusal("the pointer tile is read after the loop")
 
-    def _store(self, after: list[cst.BaseStatement], used: set[str]
+    def _dot_accumulator(self, dot_index: int) -> str | None:
+        statement = self.inner[dot_index]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            return small.targets[0].target.value
+        return None
+
+    def _store(self, after: list[cst.BaseStatement], used: set[str], acc: str | None
                ) -> tuple[int, str, str, Tile] | None:
         """The epilogue's one `tl.store(tile, value, mask=bounds)` at the function's top level, as a descriptor
         store, or None."""
@@ -618,7 +685,20 @@ class _Kernel:
         pointer = positional[0] if positional else keywords.get("pointer")
         value = positional[1] if len(positional) > 1 else keywords.get("value")
         mask = positional[2] if len(positional) > 2 else keywords.get("mask")
-        if pointer is None or value is None:
+        if pointer is None or value is None or acc is None:
+            return None
+        # The stored value is the whole tile: it is computed from the accumulator (a broadcast row would not be).
+        seen, todo, reads = set(), [value], set()
+        while todo:
+            node = todo.pop()
+            for n in names_in(node):
+                if n not in seen:
+                    seen.add(n)
+                    reads.add(n)
+                    binding = env.get(n)
+                    if binding is not None and n != acc:
+                        todo.append(binding[0])
+        if acc not in reads:
             return None
         try:
             saved, self.before_env = self.before_env, env
