@@ -306,3 +306,25 @@ def test_a_store_of_something_else_than_the_accumulator_stays_a_pointer_store() 
     assert conversion is not None, refusals
     kernel = _kernel_text(conversion)
     assert "a_desc.load(" in kernel and "tl.store(" in kernel and "c_desc" not in kernel
+
+
+def test_the_source_kernel_copy_calls_copies_of_its_jit_helpers() -> None:
+    """The variant's helpers are Gluon (the Gluon kernel calls them); the source kernel's copy calls Triton copies."""
+    helper = "@triton.jit\ndef _relu(x):\n    return tl.maximum(x, 0.0)\n\n\n"
+    body = RECOMPUTED.replace("offs_n[None, :] * stride_cn, acc,", "offs_n[None, :] * stride_cn, _relu(acc),")
+    assert body != RECOMPUTED
+    result = _translate(HEADER + helper + AUTOTUNE + SIGNATURE + body + LAUNCH)
+    outcome = next(o for o in result.functions if o.name == "gemm")
+    assert outcome.dispatch is not None and outcome.dispatch.helpers == ("_relu",)
+    text = result.text
+    assert "@gluon.jit\ndef _relu(x):" in text  # the Gluon kernel's
+    assert "@triton.jit\ndef _relu_triton(x):\n    return tl.maximum(x, 0.0)" in text
+    copy = text[text.index("def _gemm_triton("):text.index("gemm = _TMAOrTriton(")]
+    assert "_relu_triton(acc)" in copy and "_relu(acc)" not in copy.replace("_relu_triton(acc)", "")
+
+
+def test_wrapped_rows_are_refused_when_the_epilogue_calls_a_helper() -> None:
+    helper = "@triton.jit\ndef _relu(x):\n    return tl.maximum(x, 0.0)\n\n\n"
+    body = ADVANCED.replace("tl.store(c_ptrs, acc.to(tl.float16)", "tl.store(c_ptrs, _relu(acc).to(tl.float16)")
+    conversion, refusals = _convert(HEADER + helper + SIGNATURE + body)
+    assert conversion is None and "wrap" in refusals["gemm"]

@@ -528,7 +528,7 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                     body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
                 body.append(rewritten[name])
                 if name in dispatched:
-                    body.extend(_dispatched(originals[name], outcomes[name]))
+                    body.extend(_dispatched(originals, outcomes[name]))
             else:
                 body.append(_kept_function(originals.get(name, statement), outcomes[name], target))
             continue
@@ -561,12 +561,15 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     return _drop_unused_language_imports(out, source)
 
 
-def _dispatched(statement: cst.FunctionDef, outcome: KernelOutcome) -> list[cst.BaseStatement]:
-    """After a kernel translated from its TMA-descriptor form: the source kernel, unchanged but for its name, and the
-    launcher (`_TMAOrTriton`) that the kernel's name then stands for."""
+def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
+    """After a kernel translated from its TMA-descriptor form: the source kernel, unchanged but for its name (and
+    those of the jit helpers it calls, copied too, since the variant's own are Gluon), and the launcher
+    (`_TMAOrTriton`) that the kernel's name then stands for."""
     dispatch = outcome.dispatch
     assert dispatch is not None
     name, copy = outcome.name, f"_{outcome.name}_triton"
+    renames = {h: f"_{h.lstrip('_')}_triton" for h in dispatch.helpers}
+    statement = _renamed(originals[name], renames)
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above cannot take: its TMA "
         "descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides. "
@@ -585,7 +588,25 @@ def _dispatched(statement: cst.FunctionDef, outcome: KernelOutcome) -> list[cst.
     persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
     launcher = cst.parse_statement(
         f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles},), persistent={persistent})\n")
-    return [fallback, launcher.with_changes(leading_lines=[blank, blank])]
+    helpers = [_renamed(originals[h], renames).with_changes(name=cst.Name(renames[h]), leading_lines=[
+        blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
+            f"triton-transpile: the source helper `{h}`, for `{copy}` (Triton code cannot call the Gluon one).",
+            width=116, initial_indent="# ", subsequent_indent="# ")]])
+        for h in dispatch.helpers]
+    return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
+
+
+def _renamed(function: cst.FunctionDef, renames: dict[str, str]) -> cst.FunctionDef:
+    """`function` with the names in `renames` replaced where it reads them (calls of the helpers it copies)."""
+    if not renames:
+        return function
+
+    class Rename(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+            return updated.with_changes(value=renames[updated.value]) if updated.value in renames else updated
+
+    body = function.body.visit(Rename())
+    return function.with_changes(body=body)
 
 
 def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:

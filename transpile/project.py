@@ -583,7 +583,7 @@ def _dispatch(data: dict | None) -> Dispatch | None:
     if data is None:
         return None
     tiles = tuple(Tile(**{**t, "offsets": tuple(t["offsets"])}) for t in data["tiles"])
-    return Dispatch(data["kernel"], tuple(data["params"]), tiles)
+    return Dispatch(data["kernel"], tuple(data["params"]), tiles, tuple(data.get("helpers", ())))
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

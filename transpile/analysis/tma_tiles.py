@@ -130,6 +130,7 @@ class Dispatch:
     kernel: str
     params: tuple[str, ...]
     tiles: tuple[Tile, ...]
+    helpers: tuple[str, ...] = ()  # jit helpers the kernel calls (directly or not): the Triton copy gets copies
 
 
 @dataclass
@@ -152,11 +153,13 @@ def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | N
     replacements: dict[cst.FunctionDef, cst.FunctionDef] = {}
     dispatch: dict[str, Dispatch] = {}
     for fn in facts.functions.values():
-        if fn.name in skip or fn.is_helper or fn.jit_decorator is None \
-                or any(fn.name in other.called_by for other in facts.functions.values()):
-            continue  # helpers, and kernels calling helpers (the Triton copy would need Triton helpers)
+        if fn.name in skip or fn.is_helper or fn.jit_decorator is None:
+            continue
+        helpers = _callees(facts, fn.name)
+        if any(facts.functions[h].jit_decorator is None for h in helpers):
+            continue  # (a helper made jit by a call: its copy would need the call too)
         try:
-            rewritten = _Kernel(source, facts, fn).rewrite()
+            rewritten = _Kernel(source, facts, fn, helpers).rewrite()
         except Refusal as exc:
             if refusals is not None:
                 refusals[fn.name] = str(exc)
@@ -184,7 +187,9 @@ def _line_map(old: str, new: str) -> list[int]:
 
 
 class _Kernel:
-    def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> None:
+    def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction, helpers: tuple[str, ...] = ()
+                 ) -> None:
+        self.helpers = helpers
         self.loop_bindings: set[int] = set()
         self.loop_assigned: set[str] = set()
         self.assigned_anywhere: set[str] = set()
@@ -617,7 +622,9 @@ class _Kernel:
             # store goes through a descriptor bounded like the loads (clipped), and the wrapped indices are unread.
             across = {(self.lang(c) or "").rsplit(".", 1)[-1] for s in after for c in calls_in(s)} | {
                 c.func.attr.value for s in after for c in calls_in(s) if isinstance(c.func, cst.Attribute)}
-            if across & set(CROSS_TILE) or store is None or wrapped_names & {n for s in after for n in names_in(s)}:
+            helper_calls = {c.func.value for s in after for c in calls_in(s)
+                            if isinstance(c.func, cst.Name) and c.func.value in self.helpers}
+            if across & set(CROSS_TILE) or helper_calls or store is None or wrapped_names & {n for s in after for n in names_in(s)}:
                 raise Refusal("rows that wrap around (`% M`) read zeros past the bound: the epilogue must store the "
                               "tile through a bounded store and not reduce, reshape or reuse the wrapped rows")
         # The new loop body.
@@ -644,7 +651,7 @@ class _Kernel:
         body[self.at:self.at + 1] = [*made, loop]
         body = _drop_dead(body, self, removed_pointers)
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
-        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles))
+        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
 
     def _check_pointers(self, removed: set[str], replaced: dict[int, str | None]) -> None:
         """The pointer tiles the rewrite drops must have no other reader."""
@@ -733,6 +740,19 @@ class _Kernel:
 
 
 # ---- small helpers ------------------------------------------------------------------------------------------------
+
+def _callees(facts: ModuleFacts, name: str) -> tuple[str, ...]:
+    """The jit functions of the file that `name` calls, directly or through others, in file order."""
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        caller = todo.pop()
+        for other in facts.functions.values():
+            if caller in other.called_by and other.name not in found:
+                found.add(other.name)
+                todo.append(other.name)
+    return tuple(n for n in facts.functions if n in found)
+
 
 def assigned_names_list(statements: list[cst.BaseStatement]) -> set[str]:
     names: set[str] = set()
