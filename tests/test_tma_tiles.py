@@ -328,3 +328,13 @@ def test_wrapped_rows_are_refused_when_the_epilogue_calls_a_helper() -> None:
     body = ADVANCED.replace("tl.store(c_ptrs, acc.to(tl.float16)", "tl.store(c_ptrs, _relu(acc).to(tl.float16)")
     conversion, refusals = _convert(HEADER + helper + SIGNATURE + body)
     assert conversion is None and "wrap" in refusals["gemm"]
+
+
+def test_the_launcher_can_be_copied(tmp_path: Path) -> None:
+    """`copy`/`pickle` make the object without `__init__`: attribute look-ups must not recurse."""
+    import copy
+
+    module = _launcher(tmp_path)
+    clone = copy.copy(module.gemm)
+    assert clone.gluon_kernel is module.gemm.gluon_kernel and clone.triton_kernel is module.gemm.triton_kernel
+    assert module.gemm.configs == module.gemm.gluon_kernel.configs  # the Gluon kernel's autotune table

@@ -964,6 +964,8 @@ class _TMAOrTriton:
         return launch
 
     def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
+        if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
+            raise AttributeError(name)
         return getattr(self.gluon_kernel, name)
 
 
