@@ -900,7 +900,9 @@ def _removable(statement: cst.BaseStatement, reads: set[str], k: _Kernel) -> boo
         return False
     targets = assigned_names(statement)
     return bool(targets) and not targets & reads and all(
-        (k.lang(c) or "").rsplit(".", 1)[-1] in PURE for c in calls_in(statement))
+        (k.lang(c) or "").rsplit(".", 1)[-1] in PURE
+        or (isinstance(c.func, cst.Attribute) and c.func.attr.value == "to" and k.lang(c) is None)  # `x.to(int64)`
+        for c in calls_in(statement))
 
 
 def _reads(statement: cst.CSTNode) -> set[str]:
