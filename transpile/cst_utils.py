@@ -160,3 +160,37 @@ def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
         return result
 
     return memoised
+
+
+def unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+
+
+def sum_terms(node: cst.BaseExpression, strip: Callable[[cst.BaseExpression], cst.BaseExpression] = unparenthesized
+              ) -> list[cst.BaseExpression]:
+    """The terms of `a + (b + c)`: [a, b, c] (each as `strip` leaves it: parentheses off by default)."""
+    node = strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return [*sum_terms(node.left, strip), *sum_terms(node.right, strip)]
+    return [node]
+
+
+def product_factors(node: cst.BaseExpression,
+                    strip: Callable[[cst.BaseExpression], cst.BaseExpression] = unparenthesized
+                    ) -> list[cst.BaseExpression]:
+    """The factors of `a * (b * c)`: [a, b, c]."""
+    node = strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return [*product_factors(node.left, strip), *product_factors(node.right, strip)]
+    return [node]
+
+
+def broadcast_axis(node: cst.BaseExpression) -> int | None:
+    """The axis a vector is laid along in a 2-D broadcast: 0 for `v[:, None]`, 1 for `v[None, :]`, else None."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
+        return None
+    parts = tuple("none" if isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name)
+                  and e.slice.value.value == "None" else "all" if isinstance(e.slice, cst.Slice)
+                  and e.slice.lower is None and e.slice.upper is None and e.slice.step is None else "?"
+                  for e in node.slice)
+    return {("all", "none"): 0, ("none", "all"): 1}.get(parts)  # type: ignore[arg-type]

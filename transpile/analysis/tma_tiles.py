@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.canonical import _language_alias
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, names_in, product_factors, sum_terms
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -379,18 +379,18 @@ class _Kernel:
     def tile(self, pointer: cst.BaseExpression, env: dict) -> dict:
         """`base + rows[:, None] * s0 + cols[None, :] * s1` -> its parts."""
         pointer, env = self.deref(pointer, env)
-        terms = _sum_terms(pointer, self)
+        terms = sum_terms(pointer, self.strip)
         base_terms, dims = [], {0: [], 1: []}
         for term in terms:
-            factors = _factors(self.strip(term), self)
-            vectors = [(i, f) for i, f in enumerate(factors) if _broadcast_dim(f) is not None]
+            factors = product_factors(term, self.strip)
+            vectors = [(i, f) for i, f in enumerate(factors) if broadcast_axis(f) is not None]
             if not vectors:
                 base_terms.append(factors)
                 continue
             if len(vectors) != 1:
                 raise Refusal("a term of the pointer tile multiplies two index vectors")
             i, sub = vectors[0]
-            dim = _broadcast_dim(sub)
+            dim = broadcast_axis(sub)
             rest = [f for j, f in enumerate(factors) if j != i]
             dims[dim].append(((sub.value, env), rest))  # type: ignore[union-attr]
         if len(dims[0]) != 1 or len(dims[1]) != 1:
@@ -450,7 +450,7 @@ class _Kernel:
         for term, env in _conjuncts(mask, self, env):
             if isinstance(term, cst.Comparison) and term.lpar:
                 term = term.with_changes(lpar=[], rpar=[])
-            outer = _broadcast_dim(term)  # `(offs < M)[:, None]`, or `row_mask[:, None]` with a 1-D comparison
+            outer = broadcast_axis(term)  # `(offs < M)[:, None]`, or `row_mask[:, None]` with a 1-D comparison
             if outer is not None:
                 term, env = self.deref(term.value, env)  # type: ignore[union-attr]
             if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
@@ -563,7 +563,7 @@ class _Kernel:
                     step = small.value.right
                 else:
                     raise Refusal("the pointer tile is not advanced as `ptrs += step`")
-                factors = [self.source.code(f).strip() for f in _factors(self.strip(step), self)]
+                factors = [self.source.code(f).strip() for f in product_factors(step, self.strip)]
                 advance_dim = None
                 for dim in (0, 1):
                     stride = tile["strides"][dim]
@@ -780,20 +780,6 @@ def _names(text: str) -> set[str]:
         return {text}
 
 
-def _sum_terms(node: cst.BaseExpression, k: _Kernel) -> list[cst.BaseExpression]:
-    node = k.strip(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return [*_sum_terms(node.left, k), *_sum_terms(node.right, k)]
-    return [node]
-
-
-def _factors(node: cst.BaseExpression, k: _Kernel) -> list[cst.BaseExpression]:
-    node = k.strip(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-        return [*_factors(node.left, k), *_factors(node.right, k)]
-    return [node]
-
-
 def _binop(factors: list[cst.BaseExpression]) -> tuple:
     left = factors[0]
     for f in factors[1:-1]:
@@ -801,26 +787,10 @@ def _binop(factors: list[cst.BaseExpression]) -> tuple:
     return left, cst.Multiply(), factors[-1]
 
 
-def _broadcast_dim(node: cst.BaseExpression) -> int | None:
-    """`v[:, None]` -> 0, `v[None, :]` -> 1."""
-    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
-        return None
-    kinds = []
-    for element in node.slice:
-        s = element.slice
-        if isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None:
-            kinds.append(":")
-        elif isinstance(s, cst.Index) and isinstance(s.value, cst.Name) and s.value.value == "None":
-            kinds.append("None")
-        else:
-            return None
-    return {(":", "None"): 0, ("None", ":"): 1}.get(tuple(kinds))  # type: ignore[arg-type]
-
-
 def _vector_side(node: cst.BaseExpression, k: _Kernel) -> tuple[int, cst.BaseExpression, cst.BaseExpression | None]:
     """`v[:, None]` or `v[:, None] + rest`: (dim, v, rest)."""
-    terms = _sum_terms(node, k)
-    vectors = [t for t in terms if _broadcast_dim(t) is not None]
+    terms = sum_terms(node, k.strip)
+    vectors = [t for t in terms if broadcast_axis(t) is not None]
     if len(vectors) != 1:
         raise Refusal("a term of the load's mask compares no broadcast index vector (`offs[:, None]`)")
     vec = vectors[0]
@@ -828,7 +798,7 @@ def _vector_side(node: cst.BaseExpression, k: _Kernel) -> tuple[int, cst.BaseExp
     rest_node = None
     for t in rest:
         rest_node = t if rest_node is None else cst.BinaryOperation(rest_node, cst.Add(), t)
-    return _broadcast_dim(vec), vec.value, rest_node  # type: ignore[return-value,union-attr]
+    return broadcast_axis(vec), vec.value, rest_node  # type: ignore[return-value,union-attr]
 
 
 def _conjuncts(node: cst.BaseExpression, k: _Kernel, env: dict) -> list[tuple[cst.BaseExpression, dict]]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import assigned_names, broadcast_axis, names_in, product_factors, sum_terms
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import RingOperand, Sm90Ring, WaitGroups, kernel_configs
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, namer, next_names,
@@ -385,13 +385,13 @@ class _Emitter:
         """Run-time conditions under which every row of `base + rows[:, None] * s0 + cols[None, :] * s1` starts on a
         `width`-byte boundary and runs contiguously: base `width`-byte aligned, s1 == 1, every other stride a multiple
         of `vec` elements."""
-        terms = _sum_terms(definition)
+        terms = sum_terms(definition)
         base = terms[0]
         if not (isinstance(base, cst.Name) and base.value in self.params):
             return f"the pointer tile `{code(definition)}` does not start from a pointer argument"
         tests = [f"({base.value}.to(gl.int64) % {width} == 0)"]
         for term in terms[1:]:
-            factors = _product_factors(term)
+            factors = product_factors(term)
             along_last = [f for f in factors if _broadcast_dim(f) == "last"]
             scalars = [f for f in factors if isinstance(f, cst.Name) and f.value in self.params]
             other_names = {n for f in factors if _broadcast_dim(f) is None for n in names_in(f)} & self.params
@@ -545,32 +545,9 @@ def _calls(statement: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
-def _strip(node: cst.BaseExpression) -> cst.BaseExpression:
-    return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
-
-
-def _sum_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    node = _strip(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return _sum_terms(node.left) + _sum_terms(node.right)
-    return [node]
-
-
-def _product_factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    node = _strip(node)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-        return _product_factors(node.left) + _product_factors(node.right)
-    return [node]
-
-
 def _broadcast_dim(node: cst.BaseExpression) -> str | None:
     """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
-    if not isinstance(node, cst.Subscript) or len(node.slice) != 2:
-        return None
-    parts = ["none" if isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name)
-             and e.slice.value.value == "None" else "all" if isinstance(e.slice, cst.Slice) else "?"
-             for e in node.slice]
-    return {("none", "all"): "last", ("all", "none"): "first"}.get(tuple(parts))  # type: ignore[arg-type]
+    return {0: "first", 1: "last"}.get(broadcast_axis(node))  # type: ignore[arg-type]
 
 
 def _indent(text: str, prefix: str) -> str:
