@@ -194,3 +194,61 @@ def broadcast_axis(node: cst.BaseExpression) -> int | None:
                   and e.slice.lower is None and e.slice.upper is None and e.slice.step is None else "?"
                   for e in node.slice)
     return {("all", "none"): 0, ("none", "all"): 1}.get(parts)  # type: ignore[arg-type]
+
+
+def read_names(node: cst.CSTNode) -> set[str]:
+    """Variables `node` reads or binds (not attribute names or keyword-argument names)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+    node.visit(Visitor())
+    return found
+
+
+def statement_reads(statement: cst.BaseStatement) -> set[str]:
+    """Variables a statement reads: an assignment's value (an augmented one's target too), anything in others."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign):
+            return read_names(small.value)
+        if isinstance(small, cst.AnnAssign) and small.value is not None:
+            return read_names(small.value)
+        if isinstance(small, cst.AugAssign):
+            return read_names(small.target) | read_names(small.value)
+    return read_names(statement)
+
+
+def bound_names(node: cst.CSTNode) -> set[str]:
+    """Variables assigned anywhere in `node` (assignments, augmented and annotated ones, loop targets)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            found.update(read_names(n.target))
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            found.update(read_names(n.target))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            found.update(read_names(n.target))
+
+        def visit_For(self, n: cst.For) -> None:
+            found.update(read_names(n.target))
+
+    node.visit(Visitor())
+    return found
+
+
+def bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:
+    return set().union(*(bound_names(s) for s in statements)) if statements else set()

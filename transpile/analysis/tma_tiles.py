@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.canonical import _language_alias
-from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, names_in, product_factors, sum_terms
-from transpile.cst_walk import preorder
+from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
+                                 product_factors, statement_reads, sum_terms)
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
 
@@ -190,10 +190,10 @@ class _Kernel:
     def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction, helpers: tuple[str, ...] = ()
                  ) -> None:
         self.helpers = helpers
-        self.loop_bindings: set[int] = set()
+        self.loop_bindings: set[int] = set()  # ids of the bindings `_env` made from the loop's statements
         self.loop_assigned: set[str] = set()
         self.assigned_anywhere: set[str] = set()
-        self.advancing: set[str] = set()
+        self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
         self.source = source
         self.fn = fn
         self.params = [p.name for p in fn.params]
@@ -234,10 +234,8 @@ class _Kernel:
             return None  # the loop variable is reassigned in the loop: it is not the iteration's value
         # What the loop and the whole kernel assign: a value read through a name must be the same wherever the
         # rewrite evaluates it (coordinates in the loop, bounds before it).
-        self.loop_assigned = {n for s in inner for n in _bound_in(s)}
-        self.assigned_anywhere = {n for s in self.body for n in _bound_in(s)}
-        self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
-        self.loop_bindings: set[int] = set()
+        self.loop_assigned = {n for s in inner for n in bound_names(s)}
+        self.assigned_anywhere = {n for s in self.body for n in bound_names(s)}
         self.before_env = self._env(self.body[:at])
         self.inner = inner
         self.loop = loop
@@ -269,7 +267,7 @@ class _Kernel:
                         for name in assigned_names(s):
                             env[name] = None
             else:
-                for name in _bound_in(s):
+                for name in bound_names(s):
                     env[name] = None
         return env
 
@@ -354,7 +352,7 @@ class _Kernel:
     def _assigned_after(self) -> set[str]:
         names: set[str] = set()
         for s in self.body[self.at:]:
-            names |= _bound_in(s)
+            names |= bound_names(s)
         return names
 
     def vector(self, node: cst.BaseExpression, env: dict) -> tuple[Linear, str, str | None]:
@@ -441,7 +439,7 @@ class _Kernel:
             node = self.strip(node)
         return node, env
 
-    def bounds(self, mask: cst.BaseExpression | None, env: dict, coords: list[Linear], starts: list[Linear],
+    def bounds(self, mask: cst.BaseExpression | None, env: dict, coords: list[Linear],
                blocks: list[str] | None = None) -> list[str | None]:
         """Per dimension, the bound the mask puts on the tile's index (None: no bound)."""
         out: list[str | None] = [None, None]
@@ -576,11 +574,11 @@ class _Kernel:
                         raise Refusal("the pointer tile advances by a step that names neither of its strides")
                     advance_dim = 1
                 advance = self.lin(cst.parse_expression(" * ".join(factors) or "1"), self.before_env)
-                if self.var in _atoms(advance) or names_in(step) & assigned_names_list(self.inner):
+                if self.var in _atoms(advance) or names_in(step) & bound_names_of(self.inner):
                     raise Refusal("the pointer tile advances by a step that depends on the loop variable")
                 new_statements[advances[0]] = None
                 removed_pointers.add(pname)
-            elif pname is not None and pname in assigned_names_list(self.inner[:i]):
+            elif pname is not None and pname in bound_names_of(self.inner[:i]):
                 j = max(j for j, s in enumerate(self.inner[:i]) if pname in assigned_names(s))
                 new_statements[j] = None  # recomputed in the loop: its definition goes
                 removed_pointers.add(pname)
@@ -593,7 +591,7 @@ class _Kernel:
                 blocks.append(block)
                 coords.append(self._iteration_coord(start, advance if dim == advance_dim else None))
                 wrapped.append(wrap)
-            bounds = self.bounds(mask, env, coords, starts, blocks)
+            bounds = self.bounds(mask, env, coords, blocks)
             for dim in (0, 1):
                 if wrapped[dim] is not None:
                     if dim == advance_dim or (bounds[dim] is not None and bounds[dim] != wrapped[dim]):
@@ -649,7 +647,7 @@ class _Kernel:
             tiles.append(tile)
         made[0] = made[0].with_changes(leading_lines=comment)
         body[self.at:self.at + 1] = [*made, loop]
-        body = _drop_dead(body, self, removed_pointers)
+        body = _drop_dead(body, self)
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
         return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
 
@@ -717,7 +715,7 @@ class _Kernel:
                     return None
                 starts.append(start)
                 blocks.append(block)
-            bounds = self.bounds(mask, env, starts, starts, blocks)
+            bounds = self.bounds(mask, env, starts, blocks)
         except Refusal:
             return None
         finally:
@@ -752,25 +750,6 @@ def _callees(facts: ModuleFacts, name: str) -> tuple[str, ...]:
                 found.add(other.name)
                 todo.append(other.name)
     return tuple(n for n in facts.functions if n in found)
-
-
-def assigned_names_list(statements: list[cst.BaseStatement]) -> set[str]:
-    names: set[str] = set()
-    for s in statements:
-        names |= assigned_names(s)
-    return names
-
-
-def _bound_in(statement: cst.CSTNode) -> set[str]:
-    names: set[str] = set()
-    for node in preorder(statement):
-        if isinstance(node, cst.AssignTarget):
-            names |= names_in(node.target)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            names |= names_in(node.target)
-        elif isinstance(node, cst.For):
-            names |= names_in(node.target)
-    return names
 
 
 def _names(text: str) -> set[str]:
@@ -823,7 +802,7 @@ def _fresh(name: str, used: set[str]) -> str:
     return out
 
 
-def _drop_dead(body: list[cst.BaseStatement], k: _Kernel, removed: set[str]) -> list[cst.BaseStatement]:
+def _drop_dead(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatement]:
     """Drops the address and mask statements (pure: aranges, hints, arithmetic) that nothing reads any more, at the
     top of the function and in the rewritten loop: the pointer tiles, their offsets and masks. A value is read if a
     statement after its definition reads it (in the loop: any statement of the loop, or after it)."""
@@ -833,14 +812,14 @@ def _drop_dead(body: list[cst.BaseStatement], k: _Kernel, removed: set[str]) -> 
     inner = list(loop.body.body)  # type: ignore[union-attr]
     header = loop.with_changes(body=cst.IndentedBlock(body=[]))  # type: ignore[union-attr]
     while True:
-        after = [n for s in body[at + 1:] for n in _reads(s)]
-        loop_reads = {n for s in [header, *inner] for n in _reads(s)} | set(after)
+        after = [n for s in body[at + 1:] for n in statement_reads(s)]
+        loop_reads = {n for s in [header, *inner] for n in statement_reads(s)} | set(after)
         body[at] = header  # (read through `header` and `inner` while the loop is being cut down)
         dead = None
         for i, s in enumerate(body):
             if i == at:
                 continue
-            later = {n for t in body[i + 1:] if t is not body[at] for n in _reads(t)}
+            later = {n for t in body[i + 1:] if t is not body[at] for n in statement_reads(t)}
             if i < at:
                 later |= loop_reads
             if _removable(s, later, k):
@@ -848,7 +827,7 @@ def _drop_dead(body: list[cst.BaseStatement], k: _Kernel, removed: set[str]) -> 
                 break
         if dead is None:
             for i, s in enumerate(inner):
-                others = _reads(header) | set(after) | {n for t in inner if t is not s for n in _reads(t)}
+                others = statement_reads(header) | set(after) | {n for t in inner if t is not s for n in statement_reads(t)}
                 if _removable(s, others, k):
                     dead = ("loop", i)
                     break
@@ -873,15 +852,6 @@ def _removable(statement: cst.BaseStatement, reads: set[str], k: _Kernel) -> boo
         (k.lang(c) or "").rsplit(".", 1)[-1] in PURE
         or (isinstance(c.func, cst.Attribute) and c.func.attr.value == "to" and k.lang(c) is None)  # `x.to(int64)`
         for c in calls_in(statement))
-
-
-def _reads(statement: cst.CSTNode) -> set[str]:
-    """Names a statement reads (a plain assignment's own target excluded; `x += ...` reads x)."""
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        small = statement.body[0]
-        if isinstance(small, cst.Assign) and all(isinstance(t.target, cst.Name) for t in small.targets):
-            return names_in(small.value)
-    return names_in(statement)
 
 
 #: The host launcher a rewritten kernel's name is bound to (module-level, emitted once; after `_persistent_grid`).

@@ -38,7 +38,8 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import assigned_names, broadcast_axis, names_in, product_factors, sum_terms
+from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, names_in,
+                                 product_factors, read_names, statement_reads, sum_terms)
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import RingOperand, Sm90Ring, WaitGroups, kernel_configs
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, namer, next_names,
@@ -120,13 +121,13 @@ class HopperCpAsyncPipeline(Rule):
         body = list(updated.body.body)
         taken = names_in(updated)
         for i, statement in enumerate(body):
-            if isinstance(statement, cst.If) and _bound_names(statement.body) & set(ctx.fresh_tiles):
+            if isinstance(statement, cst.If) and bound_names(statement.body) & set(ctx.fresh_tiles):
                 # The 16-byte ring, then the 8-byte one (`elif`): the same names serve both branches, whose values
                 # do not leave them.
                 (_, width16), (_, width8) = TIERS
                 ring = _in_copy_layouts(body[:i], statement, layouts, namer(set(taken)), 8 * width16)
                 tier = statement.orelse
-                if ring is not None and isinstance(tier, cst.If) and _bound_names(tier.body) & set(ctx.fresh_tiles):
+                if ring is not None and isinstance(tier, cst.If) and bound_names(tier.body) & set(ctx.fresh_tiles):
                     tier = _in_copy_layouts(body[:i], tier, layouts, namer(set(taken)), 8 * width8)
                     ring = ring.with_changes(orelse=tier) if tier is not None else None
                 if ring is not None:
@@ -143,7 +144,7 @@ def _blocked_tile_layouts(function: cst.FunctionDef, tiles: dict[str, str]) -> d
         text = code(statement)
         for shape, dtype in tiles.items():
             if text.endswith(f" = _blocked_layout([{shape}], gl.num_warps())") and ": gl.constexpr = " in text:
-                (bound,) = _bound_names(statement)
+                (bound,) = bound_names(statement)
                 found[bound] = (shape, dtype)
     return found
 
@@ -154,12 +155,12 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
     rebuilt at its start in copy layouts, or None where that slice of the function cannot be copied safely
     (a definition inside a compound statement, or one that reads a name reassigned before the ring)."""
     branch = ring.body
-    needed = _reads(branch) - _bound_names(branch)
+    needed = read_names(branch) - bound_names(branch)
     # Which earlier statements compute values in (or derived from) the blocked layouts.
     derived: set[str] = set()
     facts: list[tuple[set[str], set[str], str]] = []  # (bound names, read names, "copy" | "opaque" | "other")
     for statement in before:
-        bound, reads = _bound_names(statement), _statement_reads(statement)
+        bound, reads = bound_names(statement), statement_reads(statement)
         simple = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign, cst.AugAssign)) and len(bound) == 1
         if bound & set(layouts) or not reads & (set(layouts) | derived):
@@ -195,7 +196,7 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
             lines.append(f"{renames[layout]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps(){extra})")
     for i in sorted(keep):
         bound, reads, _ = facts[i]
-        if any(reads_name not in renames and reads_name in _bound_names_of(before[i + 1:])
+        if any(reads_name not in renames and reads_name in bound_names_of(before[i + 1:])
                for reads_name in reads):
             return None  # the copy would read a value reassigned after the original statement
         small = before[i].body[0]  # type: ignore[attr-defined]
@@ -215,64 +216,6 @@ def _in_copy_layouts(before: list[cst.BaseStatement], ring: cst.If, layouts: dic
     prelude = list(cst.parse_module("pass\n" + header + "\n".join(lines) + "\n").body)[1:]  # comment kept
     branch = renamed(branch, renames)
     return ring.with_changes(body=branch.with_changes(body=[*prelude, *branch.body]))
-
-
-def _reads(node: cst.CSTNode) -> set[str]:
-    """Variables `node` reads or binds (not attribute names or keyword-argument names)."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
-            return False
-
-    node.visit(Visitor())
-    return found
-
-
-def _statement_reads(statement: cst.BaseStatement) -> set[str]:
-    """Variables a statement reads: an assignment's value (an augmented one's target too), anything in others."""
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        small = statement.body[0]
-        if isinstance(small, cst.Assign):
-            return _reads(small.value)
-        if isinstance(small, cst.AnnAssign) and small.value is not None:
-            return _reads(small.value)
-        if isinstance(small, cst.AugAssign):
-            return _reads(small.target) | _reads(small.value)
-    return _reads(statement)
-
-
-def _bound_names(node: cst.CSTNode) -> set[str]:
-    """Variables assigned anywhere in `node` (assignments, augmented and annotated ones, loop targets)."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            found.update(_reads(n.target))
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            found.update(_reads(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            found.update(_reads(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            found.update(_reads(n.target))
-
-    node.visit(Visitor())
-    return found
-
-
-def _bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:
-    return set().union(*(_bound_names(s) for s in statements)) if statements else set()
 
 
 class _FreshTiles(cst.CSTTransformer):
