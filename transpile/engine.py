@@ -14,7 +14,7 @@ from transpile import __version__, cst_walk
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
-from transpile.analysis.tma_tiles import Dispatch, convert as convert_tma_tiles
+from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.cst_utils import code_names, module_code, node_ast
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
@@ -198,6 +198,8 @@ def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str
         loops = dot_loops(prepared.facts, fn)
         node = loops[0].node if loops else fn.node
         message = None
+        if outcome.dispatch is not None and outcome.translated and not outcome.dispatch.tiles:
+            continue  # a launcher on a flag (TT043, from the rule)
         if outcome.dispatch is not None and outcome.translated:
             loads = ", ".join(f"`{t.param}`" for t in outcome.dispatch.tiles if t.load)
             stores = [f"`{t.param}`" for t in outcome.dispatch.tiles if not t.load]
@@ -246,7 +248,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs, schedules=ctx.schedules,
                                 persistent_grid=getattr(ctx.persistent, "host_condition", None),
-                                dispatch=dispatch.get(fn.name), ws_config=ctx.ws_config)
+                                dispatch=dispatch.get(fn.name) or _flag_dispatch(facts, fn, ctx),
+                                ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
             outcome.translated = False
@@ -453,9 +456,12 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
         names = ", ".join(f"`{o.name}`" for o in kept)
         lines.append(f"# kept as Triton: {names} (the comments above them say why)")
     for o in outcomes.values():
-        if o.translated and o.dispatch is not None:
+        if o.translated and o.dispatch is not None and o.dispatch.tiles:
             lines.append(f"# `{o.name}` reads its pointer tiles through TMA descriptors; launches they cannot address "
                          f"run the source kernel (`_{o.name}_triton`)")
+        elif o.translated and o.dispatch is not None and o.dispatch.when:
+            lines.append(f"# `{o.name}` runs as Gluon where `{o.dispatch.when[0]}` is set, its source kernel "
+                         f"(`_{o.name}_triton`) elsewhere")
     for o in outcomes.values():
         if o.translated and o.added_configs:
             lines.append(f"# autotune configs added to `{o.name}` for {target.name}: {'; '.join(o.added_configs)}")
@@ -561,19 +567,34 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     return _drop_unused_language_imports(out, source)
 
 
+def _flag_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> Dispatch | None:
+    """The launcher's dispatch for a kernel whose Gluon form pays only where a constexpr flag is set
+    (`RuleContext.launch_flag`): launches without it run the source kernel."""
+    if ctx.launch_flag is None:
+        return None
+    param = next((p for p in fn.params if p.name == ctx.launch_flag), None)
+    if param is None:
+        return None
+    return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
+                    when=(param.name, param.default or "None"))
+
+
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
-    """After a kernel translated from its TMA-descriptor form: the source kernel, unchanged but for its name (and
-    those of the jit helpers it calls, copied too, since the variant's own are Gluon), and the launcher
-    (`_TMAOrTriton`) that the kernel's name then stands for."""
+    """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
+    set a flag (`Dispatch.when`): the source kernel, unchanged but for its name (and those of the jit helpers it
+    calls, copied too, since the variant's own are Gluon), and the launcher (`_TMAOrTriton`) that the kernel's name
+    then stands for."""
     dispatch = outcome.dispatch
     assert dispatch is not None
     name, copy = outcome.name, f"_{outcome.name}_triton"
     renames = {h: f"_{h.lstrip('_')}_triton" for h in dispatch.helpers}
     statement = _renamed(originals[name], renames)
+    why = ("its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row "
+           "strides") if dispatch.tiles else f"it is faster than this kernel only where `{dispatch.when[0]}` is set"
+    checks = "each launch's tensors and strides" if dispatch.tiles else f"each launch's `{dispatch.when[0]}`"
     comments = textwrap.wrap(
-        f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above cannot take: its TMA "
-        "descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides. "
-        f"`{name}` is bound below to a launcher that checks each launch's tensors and strides and runs one or the "
+        f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
+        f"`{name}` is bound below to a launcher that checks {checks} and runs one or the "
         "other (same arguments, same grid).", width=116, initial_indent="# ", subsequent_indent="# ")
     blank = cst.EmptyLine(indent=False)
     fallback = statement.with_changes(name=cst.Name(copy), leading_lines=[
@@ -586,8 +607,10 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
                       f"({''.join(value(o) + ', ' for o in t.offsets)}), {t.load})" for t in dispatch.tiles)
     params = "".join(f'"{p}", ' for p in dispatch.params)
     persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
+    when = f', when=("{dispatch.when[0]}", {dispatch.when[1]})' if dispatch.when else ""
     launcher = cst.parse_statement(
-        f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles},), persistent={persistent})\n")
+        f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
+        f"persistent={persistent}{when})\n")
     helpers = [_renamed(originals[h], renames).with_changes(name=cst.Name(renames[h]), leading_lines=[
         blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
             f"triton-transpile: the source helper `{h}`, for `{copy}` (Triton code cannot call the Gluon one).",

@@ -131,6 +131,9 @@ class Dispatch:
     params: tuple[str, ...]
     tiles: tuple[Tile, ...]
     helpers: tuple[str, ...] = ()  # jit helpers the kernel calls (directly or not): the Triton copy gets copies
+    # (constexpr parameter, its default as code): the Gluon kernel runs only the launches that set it (a form that
+    # pays only then: the attention ring on a causal mask); the others run the source kernel.
+    when: tuple[str, str] | None = None
 
 
 @dataclass
@@ -155,7 +158,7 @@ def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | N
     for fn in facts.functions.values():
         if fn.name in skip or fn.is_helper or fn.jit_decorator is None:
             continue
-        helpers = _callees(facts, fn.name)
+        helpers = jit_callees(facts, fn.name)
         if any(facts.functions[h].jit_decorator is None for h in helpers):
             continue  # (a helper made jit by a call: its copy would need the call too)
         try:
@@ -739,7 +742,7 @@ class _Kernel:
 
 # ---- small helpers ------------------------------------------------------------------------------------------------
 
-def _callees(facts: ModuleFacts, name: str) -> tuple[str, ...]:
+def jit_callees(facts: ModuleFacts, name: str) -> tuple[str, ...]:
     """The jit functions of the file that `name` calls, directly or through others, in file order."""
     found: set[str] = set()
     todo = [name]
@@ -861,19 +864,23 @@ class _TMAOrTriton:
     descriptors: runs the variant where the descriptors can address every tile of the launch (16-bit operands, a unit
     inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
-    The descriptors are made in the kernel, in a global scratch buffer that Triton allocates per launch: where no
-    allocator is set (`triton.set_allocator`), one that allocates with torch is set."""
+    `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
+    than the source only then). The descriptors are made in the kernel, in a global scratch buffer that Triton
+    allocates per launch: where no allocator is set (`triton.set_allocator`), one that allocates with torch is set."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None):
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
         self.tiles = tiles
         self.persistent = persistent
+        self.when = when
 
     def addressable(self, args, kwargs):
         values = dict(zip(self.params, args))
         values.update(kwargs)
+        if self.when is not None and not values.get(*self.when):
+            return False
         for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
             tensor = values.get(pointer)
             if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:

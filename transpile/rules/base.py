@@ -60,6 +60,11 @@ class RuleContext:
     persistent: object | None = None
     # the statements `LayoutDeclarations` put at the top of the body: (index of the first, how many)
     declared: tuple[int, int] = (0, 0)
+    # sm90: the (rows, keys) tile size names of an attention ring on masked scores: its tile becomes a config.
+    attention_tile: tuple[str, str] | None = None
+    # sm90: a constexpr flag only with which the kernel's Gluon form pays: the variant keeps the source kernel for
+    # launches without it, behind the launcher (`_TMAOrTriton`, engine).
+    launch_flag: str | None = None
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 
@@ -106,9 +111,12 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy: bench/RESULTS.md"),
     ("sm90", "cp.async attention"): (
         "only the cp.async attention ring would pipeline it, and on an H100 that ring ran flash attention no faster "
-        "than Triton 3.6's own pipeliner (medians of six runs 0.97-0.98x for full attention and causal d128, 1.04x "
-        "for causal d64; 0.74x in a kernel with several dot loops, which fills and drains the ring in each): "
-        "bench/RESULTS.md"),
+        "than Triton 3.6's own pipeliner where it cannot leave out a causal mask on most tiles (medians of six runs "
+        "0.97-0.98x for full attention and causal d128, 1.04x for causal d64; 0.74x in a kernel with several dot "
+        "loops, which fills and drains the ring in each): bench/RESULTS.md"),
+    # ("sm90", "cp.async attention, causal mask") is not listed: the ring of a one-loop kernel that leaves out a
+    # causal score mask on the tiles where every score passes it (`transpile.analysis.uniform_mask`) ran causal
+    # attention at 1.04-1.24x on an H100 (bench/RESULTS.md, session 9).
 }
 
 

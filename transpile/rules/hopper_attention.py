@@ -21,15 +21,29 @@ from __future__ import annotations
 
 import libcst as cst
 
-
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+from transpile.analysis.canonical import _language_alias
 from transpile.analysis.layouts import LayoutPlan, Term
 from transpile.analysis.pipeline import LoopRefusal
-from transpile.cst_utils import assigned_names, calls_in, names_in
-from transpile.discover import language_name
+from transpile.analysis.uniform_mask import UniformMask, uniform_masks
+from transpile.cst_utils import assigned_names, calls_in, names_in, read_names
+from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.hopper_schedule import RingOperand, Sm90Ring, WaitGroups, kernel_configs
-from transpile.rules.pipeline_text import LoopRange, loop_namer, next_names, rename, ring_depth
+from transpile.rules.hopper_schedule import (
+    ATTENTION_CONFIG,
+    RingOperand,
+    Sm90Ring,
+    WaitGroups,
+    add_config,
+    kernel_configs,
+)
+from transpile.rules.pipeline_text import (
+    LoopRange,
+    loop_namer,
+    next_names,
+    rename,
+    ring_depth,
+)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -108,8 +122,22 @@ class HopperAttentionPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(strides.node, "TT040",
                                                          f"main loop not pipelined: {strides.reason}"))
             return updated
-        if ctx.slower_than_triton(original, "cp.async attention"):
+        # The ring pays where it leaves out a mask that compares rows against keys (causal) on the tiles where
+        # every score passes it (Triton's pipeliner builds it on every tile), in a kernel that fills and drains one
+        # ring (two dots). Where that term is under a constexpr flag, launches without the flag run the source
+        # kernel (`RuleContext.launch_flag`): for them the ring would save a bound check, not a comparison per score.
+        masks = _uniform_masks(ctx, plan, list(range(plan.scores_index + 1, plan.acc_index)))
+        guards = {guard for mask in masks for guard, _ in mask.pairs}
+        pays = bool(guards) and len(ctx.plan.dots) == 2 and (None in guards or len(guards) == 1)
+        if ctx.slower_than_triton(original, "cp.async attention, causal mask" if pays else "cp.async attention"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
+        if pays and None not in guards and not ctx.gluon_always:
+            ctx.launch_flag = next(iter(guards))
+            ctx.diagnostics.append(ctx.source.diagnostic(original, "TT043", (
+                f"`{ctx.function.name}` runs as Gluon for the launches that set `{ctx.launch_flag}` (its attention ring "
+                f"leaves out the mask that `{ctx.launch_flag}` adds on the key blocks where every score passes it); "
+                f"the others run the source kernel, kept as `_{ctx.function.name}_triton`: for them the ring would "
+                "leave out a bound check only (0.91-1.05x measured on an H100, bench/RESULTS.md)")))
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
@@ -117,11 +145,44 @@ class HopperAttentionPipeline(Rule):
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
         text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides)
         ctx.pipelined_loop(original, ring)
+        if masks:
+            ctx.attention_tile = ring_tile(ctx, plan)
         module = cst.parse_module(text)
         statements = list(module.body)  # the header comments parse as the module's header: put them back in front
         statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
                                                                   *statements[0].leading_lines])
         return cst.FlattenSentinel(statements)
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        """An autotuned kernel whose attention ring masks its scores gets ATTENTION_CONFIG's tile as one more
+        config (where its tile sizes are config keys)."""
+        tile = ctx.attention_tile
+        if tile is None or not ctx.function.autotune_configs:
+            return updated
+        (bm, bn), warps, depth = ATTENTION_CONFIG
+        decorators = list(updated.decorators)
+        for i, (source, decorator) in enumerate(zip(original.decorators, decorators)):
+            if ctx.source.qualified_name(decorator_target(source)) != TRITON_AUTOTUNE:
+                continue
+            added = add_config(ctx, decorator, {tile[0]: bm, tile[1]: bn}, warps, depth,
+                               "the attention ring's tile: wider key blocks")
+            if added is not None:
+                decorators[i], config = added
+                for ring in ctx.schedules:
+                    if isinstance(ring, Sm90Ring) and ring.form == "attention":
+                        ring.configs.append(config)
+                return updated.with_changes(decorators=decorators)
+        return updated
+
+
+def ring_tile(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str] | None:
+    """The (rows, keys) tile sizes of the attention loop's scores, as written (`BLOCK_M`, `BLOCK_N`)."""
+    site = next((s for s in ctx.plan.dots.values()
+                 if s.node in calls_in(plan.loop.body.body[plan.scores_index])), None)  # type: ignore[union-attr]
+    if site is None or not all(isinstance(x, str) and x.isidentifier() for x in site.shape):
+        return None
+    return site.shape[0], site.shape[1]
 
 
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
@@ -230,6 +291,18 @@ class _Relayout:
                 for n in names_in(node)):
             return None
         return node
+
+
+def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) -> list[UniformMask]:
+    """The score masks among the softmax statements `indices` that a scalar test shows all true on a tile
+    (`transpile.analysis.uniform_mask`)."""
+    definitions, counts = _definitions(ctx.function.node)
+    outer = {n: v for n, v in definitions.items() if counts.get(n) == 1}
+    lang = _language_alias(ctx.source, ctx.function.node)
+    if not lang:
+        return []
+    return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
+                         set(_name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang})
 
 
 def _definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:
@@ -392,10 +465,37 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     before = [i for i in range(plan.scores_index) if i not in skip]
     softmax = [i for i in range(plan.scores_index + 1, plan.acc_index) if i not in skip and i not in plan.rescales]
     after = [i for i in range(plan.acc_index + 1, len(body)) if i not in skip]
-    uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales)
+    masks = _uniform_masks(ctx, plan, softmax)
+    uniform = name("uniform") if masks else ""
+    tests = {m.where_index: m.test_lines(uniform) for m in masks}
+    uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales) or any(
+        plan.var in read_names(cst.parse_module("\n".join(lines))) for lines in tests.values())
 
     def statements(indices: list[int]) -> list[str]:
         return [_indent(_text(body[i]), "    ") for i in indices]
+
+    def softmax_statements() -> list[str]:
+        """The softmax, with each mask that is all true on most tiles built and applied only where it is not."""
+        moved = {i for m in masks for i in m.mask_indices}
+        lines: list[str] = []
+        for i in softmax:
+            if i in moved:
+                continue
+            mask = next((m for m in masks if m.where_index == i), None)
+            if mask is None:
+                lines += statements([i])
+                continue
+            value = _text(_value(body[i]).args[1].value)
+            lines += [
+                "    # Every score of most tiles passes the mask (the index ranges lie inside its bounds: the test below);",
+                "    # the mask is built and applied only on the tiles where some score may not.",
+                *(f"    {line}" for line in tests[i]),
+                f"    if {uniform}:",
+                f"        {mask.target} = {value}",
+                "    else:",
+                *(_indent(line, "    ") for line in statements([*mask.mask_indices, i])),
+            ]
+        return lines
 
     lines = [
         *schedule.depth.lines(stages),
@@ -441,7 +541,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"    {plan.scores}, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.scores}, "
         f"{k_smem}.index({slot})])",
     ]
-    loop += statements(softmax)
+    loop += softmax_statements()
     loop += [
         f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_smem}.index({prev_slot})])",
         f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",

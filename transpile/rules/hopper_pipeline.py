@@ -31,7 +31,7 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig, RingOperand, Sm90Ring,
+from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, add_config, WS_CONSUMER, WS_MIN_TILE, RingConfig, RingOperand, Sm90Ring,
                                              WarpSpecialised, kernel_configs)
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth)
@@ -492,42 +492,13 @@ def _has_ws_config(ctx: RuleContext, tiles) -> bool:  # noqa: ANN001
 
 def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles  # noqa: ANN001
                    ) -> tuple[cst.Decorator, RingConfig] | None:
-    """`@triton.autotune(configs=[...])` with one more `triton.Config` for the warp-specialised tile: the first
-    config's values with the tile sizes of WS_CONFIG, 8 warps and WS_CONFIG's ring depth. None where the tile sizes
-    are not plain names that every config sets to integers, the configs are not a literal list, or the tile is there
-    already."""
-    call = decorator.decorator
-    if not isinstance(call, cst.Call):
-        return None
+    """`@triton.autotune(configs=[...])` with one more `triton.Config` for the warp-specialised tile (WS_CONFIG), or
+    None (see `add_config`)."""
     (m, k), (k2, n) = tiles
-    configs = ctx.function.autotune_configs
-    if k != k2 or len({m, n, k}) < 3 or any(not isinstance(c.values.get(x), int) for c in configs for x in (m, n, k)):
+    if k != k2 or len({m, n, k}) < 3:
         return None
     (bm, bn, bk), warps, depth = WS_CONFIG
-    if any((c.values[m], c.values[n], c.values[k], c.num_warps) == (bm, bn, bk, warps) for c in configs):
-        return None
-    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "configs"), None)
-    if arg is None or not isinstance(arg.value, cst.List) or not arg.value.elements:
-        return None
-    values = dict(configs[0].values)
-    values.update({m: bm, n: bn, k: bk})
-    first = arg.value.elements[0].value
-    config_call = code(first.func) if isinstance(first, cst.Call) else "triton.Config"
-    text = ", ".join(f"{key!r}: {value!r}" for key, value in values.items()).replace("'", '"')
-    new = cst.parse_expression(f"{config_call}({{{text}}}, num_warps={warps}, num_stages={depth})")
-    elements = list(arg.value.elements)
-    last = elements[-1]
-    # The new config goes last, laid out like the others: the separator between two configs (one per line, or a
-    # space) before it, the last config's own trailing comma and closing layout after it.
-    separator = elements[-2].comma if len(elements) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    elements[-1] = last.with_changes(comma=separator)
-    elements.append(cst.Element(new, comma=last.comma))
-    ctx.added_configs.append(f"{m}={bm}, {n}={bn}, {k}={bk}, num_warps={warps}, num_stages={depth} (the "
-                             "warp-specialised ring's tile)")
-    new_arg = arg.with_changes(value=arg.value.with_changes(elements=elements))
-    config = RingConfig(f"config {len(configs)}", values, warps, "added: the warp-specialised ring's tile")
-    return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args])), \
-        config
+    return add_config(ctx, decorator, {m: bm, n: bn, k: bk}, warps, depth, "the warp-specialised ring's tile")
 
 
 def _view(load: OperandLoad, slot: str) -> str:

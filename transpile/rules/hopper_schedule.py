@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transpile.rules.pipeline_text import RingDepth
+import libcst as cst
+
+from transpile.rules.pipeline_text import RingDepth, code
 
 #: `warpgroup_mma_wait(MMA_IN_FLIGHT, ...)` after each wgmma of a GEMM ring: one wgmma stays in flight, so the slot
 #: the one before it read is free. (`_ws_wgmma_consumer`, a fixed snippet, waits the same; a test checks it.)
@@ -29,6 +31,9 @@ WS_MIN_TILE = 128 * 256
 WS_MIN_WARPS = 8
 # The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
 WS_CONFIG = ((128, 256, 64), 8, 3)
+# The tile added to an autotuned flash-attention kernel whose cp.async ring leaves out the score mask on most tiles:
+# (rows, keys), warps, ring depth. On an H100 it took d128 full attention from 0.98x to 1.03x (bench/RESULTS.md).
+ATTENTION_CONFIG = ((128, 128), 8, 3)
 
 
 @dataclass(frozen=True)
@@ -136,3 +141,41 @@ class Sm90Ring:
 def kernel_configs(function) -> list[RingConfig]:  # noqa: ANN001 - JitFunction
     """The kernel's autotune configs (none: block sizes and warps come with each launch)."""
     return [RingConfig(f"config {i}", dict(c.values), c.num_warps) for i, c in enumerate(function.autotune_configs)]
+
+
+def add_config(ctx,  # noqa: ANN001 - RuleContext (an import cycle)
+               decorator: cst.Decorator, sizes: dict[str, int], warps: int, depth: int, why: str
+               ) -> tuple[cst.Decorator, RingConfig] | None:
+    """`@triton.autotune(configs=[...])` with one more `triton.Config`: the first config's values with the tile
+    `sizes`, `warps` warps and ring depth `depth`. None where the tile sizes are not plain names that every config
+    sets to integers, the configs are not a literal list, or a config with that tile and warps is there already."""
+    call = decorator.decorator
+    if not isinstance(call, cst.Call):
+        return None
+    configs = ctx.function.autotune_configs
+    if not configs or any(not isinstance(c.values.get(x), int) for c in configs for x in sizes):
+        return None
+    if any(all(c.values[x] == v for x, v in sizes.items()) and c.num_warps == warps for c in configs):
+        return None
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "configs"), None)
+    if arg is None or not isinstance(arg.value, cst.List) or not arg.value.elements:
+        return None
+    values = dict(configs[0].values)
+    values.update(sizes)
+    first = arg.value.elements[0].value
+    config_call = code(first.func) if isinstance(first, cst.Call) else "triton.Config"
+    text = ", ".join(f"{key!r}: {value!r}" for key, value in values.items()).replace("'", '"')
+    new = cst.parse_expression(f"{config_call}({{{text}}}, num_warps={warps}, num_stages={depth})")
+    elements = list(arg.value.elements)
+    last = elements[-1]
+    # The new config goes last, laid out like the others: the separator between two configs (one per line, or a
+    # space) before it, the last config's own trailing comma and closing layout after it.
+    separator = elements[-2].comma if len(elements) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    elements[-1] = last.with_changes(comma=separator)
+    elements.append(cst.Element(new, comma=last.comma))
+    ctx.added_configs.append(", ".join(f"{x}={v}" for x, v in sizes.items())
+                             + f", num_warps={warps}, num_stages={depth} ({why})")
+    new_arg = arg.with_changes(value=arg.value.with_changes(elements=elements))
+    config = RingConfig(f"config {len(configs)}", values, warps, f"added: {why}")
+    return decorator.with_changes(decorator=call.with_changes(args=[new_arg if a is arg else a for a in call.args])), \
+        config

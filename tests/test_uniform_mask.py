@@ -1,0 +1,200 @@
+"""Score masks all true on most tiles (`transpile.analysis.uniform_mask`): the scalar test the analysis derives, the
+masks it refuses, the branch the sm90 attention ring emits (compiled), the profitability policy and the config it
+adds; and, evaluated over every tile of ragged problems, that the test holds only where every score passes."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from transpile.analysis.uniform_mask import uniform_masks
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3)],
+                 key=["N_CTX"])
+@triton.jit
+def attn(q_ptr, k_ptr, v_ptr, o_ptr, stride_n, N_CTX, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
+         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    start_m = tl.program_id(0)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_n + offs_d[None, :], mask=offs_m[:, None] < N_CTX, other=0.0)
+    k_ptrs = k_ptr + offs_n[:, None] * stride_n + offs_d[None, :]
+    v_ptrs = v_ptr + offs_n[:, None] * stride_n + offs_d[None, :]
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    for start_n in range(0, N_CTX, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_ptrs + start_n * stride_n, mask=cols[:, None] < N_CTX, other=0.0)
+        qk = tl.dot(q, tl.trans(k))
+MASK
+        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))
+        p = tl.exp2(qk - m_ij[:, None])
+        alpha = tl.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        v = tl.load(v_ptrs + start_n * stride_n, mask=cols[:, None] < N_CTX, other=0.0)
+        acc = tl.dot(p.to(tl.float16), v, acc)
+        m_i = m_ij
+    tl.store(o_ptr + offs_m[:, None] * stride_n + offs_d[None, :], acc / l_i[:, None], mask=offs_m[:, None] < N_CTX)
+'''
+
+CAUSAL_MASK = '''        valid = cols[None, :] < N_CTX
+        if CAUSAL:
+            valid = valid & (offs_m[:, None] >= cols[None, :])
+        qk = tl.where(valid, qk * qk_scale, -float("inf"))'''
+
+
+def _kernel(mask: str) -> str:
+    return KERNEL.replace("MASK", mask)
+
+
+def _masks(mask: str):  # noqa: ANN202
+    module = cst.parse_module(_kernel(mask))
+    fn = next(s for s in module.body if isinstance(s, cst.FunctionDef))
+    loop = next(s for s in fn.body.body if isinstance(s, cst.For))
+    outer = {}
+    for s in fn.body.body:
+        if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Assign):
+            outer[s.body[0].targets[0].target.value] = s.body[0].value
+    body = list(loop.body.body)
+    tensors = {"offs_m", "offs_n", "offs_d", "cols", "q", "k", "v", "qk", "valid", "keep", "m_i", "l_i", "acc", "p",
+               "alpha", "m_ij", "k_ptrs", "v_ptrs", "bound"}
+    return uniform_masks(body, list(range(3, len(body))), "start_n", outer, tensors, {"CAUSAL"}, {"tl"})
+
+
+def test_causal_mask_gives_the_tile_test_term_by_term():
+    [mask] = _masks(CAUSAL_MASK)
+    assert mask.target == "qk" and mask.mask_indices == [3, 4] and mask.where_index == 5
+    assert mask.test_lines("uniform") == [
+        "uniform = start_n + BLOCK_N - 1 < N_CTX",
+        "if CAUSAL:",
+        "    uniform = uniform & ((start_m * BLOCK_M) >= start_n + BLOCK_N - 1)",
+    ]
+
+
+def test_inline_mask_and_a_vector_defined_before_the_loop():
+    [mask] = _masks('        qk = tl.where((offs_m[:, None] >= cols[None, :]) & (cols[None, :] < N_CTX), qk, 0.0)')
+    assert mask.mask_indices == []
+    assert mask.test_lines("u") == ["u = ((start_m * BLOCK_M) >= start_n + BLOCK_N - 1) & (start_n + BLOCK_N - 1 < "
+                                    "N_CTX)"]
+
+
+@pytest.mark.parametrize("mask, why", [
+    ('        valid = cols[None, :] < N_CTX\n        qk = tl.where(valid, qk, -1.0)\n        qk = qk + valid',
+     "the mask is read by another statement"),
+    ('        qk = tl.where(cols[None, :] != N_CTX, qk, -1.0)', "`!=` has no interval test"),
+    ('        bound = tl.load(k_ptr + offs_n)\n        qk = tl.where(cols[None, :] < bound[None, :], qk, -1.0)',
+     "a bound that is a tensor"),
+    ('        qk = tl.where(cols[None, :] * 2 < N_CTX, qk, -1.0)', "a scaled index vector"),
+    ('        qk = tl.where(qk > 0, qk, -1.0)', "a mask on the scores themselves"),
+    ('        N2 = N_CTX - start_n\n        qk = tl.where(offs_n[None, :] < N2, qk, -1.0)', "a scalar the loop computes"),
+])
+def test_masks_without_a_tile_test_are_left_alone(mask, why):  # noqa: ANN001
+    assert _masks(mask) == [], why
+
+
+def test_a_vector_the_loop_changes_is_not_read_through_its_first_definition():
+    text = CAUSAL_MASK + "\n        offs_m += 1"
+    assert _masks(text) == []
+
+
+def _sm90(text: str, gluon_always: bool = False):  # noqa: ANN202
+    return translate_source(text, "attn.py", get_target("sm90"), gluon_always=gluon_always)
+
+
+def test_sm90_ring_branches_on_the_test_and_keeps_the_mask_where_it_may_drop_scores():
+    result = _sm90(_kernel(CAUSAL_MASK))
+    text = result.text
+    assert "cp.async" in text and "_cp_async_load" in text  # the ring is emitted by default now
+    lines = [ln.strip() for ln in text.splitlines()]
+    i = lines.index("uniform = start_n + BLOCK_N - 1 < N_CTX")
+    assert lines[i + 1:i + 6] == ["if CAUSAL:", "uniform = uniform & ((start_m * BLOCK_M) >= start_n + BLOCK_N - 1)",
+                                  "if uniform:", "qk = qk * qk_scale", "else:"]
+    assert "qk = gl.where(valid, qk * qk_scale, -float(\"inf\"))" in lines[i + 6:i + 20]
+    # the added config, named in the header
+    assert 'triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3)' in text
+    assert "# autotune configs added to `attn` for sm90: BLOCK_M=128, BLOCK_N=128, num_warps=8" in text
+    # idempotent: the same text a second time
+    assert _sm90(_kernel(CAUSAL_MASK)).text == text
+
+
+def test_sm90_ring_without_a_uniform_mask_stays_triton():
+    result = _sm90(_kernel('        qk = tl.where(qk > 0, qk, -1.0)'))
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and "cannot leave out a causal mask" in d.message for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_where_the_test_holds_every_score_passes_the_mask(causal: bool):
+    """The derived test, run as Python over every tile of ragged problems, against the mask element by element:
+    wherever it holds, no score is masked (it is sufficient), and it holds on most tiles."""
+    [mask] = _masks(CAUSAL_MASK)
+    code = compile("\n".join(mask.test_lines("uniform")), "<test>", "exec")
+    for n_ctx, bm, bn in ((333, 64, 32), (1000, 128, 64), (256, 64, 64), (5, 16, 16)):
+        held = tiles = 0
+        for start_m in range(-(-n_ctx // bm)):
+            for start_n in range(0, n_ctx, bn):
+                scope = {"start_m": start_m, "start_n": start_n, "BLOCK_M": bm, "BLOCK_N": bn, "N_CTX": n_ctx,
+                         "CAUSAL": causal}
+                exec(code, scope)
+                every = all(col < n_ctx and (not causal or row >= col)
+                            for row in range(start_m * bm, start_m * bm + bm)
+                            for col in range(start_n, start_n + bn))
+                assert not scope["uniform"] or every, (n_ctx, bm, bn, start_m, start_n)
+                held += bool(scope["uniform"])
+                tiles += 1
+        if n_ctx >= 256:
+            assert held >= tiles // 3
+
+
+def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: ANN001
+    """`if CAUSAL:` guards the comparison of rows against keys: the variant keeps the source kernel and binds the
+    kernel's name to the launcher, which runs the Gluon kernel only for launches that set the flag."""
+    import importlib.util
+
+    result = _sm90(_kernel(CAUSAL_MASK))
+    text = result.text
+    assert "def _attn_triton(" in text and 'when=("CAUSAL", None)' in text
+    assert "# `attn` runs as Gluon where `CAUSAL` is set, its source kernel (`_attn_triton`) elsewhere" in text
+    path = tmp_path / "attn_sm90.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("attn_sm90", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ran = []
+
+    class _Kernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            return lambda *args, **kwargs: ran.append(self.name)
+
+    launcher = module.attn
+    launcher.gluon_kernel, launcher.triton_kernel = _Kernel("gluon"), _Kernel("triton")
+    launcher[(1,)](None, None, None, None, 64, 100, 0.1, D=64, CAUSAL=True)
+    launcher[(1,)](None, None, None, None, 64, 100, 0.1, D=64, CAUSAL=False)
+    launcher[(1,)](None, None, None, None, 64, 100, 0.1, 64, 128, 64, True)  # positional
+    assert ran == ["gluon", "triton", "gluon"]
+    # --gluon-always: every launch runs the Gluon kernel (no launcher)
+    assert "_TMAOrTriton(" not in _sm90(_kernel(CAUSAL_MASK), gluon_always=True).text
+
+
+def test_an_unguarded_causal_mask_runs_every_launch_as_gluon():
+    mask = '''        qk = tl.where((offs_m[:, None] >= cols[None, :]) & (cols[None, :] < N_CTX), qk * qk_scale, -1e9)'''
+    text = _sm90(_kernel(mask)).text
+    assert "_cp_async_load" in text and "_TMAOrTriton(" not in text
+
+
+def test_a_sequence_end_mask_alone_keeps_the_kernel_as_triton():
+    result = _sm90(_kernel('        qk = tl.where(cols[None, :] < N_CTX, qk * qk_scale, -float("inf"))'))
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" for d in result.diagnostics)

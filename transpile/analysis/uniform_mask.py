@@ -1,0 +1,257 @@
+"""Masks that are all true on a tile: `x = tl.where(mask, value, other)` is `x = value` wherever a scalar test holds.
+
+Flash-attention loops mask their scores on every iteration (``qk = tl.where(valid, qk * scale, -inf)``, ``valid`` the
+sequence end and, causal, ``offs_m[:, None] >= offs_n[None, :]``), although only the last key block (and, causal, the
+blocks on the diagonal) has an element the mask drops. Building the mask and selecting through it costs the softmax
+a compare and a select per score on every block. Each term of such a mask compares index vectors ``start + tl.arange(0,
+B)`` (broadcast along either axis) and scalars, so interval arithmetic gives a scalar test under which every element of
+the tile passes: ``a < b`` holds everywhere when the largest value of ``a`` is below the smallest of ``b``, and an index
+vector runs from ``start`` to ``start + B - 1``. The test is sufficient, never necessary (two vectors on the same
+axis are taken independently), so where it holds ``tl.where(mask, value, other)`` is ``value`` exactly, and where it
+does not, the statements run as written.
+
+`uniform_masks(body, index, ...)` finds, in a loop body, each ``where`` statement whose mask is built that way, with
+the statements that build the mask (``valid = ...``, ``if FLAG: valid = valid & ...``), which are read by nothing else
+and move into the branch that still needs them. `UniformMask.test_lines` is the scalar test as code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from transpile.cst_utils import bound_names, names_in, read_names
+
+_OPS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
+_ARITH = (cst.Name, cst.Integer, cst.BinaryOperation, cst.LeftParen, cst.RightParen, cst.Add, cst.Subtract,
+          cst.Multiply, cst.FloorDivide, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline,
+          cst.TrailingWhitespace, cst.EmptyLine, cst.Comment)
+
+
+@dataclass
+class UniformMask:
+    where_index: int  # the loop-body statement `target = tl.where(mask, value, other)`
+    target: str
+    mask_indices: list[int]  # statements that build the mask (read by nothing but the where)
+    # The test, term by term: (the constexpr flag guarding the term, or None; the term's scalar test as code)
+    terms: list[tuple[str | None, str]] = field(default_factory=list)
+    # The terms that compare two index vectors (rows against keys: a causal mask), as (guard, test): the work the
+    # branch saves on a tile is then a comparison and a select per score, not a bound check of one vector.
+    pairs: list[tuple[str | None, str]] = field(default_factory=list)
+
+    def test_lines(self, name: str) -> list[str]:
+        """`name = <test>` and its guarded conjuncts, one statement per line (indent 0)."""
+        plain = [t for g, t in self.terms if g is None]
+        lines = [f"{name} = {' & '.join(f'({t})' for t in plain) if len(plain) > 1 else plain[0]}"]
+        for guard, term in self.terms:
+            if guard is not None:
+                lines += [f"if {guard}:", f"    {name} = {name} & ({term})"]
+        return lines
+
+
+class _NotUniform(Exception):
+    pass
+
+
+def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, outer: dict[str, cst.BaseExpression],
+                  tensors: set[str], flags: set[str], lang: set[str]) -> list[UniformMask]:
+    """The where statements among `indices` of the loop `body` (loop variable `var`) whose masks are all true under
+    a scalar test. `outer`: ``name = value`` definitions before the loop of names bound once in the kernel (and
+    never in the loop); `tensors`: names bound to tensors (the rest of the names a test reads must be scalars);
+    `flags`: constexpr parameters (guards of mask terms); `lang`: the module names of triton.language (``tl``)."""
+    found = []
+    for i in indices:
+        try:
+            mask = _where(body, i, indices, var, outer, tensors, flags, lang)
+        except _NotUniform:
+            continue
+        if mask is not None:
+            found.append(mask)
+    return found
+
+
+def _assign(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
+            and isinstance(statement.body[0].targets[0].target, cst.Name):
+        return statement.body[0].targets[0].target.value, statement.body[0].value
+    return None
+
+
+def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == name \
+            and isinstance(node.func.value, cst.Name) and node.func.value.value in lang:
+        return node
+    return None
+
+
+def _where(body, i, indices, var, outer, tensors, flags, lang) -> UniformMask | None:
+    assign = _assign(body[i])
+    call = _lang_call(assign[1], lang, "where") if assign else None
+    if call is None or len(call.args) != 3 or any(a.keyword is not None for a in call.args):
+        return None
+    target, mask = assign[0], call.args[0].value
+    # The loop's own definitions before the where, of names bound once in the loop (by `name = value`).
+    counts: dict[str, int] = {}
+    for statement in body:
+        for bound_name in bound_names(statement):
+            counts[bound_name] = counts.get(bound_name, 0) + 1
+    local: dict[str, cst.BaseExpression] = {}
+    for j in range(i):
+        bound = _assign(body[j])
+        if bound is not None and counts.get(bound[0]) == 1:
+            local[bound[0]] = bound[1]
+    resolver = _Resolver(local, {k: v for k, v in outer.items() if k not in counts}, tensors, var, lang)
+    resolver.loop_bound = set(counts)
+    terms: list[tuple[str | None, str]] = []
+    mask_indices: list[int] = []
+    if isinstance(mask, cst.Name) and mask.value not in outer:
+        # `valid = <terms>` then any number of `if FLAG: valid = valid & <terms>`, right before the where.
+        name = mask.value
+        j = i - 1
+        guarded: list[tuple[str, cst.BaseExpression]] = []
+        while j >= 0 and j in indices:
+            statement = body[j]
+            if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.test, cst.Name) \
+                    and statement.test.value in flags and len(statement.body.body) == 1:
+                inner = _assign(statement.body.body[0])
+                if inner is None or inner[0] != name or not isinstance(inner[1], cst.BinaryOperation) \
+                        or not isinstance(inner[1].operator, cst.BitAnd) or not _is_name(inner[1].left, name):
+                    return None
+                guarded.append((statement.test.value, inner[1].right))
+                mask_indices.append(j)
+                j -= 1
+                continue
+            bound = _assign(statement)
+            if bound is None or bound[0] != name:
+                return None
+            mask_indices.append(j)
+            terms += [(None, t) for t in resolver.tests(bound[1])]
+            break
+        else:
+            return None
+        for guard, node in reversed(guarded):
+            terms += [(guard, t) for t in resolver.tests(node)]
+        # Nothing else reads the mask (it moves into the branch that needs it).
+        if any(name in names_in(body[k]) for k in range(len(body)) if k != i and k not in mask_indices):
+            return None
+    else:
+        terms = [(None, t) for t in resolver.tests(mask)]
+    if not terms or all(g is not None for g, _ in terms):
+        return None
+    return UniformMask(i, target, sorted(mask_indices), terms, [t for t in terms if t[1] in resolver.pairs])
+
+
+def _is_name(node: cst.BaseExpression, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+class _Resolver:
+    """Reads mask terms as interval tests on index vectors ``start + tl.arange(0, B)`` and scalars."""
+
+    def __init__(self, local, outer, tensors, var, lang) -> None:
+        self.local, self.outer, self.tensors, self.var, self.lang = local, outer, tensors, var, lang
+        self.loop_bound: set[str] = set()
+        self.pairs: set[str] = set()  # tests of comparisons with index vectors on both sides
+
+    def tests(self, node: cst.BaseExpression) -> list[str]:
+        """The scalar tests, one per comparison of the conjunction `node`."""
+        node = _unparen(node)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+            return self.tests(node.left) + self.tests(node.right)
+        if isinstance(node, cst.Name) and node.value in self.local:
+            return self.tests(self.local[node.value])
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            op = _OPS.get(type(node.comparisons[0].operator))
+            if op is None:
+                raise _NotUniform
+            low_l, high_l = self.interval(node.left)
+            low_r, high_r = self.interval(node.comparisons[0].comparator)
+            test = f"{high_l} {op} {low_r}" if op in ("<", "<=") else f"{low_l} {op} {high_r}"
+            if low_l != high_l and low_r != high_r:
+                self.pairs.add(test)
+            return [test]
+        raise _NotUniform
+
+    def interval(self, node: cst.BaseExpression) -> tuple[str, str]:
+        """(smallest, largest) value of `node` over the tile, as code."""
+        node = _unparen(node)
+        if isinstance(node, cst.Subscript):  # `v[:, None]` / `v[None, :]`: a broadcast of the vector `v`
+            if len(node.slice) != 2:
+                raise _NotUniform
+            return self.vector(node.value)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+            low_a, high_a = self.interval(node.left)
+            low_b, high_b = self.interval(node.right)
+            if isinstance(node.operator, cst.Add):
+                return _sum(low_a, low_b), _sum(high_a, high_b)
+            return f"{low_a} - ({high_b})", f"{high_a} - ({low_b})"
+        scalar = self.scalar(node)
+        return scalar, scalar
+
+    def vector(self, node: cst.BaseExpression, depth: int = 0) -> tuple[str, str]:
+        """(first, last) element of the index vector `node`: a sum of one ``tl.arange(0, B)`` and scalars."""
+        node = _unparen(node)
+        if depth > 8:
+            raise _NotUniform
+        if isinstance(node, cst.Name):
+            definition = self.local.get(node.value, self.outer.get(node.value))
+            if definition is None:
+                raise _NotUniform
+            return self.vector(definition, depth + 1)
+        arange = _lang_call(node, self.lang, "arange")
+        if arange is not None:
+            if len(arange.args) != 2 or any(a.keyword is not None for a in arange.args) \
+                    or not (isinstance(arange.args[0].value, cst.Integer) and arange.args[0].value.value == "0"):
+                raise _NotUniform
+            return "0", f"{self.scalar(arange.args[1].value)} - 1"
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            for vec, other in ((node.left, node.right), (node.right, node.left)):
+                if self._is_vector(vec):
+                    first, last = self.vector(vec, depth + 1)
+                    start = self.scalar(other)
+                    return _sum(start, first), _sum(start, last)
+        raise _NotUniform
+
+    def _is_vector(self, node: cst.BaseExpression) -> bool:
+        node = _unparen(node)
+        if isinstance(node, cst.Name):
+            return node.value in self.tensors
+        return _lang_call(node, self.lang, "arange") is not None or (
+            isinstance(node, cst.BinaryOperation) and (self._is_vector(node.left) or self._is_vector(node.right)))
+
+    def scalar(self, node: cst.BaseExpression) -> str:
+        """`node` as code, when it is scalar arithmetic on names the loop does not change (or its variable)."""
+        node = _unparen(node)
+        ok = True
+
+        class _Check(cst.CSTVisitor):
+            def on_visit(self, n: cst.CSTNode) -> bool:
+                nonlocal ok
+                ok = ok and isinstance(n, _ARITH)
+                return ok
+
+        node.visit(_Check())
+        names = read_names(node)
+        # Scalars the loop does not change (parameters, values computed before the loop), or its variable; never
+        # a value the loop computes (its test would be read before its definition).
+        if not ok or names & self.tensors or any(n in self.local for n in names) \
+                or any(n != self.var and n in self.loop_bound for n in names):
+            raise _NotUniform
+        text = cst.Module([]).code_for_node(node)
+        return text if isinstance(node, (cst.Name, cst.Integer)) else f"({text})"
+
+
+def _unparen(node: cst.BaseExpression) -> cst.BaseExpression:
+    while getattr(node, "lpar", None) and len(node.lpar) > 0:
+        node = node.with_changes(lpar=[], rpar=[])
+    return node
+
+
+def _sum(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    return f"{a} + {b}"
