@@ -6,7 +6,8 @@
 GEMMs run in fp16 and bf16 through the fixtures' pointer kernel (matmul_grouped) and descriptor kernel
 (matmul_descriptor) at 4096^3, 8192^3 and a size ragged for every tile (4000x4104x3904: rows stay 16-byte aligned, as
 TMA needs), and through the pointer kernel also at 4000x4100x3900 (rows not 16-byte aligned: no 16-byte copies);
-cuBLAS is `torch.matmul` on the same operands. Every ratio is a speed ratio (original time / variant time, cuBLAS
+cuBLAS is `torch.matmul` on the same operands; for attention (batch 4, 16 heads, seq 4096, fp16) the reference is
+torch's `scaled_dot_product_attention` on its cuDNN backend. Every ratio is a speed ratio (original time / variant time, cuBLAS
 time / variant time): above 1.0 the variant is faster. Times are medians of `triton.testing.do_bench` on the same
 inputs, after each kernel's autotuning (the variant keeps the original's autotune table, so both pick from the same
 tile configs; --configs prints the picks).
@@ -59,6 +60,14 @@ def _gemm(kind: str, module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
+def _cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
+    """torch's scaled_dot_product_attention on its cuDNN backend (the reference for attention)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
 _BIAS: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
 
@@ -72,7 +81,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant-dir", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="one GEMM size and one attention shape")
-    parser.add_argument("--configs", action="store_true", help="print the autotune config each GEMM kernel picked")
+    parser.add_argument("--configs", action="store_true", help="print the autotune config each kernel picked")
+    parser.add_argument("--only", choices=("gemm", "attention"), help="run only the GEMMs or only attention")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}, triton {triton.__version__}, torch {torch.__version__}")
@@ -87,6 +97,8 @@ def main() -> int:
     sizes = [(4096, 4096, 4096)]
     if not args.quick:
         sizes += [(8192, 8192, 8192), (4000, 4104, 3904), (4000, 4100, 3900)]
+    if args.only == "attention":
+        sizes = []
     for dtype in (torch.float16, torch.bfloat16):
         for m, n, k in sizes:
             a = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -106,13 +118,27 @@ def main() -> int:
     attn_o = _load(FIXTURES / "attention_fwd.py", "bench_orig_attn")
     attn_v = _load(args.variant_dir / "attention_fwd_sm90.py", "bench_var_attn")
     shapes = [(64, False)] if args.quick else [(64, False), (64, True), (128, False), (128, True)]
+    if args.only == "gemm":
+        shapes = []
     for head_dim, causal in shapes:
         q, k, v = (torch.randn(4, 16, 4096, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
         scale = head_dim**-0.5
         t_o = _ms(lambda: attn_o.attention(q, k, v, causal, scale))
         t_v = _ms(lambda: attn_v.attention(q, k, v, causal, scale))
+        t_r = _ms(lambda: _cudnn_attention(q, k, v, causal, scale))
+        flops = 4 * q.shape[0] * q.shape[1] * q.shape[2] ** 2 * head_dim * (0.5 if causal else 1.0)
         name = f"attention fwd seq 4096 d{head_dim} {'causal' if causal else 'full'}"
-        print(f"{name:42s} {t_o:9.3f} {t_v:11.3f} {'-':>9s} {t_o / t_v:8.2f} {'-':>8s}", flush=True)
+        print(f"{name:42s} {t_o:9.3f} {t_v:11.3f} {t_r:9.3f} {t_o / t_v:8.2f} {t_r / t_v:8.2f}"
+              f"   TFLOP/s: original {flops / t_o / 1e9:.0f}, variant {flops / t_v / 1e9:.0f}, "
+              f"cuDNN {flops / t_r / 1e9:.0f}", flush=True)
+        if args.configs:
+            for module, label in ((attn_o, "original"), (attn_v, "variant")):
+                kernel = module.attn_fwd_kernel
+                kernels = [("", kernel)] if not hasattr(kernel, "triton_kernel") else [
+                    (" (Gluon, its last autotuned launch)", kernel.gluon_kernel),
+                    (" (source kernel, its last autotuned launch)", kernel.triton_kernel)]
+                for which, k in kernels:
+                    print(f"    {label}{which} picked {getattr(k, 'best_config', 'none yet')}", flush=True)
     return 0
 
 

@@ -1194,8 +1194,8 @@ def _launchers(module) -> list:
 
 
 def _count_paths(module) -> dict[str, int]:
-    """Counts, from now on, the launches of the module's TMA launchers that take the Gluon kernel ("tma") and those
-    that take the source's Triton kernel ("triton")."""
+    """Counts, from now on, the launches of the module's launchers (`_TMAOrTriton`) that take the Gluon kernel ("tma",
+    printed as gluon) and those that take the source's Triton kernel ("triton")."""
     counts = {"tma": 0, "triton": 0}
     for launcher in _launchers(module):
         check = type(launcher).addressable
@@ -1295,7 +1295,8 @@ def run_case(case: Case, loaded: Loaded, device: torch.device, small: bool, labe
     kernel, and must (the line says how many launches took which)."""
     shape = case.small_shape if small else case.shape
     ok = _run_case(case, loaded, device, shape, label)
-    if loaded.variant is not None and _launchers(loaded.variant) and _aligned(shape) != shape:
+    if loaded.variant is not None and any(launcher.tiles for launcher in _launchers(loaded.variant)) \
+            and _aligned(shape) != shape:  # (a launcher that dispatches on a flag (`when`) reads no tiles)
         ok &= _run_case(case, loaded, device, _aligned(shape), f"{label}+aligned", must_tma=True)
     return ok
 
@@ -1325,7 +1326,7 @@ def _run_case(case: Case, loaded: Loaded, device: torch.device, shape: Shape, la
     if must_tma and not paths.get("tma"):
         notes.append("no launch took the TMA kernel")
     if paths and (paths["tma"] or paths["triton"]):
-        notes_path = f"  [launches: {paths['tma']} tma, {paths['triton']} triton]"
+        notes_path = f"  [launches: {paths['tma']} gluon, {paths['triton']} triton]"
     else:
         notes_path = ""
     variant_text = "-" if variant_err is None else f"{variant_err:.3e}"
