@@ -198,3 +198,62 @@ def test_a_sequence_end_mask_alone_keeps_the_kernel_as_triton():
     result = _sm90(_kernel('        qk = tl.where(cols[None, :] < N_CTX, qk * qk_scale, -float("inf"))'))
     assert "_cp_async_load" not in result.text
     assert any(d.code == "TT041" for d in result.diagnostics)
+
+
+SCALED = CAUSAL_MASK.replace("qk * qk_scale", "qk")
+
+
+def _scaled_kernel() -> str:
+    return _kernel(SCALED).replace("        qk = tl.dot(q, tl.trans(k))\n",
+                                   "        qk = tl.dot(q, tl.trans(k)) * qk_scale\n")
+
+
+def test_scores_scaled_by_a_scalar_are_scaled_after_the_wait_and_the_mask_only_where_needed():
+    text = _sm90(_scaled_kernel()).text
+    lines = [ln.strip() for ln in text.splitlines()]
+    wait = lines.index("qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])")
+    assert lines[wait + 1] == "qk = qk * qk_scale"
+    i = lines.index("uniform = start_n + BLOCK_N - 1 < N_CTX")
+    assert lines[i + 3] == "if not uniform:"  # `qk = tl.where(valid, qk, ...)`: nothing to do where all pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True])
+def test_scaled_scores_variant_compiles(tmp_path, causal: bool):  # noqa: ANN001
+    """The Gluon kernel of the scaled variant compiles for sm90 as a launch specialises it (pointers and integer
+    arguments divisible by 16, which the cp.async copies of 16 bytes need), for both values of the flag."""
+    import importlib.util
+    import os
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    os.environ.setdefault("TRITON_ALWAYS_COMPILE", "1")
+    path = tmp_path / "attn_scaled_sm90.py"
+    path.write_text(_sm90(_scaled_kernel()).text)
+    spec = importlib.util.spec_from_file_location("attn_scaled_sm90", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from triton.runtime.jit import JITFunction
+
+    fn = module.attn.gluon_kernel
+    while not isinstance(fn, JITFunction):  # (the autotuner around it)
+        fn = fn.fn
+    constexprs = {"D": 64, "BLOCK_M": 128, "BLOCK_N": 64, "CAUSAL": causal}
+    signature = {n: "constexpr" if n in constexprs else "*fp16" if n.endswith("_ptr") else
+                 "fp32" if n == "qk_scale" else "i32" for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if signature[n] in ("*fp16", "i32")}
+    compiled = triton.compile(GluonASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    assert "wgmma.mma_async" in compiled.asm["ptx"]
+
+
+def test_an_index_vector_made_in_the_loop_for_the_addresses_keeps_the_kernel_as_triton():
+    text = _kernel(CAUSAL_MASK).replace("        cols = start_n + offs_n\n",
+                                        "        cols = start_n + tl.arange(0, BLOCK_N)\n")
+    text = text.replace("k_ptrs + start_n * stride_n, mask", "k_ptr + cols[:, None] * stride_n + offs_d[None, :], mask")
+    result = _sm90(text)
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and "index vector made in the loop" in d.message for d in result.diagnostics)

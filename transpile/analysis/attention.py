@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.analysis.layouts import REDUCTIONS, LayoutPlan
+from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import LoopRefusal, loop_header
-from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
+from transpile.cst_utils import assigned_names, bound_names_of, calls_in, names_in, per_loop, read_names
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -57,6 +57,8 @@ class AttentionPlan:
     producer: list[int]  # statement indices the loads' addresses and masks depend on
     rescales: list[int]  # `acc = acc * ...` statements between the dots
     invariants: list[str] = field(default_factory=list)  # names from outside the loop the addresses use
+    # `s = tl.dot(q, k) * scale` (or `scale * tl.dot(...)`): the scalar factor, and whether it stands on the left
+    scores_scale: tuple[cst.BaseExpression, bool] | None = field(default=None, repr=False)
 
 
 def _assigned(statement: cst.CSTNode) -> set[str]:
@@ -154,8 +156,9 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     first = _single_assign(s1)
     call1 = next(c for c in calls_in(s1) if c in plan.dots)
     site1 = plan.dots[call1]
-    if first is None or first[1] is not call1:
-        return refuse(call1, "the first dot is not `s = tl.dot(q, k)` on a line of its own")
+    scale = _scale_of(first[1], call1, body, plan) if first is not None else None
+    if first is None or (first[1] is not call1 and scale is None):
+        return refuse(call1, "the first dot is not `s = tl.dot(q, k)` (or a dot times a scalar) on a line of its own")
     if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None"):
         return refuse(call1, "the first dot has an accumulator; the score tile must start from zero each iteration")
     second = _single_assign(s2)
@@ -277,7 +280,37 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     inside = set(assigned_at) | {loop.target.value}
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
-                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants)
+                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale)
+
+
+def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan
+              ) -> tuple[cst.BaseExpression, bool] | None:
+    """`value` is `call * scale` or `scale * call` with `scale` a scalar the loop does not change (names, numbers and
+    arithmetic, no tensor, nothing bound in the loop): (scale, whether it is on the left), else None."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+        return None
+    if value.left is call:
+        scale, left = value.right, False
+    elif value.right is call:
+        scale, left = value.left, True
+    else:
+        return None
+    allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.LeftParen, cst.RightParen,
+               cst.BaseBinaryOp, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
+               cst.EmptyLine, cst.Comment)
+    ok = True
+
+    class _Check(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal ok
+            ok = ok and isinstance(node, allowed)
+            return ok
+
+    scale.visit(_Check())
+    names = read_names(scale)
+    if not ok or names & bound_names_of(body) or names & set(name_terms(plan)):
+        return None
+    return scale, left
 
 
 def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:

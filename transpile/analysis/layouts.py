@@ -1438,3 +1438,20 @@ def _layout_name(root: Term, kind: str) -> str:
 
 def analyse_layouts(facts: ModuleFacts) -> dict[str, LayoutPlan]:
     return LayoutAnalysis(facts).run()
+
+
+def name_terms(plan: LayoutPlan) -> dict[str, Term]:
+    """Variable name -> the root of its layout class, for the names the layout plan bound to tensors."""
+    terms: list[Term] = [*plan.creations.values(), *plan.converts.values(), *(s.result for s in plan.dots.values())]
+    roots: dict[str, Term] = {}
+    seen: set[int] = set()
+    while terms:
+        root = terms.pop().find()
+        if root.id in seen:
+            continue
+        seen.add(root.id)
+        for name in root.names:
+            roots.setdefault(name, root)
+        if root.slice_of is not None:
+            terms.append(root.slice_of[1])
+    return roots

@@ -23,7 +23,7 @@ import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.canonical import _language_alias
-from transpile.analysis.layouts import LayoutPlan, Term
+from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
 from transpile.cst_utils import assigned_names, calls_in, names_in, read_names
@@ -116,6 +116,17 @@ class HopperAttentionPipeline(Rule):
         if len(body) != len(original.body.body):  # type: ignore[union-attr]
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", "main loop not pipelined: attention "
                                                          "loop: an earlier rule changed its statements"))
+            return updated
+        loop_body = list(original.body.body)  # type: ignore[union-attr]
+        created = next((c for i in plan.producer for c in calls_in(loop_body[i])
+                        if ctx.language(c.func) in ("arange", "core.arange")), None)
+        if created is not None:
+            # The ring re-evaluates the K/V addresses for later iterations in its copy layout from the loop's
+            # producer statements; an index vector made in the loop has the layout of its uses in the softmax.
+            ctx.diagnostics.append(ctx.source.diagnostic(created, "TT040", (
+                "main loop not pipelined: attention loop: the K/V addresses use an index vector made in the loop "
+                "(`tl.arange` here); the cp.async ring re-evaluates them ahead of use from vectors made before "
+                "the loop: make `tl.arange(0, BLOCK_N)` before the loop and add `start_n` to it in the loop")))
             return updated
         strides = _inner_strides(ctx, plan)
         if isinstance(strides, LoopRefusal):
@@ -302,7 +313,7 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
     if not lang:
         return []
     return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
-                         set(_name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang})
+                         set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang})
 
 
 def _definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:
@@ -360,23 +371,6 @@ def _elementwise(node: cst.CSTNode) -> bool:
     return ok
 
 
-def _name_terms(plan: LayoutPlan) -> dict[str, Term]:
-    """Variable name -> the root of its layout class, for the names the layout plan bound to tensors."""
-    terms: list[Term] = [*plan.creations.values(), *plan.converts.values(), *(s.result for s in plan.dots.values())]
-    roots: dict[str, Term] = {}
-    seen: set[int] = set()
-    while terms:
-        root = terms.pop().find()
-        if root.id in seen:
-            continue
-        seen.add(root.id)
-        for name in root.names:
-            roots.setdefault(name, root)
-        if root.slice_of is not None:
-            terms.append(root.slice_of[1])
-    return roots
-
-
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str]) -> tuple[str, Sm90Ring]:
     """The pipelined loop and the schedule it is written from."""
@@ -398,7 +392,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     m, n = site1.shape
     d = site2.shape[1]
     acc_layout = ctx.plan.layout_expr(site2.result)
-    q_term = _name_terms(ctx.plan).get(plan.q)
+    q_term = name_terms(ctx.plan).get(plan.q)
     q_cols = q_term.shape[1] if q_term is not None and q_term.shape and q_term.shape[1] else f"{plan.q}.shape[1]"
     k_shape = f"[{q_cols}, {n}]" if not plan.k_transposed else f"[{n}, {q_cols}]"
     v_shape = f"[{n}, {d}]"
@@ -415,7 +409,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     # 2-D one (an address tile) is re-evaluated from its definition with its 1-D parts converted, which costs far
     # fewer instructions than converting a tile of 64-bit pointers through shared memory; a 2-D tensor defined
     # otherwise is converted.
-    terms = _name_terms(ctx.plan)
+    terms = name_terms(ctx.plan)
     renames = next_names(plan.var, plan.producer, body, name)
     conversions: list[str] = []
     in_layout = _Relayout(ctx, terms, name, conversions)
@@ -453,6 +447,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         return lines
 
     dot1 = _value(body[plan.scores_index])
+    if plan.scores_scale is not None:  # `s = tl.dot(q, k) * scale`: the dot, then the product after its wait
+        dot1 = dot1.left if plan.scores_scale[1] is False else dot1.right  # type: ignore[attr-defined]
     zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
     k_operand = f"{k_smem}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{k_smem}.index({slot})"
     # P's type may be spelt through the K or V tile (`p.to(v.dtype)`): neither is a register tile in this branch.
@@ -490,9 +486,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                 "    # Every score of most tiles passes the mask (the index ranges lie inside its bounds: the test below);",
                 "    # the mask is built and applied only on the tiles where some score may not.",
                 *(f"    {line}" for line in tests[i]),
-                f"    if {uniform}:",
-                f"        {mask.target} = {value}",
-                "    else:",
+                *([f"    if not {uniform}:"] if value == mask.target else
+                  [f"    if {uniform}:", f"        {mask.target} = {value}", "    else:"]),
                 *(_indent(line, "    ") for line in statements([*mask.mask_indices, i])),
             ]
         return lines
@@ -541,6 +536,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"    {plan.scores}, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.scores}, "
         f"{k_smem}.index({slot})])",
     ]
+    if plan.scores_scale is not None:
+        factor, left = plan.scores_scale
+        loop.append(f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
+                    f"    {plan.scores} = {plan.scores} * {_text(factor)}")
     loop += softmax_statements()
     loop += [
         f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_smem}.index({prev_slot})])",
