@@ -268,3 +268,58 @@ def test_an_index_vector_made_in_the_loop_and_read_along_both_axes_keeps_the_ker
     result = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + cols[None, :] * 0 + offs_d[None, :]"))
     assert "_cp_async_load" not in result.text
     assert any(d.code == "TT041" and "index vector made in the loop" in d.message for d in result.diagnostics)
+
+
+# ---- Regressions from the review of this analysis (session 9) ----
+
+def test_a_scalar_reassigned_after_the_row_vector_was_made_from_it_gives_no_test():
+    text = _kernel(CAUSAL_MASK).replace(
+        "    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)\n",
+        "    m0 = start_m * BLOCK_M\n    offs_m = m0 + tl.arange(0, BLOCK_M)\n    m0 = tl.minimum(m0 + BLOCK_M, N_CTX)\n")
+    assert "uniform" not in _sm90(text).text  # (the causal term read `m0` at the where: the end of the block)
+
+
+def test_a_where_whose_value_is_not_the_masked_tensor_is_left_alone():
+    mask = ('        bias = tl.where(offs_m[:, None] >= cols[None, :], 0.0, float("-inf"))\n'
+            '        qk = qk * qk_scale + bias')
+    assert "uniform" not in _sm90(_kernel(mask)).text
+
+
+def test_a_mask_read_outside_the_loop_stays_where_it_is():
+    module = cst.parse_module(_kernel(CAUSAL_MASK))
+    fn = next(s for s in module.body if isinstance(s, cst.FunctionDef))
+    loop = next(s for s in fn.body.body if isinstance(s, cst.For))
+    body = list(loop.body.body)
+    outer = {s.body[0].targets[0].target.value: s.body[0].value for s in fn.body.body
+             if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Assign)}
+    tensors = {"offs_m", "offs_n", "cols", "qk", "valid"}
+    found = uniform_masks(body, list(range(3, len(body))), "start_n", outer, tensors, {"CAUSAL"}, {"tl"},
+                          outside={"valid"})
+    assert found == []
+
+
+def test_a_loop_with_a_negative_step_is_not_pipelined():
+    text = _kernel(CAUSAL_MASK).replace("for start_n in range(0, N_CTX, BLOCK_N):",
+                                        "for start_n in range(N_CTX - BLOCK_N, -1, -BLOCK_N):")
+    result = _sm90(text)
+    assert "_cp_async_load" not in result.text
+    assert any("not a positive number or constexpr" in d.message for d in result.diagnostics)
+
+
+def test_a_row_vector_of_its_own_does_not_redefine_a_layout_constant():
+    text = _kernel(CAUSAL_MASK.replace("offs_m[:, None] >= cols", "rows[:, None] >= cols")).replace(
+        "    offs_n = tl.arange(0, BLOCK_N)\n",
+        "    offs_n = tl.arange(0, BLOCK_N)\n    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)\n")
+    out = _sm90(text).text
+    assert "uniform" in out
+    constants = [ln.split(":")[0].strip() for ln in out.splitlines() if ": gl.constexpr =" in ln]
+    assert len(constants) == len(set(constants)), constants
+
+
+def test_the_added_config_keeps_the_first_configs_other_options():
+    text = _kernel(CAUSAL_MASK).replace(
+        'triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3)',
+        'triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3, pre_hook=None, maxnreg=128)')
+    out = _sm90(text).text
+    assert ('triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3, pre_hook=None, maxnreg=128)'
+            in " ".join(out.split()))

@@ -55,15 +55,19 @@ class _NotUniform(Exception):
 
 
 def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, outer: dict[str, cst.BaseExpression],
-                  tensors: set[str], flags: set[str], lang: set[str]) -> list[UniformMask]:
+                  tensors: set[str], flags: set[str], lang: set[str], stable: set[str] | None = None,
+                  outside: set[str] = frozenset()) -> list[UniformMask]:  # type: ignore[assignment]
     """The where statements among `indices` of the loop `body` (loop variable `var`) whose masks are all true under
     a scalar test. `outer`: ``name = value`` definitions before the loop of names bound once in the kernel (and
     never in the loop); `tensors`: names bound to tensors (the rest of the names a test reads must be scalars);
-    `flags`: constexpr parameters (guards of mask terms); `lang`: the module names of triton.language (``tl``)."""
+    `flags`: constexpr parameters (guards of mask terms); `lang`: the module names of triton.language (``tl``);
+    `stable`: the names a test may read besides the loop variable (parameters never assigned, names assigned once in
+    the function: a test reads them at the where, a vector was made from them before); `outside`: names read or
+    bound outside the loop (a mask among them is not moved into a branch)."""
     found = []
     for i in indices:
         try:
-            mask = _where(body, i, indices, var, outer, tensors, flags, lang)
+            mask = _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside)
         except _NotUniform:
             continue
         if mask is not None:
@@ -86,12 +90,16 @@ def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
     return None
 
 
-def _where(body, i, indices, var, outer, tensors, flags, lang) -> UniformMask | None:
+def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) -> UniformMask | None:  # noqa: ANN001
     assign = _assign(body[i])
     call = _lang_call(assign[1], lang, "where") if assign else None
     if call is None or len(call.args) != 3 or any(a.keyword is not None for a in call.args):
         return None
-    target, mask = assign[0], call.args[0].value
+    target, mask, value = assign[0], call.args[0].value, call.args[1].value
+    # `x = value` in the branch must have the where's type and shape: the value is computed from the tensor masked
+    # (`qk = tl.where(valid, qk * scale, -inf)`), not a constant or a tensor of its own shape (`tl.where(m, 0.0, b)`).
+    if target not in read_names(value):
+        return None
     # The loop's own definitions before the where, of names bound once in the loop (by `name = value`).
     counts: dict[str, int] = {}
     for statement in body:
@@ -102,13 +110,18 @@ def _where(body, i, indices, var, outer, tensors, flags, lang) -> UniformMask | 
         bound = _assign(body[j])
         if bound is not None and counts.get(bound[0]) == 1:
             local[bound[0]] = bound[1]
+    if var in counts:
+        return None  # the loop variable changes in the loop: a test reads it at the where
     resolver = _Resolver(local, {k: v for k, v in outer.items() if k not in counts}, tensors, var, lang)
     resolver.loop_bound = set(counts)
+    resolver.stable = stable
     terms: list[tuple[str | None, str]] = []
     mask_indices: list[int] = []
     if isinstance(mask, cst.Name) and mask.value not in outer:
         # `valid = <terms>` then any number of `if FLAG: valid = valid & <terms>`, right before the where.
         name = mask.value
+        if name in outside:
+            return None  # read or set outside the loop: it must keep its value there
         j = i - 1
         guarded: list[tuple[str, cst.BaseExpression]] = []
         while j >= 0 and j in indices:
@@ -153,6 +166,7 @@ class _Resolver:
     def __init__(self, local, outer, tensors, var, lang) -> None:
         self.local, self.outer, self.tensors, self.var, self.lang = local, outer, tensors, var, lang
         self.loop_bound: set[str] = set()
+        self.stable: set[str] | None = None  # (None: any name not bound in the loop)
         self.pairs: set[str] = set()  # tests of comparisons with index vectors on both sides
 
     def tests(self, node: cst.BaseExpression) -> list[str]:
@@ -237,7 +251,8 @@ class _Resolver:
         # Scalars the loop does not change (parameters, values computed before the loop), or its variable; never
         # a value the loop computes (its test would be read before its definition).
         if not ok or names & self.tensors or any(n in self.local for n in names) \
-                or any(n != self.var and n in self.loop_bound for n in names):
+                or any(n != self.var and n in self.loop_bound for n in names) \
+                or (self.stable is not None and any(n != self.var and n not in self.stable for n in names)):
             raise _NotUniform
         text = cst.Module([]).code_for_node(node)
         return text if isinstance(node, (cst.Name, cst.Integer)) else f"({text})"

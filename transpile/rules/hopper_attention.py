@@ -81,7 +81,7 @@ class HopperAttentionPipeline(Rule):
         Example(EXAMPLE, (
             "if isinstance(stride_d, int):",
             "k_ptrs_ring = k_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :] * stride_d",
-            "offs_m_stage = gl.convert_layout(offs_m, gl.SliceLayout(1, q_layout))",
+            "offs_m_stage = gl.convert_layout(offs_m, gl.SliceLayout(1, q_layout_))",
             "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "
             "q.dtype), gl.load(q_ptr + offs_m_stage[:, None] * stride_n + offs_d_stage[None, :] * stride_d))",
             "_cp_async_load(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
@@ -116,6 +116,13 @@ class HopperAttentionPipeline(Rule):
         if len(body) != len(original.body.body):  # type: ignore[union-attr]
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", "main loop not pipelined: attention "
                                                          "loop: an earlier rule changed its statements"))
+            return updated
+        step = plan.range_args[2] if len(plan.range_args) > 2 else None
+        if step is not None and not _positive(ctx, step):
+            # (the ring counts iterations as cdiv(hi - lo, step), which only a positive step gives right)
+            ctx.diagnostics.append(ctx.source.diagnostic(step, "TT040", (
+                "main loop not pipelined: attention loop: a step that is not a positive number or constexpr "
+                "(the ring counts iterations up from the start)")))
             return updated
         loop_body = list(original.body.body)  # type: ignore[union-attr]
         created = next((c for i in plan.producer for c in calls_in(loop_body[i])
@@ -195,6 +202,18 @@ def ring_tile(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str] | None:
     if site is None or not all(isinstance(x, str) and x.isidentifier() for x in site.shape):
         return None
     return site.shape[0], site.shape[1]
+
+
+def _positive(ctx: RuleContext, step: cst.BaseExpression) -> bool:
+    """A loop step known to be positive: an integer above 0, a constexpr parameter (block sizes), or a product or
+    sum of those."""
+    if isinstance(step, cst.Integer):
+        return int(step.value, 0) > 0
+    if isinstance(step, cst.Name):
+        return step.value in ctx.function.constexpr_names
+    if isinstance(step, cst.BinaryOperation) and isinstance(step.operator, (cst.Multiply, cst.Add)):
+        return _positive(ctx, step.left) and _positive(ctx, step.right)
+    return False
 
 
 def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement
@@ -383,8 +402,11 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
     lang = _language_alias(ctx.source, ctx.function.node)
     if not lang:
         return []
+    params = {p.name for p in ctx.function.params}
+    stable = {n for n in params if not counts.get(n)} | {n for n, c in counts.items() if c == 1 and n not in params}
+    outside = set().union(*(names_in(s) for s in ctx.function.node.body.body if s is not plan.loop))
     return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
-                         set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang})
+                         set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang}, stable, outside)
 
 
 def _definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:

@@ -165,7 +165,10 @@ def add_config(ctx,  # noqa: ANN001 - RuleContext (an import cycle)
     first = arg.value.elements[0].value
     config_call = code(first.func) if isinstance(first, cst.Call) else "triton.Config"
     text = ", ".join(f"{key!r}: {value!r}" for key, value in values.items()).replace("'", '"')
-    new = cst.parse_expression(f"{config_call}({{{text}}}, num_warps={warps}, num_stages={depth})")
+    # The first config's other options (`pre_hook=`, `maxnreg=`, `num_ctas=`) go with the new one too.
+    others = "".join(f", {a.keyword.value}={code(a.value)}" for a in getattr(first, "args", ())
+                     if a.keyword is not None and a.keyword.value not in ("num_warps", "num_stages", "kwargs"))
+    new = cst.parse_expression(f"{config_call}({{{text}}}, num_warps={warps}, num_stages={depth}{others})")
     elements = list(arg.value.elements)
     last = elements[-1]
     # The new config goes last, laid out like the others: the separator between two configs (one per line, or a

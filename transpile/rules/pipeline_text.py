@@ -91,7 +91,9 @@ def loop_namer(ctx, loop: cst.CSTNode) -> Callable[[str], str]:  # noqa: ANN001 
             others |= names
     mine = ctx.generated.setdefault(id(loop), set())
     mine.clear()
-    inner = namer(names_in(ctx.function.node) | others)
+    # (and the layout constants the layout plan declares at the top of the function: `q_layout`, ...)
+    declared = {d[0] for d in getattr(ctx.plan, "declarations", ())} | set(getattr(ctx.plan, "names", {}).values())
+    inner = namer(names_in(ctx.function.node) | others | declared)
 
     def name(base: str) -> str:
         chosen = inner(base)
