@@ -222,6 +222,22 @@ def test_scores_scaled_by_a_scalar_are_scaled_after_the_wait_and_the_mask_only_w
 def test_scaled_scores_variant_compiles(tmp_path, causal: bool):  # noqa: ANN001
     """The Gluon kernel of the scaled variant compiles for sm90 as a launch specialises it (pointers and integer
     arguments divisible by 16, which the cp.async copies of 16 bytes need), for both values of the flag."""
+    _compile_sm90(_scaled_kernel(), tmp_path, causal)
+
+
+@pytest.mark.slow
+def test_a_key_vector_the_kernel_also_reads_along_columns_is_copied_along_rows(tmp_path):  # noqa: ANN001
+    """`offs_n` read as `offs_n[None, :]` before the loop (its layout class: columns) and as `offs_n[:, None]` in
+    the K/V addresses: the ring's copy of it is the row slice of the copy layout (it compiles)."""
+    text = _kernel(CAUSAL_MASK).replace(
+        "    m_i = tl.full(", "    first = tl.sum(tl.where(offs_n[None, :] < N_CTX, qk_scale, 0.0), axis=1)\n    m_i = tl.full(")
+    text = text.replace("acc / l_i[:, None]", "acc / l_i[:, None] + first[:, None] * 0")
+    out = _sm90(text).text
+    assert "gl.SliceLayout(1, kv_layout)" in out and "_cp_async_load" in out
+    _compile_sm90(text, tmp_path, True)
+
+
+def _compile_sm90(kernel_text: str, tmp_path, causal: bool) -> None:  # noqa: ANN001
     import importlib.util
     import os
 
@@ -231,7 +247,7 @@ def test_scaled_scores_variant_compiles(tmp_path, causal: bool):  # noqa: ANN001
 
     os.environ.setdefault("TRITON_ALWAYS_COMPILE", "1")
     path = tmp_path / "attn_scaled_sm90.py"
-    path.write_text(_sm90(_scaled_kernel()).text)
+    path.write_text(_sm90(kernel_text).text)
     spec = importlib.util.spec_from_file_location("attn_scaled_sm90", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -250,6 +250,12 @@ def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseState
     return target, start, arange.args[1].value, axes.pop()
 
 
+def _axis_of(node: cst.CSTNode, name: str) -> int | None:
+    """The one axis `name` is expanded along in `node` (`name[:, None]`: 1, `name[None, :]`: 0), else None."""
+    axes = set(_subscripts_of(node, name))
+    return axes.pop() if axes in ({0}, {1}) else None
+
+
 def _subscripts_of(node: cst.CSTNode, name: str) -> list[int]:
     """The axes `name` is read along in `node`: 1 for `name[:, None]`, 0 for `name[None, :]`; -1 for other
     subscripts."""
@@ -331,19 +337,24 @@ class _Relayout:
         self.definitions, self.counts = _definitions(ctx.function.node)
         self.done: dict[tuple[str, str], str] = {}
 
-    def name_in(self, tensor: str, layout: str, suffix: str) -> str:
-        """The name of `tensor` in `layout` (the statement defining it is appended on first use)."""
-        if (tensor, layout) not in self.done:
-            term = self.terms[tensor]
+    def name_in(self, tensor: str, layout: str, suffix: str, axis: int | None = None) -> str:
+        """The name of `tensor` in `layout` (the statement defining it is appended on first use). A 1-D tensor goes
+        to the slice of `layout` along `axis` (the axis its uses in the copies expand: `v[:, None]` 1), else along
+        the axis the layout plan gave it."""
+        term = self.terms[tensor]
+        if term.slice_of is not None and axis is None:
+            axis = term.slice_of[0]
+        key = (tensor, layout, axis if term.slice_of is not None else None)
+        if key not in self.done:
             if term.slice_of is not None:
-                text = f"gl.convert_layout({tensor}, gl.SliceLayout({term.slice_of[0]}, {layout}))"
+                text = f"gl.convert_layout({tensor}, gl.SliceLayout({axis}, {layout}))"
             else:
                 text = self.expression(self.expression_of(tensor), layout, suffix) or \
                     f"gl.convert_layout({tensor}, {layout})"
             new = self.name(f"{tensor}_{suffix}")
             self.lines.append(f"{new} = {text}")
-            self.done[(tensor, layout)] = new
-        return self.done[(tensor, layout)]
+            self.done[key] = new
+        return self.done[key]
 
     def expression(self, node: cst.BaseExpression | None, layout: str, suffix: str) -> str | None:
         """`node` re-evaluated in `layout` (text), or None when it is not arithmetic, comparisons and subscripts of
@@ -353,7 +364,7 @@ class _Relayout:
         names = sorted(names_in(node))
         if any(self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None) for n in names):
             return None
-        return _text(node, {n: self.name_in(n, layout, suffix) for n in names if n in self.terms})
+        return _text(node, {n: self.name_in(n, layout, suffix, _axis_of(node, n)) for n in names if n in self.terms})
 
     def load(self, tensor: str, layout: str, suffix: str) -> str | None:
         """`tensor = tl.load(ptrs, mask=..., other=...)` as a load in `layout` (text), or None."""
@@ -511,7 +522,9 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         if term is None:
             continue  # a scalar
         layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
-        renames[invariant] = in_layout.name_in(invariant, layout, "ring")
+        uses = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
+        axes = {a for n in uses for a in _subscripts_of(n, invariant)}
+        renames[invariant] = in_layout.name_in(invariant, layout, "ring", axes.pop() if axes in ({0}, {1}) else None)
 
     # Q is loaded again for its shared-memory copy, 16 bytes per thread (the translated load, in the accumulator's
     # layout, reads 4 bytes per thread; unused in this branch, the compiler drops it), when its address and mask
