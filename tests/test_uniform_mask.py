@@ -339,3 +339,9 @@ def test_the_added_config_keeps_the_first_configs_other_options():
     out = _sm90(text).text
     assert ('triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3, pre_hook=None, maxnreg=128)'
             in " ".join(out.split()))
+
+
+def test_a_causal_mask_written_as_a_difference_counts_as_rows_against_keys():
+    [mask] = _masks('        qk = tl.where(offs_m[:, None] - cols[None, :] >= 0, qk, -1.0e6)')
+    assert [t for _, t in mask.pairs] == ["(start_m * BLOCK_M) - (start_n + BLOCK_N - 1) >= 0"]
+    assert "_cp_async_load" in _sm90(_kernel('        qk = tl.where(offs_m[:, None] - cols[None, :] >= 0, qk, -1.0e6)')).text

@@ -167,7 +167,8 @@ class _Resolver:
         self.local, self.outer, self.tensors, self.var, self.lang = local, outer, tensors, var, lang
         self.loop_bound: set[str] = set()
         self.stable: set[str] | None = None  # (None: any name not bound in the loop)
-        self.pairs: set[str] = set()  # tests of comparisons with index vectors on both sides
+        self.pairs: set[str] = set()  # tests of comparisons of two index vectors (rows against keys)
+        self.vectors = 0  # index vectors read by the comparison being read
 
     def tests(self, node: cst.BaseExpression) -> list[str]:
         """The scalar tests, one per comparison of the conjunction `node`."""
@@ -180,10 +181,11 @@ class _Resolver:
             op = _OPS.get(type(node.comparisons[0].operator))
             if op is None:
                 raise _NotUniform
+            self.vectors = 0
             low_l, high_l = self.interval(node.left)
             low_r, high_r = self.interval(node.comparisons[0].comparator)
             test = f"{high_l} {op} {low_r}" if op in ("<", "<=") else f"{low_l} {op} {high_r}"
-            if low_l != high_l and low_r != high_r:
+            if self.vectors >= 2:  # index vectors on both sides, or their difference against a scalar
                 self.pairs.add(test)
             return [test]
         raise _NotUniform
@@ -194,6 +196,7 @@ class _Resolver:
         if isinstance(node, cst.Subscript):  # `v[:, None]` / `v[None, :]`: a broadcast of the vector `v`
             if len(node.slice) != 2:
                 raise _NotUniform
+            self.vectors += 1
             return self.vector(node.value)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
             low_a, high_a = self.interval(node.left)
