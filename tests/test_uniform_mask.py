@@ -162,8 +162,9 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
 
     result = _sm90(_kernel(CAUSAL_MASK))
     text = result.text
-    assert "def _attn_triton(" in text and 'when=("CAUSAL", None)' in text
-    assert "# `attn` runs as Gluon where `CAUSAL` is set, its source kernel (`_attn_triton`) elsewhere" in text
+    assert "def _attn_triton(" in text and 'when=("CAUSAL", None),' in text and "aligned=True" in text
+    assert ("# `attn` runs as Gluon where `CAUSAL` is set and its tensors' rows are 16-byte aligned, its source kernel "
+            "(`_attn_triton`) elsewhere") in text
     path = tmp_path / "attn_sm90.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("attn_sm90", path)
@@ -184,6 +185,13 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     launcher[(1,)](None, None, None, None, 64, 100, 0.1, D=64, CAUSAL=False)
     launcher[(1,)](None, None, None, None, 64, 100, 0.1, 64, 128, 64, True)  # positional
     assert ran == ["gluon", "triton", "gluon"]
+    torch = pytest.importorskip("torch")
+    rows = torch.empty(8, 64, dtype=torch.float16)
+    odd = torch.empty(8, 68, dtype=torch.float16)[:, :64]  # rows 136 bytes apart: cp.async cannot copy them
+    launcher[(1,)](rows, rows, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
+    launcher[(1,)](rows, odd, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
+    launcher[(1,)](rows, rows.t(), rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)  # last stride not 1
+    assert ran[3:] == ["gluon", "triton", "triton"]
     # --gluon-always: every launch runs the Gluon kernel (no launcher)
     assert "_TMAOrTriton(" not in _sm90(_kernel(CAUSAL_MASK), gluon_always=True).text
 
@@ -191,7 +199,7 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
 def test_an_unguarded_causal_mask_runs_every_launch_as_gluon():
     mask = '''        qk = tl.where((offs_m[:, None] >= cols[None, :]) & (cols[None, :] < N_CTX), qk * qk_scale, -1e9)'''
     text = _sm90(_kernel(mask)).text
-    assert "_cp_async_load" in text and "_TMAOrTriton(" not in text
+    assert "_cp_async_load" in text and "when=(" not in text and "aligned=True)" in text  # (alignment only)
 
 
 def test_a_sequence_end_mask_alone_keeps_the_kernel_as_triton():

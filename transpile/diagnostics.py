@@ -35,8 +35,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT021": (Severity.ERROR, "variant is missing"),
     "TT042": (Severity.NOTE, "sm90: a pointer GEMM's tiles read through TMA descriptors (the source kernel kept for "
                              "launches they cannot address), or why not"),
-    "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag (the source "
-                             "kernel kept for the others): its form pays only then"),
+    "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag and whose "
+                             "tensors have 16-byte aligned rows (the source kernel kept for the others)"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

@@ -459,9 +459,10 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
         if o.translated and o.dispatch is not None and o.dispatch.tiles:
             lines.append(f"# `{o.name}` reads its pointer tiles through TMA descriptors; launches they cannot address "
                          f"run the source kernel (`_{o.name}_triton`)")
-        elif o.translated and o.dispatch is not None and o.dispatch.when:
-            lines.append(f"# `{o.name}` runs as Gluon where `{o.dispatch.when[0]}` is set, its source kernel "
-                         f"(`_{o.name}_triton`) elsewhere")
+        elif o.translated and o.dispatch is not None:
+            where = " and ".join([*([f"`{o.dispatch.when[0]}` is set"] if o.dispatch.when else []),
+                                  *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else [])])
+            lines.append(f"# `{o.name}` runs as Gluon where {where}, its source kernel (`_{o.name}_triton`) elsewhere")
     for o in outcomes.values():
         if o.translated and o.added_configs:
             lines.append(f"# autotune configs added to `{o.name}` for {target.name}: {'; '.join(o.added_configs)}")
@@ -568,15 +569,16 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
 
 
 def _flag_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> Dispatch | None:
-    """The launcher's dispatch for a kernel whose Gluon form pays only where a constexpr flag is set
-    (`RuleContext.launch_flag`): launches without it run the source kernel."""
-    if ctx.launch_flag is None:
+    """The launcher's dispatch for a kernel whose Gluon form runs only some launches (`RuleContext.launch_checked`):
+    those that set a constexpr flag (`RuleContext.launch_flag`), with aligned tensors; the others run the source
+    kernel."""
+    if not ctx.launch_checked:
         return None
     param = next((p for p in fn.params if p.name == ctx.launch_flag), None)
-    if param is None:
+    if ctx.launch_flag is not None and param is None:
         return None
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
-                    when=(param.name, param.default or "None"))
+                    when=(param.name, param.default or "None") if param is not None else None, aligned=True)
 
 
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
@@ -589,9 +591,16 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     name, copy = outcome.name, f"_{outcome.name}_triton"
     renames = {h: f"_{h.lstrip('_')}_triton" for h in dispatch.helpers}
     statement = _renamed(originals[name], renames)
-    why = ("its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row "
-           "strides") if dispatch.tiles else f"it is faster than this kernel only where `{dispatch.when[0]}` is set"
-    checks = "each launch's tensors and strides" if dispatch.tiles else f"each launch's `{dispatch.when[0]}`"
+    if dispatch.tiles:
+        why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
+        checks = "each launch's tensors and strides"
+    else:
+        why = " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
+                              if dispatch.when else []),
+                            *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
+                              if dispatch.aligned else [])])
+        checks = " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
+                               *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
         f"`{name}` is bound below to a launcher that checks {checks} and runs one or the "
@@ -608,6 +617,7 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     params = "".join(f'"{p}", ' for p in dispatch.params)
     persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
     when = f', when=("{dispatch.when[0]}", {dispatch.when[1]})' if dispatch.when else ""
+    when += ", aligned=True" if dispatch.aligned else ""
     launcher = cst.parse_statement(
         f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
         f"persistent={persistent}{when})\n")

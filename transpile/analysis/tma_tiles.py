@@ -134,6 +134,9 @@ class Dispatch:
     # (constexpr parameter, its default as code): the Gluon kernel runs only the launches that set it (a form that
     # pays only then: the attention ring on a causal mask); the others run the source kernel.
     when: tuple[str, str] | None = None
+    # every tensor argument 16-byte aligned with contiguous rows (a form whose copies move 16 bytes, like cp.async
+    # rings, which would not compile for other launches); the others run the source kernel
+    aligned: bool = False
 
 
 @dataclass
@@ -865,22 +868,32 @@ class _TMAOrTriton:
     inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
-    than the source only then). The descriptors are made in the kernel, in a global scratch buffer that Triton
-    allocates per launch: where no allocator is set (`triton.set_allocator`), one that allocates with torch is set."""
+    than the source only then). `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
+    unit last stride and the other strides multiples of 16 bytes (cp.async copies of 16 bytes). The descriptors are
+    made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
+    (`triton.set_allocator`), one that allocates with torch is set."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None):
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
         self.tiles = tiles
         self.persistent = persistent
         self.when = when
+        self.aligned = aligned
 
     def addressable(self, args, kwargs):
         values = dict(zip(self.params, args))
         values.update(kwargs)
         if self.when is not None and not values.get(*self.when):
             return False
+        if self.aligned:
+            for value in values.values():
+                if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
+                    continue
+                size, strides = value.element_size(), value.stride()
+                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s * size % 16 for s in strides[:-1]):
+                    return False
         for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
             tensor = values.get(pointer)
             if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:

@@ -65,6 +65,9 @@ class RuleContext:
     # sm90: a constexpr flag only with which the kernel's Gluon form pays: the variant keeps the source kernel for
     # launches without it, behind the launcher (`_TMAOrTriton`, engine).
     launch_flag: str | None = None
+    # sm90: the kernel's Gluon form runs only the launches a launcher lets through (the flag above, tensors with
+    # 16-byte aligned rows); the variant keeps the source kernel for the others.
+    launch_checked: bool = False
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

@@ -150,13 +150,18 @@ class HopperAttentionPipeline(Rule):
         pays = bool(guards) and len(ctx.plan.dots) == 2 and (None in guards or len(guards) == 1)
         if ctx.slower_than_triton(original, "cp.async attention, causal mask" if pays else "cp.async attention"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
-        if pays and None not in guards and not ctx.gluon_always:
-            ctx.launch_flag = next(iter(guards))
+        if not ctx.gluon_always:
+            # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
+            # (they would not compile); so do those without the flag, if any.
+            ctx.launch_checked = True
+            flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
+            name = ctx.function.name
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT043", (
-                f"`{ctx.function.name}` runs as Gluon for the launches that set `{ctx.launch_flag}` (its attention ring "
-                f"leaves out the mask that `{ctx.launch_flag}` adds on the key blocks where every score passes it); "
-                f"the others run the source kernel, kept as `_{ctx.function.name}_triton`: for them the ring would "
-                "leave out a bound check only (0.91-1.05x measured on an H100, bench/RESULTS.md)")))
+                f"`{name}` runs as Gluon for the launches " + (f"that set `{flag}` (its attention ring leaves out the "
+                f"mask that `{flag}` adds on the key blocks where every score passes it) and " if flag else "")
+                + "whose tensors have 16-byte aligned rows (the ring's copies move 16 bytes); the others run the "
+                f"source kernel, kept as `_{name}_triton`" + (": without the flag the ring would leave out a bound "
+                "check only (0.91-1.05x measured on an H100, bench/RESULTS.md)" if flag else ""))))
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
