@@ -286,6 +286,21 @@ def semantic_preorder(root: CSTNode) -> list[CSTNode]:
     return found
 
 
+def children(node: CSTNode) -> list[CSTNode]:
+    """The children of `node`, in the order a visitor sees them (tokens included)."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    children: list[CSTNode] = []
+    for name in fields if fields is not None else _fields(kind):
+        value = getattr(node, name)
+        shape = _SHAPE[type(value)]
+        if shape == 1:
+            children.append(value)
+        elif shape == 2:
+            children.extend(value)
+    return children
+
+
 def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
     """Each node below `root` mapped to its parent (what libcst's `ParentNodeProvider` gives)."""
     parents: dict[CSTNode, CSTNode] = {}
@@ -413,5 +428,5 @@ def uninstall() -> None:
         del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
 
-__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without", "transform",
-           "uninstall", "walk"]
+__all__ = ["TOKENS", "children", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without",
+           "transform", "uninstall", "walk"]
