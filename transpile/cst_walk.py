@@ -101,20 +101,34 @@ def _fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
+def _signature(kind: type) -> tuple:
+    """What `_has_attribute_hooks` and `skipped` read of a visitor class: its libcst base, which of the dispatching
+    methods it overrides, and the names of the ``visit_``/``leave_`` methods of its own. Many visitor classes are
+    defined inside functions, a new class per call: their answers are kept per signature, not per class."""
+    signature = kind.__dict__.get("_cst_walk_signature")  # kept on the class itself (visitor classes come and go)
+    if signature is None:
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        own = frozenset(name for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
+                        if name.startswith(("visit_", "leave_")))
+        signature = (base, tuple(getattr(kind, method) is getattr(base, method) for method in _DISPATCH), own)
+        kind._cst_walk_signature = signature  # type: ignore[attr-defined]
+    return signature
+
+
+_DISPATCH = ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute")
+_HOOKS: dict[tuple, bool] = {}
+_SKIPPED: dict[tuple, frozenset[type]] = {}
+
+
 def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
     """Whether `visitor` reacts to ``on_visit_attribute``/``on_leave_attribute`` at all: it overrides them, or it
     defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` and `CSTTransformer`
     define them all as no-ops; node type names hold no underscore)."""
-    kind = type(visitor)
-    hooks = kind.__dict__.get("_cst_walk_attribute_hooks")  # kept on the class itself (visitor classes come and go)
+    signature = _signature(type(visitor))
+    hooks = _HOOKS.get(signature)
     if hooks is None:
-        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
-        own = [cls for cls in kind.__mro__ if cls not in base.__mro__]
-        hooks = (kind.on_visit_attribute is not base.on_visit_attribute
-                 or kind.on_leave_attribute is not base.on_leave_attribute
-                 or any(name.startswith(("visit_", "leave_")) and name.count("_") >= 2
-                        for cls in own for name in vars(cls)))
-        kind._cst_walk_attribute_hooks = hooks  # type: ignore[attr-defined]
+        _, inherited, own = signature
+        hooks = _HOOKS[signature] = not (inherited[2] and inherited[3]) or any(name.count("_") >= 2 for name in own)
     return hooks
 
 
@@ -126,16 +140,13 @@ def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
     own = getattr(visitor, "cst_walk_skip", None)
     if own is not None:
         return own
-    kind = type(visitor)
-    skip = kind.__dict__.get("_cst_walk_skipped")  # kept on the class itself, like the attribute hooks
+    signature = _signature(type(visitor))
+    skip = _SKIPPED.get(signature)
     if skip is None:
-        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
-        dispatches = all(getattr(kind, method) is getattr(base, method)
-                         for method in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
-        methods = {name.split("_")[1] for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
-                   if name.startswith(("visit_", "leave_"))}
-        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if dispatches else frozenset()
-        kind._cst_walk_skipped = skip  # type: ignore[attr-defined]
+        _, inherited, names = signature
+        methods = {name.split("_")[1] for name in names}
+        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if all(inherited) else frozenset()
+        _SKIPPED[signature] = skip
     return skip
 
 
