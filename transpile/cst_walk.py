@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
-from libcst._batched_visitor import _BatchedCSTVisitor
+from libcst._batched_visitor import BatchableCSTVisitor, _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
 from libcst.metadata.scope_provider import ScopeVisitor
 
@@ -65,6 +65,7 @@ class _Shapes(dict):
 _SHAPE: dict[type, int] = _Shapes()
 _ORIGINAL_VISIT = CSTNode.visit
 _ORIGINAL_RECORD = CodegenState.record_syntactic_position
+_ORIGINAL_GET_VISITORS = BatchableCSTVisitor.get_visitors
 
 
 class _Recorder(CSTVisitor):
@@ -415,6 +416,20 @@ def _no_position(self: CodegenState, node: CSTNode, *, start_node: CSTNode | Non
     return _NO_POSITION
 
 
+_VISITOR_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _get_visitors(self: BatchableCSTVisitor):  # type: ignore[no-untyped-def]
+    """``BatchableCSTVisitor.get_visitors``: the same methods in the same (name) order, their names found once per
+    class (libcst's runs `inspect.getmembers` over the instance for every metadata provider of every resolve)."""
+    names = _VISITOR_NAMES.get(type(self))
+    if names is None:
+        methods = _ORIGINAL_GET_VISITORS(self)
+        _VISITOR_NAMES[type(self)] = tuple(methods)
+        return methods
+    return {name: getattr(self, name) for name in names}
+
+
 def install() -> None:
     """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
     code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
@@ -424,17 +439,20 @@ def install() -> None:
     literals (it reads annotations written as strings): its own ``on_leave`` records the scope of every node it
     leaves, so the scope map then has no entries for whitespace, punctuation and number literals, which nothing asks
     about (`SourceFile.qualified_name` asks for names and attributes); every other node gets the same scope, and
-    assignments are counted alike (no token is one)."""
+    assignments are counted alike (no token is one). A batched visitor's methods (the metadata providers') are found
+    by name once per class (`_get_visitors`)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
     if CodegenState.record_syntactic_position is not _no_position:
         CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
     ScopeVisitor.cst_walk_skip = tokens_without({libcst.SimpleString})  # type: ignore[attr-defined]
+    BatchableCSTVisitor.get_visitors = _get_visitors  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
     CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
+    BatchableCSTVisitor.get_visitors = _ORIGINAL_GET_VISITORS  # type: ignore[method-assign]
     if "cst_walk_skip" in ScopeVisitor.__dict__:
         del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
