@@ -241,6 +241,21 @@ def undefined_names(text: str, functions: set[str] | None = None) -> list[Undefi
     return sorted(set(checker.found), key=lambda u: (u.line, u.col, u.name))
 
 
+# The module-level names each top-level statement binds, per parsed statement (`cst_utils.node_ast` gives the same
+# list for a statement every target shares). Keyed by the list's id, holding the list so that the id stays its own.
+_BINDINGS: dict[int, tuple[list[ast.stmt], frozenset[str]]] = {}
+
+
+def _statement_bindings(parsed: list[ast.stmt]) -> frozenset[str]:
+    cached = _BINDINGS.get(id(parsed))
+    if cached is None or cached[0] is not parsed:
+        cached = (parsed, frozenset(_module_bindings(ast.Module(body=parsed, type_ignores=[]))))
+        if len(_BINDINGS) > 20_000:
+            _BINDINGS.clear()
+        _BINDINGS[id(parsed)] = cached
+    return cached[1]
+
+
 def undefined_in_statements(statements: list[list[ast.stmt]], functions: set[str] | None = None
                             ) -> list[tuple[int, UndefinedName]]:
     """`undefined_names` of a module given as its top-level statements, each parsed on its own (`ast.parse` of the
@@ -249,7 +264,7 @@ def undefined_in_statements(statements: list[list[ast.stmt]], functions: set[str
     with lines relative to their statement."""
     globals_: set[str] = set()
     for parsed in statements:
-        globals_ |= _module_bindings(ast.Module(body=parsed, type_ignores=[]))
+        globals_ |= _statement_bindings(parsed)
     checker = _Checker(globals_, functions)
     found: set[tuple[int, UndefinedName]] = set()
     defined: set[str] = set()
