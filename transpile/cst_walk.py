@@ -389,7 +389,12 @@ def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]
 
 
 def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
-    if isinstance(visitor, CSTVisitor):
+    kind = type(visitor)
+    read_only = kind.__dict__.get("_cst_walk_read_only")  # kept on the class (`isinstance` against an ABC is slow)
+    if read_only is None:
+        read_only = isinstance(visitor, CSTVisitor)
+        kind._cst_walk_read_only = read_only
+    if read_only:
         walk(self, visitor)
         return self
     return _ORIGINAL_VISIT(self, visitor)

@@ -11,6 +11,7 @@ from pathlib import Path
 import libcst as cst
 
 from transpile import __version__, cst_walk
+from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
@@ -347,7 +348,7 @@ class _KernelRewriter(cst.CSTTransformer):
                                           if (m := getattr(rule, hook, None)) is not None
                                           and getattr(type(rule), hook) is not noop]
         for method in methods:
-            if isinstance(updated, cst.CSTNode):
+            if _SHAPE[type(updated)] == 1:  # a node (not a removal or a flattening): `isinstance(.., cst.CSTNode)`
                 updated = method(self.ctx, original_node, updated)
         term = self.ctx.plan.converts.get(original_node)  # type: ignore[call-overload]
         if term is not None and isinstance(updated, cst.BaseExpression) and not is_hoisted(self.ctx, original_node):
