@@ -26,6 +26,7 @@ import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
 from libcst._batched_visitor import BatchableCSTVisitor, _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
+from libcst.metadata import scope_provider
 from libcst.metadata.scope_provider import ScopeVisitor
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
@@ -66,6 +67,7 @@ _SHAPE: dict[type, int] = _Shapes()
 _ORIGINAL_VISIT = CSTNode.visit
 _ORIGINAL_RECORD = CodegenState.record_syntactic_position
 _ORIGINAL_GET_VISITORS = BatchableCSTVisitor.get_visitors
+_ORIGINAL_SCOPE_LEAVE = ScopeVisitor.on_leave
 
 
 class _Recorder(CSTVisitor):
@@ -203,9 +205,23 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
         visitor.on_leave(node)
         return
     if _has_attribute_hooks(visitor):
-        _walk_with_hooks(node, visitor, skipped(visitor))
+        hooked = _attribute_hooked(visitor)
+        if hooked is None:
+            _walk_with_hooks(node, visitor, skipped(visitor))
+        else:
+            _walk_with_some_hooks(node, visitor, skipped(visitor), hooked)
     else:
         _walk(node, visitor, skipped(visitor))
+
+
+def _attribute_hooked(visitor: CSTVisitor) -> frozenset[str] | None:
+    """The names of the node types for which `visitor` has ``visit_<Node>_<field>``/``leave_<Node>_<field>`` methods,
+    when its attribute callbacks are libcst's own (which call those methods, where they exist, and do nothing else);
+    None where it overrides them. libcst's scope analysis has them for `ClassDef` only."""
+    _, inherited, own = _signature(type(visitor))
+    if not (inherited[2] and inherited[3]):
+        return None
+    return frozenset(name.split("_")[1] for name in own if name.count("_") >= 2)
 
 
 def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
@@ -250,6 +266,32 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) 
                     if type(child) not in skip:
                         _walk_with_hooks(child, visitor, skip)
             visitor.on_leave_attribute(node, name)
+    visitor.on_leave(node)
+
+
+def _walk_with_some_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type], hooked: frozenset[str]) -> None:
+    """`_walk_with_hooks` without the attribute callbacks of the node types whose callbacks do nothing (libcst's own
+    callbacks, and no method for the type: `_attribute_hooked`)."""
+    if visitor.on_visit(node):
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        hooks = kind.__name__ in hooked
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            if hooks:
+                if value is None and (kind.__name__, name) in _SILENT_WHEN_NONE:
+                    continue
+                visitor.on_visit_attribute(node, name)
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                if type(value) not in skip:
+                    _walk_with_some_hooks(value, visitor, skip, hooked)
+            elif shape == 2:
+                for child in value:
+                    if type(child) not in skip:
+                        _walk_with_some_hooks(child, visitor, skip, hooked)
+            if hooks:
+                visitor.on_leave_attribute(node, name)
     visitor.on_leave(node)
 
 
@@ -435,6 +477,27 @@ def _get_visitors(self: BatchableCSTVisitor):  # type: ignore[no-untyped-def]
     return {name: getattr(self, name) for name in names}
 
 
+_ASSIGNMENT_LIKE: dict[type, bool] = {}
+
+
+def _scope_on_leave(self: ScopeVisitor, original_node: CSTNode) -> None:
+    """``ScopeVisitor.on_leave`` with its `isinstance` against 18 node classes (abstract base classes, each check
+    several times the cost of a dictionary look-up) asked once per node type."""
+    self.provider.set_metadata(original_node, self.scope)
+    kind = type(original_node)
+    assignment_like = _ASSIGNMENT_LIKE.get(kind)
+    if assignment_like is None:
+        assignment_like = _ASSIGNMENT_LIKE[kind] = isinstance(original_node, scope_provider._ASSIGNMENT_LIKE_NODES)
+    if assignment_like:
+        self.scope._assignment_count += 1
+    CSTVisitor.on_leave(self, original_node)
+
+
+# The libcst code `_scope_on_leave` stands for (as of libcst 1.x): where it reads otherwise, libcst's own stays.
+_SCOPE_LEAVE_NAMES = ("provider", "set_metadata", "scope", "isinstance", "_ASSIGNMENT_LIKE_NODES", "_assignment_count",
+                      "super", "on_leave")
+
+
 def install() -> None:
     """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
     code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
@@ -445,19 +508,24 @@ def install() -> None:
     leaves, so the scope map then has no entries for whitespace, punctuation and number literals, which nothing asks
     about (`SourceFile.qualified_name` asks for names and attributes); every other node gets the same scope, and
     assignments are counted alike (no token is one). A batched visitor's methods (the metadata providers') are found
-    by name once per class (`_get_visitors`)."""
+    by name once per class (`_get_visitors`), and the scope analysis asks whether a node is assignment-like once per
+    node type (`_scope_on_leave`); a walk calls the attribute callbacks of a visitor that keeps libcst's own only for
+    the node types it has ``visit_<Node>_<field>`` methods for (`_attribute_hooked`)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
     if CodegenState.record_syntactic_position is not _no_position:
         CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
     ScopeVisitor.cst_walk_skip = tokens_without({libcst.SimpleString})  # type: ignore[attr-defined]
     BatchableCSTVisitor.get_visitors = _get_visitors  # type: ignore[method-assign]
+    if _ORIGINAL_SCOPE_LEAVE.__code__.co_names == _SCOPE_LEAVE_NAMES and ScopeVisitor.__mro__[1] is CSTVisitor:
+        ScopeVisitor.on_leave = _scope_on_leave  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
     CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
     BatchableCSTVisitor.get_visitors = _ORIGINAL_GET_VISITORS  # type: ignore[method-assign]
+    ScopeVisitor.on_leave = _ORIGINAL_SCOPE_LEAVE  # type: ignore[method-assign]
     if "cst_walk_skip" in ScopeVisitor.__dict__:
         del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
