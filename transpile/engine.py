@@ -319,6 +319,14 @@ def _undefined_in_translated(tree: cst.Module, outcomes: dict[str, KernelOutcome
     return broken
 
 
+@functools.lru_cache(maxsize=64)
+def _skipped_tokens(rules: tuple[type, ...], planned: frozenset[type]) -> frozenset[type]:
+    """The token types a kernel rewrite does not walk: those no rule of a target hooks (`leave_<Node>`) and the plan
+    does not convert (the same few sets for every function and target)."""
+    hooked = {name[len("leave_"):] for rule in rules for name in dir(rule) if name.startswith("leave_")}
+    return cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
+
+
 class _KernelRewriter(cst.CSTTransformer):
     """Applies the target's rules, in order, to every node of one jit function, then the plan's conversions."""
 
@@ -328,10 +336,8 @@ class _KernelRewriter(cst.CSTTransformer):
         self.hooks: dict[type, list] = {}
         # Whitespace, punctuation and literals no rule hooks and the plan does not convert are left as they are:
         # `cst_walk.transform` does not walk them.
-        hooked = {name[len("leave_"):] for rule in ctx.target.rules for name in dir(type(rule))
-                  if name.startswith("leave_")}
-        planned = {type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions)}
-        self.cst_walk_skip = cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
+        planned = frozenset(type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions))
+        self.cst_walk_skip = _skipped_tokens(tuple(map(type, ctx.target.rules)), planned)
 
     # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
     def on_visit(self, node: cst.CSTNode) -> bool:
