@@ -16,7 +16,7 @@ from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, convert as convert_tma_tiles
-from transpile.cst_utils import code_names, module_code, node_ast
+from transpile.cst_utils import code_names, module_code, node_ast, node_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
@@ -312,7 +312,8 @@ def _undefined_in_translated(tree: cst.Module, outcomes: dict[str, KernelOutcome
 
     broken: dict[str, str] = {}
     translated = {name for name, outcome in outcomes.items() if outcome.translated}
-    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated):
+    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated,
+                                        [node_code(tree, s) for s in tree.body]):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
