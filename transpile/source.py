@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
 
 from transpile import cst_walk
+from transpile.cst_utils import node_code
 from transpile.diagnostics import Diagnostic, TranspileError
 
 cst_walk.install()  # read-only visits (metadata providers, analyses) walk the tree without rebuilding it
@@ -144,7 +145,7 @@ class SourceFile:
         return Diagnostic(self.path, line, col, code, message)
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        return node_code(self.module, node)  # (made once per node and layout)
 
 
 def sha256_text(text: str) -> str:

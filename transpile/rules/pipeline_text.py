@@ -12,7 +12,7 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.analysis.pipeline import OperandLoad
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import assigned_names, names_in, node_code
 
 CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
 
@@ -21,7 +21,7 @@ _MODULE = cst.Module([])
 
 def code(node: cst.CSTNode) -> str:
     """The source text of `node`, stripped."""
-    return _MODULE.code_for_node(node).strip()
+    return node_code(_MODULE, node).strip()  # (made once per node: the source's statements, for every target)
 
 
 class _Rename(cst.CSTTransformer):
