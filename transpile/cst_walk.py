@@ -321,22 +321,24 @@ def semantic_preorder(root: CSTNode) -> list[CSTNode]:
     name, expression, statement and call, in the same order."""
     found: list[CSTNode] = []
     stack = [root]
-    tokens = TOKENS
+    tokens, shapes, fields_of = TOKENS, _SHAPE, _FIELDS
+    append, push, pop = found.append, stack.append, stack.pop
     while stack:
-        node = stack.pop()
-        found.append(node)
+        node = pop()
+        append(node)
         kind = type(node)
-        fields = _FIELDS.get(kind)
-        children: list[CSTNode] = []
-        for name in fields if fields is not None else _fields(kind):
+        fields = fields_of.get(kind)
+        # The children go onto the stack last first, so that they come off it in order.
+        for name in reversed(fields if fields is not None else _fields(kind)):
             value = getattr(node, name)
-            shape = _SHAPE[type(value)]
+            shape = shapes[type(value)]
             if shape == 1:
                 if type(value) not in tokens:
-                    children.append(value)
+                    push(value)
             elif shape == 2:
-                children.extend(child for child in value if type(child) not in tokens)
-        stack.extend(reversed(children))
+                for child in reversed(value):
+                    if type(child) not in tokens:
+                        push(child)
     return found
 
 
