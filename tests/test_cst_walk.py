@@ -310,3 +310,24 @@ def test_tokens_holding_a_handled_token_are_walked() -> None:
     assert cst.LeftParen not in cst_walk.tokens_without({cst.SimpleWhitespace})
     assert cst.Integer not in cst_walk.tokens_without({cst.LeftParen})
     assert cst_walk.tokens_without(set()) == cst_walk.TOKENS
+
+
+GOLDENS = sorted((ROOT / "fixtures" / "expected").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES + GOLDENS[::7], ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_names_with_the_c_tokenizer_are_tokenizes(path: Path) -> None:
+    """`cst_utils.code_names` reads NAME tokens with Python 3.11's C tokenizer: the same names (with and without those
+    after a dot) as the `tokenize` module gives, for whole files and for each top-level statement of them."""
+    from transpile import cst_utils
+
+    if cst_utils._C_TOKENS is None:
+        pytest.skip("the C tokenizer is read on Python 3.11 only")
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    texts = [module.code, *(module.code_for_node(s) for s in module.body)]
+    fast = [cst_utils._token_names(text) for text in texts]
+    c_tokens, cst_utils._C_TOKENS = cst_utils._C_TOKENS, None
+    try:
+        assert [cst_utils._token_names(text) for text in texts] == fast
+    finally:
+        cst_utils._C_TOKENS = c_tokens

@@ -43,11 +43,18 @@ def test_undefined_names(text: str, expected: list[str]) -> None:
     "def k(d):\n    return _tma_load(d, [0, 0])\n\n\ndef j(p):\n    return q + _tma_load\n",
     "import math\nx = y; y = 1\n\ndef k(a):\n    if a:\n        c = 1\n    return b, c, math.pi, z\n\nz = w\n",
     "def k(a):\n    return u\n\ndef k(a):\n    return u\n",  # the same function twice: both reported
+    # assignment expressions and declarations (looked for only in the statements whose text holds them)
+    "x = (n := 3)\n\ndef k(a):\n    if (w := a) > 1:\n        return w, n, m\n\ndef j():\n    global G\n"
+    "    def i():\n        nonlocal_ = 1\n        return H, nonlocal_\n    return G, u, i\n",
 ])
 def test_undefined_in_statements_is_undefined_names(text: str) -> None:
-    """The per-statement check the engine runs gives the names of the whole-text check, in the same order."""
+    """The per-statement check the engine runs gives the names of the whole-text check, in the same order, with and
+    without the statements' texts."""
     module = cst.parse_module(text)
     statements = [ast.parse(module.code_for_node(s)).body for s in module.body]
     whole = [(u.function, u.name) for u in undefined_names(text)]
     assert [(u.function, u.name) for _, u in undefined_in_statements(statements)] == whole
+    texts = [module.code_for_node(s) for s in module.body]
+    statements = [ast.parse(t).body for t in texts]
+    assert [(u.function, u.name) for _, u in undefined_in_statements(statements, texts=texts)] == whole
     assert whole

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import sys
 import tokenize
 from collections.abc import Callable
 from typing import TypeVar
 
 import libcst as cst
 
-from transpile.cst_walk import semantic_preorder
+from transpile.cst_walk import TOKENS, children, semantic_preorder
 
 T = TypeVar("T")
 
@@ -123,6 +124,8 @@ def code_names(module: cst.Module, statements: list[cst.BaseStatement], attribut
 
 def _token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
     """(every NAME token, the NAME tokens not right after a `.`) of `code`."""
+    if _C_TOKENS is not None:
+        return _c_token_names(code)
     names: set[str] = set()
     unqualified: set[str] = set()
     previous = ""
@@ -135,6 +138,33 @@ def _token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
                 unqualified.add(token.string)
         if kind not in skip:
             previous = token.string
+    return frozenset(names), frozenset(unqualified)
+
+
+# Python 3.11's C tokenizer (what `tokenize._generate_tokens_from_c_tokenizer` reads): the same NAME tokens, and the
+# same other tokens but comments and blank lines (which `_token_names` passes over), as the pure-Python `tokenize`,
+# several times faster (tests/test_cst_walk.py compares them). Other versions (its interface changed in 3.12) use
+# `tokenize`.
+try:
+    if sys.version_info[:2] != (3, 11):
+        raise ImportError
+    from _tokenize import TokenizerIter as _C_TOKENS  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - other Python versions
+    _C_TOKENS = None
+
+
+def _c_token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
+    names: set[str] = set()
+    unqualified: set[str] = set()
+    previous = ""
+    name, skip = tokenize.NAME, (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    for string, kind, *_ in _C_TOKENS(code):
+        if kind == name:
+            names.add(string)
+            if previous != ".":
+                unqualified.add(string)
+        if kind not in skip:
+            previous = string
     return frozenset(names), frozenset(unqualified)
 
 
@@ -196,24 +226,34 @@ def broadcast_axis(node: cst.BaseExpression) -> int | None:
     return {("all", "none"): 0, ("none", "all"): 1}.get(parts)  # type: ignore[arg-type]
 
 
+# Nodes are immutable: the names a node reads or binds are found once per node (the TMA rewrite asks for those of the
+# same statements many times while it cuts a loop down), by a walk of its semantic nodes (`cst_walk`'s token types
+# hold no name). Bounded like `names_in`.
+_READS_CACHE: dict[cst.CSTNode, frozenset[str]] = {}
+_BOUND_CACHE: dict[cst.CSTNode, frozenset[str]] = {}
+
+
 def read_names(node: cst.CSTNode) -> set[str]:
     """Variables `node` reads or binds (not attribute names or keyword-argument names)."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
-            return False
-
-    node.visit(Visitor())
-    return found
+    cached = _READS_CACHE.get(node)
+    if cached is None:
+        found: set[str] = set()
+        stack = [node]
+        tokens = TOKENS
+        while stack:
+            n = stack.pop()
+            kind = type(n)
+            if kind is cst.Name:
+                found.add(n.value)  # type: ignore[attr-defined]
+            elif kind is cst.Attribute or kind is cst.Arg:
+                stack.append(n.value)  # type: ignore[attr-defined]  # not the attribute's or the keyword's name
+            else:
+                stack.extend(c for c in children(n) if type(c) not in tokens)
+        cached = frozenset(found)
+        if len(_READS_CACHE) > 100_000:
+            _READS_CACHE.clear()
+        _READS_CACHE[node] = cached
+    return set(cached)
 
 
 def statement_reads(statement: cst.BaseStatement) -> set[str]:
@@ -230,24 +270,19 @@ def statement_reads(statement: cst.BaseStatement) -> set[str]:
 
 
 def bound_names(node: cst.CSTNode) -> set[str]:
-    """Variables assigned anywhere in `node` (assignments, augmented and annotated ones, loop targets)."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            found.update(read_names(n.target))
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            found.update(read_names(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            found.update(read_names(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            found.update(read_names(n.target))
-
-    node.visit(Visitor())
-    return found
+    """Variables assigned anywhere in `node` (assignments, augmented and annotated assignments, loop targets)."""
+    cached = _BOUND_CACHE.get(node)
+    if cached is None:
+        found: set[str] = set()
+        for n in semantic_preorder(node):
+            kind = type(n)
+            if kind is cst.AssignTarget or kind is cst.AugAssign or kind is cst.AnnAssign or kind is cst.For:
+                found |= read_names(n.target)  # type: ignore[attr-defined]
+        cached = frozenset(found)
+        if len(_BOUND_CACHE) > 100_000:
+            _BOUND_CACHE.clear()
+        _BOUND_CACHE[node] = cached
+    return set(cached)
 
 
 def bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
-from libcst._batched_visitor import _BatchedCSTVisitor
+from libcst._batched_visitor import BatchableCSTVisitor, _BatchedCSTVisitor
 from libcst._nodes.internal import CodegenState
+from libcst.metadata import scope_provider
 from libcst.metadata.scope_provider import ScopeVisitor
 
 # Fields that libcst visits without attribute callbacks when they are None (`format_spec=... if x is not None else
@@ -65,6 +66,8 @@ class _Shapes(dict):
 _SHAPE: dict[type, int] = _Shapes()
 _ORIGINAL_VISIT = CSTNode.visit
 _ORIGINAL_RECORD = CodegenState.record_syntactic_position
+_ORIGINAL_GET_VISITORS = BatchableCSTVisitor.get_visitors
+_ORIGINAL_SCOPE_LEAVE = ScopeVisitor.on_leave
 
 
 class _Recorder(CSTVisitor):
@@ -101,20 +104,34 @@ def _fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
+def _signature(kind: type) -> tuple:
+    """What `_has_attribute_hooks` and `skipped` read of a visitor class: its libcst base, which of the dispatching
+    methods it overrides, and the names of the ``visit_``/``leave_`` methods of its own. Many visitor classes are
+    defined inside functions, a new class per call: their answers are kept per signature, not per class."""
+    signature = kind.__dict__.get("_cst_walk_signature")  # kept on the class itself (visitor classes come and go)
+    if signature is None:
+        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
+        own = frozenset(name for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
+                        if name.startswith(("visit_", "leave_")))
+        signature = (base, tuple(getattr(kind, method) is getattr(base, method) for method in _DISPATCH), own)
+        kind._cst_walk_signature = signature  # type: ignore[attr-defined]
+    return signature
+
+
+_DISPATCH = ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute")
+_HOOKS: dict[tuple, bool] = {}
+_SKIPPED: dict[tuple, frozenset[type]] = {}
+
+
 def _has_attribute_hooks(visitor: CSTVisitor | CSTTransformer) -> bool:
     """Whether `visitor` reacts to ``on_visit_attribute``/``on_leave_attribute`` at all: it overrides them, or it
     defines a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (`CSTVisitor` and `CSTTransformer`
     define them all as no-ops; node type names hold no underscore)."""
-    kind = type(visitor)
-    hooks = kind.__dict__.get("_cst_walk_attribute_hooks")  # kept on the class itself (visitor classes come and go)
+    signature = _signature(type(visitor))
+    hooks = _HOOKS.get(signature)
     if hooks is None:
-        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
-        own = [cls for cls in kind.__mro__ if cls not in base.__mro__]
-        hooks = (kind.on_visit_attribute is not base.on_visit_attribute
-                 or kind.on_leave_attribute is not base.on_leave_attribute
-                 or any(name.startswith(("visit_", "leave_")) and name.count("_") >= 2
-                        for cls in own for name in vars(cls)))
-        kind._cst_walk_attribute_hooks = hooks  # type: ignore[attr-defined]
+        _, inherited, own = signature
+        hooks = _HOOKS[signature] = not (inherited[2] and inherited[3]) or any(name.count("_") >= 2 for name in own)
     return hooks
 
 
@@ -126,16 +143,13 @@ def skipped(visitor: CSTVisitor | CSTTransformer) -> frozenset[type]:
     own = getattr(visitor, "cst_walk_skip", None)
     if own is not None:
         return own
-    kind = type(visitor)
-    skip = kind.__dict__.get("_cst_walk_skipped")  # kept on the class itself, like the attribute hooks
+    signature = _signature(type(visitor))
+    skip = _SKIPPED.get(signature)
     if skip is None:
-        base = CSTTransformer if issubclass(kind, CSTTransformer) else CSTVisitor
-        dispatches = all(getattr(kind, method) is getattr(base, method)
-                         for method in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
-        methods = {name.split("_")[1] for cls in kind.__mro__ if cls not in base.__mro__ for name in vars(cls)
-                   if name.startswith(("visit_", "leave_"))}
-        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if dispatches else frozenset()
-        kind._cst_walk_skipped = skip  # type: ignore[attr-defined]
+        _, inherited, names = signature
+        methods = {name.split("_")[1] for name in names}
+        skip = tokens_without({t for t in TOKENS if t.__name__ in methods}) if all(inherited) else frozenset()
+        _SKIPPED[signature] = skip
     return skip
 
 
@@ -191,9 +205,23 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
         visitor.on_leave(node)
         return
     if _has_attribute_hooks(visitor):
-        _walk_with_hooks(node, visitor, skipped(visitor))
+        hooked = _attribute_hooked(visitor)
+        if hooked is None:
+            _walk_with_hooks(node, visitor, skipped(visitor))
+        else:
+            _walk_with_some_hooks(node, visitor, skipped(visitor), hooked)
     else:
         _walk(node, visitor, skipped(visitor))
+
+
+def _attribute_hooked(visitor: CSTVisitor) -> frozenset[str] | None:
+    """The names of the node types for which `visitor` has ``visit_<Node>_<field>``/``leave_<Node>_<field>`` methods,
+    when its attribute callbacks are libcst's own (which call those methods, where they exist, and do nothing else);
+    None where it overrides them. libcst's scope analysis has them for `ClassDef` only."""
+    _, inherited, own = _signature(type(visitor))
+    if not (inherited[2] and inherited[3]):
+        return None
+    return frozenset(name.split("_")[1] for name in own if name.count("_") >= 2)
 
 
 def _batched_noop_below(node: CSTNode, visitor: _BatchedCSTVisitor) -> bool:
@@ -241,6 +269,32 @@ def _walk_with_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type]) 
     visitor.on_leave(node)
 
 
+def _walk_with_some_hooks(node: CSTNode, visitor: CSTVisitor, skip: frozenset[type], hooked: frozenset[str]) -> None:
+    """`_walk_with_hooks` without the attribute callbacks of the node types whose callbacks do nothing (libcst's own
+    callbacks, and no method for the type: `_attribute_hooked`)."""
+    if visitor.on_visit(node):
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        hooks = kind.__name__ in hooked
+        for name in fields if fields is not None else _fields(kind):
+            value = getattr(node, name)
+            if hooks:
+                if value is None and (kind.__name__, name) in _SILENT_WHEN_NONE:
+                    continue
+                visitor.on_visit_attribute(node, name)
+            shape = _SHAPE[type(value)]
+            if shape == 1:
+                if type(value) not in skip:
+                    _walk_with_some_hooks(value, visitor, skip, hooked)
+            elif shape == 2:
+                for child in value:
+                    if type(child) not in skip:
+                        _walk_with_some_hooks(child, visitor, skip, hooked)
+            if hooks:
+                visitor.on_leave_attribute(node, name)
+    visitor.on_leave(node)
+
+
 def preorder(root: CSTNode) -> list[CSTNode]:
     """`root` and every node below it, in the order a visitor's ``on_visit`` sees them."""
     found: list[CSTNode] = []
@@ -267,23 +321,40 @@ def semantic_preorder(root: CSTNode) -> list[CSTNode]:
     name, expression, statement and call, in the same order."""
     found: list[CSTNode] = []
     stack = [root]
-    tokens = TOKENS
+    tokens, shapes, fields_of = TOKENS, _SHAPE, _FIELDS
+    append, push, pop = found.append, stack.append, stack.pop
     while stack:
-        node = stack.pop()
-        found.append(node)
+        node = pop()
+        append(node)
         kind = type(node)
-        fields = _FIELDS.get(kind)
-        children: list[CSTNode] = []
-        for name in fields if fields is not None else _fields(kind):
+        fields = fields_of.get(kind)
+        # The children go onto the stack last first, so that they come off it in order.
+        for name in reversed(fields if fields is not None else _fields(kind)):
             value = getattr(node, name)
-            shape = _SHAPE[type(value)]
+            shape = shapes[type(value)]
             if shape == 1:
                 if type(value) not in tokens:
-                    children.append(value)
+                    push(value)
             elif shape == 2:
-                children.extend(child for child in value if type(child) not in tokens)
-        stack.extend(reversed(children))
+                for child in reversed(value):
+                    if type(child) not in tokens:
+                        push(child)
     return found
+
+
+def children(node: CSTNode) -> list[CSTNode]:
+    """The children of `node`, in the order a visitor sees them (tokens included)."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    children: list[CSTNode] = []
+    for name in fields if fields is not None else _fields(kind):
+        value = getattr(node, name)
+        shape = _SHAPE[type(value)]
+        if shape == 1:
+            children.append(value)
+        elif shape == 2:
+            children.extend(value)
+    return children
 
 
 def parent_map(root: CSTNode) -> dict[CSTNode, CSTNode]:
@@ -362,7 +433,12 @@ def _transform(node: CSTNode, transformer: CSTTransformer, skip: frozenset[type]
 
 
 def _visit(self: CSTNode, visitor):  # type: ignore[no-untyped-def]
-    if isinstance(visitor, CSTVisitor):
+    kind = type(visitor)
+    read_only = kind.__dict__.get("_cst_walk_read_only")  # kept on the class (`isinstance` against an ABC is slow)
+    if read_only is None:
+        read_only = isinstance(visitor, CSTVisitor)
+        kind._cst_walk_read_only = read_only
+    if read_only:
         walk(self, visitor)
         return self
     return _ORIGINAL_VISIT(self, visitor)
@@ -389,6 +465,41 @@ def _no_position(self: CodegenState, node: CSTNode, *, start_node: CSTNode | Non
     return _NO_POSITION
 
 
+_VISITOR_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _get_visitors(self: BatchableCSTVisitor):  # type: ignore[no-untyped-def]
+    """``BatchableCSTVisitor.get_visitors``: the same methods in the same (name) order, their names found once per
+    class (libcst's runs `inspect.getmembers` over the instance for every metadata provider of every resolve)."""
+    names = _VISITOR_NAMES.get(type(self))
+    if names is None:
+        methods = _ORIGINAL_GET_VISITORS(self)
+        _VISITOR_NAMES[type(self)] = tuple(methods)
+        return methods
+    return {name: getattr(self, name) for name in names}
+
+
+_ASSIGNMENT_LIKE: dict[type, bool] = {}
+
+
+def _scope_on_leave(self: ScopeVisitor, original_node: CSTNode) -> None:
+    """``ScopeVisitor.on_leave`` with its `isinstance` against 18 node classes (abstract base classes, each check
+    several times the cost of a dictionary look-up) asked once per node type."""
+    self.provider.set_metadata(original_node, self.scope)
+    kind = type(original_node)
+    assignment_like = _ASSIGNMENT_LIKE.get(kind)
+    if assignment_like is None:
+        assignment_like = _ASSIGNMENT_LIKE[kind] = isinstance(original_node, scope_provider._ASSIGNMENT_LIKE_NODES)
+    if assignment_like:
+        self.scope._assignment_count += 1
+    CSTVisitor.on_leave(self, original_node)
+
+
+# The libcst code `_scope_on_leave` stands for (as of libcst 1.x): where it reads otherwise, libcst's own stays.
+_SCOPE_LEAVE_NAMES = ("provider", "set_metadata", "scope", "isinstance", "_ASSIGNMENT_LIKE_NODES", "_assignment_count",
+                      "super", "on_leave")
+
+
 def install() -> None:
     """Read-only visits of every libcst node (``node.visit(some_CSTVisitor)``) walk without rebuilding the tree; plain
     code generation (``Module.code``, ``code_for_node``) skips the position bookkeeping it does not do anyway (the
@@ -398,20 +509,28 @@ def install() -> None:
     literals (it reads annotations written as strings): its own ``on_leave`` records the scope of every node it
     leaves, so the scope map then has no entries for whitespace, punctuation and number literals, which nothing asks
     about (`SourceFile.qualified_name` asks for names and attributes); every other node gets the same scope, and
-    assignments are counted alike (no token is one)."""
+    assignments are counted alike (no token is one). A batched visitor's methods (the metadata providers') are found
+    by name once per class (`_get_visitors`), and the scope analysis asks whether a node is assignment-like once per
+    node type (`_scope_on_leave`); a walk calls the attribute callbacks of a visitor that keeps libcst's own only for
+    the node types it has ``visit_<Node>_<field>`` methods for (`_attribute_hooked`)."""
     if CSTNode.visit is not _visit:
         CSTNode.visit = _visit  # type: ignore[method-assign]
     if CodegenState.record_syntactic_position is not _no_position:
         CodegenState.record_syntactic_position = _no_position  # type: ignore[method-assign]
     ScopeVisitor.cst_walk_skip = tokens_without({libcst.SimpleString})  # type: ignore[attr-defined]
+    BatchableCSTVisitor.get_visitors = _get_visitors  # type: ignore[method-assign]
+    if _ORIGINAL_SCOPE_LEAVE.__code__.co_names == _SCOPE_LEAVE_NAMES and ScopeVisitor.__mro__[1] is CSTVisitor:
+        ScopeVisitor.on_leave = _scope_on_leave  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     CSTNode.visit = _ORIGINAL_VISIT  # type: ignore[method-assign]
     CodegenState.record_syntactic_position = _ORIGINAL_RECORD  # type: ignore[method-assign]
+    BatchableCSTVisitor.get_visitors = _ORIGINAL_GET_VISITORS  # type: ignore[method-assign]
+    ScopeVisitor.on_leave = _ORIGINAL_SCOPE_LEAVE  # type: ignore[method-assign]
     if "cst_walk_skip" in ScopeVisitor.__dict__:
         del ScopeVisitor.cst_walk_skip  # type: ignore[attr-defined]
 
 
-__all__ = ["TOKENS", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without", "transform",
-           "uninstall", "walk"]
+__all__ = ["TOKENS", "children", "install", "parent_map", "preorder", "semantic_preorder", "skipped", "tokens_without",
+           "transform", "uninstall", "walk"]

@@ -11,11 +11,12 @@ from pathlib import Path
 import libcst as cst
 
 from transpile import __version__, cst_walk
+from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
-from transpile.cst_utils import code_names, module_code, node_ast
+from transpile.cst_utils import code_names, module_code, node_ast, node_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
@@ -314,11 +315,20 @@ def _undefined_in_translated(tree: cst.Module, outcomes: dict[str, KernelOutcome
 
     broken: dict[str, str] = {}
     translated = {name for name, outcome in outcomes.items() if outcome.translated}
-    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated):
+    for _, u in undefined_in_statements([node_ast(tree, s) for s in tree.body], translated,
+                                        [node_code(tree, s) for s in tree.body]):
         outcome = outcomes.get(u.function)
         if outcome is not None and outcome.translated and u.function not in broken:
             broken[u.function] = u.name
     return broken
+
+
+@functools.lru_cache(maxsize=64)
+def _skipped_tokens(rules: tuple[type, ...], planned: frozenset[type]) -> frozenset[type]:
+    """The token types a kernel rewrite does not walk: those no rule of a target hooks (`leave_<Node>`) and the plan
+    does not convert (the same few sets for every function and target)."""
+    hooked = {name[len("leave_"):] for rule in rules for name in dir(rule) if name.startswith("leave_")}
+    return cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
 
 
 class _KernelRewriter(cst.CSTTransformer):
@@ -330,10 +340,8 @@ class _KernelRewriter(cst.CSTTransformer):
         self.hooks: dict[type, list] = {}
         # Whitespace, punctuation and literals no rule hooks and the plan does not convert are left as they are:
         # `cst_walk.transform` does not walk them.
-        hooked = {name[len("leave_"):] for rule in ctx.target.rules for name in dir(type(rule))
-                  if name.startswith("leave_")}
-        planned = {type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions)}
-        self.cst_walk_skip = cst_walk.tokens_without({t for t in cst_walk.TOKENS if t.__name__ in hooked} | planned)
+        planned = frozenset(type(node) for node in (*ctx.plan.converts, *ctx.plan.expansions))
+        self.cst_walk_skip = _skipped_tokens(tuple(map(type, ctx.target.rules)), planned)
 
     # No `visit_<Node>`/`leave_<Node>` methods of its own: libcst's lookup of them on every node is skipped.
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -350,7 +358,7 @@ class _KernelRewriter(cst.CSTTransformer):
                                           if (m := getattr(rule, hook, None)) is not None
                                           and getattr(type(rule), hook) is not noop]
         for method in methods:
-            if isinstance(updated, cst.CSTNode):
+            if _SHAPE[type(updated)] == 1:  # a node (not a removal or a flattening): `isinstance(.., cst.CSTNode)`
                 updated = method(self.ctx, original_node, updated)
         term = self.ctx.plan.converts.get(original_node)  # type: ignore[call-overload]
         if term is not None and isinstance(updated, cst.BaseExpression) and not is_hoisted(self.ctx, original_node):

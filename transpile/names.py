@@ -37,8 +37,9 @@ def _targets(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
-def _module_bindings(tree: ast.Module) -> set[str]:
-    """Every name bound at module level, anywhere in it (functions are called after the module has run)."""
+def _module_bindings(tree: ast.Module, walrus: bool = True) -> set[str]:
+    """Every name bound at module level, anywhere in it (functions are called after the module has run). `walrus`
+    False: the code holds no assignment expression (its text no `:=`), so none is looked for."""
     names: set[str] = set()
 
     def visit(statements: list[ast.stmt]) -> None:
@@ -70,9 +71,10 @@ def _module_bindings(tree: ast.Module) -> set[str]:
             if isinstance(node, ast.Try):
                 for handler in node.handlers:
                     visit(handler.body)
-        for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
-            if isinstance(node, ast.NamedExpr):
-                names.update(_targets(node.target))
+        if walrus:
+            for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+                if isinstance(node, ast.NamedExpr):
+                    names.update(_targets(node.target))
 
     visit(tree.body)
     return names
@@ -83,6 +85,7 @@ class _Checker:
         self.globals = globals_
         self.functions = functions  # the module-level functions whose bodies are read (None: all)
         self.found: list[UndefinedName] = []
+        self.declarations = True  # False: the statement being read holds no `global`/`nonlocal` (by its text)
 
     # Expressions --------------------------------------------------------------------------------------------------
     def expression(self, node: ast.AST | None, defined: set[str], function: str) -> None:
@@ -143,7 +146,8 @@ class _Checker:
             if function == "<module>" and self.functions is not None and node.name not in self.functions:
                 return defined | {node.name}
             inner = set(defined) | _arguments(node.args) | {node.name}
-            inner |= _declared(node.body)
+            if self.declarations:
+                inner |= _declared(node.body)
             self.block(node.body, inner, node.name)
             return defined | {node.name}
         if isinstance(node, ast.ClassDef):
@@ -241,19 +245,36 @@ def undefined_names(text: str, functions: set[str] | None = None) -> list[Undefi
     return sorted(set(checker.found), key=lambda u: (u.line, u.col, u.name))
 
 
-def undefined_in_statements(statements: list[list[ast.stmt]], functions: set[str] | None = None
-                            ) -> list[tuple[int, UndefinedName]]:
+# The module-level names each top-level statement binds, per parsed statement (`cst_utils.node_ast` gives the same
+# list for a statement every target shares). Keyed by the list's id, holding the list so that the id stays its own.
+_BINDINGS: dict[int, tuple[list[ast.stmt], frozenset[str]]] = {}
+
+
+def _statement_bindings(parsed: list[ast.stmt], walrus: bool = True) -> frozenset[str]:
+    cached = _BINDINGS.get(id(parsed))
+    if cached is None or cached[0] is not parsed:
+        cached = (parsed, frozenset(_module_bindings(ast.Module(body=parsed, type_ignores=[]), walrus)))
+        if len(_BINDINGS) > 20_000:
+            _BINDINGS.clear()
+        _BINDINGS[id(parsed)] = cached
+    return cached[1]
+
+
+def undefined_in_statements(statements: list[list[ast.stmt]], functions: set[str] | None = None,
+                            texts: list[str] | None = None) -> list[tuple[int, UndefinedName]]:
     """`undefined_names` of a module given as its top-level statements, each parsed on its own (`ast.parse` of the
     statement's text: one or more `ast.stmt`, lines counted from the statement's first line). Gives (index of the
     statement, name) pairs in source order: the same names as `undefined_names` of the whole text, in the same order,
-    with lines relative to their statement."""
+    with lines relative to their statement. `texts`, the statements' texts where the caller has them, spare the walks
+    for assignment expressions and `global`/`nonlocal` declarations of a statement whose text holds none."""
     globals_: set[str] = set()
-    for parsed in statements:
-        globals_ |= _module_bindings(ast.Module(body=parsed, type_ignores=[]))
+    for i, parsed in enumerate(statements):
+        globals_ |= _statement_bindings(parsed, texts is None or ":=" in texts[i])
     checker = _Checker(globals_, functions)
     found: set[tuple[int, UndefinedName]] = set()
     defined: set[str] = set()
     for index, parsed in enumerate(statements):
+        checker.declarations = texts is None or "global" in texts[index] or "nonlocal" in texts[index]
         defined = checker.block(parsed, defined, "<module>")
         found.update((index, u) for u in checker.found)
         checker.found = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
 
 from transpile import cst_walk
+from transpile.cst_utils import node_code
 from transpile.diagnostics import Diagnostic, TranspileError
 
 cst_walk.install()  # read-only visits (metadata providers, analyses) walk the tree without rebuilding it
@@ -72,10 +74,28 @@ class SourceFile:
     path: str
     text: str
     wrapper: MetadataWrapper
-    positions: dict = field(repr=False)
     scopes: dict = field(repr=False)
+    line_map: list[int] | None = field(repr=False, default=None)  # see `parse_source`
     _qualified: dict = field(repr=False, default_factory=dict)
     _parents: dict | None = field(repr=False, default=None)
+    _positions: Mapping | None = field(repr=False, default=None)
+
+    @property
+    def positions(self) -> Mapping:
+        """Each node's `CodeRange` (`PositionProvider`'s map; lines of the source through `line_map`), made when first
+        asked for: the parse of a source that canonicalisation rewrites is read for its names, never its positions."""
+        if self._positions is None:
+            positions = Positions()._gen(self.wrapper)
+            line_map = self.line_map
+            if line_map is not None:
+                last = len(line_map) - 1
+
+                def moved(p: CodePosition) -> CodePosition:
+                    return CodePosition(line_map[min(p.line, last)] or 1, p.column)
+
+                positions = {node: CodeRange(moved(r.start), moved(r.end)) for node, r in positions.items()}
+            self._positions = positions
+        return self._positions
 
     @property
     def module(self) -> cst.Module:
@@ -125,7 +145,7 @@ class SourceFile:
         return Diagnostic(self.path, line, col, code, message)
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        return node_code(self.module, node)  # (made once per node and layout)
 
 
 def sha256_text(text: str) -> str:
@@ -172,13 +192,4 @@ def parse_source(text: str, path: str, line_map: list[int] | None = None) -> Sou
     except Exception as exc:  # libcst raises a few other exception types on exotic input
         raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    resolved = wrapper.resolve_many([Positions, ScopeProvider])
-    positions = resolved[Positions]
-    if line_map is not None:
-        last = len(line_map) - 1
-
-        def moved(p: CodePosition) -> CodePosition:
-            return CodePosition(line_map[min(p.line, last)] or 1, p.column)
-
-        positions = {node: CodeRange(moved(r.start), moved(r.end)) for node, r in positions.items()}
-    return SourceFile(path=path, text=text, wrapper=wrapper, positions=positions, scopes=resolved[ScopeProvider])
+    return SourceFile(path=path, text=text, wrapper=wrapper, scopes=wrapper.resolve(ScopeProvider), line_map=line_map)

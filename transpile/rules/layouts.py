@@ -62,7 +62,10 @@ class LayoutDeclarations(Rule):
         lines: list[str] = []
         entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
                  for param, term in plan.param_converts.items()]
-        used = names_in(updated.body) | {n for line in entry for n in names_in(statement(line))}
+        # Per statement: those the rules left alone are the source's own nodes, their names found once for every target.
+        used = (set().union(*(names_in(s) for s in updated.body.body))
+                if isinstance(updated.body, cst.IndentedBlock) else names_in(updated.body))
+        used |= {n for line in entry for n in names_in(statement(line))}
         lines = declaration_lines(ctx, used)
         if not lines and not entry:
             return updated

@@ -3,14 +3,16 @@ later iteration (``k`` -> ``k_next``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import libcst as cst
 
+from transpile import cst_walk
 from transpile.analysis.pipeline import OperandLoad
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import assigned_names, names_in, node_code
 
 CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
 
@@ -19,7 +21,7 @@ _MODULE = cst.Module([])
 
 def code(node: cst.CSTNode) -> str:
     """The source text of `node`, stripped."""
-    return _MODULE.code_for_node(node).strip()
+    return node_code(_MODULE, node).strip()  # (made once per node: the source's statements, for every target)
 
 
 class _Rename(cst.CSTTransformer):
@@ -28,18 +30,23 @@ class _Rename(cst.CSTTransformer):
         self.names = names
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return updated_node.with_changes(value=self.names.get(updated_node.value, updated_node.value))
+        value = self.names.get(updated_node.value)
+        return updated_node if value is None or value == updated_node.value else updated_node.with_changes(value=value)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        if updated_node.attr is original_node.attr:
+            return updated_node
         return updated_node.with_changes(attr=original_node.attr)  # `x.dtype`: only variables are renamed
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if updated_node.keyword is original_node.keyword:
+            return updated_node
         return updated_node.with_changes(keyword=original_node.keyword)  # nor keyword-argument names
 
 
 def renamed(node: CSTNodeT, names: dict[str, str]) -> CSTNodeT:
-    """`node` with the variables in `names` renamed."""
-    return node.visit(_Rename(names))  # type: ignore[return-value]
+    """`node` with the variables in `names` renamed (the subtrees without them are `node`'s own)."""
+    return cst_walk.transform(node, _Rename(names))  # type: ignore[return-value]
 
 
 def rename(node: cst.CSTNode, names: dict[str, str]) -> str:
@@ -146,6 +153,12 @@ def indent(text: str, prefix: str) -> str:
     return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
 
 
+@functools.lru_cache(maxsize=256)
+def _expression(text: str) -> cst.BaseExpression:
+    """A parsed guard (`it < num_iters`): the same few texts for every load, only ever turned back into text."""
+    return cst.parse_expression(text)
+
+
 def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
                   load: OperandLoad) -> str:
     """The translated load of `statement` for a later iteration; a pointer load past the end is masked off."""
@@ -153,17 +166,16 @@ def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration:
     if load.kind == "descriptor":  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
         return rename(call, renames)
     args = list(call.args)
-    guard = cst.parse_expression(f"{iteration} < {iters}")
     positional = [a for a in args if a.keyword is None]
     mask_arg = next((a for a in args if a.keyword is not None and a.keyword.value == "mask"), None)
     if mask_arg is None and len(positional) > 1:
         mask_arg = positional[1]
     if mask_arg is not None:
         new_mask = cst.BinaryOperation(cst.parse_expression(f"({code(mask_arg.value)})"), cst.BitAnd(),
-                                       cst.parse_expression(f"({iteration} < {iters})"))
+                                       _expression(f"({iteration} < {iters})"))
         args = [a.with_changes(value=new_mask) if a is mask_arg else a for a in args]
     else:
-        args.insert(1, cst.Arg(guard, keyword=cst.Name("mask"), equal=cst.AssignEqual(
+        args.insert(1, cst.Arg(_expression(f"{iteration} < {iters}"), keyword=cst.Name("mask"), equal=cst.AssignEqual(
             cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
     return rename(call.with_changes(args=args), renames)
 
