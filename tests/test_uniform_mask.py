@@ -188,10 +188,12 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     torch = pytest.importorskip("torch")
     rows = torch.empty(8, 64, dtype=torch.float16)
     odd = torch.empty(8, 68, dtype=torch.float16)[:, :64]  # rows 136 bytes apart: cp.async cannot copy them
+    seventy_two = torch.empty(8, 72, dtype=torch.float16)  # 144 bytes: aligned, but not specialised as such
     launcher[(1,)](rows, rows, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
     launcher[(1,)](rows, odd, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
     launcher[(1,)](rows, rows.t(), rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)  # last stride not 1
-    assert ran[3:] == ["gluon", "triton", "triton"]
+    launcher[(1,)](seventy_two, seventy_two, seventy_two, seventy_two, 72, 8, 0.1, D=72, CAUSAL=True)
+    assert ran[3:] == ["gluon", "triton", "triton", "triton"]
     # --gluon-always: every launch runs the Gluon kernel (no launcher)
     assert "_TMAOrTriton(" not in _sm90(_kernel(CAUSAL_MASK), gluon_always=True).text
 

@@ -869,7 +869,8 @@ class _TMAOrTriton:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
     than the source only then). `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
-    unit last stride and the other strides multiples of 16 bytes (cp.async copies of 16 bytes). The descriptors are
+    unit last stride and the other strides multiples of 16 elements (a launch then tells the compiler their rows are
+    aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
     made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
     (`triton.set_allocator`), one that allocates with torch is set."""
 
@@ -891,8 +892,8 @@ class _TMAOrTriton:
             for value in values.values():
                 if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                     continue
-                size, strides = value.element_size(), value.stride()
-                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s * size % 16 for s in strides[:-1]):
+                strides = value.stride()  # (multiples of 16 elements: what a launch specialises as aligned)
+                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
                     return False
         for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
             tensor = values.get(pointer)
