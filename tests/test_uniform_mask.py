@@ -282,16 +282,10 @@ def _loop_vector_kernel(k_pointer: str) -> str:
     return text.replace("k_ptrs + start_n * stride_n, mask", f"{k_pointer}, mask")
 
 
-def test_an_index_vector_made_in_the_loop_is_made_again_in_the_copy_layout():
-    text = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + offs_d[None, :]")).text
-    lines = [ln.strip() for ln in text.splitlines()]
-    assert "cols_next = start_n_next + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))" in " ".join(
-        " ".join(lines).split())
-    assert "_cp_async_load" in text
-
-
-def test_an_index_vector_made_in_the_loop_and_read_along_both_axes_keeps_the_kernel_as_triton():
-    result = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + cols[None, :] * 0 + offs_d[None, :]"))
+def test_an_index_vector_made_in_the_loop_for_the_addresses_keeps_the_kernel_as_triton():
+    """(Made again in the copy layout, the ring compiled only where the strides are specialised as aligned, which
+    `verify` does not do: kept as Triton until it does.)"""
+    result = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + offs_d[None, :]"))
     assert "_cp_async_load" not in result.text
     assert any(d.code == "TT041" and "index vector made in the loop" in d.message for d in result.diagnostics)
 

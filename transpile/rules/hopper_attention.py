@@ -126,8 +126,7 @@ class HopperAttentionPipeline(Rule):
             return updated
         loop_body = list(original.body.body)  # type: ignore[union-attr]
         created = next((c for i in plan.producer for c in calls_in(loop_body[i])
-                        if ctx.language(c.func) in ("arange", "core.arange")
-                        and _ring_vector(ctx, plan, loop_body[i]) is None), None)
+                        if ctx.language(c.func) in ("arange", "core.arange")), None)
         if created is not None:
             # The ring re-evaluates the K/V addresses for later iterations in its copy layout from the loop's
             # producer statements; an index vector made in the loop has the layout of its uses in the softmax.
@@ -221,40 +220,6 @@ def _positive(ctx: RuleContext, step: cst.BaseExpression) -> bool:
     return False
 
 
-def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement
-                 ) -> tuple[str, cst.BaseExpression | None, cst.BaseExpression, int] | None:
-    """A producer statement `v = start + tl.arange(0, B)` (or `tl.arange(0, B)`, `start` scalar arithmetic without
-    calls) whose vector the K/V loads read along one axis only (`v[:, None]`: 1, `v[None, :]`: 0), with K and V tiles
-    of one copy layout: (v, start, B, axis); else None."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
-            or not isinstance(statement.body[0], cst.Assign) or len(statement.body[0].targets) != 1 \
-            or not isinstance(statement.body[0].targets[0].target, cst.Name):
-        return None
-    target, value = statement.body[0].targets[0].target.value, statement.body[0].value
-    start: cst.BaseExpression | None = None
-    arange = value
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
-        arange, start = (value.right, value.left) if isinstance(value.right, cst.Call) else (value.left, value.right)
-    if not isinstance(arange, cst.Call) or ctx.language(arange.func) not in ("arange", "core.arange") \
-            or len(arange.args) != 2 or any(a.keyword is not None for a in arange.args) \
-            or not (isinstance(arange.args[0].value, cst.Integer) and arange.args[0].value.value == "0"):
-        return None
-    if start is not None and (calls_in(start) or names_in(start) & set(name_terms(ctx.plan)) - {plan.var}):
-        return None
-    axes: set[int] = set()
-    bare = False
-    for load in (plan.k, plan.v):
-        for node in (load.pointer, load.mask):
-            if node is None:
-                continue
-            for sub in _subscripts_of(node, target):
-                axes.add(sub)
-            bare = bare or _bare_use(node, target)
-    if bare or axes not in ({0}, {1}):
-        return None
-    return target, start, arange.args[1].value, axes.pop()
-
-
 def _axis_of(node: cst.CSTNode, name: str) -> int | None:
     """The one axis `name` is expanded along in `node` (`name[:, None]`: 1, `name[None, :]`: 0), else None."""
     axes = set(_subscripts_of(node, name))
@@ -275,26 +240,6 @@ def _subscripts_of(node: cst.CSTNode, name: str) -> list[int]:
 
     node.visit(_Visit())
     return found
-
-
-def _bare_use(node: cst.CSTNode, name: str) -> bool:
-    """Whether `node` reads `name` other than subscripted."""
-    bare = False
-
-    class _Visit(cst.CSTVisitor):
-        def visit_Subscript(self, sub: cst.Subscript) -> bool:
-            return not (isinstance(sub.value, cst.Name) and sub.value.value == name)
-
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal bare
-            bare = bare or n.value == name
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(_Visit())
-    return bare
 
 
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
@@ -546,16 +491,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
 
     def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
         lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-        for i in plan.producer:
-            vector = _ring_vector(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
-            if vector is None:
-                lines.append(f"{indent}{_text(body[i], renames)}")
-                continue
-            # an index vector made in the loop: made again in the copy layout, along the axis the addresses use
-            target, start, block, axis = vector
-            start_text = f"{_text(start, renames)} + " if start is not None else ""
-            lines.append(f"{indent}{renames.get(target, target)} = {start_text}gl.arange(0, {_text(block)}, "
-                         f"layout=gl.SliceLayout({axis}, {k_layout}))")
+        lines += [f"{indent}{_text(body[i], renames)}" for i in plan.producer]
         for load, smem in ((plan.k, k_smem), (plan.v, v_smem)):
             pointer, mask = _load_args(body[load.index])
             live = f"({iteration} < {iters})"
