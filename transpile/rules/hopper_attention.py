@@ -12,7 +12,14 @@ constexpr; cp.async needs that to copy 16-byte vectors), with the loop as transl
     operand), wait for the first only (``warpgroup_mma_wait(1)``), so that the softmax runs while the tensor cores
     still work on PV; wait for PV where the accumulator is rescaled; refill the slots the finished wgmmas read.
     The PV of iteration ``i`` is issued in iteration ``i + 1`` (and the last one after the loop); the first
-    iteration's "previous PV" multiplies a zero P by a zero-filled V slot, which keeps the loop body uniform.
+    iteration's "previous PV" multiplies a zero P by a zero-filled V slot, which keeps the loop body uniform;
+  * a score mask that a scalar test shows all true on most tiles (`transpile.analysis.uniform_mask`) built and
+    applied only on the tiles where it is not (``if uniform: qk = qk * scale else: <as written>``).
+By default (the profitability policy, measured on an H100) the ring is emitted only where that test leaves out a
+mask comparing rows against keys (causal) in a one-loop kernel; the kernel is then bound to a launcher
+(`_TMAOrTriton`) that runs the Gluon kernel for launches whose tensors have 16-byte aligned rows and, where a
+constexpr flag guards the causal term, that set the flag; the source kernel runs the others (TT043). An autotuned
+kernel gets ATTENTION_CONFIG's tile as one more config. Elsewhere the kernel stays Triton (TT041).
 A two-dot loop of another shape is left as it is, with a TT040 note naming what does not fit.
 Targets: sm90.
 """
