@@ -4,6 +4,8 @@ adds; and, evaluated over every tile of ragged problems, that the test holds onl
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import pytest
 
@@ -349,3 +351,15 @@ def test_a_causal_mask_written_as_a_difference_counts_as_rows_against_keys():
     [mask] = _masks('        qk = tl.where(offs_m[:, None] - cols[None, :] >= 0, qk, -1.0e6)')
     assert [t for _, t in mask.pairs] == ["(start_m * BLOCK_M) - (start_n + BLOCK_N - 1) >= 0"]
     assert "_cp_async_load" in _sm90(_kernel('        qk = tl.where(offs_m[:, None] - cols[None, :] >= 0, qk, -1.0e6)')).text
+
+
+def test_triton_copies_of_helpers_whose_names_differ_by_an_underscore_stay_apart():
+    helpers = ("@triton.jit\ndef fin(x):\n    return x * 2.0\n\n\n@triton.jit\ndef _fin(x):\n    return x + 1.0\n\n\n")
+    text = _kernel(CAUSAL_MASK).replace("@triton.autotune(", helpers + "@triton.autotune(", 1)
+    text = text.replace("acc / l_i[:, None], mask=", "fin(_fin(acc / l_i[:, None])), mask=")
+    out = _sm90(text).text
+    copies = re.findall(r"^def (_\w*_triton)\(", out, re.M)
+    assert len(copies) == len(set(copies)) == 3, copies
+    kernel_copy = out[out.index("def _attn_triton("):]
+    called = set(re.findall(r"(_+fin_triton)\(", kernel_copy))
+    assert len(called) == 2, called

@@ -597,7 +597,16 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     dispatch = outcome.dispatch
     assert dispatch is not None
     name, copy = outcome.name, f"_{outcome.name}_triton"
-    renames = {h: f"_{h.lstrip('_')}_triton" for h in dispatch.helpers}
+    # Triton copies of the helpers: `_<helper>_triton`, made distinct from each other, from the kernel's copy and from
+    # the file's functions (`fin` and `_fin` would both give `_fin_triton`).
+    renames: dict[str, str] = {}
+    used = {*originals, copy}
+    for helper in dispatch.helpers:
+        renamed = f"_{helper.lstrip('_')}_triton"
+        while renamed in used:
+            renamed = f"_{renamed}"
+        renames[helper] = renamed
+        used.add(renamed)
     statement = _renamed(originals[name], renames)
     if dispatch.tiles:
         why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
