@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from transpile.cst_walk import TOKENS, children, semantic_preorder
+from transpile.cst_walk import TOKENS, children, preorder, semantic_preorder
 
 T = TypeVar("T")
 
@@ -190,6 +190,21 @@ def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
         return result
 
     return memoised
+
+
+def single_assign(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """``name = value`` (a line of one statement) as (name, value), else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value, small.value
+    return None
+
+
+def only_nodes(node: cst.CSTNode, allowed: tuple[type, ...]) -> bool:
+    """Whether `node` and every node below it (whitespace and punctuation included) is one of the `allowed` types."""
+    return all(isinstance(n, allowed) for n in preorder(node))
 
 
 def unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:

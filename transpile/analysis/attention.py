@@ -25,7 +25,8 @@ import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import LoopRefusal, loop_header
-from transpile.cst_utils import assigned_names, bound_names_of, calls_in, names_in, per_loop, read_names
+from transpile.cst_utils import (assigned_names, bound_names_of, calls_in, names_in, only_nodes, per_loop, read_names,
+                                 single_assign)
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -78,16 +79,6 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
 
     statement.visit(_Targets())
     return names
-
-
-def _single_assign(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
-    """``name = value`` as (name, value), else None."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    small = statement.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-        return small.targets[0].target.value, small.value
-    return None
 
 
 def _transposed(source: SourceFile, node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -153,7 +144,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
 
     # The two dots.
     (i1, s1), (i2, s2) = dots
-    first = _single_assign(s1)
+    first = single_assign(s1)
     call1 = next(c for c in calls_in(s1) if c in plan.dots)
     site1 = plan.dots[call1]
     scale = _scale_of(first[1], call1, body, plan) if first is not None else None
@@ -161,7 +152,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
         return refuse(call1, "the first dot is not `s = tl.dot(q, k)` (or a dot times a scalar) on a line of its own")
     if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None"):
         return refuse(call1, "the first dot has an accumulator; the score tile must start from zero each iteration")
-    second = _single_assign(s2)
+    second = single_assign(s2)
     call2 = next(c for c in calls_in(s2) if c in plan.dots)
     site2 = plan.dots[call2]
     if second is None or second[1] is not call2 or not isinstance(site2.acc, cst.Name) or \
@@ -176,7 +167,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
         if not isinstance(operand, cst.Name):
             return refuse(operand, f"{what} is an expression, not a tile loaded in the loop")
         for i, statement in enumerate(body):
-            assigned = _single_assign(statement)
+            assigned = single_assign(statement)
             if assigned is None or assigned[0] != operand.value:
                 continue
             call = assigned[1]
@@ -244,7 +235,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     for i, statement in enumerate(body):
         if i == i2 or acc not in names_in(statement):
             continue
-        assigned = _single_assign(statement)
+        assigned = single_assign(statement)
         if i1 < i < i2 and assigned is not None and assigned[0] == acc and \
                 isinstance(assigned[1], cst.BinaryOperation) and isinstance(assigned[1].operator, cst.Multiply):
             rescales.append(i)
@@ -298,17 +289,8 @@ def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStat
     allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.LeftParen, cst.RightParen,
                cst.BaseBinaryOp, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
                cst.EmptyLine, cst.Comment)
-    ok = True
-
-    class _Check(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            nonlocal ok
-            ok = ok and isinstance(node, allowed)
-            return ok
-
-    scale.visit(_Check())
     names = read_names(scale)
-    if not ok or names & bound_names_of(body) or names & set(name_terms(plan)):
+    if not only_nodes(scale, allowed) or names & bound_names_of(body) or names & set(name_terms(plan)):
         return None
     return scale, left
 

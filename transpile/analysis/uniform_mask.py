@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, names_in, read_names
+from transpile.cst_utils import bound_names, names_in, only_nodes, read_names, single_assign, unparenthesized
 
 _OPS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
 _ARITH = (cst.Name, cst.Integer, cst.BinaryOperation, cst.LeftParen, cst.RightParen, cst.Add, cst.Subtract,
@@ -39,6 +39,7 @@ class UniformMask:
     # The terms that compare two index vectors (rows against keys: a causal mask), as (guard, test): the work the
     # branch saves on a tile is then a comparison and a select per score, not a bound check of one vector.
     pairs: list[tuple[str | None, str]] = field(default_factory=list)
+    reads: set[str] = field(default_factory=set)  # the names the test reads
 
     def test_lines(self, name: str) -> list[str]:
         """`name = <test>` and its guarded conjuncts, one statement per line (indent 0)."""
@@ -75,14 +76,6 @@ def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, o
     return found
 
 
-def _assign(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-            and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
-            and isinstance(statement.body[0].targets[0].target, cst.Name):
-        return statement.body[0].targets[0].target.value, statement.body[0].value
-    return None
-
-
 def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == name \
             and isinstance(node.func.value, cst.Name) and node.func.value.value in lang:
@@ -91,7 +84,7 @@ def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
 
 
 def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) -> UniformMask | None:  # noqa: ANN001
-    assign = _assign(body[i])
+    assign = single_assign(body[i])
     call = _lang_call(assign[1], lang, "where") if assign else None
     if call is None or len(call.args) != 3 or any(a.keyword is not None for a in call.args):
         return None
@@ -107,7 +100,7 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
             counts[bound_name] = counts.get(bound_name, 0) + 1
     local: dict[str, cst.BaseExpression] = {}
     for j in range(i):
-        bound = _assign(body[j])
+        bound = single_assign(body[j])
         if bound is not None and counts.get(bound[0]) == 1:
             local[bound[0]] = bound[1]
     if var in counts:
@@ -128,7 +121,7 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
             statement = body[j]
             if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.test, cst.Name) \
                     and statement.test.value in flags and len(statement.body.body) == 1:
-                inner = _assign(statement.body.body[0])
+                inner = single_assign(statement.body.body[0])
                 if inner is None or inner[0] != name or not isinstance(inner[1], cst.BinaryOperation) \
                         or not isinstance(inner[1].operator, cst.BitAnd) or not _is_name(inner[1].left, name):
                     return None
@@ -136,7 +129,7 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
                 mask_indices.append(j)
                 j -= 1
                 continue
-            bound = _assign(statement)
+            bound = single_assign(statement)
             if bound is None or bound[0] != name:
                 return None
             mask_indices.append(j)
@@ -153,7 +146,8 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
         terms = [(None, t) for t in resolver.tests(mask)]
     if not terms or all(g is not None for g, _ in terms):
         return None
-    return UniformMask(i, target, sorted(mask_indices), terms, [t for t in terms if t[1] in resolver.pairs])
+    return UniformMask(i, target, sorted(mask_indices), terms, [t for t in terms if t[1] in resolver.pairs],
+                       resolver.reads)
 
 
 def _is_name(node: cst.BaseExpression, name: str) -> bool:
@@ -169,10 +163,11 @@ class _Resolver:
         self.stable: set[str] | None = None  # (None: any name not bound in the loop)
         self.pairs: set[str] = set()  # tests of comparisons of two index vectors (rows against keys)
         self.vectors = 0  # index vectors read by the comparison being read
+        self.reads: set[str] = set()  # names the tests read
 
     def tests(self, node: cst.BaseExpression) -> list[str]:
         """The scalar tests, one per comparison of the conjunction `node`."""
-        node = _unparen(node)
+        node = unparenthesized(node)
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
             return self.tests(node.left) + self.tests(node.right)
         if isinstance(node, cst.Name) and node.value in self.local:
@@ -192,7 +187,7 @@ class _Resolver:
 
     def interval(self, node: cst.BaseExpression) -> tuple[str, str]:
         """(smallest, largest) value of `node` over the tile, as code."""
-        node = _unparen(node)
+        node = unparenthesized(node)
         if isinstance(node, cst.Subscript):  # `v[:, None]` / `v[None, :]`: a broadcast of the vector `v`
             if len(node.slice) != 2:
                 raise _NotUniform
@@ -209,7 +204,7 @@ class _Resolver:
 
     def vector(self, node: cst.BaseExpression, depth: int = 0) -> tuple[str, str]:
         """(first, last) element of the index vector `node`: a sum of one ``tl.arange(0, B)`` and scalars."""
-        node = _unparen(node)
+        node = unparenthesized(node)
         if depth > 8:
             raise _NotUniform
         if isinstance(node, cst.Name):
@@ -232,7 +227,7 @@ class _Resolver:
         raise _NotUniform
 
     def _is_vector(self, node: cst.BaseExpression) -> bool:
-        node = _unparen(node)
+        node = unparenthesized(node)
         if isinstance(node, cst.Name):
             return node.value in self.tensors
         return _lang_call(node, self.lang, "arange") is not None or (
@@ -240,16 +235,8 @@ class _Resolver:
 
     def scalar(self, node: cst.BaseExpression) -> str:
         """`node` as code, when it is scalar arithmetic on names the loop does not change (or its variable)."""
-        node = _unparen(node)
-        ok = True
-
-        class _Check(cst.CSTVisitor):
-            def on_visit(self, n: cst.CSTNode) -> bool:
-                nonlocal ok
-                ok = ok and isinstance(n, _ARITH)
-                return ok
-
-        node.visit(_Check())
+        node = unparenthesized(node)
+        ok = only_nodes(node, _ARITH)
         names = read_names(node)
         # Scalars the loop does not change (parameters, values computed before the loop), or its variable; never
         # a value the loop computes (its test would be read before its definition).
@@ -257,14 +244,9 @@ class _Resolver:
                 or any(n != self.var and n in self.loop_bound for n in names) \
                 or (self.stable is not None and any(n != self.var and n not in self.stable for n in names)):
             raise _NotUniform
+        self.reads |= names
         text = cst.Module([]).code_for_node(node)
         return text if isinstance(node, (cst.Name, cst.Integer)) else f"({text})"
-
-
-def _unparen(node: cst.BaseExpression) -> cst.BaseExpression:
-    while getattr(node, "lpar", None) and len(node.lpar) > 0:
-        node = node.with_changes(lpar=[], rpar=[])
-    return node
 
 
 def _sum(a: str, b: str) -> str:

@@ -33,7 +33,7 @@ from transpile.analysis.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
-from transpile.cst_utils import assigned_names, calls_in, names_in, read_names
+from transpile.cst_utils import assigned_names, calls_in, names_in, only_nodes
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
@@ -173,7 +173,7 @@ class HopperAttentionPipeline(Rule):
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides)
+        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks)
         ctx.pipelined_loop(original, ring)
         if masks:
             ctx.attention_tile = ring_tile(ctx, plan)
@@ -227,9 +227,9 @@ def _positive(ctx: RuleContext, step: cst.BaseExpression) -> bool:
     return False
 
 
-def _axis_of(node: cst.CSTNode, name: str) -> int | None:
-    """The one axis `name` is expanded along in `node` (`name[:, None]`: 1, `name[None, :]`: 0), else None."""
-    axes = set(_subscripts_of(node, name))
+def _axis_of(nodes: list[cst.CSTNode], name: str) -> int | None:
+    """The one axis `name` is expanded along in `nodes` (`name[:, None]`: 1, `name[None, :]`: 0), else None."""
+    axes = {a for node in nodes for a in _subscripts_of(node, name)}
     return axes.pop() if axes in ({0}, {1}) else None
 
 
@@ -321,7 +321,7 @@ class _Relayout:
         names = sorted(names_in(node))
         if any(self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None) for n in names):
             return None
-        return _text(node, {n: self.name_in(n, layout, suffix, _axis_of(node, n)) for n in names if n in self.terms})
+        return _text(node, {n: self.name_in(n, layout, suffix, _axis_of([node], n)) for n in names if n in self.terms})
 
     def load(self, tensor: str, layout: str, suffix: str) -> str | None:
         """`tensor = tl.load(ptrs, mask=..., other=...)` as a load in `layout` (text), or None."""
@@ -419,22 +419,12 @@ def _elementwise(node: cst.CSTNode) -> bool:
                cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.Comma, cst.Colon,
                cst.BaseBinaryOp, cst.BaseUnaryOp, cst.BaseCompOp, cst.MaybeSentinel, cst.ParenthesizedWhitespace,
                cst.SimpleWhitespace, cst.Newline, cst.EmptyLine, cst.Comment, cst.TrailingWhitespace)
-    ok = True
-
-    class _Check(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal ok
-            if not isinstance(n, allowed):
-                ok = False
-            return ok
-
-    node.visit(_Check())
-    return ok
+    return only_nodes(node, allowed)
 
 
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
-          strides: list[str]) -> tuple[str, Sm90Ring]:
-    """The pipelined loop and the schedule it is written from."""
+          strides: list[str], masks: list[UniformMask]) -> tuple[str, Sm90Ring]:
+    """The pipelined loop and the schedule it is written from; `masks`: the score masks to build only where needed."""
     # Two commit groups per iteration (K, then V); at the top of iteration `it` the 2 * NUM_STAGES - 3 youngest may
     # be in flight: K of `it` and V of `it - 1` have landed. QK^T is waited for with PV (`mma_in_flight`) in flight.
     schedule = Sm90Ring("attention", ctx.function.name, ctx.source.position(plan.loop)[0],
@@ -480,8 +470,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
             continue  # a scalar
         layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
         uses = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
-        axes = {a for n in uses for a in _subscripts_of(n, invariant)}
-        renames[invariant] = in_layout.name_in(invariant, layout, "ring", axes.pop() if axes in ({0}, {1}) else None)
+        renames[invariant] = in_layout.name_in(invariant, layout, "ring", _axis_of(uses, invariant))
 
     # Q is loaded again for its shared-memory copy, 16 bytes per thread (the translated load, in the accumulator's
     # layout, reads 4 bytes per thread; unused in this branch, the compiler drops it), when its address and mask
@@ -524,11 +513,11 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     before = [i for i in range(plan.scores_index) if i not in skip]
     softmax = [i for i in range(plan.scores_index + 1, plan.acc_index) if i not in skip and i not in plan.rescales]
     after = [i for i in range(plan.acc_index + 1, len(body)) if i not in skip]
-    masks = _uniform_masks(ctx, plan, softmax)
+    masks = [m for m in masks if m.where_index in softmax and set(m.mask_indices) <= set(softmax)]
     uniform = name("uniform") if masks else ""
     tests = {m.where_index: m.test_lines(uniform) for m in masks}
     uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales) or any(
-        plan.var in read_names(cst.parse_module("\n".join(lines))) for lines in tests.values())
+        plan.var in m.reads for m in masks)
 
     def statements(indices: list[int]) -> list[str]:
         return [_indent(_text(body[i]), "    ") for i in indices]

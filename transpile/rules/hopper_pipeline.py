@@ -31,8 +31,8 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
-from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, add_config, WS_CONSUMER, WS_MIN_TILE, RingConfig, RingOperand, Sm90Ring,
-                                             WarpSpecialised, kernel_configs)
+from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
+                                             RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs)
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
                                            ring_depth)
 

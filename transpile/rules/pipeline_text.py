@@ -99,8 +99,7 @@ def loop_namer(ctx, loop: cst.CSTNode) -> Callable[[str], str]:  # noqa: ANN001 
     mine = ctx.generated.setdefault(id(loop), set())
     mine.clear()
     # (and the layout constants the layout plan declares at the top of the function: `q_layout`, ...)
-    declared = {d[0] for d in getattr(ctx.plan, "declarations", ())} | set(getattr(ctx.plan, "names", {}).values())
-    inner = namer(names_in(ctx.function.node) | others | declared)
+    inner = namer(names_in(ctx.function.node) | others | set(ctx.plan.names.values()))
 
     def name(base: str) -> str:
         chosen = inner(base)
