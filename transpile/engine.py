@@ -200,7 +200,7 @@ def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str
         node = loops[0].node if loops else fn.node
         message = None
         if outcome.dispatch is not None and outcome.translated and not outcome.dispatch.tiles:
-            continue  # a launcher on a flag (TT043, from the rule)
+            continue  # a launcher on a flag or on alignment (TT043, from the rule)
         if outcome.dispatch is not None and outcome.translated:
             loads = ", ".join(f"`{t.param}`" for t in outcome.dispatch.tiles if t.load)
             stores = [f"`{t.param}`" for t in outcome.dispatch.tiles if not t.load]
@@ -249,7 +249,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 pipelined=bool(ctx.pipelined), module_functions=ctx.module_functions,
                                 added_configs=ctx.added_configs, schedules=ctx.schedules,
                                 persistent_grid=getattr(ctx.persistent, "host_condition", None),
-                                dispatch=dispatch.get(fn.name) or _flag_dispatch(facts, fn, ctx),
+                                dispatch=dispatch.get(fn.name) or _launch_dispatch(facts, fn, ctx),
                                 ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         if refusals:
@@ -576,7 +576,7 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     return _drop_unused_language_imports(out, source)
 
 
-def _flag_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> Dispatch | None:
+def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> Dispatch | None:
     """The launcher's dispatch for a kernel whose Gluon form runs only some launches (`RuleContext.launch_checked`):
     those that set a constexpr flag (`RuleContext.launch_flag`), with aligned tensors; the others run the source
     kernel."""
@@ -591,9 +591,9 @@ def _flag_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> Dis
 
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
     """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
-    set a flag (`Dispatch.when`): the source kernel, unchanged but for its name (and those of the jit helpers it
-    calls, copied too, since the variant's own are Gluon), and the launcher (`_TMAOrTriton`) that the kernel's name
-    then stands for."""
+    set a flag (`Dispatch.when`) or have aligned tensors (`Dispatch.aligned`): the source kernel, unchanged but for
+    its name (and those of the jit helpers it calls, copied too, since the variant's own are Gluon), and the launcher
+    (`_TMAOrTriton`) that the kernel's name then stands for."""
     dispatch = outcome.dispatch
     assert dispatch is not None
     name, copy = outcome.name, f"_{outcome.name}_triton"
