@@ -45,11 +45,14 @@ def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: 
     assert "qk = _dot(q_op, k_t, " in text
 
 
-def test_sm90_attention_with_k_as_head_dim_by_keys_keeps_the_translated_loop() -> None:
-    """The cp.async ring copies K rows along the head dimension: K loaded as [HEAD_DIM, BLOCK_N] is refused (TT040)
-    rather than pipelined with a guard on the wrong stride and a branch reading an undefined `v`."""
-    text = _golden("fx_attention_kt", "sm90")
-    assert "warpgroup_mma(" not in text.split("def attn_kt_fwd")[1]
+def test_sm90_attention_with_k_as_head_dim_by_keys_copies_k_through_its_transposed_addresses() -> None:
+    """K loaded as [HEAD_DIM, BLOCK_N]: the cp.async ring copies K rows along the head dimension, so it copies K
+    through its transposed addresses into [BLOCK_N, HEAD_DIM] slots and QK^T reads a transposed view (before session
+    10 it was refused; earlier still it was pipelined with a guard on the wrong stride)."""
+    text = " ".join(_golden("fx_attention_kt", "sm90").split("def attn_kt_fwd")[1].split())
+    assert "+ cols_ring[:, None] * stride_kn + offs_d_ring[None, :] )" in text
+    assert "k_smem.index(slot).permute((1, 0))," in text
+    assert "`k` is loaded [HEAD_DIM, BLOCK_N] in the source" in text
 
 
 @pytest.mark.slow

@@ -195,7 +195,10 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     launcher[(1,)](rows, odd, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
     launcher[(1,)](rows, rows.t(), rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)  # last stride not 1
     launcher[(1,)](seventy_two, seventy_two, seventy_two, seventy_two, 72, 8, 0.1, D=72, CAUSAL=True)
-    assert ran[3:] == ["gluon", "triton", "triton", "triton"]
+    # a row stride the copies scale by that is not a multiple of 16 (`divisible`): Triton would not compile the
+    # 16-byte copies for it
+    launcher[(1,)](rows, rows, rows, rows, 72, 8, 0.1, D=64, CAUSAL=True)
+    assert ran[3:] == ["gluon", "triton", "triton", "triton", "triton"]
     # --gluon-always: every launch runs the Gluon kernel (no launcher)
     assert "_TMAOrTriton(" not in _sm90(_kernel(CAUSAL_MASK), gluon_always=True).text
 
@@ -203,7 +206,7 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
 def test_an_unguarded_causal_mask_runs_every_launch_as_gluon():
     mask = '''        qk = tl.where((offs_m[:, None] >= cols[None, :]) & (cols[None, :] < N_CTX), qk * qk_scale, -1e9)'''
     text = _sm90(_kernel(mask)).text
-    assert "_cp_async_load" in text and "when=(" not in text and "aligned=True)" in text  # (alignment only)
+    assert "_cp_async_load" in text and "when=(" not in text and "aligned=True, divisible=(" in text  # (alignment only)
 
 
 def test_a_sequence_end_mask_alone_keeps_the_kernel_as_triton():
@@ -284,10 +287,18 @@ def _loop_vector_kernel(k_pointer: str) -> str:
     return text.replace("k_ptrs + start_n * stride_n, mask", f"{k_pointer}, mask")
 
 
-def test_an_index_vector_made_in_the_loop_for_the_addresses_keeps_the_kernel_as_triton():
-    """(Made again in the copy layout, the ring compiled only where the strides are specialised as aligned, which
-    `verify` does not do: kept as Triton until it does.)"""
-    result = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + offs_d[None, :]"))
+def test_an_index_vector_made_in_the_loop_is_made_again_in_the_copy_layout():
+    text = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + offs_d[None, :]")).text
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert "cols_next = start_n_next + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))" in " ".join(
+        " ".join(lines).split())
+    assert "_cp_async_load" in text
+    # the copies' row stride must be a multiple of 16 at the launches the Gluon kernel takes (verify compiles so)
+    assert re.search(r'divisible=\(\s*"stride_n",\s*\)', text)
+
+
+def test_an_index_vector_made_in_the_loop_and_read_along_both_axes_keeps_the_kernel_as_triton():
+    result = _sm90(_loop_vector_kernel("k_ptr + cols[:, None] * stride_n + cols[None, :] * 0 + offs_d[None, :]"))
     assert "_cp_async_load" not in result.text
     assert any(d.code == "TT041" and "index vector made in the loop" in d.message for d in result.diagnostics)
 
@@ -363,3 +374,80 @@ def test_triton_copies_of_helpers_whose_names_differ_by_an_underscore_stay_apart
     kernel_copy = out[out.index("def _attn_triton("):]
     called = set(re.findall(r"(_+fin_triton)\(", kernel_copy))
     assert len(called) == 2, called
+
+
+@pytest.mark.slow
+def test_verify_compiles_the_gluon_kernel_as_an_aligned_launch_does(translated, verify_values, monkeypatch,  # noqa: ANN001
+                                                                    tmp_path):  # noqa: ANN001
+    """A kernel behind an aligned launcher runs as Gluon only for launches with 16-byte aligned tensors, its copies'
+    strides multiples of 16 and its inner strides 1: `verify` compiles it so specialised, so the ring's cp.async
+    branch (behind `isinstance(stride, int)`, a stride of 1 made a constexpr) is what it compiles."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name in ("attention_fwd", "suite_gqa_attention"):
+        compiled = verify(translated(name, "sm90"), verify_values[f"{name}.py"], all_configs=False)
+        gluon = [c for c in compiled if not c.kept]
+        assert gluon and all(c.ok and "(aligned launch)" in c.label for c in gluon), [c.message for c in gluon]
+        assert all("cp.async.cg.shared.global" in c.asm["ptx"] for c in gluon)
+
+
+# ---- K loaded as [HEAD_DIM, BLOCK_N] (session 10) ----
+
+def _kt_kernel(kt_ptrs: str, k_mask: str = "cols[None, :] < N_CTX") -> str:
+    text = _kernel(CAUSAL_MASK).replace(
+        "    k_ptrs = k_ptr + offs_n[:, None] * stride_n + offs_d[None, :]\n", f"    kt_ptrs = {kt_ptrs}\n")
+    return text.replace("k = tl.load(k_ptrs + start_n * stride_n, mask=cols[:, None] < N_CTX, other=0.0)",
+                        f"k = tl.load(kt_ptrs + start_n * stride_n, mask={k_mask}, other=0.0)").replace(
+        "qk = tl.dot(q, tl.trans(k))", "qk = tl.dot(q, k)")
+
+
+def test_a_k_tile_loaded_transposed_is_copied_through_its_transposed_addresses():
+    """`tl.dot(q, k)` on K loaded [D, BLOCK_N]: the ring copies K as [BLOCK_N, D] (the addresses and the mask with
+    their broadcasts swapped) and QK^T reads the slot as a transposed view; the translated loop keeps the source's
+    own [D, BLOCK_N] addresses."""
+    result = _sm90(_kt_kernel("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]"))
+    flat = " ".join(result.text.split())
+    assert "_cp_async_load" in flat
+    assert "kt_ptrs_ring = k_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :]" in flat
+    assert "mask=(cols_next[:, None] < N_CTX) & (i < num_iters)" in flat
+    assert "k_smem.index(slot).permute((1, 0))" in flat
+    assert "gl.allocate_shared_memory(q.dtype, [NUM_STAGES, BLOCK_N, D]" in flat
+    assert not any(d.code == "TT040" for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("kt_ptrs, mask, why", [
+    ("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]", "tl.broadcast_to(cols[None, :], (D, BLOCK_N)) < N_CTX",
+     "not arithmetic on index vectors"),
+    ("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]\n    kt_ptrs += stride_n", "cols[None, :] < N_CTX",
+     "`kt_ptrs` is a 2-D tile it cannot re-evaluate transposed"),
+])
+def test_a_k_tile_loaded_transposed_that_cannot_be_read_transposed_is_refused(kt_ptrs: str, mask: str, why: str):
+    result = _sm90(_kt_kernel(kt_ptrs, mask))
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and why in d.message for d in result.diagnostics), \
+        [d.message for d in result.diagnostics]
+
+
+# ---- Scores accumulated into a zero tile made in the iteration (session 10; the tutorial style) ----
+
+@pytest.mark.parametrize("start, pipelined", [
+    ("qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)", True),
+    ("qk = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=tl.float32)", True),
+    ("qk = tl.full([BLOCK_M, BLOCK_N], 1.0, dtype=tl.float32)", False),  # not a zero start
+    ("qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)\n        qk = qk + qk_scale", False),  # changed before
+])
+def test_scores_accumulated_into_a_zero_tile_made_in_the_iteration(start: str, pipelined: bool):
+    """`qk = tl.zeros(...)` then `qk += tl.dot(q, k)`: the scores start from zero each iteration, as `qk = tl.dot(q,
+    k)` does; the ring starts its QK^T wgmma from that tile."""
+    text = _kernel(CAUSAL_MASK).replace("        qk = tl.dot(q, tl.trans(k))\n",
+                                        f"        {start}\n        qk += tl.dot(q, tl.trans(k))\n")
+    result = _sm90(text)
+    flat = " ".join(result.text.split())
+    assert ("_cp_async_load" in flat) is pipelined
+    if pipelined:
+        assert "k_smem.index(slot).permute((1, 0)), qk, is_async=True)" in flat
+    else:
+        assert any("the first dot has an accumulator" in d.message for d in result.diagnostics)

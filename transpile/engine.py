@@ -586,7 +586,8 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
     if ctx.launch_flag is not None and param is None:
         return None
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
-                    when=(param.name, param.default or "None") if param is not None else None, aligned=True)
+                    when=(param.name, param.default or "None") if param is not None else None, aligned=True,
+                    divisible=ctx.launch_divisible, unit=ctx.launch_unit)
 
 
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
@@ -635,6 +636,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
     when = f', when=("{dispatch.when[0]}", {dispatch.when[1]})' if dispatch.when else ""
     when += ", aligned=True" if dispatch.aligned else ""
+    for key, names in (("divisible", dispatch.divisible), ("unit", dispatch.unit)):
+        when += f", {key}=({''.join(value(n) + ', ' for n in names)})" if names else ""
     launcher = cst.parse_statement(
         f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
         f"persistent={persistent}{when})\n")

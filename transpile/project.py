@@ -583,7 +583,10 @@ def _dispatch(data: dict | None) -> Dispatch | None:
     if data is None:
         return None
     tiles = tuple(Tile(**{**t, "offsets": tuple(t["offsets"])}) for t in data["tiles"])
-    return Dispatch(data["kernel"], tuple(data["params"]), tiles, tuple(data.get("helpers", ())))
+    when = data.get("when")
+    return Dispatch(data["kernel"], tuple(data["params"]), tiles, tuple(data.get("helpers", ())),
+                    tuple(when) if when is not None else None, bool(data.get("aligned", False)),  # type: ignore[arg-type]
+                    tuple(data.get("divisible", ())), tuple(data.get("unit", ())))
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

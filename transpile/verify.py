@@ -143,8 +143,11 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
 
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
-                   num_warps: int, triton_kernel: bool = False) -> tuple[bool, str, dict[str, str], int | None]:
-    """Compile one kernel for `target`: a Gluon kernel, or (`triton_kernel`) a `@triton.jit` kernel the variant kept."""
+                   num_warps: int, triton_kernel: bool = False, divisible: tuple[str, ...] = ()
+                   ) -> tuple[bool, str, dict[str, str], int | None]:
+    """Compile one kernel for `target`: a Gluon kernel, or (`triton_kernel`) a `@triton.jit` kernel the variant kept.
+    `divisible`: parameters compiled as a launch compiles arguments that are multiples of 16 (ints) or 16-byte
+    aligned (pointers)."""
     import triton
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -156,7 +159,8 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
         fn = fn.fn
     kind = ASTSource if triton_kernel else GluonASTSource
-    source = kind(fn=fn, signature=signature, constexprs=constexprs)
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    source = kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     captured = io.StringIO()
     try:
         with redirect_stderr(captured):
@@ -213,8 +217,16 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                                                           num_warps, triton_kernel=True)
                 outcomes.append(CompiledKernel(f"_{outcome.name}_triton", label, ok, message, asm, shared, True))
                 kernel = kernel.gluon_kernel
+            divisible: tuple[str, ...] = ()
+            if outcome.dispatch is not None and outcome.dispatch.aligned and not kept:
+                # The launcher runs the Gluon kernel only for launches with aligned tensors, the `divisible` ints
+                # multiples of 16 and the `unit` ones 1: compile it as Triton specialises such a launch.
+                label += " (aligned launch)"
+                for name in outcome.dispatch.unit:
+                    signature[name], constexprs[name] = "constexpr", 1
+                divisible = (*[n for n, t in signature.items() if t.startswith("*")], *outcome.dispatch.divisible)
             ok, message, asm, shared = compile_kernel(kernel, result.target, signature,
-                                                      constexprs, num_warps, triton_kernel=kept)
+                                                      constexprs, num_warps, triton_kernel=kept, divisible=divisible)
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes
 

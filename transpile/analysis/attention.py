@@ -60,6 +60,10 @@ class AttentionPlan:
     invariants: list[str] = field(default_factory=list)  # names from outside the loop the addresses use
     # `s = tl.dot(q, k) * scale` (or `scale * tl.dot(...)`): the scalar factor, and whether it stands on the left
     scores_scale: tuple[cst.BaseExpression, bool] | None = field(default=None, repr=False)
+    # Definitions of the 2-D names the K addresses read, where a rule reads them otherwise than as written (the sm90
+    # ring copies a K loaded as [HEAD_DIM, BLOCK_N] through its transposed addresses)
+    k_definitions: dict[str, cst.BaseExpression] = field(default_factory=dict, repr=False)
+    k_swapped: bool = False  # `k` holds the swapped address and mask of a K loaded [HEAD_DIM, BLOCK_N]
 
 
 def _assigned(statement: cst.CSTNode) -> set[str]:
@@ -100,6 +104,33 @@ def _transposed(source: SourceFile, node: cst.BaseExpression) -> cst.BaseExpress
 
 def _is_zero(source: SourceFile, node: cst.BaseExpression) -> bool:
     return source.code(node).strip() in ("0", "0.0", "0.", "False")
+
+
+def _zeroed_before(source: SourceFile, body: list[cst.BaseStatement], index: int, acc: cst.BaseExpression
+                   ) -> int | None:
+    """The first dot's accumulator is a zero tile made in this iteration: ``qk = tl.zeros([M, N], dtype=...)`` then,
+    with nothing reading or binding `qk` in between, ``qk += tl.dot(q, k)`` (the canonical ``qk = tl.dot(q, k, qk)``):
+    the scores start from zero each iteration, as ``qk = tl.dot(q, k)`` does (the canonical pass folds the
+    accumulation only into a float32/int32 or `out_dtype` start, the dot's own result type). The index of the
+    statement that makes the zero tile, else None."""
+    if not isinstance(acc, cst.Name):
+        return None
+    for i in range(index - 1, -1, -1):
+        statement = body[i]
+        assignment = single_assign(statement)
+        if assignment is not None and assignment[0] == acc.value:
+            call = assignment[1]
+            if not isinstance(call, cst.Call) or language_name(source.qualified_name(call.func)) not in (
+                    "zeros", "core.zeros", "full", "core.full"):
+                return None
+            if language_name(source.qualified_name(call.func)) in ("full", "core.full"):
+                value = next((a.value for a in call.args[1:2] if a.keyword is None), None) or next(
+                    (a.value for a in call.args if a.keyword is not None and a.keyword.value == "value"), None)
+                return i if value is not None and _is_zero(source, value) else None
+            return i
+        if acc.value in names_in(statement) or acc.value in assigned_names(statement):
+            return None
+    return None
 
 
 def _chained(body: list[cst.BaseStatement], first: int, second: int) -> bool:
@@ -150,7 +181,9 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     scale = _scale_of(first[1], call1, body, plan) if first is not None else None
     if first is None or (first[1] is not call1 and scale is None):
         return refuse(call1, "the first dot is not `s = tl.dot(q, k)` (or a dot times a scalar) on a line of its own")
-    if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None"):
+    zeroed = _zeroed_before(source, body, i1, site1.acc) if site1.acc is not None else None
+    if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None") \
+            and zeroed is None:
         return refuse(call1, "the first dot has an accumulator; the score tile must start from zero each iteration")
     second = single_assign(s2)
     call2 = next(c for c in calls_in(s2) if c in plan.dots)
@@ -242,7 +275,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
             continue
         return refuse(statement, f"`{acc}` is used here; in the pipelined loop it is available only after the "
                       "second dot's wgmma is waited for, where the `acc = acc * ...` rescales go")
-    if any(scores in names_in(s) for s in body[i2 + 1:]) or any(scores in names_in(s) for s in body[:i1]):
+    if any(scores in names_in(s) for s in body[i2 + 1:]) or \
+            any(scores in names_in(s) for i, s in enumerate(body[:i1]) if i != zeroed):
         return refuse(s1, f"`{scores}` is used outside the softmax between the two dots")
 
     # The producer slice: statements the load addresses and masks need, transitively, within the loop.

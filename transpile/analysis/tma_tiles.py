@@ -137,6 +137,11 @@ class Dispatch:
     # every tensor argument 16-byte aligned with contiguous rows (a form whose copies move 16 bytes, like cp.async
     # rings, which would not compile for other launches); the others run the source kernel
     aligned: bool = False
+    # with `aligned`: the int parameters that scale the copies' addresses, multiples of 16 at the launches the
+    # launcher lets through (Triton then compiles them as divisible by 16, which 16-byte copies need), and the inner
+    # strides, 1 at those launches (a constexpr 1 then): `verify` compiles the Gluon kernel so specialised
+    divisible: tuple[str, ...] = ()
+    unit: tuple[str, ...] = ()
 
 
 @dataclass
@@ -869,12 +874,14 @@ class _TMAOrTriton:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
     than the source only then). `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
-    unit last stride and the other strides multiples of 16 elements (a launch then tells the compiler their rows are
-    aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
+    unit last stride and the other strides multiples of 16 elements, whose `divisible` int arguments are multiples
+    of 16 and whose `unit` ones are 1 (a launch then tells the compiler their rows are aligned, which cp.async copies
+    of 16 bytes need to compile). The descriptors are
     made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
     (`triton.set_allocator`), one that allocates with torch is set."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False):
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
+                 divisible=(), unit=()):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -882,6 +889,8 @@ class _TMAOrTriton:
         self.persistent = persistent
         self.when = when
         self.aligned = aligned
+        self.divisible = divisible
+        self.unit = unit
 
     def addressable(self, args, kwargs):
         values = dict(zip(self.params, args))
@@ -895,6 +904,10 @@ class _TMAOrTriton:
                 strides = value.stride()  # (multiples of 16 elements: what a launch specialises as aligned)
                 if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
                     return False
+            if any(not isinstance(values.get(p), int) or values.get(p) % 16 for p in self.divisible):
+                return False
+            if any(values.get(p) != 1 for p in self.unit):
+                return False
         for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
             tensor = values.get(pointer)
             if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:

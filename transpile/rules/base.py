@@ -68,6 +68,9 @@ class RuleContext:
     # sm90: the kernel's Gluon form runs only the launches a launcher lets through (the flag above, tensors with
     # 16-byte aligned rows); the variant keeps the source kernel for the others.
     launch_checked: bool = False
+    # ... and the int parameters those launches have as multiples of 16 (`Dispatch.divisible`) or as 1 (`unit`)
+    launch_divisible: tuple[str, ...] = ()
+    launch_unit: tuple[str, ...] = ()
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

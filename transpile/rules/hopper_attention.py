@@ -26,6 +26,8 @@ Targets: sm90.
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
@@ -33,7 +35,8 @@ from transpile.analysis.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
-from transpile.cst_utils import assigned_names, calls_in, names_in, only_nodes
+from transpile.cst_utils import (assigned_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
+                                 sum_terms)
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
@@ -113,12 +116,14 @@ class HopperAttentionPipeline(Rule):
             return updated
         if not plan.k_transposed:
             # K read as [HEAD_DIM, BLOCK_N] (keys along the columns, the head dimension contiguous down the rows):
-            # the ring's cp.async copies move 16-byte vectors along a tile's last dimension, which here is strided.
-            ctx.diagnostics.append(ctx.source.diagnostic(
-                plan.k.call, "TT040", "main loop not pipelined: attention loop: the K tile is loaded as [HEAD_DIM, "
-                "BLOCK_N] (keys along its columns); the cp.async ring copies K rows of contiguous head-dimension "
-                "elements: load K as [BLOCK_N, HEAD_DIM] and use `tl.trans(k)`"))
-            return updated
+            # the ring's cp.async copies move 16-byte vectors along a tile's last dimension, so it copies K through
+            # its transposed addresses into [BLOCK_N, HEAD_DIM] slots, which QK^T reads as a transposed view.
+            view = _transposed_k(ctx, plan)
+            if isinstance(view, LoopRefusal):
+                ctx.diagnostics.append(ctx.source.diagnostic(view.node, "TT040",
+                                                             f"main loop not pipelined: {view.reason}"))
+                return updated
+            plan = view
         body = list(updated.body.body)  # type: ignore[union-attr]
         if len(body) != len(original.body.body):  # type: ignore[union-attr]
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", "main loop not pipelined: attention "
@@ -133,7 +138,8 @@ class HopperAttentionPipeline(Rule):
             return updated
         loop_body = list(original.body.body)  # type: ignore[union-attr]
         created = next((c for i in plan.producer for c in calls_in(loop_body[i])
-                        if ctx.language(c.func) in ("arange", "core.arange")), None)
+                        if ctx.language(c.func) in ("arange", "core.arange")
+                        and _ring_vector(ctx, plan, loop_body[i]) is None), None)
         if created is not None:
             # The ring re-evaluates the K/V addresses for later iterations in its copy layout from the loop's
             # producer statements; an index vector made in the loop has the layout of its uses in the softmax.
@@ -160,6 +166,8 @@ class HopperAttentionPipeline(Rule):
             # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
             # (they would not compile); so do those without the flag, if any.
             ctx.launch_checked = True
+            ctx.launch_unit = tuple(strides)
+            ctx.launch_divisible = _divisible_strides(ctx, plan, strides)
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
             name = ctx.function.name
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT043", (
@@ -227,6 +235,142 @@ def _positive(ctx: RuleContext, step: cst.BaseExpression) -> bool:
     return False
 
 
+class _Unconvert(cst.CSTTransformer):
+    """``gl.convert_layout(x, layout)`` -> ``x``."""
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.BaseExpression) -> cst.BaseExpression:
+        func = updated_node.func  # type: ignore[attr-defined]
+        if isinstance(func, cst.Attribute) and func.attr.value == "convert_layout" and isinstance(func.value, cst.Name) \
+                and func.value.value == "gl" and len(updated_node.args) == 2:  # type: ignore[attr-defined]
+            value = updated_node.args[0].value  # type: ignore[attr-defined]
+            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+                if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)) \
+                else value
+        return updated_node
+
+
+def _unconverted(node):  # noqa: ANN001, ANN202 - a node of the translated loop, as the ring's copies write it
+    """`node` without the layout conversions the translation put in for the softmax's layouts: the ring's copies
+    re-make every vector they read in their own copy layout."""
+    return None if node is None else node.visit(_Unconvert())
+
+
+class _SwapAxes(cst.CSTTransformer):
+    """``v[:, None]`` <-> ``v[None, :]``: a 2-D broadcast expression read transposed."""
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
+        if broadcast_axis(updated_node) is None:
+            return updated_node
+        first, second = updated_node.slice
+        return updated_node.with_changes(slice=[first.with_changes(slice=second.slice),
+                                                second.with_changes(slice=first.slice)])
+
+
+def _swapped(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    return None if node is None else node.visit(_SwapAxes())  # type: ignore[return-value]
+
+
+def _transposed_k(ctx: RuleContext, plan: AttentionPlan) -> AttentionPlan | LoopRefusal:
+    """The plan of a loop whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
+    [BLOCK_N, HEAD_DIM] and transposed: its address and mask with every ``v[:, None]`` and ``v[None, :]`` swapped, and
+    so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
+    same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
+    1-D vectors and scalars before the loop, or one the V addresses read too."""
+    terms = name_terms(ctx.plan)
+    definitions, counts = _definitions(ctx.function.node)
+    v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))
+    bound_in_loop = set().union(*(assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
+    swapped: dict[str, cst.BaseExpression] = {}
+
+    def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
+        return LoopRefusal(node, "attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N] (keys along its "
+                           f"columns), which the cp.async ring copies through its transposed addresses; {why}")
+
+    pending = [n for n in (plan.k.pointer, plan.k.mask) if n is not None]
+    while pending:
+        node = pending.pop()
+        if not _elementwise(node):
+            return refuse(node, "this address or mask is not arithmetic on index vectors and scalars")
+        bad = next((sub for sub in _subscripts(node) if broadcast_axis(sub) is None), None)
+        if bad is not None:
+            return refuse(bad, "this subscript is not `v[:, None]` or `v[None, :]`")
+        for name in sorted(names_in(node)):
+            term = terms.get(name)
+            if term is not None and term.slice_of is not None and _bare_use(node, name):
+                return refuse(node, f"the 1-D `{name}` is broadcast here without a subscript")
+            if term is None or term.slice_of is not None or name in swapped:
+                continue  # a scalar or a 1-D vector (the swapped broadcasts lay it along the other axis)
+            definition = definitions.get(name)
+            if name in bound_in_loop or definition is None or counts.get(name, 0) != 1 or name in v_names:
+                return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
+                              "once, before the loop, and read by the K addresses only)")
+            swapped[name] = _swapped(definition)  # type: ignore[assignment]
+            pending.append(definition)
+    k = dataclasses.replace(plan.k, pointer=_swapped(plan.k.pointer), mask=_swapped(plan.k.mask))
+    return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True)
+
+
+def _subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
+    found: list[cst.Subscript] = []
+
+    class _Visit(cst.CSTVisitor):
+        def visit_Subscript(self, sub: cst.Subscript) -> None:
+            found.append(sub)
+
+    node.visit(_Visit())
+    return found
+
+
+def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement
+                 ) -> tuple[str, cst.BaseExpression | None, cst.BaseExpression, int] | None:
+    """A producer statement `v = start + tl.arange(0, B)` (or `tl.arange(0, B)`, `start` scalar arithmetic without
+    calls) whose vector the K/V loads read along one axis only (`v[:, None]`: 1, `v[None, :]`: 0), with K and V tiles
+    of one copy layout: (v, start, B, axis); else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
+            or not isinstance(statement.body[0], cst.Assign) or len(statement.body[0].targets) != 1 \
+            or not isinstance(statement.body[0].targets[0].target, cst.Name):
+        return None
+    target, value = statement.body[0].targets[0].target.value, statement.body[0].value
+    start: cst.BaseExpression | None = None
+    arange = value
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+        arange, start = (value.right, value.left) if isinstance(value.right, cst.Call) else (value.left, value.right)
+    if not isinstance(arange, cst.Call) or ctx.language(arange.func) not in ("arange", "core.arange") \
+            or len(arange.args) != 2 or any(a.keyword is not None for a in arange.args) \
+            or not (isinstance(arange.args[0].value, cst.Integer) and arange.args[0].value.value == "0"):
+        return None
+    if start is not None and (calls_in(start) or names_in(start) & set(name_terms(ctx.plan)) - {plan.var}):
+        return None
+    axes: set[int] = set()
+    bare = False
+    for load in (plan.k, plan.v):
+        for node in (load.pointer, load.mask):
+            if node is None:
+                continue
+            for sub in _subscripts_of(node, target):
+                axes.add(sub)
+            bare = bare or _bare_use(node, target)
+    if bare or axes not in ({0}, {1}):
+        return None
+    return target, start, arange.args[1].value, axes.pop()
+
+
+def _copy_axis(plan: AttentionPlan, uses: list[cst.CSTNode], name: str, seen: frozenset[str] = frozenset()
+               ) -> int | None:
+    """The one axis the copies expand the 1-D `name` along: in their addresses and masks (`uses`), or through the
+    1-D vectors the loop makes from it (``offs_n = start_n + cols``, then ``offs_n[:, None]``); else None."""
+    axes = {a for node in uses for a in _subscripts_of(node, name)}
+    for i in plan.producer:
+        statement = plan.loop.body.body[i]  # type: ignore[union-attr]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and small.targets[0].target.value not in seen | {name} and _bare_use(small.value, name):
+            axis = _copy_axis(plan, uses, small.targets[0].target.value, seen | {name})
+            axes |= {axis} if axis is not None else set()
+    return axes.pop() if axes in ({0}, {1}) else None
+
+
 def _axis_of(nodes: list[cst.CSTNode], name: str) -> int | None:
     """The one axis `name` is expanded along in `nodes` (`name[:, None]`: 1, `name[None, :]`: 0), else None."""
     axes = {a for node in nodes for a in _subscripts_of(node, name)}
@@ -249,6 +393,96 @@ def _subscripts_of(node: cst.CSTNode, name: str) -> list[int]:
     return found
 
 
+def _divisible_strides(ctx: RuleContext, plan: AttentionPlan, unit: list[str]) -> tuple[str, ...]:
+    """The int parameters that scale a term of the K and V addresses (``off_h * stride_kh``, ``offs_n[:, None] *
+    stride_kn``), but the inner strides (`unit`): a launch where they are multiples of 16 has Triton compile them as
+    divisible by 16, which proves the 16-byte alignment the ring's cp.async copies need. Terms are followed through
+    the names bound before the loop (``k_ptrs = ...``, ``k_ptr += ...``); a name bound otherwise (in a branch, a tuple)
+    counts every int parameter its statements read."""
+    params = {p.name for p in ctx.function.params if not p.is_constexpr}
+    values: dict[str, list[cst.BaseExpression]] = {}
+    opaque: dict[str, set[str]] = {}
+    for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
+        if statement is plan.loop:
+            break
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            values[small.targets[0].target.value] = [small.value]  # (a plain assignment replaces what was bound)
+        elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
+                and isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign)):
+            values.setdefault(small.target.value, []).append(small.value)
+        else:
+            for name in assigned_names(statement) | _bound_in(statement):
+                opaque.setdefault(name, set()).update(names_in(statement) & params)
+    found: list[str] = []
+
+    def add(name: str) -> None:
+        if name not in unit and name not in found:
+            found.append(name)
+
+    for load in (plan.k, plan.v):
+        pending, seen = [load.pointer], set()
+        while pending:
+            for term in sum_terms(pending.pop()):
+                if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Subtract):
+                    pending += [term.left, term.right]
+                    continue
+                if isinstance(term, cst.Name):
+                    if term.value not in seen:
+                        seen.add(term.value)
+                        pending += values.get(term.value, [])
+                        for name in sorted(opaque.get(term.value, ())):
+                            add(name)
+                    continue
+                factors = product_factors(term)
+                for factor in factors:
+                    if len(factors) > 1 and isinstance(factor, cst.Name) and factor.value in params:
+                        add(factor.value)
+    return tuple(found)
+
+
+def _bound_in(statement: cst.CSTNode) -> set[str]:
+    """Every name a statement binds, in nested blocks too."""
+    bound: set[str] = set()
+
+    class _Visit(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(names_in(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(names_in(node.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            bound.update(names_in(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(names_in(node.target))
+
+    statement.visit(_Visit())
+    return bound
+
+
+def _bare_use(node: cst.CSTNode, name: str) -> bool:
+    """Whether `node` reads `name` other than subscripted."""
+    bare = False
+
+    class _Visit(cst.CSTVisitor):
+        def visit_Subscript(self, sub: cst.Subscript) -> bool:
+            return not (isinstance(sub.value, cst.Name) and sub.value.value == name)
+
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal bare
+            bare = bare or n.value == name
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(_Visit())
+    return bare
+
+
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
     """The kernel parameters that scale the last (contiguous) index of the K and V addresses: in ``x + i[:, None] *
     s0 + j[None, :] * s1`` that is ``s1``. They must be 1 for cp.async; the launcher makes an int argument equal to 1
@@ -259,6 +493,7 @@ def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRef
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
                 isinstance(statement.body[0], cst.Assign) and isinstance(statement.body[0].targets[0].target, cst.Name):
             definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
+    definitions.update(plan.k_definitions)  # (K's addresses read transposed: their inner index is another vector)
     found: list[str] = []
 
     class _Strides(cst.CSTVisitor):
@@ -289,9 +524,11 @@ class _Relayout:
     by arithmetic on scalars and 1-D tensors (``k_ptr + offs_n[:, None] * stride + offs_d[None, :]``) is
     re-evaluated from its 1-D parts in the new layout; any other 2-D tensor is converted."""
 
-    def __init__(self, ctx: RuleContext, terms: dict[str, Term], name, lines: list[str]) -> None:  # noqa: ANN001
+    def __init__(self, ctx: RuleContext, terms: dict[str, Term], name, lines: list[str],  # noqa: ANN001
+                 overrides: dict[str, cst.BaseExpression] | None = None) -> None:
         self.ctx, self.terms, self.name, self.lines = ctx, terms, name, lines
         self.definitions, self.counts = _definitions(ctx.function.node)
+        self.definitions.update(overrides or {})  # (the transposed K addresses: `AttentionPlan.k_definitions`)
         self.done: dict[tuple[str, str], str] = {}
 
     def name_in(self, tensor: str, layout: str, suffix: str, axis: int | None = None) -> str:
@@ -463,14 +700,14 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     terms = name_terms(ctx.plan)
     renames = next_names(plan.var, plan.producer, body, name)
     conversions: list[str] = []
-    in_layout = _Relayout(ctx, terms, name, conversions)
+    in_layout = _Relayout(ctx, terms, name, conversions, plan.k_definitions)
     for invariant in plan.invariants:
         term = terms.get(invariant)
         if term is None:
             continue  # a scalar
         layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
         uses = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
-        renames[invariant] = in_layout.name_in(invariant, layout, "ring", _axis_of(uses, invariant))
+        renames[invariant] = in_layout.name_in(invariant, layout, "ring", _copy_axis(plan, uses, invariant))
 
     # Q is loaded again for its shared-memory copy, 16 bytes per thread (the translated load, in the accumulator's
     # layout, reads 4 bytes per thread; unused in this branch, the compiler drops it), when its address and mask
@@ -487,9 +724,20 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
 
     def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
         lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
-        lines += [f"{indent}{_text(body[i], renames)}" for i in plan.producer]
+        for i in plan.producer:
+            vector = _ring_vector(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
+            if vector is None:
+                lines.append(f"{indent}{_text(_unconverted(body[i]), renames)}")
+                continue
+            # an index vector made in the loop: made again in the copy layout, along the axis the addresses use
+            target, start, block, axis = vector
+            start_text = f"{_text(start, renames)} + " if start is not None else ""
+            lines.append(f"{indent}{renames.get(target, target)} = {start_text}gl.arange(0, {_text(block)}, "
+                         f"layout=gl.SliceLayout({axis}, {k_layout}))")
         for load, smem in ((plan.k, k_smem), (plan.v, v_smem)):
-            pointer, mask = _load_args(body[load.index])
+            pointer, mask = (_unconverted(n) for n in _load_args(body[load.index]))
+            if load is plan.k and plan.k_swapped:  # K loaded [HEAD_DIM, BLOCK_N]: copied through its transposed addresses
+                pointer, mask = _swapped(pointer), _swapped(mask)  # type: ignore[assignment]
             live = f"({iteration} < {iters})"
             full_mask = f"{_text(mask, renames)} & {live}" if mask is not None else live
             if mask is not None and not isinstance(mask, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)):
@@ -547,6 +795,9 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     lines = [
         *schedule.depth.lines(stages),
         "# Copies into shared memory move 16 bytes per thread along the contiguous dimension of each tile.",
+        *([f"# `{plan.k.name}` is loaded [{q_cols}, {n}] in the source: the copies read it through its transposed "
+           f"addresses into", f"# [{n}, {q_cols}] slots, which QK^T reads as a transposed view."]
+          if plan.k_swapped else []),
         *(f"{layout}: gl.constexpr = _copy_layout({shape}, {dtype}, gl.num_warps())"
           for shape, layout in copy_layouts.items()),
         "# PV gets a wgmma as wide as the head dimension (the same registers as the accumulator's layout, so the",
