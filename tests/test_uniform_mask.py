@@ -451,3 +451,15 @@ def test_scores_accumulated_into_a_zero_tile_made_in_the_iteration(start: str, p
         assert "k_smem.index(slot).permute((1, 0)), qk, is_async=True)" in flat
     else:
         assert any("the first dot has an accumulator" in d.message for d in result.diagnostics)
+
+
+def test_the_prologue_loop_variable_is_not_a_kernel_variable():
+    """A static_range loop leaves its variable bound to its last value: the ring's prologue must not use a name the
+    kernel reads (here the query block `i`, which the uniform test and the store read after the prologue)."""
+    text = _kernel(CAUSAL_MASK).replace("    start_m = tl.program_id(0)\n    offs_m = start_m * BLOCK_M",
+                                        "    i = tl.program_id(0)\n    offs_m = i * BLOCK_M")
+    assert "    i = tl.program_id(0)\n" in text
+    flat = " ".join(_sm90(text).text.split())
+    assert "_cp_async_load" in flat
+    assert "for i in gl.static_range" not in flat and "for i_ in gl.static_range(NUM_STAGES - 1):" in flat
+    assert "uniform = uniform & ((i * BLOCK_M) >= start_n + BLOCK_N - 1)" in flat

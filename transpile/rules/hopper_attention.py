@@ -669,6 +669,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                         (RingOperand(plan.k.name, "cp.async", plan.k_transposed), RingOperand(plan.v.name, "cp.async")),
                         wait_groups=WaitGroups(2, 3), configs=kernel_configs(ctx.function), q=plan.q)
     name = loop_namer(ctx, plan.loop)
+    i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+    # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
                                                        name("p_prev"))
@@ -818,7 +820,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         "fence_async_shared()  # the register stores above are read by wgmma (the async proxy)",
         f"{iters} = {count}",
         f"# Prologue: start the copies of the first {stages} - 1 iterations (masked off past the last one).",
-        f"for i in gl.static_range({stages} - 1):\n" + "\n".join(copies("i", "i", "    ")),
+        f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(i, i, "    ")),
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
     loop = [f"for {it} in range({iters}):"]
