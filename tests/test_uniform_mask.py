@@ -183,12 +183,15 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
 
     launcher = module.attn
     launcher.gluon_kernel, launcher.triton_kernel = _Kernel("gluon"), _Kernel("triton")
-    launcher[(1,)](None, None, None, None, 64, 100, 0.1, D=64, CAUSAL=True)
-    launcher[(1,)](None, None, None, None, 64, 100, 0.1, D=64, CAUSAL=False)
-    launcher[(1,)](None, None, None, None, 64, 100, 0.1, 64, 128, 64, True)  # positional
-    assert ran == ["gluon", "triton", "gluon"]
     torch = pytest.importorskip("torch")
     rows = torch.empty(8, 64, dtype=torch.float16)
+    launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)
+    launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=False)
+    launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, 64, 128, 64, True)  # positional
+    launcher[(1,)](None, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)  # not a tensor: K's base pointer is
+    launcher[(1,)](rows, None, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)  # checked (`divisible`)
+    assert ran == ["gluon", "triton", "gluon", "gluon", "triton"]
+    del ran[3:]
     odd = torch.empty(8, 68, dtype=torch.float16)[:, :64]  # rows 136 bytes apart: cp.async cannot copy them
     seventy_two = torch.empty(8, 72, dtype=torch.float16)  # 144 bytes: aligned, but not specialised as such
     launcher[(1,)](rows, rows, rows, rows, 64, 8, 0.1, D=64, CAUSAL=True)
@@ -294,7 +297,7 @@ def test_an_index_vector_made_in_the_loop_is_made_again_in_the_copy_layout():
         " ".join(lines).split())
     assert "_cp_async_load" in text
     # the copies' row stride must be a multiple of 16 at the launches the Gluon kernel takes (verify compiles so)
-    assert re.search(r'divisible=\(\s*"stride_n",\s*\)', text)
+    assert re.search(r'divisible=\(\s*"k_ptr",\s*"stride_n",\s*"v_ptr",\s*\)', text)
 
 
 def test_an_index_vector_made_in_the_loop_and_read_along_both_axes_keeps_the_kernel_as_triton():
@@ -463,3 +466,63 @@ def test_the_prologue_loop_variable_is_not_a_kernel_variable():
     assert "_cp_async_load" in flat
     assert "for i in gl.static_range" not in flat and "for i_ in gl.static_range(NUM_STAGES - 1):" in flat
     assert "uniform = uniform & ((i * BLOCK_M) >= start_n + BLOCK_N - 1)" in flat
+
+
+# ---- Found by the session-10 probe of attention styles (kernels written in the public styles) ----
+
+def _plain(text: str) -> str:
+    """The template without its autotune table (a kernel whose launches fix the tile)."""
+    start = text.index("@triton.autotune(")
+    return text[:start] + text[text.index("@triton.jit"):]
+
+
+def test_a_window_mask_keeps_the_kernel_as_triton():
+    mask = ('        qk = tl.where((offs_m[:, None] - cols[None, :] < 256) & (offs_m[:, None] >= cols[None, :]), '
+            'qk * qk_scale, -1e9)')
+    result = _sm90(_kernel(mask))
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and "bounds keys from both sides" in d.message for d in result.diagnostics)
+
+
+def test_a_fixed_tile_runs_as_gluon_only_from_a_head_dimension_of_128(tmp_path):  # noqa: ANN001
+    result = _sm90(_plain(_kernel(CAUSAL_MASK)))
+    flat = " ".join(result.text.split())
+    assert "_cp_async_load" in flat and re.search(r'at_least=\(\s*\(\s*"D",\s*128\s*\),\s*\)', flat)
+    assert any(d.code == "TT043" and "whose `D` is at least 128" in d.message for d in result.diagnostics)
+    # a head dimension written as a number below 128: no constexpr to dispatch on, the kernel stays Triton
+    literal = _plain(_kernel(CAUSAL_MASK)).replace("D: tl.constexpr, ", "").replace("tl.arange(0, D)", "tl.arange(0, 64)")
+    literal = literal.replace("[BLOCK_M, D]", "[BLOCK_M, 64]")
+    result = _sm90(literal)
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and "at a tile the kernel fixes" in d.message for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("k_address, k_mask, why", [
+    ("k_ptr + cols[:, None] * stride_n + (offs_d * 1)[None, :]", "cols[:, None] < N_CTX", "contiguous index"),
+    ("k_ptrs + start_n * stride_n", "(cols[:, None] < N_CTX) & (offs_d[None, :] < N_CTX)", "bounds the contiguous"),
+])
+def test_a_contiguous_index_the_copies_cannot_prove_aligned_is_refused(k_address: str, k_mask: str, why: str):
+    text = _kernel(CAUSAL_MASK).replace("k = tl.load(k_ptrs + start_n * stride_n, mask=cols[:, None] < N_CTX",
+                                        f"k = tl.load({k_address}, mask={k_mask}")
+    result = _sm90(text)
+    assert "_cp_async_load" not in result.text
+    assert any(d.code == "TT041" and why in d.message for d in result.diagnostics), [d.message for d in
+                                                                                    result.diagnostics]
+
+
+def test_an_int_offset_added_to_the_base_pointer_is_checked_by_the_launcher():
+    text = _kernel(CAUSAL_MASK).replace("def attn(q_ptr, k_ptr, v_ptr, o_ptr, stride_n,",
+                                        "def attn(q_ptr, k_ptr, v_ptr, o_ptr, kv_offset, stride_n,")
+    text = text.replace("    k_ptrs = k_ptr +", "    k_ptr += kv_offset\n    k_ptrs = k_ptr +")
+    flat = " ".join(_sm90(text).text.split())
+    assert "_cp_async_load" in flat and re.search(r'divisible=\([^)]*"kv_offset"', flat)
+
+
+def test_a_mask_named_mask_and_a_hinted_loop_variable_still_leave_the_mask_out():
+    """`mask` is also the keyword of `tl.load(..., mask=...)` (not a read of the variable); `start_n =
+    tl.multiple_of(start_n, BLOCK_N)` rebinds the loop variable to the same value."""
+    text = _kernel(CAUSAL_MASK.replace("valid", "mask")).replace(
+        "        cols = start_n + offs_n\n", "        start_n = tl.multiple_of(start_n, BLOCK_N)\n        cols = start_n + offs_n\n")
+    result = _sm90(text)
+    flat = " ".join(result.text.split())
+    assert "_cp_async_load" in flat and "if uniform:" in flat, [d.message for d in result.diagnostics]

@@ -469,6 +469,7 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
                          f"run the source kernel (`_{o.name}_triton`)")
         elif o.translated and o.dispatch is not None:
             where = " and ".join([*([f"`{o.dispatch.when[0]}` is set"] if o.dispatch.when else []),
+                                  *([f"`{n}` >= {v}" for n, v in o.dispatch.at_least]),
                                   *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else [])])
             lines.append(f"# `{o.name}` runs as Gluon where {where}, its source kernel (`_{o.name}_triton`) elsewhere")
     for o in outcomes.values():
@@ -587,7 +588,7 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
         return None
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
                     when=(param.name, param.default or "None") if param is not None else None, aligned=True,
-                    divisible=ctx.launch_divisible, unit=ctx.launch_unit)
+                    divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least)
 
 
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
@@ -615,9 +616,12 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     else:
         why = " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
                               if dispatch.when else []),
+                            *([f"it is faster than this kernel only where `{n}` is at least {v}"
+                               for n, v in dispatch.at_least]),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
         checks = " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
+                               *([f"`{n}`" for n, _ in dispatch.at_least]),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
@@ -638,6 +642,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     when += ", aligned=True" if dispatch.aligned else ""
     for key, names in (("divisible", dispatch.divisible), ("unit", dispatch.unit)):
         when += f", {key}=({''.join(value(n) + ', ' for n in names)})" if names else ""
+    if dispatch.at_least:
+        when += f", at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.at_least)})"
     launcher = cst.parse_statement(
         f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
         f"persistent={persistent}{when})\n")

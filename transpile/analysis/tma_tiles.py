@@ -142,6 +142,9 @@ class Dispatch:
     # strides, 1 at those launches (a constexpr 1 then): `verify` compiles the Gluon kernel so specialised
     divisible: tuple[str, ...] = ()
     unit: tuple[str, ...] = ()
+    # constexpr parameters and the least value with which a launch runs the Gluon kernel (a form measured faster
+    # than the source only from there: the attention ring at a fixed tile, from a head dimension of 128)
+    at_least: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -873,15 +876,15 @@ class _TMAOrTriton:
     inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
-    than the source only then). `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
-    unit last stride and the other strides multiples of 16 elements, whose `divisible` int arguments are multiples
-    of 16 and whose `unit` ones are 1 (a launch then tells the compiler their rows are aligned, which cp.async copies
-    of 16 bytes need to compile). The descriptors are
+    than the source only then); `at_least`: (constexpr parameter, value) pairs, the same from a value on. `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
+    unit last stride and the other strides multiples of 16 elements, whose `divisible` arguments are multiples of 16
+    (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells the compiler their rows are
+    aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
     made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
     (`triton.set_allocator`), one that allocates with torch is set."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
-                 divisible=(), unit=()):
+                 divisible=(), unit=(), at_least=()):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -891,12 +894,16 @@ class _TMAOrTriton:
         self.aligned = aligned
         self.divisible = divisible
         self.unit = unit
+        self.at_least = at_least
 
     def addressable(self, args, kwargs):
         values = dict(zip(self.params, args))
         values.update(kwargs)
         if self.when is not None and not values.get(*self.when):
             return False
+        for name, least in self.at_least:
+            if not isinstance(values.get(name), int) or values[name] < least:
+                return False
         if self.aligned:
             for value in values.values():
                 if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
@@ -904,8 +911,14 @@ class _TMAOrTriton:
                 strides = value.stride()  # (multiples of 16 elements: what a launch specialises as aligned)
                 if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
                     return False
-            if any(not isinstance(values.get(p), int) or values.get(p) % 16 for p in self.divisible):
-                return False
+            # ints multiples of 16, tensors (a base pointer) 16-byte aligned
+            for name in self.divisible:
+                value = values.get(name)
+                if hasattr(value, "data_ptr"):
+                    if value.data_ptr() % 16:
+                        return False
+                elif not isinstance(value, int) or value % 16:
+                    return False
             if any(values.get(p) != 1 for p in self.unit):
                 return False
         for pointer, row_stride, unit_stride, offsets, operand in self.tiles:

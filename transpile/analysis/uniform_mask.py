@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, names_in, only_nodes, read_names, single_assign, unparenthesized
+from transpile.cst_utils import bound_names, only_nodes, read_names, single_assign, unparenthesized
 
 _OPS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
 _ARITH = (cst.Name, cst.Integer, cst.BinaryOperation, cst.LeftParen, cst.RightParen, cst.Add, cst.Subtract,
@@ -83,6 +83,18 @@ def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
     return None
 
 
+HINTS = ("multiple_of", "max_contiguous", "max_constancy")
+
+
+def _hint_of(statement: cst.BaseStatement, var: str, lang: set[str]) -> bool:
+    """``var = tl.multiple_of(var, ...)``: a compiler hint that leaves the value as it is."""
+    assign = single_assign(statement)
+    if assign is None or assign[0] != var:
+        return False
+    call = next((c for hint in HINTS for c in [_lang_call(assign[1], lang, hint)] if c is not None), None)
+    return call is not None and bool(call.args) and _is_name(call.args[0].value, var)
+
+
 def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) -> UniformMask | None:  # noqa: ANN001
     assign = single_assign(body[i])
     call = _lang_call(assign[1], lang, "where") if assign else None
@@ -98,13 +110,14 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
     for statement in body:
         for bound_name in bound_names(statement):
             counts[bound_name] = counts.get(bound_name, 0) + 1
+    if var in counts and not all(_hint_of(statement, var, lang) for statement in body if var in bound_names(statement)):
+        return None  # the loop variable changes in the loop: a test reads it at the where
+    counts.pop(var, None)  # (`start_n = tl.multiple_of(start_n, BLOCK_N)` is the same value, with a hint)
     local: dict[str, cst.BaseExpression] = {}
     for j in range(i):
         bound = single_assign(body[j])
         if bound is not None and counts.get(bound[0]) == 1:
             local[bound[0]] = bound[1]
-    if var in counts:
-        return None  # the loop variable changes in the loop: a test reads it at the where
     resolver = _Resolver(local, {k: v for k, v in outer.items() if k not in counts}, tensors, var, lang)
     resolver.loop_bound = set(counts)
     resolver.stable = stable
@@ -140,7 +153,7 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) 
         for guard, node in reversed(guarded):
             terms += [(guard, t) for t in resolver.tests(node)]
         # Nothing else reads the mask (it moves into the branch that needs it).
-        if any(name in names_in(body[k]) for k in range(len(body)) if k != i and k not in mask_indices):
+        if any(name in read_names(body[k]) for k in range(len(body)) if k != i and k not in mask_indices):
             return None
     else:
         terms = [(None, t) for t in resolver.tests(mask)]

@@ -110,7 +110,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
     att: AttentionPlan = sp.loop  # type: ignore[assignment]
     body = list(updated.body.body)  # type: ignore[union-attr]
     name = loop_namer(ctx, original)
-    i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+    prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
     stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                               name("next_slot"), name("num_iters"))
@@ -206,7 +206,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
         *hoisted,
         f"{iters} = {count}",
         "# Prologue: the K and V tiles of the first NUM_STAGES - 1 iterations go into their slots.",
-        f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(producer(i, i, "    ")),
+        f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(producer(prologue_i, prologue_i, "    ")),
         "\n".join(loop),
     ]
     paragraph = (

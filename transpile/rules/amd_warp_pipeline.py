@@ -105,7 +105,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
     name = loop_namer(ctx, plan.loop)
-    i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+    prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
     stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                               name("next_slot"), name("num_iters"))
@@ -169,7 +169,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         f"{iters} = {count}",
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the tiles of the first NUM_STAGES - 1 iterations go into their slots.",
-        f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer(i, i, "    "), [])),
+        f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer(prologue_i, prologue_i, "    "), [])),
     ]
     wait = {"registers": None, "async_copy": "async_copy.wait_group({n})",
             "tdm": "tdm.async_wait({n})"}[engine]

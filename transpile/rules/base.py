@@ -71,6 +71,8 @@ class RuleContext:
     # ... and the int parameters those launches have as multiples of 16 (`Dispatch.divisible`) or as 1 (`unit`)
     launch_divisible: tuple[str, ...] = ()
     launch_unit: tuple[str, ...] = ()
+    # ... and the constexpr parameters those launches set to at least a value (`Dispatch.at_least`)
+    launch_at_least: tuple[tuple[str, int], ...] = ()
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 
@@ -120,6 +122,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "than Triton 3.6's own pipeliner where it cannot leave out a causal mask on most tiles (medians of six runs "
         "0.97-0.98x for full attention and causal d128, 1.04x for causal d64; 0.74x in a kernel with several dot "
         "loops, which fills and drains the ring in each): bench/RESULTS.md"),
+    ("sm90", "cp.async attention, window mask"): (
+        "only the cp.async attention ring would pipeline it, and where the score mask bounds keys from both sides "
+        "(a sliding window and causal) few key blocks can leave it out: 0.89x (head dim 64) and 0.93x (128) of "
+        "Triton 3.6's own pipeliner on an H100 (bench/RESULTS.md, session 10)"),
+    ("sm90", "cp.async attention, fixed tile"): (
+        "only the cp.async attention ring would pipeline it, and at a tile the kernel fixes (no autotune table to "
+        "add a wider one to) that ring ran causal attention at head dimension 64 at 0.82-0.91x Triton 3.6's own "
+        "pipeliner in 6 of 15 kernel styles on an H100 (1.07-1.45x at 128); its head dimension here is not a "
+        "constexpr parameter the launch could be dispatched on (bench/RESULTS.md, session 10)"),
     # ("sm90", "cp.async attention, causal mask") is not listed: the ring of a one-loop kernel that leaves out a
     # causal score mask on the tiles where every score passes it (`transpile.analysis.uniform_mask`) ran causal
     # attention at 1.04-1.24x on an H100 (bench/RESULTS.md, session 9).

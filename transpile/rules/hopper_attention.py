@@ -36,7 +36,7 @@ from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
 from transpile.cst_utils import (assigned_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
-                                 sum_terms)
+                                 read_names, single_assign, sum_terms, unparenthesized)
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
@@ -149,10 +149,14 @@ class HopperAttentionPipeline(Rule):
                 "the loop: make `tl.arange(0, BLOCK_N)` before the loop and add `start_n` to it in the loop")))
             return updated
         strides = _inner_strides(ctx, plan)
-        if isinstance(strides, LoopRefusal):
-            ctx.diagnostics.append(ctx.source.diagnostic(strides.node, "TT040",
-                                                         f"main loop not pipelined: {strides.reason}"))
-            return updated
+        copy_nodes = _copy_nodes(ctx, plan, body)
+        shared = _shared_vector(ctx, plan, copy_nodes) if not isinstance(copy_nodes, LoopRefusal) else None
+        for refusal in (strides, copy_nodes, shared):
+            if isinstance(refusal, LoopRefusal):
+                ctx.diagnostics.append(ctx.source.diagnostic(refusal.node, "TT040",
+                                                             f"main loop not pipelined: {refusal.reason}"))
+                return updated
+        assert not isinstance(strides, LoopRefusal) and not isinstance(copy_nodes, LoopRefusal)
         # The ring pays where it leaves out a mask that compares rows against keys (causal) on the tiles where
         # every score passes it (Triton's pipeliner builds it on every tile), in a kernel that fills and drains one
         # ring (two dots). Where that term is under a constexpr flag, launches without the flag run the source
@@ -160,7 +164,21 @@ class HopperAttentionPipeline(Rule):
         masks = _uniform_masks(ctx, plan, list(range(plan.scores_index + 1, plan.acc_index)))
         guards = {guard for mask in masks for guard, _ in mask.pairs}
         pays = bool(guards) and len(ctx.plan.dots) == 2 and (None in guards or len(guards) == 1)
-        if ctx.slower_than_triton(original, "cp.async attention, causal mask" if pays else "cp.async attention"):
+        engine = "cp.async attention, causal mask" if pays else "cp.async attention"
+        if pays and len({test for mask in masks for _, test in mask.pairs}) > 1:
+            engine = "cp.async attention, window mask"  # rows against keys from both sides: a band
+        # At a tile the kernel fixes, the ring measured slower than Triton at head dimension 64 in several styles
+        # and faster at 128: such a kernel runs as Gluon only for launches whose head dimension (a constexpr
+        # parameter) is at least 128; an autotuned one gets a wider tile as one more config (measured faster at 64).
+        head = _head_dims(ctx, plan)[1]
+        constexprs = set(ctx.function.constexpr_names)
+        at_least: tuple[tuple[str, int], ...] = ()
+        if pays and engine.endswith("causal mask") and not ctx.function.autotune_configs:
+            if head in constexprs:
+                at_least = ((head, 128),)
+            elif not (head.isdigit() and int(head) >= 128):
+                engine = "cp.async attention, fixed tile"
+        if ctx.slower_than_triton(original, engine):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
         if not ctx.gluon_always:
             # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
@@ -168,11 +186,14 @@ class HopperAttentionPipeline(Rule):
             ctx.launch_checked = True
             ctx.launch_unit = tuple(strides)
             ctx.launch_divisible = _divisible_strides(ctx, plan, strides)
+            ctx.launch_at_least = at_least
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
             name = ctx.function.name
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT043", (
                 f"`{name}` runs as Gluon for the launches " + (f"that set `{flag}` (its attention ring leaves out the "
                 f"mask that `{flag}` adds on the key blocks where every score passes it) and " if flag else "")
+                + "".join(f"whose `{n}` is at least {v} (at a tile the kernel fixes the ring measured slower than "
+                          f"Triton below that) and " for n, v in at_least)
                 + "whose tensors have 16-byte aligned rows (the ring's copies move 16 bytes); the others run the "
                 f"source kernel, kept as `_{name}_triton`" + (": without the flag the ring would leave out a bound "
                 "check only (0.91-1.05x measured on an H100, bench/RESULTS.md)" if flag else ""))))
@@ -181,7 +202,7 @@ class HopperAttentionPipeline(Rule):
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks)
+        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks, copy_nodes)
         ctx.pipelined_loop(original, ring)
         if masks:
             ctx.attention_tile = ring_tile(ctx, plan)
@@ -393,52 +414,88 @@ def _subscripts_of(node: cst.CSTNode, name: str) -> list[int]:
     return found
 
 
+class _AddressTerms:
+    """The terms of the K and V copies' addresses (as the copies write them: a K loaded [HEAD_DIM, BLOCK_N] with its
+    broadcasts swapped), followed through the names bound before the loop (``k_ptrs = ...``, ``k_ptr += ...``) and the
+    loop's own statements that make them; `opaque`: the int parameters read by names bound otherwise (in a branch, a
+    tuple), which a caller must treat as read anywhere."""
+
+    def __init__(self, ctx: RuleContext, plan: AttentionPlan) -> None:
+        self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
+        values: dict[str, list[cst.BaseExpression]] = {}
+        self.opaque: set[str] = set()
+        opaque_names: dict[str, set[str]] = {}
+        for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
+            if statement is plan.loop:
+                break
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                else None
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                values[small.targets[0].target.value] = [small.value]  # (a plain assignment replaces what was bound)
+            elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
+                    and isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign)):
+                values.setdefault(small.target.value, []).append(small.value)
+            else:
+                for name in assigned_names(statement) | _bound_in(statement):
+                    opaque_names.setdefault(name, set()).update(names_in(statement) & self.params)
+        for i in plan.producer:  # the loop's statements that make what the copies read (`cols = start_n + offs_n`)
+            assignment = single_assign(plan.loop.body.body[i])  # type: ignore[union-attr]
+            if assignment is not None:
+                values[assignment[0]] = [assignment[1]]
+        values.update({n: [v] for n, v in plan.k_definitions.items()})
+        self.values = values
+        self.terms: dict[str, list[cst.BaseExpression]] = {}
+        for key, load in (("k", plan.k), ("v", plan.v)):
+            found: list[cst.BaseExpression] = []
+            pending, seen = [load.pointer], set()
+            while pending:
+                for term in sum_terms(pending.pop()):
+                    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Subtract):
+                        pending += [term.left, term.right]
+                    elif isinstance(term, cst.Name) and (term.value in values or term.value in opaque_names):
+                        if term.value not in seen:
+                            seen.add(term.value)
+                            pending += values.get(term.value, [])
+                            self.opaque |= opaque_names.get(term.value, set())
+                    else:
+                        found.append(term)
+            self.terms[key] = found
+
+    def definition(self, name: str) -> cst.BaseExpression | None:
+        """The one value a 1-D vector was given before the loop or in it, else None."""
+        bound = self.values.get(name)
+        return bound[0] if bound is not None and len(bound) == 1 else None
+
+
 def _divisible_strides(ctx: RuleContext, plan: AttentionPlan, unit: list[str]) -> tuple[str, ...]:
-    """The int parameters that scale a term of the K and V addresses (``off_h * stride_kh``, ``offs_n[:, None] *
-    stride_kn``), but the inner strides (`unit`): a launch where they are multiples of 16 has Triton compile them as
-    divisible by 16, which proves the 16-byte alignment the ring's cp.async copies need. Terms are followed through
-    the names bound before the loop (``k_ptrs = ...``, ``k_ptr += ...``); a name bound otherwise (in a branch, a tuple)
-    counts every int parameter its statements read."""
-    params = {p.name for p in ctx.function.params if not p.is_constexpr}
-    values: dict[str, list[cst.BaseExpression]] = {}
-    opaque: dict[str, set[str]] = {}
-    for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
-        if statement is plan.loop:
-            break
-        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-            else None
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-            values[small.targets[0].target.value] = [small.value]  # (a plain assignment replaces what was bound)
-        elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
-                and isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign)):
-            values.setdefault(small.target.value, []).append(small.value)
-        else:
-            for name in assigned_names(statement) | _bound_in(statement):
-                opaque.setdefault(name, set()).update(names_in(statement) & params)
+    """The arguments that scale or offset the K and V addresses (``off_h * stride_kh``, ``offs_n[:, None] *
+    stride_kn``, ``(offs_n * stride_kn)[:, None]``, a bare ``kv_offset``), but the inner strides (`unit`): a launch
+    where the ints among them are multiples of 16 (and the tensors 16-byte aligned) has Triton compile them as
+    divisible by 16, which proves the 16-byte alignment the ring's cp.async copies need."""
+    walk = _AddressTerms(ctx, plan)
     found: list[str] = []
 
     def add(name: str) -> None:
         if name not in unit and name not in found:
             found.append(name)
 
-    for load in (plan.k, plan.v):
-        pending, seen = [load.pointer], set()
-        while pending:
-            for term in sum_terms(pending.pop()):
-                if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Subtract):
-                    pending += [term.left, term.right]
-                    continue
-                if isinstance(term, cst.Name):
-                    if term.value not in seen:
-                        seen.add(term.value)
-                        pending += values.get(term.value, [])
-                        for name in sorted(opaque.get(term.value, ())):
-                            add(name)
-                    continue
-                factors = product_factors(term)
-                for factor in factors:
-                    if len(factors) > 1 and isinstance(factor, cst.Name) and factor.value in params:
-                        add(factor.value)
+    for name in sorted(walk.opaque):
+        add(name)
+    for key in ("k", "v"):
+        for term in walk.terms[key]:
+            if isinstance(term, cst.Name):
+                if term.value in walk.params:
+                    add(term.value)  # an offset argument (or the base pointer: the launcher checks its alignment)
+                continue
+            for factor in product_factors(term):
+                if isinstance(factor, cst.Name) and factor.value in walk.params:
+                    add(factor.value)
+                elif isinstance(factor, cst.Subscript):  # `(offs_n * stride_kn)[:, None]`, `(d0 + offs_d)[None, :]`
+                    for inner_term in sum_terms(factor.value):
+                        for inner in product_factors(inner_term):
+                            if isinstance(inner, cst.Name) and inner.value in walk.params:
+                                add(inner.value)
     return tuple(found)
 
 
@@ -486,35 +543,85 @@ def _bare_use(node: cst.CSTNode, name: str) -> bool:
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
     """The kernel parameters that scale the last (contiguous) index of the K and V addresses: in ``x + i[:, None] *
     s0 + j[None, :] * s1`` that is ``s1``. They must be 1 for cp.async; the launcher makes an int argument equal to 1
-    a constexpr, which the emitted code tests at compile time. An address without such a factor is contiguous."""
-    params = {p.name for p in ctx.function.params if not p.is_constexpr}
-    definitions: dict[str, cst.BaseExpression] = {}
-    for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
-                isinstance(statement.body[0], cst.Assign) and isinstance(statement.body[0].targets[0].target, cst.Name):
-            definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
-    definitions.update(plan.k_definitions)  # (K's addresses read transposed: their inner index is another vector)
+    a constexpr, which the emitted code tests at compile time. An address without such a factor is contiguous. The
+    contiguous term must read so (``j[None, :]``, times such a parameter, ``j`` an index vector ``start +
+    tl.arange(0, B)``); any other (``(offs_d * stride_d)[None, :]``) is refused, as is a mask that bounds the
+    contiguous index by a runtime value (``d_mask[None, :]`` with ``d_mask = offs_d < head_dim``: the copies' 16-byte
+    vectors would not compile for it)."""
+    walk = _AddressTerms(ctx, plan)
+    vectors = {n for n, t in name_terms(ctx.plan).items() if t.slice_of is not None}
     found: list[str] = []
 
-    class _Strides(cst.CSTVisitor):
-        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if not isinstance(node.operator, cst.Multiply):
-                return
-            for index, factor in ((node.left, node.right), (node.right, node.left)):
-                if isinstance(index, cst.Subscript) and isinstance(factor, cst.Name) and factor.value in params and \
-                        ctx.source.code(index.slice[0]).strip().startswith("None") and factor.value not in found:
-                    found.append(factor.value)
+    def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
+        return LoopRefusal(node, f"attention loop: {why}; the ring copies 16 bytes along the K/V tiles' contiguous "
+                           "dimension")
 
+    def index_vector(node: cst.BaseExpression, depth: int = 0) -> bool:
+        node = unparenthesized(node)
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Name):
+            definition = walk.definition(node.value)
+            return definition is not None and index_vector(definition, depth + 1)
+        if isinstance(node, cst.Call):
+            return ctx.language(node.func) in ("arange", "core.arange") and len(node.args) == 2 and \
+                ctx.source.code(node.args[0].value).strip() == "0"
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            for vector, start in ((node.left, node.right), (node.right, node.left)):
+                if index_vector(vector, depth + 1) and _elementwise(start) and not names_in(start) & vectors:
+                    return True
+        return False
+
+    for key in ("k", "v"):
+        for term in walk.terms[key]:
+            contiguous = [sub for sub in _subscripts(term) if broadcast_axis(sub) == 1]
+            if not contiguous:
+                continue
+            factors = product_factors(term)
+            subs = [f for f in factors if isinstance(f, cst.Subscript)]
+            others = [f for f in factors if not isinstance(f, cst.Subscript)]
+            if len(subs) != 1 or broadcast_axis(subs[0]) != 1 or not index_vector(subs[0].value) or len(others) > 1 \
+                    or (others and not (isinstance(others[0], cst.Name) and others[0].value in walk.params)):
+                load = plan.k if key == "k" else plan.v  # (the diagnostic points at the load, in the loop)
+                return refuse(load.call, f"the contiguous index of the {key.upper()} addresses is "
+                              f"`{ctx.source.code(term).strip()}`, not an index vector `offs[None, :]` times a stride")
+            if others and others[0].value not in found:  # type: ignore[attr-defined]
+                found.append(others[0].value)  # type: ignore[attr-defined]
+    # A mask over the contiguous index: only by compile-time values.
     for load in (plan.k, plan.v):
-        seen: set[str] = set()
-        pending = [load.pointer]
-        while pending:
-            expression = pending.pop()
-            expression.visit(_Strides())
-            for name in names_in(expression) - seen:
-                seen.add(name)
-                if name in definitions and name in plan.invariants:
-                    pending.append(definitions[name])
+        if load.mask is None:
+            continue
+        reads: set[str] = set()
+        for node in [*_subscripts(load.mask), *_comparisons(load.mask)]:
+            if isinstance(node, cst.Subscript) and broadcast_axis(node) == 1:
+                reads |= _resolved_reads(walk, node.value)
+            elif isinstance(node, cst.Comparison) and any(broadcast_axis(sub) == 1 for sub in _subscripts(node)):
+                reads |= _resolved_reads(walk, node)
+        runtime = sorted(reads & walk.params)
+        if runtime:
+            return refuse(load.mask, f"the mask bounds the contiguous index by `{runtime[0]}`, a runtime value")
+    return found
+
+
+def _resolved_reads(walk: _AddressTerms, node: cst.CSTNode, depth: int = 0) -> set[str]:
+    """The names `node` reads, and those the names it reads were made from (through one-value definitions)."""
+    reads = read_names(node)
+    if depth < 8:
+        for name in list(reads):
+            definition = walk.definition(name)
+            if definition is not None:
+                reads |= _resolved_reads(walk, definition, depth + 1)
+    return reads
+
+
+def _comparisons(node: cst.CSTNode) -> list[cst.Comparison]:
+    found: list[cst.Comparison] = []
+
+    class _Visit(cst.CSTVisitor):
+        def visit_Comparison(self, comparison: cst.Comparison) -> None:
+            found.append(comparison)
+
+    node.visit(_Visit())
     return found
 
 
@@ -609,7 +716,8 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
         return []
     params = {p.name for p in ctx.function.params}
     stable = {n for n in params if not counts.get(n)} | {n for n, c in counts.items() if c == 1 and n not in params}
-    outside = set().union(*(names_in(s) for s in ctx.function.node.body.body if s is not plan.loop))
+    # (names read or bound: not keyword names, `tl.load(..., mask=...)` does not read a variable `mask`)
+    outside = set().union(*(read_names(s) for s in ctx.function.node.body.body if s is not plan.loop))
     return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
                          set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang}, stable, outside)
 
@@ -659,8 +767,97 @@ def _elementwise(node: cst.CSTNode) -> bool:
     return only_nodes(node, allowed)
 
 
+def _head_dims(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str]:
+    """The head dimensions of Q/K and of V as source text (Q's own columns, the first dot's A operand: its layout
+    class may be shared with the accumulator, whose head dimension is V's)."""
+    sites = list(ctx.plan.dots.values())
+    site1 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.scores_index]))  # type: ignore[union-attr]
+    site2 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.acc_index]))  # type: ignore[union-attr]
+    q_cols = site1.a_shape[1] if site1.a_shape and len(site1.a_shape) == 2 and site1.a_shape[1] else \
+        f"{plan.q}.shape[1]"
+    return q_cols, str(site2.shape[1])
+
+
+def _copy_reads(plan: AttentionPlan, copy_nodes: dict[object, object]) -> tuple[set[str], set[str]]:
+    """The names the K copy and the V copy read: their addresses and masks, through the loop's statements that make
+    them (and the 2-D names the ring re-evaluates: `AttentionPlan.k_definitions` for a K read transposed)."""
+    producer = {i: copy_nodes.get(i, plan.loop.body.body[i]) for i in plan.producer}  # type: ignore[union-attr]
+    reads: list[set[str]] = []
+    for key in ("k", "v"):
+        names = set().union(*(read_names(n) for n in copy_nodes[key] if n is not None))  # type: ignore[attr-defined]
+        for i in reversed(plan.producer):
+            if assigned_names(producer[i]) & names:  # type: ignore[arg-type]
+                names |= read_names(producer[i])  # type: ignore[arg-type]
+        if key == "k":
+            for name in list(names):
+                if name in plan.k_definitions:
+                    names |= read_names(plan.k_definitions[name])
+        reads.append(names)
+    return reads[0], reads[1]
+
+
+def _shared_vector(ctx: RuleContext, plan: AttentionPlan, copy_nodes: dict[object, object]) -> LoopRefusal | None:
+    """K and V tiles of different shapes (another head dimension for V) are copied in layouts of their own: a 1-D
+    vector both copies read (the key offsets) would have to be made in both."""
+    q_cols, d = _head_dims(ctx, plan)
+    if q_cols == d:
+        return None
+    k_reads, v_reads = _copy_reads(plan, copy_nodes)
+    terms = name_terms(ctx.plan)
+    shared = sorted(n for n in k_reads & v_reads
+                    if (n in terms and terms[n].slice_of is not None) or any(
+                        n in assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
+    if shared:
+        return LoopRefusal(plan.v.call, f"attention loop: K and V have different head dimensions, so their copies "
+                           f"have layouts of their own, and both read the vector `{shared[0]}`")
+    return None
+
+
+def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatement]
+                ) -> dict[object, object] | LoopRefusal:
+    """What the ring's copies write, per producer statement index and per load ("k", "v": its address and mask):
+    the source's own node where it is arithmetic on names and numbers (every vector it reads is then made again in the
+    copy layout through the renames), else the translated node without its layout conversions, where that reads no
+    name the source does not (a name the translation made, such as `offs_d_col`, is a vector in the softmax's layout,
+    which the copies cannot broadcast against theirs)."""
+    source_body = list(plan.loop.body.body)  # type: ignore[union-attr]
+    nodes: dict[object, object] = {}
+
+    def translated(source_nodes: list[cst.CSTNode], new: list[cst.CSTNode | None]) -> LoopRefusal | None:
+        extra = set().union(*(read_names(n) for n in new if n is not None)) - {"gl"} - set().union(
+            *(read_names(n) for n in source_nodes))
+        if extra:
+            return LoopRefusal(source_nodes[0], "attention loop: the K/V copies would read `" + sorted(extra)[0]
+                               + "`, which the translation made for the softmax's layouts; write the addresses and "
+                               "masks as arithmetic on index vectors made before the loop and scalars")
+        return None
+
+    for i in plan.producer:
+        if _ring_vector(ctx, plan, source_body[i]) is not None:
+            continue
+        assignment = single_assign(source_body[i])
+        if assignment is not None and _elementwise(assignment[1]):
+            nodes[i] = source_body[i]
+            continue
+        new = _unconverted(body[i])
+        refusal = translated([source_body[i]], [new])
+        if refusal is not None:
+            return refusal
+        nodes[i] = new
+    for key, load in (("k", plan.k), ("v", plan.v)):
+        if all(n is None or _elementwise(n) for n in (load.pointer, load.mask)):
+            nodes[key] = (load.pointer, load.mask)
+            continue
+        pointer, mask = (_unconverted(n) for n in _load_args(body[load.index]))
+        refusal = translated([n for n in (load.pointer, load.mask) if n is not None], [pointer, mask])
+        if refusal is not None:
+            return refusal
+        nodes[key] = (pointer, mask)
+    return nodes
+
+
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
-          strides: list[str], masks: list[UniformMask]) -> tuple[str, Sm90Ring]:
+          strides: list[str], masks: list[UniformMask], copy_nodes: dict[object, object]) -> tuple[str, Sm90Ring]:
     """The pipelined loop and the schedule it is written from; `masks`: the score masks to build only where needed."""
     # Two commit groups per iteration (K, then V); at the top of iteration `it` the 2 * NUM_STAGES - 3 youngest may
     # be in flight: K of `it` and V of `it - 1` have landed. QK^T is waited for with PV (`mma_in_flight`) in flight.
@@ -669,7 +866,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                         (RingOperand(plan.k.name, "cp.async", plan.k_transposed), RingOperand(plan.v.name, "cp.async")),
                         wait_groups=WaitGroups(2, 3), configs=kernel_configs(ctx.function), q=plan.q)
     name = loop_namer(ctx, plan.loop)
-    i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+    prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
     stages, it, slot, prev_slot, nxt, iters, p_prev = (name("NUM_STAGES"), name("it"), name("slot"),
                                                        name("prev_slot"), name("next_it"), name("num_iters"),
@@ -682,8 +879,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     m, n = site1.shape
     d = site2.shape[1]
     acc_layout = ctx.plan.layout_expr(site2.result)
-    q_term = name_terms(ctx.plan).get(plan.q)
-    q_cols = q_term.shape[1] if q_term is not None and q_term.shape and q_term.shape[1] else f"{plan.q}.shape[1]"
+    q_cols = _head_dims(ctx, plan)[0]
     k_shape = f"[{q_cols}, {n}]" if not plan.k_transposed else f"[{n}, {q_cols}]"
     v_shape = f"[{n}, {d}]"
     dtype = f"{plan.q}.dtype"  # wgmma reads A and B of one type: K, V and P are Q's type
@@ -694,6 +890,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         if shape not in copy_layouts:
             copy_layouts[shape] = name("kv_layout" if not copy_layouts else "v_layout")
     k_layout, v_layout = copy_layouts[k_shape], copy_layouts[v_shape]
+
+    # K and V tiles of different shapes (head dimensions) get copy layouts of their own: then no vector may feed
+    # both (it would be made in one of them); `leave_For` refuses such loops (`_shared_vector`).
+    k_reads, v_reads = _copy_reads(plan, copy_nodes)
 
     # Loop-invariant tensors the addresses use, in the copy layout (`_ring` copies): a 1-D tensor is converted, a
     # 2-D one (an address tile) is re-evaluated from its definition with its 1-D parts converted, which costs far
@@ -707,7 +907,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         term = terms.get(invariant)
         if term is None:
             continue  # a scalar
-        layout = k_layout if invariant in names_in(plan.k.pointer) or k_layout == v_layout else v_layout
+        layout = k_layout if invariant in k_reads or k_layout == v_layout else v_layout
         uses = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
         renames[invariant] = in_layout.name_in(invariant, layout, "ring", _copy_axis(plan, uses, invariant))
 
@@ -729,17 +929,16 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         for i in plan.producer:
             vector = _ring_vector(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
             if vector is None:
-                lines.append(f"{indent}{_text(_unconverted(body[i]), renames)}")
+                lines.append(f"{indent}{_text(copy_nodes[i], renames)}")  # type: ignore[arg-type]
                 continue
             # an index vector made in the loop: made again in the copy layout, along the axis the addresses use
             target, start, block, axis = vector
             start_text = f"{_text(start, renames)} + " if start is not None else ""
+            layout = k_layout if target in k_reads else v_layout
             lines.append(f"{indent}{renames.get(target, target)} = {start_text}gl.arange(0, {_text(block)}, "
-                         f"layout=gl.SliceLayout({axis}, {k_layout}))")
-        for load, smem in ((plan.k, k_smem), (plan.v, v_smem)):
-            pointer, mask = (_unconverted(n) for n in _load_args(body[load.index]))
-            if load is plan.k and plan.k_swapped:  # K loaded [HEAD_DIM, BLOCK_N]: copied through its transposed addresses
-                pointer, mask = _swapped(pointer), _swapped(mask)  # type: ignore[assignment]
+                         f"layout=gl.SliceLayout({axis}, {layout}))")
+        for key, load, smem in (("k", plan.k, k_smem), ("v", plan.v, v_smem)):
+            pointer, mask = copy_nodes[key]  # type: ignore[misc]  # (a K loaded [HEAD_DIM, BLOCK_N]: transposed)
             live = f"({iteration} < {iters})"
             full_mask = f"{_text(mask, renames)} & {live}" if mask is not None else live
             if mask is not None and not isinstance(mask, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)):
@@ -820,7 +1019,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         "fence_async_shared()  # the register stores above are read by wgmma (the async proxy)",
         f"{iters} = {count}",
         f"# Prologue: start the copies of the first {stages} - 1 iterations (masked off past the last one).",
-        f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(i, i, "    ")),
+        f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(prologue_i, prologue_i, "    ")),
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
     loop = [f"for {it} in range({iters}):"]

@@ -369,7 +369,7 @@ class _Emitter:
                             tuple(RingOperand(load.name, "cp.async") for load in plan.loads),
                             wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function))
         name = loop_namer(self.ctx, plan.loop)
-        i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+        prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
         stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
                                                   name("next_slot"), name("num_iters"))
@@ -422,7 +422,7 @@ class _Emitter:
                 "# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group each. The hints",
                 f"# ({width}-byte aligned, {vec} contiguous elements, masks constant over {vec}) are what the test "
                 "above guarantees.",
-                f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(producer(i, i, "    ", vec, width)),
+                f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(producer(prologue_i, prologue_i, "    ", vec, width)),
             ]
             loop = [f"for {it} in range({iters}):"]
             if uses_var:

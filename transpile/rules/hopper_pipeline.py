@@ -132,7 +132,7 @@ class HopperTMAPipeline(Rule):
         persistent form (`ctx.persistent`), the same loop without the warp-specialised branch."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
-        i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
+        prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
                                                          name("next_it"), name("next_slot"), name("num_iters"))
@@ -192,8 +192,8 @@ class HopperTMAPipeline(Rule):
             *[f"{renames[c]} = {c}  # the producer's own copy of loop-carried state" for c in plan.carried],
             "# Prologue: start the copies of the first NUM_STAGES - 1 iterations.",
         ]
-        prologue = producer(i, i, "    ")
-        lines.append(f"for {i} in gl.static_range({stages} - 1):\n" + "\n".join(prologue))
+        prologue = producer(prologue_i, prologue_i, "    ")
+        lines.append(f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(prologue))
         loop = [f"for {it} in range({iters}):"]
         if uses_var:
             loop.append(f"    {plan.var} = {index(it)}")
