@@ -180,12 +180,12 @@ class HopperAttentionPipeline(Rule):
                 engine = "cp.async attention, fixed tile"
         if ctx.slower_than_triton(original, engine):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
+        # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
+        # (they would not compile), with --gluon-always too; so do those without the flag, if any, by default.
+        ctx.launch_checked = True
+        ctx.launch_unit = tuple(strides)
+        ctx.launch_divisible = _divisible_strides(ctx, plan, strides)
         if not ctx.gluon_always:
-            # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
-            # (they would not compile); so do those without the flag, if any.
-            ctx.launch_checked = True
-            ctx.launch_unit = tuple(strides)
-            ctx.launch_divisible = _divisible_strides(ctx, plan, strides)
             ctx.launch_at_least = at_least
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
             name = ctx.function.name

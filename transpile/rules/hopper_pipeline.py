@@ -133,7 +133,8 @@ class HopperTMAPipeline(Rule):
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
-        # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
+        # loop leaves its variable bound to the last value, which would change a kernel variable `i`); so are
+        s_var = _barrier_var(ctx, name)  # the barrier loops'
         stages, ready, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("ready"), name("it"), name("slot"),
                                                          name("next_it"), name("next_slot"), name("num_iters"))
         a, b = plan.loads
@@ -185,7 +186,7 @@ class HopperTMAPipeline(Rule):
             f"{b_smem} = gl.allocate_shared_memory({b.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[b.descriptor].block_shape)}], {b.descriptor}.layout)",
             f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
-            f"for s in gl.static_range({stages}):\n    mbarrier.init({ready}.index(s), count=1)",
+            f"for {s_var} in gl.static_range({stages}):\n    mbarrier.init({ready}.index({s_var}), count=1)",
             f"{iters} = {count}",
         ]
         lines = [
@@ -226,7 +227,7 @@ class HopperTMAPipeline(Rule):
 
         def assemble(body_lines: list[str]) -> str:
             body_lines = [*shared, *body_lines,
-                          f"for s in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index(s))"]
+                          f"for {s_var} in gl.static_range({stages}):\n    mbarrier.invalidate({ready}.index({s_var}))"]
             return "\n".join([
                 *header,
                 f"if {condition}:",
@@ -276,6 +277,17 @@ def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
     return value if isinstance(value, cst.Call) else None
 
 
+def _barrier_var(ctx: RuleContext, name) -> str:  # noqa: ANN001
+    """The variable of the `static_range` loops that init and invalidate the barriers: `s` unless the kernel uses
+    that name (the loop leaves it bound to its last value); the loops run one after another, so they share it."""
+    return "s" if "s" not in _kernel_names(ctx.function.node) else name("s")
+
+
+#: Names the warp-specialised loader function binds itself (its parameters and loop): a kernel value of one of these
+#: names, passed to it, would be shadowed (or be a duplicate parameter).
+LOADER_NAMES = frozenset({"it", "slot", "NUM_STAGES", "a_ring", "b_ring", "ready", "empty", "num_iters"})
+
+
 def _ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], consumer_rest: list,
                  name) -> WarpSpecialised | None:  # noqa: ANN001
     """The warp-specialised form of the ring, or None where the loop does more than copy and multiply (consumer
@@ -283,6 +295,8 @@ def _ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement]
     tensors)."""
     if consumer_rest:
         return None
+    if _kernel_names(ctx.function.node) & LOADER_NAMES - {plan.var}:
+        return None  # the loader function's own names would shadow kernel values passed to it
     for statement in (body[i] for i in plan.producer):
         for call in calls_in(statement):
             if code(call.func) not in persistent.SCALAR_CALLS:
@@ -317,6 +331,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
     loader = ws.loader
     a_ring, b_ring, ready = smem
     empty = name("empty")
+    s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
     nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
     params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in free)
     line = ctx.source.position(plan.loop)[0]
@@ -354,14 +369,14 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
         "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back",
         "    # through the `empty` barriers.",
         f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
-        f"    for s in gl.static_range({stages}):",
-        f"        mbarrier.init({empty}.index(s), count=1)",
+        f"    for {s_var} in gl.static_range({stages}):",
+        f"        mbarrier.init({empty}.index({s_var}), count=1)",
         f"    {plan.acc} = gl.warp_specialize([",
         f"        ({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
         f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
         f"    ], [{ws.warps}], [{ws.registers}])[0]",
-        f"    for s in gl.static_range({stages}):",
-        f"        mbarrier.invalidate({empty}.index(s))",
+        f"    for {s_var} in gl.static_range({stages}):",
+        f"        mbarrier.invalidate({empty}.index({s_var}))",
     ]
 
 
@@ -384,6 +399,7 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
         return None
     a_smem, b_smem = rings
     empty = name("empty")
+    s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
     nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
     consumer_loop = [
         f"num_iters = {count}",
@@ -433,13 +449,14 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
             f"{', '.join(shapes[b.descriptor])}], {b.descriptor}.layout)",
             f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
             f"{empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
-            f"for s in gl.static_range({stages}):",
-            f"    mbarrier.init({ready}.index(s), count=1)",
-            f"    mbarrier.init({empty}.index(s), count=1)",
+            f"for {s_var} in gl.static_range({stages}):",
+            f"    mbarrier.init({ready}.index({s_var}), count=1)",
+            f"    mbarrier.init({empty}.index({s_var}), count=1)",
         ],
         ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}", stages=stages, stage_bytes=nbytes,
-        invalidate_lines=[f"for s in gl.static_range({stages}):", f"    mbarrier.invalidate({ready}.index(s))",
-                          f"    mbarrier.invalidate({empty}.index(s))"],
+        invalidate_lines=[f"for {s_var} in gl.static_range({stages}):",
+                          f"    mbarrier.invalidate({ready}.index({s_var}))",
+                          f"    mbarrier.invalidate({empty}.index({s_var}))"],
         consumer_loop=consumer_loop, loader_loop=loader_loop, ws_loader=ctx.module_functions[-1])
 
 

@@ -63,6 +63,10 @@ def _dot(a, b, acc):
     k_width: gl.constexpr = _mma_k_width(a.dtype)
     a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, k_width))
     b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, k_width))
+    if acc.dtype.is_fp16() or acc.dtype.is_bf16():
+        # A 16-bit accumulator (`out_dtype=tl.float16`): the matrix cores accumulate in fp32, as Triton's own
+        # lowering of such a dot does, and the result is rounded back.
+        return {instr_name}(a, b, acc.to(gl.float32)).to(acc.dtype)
     return {instr_name}(a, b, acc)
 '''
 

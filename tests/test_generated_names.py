@@ -1,0 +1,66 @@
+"""Names the sm90 and AMD rewrites bind in a kernel must not change the kernel's own values (found by a probe of GEMM
+styles, session 10): a `static_range` loop leaves its variable bound to its last value, and the warp-specialised
+loader function binds its own parameters. Also: a 16-bit accumulator on the AMD matrix cores."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import EXPECTED_DIR
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+SOURCE = (EXPECTED_DIR.parent / "suite_desc_linear.py").read_text(encoding="utf-8")
+VALUES = {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp16"}
+
+
+def _scaled(name: str) -> str:
+    """The fixture with a kernel value named `name` made before the main loop and read after it."""
+    text = SOURCE.replace("    for k in range(0, K, BLOCK_K):", f"    {name} = 1.5\n    for k in range(0, K, BLOCK_K):")
+    text = text.replace("y_desc.store([off_m, off_n], acc.to(tl.float16))",
+                        f"y_desc.store([off_m, off_n], (acc * {name}).to(tl.float16))")
+    assert text != SOURCE and f"    {name} = 1.5\n" in text
+    return text
+
+
+def test_the_barrier_loops_do_not_rebind_a_kernel_variable_s():
+    plain = translate_source(SOURCE, "suite_desc_linear.py", get_target("sm90")).text
+    assert "for s in gl.static_range(NUM_STAGES):" in plain  # the barrier loops, where `s` is free
+    text = translate_source(_scaled("s"), "suite_desc_linear.py", get_target("sm90")).text
+    assert "gl.warp_specialize(" in text and "acc * s" in " ".join(text.split())
+    assert "for s in gl.static_range" not in text and "for s_ in gl.static_range(NUM_STAGES):" in text
+
+
+@pytest.mark.parametrize("name", ["ready", "empty", "slot", "num_iters"])
+def test_a_kernel_value_named_like_the_loaders_own_keeps_the_kernel_out_of_the_loader(name: str):
+    """Passed to the loader function, a kernel value `ready` would be a duplicate parameter (the variant would not
+    import) or would be shadowed by the loader's own (wrong tiles): the warp-specialised forms are not used."""
+    text = translate_source(_scaled(name), "suite_desc_linear.py", get_target("sm90")).text
+    ast.parse(text)
+    compile(text, "variant.py", "exec")  # (a duplicate parameter is a compile-time error, not a parse error)
+    assert "gl.warp_specialize(" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_a_16_bit_accumulator_compiles_on_the_amd_matrix_cores(target: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    from transpile.verify import verify
+
+    source = (EXPECTED_DIR.parent / "suite_bmm.py").read_text(encoding="utf-8")
+    text = source.replace("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                          "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)")
+    text = text.replace("acc += tl.dot(a, b)", "acc += tl.dot(a, b, out_dtype=tl.float16)")
+    assert "out_dtype=tl.float16" in text
+    result = translate_source(text, "suite_bmm.py", get_target(target))
+    assert "acc.to(gl.float32)" in result.text and "_dot(" in result.text.split("def bmm_kernel")[1]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = json.loads((EXPECTED_DIR.parent / "verify.json").read_text(encoding="utf-8"))["suite_bmm.py"]
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
