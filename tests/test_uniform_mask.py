@@ -528,3 +528,16 @@ def test_a_mask_named_mask_and_a_hinted_loop_variable_still_leave_the_mask_out()
     result = _sm90(text)
     flat = " ".join(result.text.split())
     assert "_cp_async_load" in flat and "if uniform:" in flat, [d.message for d in result.diagnostics]
+
+
+def test_a_kernel_kept_by_the_safety_net_does_not_also_say_it_runs_as_gluon():
+    """K addresses advanced at the top of the loop: the ring's copies would read a name it never defines, the engine
+    keeps the kernel as Triton (TT041), and the ring's TT043 ("runs as Gluon for the launches ...") goes with it."""
+    text = _kernel(CAUSAL_MASK).replace(
+        "    k_ptrs = k_ptr + offs_n[:, None] * stride_n + offs_d[None, :]\n",
+        "    k_ptrs = k_ptr + offs_n[:, None] * stride_n + offs_d[None, :] - BLOCK_N * stride_n\n").replace(
+        "        k = tl.load(k_ptrs + start_n * stride_n,", "        k_ptrs += BLOCK_N * stride_n\n        k = tl.load(k_ptrs,")
+    assert "k_ptrs += BLOCK_N * stride_n" in text
+    result = _sm90(text)
+    codes = {d.code for d in result.diagnostics}
+    assert "TT043" not in codes and "TT041" in codes

@@ -290,7 +290,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 outcome.kept_reason = (f"its Gluon translation for {target.name} reads `{missing}` without defining "
                                        "it (a limit of the tool's rewrite)")
             fn = facts.functions[name]
-            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+            # (a TT043 "runs as Gluon for the launches ..." of the translation no longer holds)
+            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
                 fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
 
 
