@@ -64,3 +64,72 @@ def test_a_16_bit_accumulator_compiles_on_the_amd_matrix_cores(target: str, tmp_
     values = json.loads((EXPECTED_DIR.parent / "verify.json").read_text(encoding="utf-8"))["suite_bmm.py"]
     compiled = verify(dataclasses.replace(result), values, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+# ---- Kernels without a dot loop (a probe of 78 such kernels, session 10) ----
+
+ELEMENTWISE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+BODY
+'''
+
+
+def _elementwise(body: str, before: str = "") -> str:
+    return before + ELEMENTWISE.replace("BODY", body)
+
+
+def test_a_module_that_defines_a_helper_name_of_the_variant_keeps_its_kernels_as_triton():
+    """`_sigmoid` is the name of the variant's helper for `tl.sigmoid`: the module's own `_sigmoid` would rebind it
+    (the kernel computed `_sigmoid(x) - _sigmoid(x)`, always zero)."""
+    own = "\n\n@triton.jit\ndef _sigmoid(x):\n    return 1.0 / (1.0 + tl.exp(-x))\n"
+    text = _elementwise("    tl.store(y_ptr + offs, _sigmoid(x) - tl.sigmoid(x), mask=mask)") + own
+    for target in ("sm90", "gfx942"):
+        result = translate_source(text, "k.py", get_target(target))
+        assert not any(o.translated for o in result.functions)
+        assert any(d.code == "TT041" and "the module defines `_sigmoid`" in d.message for d in result.diagnostics)
+    plain = translate_source(_elementwise("    tl.store(y_ptr + offs, tl.sigmoid(x), mask=mask)"), "k.py",
+                             get_target("sm90"))
+    assert all(o.translated for o in plain.functions) and "_sigmoid = gluon.jit(" in plain.text
+
+
+def test_a_kernel_variable_named_gl_keeps_the_kernel_as_triton():
+    result = translate_source(_elementwise("    gl = x * 2.0\n    tl.store(y_ptr + offs, gl, mask=mask)"), "k.py",
+                              get_target("sm90"))
+    assert not result.functions[0].translated
+    assert any("it binds `gl`" in d.message for d in result.diagnostics)
+
+
+def test_a_kernel_variable_named_like_a_layout_constant_is_not_taken_by_one():
+    text = _elementwise("    offs_layout = x > 0.0\n    tl.store(y_ptr + offs, tl.where(offs_layout, x, 0.0), mask=mask)")
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert result.functions[0].translated
+    assert "offs_layout: gl.constexpr" not in result.text and "offs_layout_2: gl.constexpr" in result.text
+
+
+@pytest.mark.parametrize("body, why", [
+    ("    m, i = tl.max(x, axis=0, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
+     "return_indices=True"),
+    ("    tl.store(y_ptr + offs, tl.reshape(x, (BLOCK,), can_reorder=True), mask=mask)", "can_reorder=True"),
+    ("    tl.store(y_ptr + offs, tl.view(x, (BLOCK,)), mask=mask)", "`tl.view` may reorder"),
+])
+def test_calls_whose_gluon_form_differs_are_refused(body: str, why: str):
+    result = translate_source(_elementwise(body), "k.py", get_target("sm90"))
+    assert not result.functions[0].translated
+    assert any(d.code == "TT011" and why in d.message for d in result.diagnostics), [d.message for d in
+                                                                                    result.diagnostics]
+
+
+def test_a_scalar_atomic_operand_is_broadcast_to_the_pointers():
+    """Triton 3.6's Gluon does not broadcast the scalar of `tl.atomic_add(ptrs, 1)` (did not compile on the GPU)."""
+    text = _elementwise("    tl.atomic_add(y_ptr + (x > 0.0).to(tl.int32), 1, mask=mask)")
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert "gl.atomic_add(y_ptr + (x > 0.0).to(gl.int32), _scalar_operand(y_ptr + (x > 0.0).to(gl.int32), 1)," \
+        in " ".join(result.text.split())
+    assert "def _scalar_operand(" in result.text

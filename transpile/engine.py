@@ -16,7 +16,7 @@ from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
-from transpile.cst_utils import code_names, module_code, node_ast, node_code
+from transpile.cst_utils import bound_names, code_names, module_code, node_ast, node_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
@@ -252,9 +252,16 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 dispatch=dispatch.get(fn.name) or _launch_dispatch(facts, fn, ctx),
                                 ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
+        reserved = sorted(RESERVED_NAMES & (bound_names(fn.node) | {p.name for p in fn.params}))
         if refusals:
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
+        elif reserved:
+            outcome.translated = False
+            outcome.kept_reason = (f"it binds `{reserved[0]}`, the name its Gluon translation reads the Gluon "
+                                   "language by")
+            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
         outcomes[fn.name] = outcome
@@ -270,6 +277,19 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     helpers |= {"tma_or_triton", "persistent_grid"}
             else:
                 rewritten.pop(name, None)
+        clash = sorted(_snippet_names(target, helpers) & _module_names(source.module))
+        if clash and any(o.translated for o in outcomes.values()):
+            # The variant's helpers would be rebound by the module's own definitions of those names (or rebind
+            # them): every kernel is kept as Triton rather than call the wrong function.
+            for name, outcome in outcomes.items():
+                if outcome.translated:
+                    outcome.translated = False
+                    outcome.kept_reason = (f"the module defines `{clash[0]}`, a name the Gluon variant gives one of "
+                                           "its helpers")
+                    outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"],
+                                                  source.diagnostic(facts.functions[name].node, "TT041",
+                                                                    f"`{name}` kept as Triton: {outcome.kept_reason}")})
+            continue
         tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text, prepared.original_source.module)
         module = _module_text(tree)
         header = _header(path, sha256, source, target, command, outcomes)
@@ -700,6 +720,47 @@ def _kept_function(statement: cst.FunctionDef, outcome: KernelOutcome, target: T
     blank = next((i for i, line in enumerate(own) if line.comment is not None), len(own))
     lines = [*own[:blank], *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments], *own[blank:]]
     return statement.with_changes(leading_lines=lines)
+
+
+#: Names the Gluon translation of a function reads the language and the runtime by.
+RESERVED_NAMES = frozenset({"gl", "gluon"})
+
+
+def _snippet_names(target: Target, helpers: set[str]) -> set[str]:
+    """The module-level names the variant's helpers (snippets) define."""
+    names: set[str] = set()
+    for statement in _snippet_statements(target, helpers):
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            names.add(statement.name.value)
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        names |= {n.value for n in _names_of(t.target)}
+    return names | set(RESERVED_NAMES)
+
+
+def _module_names(module: cst.Module) -> set[str]:
+    """Names the source module binds at its top level by definitions and assignments (not its imports)."""
+    names: set[str] = set()
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            names.add(statement.name.value)
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    for t in targets:
+                        names |= {n.value for n in _names_of(t)}
+    return names
+
+
+def _names_of(node: cst.CSTNode) -> list[cst.Name]:
+    if isinstance(node, cst.Name):
+        return [node]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [n for e in node.elements for n in _names_of(e.value)]
+    return []
 
 
 def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseStatement]:

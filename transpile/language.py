@@ -90,7 +90,8 @@ TABLE: dict[str, Spelling] = {
     "argmax": Spelling("helper", "argmax"),
     "argmin": Spelling("helper", "argmin"),
     # ---- other spellings ------------------------------------------------------------------------------------------
-    "view": Spelling("gl", "reshape"),  # `tl.view` is the deprecated name of a reshape that may reorder
+    "view": Spelling("refuse", "`tl.view` may reorder the elements, in an order Triton's compiler picks: its Gluon "
+                     "translation could not give the same tensor (write `tl.reshape` where the order matters)"),  # `tl.view` is the deprecated name of a reshape that may reorder
     "unsqueeze": Spelling("gl", "expand_dims"),
     "broadcast_to": Spelling("method", "broadcast_to"),
     "PropagateNan": Spelling("triton", "PropagateNan"),
@@ -242,6 +243,16 @@ def std_snippet(name: str) -> str:
 
 
 HELPERS = {
+    "scalar_operand": '''
+@gluon.jit
+def _scalar_operand(pointer, value):
+    """A scalar operand of an atomic as a tensor of the pointers' shape and layout, of their element type (Triton
+    3.6's Gluon does not broadcast it; Triton converts the value to that type too)."""
+    if pointer.type.is_block():
+        return gl.full(pointer.shape, value, pointer.dtype.element_ty, layout=pointer.type.layout)
+    else:
+        return value  # (one pointer: a scalar operand as it is)
+''',
     "softmax": '''
 @gluon.jit
 def _softmax(x, dim: gl.constexpr = None, keep_dims: gl.constexpr = False, ieee_rounding: gl.constexpr = False):

@@ -1413,7 +1413,10 @@ def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:
         need(term)
     for site in plan.dots.values():
         need(site.result)
-    taken: set[str] = set(p.name for p in plan.function.params) | analysis.module_names
+    # (and the function's own variables: a loop's `cols_layout = cols < n` is not a layout constant)
+    from transpile.cst_utils import names_in
+
+    taken: set[str] = set(p.name for p in plan.function.params) | analysis.module_names | names_in(plan.function.node)
     for root in used:
         kind = "mma" if root.dots is not None else "blocked"
         base = _layout_name(root, kind)

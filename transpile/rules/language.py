@@ -99,6 +99,28 @@ class LanguageNames(Rule):
                 ctx.need(key)
             return cst.Call(expr(language.gluon_text(spelling)), [cst.Arg(updated.func.value), *updated.args])
         lang = ctx.language(original.func)
+        short = (lang or "").rsplit(".", 1)[-1]
+        keywords = {a.keyword.value: a for a in updated.args if a.keyword is not None}
+        if short in ("max", "min") and "return_indices" in keywords and \
+                cst.Module([]).code_for_node(keywords["return_indices"].value).strip() != "False":
+            ctx.refuse(original, "TT011", f"`tl.{short}(..., return_indices=True)` is not translated (Gluon's "
+                       f"`{short}` returns no indices): use `tl.arg{short}` for the index")
+            return updated
+        if short.startswith("atomic_") and short not in ("atomic_cas",):
+            # `tl.atomic_add(ptrs, 1, mask=m)`: a scalar value broadcast to the pointers (Triton 3.6's Gluon does not)
+            positional = [a for a in updated.args if a.keyword is None]
+            value = keywords.get("val") or (positional[1] if len(positional) > 1 else None)
+            pointer = keywords.get("pointer") or (positional[0] if positional else None)
+            if value is not None and pointer is not None and _scalar_literal(value.value):
+                ctx.need("scalar_operand")
+                wrapped = cst.Call(cst.Name("_scalar_operand"), [cst.Arg(pointer.value), cst.Arg(value.value)])
+                updated = updated.with_changes(args=[a.with_changes(value=wrapped) if a is value else a
+                                                     for a in updated.args])
+        if short == "reshape" and "can_reorder" in keywords and \
+                cst.Module([]).code_for_node(keywords["can_reorder"].value).strip() != "False":
+            ctx.refuse(original, "TT011", "`tl.reshape(..., can_reorder=True)` lets Triton's compiler reorder the "
+                       "elements; Gluon's reshape keeps them in order, which need not give the same tensor")
+            return updated
         spelling = language.lookup(lang, ctx.target.backend, ctx.target.min_triton) if lang else None
         if spelling is not None and spelling.kind == "method" and updated.args and updated.args[0].keyword is None:
             first, *rest = updated.args
@@ -156,3 +178,9 @@ class Transpose(Rule):
             return cst.Call(expr("gl.permute"), [cst.Arg(updated.value), cst.Arg(expr("[1, 0]"))])
         return updated
 
+
+def _scalar_literal(node: cst.BaseExpression) -> bool:
+    """A number, or a sign applied to one."""
+    while isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
