@@ -16,7 +16,7 @@ from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
-from transpile.cst_utils import bound_names, code_names, module_code, node_ast, node_code
+from transpile.cst_utils import assigned_names, bound_names, code_names, module_code, node_ast, node_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
@@ -728,39 +728,17 @@ RESERVED_NAMES = frozenset({"gl", "gluon"})
 
 def _snippet_names(target: Target, helpers: set[str]) -> set[str]:
     """The module-level names the variant's helpers (snippets) define."""
-    names: set[str] = set()
-    for statement in _snippet_statements(target, helpers):
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            names.add(statement.name.value)
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        names |= {n.value for n in _names_of(t.target)}
-    return names | set(RESERVED_NAMES)
+    return _defined_names(_snippet_statements(target, helpers)) | set(RESERVED_NAMES)
 
 
 def _module_names(module: cst.Module) -> set[str]:
     """Names the source module binds at its top level by definitions and assignments (not its imports)."""
-    names: set[str] = set()
-    for statement in module.body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            names.add(statement.name.value)
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
-                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                    for t in targets:
-                        names |= {n.value for n in _names_of(t)}
-    return names
+    return _defined_names(module.body)
 
 
-def _names_of(node: cst.CSTNode) -> list[cst.Name]:
-    if isinstance(node, cst.Name):
-        return [node]
-    if isinstance(node, (cst.Tuple, cst.List)):
-        return [n for e in node.elements for n in _names_of(e.value)]
-    return []
+def _defined_names(statements) -> set[str]:  # noqa: ANN001 - a sequence of statements
+    return {n for s in statements for n in ({s.name.value} if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+                                            else assigned_names(s))}
 
 
 def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseStatement]:

@@ -35,7 +35,7 @@ from transpile.analysis.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
-from transpile.cst_utils import (assigned_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
+from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
                                  read_names, single_assign, sum_terms, unparenthesized)
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
@@ -437,7 +437,7 @@ class _AddressTerms:
                     and isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign)):
                 values.setdefault(small.target.value, []).append(small.value)
             else:
-                for name in assigned_names(statement) | _bound_in(statement):
+                for name in bound_names(statement):
                     opaque_names.setdefault(name, set()).update(names_in(statement) & self.params)
         for i in plan.producer:  # the loop's statements that make what the copies read (`cols = start_n + offs_n`)
             assignment = single_assign(plan.loop.body.body[i])  # type: ignore[union-attr]
@@ -497,27 +497,6 @@ def _divisible_strides(ctx: RuleContext, plan: AttentionPlan, unit: list[str]) -
                             if isinstance(inner, cst.Name) and inner.value in walk.params:
                                 add(inner.value)
     return tuple(found)
-
-
-def _bound_in(statement: cst.CSTNode) -> set[str]:
-    """Every name a statement binds, in nested blocks too."""
-    bound: set[str] = set()
-
-    class _Visit(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            bound.update(names_in(node.target))
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            bound.update(names_in(node.target))
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            bound.update(names_in(node.target))
-
-        def visit_For(self, node: cst.For) -> None:
-            bound.update(names_in(node.target))
-
-    statement.visit(_Visit())
-    return bound
 
 
 def _bare_use(node: cst.CSTNode, name: str) -> bool:
