@@ -37,6 +37,7 @@ from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
                                  read_names, single_assign, sum_terms, unparenthesized)
+from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
@@ -148,7 +149,8 @@ class HopperAttentionPipeline(Rule):
                 "(`tl.arange` here); the cp.async ring re-evaluates them ahead of use from vectors made before "
                 "the loop: make `tl.arange(0, BLOCK_N)` before the loop and add `start_n` to it in the loop")))
             return updated
-        strides = _inner_strides(ctx, plan)
+        walk = _AddressTerms(ctx, plan)
+        strides = _inner_strides(ctx, plan, walk)
         copy_nodes = _copy_nodes(ctx, plan, body)
         shared = _shared_vector(ctx, plan, copy_nodes) if not isinstance(copy_nodes, LoopRefusal) else None
         for refusal in (strides, copy_nodes, shared):
@@ -184,7 +186,7 @@ class HopperAttentionPipeline(Rule):
         # (they would not compile), with --gluon-always too; so do those without the flag, if any, by default.
         ctx.launch_checked = True
         ctx.launch_unit = tuple(strides)
-        ctx.launch_divisible = _divisible_strides(ctx, plan, strides)
+        ctx.launch_divisible = _divisible_strides(walk, strides)
         if not ctx.gluon_always:
             ctx.launch_at_least = at_least
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
@@ -332,14 +334,7 @@ def _transposed_k(ctx: RuleContext, plan: AttentionPlan) -> AttentionPlan | Loop
 
 
 def _subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
-    found: list[cst.Subscript] = []
-
-    class _Visit(cst.CSTVisitor):
-        def visit_Subscript(self, sub: cst.Subscript) -> None:
-            found.append(sub)
-
-    node.visit(_Visit())
-    return found
+    return [n for n in preorder(node) if isinstance(n, cst.Subscript)]
 
 
 def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement
@@ -468,12 +463,11 @@ class _AddressTerms:
         return bound[0] if bound is not None and len(bound) == 1 else None
 
 
-def _divisible_strides(ctx: RuleContext, plan: AttentionPlan, unit: list[str]) -> tuple[str, ...]:
+def _divisible_strides(walk: _AddressTerms, unit: list[str]) -> tuple[str, ...]:
     """The arguments that scale or offset the K and V addresses (``off_h * stride_kh``, ``offs_n[:, None] *
     stride_kn``, ``(offs_n * stride_kn)[:, None]``, a bare ``kv_offset``), but the inner strides (`unit`): a launch
     where the ints among them are multiples of 16 (and the tensors 16-byte aligned) has Triton compile them as
     divisible by 16, which proves the 16-byte alignment the ring's cp.async copies need."""
-    walk = _AddressTerms(ctx, plan)
     found: list[str] = []
 
     def add(name: str) -> None:
@@ -519,7 +513,7 @@ def _bare_use(node: cst.CSTNode, name: str) -> bool:
     return bare
 
 
-def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRefusal:
+def _inner_strides(ctx: RuleContext, plan: AttentionPlan, walk: _AddressTerms) -> list[str] | LoopRefusal:
     """The kernel parameters that scale the last (contiguous) index of the K and V addresses: in ``x + i[:, None] *
     s0 + j[None, :] * s1`` that is ``s1``. They must be 1 for cp.async; the launcher makes an int argument equal to 1
     a constexpr, which the emitted code tests at compile time. An address without such a factor is contiguous. The
@@ -527,7 +521,6 @@ def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRef
     tl.arange(0, B)``); any other (``(offs_d * stride_d)[None, :]``) is refused, as is a mask that bounds the
     contiguous index by a runtime value (``d_mask[None, :]`` with ``d_mask = offs_d < head_dim``: the copies' 16-byte
     vectors would not compile for it)."""
-    walk = _AddressTerms(ctx, plan)
     vectors = {n for n, t in name_terms(ctx.plan).items() if t.slice_of is not None}
     found: list[str] = []
 
@@ -571,7 +564,7 @@ def _inner_strides(ctx: RuleContext, plan: AttentionPlan) -> list[str] | LoopRef
         if load.mask is None:
             continue
         reads: set[str] = set()
-        for node in [*_subscripts(load.mask), *_comparisons(load.mask)]:
+        for node in preorder(load.mask):
             if isinstance(node, cst.Subscript) and broadcast_axis(node) == 1:
                 reads |= _resolved_reads(walk, node.value)
             elif isinstance(node, cst.Comparison) and any(broadcast_axis(sub) == 1 for sub in _subscripts(node)):
@@ -591,17 +584,6 @@ def _resolved_reads(walk: _AddressTerms, node: cst.CSTNode, depth: int = 0) -> s
             if definition is not None:
                 reads |= _resolved_reads(walk, definition, depth + 1)
     return reads
-
-
-def _comparisons(node: cst.CSTNode) -> list[cst.Comparison]:
-    found: list[cst.Comparison] = []
-
-    class _Visit(cst.CSTVisitor):
-        def visit_Comparison(self, comparison: cst.Comparison) -> None:
-            found.append(comparison)
-
-    node.visit(_Visit())
-    return found
 
 
 class _Relayout:
