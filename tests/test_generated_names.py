@@ -133,3 +133,58 @@ def test_a_scalar_atomic_operand_is_broadcast_to_the_pointers():
     assert "gl.atomic_add(y_ptr + (x > 0.0).to(gl.int32), _scalar_operand(y_ptr + (x > 0.0).to(gl.int32), 1)," \
         in " ".join(result.text.split())
     assert "def _scalar_operand(" in result.text
+
+
+OPTIONAL_BIAS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _affine(x, w, b, scale, HAS_BIAS: tl.constexpr):
+    y = x * w * scale
+    if HAS_BIAS:
+        y += b
+    return y
+
+
+@triton.jit
+def _shift(x, s=None):
+    if s is not None:
+        x = x + s
+    return x
+
+
+@triton.jit
+def kernel(x_ptr, w_ptr, b_ptr, y_ptr, n, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + offs, mask=mask, other=0.0)
+    else:
+        b = None
+    tl.store(y_ptr + offs, _shift(_affine(x, w, b, 0.5, HAS_BIAS)), mask=mask)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sm90", "gfx942"])
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_a_helper_argument_that_may_be_none_is_converted_only_when_it_is_a_tensor(
+        target: str, has_bias: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`b = None` when a flag is off, or a `None` default: Triton passes a constexpr None, which the helper's entry
+    conversion `gl.convert_layout(b, ...)` does not take (the variant did not compile); `is not None` is decided at
+    compile time. The other tensor parameters are converted as before."""
+    from transpile.verify import verify
+
+    result = translate_source(OPTIONAL_BIAS, "k.py", get_target(target))
+    flat = " ".join(result.text.split())
+    assert "if b is not None: # a caller may pass None b = gl.convert_layout(b, " in flat
+    assert "if s is not None: # a caller may pass None s = gl.convert_layout(s, " not in flat  # not a tensor here
+    assert "x = gl.convert_layout(x, " in flat and "if x is not None" not in flat
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "HAS_BIAS": has_bias,
+              "BLOCK": 1024}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

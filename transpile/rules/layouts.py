@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import names_in
+from transpile import cst_walk
+from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.analysis.layouts import Term
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
@@ -60,7 +61,10 @@ class LayoutDeclarations(Rule):
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = ctx.plan
         lines: list[str] = []
-        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
+        optional = _optional_params(ctx)
+        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})" if param not in optional else
+                 f"if {param} is not None:  # a caller may pass None\n"
+                 f"    {param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
                  for param, term in plan.param_converts.items()]
         # Per statement: those the rules left alone are the source's own nodes, their names found once for every target.
         used = (set().union(*(names_in(s) for s in updated.body.body))
@@ -144,6 +148,32 @@ def expand(node: cst.BaseExpression, added: int, own: int) -> cst.Subscript:
     template = cst.parse_expression(f"_[{', '.join(elements)}]")
     assert isinstance(template, cst.Subscript)
     return template.with_changes(value=node)
+
+
+def _optional_params(ctx: RuleContext) -> set[str]:
+    """Parameters of a helper that may be None: a `None` default, or a call of this file passing `None` or a name the
+    caller binds to `None` somewhere (`b = None` when a flag is off). Triton makes such an argument a constexpr None,
+    which `gl.convert_layout` does not take; `is not None` is decided at compile time."""
+    function = ctx.function
+    names = [p.name for p in function.params]
+    optional = {p.name for p in function.params if p.default == "None"}
+    for caller in function.called_by:
+        caller_fn = ctx.facts.functions.get(caller)
+        if caller_fn is None:
+            continue
+        none_names = {n for s in cst_walk.preorder(caller_fn.node) if isinstance(s, cst.SimpleStatementLine)
+                      and any(isinstance(a, cst.Assign) and isinstance(a.value, cst.Name) and a.value.value == "None"
+                              for a in s.body) for n in assigned_names(s)}
+        for node in calls_in(caller_fn.node):
+            if ctx.facts.callee(node.func) != function.name:
+                continue
+            for position, arg in enumerate(node.args):
+                param = arg.keyword.value if arg.keyword is not None else (
+                    names[position] if arg.star == "" and position < len(names) else None)
+                if param is not None and isinstance(arg.value, cst.Name) and (
+                        arg.value.value == "None" or arg.value.value in none_names):
+                    optional.add(param)
+    return optional
 
 
 def _commented(lines: list[str], comment: str) -> list[cst.BaseStatement]:
