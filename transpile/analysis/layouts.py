@@ -925,12 +925,14 @@ class _FunctionWalker:
             if not isinstance(value, Tensor):
                 return SCALAR
             rank = value.rank
+            shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
             if name in ("reshape", "view"):
                 shape_node = self.arg(node, 1, "shape")
                 rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
+                if isinstance(shape_node, (cst.List, cst.Tuple)):
+                    shape = tuple(self.shape_text(e.value) for e in shape_node.elements)
             if name == "ravel":
                 rank = 1
-            shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
             if name == "join":  # two tensors of one shape -> that shape with a new last dimension of 2
                 rank = rank + 1 if rank is not None else None
                 shape = (*value.shape, "2") if value.shape else None
@@ -984,7 +986,16 @@ class _FunctionWalker:
         if not isinstance(base, Tensor):
             self.refuse(node, "TT010", "`tl.broadcast_to` of a scalar: write `tl.full(shape, value, dtype)`")
             return SCALAR
-        return Tensor(base.term, base.elem, self.shape_of_args(node.args[1:]))
+        return self.broadcast(base, self.shape_of_args(node.args[1:]))
+
+    @staticmethod
+    def broadcast(base: Tensor, shape: tuple[str | None, ...] | None) -> Tensor:
+        """`base` broadcast to `shape`, in its own class, whose layout is sized for the broadcast tile (its size-1
+        dimensions take the new sizes: a [G, 1] class holding a [G, GROUP] tile would give each thread one column)."""
+        root = base.term.find()
+        if shape is not None and root.rank == len(shape):
+            root.shape = _join_shapes(root.shape, list(shape))
+        return Tensor(base.term, base.elem, shape)
 
     def creation(self, node: cst.Call, name: str) -> Value:
         for a in node.args:
@@ -1062,7 +1073,7 @@ class _FunctionWalker:
         if method == "broadcast_to":
             for a in node.args:
                 self.eval(a.value)
-            return Tensor(base.term, base.elem, self.shape_of_args(node.args))
+            return self.broadcast(base, self.shape_of_args(node.args))
         if method in ("to", "cast"):
             for a in node.args:
                 self.eval(a.value)
@@ -1076,9 +1087,11 @@ class _FunctionWalker:
             for a in node.args:
                 self.eval(a.value)
             rank = base.rank
-            if method in ("reshape", "view"):
-                rank = len(node.args) if len(node.args) > 1 else None
             shape = tuple(reversed(base.shape)) if method == "trans" and base.shape else None
+            if method in ("reshape", "view"):
+                named = self.shape_of_args([a for a in node.args if a.keyword is None])
+                rank = len(named) if named is not None else None
+                shape = named
             return self.opaque(node, rank, shape, base.elem)
         for a in node.args:
             self.eval(a.value)
