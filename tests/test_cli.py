@@ -132,7 +132,9 @@ def test_diff_writes_nothing_and_prints_a_unified_diff(tmp_path: Path, cli, fixt
     assert_clean_exit(result, 0)
     assert tree(tmp_path) == before
     changed = [line for line in result.stdout.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    assert len(changed) == 4  # the hash line and the changed statement, each removed and added
+    # the hash line and the changed statement, in the Gluon kernel and in the source kernel kept for unaligned
+    # launches, each removed and added
+    assert len(changed) == 6
     assert "+    output = x + y + 1" in changed
 
     # Up to date: no diff at all.
@@ -488,7 +490,8 @@ VECTOR_ADD_VALUES = ["-v", "x_ptr=*fp32", "-v", "y_ptr=*fp32", "-v", "output_ptr
 def test_verify_compiles(repo_cli) -> None:
     result = repo_cli.subprocess("verify", "fixtures/vector_add.py", "-t", "gfx942", *VECTOR_ADD_VALUES)
     assert result.exit_code == 0, result.output
-    assert re.search(r"gfx942\s+│ add_kernel\s+│ given values\s+│ compiles", result.stdout), result.stdout
+    assert re.search(r"gfx942\s+│ add_kernel\s+│ given values \(aligned\s+│ compiles", result.stdout), result.stdout
+    assert re.search(r"gfx942\s+│ _add_kernel_triton \(kept as\s+│ given values\s+│ compiles", result.stdout)
     assert "Traceback" not in result.output
 
 

@@ -14,6 +14,7 @@ from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.canonical import canonicalize
+from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.cst_utils import assigned_names, bound_names, code_names, module_code, node_ast, node_code
@@ -264,6 +265,18 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
+            access = column_major_access(facts, fn) if outcome.translated and not outcome.pipelined else None
+            if access is not None:
+                line = source.position(access)[0]
+                outcome.translated = False
+                outcome.kept_reason = (f"the access at line {line} is contiguous along the first axis of its tile (a "
+                                       "transposed copy): a Gluon layout would leave it uncoalesced, where Triton's "
+                                       "compiler picks a layout per access")
+                outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+                    access, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason} (--gluon-always translates "
+                    "it)")})
+            elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
+                outcome.dispatch = _alignment_dispatch(facts, fn)
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
@@ -274,7 +287,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             if outcome.translated:
                 helpers |= translated_helpers[name]
                 if outcome.dispatch is not None:
-                    helpers |= {"tma_or_triton", "persistent_grid"}
+                    helpers |= ({"aligned_or_triton"} if outcome.dispatch.reason == ALIGNMENT_REASON
+                                else {"tma_or_triton", "persistent_grid"})
             else:
                 rewritten.pop(name, None)
         clash = sorted(_snippet_names(target, helpers) & _module_names(source.module))
@@ -612,6 +626,13 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least)
 
 
+def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction) -> Dispatch:
+    """A kernel without a pipelined loop runs as Gluon on launches with 16-byte aligned rows, as its source elsewhere
+    (`transpile.analysis.launch_alignment`)."""
+    return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name), aligned=True,
+                    divisible=address_params(facts, fn), reason=ALIGNMENT_REASON)
+
+
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
     """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
     set a flag (`Dispatch.when`) or have aligned tensors (`Dispatch.aligned`): the source kernel, unchanged but for
@@ -635,13 +656,14 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
         checks = "each launch's tensors and strides"
     else:
-        why = " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
+        why = dispatch.reason or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
                               if dispatch.when else []),
                             *([f"it is faster than this kernel only where `{n}` is at least {v}"
                                for n, v in dispatch.at_least]),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
-        checks = " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
+        checks = "its tensors' alignment and that of the arguments its addresses read" if dispatch.reason else \
+            " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
                                *([f"`{n}`" for n, _ in dispatch.at_least]),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
@@ -665,9 +687,14 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         when += f", {key}=({''.join(value(n) + ', ' for n in names)})" if names else ""
     if dispatch.at_least:
         when += f", at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.at_least)})"
-    launcher = cst.parse_statement(
-        f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
-        f"persistent={persistent}{when})\n")
+    if dispatch.reason == ALIGNMENT_REASON:
+        divisible = "".join(value(n) + ", " for n in dispatch.divisible)
+        launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"
+                                       f"{f', divisible=({divisible})' if divisible else ''})\n")
+    else:
+        launcher = cst.parse_statement(
+            f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
+            f"persistent={persistent}{when})\n")
     helpers = [_renamed(originals[h], renames).with_changes(name=cst.Name(renames[h]), leading_lines=[
         blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
             f"triton-transpile: the source helper `{h}`, for `{copy}` (Triton code cannot call the Gluon one).",

@@ -145,6 +145,9 @@ class Dispatch:
     # constexpr parameters and the least value with which a launch runs the Gluon kernel (a form measured faster
     # than the source only from there: the attention ring at a fixed tile, from a head dimension of 128)
     at_least: tuple[tuple[str, int], ...] = ()
+    # why the launches that `aligned` turns away run the source kernel (the comment over its copy), when not the
+    # copies' 16-byte moves
+    reason: str = ""
 
 
 @dataclass

@@ -234,5 +234,6 @@ SM90 = Target(
         "fit_stages": FIT_STAGES,
         "persistent_grid": PERSISTENT_GRID,
         "tma_or_triton": LAUNCHER,
+        "aligned_or_triton": s.ALIGNED_LAUNCHER,
     },
 )

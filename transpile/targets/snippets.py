@@ -71,3 +71,48 @@ def _desc_store(desc, off0, off1, value):
     mask = (rows[:, None] < size0) & (cols[None, :] < size1)
     gl.store(base + rows[:, None] * stride0 + cols[None, :] * stride1, value.to(base.dtype.element_ty), mask=mask)
 '''
+
+#: The host launcher of a kernel without a pipelined loop (`transpile.analysis.launch_alignment`).
+ALIGNED_LAUNCHER = '''
+class _AlignedOrTriton:
+    """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (tensor
+    arguments 16-byte aligned, with a unit last stride and the other strides multiples of 16 elements; the
+    `divisible` arguments, which its addresses read, multiples of 16 or 16-byte aligned tensors), the source's
+    Triton kernel for the others: Triton then compiles loads of one element per thread, faster there than the Gluon
+    kernel's layouts of up to 4 contiguous elements per thread."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, divisible=()):
+        self.gluon_kernel = gluon_kernel
+        self.triton_kernel = triton_kernel
+        self.params = params
+        self.divisible = divisible
+
+    def aligned(self, args, kwargs):
+        values = dict(zip(self.params, args))
+        values.update(kwargs)
+        for value in values.values():
+            if hasattr(value, "data_ptr") and hasattr(value, "stride"):
+                strides = value.stride()
+                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
+                    return False
+        for name in self.divisible:
+            value = values.get(name)
+            if hasattr(value, "data_ptr"):
+                if value.data_ptr() % 16:
+                    return False
+            elif not isinstance(value, int) or value % 16:
+                return False
+        return True
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            kernel = self.gluon_kernel if self.aligned(args, kwargs) else self.triton_kernel
+            return kernel[grid](*args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
+        if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
+            raise AttributeError(name)
+        return getattr(self.gluon_kernel, name)
+'''

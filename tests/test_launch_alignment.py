@@ -1,0 +1,150 @@
+"""Kernels without a pipelined loop run as Gluon on launches with 16-byte aligned rows and as their source elsewhere
+(`transpile.analysis.launch_alignment`): on an H100 the translations ran at 0.72-0.88x their sources on launches with
+unaligned rows, where Triton compiles loads of one element per thread (bench/RESULTS.md, session 11). A transposed
+copy (addresses contiguous along a tile's first axis) is kept as Triton."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXPECTED_DIR
+from transpile.analysis.launch_alignment import address_params
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.source import parse_source
+from transpile.targets import get_target
+
+ROWS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x, s):
+    return x * s
+
+
+@triton.jit
+def rows_kernel(x_ptr, y_ptr, w_ptr, stride_x, stride_y, col0, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_x
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        acc += tl.load(x_row + cols, mask=cols < n_cols, other=0.0)
+    cols = tl.arange(0, BLOCK)
+    w = tl.load(w_ptr + col0 + cols, mask=cols < n_cols, other=0.0)
+    tl.store(y_ptr + row * stride_y + cols, _scale(acc, eps) * w, mask=cols < n_cols)
+'''
+
+
+def test_the_launch_checks_the_arguments_addresses_read_and_not_mask_bounds():
+    source = parse_source(ROWS, "rows.py")
+    facts = discover(source)
+    params = address_params(facts, facts.functions["rows_kernel"])
+    # pointers, strides and offsets that addresses read (through `x_row`, the loop variable's start and step), and
+    # what a jit helper is given (`eps`: a helper may address memory with it); not the loop bound nor mask bounds
+    assert params == ("x_ptr", "y_ptr", "w_ptr", "stride_x", "stride_y", "col0", "eps")
+
+
+def test_a_kernel_without_a_dot_loop_is_launched_through_the_alignment_launcher():
+    result = translate_source(ROWS, "rows.py", get_target("sm90"))
+    text = " ".join(result.text.split())
+    assert ('rows_kernel=_AlignedOrTriton(rows_kernel,_rows_kernel_triton,params=("x_ptr","y_ptr","w_ptr",'
+            '"stride_x","stride_y","col0","n_cols","eps","BLOCK",),divisible=("x_ptr","y_ptr","w_ptr",'
+            '"stride_x","stride_y","col0","eps",)') in "".join(text.split())
+    assert "@triton.jit def _rows_kernel_triton(" in text and "@triton.jit def _scale_triton(x, s):" in text
+    assert "x_row + cols, mask=cols < n_cols" in text.split("def _rows_kernel_triton(")[1]
+    assert "runs as Gluon where its tensors' rows are 16-byte aligned" in result.text.splitlines()[3]
+    for target in ("gfx942", "gfx1250"):
+        assert "= _AlignedOrTriton(" in translate_source(ROWS, "rows.py", get_target(target)).text
+    # --gluon-always: every launch runs the Gluon kernel
+    always = translate_source(ROWS, "rows.py", get_target("sm90"), gluon_always=True).text
+    assert "_AlignedOrTriton" not in always and "_rows_kernel_triton" not in always
+
+
+class _Tensor:
+    """What the launcher reads of a torch tensor."""
+
+    def __init__(self, address: int, strides: tuple[int, ...]) -> None:
+        self.address, self.strides = address, strides
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def stride(self) -> tuple[int, ...]:
+        return self.strides
+
+
+class _Kernel:
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):  # noqa: ANN001, ANN204
+        return lambda *args, **kwargs: self.calls.append(self.name)
+
+
+def _launcher(tmp_path: Path):  # noqa: ANN202 - the emitted launcher class, from a variant written to disk
+    text = (EXPECTED_DIR / "sm90" / "rmsnorm_sm90.py").read_text(encoding="utf-8")
+    path = tmp_path / "rmsnorm_variant.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("rmsnorm_variant", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rmsnorm_variant"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_launcher_runs_the_gluon_kernel_only_on_aligned_launches(tmp_path: Path):
+    module = _launcher(tmp_path)
+    launcher = module.rms_norm_kernel
+    assert isinstance(launcher, module._AlignedOrTriton)
+    params, divisible = launcher.params, launcher.divisible
+    assert divisible == ("x_ptr", "w_ptr", "y_ptr", "stride_x", "stride_y")
+    calls: list[str] = []
+    launcher = module._AlignedOrTriton(_Kernel("gluon", calls), _Kernel("triton", calls), params, divisible)
+
+    def launch(row: int, address: int = 4096, **changed: object) -> str:
+        values = {"x_ptr": _Tensor(address, (row, 1)), "w_ptr": _Tensor(address, (1,)),
+                  "y_ptr": _Tensor(address, (row, 1)), "stride_x": row, "stride_y": row, "n_rows": 1000,
+                  "n_cols": 4000, "eps": 1e-6, "BLOCK_SIZE": 4096}
+        values.update(changed)
+        launcher[(1,)](*list(values.values())[:-1], BLOCK_SIZE=values["BLOCK_SIZE"])
+        return calls[-1]
+
+    assert launch(4096) == "gluon"
+    assert launch(3000) == "triton"  # rows of 6000 bytes (fp16): not 16-byte aligned
+    assert launch(4096, address=4104) == "triton"
+    assert launch(4096, stride_y=4104) == "triton"  # an address stride not a multiple of 16 elements
+    assert launch(4096, x_ptr=_Tensor(4096, (4096, 2))) == "triton"  # an inner stride other than 1
+    assert launch(4096, n_cols=3001, n_rows=999) == "gluon"  # mask bounds are not addresses
+
+
+TRANSPOSE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def transpose_kernel(x_ptr, y_ptr, M, N, stride_x, stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(x_ptr + rm[:, None] * stride_x + rn[None, :], mask=mask)
+    out = y_ptr + rn[None, :] * stride_y + rm[:, None]
+    tl.store(out, x, mask=mask)
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_a_transposed_copy_is_kept_as_triton(target: str):
+    result = translate_source(TRANSPOSE, "t.py", get_target(target))
+    assert not result.functions[0].translated
+    notes = [d for d in result.diagnostics if d.code == "TT041"]
+    assert notes and notes[0].line == 12 and "the access at line 12 is contiguous along the first axis" in \
+        notes[0].message
+    plain = TRANSPOSE.replace("rn[None, :] * stride_y + rm[:, None]", "rm[:, None] * stride_y + rn[None, :]")
+    assert translate_source(plain, "t.py", get_target(target)).functions[0].translated
+    assert translate_source(TRANSPOSE, "t.py", get_target(target), gluon_always=True).functions[0].translated

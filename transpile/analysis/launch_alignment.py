@@ -1,0 +1,118 @@
+"""Which launches a translated kernel without a pipelined loop should run as Gluon.
+
+Triton picks the layout of each global load and store when it compiles a launch, from what the launch tells it: with
+16-byte aligned rows (tensors 16-byte aligned, strides and offsets multiples of 16, which Triton specialises on) each
+thread moves 16 contiguous bytes; without, each thread reads one element per instruction, so that a warp's
+instruction still covers contiguous addresses. A Gluon variant fixes its layouts in the source: they are the
+aligned kind (up to 4 contiguous elements per thread). On an H100 (bench/RESULTS.md, session 11) the translations
+of 85 kernels without a dot loop ran at 0.98-1.6x their sources on aligned launches, but 0.72-0.88x on launches with
+unaligned rows (1001 x 3000 fp16 matrices: each load of a warp then strides over 4x the bytes it uses). So the
+variant runs its Gluon kernel on aligned launches and the source kernel on the others, through the launcher the
+rings use (`_TMAOrTriton(..., aligned=True, divisible=...)`).
+
+`address_params` finds the parameters a launch must make aligned: those read by the addresses of the kernel's loads,
+stores and atomics (through the local names they are computed from), and those passed to the jit helpers it calls
+(which may address memory with them). Ints among them must be multiples of 16, tensors 16-byte aligned; mask bounds
+(`offs < n_cols`) are not addresses and are not checked.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile import cst_walk
+from transpile.cst_utils import broadcast_axis, calls_in, names_in, sum_terms
+from transpile.discover import JitFunction, ModuleFacts, language_name
+
+#: The comment over the source kernel's copy: why the other launches run it.
+REASON = ("its layouts move up to 4 contiguous elements per thread, which is slower than what Triton compiles for "
+          "launches whose rows are not 16-byte aligned (one element per thread per load)")
+
+#: Calls whose first argument (or `pointer=`) is an address.
+MEMORY = {"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
+          "atomic_xchg", "atomic_cas"}
+
+
+def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
+    """The non-constexpr parameters of `fn` that its memory addresses (or its jit helper calls) read, in order."""
+    source = facts.source
+    params = [p.name for p in fn.params if not p.is_constexpr]
+    definitions: dict[str, list[cst.CSTNode]] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                for name in names_in(target.target):
+                    definitions.setdefault(name, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            for name in names_in(node.target):
+                definitions.setdefault(name, []).append(node.value)
+        elif isinstance(node, cst.For):
+            # `for off in range(start, stop, step)`: the values are start + k * step; the bound does not move them
+            values: list[cst.CSTNode] = [node.iter]
+            if isinstance(node.iter, cst.Call) and node.iter.args and all(a.keyword is None for a in node.iter.args):
+                args = [a.value for a in node.iter.args]
+                values = [args[0], *args[2:]] if len(args) >= 2 else []
+            for name in names_in(node.target):
+                definitions.setdefault(name, []).extend(values)
+    roots: list[cst.CSTNode] = []
+    for call in calls_in(fn.node):
+        lang = language_name(source.qualified_name(call.func))
+        if lang is not None and lang.rsplit(".", 1)[-1] in MEMORY:
+            pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
+                           call.args[0].value if call.args and call.args[0].keyword is None else None)
+            if pointer is not None:
+                roots.append(pointer)
+        elif facts.callee(call.func) is not None:
+            roots.extend(a.value for a in call.args)
+    def reads(node: cst.CSTNode) -> set[str]:
+        """The names `node` reads, but for the values it loads: a loaded tensor is data (its own address is a root;
+        the mask it is loaded with bounds it, it does not move it)."""
+        if isinstance(node, cst.Call) and (language_name(source.qualified_name(node.func)) or "").endswith("load"):
+            return set()
+        if isinstance(node, cst.Name):
+            return {node.value}
+        if isinstance(node, (cst.Attribute, cst.Arg)):  # not the attribute's or the keyword's name
+            return reads(node.value)
+        return set().union(*(reads(child) for child in node.children))
+
+    read: set[str] = set()
+    todo = [name for root in roots for name in reads(root)]
+    while todo:
+        name = todo.pop()
+        if name in read:
+            continue
+        read.add(name)
+        for value in definitions.get(name, []):
+            todo.extend(reads(value))
+    return tuple(p for p in params if p in read)
+
+
+def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
+    """A load or store of a 2-D tile whose addresses are contiguous along its first axis (`ptr + rows[:, None] +
+    cols[None, :] * stride`: a transposed copy), else None. The Gluon translation gives a tile one layout, whose
+    warps' lanes run along the last axis: such an access is then uncoalesced, where Triton's compiler picks a layout
+    per access and converts between them (0.50x its source on an H100, bench/RESULTS.md, session 11)."""
+    source = facts.source
+    single: dict[str, cst.BaseExpression] = {}
+    counts: dict[str, int] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            name = node.targets[0].target.value
+            counts[name] = counts.get(name, 0) + 1
+            single[name] = node.value
+    for call in calls_in(fn.node):
+        lang = language_name(source.qualified_name(call.func))
+        if lang is None or lang.rsplit(".", 1)[-1] not in ("load", "store"):
+            continue
+        pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
+                       call.args[0].value if call.args and call.args[0].keyword is None else None)
+        seen: set[str] = set()
+        while isinstance(pointer, cst.Name) and counts.get(pointer.value) == 1 and pointer.value not in seen:
+            seen.add(pointer.value)
+            pointer = single[pointer.value]
+        if pointer is None:
+            continue
+        unit_axes = {broadcast_axis(term) for term in sum_terms(pointer)} - {None}
+        if unit_axes == {0}:
+            return call
+    return None
