@@ -7,8 +7,8 @@ instruction still covers contiguous addresses. A Gluon variant fixes its layouts
 aligned kind (up to 4 contiguous elements per thread). On an H100 (bench/RESULTS.md, session 11) the translations
 of 85 kernels without a dot loop ran at 0.98-1.6x their sources on aligned launches, but 0.72-0.88x on launches with
 unaligned rows (1001 x 3000 fp16 matrices: each load of a warp then strides over 4x the bytes it uses). So the
-variant runs its Gluon kernel on aligned launches and the source kernel on the others, through the launcher the
-rings use (`_TMAOrTriton(..., aligned=True, divisible=...)`).
+variant runs its Gluon kernel on aligned launches and the source kernel on the others, through a launcher
+(`_AlignedOrTriton`) that checks the arguments `address_params` names: under 1 us of Python per launch.
 
 `address_params` finds the parameters a launch must make aligned: those read by the addresses of the kernel's loads,
 stores and atomics (through the local names they are computed from), and those passed to the jit helpers it calls

@@ -75,28 +75,21 @@ def _desc_store(desc, off0, off1, value):
 #: The host launcher of a kernel without a pipelined loop (`transpile.analysis.launch_alignment`).
 ALIGNED_LAUNCHER = '''
 class _AlignedOrTriton:
-    """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (tensor
-    arguments 16-byte aligned, with a unit last stride and the other strides multiples of 16 elements; the
-    `divisible` arguments, which its addresses read, multiples of 16 or 16-byte aligned tensors), the source's
-    Triton kernel for the others: Triton then compiles loads of one element per thread, faster there than the Gluon
-    kernel's layouts of up to 4 contiguous elements per thread."""
+    """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
+    arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16), the source's Triton kernel
+    for the others: Triton then compiles loads of one element per thread, faster there than the Gluon kernel's
+    layouts of up to 4 contiguous elements per thread."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, divisible=()):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
         self.divisible = divisible
+        self.checked = tuple((params.index(name), name) for name in divisible)
 
     def aligned(self, args, kwargs):
-        values = dict(zip(self.params, args))
-        values.update(kwargs)
-        for value in values.values():
-            if hasattr(value, "data_ptr") and hasattr(value, "stride"):
-                strides = value.stride()
-                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
-                    return False
-        for name in self.divisible:
-            value = values.get(name)
+        for index, name in self.checked:
+            value = args[index] if index < len(args) else kwargs.get(name)
             if hasattr(value, "data_ptr"):
                 if value.data_ptr() % 16:
                     return False
