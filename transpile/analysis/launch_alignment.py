@@ -54,15 +54,9 @@ def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
                 values = [args[0], *args[2:]] if len(args) >= 2 else []
             for name in names_in(node.target):
                 definitions.setdefault(name, []).extend(values)
-    roots: list[cst.CSTNode] = []
+    roots: list[cst.CSTNode] = [pointer for _, pointer in _addresses(facts, fn, MEMORY)]
     for call in calls_in(fn.node):
-        lang = language_name(source.qualified_name(call.func))
-        if lang is not None and lang.rsplit(".", 1)[-1] in MEMORY:
-            pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
-                           call.args[0].value if call.args and call.args[0].keyword is None else None)
-            if pointer is not None:
-                roots.append(pointer)
-        elif facts.callee(call.func) is not None:
+        if facts.callee(call.func) is not None:
             roots.extend(a.value for a in call.args)
     def reads(node: cst.CSTNode) -> set[str]:
         """The names `node` reads, but for the values it loads: a loaded tensor is data (its own address is a root;
@@ -92,7 +86,6 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     cols[None, :] * stride`: a transposed copy), else None. The Gluon translation gives a tile one layout, whose
     warps' lanes run along the last axis: such an access is then uncoalesced, where Triton's compiler picks a layout
     per access and converts between them (0.50x its source on an H100, bench/RESULTS.md, session 11)."""
-    source = facts.source
     single: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
     for node in cst_walk.preorder(fn.node):
@@ -100,19 +93,27 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
             name = node.targets[0].target.value
             counts[name] = counts.get(name, 0) + 1
             single[name] = node.value
-    for call in calls_in(fn.node):
-        lang = language_name(source.qualified_name(call.func))
-        if lang is None or lang.rsplit(".", 1)[-1] not in ("load", "store"):
-            continue
-        pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
-                       call.args[0].value if call.args and call.args[0].keyword is None else None)
+    for call, pointer in _addresses(facts, fn, {"load", "store"}):
         seen: set[str] = set()
         while isinstance(pointer, cst.Name) and counts.get(pointer.value) == 1 and pointer.value not in seen:
             seen.add(pointer.value)
             pointer = single[pointer.value]
-        if pointer is None:
-            continue
         unit_axes = {broadcast_axis(term) for term in sum_terms(pointer)} - {None}
         if unit_axes == {0}:
             return call
     return None
+
+
+def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str]) -> list[tuple[cst.Call, cst.BaseExpression]]:
+    """(call, its address) for each call of `fn` to one of the language functions `calls` (`tl.load`, ...): the first
+    positional argument or `pointer=`."""
+    found = []
+    for call in calls_in(fn.node):
+        lang = language_name(facts.source.qualified_name(call.func))
+        if lang is None or lang.rsplit(".", 1)[-1] not in calls:
+            continue
+        pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
+                       call.args[0].value if call.args and call.args[0].keyword is None else None)
+        if pointer is not None:
+            found.append((call, pointer))
+    return found
