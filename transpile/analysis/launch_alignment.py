@@ -49,8 +49,8 @@ def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
         elif isinstance(node, cst.For):
             # `for off in range(start, stop, step)`: the values are start + k * step; the bound does not move them
             values: list[cst.CSTNode] = [node.iter]
-            if isinstance(node.iter, cst.Call) and node.iter.args and all(a.keyword is None for a in node.iter.args):
-                args = [a.value for a in node.iter.args]
+            if isinstance(node.iter, cst.Call) and node.iter.args:  # range, tl.range, tl.static_range
+                args = [a.value for a in node.iter.args if a.keyword is None]
                 values = [args[0], *args[2:]] if len(args) >= 2 else []
             for name in names_in(node.target):
                 definitions.setdefault(name, []).extend(values)
@@ -58,6 +58,7 @@ def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
     for call in calls_in(fn.node):
         if facts.callee(call.func) is not None:
             roots.extend(a.value for a in call.args)
+
     def reads(node: cst.CSTNode) -> set[str]:
         """The names `node` reads, but for the values it loads: a loaded tensor is data (its own address is a root;
         the mask it is loaded with bounds it, it does not move it)."""
