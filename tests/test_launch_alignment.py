@@ -45,9 +45,33 @@ def test_the_launch_checks_the_arguments_addresses_read_and_not_mask_bounds():
     source = parse_source(ROWS, "rows.py")
     facts = discover(source)
     params = address_params(facts, facts.functions["rows_kernel"])
-    # pointers, strides and offsets that addresses read (through `x_row`, the loop variable's start and step), and
-    # what a jit helper is given (`eps`: a helper may address memory with it); not the loop bound nor mask bounds
-    assert params == ("x_ptr", "y_ptr", "w_ptr", "stride_x", "stride_y", "col0", "eps")
+    # pointers, strides and offsets that addresses read (through `x_row`, the loop variable's start and step); not
+    # the loop bound, mask bounds, nor what a jit helper computes with (`eps`)
+    assert params == ("x_ptr", "y_ptr", "w_ptr", "stride_x", "stride_y", "col0")
+
+
+HELPER_ADDRESS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_row(base, row, stride, cols, n):
+    return tl.load(base + row * stride + cols, mask=cols < n, other=0.0)
+
+
+@triton.jit
+def k(x_ptr, y_ptr, stride, n, scale, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = _load_row(x_ptr, tl.program_id(0), stride, cols, n) * scale
+    tl.store(y_ptr + tl.program_id(0) * BLOCK + cols, x, mask=cols < n)
+'''
+
+
+def test_arguments_a_helper_addresses_memory_with_are_checked():
+    source = parse_source(HELPER_ADDRESS, "h.py")
+    facts = discover(source)
+    assert address_params(facts, facts.functions["_load_row"]) == ("base", "row", "stride", "cols")
+    assert address_params(facts, facts.functions["k"]) == ("x_ptr", "y_ptr", "stride")  # not `n` nor `scale`
 
 
 def test_a_kernel_without_a_dot_loop_is_launched_through_the_alignment_launcher():
@@ -55,7 +79,7 @@ def test_a_kernel_without_a_dot_loop_is_launched_through_the_alignment_launcher(
     text = " ".join(result.text.split())
     assert ('rows_kernel=_AlignedOrTriton(rows_kernel,_rows_kernel_triton,params=("x_ptr","y_ptr","w_ptr",'
             '"stride_x","stride_y","col0","n_cols","eps","BLOCK",),divisible=("x_ptr","y_ptr","w_ptr",'
-            '"stride_x","stride_y","col0","eps",)') in "".join(text.split())
+            '"stride_x","stride_y","col0",)') in "".join(text.split())
     assert "@triton.jit def _rows_kernel_triton(" in text and "@triton.jit def _scale_triton(x, s):" in text
     assert "x_row + cols, mask=cols < n_cols" in text.split("def _rows_kernel_triton(")[1]
     assert "runs as Gluon where its tensors' rows are 16-byte aligned" in result.text.splitlines()[3]
@@ -120,6 +144,7 @@ def test_the_launcher_runs_the_gluon_kernel_only_on_aligned_launches(tmp_path: P
     assert launch(4096, address=4104) == "triton"
     assert launch(4096, stride_y=4104) == "triton"  # an address stride not a multiple of 16 elements
     assert launch(4096, n_cols=3001, n_rows=999) == "gluon"  # mask bounds are not addresses
+    assert launch(4096, x_ptr=None) == "gluon"  # an absent optional pointer addresses nothing
 
 
 TRANSPOSE = '''import triton

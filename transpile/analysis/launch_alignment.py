@@ -11,8 +11,8 @@ variant runs its Gluon kernel on aligned launches and the source kernel on the o
 (`_AlignedOrTriton`) that checks the arguments `address_params` names: under 1 us of Python per launch.
 
 `address_params` finds the parameters a launch must make aligned: those read by the addresses of the kernel's loads,
-stores and atomics (through the local names they are computed from), and those passed to the jit helpers it calls
-(which may address memory with them). Ints among them must be multiples of 16, tensors 16-byte aligned; mask bounds
+stores and atomics (through the local names they are computed from), and those it passes to the parameters a jit
+helper addresses memory with. Ints among them must be multiples of 16, tensors 16-byte aligned; mask bounds
 (`offs < n_cols`) are not addresses and are not checked.
 """
 
@@ -33,8 +33,9 @@ MEMORY = {"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and
           "atomic_xchg", "atomic_cas"}
 
 
-def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
-    """The non-constexpr parameters of `fn` that its memory addresses (or its jit helper calls) read, in order."""
+def address_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The non-constexpr parameters of `fn` that its memory addresses read, directly or through the jit helpers it
+    passes them to, in order."""
     source = facts.source
     params = [p.name for p in fn.params if not p.is_constexpr]
     definitions: dict[str, list[cst.CSTNode]] = {}
@@ -56,8 +57,17 @@ def address_params(facts: ModuleFacts, fn: JitFunction) -> tuple[str, ...]:
                 definitions.setdefault(name, []).extend(values)
     roots: list[cst.CSTNode] = [pointer for _, pointer in _addresses(facts, fn, MEMORY)]
     for call in calls_in(fn.node):
-        if facts.callee(call.func) is not None:
-            roots.extend(a.value for a in call.args)
+        callee = facts.callee(call.func)
+        if callee is None or callee in _active | {fn.name}:
+            continue
+        helper = facts.functions[callee]
+        addressed = set(address_params(facts, helper, _active | {fn.name}))
+        names = [p.name for p in helper.params]
+        for position, arg in enumerate(call.args):
+            param = arg.keyword.value if arg.keyword is not None else (
+                names[position] if arg.star == "" and position < len(names) else None)
+            if param in addressed or arg.star:
+                roots.append(arg.value)
 
     def reads(node: cst.CSTNode) -> set[str]:
         """The names `node` reads, but for the values it loads: a loaded tensor is data (its own address is a root;

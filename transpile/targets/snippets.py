@@ -76,9 +76,9 @@ def _desc_store(desc, off0, off1, value):
 ALIGNED_LAUNCHER = '''
 class _AlignedOrTriton:
     """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
-    arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16), the source's Triton kernel
-    for the others: Triton then compiles loads of one element per thread, faster there than the Gluon kernel's
-    layouts of up to 4 contiguous elements per thread."""
+    arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16; None, an absent optional
+    pointer, reads nothing), the source's Triton kernel for the others: Triton then compiles loads of one element
+    per thread, faster there than the Gluon kernel's layouts of up to 4 contiguous elements per thread."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, divisible=()):
         self.gluon_kernel = gluon_kernel
@@ -93,7 +93,7 @@ class _AlignedOrTriton:
             if hasattr(value, "data_ptr"):
                 if value.data_ptr() % 16:
                     return False
-            elif not isinstance(value, int) or value % 16:
+            elif isinstance(value, int) and not isinstance(value, bool) and value % 16:
                 return False
         return True
 
