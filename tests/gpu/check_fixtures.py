@@ -1187,7 +1187,9 @@ def _autotuners(module):
 
 
 def _is_launcher(value) -> bool:
-    return type(value).__name__ == "_TMAOrTriton"
+    """A launcher standing for a Gluon and a Triton kernel: TMA (`_TMAOrTriton`) or row alignment (`_AlignedOrTriton`,
+    kernels without a pipelined loop)."""
+    return type(value).__name__ in ("_TMAOrTriton", "_AlignedOrTriton")
 
 
 def _launchers(module) -> list:
@@ -1199,21 +1201,23 @@ def _count_paths(module) -> dict[str, int]:
     printed as gluon) and those that take the source's Triton kernel ("triton")."""
     counts = {"tma": 0, "triton": 0}
     for launcher in _launchers(module):
-        check = type(launcher).addressable
+        method = "aligned" if type(launcher).__name__ == "_AlignedOrTriton" else "addressable"
+        check = getattr(type(launcher), method)
 
         def counted(args, kwargs, _launcher=launcher, _check=check):
             ok = _check(_launcher, args, kwargs)
             counts["tma" if ok else "triton"] += 1
             return ok
 
-        launcher.addressable = counted
+        setattr(launcher, method, counted)
     return counts
 
 
-def _aligned(shape: Shape) -> Shape:
+def _aligned(shape: Shape, multiple: int = 8) -> Shape:
     """A shape as ragged as `shape` for the tiles but with every size a multiple of 8 (16-byte rows of 16-bit
-    elements): the launches a TMA launcher gives to its Gluon kernel."""
-    return {k: v if k in ("B", "H", "E", "split_k") else -(-v // 8) * 8 for k, v in shape.items()}
+    elements): the launches a TMA launcher gives to its Gluon kernel; of 16 (strides multiples of 16 elements): those
+    the alignment launcher gives to its."""
+    return {k: v if k in ("B", "H", "E", "split_k") else -(-v // multiple) * multiple for k, v in shape.items()}
 
 
 def _time_configs_as_equal(kernel_call, quantiles=None, **kwargs):
@@ -1296,9 +1300,14 @@ def run_case(case: Case, loaded: Loaded, device: torch.device, small: bool, labe
     kernel, and must (the line says how many launches took which)."""
     shape = case.small_shape if small else case.shape
     ok = _run_case(case, loaded, device, shape, label)
-    if loaded.variant is not None and any(launcher.tiles for launcher in _launchers(loaded.variant)) \
+    launchers = _launchers(loaded.variant) if loaded.variant is not None else []
+    if any(getattr(launcher, "tiles", None) for launcher in launchers) \
             and _aligned(shape) != shape:  # (a launcher that dispatches on a flag (`when`) reads no tiles)
         ok &= _run_case(case, loaded, device, _aligned(shape), f"{label}+aligned", must_tma=True)
+    elif any(type(launcher).__name__ == "_AlignedOrTriton" for launcher in launchers) \
+            and _aligned(shape, 16) != shape:  # rows of a multiple of 16 elements: the Gluon kernel's launches, where
+        # the case's sizes are all its addresses read (the launch counts say which kernel ran)
+        ok &= _run_case(case, loaded, device, _aligned(shape, 16), f"{label}+aligned")
     return ok
 
 
@@ -1325,7 +1334,7 @@ def _run_case(case: Case, loaded: Loaded, device: torch.device, shape: Shape, la
         notes.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
 
     if must_tma and not paths.get("tma"):
-        notes.append("no launch took the TMA kernel")
+        notes.append("no launch took the Gluon kernel")
     if paths and (paths["tma"] or paths["triton"]):
         notes_path = f"  [launches: {paths['tma']} gluon, {paths['triton']} triton]"
     else:
