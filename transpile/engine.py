@@ -516,13 +516,15 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
 
 class _HostLaunches(cst.CSTTransformer):
     """Host code, launches ``kernel[grid](...)`` of translated kernels: one that needs a number of warps gets it
-    (``num_warps=n``, where the launch gives one); one in its persistent form goes through
+    (``num_warps=n``, in place of the launch's own or added where the launch gives none and no autotune config
+    does); one in its persistent form goes through
     ``_persistent_grid(grid, lambda meta: <tile test>)`` (one program per SM for the configs of that form)."""
 
-    def __init__(self, warps: dict[str, int], grids: dict[str, str]) -> None:
+    def __init__(self, warps: dict[str, int], grids: dict[str, str], autotuned: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.warps = warps
         self.grids = grids
+        self.autotuned = autotuned
 
     def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.BaseExpression:
         if not (isinstance(updated_node.value, cst.Name) and updated_node.value.value in self.grids
@@ -545,7 +547,12 @@ class _HostLaunches(cst.CSTTransformer):
             if arg.keyword is not None and arg.keyword.value == "num_warps":
                 args[i] = arg.with_changes(value=cst.Integer(str(warps)))
                 return updated_node.with_changes(args=args)
-        return updated_node  # no num_warps given: the autotune configs (rewritten) or the kernel's assert decide
+        if func.value.value in self.autotuned or any(arg.star == "**" for arg in args):
+            return updated_node  # the autotune configs (rewritten) decide, or the `**` arguments may
+        # no num_warps given: Triton would launch 4 warps, which the kernel's warp schedule does not allow
+        return updated_node.with_changes(args=[*args, cst.Arg(
+            cst.Integer(str(warps)), keyword=cst.Name("num_warps"), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))])
 
 
 def _emit_module(source: SourceFile, facts: ModuleFacts, target: Target, rewritten: dict[str, cst.FunctionDef],
@@ -590,7 +597,8 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     persistent = {name: o.persistent_grid for name, o in outcomes.items()
                   if o.translated and o.persistent_grid and name not in dispatched}  # (the launcher's grid)
     if launch_warps or persistent:
-        launches = _HostLaunches(launch_warps, persistent)
+        autotuned = frozenset(name for name, fn in facts.functions.items() if fn.autotune_configs)
+        launches = _HostLaunches(launch_warps, persistent, autotuned)
         body = [cst_walk.transform(s, launches) if not (isinstance(s, cst.FunctionDef) and s.name.value in rewritten)
                 else s for s in body]
 
