@@ -203,3 +203,44 @@ def test_a_launch_without_num_warps_gets_the_warps_of_the_warp_pipelined_loop(ta
     kwargs = text.replace("num_stages=3)", "**launch)").replace("def bmm(", "launch = {}\n\n\ndef bmm(")
     variant = " ".join(translate_source(kwargs, "suite_bmm.py", get_target(target)).text.split())
     assert "**launch)" in variant and "num_warps=8)" not in variant  # `**launch` may give it
+
+
+POINTER_ARRAY = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def group_gemm(ptrs, c_ptr, K, lda, ldb, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_ptr = tl.load(ptrs).to(tl.pointer_type(tl.float16))
+    b_ptr = tl.load(ptrs + 1).to(tl.pointer_type(tl.float16))
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * lda + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * ldb + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc += tl.dot(tl.load(a_ptrs), tl.load(b_ptrs))
+        a_ptrs += BK
+        b_ptrs += BK * ldb
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_tiles_of_a_pointer_made_in_the_kernel_have_its_pointee_type(target: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """`tl.load(ptrs).to(tl.pointer_type(tl.float16))` (grouped GEMMs reading their operands' addresses from memory):
+    the tiles loaded through it are fp16; the dot was laid out for the int32 of the offsets (did not compile)."""
+    from transpile.verify import verify
+
+    text = POINTER_ARRAY.replace("acc += tl.dot(tl.load(a_ptrs), tl.load(b_ptrs))",
+                                 "a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n        acc += tl.dot(a, b)")
+    result = translate_source(text, "g.py", get_target(target))
+    assert "_mma_layout(BM, [BN], gl.float16, gl.num_warps())" in " ".join(result.text.split()) and \
+        "gl.int32" not in result.text.split("def group_gemm")[1]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(dataclasses.replace(result), {"ptrs": "*i64", "c_ptr": "*fp32", "K": "i32", "lda": "i32",
+                                                    "ldb": "i32", "BM": 64, "BN": 64, "BK": 32}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

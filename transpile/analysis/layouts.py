@@ -67,6 +67,8 @@ class Scalar:
     """Not a tensor: Python values, constexprs, scalar pointers and integers."""
 
     param: str | None = None  # the jit function parameter this value is, when it is one (maybe a pointer)
+    # a pointer made in the kernel (`tl.load(p).to(tl.pointer_type(tl.float16))`): its pointee type, as source text
+    pointee: str | None = None
 
 
 @dataclass(frozen=True)
@@ -666,7 +668,7 @@ class _FunctionWalker:
             return _with_pointee(left, right) if adds else left
         if isinstance(right, Tensor):
             return _with_pointee(right, left) if adds else right
-        if adds and isinstance(left, Scalar) and left.param is not None:
+        if adds and isinstance(left, Scalar) and (left.param is not None or left.pointee is not None):
             return left  # `a_ptr + pid * stride` is still (an offset of) the parameter a_ptr
         return SCALAR
 
@@ -778,6 +780,11 @@ class _FunctionWalker:
                 return self.eval_method(node, base, method)
             if isinstance(base, Descriptor):
                 return self.eval_descriptor_op(node, base, method)
+            if method in ("to", "cast") and node.args:  # a scalar made a pointer: `p.to(tl.pointer_type(tl.float16))`
+                target = node.args[0].value
+                if isinstance(target, cst.Call) and (language_name(self.source.qualified_name(target.func)) or ""
+                                                     ).endswith("pointer_type") and target.args:
+                    return Scalar(pointee=self.dtype_text(target.args[0].value))
         for arg in node.args:
             self.eval(arg.value)
         return SCALAR
@@ -1335,6 +1342,8 @@ def _with_pointee(tensor: Tensor, other: Value) -> Tensor:
     addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`)."""
     if isinstance(other, Scalar) and other.param is not None:
         return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape)
+    if isinstance(other, Scalar) and other.pointee is not None:
+        return Tensor(tensor.term, other.pointee, tensor.shape)
     return tensor
 
 
