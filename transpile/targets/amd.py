@@ -34,6 +34,9 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     M and N. With `warps_along_m` (and rows enough), every warp takes its own rows, 16x16 instructions where a warp
     has fewer than 32: reductions along a row then stay inside a warp."""
     depth = {depths}[dtype.primitive_bitwidth]
+    if dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        # {float8_why}; fp8 kinds without instructions go through fp16, as Triton's lowering does
+        depth = {float8_depth} if dtype.name in {float8_native} else {depths}[16]
     if warps_along_m and m is not None and m >= 16 * num_warps:
         instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
         instr_k = depth if instr_mn == 32 else depth * 2
@@ -52,7 +55,17 @@ MFMA_K_WIDTH = '''
 @gluon.constexpr_function
 def _mma_k_width(dtype):
     """Consecutive K elements each lane holds of a {arch} MFMA operand of `dtype`."""
+    if _float8_via_fp16(dtype):
+        return {k_widths}[16]
+    if dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        return {float8_k_width}
     return {k_widths}[dtype.primitive_bitwidth]
+
+
+@gluon.constexpr_function
+def _float8_via_fp16(dtype):
+    """An fp8 kind {arch} has no matrix instructions for: its operands are converted to fp16 (as Triton does)."""
+    return dtype.is_floating() and dtype.primitive_bitwidth == 8 and dtype.name not in {float8_native}
 '''
 
 MFMA_DOT = '''
@@ -63,6 +76,9 @@ def _dot(a, b, acc):
     k_width: gl.constexpr = _mma_k_width(a.dtype)
     a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, k_width))
     b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, k_width))
+    if _float8_via_fp16(a.dtype):
+        a = a.to(gl.float16)
+        b = b.to(gl.float16)
     if acc.dtype.is_fp16() or acc.dtype.is_bf16():
         # A 16-bit accumulator (`out_dtype=tl.float16`): the matrix cores accumulate in fp32, as Triton's own
         # lowering of such a dot does, and the result is rounded back.
@@ -76,7 +92,7 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
     16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
     `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp."""
-    instr_k = {8: 64, 16: 32, 32: 4}[dtype.primitive_bitwidth]
+    instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
     if warps_along_m and m is not None and m >= 16 * num_warps:
         warp_bases = []
         while (1 << len(warp_bases)) < num_warps:
@@ -179,10 +195,16 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
                   imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
 
 
-def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str) -> dict[str, str]:
+def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
+          float8: tuple[int, int, str, str]) -> dict[str, str]:
+    """The MFMA snippets of `arch`; `float8`: the K depth and k_width of fp8 operands, why (a comment), and the fp8
+    kinds the instructions take (a tuple's text; the others go through fp16)."""
+    float8_depth, float8_k_width, float8_why, float8_native = float8
     return {
-        "mma_layout": MFMA_LAYOUT.format(arch=arch, version=version, depths=depths),
-        "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths),
+        "mma_layout": MFMA_LAYOUT.format(arch=arch, version=version, depths=depths, float8_depth=float8_depth,
+                                         float8_why=float8_why, float8_native=float8_native),
+        "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths, float8_k_width=float8_k_width,
+                                           float8_native=float8_native),
         "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name),
     }
 
@@ -190,13 +212,16 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str) 
 GFX942 = _amd_target(
     "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
     "register loads + shared-memory stores", 64 * 1024,
-    _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 2}", "{8: 8, 16: 4, 32: 1}", "mfma"),
+    _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 2}", "{8: 8, 16: 4, 32: 1}", "mfma",
+          (16, 8, "the fp8 instructions of gfx942 are as deep as its int8 ones", '("fp8e4b8", "fp8e5b16")')),
     ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 1}", "registers",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
     "direct-to-LDS async copies", 160 * 1024,
-    _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma"),
+    _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma",
+          (16, 8, "gl.amd.cdna4.mfma takes fp8 at the depth of gfx942's instructions (the deeper f8f6f4 ones are "
+                  "mfma_scaled's)", '("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")')),
     ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma",), "{8: 16, 16: 8, 32: 1}",
     "async_copy",
 )
@@ -205,7 +230,8 @@ GFX1250 = _amd_target(
     "TDM tensor copies", 320 * 1024,
     {
         "mma_layout": WMMA_LAYOUT,
-        "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}"),
+        "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8,
+                                           float8_native='("fp8e4nv", "fp8e5")'),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
     },
     ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",

@@ -1,0 +1,58 @@
+"""fp8 dots on the AMD matrix cores (found by a probe of 32 kernel styles, session 11): each target's instructions
+take some fp8 kinds at some depths; the variants used the int8 depth for every 8-bit type and did not compile for
+fp8 on gfx950 (32x32x32 has no fp8 instruction), nor for the fp8 kinds gfx942 (OCP e4m3/e5m2) and gfx1250 (the fnuz
+kinds) have no instructions for, which Triton converts to fp16 for the dot."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+GEMM = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm8(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+@pytest.mark.parametrize("kind", ["fp8e4nv", "fp8e5", "fp8e4b8", "i8"])
+def test_fp8_and_int8_dots_compile_on_every_amd_target(target: str, kind: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    from transpile.verify import verify
+
+    source = GEMM if kind != "i8" else GEMM.replace("dtype=tl.float32", "dtype=tl.int32")
+    result = translate_source(source, "mm8.py", get_target(target))
+    assert result.functions[0].translated and result.functions[0].pipelined
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": f"*{kind}", "b_ptr": f"*{kind}", "c_ptr": "*i32" if kind == "i8" else "*fp32", "K": "i32",
+              "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+    mfma = [line for line in compiled[0].asm["ttgir"].splitlines() if "#mma = " in line]
+    if target == "gfx950" and kind.startswith("fp8"):
+        assert "instrShape = [32, 32, 16]" in mfma[0]
+    if target == "gfx942" and kind in ("fp8e4nv", "fp8e5"):
+        assert "instrShape = [32, 32, 8]" in mfma[0]  # through fp16, as Triton's lowering
