@@ -172,3 +172,19 @@ def test_a_transposed_copy_is_kept_as_triton(target: str):
     plain = TRANSPOSE.replace("rn[None, :] * stride_y + rm[:, None]", "rm[:, None] * stride_y + rn[None, :]")
     assert translate_source(plain, "t.py", get_target(target)).functions[0].translated
     assert translate_source(TRANSPOSE, "t.py", get_target(target), gluon_always=True).functions[0].translated
+
+
+def test_verify_asks_for_the_type_of_a_pointer_whatever_its_name():
+    """`X`, `Lock`: address bases by use, not by name (verify took them for i32 and failed in the compiler)."""
+    from transpile.analysis.launch_alignment import pointer_params
+
+    text = ROWS.replace("x_ptr", "X")
+    facts = discover(parse_source(text, "rows.py"))
+    assert pointer_params(facts, facts.functions["rows_kernel"]) == {"X", "y_ptr", "w_ptr"}  # (X through x_row)
+    # `Wt + col0 + cols`: two parameters, neither named as a pointer: neither is taken for one
+    facts = discover(parse_source(text.replace("w_ptr", "Wt"), "rows.py"))
+    assert pointer_params(facts, facts.functions["rows_kernel"]) == {"X", "y_ptr"}
+    helper = discover(parse_source(HELPER_ADDRESS, "h.py"))
+    # `base + row * stride + cols` in the helper: `base` (never compared nor multiplied), passed `x_ptr`
+    assert pointer_params(helper, helper.functions["_load_row"]) == {"base"}
+    assert pointer_params(helper, helper.functions["k"]) == {"x_ptr", "y_ptr"}

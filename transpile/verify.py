@@ -3,7 +3,8 @@
 Argument types and constexpr values come from, in order: the values the user gives (``NAME=VALUE``; types such as
 ``*fp16``/``i32``/``fp32`` for runtime arguments, Python literals for constexprs), the kernel's ``@triton.autotune``
 configs (each config is compiled), the parameter's default. Runtime arguments the user does not type default to
-``i32`` unless their name says they are pointers (``*_ptr``), which must be typed. Anything still missing is a
+``i32`` unless their name says they are pointers (``*_ptr``) or the kernel addresses memory from them (``X + cols``),
+which must be typed. Anything still missing is a
 TT030 error that names it.
 """
 
@@ -21,6 +22,7 @@ from contextlib import redirect_stderr
 from dataclasses import dataclass
 from pathlib import Path
 
+from transpile.analysis.launch_alignment import pointer_params
 from transpile.diagnostics import Diagnostic, TranspileError
 from transpile.discover import AutotuneConfig, JitFunction, discover
 from transpile.engine import TranslationResult
@@ -83,8 +85,9 @@ def _added_configs(module, name: str, known: int) -> list[tuple[str, AutotuneCon
 
 
 def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dict[str, object], path: str,
-                     line: int) -> tuple[dict[str, str], dict[str, object], int]:
-    """Signature, constexpr values and num_warps for one compile of `fn`; TT030 names what is missing."""
+                     line: int, pointers: set[str] = frozenset()) -> tuple[dict[str, str], dict[str, object], int]:  # type: ignore[assignment]
+    """Signature, constexpr values and num_warps for one compile of `fn`; TT030 names what is missing. `pointers`:
+    parameters the kernel uses as address bases, which need a type whatever their names."""
     signature: dict[str, str] = {}
     constexprs: dict[str, object] = {}
     missing: list[str] = []
@@ -104,7 +107,7 @@ def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dic
             continue
         if name in values:
             signature[name] = str(values[name])
-        elif _is_pointer_name(name):
+        elif _is_pointer_name(name) or name in pointers:
             missing.append(f"pointer `{name}` (give its type, e.g. {name}=*fp16)")
         else:
             signature[name] = "i32"
@@ -197,7 +200,8 @@ def verify(result: TranslationResult, values: dict[str, object], all_configs: bo
 
 def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
     source = parse_source(result.original_text, result.source_path)
-    source_facts = discover(source).functions
+    facts = discover(source)
+    source_facts = facts.functions
     outcomes: list[CompiledKernel] = []
     for outcome in result.functions:
         if outcome.is_helper:
@@ -207,7 +211,8 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         configs = configs if all_configs else configs[:1]
         line = source.position(fn.node.name)[0]
         for label, config in configs:
-            signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line)
+            signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
+                                                                pointer_params(facts, fn))
             kept = not outcome.translated
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too

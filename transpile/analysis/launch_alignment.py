@@ -128,3 +128,58 @@ def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str]) -> list[tup
         if pointer is not None:
             found.append((call, pointer))
     return found
+
+
+def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] = frozenset()) -> set[str]:
+    """The parameters of `fn` that are address bases, whatever their names: the one parameter among the terms of a
+    load's, store's or atomic's address (`X + cols` after `X += row * stride`; `x_row + cols` after `x_row = X +
+    row * stride`), or passed to a parameter a jit helper uses so. Where several parameters are terms of one address
+    (`base + row * stride + cols`), the one never compared, multiplied or divided, else those whose names say pointer
+    (`*ptr`, `*_base`)."""
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    single: dict[str, cst.BaseExpression] = {}
+    counts: dict[str, int] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            name = node.targets[0].target.value
+            counts[name] = counts.get(name, 0) + 1
+            single[name] = node.value
+
+    def candidates(expression: cst.BaseExpression, seen: frozenset[str]) -> set[str]:
+        found: set[str] = set()
+        for term in sum_terms(expression):
+            if not isinstance(term, cst.Name) or term.value in seen:
+                continue
+            if term.value in params:
+                found.add(term.value)
+            elif counts.get(term.value) == 1:
+                found |= candidates(single[term.value], seen | {term.value})
+        return found
+
+    # names compared, multiplied or divided somewhere are offsets, not pointers
+    offsets: set[str] = set()
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Comparison):
+            offsets |= names_in(node)
+        elif isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, (cst.Add, cst.Subtract)):
+            offsets |= names_in(node.left) | names_in(node.right)
+    found: set[str] = set()
+    for _, pointer in _addresses(facts, fn, MEMORY):
+        names = candidates(pointer, frozenset())
+        if len(names) > 1:
+            names = (names - offsets) if len(names - offsets) == 1 else {n for n in names if n.endswith(
+                ("ptr", "_base"))}
+        found |= names
+    for call in calls_in(fn.node):
+        callee = facts.callee(call.func)
+        if callee is None or callee in _active | {fn.name}:
+            continue
+        helper = facts.functions[callee]
+        bases = pointer_params(facts, helper, _active | {fn.name})
+        names = [p.name for p in helper.params]
+        for position, arg in enumerate(call.args):
+            param = arg.keyword.value if arg.keyword is not None else (
+                names[position] if arg.star == "" and position < len(names) else None)
+            if param in bases and isinstance(arg.value, cst.Name) and arg.value.value in params:
+                found.add(arg.value.value)
+    return found
