@@ -174,3 +174,15 @@ def test_name_the_source_never_defines_is_not_blamed_on_the_tool() -> None:
             "    offs = tl.arange(0, BLOCK)\n    acc += tl.load(x_ptr + offs)\n    tl.store(x_ptr + offs, acc)\n")
     kernel = translate_source(text, "x.py", get_target("sm90")).functions[0]
     assert not kernel.translated and kernel.kept_reason == "it reads `acc`, which its source never defines"
+
+
+def test_a_while_k_loop_is_kept_with_a_reason_that_says_so():
+    from test_amd_float8 import GEMM
+
+    text = GEMM.replace("    for k in range(0, K, BK):\n", "    k = 0\n    while k < K:\n").replace(
+        "        b_ptrs += BK * BN\n", "        b_ptrs += BK * BN\n        k += BK\n")
+    assert "while k < K:" in text and "k += BK" in text
+    for target in ("sm90", "gfx942"):
+        result = translate_source(text, "w.py", get_target(target))
+        assert not result.functions[0].translated
+        assert any("a `while` loop: the pipeline rules take counted loops" in d.message for d in result.diagnostics)

@@ -442,6 +442,9 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
     if len(loop.dots) > 1:
         return (f"its {len(loop.dots)} dots are neither one GEMM nor the two chained dots of attention, the loops "
                 f"the {ctx.target.name} pipeline rules take")
+    if isinstance(loop.node, cst.While):
+        return ("a `while` loop: the pipeline rules take counted loops (`for k in range(0, K, BLOCK_K)`, "
+                "`tl.range(...)`), whose trip count they can split into a prologue and a steady state")
     return "no pipeline rule matches this loop"
 
 
