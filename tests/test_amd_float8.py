@@ -56,3 +56,12 @@ def test_fp8_and_int8_dots_compile_on_every_amd_target(target: str, kind: str, t
         assert "instrShape = [32, 32, 16]" in mfma[0]
     if target == "gfx942" and kind in ("fp8e4nv", "fp8e5"):
         assert "instrShape = [32, 32, 8]" in mfma[0]  # through fp16, as Triton's lowering
+
+
+def test_the_fp8_test_comes_with_every_amd_snippet_that_calls_it():
+    """`_mma_layout`, `_mma_k_width` and `_dot` call `_float8_via_fp16` on the AMD targets; sm90 has no such snippet."""
+    for target in ("gfx942", "gfx950", "gfx1250"):
+        for needed in ({"mma_layout"}, {"mma_k_width"}, {"dot"}):
+            order = get_target(target).snippet_order(needed)
+            assert "float8_via_fp16" in order and order.index("float8_via_fp16") < order.index(next(iter(needed)))
+    assert "float8_via_fp16" not in get_target("sm90").snippet_order({"dot", "mma_layout", "mma_k_width"})

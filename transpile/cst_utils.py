@@ -7,7 +7,7 @@ import functools
 import io
 import sys
 import tokenize
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import libcst as cst
@@ -302,3 +302,11 @@ def bound_names(node: cst.CSTNode) -> set[str]:
 
 def bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:
     return set().union(*(bound_names(s) for s in statements)) if statements else set()
+
+
+def call_arguments(call: cst.Call, params: Sequence[str]) -> list[tuple[str | None, cst.Arg]]:
+    """Each argument of `call` with the parameter (of the names `params`, in order) it binds: its keyword, or the
+    parameter at its position; None for `*args`/`**kwargs` and positions past the parameters."""
+    return [(arg.keyword.value if arg.keyword is not None else
+             params[position] if arg.star == "" and position < len(params) else None, arg)
+            for position, arg in enumerate(call.args)]

@@ -210,9 +210,10 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
         configs = configs if all_configs else configs[:1]
         line = source.position(fn.node.name)[0]
+        pointers = pointer_params(facts, fn)
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
-                                                                pointer_params(facts, fn))
+                                                                pointers)
             kept = not outcome.translated
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too

@@ -21,7 +21,13 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import broadcast_axis, calls_in, names_in, sum_terms
+from transpile.cst_utils import (
+    broadcast_axis,
+    call_arguments,
+    calls_in,
+    names_in,
+    sum_terms,
+)
 from transpile.discover import JitFunction, ModuleFacts, language_name
 
 #: The comment over the source kernel's copy: why the other launches run it.
@@ -62,10 +68,7 @@ def address_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
             continue
         helper = facts.functions[callee]
         addressed = set(address_params(facts, helper, _active | {fn.name}))
-        names = [p.name for p in helper.params]
-        for position, arg in enumerate(call.args):
-            param = arg.keyword.value if arg.keyword is not None else (
-                names[position] if arg.star == "" and position < len(names) else None)
+        for param, arg in call_arguments(call, [p.name for p in helper.params]):
             if param in addressed or arg.star:
                 roots.append(arg.value)
 
@@ -97,22 +100,28 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     cols[None, :] * stride`: a transposed copy), else None. The Gluon translation gives a tile one layout, whose
     warps' lanes run along the last axis: such an access is then uncoalesced, where Triton's compiler picks a layout
     per access and converts between them (0.50x its source on an H100, bench/RESULTS.md, session 11)."""
-    single: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
-    for node in cst_walk.preorder(fn.node):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            name = node.targets[0].target.value
-            counts[name] = counts.get(name, 0) + 1
-            single[name] = node.value
+    single = _single_definitions(fn)
     for call, pointer in _addresses(facts, fn, {"load", "store"}):
         seen: set[str] = set()
-        while isinstance(pointer, cst.Name) and counts.get(pointer.value) == 1 and pointer.value not in seen:
+        while isinstance(pointer, cst.Name) and pointer.value in single and pointer.value not in seen:
             seen.add(pointer.value)
             pointer = single[pointer.value]
         unit_axes = {broadcast_axis(term) for term in sum_terms(pointer)} - {None}
         if unit_axes == {0}:
             return call
     return None
+
+
+def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
+    values: dict[str, cst.BaseExpression] = {}
+    counts: dict[str, int] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            name = node.targets[0].target.value
+            counts[name] = counts.get(name, 0) + 1
+            values[name] = node.value
+    return {name: value for name, value in values.items() if counts[name] == 1}
 
 
 def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str]) -> list[tuple[cst.Call, cst.BaseExpression]]:
@@ -137,13 +146,7 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
     (`base + row * stride + cols`), the one never compared, multiplied or divided, else those whose names say pointer
     (`*ptr`, `*_base`)."""
     params = {p.name for p in fn.params if not p.is_constexpr}
-    single: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
-    for node in cst_walk.preorder(fn.node):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            name = node.targets[0].target.value
-            counts[name] = counts.get(name, 0) + 1
-            single[name] = node.value
+    single = _single_definitions(fn)
 
     def candidates(expression: cst.BaseExpression, seen: frozenset[str]) -> set[str]:
         found: set[str] = set()
@@ -152,7 +155,7 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
                 continue
             if term.value in params:
                 found.add(term.value)
-            elif counts.get(term.value) == 1:
+            elif term.value in single:
                 found |= candidates(single[term.value], seen | {term.value})
         return found
 
@@ -176,10 +179,7 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
             continue
         helper = facts.functions[callee]
         bases = pointer_params(facts, helper, _active | {fn.name})
-        names = [p.name for p in helper.params]
-        for position, arg in enumerate(call.args):
-            param = arg.keyword.value if arg.keyword is not None else (
-                names[position] if arg.star == "" and position < len(names) else None)
+        for param, arg in call_arguments(call, [p.name for p in helper.params]):
             if param in bases and isinstance(arg.value, cst.Name) and arg.value.value in params:
                 found.add(arg.value.value)
     return found

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, call_arguments, calls_in, names_in
 from transpile.analysis.layouts import Term
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
@@ -167,9 +167,7 @@ def _optional_params(ctx: RuleContext) -> set[str]:
         for node in calls_in(caller_fn.node):
             if ctx.facts.callee(node.func) != function.name:
                 continue
-            for position, arg in enumerate(node.args):
-                param = arg.keyword.value if arg.keyword is not None else (
-                    names[position] if arg.star == "" and position < len(names) else None)
+            for param, arg in call_arguments(node, names):
                 if param is not None and isinstance(arg.value, cst.Name) and (
                         arg.value.value == "None" or arg.value.value in none_names):
                     optional.add(param)

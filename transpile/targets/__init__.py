@@ -48,7 +48,9 @@ class Target:
         """Needed snippets plus what they call, in the target's fixed (dependency) order."""
         closure = set(needed)
         for name in list(needed):
-            closure |= set(SNIPPET_DEPENDENCIES.get(name, ())) | set(language.HELPER_NEEDS.get(name, ()))
+            # (a dependency on a snippet the target does not define is another target's: `float8_via_fp16`)
+            closure |= {d for d in SNIPPET_DEPENDENCIES.get(name, ()) if d in self.snippets}
+            closure |= set(language.HELPER_NEEDS.get(name, ()))
         own = [name for name in self.snippets if name in closure]
         # Language helpers (`tl.argmax`, `tl.sigmoid`, ...) after the target's, callees first, then by name.
         rest = sorted(closure - set(own), key=lambda n: (n not in language.CALLEES, n))
@@ -74,9 +76,11 @@ class Target:
 
 
 # Snippets that call other snippets.
-SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {
-    "dot": ("mma_k_width",),
-    "lds_ring": ("mma_k_width",),
+SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
+    "dot": ("mma_k_width", "float8_via_fp16"),
+    "lds_ring": ("mma_k_width", "float8_via_fp16"),
+    "mma_layout": ("float8_via_fp16",),
+    "mma_k_width": ("float8_via_fp16",),
     "tma_load": ("tma_aliases",),
     "tma_store": ("tma_aliases",),
     "tma_store_deferred": ("tma_aliases",),

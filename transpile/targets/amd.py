@@ -33,10 +33,13 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     {arch}: 32x32 instructions (16x16 for tiles narrower than 32) with the K depth of `dtype`, and warps split between
     M and N. With `warps_along_m` (and rows enough), every warp takes its own rows, 16x16 instructions where a warp
     has fewer than 32: reductions along a row then stay inside a warp."""
-    depth = {depths}[dtype.primitive_bitwidth]
-    if dtype.is_floating() and dtype.primitive_bitwidth == 8:
-        # {float8_why}; fp8 kinds without instructions go through fp16, as Triton's lowering does
-        depth = {float8_depth} if dtype.name in {float8_native} else {depths}[16]
+    if _float8_via_fp16(dtype):
+        depth = {depths}[16]
+    elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        # {float8_why}
+        depth = {float8_depth}
+    else:
+        depth = {depths}[dtype.primitive_bitwidth]
     if warps_along_m and m is not None and m >= 16 * num_warps:
         instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
         instr_k = depth if instr_mn == 32 else depth * 2
@@ -60,8 +63,9 @@ def _mma_k_width(dtype):
     if dtype.is_floating() and dtype.primitive_bitwidth == 8:
         return {float8_k_width}
     return {k_widths}[dtype.primitive_bitwidth]
+'''
 
-
+FLOAT8_VIA_FP16 = '''
 @gluon.constexpr_function
 def _float8_via_fp16(dtype):
     """An fp8 kind {arch} has no matrix instructions for: its operands are converted to fp16 (as Triton does)."""
@@ -201,10 +205,10 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
     kinds the instructions take (a tuple's text; the others go through fp16)."""
     float8_depth, float8_k_width, float8_why, float8_native = float8
     return {
+        "float8_via_fp16": FLOAT8_VIA_FP16.format(arch=arch, float8_native=float8_native),
         "mma_layout": MFMA_LAYOUT.format(arch=arch, version=version, depths=depths, float8_depth=float8_depth,
-                                         float8_why=float8_why, float8_native=float8_native),
-        "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths, float8_k_width=float8_k_width,
-                                           float8_native=float8_native),
+                                         float8_why=float8_why),
+        "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths, float8_k_width=float8_k_width),
         "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name),
     }
 
@@ -229,9 +233,9 @@ GFX1250 = _amd_target(
     "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
     "TDM tensor copies", 320 * 1024,
     {
+        "float8_via_fp16": FLOAT8_VIA_FP16.format(arch="gfx1250", float8_native='("fp8e4nv", "fp8e5")'),
         "mma_layout": WMMA_LAYOUT,
-        "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8,
-                                           float8_native='("fp8e4nv", "fp8e5")'),
+        "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
     },
     ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
