@@ -265,7 +265,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
-            access = column_major_access(facts, fn) if outcome.translated and not outcome.pipelined else None
+            access = _launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
             if access is not None:
                 line = source.position(access)[0]
                 outcome.translated = False
@@ -641,7 +641,16 @@ def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction) -> Dispatch:
     """A kernel without a pipelined loop runs as Gluon on launches with 16-byte aligned rows, as its source elsewhere
     (`transpile.analysis.launch_alignment`)."""
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name), aligned=True,
-                    divisible=address_params(facts, fn), reason=ALIGNMENT_REASON)
+                    divisible=_launch_facts(facts, fn)[1], reason=ALIGNMENT_REASON)
+
+
+def _launch_facts(facts: ModuleFacts, fn: JitFunction) -> tuple[cst.Call | None, tuple[str, ...]]:
+    """`fn`'s transposed access, if any, and the parameters its addresses read: the same for every target, found once
+    per file (`ModuleFacts.memo`)."""
+    key = ("launch_alignment", fn.name)
+    if key not in facts.memo:
+        facts.memo[key] = (column_major_access(facts, fn), address_params(facts, fn))
+    return facts.memo[key]
 
 
 def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -> list[cst.BaseStatement]:
