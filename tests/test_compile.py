@@ -19,11 +19,7 @@ pytestmark = pytest.mark.slow
 
 # Goldens that genuinely do not compile today, with the reason. Strict: once one compiles, its test XPASSes and
 # fails, so the entry must be removed with the fix.
-_BLOCK_PTR = ("`tl.make_block_ptr`/`tl.advance` have no Gluon translation (TT011): the kernel is kept as Triton, and "
-              "Triton 3.9's `tl` no longer has block pointers, so the kept kernel does not compile under 3.9 either")
-_ALL = ("gfx942", "gfx950", "gfx1250", "sm90")
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    **{("suite_blockptr_gemm", t): _BLOCK_PTR for t in _ALL},
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -193,3 +194,15 @@ def parse_source(text: str, path: str, line_map: list[int] | None = None) -> Sou
         raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     return SourceFile(path=path, text=text, wrapper=wrapper, scopes=wrapper.resolve(ScopeProvider), line_map=line_map)
+
+
+def line_map(old: str, new: str) -> list[int]:
+    """Line of `new` -> line of `old`: equal lines map to themselves, a replaced or inserted block to the first line
+    of what it replaced (or the line it was inserted before)."""
+    a, b = old.splitlines(), new.splitlines()
+    out = [0] * (len(b) + 2)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            out[j + 1] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(a), 1))
+    out[len(b) + 1] = max(len(a), 1)
+    return out

@@ -39,7 +39,6 @@ source's lines) and, per rewritten kernel, what the launcher checks; or None whe
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -48,7 +47,7 @@ from transpile.analysis.canonical import _language_alias
 from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
                                  product_factors, statement_reads, sum_terms)
 from transpile.discover import JitFunction, ModuleFacts, language_name
-from transpile.source import SourceFile
+from transpile.source import SourceFile, line_map
 
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
 # Calls whose result the epilogue may compute across rows or columns: with wrapped rows these would read them.
@@ -188,19 +187,7 @@ def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | N
     module = source.module
     body = [replacements.get(s, s) for s in module.body]  # type: ignore[arg-type]
     text = module.with_changes(body=body).code
-    return Conversion(text, _line_map(source.text, text), dispatch)
-
-
-def _line_map(old: str, new: str) -> list[int]:
-    """Line of `new` -> line of `old`: equal lines map to themselves, a replaced or inserted block to the first line
-    of what it replaced (or the line it was inserted before)."""
-    a, b = old.splitlines(), new.splitlines()
-    out = [0] * (len(b) + 2)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        for j in range(j1, j2):
-            out[j + 1] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(a), 1))
-    out[len(b) + 1] = max(len(a), 1)
-    return out
+    return Conversion(text, line_map(source.text, text), dispatch)
 
 
 class _Kernel:

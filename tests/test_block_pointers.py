@@ -1,0 +1,128 @@
+"""Block pointers lowered to pointer tiles before analysis (`transpile.analysis.block_pointers`): the lowered text,
+the offsets a loop reads from its own variable, bounds checked as Triton checks them, refusals that name the line and
+the reason, and variants (kept kernels included) that compile under Triton 3.9, which has no block pointers."""
+
+from __future__ import annotations
+
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import prepare, translate_source
+from transpile.targets import get_target
+
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+
+GEMM = HEADER + textwrap.dedent('''\
+    @triton.jit
+    def gemm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        a_blk = tl.make_block_ptr(base=a_ptr, shape=(M, K), strides=(sam, sak),
+                                  offsets=(pid_m * BM, 0), block_shape=(BM, BK), order=(1, 0))
+        b_blk = tl.make_block_ptr(b_ptr, (K, N), (sbk, sbn), (0, pid_n * BN), (BK, BN), (1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_blk, boundary_check=(0, 1), padding_option="zero")
+            b = tl.load(b_blk, boundary_check=(0, 1), padding_option="zero")
+            acc += tl.dot(a, b)
+            a_blk = tl.advance(a_blk, (0, BK))
+            b_blk = tl.advance(b_blk, [BK, 0])
+        c_blk = tl.make_block_ptr(c_ptr, (M, N), (scm, scn), (pid_m * BM, pid_n * BN), (BM, BN), (1, 0))
+        tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+''')
+
+
+def lowered(text: str) -> str:
+    return prepare(text, "k.py").original_source.text
+
+
+def test_gemm_reads_its_tiles_from_the_loop_variable() -> None:
+    text = lowered(GEMM)
+    assert "make_block_ptr" not in text and "advance" not in text and "boundary_check" not in text
+    # advanced once per iteration by the loop's own step: the offset is the loop variable itself
+    assert ("a = tl.load(a_ptr + (pid_m * BM + tl.arange(0, BM))[:, None] * sam + (k + tl.arange(0, BK))[None, :] "
+            "* sak, mask=((pid_m * BM + tl.arange(0, BM))[:, None] < M) & ((k + tl.arange(0, BK))[None, :] < K), "
+            "other=0.0)") in text
+    assert "b = tl.load(b_ptr + (k + tl.arange(0, BK))[:, None] * sbk" in text
+    # offsets known non-negative (program ids, tile sizes, a loop counting up from 0): no `>= 0` test
+    assert ">= 0" not in text
+    # the store's element type through the base pointer, masked on both dimensions, no `other`
+    assert ("tl.store(c_ptr + (pid_m * BM + tl.arange(0, BM))[:, None] * scm + (pid_n * BN + tl.arange(0, BN))"
+            "[None, :] * scn, acc.to(c_ptr.dtype.element_ty), mask=") in text
+    assert "block pointers written as pointer tiles" in text
+
+
+def test_carried_offsets_signed_bounds_and_padding() -> None:
+    text = lowered(HEADER + textwrap.dedent('''\
+        @triton.jit
+        def shift(x, y, T, start, BT: tl.constexpr):
+            p = tl.make_block_ptr(x, (T,), (1,), (start,), (BT,), (0,))
+            q = tl.advance(p, (BT,))
+            a = tl.load(p, boundary_check=(0,), padding_option="nan")
+            b = tl.load(q, boundary_check=(0,))
+            while start < T:
+                p = tl.advance(p, (-BT,))
+                start += BT
+            tl.store(y + tl.arange(0, BT), a + b + tl.load(p, boundary_check=(0,), padding_option="zero"))
+    '''))
+    # `start` is a runtime int: the offset may be negative, so it is tested against 0 too, as Triton does
+    assert "p_off = start" in text and "q = x" in text and "q_off = p_off + BT" in text
+    assert ('a = tl.load(x + (p_off + tl.arange(0, BT)), mask=((p_off + tl.arange(0, BT)) >= 0) & '
+            '((p_off + tl.arange(0, BT)) < T), other=float("nan"))') in text
+    # no padding option: masked, no `other`
+    assert "b = tl.load(q + (q_off + tl.arange(0, BT)), mask=((q_off + tl.arange(0, BT)) >= 0) & " in text
+    assert "other" not in text.split("b = tl.load")[1].split("\n")[0]
+    # advanced in a `while` loop: carried as a scalar
+    assert "p_off = p_off + (-BT)" in text
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx942", "gfx950", "gfx1250"])
+def test_refusal_names_the_reason_and_line(target: str) -> None:
+    text = HEADER + textwrap.dedent('''\
+        @triton.jit
+        def _load(p):
+            return tl.load(p, boundary_check=(0,))
+
+
+        @triton.jit
+        def passes(x, y, N, B: tl.constexpr):
+            p = tl.make_block_ptr(x, (N,), (1,), (tl.program_id(0) * B,), (B,), (0,))
+            tl.store(y + tl.arange(0, B), _load(p))
+    ''')
+    result = translate_source(text, "k.py", get_target(target))
+    outcome = next(o for o in result.functions if o.name == "passes")
+    assert not outcome.translated
+    messages = [d.format() for d in outcome.diagnostics if d.code == "TT011"]
+    assert any("k.py:12:" in m and "not in `passes`: the block pointer `p` is used here other than by `tl.load`"
+               in m and "line 13" in m for m in messages), messages
+    assert "make_block_ptr" in result.text  # the source kernel is kept as written
+
+
+def test_two_tile_sizes_under_one_name_are_refused() -> None:
+    text = HEADER + textwrap.dedent('''\
+        @triton.jit
+        def k(x, y, N, B: tl.constexpr):
+            p = tl.make_block_ptr(x, (N,), (1,), (0,), (B,), (0,))
+            a = tl.load(p, boundary_check=(0,))
+            p = tl.make_block_ptr(x, (N,), (1,), (0,), (2 * B,), (0,))
+            tl.store(y + tl.arange(0, B), a)
+    ''')
+    prepared = prepare(text, "k.py")
+    assert [(r.function, r.line, r.reason) for r in prepared.block_pointers] == [
+        ("k", 9, "`p` is made with different tile sizes in different places")]
+
+
+def test_variants_compile_under_triton_39(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton 3.9 has no block pointers: the source does not compile there; the variant, whose kept kernel is the
+    lowered one, does, for every target."""
+    from transpile.verify import verify
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")} | {"BM": 64, "BN": 64, "BK": 32}
+    for target in ("sm90", "gfx950"):
+        compiled = verify(translate_source(GEMM, str(tmp_path / "k.py"), get_target(target)), values)
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
