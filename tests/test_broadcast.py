@@ -371,3 +371,21 @@ def test_a_reshaped_tile_is_laid_out_for_its_reshaped_shape():
     text = translate_source(GROUP_QUANT, "q.py", get_target("sm90")).text
     assert "_blocked_layout([BLOCK // GROUP, GROUP], gl.num_warps())" in text
     assert "_blocked_layout([0, 1]" not in text
+
+
+def test_a_zero_dimensional_tensor_is_a_scalar() -> None:
+    """`tl.zeros([], dtype)` (a running total carried across chunks) has no layout and is not broadcast: the variant
+    had `b_z[None]`, which Gluon cannot expand (found by compiling public code)."""
+    text = HEAD + '''@triton.jit
+def running_sum(s, o, T, BT: tl.constexpr):
+    b_z = tl.zeros([], dtype=tl.float32)
+    for i in range(tl.cdiv(T, BT)):
+        offs = i * BT + tl.arange(0, BT)
+        x = tl.load(s + offs, mask=offs < T, other=0.0).to(tl.float32)
+        y = tl.cumsum(x, axis=0) + b_z
+        b_z += tl.sum(x, 0)
+        tl.store(o + offs, y, mask=offs < T)
+'''
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert result.functions[0].translated
+    assert "b_z = gl.zeros([], dtype=gl.float32)\n" in result.text and "b_z[" not in result.text

@@ -244,3 +244,19 @@ def test_tiles_of_a_pointer_made_in_the_kernel_have_its_pointee_type(target: str
     compiled = verify(dataclasses.replace(result), {"ptrs": "*i64", "c_ptr": "*fp32", "K": "i32", "lda": "i32",
                                                     "ldb": "i32", "BM": 64, "BN": 64, "BK": 32}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_module_that_rebinds_a_builtin_its_helpers_call_keeps_its_kernels_as_triton():
+    """An operator library's `def max(inp)` beside its kernel: the variant's layout helper calls Python's `max`, which
+    would call the module's function (found by compiling public code: `max() takes 1 positional argument`)."""
+    own = "\n\ndef max(inp):\n    return inp\n"
+    text = _elementwise("    tl.store(y_ptr + offs, tl.max(x, 0) + x, mask=mask)") + own
+    for target in ("sm90", "gfx950"):
+        result = translate_source(text, "k.py", get_target(target))
+        assert not any(o.translated for o in result.functions)
+        assert any(d.code == "TT041" and "the module defines `max`, a Python builtin the Gluon variant's helpers "
+                   "call" in d.message for d in result.diagnostics)
+    # a builtin the helpers do not call (`round`) changes nothing
+    kept = translate_source(_elementwise("    tl.store(y_ptr + offs, x, mask=mask)") + "\n\ndef round(x):\n"
+                            "    return x\n", "k.py", get_target("sm90"))
+    assert all(o.translated for o in kept.functions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import re
@@ -314,15 +315,17 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 else {"tma_or_triton", "persistent_grid"})
             else:
                 rewritten.pop(name, None)
-        clash = sorted(_snippet_names(target, helpers) & _module_names(source.module))
+        shadowed = _shadowed_builtins(target, helpers, source.module)
+        clash = sorted((_snippet_names(target, helpers) & _module_names(source.module)) | shadowed)
         if clash and any(o.translated for o in outcomes.values()):
             # The variant's helpers would be rebound by the module's own definitions of those names (or rebind
             # them): every kernel is kept as Triton rather than call the wrong function.
             for name, outcome in outcomes.items():
                 if outcome.translated:
                     outcome.translated = False
-                    outcome.kept_reason = (f"the module defines `{clash[0]}`, a name the Gluon variant gives one of "
-                                           "its helpers")
+                    outcome.kept_reason = (f"the module defines `{clash[0]}`, " + (
+                        "a Python builtin the Gluon variant's helpers call (they would call the module's function)"
+                        if clash[0] in shadowed else "a name the Gluon variant gives one of its helpers"))
                     outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"],
                                                   source.diagnostic(facts.functions[name].node, "TT041",
                                                                     f"`{name}` kept as Triton: {outcome.kept_reason}")})
@@ -818,6 +821,20 @@ def _snippet_statements(target: Target, helpers: set[str]) -> list[cst.BaseState
 @functools.lru_cache(maxsize=256)
 def _parsed_statement(line: str) -> cst.BaseStatement:
     return cst.parse_statement(line)
+
+
+_BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
+
+
+def _shadowed_builtins(target: Target, helpers: set[str], module: cst.Module) -> set[str]:
+    """Python builtins the variant's helpers call (`max`, `min`, `all`, ...) that the module rebinds at its top level
+    (an operator library's `def max(inp, dim)`): the helpers would call the module's function. (Triton's dependency
+    check refuses `builtins.max` written out, so the helpers cannot name Python's own.)"""
+    own = _module_names(module) & _BUILTINS
+    if not own:
+        return set()
+    statements = _snippet_statements(target, helpers)
+    return own & code_names(cst.Module([]), statements, attributes=False)
 
 
 @functools.lru_cache(maxsize=256)

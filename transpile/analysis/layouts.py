@@ -1021,6 +1021,8 @@ class _FunctionWalker:
         shape_node = self.arg(node, 0, "shape")
         dtype_node = self.arg(node, 1 if name == "zeros" else 2, "dtype")
         elem = self.dtype_text(dtype_node) if dtype_node is not None else None
+        if isinstance(shape_node, (cst.List, cst.Tuple)) and not shape_node.elements:
+            return SCALAR  # `tl.zeros([], dtype)`: a 0-d tensor is a scalar (no layout, nothing to broadcast)
         if isinstance(shape_node, (cst.List, cst.Tuple)):
             dims = [self.shape_text(e.value) for e in shape_node.elements]
             return Tensor(self.created(node, rank=len(dims), shape=dims), elem, shape=tuple(dims))
