@@ -1309,12 +1309,21 @@ _DTYPE_ORDER = {
 
 
 def promote(a: str | None, b: str | None) -> str | None:
-    """The element type of an arithmetic result of tensors of types `a` and `b` (source text; None = unknown)."""
-    if a is None or b is None or a == b:
-        return a if a is not None else b
+    """The element type of an arithmetic result of tensors of types `a` and `b` (source text; None = unknown). Of a
+    known and an unknown type the result is unknown: `x_fp16 * g` with `g` made by a helper the tool cannot read may
+    be fp32 (a dot of it was laid out for fp16 operands: found by compiling public code)."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
     ka, kb = _DTYPE_ORDER.get(a), _DTYPE_ORDER.get(b)
+    if ka is None and kb is None:
+        return None  # two types only the kernel knows
     if ka is None or kb is None:
-        return a if ka is None else b  # a type only the kernel knows (`x_ptr.dtype.element_ty`, a pointee) wins
+        known = ka if ka is not None else kb
+        # a type only the kernel knows (`x_ptr.dtype.element_ty`, a pointee) wins over an integer type; against a
+        # float type (fp16 data times an fp32 gate) the result depends on what the kernel is given
+        return (a if ka is None else b) if known[0] == 0 else None
     if ka[0] != kb[0]:
         return a if ka[0] > kb[0] else b  # float wins over int
     if ka[0] == 1 and ka[1] == kb[1]:
