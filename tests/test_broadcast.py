@@ -413,3 +413,25 @@ def gated(q_ptr, k_ptr, g_ptr, o_ptr, BC: tl.constexpr, BK: tl.constexpr):
         result = translate_source(text, "k.py", get_target(target))
         assert not result.functions[0].translated
         assert any("cannot tell the element type of this dot's operands" in d.message for d in result.diagnostics)
+
+
+def test_a_function_the_tool_cannot_read_is_taken_for_elementwise(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fast_exp = tl.exp` at module level, called on a vector that is then expanded: its result had been taken for a
+    scalar and `fast_exp(b_g)[:, None]` did not compile (found by compiling public code). It is converted to the
+    slice layout its use needs."""
+    text = HEAD.replace("\n\n\n", "\nfast_exp = tl.exp\n\n\n") + '''@triton.jit
+def decay(h_ptr, g_ptr, BK: tl.constexpr, BV: tl.constexpr):
+    o_k = tl.arange(0, BK)
+    o_v = tl.arange(0, BV)
+    b_h = tl.load(h_ptr + o_k[:, None] * BV + o_v[None, :])
+    b_g = tl.load(g_ptr + tl.arange(0, BK))
+    b_h *= fast_exp(b_g)[:, None]
+    tl.store(h_ptr + o_k[:, None] * BV + o_v[None, :], b_h)
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+        assert "b_h *= gl.convert_layout(fast_exp(b_g), gl.SliceLayout(1, b_h_layout))[:, None]" in result.text
+        compiled = verify(result, {"h_ptr": "*fp32", "g_ptr": "*fp32", "BK": 64, "BV": 64})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

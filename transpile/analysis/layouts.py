@@ -785,8 +785,16 @@ class _FunctionWalker:
                 if isinstance(target, cst.Call) and (language_name(self.source.qualified_name(target.func)) or ""
                                                      ).endswith("pointer_type") and target.args:
                     return Scalar(pointee=self.dtype_text(target.args[0].value))
-        for arg in node.args:
-            self.eval(arg.value)
+        values = [self.eval(arg.value) for arg in node.args]
+        tensors = [v for v in values if isinstance(v, Tensor)]
+        if tensors:
+            # A function the tool cannot read (an imported `exp = tl.exp`, chosen at import time) called with tensors:
+            # taken for elementwise, its result converted to the layout its uses give it (Gluon lays out the result
+            # as the function does; taken for a scalar, `exp(x)[:, None]` did not compile).
+            ranks = [t.rank for t in tensors if t.rank is not None]
+            rank = max(ranks) if ranks else None
+            shape = next((t.shape for t in tensors if t.rank == rank and t.shape), None)
+            return self.opaque(node, rank, shape, None)
         return SCALAR
 
     def args(self, node: cst.Call) -> tuple[list[cst.BaseExpression], dict[str, cst.BaseExpression]]:
