@@ -260,3 +260,16 @@ def test_a_module_that_rebinds_a_builtin_its_helpers_call_keeps_its_kernels_as_t
     kept = translate_source(_elementwise("    tl.store(y_ptr + offs, x, mask=mask)") + "\n\ndef round(x):\n"
                             "    return x\n", "k.py", get_target("sm90"))
     assert all(o.translated for o in kept.functions)
+
+
+def test_layouts_are_declared_after_the_local_constexprs_they_read():
+    """`UNROLL: tl.constexpr = 4` at the top of the kernel, and a module-level `UNROLL = 4` (a plain int): a layout
+    declared above the local read the module's and did not compile (found by compiling public code)."""
+    text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def scale_kernel(DY, DX, N, scale, BLOCK: tl.constexpr):\n    UNROLL: tl.constexpr = 4\n\n"
+            "    pid = tl.program_id(0)\n    off = pid * UNROLL * BLOCK + tl.arange(0, UNROLL * BLOCK)\n"
+            "    dy = tl.load(DY + off, mask=off < N, other=0.0)\n    tl.store(DX + off, dy * scale, mask=off < N)\n"
+            "\n\nUNROLL = 4\n")
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    body = result.text.split("def scale_kernel(")[1]
+    assert body.index("UNROLL: gl.constexpr = 4") < body.index("off_layout: gl.constexpr = _blocked_layout(")

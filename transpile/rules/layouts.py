@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import assigned_names, call_arguments, calls_in, names_in
+from transpile.cst_utils import assigned_names, bound_names, call_arguments, calls_in, names_in
 from transpile.analysis.layouts import Term
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
@@ -79,6 +79,14 @@ class LayoutDeclarations(Rule):
         ]
         body = list(updated.body.body)
         at = 1 if body and _is_docstring(body[0]) else 0
+        # After the function's own definitions of names the layouts read (`UNROLL: tl.constexpr = 4` at the top of the
+        # body: read before it, the name is the module's): where no statement before those uses a layout.
+        reads = {n for line in [*lines, *entry] for n in names_in(statement(line))} - {
+            p.name for p in ctx.function.params}  # (a parameter rebound, `a_ptr += offset`, keeps its dtype)
+        declared = {line.split(":", 1)[0] for line in lines}
+        last = max((i for i, s in enumerate(body[at:], at) if bound_names(s) & reads), default=None)
+        if last is not None and not any(names_in(s) & declared for s in body[at:last + 1]):
+            at = last + 1
         body[at:at] = new
         ctx.declared = (at, len(new))
         # Keep a blank line between the declarations and the code they precede.
