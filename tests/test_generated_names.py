@@ -117,6 +117,8 @@ def test_a_kernel_variable_named_like_a_layout_constant_is_not_taken_by_one():
     ("    m, i = tl.max(x, axis=0, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
      "return_indices=True"),
     ("    tl.store(y_ptr + offs, tl.reshape(x, (BLOCK,), can_reorder=True), mask=mask)", "can_reorder=True"),
+    # the method form too (it compiled to a Gluon reshape with `can_reorder`, which Gluon rejects; public code)
+    ("    tl.store(y_ptr + offs, x.reshape(BLOCK, can_reorder=True), mask=mask)", "can_reorder=True"),
     ("    tl.store(y_ptr + offs, tl.view(x, (BLOCK,)), mask=mask)", "`tl.view` may reorder"),
 ])
 def test_calls_whose_gluon_form_differs_are_refused(body: str, why: str):

@@ -116,7 +116,9 @@ class LanguageNames(Rule):
                 wrapped = cst.Call(cst.Name("_scalar_operand"), [cst.Arg(pointer.value), cst.Arg(value.value)])
                 updated = updated.with_changes(args=[a.with_changes(value=wrapped) if a is value else a
                                                      for a in updated.args])
-        if short == "reshape" and "can_reorder" in keywords and \
+        method_reshape = isinstance(original.func, cst.Attribute) and original.func.attr.value == "reshape" \
+            and lang is None  # `x.reshape(..., can_reorder=True)`
+        if (short == "reshape" or method_reshape) and "can_reorder" in keywords and \
                 cst.Module([]).code_for_node(keywords["can_reorder"].value).strip() != "False":
             ctx.refuse(original, "TT011", "`tl.reshape(..., can_reorder=True)` lets Triton's compiler reorder the "
                        "elements; Gluon's reshape keeps them in order, which need not give the same tensor")
