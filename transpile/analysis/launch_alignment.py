@@ -4,7 +4,7 @@ Triton picks the layout of each global load and store when it compiles a launch,
 16-byte aligned rows (tensors 16-byte aligned, strides and offsets multiples of 16, which Triton specialises on) each
 thread moves 16 contiguous bytes; without, each thread reads one element per instruction, so that a warp's
 instruction still covers contiguous addresses. A Gluon variant fixes its layouts in the source: they are the
-aligned kind (up to 16 contiguous bytes per thread). On an H100 (bench/RESULTS.md, session 11) the translations
+aligned kind (up to 4 contiguous elements per thread). On an H100 (bench/RESULTS.md, session 11) the translations
 of 85 kernels without a dot loop ran at 0.98-1.6x their sources on aligned launches, but 0.72-0.88x on launches with
 unaligned rows (1001 x 3000 fp16 matrices: each load of a warp then strides over 4x the bytes it uses). So the
 variant runs its Gluon kernel on aligned launches and the source kernel on the others, through a launcher
@@ -31,7 +31,7 @@ from transpile.cst_utils import (
 from transpile.discover import JitFunction, ModuleFacts, language_name
 
 #: The comment over the source kernel's copy: why the other launches run it.
-REASON = ("its layouts move up to 16 contiguous bytes per thread, which is slower than what Triton compiles for "
+REASON = ("its layouts move up to 4 contiguous elements per thread, which is slower than what Triton compiles for "
           "launches whose rows are not 16-byte aligned (one element per thread per load)")
 
 #: Calls whose first argument (or `pointer=`) is an address.

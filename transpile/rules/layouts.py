@@ -12,6 +12,8 @@ Targets: all.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from transpile import cst_walk
@@ -109,7 +111,7 @@ def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
             ctx.need("blocked_layout")
             # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
             shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
-            value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)}{_dtypes_argument(ctx, root)})"
+            value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)}{_dtypes_argument(root)})"
         lines.append(f"{name}: gl.constexpr = {value}")
     return lines
 
@@ -207,7 +209,7 @@ _LITERAL_BITS = {"gl.int8": 8, "gl.uint8": 8, "gl.float8e5": 8, "gl.float8e4nv":
                  "gl.uint64": 64, "gl.float64": 64}
 
 
-def _dtypes_argument(ctx: RuleContext, root: Term) -> str:
+def _dtypes_argument(root: Term) -> str:
     """`, dtypes=(x_ptr.dtype.element_ty,)`: the element types the class's loads and stores move, from which the
     blocked layout gives each thread 16 bytes of the narrowest (8 fp16, 4 fp32), as Triton does for aligned
     accesses; fewer elements of 16-bit data per thread measured 0.59-0.89x Triton on an H100 at grids of few programs
@@ -216,8 +218,7 @@ def _dtypes_argument(ctx: RuleContext, root: Term) -> str:
         return ""
     if all(_LITERAL_BITS.get(t) == 32 for t in root.accesses):
         return ""
-    pointers = {p.name for p in ctx.function.params if not p.is_constexpr}
-    if not all(t in _LITERAL_BITS or (t.endswith(".dtype.element_ty") and t[:-len(".dtype.element_ty")] in pointers)
+    if not all(t in _LITERAL_BITS or re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*\.dtype\.element_ty", t)
                for t in root.accesses):
         return ""
     return ", dtypes=(" + ", ".join(sorted(root.accesses)) + ",)"

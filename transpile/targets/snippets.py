@@ -82,7 +82,7 @@ class _AlignedOrTriton:
     """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
     arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16; None, an absent optional
     pointer, reads nothing), the source's Triton kernel for the others: Triton then compiles loads of one element
-    per thread, faster there than the Gluon kernel's layouts of up to 16 contiguous bytes per thread."""
+    per thread, faster there than the Gluon kernel's layouts of up to 4 contiguous elements per thread."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, divisible=()):
         self.gluon_kernel = gluon_kernel
