@@ -49,8 +49,6 @@ class Term:
     origins: set[str] = field(default_factory=set)  # what put tensors in this class (for helpers' params)
     names: list[str] = field(default_factory=list)  # variable names bound to this class, for readable layout names
     reduced: set[int] = field(default_factory=set)  # axes a reduction of this class runs along
-    # element types of the loads and stores whose pointers are in this class ("" where the analysis cannot tell)
-    accesses: set[str] = field(default_factory=set)
     parent: Term | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -900,8 +898,6 @@ class _FunctionWalker:
             return self.elementwise(node, skip=1)
         if name in ("load", "atomic_load"):
             pointer = self.eval(self.arg(node, 0, "pointer"))
-            if isinstance(pointer, Tensor):
-                pointer.term.find().accesses.add(pointer.elem or "")
             for key, index in (("mask", 1), ("other", 2)):
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
@@ -911,8 +907,6 @@ class _FunctionWalker:
             return pointer if isinstance(pointer, Tensor) else SCALAR
         if name == "store" or name in ATOMICS:
             pointer = self.eval(self.arg(node, 0, "pointer"))
-            if isinstance(pointer, Tensor):
-                pointer.term.find().accesses.add(pointer.elem or "")
             keys = (("value", 1), ("mask", 2)) if name == "store" else (("val", 1), ("mask", 2))
             if name == "atomic_cas":
                 keys = (("cmp", 1), ("val", 2))
@@ -1421,7 +1415,6 @@ def _unify(a: Term, b: Term) -> bool:
     ra.shape = _join_shapes(ra.shape, rb.shape)
     ra.origins |= rb.origins
     ra.reduced |= rb.reduced
-    ra.accesses |= rb.accesses
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]

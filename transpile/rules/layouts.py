@@ -12,8 +12,6 @@ Targets: all.
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from transpile import cst_walk
@@ -111,7 +109,7 @@ def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
             ctx.need("blocked_layout")
             # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
             shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
-            value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)}{_dtypes_argument(root)})"
+            value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)})"
         lines.append(f"{name}: gl.constexpr = {value}")
     return lines
 
@@ -200,28 +198,6 @@ def _is_docstring(statement_node: cst.BaseStatement) -> bool:
         and isinstance(statement_node.body[0], cst.Expr)
         and isinstance(statement_node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
-
-
-# Bits of the element types the analysis names as literals (`gl.float16`); others are read in the kernel.
-_LITERAL_BITS = {"gl.int8": 8, "gl.uint8": 8, "gl.float8e5": 8, "gl.float8e4nv": 8, "gl.float8e4b8": 8,
-                 "gl.float8e5b16": 8, "gl.float8e4b15": 8, "gl.int16": 16, "gl.uint16": 16, "gl.float16": 16,
-                 "gl.bfloat16": 16, "gl.int32": 32, "gl.uint32": 32, "gl.float32": 32, "gl.int64": 64,
-                 "gl.uint64": 64, "gl.float64": 64}
-
-
-def _dtypes_argument(root: Term) -> str:
-    """`, dtypes=(x_ptr.dtype.element_ty,)`: the element types the class's loads and stores move, from which the
-    blocked layout gives each thread 16 bytes of the narrowest (8 fp16, 4 fp32), as Triton does for aligned
-    accesses; fewer elements of 16-bit data per thread measured 0.59-0.89x Triton on an H100 at grids of few programs
-    (bench/RESULTS.md). Nothing where a type is unknown, or where every access is 32-bit (4 per thread, the default)."""
-    if not root.accesses or "" in root.accesses:
-        return ""
-    if all(_LITERAL_BITS.get(t) == 32 for t in root.accesses):
-        return ""
-    if not all(t in _LITERAL_BITS or re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*\.dtype\.element_ty", t)
-               for t in root.accesses):
-        return ""
-    return ", dtypes=(" + ", ".join(sorted(root.accesses)) + ",)"
 
 
 def _reduced_argument(root: Term) -> str:

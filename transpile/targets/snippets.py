@@ -6,24 +6,20 @@ Each is small, documented and self-contained: a variant imports only triton (and
 
 BLOCKED_LAYOUT = '''
 @gluon.constexpr_function
-def _blocked_layout(shape, num_warps, reduced=(), dtypes=()):
-    """Blocked layout for a tile of `shape` (0: size unknown here). Each thread holds a vector of up to 16 bytes of
-    the narrowest of `dtypes` (the types the tile is loaded and stored as; 4 elements without them) along the
-    contiguous last dimension, no more than its share of the tile (a small tile is spread over all the threads
-    instead of being replicated); the {warp_size} lanes of a warp cover the last dimension first; warps split the
-    first dimensions. Loads and stores of row-major tiles coalesce. `reduced`: axes other than the last that the
-    tile is reduced along (a column reduction); lanes and warps then go to the other axes first, so that each
-    thread reduces whole columns itself."""
-    vector = 4
-    for dtype in dtypes:
-        vector = max(vector, 128 // getattr(dtype, "value", dtype).primitive_bitwidth)
+def _blocked_layout(shape, num_warps, reduced=()):
+    """Blocked layout for a tile of `shape` (0: size unknown here). Each thread holds a vector of up to 4
+    elements of the contiguous last dimension, no more than its share of the tile (a small tile is spread over all
+    the threads instead of being replicated); the {warp_size} lanes of a warp cover the last dimension first; warps
+    split the first dimensions. Loads and stores of row-major tiles coalesce. `reduced`: axes other than the last
+    that the tile is reduced along (a column reduction); lanes and warps then go to the other axes first, so that
+    each thread reduces whole columns itself."""
     rank = len(shape)
     size = [s if s else {warp_size} * 4 * num_warps for s in shape]
     elements = 1
     for s in size:
         elements *= s
     share = (size[-1] if reduced else elements) // ({warp_size} * num_warps)
-    size_per_thread = [1] * (rank - 1) + [max(1, min(vector, size[-1], share))]
+    size_per_thread = [1] * (rank - 1) + [max(1, min(4, size[-1], share))]
     threads_per_warp = [1] * rank
     lanes = {warp_size}
     for dim in reversed(range(rank)):
