@@ -664,10 +664,11 @@ class _FunctionWalker:
                     right = self.expand_to_rank(right_node, right, lr)
             self.unify_or_convert(left.term, right_node, right.term)
             return Tensor(left.term, promote(left.elem, right.elem), _broadcast(left.shape, right.shape))
+        constexprs = self.fn.constexpr_names  # (a constexpr is never the pointer: `base + HALF + cols`)
         if isinstance(left, Tensor):
-            return _with_pointee(left, right) if adds else left
+            return _with_pointee(left, right, constexprs) if adds else left
         if isinstance(right, Tensor):
-            return _with_pointee(right, left) if adds else right
+            return _with_pointee(right, left, constexprs) if adds else right
         if adds and isinstance(left, Scalar) and (left.param is not None or left.pointee is not None):
             return left  # `a_ptr + pid * stride` is still (an offset of) the parameter a_ptr
         return SCALAR
@@ -1356,10 +1357,11 @@ def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | Non
     return tuple(_dim(x, y) for x, y in zip(a, b))
 
 
-def _with_pointee(tensor: Tensor, other: Value) -> Tensor:
+def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = ()) -> Tensor:
     """`ptr + offsets`: a tensor of pointers whose pointee type is that of the parameter `ptr` (the outermost
-    addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`)."""
-    if isinstance(other, Scalar) and other.param is not None:
+    addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`; a constexpr parameter is no
+    pointer)."""
+    if isinstance(other, Scalar) and other.param is not None and other.param not in constexprs:
         return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape)
     if isinstance(other, Scalar) and other.pointee is not None:
         return Tensor(tensor.term, other.pointee, tensor.shape)
