@@ -435,3 +435,20 @@ def decay(h_ptr, g_ptr, BK: tl.constexpr, BV: tl.constexpr):
         assert "b_h *= gl.convert_layout(fast_exp(b_g), gl.SliceLayout(1, b_h_layout))[:, None]" in result.text
         compiled = verify(result, {"h_ptr": "*fp32", "g_ptr": "*fp32", "BK": 64, "BV": 64})
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_expanding_a_zero_dimensional_value_is_refused() -> None:
+    """`tl.sum(x, 0)[None]` and `tl.program_id(0)[None]`: 0-d tensors in Triton, scalars in Gluon, which cannot be
+    expanded (the variants did not compile; found by compiling public code). Kept as Triton, naming the expression."""
+    text = HEAD + '''@triton.jit
+def center(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs).to(tl.float32)
+    s = tl.sum(x, 0)
+    tl.store(y_ptr + offs, x - s[None])
+'''
+    for target in ("sm90", "gfx942"):
+        result = translate_source(text, "k.py", get_target(target))
+        assert not result.functions[0].translated
+        assert any(d.code == "TT010" and d.line == 10 and "`s[None]` expands a value that is a 0-d tensor" in d.message
+                   for d in result.diagnostics), [d.format() for d in result.diagnostics]

@@ -301,6 +301,14 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     "it)")})
             elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
                 outcome.dispatch = _alignment_dispatch(facts, fn)
+        if outcome.translated and outcome.dispatch is not None and fn.name in facts.jit_statements.values():
+            # `k = triton.jit(k)` (and wrappers applied the same way) after the definition: the launcher would be
+            # bound before those lines, which then wrap the launcher (the variant did not import)
+            outcome.translated = False
+            outcome.kept_reason = ("its `triton.jit` is applied by a call after the definition, and its Gluon form runs "
+                                   "only some launches (a launcher picks it per launch), which that call would wrap")
+            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
+                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers

@@ -700,6 +700,10 @@ class _FunctionWalker:
         if isinstance(base, Tup):
             return SCALAR if len(indices) != 1 else _tuple_item(base, node, self.source)
         if not isinstance(base, Tensor):
+            if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices):
+                self.refuse(node, "TT010", f"`{self.source.code(node).strip()}` expands a value that is a 0-d tensor in "
+                            "Triton (a reduction to a scalar, a program id) but a scalar in Gluon, which cannot be "
+                            "expanded: build the vector with `tl.full([1], value, dtype)` instead")
             return SCALAR
         if any(i in ("index", "slice") for i in indices):
             self.refuse(node, "TT010", "indexing or slicing a tensor is not supported; only `[:, None]`-style "
