@@ -452,3 +452,25 @@ def center(x_ptr, y_ptr, BLOCK: tl.constexpr):
         assert not result.functions[0].translated
         assert any(d.code == "TT010" and d.line == 10 and "`s[None]` expands a value that is a 0-d tensor" in d.message
                    for d in result.diagnostics), [d.format() for d in result.diagnostics]
+
+
+def test_an_fp32_dot_beside_a_pointee_typed_dot_in_one_layout_is_refused() -> None:
+    """`c = tl.dot(a, b)` on loaded data and `d = tl.dot(a.to(tl.float32), b.to(tl.float32))`, then `c + d`: one
+    matrix-core layout was declared for both, at the loaded type's shape (an fp32 MFMA of fp16's depth does not exist;
+    found by compiling public code). Refused on the fp32 dot, saying why; PV in attention (`p.to(tl.float16)` beside
+    `q_ptr`'s type) is not affected (the attention goldens are unchanged)."""
+    text = HEAD + '''@triton.jit
+def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    offs = r[:, None] * BLOCK + r[None, :]
+    a = tl.load(a_ptr + offs)
+    b = tl.load(b_ptr + offs)
+    c = tl.dot(a, b)
+    d = tl.dot(a.to(tl.float32), b.to(tl.float32))
+    tl.store(c_ptr + offs, c + d)
+'''
+    for target in ("gfx942", "sm90"):
+        result = translate_source(text, "k.py", get_target(target))
+        assert not result.functions[0].translated
+        assert any(d.code == "TT010" and d.line == 12 and "one matrix-core layout cannot serve both" in d.message
+                   for d in result.diagnostics), [d.format() for d in result.diagnostics]

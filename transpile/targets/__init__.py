@@ -65,6 +65,16 @@ class Target:
             if d.shape[1] is not None and d.shape[1] not in ns:
                 ns.append(d.shape[1])
         dtype = next((d.operand_dtype for d in dots if d.operand_dtype is not None), None)
+        types = {d.operand_dtype for d in dots if d.operand_dtype is not None}
+        # (`gl.float16` beside `q_ptr.dtype.element_ty` is one type in the launches that matter: attention's PV)
+        other = next((d for d in dots if d.operand_dtype not in (None, dtype)), None) \
+            if len(types) > 1 and "gl.float32" in types else None
+        if other is not None:
+            # one MMA layout is laid out for one operand type (its instruction's K depth): an fp32 dot beside an
+            # fp16 one asked for an fp32 MFMA of fp16's shape, which does not exist (found by compiling public code)
+            ctx.refuse(other.node, "TT010", f"this dot's operands are `{other.operand_dtype}` and another dot whose "
+                       f"result meets this one's has `{dtype}` operands: one matrix-core layout cannot serve both (cast "
+                       "the operands to one type)")
         if dtype is None:
             ctx.refuse(dots[0].node, "TT010", "cannot tell the element type of this dot's operands from the source "
                        "(load them through a pointer parameter, or cast with `.to(tl.float16)`)")
