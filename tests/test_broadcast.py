@@ -474,3 +474,22 @@ def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
         assert not result.functions[0].translated
         assert any(d.code == "TT010" and d.line == 12 and "one matrix-core layout cannot serve both" in d.message
                    for d in result.diagnostics), [d.format() for d in result.diagnostics]
+
+
+def test_a_refused_expression_written_over_several_lines_is_named_on_one() -> None:
+    """The TT010 note quotes the expression; written over several lines it crashed the emitter (a diagnostic becomes
+    a comment line in the variant; public conv2d kernels)."""
+    text = HEAD + '''@triton.jit
+def k(x_ptr, y_ptr, stride, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    base = (
+        pid * stride
+    )[None]
+    tl.store(y_ptr + base + offs, tl.load(x_ptr + offs))
+'''
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert not result.functions[0].translated
+    assert any(d.code == "TT010" and "`( pid * stride )[None]` expands a value" in d.message
+               for d in result.diagnostics), [d.format() for d in result.diagnostics]
+    compile(result.text, "k.py", "exec")

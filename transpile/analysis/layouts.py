@@ -701,7 +701,8 @@ class _FunctionWalker:
             return SCALAR if len(indices) != 1 else _tuple_item(base, node, self.source)
         if not isinstance(base, Tensor):
             if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices):
-                self.refuse(node, "TT010", f"`{self.source.code(node).strip()}` expands a value that is a 0-d tensor in "
+                written = " ".join(self.source.code(node).split())  # (one line: diagnostics become comments)
+                self.refuse(node, "TT010", f"`{written}` expands a value that is a 0-d tensor in "
                             "Triton (a reduction to a scalar, a program id) but a scalar in Gluon, which cannot be "
                             "expanded: build the vector with `tl.full([1], value, dtype)` instead")
             return SCALAR
