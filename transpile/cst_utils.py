@@ -208,7 +208,21 @@ def only_nodes(node: cst.CSTNode, allowed: tuple[type, ...]) -> bool:
 
 
 def unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` without its own parentheses (for use as a whole call argument or operand)."""
     return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+
+
+# The rules build their output from a few hundred distinct snippets of text (`gl.load`, `gl.constexpr`, a layout),
+# parsed thousands of times over a directory: each is parsed once. libcst nodes are immutable (a change makes a new
+# node), so the same parsed node may sit in several trees.
+@functools.lru_cache(maxsize=4096)
+def expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def statement(text: str) -> cst.BaseStatement:
+    return cst.parse_statement(text)
 
 
 def sum_terms(node: cst.BaseExpression, strip: Callable[[cst.BaseExpression], cst.BaseExpression] = unparenthesized

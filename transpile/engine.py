@@ -312,6 +312,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
+    module_names = _module_names(source.module)
     while True:
         _propagate_kept(facts, outcomes, source, target)
         helpers = set()
@@ -323,8 +324,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 else {"tma_or_triton", "persistent_grid"})
             else:
                 rewritten.pop(name, None)
-        shadowed = _shadowed_builtins(target, helpers, source.module)
-        clash = sorted((_snippet_names(target, helpers) & _module_names(source.module)) | shadowed)
+        shadowed = _shadowed_builtins(target, helpers, module_names)
+        clash = sorted((_snippet_names(target, helpers) & module_names) | shadowed)
         if clash and any(o.translated for o in outcomes.values()):
             # The variant's helpers would be rebound by the module's own definitions of those names (or rebind
             # them): every kernel is kept as Triton rather than call the wrong function.
@@ -834,11 +835,11 @@ def _parsed_statement(line: str) -> cst.BaseStatement:
 _BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 
-def _shadowed_builtins(target: Target, helpers: set[str], module: cst.Module) -> set[str]:
+def _shadowed_builtins(target: Target, helpers: set[str], module_names: set[str]) -> set[str]:
     """Python builtins the variant's helpers call (`max`, `min`, `all`, ...) that the module rebinds at its top level
     (an operator library's `def max(inp, dim)`): the helpers would call the module's function. (Triton's dependency
     check refuses `builtins.max` written out, so the helpers cannot name Python's own.)"""
-    own = _module_names(module) & _BUILTINS
+    own = module_names & _BUILTINS
     if not own:
         return set()
     statements = _snippet_statements(target, helpers)

@@ -44,7 +44,7 @@ import functools
 
 import libcst as cst
 
-from transpile.cst_utils import calls_in, module_code
+from transpile.cst_utils import _token_names, calls_in, expr, module_code, names_in, node_code, unparenthesized
 from transpile.cst_walk import preorder, transform
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -55,17 +55,7 @@ _EMPTY = cst.Module([])
 
 
 def _code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
-
-@functools.lru_cache(maxsize=1024)
-def _expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_module(text: str) -> cst.Module:
-    return cst.parse_module(text)
+    return node_code(_EMPTY, node)
 
 
 @dataclasses.dataclass
@@ -100,7 +90,7 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
     docstring), and why the others are not; None where no jit function makes a block pointer."""
     refusals: list[Refusal] = []
     replaced: dict[cst.CSTNode, cst.CSTNode] = {}
-    taken = _identifiers(source.text)
+    taken = set(_token_names(source.text)[0])
     for fn in facts.functions.values():
         node = fn.node
         if not any(language_name(source.qualified_name(c.func)) in ("make_block_ptr", "core.make_block_ptr")
@@ -121,20 +111,6 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
         return source.text, refusals
     module = source.module
     return module_code(module.with_changes(body=[replaced.get(s, s) for s in module.body])), refusals
-
-
-def _identifiers(text: str) -> set[str]:
-    import io
-    import tokenize
-
-    names: set[str] = set()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.NAME:
-                names.add(token.string)
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return names
 
 
 class _Function:
@@ -224,7 +200,7 @@ class _Function:
                                     cst.SimpleWhitespace, cst.Newline, cst.TrailingWhitespace, cst.Comment,
                                     cst.EmptyLine)):
                 return False
-        for name in _names(node):
+        for name in names_in(node):
             if name in self.params:
                 if self.assignments.get(name):
                     return False
@@ -235,7 +211,7 @@ class _Function:
     def nonneg(self, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
         """A value that cannot be negative: literals, program ids, constexpr parameters (tile sizes), loop variables
         counting up from such a value, and sums, products, quotients and remainders of those."""
-        node = _bare(node)
+        node = unparenthesized(node)
         if isinstance(node, cst.Integer):
             return True
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply,
@@ -374,13 +350,13 @@ class _Function:
                 continue
             if any(self._inside(make, loop) for make, _ in makes[name]):
                 continue
-            if not all(self.stable(d) or _names(d) <= self.constexprs for d in deltas):
+            if not all(self.stable(d) or names_in(d) <= self.constexprs for d in deltas):
                 continue
             body = list(loop.body.body)  # type: ignore[union-attr]
-            if any(name in _names(statement) for statement in body[index + 1:]):
+            if any(name in names_in(statement) for statement in body[index + 1:]):
                 continue  # read after the advance in the same iteration
             after = self._statements_after(loop)
-            if after is None or any(name in _names(statement) for statement in after):
+            if after is None or any(name in names_in(statement) for statement in after):
                 continue
             found[name] = (loop, deltas)
         return found
@@ -433,7 +409,7 @@ class _Function:
             return None
         start = _code(args[0].value).strip() if len(args) >= 2 else "0"
         step = _code(args[2].value).strip() if len(args) == 3 else "1"
-        if not all(self.stable(a.value) or _names(a.value) <= self.constexprs for a in args[:1] + args[2:3]) \
+        if not all(self.stable(a.value) or names_in(a.value) <= self.constexprs for a in args[:1] + args[2:3]) \
                 and len(args) >= 2:
             return None
         shifted = k if start == "0" else f"({k} - {_paren(start)})"
@@ -518,14 +494,6 @@ def _loop_step(iteration: str, delta: str, loop: cst.For) -> str:
         start = _code(args[0].value).strip()
         return k if start == "0" else f"({k} - {_paren(start)})"
     return f"{_paren(iteration)} * {_paren(delta)}"
-
-
-def _names(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in preorder(node) if isinstance(n, cst.Name)}
-
-
-def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
-    return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
 
 
 def _paren(text: str) -> str:
@@ -614,7 +582,7 @@ class _Rewrite(cst.CSTTransformer):
             return updated
         if not lines:
             return cst.RemoveFromParent() if not updated.leading_lines else cst.FlattenSentinel([])
-        statements = list(_parse_module("\n".join(lines) + "\n").body)
+        statements = list(cst.parse_module("\n".join(lines) + "\n").body)
         statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
         statements[-1] = statements[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)  # type: ignore[call-arg]
         return cst.FlattenSentinel(statements)
@@ -624,7 +592,7 @@ class _Rewrite(cst.CSTTransformer):
         if isinstance(value, cst.Name) and value.value in self.records and original.attr.value in ("dtype", "type"):
             base = self.records[value.value].base
             if base != value.value:
-                return updated.with_changes(value=_expr(_paren(base)))
+                return updated.with_changes(value=expr(_paren(base)))
         return updated
 
     # -- loads and stores ------------------------------------------------------------------------------------
@@ -710,7 +678,7 @@ class _Rewrite(cst.CSTTransformer):
                     made.append("other=0.0")
                 elif text == "nan":
                     made.append('other=float("nan")')
-        parsed = list(_expr(f"f({', '.join(made)})").args)  # type: ignore[attr-defined]
+        parsed = list(expr(f"f({', '.join(made)})").args)  # type: ignore[attr-defined]
         args = [parsed[0], *value, *parsed[1:], *rest]
         tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
         fixed = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT, equal=tight) if a.keyword is not None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
+from transpile.cst_utils import expr, statement  # noqa: F401 - the rules' snippet parsers, re-exported
+from transpile.cst_utils import unparenthesized as bare  # noqa: F401 - re-exported for the rules
 from transpile.diagnostics import Diagnostic
 from transpile.discover import JitFunction, ModuleFacts, language_name
 
@@ -168,19 +169,6 @@ class Rule:
         return updated
 
 
-# The rules build their output from a few hundred distinct snippets of text (`gl.load`, `gl.constexpr`, a layout),
-# parsed thousands of times over a directory: each is parsed once. libcst nodes are immutable (a change makes a new
-# node), so the same parsed node may sit in several trees.
-@functools.lru_cache(maxsize=4096)
-def expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
-
-
-@functools.lru_cache(maxsize=4096)
-def statement(text: str) -> cst.BaseStatement:
-    return cst.parse_statement(text)
-
-
 def call(func: str, *args: cst.BaseExpression | str, **kwargs: cst.BaseExpression | str) -> cst.Call:
     """Build ``func(args..., key=value...)`` from nodes or source text."""
 
@@ -220,13 +208,6 @@ def without_keywords(node: cst.Call, keys: set[str]) -> cst.Call:
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return node.with_changes(args=args)
-
-
-def bare(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`node` without its own parentheses (for use as a whole call argument)."""
-    if getattr(node, "lpar", None):
-        return node.with_changes(lpar=[], rpar=[])  # type: ignore[union-attr]
-    return node
 
 
 def positional_or_keyword(node: cst.Call, index: int, key: str) -> cst.Arg | None:
