@@ -153,6 +153,28 @@ def grows(x_ptr, BLOCK: tl.constexpr):
     tl.store(x_ptr + r, tl.sum(v, axis=0))
 '''
 
+SCANS = HEAD + '''@triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _add_pairs(a, i, b, j):
+    return a + b, i + j
+
+
+@triton.jit
+def scans(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :])
+    s = tl.sum(x, axis=1)
+    c = tl.associative_scan(s, 0, _add)
+    d = s.cumsum(0)
+    e, f = tl.associative_scan((tl.max(x, axis=0), offs), 0, _add_pairs)
+    tl.store(y_ptr + offs, c + d)
+    tl.store(z_ptr + offs, e + f)
+'''
+
 
 def translate(text: str, target: str = "gfx942") -> TranslationResult:
     # --gluon-always: these tests read the Gluon code (the sm90 pointer ring is otherwise kept as Triton)
@@ -274,6 +296,7 @@ COMPILES = [
     ("dtypes", DTYPES, {"x_ptr": "*fp16", "y_ptr": "*fp16", "o_ptr": "*fp16", "BLOCK": 64}),
     ("helper_dtypes", HELPER_DTYPES, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
     ("helper_param_dtype", HELPER_PARAM_DTYPE, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
+    ("scans", SCANS, {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "BLOCK": 64}),
 ]
 
 
@@ -375,6 +398,18 @@ def test_a_reshaped_tile_is_laid_out_for_its_reshaped_shape():
     text = translate_source(GROUP_QUANT, "q.py", get_target("sm90")).text
     assert "_blocked_layout([BLOCK // GROUP, GROUP], gl.num_warps())" in text
     assert "_blocked_layout([0, 1]" not in text
+
+
+def test_a_scan_of_a_reduced_row_is_scanned_in_a_blocked_layout() -> None:
+    """Triton lowers scans of blocked layouts only ("TODO: unsupported scan layout" for a slice of one): a row sum
+    scanned (`tl.associative_scan(tl.sum(x, 1), ...)`, `s.cumsum(0)`, a tuple of a reduced row and an index vector)
+    is converted into a blocked layout of its own first (found by compiling public code; `scans` compiles below)."""
+    lines = body(translate(SCANS, "gfx950"))
+    assert "s_cvt = gl.convert_layout(s, c_layout)" in lines
+    assert "c = gl.associative_scan(s_cvt, 0, _add)" in lines
+    assert "c_layout: gl.constexpr = _blocked_layout([BLOCK], gl.num_warps())" in lines
+    scanned = [line for line in lines if "associative_scan(" in line or "cumsum(" in line]
+    assert len(scanned) == 3 and all("_cvt" in line for line in scanned), scanned
 
 
 def test_a_zero_dimensional_tensor_is_a_scalar() -> None:

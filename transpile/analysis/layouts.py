@@ -49,6 +49,9 @@ class Term:
     origins: set[str] = field(default_factory=set)  # what put tensors in this class (for helpers' params)
     names: list[str] = field(default_factory=list)  # variable names bound to this class, for readable layout names
     reduced: set[int] = field(default_factory=set)  # axes a reduction of this class runs along
+    # A blocked layout and nothing else: a scan's operand (Triton lowers scans of blocked layouts only, "unsupported
+    # scan layout" for a slice of one or an MMA layout)
+    plain: bool = False
     parent: Term | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -193,8 +196,8 @@ ELEMENTWISE = {
 # Random numbers: elementwise over the offsets (the seed is a scalar); the `4x` forms give four such tensors.
 RANDOM = {"rand", "randn", "randint"}
 RANDOM4 = {"rand4x", "randn4x", "randint4x", "philox", "philox_impl", "pair_uniform_to_normal"}
-SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "cumsum", "cumprod", "associative_scan",
-                 "softmax", "flip"}
+SAME_AS_FIRST = {"multiple_of", "max_contiguous", "max_constancy", "softmax", "flip"}
+SCANS = {"cumsum", "cumprod", "associative_scan"}
 REDUCTIONS = {"sum", "max", "min", "xor_sum", "reduce", "reduce_or", "argmax", "argmin"}
 # Reductions as the stage planner sees them: each needs data from other warps (softmax reduces twice inside).
 BARRIER_REDUCTIONS = REDUCTIONS | {"softmax"}
@@ -934,6 +937,8 @@ class _FunctionWalker:
             return pointer if (name != "store" and isinstance(pointer, Tensor)) else SCALAR
         if name in REDUCTIONS:
             return self.reduction(node, self.arg(node, 0, "input"), self.arg(node, 1, "axis"))
+        if name in SCANS:
+            return self.scan(node, self.arg(node, 0, "input"))
         if name in SAME_AS_FIRST:
             first = self.eval(self.arg(node, 0, "input"))
             for a in node.args[1:]:
@@ -1084,7 +1089,30 @@ class _FunctionWalker:
                           slice_of=(axis, value.term), origins={"slice"})
         return Tensor(term, _reduced_elem(value.elem, reducer), tuple(out_shape) if out_shape is not None else None)
 
+    def scan(self, node: cst.Call, input_node: cst.BaseExpression | None) -> Value:
+        """A scan (`tl.cumsum`, `tl.associative_scan`): its operands and results in a class of a blocked layout, the
+        operands converted where their class is a slice (a reduced row) or an MMA layout."""
+        value = self.eval(input_node)
+        for a in node.args:
+            if a.value is not input_node:
+                self.eval(a.value)
+        items = value.items if isinstance(value, Tup) else (value,)
+        nodes = (list(e.value for e in input_node.elements) if isinstance(value, Tup) and isinstance(
+            input_node, (cst.Tuple, cst.List)) and len(input_node.elements) == len(items) else None)
+        if not all(isinstance(v, Tensor) for v in items) or input_node is None or (isinstance(value, Tup) and nodes
+                                                                                    is None):
+            return value
+        first = items[0]
+        term = self.fresh(node, "scan", rank=first.rank, shape=list(first.shape) if first.shape else None,
+                          origins={"scan"}, plain=True)
+        for item, item_node in zip(items, nodes or [input_node]):
+            self.unify_or_convert(term, item_node, item.term)  # type: ignore[union-attr]
+        results = tuple(Tensor(term, v.elem, v.shape) for v in items)  # type: ignore[union-attr]
+        return Tup(results) if isinstance(value, Tup) else results[0]
+
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
+        if method in SCANS:
+            return self.scan(node, node.func.value)  # type: ignore[attr-defined]
         if method in language.METHOD_FUNCTIONS:
             # `x.argmax(1)`: Triton's method body does not compile under Gluon; the rule calls the function form.
             self.plan.method_calls[node] = method
@@ -1407,6 +1435,9 @@ def _compatible(a: Term, b: Term) -> bool:
         return ra.slice_of[0] == rb.slice_of[0] and _compatible(ra.slice_of[1], rb.slice_of[1])
     if (ra.slice_of is not None and rb.dots is not None) or (rb.slice_of is not None and ra.dots is not None):
         return False
+    if (ra.plain and (rb.slice_of is not None or rb.dots is not None)) or (
+            rb.plain and (ra.slice_of is not None or ra.dots is not None)):
+        return False
     return True
 
 
@@ -1422,6 +1453,7 @@ def _unify(a: Term, b: Term) -> bool:
     ra.shape = _join_shapes(ra.shape, rb.shape)
     ra.origins |= rb.origins
     ra.reduced |= rb.reduced
+    ra.plain = ra.plain or rb.plain
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]
