@@ -644,3 +644,50 @@ def test_directory_runs_in_worker_processes_give_the_same_output(tmp_path: Path,
     assert outputs["1"] == outputs[""]
     assert len(outputs[""][2]) == 2 * len(names)
     assert any(d["code"] == "TT001" and d["path"].endswith("broken.py") for d in outputs[""][1])
+
+
+FAILS_IN_A_PASS = '''from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def scan_of_a_slice(y_ptr, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 8], [4, 1], [1, 0])  # 64 lanes: gfx942
+    offs = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, layout))
+    gl.store(y_ptr + offs, gl.associative_scan(offs, 0, _add))
+'''
+
+
+def test_verify_reports_the_compilers_own_error_not_only_the_pass_manager(tmp_path: Path, monkeypatch) -> None:
+    """MLIR prints a failing pass's diagnostic to file descriptor 2 and raises only "PassManager::run failed":
+    verify's summary carries the diagnostic (here Triton's "unsupported scan layout"), and nothing of it reaches
+    the terminal past the summary."""
+    import importlib.util
+    import os
+
+    from transpile.targets import get_target
+    from transpile.verify import compile_kernel
+
+    path = tmp_path / "fails_in_a_pass.py"
+    path.write_text(FAILS_IN_A_PASS)
+    spec = importlib.util.spec_from_file_location("fails_in_a_pass", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    leaked = tmp_path / "fd2.txt"
+    saved = os.dup(2)
+    with open(leaked, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            ok, message, _, _ = compile_kernel(module.scan_of_a_slice, get_target("gfx942"), {"y_ptr": "*i32"},
+                                               {"BLOCK": 64}, 4)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    assert not ok
+    assert "PassManager::run failed" in message and "unsupported scan layout" in message, message
+    assert "unsupported scan layout" not in leaked.read_text(errors="replace")

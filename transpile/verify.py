@@ -15,10 +15,12 @@ import importlib.util
 import io
 import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
-from contextlib import redirect_stderr
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,13 +166,43 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     kind = ASTSource if triton_kernel else GluonASTSource
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
     source = kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    captured = io.StringIO()
-    try:
-        with redirect_stderr(captured):
+    with _stderr_captured() as captured:
+        try:
             compiled = triton.compile(source, target=target.gpu_target(), options={"num_warps": num_warps})
-    except Exception as exc:  # compiler errors come in many types; report the innermost cause
-        return False, _error_summary(exc, captured.getvalue()), {}, None
+        except Exception as exc:  # compiler errors come in many types; report the innermost cause
+            failure = exc
+        else:
+            failure = None
+    if failure is not None:
+        return False, _error_summary(failure, captured()), {}, None
     return True, "", {k: v for k, v in compiled.asm.items() if isinstance(v, str)}, int(compiled.metadata.shared)
+
+
+@contextmanager
+def _stderr_captured() -> Iterator:
+    """Everything written to standard error inside the block, Python's and MLIR's (the pass manager prints its
+    diagnostics to file descriptor 2 directly, then raises only "PassManager::run failed"): yields a function that
+    returns it once the block has ended. Where descriptor 2 cannot be redirected, Python's writes only."""
+    python, native = io.StringIO(), [""]
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        saved = None
+    if saved is None:
+        with redirect_stderr(python):
+            yield python.getvalue
+        return
+    with tempfile.TemporaryFile(mode="w+b") as spool:
+        os.dup2(spool.fileno(), 2)
+        try:
+            with redirect_stderr(python):
+                yield lambda: python.getvalue() + native[0]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            spool.seek(0)
+            native[0] = spool.read().decode("utf-8", "replace")
 
 
 def _error_summary(exc: BaseException, stderr: str) -> str:
@@ -180,6 +212,8 @@ def _error_summary(exc: BaseException, stderr: str) -> str:
         inner = inner.__cause__
     message = f"{type(inner).__name__}: {str(inner).strip().splitlines()[-1] if str(inner).strip() else ''}"
     mlir = next((ln.strip() for ln in stderr.splitlines() if "error:" in ln), "")
+    # `/tmp/.../_transpile_variant_0_k_sm90.py:103:9: error: ...`: the line of the variant (the file verify wrote)
+    mlir = re.sub(r"^\S*_transpile_variant_\S*?\.py:(\d+):(\d+): ", r"variant line \1:\2: ", mlir)
     return (f"{message} [{mlir}]" if mlir else message)[:600]
 
 
