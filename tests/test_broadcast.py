@@ -175,6 +175,17 @@ def scans(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
     tl.store(z_ptr + offs, e + f)
 '''
 
+SPLITS = HEAD + '''@triton.jit
+def splits(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    pair = tl.arange(0, 2)
+    x = tl.load(x_ptr + offs[:, None] * 2 + pair[None, :])
+    a, b = tl.split(x)
+    c, d = tl.split(tl.join(a, b * 2))
+    tl.store(y_ptr + offs, a * b)
+    tl.store(z_ptr + offs, c + d)
+'''
+
 
 def translate(text: str, target: str = "gfx942") -> TranslationResult:
     # --gluon-always: these tests read the Gluon code (the sm90 pointer ring is otherwise kept as Triton)
@@ -297,6 +308,7 @@ COMPILES = [
     ("helper_dtypes", HELPER_DTYPES, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
     ("helper_param_dtype", HELPER_PARAM_DTYPE, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": 64}),
     ("scans", SCANS, {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "BLOCK": 64}),
+    ("splits", SPLITS, {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "BLOCK": 64}),
 ]
 
 
@@ -305,6 +317,8 @@ COMPILES = [
 @pytest.mark.parametrize(("name", "text", "values"), COMPILES, ids=[c[0] for c in COMPILES])
 def test_broadcast_kernels_compile(name: str, text: str, values: dict[str, object], target: str,
                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if name == "splits" and target == "sm90":
+        target = "gfx950"  # (`tl.split` is AMD-only: Triton 3.6's Gluon has none)
     result = translate(text, target)
     assert all(f.translated for f in result.functions), result.diagnostics
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -410,6 +424,17 @@ def test_a_scan_of_a_reduced_row_is_scanned_in_a_blocked_layout() -> None:
     assert "c_layout: gl.constexpr = _blocked_layout([BLOCK], gl.num_warps())" in lines
     scanned = [line for line in lines if "associative_scan(" in line or "cumsum(" in line]
     assert len(scanned) == 3 and all("_cvt" in line for line in scanned), scanned
+
+
+def test_a_split_operand_holds_its_last_dimension_whole_in_each_thread() -> None:
+    """`tl.split` needs both halves of the last dimension in one thread ("SplitOp requires at least 2 elements per
+    thread"); a [BLOCK, 2] tile of 64 rows gave each thread one element on AMD (found by compiling public code; the
+    kernel compiles below). The loaded pair tile and a `tl.join` result are laid out so."""
+    lines = body(translate(SPLITS, "gfx942"))
+    assert "x_layout: gl.constexpr = _blocked_layout([0, 2], gl.num_warps())" in lines
+    assert "# thread holds its last dimension whole (which split needs)." in lines
+    assert any(line.startswith("c, d = gl.split(gl.convert_layout(gl.join(a, b * 2), ") for line in lines), lines
+    assert "_blocked_layout([BLOCK, 2]" not in "\n".join(lines)
 
 
 def test_a_zero_dimensional_tensor_is_a_scalar() -> None:

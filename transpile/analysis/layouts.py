@@ -52,6 +52,9 @@ class Term:
     # A blocked layout and nothing else: a scan's operand (Triton lowers scans of blocked layouts only, "unsupported
     # scan layout" for a slice of one or an MMA layout)
     plain: bool = False
+    # ... whose last dimension each thread holds whole: a `tl.split` operand (Triton: "SplitOp requires at least 2
+    # elements per thread in the last dimension")
+    whole_last: bool = False
     parent: Term | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -869,6 +872,10 @@ class _FunctionWalker:
             value = self.eval(self.arg(node, 0, "a"))
             if not isinstance(value, Tensor):
                 return SCALAR
+            operand = self.arg(node, 0, "a")
+            whole = self.fresh(node, "split", rank=value.rank, shape=list(value.shape) if value.shape else None,
+                               origins={"split"}, plain=True, whole_last=True)
+            self.unify_or_convert(whole, operand, value.term)  # type: ignore[arg-type]
             rank = value.rank - 1 if value.rank is not None else None
             shape = value.shape[:-1] if value.shape else None
             # Like a helper returning two tensors: `a, b = tl.split(x)`, each name converted after the line.
@@ -1454,6 +1461,7 @@ def _unify(a: Term, b: Term) -> bool:
     ra.origins |= rb.origins
     ra.reduced |= rb.reduced
     ra.plain = ra.plain or rb.plain
+    ra.whole_last = ra.whole_last or rb.whole_last
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]

@@ -74,7 +74,10 @@ class LayoutDeclarations(Rule):
         if not lines and not entry:
             return updated
         new = [
-            *_commented(lines, "# Layouts, computed at compile time from the block sizes and the number of warps."),
+            *_commented(lines, "# Layouts, computed at compile time from the block sizes and the number of warps.", *(
+                ["# A `gl.split` operand's layout is made as for a tile of unknown (0) leading sizes, so that each",
+                 "# thread holds its last dimension whole (which split needs)."]
+                if any(root.whole_last for name, _, root in plan.declarations if name in used) else [])),
             *_commented(entry, "# Tensor arguments arrive in the caller's layouts: bring them to this helper's."),
         ]
         body = list(updated.body.body)
@@ -108,7 +111,10 @@ def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
         else:
             ctx.need("blocked_layout")
             # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
-            shape = ", ".join(s if s is not None else "0" for s in (root.shape or [None] * (root.rank or 1)))
+            dims = list(root.shape or [None] * (root.rank or 1))
+            if root.whole_last:  # the other dimensions' sizes left out: each thread then holds the last one whole
+                dims = [None] * (len(dims) - 1) + dims[-1:]
+            shape = ", ".join(s if s is not None else "0" for s in dims)
             value = f"_blocked_layout([{shape}], gl.num_warps(){_reduced_argument(root)})"
         lines.append(f"{name}: gl.constexpr = {value}")
     return lines
@@ -182,12 +188,12 @@ def _optional_params(ctx: RuleContext) -> set[str]:
     return optional
 
 
-def _commented(lines: list[str], comment: str) -> list[cst.BaseStatement]:
-    """`lines` as statements, the first preceded by `comment`."""
+def _commented(lines: list[str], *comments: str) -> list[cst.BaseStatement]:
+    """`lines` as statements, the first preceded by `comments`."""
     statements = [statement(line) for line in lines]
     if statements:
-        comment_line = cst.EmptyLine(comment=cst.Comment(comment))
-        statements[0] = statements[0].with_changes(leading_lines=[comment_line])  # type: ignore[union-attr]
+        comment_lines = [cst.EmptyLine(comment=cst.Comment(comment)) for comment in comments]
+        statements[0] = statements[0].with_changes(leading_lines=comment_lines)  # type: ignore[union-attr]
     return statements
 
 
