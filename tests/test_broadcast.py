@@ -553,3 +553,41 @@ def k(x_ptr, y_ptr, stride, BLOCK: tl.constexpr):
     assert any(d.code == "TT010" and "`( pid * stride )[None]` expands a value" in d.message
                for d in result.diagnostics), [d.format() for d in result.diagnostics]
     compile(result.text, "k.py", "exec")
+
+
+MAYBE_NUMBER = HEAD + '''@triton.jit
+def _scale(x, s):
+    return x * s
+
+
+@triton.jit
+def scaled(x_ptr, s_ptr, y_ptr, N, HAS_S: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < N)
+    if HAS_S:
+        s = tl.load(s_ptr + offs, mask=offs < N)
+    else:
+        s = 1.0
+    tl.store(y_ptr + offs, _scale(x, s), mask=offs < N)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+def test_a_helper_argument_that_may_be_a_number_is_converted_only_when_a_tensor(
+        target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`s` is a tensor when `HAS_S` is set and `1.0` otherwise: the helper converted
+    it on entry unconditionally, and `gl.convert_layout` refused the scalar (found by compiling public code). The
+    conversion is decided at compile time; both launches compile."""
+    result = translate(MAYBE_NUMBER, target)
+    assert all(f.translated for f in result.functions), result.diagnostics
+    lines = body(result)
+    assert "x = gl.convert_layout(x, x_layout)" in lines
+    at = lines.index("if isinstance(s, gl.tensor):  # a caller may pass a number (a constexpr or a scalar)")
+    assert lines[at + 1:at + 3] == ["if s.type.is_block():", "s = gl.convert_layout(s, x_layout)"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 64}
+    for flag in (True, False):
+        compiled = verify(result, {**values, "HAS_S": flag}, all_configs=True)
+        failures = [f"{c.label}: {c.message}" for c in compiled if not c.ok]
+        assert compiled and not failures, "\n".join(failures)

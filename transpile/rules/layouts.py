@@ -61,10 +61,13 @@ class LayoutDeclarations(Rule):
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = ctx.plan
         lines: list[str] = []
-        optional = _optional_params(ctx)
-        entry = [f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})" if param not in optional else
-                 f"if {param} is not None:  # a caller may pass None\n"
-                 f"    {param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
+        optional, numbers = _optional_params(ctx)
+        entry = [f"if {param} is not None:  # a caller may pass None\n"
+                 f"    {param} = gl.convert_layout({param}, {plan.layout_expr(term)})" if param in optional else
+                 f"if isinstance({param}, gl.tensor):  # a caller may pass a number (a constexpr or a scalar)\n"
+                 f"    if {param}.type.is_block():\n"
+                 f"        {param} = gl.convert_layout({param}, {plan.layout_expr(term)})" if param in numbers else
+                 f"{param} = gl.convert_layout({param}, {plan.layout_expr(term)})"
                  for param, term in plan.param_converts.items()]
         # Per statement: those the rules left alone are the source's own nodes, their names found once for every target.
         used = (set().union(*(names_in(s) for s in updated.body.body))
@@ -164,28 +167,47 @@ def expand(node: cst.BaseExpression, added: int, own: int) -> cst.Subscript:
     return template.with_changes(value=node)
 
 
-def _optional_params(ctx: RuleContext) -> set[str]:
-    """Parameters of a helper that may be None: a `None` default, or a call of this file passing `None` or a name the
-    caller binds to `None` somewhere (`b = None` when a flag is off). Triton makes such an argument a constexpr None,
-    which `gl.convert_layout` does not take; `is not None` is decided at compile time."""
+def _optional_params(ctx: RuleContext) -> tuple[set[str], set[str]]:
+    """Parameters of a helper that may not be a tensor: (those that may be None, those that may be a number).
+    None: a `None` default, or a call of this file passing `None` or a name the caller binds to `None` somewhere (`b
+    = None` when a flag is off); Triton makes such an argument a constexpr None, which `gl.convert_layout` does not
+    take; `is not None` is decided at compile time. A number: a name the caller binds to one somewhere (`s = 1.0`
+    where a flag leaves out a scale tensor); whether it is a tensor of a layout is decided at compile time too."""
     function = ctx.function
     names = [p.name for p in function.params]
     optional = {p.name for p in function.params if p.default == "None"}
+    numbers: set[str] = set()
     for caller in function.called_by:
         caller_fn = ctx.facts.functions.get(caller)
         if caller_fn is None:
             continue
-        none_names = {n for s in cst_walk.preorder(caller_fn.node) if isinstance(s, cst.SimpleStatementLine)
-                      and any(isinstance(a, cst.Assign) and isinstance(a.value, cst.Name) and a.value.value == "None"
-                              for a in s.body) for n in assigned_names(s)}
+        none_names: set[str] = set()
+        number_names: set[str] = set()
+        for s in cst_walk.preorder(caller_fn.node):
+            if isinstance(s, cst.SimpleStatementLine):
+                for a in s.body:
+                    if isinstance(a, cst.Assign) and isinstance(a.value, cst.Name) and a.value.value == "None":
+                        none_names |= assigned_names(s)
+                    elif isinstance(a, cst.Assign) and _number(a.value):
+                        number_names |= assigned_names(s)
         for node in calls_in(caller_fn.node):
             if ctx.facts.callee(node.func) != function.name:
                 continue
             for param, arg in call_arguments(node, names):
-                if param is not None and isinstance(arg.value, cst.Name) and (
-                        arg.value.value == "None" or arg.value.value in none_names):
+                if param is None:
+                    continue
+                if isinstance(arg.value, cst.Name) and (arg.value.value == "None" or arg.value.value in none_names):
                     optional.add(param)
-    return optional
+                elif isinstance(arg.value, cst.Name) and arg.value.value in number_names:
+                    numbers.add(param)
+    return optional, numbers - optional
+
+
+def _number(node: cst.BaseExpression) -> bool:
+    """A number literal, signed or not (`1.0`, `-1`, `float("-inf")` is not one)."""
+    while isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
 
 
 def _commented(lines: list[str], *comments: str) -> list[cst.BaseStatement]:
