@@ -154,6 +154,34 @@ def test_kernel_calling_a_dot_helper_the_tool_does_not_translate_is_kept_as_trit
         assert "@triton.jit\ndef k(" in result.text
 
 
+def test_a_combine_function_the_tool_does_not_translate_keeps_its_scan_as_triton(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan's or `tl.reduce`'s combine function imported from another module whose body makes a tensor of its own
+    (`tl.zeros_like`): the Gluon scan called that Triton code, which does not compile ("full() missing ... layout";
+    found by compiling public code). Such a kernel is kept as Triton with a TT010 at the argument; an elementwise
+    combine function imported the same way stays callable."""
+    (tmp_path / "combine.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef add_relu(a, b):\n"
+        "    return tl.maximum(a + b, tl.zeros_like(a))\n\n\n@triton.jit\ndef last(a, b):\n"
+        "    return tl.where(b != 0, b, a)\n")
+    head = "import triton\nimport triton.language as tl\nfrom combine import add_relu, last\n\n\n"
+    body = ("@triton.jit\ndef k(x_ptr, y_ptr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+            "    x = tl.load(x_ptr + offs)\n    tl.store(y_ptr + offs, CALL)\n")
+    for call, kept in (("tl.associative_scan(x, 0, add_relu)", True), ("tl.reduce(x, 0, add_relu) + offs", True),
+                       ("tl.associative_scan(x, 0, last)", False)):
+        result = translate_source(head + body.replace("CALL", call), str(tmp_path / "kernels.py"), get_target("sm90"))
+        assert result.functions[0].translated is not kept, (call, result.functions[0].kept_reason)
+        if kept:
+            assert "`add_relu` is imported from `combine` (Triton code the tool does not translate)" in \
+                result.functions[0].kept_reason
+        else:  # verify imports the variant with the source's directory on the path, as running it next to it does
+            from transpile.verify import verify
+
+            monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+            compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 64}, all_configs=True)
+            assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+
+
 def test_elementwise_or_unfound_imported_helpers_stay_callable(tmp_path: Path) -> None:
     """An imported helper that only computes elementwise (`exp2`), or one whose module is not on disk, is called from
     the translated kernel as before (Gluon runs such Triton helpers on its tensors)."""

@@ -138,12 +138,21 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    # The variant sits next to its source when written: modules the source imports from its own directory
+    # (`from combine_utils import add`) are found there.
+    here = str(Path(result.source_path).resolve().parent)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the variant's own import failed: report, do not crash
         raise TranspileError(Diagnostic(result.source_path, 1, 1, "TT032",
                                         f"the {result.target.name} variant does not import: {type(exc).__name__}: {exc}")
                              ) from None
+    finally:
+        if added:
+            sys.path.remove(here)
     return module
 
 

@@ -1062,6 +1062,7 @@ class _FunctionWalker:
         for a in node.args:
             if a.value is not input_node:
                 self.eval(a.value)
+        self.check_combine(node)
         reducer = _strip_module(self.source.code(node.func).strip())
         index = _KEEP_DIMS_INDEX.get(reducer, 99) - (1 if input_node is not None and input_node is not
                                                         self.arg(node, 0, "input") else 0)  # methods: no input arg
@@ -1103,6 +1104,7 @@ class _FunctionWalker:
         for a in node.args:
             if a.value is not input_node:
                 self.eval(a.value)
+        self.check_combine(node)
         items = value.items if isinstance(value, Tup) else (value,)
         nodes = (list(e.value for e in input_node.elements) if isinstance(value, Tup) and isinstance(
             input_node, (cst.Tuple, cst.List)) and len(input_node.elements) == len(items) else None)
@@ -1116,6 +1118,16 @@ class _FunctionWalker:
             self.unify_or_convert(term, item_node, item.term)  # type: ignore[union-attr]
         results = tuple(Tensor(term, v.elem, v.shape) for v in items)  # type: ignore[union-attr]
         return Tup(results) if isinstance(value, Tup) else results[0]
+
+    def check_combine(self, node: cst.Call) -> None:
+        """A scan's or `tl.reduce`'s combine function that the tool cannot read (imported from another module, whose
+        body makes tensors of its own): the Gluon scan would call it as Triton code, which does not compile."""
+        for a in node.args:
+            if isinstance(a.value, cst.Name) and a.value.value in self.analysis.unseen_functions:
+                self.refuse(a.value, "TT010", f"`{a.value.value}` is {self.analysis.unseen_functions[a.value.value]}"
+                            " (Triton code the tool does not translate) and does more than elementwise math: as the "
+                            "combine function of a Gluon scan or reduction it does not compile (bring it into this "
+                            "file at module level)")
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
         if method in SCANS:
