@@ -262,11 +262,11 @@ def test_sm90_blocks_run_in_the_emitted_order(fixture: str, gluon_always: bool, 
         at = found
 
 
-def _drawn_loops(panels: list[Panel]) -> set[int]:
+def _drawn_loops(panels: list[Panel]) -> set[tuple[int, int]]:
     for panel in panels:
         ET.fromstring(render_svg([panel]))
         assert render_text(panel)
-    return {p.line for p in panels}
+    return {(p.line, p.copy) for p in panels}  # (a loop unswitched on a flag: one copy per value, on its line)
 
 
 def test_every_pipelined_loop_has_a_timeline(fixture_name: str, target_name: str, translated) -> None:

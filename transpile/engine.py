@@ -20,6 +20,7 @@ from transpile.analysis.canonical import canonicalize
 from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
+from transpile.analysis.unswitch import unswitch
 from transpile.cst_utils import assigned_names, bound_names, code_names, module_code, node_ast, node_code
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
@@ -151,6 +152,18 @@ def prepare(text: str, path: str) -> Prepared:
         original = source
         # (canonicalisation keeps lines: the lowering's line map, if any, still holds)
         source = parse_source(canonical, path, source.line_map)
+        facts = discover(source)
+    # Constexpr branches inside dot loops hoisted out of them (`transpile.analysis.unswitch`): a loop per value of
+    # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
+    unswitched = unswitch(source.text, facts)
+    if unswitched is not None:
+        unswitched_text, lines = unswitched
+        if original is None:
+            original = source
+        earlier = source.line_map
+        if earlier is not None:
+            lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
+        source = parse_source(unswitched_text, path, lines)
         facts = discover(source)
     return Prepared(text, source, facts, analyse_layouts(facts), original, block_pointers=refusals)
 
@@ -453,7 +466,8 @@ def _keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
         reason = _loop_reason(ctx, loop)
         reasons.append(f"the loop at line {loop.line} is not pipelined for {target.name} ({reason})")
     outcome.translated = False
-    outcome.kept_reason = "; ".join(reasons) + "; Triton's compiler pipelines it"
+    # (dict.fromkeys: the copies of a loop unswitched on a constexpr flag share its line, and often the reason)
+    outcome.kept_reason = "; ".join(dict.fromkeys(reasons)) + "; Triton's compiler pipelines it"
     outcome.diagnostics = sorted({*(d for d in outcome.diagnostics if d.code != "TT040"), *(
         source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; Triton's compiler "
                           "pipelines it (--gluon-always emits the Gluon translation)")

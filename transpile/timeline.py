@@ -20,6 +20,7 @@ Drawn from the schedule each pipeline rule emitted the loop from, recorded on th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from html import escape
 
@@ -66,6 +67,7 @@ class Panel:
     # "landed" (a copy completed its `ready` barrier) or "free" (an `empty` barrier arrived on).
     arrows: tuple[tuple[str, int, int, int, int], ...] = ()
     line: int = 0  # the loop's line in the source
+    copy: int = 0  # which copy of a loop unswitched on a constexpr flag (`transpile.analysis.unswitch`): 0, 1, ...
 
 
 def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel:
@@ -489,14 +491,20 @@ def result_panels(result, display: str) -> list[Panel]:  # noqa: ANN001 - transp
     for outcome in result.functions:
         if not outcome.translated:
             continue  # the variant holds the source function: Triton pipelines it
+        copies: dict[int, int] = {}  # line -> loops drawn at it (a loop unswitched on a flag: one per value)
         for schedule in outcome.schedules:
+            if not isinstance(schedule, (StagePlan, Sm90Ring)):
+                continue
+            copy = copies[schedule.line] = copies.get(schedule.line, -1) + 1
+            which = f" (copy {copy + 1}: the loop once per value of a compile-time test)" if copy else ""
             if isinstance(schedule, StagePlan):
                 sp = schedule
                 title = (f"{display}:{sp.line} `{outcome.name}` on {target.name}: {len(sp.stages)} stages, ring of "
-                         f"{sp.slots} slots, copies {sp.distance} iteration(s) ahead")
-                panels.append(plan_panel(sp, title))
-            elif isinstance(schedule, Sm90Ring):
-                panels += ring_panels(schedule, display)
+                         f"{sp.slots} slots, copies {sp.distance} iteration(s) ahead{which}")
+                panels.append(dataclasses.replace(plan_panel(sp, title), copy=copy))
+            else:
+                panels += [dataclasses.replace(p, title=p.title + which, copy=copy)
+                           for p in ring_panels(schedule, display)]
     return panels
 
 

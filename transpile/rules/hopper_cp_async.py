@@ -255,6 +255,22 @@ class _Emitted:
         self.text, self.ring = text, ring
 
 
+def _ancestors(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes from `root` down to `target`'s parent (empty where `target` is not below `root`)."""
+    path: list[cst.CSTNode] = []
+
+    def walk(node: cst.CSTNode) -> bool:
+        if node is target:
+            return True
+        path.append(node)
+        if any(walk(child) for child in node.children):
+            return True
+        path.pop()
+        return False
+
+    return path if walk(root) else []
+
+
 class _Emitter:
     """The guarded ring for one loop plan, or the reason it cannot be emitted."""
 
@@ -303,8 +319,11 @@ class _Emitter:
         return _Emitted(*self._text(tests, definitions, dtypes, shapes))
 
     def _definition(self, name: str) -> cst.BaseExpression | None:
-        """The value of the one assignment `name = ...` among the function's statements outside the loop."""
+        """The value of the one assignment `name = ...` among the function's statements outside the loop (and
+        outside the branches of an `if` around it that the loop is not in: a loop unswitched on a constexpr flag,
+        `transpile.analysis.unswitch`, has a copy in the other branch that never runs with this one)."""
         found: list[cst.BaseExpression] = []
+        around = set(map(id, _ancestors(self.ctx.function.node, self.original)))
 
         class Visitor(cst.CSTVisitor):
             def __init__(self, loop: cst.For) -> None:
@@ -312,6 +331,15 @@ class _Emitter:
 
             def visit_For(self, node: cst.For) -> bool:
                 return node is not self.loop
+
+            def visit_If(self, node: cst.If) -> bool:
+                if id(node) not in around:
+                    return True
+                node.test.visit(self)
+                taken = node.body if id(node.body) in around else node.orelse
+                if taken is not None:
+                    taken.visit(self)
+                return False
 
             def visit_Assign(self, node: cst.Assign) -> None:
                 if any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets):

@@ -1,0 +1,175 @@
+"""Constexpr branches hoisted out of dot loops (`transpile.analysis.unswitch`): which branches, the copies' text and
+line map, diagnostics on the user's lines, the copies pipelined on AMD, kept kernels as written, compiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from transpile.analysis.unswitch import unswitch
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.source import parse_source
+from transpile.targets import get_target
+from transpile.verify import verify
+
+HEAD = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, {flags}):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+{body}
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+
+EVEN_K = '''\
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            # the K tail
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)'''
+
+
+def _kernel(body: str, flags: str = "EVEN_K: tl.constexpr") -> str:
+    return HEAD.format(flags=flags, body=body)
+
+
+def _unswitched(text: str) -> tuple[str, list[int]] | None:
+    source = parse_source(text, "k.py")
+    return unswitch(text, discover(source))
+
+
+def test_flag_hoisted_with_each_branch_in_its_copy() -> None:
+    text = _kernel(EVEN_K)
+    new, lines = _unswitched(text)
+    expected = textwrap.indent(textwrap.dedent('''\
+        # triton-transpile: the loop, once for each value of `EVEN_K` (known at compile time).
+        if EVEN_K:
+            for k in range(0, tl.cdiv(K, BLOCK_K)):
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+                acc += tl.dot(a, b)
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
+        else:
+            for k in range(0, tl.cdiv(K, BLOCK_K)):
+                # the K tail
+                a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+                b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+                acc += tl.dot(a, b)
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
+        '''), "    ")
+    assert expected in new
+    # Every line maps to the line it came from: the copies' statements to theirs, the new header to the loop's.
+    old = text.split("\n")
+    for number, line in enumerate(new.split("\n"), start=1):
+        source_line = old[lines[number] - 1]
+        if "triton-transpile" in line or line.strip() in ("if EVEN_K:", "else:"):
+            assert source_line.strip().startswith("for k in range")
+        else:
+            assert source_line.strip() == line.strip(), (number, line, source_line)
+
+
+def test_flag_without_else() -> None:
+    """`if not FLAG:` without an else: its statements are in one copy and not in the other."""
+    body = ("        a = tl.load(a_ptrs)\n"
+            "        if not EVEN_K:\n"
+            "            a = tl.load(a_ptrs, mask=offs_k[None, :] < K)\n"
+            "        b = tl.load(b_ptrs)")
+    new, _ = _unswitched(_kernel(body))
+    compile(new, "k.py", "exec")
+    taken, other = new.split("    if not EVEN_K:\n", 1)[1].split("\n    else:\n", 1)
+    other = other.split("c_ptrs = ")[0]
+    assert "mask=offs_k[None, :] < K" in taken and "mask=offs_k[None, :] < K" not in other
+    assert "a = tl.load(a_ptrs)" in taken and "a = tl.load(a_ptrs)" in other
+
+
+def test_elif_chain() -> None:
+    """EVEN_K, then MASK_M (an `elif`) in the copy where EVEN_K is false: three copies, no `if` left in a loop."""
+    body = ("        if EVEN_K:\n"
+            "            a = tl.load(a_ptrs)\n"
+            "        elif MASK_M:\n"
+            "            a = tl.load(a_ptrs, mask=offs_m[:, None] < M)\n"
+            "        else:\n"
+            "            a = tl.load(a_ptrs, mask=offs_k[None, :] < K)\n"
+            "        b = tl.load(b_ptrs)")
+    new, _ = _unswitched(_kernel(body, "EVEN_K: tl.constexpr, MASK_M: tl.constexpr"))
+    compile(new, "k.py", "exec")
+    assert new.count("for k in range") == 3
+    loops = [chunk.split("\n    c_ptrs")[0] for chunk in new.split("for k in range(0, tl.cdiv(K, BLOCK_K)):")[1:]]
+    for loop in loops:
+        assert " if " not in loop.split("# triton-transpile")[0]
+    assert sorted(loop.count("mask=") for loop in loops) == [0, 1, 1]
+
+
+@pytest.mark.parametrize("body, flags", [
+    # a run-time test
+    ("        if k < 4:\n            a = tl.load(a_ptrs)\n        else:\n            a = tl.load(a_ptrs + 1)\n"
+     "        b = tl.load(b_ptrs)", "EVEN_K: tl.constexpr"),
+    # a constexpr branch of arithmetic only (a causal mask's shape): the analyses read it as it is
+    ("        a = tl.load(a_ptrs)\n        if EVEN_K:\n            a = a * 2\n        b = tl.load(b_ptrs)",
+     "EVEN_K: tl.constexpr"),
+    # a parameter without the constexpr annotation
+    ("        if EVEN_K:\n            a = tl.load(a_ptrs)\n        else:\n            a = tl.load(a_ptrs + 1)\n"
+     "        b = tl.load(b_ptrs)", "EVEN_K"),
+])
+def test_not_hoisted(body: str, flags: str) -> None:
+    assert _unswitched(_kernel(body, flags)) is None
+
+
+def test_rebound_flag_and_loop_without_dot_not_hoisted() -> None:
+    text = _kernel(EVEN_K).replace("    pid_m = tl.program_id(0)", "    EVEN_K = EVEN_K and BLOCK_K > 16\n"
+                                   "    pid_m = tl.program_id(0)")
+    assert _unswitched(text) is None
+    no_dot = _kernel(EVEN_K).replace("        acc += tl.dot(a, b)", "        acc += tl.sum(a) + tl.sum(b)")
+    assert _unswitched(no_dot) is None
+
+
+def test_copies_pipelined_on_amd_with_diagnostics_on_the_users_lines() -> None:
+    text = _kernel(EVEN_K)
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    (outcome,) = result.functions
+    assert outcome.translated and outcome.pipelined
+    assert result.text.count("warp-pipelined by triton-transpile") == 2
+    # sm90 keeps it as Triton as written (the cp.async ring is not profitable there): the `if` stays in the loop,
+    # and the note names the loop's own line
+    sm90 = translate_source(text, "k.py", get_target("sm90"))
+    assert not sm90.functions[0].translated
+    assert "    for k in range(0, tl.cdiv(K, BLOCK_K)):\n        if EVEN_K:\n" in sm90.text
+    loop_line = text.split("\n").index("    for k in range(0, tl.cdiv(K, BLOCK_K)):") + 1
+    assert {d.line for d in sm90.functions[0].diagnostics if d.code == "TT041"} == {loop_line}
+    assert "triton-transpile: the loop, once for each value" not in sm90.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_copies_compile(target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _kernel(EVEN_K)
+    result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}
+    for flag in (True, False):
+        compiled = verify(dataclasses.replace(result), {**values, "EVEN_K": flag})
+        assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

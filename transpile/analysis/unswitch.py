@@ -1,0 +1,300 @@
+"""Constexpr branches hoisted out of dot loops (loop unswitching), before anything is analysed.
+
+Public kernels often switch their loads inside the main loop on a compile-time flag::
+
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:                      # a @triton.heuristics or constexpr parameter
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc += tl.dot(a, b)
+
+(31% of the dot loops of the public kernels counted for `shared/STYLES.md`: `EVEN_K`, `USE_TMA_LOAD`, `PRE_LOAD_V`,
+`IS_EVEN_MN`, ...). The test is decided when the kernel is compiled, so the loop is the same as
+
+    if EVEN_K:
+        for k in ...:  (the loop with the `if EVEN_K:` branch's statements in place of the `if`)
+    else:
+        for k in ...:  (the loop with the `else:` branch's statements)
+
+which Triton and Gluon compile to the same code (a constexpr `if` is resolved before lowering). The pipeline rules
+read straight-line loop bodies; this pass gives them one per value of the flag, and each copy is pipelined (or kept)
+on its own. Only `if` statements whose test reads nothing but the function's constexpr parameters (names, literals,
+comparisons, `and`/`or`/`not`), that no statement of the function rebinds, and whose branches load, store, or
+multiply (a `load`/`store`/`dot`/atomic call) are hoisted: a branch of arithmetic only (a causal mask under `if
+CAUSAL:`) is read by the analyses as it is. At most two flags are hoisted out of one loop (four copies).
+
+The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
+(`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
+the user's line. Where a function is kept as Triton, the variant keeps it as written (not unswitched).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from transpile.discover import ModuleFacts
+
+# Calls whose presence in a branch makes the branch worth hoisting: the loop's memory operations and matrix products.
+_EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$")
+_MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
+_MAX_ROUNDS = 32  # loops rewritten per file
+
+
+def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
+    """`text` with constexpr branches hoisted out of the dot loops of its jit functions, and the new text's line map
+    (new line -> line of `text`, as `transpile.source.line_map` gives it); None where nothing is hoisted."""
+    if "\t" in text or "\r" in text:  # the rewrite re-indents by spaces; such files are left as they are
+        return None
+    names = set(facts.functions)
+    lines = text.split("\n")
+    origin = list(range(1, len(lines) + 1))  # line (index + 1) of `lines` -> line of `text`
+    hoisted: dict[tuple[str, int], int] = {}  # (function, line of the loop in `text`) -> flags hoisted
+    changed = False
+    for _ in range(_MAX_ROUNDS):
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:  # (not expected: every rewrite keeps the text valid)
+            return None
+        site = _next_site(tree, names, lines, origin, hoisted)
+        if site is None:
+            break
+        function, loop, branch = site
+        key = (function, origin[loop.lineno - 1])
+        hoisted[key] = hoisted.get(key, 0) + 1
+        lines, origin = _hoisted(lines, origin, loop, branch)
+        changed = True
+    if not changed:
+        return None
+    return "\n".join(lines), [0, *origin, origin[-1] if origin else 1]
+
+
+def _next_site(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
+               hoisted: dict[tuple[str, int], int]) -> tuple[str, ast.For, ast.If] | None:
+    """The first (function, dot loop, constexpr `if`) to hoist, in file order."""
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or function.name not in names:
+            continue
+        flags = _constexpr_params(function)
+        if not flags:
+            continue
+        for loop in _loops(function):
+            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= _MAX_HOISTS or not _has_dot(loop):
+                continue
+            if _multiline_strings(loop) or not _body_on_own_lines(loop):
+                continue
+            for branch in _branches(loop):
+                if _flag_test(branch.test, flags) and _has_effects(branch) and _hoistable(branch, lines):
+                    return function.name, loop, branch
+    return None
+
+
+def _constexpr_params(function: ast.FunctionDef) -> set[str]:
+    """The function's parameters annotated as constexpr (`tl.constexpr`, `gl.constexpr`, `constexpr`) that no
+    statement of the function rebinds."""
+    args = function.args
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
+              if a.annotation is not None and _is_constexpr(a.annotation)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            params.discard(node.id)
+    return params
+
+
+def _is_constexpr(annotation: ast.expr) -> bool:
+    return (isinstance(annotation, ast.Attribute) and annotation.attr == "constexpr") or (
+        isinstance(annotation, ast.Name) and annotation.id == "constexpr")
+
+
+def _loops(function: ast.FunctionDef) -> list[ast.For]:
+    """The `for` loops of the function, outermost first, in file order (nested functions left out)."""
+    found: list[ast.For] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, ast.For):
+                found.append(child)
+            walk(child)
+
+    walk(function)
+    # The innermost dot loop around a branch is the one to copy: visit inner loops first.
+    return sorted(found, key=lambda loop: (-_depth(function, loop), loop.lineno))
+
+
+def _depth(function: ast.FunctionDef, loop: ast.For) -> int:
+    depth = 0
+    for node in ast.walk(function):
+        if isinstance(node, ast.For) and node is not loop and node.lineno < loop.lineno <= (node.end_lineno or 0):
+            depth += 1
+    return depth
+
+
+def _calls(node: ast.AST) -> list[str]:
+    return [ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+def _has_dot(loop: ast.For) -> bool:
+    return any(re.search(r"(^|\.)dot$", name) for name in _calls(loop))
+
+
+def _has_effects(branch: ast.If) -> bool:
+    return any(_EFFECTS.search(name) for stmt in [*branch.body, *branch.orelse] for name in _calls(stmt))
+
+
+def _multiline_strings(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)) and n.end_lineno != n.lineno
+               for n in ast.walk(node))
+
+
+def _body_on_own_lines(loop: ast.For) -> bool:
+    return loop.body[0].lineno > loop.lineno
+
+
+def _branches(loop: ast.For) -> list[ast.If]:
+    """The `if` statements of the loop's body (nested ones too, not `elif` clauses), in file order."""
+    found: list[ast.If] = []
+    elifs: set[int] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If):
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                elifs.add(id(node.orelse[0]))  # (a plain `else: if` too: it is hoisted with its parent, same text)
+            found.append(node)
+    return sorted((n for n in found if id(n) not in elifs), key=lambda n: n.lineno)
+
+
+def _flag_test(test: ast.expr, flags: set[str]) -> bool:
+    """A test decided at compile time: constexpr parameters, literals, comparisons, and/or/not."""
+    if isinstance(test, ast.Name):
+        return test.id in flags
+    if isinstance(test, ast.Constant):
+        return isinstance(test.value, (bool, int, float, str)) or test.value is None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _flag_test(test.operand, flags)
+    if isinstance(test, ast.BoolOp):
+        return all(_flag_test(v, flags) for v in test.values)
+    if isinstance(test, ast.Compare):
+        return all(_flag_test(v, flags) for v in [test.left, *test.comparators])
+    if isinstance(test, ast.BinOp) and isinstance(test.op, (ast.BitAnd, ast.BitOr)):  # `IS_EVEN_M & IS_EVEN_N`
+        return _flag_test(test.left, flags) and _flag_test(test.right, flags)
+    return False
+
+
+def _hoistable(branch: ast.If, lines: list[str]) -> bool:
+    """The branch's header and clauses sit on lines of their own (the textual rewrite needs it)."""
+    if branch.test.lineno != branch.lineno or branch.test.end_lineno != branch.lineno:
+        return False
+    if branch.body[0].lineno == branch.lineno:
+        return False
+    clause = branch
+    while clause.orelse:
+        first = clause.orelse[0]
+        header = _else_line(lines, clause)
+        if header is None:
+            return False
+        if header == first.lineno:  # `elif ...:` (or an `else:` body on the header's line)
+            if not (isinstance(first, ast.If) and _clause(lines[header - 1]) == "elif"):
+                return False
+            if first.test.end_lineno != first.lineno or first.body[0].lineno == first.lineno:
+                return False
+            clause = first
+            continue
+        return True
+    return True
+
+
+def _clause(line: str) -> str:
+    word = line.strip().split(" ", 1)[0].split(":", 1)[0]
+    return word
+
+
+def _else_line(lines: list[str], branch: ast.If) -> int | None:
+    """The line of the `else:`/`elif` clause after `branch`'s body (1-based), else None."""
+    first = branch.orelse[0]
+    if isinstance(first, ast.If) and _clause(lines[first.lineno - 1]) == "elif":
+        return first.lineno
+    for number in range(branch.body[-1].end_lineno + 1, first.lineno + 1):
+        text = lines[number - 1]
+        if _clause(text) == "else" and len(text) - len(text.lstrip(" ")) == branch.col_offset:
+            return number
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _dedented(lines: list[str], origin: list[int], start: int, end: int, by: int) -> tuple[list[str], list[int]]:
+    """Lines start..end (1-based, inclusive) with `by` columns of indentation removed (what a line has, at most)."""
+    out = [line[min(by, _indent(line)):] for line in lines[start - 1:end]]
+    return out, origin[start - 1:end]
+
+
+def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, value: bool
+                 ) -> tuple[list[str], list[int]]:
+    """The loop's lines with every outermost `if <test>:` of its body replaced by the branch `value` takes."""
+    first, last = loop.lineno, loop.end_lineno
+    branches = [b for b in _branches(loop) if ast.unparse(b.test) == test]
+    outermost = [b for b in branches
+                 if not any(o is not b and o.lineno < b.lineno <= o.end_lineno for o in branches)]
+    out: list[str] = []
+    out_origin: list[int] = []
+    cursor = first
+    for branch in outermost:
+        out += lines[cursor - 1:branch.lineno - 1]
+        out_origin += origin[cursor - 1:branch.lineno - 1]
+        indent = branch.col_offset
+        if value:
+            body_end = (_else_line(lines, branch) - 1) if branch.orelse else branch.end_lineno
+            by = _indent(lines[branch.body[0].lineno - 1]) - indent
+            new, new_origin = _dedented(lines, origin, branch.lineno + 1, body_end, by)
+        elif not branch.orelse:
+            new, new_origin = [], []
+        else:
+            header = _else_line(lines, branch)
+            if _clause(lines[header - 1]) == "elif":  # `elif X:` -> `if X:`, the rest as it is
+                text = lines[header - 1]
+                new = [" " * indent + "if" + text.lstrip(" ")[len("elif"):]]
+                new_origin = [origin[header - 1]]
+                more, more_origin = lines[header:branch.end_lineno], origin[header:branch.end_lineno]
+                new, new_origin = new + more, new_origin + more_origin
+            else:
+                by = _indent(lines[branch.orelse[0].lineno - 1]) - indent
+                new, new_origin = _dedented(lines, origin, header + 1, branch.end_lineno, by)
+        if not any(line.strip() and not line.strip().startswith("#") for line in new):
+            new = [*new, " " * indent + "pass"]
+            new_origin = [*new_origin, origin[branch.lineno - 1]]
+        out += new
+        out_origin += new_origin
+        cursor = branch.end_lineno + 1
+    out += lines[cursor - 1:last]
+    out_origin += origin[cursor - 1:last]
+    return out, out_origin
+
+
+def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If) -> tuple[list[str], list[int]]:
+    """`lines` with `loop` replaced by `if <test>: <loop, branch taken> else: <loop, branch not taken>`."""
+    test = ast.unparse(branch.test)
+    test_text = lines[branch.lineno - 1][branch.test.col_offset:branch.test.end_col_offset]
+    if not test_text.isascii():  # (ast's columns count UTF-8 bytes)
+        test_text = test
+    indent = " " * loop.col_offset
+    unit = _indent(lines[loop.body[0].lineno - 1]) - loop.col_offset
+    taken, taken_origin = _specialised(lines, origin, loop, test, True)
+    other, other_origin = _specialised(lines, origin, loop, test, False)
+
+    def shifted(block: list[str]) -> list[str]:
+        return [" " * unit + line if line.strip() else line for line in block]
+
+    at = origin[loop.lineno - 1]
+    new = [*lines[:loop.lineno - 1],
+           f"{indent}# triton-transpile: the loop, once for each value of `{test_text}` (known at compile time).",
+           f"{indent}if {test_text}:", *shifted(taken), f"{indent}else:", *shifted(other), *lines[loop.end_lineno:]]
+    new_origin = [*origin[:loop.lineno - 1], at, at, *taken_origin, at, *other_origin, *origin[loop.end_lineno:]]
+    return new, new_origin
