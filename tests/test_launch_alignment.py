@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXPECTED_DIR
+from conftest import EXPECTED_DIR, FIXTURES_DIR
 from transpile.analysis.launch_alignment import address_params
 from transpile.discover import discover
 from transpile.engine import translate_source
@@ -93,11 +93,14 @@ def test_a_kernel_without_a_dot_loop_is_launched_through_the_alignment_launcher(
 class _Tensor:
     """What the launcher reads of a torch tensor."""
 
-    def __init__(self, address: int, strides: tuple[int, ...]) -> None:
-        self.address, self.strides = address, strides
+    def __init__(self, address: int, strides: tuple[int, ...], size: int = 4) -> None:
+        self.address, self.strides, self.size = address, strides, size
 
     def data_ptr(self) -> int:
         return self.address
+
+    def element_size(self) -> int:
+        return self.size
 
     def stride(self) -> tuple[int, ...]:
         return self.strides
@@ -145,6 +148,23 @@ def test_the_launcher_runs_the_gluon_kernel_only_on_aligned_launches(tmp_path: P
     assert launch(4096, stride_y=4104) == "triton"  # an address stride not a multiple of 16 elements
     assert launch(4096, n_cols=3001, n_rows=999) == "gluon"  # mask bounds are not addresses
     assert launch(4096, x_ptr=None) == "gluon"  # an absent optional pointer addresses nothing
+    # 16-bit data: Triton's loads of 8 elements per thread beat the Gluon layouts' 4 (bench/RESULTS.md, session 13)
+    assert launch(4096, x_ptr=_Tensor(4096, (4096, 1), size=2)) == "triton"
+    assert launch(4096, y_ptr=_Tensor(4096, (4096, 1), size=1)) == "triton"
+    # ... except for a kernel whose column reductions the Gluon layouts keep in each thread
+    launcher = module._AlignedOrTriton(_Kernel("gluon", calls), _Kernel("triton", calls), params, divisible,
+                                       narrow=True)
+    assert launch(4096, x_ptr=_Tensor(4096, (4096, 1), size=2)) == "gluon"
+    assert launch(3000, x_ptr=_Tensor(4096, (3000, 1), size=2)) == "triton"
+
+
+def test_column_reductions_take_narrow_data_too() -> None:
+    """A kernel reducing a tile along its first axis gets `narrow=True`; a row kernel does not."""
+    rows = translate_source(ROWS, "rows.py", get_target("sm90")).text
+    assert "narrow=True" not in rows and "their elements 32-bit or wider" in rows.splitlines()[3]
+    text = (FIXTURES_DIR / "column_minmax.py").read_text(encoding="utf-8")
+    columns = translate_source(text, "column_minmax.py", get_target("sm90")).text
+    assert "narrow=True" in columns and "32-bit" not in columns.splitlines()[3]
 
 
 TRANSPOSE = '''import triton
@@ -188,3 +208,36 @@ def test_verify_asks_for_the_type_of_a_pointer_whatever_its_name():
     # `base + row * stride + cols` in the helper: `base` (never compared nor multiplied), passed `x_ptr`
     assert pointer_params(helper, helper.functions["_load_row"]) == {"base"}
     assert pointer_params(helper, helper.functions["k"]) == {"x_ptr", "y_ptr"}
+
+
+GEMV = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemv_kernel(W, X, Y, M, K, stride_wm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        rk = k + tl.arange(0, BLOCK_K)
+        w = tl.load(W + rm[:, None] * stride_wm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        x = tl.load(X + rk, mask=rk < K, other=0.0)
+        acc += tl.sum(w * x[None, :], axis=1)
+    tl.store(Y + rm, acc, mask=rm < M)
+'''
+
+
+def test_a_vector_loaded_in_a_loop_in_a_tiles_slice_layout_is_kept_as_triton() -> None:
+    """gemv written with tl.sum: every warp along the rows would load x again (0.47-0.85x measured)."""
+    result = translate_source(GEMV, "gemv.py", get_target("sm90"))
+    (outcome,) = result.functions
+    assert not outcome.translated and "reads a vector in every iteration of a loop" in outcome.kept_reason
+    assert [d.line for d in outcome.diagnostics if d.code == "TT041"] == [12]  # the load of x
+    assert "_AlignedOrTriton" not in result.text
+    assert translate_source(GEMV, "gemv.py", get_target("sm90"), gluon_always=True).functions[0].translated
+    # the same vector loaded once, before the loop, or a loop over 1-D tiles only: translated
+    hoisted = GEMV.replace("        x = tl.load(X + rk, mask=rk < K, other=0.0)\n", "").replace(
+        "    for k in range(0, K, BLOCK_K):\n", "    x = tl.load(X + tl.arange(0, BLOCK_K))\n"
+        "    for k in range(0, K, BLOCK_K):\n")
+    assert translate_source(hoisted, "gemv.py", get_target("sm90")).functions[0].translated
+    assert translate_source(ROWS, "rows.py", get_target("sm90")).functions[-1].translated

@@ -17,7 +17,12 @@ from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.analysis.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.analysis.canonical import canonicalize
-from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
+from transpile.analysis.launch_alignment import (
+    REASON as ALIGNMENT_REASON,
+    address_params,
+    column_major_access,
+    replicated_vector_load,
+)
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.analysis.unswitch import unswitch
@@ -303,7 +308,19 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
             access = _launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
-            if access is not None:
+            vector = (replicated_vector_load(facts, fn, plan) if outcome.translated and not outcome.pipelined
+                      and access is None else None)
+            if vector is not None:
+                line = source.position(vector)[0]
+                outcome.translated = False
+                outcome.kept_reason = (f"the load at line {line} reads a vector in every iteration of a loop, in the "
+                                       "layout of a 2-D tile's rows or columns, which every warp along the tile's "
+                                       "other axis would load again, where Triton's compiler spreads it over the warps "
+                                       "(a matrix-vector product written with `tl.sum`: 0.47-0.85x measured)")
+                outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+                    vector, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason} (--gluon-always translates "
+                    "it)")})
+            elif access is not None:
                 line = source.position(access)[0]
                 outcome.translated = False
                 outcome.kept_reason = (f"the access at line {line} is contiguous along the first axis of its tile (a "
@@ -313,7 +330,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     access, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason} (--gluon-always translates "
                     "it)")})
             elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
-                outcome.dispatch = _alignment_dispatch(facts, fn)
+                outcome.dispatch = _alignment_dispatch(facts, fn, _column_reduced(plan))
         if outcome.translated and outcome.dispatch is not None and fn.name in facts.jit_statements.values():
             # `k = triton.jit(k)` (and wrappers applied the same way) after the definition: the launcher would be
             # bound before those lines, which then wrap the launcher (the variant did not import)
@@ -557,7 +574,9 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
         elif o.translated and o.dispatch is not None:
             where = " and ".join([*([f"`{o.dispatch.when[0]}` is set"] if o.dispatch.when else []),
                                   *([f"`{n}` >= {v}" for n, v in o.dispatch.at_least]),
-                                  *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else [])])
+                                  *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else []),
+                                  *(["their elements 32-bit or wider"] if o.dispatch.reason == ALIGNMENT_REASON
+                                    and not o.dispatch.narrow else [])])
             lines.append(f"# `{o.name}` runs as Gluon where {where}, its source kernel (`_{o.name}_triton`) elsewhere")
     for o in outcomes.values():
         if o.translated and o.added_configs:
@@ -686,11 +705,26 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least)
 
 
-def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction) -> Dispatch:
-    """A kernel without a pipelined loop runs as Gluon on launches with 16-byte aligned rows, as its source elsewhere
-    (`transpile.analysis.launch_alignment`)."""
+def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
+    """A kernel without a pipelined loop runs as Gluon on launches with 16-byte aligned rows and (unless `narrow`)
+    elements of 4 bytes or more, as its source elsewhere (`transpile.analysis.launch_alignment`)."""
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name), aligned=True,
-                    divisible=_launch_facts(facts, fn)[1], reason=ALIGNMENT_REASON)
+                    divisible=_launch_facts(facts, fn)[1], reason=ALIGNMENT_REASON, narrow=narrow)
+
+
+def _column_reduced(plan: LayoutPlan) -> bool:
+    """The function reduces a tile along an axis other than its last (`_blocked_layout(..., reduced=[0])`: the axis
+    kept inside each thread, where Triton's layout spreads it over lanes): such kernels ran 1.2-1.8x their sources on
+    an H100 with 8-, 16- and 32-bit data alike (bench/RESULTS.md, session 13), so their launcher takes narrow data."""
+    pending = [t.find() for t in [*plan.creations.values(), *plan.converts.values()]]
+    roots: dict[int, object] = {}
+    while pending:  # the classes laid out in the function, and the parents of their slices
+        root = pending.pop()
+        if id(root) not in roots:
+            roots[id(root)] = root
+            if root.slice_of is not None:
+                pending.append(root.slice_of[1].find())
+    return any(r.rank is not None and r.reduced and r.rank - 1 not in r.reduced for r in roots.values())
 
 
 def _launch_facts(facts: ModuleFacts, fn: JitFunction) -> tuple[cst.Call | None, tuple[str, ...]]:
@@ -725,13 +759,14 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
         checks = "each launch's tensors and strides"
     else:
-        why = dispatch.reason or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
+        why = (dispatch.reason.split(" and, on aligned rows,")[0] if dispatch.narrow else dispatch.reason) or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
                               if dispatch.when else []),
                             *([f"it is faster than this kernel only where `{n}` is at least {v}"
                                for n, v in dispatch.at_least]),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
-        checks = "its tensors' alignment and that of the arguments its addresses read" if dispatch.reason else \
+        checks = (f"its tensors' alignment{'' if dispatch.narrow else ' and element size'} and that of the arguments "
+                  "its addresses read") if dispatch.reason else \
             " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
                                *([f"`{n}`" for n, _ in dispatch.at_least]),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
@@ -759,7 +794,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"
-                                       f"{f', divisible=({divisible})' if divisible else ''})\n")
+                                       f"{f', divisible=({divisible})' if divisible else ''}"
+                                       f"{', narrow=True' if dispatch.narrow else ''})\n")
     else:
         launcher = cst.parse_statement(
             f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "

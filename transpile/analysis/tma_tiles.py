@@ -147,6 +147,8 @@ class Dispatch:
     # why the launches that `aligned` turns away run the source kernel (the comment over its copy), when not the
     # copies' 16-byte moves
     reason: str = ""
+    # the alignment launcher (`reason` is launch_alignment.REASON): the Gluon kernel takes 8- and 16-bit data too
+    narrow: bool = False
 
 
 @dataclass

@@ -77,14 +77,18 @@ ALIGNED_LAUNCHER = '''
 class _AlignedOrTriton:
     """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
     arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16; None, an absent optional
-    pointer, reads nothing), the source's Triton kernel for the others: Triton then compiles loads of one element
-    per thread, faster there than the Gluon kernel's layouts of up to 4 contiguous elements per thread."""
+    pointer, reads nothing) and whose tensors hold elements of 4 bytes or more, the source's Triton kernel for the
+    others. Triton compiles loads of one element per thread where rows are not aligned, and of 16 bytes per thread
+    (8 16-bit elements) where they are: both faster there than the Gluon kernel's layouts of up to 4 contiguous
+    elements per thread. With `narrow` (a kernel whose column reductions its layouts keep inside each thread, which
+    Triton's do not) the Gluon kernel also takes aligned launches of 8- and 16-bit data."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, divisible=()):
+    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
         self.divisible = divisible
+        self.narrow = narrow
         self.checked = tuple((params.index(name), name) for name in divisible)
 
     def aligned(self, args, kwargs):
@@ -92,6 +96,8 @@ class _AlignedOrTriton:
             value = args[index] if index < len(args) else kwargs.get(name)
             if hasattr(value, "data_ptr"):
                 if value.data_ptr() % 16:
+                    return False
+                if not self.narrow and hasattr(value, "element_size") and value.element_size() < 4:
                     return False
             elif isinstance(value, int) and not isinstance(value, bool) and value % 16:
                 return False
