@@ -214,3 +214,34 @@ def test_a_while_k_loop_is_kept_with_a_reason_that_says_so():
         result = translate_source(text, "w.py", get_target(target))
         assert not result.functions[0].translated
         assert any("a `while` loop: the pipeline rules take counted loops" in d.message for d in result.diagnostics)
+
+
+FEW_WARPS = '''import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BT": 64}, num_warps=w) for w in [1, 2, 4]], key=["T"])
+@triton.jit
+def chunk_kernel(q, k, o, T, BT: tl.constexpr, BK: tl.constexpr):
+    r = tl.arange(0, BT)
+    c = tl.arange(0, BK)
+    b_q = tl.load(q + r[:, None] * BK + c[None, :])
+    b_k = tl.load(k + r[:, None] * BK + c[None, :])
+    tl.store(o + r[:, None] * BT + r[None, :], tl.dot(b_q, tl.trans(b_k)))
+'''
+
+
+@pytest.mark.parametrize("configs, kept", [
+    ('[triton.Config({"BT": 64}, num_warps=w) for w in [1, 2, 4]]', True),  # a comprehension over a list
+    ('[triton.Config({"BT": 64}, num_warps=2)]', True),
+    ('[triton.Config({"BT": 64}, num_warps=4), triton.Config({"BT": 64}, num_warps=8)]', False),
+])
+def test_sm90_dot_with_fewer_than_4_warps_is_kept_as_triton(configs: str, kept: bool) -> None:
+    """wgmma takes a warpgroup: a config of 1 or 2 warps would not compile (Triton uses mma.sync there)."""
+    text = FEW_WARPS.replace('[triton.Config({"BT": 64}, num_warps=w) for w in [1, 2, 4]]', configs)
+    (outcome,) = translate_source(text, "k.py", get_target("sm90")).functions
+    assert outcome.translated is not kept
+    if kept:
+        assert "takes a warpgroup of 4 warps" in outcome.kept_reason
+    # AMD's MFMA layouts take any number of warps
+    assert translate_source(text, "k.py", get_target("gfx950")).functions[0].translated

@@ -26,7 +26,16 @@ from transpile.analysis.launch_alignment import (
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.analysis.unswitch import unswitch
-from transpile.cst_utils import assigned_names, bound_names, code_names, module_code, node_ast, node_code
+from transpile.cst_utils import (
+    assigned_names,
+    bound_names,
+    calls_in,
+    code_names,
+    module_code,
+    names_in,
+    node_ast,
+    node_code,
+)
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.discover import JitFunction, ModuleFacts, discover
 from transpile.formatting import FormatError, FormatStyle, format_texts
@@ -299,6 +308,12 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         if refusals:
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
+        elif target.backend == "cuda" and (few := _few_warps(fn, facts, plans)) is not None:
+            outcome.translated = False
+            outcome.kept_reason = (f"{few}, and its dots would run as wgmma, which takes a warpgroup of 4 warps "
+                                   "(Triton runs them as mma.sync there)")
+            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
+                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         elif reserved:
             outcome.translated = False
             outcome.kept_reason = (f"it binds `{reserved[0]}`, the name its Gluon translation reads the Gluon "
@@ -710,6 +725,45 @@ def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Di
     elements of 4 bytes or more, as its source elsewhere (`transpile.analysis.launch_alignment`)."""
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name), aligned=True,
                     divisible=_launch_facts(facts, fn)[1], reason=ALIGNMENT_REASON, narrow=narrow)
+
+
+_NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
+
+
+def _few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:
+    """Where `fn` (or a helper it calls) has a dot, an autotune config or launch of it in the file with fewer than 4
+    warps (`num_warps=2`, or `num_warps=w` over `for w in [1, 2, 4]`), said in words; else None."""
+    if not any(plans[name].dots for name in [fn.name, *jit_callees(facts, fn.name)] if name in plans):
+        return None
+    key = ("num_warps_texts",)
+    if key not in facts.memo:  # per file: module-level assignments by name, launches by kernel
+        assigned: dict[str, str] = {}
+        launches: dict[str, list[str]] = {}
+        for statement in facts.source.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        for target in small.targets:
+                            if isinstance(target.target, cst.Name):
+                                assigned[target.target.value] = facts.source.code(statement)
+            if not isinstance(statement, cst.FunctionDef) or statement.name.value not in facts.functions:
+                for call in calls_in(statement):
+                    func = call.func
+                    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
+                        launches.setdefault(func.value.value, []).append(facts.source.code(call))
+        facts.memo[key] = (assigned, launches)
+    assigned, launches = facts.memo[key]
+    texts = [facts.source.code(d) for d in fn.node.decorators]
+    texts += [assigned[n] for d in fn.node.decorators for n in names_in(d) if n in assigned]
+    for text in [*texts, *launches.get(fn.name, [])]:
+        for value in _NUM_WARPS.findall(text):
+            counts = [int(value)] if value.isdigit() else [
+                int(n) for m in re.finditer(rf"\bfor\s+{value}\s+in\s+[\[(]([\d,\s]+)[\])]", text)
+                for n in re.findall(r"\d+", m.group(1))]
+            few = [n for n in counts if n < 4]
+            if few:
+                return f"a config or launch of it in this file runs {min(few)} warp{'s' if min(few) > 1 else ''}"
+    return None
 
 
 def _column_reduced(plan: LayoutPlan) -> bool:
