@@ -26,6 +26,7 @@ from transpile.analysis.launch_alignment import (
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.analysis.unswitch import unswitch
+from transpile.analysis.vector_loads import own_layout_loads
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -132,6 +133,8 @@ class Prepared:
     tma: dict = field(default_factory=dict, repr=False)
     # block pointers a function makes that `transpile.analysis.block_pointers` could not lower, and why
     block_pointers: list[BlockPointerRefusal] = field(default_factory=list)
+    # per function, the vector loads given a layout of their own (`transpile.analysis.vector_loads`)
+    own_loads: dict[str, frozenset[int]] = field(default_factory=dict)
 
     @property
     def original_source(self) -> SourceFile:
@@ -179,7 +182,18 @@ def prepare(text: str, path: str) -> Prepared:
             lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
         source = parse_source(unswitched_text, path, lines)
         facts = discover(source)
-    return Prepared(text, source, facts, analyse_layouts(facts), original, block_pointers=refusals)
+    plans = analyse_layouts(facts)
+    # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.analysis.vector_loads`)
+    own = own_layout_loads(source, facts, plans)
+    own_loads: dict[str, frozenset[int]] = {}
+    if own is not None:
+        own_text, own_loads = own
+        if original is None:
+            original = source
+        source = parse_source(own_text, path, source.line_map)  # (the rewrite keeps lines)
+        facts = discover(source)
+        plans = analyse_layouts(facts, own_loads)
+    return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads)
 
 
 def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
@@ -200,8 +214,9 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
                 lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
             source = parse_source(conversion.text, prepared.source.path, lines)
             facts = discover(source)
-            prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts),
-                                           prepared.original_source), conversion.dispatch, refusals)
+            prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts, prepared.own_loads),
+                                           prepared.original_source, own_loads=prepared.own_loads),
+                                  conversion.dispatch, refusals)
     return prepared.tma[skip]
 
 

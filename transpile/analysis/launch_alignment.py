@@ -114,37 +114,15 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
 
 
 def replicated_vector_load(facts: ModuleFacts, fn: JitFunction, plan) -> cst.Call | None:  # noqa: ANN001
-    """A load inside a loop of a vector (rank 1) laid out as a slice of a 2-D tile's layout (`x = tl.load(X + rk)`
-    beside `w = tl.load(W + rm[:, None] * s + rk[None, :])`, then `w * x[None, :]`: a matrix-vector product written
-    with `tl.sum`), else None. In that layout every warp along the tile's other axis loads the whole vector again on
-    every iteration, where Triton's compiler loads it once, spread over all the warps, and converts it: such kernels
-    ran at 0.47-0.85x their sources on an H100 in fp32 and 16-bit alike (bench/RESULTS.md, session 13)."""
-    single = _single_definitions(fn)
-    loops = [n for n in cst_walk.preorder(fn.node) if isinstance(n, (cst.For, cst.While))]
-    in_loop = {id(call) for loop in loops for call in calls_in(loop.body)}
-    for call, pointer in _addresses(facts, fn, {"load"}):
-        if id(call) not in in_loop:
-            continue
-        seen: set[str] = set()
-        pending, aranges, rank2 = [pointer], [], False
-        while pending:  # the address, through the names it is computed from
-            node = pending.pop()
-            if any(broadcast_axis(term) is not None for term in sum_terms(node)) or any(
-                    isinstance(sub, cst.Subscript) for sub in cst_walk.preorder(node)):
-                rank2 = True  # a tile's addresses (`rows[:, None]`), or something the test cannot follow
-                break
-            for inner in cst_walk.preorder(node):
-                if isinstance(inner, cst.Call) and inner in plan.creations:
-                    aranges.append(plan.creations[inner])
-                elif isinstance(inner, cst.Name) and inner.value in single and inner.value not in seen:
-                    seen.add(inner.value)
-                    pending.append(single[inner.value])
-        if rank2 or not aranges:
-            continue
-        roots = [term.find() for term in aranges]
-        if all(root.rank == 1 and root.slice_of is not None and root.slice_of[1].find().rank == 2 for root in roots):
-            return call
-    return None
+    """A load inside a loop of a vector (rank 1) laid out as a slice of a 2-D tile's layout that
+    `transpile.analysis.vector_loads` could not give a layout of its own (its addresses read a tensor other than
+    `arange`s), else None: every warp along the tile's other axis would load the whole vector again on every
+    iteration, where Triton's compiler loads it once and converts it (0.47-0.85x measured, bench/RESULTS.md, session
+    13), so such a kernel is kept as Triton."""
+    from transpile.analysis.vector_loads import replicated_loads
+
+    loads = replicated_loads(facts, fn, plan)
+    return loads[0] if loads else None
 
 
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:

@@ -243,10 +243,13 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 class LayoutAnalysis:
     """Analyses every jit function of a module; helpers are analysed at their first call site (argument kinds)."""
 
-    def __init__(self, facts: ModuleFacts) -> None:
+    def __init__(self, facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None) -> None:
         self.facts = facts
         self.source: SourceFile = facts.source
         self.plans: dict[str, LayoutPlan] = {}
+        # Per function, the loads (by index among its `tl.load` calls, in preorder) whose values get a blocked layout
+        # of their own, converted where they meet another layout (`transpile.analysis.vector_loads`).
+        self.own_loads = own_loads or {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
         self.module_names = _module_level_names(self.source.module)
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
@@ -438,6 +441,12 @@ class _FunctionWalker:
         self.opaque_nodes: set[cst.CSTNode] = set()
         self.returns: list[Value] = []
         self.tuple_calls: dict[cst.Call, str] = {}  # calls of helpers that return tensors in a tuple
+        own = analysis.own_loads.get(self.fn.name)
+        self.own_loads: set[int] = set()
+        if own:
+            from transpile.analysis.vector_loads import load_calls
+
+            self.own_loads = {id(call) for i, call in enumerate(load_calls(analysis.facts, self.fn)) if i in own}
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
         self.allowed_shape_names = set(param_names) | analysis.module_names
@@ -913,7 +922,15 @@ class _FunctionWalker:
         if name in LIKE:
             return self.elementwise(node, skip=1)
         if name in ("load", "atomic_load"):
-            pointer = self.eval(self.arg(node, 0, "pointer"))
+            pointer_node = self.arg(node, 0, "pointer")
+            pointer = self.eval(pointer_node)
+            if id(node) in self.own_loads and isinstance(pointer, Tensor) and pointer.rank == 1:
+                # A vector in a blocked layout of its own (its addresses computed afresh from `arange`s), converted
+                # where it meets the tile it is broadcast against: not loaded again by every warp of that tile.
+                own = self.fresh(node, "own_load", rank=1, shape=list(pointer.shape) if pointer.shape else None,
+                                 origins={"own_load"}, plain=True)
+                self.unify_or_convert(own, pointer_node, pointer.term)
+                pointer = Tensor(own, pointer.elem, pointer.shape)
             for key, index in (("mask", 1), ("other", 2)):
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
@@ -1539,8 +1556,9 @@ def _layout_name(root: Term, kind: str) -> str:
     return "mma_layout" if kind == "mma" else f"blocked_{root.rank or 1}d"
 
 
-def analyse_layouts(facts: ModuleFacts) -> dict[str, LayoutPlan]:
-    return LayoutAnalysis(facts).run()
+def analyse_layouts(facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None
+                    ) -> dict[str, LayoutPlan]:
+    return LayoutAnalysis(facts, own_loads).run()
 
 
 def name_terms(plan: LayoutPlan) -> dict[str, Term]:

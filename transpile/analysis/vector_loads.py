@@ -1,0 +1,180 @@
+"""Vectors loaded in a loop beside a 2-D tile: a layout of their own, converted, instead of one load per warp.
+
+A matrix-vector product written without `tl.dot` loads a vector in every iteration of its loop and broadcasts it
+against a 2-D tile::
+
+    for k in range(0, K, BLOCK_K):
+        rk = k + tl.arange(0, BLOCK_K)
+        w = tl.load(W + rm[:, None] * stride_wm + rk[None, :], mask=...)
+        x = tl.load(X + rk, mask=rk < K, other=0.0)
+        acc += tl.sum(w * x[None, :], axis=1)
+
+The layout analysis gives `rk`, and so `x`, the layout of the tile's columns: a slice of the tile's layout, which
+every warp along the tile's rows holds in full, so every warp loads the whole vector again on every iteration.
+Triton's compiler loads it once, spread over all the warps, and converts it to the slice (through shared memory). The
+Gluon kernel as translated ran 0.47-0.85x its source on an H100 (fp32 and 16-bit alike); the same kernel with the
+vector loaded in a blocked layout of its own and converted ran 1.02-1.27x (bench/RESULTS.md, session 13).
+
+`own_layout_loads` finds such loads (`replicated_loads`) and writes their addresses, mask and `other` afresh from
+the `arange`s they are computed from (`X + (k + tl.arange(0, BLOCK_K))`: Gluon then makes the index vector in the
+new layout instead of converting a tensor of pointers), on the same lines; the layout analysis, told which loads
+these are, gives each a blocked class of its own (`plain`, like a scan's operand) and converts it where it meets the
+tile. A load whose addresses read anything else that is a tensor (a loaded index, a value computed by a call) is not
+rewritten; `transpile.analysis.launch_alignment.replicated_vector_load` then keeps its kernel as Triton.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile import cst_walk
+from transpile.cst_utils import broadcast_axis, calls_in, module_code, sum_terms
+from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.source import SourceFile
+
+
+def load_calls(facts: ModuleFacts, fn: JitFunction) -> list[cst.Call]:
+    """`fn`'s `tl.load` calls in preorder (the indices `LayoutAnalysis.own_loads` names)."""
+    return [call for call in calls_in(fn.node) if _language(facts, call) == "load"]
+
+
+def _language(facts: ModuleFacts, call: cst.Call) -> str | None:
+    lang = language_name(facts.source.qualified_name(call.func))
+    return lang.rsplit(".", 1)[-1] if lang is not None else None
+
+
+def _pointer(call: cst.Call) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
+                call.args[0].value if call.args and call.args[0].keyword is None else None)
+
+
+def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
+    values: dict[str, cst.BaseExpression] = {}
+    counts: dict[str, int] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                for name in cst_walk.preorder(target):
+                    if isinstance(name, cst.Name):
+                        counts[name.value] = counts.get(name.value, 0) + 1
+                        if isinstance(node, cst.Assign) and len(targets) == 1 and target is name:
+                            values[name.value] = node.value
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            for name in cst_walk.preorder(node.target):
+                if isinstance(name, cst.Name):
+                    counts[name.value] = counts.get(name.value, 0) + 2
+    return {name: value for name, value in values.items() if counts.get(name) == 1}
+
+
+def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call]:  # noqa: ANN001 - LayoutPlan
+    """The loads inside a loop of `fn` of a vector (rank 1) whose index vectors are all slices of a 2-D class."""
+    single = single_definitions(fn)
+    loops = [n for n in cst_walk.preorder(fn.node) if isinstance(n, (cst.For, cst.While))]
+    in_loop = {id(call) for loop in loops for call in calls_in(loop.body)}
+    found = []
+    for call in load_calls(facts, fn):
+        pointer = _pointer(call)
+        if id(call) not in in_loop or pointer is None:
+            continue
+        seen: set[str] = set()
+        pending, aranges, rank2 = [pointer], [], False
+        while pending:  # the address, through the names it is computed from
+            node = pending.pop()
+            if any(broadcast_axis(term) is not None for term in sum_terms(node)) or any(
+                    isinstance(sub, cst.Subscript) for sub in cst_walk.preorder(node)):
+                rank2 = True  # a tile's addresses (`rows[:, None]`), or something the test cannot follow
+                break
+            for inner in cst_walk.preorder(node):
+                if isinstance(inner, cst.Call) and inner in plan.creations:
+                    aranges.append(plan.creations[inner])
+                elif isinstance(inner, cst.Name) and inner.value in single and inner.value not in seen:
+                    seen.add(inner.value)
+                    pending.append(single[inner.value])
+        if rank2 or not aranges:
+            continue
+        roots = [term.find() for term in aranges]
+        if all(root.rank == 1 and root.slice_of is not None and root.slice_of[1].find().rank == 2 for root in roots):
+            found.append(call)
+    return found
+
+
+class _Inline(cst.CSTTransformer):
+    """Names computed from `arange`s replaced by their (parenthesised) definitions; `failed` where a definition reads
+    a tensor made otherwise (a load, a call other than `arange`, a subscript)."""
+
+    def __init__(self, facts: ModuleFacts, single: dict[str, cst.BaseExpression], depth: int = 0) -> None:
+        super().__init__()
+        self.facts, self.single, self.depth = facts, single, depth
+        self.failed = False
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        definition = self.single.get(original.value)
+        if definition is None or not self._made_from_aranges(definition, set()):
+            return updated
+        if self.depth > 8 or not self._inlinable(definition):
+            self.failed = True
+            return updated
+        inner = _Inline(self.facts, self.single, self.depth + 1)
+        value = definition.visit(inner)
+        self.failed |= inner.failed
+        return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
+
+    def _made_from_aranges(self, node: cst.BaseExpression, seen: set[str]) -> bool:
+        for inner in cst_walk.preorder(node):
+            if isinstance(inner, cst.Call) and _language(self.facts, inner) == "arange":
+                return True
+            if isinstance(inner, cst.Name) and inner.value in self.single and inner.value not in seen:
+                seen.add(inner.value)
+                if self._made_from_aranges(self.single[inner.value], seen):
+                    return True
+        return False
+
+    def _inlinable(self, node: cst.BaseExpression) -> bool:
+        for inner in cst_walk.preorder(node):
+            if isinstance(inner, cst.Call) and _language(self.facts, inner) not in ("arange", "multiple_of",
+                                                                                     "max_contiguous"):
+                return False
+            if isinstance(inner, (cst.Subscript, cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield)):
+                return False
+        return True
+
+
+def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tuple[str, dict[str, frozenset[int]]] | None:
+    """The source with every replicated vector load's addresses, mask and `other` written from their `arange`s, and
+    those loads per function (indices among its loads), for `analyse_layouts(..., own_loads=)`; None where none."""
+    replacements: dict[cst.Call, cst.Call] = {}
+    own: dict[str, frozenset[int]] = {}
+    for fn in facts.functions.values():
+        plan = plans.get(fn.name)
+        if plan is None:
+            continue
+        flagged = replicated_loads(facts, fn, plan)
+        if not flagged:
+            continue
+        single = single_definitions(fn)
+        loads = load_calls(facts, fn)
+        indices = set()
+        for call in flagged:
+            inline = _Inline(facts, single)
+            new = call.with_changes(args=[a.with_changes(value=a.value.visit(inline))
+                                          if a.keyword is None or a.keyword.value in ("pointer", "mask", "other")
+                                          else a for a in call.args])
+            if inline.failed:
+                continue
+            old_text, new_text = source.code(call), cst.Module(body=[]).code_for_node(new)
+            if new_text.count("\n") != old_text.count("\n"):  # (the rewrite keeps every line where it was)
+                continue
+            replacements[call] = new
+            indices.add(loads.index(call))
+        if indices:
+            own[fn.name] = frozenset(indices)
+    if not replacements:
+        return None
+
+    class Replace(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            return replacements.get(original, updated)
+
+    return module_code(source.module.visit(Replace())), own
