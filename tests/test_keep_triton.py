@@ -245,3 +245,46 @@ def test_sm90_dot_with_fewer_than_4_warps_is_kept_as_triton(configs: str, kept: 
         assert "takes a warpgroup of 4 warps" in outcome.kept_reason
     # AMD's MFMA layouts take any number of warps
     assert translate_source(text, "k.py", get_target("gfx950")).functions[0].translated
+
+
+CHOSEN_HELPER = '''import triton
+import triton.language as tl
+
+USE_A = True
+
+
+@triton.jit
+def _half_up(x):
+    return x + 0.5
+
+
+@triton.jit
+def _half_down(x):
+    return x - 0.5
+
+
+if USE_A:
+    rnd = _half_up
+else:
+    rnd = _half_down
+
+
+@triton.jit
+def round_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, rnd(tl.load(x_ptr + offs, mask=m)), mask=m)
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx942"])
+def test_a_helper_picked_at_import_time_is_a_helper_and_its_caller_stays_triton(target: str) -> None:
+    """`if USE_A: rnd = _half_up else: rnd = _half_down`: both are helpers of the kernel calling `rnd` (they were
+    taken for kernels and bound to launchers the kernel could not call), and that kernel is kept as Triton: the
+    source copy behind a launcher would call `rnd`, bound to the Gluon helper."""
+    result = translate_source(CHOSEN_HELPER, "k.py", get_target(target))
+    outcomes = {o.name: o for o in result.functions}
+    assert outcomes["_half_up"].is_helper and outcomes["_half_down"].is_helper
+    assert not any(o.translated for o in outcomes.values())
+    assert "picks at import time" in outcomes["round_kernel"].kept_reason
+    assert "_AlignedOrTriton" not in result.text and "@gluon.jit" not in result.text

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile import cst_walk
 from transpile.cst_utils import calls_in
 from transpile.source import SourceFile
 
@@ -85,6 +86,8 @@ class ModuleFacts:
     aliases: dict[str, str] = field(default_factory=dict)
     # `f = triton.jit(f)` statements (the call form of the decorator), with the function they make jit.
     jit_statements: dict[cst.SimpleStatementLine, str] = field(default_factory=dict)
+    # Names bound to one of several jit functions under a module-level `if`/`try`/`with` (`_chosen_aliases`).
+    chosen: dict[str, set[str]] = field(default_factory=dict)
     # Target-independent analyses of this file, made once and shared by every target (`dot_loops`).
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -237,18 +240,39 @@ def discover(source: SourceFile) -> ModuleFacts:
         name = statement.name.value
         functions[name] = JitFunction(name, statement, _params(source, statement), jit, configs, keys, heuristics)
 
-    facts = ModuleFacts(source, functions, _aliases(source.module, functions), jit_statements)
+    chosen = _chosen_aliases(source.module, functions)
+    facts = ModuleFacts(source, functions, _aliases(source.module, functions), jit_statements, chosen=chosen)
     # Call graph between jit functions: a function another one calls is a helper.
     for fn in functions.values():
         for call in calls_in(fn.node):
             callee = facts.callee(call.func)
             if callee is not None and callee != fn.name:
                 functions[callee].called_by.add(fn.name)
+            if isinstance(call.func, cst.Name):  # a name bound to one of several helpers at import time
+                for name in chosen.get(call.func.value, ()):
+                    if name != fn.name:
+                        functions[name].called_by.add(fn.name)
             for arg in call.args:  # a combine function passed to tl.reduce / tl.associative_scan is called too
                 passed = facts.callee(arg.value)
                 if passed is not None and passed != fn.name:
                     functions[passed].called_by.add(fn.name)
     return facts
+
+
+def _chosen_aliases(module: cst.Module, functions: dict[str, JitFunction]) -> dict[str, set[str]]:
+    """Names bound to jit functions inside module-level `if`/`try`/`with` blocks (`if IS_HIP: rnd = _round_a`
+    `else: rnd = _round_b`): a call of the name calls one of them, chosen at import time, so each is a helper of the
+    caller (not a kernel of its own: the variant would bind it to a launcher that the caller could not call)."""
+    chosen: dict[str, set[str]] = {}
+    for statement in module.body:
+        if not isinstance(statement, (cst.If, cst.Try, cst.With)):
+            continue
+        for node in cst_walk.preorder(statement):
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in functions:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name) and target.target.value not in functions:
+                        chosen.setdefault(target.target.value, set()).add(node.value.value)
+    return chosen
 
 
 def _aliases(module: cst.Module, functions: dict[str, JitFunction]) -> dict[str, str]:

@@ -361,6 +361,16 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     "it)")})
             elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
                 outcome.dispatch = _alignment_dispatch(facts, fn, _column_reduced(plan))
+        chosen = sorted(n.value for n in cst_walk.preorder(fn.node)
+                        if isinstance(n, cst.Name) and n.value in facts.chosen) if facts.chosen else []
+        if outcome.translated and outcome.dispatch is not None and chosen:
+            # The source kernel's copy would call `rnd`, which the module binds to a Gluon helper at import time
+            outcome.translated = False
+            outcome.kept_reason = (f"it calls `{chosen[0]}`, a helper the module picks at import time (under an `if`), "
+                                   "and its Gluon form runs only some launches: the source kernel kept for the others "
+                                   "would call the Gluon helper")
+            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
+                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         if outcome.translated and outcome.dispatch is not None and fn.name in facts.jit_statements.values():
             # `k = triton.jit(k)` (and wrappers applied the same way) after the definition: the launcher would be
             # bound before those lines, which then wrap the launcher (the variant did not import)
