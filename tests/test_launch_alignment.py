@@ -272,3 +272,34 @@ def test_a_vector_with_a_layout_of_its_own_compiles(target: str, tmp_path: Path,
     for dtype in ("*fp32", "*fp16"):
         compiled = verify(result, {"W": dtype, "X": dtype, "Y": dtype, "BLOCK_M": 16, "BLOCK_K": 256})
         assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+ACCUMULATE_THEN_REDUCE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mid_sum_kernel(x_ptr, y_ptr, M, N, stride_b, stride_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    base = x_ptr + tl.program_id(0) * stride_b
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(0, M, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        acc += tl.load(base + rows[:, None] * stride_m + cols[None, :], mask=rows[:, None] < M, other=0.0)
+    tl.store(y_ptr + tl.program_id(0) * N + cols, tl.sum(acc, axis=0), mask=cols < N)
+'''
+
+
+def test_a_column_reduction_once_after_the_loop_keeps_the_default_layout() -> None:
+    """The tile is accumulated in the loop and reduced along its columns once, after it: the reduced layout would
+    only narrow the loads (0.40x with 16-bit data, 0.61-0.68x fp32 at few programs), so neither it nor `narrow`."""
+    text = translate_source(ACCUMULATE_THEN_REDUCE, "mid.py", get_target("sm90")).text
+    assert "reduced=[0]" not in text and "narrow=True" not in text
+    # reduced in the loop, as often as the tile is loaded: the reduced layout and `narrow`
+    in_loop = ACCUMULATE_THEN_REDUCE.replace("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)",
+                                             "acc = tl.zeros([BLOCK_N], dtype=tl.float32)").replace(
+        "acc += tl.load(base + rows[:, None] * stride_m + cols[None, :], mask=rows[:, None] < M, other=0.0)",
+        "acc += tl.sum(tl.load(base + rows[:, None] * stride_m + cols[None, :], mask=rows[:, None] < M, "
+        "other=0.0), axis=0)").replace("tl.sum(acc, axis=0)", "acc")
+    text = translate_source(in_loop, "mid.py", get_target("sm90")).text
+    assert "reduced=[0]" in text and "narrow=True" in text
