@@ -59,37 +59,48 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
             tree = ast.parse("\n".join(lines))
         except SyntaxError:  # (not expected: every rewrite keeps the text valid)
             return None
-        site = _next_site(tree, names, lines, origin, hoisted)
-        if site is None:
+        sites = _sites(tree, names, lines, origin, hoisted)
+        if not sites:
             break
-        function, loop, branch = site
-        key = (function, origin[loop.lineno - 1])
-        hoisted[key] = hoisted.get(key, 0) + 1
-        lines, origin = _hoisted(lines, origin, loop, branch)
+        for function, loop, branch in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up: lines above stay
+            key = (function, origin[loop.lineno - 1])
+            hoisted[key] = hoisted.get(key, 0) + 1
+            lines, origin = _hoisted(lines, origin, loop, branch)
         changed = True
     if not changed:
         return None
     return "\n".join(lines), [0, *origin, origin[-1] if origin else 1]
 
 
-def _next_site(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
-               hoisted: dict[tuple[str, int], int]) -> tuple[str, ast.For, ast.If] | None:
-    """The first (function, dot loop, constexpr `if`) to hoist, in file order."""
+def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
+           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If]]:
+    """The (function, dot loop, constexpr `if`) to hoist in this round: per loop the first branch, over loops none of
+    which contains another (their rewrites do not overlap)."""
+    found: list[tuple[str, ast.For, ast.If]] = []
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef) or function.name not in names:
             continue
         flags = _constexpr_params(function)
-        if not flags:
+        if not flags or not _has_dot(function):
             continue
+        taken: list[ast.For] = []
         for loop in _loops(function):
-            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= _MAX_HOISTS or not _has_dot(loop):
+            if any(t.lineno <= loop.lineno <= t.end_lineno or loop.lineno <= t.lineno <= loop.end_lineno
+                   for t in taken):
+                continue
+            # Loops the pipeline rules can take: one dot per copy (a GEMM) or two (attention's QK^T and PV). Others
+            # would be copied for nothing (kept as Triton anyway) and can grow a file severalfold.
+            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= _MAX_HOISTS or not (
+                    1 <= _copy_dots(loop.body, flags) <= 2):
                 continue
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue
             for branch in _branches(loop):
                 if _flag_test(branch.test, flags) and _has_effects(branch) and _hoistable(branch, lines):
-                    return function.name, loop, branch
-    return None
+                    found.append((function.name, loop, branch))
+                    taken.append(loop)
+                    break
+    return found
 
 
 def _constexpr_params(function: ast.FunctionDef) -> set[str]:
@@ -110,36 +121,59 @@ def _is_constexpr(annotation: ast.expr) -> bool:
 
 
 def _loops(function: ast.FunctionDef) -> list[ast.For]:
-    """The `for` loops of the function, outermost first, in file order (nested functions left out)."""
-    found: list[ast.For] = []
+    """The `for` loops of the function, innermost first (the innermost dot loop around a branch is the one to copy),
+    then in file order (nested functions left out)."""
+    found: list[tuple[int, int, ast.For]] = []
 
-    def walk(node: ast.AST) -> None:
+    def walk(node: ast.AST, depth: int) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
             if isinstance(child, ast.For):
-                found.append(child)
-            walk(child)
+                found.append((-depth, child.lineno, child))
+                walk(child, depth + 1)
+            else:
+                walk(child, depth)
 
-    walk(function)
-    # The innermost dot loop around a branch is the one to copy: visit inner loops first.
-    return sorted(found, key=lambda loop: (-_depth(function, loop), loop.lineno))
-
-
-def _depth(function: ast.FunctionDef, loop: ast.For) -> int:
-    depth = 0
-    for node in ast.walk(function):
-        if isinstance(node, ast.For) and node is not loop and node.lineno < loop.lineno <= (node.end_lineno or 0):
-            depth += 1
-    return depth
+    walk(function, 0)
+    return [loop for _, _, loop in sorted(found, key=lambda item: item[:2])]
 
 
 def _calls(node: ast.AST) -> list[str]:
-    return [ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)]
+    """The names of the functions called under `node` (`tl.load`, `desc.load`, `f`; `?` for other callees)."""
+    return [_dotted(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)]
 
 
-def _has_dot(loop: ast.For) -> bool:
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return "?"
+
+
+def _has_dot(loop: ast.AST) -> bool:
     return any(re.search(r"(^|\.)dot$", name) for name in _calls(loop))
+
+
+def _dot_count(node: ast.AST) -> int:
+    return sum(1 for name in _calls(node) if re.search(r"(^|\.)dot$", name))
+
+
+def _copy_dots(body: list[ast.stmt], flags: set[str]) -> int:
+    """The most dots one copy of the loop can have: those outside constexpr branches, plus the larger of each such
+    branch's two sides."""
+    count = 0
+    for stmt in body:
+        if isinstance(stmt, ast.If) and _flag_test(stmt.test, flags):
+            count += max(_copy_dots(stmt.body, flags), _copy_dots(stmt.orelse, flags))
+        elif isinstance(stmt, (ast.If, ast.For, ast.While, ast.With)):
+            count += _dot_count(stmt.test if isinstance(stmt, (ast.If, ast.While)) else ast.Module(body=[],
+                                                                                                   type_ignores=[]))
+            count += _copy_dots(stmt.body, flags) + _copy_dots(getattr(stmt, "orelse", []), flags)
+        else:
+            count += _dot_count(stmt)
+    return count
 
 
 def _has_effects(branch: ast.If) -> bool:

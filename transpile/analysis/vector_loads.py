@@ -177,4 +177,7 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
             return replacements.get(original, updated)
 
-    return module_code(source.module.visit(Replace())), own
+    changed = {facts.functions[name].node for name in own}  # (only these top-level statements are rebuilt)
+    module = source.module
+    return module_code(module.with_changes(body=[cst_walk.transform(s, Replace()) if s in changed else s
+                                                 for s in module.body])), own
