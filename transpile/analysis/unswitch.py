@@ -49,6 +49,8 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
     (new line -> line of `text`, as `transpile.source.line_map` gives it); None where nothing is hoisted."""
     if "\t" in text or "\r" in text:  # the rewrite re-indents by spaces; such files are left as they are
         return None
+    if "dot" not in text or not _if_in_loop(text):  # (most files: no parse)
+        return None
     names = set(facts.functions)
     lines = text.split("\n")
     origin = list(range(1, len(lines) + 1))  # line (index + 1) of `lines` -> line of `text`
@@ -70,6 +72,23 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
     if not changed:
         return None
     return "\n".join(lines), [0, *origin, origin[-1] if origin else 1]
+
+
+def _if_in_loop(text: str) -> bool:
+    """Some `if` statement sits inside a `for` loop (by indentation; a cheap test before parsing)."""
+    loops: list[int] = []  # indentation of the `for` statements around the current line
+    for line in text.split("\n"):
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        while loops and indent <= loops[-1]:
+            loops.pop()
+        if loops and stripped.startswith("if "):
+            return True
+        if stripped.startswith("for "):
+            loops.append(indent)
+    return False
 
 
 def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],

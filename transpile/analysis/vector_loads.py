@@ -49,35 +49,84 @@ def _pointer(call: cst.Call) -> cst.BaseExpression | None:
 
 
 def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
-    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body; a
+    name also bound otherwise, by `+=`, a tuple target or a loop, is left out)."""
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
-    for node in cst_walk.preorder(fn.node):
-        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            for target in targets:
-                for name in cst_walk.preorder(target):
-                    if isinstance(name, cst.Name):
-                        counts[name.value] = counts.get(name.value, 0) + 1
-                        if isinstance(node, cst.Assign) and len(targets) == 1 and target is name:
-                            values[name.value] = node.value
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            for name in cst_walk.preorder(node.target):
-                if isinstance(name, cst.Name):
-                    counts[name.value] = counts.get(name.value, 0) + 2
+
+    def bind(target: cst.BaseExpression, weight: int) -> None:
+        if isinstance(target, cst.Name):
+            counts[target.value] = counts.get(target.value, 0) + weight
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                bind(element.value, 2)
+
+    def walk(statements) -> None:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for node in statement.body:
+                    if isinstance(node, cst.Assign):
+                        for target in node.targets:
+                            bind(target.target, 1)
+                            if len(node.targets) == 1 and isinstance(target.target, cst.Name):
+                                values[target.target.value] = node.value
+                    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                        bind(node.target, 2)
+                    elif any(isinstance(n, (cst.NamedExpr, cst.CompFor)) for n in cst_walk.preorder(node)):
+                        for n in cst_walk.preorder(node):  # (rare: walrus and comprehension targets)
+                            if isinstance(n, (cst.NamedExpr, cst.CompFor)):
+                                bind(n.target, 2)
+            elif isinstance(statement, cst.BaseCompoundStatement):
+                if isinstance(statement, cst.For):
+                    bind(statement.target, 2)
+                if isinstance(statement, cst.With):
+                    for item in statement.items:
+                        if item.asname is not None:
+                            bind(item.asname.name, 2)
+                walk(_block(statement))
+                orelse = getattr(statement, "orelse", None)
+                while orelse is not None:
+                    walk(_block(orelse))
+                    orelse = getattr(orelse, "orelse", None)
+
+    walk(fn.node.body.body)
     return {name: value for name, value in values.items() if counts.get(name) == 1}
+
+
+def _block(statement: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements of a compound statement's indented body (none for other forms: `match`, one-line suites)."""
+    body = getattr(statement, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def _loops(statements) -> list[cst.For | cst.While]:  # noqa: ANN001 - the loop statements, nested ones too
+    found: list[cst.For | cst.While] = []
+    for statement in statements:
+        if isinstance(statement, cst.BaseCompoundStatement) and not isinstance(statement, (cst.FunctionDef,
+                                                                                            cst.ClassDef)):
+            if isinstance(statement, (cst.For, cst.While)):
+                found.append(statement)
+            found += _loops(_block(statement))
+            orelse = getattr(statement, "orelse", None)
+            while orelse is not None:
+                found += _loops(_block(orelse))
+                orelse = getattr(orelse, "orelse", None)
+    return found
 
 
 def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call]:  # noqa: ANN001 - LayoutPlan
     """The loads inside a loop of `fn` of a vector (rank 1) whose index vectors are all slices of a 2-D class."""
-    single = single_definitions(fn)
-    loops = [n for n in cst_walk.preorder(fn.node) if isinstance(n, (cst.For, cst.While))]
+    loops = _loops(fn.node.body.body)
+    if not loops:
+        return []
     in_loop = {id(call) for loop in loops for call in calls_in(loop.body)}
+    candidates = [c for c in load_calls(facts, fn) if id(c) in in_loop and _pointer(c) is not None]
+    if not candidates:
+        return []
+    single = single_definitions(fn)
     found = []
-    for call in load_calls(facts, fn):
+    for call in candidates:
         pointer = _pointer(call)
-        if id(call) not in in_loop or pointer is None:
-            continue
         seen: set[str] = set()
         pending, aranges, rank2 = [pointer], [], False
         while pending:  # the address, through the names it is computed from
