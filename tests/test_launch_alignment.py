@@ -303,3 +303,15 @@ def test_a_column_reduction_once_after_the_loop_keeps_the_default_layout() -> No
         "other=0.0), axis=0)").replace("tl.sum(acc, axis=0)", "acc")
     text = translate_source(in_loop, "mid.py", get_target("sm90")).text
     assert "reduced=[0]" in text and "narrow=True" in text
+
+
+def test_a_vector_index_read_from_a_name_rebound_after_it_is_not_moved() -> None:
+    """`rk = start + tl.arange(...)` then `start += BLOCK_K` before the load of x: writing rk's definition into the
+    load would read the new `start` (a wrong result, found by a review helper); the kernel is kept as Triton."""
+    stale = GEMV.replace("    for k in range(0, K, BLOCK_K):\n        rk = k + tl.arange(0, BLOCK_K)\n",
+                         "    start = 0\n    for k in range(0, K, BLOCK_K):\n        rk = start + tl.arange(0, BLOCK_K)\n"
+                         "        start += BLOCK_K\n")
+    assert "start += BLOCK_K" in stale
+    result = translate_source(stale, "gemv.py", get_target("sm90"))
+    assert not result.functions[0].translated and "reads a vector in every iteration" in result.functions[0].kept_reason
+    assert "(start + gl.arange" not in result.text

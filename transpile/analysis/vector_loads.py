@@ -51,15 +51,25 @@ def _pointer(call: cst.Call) -> cst.BaseExpression | None:
 def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body; a
     name also bound otherwise, by `+=`, a tuple target or a loop, is left out)."""
+    return bindings(fn)[0]
+
+
+def bindings(fn: JitFunction) -> tuple[dict[str, cst.BaseExpression], set[str]]:
+    """`single_definitions`, and the names `fn` binds more than once other than as `for` targets (`start = 0`, then
+    `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere."""
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
+    loop_targets: set[str] = set()
 
-    def bind(target: cst.BaseExpression, weight: int) -> None:
+    def bind(target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
         if isinstance(target, cst.Name):
-            counts[target.value] = counts.get(target.value, 0) + weight
+            if loop:
+                loop_targets.add(target.value)
+            else:
+                counts[target.value] = counts.get(target.value, 0) + weight
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
-                bind(element.value, 2)
+                bind(element.value, 2, loop)
 
     def walk(statements) -> None:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
         for statement in statements:
@@ -78,7 +88,7 @@ def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
                                 bind(n.target, 2)
             elif isinstance(statement, cst.BaseCompoundStatement):
                 if isinstance(statement, cst.For):
-                    bind(statement.target, 2)
+                    bind(statement.target, 2, loop=True)
                 if isinstance(statement, cst.With):
                     for item in statement.items:
                         if item.asname is not None:
@@ -90,7 +100,9 @@ def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
                     orelse = getattr(orelse, "orelse", None)
 
     walk(fn.node.body.body)
-    return {name: value for name, value in values.items() if counts.get(name) == 1}
+    single = {name: value for name, value in values.items() if counts.get(name) == 1 and name not in loop_targets}
+    rebound = {name for name, count in counts.items() if count > 1 or (count and name in loop_targets)}
+    return single, rebound
 
 
 def _block(statement: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -153,19 +165,24 @@ class _Inline(cst.CSTTransformer):
     """Names computed from `arange`s replaced by their (parenthesised) definitions; `failed` where a definition reads
     a tensor made otherwise (a load, a call other than `arange`, a subscript)."""
 
-    def __init__(self, facts: ModuleFacts, single: dict[str, cst.BaseExpression], depth: int = 0) -> None:
+    def __init__(self, facts: ModuleFacts, single: dict[str, cst.BaseExpression], rebound: set[str],
+                 depth: int = 0) -> None:
         super().__init__()
-        self.facts, self.single, self.depth = facts, single, depth
+        self.facts, self.single, self.rebound, self.depth = facts, single, rebound, depth
         self.failed = False
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         definition = self.single.get(original.value)
         if definition is None or not self._made_from_aranges(definition, set()):
+            if self.depth and original.value in self.rebound:
+                # read by a definition moved to the load: a name bound again in between (`start += BLOCK_K` after
+                # `rk = start + tl.arange(...)`) would read another value there
+                self.failed = True
             return updated
         if self.depth > 8 or not self._inlinable(definition):
             self.failed = True
             return updated
-        inner = _Inline(self.facts, self.single, self.depth + 1)
+        inner = _Inline(self.facts, self.single, self.rebound, self.depth + 1)
         value = definition.visit(inner)
         self.failed |= inner.failed
         return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
@@ -202,11 +219,11 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         flagged = replicated_loads(facts, fn, plan)
         if not flagged:
             continue
-        single = single_definitions(fn)
+        single, rebound = bindings(fn)
         loads = load_calls(facts, fn)
         indices = set()
         for call in flagged:
-            inline = _Inline(facts, single)
+            inline = _Inline(facts, single, rebound)
             new = call.with_changes(args=[a.with_changes(value=a.value.visit(inline))
                                           if a.keyword is None or a.keyword.value in ("pointer", "mask", "other")
                                           else a for a in call.args])
