@@ -59,12 +59,12 @@ def bindings(fn: JitFunction) -> tuple[dict[str, cst.BaseExpression], set[str]]:
     `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere."""
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
-    loop_targets: set[str] = set()
+    loop_targets: dict[str, int] = {}  # name -> `for` loops that bind it
 
     def bind(target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
         if isinstance(target, cst.Name):
             if loop:
-                loop_targets.add(target.value)
+                loop_targets[target.value] = loop_targets.get(target.value, 0) + 1
             else:
                 counts[target.value] = counts.get(target.value, 0) + weight
         elif isinstance(target, (cst.Tuple, cst.List)):
@@ -102,6 +102,7 @@ def bindings(fn: JitFunction) -> tuple[dict[str, cst.BaseExpression], set[str]]:
     walk(fn.node.body.body)
     single = {name: value for name, value in values.items() if counts.get(name) == 1 and name not in loop_targets}
     rebound = {name for name, count in counts.items() if count > 1 or (count and name in loop_targets)}
+    rebound |= {name for name, loops in loop_targets.items() if loops > 1}  # (two loops over `k`)
     return single, rebound
 
 
