@@ -121,8 +121,11 @@ def replicated_vector_load(facts: ModuleFacts, fn: JitFunction, plan) -> cst.Cal
     13), so such a kernel is kept as Triton."""
     from transpile.analysis.vector_loads import replicated_loads
 
-    loads = replicated_loads(facts, fn, plan)
-    return loads[0] if loads else None
+    key = ("replicated_loads", fn.name, id(plan))  # (the same for every target: found once per file)
+    if key not in facts.memo:
+        loads = replicated_loads(facts, fn, plan)
+        facts.memo[key] = (plan, loads[0] if loads else None)  # (the plan kept alive: its id stays its own)
+    return facts.memo[key][1]
 
 
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
