@@ -21,12 +21,11 @@ from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
     address_params,
     column_major_access,
-    replicated_vector_load,
 )
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.analysis.unswitch import unswitch
-from transpile.analysis.vector_loads import own_layout_loads
+from transpile.analysis.vector_loads import own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
     assigned_names,
     bound_names,

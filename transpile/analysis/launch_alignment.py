@@ -113,21 +113,6 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     return None
 
 
-def replicated_vector_load(facts: ModuleFacts, fn: JitFunction, plan) -> cst.Call | None:  # noqa: ANN001
-    """A load inside a loop of a vector (rank 1) laid out as a slice of a 2-D tile's layout that
-    `transpile.analysis.vector_loads` could not give a layout of its own (its addresses read a tensor other than
-    `arange`s), else None: every warp along the tile's other axis would load the whole vector again on every
-    iteration, where Triton's compiler loads it once and converts it (0.47-0.85x measured, bench/RESULTS.md, session
-    13), so such a kernel is kept as Triton."""
-    from transpile.analysis.vector_loads import replicated_loads
-
-    key = ("replicated_loads", fn.name, id(plan))  # (the same for every target: found once per file)
-    if key not in facts.memo:
-        loads = replicated_loads(facts, fn, plan)
-        facts.memo[key] = (plan, loads[0] if loads else None)  # (the plan kept alive: its id stays its own)
-    return facts.memo[key][1]
-
-
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
     values: dict[str, cst.BaseExpression] = {}

@@ -171,8 +171,8 @@ def _dotted(node: ast.expr) -> str:
     return "?"
 
 
-def _has_dot(loop: ast.AST) -> bool:
-    return any(re.search(r"(^|\.)dot$", name) for name in _calls(loop))
+def _has_dot(node: ast.AST) -> bool:
+    return _dot_count(node) > 0
 
 
 def _dot_count(node: ast.AST) -> int:

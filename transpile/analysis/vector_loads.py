@@ -20,7 +20,7 @@ the `arange`s they are computed from (`X + (k + tl.arange(0, BLOCK_K))`: Gluon t
 new layout instead of converting a tensor of pointers), on the same lines; the layout analysis, told which loads
 these are, gives each a blocked class of its own (`plain`, like a scan's operand) and converts it where it meets the
 tile. A load whose addresses read anything else that is a tensor (a loaded index, a value computed by a call) is not
-rewritten; `transpile.analysis.launch_alignment.replicated_vector_load` then keeps its kernel as Triton.
+rewritten; `replicated_vector_load` then finds it, and the engine keeps its kernel as Triton.
 """
 
 from __future__ import annotations
@@ -29,23 +29,19 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.cst_utils import broadcast_axis, calls_in, module_code, sum_terms
+from transpile.analysis.launch_alignment import _addresses
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
 
 
 def load_calls(facts: ModuleFacts, fn: JitFunction) -> list[cst.Call]:
     """`fn`'s `tl.load` calls in preorder (the indices `LayoutAnalysis.own_loads` names)."""
-    return [call for call in calls_in(fn.node) if _language(facts, call) == "load"]
+    return [call for call, _ in _addresses(facts, fn, {"load"})]
 
 
 def _language(facts: ModuleFacts, call: cst.Call) -> str | None:
     lang = language_name(facts.source.qualified_name(call.func))
     return lang.rsplit(".", 1)[-1] if lang is not None else None
-
-
-def _pointer(call: cst.Call) -> cst.BaseExpression | None:
-    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
-                call.args[0].value if call.args and call.args[0].keyword is None else None)
 
 
 def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
@@ -133,13 +129,12 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
     if not loops:
         return []
     in_loop = {id(call) for loop in loops for call in calls_in(loop.body)}
-    candidates = [c for c in load_calls(facts, fn) if id(c) in in_loop and _pointer(c) is not None]
+    candidates = [(c, pointer) for c, pointer in _addresses(facts, fn, {"load"}) if id(c) in in_loop]
     if not candidates:
         return []
     single = single_definitions(fn)
     found = []
-    for call in candidates:
-        pointer = _pointer(call)
+    for call, pointer in candidates:
         seen: set[str] = set()
         pending, aranges, rank2 = [pointer], [], False
         while pending:  # the address, through the names it is computed from
@@ -160,6 +155,17 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
         if all(root.rank == 1 and root.slice_of is not None and root.slice_of[1].find().rank == 2 for root in roots):
             found.append(call)
     return found
+
+
+def replicated_vector_load(facts: ModuleFacts, fn: JitFunction, plan) -> cst.Call | None:  # noqa: ANN001
+    """The first of `replicated_loads` left in `fn` after `own_layout_loads` (its addresses read a tensor other than
+    `arange`s), else None: every warp along the tile's other axis would load the whole vector again on every
+    iteration, so the engine keeps such a kernel as Triton. Found once per file (the same for every target)."""
+    key = ("replicated_loads", fn.name, id(plan))
+    if key not in facts.memo:
+        loads = replicated_loads(facts, fn, plan)
+        facts.memo[key] = (plan, loads[0] if loads else None)  # (the plan kept alive: its id stays its own)
+    return facts.memo[key][1]
 
 
 class _Inline(cst.CSTTransformer):

@@ -255,22 +255,6 @@ class _Emitted:
         self.text, self.ring = text, ring
 
 
-def _ancestors(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
-    """The nodes from `root` down to `target`'s parent (empty where `target` is not below `root`)."""
-    path: list[cst.CSTNode] = []
-
-    def walk(node: cst.CSTNode) -> bool:
-        if node is target:
-            return True
-        path.append(node)
-        if any(walk(child) for child in node.children):
-            return True
-        path.pop()
-        return False
-
-    return path if walk(root) else []
-
-
 class _Emitter:
     """The guarded ring for one loop plan, or the reason it cannot be emitted."""
 
@@ -323,7 +307,10 @@ class _Emitter:
         outside the branches of an `if` around it that the loop is not in: a loop unswitched on a constexpr flag,
         `transpile.analysis.unswitch`, has a copy in the other branch that never runs with this one)."""
         found: list[cst.BaseExpression] = []
-        around = set(map(id, _ancestors(self.ctx.function.node, self.original)))
+        parents, around, node = self.ctx.source.parents, set(), self.original
+        while node in parents:  # the nodes around the loop (the source's parent map, made once per file)
+            node = parents[node]
+            around.add(id(node))
 
         class Visitor(cst.CSTVisitor):
             def __init__(self, loop: cst.For) -> None:
