@@ -6,6 +6,7 @@ target (worker processes included).
     python scripts/bench_tool.py                 # fixtures/, all four targets, median of 5
     python scripts/bench_tool.py DIR --repeats 3
     python scripts/bench_tool.py --phases        # also: where the time goes, phase by phase
+    python scripts/bench_tool.py --floor         # also: what no translation with libcst can go below
 
 Issue 11 asks for the fixtures x 4 targets in under 1 s on a 2-core CPU; this prints where the time goes. Each figure
 comes with its CPU time (in brackets; for the command line, of all its processes): on a machine that other work
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", nargs="?", type=Path, default=ROOT / "fixtures")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--phases", action="store_true", help="also print the CPU time of each phase (one run)")
+    parser.add_argument("--floor", action="store_true", help="also print the cost of starting the command line, "
+                        "parsing every file with libcst and generating one module's text per file and target")
     args = parser.parse_args(argv)
 
     from transpile.engine import prepare, translate_source
@@ -97,7 +100,36 @@ def main(argv: list[str] | None = None) -> int:
           "last run)")
     if args.phases:
         _print_phases(texts, targets)
+    if args.floor:
+        _print_floor(texts, len(targets), args.repeats)
     return 0
+
+
+def _print_floor(texts: list[tuple[str, str]], targets: int, repeats: int) -> None:
+    """The part of a run over `texts` that any translation built on libcst pays, whatever its analysis: the start of
+    the command line (`transpile --help`: Python, libcst, typer, the package), a libcst parse of every file, and the
+    text of one module of the file's size per target (the sources' own text stands in for the variants, which are
+    longer). On `cores` processes the wall time is at best the start plus the CPU time divided among them."""
+    import libcst
+
+    parse, codegen = [], []
+    for _ in range(repeats):
+        started = time.process_time()
+        modules = [libcst.parse_module(text) for _, text in texts]
+        parsed = time.process_time()
+        for _ in range(targets):
+            for module in modules:
+                module.code  # noqa: B018 - the cost of generating the text is what is measured
+        parse.append(parsed - started)
+        codegen.append(time.process_time() - parsed)
+    start = _time([sys.executable, "-m", "transpile", "--help"], repeats, dict(os.environ))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    work = statistics.median(parse) + statistics.median(codegen)
+    print(f"floor (median of {repeats}; no analysis, no rewrite, no formatting)")
+    print(f"  start of the command line:      {start[0]:7.2f} s")
+    print(f"  libcst parse of every file:     {statistics.median(parse):7.2f} s cpu")
+    print(f"  text of {targets} modules per file:      {statistics.median(codegen):7.2f} s cpu")
+    print(f"  at best on {cores} cores:             {start[0] + work / cores:7.2f} s")
 
 
 def _remove(directory: Path) -> None:
