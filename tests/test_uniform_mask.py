@@ -165,8 +165,9 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     result = _sm90(_kernel(CAUSAL_MASK))
     text = result.text
     assert "def _attn_triton(" in text and 'when=("CAUSAL", None),' in text and "aligned=True" in text
-    assert ("# `attn` runs as Gluon where `CAUSAL` is set and its tensors' rows are 16-byte aligned, its source kernel "
-            "(`_attn_triton`) elsewhere") in text
+    # (full launches from a head dimension of 128: the warp-specialised form's, `test_attention_ws.py`)
+    assert ("# `attn` runs as Gluon where (`CAUSAL` is set or `D` >= 128) and its tensors' rows are 16-byte aligned, "
+            "its source kernel (`_attn_triton`) elsewhere") in text
     path = tmp_path / "attn_sm90.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("attn_sm90", path)

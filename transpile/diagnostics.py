@@ -37,6 +37,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "launches they cannot address), or why not"),
     "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag and whose "
                              "tensors have 16-byte aligned rows (the source kernel kept for the others)"),
+    "TT044": (Severity.NOTE, "sm90: an attention kernel warp-specialised for its 128-row, 4-warp config (a TMA loader "
+                             "warp, two consumer warpgroups in ping-pong), or why not (the ring stays)"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

@@ -611,7 +611,10 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
             lines.append(f"# `{o.name}` reads its pointer tiles through TMA descriptors; launches they cannot address "
                          f"run the source kernel (`_{o.name}_triton`)")
         elif o.translated and o.dispatch is not None:
-            where = " and ".join([*([f"`{o.dispatch.when[0]}` is set"] if o.dispatch.when else []),
+            flag = f"`{o.dispatch.when[0]}` is set" if o.dispatch.when else ""
+            if flag and o.dispatch.unflagged_at_least:
+                flag = f"({flag} or {' and '.join(f'`{n}` >= {v}' for n, v in o.dispatch.unflagged_at_least)})"
+            where = " and ".join([*([flag] if flag else []),
                                   *([f"`{n}` >= {v}" for n, v in o.dispatch.at_least]),
                                   *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else []),
                                   *(["their elements 32-bit or wider"] if o.dispatch.reason == ALIGNMENT_REASON
@@ -741,7 +744,8 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
         return None
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
                     when=(param.name, param.default or "None") if param is not None else None, aligned=True,
-                    divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least)
+                    divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least,
+                    unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else ())
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -837,7 +841,9 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
         checks = "each launch's tensors and strides"
     else:
-        why = (dispatch.reason.split(" and, on aligned rows,")[0] if dispatch.narrow else dispatch.reason) or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"]
+        unflagged = " and ".join(f"`{n}` is at least {v}" for n, v in dispatch.unflagged_at_least)
+        why = (dispatch.reason.split(" and, on aligned rows,")[0] if dispatch.narrow else dispatch.reason) or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"
+                               + (f" or {unflagged}" if unflagged else "")]
                               if dispatch.when else []),
                             *([f"it is faster than this kernel only where `{n}` is at least {v}"
                                for n, v in dispatch.at_least]),
@@ -869,6 +875,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         when += f", {key}=({''.join(value(n) + ', ' for n in names)})" if names else ""
     if dispatch.at_least:
         when += f", at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.at_least)})"
+    if dispatch.unflagged_at_least:
+        when += f", unflagged_at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.unflagged_at_least)})"
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"

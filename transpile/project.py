@@ -587,7 +587,8 @@ def _dispatch(data: dict | None) -> Dispatch | None:
     return Dispatch(data["kernel"], tuple(data["params"]), tiles, tuple(data.get("helpers", ())),
                     tuple(when) if when is not None else None, bool(data.get("aligned", False)),  # type: ignore[arg-type]
                     tuple(data.get("divisible", ())), tuple(data.get("unit", ())),
-                    tuple((n, v) for n, v in data.get("at_least", ())))
+                    tuple((n, v) for n, v in data.get("at_least", ())),
+                    unflagged_at_least=tuple((n, v) for n, v in data.get("unflagged_at_least", ())))
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

@@ -27,6 +27,7 @@ from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import LoopRefusal, loop_header
 from transpile.cst_utils import (assigned_names, bound_names_of, calls_in, names_in, only_nodes, per_loop, read_names,
                                  single_assign)
+from transpile.cst_walk import preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -83,6 +84,13 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
 
     statement.visit(_Targets())
     return names
+
+
+def _tile_reads(node: cst.CSTNode) -> set[str]:
+    """The names `node` reads, but those read only for their element type (``v.dtype``)."""
+    dtype_only = {id(n.value) for n in preorder(node) if isinstance(n, cst.Attribute) and n.attr.value == "dtype"
+                  and isinstance(n.value, cst.Name)}
+    return {n.value for n in preorder(node) if isinstance(n, cst.Name) and id(n) not in dtype_only}
 
 
 def _transposed(source: SourceFile, node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -224,7 +232,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
             if other is not None and not _is_zero(source, other):
                 return refuse(other, f"the load of `{operand.value}` fills masked elements with a non-zero "
                               "`other` (cp.async fills them with zeros)")
-            uses = sum(operand.value in names_in(s) for j, s in enumerate(body) if j != i)
+            # (`p.to(v.dtype)`: the tile's element type, which the rings read from Q's, is not a use of the tile)
+            uses = sum(operand.value in _tile_reads(s) for j, s in enumerate(body) if j != i)
             if uses != 1:
                 return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined wgmma reads it "
                               "straight from shared memory")

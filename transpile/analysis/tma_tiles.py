@@ -144,6 +144,9 @@ class Dispatch:
     # constexpr parameters and the least value with which a launch runs the Gluon kernel (a form measured faster
     # than the source only from there: the attention ring at a fixed tile, from a head dimension of 128)
     at_least: tuple[tuple[str, int], ...] = ()
+    # with `when`: constexpr parameters and the least value with which a launch that does not set the flag runs the
+    # Gluon kernel all the same (the warp-specialised attention: full attention from a head dimension of 128)
+    unflagged_at_least: tuple[tuple[str, int], ...] = ()
     # why the launches that `aligned` turns away run the source kernel (the comment over its copy), when not the
     # copies' 16-byte moves
     reason: str = ""
@@ -868,15 +871,16 @@ class _TMAOrTriton:
     inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
-    than the source only then); `at_least`: (constexpr parameter, value) pairs, the same from a value on. `aligned`: only launches whose tensor arguments have 16-byte aligned addresses, a
-    unit last stride and the other strides multiples of 16 elements, whose `divisible` arguments are multiples of 16
-    (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells the compiler their rows are
-    aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
+    than the source only then), unless the `unflagged_at_least` (constexpr parameter, value) pairs hold; `at_least`:
+    (constexpr parameter, value) pairs, the same from a value on. `aligned`: only launches whose tensor arguments have
+    16-byte aligned addresses, a unit last stride and the other strides multiples of 16 elements, whose `divisible`
+    arguments are multiples of 16 (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells
+    the compiler their rows are aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
     made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
     (`triton.set_allocator`), one that allocates with torch is set."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
-                 divisible=(), unit=(), at_least=()):
+                 divisible=(), unit=(), at_least=(), unflagged_at_least=()):
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -887,12 +891,15 @@ class _TMAOrTriton:
         self.divisible = divisible
         self.unit = unit
         self.at_least = at_least
+        self.unflagged_at_least = unflagged_at_least
 
     def addressable(self, args, kwargs):
         values = dict(zip(self.params, args))
         values.update(kwargs)
         if self.when is not None and not values.get(*self.when):
-            return False
+            if not self.unflagged_at_least or any(not isinstance(values.get(name), int) or values[name] < least
+                                                  for name, least in self.unflagged_at_least):
+                return False
         for name, least in self.at_least:
             if not isinstance(values.get(name), int) or values[name] < least:
                 return False

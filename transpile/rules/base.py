@@ -63,6 +63,8 @@ class RuleContext:
     declared: tuple[int, int] = (0, 0)
     # sm90: the (rows, keys) tile size names of an attention ring on masked scores: its tile becomes a config.
     attention_tile: tuple[str, str] | None = None
+    # sm90: what the attention ring leaves for the warp-specialised attention (`hopper_attention.WSLoop`)
+    ws_attention: object | None = None
     # sm90: a constexpr flag only with which the kernel's Gluon form pays: the variant keeps the source kernel for
     # launches without it, behind the launcher (`_TMAOrTriton`, engine).
     launch_flag: str | None = None
@@ -74,6 +76,8 @@ class RuleContext:
     launch_unit: tuple[str, ...] = ()
     # ... and the constexpr parameters those launches set to at least a value (`Dispatch.at_least`)
     launch_at_least: tuple[tuple[str, int], ...] = ()
+    # ... and, with a flag, the constexpr parameters and values with which launches without it run the Gluon kernel
+    launch_unflagged_at_least: tuple[tuple[str, int], ...] = ()
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

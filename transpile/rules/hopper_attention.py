@@ -204,7 +204,8 @@ class HopperAttentionPipeline(Rule):
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        text, ring = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks, copy_nodes)
+        text, ring, ws_loop = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks,
+                                    copy_nodes)
         ctx.pipelined_loop(original, ring)
         if masks:
             ctx.attention_tile = ring_tile(ctx, plan)
@@ -212,6 +213,9 @@ class HopperAttentionPipeline(Rule):
         statements = list(module.body)  # the header comments parse as the module's header: put them back in front
         statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
                                                                   *statements[0].leading_lines])
+        if masks and pays:  # the warp-specialised form (`hopper_attention_ws`) may take the kernel's 4-warp configs
+            loop_text, names, count, index = ws_loop
+            ctx.ws_attention = WSLoop(plan, walk, tuple(strides), loop_text, names, count, index, tuple(statements))
         return cst.FlattenSentinel(statements)
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -235,6 +239,23 @@ class HopperAttentionPipeline(Rule):
                         ring.configs.append(config)
                 return updated.with_changes(decorators=decorators)
         return updated
+
+
+@dataclasses.dataclass(frozen=True)
+class WSLoop:
+    """What the attention ring leaves for the warp-specialised form (`hopper_attention_ws`): the plan, the K/V
+    address terms, the inner strides the launcher makes constexpr, the consumer partition's loop (text), the names
+    the form uses (`ws_names`), the loop's iteration count and value (text), and the statements the ring put where
+    the loop was (the consumer partition runs its own loop there)."""
+
+    plan: AttentionPlan
+    walk: object  # _AddressTerms
+    strides: tuple[str, ...]
+    loop_text: str
+    names: dict[str, str]
+    count: str
+    index: object  # LoopRange.value
+    ring: tuple[cst.BaseStatement, ...]
 
 
 def ring_tile(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str] | None:
@@ -929,8 +950,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales) or any(
         plan.var in m.reads for m in masks)
 
+    tile_dtype = _TileDtype({plan.k.name, plan.v.name}, dtype)  # (`p.to(v.dtype)`: no register tile `v` here)
+
     def statements(indices: list[int]) -> list[str]:
-        return [_indent(_text(body[i]), "    ") for i in indices]
+        return [_indent(_text(body[i].visit(tile_dtype)), "    ") for i in indices]
 
     def softmax_statements() -> list[str]:
         """The softmax, with each mask that is all true on most tiles built and applied only where it is not."""
@@ -1031,6 +1054,11 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"gl.convert_layout({plan.acc}, {pv_layout}), is_async=True)",
         f"{plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
     ]
+    w = ws_names(name)
+    ws_loop = _ws_consumer_loop(
+        (stages, it, slot, prev_slot, iters, p_prev), plan, w, index=index, count=count, uses_var=uses_var, before=statements(before),
+        softmax=softmax_statements(), rescales=statements(plan.rescales), after=statements(after), zeros=zeros,
+        p_text=p_text, dtype=dtype, acc_layout=acc_layout, m=m, n=n, d=d, pv_layout=pv_layout, p_layout=p_layout)
     pipelined = _indent("\n".join(lines), "    ")
     original = _indent(_text(updated), "    ")
     condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
@@ -1050,7 +1078,90 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                           "    # Rows with a stride: the loop runs as translated, unpipelined.", original])
     else:
         text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
-    return text + "\n", schedule
+    return text + "\n", schedule, (ws_loop, w, count, index)
+
+
+def ws_names(name) -> dict[str, str]:  # noqa: ANN001 - the loop's namer
+    """The names the warp-specialised form gives its shared buffers, barriers and partition parameters (unused in
+    the kernel: `loop_namer`)."""
+    return {key: name(key) for key in ("q_bufs", "k_ring", "v_ring", "k_ready", "k_empty", "v_ready", "v_empty",
+                                       "turn", "consumer", "NCONS", "ROWS", "last", "v_it", "k_desc", "v_desc",
+                                       "WS_STAGES", "ws_iters", "k_layout", "v_layout", "q_layout", "s")}
+
+
+def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, str], *, index, count: str,  # noqa: ANN001
+                      uses_var: bool,
+                      before: list[str], softmax: list[str], rescales: list[str], after: list[str], zeros: str,
+                      p_text: str, dtype: str, acc_layout: str, m: str, n: str, d: str, pv_layout: str,
+                      p_layout: str) -> str:
+    """The main loop as one consumer partition of the warp-specialised form runs it (`hopper_attention_ws`): the
+    K and V tiles come from the loader partition's ring (`ready` barriers), each tile is handed back (`empty`) once
+    this partition's wgmmas that read it are done, and the partitions take turns issuing their wgmmas (`turn`), so
+    that one's softmax runs while the other's wgmmas keep the tensor cores busy. The statements are the ring's
+    (same softmax, same masks); the row-split of the kernel's tiles is the caller's (`hopper_attention_ws`)."""
+    stages, it, slot, prev_slot, iters, p_prev = names
+    c, ncons = w["consumer"], w["NCONS"]
+    k_operand = f"{w['k_ring']}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{w['k_ring']}.index({slot})"
+
+    def turn(iteration: str, indent: str) -> list[str]:
+        return [f"{indent}_ws_turn_wait({w['turn']}, {iteration}, {c})"]
+
+    lines = [
+        "# Warp-specialised main loop (this partition's rows): K and V tiles come from the loader partition's ring.",
+        f"{stages}: gl.constexpr = {w['k_ring']}.shape[0]",
+        f"{pv_layout}: gl.constexpr = _mma_layout({m}, [{d}], {dtype}, gl.num_warps())",
+        f"{p_layout}: gl.constexpr = _register_a_layout({pv_layout}, {dtype})",
+        f"{w['q_bufs']}.index({c}).store({plan.q}.to({w['q_bufs']}.dtype))",
+        "fence_async_shared()  # the register store above is read by wgmma (the async proxy)",
+        f"{iters} = {count}",
+        f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
+        f"for {it} in range({iters}):",
+    ]
+    if uses_var:
+        lines.append(f"    {plan.var} = {index(it)}")
+    lines += before
+    lines += [
+        f"    {slot} = {it} % {stages}",
+        "    # PV of the previous iteration (of a zero P in the first: it adds nothing, and reads the first V tile).",
+        f"    {w['v_it']} = gl.maximum({it} - 1, 0)",
+        f"    {prev_slot} = {w['v_it']} % {stages}",
+        f"    mbarrier.wait({w['k_ready']}.index({slot}), ({it} // {stages}) & 1)",
+        f"    mbarrier.wait({w['v_ready']}.index({prev_slot}), ({w['v_it']} // {stages}) & 1)",
+        *turn(it, "    "),
+        f"    {plan.scores} = warpgroup_mma({w['q_bufs']}.index({c}), {k_operand}, {zeros}, is_async=True)",
+        f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({prev_slot}), gl.convert_layout({plan.acc}, "
+        f"{pv_layout}), is_async=True)",
+        f"    _ws_turn_pass({w['turn']}, {c}, {ncons})",
+        "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax.",
+        f"    {plan.scores}, _ = warpgroup_mma_wait(1, deps=[{plan.scores}, {w['k_ring']}.index({slot})])",
+        f"    mbarrier.arrive({w['k_empty']}.index({slot}))",
+    ]
+    if plan.scores_scale is not None:
+        factor, left = plan.scores_scale
+        lines.append(f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
+                     f"    {plan.scores} = {plan.scores} * {_text(factor)}")
+    lines += softmax
+    lines += [
+        f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {w['v_ring']}.index({prev_slot})])",
+        f"    mbarrier.arrive({w['v_empty']}.index({prev_slot}), pred={it} > 0)",
+        f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",
+    ]
+    lines += rescales
+    lines.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
+    lines += after
+    lines += [
+        "# The last iteration's PV.",
+        f"if {iters} > 0:",
+        f"    {w['last']} = ({iters} - 1) % {stages}",
+        f"    mbarrier.wait({w['v_ready']}.index({w['last']}), (({iters} - 1) // {stages}) & 1)",
+        *turn(iters, "    "),
+        f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({w['last']}), gl.convert_layout({plan.acc}, "
+        f"{pv_layout}), is_async=True)",
+        f"    _ws_turn_pass({w['turn']}, {c}, {ncons})",
+        f"    {plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
+        f"    mbarrier.arrive({w['v_empty']}.index({w['last']}))",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 class _TileDtype(cst.CSTTransformer):

@@ -10,6 +10,7 @@ from transpile.rules.descriptors import DescriptorsAsTMA
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
 from transpile.rules.hopper_attention import HopperAttentionPipeline
+from transpile.rules.hopper_attention_ws import HopperAttentionWarpSpecialize
 from transpile.rules.hopper_cp_async import HopperCpAsyncPipeline
 from transpile.rules.hopper_pipeline import HopperTMAPipeline
 from transpile.rules.language import Barrier, JitDecorator, LanguageNames, Transpose
@@ -20,7 +21,7 @@ from transpile.targets import snippets as s
 
 RULES = (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(), HelperTupleConversions(),
          Dot(), HoistConversions(), DescriptorsAsTMA(), HopperAttentionPipeline(), HopperTMAPipeline(),
-         LayoutDeclarations(), HopperCpAsyncPipeline())
+         LayoutDeclarations(), HopperCpAsyncPipeline(), HopperAttentionWarpSpecialize())
 
 IMPORTS = (
     "from triton.experimental import gluon",
@@ -78,6 +79,23 @@ TMA_ALIASES = '''
 # TMA copies: `tma.async_load`/`tma.async_store` in Triton 3.9, `async_copy_*` before it.
 _tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+'''
+
+WS_TURNS = '''
+@gluon.jit
+def _ws_turn_wait(turn, t, C: gl.constexpr):
+    """Wait for consumer partition `C`'s `t`-th turn to issue its wgmmas: consumer 0 goes first (a fresh mbarrier
+    counts as having completed the phase before phase 0), then each waits for the one before it to pass the turn."""
+    if C == 0:
+        mbarrier.wait(turn.index(C), (t & 1) ^ 1)
+    else:
+        mbarrier.wait(turn.index(C), t & 1)
+
+
+@gluon.jit
+def _ws_turn_pass(turn, C: gl.constexpr, NCONS: gl.constexpr):
+    """Consumer partition `C` has issued its wgmmas: the next consumer's turn."""
+    mbarrier.arrive(turn.index((C + 1) % NCONS))
 '''
 
 WS_WGMMA_CONSUMER = '''
@@ -225,6 +243,7 @@ SM90 = Target(
         "register_a_layout": REGISTER_A_LAYOUT,
         "tma_aliases": TMA_ALIASES,
         "ws_wgmma_consumer": WS_WGMMA_CONSUMER,
+        "ws_turns": WS_TURNS,
         "cp_async": CP_ASYNC,
         "copy_layout": COPY_LAYOUT,
         "autotune_stages": AUTOTUNE_STAGES,

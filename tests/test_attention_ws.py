@@ -1,0 +1,150 @@
+"""sm90: the warp-specialised attention (a TMA loader warp, two consumer warpgroups in ping-pong): what it emits for
+an autotuned flash-attention kernel, and the TT044 note naming why a kernel keeps the ring."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.formatting import format_texts
+from transpile.rules.hopper_attention_ws import EXAMPLE
+from transpile.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KERNEL = EXAMPLE  # an autotuned causal attention kernel in the tutorial's style
+
+_CACHE: dict[str, object] = {}
+
+
+def _translate(text: str):  # noqa: ANN202 - TranslationResult, its text formatted as the command line writes it
+    if text not in _CACHE:
+        result = translate_source(text, "k.py", get_target("sm90"))
+        result.text = format_texts([result.text])[0]
+        _CACHE[text] = result
+    return _CACHE[text]
+
+
+def _notes(result) -> list[str]:  # noqa: ANN001
+    return [d.message for d in result.diagnostics if d.code == "TT044"]
+
+
+def test_kernel_is_warp_specialised() -> None:
+    result = _translate(KERNEL)
+    text = result.text
+    assert _notes(result) and "warp-specialised for the 128x128, 4-warp config" in _notes(result)[0]
+    # the partitions: the kernel's own code per consumer (rows split), the loader's TMA copies
+    assert "def _attn_ws_consumer(" in text and "def _attn_ws_loader(" in text
+    consumer = text[text.index("def _attn_ws_consumer("):text.index("def _attn_ws_loader(")]
+    assert "ROWS: gl.constexpr = BM // NCONS" in consumer
+    assert re.search(r"rows = pid \* BM \+ \(\s*consumer \* ROWS \+ gl\.arange\(0, ROWS", consumer)
+    assert "acc = gl.zeros([ROWS, D]" in consumer and "m_i = gl.full(\n        [ROWS]," in consumer
+    assert "hi = gl.minimum((pid + 1) * BM, seq)" in consumer  # scalar arithmetic keeps the CTA's rows
+    assert "_ws_turn_wait(turn, it, consumer)" in consumer and "_ws_turn_pass(turn, consumer, NCONS)" in consumer
+    assert "mbarrier.arrive(k_empty.index(slot))" in consumer
+    assert "mbarrier.arrive(v_empty.index(prev_slot), pred=it > 0)" in consumer
+    loader = text[text.index("def _attn_ws_loader("):]
+    assert "_tma_async_load(k_desc, [start_n, 0], k_ready.index(slot), k_ring.index(slot))" in loader
+    # the kernel: the form under its compile-time test, descriptors per head, the partitions, the ring otherwise
+    kernel = text[text.index("def attn("):]
+    assert "if BM == 128 and gl.num_warps() == 4:" in kernel
+    # (the K address's terms followed through `base = head * s_h`)
+    assert re.search(r"k_desc = tma\.make_tensor_descriptor\(\s*k_ptr \+ head \* s_h,\s*shape=\[seq, D\],\s*"
+                     r"strides=\[s_n, 1\],\s*block_shape=\[BN, D\]", kernel)
+    # the scalars the descriptors and the loop range read, made before them (the kernel's own statements)
+    assert re.search(r"head = gl\.program_id\(1\)\n\s*hi = gl\.minimum", kernel.split("else:")[0])
+    assert re.search(r"\],\s*\[4, 1\],\s*\[240, 24\],?\s*\)", kernel)
+    assert '"BM": 128, "BN": 128}, num_warps=4' in text  # the form's config, beside the ring's
+    assert "async_copy.wait_group" in kernel  # the ring, for the other configs
+
+
+def test_fixture_is_warp_specialised() -> None:
+    path = ROOT / "fixtures" / "attention_fwd.py"
+    result = translate_source(path.read_text(), "fixtures/attention_fwd.py", get_target("sm90"))
+    assert any("warp-specialised for" in n for n in _notes(result))
+    assert "def _attn_fwd_kernel_ws_consumer(" in result.text
+
+
+@pytest.mark.parametrize(("old", "new", "why"), [
+    ("    acc = acc / l_i[:, None]\n", "    if pid * BM >= seq:\n        return\n    acc = acc / l_i[:, None]\n",
+     "the kernel returns early"),
+    ("    acc = acc / l_i[:, None]\n",
+     "    tl.store(o_ptr + head, tl.sum(l_i, axis=0))\n    acc = acc / l_i[:, None]\n",
+     "reduces along another axis than 1"),
+    ('@triton.autotune(\n    configs=[triton.Config({"BM": 128, "BN": 64}, num_warps=8, num_stages=3)],\n'
+     '    key=["seq", "D"],\n)\n', "", "no autotune table"),
+    ("    cols = tl.arange(0, BN)\n", "    cols = tl.arange(0, BN)\n    extra = tl.arange(0, BM)\n",
+     "2 `tl.arange(0, BM)` row vectors"),
+    ("mask=keys[:, None] < seq, other=0.0)\n        qk", "other=0.0)\n        qk", "rows are not masked"),
+])
+def test_refusals_name_the_construct(old: str, new: str, why: str) -> None:
+    assert old in KERNEL
+    result = _translate(KERNEL.replace(old, new))
+    notes = _notes(result)
+    assert notes and "no warp-specialised form" in notes[0] and why in notes[0], notes
+    line = next(d.line for d in result.diagnostics if d.code == "TT044")
+    assert "for start_n in range" in KERNEL.replace(old, new).splitlines()[line - 1]  # at the loop
+    assert "gl.warp_specialize" not in result.text
+
+
+class _Tensor:
+    """A contiguous fp16 tensor as the launcher sees it (address, strides, element size)."""
+
+    def __init__(self, address: int, strides: tuple[int, ...]) -> None:
+        self.address, self.strides = address, strides
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def stride(self) -> tuple[int, ...]:
+        return self.strides
+
+    def element_size(self) -> int:
+        return 2
+
+
+class _Kernel:
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid):  # noqa: ANN001, ANN204
+        return lambda *args, **kwargs: self.log.append(self.name)
+
+
+@pytest.mark.parametrize(("causal", "head_dim", "expected"), [
+    (True, 64, "gluon"),  # the flag: the ring (or the form) leaves out the causal mask
+    (False, 128, "gluon"),  # full attention from a head dimension of 128: the warp-specialised form's config
+    (False, 64, "triton"),  # full attention at 64: no form measured faster than the source
+])
+def test_the_launcher_runs_full_attention_from_head_dimension_128(causal: bool, head_dim: int, expected: str) -> None:
+    """The golden's launcher: launches without `CAUSAL` run the Gluon kernel where `HEAD_DIM` >= 128."""
+    path = ROOT / "fixtures" / "expected" / "sm90" / "attention_fwd_sm90.py"
+    spec = importlib.util.spec_from_file_location("attention_ws_launcher", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)  # imports triton and gluon; compiles nothing
+    log: list = []
+    launcher = module.attn_fwd_kernel
+    launcher.gluon_kernel, launcher.triton_kernel = _Kernel("gluon", log), _Kernel("triton", log)
+    n = 1024
+    strides = (16 * n * head_dim, n * head_dim, head_dim, 1)
+    q, k, v, o = (_Tensor(4096 * (i + 1), strides) for i in range(4))
+    launcher[(8, 32)](q, k, v, o, 0.1, *strides, *strides, *strides, *strides, 16, n, HEAD_DIM=head_dim,
+                      CAUSAL=causal)
+    assert log == [expected]
+
+
+def test_p_cast_to_the_v_tile_type_is_read_as_q_type() -> None:
+    """``p = p.to(v.dtype)`` before the second dot (a public style): the tile's type is not a use of the tile; the
+    ring and the consumers, which hold no register tile `v`, read Q's type."""
+    text = KERNEL.replace("        acc = tl.dot(p.to(tl.float16), v, acc)\n",
+                          "        p = p.to(v.dtype)\n        acc = tl.dot(p, v, acc)\n")
+    result = _translate(text)
+    assert any("warp-specialised for" in n for n in _notes(result))
+    consumer = result.text[result.text.index("def _attn_ws_consumer("):result.text.index("def _attn_ws_loader(")]
+    assert "p = p.to(q.dtype)" in consumer and "v.dtype" not in consumer
