@@ -148,3 +148,16 @@ def test_p_cast_to_the_v_tile_type_is_read_as_q_type() -> None:
     assert any("warp-specialised for" in n for n in _notes(result))
     consumer = result.text[result.text.index("def _attn_ws_consumer("):result.text.index("def _attn_ws_loader(")]
     assert "p = p.to(q.dtype)" in consumer and "v.dtype" not in consumer
+
+
+def test_k_loaded_transposed_is_read_through_its_row_major_view() -> None:
+    """K loaded [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)` on `k_ptr + offs_n[None, :] * stride_kn + offs_d[:, None]`): the
+    descriptor reads the [BLOCK_N, HEAD_DIM] tile the ring copies it as; QK^T reads its transposed view."""
+    path = ROOT / "fixtures" / "fx_attention_kt.py"
+    result = translate_source(path.read_text(), "fixtures/fx_attention_kt.py", get_target("sm90"))
+    assert any("warp-specialised for" in n for n in _notes(result))
+    text = result.text
+    assert ("k_desc = tma.make_tensor_descriptor(K + off_b * stride_kb + off_h * stride_kh, shape=[seqlen, HEAD_DIM], "
+            "strides=[stride_kn, 1], block_shape=[BLOCK_N, HEAD_DIM], layout=k_layout)") in text
+    consumer = text[text.index("def _attn_kt_fwd_ws_consumer("):text.index("def _attn_kt_fwd_ws_loader(")]
+    assert "k_ring.index(slot).permute((1, 0))" in consumer

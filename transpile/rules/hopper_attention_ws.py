@@ -269,8 +269,8 @@ class _Form:
         plan, walk = self.plan, self.ws.walk
         load = plan.k if key == "k" else plan.v
         what = key.upper()
-        if key == "k" and plan.k_swapped:
-            return "K is loaded [HEAD_DIM, BLOCK_N] (a transposed descriptor is not written yet)"
+        # (a K loaded [HEAD_DIM, BLOCK_N]: `plan.k` and its address terms are already those of its [BLOCK_N,
+        # HEAD_DIM] view, the tile the descriptor reads, `hopper_attention._transposed_k`)
         other = next((a.value for a in load.call.args if a.keyword is not None and a.keyword.value == "other"), None)
         if other is not None and code(other).strip() not in ("0", "0.0", "0."):
             return f"the {what} load's `other` is not 0 (a descriptor reads zeros out of range)"
