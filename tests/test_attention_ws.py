@@ -161,3 +161,23 @@ def test_k_loaded_transposed_is_read_through_its_row_major_view() -> None:
             "strides=[stride_kn, 1], block_shape=[BLOCK_N, HEAD_DIM], layout=k_layout)") in text
     consumer = text[text.index("def _attn_kt_fwd_ws_consumer("):text.index("def _attn_kt_fwd_ws_loader(")]
     assert "k_ring.index(slot).permute((1, 0))" in consumer
+
+
+def test_k_addressed_through_a_2d_name_made_of_a_2d_name_is_re_evaluated_transposed() -> None:
+    """K loaded [D, BN] through `k_ptrs = k_ptr + off_k`, `off_k` itself a 2-D name (a public inference style): the
+    ring re-evaluates both transposed from their 1-D parts; converting `k_ptrs` as it is would read K untransposed
+    (wrong addresses, and a copy that does not compile: found on a public kernel)."""
+    text = KERNEL.replace(
+        "    hi = tl.minimum((pid + 1) * BM, seq)\n",
+        "    hi = tl.minimum((pid + 1) * BM, seq)\n    off_k = cols[None, :] * s_n + dims[:, None]\n"
+        "    k_ptrs = k_ptr + base + off_k\n").replace(
+        "        k = tl.load(k_ptr + base + keys[:, None] * s_n + dims[None, :], mask=keys[:, None] < seq, other=0.0)\n"
+        "        qk = tl.dot(q, tl.trans(k))\n",
+        "        k = tl.load(k_ptrs + start_n * s_n, mask=keys[None, :] < seq, other=0.0)\n        qk = tl.dot(q, k)\n")
+    assert "off_k" in text and "tl.dot(q, k)" in text
+    result = _translate(text)
+    kernel = result.text[result.text.index("\ndef attn("):]
+    assert "gl.convert_layout(k_ptrs" not in kernel and "gl.convert_layout(off_k" not in kernel
+    assert "off_k_ring = cols_ring[:, None] * s_n + dims_ring[None, :]" in kernel  # keys down the rows
+    assert "k_ptrs_ring = k_ptr + base + off_k_ring" in kernel
+    assert any("warp-specialised for" in n for n in _notes(result))

@@ -124,6 +124,16 @@ class HopperAttentionPipeline(Rule):
                 ctx.diagnostics.append(ctx.source.diagnostic(view.node, "TT040",
                                                              f"main loop not pipelined: {view.reason}"))
                 return updated
+            # Its 2-D address names are re-evaluated transposed from their 1-D parts: converting one as it is would
+            # read K untransposed.
+            probe = _Relayout(ctx, name_terms(ctx.plan), str, [], view.k_definitions)
+            stuck = sorted(n for n in view.k_definitions if probe.expression_of(n) is None)
+            if stuck:
+                ctx.diagnostics.append(ctx.source.diagnostic(plan.k.call, "TT040", (
+                    "main loop not pipelined: attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N], which the "
+                    f"cp.async ring copies through its transposed addresses, and `{stuck[0]}` cannot be re-evaluated "
+                    "transposed from index vectors and scalars")))
+                return updated
             plan = view
         body = list(updated.body.body)  # type: ignore[union-attr]
         if len(body) != len(original.body.body):  # type: ignore[union-attr]
@@ -619,6 +629,7 @@ class _Relayout:
         self.definitions, self.counts = _definitions(ctx.function.node)
         self.definitions.update(overrides or {})  # (the transposed K addresses: `AttentionPlan.k_definitions`)
         self.done: dict[tuple[str, str], str] = {}
+        self.converted: set[str] = set()  # 2-D tensors converted as they are (not re-evaluated from 1-D parts)
 
     def name_in(self, tensor: str, layout: str, suffix: str, axis: int | None = None) -> str:
         """The name of `tensor` in `layout` (the statement defining it is appended on first use). A 1-D tensor goes
@@ -632,8 +643,10 @@ class _Relayout:
             if term.slice_of is not None:
                 text = f"gl.convert_layout({tensor}, gl.SliceLayout({axis}, {layout}))"
             else:
-                text = self.expression(self.expression_of(tensor), layout, suffix) or \
-                    f"gl.convert_layout({tensor}, {layout})"
+                text = self.expression(self.expression_of(tensor), layout, suffix)
+                if text is None:
+                    self.converted.add(tensor)
+                    text = f"gl.convert_layout({tensor}, {layout})"
             new = self.name(f"{tensor}_{suffix}")
             self.lines.append(f"{new} = {text}")
             self.done[key] = new
@@ -645,8 +658,10 @@ class _Relayout:
         if node is None or not _elementwise(node):
             return None
         names = sorted(names_in(node))
-        if any(self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None) for n in names):
+        if any(self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None
+                                              and self.expression_of(n) is None) for n in names):
             return None
+        # (a 2-D name made by such arithmetic itself, `k_ptrs = K + off_k`, is re-evaluated in turn)
         return _text(node, {n: self.name_in(n, layout, suffix, _axis_of([node], n)) for n in names if n in self.terms})
 
     def load(self, tensor: str, layout: str, suffix: str) -> str | None:
@@ -667,6 +682,10 @@ class _Relayout:
                     self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None and
                                                   self.expression_of(n) is None) for n in names_in(part))):
                 return None
+            # (`expression` re-evaluates arithmetic on 1-D tensors only: a 2-D name is taken whole, as the pointer)
+            bare = isinstance(part, cst.Name) and part is pointer
+            if not bare and any(n in self.terms and self.terms[n].slice_of is None for n in names_in(part)):
+                return None
         if isinstance(pointer, cst.Name) and pointer.value in self.terms:
             address = self.name_in(pointer.value, layout, suffix)
         else:
@@ -678,11 +697,13 @@ class _Relayout:
             args.append(f"other={_text(keywords['other'])}")
         return f"gl.load({', '.join(args)})"  # type: ignore[arg-type]
 
-    def expression_of(self, tensor: str) -> cst.BaseExpression | None:
-        """The definition of a 2-D `tensor` when it can be re-evaluated from its 1-D parts."""
+    def expression_of(self, tensor: str, depth: int = 0) -> cst.BaseExpression | None:
+        """The definition of a 2-D `tensor` when it can be re-evaluated from its 1-D parts (through 2-D names made
+        the same way)."""
         node = self.definitions.get(tensor)
-        if node is None or self.counts.get(tensor, 0) != 1 or not _elementwise(node) or any(
-                self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None)
+        if node is None or depth > 8 or self.counts.get(tensor, 0) != 1 or not _elementwise(node) or any(
+                self.counts.get(n, 0) > 1 or (n in self.terms and self.terms[n].slice_of is None
+                                              and self.expression_of(n, depth + 1) is None)
                 for n in names_in(node)):
             return None
         return node
