@@ -6,6 +6,8 @@ function; these tests read its facts through the source positions of the nodes t
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
@@ -403,3 +405,88 @@ def test_jit_applied_as_a_call_is_a_kernel() -> None:
     assert "\n_scale = gluon.jit(_scale)\n" in text and "def _scale(x_ptr, y_ptr, n, FACTOR: gl.constexpr" in text
     assert '_scale = triton.heuristics({"FACTOR": lambda args: 2.0})(_scale)' in text
     assert "gl.arange(0, BLOCK, layout=" in text
+
+
+RANK_BY_BRANCH = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def update(s_ptr, x_ptr, d_ptr, b_ptr, n, m, PER_ROW: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    mask = (rows[:, None] < n) & (cols[None, :] < m)
+    s = tl.load(s_ptr + rows[:, None] * m + cols[None, :], mask=mask, other=0.0)
+    b = tl.load(b_ptr + cols, mask=cols < m, other=0.0)
+    if PER_ROW:
+        d = tl.load(d_ptr + rows, mask=rows < n, other=0.0)
+        db = b[None, :] * d[:, None]
+    else:
+        d = tl.load(d_ptr)
+        db = b * d
+    tl.store(s_ptr + rows[:, None] * m + cols[None, :], s + db, mask=mask)
+'''
+
+
+def test_a_name_of_another_rank_in_each_branch_is_refused() -> None:
+    """`db` 2-D under `if PER_ROW:` and 1-D else (Triton compiles the branch taken): one layout per name cannot hold
+    both, so the kernel is kept as Triton, the `if` named (found in a public state-update kernel: the variant did
+    not compile)."""
+    source, plans = analyse(RANK_BY_BRANCH)
+    assert refusals(source, plans["update"]) == [("TT010", line_of(RANK_BY_BRANCH, "if PER_ROW:"), 5)]
+    result = translate_source(RANK_BY_BRANCH, "x.py", get_target("gfx950"))
+    assert [f.translated for f in result.functions] == [False]
+    assert "`db` is a rank-2 tensor after this `if` branch and a rank-1 tensor after the other" in result.text
+
+
+SPLIT_METHOD = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def pack(q_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    start = tl.program_id(0) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    q = tl.load(q_ptr + offs, mask=offs < n, other=0)
+    lo, hi = q.reshape((BLOCK // 2, 2)).split()
+    flat = tl.reshape(lo << 4 | (hi & 0xF), (BLOCK // 2,))
+    out = start // 2 + tl.arange(0, BLOCK // 2)
+    tl.store(out_ptr + out, flat, mask=out < n // 2)
+'''
+
+
+def test_split_as_a_method_is_split() -> None:
+    """`x.split()` is `tl.split(x)`: two tensors converted after the line, so that what is made of them (a reshape
+    stored through 1-D addresses) has a layout; read as a scalar before, the store mixed two layouts (a public 4-bit
+    quantisation kernel's variant did not compile)."""
+    result = translate_source(SPLIT_METHOD, "x.py", get_target("sm90"))
+    text = result.text
+    assert "lo = gl.convert_layout(lo, " in text and "hi = gl.convert_layout(hi, " in text
+    assert re.search(r"flat = gl\.convert_layout\(gl\.reshape\(lo << 4 \| \(hi & 0xF\), \(BLOCK // 2,\)\), \w+\)",
+                     text)
+
+
+INLINE_ASM_PAIR = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _halves(x):
+    return tl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", args=[x], dtype=(tl.float16, tl.float16),
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def unpack(w_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    lo, hi = _halves(tl.load(w_ptr + offs, mask=offs < n, other=0))
+    tl.store(out_ptr + offs, lo + hi, mask=offs < n)
+'''
+
+
+def test_inline_asm_with_several_results_is_a_tuple() -> None:
+    """`tl.inline_asm_elementwise(..., dtype=(f16, f16))` returns two tensors in the arguments' layout: nothing
+    converts the tuple (a layout conversion of it did not compile)."""
+    text = translate_source(INLINE_ASM_PAIR, "x.py", get_target("sm90")).text
+    kernel = text[text.index("def unpack("):]
+    assert "    lo, hi = _halves(gl.load(" in kernel and "gl.convert_layout(_halves(" not in kernel

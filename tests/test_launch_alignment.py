@@ -208,6 +208,14 @@ def test_verify_asks_for_the_type_of_a_pointer_whatever_its_name():
     # `base + row * stride + cols` in the helper: `base` (never compared nor multiplied), passed `x_ptr`
     assert pointer_params(helper, helper.functions["_load_row"]) == {"base"}
     assert pointer_params(helper, helper.functions["k"]) == {"x_ptr", "y_ptr"}
+    # a block pointer's base (`make_block_ptr(base=X, ...)`, or positional) is one too
+    blocks = discover(parse_source(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef copy(X, Y, M, N, s, BM: tl.constexpr):\n"
+        "    src = tl.make_block_ptr(base=X, shape=(M, N), strides=(s, 1), offsets=(0, 0), block_shape=(BM, BM), "
+        "order=(1, 0))\n"
+        "    dst = tl.make_block_ptr(Y, (M, N), (s, 1), (0, 0), (BM, BM), (1, 0))\n"
+        "    tl.store(dst, tl.load(src, boundary_check=(0, 1)), boundary_check=(0, 1))\n", "b.py"))
+    assert pointer_params(blocks, blocks.functions["copy"]) == {"X", "Y"}
 
 
 GEMV = '''import triton

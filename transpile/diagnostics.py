@@ -25,6 +25,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
                               "cannot be read"),
     "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path; nothing is written"),
+    "TT007": (Severity.ERROR, "the file's @triton.jit kernels are defined inside a module-level block (`if`, `try`, "
+                              "`with`): only module-level kernels are translated"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),

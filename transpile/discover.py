@@ -205,6 +205,30 @@ def _call_forms(source: SourceFile) -> dict[str, dict[str, object]]:
     return {name: entry for name, entry in found.items() if "jit" in entry}
 
 
+def nested_kernels(source: SourceFile) -> list[tuple[cst.FunctionDef, cst.CSTNode]]:
+    """@triton.jit functions defined below module level, each with the statement that holds it (an `if`, `try`,
+    `with` or `for` block, a function or a class): `discover` reads module-level definitions only."""
+    found: list[tuple[cst.FunctionDef, cst.CSTNode]] = []
+
+    def visit(node: cst.CSTNode, holder: cst.CSTNode | None) -> None:
+        for child in node.children:
+            if isinstance(child, cst.FunctionDef):
+                if holder is not None and any(source.qualified_name(decorator_target(d)) == TRITON_JIT
+                                              for d in child.decorators):
+                    found.append((child, holder))
+                visit(child, child)
+            elif isinstance(child, cst.ClassDef):
+                visit(child, child)
+            elif isinstance(child, (cst.If, cst.Try, cst.With, cst.For, cst.While)):
+                visit(child, holder or child)
+            elif isinstance(child, (cst.IndentedBlock, cst.Else, cst.ExceptHandler, cst.Finally,
+                                    cst.SimpleStatementSuite)):
+                visit(child, holder)
+
+    visit(source.module, None)
+    return found
+
+
 def discover(source: SourceFile) -> ModuleFacts:
     functions: dict[str, JitFunction] = {}
     call_forms = _call_forms(source)

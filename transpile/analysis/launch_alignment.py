@@ -168,7 +168,13 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
         elif isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, (cst.Add, cst.Subtract)):
             offsets |= names_in(node.left) | names_in(node.right)
     found: set[str] = set()
-    for _, pointer in _addresses(facts, fn, MEMORY):
+    # (a block pointer's or a tensor descriptor's base is an address base too: `make_block_ptr(base=X, ...)`)
+    bases = [(call, base) for call, base in _addresses(facts, fn, {"make_block_ptr", "make_tensor_descriptor"})]
+    bases += [(call, a.value) for call in calls_in(fn.node) for a in call.args
+              if a.keyword is not None and a.keyword.value == "base"
+              and (language_name(facts.source.qualified_name(call.func)) or "").rsplit(".", 1)[-1]
+              in ("make_block_ptr", "make_tensor_descriptor")]
+    for _, pointer in [*_addresses(facts, fn, MEMORY), *bases]:
         names = candidates(pointer, frozenset())
         if len(names) > 1:
             names = (names - offsets) if len(names - offsets) == 1 else {n for n in names if n.endswith(

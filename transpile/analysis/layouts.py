@@ -536,10 +536,25 @@ class _FunctionWalker:
                         self.env[name] = old
                         if name in terms:
                             self.name_terms[name] = terms[name]
+            then = dict(self.env)
             if isinstance(orelse, cst.If):
                 self.walk_statement(orelse)
             elif isinstance(orelse, cst.Else):
                 self.walk_body(orelse.body)
+            if orelse is not None:
+                # A name both branches leave as tensors of different ranks (`db = b[None, :] * d[:, None]` under
+                # `if PER_ROW:`, `db = b * d` else): Triton compiles the branch a constexpr test takes, with either
+                # rank after it; the translation gives each name one layout.
+                for name, value in self.env.items():
+                    other = then.get(name)
+                    if (isinstance(value, Tensor) and isinstance(other, Tensor) and other is not env.get(name)
+                            and value is not env.get(name) and None not in (value.rank, other.rank)
+                            and value.rank != other.rank):
+                        self.refuse(statement, "TT010", (
+                            f"`{name}` is a rank-{other.rank} tensor after this `if` branch and a rank-{value.rank} "
+                            "tensor after the other; the Gluon translation gives a name one layout: give each "
+                            "rank its own name"))
+                        break
         elif isinstance(statement, cst.For):
             self.eval(statement.iter)
             self.bind_target(statement.target, SCALAR, None)
@@ -884,19 +899,7 @@ class _FunctionWalker:
             value = self.elementwise(node)
             return Tup((value, value))
         if name == "split":
-            value = self.eval(self.arg(node, 0, "a"))
-            if not isinstance(value, Tensor):
-                return SCALAR
-            operand = self.arg(node, 0, "a")
-            whole = self.fresh(node, "split", rank=value.rank, shape=list(value.shape) if value.shape else None,
-                               origins={"split"}, plain=True, whole_last=True)
-            self.unify_or_convert(whole, operand, value.term)  # type: ignore[arg-type]
-            rank = value.rank - 1 if value.rank is not None else None
-            shape = value.shape[:-1] if value.shape else None
-            # Like a helper returning two tensors: `a, b = tl.split(x)`, each name converted after the line.
-            self.tuple_calls[node] = "tl.split"
-            return Tup(tuple(Tensor(self.fresh(node, f"item{i}", rank=rank, origins={"opaque"}), value.elem, shape)
-                             for i in range(2)))
+            return self.split(node, self.arg(node, 0, "a"))
         if name == "gather":
             source = self.eval(self.arg(node, 0, "src"))
             index = self.eval(self.arg(node, 1, "index"))
@@ -921,7 +924,9 @@ class _FunctionWalker:
             if not tensors:
                 return SCALAR
             dtype = self.arg(node, 3, "dtype")
-            elem = self.dtype_text(dtype) if dtype is not None and not isinstance(dtype, (cst.Tuple, cst.List)) else None
+            if isinstance(dtype, (cst.Tuple, cst.List)):  # several results: a tuple of tensors of the args' layout
+                return Tup(tuple(tensors[0].derive(elem=self.dtype_text(e.value)) for e in dtype.elements))
+            elem = self.dtype_text(dtype) if dtype is not None else None
             return tensors[0].derive(elem=elem)
         if name in CREATIONS:
             return self.creation(node, name)
@@ -1177,7 +1182,24 @@ class _FunctionWalker:
                             "combine function of a Gluon scan or reduction it does not compile (bring it into this "
                             "file at module level)")
 
+    def split(self, node: cst.Call, operand: cst.BaseExpression | None) -> Value:
+        """`tl.split(x)` and `x.split()`: two tensors, each converted after the line (like a helper's tuple)."""
+        value = self.eval(operand)
+        if not isinstance(value, Tensor):
+            return SCALAR
+        whole = self.fresh(node, "split", rank=value.rank, shape=list(value.shape) if value.shape else None,
+                           origins={"split"}, plain=True, whole_last=True)
+        self.unify_or_convert(whole, operand, value.term)  # type: ignore[arg-type]
+        rank = value.rank - 1 if value.rank is not None else None
+        shape = value.shape[:-1] if value.shape else None
+        # Like a helper returning two tensors: `a, b = tl.split(x)`, each name converted after the line.
+        self.tuple_calls[node] = "tl.split"
+        return Tup(tuple(Tensor(self.fresh(node, f"item{i}", rank=rank, origins={"opaque"}), value.elem, shape)
+                         for i in range(2)))
+
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
+        if method == "split" and not node.args:  # `x.split()`: as `tl.split(x)`
+            return self.split(node, node.func.value)  # type: ignore[attr-defined]
         if method in SCANS:
             return self.scan(node, node.func.value)  # type: ignore[attr-defined]
         if method in language.METHOD_FUNCTIONS:
