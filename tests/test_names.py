@@ -34,6 +34,11 @@ def test_golden_has_no_undefined_name(fixture_name: str, target_name: str) -> No
      "def helper():\n    return G\n", []),
     ("def k(a):\n    b = a\n    if a:\n        c = 1\n    return b, c\n", []),  # a constexpr `if` may bind it
     ("def k(a):\n    a += b\n", ["b"]),
+    # a closure reads its enclosing function's names when called: `n` bound after `grid` is defined (a public
+    # launch wrapper's style); a method's `__class__`; a name bound nowhere is still reported
+    ("def f(x):\n    def grid(meta):\n        return (n // meta['B'],)\n    n = len(x)\n    return grid\n", []),
+    ("class C:\n    def m(self):\n        return __class__\n", []),
+    ("def f(x):\n    def grid(meta):\n        return (m // meta['B'],)\n    n = len(x)\n    return grid\n", ["m"]),
 ])
 def test_undefined_names(text: str, expected: list[str]) -> None:
     assert _names(text) == expected

@@ -86,6 +86,9 @@ class _Checker:
         self.functions = functions  # the module-level functions whose bodies are read (None: all)
         self.found: list[UndefinedName] = []
         self.declarations = True  # False: the statement being read holds no `global`/`nonlocal` (by its text)
+        # Per enclosing function being read: every name its body binds. A nested function reads them when it is
+        # called (a closure: `def grid(meta): return (cdiv(n, ...),)` before `n = x.numel()`), not where defined.
+        self.enclosing: list[set[str]] = []
 
     # Expressions --------------------------------------------------------------------------------------------------
     def expression(self, node: ast.AST | None, defined: set[str], function: str) -> None:
@@ -148,12 +151,18 @@ class _Checker:
             inner = set(defined) | _arguments(node.args) | {node.name}
             if self.declarations:
                 inner |= _declared(node.body)
-            self.block(node.body, inner, node.name)
+            for names in self.enclosing:
+                inner |= names
+            self.enclosing.append(_bound_in(node.body) | _arguments(node.args))
+            try:
+                self.block(node.body, inner, node.name)
+            finally:
+                self.enclosing.pop()
             return defined | {node.name}
         if isinstance(node, ast.ClassDef):
             for child in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
                 expr(child, defined, function)
-            self.block(node.body, set(defined), node.name)
+            self.block(node.body, set(defined) | {"__class__"}, node.name)  # (`__class__` in a method: the class)
             return defined | {node.name}
         if isinstance(node, ast.Assign):
             expr(node.value, defined, function)
@@ -223,6 +232,28 @@ class _Checker:
 
 def _arguments(args: ast.arguments) -> set[str]:
     return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a is not None}
+
+
+def _bound_in(body: list[ast.stmt]) -> set[str]:
+    """Names a function body binds anywhere in its own scope (assignments, loops, imports, definitions; not inside
+    nested functions, classes or comprehensions)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        pending.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def _declared(body: list[ast.stmt]) -> set[str]:
