@@ -106,6 +106,22 @@ def test_flag_without_else() -> None:
     assert "a = tl.load(a_ptrs)" in taken and "a = tl.load(a_ptrs)" in other
 
 
+def test_a_branch_on_the_negated_flag_is_resolved_in_each_copy() -> None:
+    """`if not EVEN_K:` after the hoisted `if EVEN_K:` (a masked score made in the `else` branch): each copy keeps the
+    negated branch's statements or drops them as the flag decides, so no copy reads a name only the other binds
+    (left in, `mask[None, :]` read as an unbound value and refused)."""
+    body = ("        if EVEN_K:\n            a = tl.load(a_ptrs)\n        else:\n"
+            "            mask = offs_k < K - k * BLOCK_K\n            a = tl.load(a_ptrs, mask=mask[None, :], other=0.0)\n"
+            "        b = tl.load(b_ptrs)\n"
+            "        if not EVEN_K:\n            a = tl.where(mask[None, :], a, 0.0)")
+    new, _ = _unswitched(_kernel(body))
+    compile(new, "k.py", "exec")
+    taken, other = new.split("    if EVEN_K:\n", 1)[1].split("\n    else:\n", 1)
+    other = other.split("c_ptrs = ")[0]
+    assert "mask" not in taken and "if not EVEN_K" not in taken
+    assert "a = tl.where(mask[None, :], a, 0.0)" in other and "if not EVEN_K" not in other
+
+
 def test_elif_chain() -> None:
     """EVEN_K, then MASK_M (an `elif`) in the copy where EVEN_K is false: three copies, no `if` left in a loop."""
     body = ("        if EVEN_K:\n"

@@ -291,9 +291,19 @@ def _dedented(lines: list[str], origin: list[int], start: int, end: int, by: int
 
 def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, value: bool
                  ) -> tuple[list[str], list[int]]:
-    """The loop's lines with every outermost `if <test>:` of its body replaced by the branch `value` takes."""
+    """The loop's lines with every outermost `if <test>:` (and `if not <test>:`) of its body replaced by the branch
+    `value` takes (a branch on `not FLAG` reads names only the other copy binds: left in, it read as a refusal)."""
     first, last = loop.lineno, loop.end_lineno
-    branches = [b for b in _branches(loop) if ast.unparse(b.test) == test]
+
+    def polarity(branch: ast.If) -> bool | None:
+        if ast.unparse(branch.test) == test:
+            return True
+        if isinstance(branch.test, ast.UnaryOp) and isinstance(branch.test.op, ast.Not) \
+                and ast.unparse(branch.test.operand) == test:
+            return False
+        return None
+
+    branches = [b for b in _branches(loop) if polarity(b) is not None]
     outermost = [b for b in branches
                  if not any(o is not b and o.lineno < b.lineno <= o.end_lineno for o in branches)]
     out: list[str] = []
@@ -303,7 +313,7 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
         out += lines[cursor - 1:branch.lineno - 1]
         out_origin += origin[cursor - 1:branch.lineno - 1]
         indent = branch.col_offset
-        if value:
+        if value == polarity(branch):
             body_end = (_else_line(lines, branch) - 1) if branch.orelse else branch.end_lineno
             by = _indent(lines[branch.body[0].lineno - 1]) - indent
             new, new_origin = _dedented(lines, origin, branch.lineno + 1, body_end, by)
