@@ -490,3 +490,24 @@ def test_inline_asm_with_several_results_is_a_tuple() -> None:
     text = translate_source(INLINE_ASM_PAIR, "x.py", get_target("sm90")).text
     kernel = text[text.index("def unpack("):]
     assert "    lo, hi = _halves(gl.load(" in kernel and "gl.convert_layout(_halves(" not in kernel
+
+
+def test_a_dot_keyword_tl_dot_does_not_take_is_refused() -> None:
+    """`tl.dot(q, k, trans_b=True)` (Triton 1.x): translated without it, the variant computed Q K for Q K^T (square
+    tiles compiled and gave wrong results): the kernel is kept, the keyword named."""
+    text = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    a = tl.load(a_ptr + offs[:, None] * B + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * B + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * B + offs[None, :], tl.dot(a, b, trans_b=True))
+'''
+    source, plans = analyse(text)
+    assert refusals(source, plans["mm"]) == [("TT010", line_of(text, "trans_b"), 70)]
+    result = translate_source(text, "x.py", get_target("gfx942"))
+    assert [f.translated for f in result.functions] == [False]
+    assert "`trans_b=` is not an argument of `tl.dot`" in result.text

@@ -4,6 +4,9 @@ the reason, and variants (kept kernels included) that compile under Triton 3.9, 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -100,6 +103,31 @@ def test_refusal_names_the_reason_and_line(target: str) -> None:
     assert any("k.py:12:" in m and "not in `passes`: the block pointer `p` is used here other than by `tl.load`"
                in m and "line 13" in m for m in messages), messages
     assert "make_block_ptr" in result.text  # the source kernel is kept as written
+
+
+def test_the_refusal_names_the_same_block_pointer_in_every_run() -> None:
+    """Two names each holding a block pointer and another value: the message names the first by name order, whatever
+    the interpreter's hash seed (it named either, so variants differed between runs and `--check` called them
+    stale)."""
+    text = HEADER + textwrap.dedent('''\
+        @triton.jit
+        def twice(x, y, N, B: tl.constexpr):
+            p_b = tl.make_block_ptr(x, (N,), (1,), (0,), (B,), (0,))
+            p_a = tl.make_block_ptr(y, (N,), (1,), (0,), (B,), (0,))
+            tl.store(p_a, tl.load(p_b, boundary_check=(0,)), boundary_check=(0,))
+            p_b = 0
+            p_a = 0
+    ''')
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        run = subprocess.run([sys.executable, "-c", "import sys; from transpile.engine import translate_source; "
+                              "from transpile.targets import get_target; "
+                              "print(translate_source(sys.stdin.read(), 'k.py', get_target('gfx942')).text)"],
+                             input=text, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed})
+        outputs.add(run.stdout)
+    assert len(outputs) == 1
+    assert "`p_a` holds a block pointer and, elsewhere, another value" in outputs.pop()
 
 
 def test_two_tile_sizes_under_one_name_are_refused() -> None:

@@ -327,7 +327,7 @@ class _Function:
                     continue
                 return self.refuse(node, f"the block pointer `{node.value}` is used here other than by `tl.load`, "
                                          "`tl.store`, `tl.advance` or `.dtype`")
-        for name in names:
+        for name in sorted(names):  # (in name order: the message names the first, the same in every run)
             if self.assignments.get(name, 0) != len(makes.get(name, ())) + len(advances.get(name, ())):
                 return self.refuse(self.node, f"`{name}` holds a block pointer and, elsewhere, another value")
         return transform(self.node, _Rewrite(self, records, bound))  # type: ignore[return-value]

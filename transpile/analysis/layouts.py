@@ -211,6 +211,7 @@ SCALAR_FUNCS = {
 CREATIONS = {"arange", "zeros", "full"}
 LIKE = {"zeros_like", "full_like"}
 OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave"}
+DOT_KEYWORDS = {"input", "other", "acc", "input_precision", "allow_tf32", "max_num_imprecise_acc", "out_dtype"}
 ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
 
 
@@ -1238,6 +1239,10 @@ class _FunctionWalker:
         return base
 
     def dot(self, node: cst.Call) -> Value:
+        unknown = [a for a in node.args if a.keyword is not None and a.keyword.value not in DOT_KEYWORDS]
+        if unknown:  # (`trans_b=True`, of Triton 1.x: dropped, it gave Q K instead of Q K^T)
+            self.refuse(unknown[0], "TT010", f"`{unknown[0].keyword.value}=` is not an argument of `tl.dot` (it takes "
+                        f"{', '.join(sorted(DOT_KEYWORDS))}); transpose an operand with `tl.trans`")
         a_node = self.arg(node, 0, "input")
         b_node = self.arg(node, 1, "other")
         acc_node = self.arg(node, 2, "acc")
