@@ -81,6 +81,13 @@ def test_fixture_is_warp_specialised() -> None:
     ("    cols = tl.arange(0, BN)\n", "    cols = tl.arange(0, BN)\n    extra = tl.arange(0, BM)\n",
      "2 `tl.arange(0, BM)` row vectors"),
     ("mask=keys[:, None] < seq, other=0.0)\n        qk", "other=0.0)\n        qk", "rows are not masked"),
+    # Q through a descriptor: its tile has the CTA's rows, a consumer would read the other's
+    ("    q = tl.load(q_ptr + base + rows[:, None] * s_n + dims[None, :], mask=rows[:, None] < seq, other=0.0)\n",
+     "    q_desc = tl.make_tensor_descriptor(q_ptr + base, shape=[seq, D], strides=[s_n, 1], block_shape=[BM, D])\n"
+     "    q = q_desc.load([pid * BM, 0])\n", "through a descriptor"),
+    # a shape the split would not divide
+    ("    l_i = tl.zeros([BM], dtype=tl.float32)\n", "    l_i = tl.zeros([2 * BM], dtype=tl.float32)\n",
+     "arithmetic inside a list or tuple"),
 ])
 def test_refusals_name_the_construct(old: str, new: str, why: str) -> None:
     assert old in KERNEL
@@ -181,3 +188,14 @@ def test_k_addressed_through_a_2d_name_made_of_a_2d_name_is_re_evaluated_transpo
     assert "off_k_ring = cols_ring[:, None] * s_n + dims_ring[None, :]" in kernel  # keys down the rows
     assert "k_ptrs_ring = k_ptr + base + off_k_ring" in kernel
     assert any("warp-specialised for" in n for n in _notes(result))
+
+
+def test_tuple_shapes_are_split_too() -> None:
+    """`tl.zeros((BM, D))`: a tuple shape is a tile's shape as a list is."""
+    text = KERNEL.replace("tl.zeros([BM, D], dtype=tl.float32)", "tl.zeros((BM, D), dtype=tl.float32)").replace(
+        "tl.full([BM], ", "tl.full((BM,), ")
+    assert text != KERNEL
+    result = _translate(text)
+    assert any("warp-specialised for" in n for n in _notes(result))
+    consumer = result.text[result.text.index("def _attn_ws_consumer("):result.text.index("def _attn_ws_loader(")]
+    assert "acc = gl.zeros((ROWS, D)," in consumer and "(ROWS,)" in consumer

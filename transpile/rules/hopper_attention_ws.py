@@ -57,6 +57,8 @@ ACROSS = {"trans", "permute", "reshape", "view", "split", "join", "interleave", 
           "broadcast_to", "expand_dims", "associative_scan", "cumsum", "cumprod", "debug_barrier", "atomic_add",
           "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or", "atomic_xor"}
 SHAPES = {"zeros", "full", "empty", "zeros_like", "full_like"}
+DESCRIPTORS = {"make_tensor_descriptor", "make_block_ptr", "load_tensor_descriptor", "store_tensor_descriptor",
+               "_experimental_descriptor_load", "_experimental_descriptor_store", "advance"}
 
 
 # An autotuned causal attention kernel in the tutorial's style: one program per (query block, batch x head), K and V
@@ -225,13 +227,21 @@ class _Form:
                         return f"`{code(node).strip()}` reduces along another axis than 1 (the rows split)"
                 if kind == "arange" and len(node.args) >= 2 and code(node.args[1].value).strip() == bm:
                     aranges += 1
+            if isinstance(node, cst.Call) and (self._language(node) in DESCRIPTORS or (
+                    self._language(node) is None and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in ("load", "store", "gather", "scatter"))):
+                # (a descriptor's tile has the CTA's rows: a consumer would read or write the other's)
+                return f"`{code(node.func).strip()}`: a tile read or written through a descriptor or block pointer"
             if isinstance(node, cst.Name) and node.value == bm:
                 parent = parents.get(node)
                 grand = parents.get(parent) if parent is not None else None
                 if isinstance(parent, cst.BinaryOperation):
+                    if self._in_sequence(node):  # `[2 * BLOCK_M, D]`: a shape the split would not divide
+                        return f"`{bm}` is read in arithmetic inside a list or tuple"
                     continue  # scalar arithmetic: `start_m * BLOCK_M`
-                if isinstance(parent, cst.Element) and isinstance(grand, cst.List):
-                    continue  # a tile's shape
+                if isinstance(parent, cst.Element) and isinstance(grand, (cst.List, cst.Tuple)) \
+                        and self._shape_of_creation(grand):
+                    continue  # a tile's shape: `tl.zeros([BLOCK_M, D])`
                 if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and (
                         self._language(grand) == "arange" or self._language(grand) in ("minimum", "maximum", "cdiv")):
                     continue
@@ -241,9 +251,23 @@ class _Form:
         for node in preorder(self.original.body):
             if isinstance(node, cst.Call) and self._language(node) in SHAPES and node.args:
                 shape = node.args[0].value
-                if bm in names_in(shape) and not isinstance(shape, cst.List):
+                if bm in names_in(shape) and not isinstance(shape, (cst.List, cst.Tuple)):
                     return f"a tile's shape `{code(shape).strip()}` is not a list"
         return None
+
+    def _shape_of_creation(self, sequence: cst.CSTNode) -> bool:
+        """`sequence` is the shape argument of `tl.zeros`/`tl.full`/`tl.empty`."""
+        arg = self.ctx.source.parents.get(sequence)
+        call = self.ctx.source.parents.get(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and self._language(call) in SHAPES and call.args[0] is arg
+
+    def _in_sequence(self, node: cst.CSTNode) -> bool:
+        parents = self.ctx.source.parents
+        while node is not None and not isinstance(node, cst.BaseStatement):
+            node = parents.get(node)
+            if isinstance(node, (cst.List, cst.Tuple)):
+                return True
+        return False
 
     def _vector(self, node: cst.BaseExpression, depth: int = 0) -> tuple[list[str], str] | None:
         """`start + tl.arange(0, B)` (through names defined once): the start's terms (text) and B."""
