@@ -88,7 +88,8 @@ class _Checker:
         self.declarations = True  # False: the statement being read holds no `global`/`nonlocal` (by its text)
         # Per enclosing function being read: every name its body binds. A nested function reads them when it is
         # called (a closure: `def grid(meta): return (cdiv(n, ...),)` before `n = x.numel()`), not where defined.
-        self.enclosing: list[set[str]] = []
+        # (each made only when a nested function asks: most functions have none, and the walk costs)
+        self.enclosing: list[list] = []  # [body, arguments, the names or None]
 
     # Expressions --------------------------------------------------------------------------------------------------
     def expression(self, node: ast.AST | None, defined: set[str], function: str) -> None:
@@ -151,9 +152,11 @@ class _Checker:
             inner = set(defined) | _arguments(node.args) | {node.name}
             if self.declarations:
                 inner |= _declared(node.body)
-            for names in self.enclosing:
-                inner |= names
-            self.enclosing.append(_bound_in(node.body) | _arguments(node.args))
+            for scope in self.enclosing:
+                if scope[2] is None:
+                    scope[2] = _bound_in(scope[0]) | scope[1]
+                inner |= scope[2]
+            self.enclosing.append([node.body, _arguments(node.args), None])
             try:
                 self.block(node.body, inner, node.name)
             finally:

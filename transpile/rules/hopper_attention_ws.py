@@ -472,8 +472,6 @@ class _Form:
         consumer_body = [s for s in final[:ring_at] if s is not docstring] + loop_statements + final[ring_end:]
         split = _RowSplit(bm, rows, f"{cons} * {rows}")
         consumer_body = [s.visit(split) for s in consumer_body]  # type: ignore[misc]
-        if split.failed:
-            return split.failed
         head = cst.parse_module(
             f"{rows}: gl.constexpr = {bm} // {ncons}  # this consumer's rows: {cons} * {rows} and on\n").body
         module = self.ctx.source.module
@@ -615,7 +613,6 @@ class _RowSplit(cst.CSTTransformer):
     def __init__(self, bm: str, rows: str, offset: str) -> None:
         super().__init__()
         self.bm, self.rows, self.offset = bm, rows, offset
-        self.failed: str | None = None
 
     def _is_bm(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Name) and node.value == self.bm
