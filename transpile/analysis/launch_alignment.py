@@ -125,15 +125,16 @@ def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     return {name: value for name, value in values.items() if counts[name] == 1}
 
 
-def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str]) -> list[tuple[cst.Call, cst.BaseExpression]]:
+def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str], keyword: str = "pointer"
+               ) -> list[tuple[cst.Call, cst.BaseExpression]]:
     """(call, its address) for each call of `fn` to one of the language functions `calls` (`tl.load`, ...): the first
-    positional argument or `pointer=`."""
+    positional argument or `keyword=` (`pointer=`; `base=` for block pointers and descriptors)."""
     found = []
     for call in calls_in(fn.node):
         lang = language_name(facts.source.qualified_name(call.func))
         if lang is None or lang.rsplit(".", 1)[-1] not in calls:
             continue
-        pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "pointer"),
+        pointer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword),
                        call.args[0].value if call.args and call.args[0].keyword is None else None)
         if pointer is not None:
             found.append((call, pointer))
@@ -169,11 +170,7 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
             offsets |= names_in(node.left) | names_in(node.right)
     found: set[str] = set()
     # (a block pointer's or a tensor descriptor's base is an address base too: `make_block_ptr(base=X, ...)`)
-    bases = [(call, base) for call, base in _addresses(facts, fn, {"make_block_ptr", "make_tensor_descriptor"})]
-    bases += [(call, a.value) for call in calls_in(fn.node) for a in call.args
-              if a.keyword is not None and a.keyword.value == "base"
-              and (language_name(facts.source.qualified_name(call.func)) or "").rsplit(".", 1)[-1]
-              in ("make_block_ptr", "make_tensor_descriptor")]
+    bases = _addresses(facts, fn, {"make_block_ptr", "make_tensor_descriptor"}, keyword="base")
     for _, pointer in [*_addresses(facts, fn, MEMORY), *bases]:
         names = candidates(pointer, frozenset())
         if len(names) > 1:

@@ -214,8 +214,9 @@ class HopperAttentionPipeline(Rule):
         if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
             ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
+        with_ws = bool(masks) and pays  # (the warp-specialised form, `hopper_attention_ws`, builds on such rings)
         text, ring, ws_loop = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks,
-                                    copy_nodes)
+                                    copy_nodes, with_ws)
         ctx.pipelined_loop(original, ring)
         if masks:
             ctx.attention_tile = ring_tile(ctx, plan)
@@ -223,7 +224,7 @@ class HopperAttentionPipeline(Rule):
         statements = list(module.body)  # the header comments parse as the module's header: put them back in front
         statements[0] = statements[0].with_changes(leading_lines=[*updated.leading_lines, *module.header,
                                                                   *statements[0].leading_lines])
-        if masks and pays:  # the warp-specialised form (`hopper_attention_ws`) may take the kernel's 4-warp configs
+        if ws_loop is not None:  # the warp-specialised form may take the kernel's 4-warp configs
             loop_text, names, count, index = ws_loop
             ctx.ws_attention = WSLoop(plan, walk, tuple(strides), loop_text, names, count, index, tuple(statements))
         return cst.FlattenSentinel(statements)
@@ -629,7 +630,6 @@ class _Relayout:
         self.definitions, self.counts = _definitions(ctx.function.node)
         self.definitions.update(overrides or {})  # (the transposed K addresses: `AttentionPlan.k_definitions`)
         self.done: dict[tuple[str, str], str] = {}
-        self.converted: set[str] = set()  # 2-D tensors converted as they are (not re-evaluated from 1-D parts)
 
     def name_in(self, tensor: str, layout: str, suffix: str, axis: int | None = None) -> str:
         """The name of `tensor` in `layout` (the statement defining it is appended on first use). A 1-D tensor goes
@@ -643,10 +643,8 @@ class _Relayout:
             if term.slice_of is not None:
                 text = f"gl.convert_layout({tensor}, gl.SliceLayout({axis}, {layout}))"
             else:
-                text = self.expression(self.expression_of(tensor), layout, suffix)
-                if text is None:
-                    self.converted.add(tensor)
-                    text = f"gl.convert_layout({tensor}, {layout})"
+                text = self.expression(self.expression_of(tensor), layout, suffix) or \
+                    f"gl.convert_layout({tensor}, {layout})"
             new = self.name(f"{tensor}_{suffix}")
             self.lines.append(f"{new} = {text}")
             self.done[key] = new
@@ -860,8 +858,11 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
 
 
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
-          strides: list[str], masks: list[UniformMask], copy_nodes: dict[object, object]) -> tuple[str, Sm90Ring]:
-    """The pipelined loop and the schedule it is written from; `masks`: the score masks to build only where needed."""
+          strides: list[str], masks: list[UniformMask], copy_nodes: dict[object, object], with_ws: bool
+          ) -> tuple[str, Sm90Ring, tuple | None]:
+    """The pipelined loop and the schedule it is written from; `masks`: the score masks to build only where needed.
+    With `with_ws`, also the consumer partitions' loop of the warp-specialised form, its names, and the loop's
+    iteration count and value (`_ws_consumer_loop`)."""
     # Two commit groups per iteration (K, then V); at the top of iteration `it` the 2 * NUM_STAGES - 3 youngest may
     # be in flight: K of `it` and V of `it - 1` have landed. QK^T is waited for with PV (`mma_in_flight`) in flight.
     schedule = Sm90Ring("attention", ctx.function.name, ctx.source.position(plan.loop)[0],
@@ -1027,10 +1028,13 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(prologue_i, prologue_i, "    ")),
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
+    # The loop's own statements, as both forms run them (the ring here, the warp-specialised form's consumers).
+    before_lines, softmax_lines = statements(before), softmax_statements()
+    rescale_lines, after_lines = statements(plan.rescales), statements(after)
     loop = [f"for {it} in range({iters}):"]
     if uses_var:
         loop.append(f"    {plan.var} = {index(it)}")
-    loop += statements(before)
+    loop += before_lines
     loop += [
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
@@ -1049,14 +1053,14 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         factor, left = plan.scores_scale
         loop.append(f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
                     f"    {plan.scores} = {plan.scores} * {_text(factor)}")
-    loop += softmax_statements()
+    loop += softmax_lines
     loop += [
         f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_smem}.index({prev_slot})])",
         f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",
     ]
-    loop += statements(plan.rescales)
+    loop += rescale_lines
     loop.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
-    loop += statements(after)
+    loop += after_lines
     loop += [
         f"    # This warpgroup's wgmmas that read slot `{prev_slot}` are done; with two warpgroups the barrier waits for",
         "    # the other one's PV too before the slot is refilled with the tiles of iteration it + NUM_STAGES - 1.",
@@ -1075,11 +1079,14 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"gl.convert_layout({plan.acc}, {pv_layout}), is_async=True)",
         f"{plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
     ]
-    w = ws_names(name)
-    ws_loop = _ws_consumer_loop(
-        (stages, it, slot, prev_slot, iters, p_prev), plan, w, index=index, count=count, uses_var=uses_var, before=statements(before),
-        softmax=softmax_statements(), rescales=statements(plan.rescales), after=statements(after), zeros=zeros,
-        p_text=p_text, dtype=dtype, acc_layout=acc_layout, m=m, n=n, d=d, pv_layout=pv_layout, p_layout=p_layout)
+    ws_loop = None
+    if with_ws:
+        w = ws_names(name)
+        ws_loop = (_ws_consumer_loop(
+            (stages, it, slot, prev_slot, iters, p_prev), plan, w, index=index, count=count, uses_var=uses_var,
+            before=before_lines, softmax=softmax_lines, rescales=rescale_lines, after=after_lines, zeros=zeros,
+            p_text=p_text, dtype=dtype, acc_layout=acc_layout, m=m, n=n, d=d, pv_layout=pv_layout, p_layout=p_layout),
+            w, count, index)
     pipelined = _indent("\n".join(lines), "    ")
     original = _indent(_text(updated), "    ")
     condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
@@ -1099,7 +1106,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                           "    # Rows with a stride: the loop runs as translated, unpipelined.", original])
     else:
         text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
-    return text + "\n", schedule, (ws_loop, w, count, index)
+    return text + "\n", schedule, ws_loop
 
 
 def ws_names(name) -> dict[str, str]:  # noqa: ANN001 - the loop's namer
@@ -1124,9 +1131,6 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
     c, ncons = w["consumer"], w["NCONS"]
     k_operand = f"{w['k_ring']}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{w['k_ring']}.index({slot})"
 
-    def turn(iteration: str, indent: str) -> list[str]:
-        return [f"{indent}_ws_turn_wait({w['turn']}, {iteration}, {c})"]
-
     lines = [
         "# Warp-specialised main loop (this partition's rows): K and V tiles come from the loader partition's ring.",
         f"{stages}: gl.constexpr = {w['k_ring']}.shape[0]",
@@ -1148,7 +1152,7 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
         f"    {prev_slot} = {w['v_it']} % {stages}",
         f"    mbarrier.wait({w['k_ready']}.index({slot}), ({it} // {stages}) & 1)",
         f"    mbarrier.wait({w['v_ready']}.index({prev_slot}), ({w['v_it']} // {stages}) & 1)",
-        *turn(it, "    "),
+        f"    _ws_turn_wait({w['turn']}, {it}, {c})",
         f"    {plan.scores} = warpgroup_mma({w['q_bufs']}.index({c}), {k_operand}, {zeros}, is_async=True)",
         f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({prev_slot}), gl.convert_layout({plan.acc}, "
         f"{pv_layout}), is_async=True)",
@@ -1175,7 +1179,7 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
         f"if {iters} > 0:",
         f"    {w['last']} = ({iters} - 1) % {stages}",
         f"    mbarrier.wait({w['v_ready']}.index({w['last']}), (({iters} - 1) // {stages}) & 1)",
-        *turn(iters, "    "),
+        f"    _ws_turn_wait({w['turn']}, {iters}, {c})",
         f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({w['last']}), gl.convert_layout({plan.acc}, "
         f"{pv_layout}), is_async=True)",
         f"    _ws_turn_pass({w['turn']}, {c}, {ncons})",

@@ -31,6 +31,7 @@ Targets: sm90.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 
 import libcst as cst
@@ -220,7 +221,7 @@ class _Form:
                 kind = self._language(node)
                 if kind in ACROSS and node not in k_views:
                     return f"`{code(node.func)}` reads or moves data across the rows the consumers split"
-                if kind in REDUCTIONS or kind in ("reduce", "argmax", "argmin"):
+                if kind in REDUCTIONS:
                     axis = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "axis"),
                                 node.args[1].value if len(node.args) > 1 and node.args[1].keyword is None else None)
                     if axis is None or code(axis).strip() not in ("1", "-1"):
@@ -413,11 +414,12 @@ class _Form:
                 return f"`{sorted(bound & needed)[0]}` is computed by a tensor operation"
             chosen.append(i)
             needed |= {n for n in read_names(statement) - bound if n not in self.params}
-        missing = needed - set().union(*(bound_names(prologue[i]) for i in chosen)) - self._module_names()
+        missing = needed - set().union(*(bound_names(prologue[i]) for i in chosen)) - self._module_names
         if missing:
             return f"`{sorted(missing)[0]}` is not computed before the loop"
         return sorted(chosen)
 
+    @functools.cached_property
     def _module_names(self) -> set[str]:
         return set().union(*(bound_names(s) for s in self.ctx.source.module.body)) | {"gl", "tl", "triton"}
 
@@ -449,7 +451,7 @@ class _Form:
         fn = ctx.function
         kernel = fn.name
         consumer, loader = f"_{kernel}_ws_consumer", f"_{kernel}_ws_loader"
-        taken = set(ctx.facts.functions) | self._module_names()
+        taken = set(ctx.facts.functions) | self._module_names
         if consumer in taken or loader in taken:
             return f"`{consumer}` or `{loader}` is a name of the module"
         k, v = self.tiles["k"], self.tiles["v"]
