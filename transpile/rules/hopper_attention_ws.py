@@ -228,11 +228,11 @@ class _Form:
                         return f"`{code(node).strip()}` reduces along another axis than 1 (the rows split)"
                 if kind == "arange" and len(node.args) >= 2 and code(node.args[1].value).strip() == bm:
                     aranges += 1
-            if isinstance(node, cst.Call) and (self._language(node) in DESCRIPTORS or (
-                    self._language(node) is None and isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value in ("load", "store", "gather", "scatter"))):
-                # (a descriptor's tile has the CTA's rows: a consumer would read or write the other's)
-                return f"`{code(node.func).strip()}`: a tile read or written through a descriptor or block pointer"
+                # (a descriptor's tile has the CTA's rows: a consumer would read or write the other's; `desc.load`
+                # is a method of no language module)
+                if kind in DESCRIPTORS or (not kind and isinstance(node.func, cst.Attribute)
+                                           and node.func.attr.value in ("load", "store", "gather", "scatter")):
+                    return f"`{code(node.func).strip()}`: a tile read or written through a descriptor or block pointer"
             if isinstance(node, cst.Name) and node.value == bm:
                 parent = parents.get(node)
                 grand = parents.get(parent) if parent is not None else None
