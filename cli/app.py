@@ -168,9 +168,20 @@ def verify(
                                                help="JSON of NAME: VALUE (or FILE_NAME: {NAME: VALUE})."),
     first_config: bool = typer.Option(False, "--first-config", help="Compile only the first autotune config."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
+    isa: bool = typer.Option(
+        False, "--isa", help="Also compile each source kernel as its variant's launch does and compare the machine "
+        "code: registers, spills, LDS, occupancy and the hot loop's instruction mix (AMD), PTX counts (sm90)."),
+    unaligned: bool = typer.Option(
+        False, "--unaligned", help="With --isa: compile without the aligned-launch specialisation (16-byte aligned "
+        "pointers under 2 GB, integers that are multiples of 16)."),
+    output_format: str = typer.Option("text", "--output-format", help="text or json."),
 ) -> None:
     from transpile.verify import parse_values, verify_file
 
+    if output_format not in ("text", "json"):
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
+    if unaligned and not isa:
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--unaligned applies to --isa only"))
     try:
         values: dict[str, object] = {}
         if values_file is not None:
@@ -179,6 +190,8 @@ def verify(
         values.update(parse_values(list(value or [])))
         config = load_config(Path.cwd())
         project = Project(config, _targets(target), None, [], gluon_always)
+        if isa:
+            _verify_isa(file, project, values, not first_config, not unaligned, output_format)
         table = Table("target", "kernel", "config", "result", title=f"verify {project.display(file)}")
         failed = False
         for t in project.targets:
@@ -207,3 +220,53 @@ def main(argv: list[str] | None = None) -> None:
 
 
 __all__ = ["main"]
+
+
+def _verify_isa(file: Path, project: Project, values: dict[str, object], all_configs: bool, aligned: bool,
+                output_format: str) -> None:
+    """`verify --isa`: the machine code of each kernel beside its source's; exits 1 if a compile failed."""
+    from transpile.verify import isa_compare_file
+
+    results = {t.name: isa_compare_file(file, t, values, project.display(file), all_configs, project.gluon_always,
+                                        aligned) for t in project.targets}
+    failed = any(c.source is None or c.variant is None for cs in results.values() for c in cs)
+    if output_format == "json":
+        out.print_json(json.dumps({"file": project.display(file), "aligned": aligned,
+                                   "targets": {t: [c.as_dict() for c in cs] for t, cs in results.items()}}))
+        raise typer.Exit(1 if failed else 0)
+    for name, comparisons in results.items():
+        for c in comparisons:
+            out.print(_isa_table(name, c))
+            if c.message:
+                err.print(f"{project.display(file)}: {c.label}: does not compile: {c.message}", markup=False,
+                          highlight=False)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _isa_table(target: str, c) -> Table:  # noqa: ANN001 - transpile.verify.IsaComparison
+    from transpile.isa import AmdFigures
+
+    title = f"{target} {c.label}: {c.status}, {c.num_warps} warps"
+    if c.ratio is not None:
+        title += f"; hot loop {c.ratio:.2f}x the source's non-MFMA instructions per MFMA"
+    table = Table("", "source (Triton)", "variant", title=title, title_justify="left")
+    figures = [f.as_dict() if f is not None else None for f in (c.source, c.variant)]
+    amd = isinstance(c.source, AmdFigures) or isinstance(c.variant, AmdFigures)
+    rows = (("vgprs", "VGPRs"), ("agprs", "AGPRs"), ("vgpr_spills", "spills (VGPR)"), ("scratch_bytes", "scratch bytes"),
+            ("lds_bytes", "LDS bytes"), ("occupancy", "occupancy (waves/SIMD)")) if amd else (
+        ("lds_bytes", "shared bytes"), ("wgmma", "wgmma"), ("wgmma_waits", "wgmma waits"), ("mma_sync", "mma.sync"),
+        ("cp_async", "cp.async"), ("tma_loads", "TMA loads"), ("tma_stores", "TMA stores"),
+        ("mbarrier_waits", "mbarrier waits"), ("barriers", "CTA barriers"))
+    for key, label in rows:
+        table.add_row(label, *("-" if f is None or f.get(key) is None else str(f[key]) for f in figures))
+    if amd:
+        loops = [f.get("hot_loop") if f is not None else None for f in figures]
+        for key, label in (("instructions", "hot loop: instructions"), ("mma", "  MFMA/WMMA"),
+                           ("mma_eq", "  MFMA work (16x16x32 units)"), ("lds_direct", "  direct-to-LDS copies"),
+                           ("tensor_copies", "  TDM copies"), ("global_loads", "  loads into registers"),
+                           ("ds_reads", "  LDS reads"), ("ds_writes", "  LDS writes"), ("waits", "  waits"),
+                           ("barriers", "  barriers"), ("setprio", "  s_setprio"), ("valu", "  VALU"),
+                           ("salu", "  SALU"), ("scratch", "  scratch"),
+                           ("other_per_mma_eq", "  non-MFMA per 16x16x32 MFMA")):
+            table.add_row(label, *("-" if loop is None else str(loop[key]) for loop in loops))
+    return table

@@ -108,7 +108,16 @@ def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dic
                 missing.append(f"constexpr `{name}`")
             continue
         if name in values:
-            signature[name] = str(values[name])
+            value = values[name]
+            if isinstance(value, int) and not isinstance(value, bool):
+                # An integer value, as a launch passes it: 1 is specialised into the kernel as a constant (Triton's
+                # launcher does so for unit strides); any other is a runtime integer of its width.
+                if value == 1:
+                    signature[name], constexprs[name] = "constexpr", 1
+                else:
+                    signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            else:
+                signature[name] = str(value)
         elif _is_pointer_name(name) or name in pointers:
             missing.append(f"pointer `{name}` (give its type, e.g. {name}=*fp16)")
         else:
@@ -157,11 +166,13 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
 
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
-                   num_warps: int, triton_kernel: bool = False, divisible: tuple[str, ...] = ()
+                   num_warps: int, triton_kernel: bool = False, divisible: tuple[str, ...] = (),
+                   pointer_range: tuple[str, ...] = (), num_stages: int | None = None
                    ) -> tuple[bool, str, dict[str, str], int | None]:
     """Compile one kernel for `target`: a Gluon kernel, or (`triton_kernel`) a `@triton.jit` kernel the variant kept.
     `divisible`: parameters compiled as a launch compiles arguments that are multiples of 16 (ints) or 16-byte
-    aligned (pointers)."""
+    aligned (pointers); `pointer_range`: pointers a launch knows to address less than 2 GB (AMD's buffer
+    operations need it); `num_stages`: Triton's pipeliner depth for a `@triton.jit` kernel (its default if None)."""
     import triton
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -173,11 +184,18 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
         fn = fn.fn
     kind = ASTSource if triton_kernel else GluonASTSource
-    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    attrs: dict[tuple[int], list[list[object]]] = {}
+    for name in divisible:
+        attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.divisibility", 16])
+    for name in pointer_range:
+        attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.pointer_range", 32])
     source = kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    options: dict[str, object] = {"num_warps": num_warps}
+    if triton_kernel and num_stages is not None:
+        options["num_stages"] = num_stages
     with _stderr_captured() as captured:
         try:
-            compiled = triton.compile(source, target=target.gpu_target(), options={"num_warps": num_warps})
+            compiled = triton.compile(source, target=target.gpu_target(), options=options)
         except Exception as exc:  # compiler errors come in many types; report the innermost cause
             failure = exc
         else:
@@ -289,3 +307,113 @@ def verify_file(path: Path, target: Target, values: dict[str, object], display: 
     result = translate_file(path, target, display, gluon_always=gluon_always)
     format_results([result], style)
     return verify(result, values, all_configs)
+
+
+@dataclass
+class IsaComparison:
+    """One kernel and config compiled twice for an AMD target or sm90, as a launch specialises it: the source
+    `@triton.jit` kernel and the variant's kernel, with the same argument types, constexprs and warps."""
+
+    kernel: str
+    config: str
+    num_warps: int
+    status: str  # the variant's: "pipelined", "translated" or "kept as Triton"
+    source: object | None  # transpile.isa.AmdFigures | PtxFigures; None where the compile failed
+    variant: object | None
+    message: str = ""  # the first compile error, where one failed
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}[{self.config}]"
+
+    @property
+    def ratio(self) -> float | None:
+        """The variant's hot-loop overhead over the source's (non-MFMA instructions per MFMA of work; AMD)."""
+        from transpile.isa import AmdFigures
+
+        if not isinstance(self.source, AmdFigures) or not isinstance(self.variant, AmdFigures):
+            return None
+        if self.source.loop is None or self.variant.loop is None:
+            return None
+        src, var = self.source.loop.other_per_mma_eq, self.variant.loop.other_per_mma_eq
+        return round(var / src, 2) if src and var is not None else None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kernel": self.kernel, "config": self.config, "num_warps": self.num_warps, "status": self.status,
+                "source": None if self.source is None else self.source.as_dict(),  # type: ignore[attr-defined]
+                "variant": None if self.variant is None else self.variant.as_dict(),  # type: ignore[attr-defined]
+                "ratio": self.ratio, "message": self.message}
+
+
+def _figures(target: Target, asm: dict[str, str], shared: int | None):  # noqa: ANN202
+    from transpile.isa import amd_figures, ptx_figures
+
+    if target.backend == "hip":
+        return amd_figures(asm.get("amdgcn", ""), shared)
+    return ptx_figures(asm.get("ptx", ""), lds_bytes=shared)
+
+
+def isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool = True,
+                aligned: bool = True) -> list[IsaComparison]:
+    """Compile every kernel of the variant and its source kernel for the variant's target and compare their machine
+    code. Both compile as one launch specialises them: with `aligned`, every pointer 16-byte aligned (and, on AMD,
+    addressing less than 2 GB, which lets buffer operations apply) and every runtime integer a multiple of 16, as for
+    large aligned tensors; integers given as 1 (`-v stride_ak=1`) are constants. The source compiles at the
+    variant's warps (a warp-pipelined AMD loop launches with 8: the variant's launch) and the config's `num_stages`,
+    else Triton's default."""
+    directory = Path(tempfile.mkdtemp(prefix="transpile-isa-"))
+    try:
+        variant = load_variant(result, directory)
+        original = load_variant(TranslationResult(result.source_path, result.target, result.original_text, [],
+                                                  result.source_sha256, result.original_text), directory)
+        return _isa_compare(result, values, all_configs, aligned, variant, original)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool, aligned: bool,
+                 module, original) -> list[IsaComparison]:  # noqa: ANN001
+    source = parse_source(result.original_text, result.source_path)
+    facts = discover(source)
+    comparisons: list[IsaComparison] = []
+    for outcome in result.functions:
+        if outcome.is_helper:
+            continue
+        fn = facts.functions[outcome.name]
+        configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
+        configs = configs if all_configs else configs[:1]
+        line = source.position(fn.node.name)[0]
+        pointers = pointer_params(facts, fn)
+        for label, config in configs:
+            signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
+                                                                pointers)
+            if outcome.translated and outcome.num_warps:
+                num_warps = outcome.num_warps
+            ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
+            ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
+            in_range = ptrs if result.target.backend == "hip" else ()
+            stages = config.num_stages if config is not None and config.num_stages else None
+            kernel = getattr(module, outcome.name)
+            if outcome.dispatch is not None and outcome.translated:
+                kernel = kernel.gluon_kernel
+            figures: list[object | None] = []
+            message = ""
+            for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not outcome.translated)):
+                ok, error, asm, shared = compile_kernel(jit_fn, result.target, dict(signature), dict(constexprs),
+                                                        num_warps, triton_kernel=as_triton, divisible=ptrs + ints,
+                                                        pointer_range=in_range, num_stages=stages)
+                figures.append(_figures(result.target, asm, shared) if ok else None)
+                if not ok and not message:
+                    message = f"{'source' if len(figures) == 1 else 'variant'}: {error}"
+            comparisons.append(IsaComparison(outcome.name, label, num_warps, outcome.status, figures[0], figures[1],
+                                             message))
+    return comparisons
+
+
+def isa_compare_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True,
+                     gluon_always: bool = False, aligned: bool = True) -> list[IsaComparison]:
+    """Translate `path` for `target` and compare each kernel's machine code with its source's (`isa_compare`)."""
+    from transpile.engine import translate_file
+
+    result = translate_file(path, target, display, gluon_always=gluon_always)
+    return isa_compare(result, values, all_configs, aligned)
