@@ -469,10 +469,10 @@ def test_unsupported_construct_is_refused_per_kernel(tmp_path: Path, cli) -> Non
 
 
 def test_explain_prints_the_kernel_table(repo_cli) -> None:
-    result = repo_cli("explain", "fixtures/matmul_grouped.py", "-t", "gfx942")
+    result = repo_cli("explain", "fixtures/matmul_grouped.py", "-t", "gfx950")
     assert_clean_exit(result, 0)
     out = result.stdout
-    assert "fixtures/matmul_grouped.py:" in out and "kernel `matmul_kernel` for gfx942: pipelined" in out
+    assert "fixtures/matmul_grouped.py:" in out and "kernel `matmul_kernel` for gfx950: pipelined" in out
     for column in ("what", "line", "detail"):
         assert column in out
     assert re.search(r"loop\s+│\s+\d+\s+│ range: 1 dot\(s\)", out), out

@@ -408,6 +408,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 if outcome.dispatch is not None:
                     helpers |= ({"aligned_or_triton"} if outcome.dispatch.reason == ALIGNMENT_REASON
                                 else {"tma_or_triton", "persistent_grid"})
+                    if outcome.dispatch.warps is not None or outcome.dispatch.small or outcome.dispatch.no_agprs:
+                        helpers.add("warp_pipelined_or_triton")
             else:
                 rewritten.pop(name, None)
         shadowed = _shadowed_builtins(target, helpers, module_names)
@@ -762,7 +764,9 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
     return Dispatch(fn.name, tuple(p.name for p in fn.params), (), helpers=jit_callees(facts, fn.name),
                     when=(param.name, param.default or "None") if param is not None else None, aligned=True,
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least,
-                    unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else ())
+                    unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
+                    small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
+                    no_agprs=ctx.launch_no_agprs)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -894,6 +898,10 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
         when += f", at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.at_least)})"
     if dispatch.unflagged_at_least:
         when += f", unflagged_at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.unflagged_at_least)})"
+    amd = ""
+    amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
+    amd += ", small=True" if dispatch.small else ""
+    amd += ", no_agprs=True" if dispatch.no_agprs else ""
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"
@@ -901,8 +909,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
                                        f"{', narrow=True' if dispatch.narrow else ''})\n")
     else:
         launcher = cst.parse_statement(
-            f"{name} = _TMAOrTriton({name}, {copy}, params=({params}), tiles=({tiles}{',' if tiles else ''}), "
-            f"persistent={persistent}{when})\n")
+            f"{name} = {'_WarpPipelinedOrTriton' if amd else '_TMAOrTriton'}({name}, {copy}, params=({params}), "
+            f"tiles=({tiles}{',' if tiles else ''}), persistent={persistent}{when}{amd})\n")
     helpers = [_renamed(originals[h], renames).with_changes(name=cst.Name(renames[h]), leading_lines=[
         blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
             f"triton-transpile: the source helper `{h}`, for `{copy}` (Triton code cannot call the Gluon one).",

@@ -101,7 +101,12 @@ def hot_loop(asm: str) -> list[str]:
         best = (0, 0, 0)
         for i, line in enumerate(lines):
             match = _LABEL.match(line)
-            if match and (kinds is None or any(k in line for k in kinds)):
+            marks = line
+            j = i + 1
+            while match and j < len(lines) and lines[j].strip().startswith(";"):  # the marks continue below
+                marks += lines[j]
+                j += 1
+            if match and (kinds is None or any(k in marks for k in kinds)):
                 labels[match.group(1)] = i
             match = _BRANCH.search(line)
             if match:

@@ -588,7 +588,10 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     tuple(when) if when is not None else None, bool(data.get("aligned", False)),  # type: ignore[arg-type]
                     tuple(data.get("divisible", ())), tuple(data.get("unit", ())),
                     tuple((n, v) for n, v in data.get("at_least", ())),
-                    unflagged_at_least=tuple((n, v) for n, v in data.get("unflagged_at_least", ())))
+                    unflagged_at_least=tuple((n, v) for n, v in data.get("unflagged_at_least", ())),
+                    reason=data.get("reason", ""), narrow=bool(data.get("narrow", False)),
+                    small=bool(data.get("small", False)), warps=data.get("warps"),
+                    no_agprs=bool(data.get("no_agprs", False)))
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

@@ -6,8 +6,10 @@ Drawn from the schedule each pipeline rule emitted the loop from, recorded on th
 
 - AMD (`transpile.analysis.stages.StagePlan`): the lowering runs the plan's stages on two warp groups one stage
   apart: at step ``t`` group ``g`` runs stage ``(t - g) mod S`` of iteration ``(t - g) div S``. A stage that reads
-  operands reads ring slot ``it mod slots``; the stage that issues the copies fills slot ``(it + distance) mod
-  slots``; the plan's wait (asynchronous copy engines) stands after the read stage.
+  operands reads ring slot ``it mod slots`` (attention's ``lds_read``) or the next iteration's, ``(it + 1) mod slots``
+  (a GEMM's ``mem``: operands one step ahead); the stage that issues the copies fills slot ``(it + distance) mod
+  slots``; the plan's wait (asynchronous copy engines) stands after the read stage (attention) or before the MMA
+  (a GEMM: after ``mem``, ahead of the next iteration).
 - sm90 (`transpile.rules.hopper_schedule.Sm90Ring`): one row per partition (the kernel's warps; with warp
   specialisation the loader warp and the wgmma warps) and one per ring slot. Each partition runs its blocks in
   program order, each block one step, at the earliest step its waits allow (a block waits for what a block of an
@@ -34,7 +36,7 @@ _COLORS = ("#cfe2ff", "#d1e7dd", "#fff3cd", "#f8d7da", "#e2d9f3", "#d3d3d3")
 _SLOT_COLORS = {"fill": "#e7f1ff", "read": "#e3f4ea", "stall": "#f2f2f2"}
 _STYLES = {"stall": "dim", "fill": "black on #e7f1ff", "read": "black on #e3f4ea"}  # rich styles of slot cells
 _ARROWS = {"landed": "#1f5fbf", "free": "#c00"}  # a copy landed (`ready`); a slot handed back (`empty`)
-_READS = ("lds_read",)
+_READS = {"lds_read": 0, "mem": 1}  # stage -> which iteration's operands it reads (this one, or the next)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel
     """The cells of `iterations` iterations of the loop `sp` plans, on its two warp groups."""
     labels = tuple(s.label for s in sp.stages)
     count = len(labels)
-    copy_stage = next((i for i, s in enumerate(sp.stages) if s.label.startswith("copy")), None)
+    copy_stage = next((i for i, s in enumerate(sp.stages) if s.label.startswith("copy") or s.label == "mem"), None)
+    wait_stage = count - 1 if labels[0] == "mma" else 0  # a GEMM waits before its MMA: after the previous `mem`
     cells: list[Cell] = []
     steps = iterations * count + GROUPS - 1
     for step in range(steps):
@@ -88,10 +91,11 @@ def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel
             label = labels[stage]
             notes = []
             if label in _READS:
-                notes.append(f"reads slot {iteration % sp.slots}")
+                read = iteration + _READS[label]
+                notes.append(f"reads slot {read % sp.slots}" + (f" (it {read})" if read != iteration else ""))
             if stage == copy_stage:
                 notes.append(f"fills slot {(iteration + sp.distance) % sp.slots} (it {iteration + sp.distance})")
-            wait = sp.wait.format(n=max(sp.slots - 3, 0)) if sp.wait and stage == 0 else None
+            wait = sp.wait if sp.wait and stage == wait_stage else None
             cells.append(Cell(step, group, stage, label, iteration, "; ".join(notes), wait))
     return Panel(title, tuple(cells), steps, labels, line=sp.line)
 

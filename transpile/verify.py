@@ -167,12 +167,13 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
                    num_warps: int, triton_kernel: bool = False, divisible: tuple[str, ...] = (),
-                   pointer_range: tuple[str, ...] = (), num_stages: int | None = None
-                   ) -> tuple[bool, str, dict[str, str], int | None]:
+                   pointer_range: tuple[str, ...] = (), num_stages: int | None = None,
+                   no_agprs: bool = False) -> tuple[bool, str, dict[str, str], int | None]:
     """Compile one kernel for `target`: a Gluon kernel, or (`triton_kernel`) a `@triton.jit` kernel the variant kept.
     `divisible`: parameters compiled as a launch compiles arguments that are multiples of 16 (ints) or 16-byte
     aligned (pointers); `pointer_range`: pointers a launch knows to address less than 2 GB (AMD's buffer
-    operations need it); `num_stages`: Triton's pipeliner depth for a `@triton.jit` kernel (its default if None)."""
+    operations need it); `num_stages`: Triton's pipeliner depth for a `@triton.jit` kernel (its default if None);
+    `no_agprs`: accumulators in VGPRs only (AMD: how the variant's launcher runs a warp-pipelined kernel)."""
     import triton
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -193,6 +194,8 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     options: dict[str, object] = {"num_warps": num_warps}
     if triton_kernel and num_stages is not None:
         options["num_stages"] = num_stages
+    if no_agprs:
+        options["llvm_fn_attrs"] = (("amdgpu-agpr-alloc", "0,0"),)
     with _stderr_captured() as captured:
         try:
             compiled = triton.compile(source, target=target.gpu_target(), options=options)
@@ -292,8 +295,9 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 for name in outcome.dispatch.unit:
                     signature[name], constexprs[name] = "constexpr", 1
                 divisible = (*[n for n, t in signature.items() if t.startswith("*")], *outcome.dispatch.divisible)
-            ok, message, asm, shared = compile_kernel(kernel, result.target, signature,
-                                                      constexprs, num_warps, triton_kernel=kept, divisible=divisible)
+            ok, message, asm, shared = compile_kernel(
+                kernel, result.target, signature, constexprs, num_warps, triton_kernel=kept, divisible=divisible,
+                no_agprs=bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and not kept))
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes
 
@@ -389,6 +393,11 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                                                                 pointers)
             if outcome.translated and outcome.num_warps:
                 num_warps = outcome.num_warps
+            if outcome.dispatch is not None and outcome.translated:
+                # the launches the variant's launcher runs as Gluon have these strides 1: both compile so
+                for name in outcome.dispatch.unit:
+                    if name not in values:
+                        signature[name], constexprs[name] = "constexpr", 1
             ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
             ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()
@@ -398,10 +407,12 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 kernel = kernel.gluon_kernel
             figures: list[object | None] = []
             message = ""
+            no_agprs = bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and outcome.translated)
             for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not outcome.translated)):
                 ok, error, asm, shared = compile_kernel(jit_fn, result.target, dict(signature), dict(constexprs),
                                                         num_warps, triton_kernel=as_triton, divisible=ptrs + ints,
-                                                        pointer_range=in_range, num_stages=stages)
+                                                        pointer_range=in_range, num_stages=stages,
+                                                        no_agprs=no_agprs and not as_triton)
                 figures.append(_figures(result.target, asm, shared) if ok else None)
                 if not ok and not message:
                     message = f"{'source' if len(figures) == 1 else 'variant'}: {error}"

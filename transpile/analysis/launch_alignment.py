@@ -23,6 +23,7 @@ import libcst as cst
 from transpile import cst_walk
 from transpile.cst_utils import (
     broadcast_axis,
+    product_factors,
     call_arguments,
     calls_in,
     names_in,
@@ -187,3 +188,100 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
             if param in bases and isinstance(arg.value, cst.Name) and arg.value.value in params:
                 found.add(arg.value.value)
     return found
+
+
+def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advances: list[cst.BaseStatement]
+                         ) -> tuple[list[str], list[str]]:
+    """The integer parameters that scale the addresses of 2-D pointer tiles (`a_ptr + offs_m[:, None] * stride_am +
+    offs_k[None, :] * stride_ak`, through the local names they are made of) and of the statements that advance them
+    (`a_ptrs += BLOCK_K * stride_ak`): (the strides of the last axis, the others). A launch where the first are 1 and
+    the others multiples of 16 (with 16-byte aligned tensors) has Triton compile rows of 16-byte aligned vectors,
+    which direct-to-LDS copies need."""
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    definitions = _single_definitions(fn)
+    unit: list[str] = []
+    other: list[str] = []
+
+    def add(into: list[str], node: cst.CSTNode) -> None:
+        for name in sorted(names_in(node) & params):
+            if name not in into:
+                into.append(name)
+
+    def walk(node: cst.BaseExpression, axis: int | None, seen: frozenset[str], vector: bool = False) -> None:
+        if vector:  # inside an index vector: whatever it reads offsets it
+            add(other, node)
+            for name in sorted(names_in(node) & set(definitions) - seen):
+                walk(definitions[name], axis, seen | {name}, vector=True)
+            return
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                walk(definitions[term.value], axis, seen | {term.value})
+                continue
+            factors = product_factors(term)
+            term_axis = axis
+            for factor in factors:
+                if broadcast_axis(factor) is not None:
+                    term_axis = broadcast_axis(factor)
+            for factor in factors:
+                # The index vector (`offs_n[None, :]`, `(pid_n * BLOCK_N + offs)[None, :]`): what it reads offsets
+                # the row or wraps it (`% N`): multiples of 16 keep its vectors aligned. A factor beside it scales
+                # the axis: the stride, 1 for the last axis.
+                vector = broadcast_axis(factor) is not None
+                if vector:
+                    walk(factor.value, term_axis, seen, vector=True)  # type: ignore[attr-defined]
+                    continue
+                local = names_in(factor) & set(definitions) - seen
+                if local:  # a 2-D name made of others (`a_ptr + offs` with `offs = ...[:, None] + ...[None, :]`)
+                    for name in sorted(local):
+                        walk(definitions[name], term_axis, seen | {name})
+                    continue
+                add(unit if term_axis == 1 else other, factor)
+
+    for tile in tiles:
+        walk(tile, None, frozenset())
+    for statement in advances:
+        add(other, statement)
+    return unit, [name for name in other if name not in unit]
+
+
+def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> list[str]:
+    """The integer parameters that bound a tile's mask along its last axis (`offs_k[None, :] < K - k * BLOCK_K`,
+    `offs_n[None, :] < N`): where they are multiples of 16, every vector of 8 (16-bit) elements along that axis is
+    masked as a whole, which a copy that moves a lane's vector at once (direct-to-LDS) needs. Row bounds are not."""
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    definitions = _single_definitions(fn)
+    found: list[str] = []
+
+    def last_axis(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        for sub in cst_walk.preorder(node):
+            if isinstance(sub, cst.Subscript) and broadcast_axis(sub) == 1:
+                return True
+        return any(last_axis(definitions[n], seen | {n}) for n in names_in(node) & set(definitions) - seen
+                   if _is_2d(definitions[n]))
+
+    for mask in masks:
+        for conjunct in _conjuncts(mask):
+            if last_axis(conjunct):
+                for name in sorted(_reads(conjunct, definitions) & params):
+                    if name not in found:
+                        found.append(name)
+    return found
+
+
+def _is_2d(node: cst.CSTNode) -> bool:
+    return any(isinstance(sub, cst.Subscript) and broadcast_axis(sub) is not None for sub in cst_walk.preorder(node))
+
+
+def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    node = node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        return [*_conjuncts(node.left), *_conjuncts(node.right)]
+    return [node]
+
+
+def _reads(node: cst.CSTNode, definitions: dict[str, cst.BaseExpression], seen: frozenset[str] = frozenset()
+           ) -> set[str]:
+    names = names_in(node)
+    for name in names & set(definitions) - seen:
+        names |= _reads(definitions[name], definitions, seen | {name})
+    return names

@@ -4,19 +4,21 @@
 the dot, the tile loads feeding it, the producer slice) with its dataflow (`transpile.analysis.dataflow`: effects,
 loop-carried values, ops that need a CTA-wide barrier) into a `StagePlan`:
 
-- a ring of shared-memory (LDS) slots per operand, ``slots`` deep, filled ``distance`` iterations ahead of use;
-- ordered stages, each a ``with gl.amd.warp_pipeline_stage(label, priority=p)`` block: ``lds_read`` (this
-  iteration's operands from the ring) and ``copy_mma`` (the producer slice of a later iteration and its copies, the
-  MMA, the rest of the body);
-- the wait that stands between the two stages for asynchronous copy engines;
-- the prologue (``distance`` iterations prefetched before the loop) and the epilogue (the drain after it).
+- a ring of shared-memory (LDS) slots per operand, ``slots`` deep (at most; the emitted kernel takes fewer where
+  they do not fit the target's LDS, 2 at least), filled ``distance = slots`` iterations ahead;
+- for a GEMM loop two stages, each a ``with gl.amd.warp_pipeline_stage(label, priority=p)`` block: ``mma``
+  (priority 0: the MMA and the rest of the body, on operands read one step ahead) and ``mem`` (priority 1: the next
+  iteration's operands from the ring, then the producer slice of iteration ``it + slots`` and its copies into the
+  slot iteration ``it`` was read from);
+- the wait before each iteration's ``mma`` for asynchronous copy engines: ``slots - 2`` copy groups stay in flight;
+- the prologue (``distance`` iterations copied before the loop) and the epilogue (the last iterations, unstaged).
 
-The lowering runs the two stages on two warp groups of 4 warps at once, one stage apart: while one group runs
-``copy_mma`` of iteration ``it`` (writing the slot of iteration ``it + slots - 1``), the other runs ``lds_read`` of
-``it`` or ``it + 1`` (reading slot ``it % slots`` or the next). With ``slots >= 3`` these slots always differ, so
-the ring needs three slots at least, whatever the source asked for, and copies go ``distance = slots - 1`` iterations
-ahead. For asynchronous engines the wait between the stages leaves ``slots - 3`` copy groups in flight: the group
-that lags one stage behind must also have landed its part of the tile the other group reads next.
+The lowering runs the two stages on two warp groups of 4 warps at once, one stage apart. Iteration ``it`` reads its
+operands into registers in the ``mem`` stage of ``it - 1`` and overwrites that slot in its own ``mem`` stage, while
+the other group runs an ``mma`` stage, which reads no LDS: no group ever writes a slot the other reads. The wait for
+the copies of ``it + 1`` stands at the stage boundary before the ``mma`` of ``it``, ahead of the barrier the lowering
+puts there, so both groups' parts of that tile have landed before either reads it. The emitted loop is unrolled by
+the ring depth (constant slot indices) and stops early enough that its copies are never past the end.
 
 A loop that cannot be pipelined gets a `StageRefusal` naming the construct and the reason; the rule then keeps the
 loop as it is and reports TT040.
@@ -81,7 +83,7 @@ class StagePlan:
     slots: int
     distance: int
     stages: list[Stage]
-    wait: str | None  # the wait between `lds_read` and `copy_mma`, or None
+    wait: str | None  # the wait before each iteration's stages (GEMM: before `mma`), or None
     rings: list[Ring]
     lds_limit: int
     configs: list[dict[str, object]]  # the constexpr values the ring size is evaluated for (autotune configs)
@@ -92,7 +94,8 @@ class StagePlan:
 
     @property
     def epilogue(self) -> str:
-        return "the ring drains: the last iterations read what was prefetched; copies past the end are masked off"
+        return ("the steady state stops NUM_STAGES to 2 * NUM_STAGES - 1 iterations before the end (its copies are "
+                "never past it); those last iterations run unstaged, their copies past the end masked off")
 
     def ring_bytes(self, values: dict[str, object], elem_bits: int = 16) -> int | None:
         """LDS bytes of all the rings for one set of constexpr values, `elem_bits`-bit elements."""
@@ -125,10 +128,12 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if isinstance(attention, LoopRefusal):
             return StageRefusal(attention.node, attention.reason)
         return _refusal(source, loop, plan, loop_plan)
-    # The target's copy engine moves tensor-descriptor tiles; pointer tiles are staged through registers: direct-to-LDS
-    # and TDM copies need wide vectors (a rectangular tile with unit inner stride and aligned rows) that the compiler
-    # proves for pointer arithmetic only when the launch specialized the strides.
-    if loop_plan.kind != "descriptor":
+    # The target's copy engine moves tensor-descriptor tiles. Pointer tiles go by direct-to-LDS copies too (gfx950):
+    # those need wide vectors (a unit inner stride, 16-byte aligned rows) that the compiler proves for pointer
+    # arithmetic only when the launch specialised the strides, so the variant's launcher runs the Gluon kernel on
+    # aligned launches only (`RuleContext.launch_checked`). TDM copies need a descriptor: pointer tiles are staged
+    # through registers there.
+    if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "registers"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
@@ -154,22 +159,23 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                                 "(the LDS ring needs its block shape)")
         rings.append(Ring(load.name, [dim for dim in shape if dim is not None], {}))
     slots = max(MIN_SLOTS, loop_plan.num_stages)
-    distance = slots - 1
+    distance = slots  # the copies of iteration it + NUM_STAGES go into the slot iteration it was read from
     wait = WAITS[engine]
     if wait is not None:  # one commit group (async_copy) or one fused TDM operation (tdm) per iteration
-        wait = wait.format(n=slots - 3)
+        wait = wait.format(n=slots - 2)
     producer_lines = [body[i].line for i in loop_plan.producer]
     load_lines = [body[load.index].line for load in loop_plan.loads]
     consumer_lines = [f.line for f in body if f.index not in loop_plan.producer
                       and f.index not in {load.index for load in loop_plan.loads}]
-    copies = {"registers": "global loads into registers, stored into their slot",
-              "async_copy": "direct-to-LDS copies into their slot, one commit group",
-              "tdm": "one fused TDM copy into their slot (warps 0-3: A, warps 4-7: B)"}[engine]
+    copies = {"registers": "global loads into registers, stored into the slot just read",
+              "async_copy": "direct-to-LDS copies into the slot just read, one commit group",
+              "tdm": "one fused TDM copy into the slot just read (warps 0-3: A, warps 4-7: B)"}[engine]
     stages = [
-        Stage("lds_read", 1, [body[loop_plan.dot_index].line],
-              "this iteration's operands read from the ring in the MMA operand layouts"),
-        Stage("copy_mma", 0, sorted(producer_lines + load_lines + consumer_lines),
-              f"addresses and masks of iteration it + {distance}, {copies}; the MMA and the rest of the body"),
+        Stage("mma", 0, sorted(consumer_lines),
+              "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead"),
+        Stage("mem", 1, sorted(producer_lines + load_lines),
+              f"the next iteration's operands from the ring; addresses and masks of iteration it + {distance}, "
+              f"{copies}"),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,

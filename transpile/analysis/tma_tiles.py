@@ -152,6 +152,14 @@ class Dispatch:
     reason: str = ""
     # the alignment launcher (`reason` is launch_alignment.REASON): the Gluon kernel takes 8- and 16-bit data too
     narrow: bool = False
+    # the Gluon kernel reads through 32-bit buffer offsets: only launches whose tensors span less than 2 GB run it
+    small: bool = False
+    # the Gluon kernel runs with exactly this many warps (AMD's warp-pipelined loops: 8): launches that ask for
+    # another count, or none, run the source kernel
+    warps: int | None = None
+    # AMD: the Gluon kernel is launched with its accumulators kept out of AGPRs (`llvm_fn_attrs`, as AMD's own Gluon
+    # GEMMs are): with both register files the compiler splits a large accumulator and spills
+    no_agprs: bool = False
 
 
 @dataclass
@@ -962,4 +970,44 @@ def _tma_scratch(size, alignment, stream):
     import torch  # the launches' tensors are torch tensors
 
     return torch.empty(size, dtype=torch.int8, device="cuda")
+'''
+
+
+#: AMD: the launcher of a kernel whose Gluon form has a warp-pipelined loop (module-level, after `_TMAOrTriton`).
+WARP_PIPELINED_LAUNCHER = '''
+class _WarpPipelinedOrTriton(_TMAOrTriton):
+    """`_TMAOrTriton` for a Gluon kernel with a warp-pipelined main loop: it also runs the source kernel for launches
+    that ask for other than `warps` warps (or none: Triton's default is 4; two warp groups of 4 run the stages), and,
+    with `small`, for launches with a tensor spanning 2 GB or more (the Gluon kernel copies through 32-bit buffer
+    offsets). With `no_agprs` the Gluon kernel is compiled with its accumulators in VGPRs only, as AMD's own Gluon
+    GEMMs are: with both register files the compiler splits a large accumulator and spills."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False, **checks):
+        super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
+        self.warps = warps
+        self.small = small
+        self.no_agprs = no_agprs
+
+    def addressable(self, args, kwargs):
+        if self.warps is not None and kwargs.get("num_warps") != self.warps:
+            return False
+        if self.small:
+            for value in [*args, *kwargs.values()]:
+                if hasattr(value, "data_ptr") and hasattr(value, "stride") and value.numel():
+                    span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1
+                    if span * value.element_size() >= 2**31:
+                        return False
+        return super().addressable(args, kwargs)
+
+    def __getitem__(self, grid):
+        launch = super().__getitem__(grid)
+        if not self.no_agprs:
+            return launch
+
+        def run(*args, **kwargs):
+            if self.addressable(args, kwargs):
+                kwargs.setdefault("llvm_fn_attrs", (("amdgpu-agpr-alloc", "0,0"),))
+            return launch(*args, **kwargs)
+
+        return run
 '''

@@ -73,6 +73,8 @@ class AMDAttentionWarpPipeline(Rule):
         sp = plan_stages(ctx.source, ctx.function, original, ctx.plan, "registers", ctx.target.shared_memory_bytes)
         if not isinstance(sp, StagePlan) or not isinstance(sp.loop, AttentionPlan):
             return updated  # other loops, and refusals: the GEMM rule reports them
+        if ctx.slower_than_triton(original, "attention ring"):
+            return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
         ctx.need("lds_ring")
         ctx.num_warps = PIPELINE_WARPS
         ctx.mma_warps_along_m = True

@@ -18,8 +18,9 @@ import textwrap
 
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, OperandLoad
-from transpile.analysis.stages import PIPELINE_WARPS, StagePlan, StageRefusal, plan_stages
+from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
+from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
+from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.cst_utils import names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
@@ -47,12 +48,19 @@ class AMDWarpPipeline(Rule):
     examples = (
         Example(EXAMPLE, (
             'gl.static_assert(gl.num_warps() == 8, "the warp-pipelined main loop needs num_warps=8',
-            "NUM_STAGES: gl.constexpr = 3",
-            'with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
-            "a = a_ring.index(slot).load(gl.DotOperandLayout(0, acc.type.layout, _mma_k_width(a_ring.dtype)))",
-            'with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
-            "a_ring.index(next_slot).store(gl.load(a_ptrs_next, mask=(offs_k[None, :] < K - k_next * BK) & "
-            "(next_it < num_iters), other=0.0))",
+            "NUM_STAGES: gl.constexpr = _ring_slots(163840, 3, [BM, BK], a_ptr.dtype.element_ty, [BK, BN], "
+            "b_ptr.dtype.element_ty)",
+            "async_copy.wait_group(NUM_STAGES - 2)",
+            'with gl.amd.warp_pipeline_stage("mma", priority=0):',
+            'with gl.amd.warp_pipeline_stage("mem", priority=1):',
+            "a = async_copy.load_shared_relaxed(a_ring.index((step + 1) % NUM_STAGES), gl.DotOperandLayout(0, "
+            "acc.type.layout, _mma_k_width(a_ring.dtype)))",
+            "for it in range(gl.maximum(num_rounds, 0) * NUM_STAGES, num_iters):",
+        ), "gfx950"),
+        # gfx942 has no direct-to-LDS copies: its ring is register-staged, kept as Triton by default (measured
+        # heavier), emitted with --gluon-always (the rule examples translate with it)
+        Example(EXAMPLE, (
+            "a_ring.index(step).store(gl.load(a_ptrs_next, mask=offs_k[None, :] < K - k_next * BK, other=0.0))",
         ), "gfx942"),
     )
 
@@ -68,12 +76,25 @@ class AMDWarpPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
                                                          f"main loop not pipelined: {stage_plan.reason}"))
             return updated
+        if ctx.slower_than_triton(original, _form(stage_plan)):
+            return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
         if stage_plan.engine == "async_copy":
             ctx.need("lds_copy")
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
+        if stage_plan.engine == "async_copy" and any(load.kind == "pointer" for load in stage_plan.loop.loads):
+            # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows: the
+            # variant's launcher runs the source kernel on the other launches.
+            unit, divisible = tile_strides(ctx, stage_plan.loop)
+            masks = [load.mask for load in stage_plan.loop.loads if load.kind == "pointer" and load.mask is not None]
+            divisible += [n for n in last_axis_mask_params(ctx.function, masks) if n not in divisible + unit]
+            ctx.launch_checked = True
+            ctx.launch_unit = tuple(unit)
+            ctx.launch_divisible = tuple(divisible)
+            ctx.launch_warps = PIPELINE_WARPS
+            ctx.launch_no_agprs = True
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
@@ -107,8 +128,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     name = loop_namer(ctx, plan.loop)
     prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
-    stages, it, slot, nxt, nxt_slot, iters = (name("NUM_STAGES"), name("it"), name("slot"), name("next_it"),
-                                              name("next_slot"), name("num_iters"))
+    stages, rnd, step_, it, iters = (name("NUM_STAGES"), name("round_"), name("step"), name("it"),
+                                     name("num_iters"))
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
     site = ctx.plan.dots[_dot_call(plan)]
     dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
@@ -125,10 +146,15 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
     tdm_at = {load.name: name(f"{load.descriptor}_at") for load in plan.loads} if engine == "tdm" else {}
 
-    def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str) -> str:
+    def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
         if engine == "registers":
-            return f"{pad}{dest}.store({later_load(body[load.index], renames, iteration, iters, load)})"
+            return f"{pad}{dest}.store({later_load(body[load.index], renames, iteration, iters, load, guard)})"
+        if load.kind == "pointer":  # direct-to-LDS: the load's own arguments, the slot first
+            call = cst.parse_expression(later_load(body[load.index], renames, iteration, iters, load, guard))
+            args = [a for a in call.args if a.keyword is None or a.keyword.value in ("mask", "other",  # type: ignore[attr-defined]
+                                                                                      "cache_modifier")]
+            return f"{pad}{code(cst.Call(cst.parse_expression('async_copy.global_load_to_shared'), [cst.Arg(cst.parse_expression(dest)), *args]))}"
         call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
@@ -142,24 +168,43 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                             for load, hint in zip(plan.loads, ("0b00001111", "0b11110000")))
         return [f"{pad}tdm.async_load_fused([{members}])"]
 
-    def producer(iteration: str, slot_expr: str, pad: str) -> tuple[list[str], list[str]]:
-        """The producer of `iteration`: (address/mask statements and copies, pointer advances)."""
+    def producer(iteration: str, slot_expr: str, pad: str, guard: bool = True) -> list[str]:
+        """The copies of `iteration` into `slot_expr`: address and mask statements, the copies (one commit group or
+        one fused TDM operation), then the advances of the carried pointers. Without `guard`, the iteration is known
+        not to be past the end: no mask is added for it."""
         lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
         lines += [indent(rename(body[i], renames), pad) for i in plan.producer_before()]
-        lines += [copy(load, iteration, slot_expr, pad) for load in plan.loads]
+        lines += [copy(load, iteration, slot_expr, pad, guard) for load in plan.loads]
         if engine == "async_copy":
             lines.append(f"{pad}async_copy.commit_group()")
         elif engine == "tdm":
             lines += fused(slot_expr, pad)
-        return lines, [indent(rename(body[i], renames), pad) for i in plan.producer_after()]
+        return lines + [indent(rename(body[i], renames), pad) for i in plan.producer_after()]
 
+    def reads(slot_expr: str, pad: str) -> list[str]:
+        """The operands of the dot from ring slot `slot_expr`, in the MMA operand layouts."""
+        return [f"{pad}{load.name} = {_read(engine, f'{rings[load.name]}.index({slot_expr})')}gl.DotOperandLayout("
+                f"{k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))"
+                for k, load in enumerate(plan.loads)]
+
+    def consume(iteration: str, pad: str) -> list[str]:
+        lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
+        return lines + [indent(code(body[i]), pad) for i in consumer]
+
+    wait = WAITS[engine]
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
     a, b = plan.loads
-    fits = (f"_lds_ring_bytes({stages}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
-            f"[{', '.join(shapes[b.name])}], {dtypes[b.name]}) <= {sp.lds_limit}")
+    slots = (f"_ring_slots({sp.lds_limit}, {sp.slots}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
+             f"[{', '.join(shapes[b.name])}], {dtypes[b.name]})")
     layout_fn = {"registers": "_lds_layout", "async_copy": "_lds_copy_layout", "tdm": "_lds_tdm_layout"}[engine]
     layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, {k})"
                for k, load in enumerate(plan.loads)}
+    if engine == "async_copy":
+        # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
+        # (`transpile.rules.copy_operands`, after the layout declarations).
+        for load in plan.loads:
+            if load.kind == "pointer":
+                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name])
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
           f"{', '.join(shapes[load.name])}], {layouts[load.name]})" for load in plan.loads),
@@ -168,72 +213,93 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
           for load in plan.loads if engine == "tdm"),
         f"{iters} = {count}",
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
-        "# Prologue: the tiles of the first NUM_STAGES - 1 iterations go into their slots.",
-        f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(sum(producer(prologue_i, prologue_i, "    "), [])),
-    ]
-    wait = {"registers": None, "async_copy": "async_copy.wait_group({n})",
-            "tdm": "tdm.async_wait({n})"}[engine]
-    if wait is not None:
-        # The first tile must have landed before the first `lds_read`.
-        first = f"{stages} - 2"  # one commit group / one fused TDM operation per iteration
-        lines.append(wait.format(n=first))
-    loop = [f"for {it} in range({iters}):"]
-    if uses_var:
-        loop.append(f"    {plan.var} = {index(it)}")
-    loop += [
-        f"    {slot} = {it} % {stages}",
-        '    with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
-        *(f"        {load.name} = {_read(engine, f'{rings[load.name]}.index({slot})')}gl.DotOperandLayout({k}, "
-          f"{plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))" for k, load in enumerate(plan.loads)),
+        "# Prologue: the copies of the first NUM_STAGES iterations, one slot each.",
+        f"for {prologue_i} in gl.static_range({stages}):\n" + "\n".join(producer(prologue_i, prologue_i, "    ")),
     ]
     if wait is not None:
-        between = f"{stages} - 3"
-        loop += [
-            "    # Between the stages: this iteration's tiles have landed, also those the lagging warp group copied.",
-            "    " + wait.format(n=between),
-        ]
-    loop += [
-        '    with gl.amd.warp_pipeline_stage("copy_mma", priority=0):',
-        f"        {nxt} = {it} + {stages} - 1",
-        f"        {nxt_slot} = {nxt} % {stages}",
+        lines.append(wait.format(n=f"{stages} - 1") + "  # the first iteration's copies have landed")
+    lines += reads("0", "")
+    def step(iteration: str, slot: str, next_slot: str, pad: str, staged: bool) -> list[str]:
+        """One iteration: the wait for the copies of the next one, the MMA (and the rest of the body) on operands
+        in registers, then the next iteration's operands from the ring and the copies of iteration + NUM_STAGES into
+        the slot this one was read from. `staged`: in the two warp-pipeline stages, with no copy past the end (the
+        steady state); else plain statements, copies past the end masked off (the last iterations)."""
+        lines = [f"{pad}" + wait.format(n=f"{stages} - 2")] if wait is not None else []
+        work = consume(iteration, pad + "    " if staged else pad)
+        later = [*reads(next_slot, pad + "    " if staged else pad),
+                 *producer(f"({iteration} + {stages})", slot, pad + "    " if staged else pad, guard=not staged)]
+        if not staged:
+            return lines + work + later
+        return [*lines, f'{pad}with gl.amd.warp_pipeline_stage("mma", priority=0):', *work,
+                f'{pad}with gl.amd.warp_pipeline_stage("mem", priority=1):', *later]
+
+    rounds = name("num_rounds")
+    loop = [
+        "# Steady state, unrolled by the ring depth so that every slot index is a constant; the wait at the top of each",
+        "# step precedes the barrier at that stage boundary, so both warp groups' copies of the next iteration have",
+        "# landed. Its copies are never past the end: the last rounds run below.",
+        f"{rounds} = {iters} // {stages} - 1",
+        f"for {rnd} in range({rounds}):",
+        f"    for {step_} in gl.static_range({stages}):",
+        f"        {it} = {rnd} * {stages} + {step_}",
+        *step(it, step_, f"({step_} + 1) % {stages}", "        ", staged=True),
     ]
-    copies, advances = producer(nxt, nxt_slot, "        ")
-    loop += copies
-    loop += [indent(code(body[i]), "        ") for i in consumer]
-    loop += advances
     lines.append("\n".join(loop))
+    tail = [
+        "# The last iterations (NUM_STAGES to 2 * NUM_STAGES - 1 of them), their copies past the end masked off.",
+        f"for {it} in range(gl.maximum({rounds}, 0) * {stages}, {iters}):",
+        *step(it, f"{it} % {stages}", f"({it} + 1) % {stages}", "    ", staged=False),
+    ]
     if wait is not None:
-        lines.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
+        tail.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
+    lines.append("\n".join(tail))
     pipelined = indent("\n".join(lines), "    ")
     original = indent(code(updated), "    ")
     how = {
-        "registers": "loads the tiles of iteration it + NUM_STAGES - 1 into registers, stores them into their slot and "
-                     "runs the MMA.",
-        "async_copy": "starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES - 1 into their slot (one "
-                      "commit group per iteration) and runs the MMA.",
-        "tdm": "starts one fused TDM copy of the tiles of iteration it + NUM_STAGES - 1 into their slot (warps 0-3 "
-               "copy A, warps 4-7 copy B) and runs the MMA.",
+        "registers": "loads the tiles of iteration it + NUM_STAGES into registers and stores them into the slot "
+                     "iteration it was read from",
+        "async_copy": "starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES into the slot iteration "
+                      "it was read from (one commit group per iteration)",
+        "tdm": "starts one fused TDM copy of the tiles of iteration it + NUM_STAGES into the slot iteration it was "
+               "read from (warps 0-3 copy A, warps 4-7 copy B)",
     }[engine]
     paragraph = (
         "Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one stage "
-        "apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the reads). "
-        f"`lds_read` takes this iteration's operands from a ring of NUM_STAGES LDS slots; `copy_mma` {how} With "
-        "three slots or more a group never writes the slot the other group is reading. Tiles past the end read as "
-        "zeros and are never used."
+        "apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the memory stage). "
+        "The operands of each iteration are read from a ring of NUM_STAGES LDS slots one step ahead: `mma` runs "
+        f"iteration it's MMA on operands already in registers; `mem` reads iteration it + 1's operands and {how}. "
+        "Tiles past the end read as zeros and are never used."
     )
     header = [
         *textwrap.wrap(paragraph, 114, initial_indent="# ", subsequent_indent="# "),
         f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
         f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")',
-        f"{stages}: gl.constexpr = {sp.slots}",
-        f"if {fits}:",
+        f"{stages}: gl.constexpr = {slots}",
+        f"if {stages} >= 2:",
         pipelined,
         "else:",
-        f"    # The ring does not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes: the loop runs as "
-        "translated.",
+        f"    # Two slots per operand do not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes: the "
+        "loop runs as translated.",
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _form(sp: StagePlan) -> str:
+    """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
+    if sp.engine == "registers":
+        return "register-staged ring"
+    if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
+        return "direct-to-LDS ring, descriptor tiles"
+    return f"{sp.engine} ring"
+
+
+def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]]:
+    """The parameters of the loop's pointer tiles that the launcher requires to be 1 (inner strides) and multiples of
+    16 (the others) before it runs the Gluon kernel."""
+    body = loop_body(plan.loop)
+    tiles = [load.pointer for load in plan.loads if load.kind == "pointer" and load.pointer is not None]
+    return pointer_tile_strides(ctx.function, tiles, [body[i] for i in plan.producer_after()])
 
 
 def _read(engine: str, slot: str) -> str:

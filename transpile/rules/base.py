@@ -40,6 +40,8 @@ class RuleContext:
     num_warps: int | None = None  # set by a rule whose output needs this many warps (a warp-pipelined loop: 8)
     mma_warps_along_m: bool = False  # set by a rule that needs every warp along M in the MMA layout (row reductions)
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
+    # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
+    copy_rings: dict[str, tuple[str, str]] = field(default_factory=dict)
     fresh_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: fresh copy -> pointer tile
     # Names a pipeline rule emitted, per loop (id of the source `For`): a second pipelined loop of the function names
     # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).
@@ -78,6 +80,14 @@ class RuleContext:
     launch_at_least: tuple[tuple[str, int], ...] = ()
     # ... and, with a flag, the constexpr parameters and values with which launches without it run the Gluon kernel
     launch_unflagged_at_least: tuple[tuple[str, int], ...] = ()
+    # the Gluon kernel reads tiles through 32-bit buffer offsets: launches with a tensor spanning 2 GB or more run
+    # the source kernel (`Dispatch.small`)
+    launch_small: bool = False
+    # AMD: the Gluon kernel runs with this many warps only (a warp-pipelined loop): other launches of a kernel without
+    # autotune configs run the source kernel (`Dispatch.warps`)
+    launch_warps: int | None = None
+    # AMD: the Gluon kernel compiles with its accumulators in VGPRs only (`Dispatch.no_agprs`)
+    launch_no_agprs: bool = False
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 
@@ -136,6 +146,26 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "add a wider one to) that ring ran causal attention at head dimension 64 at 0.82-0.91x Triton 3.6's own "
         "pipeliner in 6 of 15 kernel styles on an H100 (1.07-1.45x at 128); its head dimension here is not a "
         "constexpr parameter the launch could be dispatched on (bench/RESULTS.md, session 10)"),
+    # AMD: judged by the machine code (no AMD GPU here): the hot loop's non-MFMA instructions per 16x16x32 MFMA of
+    # work against Triton 3.9's own compile of the source at the same constexprs, warps and aligned-launch
+    # specialisation (`transpile verify --isa`, `scripts/amd_isa_table.py`; bench/RESULTS.md, "AMD hot loops").
+    **{(target, "register-staged ring"): (
+        "its tiles would be staged through registers (no copy engine on this target takes them: gfx942 has no "
+        "direct-to-LDS copies, gfx1250's TDM needs a tensor descriptor), and that ring's hot loop measured heavier than "
+        "Triton's own in 46 of 48 fixture kernels and configs on gfx942 and gfx1250 (1.2-5.9x the non-MFMA "
+        "instructions per MFMA; each step waits for its global loads before storing them): bench/RESULTS.md")
+       for target in ("gfx942", "gfx950", "gfx1250")},
+    ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
+        "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
+        "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "
+        "non-MFMA instructions per MFMA in 6 of 8 fixture kernels and configs on gfx950: bench/RESULTS.md"),
+    **{(target, "attention ring"): (
+        "only the warp-pipelined attention ring would pipeline it, and its hot loop measured 1.3-4.4x Triton's own "
+        "non-MFMA instructions per MFMA in every flash-attention fixture and config on gfx942, gfx950 and gfx1250 (a "
+        "register-staged K/V ring, the softmax between the dots in a stage of its own): bench/RESULTS.md")
+       for target in ("gfx942", "gfx950", "gfx1250")},
+    # ("gfx950", direct-to-LDS pointer tiles) and ("gfx1250", TDM descriptor tiles) are not listed: their rings
+    # measured 0.55-0.91x and 0.89-0.98x Triton's non-MFMA instructions per MFMA (bench/RESULTS.md).
     # ("sm90", "cp.async attention, causal mask") is not listed: the ring of a one-loop kernel that leaves out a
     # causal score mask on the tiles where every score passes it (`transpile.analysis.uniform_mask`) ran causal
     # attention at 1.04-1.24x on an H100 (bench/RESULTS.md, session 9).

@@ -159,10 +159,11 @@ def _expression(text: str) -> cst.BaseExpression:
 
 
 def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
-                  load: OperandLoad) -> str:
-    """The translated load of `statement` for a later iteration; a pointer load past the end is masked off."""
+                  load: OperandLoad, guard: bool = True) -> str:
+    """The translated load of `statement` for a later iteration; a pointer load past the end is masked off (unless
+    not `guard`: the caller knows the iteration is not past the end)."""
     call = statement.body[0].value  # type: ignore[union-attr]
-    if load.kind == "descriptor":  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
+    if load.kind == "descriptor" or not guard:  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
         return rename(call, renames)
     args = list(call.args)
     positional = [a for a in args if a.keyword is None]

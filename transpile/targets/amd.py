@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from transpile.rules.amd_attention_pipeline import AMDAttentionWarpPipeline
 from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
+from transpile.rules.buffer_copies import BufferCopies
+from transpile.rules.copy_operands import CopyOperandLayouts
 from transpile.rules.descriptors import DescriptorsAsPointers
 from transpile.rules.dot import Dot
 from transpile.rules.hoist import HoistConversions
@@ -24,7 +26,7 @@ def _rules(engine: str) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
             HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(),
-            AMDWarpPipeline(engine), LayoutDeclarations())
+            AMDWarpPipeline(engine), LayoutDeclarations(), CopyOperandLayouts(), BufferCopies())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
@@ -123,6 +125,16 @@ def _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype):
 
 
 @gluon.constexpr_function
+def _ring_slots(limit, most, a_shape, a_dtype, b_shape, b_dtype):
+    """Slots of the LDS rings of a warp-pipelined main loop: the most of `most` down to 2 that fit in `limit` bytes
+    (with 2, each iteration waits for the copies started one iteration before), else 0: the loop runs as translated."""
+    for slots in range(most, 1, -1):
+        if _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype) <= limit:
+            return slots
+    return 0
+
+
+@gluon.constexpr_function
 def _lds_layout(shape, dtype, operand):
     """Shared layout of a ring slot of MMA operand `operand` (0: A, 1: B) stored from registers: row-major tiles
     swizzled in vectors of the operand's k_width, so that the operand reads of a wavefront spread over the banks."""
@@ -180,6 +192,10 @@ def _lds_tdm_layout(shape, dtype, operand):
 '''
 
 
+from transpile.analysis.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER  # noqa: E402
+from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
+
+
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
                 mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str) -> Target:
     snippets = {
@@ -193,6 +209,9 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "lds_copy": LDS_COPY,
         "lds_tdm": LDS_TDM,
         "desc_store": s.DESC_STORE,
+        "persistent_grid": PERSISTENT_GRID,
+        "tma_or_triton": LAUNCHER,
+        "warp_pipelined_or_triton": WARP_PIPELINED_LAUNCHER,
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
                   copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine),

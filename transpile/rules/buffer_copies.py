@@ -1,0 +1,307 @@
+"""gfx950: direct-to-LDS copies of pointer tiles as buffer copies, from a scalar base and 32-bit offsets.
+
+Matches: in a function a pipeline rule rewrote, `async_copy.global_load_to_shared(slot, X, mask=..., other=0)` where
+every assignment to the tile of pointers `X` is `X = P + <offsets>` (`P` a pointer parameter, the same each time) or
+`X += <increment>`, and `X` is read by nothing else.
+Emits: `X_base = P`, `X_offs = <offsets>`; `X_base += <increment>` where the increment is a scalar (parameters,
+constexprs), `X_offs += <increment>` where it is a tensor; `async_copy.buffer_load_to_shared(slot, X_base, X_offs,
+mask=..., other=0)`.
+
+Why: a tile of 64-bit pointers costs two VGPRs per element and 64-bit adds per advance, and a masked direct-to-LDS
+copy through pointers is a branch around each copy that writes zeros for the masked lanes (`s_and_saveexec`, then
+`ds_write` of zeros); a buffer copy reads from a scalar base (SGPRs) at 32-bit offsets, and a masked lane's offset is
+moved out of the buffer's range, where the hardware reads zeros: no branch. This is how Triton's own AMD backend and
+AMD's hand-written Gluon GEMMs copy. Offsets are 32-bit and unsigned: the variant's launcher runs the Gluon kernel only
+on launches whose tensors span less than 2 GB (`Dispatch.small`), as Triton's launcher specialises them.
+Targets: gfx950.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.launch_alignment import pointer_params
+from transpile.cst_utils import broadcast_axis, names_in, product_factors, sum_terms
+from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import code, namer
+
+GLOBAL_COPY = "async_copy.global_load_to_shared"
+BUFFER_COPY = "async_copy.buffer_load_to_shared"
+ZEROS = ("0", "0.0", "0.", "None")
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    offs_m = tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n    offs_k = tl.arange(0, BK)\n"
+    "    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]\n"
+    "    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]\n"
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in range(0, tl.cdiv(K, BK)):\n"
+    "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n"
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, b, acc)\n        a_ptrs += BK\n        b_ptrs += BK * stride_bk\n"
+    "    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))\n"
+)
+
+
+class BufferCopies(Rule):
+    name = "buffer-copies"
+    matches = "direct-to-LDS copies of pointer tiles built as `pointer parameter + offsets`"
+    emits = "`async_copy.buffer_load_to_shared(slot, base, offsets, mask=...)` with the base advanced as a scalar"
+    examples = (
+        Example(EXAMPLE, (
+            "a_ptrs_next_base = a_ptr",
+            "a_ptrs_next_base += BK",
+            "b_ptrs_next_base += BK * stride_bk",
+            "async_copy.buffer_load_to_shared(a_ring.index(step), a_ptrs_next_base, a_ptrs_next_offs, "
+            "mask=offs_k_a_cols[None, :] < K - k_next * BK)",
+        ), "gfx950"),
+    )
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        if not ctx.copy_rings:
+            return updated
+        pointers = pointer_params(ctx.facts, ctx.function)  # the parameters the kernel addresses memory from
+        scalars = {p.name for p in ctx.function.params} | _constexpr_names(updated)
+        tiles = _tiles(updated, pointers)
+        name = namer(names_in(updated))
+        names = {tile: (name(f"{tile}_base"), name(f"{tile}_offs")) for tile in tiles}
+        wide = _wide_names(updated)
+        rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, _tensor_names(updated)))
+        if rewritten is not updated:
+            ctx.launch_small = True
+        return rewritten  # type: ignore[return-value]
+
+
+def _distribute(term: cst.BaseExpression, tensors: set[str]) -> list[cst.BaseExpression]:
+    """`term` as a sum of terms each either scalar or a tensor: a broadcast factor that sums a scalar and a vector,
+    `(s + v)[None, :] * c`, becomes `s * c` and `v[None, :] * c` (recursively); other terms stay whole."""
+    factors = product_factors(term)
+    for i, factor in enumerate(factors):
+        inner = factor.value if isinstance(factor, cst.Subscript) and broadcast_axis(factor) is not None else None
+        if inner is None:
+            continue
+        parts = sum_terms(inner)
+        if len(parts) < 2 or all(names_in(p) & tensors for p in parts):
+            continue
+        out: list[cst.BaseExpression] = []
+        for part in parts:
+            new = part if not names_in(part) & tensors else factor.with_changes(value=part)  # type: ignore[union-attr]
+            rest = [*factors[:i], new, *factors[i + 1:]]
+            product = rest[0] if not isinstance(rest[0], cst.BinaryOperation) else _paren(rest[0])
+            for other in rest[1:]:
+                product = cst.BinaryOperation(product, cst.Multiply(),
+                                              _paren(other) if isinstance(other, cst.BinaryOperation) else other)
+            out.extend(_distribute(product, tensors))
+        return out
+    return [term]
+
+
+def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node if getattr(node, "lpar", None) else node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _tensor_names(function: cst.FunctionDef) -> set[str]:
+    """Names that hold tensors: assigned from a call that makes one (`gl.arange`, `gl.load`, ...), a broadcast, or
+    another such name."""
+    makers = ("gl.arange", "gl.full", "gl.zeros", "gl.load", "gl.convert_layout", "gl.where", "gl.join",
+              "gl.allocate_shared_memory")
+    tensors: set[str] = set()
+    assignments = [n for n in _walk(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    changed = True
+    while changed:
+        changed = False
+        for node in assignments:
+            value = node.value
+            if value is None:
+                continue
+            makes = any(isinstance(n, cst.Call) and code(n.func) in makers for n in _walk(value)) or any(
+                isinstance(n, cst.Subscript) and broadcast_axis(n) is not None for n in _walk(value))
+            if makes or names_in(value) & tensors:
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, cst.Name) and target.value not in tensors:
+                        tensors.add(target.value)
+                        changed = True
+    return tensors
+
+
+def _wide_names(function: cst.FunctionDef) -> set[str]:
+    """Names whose value is (or is made from) a 64-bit integer: an assignment that casts to `gl.int64` or reads
+    such a name."""
+    wide: set[str] = set()
+    changed = True
+    assignments = [n for n in _walk(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    while changed:
+        changed = False
+        for node in assignments:
+            value = node.value
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if value is None:
+                continue
+            if "int64" in code(value) or names_in(value) & wide:
+                for target in targets:
+                    if isinstance(target, cst.Name) and target.value not in wide:
+                        wide.add(target.value)
+                        changed = True
+    return wide
+
+
+def _constexpr_names(function: cst.FunctionDef) -> set[str]:
+    """Names the function declares `name: gl.constexpr = ...` (scalars known at compile time)."""
+    found: set[str] = set()
+    for node in _walk(function):
+        if isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) \
+                and code(node.annotation.annotation).endswith("constexpr"):
+            found.add(node.target.value)
+    return found
+
+
+def _walk(node: cst.CSTNode):  # noqa: ANN202 - an iterator of nodes
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def _zero_other(call: cst.Call) -> bool:
+    """The copy's `other` is absent or zero (a buffer copy's masked lanes read zeros)."""
+    other = next((a for a in call.args[2:] if a.keyword is not None and a.keyword.value == "other"), None)
+    positional_other = call.args[3] if len(call.args) > 3 and call.args[3].keyword is None else None
+    other = other or positional_other
+    return other is None or code(other.value) in ZEROS
+
+
+def _copy_pointer(call: cst.Call) -> str | None:
+    """The pointer-tile name a `global_load_to_shared(slot, X, ...)` copy reads, where its `other` is zero."""
+    if code(call.func) != GLOBAL_COPY or len(call.args) < 2 or call.args[1].keyword is not None:
+        return None
+    if not _zero_other(call):
+        return None
+    value = call.args[1].value
+    return value.value if isinstance(value, cst.Name) else None
+
+
+def _base_term(value: cst.BaseExpression, pointers: set[str]) -> tuple[str, list[cst.BaseExpression]] | None:
+    """`P + t1 + t2` -> ("P", [t1, t2]) where exactly one term is a pointer parameter and no other reads one."""
+    terms = sum_terms(value)
+    bases = [t for t in terms if isinstance(t, cst.Name) and t.value in pointers]
+    if len(bases) != 1 or len(terms) < 2:
+        return None
+    rest = [t for t in terms if t is not bases[0]]
+    if any(names_in(t) & {bases[0].value} for t in rest):
+        return None
+    return bases[0].value, rest  # type: ignore[attr-defined]
+
+
+def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
+    """The pointer tiles whose every use is a zero-`other` copy or an advance, and whose every assignment splits
+    into the same pointer parameter plus offsets."""
+    copies: dict[str, int] = {}
+    for node in _walk(function):
+        if isinstance(node, cst.Call):
+            tile = _copy_pointer(node)
+            if tile is not None:
+                copies[tile] = copies.get(tile, 0) + 1
+    found: set[str] = set()
+    for tile, copy_uses in copies.items():
+        bases: set[str] = set()
+        writes = 0
+        names = 0
+        ok = True
+        for node in _walk(function):
+            if isinstance(node, cst.Name) and node.value == tile:
+                names += 1
+            elif isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == tile
+                                                      for t in node.targets):
+                split = _base_term(node.value, pointers) if len(node.targets) == 1 else None
+                ok = ok and split is not None and tile not in names_in(node.value)
+                bases.add(split[0] if split is not None else "")
+                writes += 1
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name) \
+                    and node.target.value == tile:
+                ok = ok and isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                    and tile not in names_in(node.value)
+                writes += 1
+        if ok and len(bases) == 1 and names == writes + copy_uses:
+            found.add(tile)
+    return found
+
+
+class _Rewrite(cst.CSTTransformer):
+    def __init__(self, names: dict[str, tuple[str, str]], pointers: set[str], scalars: set[str],
+                 wide: set[str], tensors: set[str]) -> None:
+        super().__init__()
+        self.tensors = tensors
+        self.names = names
+        self.pointers = pointers
+        self.scalars = scalars
+        self.wide = wide
+
+    def split(self, base: str, terms: list[cst.BaseExpression]) -> tuple[cst.BaseExpression, cst.BaseExpression]:
+        """(the scalar base, the 32-bit offsets) of `base + sum(terms)`: scalar terms, also those inside a broadcast
+        index vector (`(k * BLOCK_K + offs_k)[None, :] * stride` is `k * BLOCK_K * stride` plus
+        `offs_k[None, :] * stride`), go into the base, so that the offsets stay the same from one iteration to the
+        next and the address advances in scalar registers."""
+        scalar: list[cst.BaseExpression] = []
+        tensor: list[cst.BaseExpression] = []
+        for term in terms:
+            for part in _distribute(term, self.tensors):
+                (tensor if names_in(part) & self.tensors else scalar).append(part)
+        if not tensor:
+            tensor, scalar = terms, []
+        pointer: cst.BaseExpression = cst.Name(base)
+        for term in scalar:
+            pointer = cst.BinaryOperation(pointer, cst.Add(), term)
+        return pointer, self.offsets(tensor)
+
+    def offsets(self, terms: list[cst.BaseExpression]) -> cst.BaseExpression:
+        """The sum of `terms`, as 32-bit offsets: a sum that reads a 64-bit value is cast (the launcher runs the
+        kernel only where every tensor spans less than 2 GB, so the offsets fit)."""
+        total = terms[0]
+        for term in terms[1:]:
+            total = cst.BinaryOperation(total, cst.Add(), term)
+        if any(names_in(t) & self.wide for t in terms):
+            return cst.parse_expression(f"({code(total)}).to(gl.int32)")
+        return total
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+                                  ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if len(updated.body) != 1:
+            return updated
+        small = updated.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and small.targets[0].target.value in self.names:
+            base_name, offs_name = self.names[small.targets[0].target.value]
+            base, rest = _base_term(small.value, self.pointers)  # type: ignore[misc]
+            pointer, offsets = self.split(base, rest)
+            first = updated.with_changes(body=[cst.Assign([cst.AssignTarget(cst.Name(base_name))], pointer)])
+            second = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(offs_name))], offsets)])
+            return cst.FlattenSentinel([first, second])
+        if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and small.target.value in self.names:
+            base_name, offs_name = self.names[small.target.value]
+            scalar = names_in(small.value) <= self.scalars
+            return updated.with_changes(body=[small.with_changes(target=cst.Name(base_name if scalar else offs_name))])
+        return updated
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        tile = _copy_pointer(updated)
+        if tile is None and code(updated.func) == GLOBAL_COPY and len(updated.args) > 1 and _zero_other(updated):
+            # the pointers written into the copy: `P + <offsets>`
+            split = _base_term(updated.args[1].value, self.pointers)
+            if split is None:
+                return updated
+            base, offsets = self.split(split[0], split[1])
+        elif tile is None or tile not in self.names:
+            return updated
+        else:
+            base, offsets = cst.Name(self.names[tile][0]), cst.Name(self.names[tile][1])  # type: ignore[assignment]
+        # `other=0` left out: a masked lane's offset is moved out of the buffer's range, where the hardware reads
+        # zeros; with `other` given, the compiler writes it into the slot on a branch of its own.
+        rest = [a for a in updated.args[2:] if not (a.keyword is not None and a.keyword.value == "other")]
+        rest = [a for i, a in enumerate(rest) if not (a.keyword is None and i == 1)]  # a positional `other`
+        args = [updated.args[0], cst.Arg(base), cst.Arg(offsets), *rest]
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)  # (`other` was last: no comma left over)
+        return updated.with_changes(func=cst.parse_expression(BUFFER_COPY), args=args)

@@ -1,0 +1,413 @@
+"""AMD: the addresses and masks of direct-to-LDS copies, re-evaluated in each tile's 16-byte copy layout.
+
+Matches: in a function a pipeline rule gave direct-to-LDS rings (`RuleContext.copy_rings`), each
+`async_copy.global_load_to_shared(ring.index(...), pointers, mask=..., other=...)`.
+Emits: the copy's pointers and mask computed in `_copy_layout(tile shape, dtype, num_warps)` (16 bytes a lane along the
+contiguous dimension: gfx950's direct-to-LDS transactions move 4, 12 or 16 bytes, not the 8 of the kernel's blocked
+layouts), with no layout conversion in the loop. Each tensor the copy reads is re-evaluated from its definition in
+the layout its use asks for: a 2-D tile in the copy layout, a 1-D vector broadcast as `v[None, :]` or `v[:, None]` in
+the matching slice of it (a vector the A and B tiles share along different axes gets one copy each). Tensors defined
+before the ring become definitions at the start of the ring's branch (`offs_k_a_cols = gl.arange(0, BLOCK_K,
+layout=gl.SliceLayout(0, a_ring_copy_layout))`); those the loop defines each iteration are written into the copy.
+The carried pointer tile a ring starts from (`a_ptrs_next = a_ptrs`) and the producer's own tile definitions are
+re-evaluated the same way. Where a value cannot be re-evaluated (a tensor assigned twice before the loop, a call
+whose layout this rule does not know), the kernel is refused (TT010) and kept as Triton: its copies would not compile.
+Targets: gfx950.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from transpile.cst_utils import bound_names, names_in
+from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.pipeline_text import code, namer
+
+COPY = "async_copy.global_load_to_shared"
+#: calls whose result takes the layout of a `layout=` argument
+_LAID_OUT = {"gl.arange", "gl.full", "gl.zeros", "gl.zeros_like", "gl.full_like"}
+#: calls that make a tensor (a name defined through one is a tensor)
+_TENSOR_CALLS = (*_LAID_OUT, "gl.convert_layout", "gl.load", "gl.where", "gl.broadcast_to", "gl.expand_dims")
+
+
+class Unsupported(Exception):
+    """A value the copy reads cannot be re-evaluated in the copy layout."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """The layout an expression is re-evaluated in: a 2-D copy layout, or its slice along `axis` (`dim` removed)."""
+
+    layout: str
+    dim: int | None = None  # None: the 2-D layout; 0: `v[None, :]` (SliceLayout(0, ...)); 1: `v[:, None]`
+    tag: str = ""  # the tile's name in the names of the values made for it (`a` for `a_ring`)
+
+    @property
+    def text(self) -> str:
+        return self.layout if self.dim is None else f"gl.SliceLayout({self.dim}, {self.layout})"
+
+    @property
+    def suffix(self) -> str:
+        return f"_{self.tag}" + {None: "", 0: "_cols", 1: "_rows"}[self.dim]
+
+
+EXAMPLE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, "
+    "BK: tl.constexpr):\n"
+    "    rows = tl.program_id(0) * BM + tl.arange(0, BM)\n    cols = tl.program_id(1) * BN + tl.arange(0, BN)\n"
+    "    offs_k = tl.arange(0, BK)\n    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in range(0, tl.cdiv(K, BK)):\n        kk = k * BK + offs_k\n"
+    "        a = tl.load(a_ptr + rows[:, None] * stride_am + kk[None, :], mask=kk[None, :] < K, other=0.0)\n"
+    "        b = tl.load(b_ptr + kk[:, None] * stride_bk + cols[None, :], mask=kk[:, None] < K, other=0.0)\n"
+    "        acc += tl.dot(a, b)\n"
+    "    tl.store(c_ptr + rows[:, None] * BN + cols[None, :], acc.to(tl.float16))\n"
+)
+
+
+class CopyOperandLayouts(Rule):
+    name = "copy-operand-layouts"
+    matches = "direct-to-LDS copies of pointer tiles in a pipelined loop"
+    emits = "their pointers and masks re-evaluated in a 16-byte copy layout per tile, hoisted to the ring's branch"
+    examples = (
+        Example(EXAMPLE, (
+            "a_ring_copy_layout: gl.constexpr = _copy_layout([BM, BK], a_ptr.dtype.element_ty, gl.num_warps())",
+            "offs_k_a_cols = gl.arange(0, BK, layout=gl.SliceLayout(0, a_ring_copy_layout))",
+            "offs_k_b_rows = gl.arange(0, BK, layout=gl.SliceLayout(1, b_ring_copy_layout))",
+            "mask=(k_next * BK + offs_k_a_cols)[None, :] < K",
+        ), "gfx950"),
+    )
+
+    def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
+                          ) -> cst.FunctionDef:
+        if not ctx.copy_rings:
+            return updated
+        try:
+            rewritten = _Rewriter(updated, ctx.copy_rings).function()
+        except Unsupported as exc:
+            ctx.refuse(original, "TT010", f"its pipelined loop copies pointer tiles direct-to-LDS in 16-byte vectors, "
+                       f"but {exc}: the copies cannot be laid out for 16-byte transactions")
+            return updated
+        ctx.need("lds_copy")
+        return rewritten
+
+
+class _Rewriter:
+    def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]]) -> None:
+        self.function_node = function
+        self.rings = rings  # ring variable -> (tile shape text, element type text)
+        self.taken = names_in(function)
+        self.name = namer(set(self.taken))
+        self.params = {p.name.value for p in function.params.params}
+
+    # ---- the function -----------------------------------------------------------------------------------------
+    def function(self) -> cst.FunctionDef:
+        body = self._block(list(self.function_node.body.body), [])
+        return self.function_node.with_changes(body=self.function_node.body.with_changes(body=body))
+
+    def _block(self, statements: list[cst.BaseStatement], before: list[cst.BaseStatement]
+               ) -> list[cst.BaseStatement]:
+        out = list(statements)
+        for i, statement in enumerate(statements):
+            if isinstance(statement, (cst.For, cst.While)) and isinstance(statement.body, cst.IndentedBlock):
+                # a ring inside a loop (a persistent kernel's tile loop): the loop body's earlier statements, then
+                # the function's, define what it reads
+                out[i] = statement.with_changes(body=statement.body.with_changes(
+                    body=self._block(list(statement.body.body), [*before, *statements[:i]])))
+                continue
+            if not isinstance(statement, cst.If):
+                continue
+            if any(bound_names(s) & set(self.rings) for s in statement.body.body
+                   if isinstance(s, cst.SimpleStatementLine)):
+                out[i] = statement.with_changes(body=self._ring(statement.body, [*before, *statements[:i]]))
+                continue
+            inner = statement.body.with_changes(body=self._block(list(statement.body.body),
+                                                                 [*before, *statements[:i]]))
+            orelse = statement.orelse
+            if isinstance(orelse, cst.Else):
+                orelse = orelse.with_changes(body=orelse.body.with_changes(
+                    body=self._block(list(orelse.body.body), [*before, *statements[:i]])))
+            elif isinstance(orelse, cst.If):
+                (orelse,) = self._block([orelse], [*before, *statements[:i]])  # type: ignore[assignment]
+            out[i] = statement.with_changes(body=inner, orelse=orelse)
+        return out
+
+    # ---- one ring branch --------------------------------------------------------------------------------------
+    def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:
+        self.outside = _definitions(before)  # the values names hold at the ring, by name
+        self.inside = _same_definitions(branch)
+        self.hoisted: dict[tuple[str, Context], str] = {}
+        self.lines: list[str] = []
+        layouts: dict[str, str] = {}
+        mine = bound_names(branch)
+        for ring, (shape, dtype) in self.rings.items():
+            if ring not in mine:  # another loop's ring (the loop in the other copy of an unswitched branch)
+                continue
+            layouts[ring] = self.name(f"{ring}_copy_layout")
+            self.lines.append(f"{layouts[ring]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps())")
+        # Which tile context each copied pointer name is read in (a carried tile, or one the producer defines).
+        self.pointer_context: dict[str, Context] = {}
+        for call in _calls(branch):
+            ring = _copied_ring(call)
+            if ring in layouts and isinstance(call.args[1].value, cst.Name):
+                name = call.args[1].value.value
+                context = Context(layouts[ring], None, _tag(ring))
+                if self.pointer_context.setdefault(name, context) != context:
+                    raise Unsupported(f"`{name}` is copied into two rings")
+        rewritten = branch.visit(_Sites(self, layouts))
+        assert isinstance(rewritten, cst.IndentedBlock)
+        header = list(cst.parse_module("\n".join(self.lines) + "\n").body)
+        header[0] = header[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# The copies move 16 bytes a lane: what their addresses and masks read, in each tile's copy layout."))])
+        return rewritten.with_changes(body=[*header, *rewritten.body])
+
+    # ---- re-evaluation ----------------------------------------------------------------------------------------
+    def tensor(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether `name` holds a tensor (its definition makes or reads one), as far as the function shows."""
+        if name in seen:
+            return False
+        value = self.inside.get(name) or self.outside.get(name)
+        if value is None:
+            return False  # a parameter, a loop variable, a constexpr
+        for node in _walk(value):
+            if isinstance(node, cst.Call) and code(node.func) in _TENSOR_CALLS:
+                return True
+            if isinstance(node, cst.Subscript) and _axis(node) is not None:
+                return True
+        return any(self.tensor(n, seen | {name}) for n in names_in(value) - {name})
+
+    def expression(self, node: cst.BaseExpression, context: Context) -> cst.BaseExpression:
+        """`node` re-evaluated in `context`."""
+        if isinstance(node, cst.Name):
+            return self._name(node, context)
+        if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+            return node
+        if isinstance(node, cst.Subscript):
+            axis = _axis(node)
+            if axis is not None and context.dim is None:  # `v[None, :]`: v along axis 1, the slice without dim 0
+                inner = self.expression(node.value, Context(context.layout, 1 - axis, context.tag))
+                return node.with_changes(value=inner)
+            if not (names_in(node) & self._tensors(node)):
+                return node
+            raise Unsupported(f"`{code(node)}` (an index or a broadcast this rule does not follow)")
+        if isinstance(node, cst.BinaryOperation):
+            return node.with_changes(left=self.expression(node.left, context),
+                                     right=self.expression(node.right, context))
+        if isinstance(node, cst.UnaryOperation):
+            return node.with_changes(expression=self.expression(node.expression, context))
+        if isinstance(node, cst.Comparison):
+            return node.with_changes(left=self.expression(node.left, context), comparisons=[
+                c.with_changes(comparator=self.expression(c.comparator, context)) for c in node.comparisons])
+        if isinstance(node, cst.Call):
+            return self._call(node, context)
+        if isinstance(node, cst.Attribute):
+            if not names_in(node.value) & self._tensors(node.value):
+                return node
+            raise Unsupported(f"`{code(node)}`")
+        if not (names_in(node) & self._tensors(node)):
+            return node
+        raise Unsupported(f"`{code(node)}` (an expression this rule does not re-evaluate)")
+
+    def _tensors(self, node: cst.CSTNode) -> set[str]:
+        return {n for n in names_in(node) if self.tensor(n)}
+
+    def _name(self, node: cst.Name, context: Context) -> cst.BaseExpression:
+        name = node.value
+        if not self.tensor(name):
+            return node
+        if name in self.inside:  # the producer's: each iteration's value, written into the copy
+            value = self.expression(self.inside[name], context)
+            return cst.parse_expression(f"({code(value)})")
+        if name not in self.outside:
+            raise Unsupported(f"`{name}` is not assigned exactly once before the loop")
+        key = (name, context)
+        if key not in self.hoisted:
+            value = self.expression(self.outside[name], context)
+            if isinstance(value, cst.Name):  # an alias (a layout conversion that is none in the copy layout)
+                self.hoisted[key] = value.value
+                return value
+            hoisted = self.name(f"{name}{context.suffix}")
+            self.hoisted[key] = hoisted
+            self.lines.append(f"{hoisted} = {code(value)}")
+        return cst.Name(self.hoisted[key])
+
+    def _call(self, node: cst.Call, context: Context) -> cst.BaseExpression:
+        func = code(node.func)
+        if func in _LAID_OUT:
+            args = [a.with_changes(value=cst.parse_expression(context.text))
+                    if a.keyword is not None and a.keyword.value == "layout" else a for a in node.args]
+            return node.with_changes(args=args)
+        if func == "gl.convert_layout":
+            return self.expression(node.args[0].value, context)
+        if func in ("gl.multiple_of", "gl.max_contiguous", "gl.max_constancy"):  # hints hold in any layout
+            value = self.expression(node.args[0].value, context)
+            return node.with_changes(args=[node.args[0].with_changes(value=value), *node.args[1:]])
+        if not (names_in(node) & self._tensors(node)):
+            return node  # a scalar: `gl.program_id(0)`, `gl.cdiv(K, BLOCK_K)`
+        if func in ("gl.load", "gl.where", "gl.minimum", "gl.maximum") or code(node.func).endswith(".to"):
+            receiver = node.func.value if isinstance(node.func, cst.Attribute) and func.endswith(".to") else None
+            args = [a.with_changes(value=self.expression(a.value, context)) for a in node.args]
+            if receiver is not None:
+                return node.with_changes(func=node.func.with_changes(value=self.expression(receiver, context)),
+                                         args=args)
+            return node.with_changes(args=args)
+        raise Unsupported(f"`{func}(...)` (a call whose layout this rule does not re-evaluate)")
+
+
+class _Sites(cst.CSTTransformer):
+    """The statements and copies of one ring branch that read its tiles' addresses and masks."""
+
+    def __init__(self, rewriter: _Rewriter, layouts: dict[str, str]) -> None:
+        super().__init__()
+        self.rewriter = rewriter
+        self.layouts = layouts
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        ring = _copied_ring(updated)
+        if ring not in self.layouts:
+            return updated
+        context = Context(self.layouts[ring], None, _tag(ring))
+        args = list(updated.args)
+        for i, arg in enumerate(args[2:], start=2):
+            if arg.keyword is None or arg.keyword.value == "mask":
+                args[i] = arg.with_changes(value=self.rewriter.expression(arg.value, context))
+        pointer = args[1].value
+        if not isinstance(pointer, cst.Name):
+            args[1] = args[1].with_changes(value=self.rewriter.expression(pointer, context))
+        return updated.with_changes(args=args)
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        target = updated.targets[0].target
+        if len(updated.targets) == 1 and isinstance(target, cst.Name) \
+                and target.value in self.rewriter.pointer_context:
+            context = self.rewriter.pointer_context[target.value]
+            value = updated.value
+            if isinstance(value, cst.Name) and value.value in self.rewriter.outside:
+                value = self.rewriter.outside[value.value]  # the tile the ring starts from, made afresh here
+            return updated.with_changes(value=self.rewriter.expression(value, context))
+        return updated
+
+    def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign) -> cst.AugAssign:
+        if isinstance(updated.target, cst.Name) and updated.target.value in self.rewriter.pointer_context:
+            context = self.rewriter.pointer_context[updated.target.value]
+            return updated.with_changes(value=self.rewriter.expression(updated.value, context))
+        return updated
+
+
+def _tag(ring: str) -> str:
+    """`a` for `a_ring`."""
+    return ring[: -len("_ring")] if ring.endswith("_ring") else ring
+
+
+def _copied_ring(call: cst.Call) -> str | None:
+    """`ring` of `async_copy.global_load_to_shared(ring.index(...), ...)`."""
+    if code(call.func) != COPY or len(call.args) < 2:
+        return None
+    dest = call.args[0].value
+    if isinstance(dest, cst.Call) and isinstance(dest.func, cst.Attribute) and isinstance(dest.func.value, cst.Name):
+        return dest.func.value.value
+    return None
+
+
+def _axis(node: cst.Subscript) -> int | None:
+    """1 for `v[None, :]` (laid along axis 1), 0 for `v[:, None]`, else None."""
+    if len(node.slice) != 2:
+        return None
+    kinds = []
+    for element in node.slice:
+        if isinstance(element.slice, cst.Index) and code(element.slice.value) == "None":
+            kinds.append("none")
+        elif isinstance(element.slice, cst.Slice) and element.slice.lower is None and element.slice.upper is None:
+            kinds.append("all")
+        else:
+            return None
+    return {("none", "all"): 1, ("all", "none"): 0}.get(tuple(kinds))  # type: ignore[arg-type]
+
+
+def _walk(node: cst.CSTNode):  # noqa: ANN202 - an iterator of nodes
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    return [n for n in _walk(node) if isinstance(n, cst.Call)]
+
+
+def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
+    """The value each name holds after `statements` (those before a ring), as an expression over names that hold
+    their final values: `x = f(...)` then `x = g(x)` (or `x += e`) is `g((f(...)))`, and a value that read the
+    earlier `x` reads `(f(...))` in its place. A name bound inside a compound statement (a loop, an `if`) or by a
+    tuple target holds no single value and maps to nothing."""
+    values: dict[str, cst.BaseExpression | None] = {}
+
+    def substitute(node: cst.BaseExpression, name: str, value: cst.BaseExpression) -> cst.BaseExpression:
+        """`node` with `name` (as a variable) replaced by `value`, parenthesized."""
+        wrapped = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+            if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation)) and not value.lpar \
+            else value
+
+        class Substitute(cst.CSTTransformer):
+            def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+                return wrapped if updated.value == name else updated
+
+            def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+                return updated.with_changes(attr=original.attr)  # `x.dtype`: `dtype` is no variable
+
+            def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+                return updated.with_changes(keyword=original.keyword)
+
+        return node.visit(Substitute())  # type: ignore[return-value]
+
+    def assign(name: str, value: cst.BaseExpression | None) -> None:
+        old = values.get(name)
+        for other, other_value in list(values.items()):  # values that read the old `name` keep reading it
+            if other != name and other_value is not None and name in names_in(other_value):
+                values[other] = substitute(other_value, name, old) if old is not None else None
+        if value is not None and name in names_in(value):
+            value = substitute(value, name, old) if old is not None else None
+        values[name] = value
+
+    for statement in statements:
+        for node in _small(statement):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0].target, cst.Name):
+                assign(node.targets[0].target.value, node.value)
+            elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name):
+                assign(node.target.value, node.value)
+            elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+                name = node.target.value
+                operator = cst.parse_expression(f"a {code(node.operator).rstrip('=').strip()} b")
+                assign(name, operator.with_changes(left=cst.Name(name), right=node.value))  # type: ignore[union-attr]
+            else:
+                for name in bound_names(node):
+                    assign(name, None)
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return list(statement.body)
+    return [statement]
+
+
+def _same_definitions(branch: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+    """Names the ring's branch assigns only with `name = value` and always the same value text (the producer's
+    statements, written once for the prologue, once for the steady state and once for the last iterations)."""
+    values: dict[str, cst.BaseExpression] = {}
+    texts: dict[str, set[str]] = {}
+    other: set[str] = set()
+    for node in _walk(branch):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            name = node.targets[0].target.value
+            values[name] = node.value
+            texts.setdefault(name, set()).add(code(node.value))
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            other.add(node.target.value)
+        elif isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.target, cst.Name):
+            other.add(node.target.value)
+    return {name: value for name, value in values.items() if len(texts[name]) == 1 and name not in other}
