@@ -135,6 +135,10 @@ def explain(
     from transpile.explain import explain_file
     from transpile.timeline import file_panels, render_rich, render_svg
 
+    if timeline is not None and (timeline.suffix.lower() != ".svg" or timeline.is_dir()):
+        # (a mistyped path must never overwrite a kernel: `--timeline kernels/matmul.py`)
+        _fail(Diagnostic(str(timeline), 1, 1, "TT004", "--timeline writes an SVG picture: give a file path ending in "
+                         "`.svg`" + (" (this is a directory)" if timeline.is_dir() else "")))
     try:
         config = load_config(Path.cwd())
         project = Project(config, _targets(target), None, [], gluon_always)

@@ -352,7 +352,8 @@ def test_pipelined_gemm_with_implicit_broadcasts_compiles(target: str, monkeypat
     result = translate(_implicit_gemm(), target)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}, all_configs=True)
-    assert len(compiled) == 2
+    # two configs; on gfx950 each also for the source kernel the launcher keeps for unaligned launches
+    assert len([c for c in compiled if not c.kept]) == 2 and len(compiled) == (4 if target == "gfx950" else 2)
     assert all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 

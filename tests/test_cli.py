@@ -522,8 +522,12 @@ def test_verify_values_file_all_configs(repo_cli) -> None:
     result = repo_cli.subprocess("verify", "fixtures/matmul_grouped.py", "-t", "gfx950",
                                  "--values-file", "fixtures/verify.json")
     assert result.exit_code == 0, result.output
-    rows = re.findall(r"gfx950\s+│ matmul_kernel\s+│ (config \d)\s+│ compiles", result.stdout)
-    assert rows == ["config 0", "config 1"], result.stdout  # every autotune config
+    # every autotune config; the Gluon kernel as the launches its launcher gives it (aligned), the source kernel it
+    # keeps for the others as it is
+    rows = re.findall(r"gfx950\s+│ matmul_kernel\s+│ (config \d)[^│]*│ compiles", result.stdout)
+    assert rows == ["config 0", "config 1"], result.stdout
+    kept = re.findall(r"gfx950\s+│ _matmul_kernel_triton[^│]*│ (config \d)[^│]*│ compiles", result.stdout)
+    assert kept == ["config 0", "config 1"], result.stdout
 
 
 def test_verify_missing_pointer_type(repo_cli) -> None:
@@ -713,3 +717,36 @@ def test_verify_reports_the_compilers_own_error_not_only_the_pass_manager(tmp_pa
     assert not ok
     assert "PassManager::run failed" in message and "unsupported scan layout" in message, message
     assert "unsupported scan layout" not in leaked.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Nothing a user owns is overwritten
+
+
+def test_a_hand_written_file_at_the_variant_path_is_never_replaced(tmp_path: Path, cli, tree) -> None:
+    """`attn_sm90.py` written by hand beside `attn.py`, and only the source named (as pre-commit passes staged files):
+    TT006 names it, exit 2, nothing written; a variant the tool wrote is still rewritten."""
+    (tmp_path / "k.py").write_text(MIXED, encoding="utf-8")
+    mine = "# my own hand-tuned kernel\n" + MIXED
+    (tmp_path / "k_gfx942.py").write_text(mine, encoding="utf-8")
+    before = tree(tmp_path)
+    result = cli("k.py", "-t", "gfx942,gfx950")
+    assert_clean_exit(result, 2)
+    ((path, line, col, code, message),) = diagnostics(result.stderr)
+    assert (path, code) == ("k.py", "TT006") and "`k_gfx942.py`" in message and "did not write" in message
+    assert tree(tmp_path) == before  # the gfx950 variant is not written either: one run, all or nothing
+    (tmp_path / "k_gfx942.py").unlink()
+    assert_clean_exit(cli("k.py", "-t", "gfx942"), 0)
+    assert_clean_exit(cli("k.py", "-t", "gfx942"), 0)  # its own variant: rewritten (here: unchanged)
+    (tmp_path / "k_gfx950.py").mkdir()
+    result = cli("k.py", "-t", "gfx950")
+    assert_clean_exit(result, 2)
+    assert "is a directory" in result.stderr
+
+
+def test_a_timeline_never_overwrites_a_kernel(tmp_path: Path, cli) -> None:
+    (tmp_path / "k.py").write_text(MIXED, encoding="utf-8")
+    result = cli("explain", "k.py", "-t", "gfx950", "--timeline", "k.py")
+    assert_clean_exit(result, 2)
+    assert [d[3] for d in diagnostics(result.stderr)] == ["TT004"]
+    assert (tmp_path / "k.py").read_text(encoding="utf-8") == MIXED

@@ -20,6 +20,11 @@ pytestmark = pytest.mark.slow
 # Goldens that genuinely do not compile today, with the reason. Strict: once one compiles, its test XPASSes and
 # fails, so the entry must be removed with the fix.
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    # The source asks for tf32 dots (`input_precision="tf32"`), which Triton's AMD backend rejects: a variant that
+    # keeps the source kernel (gfx1250: kept as Triton; gfx950: the launcher's fallback for launches its Gluon kernel
+    # does not take) fails to compile exactly as the source does.
+    ("suite_gemm_tf32", "gfx950"): "the source kernel's tf32 dots do not compile for AMD targets",
+    ("suite_gemm_tf32", "gfx1250"): "the source kernel's tf32 dots do not compile for AMD targets",
 }
 
 

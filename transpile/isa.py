@@ -202,9 +202,14 @@ class PtxFigures:
 
 def ptx_figures(ptx: str, registers: int | None = None, spills: int | None = None,
                 lds_bytes: int | None = None) -> PtxFigures:
-    ops = [line.strip().split()[0] for line in ptx.splitlines()
-           if line.strip() and not line.strip().startswith(("//", ".", "{", "}", "$"))]
-    ops = [op[1:] if op.startswith("@") else op for op in ops]
+    ops = []
+    for line in ptx.splitlines():
+        tokens = line.strip().split()
+        if not tokens or tokens[0].startswith(("//", ".", "{", "}", "$")):
+            continue
+        if tokens[0].startswith("@") and len(tokens) > 1:  # a predicated instruction: `@%p1 cp.async...`
+            tokens = tokens[1:]
+        ops.append(tokens[0])
 
     def count(prefix: str) -> int:
         return sum(1 for op in ops if op.startswith(prefix))

@@ -288,7 +288,7 @@ class Project:
         for source, named in files:
             if source not in texts:
                 texts[source] = self._read(source, named, skip_files_without_kernels, result)
-        if self._collisions([f for f, _ in files if texts[f] is not None], result):
+        if self._collisions([f for f, _ in files if texts[f] is not None], result, mode):
             result.seconds = time.perf_counter() - started
             return result  # nothing written
         work = [(f, named, t) for f, named in files for t in self.targets]
@@ -327,8 +327,10 @@ class Project:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _collisions(self, sources: list[Path], run: Run) -> bool:
-        """TT006 for every variant path two sources (or a source and itself a source) would share; True if any."""
+    def _collisions(self, sources: list[Path], run: Run, mode: str = "write") -> bool:
+        """TT006 for every variant path two sources (or a source and itself a source) would share, and, when writing,
+        for every variant path that holds a file the tool did not write (a hand-written `attn_sm90.py` beside
+        `attn.py`: pre-commit passes only the staged source) or a directory; True if any."""
         unique: dict[Path, Path] = {}
         for source in sources:
             unique.setdefault(self._resolve(source), source)  # a file named twice (or through a link) is one source
@@ -355,6 +357,12 @@ class Project:
                                             "written (rename one, or use --out-dir/--source-root so that they differ)"))
                 else:
                     owners[variant] = (source, target)
+                    if mode == "write":
+                        problem = _not_ours(variant)
+                        if problem:
+                            found.append(Diagnostic(self.display(source), 1, 1, "TT006",
+                                                    f"its {target.name} variant path `{self.display(variant)}` "
+                                                    f"{problem}; nothing was written (move it, or pass --out-dir)"))
         run.diagnostics.extend(found)
         return bool(found)
 
@@ -624,6 +632,21 @@ def _stale_reason(existing: str, translation: TranslationResult) -> str:
     if tool.group(1) != __version__:
         return f"made by triton-transpile {tool.group(1)}, this is {__version__}"
     return "its content differs from a fresh translation (edited by hand?)"
+
+
+def _not_ours(path: Path) -> str:
+    """Why writing a variant to `path` would lose something of the user's, or "": a directory, or a file without the
+    header the tool writes."""
+    if path.is_dir():
+        return "is a directory"
+    if not path.exists():
+        return ""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(2000).decode("utf-8", "replace")
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return "" if is_generated(head) else "holds a file triton-transpile did not write (no generated-file header)"
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -393,11 +393,16 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                                                                 pointers)
             if outcome.translated and outcome.num_warps:
                 num_warps = outcome.num_warps
+            status = outcome.status
+            gluon = outcome.translated
             if outcome.dispatch is not None and outcome.translated:
                 # the launches the variant's launcher runs as Gluon have these strides 1: both compile so
                 for name in outcome.dispatch.unit:
                     if name not in values:
                         signature[name], constexprs[name] = "constexpr", 1
+                    elif values[name] != 1:  # a launch the launcher gives the source kernel: that is the variant
+                        gluon = False
+                        status = f"source kernel at this launch (`{name}` is not 1)"
             ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
             ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()
@@ -407,8 +412,10 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 kernel = kernel.gluon_kernel
             figures: list[object | None] = []
             message = ""
-            no_agprs = bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and outcome.translated)
-            for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not outcome.translated)):
+            no_agprs = bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and gluon)
+            if not gluon and outcome.translated:
+                kernel = getattr(original, outcome.name)
+            for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not gluon)):
                 ok, error, asm, shared = compile_kernel(jit_fn, result.target, dict(signature), dict(constexprs),
                                                         num_warps, triton_kernel=as_triton, divisible=ptrs + ints,
                                                         pointer_range=in_range, num_stages=stages,
@@ -416,7 +423,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 figures.append(_figures(result.target, asm, shared) if ok else None)
                 if not ok and not message:
                     message = f"{'source' if len(figures) == 1 else 'variant'}: {error}"
-            comparisons.append(IsaComparison(outcome.name, label, num_warps, outcome.status, figures[0], figures[1],
+            comparisons.append(IsaComparison(outcome.name, label, num_warps, status, figures[0], figures[1],
                                              message))
     return comparisons
 

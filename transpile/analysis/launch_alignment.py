@@ -207,11 +207,26 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
             if name not in into:
                 into.append(name)
 
+    every = _all_definitions(fn)  # (`offs = tl.max_contiguous(tl.multiple_of(offs, B), B)` assigns twice)
+
+    def is_vector(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        """`node` reads an index vector (a `tl.arange`, through the names it is made of)."""
+        if any(isinstance(n, cst.Call) and code_of(n.func).endswith("arange") for n in cst_walk.preorder(node)):
+            return True
+        return any(is_vector(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
+
     def walk(node: cst.BaseExpression, axis: int | None, seen: frozenset[str], vector: bool = False) -> None:
-        if vector:  # inside an index vector: whatever it reads offsets it
-            add(other, node)
-            for name in sorted(names_in(node) & set(definitions) - seen):
-                walk(definitions[name], axis, seen | {name}, vector=True)
+        if vector:  # inside an index vector: a factor beside the vector scales it, whatever else it reads offsets it
+            for term in sum_terms(node):
+                factors = product_factors(term)
+                scaled = len(factors) > 1 and any(is_vector(f, seen) for f in factors)
+                for factor in factors:
+                    if scaled and not is_vector(factor, seen):
+                        add(unit if axis == 1 else other, factor)  # `(offs_k * stride_ak)[None, :]`
+                    else:
+                        add(other, factor)
+                        for name in sorted(names_in(factor) & set(definitions) - seen):
+                            walk(definitions[name], axis, seen | {name}, vector=True)
             return
         for term in sum_terms(node):
             if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
@@ -222,6 +237,15 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
             for factor in factors:
                 if broadcast_axis(factor) is not None:
                     term_axis = broadcast_axis(factor)
+            if term_axis is None and any(is_vector(f, seen) for f in factors):
+                # a 1-D vector in a 2-D sum (`offs_k * stride_ak` beside `offs_m[:, None] * stride_am`): broadcast
+                # implicitly, along the last axis
+                for factor in factors:
+                    if is_vector(factor, seen):
+                        walk(factor, 1, seen, vector=True)
+                    else:
+                        add(unit, factor)
+                continue
             for factor in factors:
                 # The index vector (`offs_n[None, :]`, `(pid_n * BLOCK_N + offs)[None, :]`): what it reads offsets
                 # the row or wraps it (`% N`): multiples of 16 keep its vectors aligned. A factor beside it scales
@@ -241,6 +265,18 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
         walk(tile, None, frozenset())
     for statement in advances:
         add(other, statement)
+    # A base pointer the kernel moves (`a_ptr += batch * stride_ab`): what moves it must keep it 16-byte aligned.
+    bases: set[str] = set()
+    pending = [n for tile in tiles for n in names_in(tile)]
+    while pending:  # the names the tiles read, through the definitions they are made of
+        name = pending.pop()
+        if name not in bases:
+            bases.add(name)
+            pending.extend(names_in(definitions[name]) if name in definitions else ())
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
+                and node.target.value in {p.name for p in fn.params}:
+            add(other, node.value)
     return unit, [name for name in other if name not in unit]
 
 
@@ -249,14 +285,18 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
     `offs_n[None, :] < N`): where they are multiples of 16, every vector of 8 (16-bit) elements along that axis is
     masked as a whole, which a copy that moves a lane's vector at once (direct-to-LDS) needs. Row bounds are not."""
     params = {p.name for p in fn.params if not p.is_constexpr}
-    definitions = _single_definitions(fn)
+    definitions = _all_definitions(fn)  # (`k_left = K - k * BLOCK_K` in each of two loops: both values)
     found: list[str] = []
 
     def last_axis(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
-        for sub in cst_walk.preorder(node):
-            if isinstance(sub, cst.Subscript) and broadcast_axis(sub) == 1:
-                return True
-        return any(last_axis(definitions[n], seen | {n}) for n in names_in(node) & set(definitions) - seen
+        """The comparison runs along the tile's last axis: `v[None, :]`, or a 1-D vector broadcast implicitly (a
+        rank-1 operand lines up with the last axis)."""
+        subscripts = [broadcast_axis(sub) for sub in cst_walk.preorder(node) if isinstance(sub, cst.Subscript)]
+        if 1 in subscripts:
+            return True
+        if 0 not in subscripts and not any(_is_2d(definitions[n]) for n in names_in(node) & set(definitions)):
+            return True  # no broadcast at all: a 1-D comparison, implicitly along the last axis
+        return any(last_axis(definitions[n], seen | {n}) for n in sorted(names_in(node) & set(definitions) - seen)
                    if _is_2d(definitions[n]))
 
     for mask in masks:
@@ -266,6 +306,25 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
                     if name not in found:
                         found.append(name)
     return found
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
+    """Every value `fn` assigns to each name (plain, augmented or annotated), as one tuple expression per name: what
+    reads a name may read any of them."""
+    values: dict[str, list[cst.BaseExpression]] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                for name in names_in(target.target):
+                    values.setdefault(name, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            for name in names_in(node.target):
+                values.setdefault(name, []).append(node.value)
+    return {name: cst.Tuple([cst.Element(v) for v in vs]) for name, vs in values.items()}
 
 
 def _is_2d(node: cst.CSTNode) -> bool:
@@ -285,3 +344,28 @@ def _reads(node: cst.CSTNode, definitions: dict[str, cst.BaseExpression], seen: 
     for name in names & set(definitions) - seen:
         names |= _reads(definitions[name], definitions, seen | {name})
     return names
+
+
+def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> str | None:
+    """The pointer parameter a tile of pointers is addressed from (`a_ptr + offs_m[:, None] * stride + ...`, through
+    the names it is made of), or None: a tile whose base the kernel loads from memory or computes otherwise, whose
+    alignment no launch can tell."""
+    definitions = _single_definitions(fn)
+    found: set[str] = set()
+
+    rest: list[cst.BaseExpression] = []
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> None:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in pointers:
+                found.add(term.value)  # a parameter added as it is: the base
+            elif isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                walk(definitions[term.value], seen | {term.value})
+            else:
+                rest.append(term)
+
+    walk(tile, frozenset())
+    if len(found) != 1:
+        return None
+    (base,) = found
+    return base if not any(base in names_in(term) for term in rest) else None

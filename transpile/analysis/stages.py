@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
+from transpile.analysis.launch_alignment import tile_base
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
@@ -135,6 +136,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # through registers there.
     if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "registers"
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    if engine == "async_copy" and any(load.kind == "pointer" and (
+            load.pointer is None or tile_base(fn, load.pointer, params) is None) for load in loop_plan.loads):
+        engine = "registers"  # a tile addressed from a pointer the kernel loads: no launch vouches for its alignment
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such

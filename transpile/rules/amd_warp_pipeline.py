@@ -90,9 +90,10 @@ class AMDWarpPipeline(Rule):
             unit, divisible = tile_strides(ctx, stage_plan.loop)
             masks = [load.mask for load in stage_plan.loop.loads if load.kind == "pointer" and load.mask is not None]
             divisible += [n for n in last_axis_mask_params(ctx.function, masks) if n not in divisible + unit]
-            ctx.launch_checked = True
-            ctx.launch_unit = tuple(unit)
-            ctx.launch_divisible = tuple(divisible)
+            ctx.launch_checked = True  # (a kernel with several such loops: what each needs)
+            ctx.launch_unit = tuple(dict.fromkeys((*ctx.launch_unit, *unit)))
+            ctx.launch_divisible = tuple(n for n in dict.fromkeys((*ctx.launch_divisible, *divisible))
+                                         if n not in ctx.launch_unit)
             ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
         ctx.pipelined_loop(original, stage_plan)

@@ -103,10 +103,9 @@ def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _tensor_names(function: cst.FunctionDef) -> set[str]:
-    """Names that hold tensors: assigned from a call that makes one (`gl.arange`, `gl.load`, ...), a broadcast, or
-    another such name."""
-    makers = ("gl.arange", "gl.full", "gl.zeros", "gl.load", "gl.convert_layout", "gl.where", "gl.join",
-              "gl.allocate_shared_memory")
+    """Names that hold tensors: assigned from a call that makes one of a shape (`gl.arange`, `gl.full`, ...), a
+    broadcast, or another such name (a load of a scalar address, `expert = gl.load(ids_ptr + pid)`, is a scalar)."""
+    makers = ("gl.arange", "gl.full", "gl.zeros", "gl.join", "gl.allocate_shared_memory")
     tensors: set[str] = set()
     assignments = [n for n in _walk(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
     changed = True

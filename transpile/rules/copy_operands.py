@@ -28,8 +28,13 @@ from transpile.rules.pipeline_text import code, namer
 COPY = "async_copy.global_load_to_shared"
 #: calls whose result takes the layout of a `layout=` argument
 _LAID_OUT = {"gl.arange", "gl.full", "gl.zeros", "gl.zeros_like", "gl.full_like"}
-#: calls that make a tensor (a name defined through one is a tensor)
-_TENSOR_CALLS = (*_LAID_OUT, "gl.convert_layout", "gl.load", "gl.where", "gl.broadcast_to", "gl.expand_dims")
+#: calls that make a tensor of a shape of their own (a name defined through one is a tensor, not a scalar; a load
+#: or a `where` is a tensor where what it reads is one)
+_TENSOR_CALLS = (*_LAID_OUT, "gl.broadcast_to", "gl.expand_dims")
+#: calls that change the shape or the layout of what they read: their result cannot be re-evaluated argument by
+#: argument in another layout
+_SHAPING = ("gl.sum", "gl.max", "gl.min", "gl.reduce", "gl.reshape", "gl.permute", "gl.trans", "gl.join",
+            "gl.split", "gl.associative_scan", "gl.cumsum", "gl.argmax", "gl.argmin", "gl.gather", "gl.histogram")
 
 
 class Unsupported(Exception):
@@ -246,14 +251,17 @@ class _Rewriter:
             return node.with_changes(args=[node.args[0].with_changes(value=value), *node.args[1:]])
         if not (names_in(node) & self._tensors(node)):
             return node  # a scalar: `gl.program_id(0)`, `gl.cdiv(K, BLOCK_K)`
-        if func in ("gl.load", "gl.where", "gl.minimum", "gl.maximum") or code(node.func).endswith(".to"):
-            receiver = node.func.value if isinstance(node.func, cst.Attribute) and func.endswith(".to") else None
-            args = [a.with_changes(value=self.expression(a.value, context)) for a in node.args]
-            if receiver is not None:
-                return node.with_changes(func=node.func.with_changes(value=self.expression(receiver, context)),
-                                         args=args)
-            return node.with_changes(args=args)
-        raise Unsupported(f"`{func}(...)` (a call whose layout this rule does not re-evaluate)")
+        if func in _SHAPING or func.endswith((".reshape", ".permute", ".trans", ".sum", ".max", ".min")) \
+                or any(a.keyword is not None and a.keyword.value in ("layout", "axis") for a in node.args):
+            raise Unsupported(f"`{func}(...)` (a call that shapes or lays out its result)")
+        # An elementwise call (`gl.load`, `gl.where`, `gl.minimum`, `gl.cdiv`, `x.to(...)`, a jit helper on
+        # scalars): its tensor arguments re-evaluated in the context, its result follows them.
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) and not func.startswith("gl.") else None
+        args = [a.with_changes(value=self.expression(a.value, context)) for a in node.args]
+        if receiver is not None:
+            return node.with_changes(func=node.func.with_changes(value=self.expression(receiver, context)),
+                                     args=args)
+        return node.with_changes(args=args)
 
 
 class _Sites(cst.CSTTransformer):

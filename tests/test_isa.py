@@ -1,0 +1,166 @@
+"""`transpile verify --isa`: the machine-code figures of a kernel and its variant (transpile/isa.py), and the AMD
+profitability bar: a warp-pipelined variant's hot loop is never heavier than Triton's own compile of its source.
+
+The parsing tests read small assembly texts written here; the compile tests (marked slow) compile fixtures for the
+AMD targets on the CPU, as `verify --isa` does.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.isa import amd_figures, hot_loop, loop_mix, ptx_figures
+
+ASM = """
+	.text
+k:
+	s_load_dwordx2 s[0:1], s[2:3], 0x0
+	s_mov_b32 s4, 0
+.LBB0_1:                                ; %.lr.ph
+                                        ; =>This Inner Loop Header: Depth=1
+	s_waitcnt vmcnt(2)
+	s_barrier
+	v_mfma_f32_32x32x16_f16 v[0:15], v[32:35], v[36:39], v[0:15]
+	v_mfma_f32_32x32x16_f16 v[16:31], v[32:35], v[40:43], v[16:31]
+	s_setprio 1
+	ds_read_b128 v[32:35], v44
+	ds_read_b64_tr_b16 v[36:37], v45 offset:1024
+	v_cndmask_b32_e64 v46, v47, v48, s[6:7]
+	buffer_load_dwordx4 v46, s[8:11], 0 offen lds
+	s_add_u32 s8, s8, 0x80 ; a comment after an instruction
+	s_setprio 0
+	s_cmp_lg_u32 s4, s5
+	s_cbranch_scc1 .LBB0_1
+; %bb.2:
+	v_mfma_f32_32x32x16_f16 v[0:15], v[32:35], v[36:39], v[0:15]
+	global_store_dwordx4 v[50:51], v[0:3], off
+	s_endpgm
+; NumVgprs: 52
+; NumAgprs: 0
+; TotalNumVgprs: 52
+; ScratchSize: 0
+; Occupancy: 8
+	.vgpr_spill_count: 0
+	.sgpr_spill_count: 0
+"""
+
+
+def test_hot_loop_reads_loop_marks_on_the_lines_below_the_label() -> None:
+    """LLVM writes a loop header's marks on comment lines under a long label (`.LBB0_1: ; %.lr.ph` then `; =>This
+    Inner Loop Header`): the loop is found from them, not from any backward branch."""
+    body = hot_loop(ASM)
+    assert body[0] == "s_waitcnt vmcnt(2)" and body[-1] == "s_cbranch_scc1 .LBB0_1"
+    assert not any("global_store" in line for line in body)
+
+
+def test_loop_mix_counts_each_kind() -> None:
+    mix = loop_mix(hot_loop(ASM))
+    assert (mix.mma, mix.lds_direct, mix.global_loads, mix.ds_reads, mix.ds_writes) == (2, 1, 0, 2, 0)
+    assert (mix.waits, mix.barriers, mix.setprio, mix.valu) == (1, 1, 2, 1)
+    assert mix.salu == 2  # s_add_u32, s_cmp_lg_u32 (branches are not counted as SALU)
+    assert mix.instructions == 13
+    # two 32x32x16 MFMAs are four 16x16x32 ones of work; 11 other instructions
+    assert mix.mma_eq == 4.0 and mix.other_per_mma_eq == 2.75
+
+
+def test_amd_figures_read_the_assemblers_comments() -> None:
+    figures = amd_figures(ASM, lds_bytes=65536)
+    assert (figures.vgprs, figures.agprs, figures.occupancy, figures.spills, figures.lds_bytes) == (52, 0, 8, 0,
+                                                                                                   65536)
+    data = figures.as_dict()
+    assert data["hot_loop"]["other_per_mma_eq"] == 2.75 and json.dumps(data)
+
+
+def test_a_kernel_without_an_mma_loop_has_no_hot_loop() -> None:
+    assert amd_figures("k:\n\ts_endpgm\n").loop is None
+
+
+def test_ptx_counts() -> None:
+    ptx = """
+    cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r4];
+    cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd2, {%r5, %r6}], [%r7];
+    @%p1 cp.async.cg.shared.global [%r8], [%rd3], 16;
+    wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd4, %rd5, 1, 1, 1, 0, 1;
+    wgmma.wait_group.sync.aligned 1;
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], %r10;
+    bar.sync 0;
+    """
+    figures = ptx_figures(ptx)
+    assert (figures.tma_loads, figures.tma_stores, figures.cp_async, figures.wgmma, figures.wgmma_waits,
+            figures.mbarrier_waits, figures.barriers) == (1, 1, 1, 1, 1, 1, 1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Compiled: the variant against its source
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
+
+# The dot-loop fixtures the AMD rules pipeline by default somewhere (the others are kept as Triton on every AMD
+# target: their kernels then compile as their sources, ratio 1).
+PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr",
+             "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
+             "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_gemm_persistent", "suite_splitk_atomic",
+             "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
+             "suite_desc_persistent"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "gfx1250"])
+@pytest.mark.parametrize("fixture", PIPELINED)
+def test_a_pipelined_variant_is_never_heavier_than_its_source(fixture: str, target: str,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """For every config the variant pipelines by default: the hot loop's non-MFMA instructions per MFMA of work at
+    most the source's (Triton 3.9's own compile, same constexprs, warps and aligned launch), no more spills, and on
+    gfx950 direct-to-LDS copies. A form that cannot meet this is kept as Triton by the profitability policy (the
+    issue's bar is 0.8x: bench/RESULTS.md lists the cases between 0.8x and 1.0x)."""
+    from transpile.engine import translate_file
+    from transpile.targets import get_target
+    from transpile.verify import isa_compare
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    result = translate_file(FIXTURES / f"{fixture}.py", get_target(target), f"fixtures/{fixture}.py")
+    if not any(f.pipelined for f in result.functions):
+        pytest.skip(f"{fixture} is kept as Triton for {target}")
+    comparisons = isa_compare(result, VALUES.get(f"{fixture}.py", {}))
+    assert comparisons
+    for c in comparisons:
+        if c.status != "pipelined":
+            continue
+        assert c.source is not None and c.variant is not None, c.message
+        assert c.ratio is not None and c.ratio <= 1.0, (c.label, c.ratio)
+        # no more VGPR spills (to scratch memory); SGPR spills go to VGPR lanes (`v_writelane`), not to memory
+        assert (c.variant.vgpr_spills or 0) <= (c.source.vgpr_spills or 0), (c.label, c.variant.vgpr_spills)
+        assert (c.variant.scratch_bytes or 0) <= (c.source.scratch_bytes or 0), (c.label, c.variant.scratch_bytes)
+        if target == "gfx950":
+            assert c.variant.loop is not None and c.variant.loop.lds_direct > 0, c.label
+
+
+@pytest.mark.slow
+def test_verify_isa_command_line(tmp_path: Path) -> None:
+    """`transpile verify --isa` prints both kernels' figures side by side (JSON too); the 256x256x32 tile of the
+    tutorial-style GEMM is a third lighter than Triton's own hot loop on gfx950 and spills nothing."""
+    from typer.testing import CliRunner
+
+    from transpile.cli.app import tools
+
+    args = ["verify", str(FIXTURES / "suite_gemm_evenk.py"), "-t", "gfx950", "--isa", "-v", "a_ptr=*fp16",
+            "-v", "b_ptr=*fp16", "-v", "c_ptr=*fp16", "-v", "BLOCK_M=256", "-v", "BLOCK_N=256", "-v", "BLOCK_K=32",
+            "-v", "EVEN_K=True"]
+    result = CliRunner().invoke(tools, [*args, "--output-format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout[result.stdout.index("{"):])
+    (row,) = data["targets"]["gfx950"]
+    assert row["status"] == "pipelined" and row["num_warps"] == 8
+    variant, source = row["variant"], row["source"]
+    assert variant["vgpr_spills"] == 0 and variant["agprs"] == 0
+    assert variant["hot_loop"]["lds_direct"] > 0 and variant["hot_loop"]["other_per_mma_eq"] <= 1.3
+    assert row["ratio"] <= 0.8 and source["hot_loop"]["other_per_mma_eq"] > variant["hot_loop"]["other_per_mma_eq"]
+    text = CliRunner().invoke(tools, args)
+    assert text.exit_code == 0 and "non-MFMA per 16x16x32 MFMA" in text.stdout and "direct-to-LDS" in text.stdout
