@@ -100,8 +100,8 @@ def test_ptx_counts() -> None:
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 
-# The dot-loop fixtures the AMD rules pipeline by default somewhere (the others are kept as Triton on every AMD
-# target: their kernels then compile as their sources, ratio 1).
+# The GEMM-family dot-loop fixtures (those the AMD rules would pipeline; attention is kept as Triton on every AMD
+# target).
 PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr",
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
              "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_gemm_persistent", "suite_splitk_atomic",
@@ -110,15 +110,15 @@ PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_recompute", "suite
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["gfx950", "gfx1250"])
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "gfx1250"])
 @pytest.mark.parametrize("fixture", PIPELINED)
 def test_a_pipelined_variant_is_never_heavier_than_its_source(fixture: str, target: str,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     """For every config the variant pipelines by default: the hot loop's non-MFMA instructions per MFMA of work at
-    most the source's (Triton 3.9's own compile, same constexprs, warps and aligned launch), no more spills, and on
-    gfx950 direct-to-LDS copies. A form that cannot meet this is kept as Triton by the profitability policy (the
-    issue's bar is 0.8x: bench/RESULTS.md lists the cases between 0.8x and 1.0x)."""
+    most 0.8x the source's (Triton 3.9's own compile, same constexprs, warps and aligned launch), no more VGPR
+    spills, and on gfx950 direct-to-LDS copies. A form that cannot meet this is kept as Triton by the profitability
+    policy (UNPROFITABLE_RINGS): on gfx942 and gfx1250 every one today."""
     from transpile.engine import translate_file
     from transpile.targets import get_target
     from transpile.verify import isa_compare
@@ -134,7 +134,7 @@ def test_a_pipelined_variant_is_never_heavier_than_its_source(fixture: str, targ
         if c.status != "pipelined":
             continue
         assert c.source is not None and c.variant is not None, c.message
-        assert c.ratio is not None and c.ratio <= 1.0, (c.label, c.ratio)
+        assert c.ratio is not None and c.ratio <= 0.8, (c.label, c.ratio)
         # no more VGPR spills (to scratch memory); SGPR spills go to VGPR lanes (`v_writelane`), not to memory
         assert (c.variant.vgpr_spills or 0) <= (c.source.vgpr_spills or 0), (c.label, c.variant.vgpr_spills)
         assert (c.variant.scratch_bytes or 0) <= (c.source.scratch_bytes or 0), (c.label, c.variant.scratch_bytes)

@@ -164,8 +164,12 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "non-MFMA instructions per MFMA in every flash-attention fixture and config on gfx942, gfx950 and gfx1250 (a "
         "register-staged K/V ring, the softmax between the dots in a stage of its own): bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
-    # ("gfx950", direct-to-LDS pointer tiles) and ("gfx1250", TDM descriptor tiles) are not listed: their rings
-    # measured 0.55-0.91x and 0.89-0.98x Triton's non-MFMA instructions per MFMA (bench/RESULTS.md).
+    ("gfx1250", "tdm ring"): (
+        "its descriptor tiles would go by TDM copies into a warp-pipelined ring, whose hot loop measured 0.89-0.98x "
+        "Triton's own non-MFMA instructions per MFMA in the 8 fixture kernels and configs: under the 0.8x a "
+        "machine-code measure must show before a form is emitted without the GPU to time it (bench/RESULTS.md)"),
+    # ("gfx950", direct-to-LDS pointer tiles) is not listed: its rings measured 0.55-0.80x Triton's non-MFMA
+    # instructions per MFMA in every fixture kernel and config (bench/RESULTS.md).
     # ("sm90", "cp.async attention, causal mask") is not listed: the ring of a one-loop kernel that leaves out a
     # causal score mask on the tiles where every score passes it (`transpile.analysis.uniform_mask`) ran causal
     # attention at 1.04-1.24x on an H100 (bench/RESULTS.md, session 9).

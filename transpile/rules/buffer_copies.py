@@ -240,17 +240,24 @@ class _Rewrite(cst.CSTTransformer):
         self.wide = wide
 
     def split(self, base: str, terms: list[cst.BaseExpression]) -> tuple[cst.BaseExpression, cst.BaseExpression]:
-        """(the scalar base, the 32-bit offsets) of `base + sum(terms)`: scalar terms, also those inside a broadcast
+        """(the scalar base, the 32-bit offsets) of `base + sum(terms)`. Scalar terms, also those inside a broadcast
         index vector (`(k * BLOCK_K + offs_k)[None, :] * stride` is `k * BLOCK_K * stride` plus
-        `offs_k[None, :] * stride`), go into the base, so that the offsets stay the same from one iteration to the
-        next and the address advances in scalar registers."""
+        `offs_k[None, :] * stride`), are added to the offsets after the vector terms, which then stay the same from
+        one iteration to the next: the compiler adds such a uniform part in scalar registers (measured: 200 -> 191
+        instructions a loop of 3 steps, 128x128x64 on gfx950, against putting it in the 64-bit base). A 64-bit
+        scalar goes into the base (the offsets are 32-bit)."""
         scalar: list[cst.BaseExpression] = []
         tensor: list[cst.BaseExpression] = []
         for term in terms:
             for part in _distribute(term, self.tensors):
-                (tensor if names_in(part) & self.tensors else scalar).append(part)
+                if names_in(part) & self.tensors:
+                    tensor.append(part)
+                else:
+                    scalar.append(part)
         if not tensor:
             tensor, scalar = terms, []
+        tensor += [t for t in scalar if not names_in(t) & self.wide]
+        scalar = [t for t in scalar if names_in(t) & self.wide]
         pointer: cst.BaseExpression = cst.Name(base)
         for term in scalar:
             pointer = cst.BinaryOperation(pointer, cst.Add(), term)
