@@ -164,3 +164,68 @@ def test_verify_isa_command_line(tmp_path: Path) -> None:
     assert row["ratio"] <= 0.8 and source["hot_loop"]["other_per_mma_eq"] > variant["hot_loop"]["other_per_mma_eq"]
     text = CliRunner().invoke(tools, args)
     assert text.exit_code == 0 and "non-MFMA per 16x16x32 MFMA" in text.stdout and "direct-to-LDS" in text.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The launcher of a warp-pipelined AMD kernel (run here with stand-in kernels and tensors: no GPU needed)
+
+
+class _Kernel:
+    def __init__(self, name: str, calls: list) -> None:
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):  # noqa: ANN001, ANN204
+        return lambda *args, **kwargs: self.calls.append((self.name, kwargs))
+
+
+class _Tensor:
+    """What the launcher reads of a tensor: its address, strides, shape and element size."""
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], address: int = 4096, size: int = 2):
+        self.shape, self._strides, self.address, self.size = shape, strides, address, size
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def stride(self) -> tuple[int, ...]:
+        return self._strides
+
+    def numel(self) -> int:
+        total = 1
+        for n in self.shape:
+            total *= n
+        return total
+
+    def element_size(self) -> int:
+        return self.size
+
+
+def _launcher():  # noqa: ANN202
+    from transpile.analysis.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
+
+    namespace: dict = {"triton": None, "_persistent_grid": None}
+    exec(LAUNCHER + WARP_PIPELINED_LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    return namespace["_WarpPipelinedOrTriton"]
+
+
+def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compiles_and_pays() -> None:
+    """Aligned tensors under 2 GB, unit inner strides, 8 warps: the Gluon kernel, with accumulators kept out of
+    AGPRs. Another warp count (or none: Triton's default 4, from another module), an unaligned row, a tensor of 2 GB
+    or more: the source kernel, with the arguments as given."""
+    calls: list = []
+    launcher = _launcher()(_Kernel("gluon", calls), _Kernel("triton", calls), params=("a", "b", "K", "stride_ak"),
+                           tiles=(), persistent=None, aligned=True, divisible=("K",), unit=("stride_ak",), warps=8,
+                           small=True, no_agprs=True)
+    a, b = _Tensor((4096, 4096), (4096, 1)), _Tensor((4096, 4096), (4096, 1))
+    launcher[(1,)](a, b, 4096, 1, num_warps=8)
+    assert calls.pop() == ("gluon", {"num_warps": 8, "llvm_fn_attrs": (("amdgpu-agpr-alloc", "0,0"),)})
+    for args, kwargs in [
+        ((a, b, 4096, 1), {"num_warps": 4}),  # a caller's own 4 warps
+        ((a, b, 4096, 1), {}),  # no num_warps: Triton's default
+        ((a, b, 4100, 1), {"num_warps": 8}),  # K not a multiple of 16
+        ((a, b, 4096, 2), {"num_warps": 8}),  # a strided inner dimension
+        ((_Tensor((4096, 4095), (4095, 1)), b, 4096, 1), {"num_warps": 8}),  # rows not 16-byte aligned
+        ((_Tensor((65536, 32768), (32768, 1)), b, 4096, 1), {"num_warps": 8}),  # 4 GB: past 32-bit offsets
+    ]:
+        launcher[(1,)](*args, **kwargs)
+        assert calls.pop() == ("triton", kwargs), (args, kwargs)

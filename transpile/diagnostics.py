@@ -24,7 +24,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
                               "cannot be read"),
-    "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path; nothing is written"),
+    "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path, or a variant path holds "
+                              "a file the tool did not write (or a directory); nothing is written"),
     "TT007": (Severity.ERROR, "the file's @triton.jit kernels are defined inside a module-level block (`if`, `try`, "
                               "`with`): only module-level kernels are translated"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
