@@ -54,8 +54,11 @@ def test_fp8_and_int8_dots_compile_on_every_amd_target(target: str, kind: str, t
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
     (gluon,) = [c for c in compiled if not c.kept]  # (not the source kernel the launcher keeps for other launches)
     mfma = [line for line in gluon.asm["ttgir"].splitlines() if "#mma = " in line]
-    if target == "gfx950" and kind.startswith("fp8"):
-        assert "instrShape = [32, 32, 16]" in mfma[0]
+    if target == "gfx950" and kind in ("fp8e4nv", "fp8e5"):
+        assert "instrShape = [32, 32, 64]" in mfma[0]  # OCP fp8: the f8f6f4 instructions, through `mfma_scaled`
+        assert "v_mfma_scale_f32_32x32x64_f8f6f4" in gluon.asm["amdgcn"]
+    if target == "gfx950" and kind == "fp8e4b8":
+        assert "instrShape = [32, 32, 16]" in mfma[0]  # the fnuz kinds: `mfma` at gfx942's depth
     if target == "gfx942" and kind in ("fp8e4nv", "fp8e5"):
         assert "instrShape = [32, 32, 8]" in mfma[0]  # through fp16, as Triton's lowering
 

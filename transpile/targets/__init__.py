@@ -87,10 +87,10 @@ class Target:
 
 # Snippets that call other snippets.
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
-    "dot": ("mma_k_width", "float8_via_fp16"),
-    "lds_ring": ("mma_k_width", "float8_via_fp16"),
-    "mma_layout": ("float8_via_fp16",),
-    "mma_k_width": ("float8_via_fp16",),
+    "dot": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
+    "lds_ring": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
+    "mma_layout": ("float8_via_fp16", "f8f6f4"),
+    "mma_k_width": ("float8_via_fp16", "f8f6f4"),
     "tma_load": ("tma_aliases",),
     "tma_store": ("tma_aliases",),
     "tma_store_deferred": ("tma_aliases",),

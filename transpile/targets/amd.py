@@ -85,11 +85,24 @@ def _dot(a, b, acc):
     if _float8_via_fp16(a.dtype):
         a = a.to(gl.float16)
         b = b.to(gl.float16)
-    if acc.dtype.is_fp16() or acc.dtype.is_bf16():
+{scaled}    if acc.dtype.is_fp16() or acc.dtype.is_bf16():
         # A 16-bit accumulator (`out_dtype=tl.float16`): the matrix cores accumulate in fp32, as Triton's own
         # lowering of such a dot does, and the result is rounded back.
         return {instr_name}(a, b, acc.to(gl.float32)).to(acc.dtype)
     return {instr_name}(a, b, acc)
+'''
+
+# gfx950: OCP fp8 operands go by the deep f8f6f4 instructions (32x32x64, 16x16x128), which Gluon issues as a scaled
+# MFMA; with no scales (scale 1) it is the plain product, as Triton's own lowering of an fp8 `tl.dot` there.
+F8F6F4 = '''
+@gluon.constexpr_function
+def _f8f6f4(dtype):
+    """The format name of an OCP fp8 `dtype` for gfx950's f8f6f4 MFMAs ("e4m3", "e5m2"), else ""."""
+    return {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}.get(dtype.name, "")
+'''
+SCALED_DOT = '''    if _f8f6f4(a.dtype) != "" and _f8f6f4(b.dtype) != "":
+        # OCP fp8: the f8f6f4 instructions, four times as deep as `mfma`'s (a scaled MFMA with no scales)
+        return mfma_scaled(a, None, _f8f6f4(a.dtype), b, None, _f8f6f4(b.dtype), acc.to(gl.float32)).to(acc.dtype)
 '''
 
 WMMA_LAYOUT = '''
@@ -219,17 +232,21 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
 
 
 def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
-          float8: tuple[int, int, str, str]) -> dict[str, str]:
-    """The MFMA snippets of `arch`; `float8`: the K depth and k_width of fp8 operands, why (a comment), and the fp8
-    kinds the instructions take (a tuple's text; the others go through fp16)."""
+          float8: tuple[int | str, int | str, str, str], scaled: bool = False) -> dict[str, str]:
+    """The MFMA snippets of `arch`; `float8`: the K depth and k_width of fp8 operands (numbers, or expressions of
+    `dtype`), why (a comment), and the fp8 kinds the instructions take (a tuple's text; the others go through fp16);
+    `scaled`: OCP fp8 dots go by the f8f6f4 instructions (`_f8f6f4`)."""
     float8_depth, float8_k_width, float8_why, float8_native = float8
-    return {
+    snippets = {
         "float8_via_fp16": FLOAT8_VIA_FP16.format(arch=arch, float8_native=float8_native),
         "mma_layout": MFMA_LAYOUT.format(arch=arch, version=version, depths=depths, float8_depth=float8_depth,
                                          float8_why=float8_why),
         "mma_k_width": MFMA_K_WIDTH.format(arch=arch, k_widths=k_widths, float8_k_width=float8_k_width),
-        "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name),
+        "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name, scaled=SCALED_DOT if scaled else ""),
     }
+    if scaled:
+        snippets = {"f8f6f4": F8F6F4, **snippets}
+    return snippets
 
 
 GFX942 = _amd_target(
@@ -243,9 +260,12 @@ GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
     "direct-to-LDS async copies", 160 * 1024,
     _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma",
-          (16, 8, "gl.amd.cdna4.mfma takes fp8 at the depth of gfx942's instructions (the deeper f8f6f4 ones are "
-                  "mfma_scaled's)", '("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")')),
-    ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma",), "{8: 16, 16: 8, 32: 1}",
+          ('64 if _f8f6f4(dtype) != "" else 16', '16 if _f8f6f4(dtype) != "" else 8',
+           "OCP fp8 goes by the f8f6f4 instructions (K 64 at 32x32: `mfma_scaled` without scales); the fnuz kinds "
+           "by gl.amd.cdna4.mfma at the depth of gfx942's instructions", '("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")'),
+          scaled=True),
+    ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma, mfma_scaled",),
+    "{8: 16, 16: 8, 32: 1}",
     "async_copy",
 )
 GFX1250 = _amd_target(
@@ -255,7 +275,7 @@ GFX1250 = _amd_target(
         "float8_via_fp16": FLOAT8_VIA_FP16.format(arch="gfx1250", float8_native='("fp8e4nv", "fp8e5")'),
         "mma_layout": WMMA_LAYOUT,
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8),
-        "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma"),
+        "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma", scaled=""),
     },
     ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
 )
