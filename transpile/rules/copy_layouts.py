@@ -1,11 +1,12 @@
-"""Pointer tiles a ring copies in 16-byte vectors, rebuilt in copy layouts inside the ring's branch.
+"""sm90 cp.async rings: pointer tiles a ring copies in 16-byte vectors, rebuilt in copy layouts in the ring's branch.
 
-A ring whose copies move 16 bytes per thread (sm90 cp.async, gfx950 direct-to-LDS) needs its pointer tiles in a
-layout with 8 x 16-bit elements per thread along the contiguous dimension; the kernel's blocked layouts hold 4 (the
+A ring whose copies move 16 bytes per thread needs its pointer tiles in a layout with 8 x 16-bit elements per
+thread along the contiguous dimension; the kernel's blocked layouts hold 4 (the
 kernel's other loads, and the ring's fallback loop, keep them). The statements before the ring that compute the
 index vectors and pointer tiles the ring reads are copied at the start of the ring's branch with `_ring` names, in
 `_copy_layout` layouts; the ring's fresh tiles (`a_ptrs_next = a_ptrs`) take the translated definition of the tile
-they start from (`FreshTiles`). Where that slice cannot be copied safely, nothing is rebuilt.
+they start from (`FreshTiles`). Where that slice cannot be copied safely, nothing is rebuilt. (The AMD direct-to-LDS
+rings re-evaluate each copy's addresses and masks per tile instead: `transpile.rules.copy_operands`.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.cst_utils import bound_names, bound_names_of, read_names, statement_reads
-from transpile.rules.pipeline_text import code, namer, renamed
+from transpile.rules.pipeline_text import code, renamed
 
 
 def blocked_tile_layouts(function: cst.FunctionDef, tiles: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -125,46 +126,3 @@ class FreshTiles(cst.CSTTransformer):
                 and value.value == self.fresh[target.value] and value.value in self.values:
             return updated_node.with_changes(value=self.values[value.value])
         return updated_node
-
-
-def rebuild_rings(function: cst.FunctionDef, fresh: dict[str, str], tiles: dict[str, str], bits: int
-                  ) -> cst.FunctionDef | None:
-    """`function` with the fresh tiles of its rings defined afresh and every ring branch (an `if` whose body binds a
-    fresh tile, at any depth of `if` blocks) rebuilt in `bits`-bit copy layouts; None where a ring cannot be."""
-    function = function.visit(FreshTiles(function, fresh))  # type: ignore[assignment]
-    layouts = blocked_tile_layouts(function, tiles)
-    if not layouts:
-        return None
-    taken = names_in_function(function)
-    failed = False
-
-    def block(statements: list[cst.BaseStatement], before: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        nonlocal failed
-        out = list(statements)
-        for i, statement in enumerate(statements):
-            if not isinstance(statement, cst.If):
-                continue
-            if any(bound_names(inner) & set(fresh) for inner in statement.body.body
-                   if isinstance(inner, cst.SimpleStatementLine)):  # the ring's own branch, not one around it
-                ring = in_copy_layouts([*before, *statements[:i]], statement, layouts, namer(set(taken)), bits)
-                if ring is None:
-                    failed = True
-                else:
-                    out[i] = ring
-                continue
-            inner = statement.body.with_changes(body=block(list(statement.body.body), [*before, *statements[:i]]))
-            orelse = statement.orelse
-            if isinstance(orelse, cst.Else):
-                orelse = orelse.with_changes(body=orelse.body.with_changes(
-                    body=block(list(orelse.body.body), [*before, *statements[:i]])))
-            out[i] = statement.with_changes(body=inner, orelse=orelse)
-        return out
-
-    body = block(list(function.body.body), [])
-    return None if failed else function.with_changes(body=function.body.with_changes(body=body))
-
-
-def names_in_function(function: cst.FunctionDef) -> set[str]:
-    from transpile.cst_utils import names_in
-
-    return names_in(function)
