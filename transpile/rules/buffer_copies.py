@@ -22,6 +22,7 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import pointer_params
 from transpile.cst_utils import broadcast_axis, names_in, product_factors, sum_terms
+from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
@@ -107,7 +108,7 @@ def _tensor_names(function: cst.FunctionDef) -> set[str]:
     broadcast, or another such name (a load of a scalar address, `expert = gl.load(ids_ptr + pid)`, is a scalar)."""
     makers = ("gl.arange", "gl.full", "gl.zeros", "gl.join", "gl.allocate_shared_memory")
     tensors: set[str] = set()
-    assignments = [n for n in _walk(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    assignments = [n for n in preorder(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
     changed = True
     while changed:
         changed = False
@@ -115,8 +116,8 @@ def _tensor_names(function: cst.FunctionDef) -> set[str]:
             value = node.value
             if value is None:
                 continue
-            makes = any(isinstance(n, cst.Call) and code(n.func) in makers for n in _walk(value)) or any(
-                isinstance(n, cst.Subscript) and broadcast_axis(n) is not None for n in _walk(value))
+            makes = any(isinstance(n, cst.Call) and code(n.func) in makers for n in preorder(value)) or any(
+                isinstance(n, cst.Subscript) and broadcast_axis(n) is not None for n in preorder(value))
             if makes or names_in(value) & tensors:
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
@@ -131,7 +132,7 @@ def _wide_names(function: cst.FunctionDef) -> set[str]:
     such a name."""
     wide: set[str] = set()
     changed = True
-    assignments = [n for n in _walk(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    assignments = [n for n in preorder(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
     while changed:
         changed = False
         for node in assignments:
@@ -150,19 +151,11 @@ def _wide_names(function: cst.FunctionDef) -> set[str]:
 def _constexpr_names(function: cst.FunctionDef) -> set[str]:
     """Names the function declares `name: gl.constexpr = ...` (scalars known at compile time)."""
     found: set[str] = set()
-    for node in _walk(function):
+    for node in preorder(function):
         if isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) \
                 and code(node.annotation.annotation).endswith("constexpr"):
             found.add(node.target.value)
     return found
-
-
-def _walk(node: cst.CSTNode):  # noqa: ANN202 - an iterator of nodes
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def _zero_other(call: cst.Call) -> bool:
@@ -199,7 +192,7 @@ def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
     """The pointer tiles whose every use is a zero-`other` copy or an advance, and whose every assignment splits
     into the same pointer parameter plus offsets."""
     copies: dict[str, int] = {}
-    for node in _walk(function):
+    for node in preorder(function):
         if isinstance(node, cst.Call):
             tile = _copy_pointer(node)
             if tile is not None:
@@ -210,7 +203,7 @@ def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
         writes = 0
         names = 0
         ok = True
-        for node in _walk(function):
+        for node in preorder(function):
             if isinstance(node, cst.Name) and node.value == tile:
                 names += 1
             elif isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == tile

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from transpile.cst_utils import bound_names, names_in
+from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
@@ -176,7 +177,7 @@ class _Rewriter:
         value = self.inside.get(name) or self.outside.get(name)
         if value is None:
             return False  # a parameter, a loop variable, a constexpr
-        for node in _walk(value):
+        for node in preorder(value):
             if isinstance(node, cst.Call) and code(node.func) in _TENSOR_CALLS:
                 return True
             if isinstance(node, cst.Subscript) and _axis(node) is not None:
@@ -334,16 +335,8 @@ def _axis(node: cst.Subscript) -> int | None:
     return {("none", "all"): 1, ("all", "none"): 0}.get(tuple(kinds))  # type: ignore[arg-type]
 
 
-def _walk(node: cst.CSTNode):  # noqa: ANN202 - an iterator of nodes
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-
-
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    return [n for n in _walk(node) if isinstance(n, cst.Call)]
+    return [n for n in preorder(node) if isinstance(n, cst.Call)]
 
 
 def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
@@ -409,7 +402,7 @@ def _same_definitions(branch: cst.CSTNode) -> dict[str, cst.BaseExpression]:
     values: dict[str, cst.BaseExpression] = {}
     texts: dict[str, set[str]] = {}
     other: set[str] = set()
-    for node in _walk(branch):
+    for node in preorder(branch):
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             name = node.targets[0].target.value
             values[name] = node.value
