@@ -234,6 +234,15 @@ def sum_terms(node: cst.BaseExpression, strip: Callable[[cst.BaseExpression], cs
     return [node]
 
 
+def conjuncts(node: cst.BaseExpression, strip: Callable[[cst.BaseExpression], cst.BaseExpression] = unparenthesized
+              ) -> list[cst.BaseExpression]:
+    """The terms of `a & (b & c)`: [a, b, c] (a mask written as a conjunction)."""
+    node = strip(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        return [*conjuncts(node.left, strip), *conjuncts(node.right, strip)]
+    return [node]
+
+
 def product_factors(node: cst.BaseExpression,
                     strip: Callable[[cst.BaseExpression], cst.BaseExpression] = unparenthesized
                     ) -> list[cst.BaseExpression]:

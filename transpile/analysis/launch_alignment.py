@@ -23,13 +23,17 @@ import libcst as cst
 from transpile import cst_walk
 from transpile.cst_utils import (
     broadcast_axis,
-    product_factors,
     call_arguments,
     calls_in,
+    conjuncts,
     names_in,
+    node_code,
+    product_factors,
     sum_terms,
 )
 from transpile.discover import JitFunction, ModuleFacts, language_name
+
+_MODULE = cst.Module([])
 
 #: The comment over the source kernel's copy: why the other launches run it.
 REASON = ("its layouts move up to 4 contiguous elements per thread, which is slower than what Triton compiles for "
@@ -211,7 +215,7 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
 
     def is_vector(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
         """`node` reads an index vector (a `tl.arange`, through the names it is made of)."""
-        if any(isinstance(n, cst.Call) and code_of(n.func).endswith("arange") for n in cst_walk.preorder(node)):
+        if any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange") for n in cst_walk.preorder(node)):
             return True
         return any(is_vector(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
@@ -300,16 +304,12 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
                    if _is_2d(definitions[n]))
 
     for mask in masks:
-        for conjunct in _conjuncts(mask):
+        for conjunct in conjuncts(mask):
             if last_axis(conjunct):
                 for name in sorted(_reads(conjunct, definitions) & params):
                     if name not in found:
                         found.append(name)
     return found
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
@@ -329,13 +329,6 @@ def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
 
 def _is_2d(node: cst.CSTNode) -> bool:
     return any(isinstance(sub, cst.Subscript) and broadcast_axis(sub) is not None for sub in cst_walk.preorder(node))
-
-
-def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    node = node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
-        return [*_conjuncts(node.left), *_conjuncts(node.right)]
-    return [node]
 
 
 def _reads(node: cst.CSTNode, definitions: dict[str, cst.BaseExpression], seen: frozenset[str] = frozenset()

@@ -18,6 +18,8 @@ Targets: gfx950.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from transpile.analysis.launch_alignment import pointer_params
@@ -103,49 +105,41 @@ def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
     return node if getattr(node, "lpar", None) else node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-def _tensor_names(function: cst.FunctionDef) -> set[str]:
-    """Names that hold tensors: assigned from a call that makes one of a shape (`gl.arange`, `gl.full`, ...), a
-    broadcast, or another such name (a load of a scalar address, `expert = gl.load(ids_ptr + pid)`, is a scalar)."""
-    makers = ("gl.arange", "gl.full", "gl.zeros", "gl.join", "gl.allocate_shared_memory")
-    tensors: set[str] = set()
+def _names_made_from(function: cst.FunctionDef, seed: Callable[[cst.BaseExpression], bool]) -> set[str]:
+    """Names some assignment gives a value for which `seed` holds, or a value that reads such a name (to a fixed
+    point: the order of the assignments does not matter)."""
     assignments = [n for n in preorder(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    found: set[str] = set()
     changed = True
     while changed:
         changed = False
         for node in assignments:
             value = node.value
-            if value is None:
+            if value is None or not (names_in(value) & found or seed(value)):
                 continue
-            makes = any(isinstance(n, cst.Call) and code(n.func) in makers for n in preorder(value)) or any(
-                isinstance(n, cst.Subscript) and broadcast_axis(n) is not None for n in preorder(value))
-            if makes or names_in(value) & tensors:
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                for target in targets:
-                    if isinstance(target, cst.Name) and target.value not in tensors:
-                        tensors.add(target.value)
-                        changed = True
-    return tensors
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, cst.Name) and target.value not in found:
+                    found.add(target.value)
+                    changed = True
+    return found
+
+
+_TENSOR_MAKERS = ("gl.arange", "gl.full", "gl.zeros", "gl.join", "gl.allocate_shared_memory")
+
+
+def _tensor_names(function: cst.FunctionDef) -> set[str]:
+    """Names that hold tensors: assigned from a call that makes one of a shape (`gl.arange`, `gl.full`, ...), a
+    broadcast, or another such name (a load of a scalar address, `expert = gl.load(ids_ptr + pid)`, is a scalar)."""
+    return _names_made_from(function, lambda value: any(
+        (isinstance(n, cst.Call) and code(n.func) in _TENSOR_MAKERS)
+        or (isinstance(n, cst.Subscript) and broadcast_axis(n) is not None) for n in preorder(value)))
 
 
 def _wide_names(function: cst.FunctionDef) -> set[str]:
     """Names whose value is (or is made from) a 64-bit integer: an assignment that casts to `gl.int64` or reads
     such a name."""
-    wide: set[str] = set()
-    changed = True
-    assignments = [n for n in preorder(function) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
-    while changed:
-        changed = False
-        for node in assignments:
-            value = node.value
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            if value is None:
-                continue
-            if "int64" in code(value) or names_in(value) & wide:
-                for target in targets:
-                    if isinstance(target, cst.Name) and target.value not in wide:
-                        wide.add(target.value)
-                        changed = True
-    return wide
+    return _names_made_from(function, lambda value: "int64" in code(value))
 
 
 def _constexpr_names(function: cst.FunctionDef) -> set[str]:

@@ -104,9 +104,7 @@ class _Rewriter:
     def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]]) -> None:
         self.function_node = function
         self.rings = rings  # ring variable -> (tile shape text, element type text)
-        self.taken = names_in(function)
-        self.name = namer(set(self.taken))
-        self.params = {p.name.value for p in function.params.params}
+        self.name = namer(names_in(function))
 
     # ---- the function -----------------------------------------------------------------------------------------
     def function(self) -> cst.FunctionDef:
