@@ -3,13 +3,16 @@
 Matches: ``for k in range(...)`` / ``tl.range(..., num_stages=n)`` whose body loads the two operands of one
 ``acc = tl.dot(a, b, acc)`` (pointer tiles or tensor-descriptor tiles) -- the `StagePlan` of
 `transpile.analysis.stages`.
-Emits, under a compile-time test that the ring fits the target's LDS (else the loop runs as translated):
-``gl.static_assert`` that the kernel runs with 8 warps; a ring of ``NUM_STAGES`` LDS slots per operand; a prologue
-that fills the first ``NUM_STAGES - 1`` slots; a loop of two stages, ``lds_read`` (priority 1: this iteration's
-operands from the ring, in the MMA operand layouts) and ``copy_mma`` (priority 0: the tiles of iteration
-``it + NUM_STAGES - 1`` into their slot, then the MMA and the rest of the body). The lowering runs the two stages on
-two warp groups at once, one stage apart, so that one group's memory traffic overlaps the other's MMAs.
-Targets: gfx942, gfx950, gfx1250 (register-staged copies: global loads into registers, stores into the ring).
+Emits, under a compile-time test that a ring of at least 2 slots fits the target's LDS (else the loop runs as
+translated): ``gl.static_assert`` that the kernel runs with 8 warps; a ring of ``NUM_STAGES`` (3 or 2) LDS slots per
+operand; a prologue that copies the first ``NUM_STAGES`` iterations' tiles; a steady state unrolled by the ring
+depth (constant slot indices) whose steps are two stages, ``mma`` (priority 0: the MMA on operands already in
+registers, and the rest of the body) and ``mem`` (priority 1: the next iteration's operands from the ring, then the
+copies of iteration ``it + NUM_STAGES`` into the slot just read), the copy wait before ``mma``; then the last
+iterations unstaged. The steady state copies no iteration past the end and none in the K tail: mask terms that
+`transpile.analysis.tile_bounds` proves true on its tiles are left out of its copies. The lowering runs the two
+stages on two warp groups one stage apart, so that one group's memory traffic overlaps the other's MMAs.
+Targets: gfx942, gfx950, gfx1250 (copy engines: registers, direct-to-LDS `async_copy`, TDM).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
 from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
-from transpile.cst_utils import names_in
+from transpile.analysis.tile_bounds import tail_peel
+from transpile.cst_utils import conjuncts, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            next_names, rename, statements)
@@ -60,7 +64,11 @@ class AMDWarpPipeline(Rule):
         # gfx942 has no direct-to-LDS copies: its ring is register-staged, kept as Triton by default (measured
         # heavier), emitted with --gluon-always (the rule examples translate with it)
         Example(EXAMPLE, (
-            "a_ring.index(step).store(gl.load(a_ptrs_next, mask=offs_k[None, :] < K - k_next * BK, other=0.0))",
+            "num_full = gl.minimum(num_iters, gl.maximum(K, 0) // BK)",
+            # the steady state copies the first num_full iterations' tiles: their K-tail masks are left out
+            "a_ring.index(step).store(gl.load(a_ptrs_next))",
+            "a_ring.index(it % NUM_STAGES).store(gl.load(a_ptrs_next, mask=(offs_k[None, :] < K - k_next * BK) & "
+            "((it + NUM_STAGES) < num_iters), other=0.0))",
         ), "gfx942"),
     )
 
@@ -146,13 +154,20 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     engine = sp.engine
     tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
     tdm_at = {load.name: name(f"{load.descriptor}_at") for load in plan.loads} if engine == "tdm" else {}
+    # The K tail peeled: mask terms that hold on every tile of the first `full` iterations (`tail_peel`) are left out
+    # of the steady state's copies, which copy no later iteration.
+    peel = tail_peel(ctx.function, plan)
+    full = name("num_full")
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
+        statement = body[load.index]
+        if not guard and peel is not None and load.index in peel.dropped:
+            statement = _without_terms(statement, load, peel.dropped[load.index])
         if engine == "registers":
-            return f"{pad}{dest}.store({later_load(body[load.index], renames, iteration, iters, load, guard)})"
+            return f"{pad}{dest}.store({later_load(statement, renames, iteration, iters, load, guard)})"
         if load.kind == "pointer":  # direct-to-LDS: the load's own arguments, the slot first
-            call = cst.parse_expression(later_load(body[load.index], renames, iteration, iters, load, guard))
+            call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
             args = [a for a in call.args if a.keyword is None or a.keyword.value in ("mask", "other",  # type: ignore[attr-defined]
                                                                                       "cache_modifier")]
             return f"{pad}{code(cst.Call(cst.parse_expression('async_copy.global_load_to_shared'), [cst.Arg(cst.parse_expression(dest)), *args]))}"
@@ -213,6 +228,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
           f"{load.descriptor}[2]], [{load.descriptor}[3], 1], [{', '.join(shapes[load.name])}], {layouts[load.name]})"
           for load in plan.loads if engine == "tdm"),
         f"{iters} = {count}",
+        *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
+           "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the copies of the first NUM_STAGES iterations, one slot each.",
         f"for {prologue_i} in gl.static_range({stages}):\n" + "\n".join(producer(prologue_i, prologue_i, "    ")),
@@ -238,8 +255,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     loop = [
         "# Steady state, unrolled by the ring depth so that every slot index is a constant; the wait at the top of each",
         "# step precedes the barrier at that stage boundary, so both warp groups' copies of the next iteration have",
-        "# landed. Its copies are never past the end: the last rounds run below.",
-        f"{rounds} = {iters} // {stages} - 1",
+        "# landed. Its copies are never past the end"
+        + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below.",
+        f"{rounds} = {full if peel is not None else iters} // {stages} - 1",
         f"for {rnd} in range({rounds}):",
         f"    for {step_} in gl.static_range({stages}):",
         f"        {it} = {rnd} * {stages} + {step_}",
@@ -284,6 +302,33 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...]) -> cst.BaseStatement:
+    """The load `statement` with the terms `drop` of its mask left out (its `other` too, where none is left); as
+    written where its mask does not have the source's terms."""
+    line = statement.body[0]  # type: ignore[attr-defined]
+    call = line.value
+    args = list(call.args)
+    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "mask"), None)
+    if at is None and len([a for a in args if a.keyword is None]) > 1:
+        at = [i for i, a in enumerate(args) if a.keyword is None][1]
+    if at is None or load.mask is None:
+        return statement
+    terms = conjuncts(args[at].value)
+    if len(terms) != len(conjuncts(load.mask)):
+        return statement
+    kept = [t for i, t in enumerate(terms) if i not in drop]
+    if kept:
+        mask = kept[0]
+        for term in kept[1:]:
+            mask = cst.BinaryOperation(mask, cst.BitAnd(), term)
+        args[at] = args[at].with_changes(value=mask)
+    else:
+        args = [a for i, a in enumerate(args) if i != at and not (a.keyword is not None and a.keyword.value == "other")
+                and not (a.keyword is None and i > at)]
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return statement.with_changes(body=[line.with_changes(value=call.with_changes(args=args))])
 
 
 def _form(sp: StagePlan) -> str:
