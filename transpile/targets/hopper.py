@@ -1,7 +1,7 @@
 """NVIDIA Hopper (sm90) rule set: wgmma for `tl.dot`, TMA for tensor descriptors.
 
 The output must compile under Triton 3.6 (the GPU machines) and 3.9 (the newest release): where the two spell an
-API differently, the helpers go through module-level aliases (see DESIGN.md).
+API differently, the helpers go through module-level aliases (see docs/DESIGN.md).
 """
 
 from __future__ import annotations
