@@ -134,14 +134,12 @@ def test_address_recomputed_between_the_loads_is_not_carried(target: str) -> Non
     from transpile.names import undefined_names
     from transpile.targets import get_target
 
-    # (the register-staged rings of gfx942 and gfx1250 are kept as Triton by default: --gluon-always emits them)
-    result = translate_source(ADDRESS_BETWEEN_LOADS, "x.py", get_target(target), gluon_always=target != "gfx950")
+    result = translate_source(ADDRESS_BETWEEN_LOADS, "x.py", get_target(target), gluon_always=True)
     (kernel,) = result.functions
     assert kernel.pipelined, kernel.kept_reason
     assert undefined_names(result.text) == []
     assert "b_ptrs_next = b_ptrs\n" not in result.text  # no carried copy of a value the iteration recomputes
     prologue = result.text.split("for i in gl.static_range(")[1].split("# Steady state")[0]
-    if target == "gfx950":  # direct-to-LDS buffer copies: the base and the offsets, made in each iteration
-        assert prologue.index("b_ptrs_next_offs = ") < prologue.index("buffer_load_to_shared(b_ring")
-    else:
-        assert prologue.index("b_ptrs_next = b_ptr + ") < prologue.index("gl.load(b_ptrs_next")
+    # buffer copies (direct to LDS on gfx950, through registers on gfx942 and gfx1250): the base and the offsets,
+    # made in each iteration before its copy
+    assert prologue.index("b_ptrs_next_offs = ") < prologue.index("b_ptrs_next_offs,")

@@ -423,6 +423,11 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 figures.append(_figures(result.target, asm, shared) if ok else None)
                 if not ok and not message:
                     message = f"{'source' if len(figures) == 1 else 'variant'}: {error}"
+            limit = result.target.shared_memory_bytes
+            source_lds = getattr(figures[0], "lds_bytes", None)
+            if result.target.backend == "hip" and source_lds is not None and source_lds > limit:
+                # (Triton's launcher refuses it on the device: the comparison says nothing about a launch)
+                status = f"{status}; the source needs {source_lds} bytes of LDS, more than the {limit} it has"
             comparisons.append(IsaComparison(outcome.name, label, num_warps, status, figures[0], figures[1],
                                              message))
     return comparisons

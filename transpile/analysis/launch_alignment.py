@@ -362,3 +362,33 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
         return None
     (base,) = found
     return base if not any(base in names_in(term) for term in rest) else None
+
+
+def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
+    """Whether the offsets of a 2-D tile of pointers along its last (contiguous) axis read a value loaded from memory
+    (`row_offs[None, :]` with `row_offs = tl.load(starts + pid) + offs`): no launch can make those provably aligned,
+    so the tile cannot be copied 16 bytes a lane (a direct-to-LDS copy of such a tile does not compile)."""
+    definitions = _all_definitions(fn)
+
+    def loads(node: cst.CSTNode, seen: frozenset[str]) -> bool:
+        for call in calls_in(node):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "load" or \
+                    isinstance(func, cst.Name) and func.value == "load":
+                return True
+        return any(loads(definitions[n], seen | {n}) for n in names_in(node) - seen if n in definitions)
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
+        if isinstance(node, cst.Tuple):  # every value a name is assigned (`_all_definitions`)
+            return any(walk(element.value, seen) for element in node.elements)
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                if walk(definitions[term.value], seen | {term.value}):
+                    return True
+                continue
+            factors = product_factors(term)
+            if any(broadcast_axis(f) == 1 for f in factors) and loads(term, seen):
+                return True
+        return False
+
+    return walk(tile, frozenset())

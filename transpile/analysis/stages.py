@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import tile_base
+from transpile.analysis.launch_alignment import last_axis_reads_memory, tile_base
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
@@ -42,10 +42,11 @@ from transpile.source import SourceFile
 # Copy engines of the AMD targets and what they imply for the ring.
 ENGINES = {
     "registers": "global loads into registers, stored into the LDS ring",
+    "buffer_loads": "16-byte buffer loads (scalar base, 32-bit offsets) into registers, stored into the LDS ring",
     "async_copy": "direct-to-LDS async copies (commit_group / wait_group)",
     "tdm": "TDM tensor copies into the LDS ring (tdm.async_wait)",
 }
-WAITS = {"registers": None, "async_copy": "async_copy.wait_group({n})", "tdm": "tdm.async_wait({n})"}
+WAITS = {"registers": None, "buffer_loads": None, "async_copy": "async_copy.wait_group({n})", "tdm": "tdm.async_wait({n})"}
 MIN_SLOTS = 3
 PIPELINE_WARPS = 8
 
@@ -138,8 +139,18 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         engine = "registers"
     params = {p.name for p in fn.params if not p.is_constexpr}
     if engine == "async_copy" and any(load.kind == "pointer" and (
-            load.pointer is None or tile_base(fn, load.pointer, params) is None) for load in loop_plan.loads):
-        engine = "registers"  # a tile addressed from a pointer the kernel loads: no launch vouches for its alignment
+            load.pointer is None or tile_base(fn, load.pointer, params) is None
+            or last_axis_reads_memory(fn, load.pointer)) for load in loop_plan.loads):
+        # a tile addressed from a pointer the kernel loads, or along its contiguous axis from a loaded offset: no
+        # launch vouches for its alignment
+        engine = "registers"
+    elif engine == "registers" and loop_plan.kind != "descriptor" and all(
+            load.kind == "pointer" and load.pointer is not None and tile_base(fn, load.pointer, params) is not None
+            and not last_axis_reads_memory(fn, load.pointer) for load in loop_plan.loads):
+        # Pointer tiles from pointer parameters, on a target without a direct-to-LDS copy of 16 bytes a lane
+        # (gfx942; gfx1250, whose TDM needs a descriptor): 16-byte buffer loads into registers, as Triton's own
+        # AMD backend does, under the same launch checks as the direct-to-LDS copies.
+        engine = "buffer_loads"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such
@@ -173,6 +184,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     consumer_lines = [f.line for f in body if f.index not in loop_plan.producer
                       and f.index not in {load.index for load in loop_plan.loads}]
     copies = {"registers": "global loads into registers, stored into the slot just read",
+              "buffer_loads": "16-byte buffer loads into registers, stored into the slot just read",
               "async_copy": "direct-to-LDS copies into the slot just read, one commit group",
               "tdm": "one fused TDM copy into the slot just read (warps 0-3: A, warps 4-7: B)"}[engine]
     stages = [

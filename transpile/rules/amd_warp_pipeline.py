@@ -61,14 +61,16 @@ class AMDWarpPipeline(Rule):
             "acc.type.layout, _mma_k_width(a_ring.dtype)))",
             "for it in range(gl.maximum(num_rounds, 0) * NUM_STAGES, num_iters):",
         ), "gfx950"),
-        # gfx942 has no direct-to-LDS copies: its ring is register-staged, kept as Triton by default (measured
-        # heavier), emitted with --gluon-always (the rule examples translate with it)
+        # gfx942 has no direct-to-LDS copy of 16 bytes a lane: its pointer tiles go by 16-byte buffer loads into
+        # registers one step before they are stored into their slot (`_buffer_tile_load`)
         Example(EXAMPLE, (
             "num_full = gl.minimum(num_iters, gl.maximum(K, 0) // BK)",
-            # the steady state copies the first num_full iterations' tiles: their K-tail masks are left out
-            "a_ring.index(step).store(gl.load(a_ptrs_next))",
-            "a_ring.index(it % NUM_STAGES).store(gl.load(a_ptrs_next, mask=(offs_k[None, :] < K - k_next * BK) & "
-            "((it + NUM_STAGES) < num_iters), other=0.0))",
+            "num_rounds = (num_full - 1) // NUM_STAGES - 1",
+            "a_ring.index(step).store(a_staged)",
+            # the steady state loads the first num_full iterations' tiles: their K-tail masks are left out
+            "a_staged = _buffer_tile_load(a_ring, a_ptrs_next_base, a_ptrs_next_offs)",
+            "a_staged = _buffer_tile_load(a_ring, a_ptrs_next_base, a_ptrs_next_offs, "
+            "mask=(offs_k_a_cols[None, :] < K - k_next * BK) & ((it + NUM_STAGES + 1) < num_iters))",
         ), "gfx942"),
     )
 
@@ -92,9 +94,10 @@ class AMDWarpPipeline(Rule):
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
-        if stage_plan.engine == "async_copy" and any(load.kind == "pointer" for load in stage_plan.loop.loads):
-            # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows: the
-            # variant's launcher runs the source kernel on the other launches.
+        if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
+            # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
+            # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
+            # other launches.
             unit, divisible = tile_strides(ctx, stage_plan.loop)
             masks = [load.mask for load in stage_plan.loop.loads if load.kind == "pointer" and load.mask is not None]
             divisible += [n for n in last_axis_mask_params(ctx.function, masks) if n not in divisible + unit]
@@ -158,6 +161,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     # of the steady state's copies, which copy no later iteration.
     peel = tail_peel(ctx.function, plan)
     full = name("num_full")
+    # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
+    # into their slot, so that the global loads' latency is hidden behind a step of the other warp group's MMAs.
+    prefetch = engine == "buffer_loads"
+    staged = {load.name: name(f"{load.name}_staged") for load in plan.loads}
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
@@ -166,11 +173,15 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             statement = _without_terms(statement, load, peel.dropped[load.index])
         if engine == "registers":
             return f"{pad}{dest}.store({later_load(statement, renames, iteration, iters, load, guard)})"
-        if load.kind == "pointer":  # direct-to-LDS: the load's own arguments, the slot first
+        if load.kind == "pointer":  # a copy call: the load's own arguments, the slot (or the ring) first
             call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
-            args = [a for a in call.args if a.keyword is None or a.keyword.value in ("mask", "other",  # type: ignore[attr-defined]
-                                                                                      "cache_modifier")]
-            return f"{pad}{code(cst.Call(cst.parse_expression('async_copy.global_load_to_shared'), [cst.Arg(cst.parse_expression(dest)), *args]))}"
+            keep = ("mask", "other", "cache_modifier") if engine == "async_copy" else ("mask", "other")
+            args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
+            copier = cst.parse_expression(POINTER_COPIES[engine])
+            if prefetch:  # into registers now, into the slot one step later
+                return (f"{pad}{staged[load.name]} = "
+                        f"{code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))}")
+            return f"{pad}{code(cst.Call(copier, [cst.Arg(cst.parse_expression(dest)), *args]))}"
         call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
@@ -184,10 +195,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                             for load, hint in zip(plan.loads, ("0b00001111", "0b11110000")))
         return [f"{pad}tdm.async_load_fused([{members}])"]
 
+    def store_staged(slot_expr: str, pad: str) -> list[str]:
+        """The prefetched tiles into slot `slot_expr`."""
+        return [f"{pad}{rings[load.name]}.index({slot_expr}).store({staged[load.name]})" for load in plan.loads]
+
     def producer(iteration: str, slot_expr: str, pad: str, guard: bool = True) -> list[str]:
-        """The copies of `iteration` into `slot_expr`: address and mask statements, the copies (one commit group or
-        one fused TDM operation), then the advances of the carried pointers. Without `guard`, the iteration is known
-        not to be past the end: no mask is added for it."""
+        """The copies of `iteration` into `slot_expr` (with `prefetch`: its loads into registers): address and mask
+        statements, the copies (one commit group or one fused TDM operation), then the advances of the carried
+        pointers. Without `guard`, the iteration is known not to be past the end: no mask is added for it."""
         lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
         lines += [indent(rename(body[i], renames), pad) for i in plan.producer_before()]
         lines += [copy(load, iteration, slot_expr, pad, guard) for load in plan.loads]
@@ -212,10 +227,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     a, b = plan.loads
     slots = (f"_ring_slots({sp.lds_limit}, {sp.slots}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
              f"[{', '.join(shapes[b.name])}], {dtypes[b.name]})")
-    layout_fn = {"registers": "_lds_layout", "async_copy": "_lds_copy_layout", "tdm": "_lds_tdm_layout"}[engine]
+    layout_fn = {"registers": "_lds_layout", "buffer_loads": "_lds_layout", "async_copy": "_lds_copy_layout",
+                 "tdm": "_lds_tdm_layout"}[engine]
     layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, {k})"
                for k, load in enumerate(plan.loads)}
-    if engine == "async_copy":
+    if engine in POINTER_COPIES:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
         # (`transpile.rules.copy_operands`, after the layout declarations).
         for load in plan.loads:
@@ -231,8 +247,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
-        "# Prologue: the copies of the first NUM_STAGES iterations, one slot each.",
-        f"for {prologue_i} in gl.static_range({stages}):\n" + "\n".join(producer(prologue_i, prologue_i, "    ")),
+        "# Prologue: the copies of the first NUM_STAGES iterations, one slot each"
+        + (", then the loads of the next one." if prefetch else "."),
+        f"for {prologue_i} in gl.static_range({stages}):\n" + "\n".join(
+            producer(prologue_i, prologue_i, "    ") + (store_staged(prologue_i, "    ") if prefetch else [])),
+        *(producer(stages, "", "") if prefetch else []),
     ]
     if wait is not None:
         lines.append(wait.format(n=f"{stages} - 1") + "  # the first iteration's copies have landed")
@@ -244,8 +263,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         steady state); else plain statements, copies past the end masked off (the last iterations)."""
         lines = [f"{pad}" + wait.format(n=f"{stages} - 2")] if wait is not None else []
         work = consume(iteration, pad + "    " if staged else pad)
-        later = [*reads(next_slot, pad + "    " if staged else pad),
-                 *producer(f"({iteration} + {stages})", slot, pad + "    " if staged else pad, guard=not staged)]
+        inner = pad + "    " if staged else pad
+        if prefetch:  # the tiles of iteration + NUM_STAGES, loaded a step ago, then the loads of the one after
+            later = [*reads(next_slot, inner), *store_staged(slot, inner),
+                     *producer(f"({iteration} + {stages} + 1)", slot, inner, guard=not staged)]
+        else:
+            later = [*reads(next_slot, inner), *producer(f"({iteration} + {stages})", slot, inner, guard=not staged)]
         if not staged:
             return lines + work + later
         return [*lines, f'{pad}with gl.amd.warp_pipeline_stage("mma", priority=0):', *work,
@@ -257,6 +280,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         "# step precedes the barrier at that stage boundary, so both warp groups' copies of the next iteration have",
         "# landed. Its copies are never past the end"
         + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below.",
+        # (prefetching, the last step's loads are of iteration (round + 1) * NUM_STAGES: one iteration fewer)
+        f"{rounds} = ({full if peel is not None else iters} - 1) // {stages} - 1" if prefetch else
         f"{rounds} = {full if peel is not None else iters} // {stages} - 1",
         f"for {rnd} in range({rounds}):",
         f"    for {step_} in gl.static_range({stages}):",
@@ -277,6 +302,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     how = {
         "registers": "loads the tiles of iteration it + NUM_STAGES into registers and stores them into the slot "
                      "iteration it was read from",
+        "buffer_loads": "loads the tiles of iteration it + NUM_STAGES into registers (16-byte buffer loads) and stores "
+                        "them into the slot iteration it was read from",
         "async_copy": "starts direct-to-LDS copies of the tiles of iteration it + NUM_STAGES into the slot iteration "
                       "it was read from (one commit group per iteration)",
         "tdm": "starts one fused TDM copy of the tiles of iteration it + NUM_STAGES into the slot iteration it was "
@@ -331,10 +358,17 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
     return statement.with_changes(body=[line.with_changes(value=call.with_changes(args=args))])
 
 
+#: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays
+#: their addresses out per tile and `buffer_copies` turns them into buffer copies.
+POINTER_COPIES = {"async_copy": "async_copy.global_load_to_shared", "buffer_loads": "_tile_load"}
+
+
 def _form(sp: StagePlan) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
     if sp.engine == "registers":
         return "register-staged ring"
+    if sp.engine == "buffer_loads":
+        return "buffer-load ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return "direct-to-LDS ring, descriptor tiles"
     return f"{sp.engine} ring"

@@ -1,11 +1,12 @@
-"""gfx950: direct-to-LDS copies of pointer tiles as buffer copies, from a scalar base and 32-bit offsets.
+"""AMD: copies of pointer tiles as buffer copies, from a scalar base and 32-bit offsets.
 
-Matches: in a function a pipeline rule rewrote, `async_copy.global_load_to_shared(slot, X, mask=..., other=0)` where
+Matches: in a function a pipeline rule rewrote, `async_copy.global_load_to_shared(slot, X, mask=..., other=0)` (or
+`_tile_load(ring, X, ...)`, the load into registers of gfx942 and gfx1250) where
 every assignment to the tile of pointers `X` is `X = P + <offsets>` (`P` a pointer parameter, the same each time) or
 `X += <increment>`, and `X` is read by nothing else.
 Emits: `X_base = P`, `X_offs = <offsets>`; `X_base += <increment>` where the increment is a scalar (parameters,
 constexprs), `X_offs += <increment>` where it is a tensor; `async_copy.buffer_load_to_shared(slot, X_base, X_offs,
-mask=..., other=0)`.
+mask=..., other=0)` (`_buffer_tile_load(ring, X_base, X_offs, mask=...)`).
 
 Why: a tile of 64-bit pointers costs two VGPRs per element and 64-bit adds per advance, and a masked direct-to-LDS
 copy through pointers is a branch around each copy that writes zeros for the masked lanes (`s_and_saveexec`, then
@@ -13,7 +14,7 @@ copy through pointers is a branch around each copy that writes zeros for the mas
 moved out of the buffer's range, where the hardware reads zeros: no branch. This is how Triton's own AMD backend and
 AMD's hand-written Gluon GEMMs copy. Offsets are 32-bit and unsigned: the variant's launcher runs the Gluon kernel only
 on launches whose tensors span less than 2 GB (`Dispatch.small`), as Triton's launcher specialises them.
-Targets: gfx950.
+Targets: gfx942, gfx950, gfx1250.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
-GLOBAL_COPY = "async_copy.global_load_to_shared"
-BUFFER_COPY = "async_copy.buffer_load_to_shared"
+#: a copy through pointers -> the same copy from a scalar base at 32-bit offsets
+BUFFER_COPIES = {"async_copy.global_load_to_shared": "async_copy.buffer_load_to_shared",
+                 "_tile_load": "_buffer_tile_load"}
 ZEROS = ("0", "0.0", "0.", "None")
+
+#: the variant helpers that make the copies through registers, and their snippets
+COPY_HELPERS = {"_tile_load": "register_copy", "_buffer_tile_load": "buffer_register_copy"}
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -56,8 +61,10 @@ class BufferCopies(Rule):
             "a_ptrs_next_base = a_ptr",
             "a_ptrs_next_base += BK",
             "b_ptrs_next_base += BK * stride_bk",
-            "async_copy.buffer_load_to_shared(a_ring.index(step), a_ptrs_next_base, a_ptrs_next_offs, "
-            "mask=offs_k_a_cols[None, :] < K - k_next * BK)",
+            "async_copy.buffer_load_to_shared(a_ring.index(i), a_ptrs_next_base, a_ptrs_next_offs, "
+            "mask=(offs_k_a_cols[None, :] < K - k_next * BK) & (i < num_iters))",
+            # the steady state copies only full tiles (the K tail peeled): no mask
+            "async_copy.buffer_load_to_shared(a_ring.index(step), a_ptrs_next_base, a_ptrs_next_offs)",
         ), "gfx950"),
     )
 
@@ -74,6 +81,10 @@ class BufferCopies(Rule):
         rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, _tensor_names(updated)))
         if rewritten is not updated:
             ctx.launch_small = True
+        called = {code(node.func) for node in preorder(rewritten) if isinstance(node, cst.Call)}
+        for helper, snippet in COPY_HELPERS.items():
+            if helper in called:
+                ctx.need(snippet)
         return rewritten  # type: ignore[return-value]
 
 
@@ -162,7 +173,7 @@ def _zero_other(call: cst.Call) -> bool:
 
 def _copy_pointer(call: cst.Call) -> str | None:
     """The pointer-tile name a `global_load_to_shared(slot, X, ...)` copy reads, where its `other` is zero."""
-    if code(call.func) != GLOBAL_COPY or len(call.args) < 2 or call.args[1].keyword is not None:
+    if code(call.func) not in BUFFER_COPIES or len(call.args) < 2 or call.args[1].keyword is not None:
         return None
     if not _zero_other(call):
         return None
@@ -281,7 +292,7 @@ class _Rewrite(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         tile = _copy_pointer(updated)
-        if tile is None and code(updated.func) == GLOBAL_COPY and len(updated.args) > 1 and _zero_other(updated):
+        if tile is None and code(updated.func) in BUFFER_COPIES and len(updated.args) > 1 and _zero_other(updated):
             # the pointers written into the copy: `P + <offsets>`
             split = _base_term(updated.args[1].value, self.pointers)
             if split is None:
@@ -297,4 +308,4 @@ class _Rewrite(cst.CSTTransformer):
         rest = [a for i, a in enumerate(rest) if not (a.keyword is None and i == 1)]  # a positional `other`
         args = [updated.args[0], cst.Arg(base), cst.Arg(offsets), *rest]
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)  # (`other` was last: no comma left over)
-        return updated.with_changes(func=cst.parse_expression(BUFFER_COPY), args=args)
+        return updated.with_changes(func=cst.parse_expression(BUFFER_COPIES[code(updated.func)]), args=args)

@@ -1,10 +1,11 @@
 """AMD: the addresses and masks of direct-to-LDS copies, re-evaluated in each tile's 16-byte copy layout.
 
-Matches: in a function a pipeline rule gave direct-to-LDS rings (`RuleContext.copy_rings`), each
-`async_copy.global_load_to_shared(ring.index(...), pointers, mask=..., other=...)`.
+Matches: in a function a pipeline rule gave copy rings (`RuleContext.copy_rings`), each
+`async_copy.global_load_to_shared(ring.index(...), pointers, mask=..., other=...)` (gfx950: direct to LDS) or
+`staged = _tile_load(ring, pointers, mask=..., other=...)` (gfx942, gfx1250: into registers, stored a step later).
 Emits: the copy's pointers and mask computed in `_copy_layout(tile shape, dtype, num_warps)` (16 bytes a lane along the
 contiguous dimension: gfx950's direct-to-LDS transactions move 4, 12 or 16 bytes, not the 8 of the kernel's blocked
-layouts), with no layout conversion in the loop. Each tensor the copy reads is re-evaluated from its definition in
+layouts, and a 16-byte global load is the widest), with no layout conversion in the loop. Each tensor the copy reads is re-evaluated from its definition in
 the layout its use asks for: a 2-D tile in the copy layout, a 1-D vector broadcast as `v[None, :]` or `v[:, None]` in
 the matching slice of it (a vector the A and B tiles share along different axes gets one copy each). Tensors defined
 before the ring become definitions at the start of the ring's branch (`offs_k_a_cols = gl.arange(0, BLOCK_K,
@@ -12,7 +13,7 @@ layout=gl.SliceLayout(0, a_ring_copy_layout))`); those the loop defines each ite
 The carried pointer tile a ring starts from (`a_ptrs_next = a_ptrs`) and the producer's own tile definitions are
 re-evaluated the same way. Where a value cannot be re-evaluated (a tensor assigned twice before the loop, a call
 whose layout this rule does not know), the kernel is refused (TT010) and kept as Triton: its copies would not compile.
-Targets: gfx950.
+Targets: gfx942, gfx950, gfx1250.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
-COPY = "async_copy.global_load_to_shared"
+#: the copy calls whose addresses are laid out per tile: a direct-to-LDS copy, a copy through registers
+COPIES = ("async_copy.global_load_to_shared", "_tile_load")
 #: calls whose result takes the layout of a `layout=` argument
 _LAID_OUT = {"gl.arange", "gl.full", "gl.zeros", "gl.zeros_like", "gl.full_like"}
 #: calls that make a tensor of a shape of their own (a name defined through one is a tensor, not a scalar; a load
@@ -82,7 +84,7 @@ class CopyOperandLayouts(Rule):
             "a_ring_copy_layout: gl.constexpr = _copy_layout([BM, BK], a_ptr.dtype.element_ty, gl.num_warps())",
             "offs_k_a_cols = gl.arange(0, BK, layout=gl.SliceLayout(0, a_ring_copy_layout))",
             "offs_k_b_rows = gl.arange(0, BK, layout=gl.SliceLayout(1, b_ring_copy_layout))",
-            "mask=(k_next * BK + offs_k_a_cols)[None, :] < K",
+            "mask=((k_next * BK + offs_k_a_cols)[None, :] < K) & (i < num_iters)",
         ), "gfx950"),
     )
 
@@ -96,7 +98,7 @@ class CopyOperandLayouts(Rule):
             ctx.refuse(original, "TT010", f"its pipelined loop copies pointer tiles direct-to-LDS in 16-byte vectors, "
                        f"but {exc}: the copies cannot be laid out for 16-byte transactions")
             return updated
-        ctx.need("lds_copy")
+        ctx.need("copy_layout")
         return rewritten
 
 
@@ -255,7 +257,8 @@ class _Rewriter:
             raise Unsupported(f"`{func}(...)` (a call that shapes or lays out its result)")
         # An elementwise call (`gl.load`, `gl.where`, `gl.minimum`, `gl.cdiv`, `x.to(...)`, a jit helper on
         # scalars): its tensor arguments re-evaluated in the context, its result follows them.
-        receiver = node.func.value if isinstance(node.func, cst.Attribute) and not func.startswith("gl.") else None
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) and not (
+            isinstance(node.func.value, cst.Name) and node.func.value.value == "gl") else None  # `x.to(...)`
         args = [a.with_changes(value=self.expression(a.value, context)) for a in node.args]
         if receiver is not None:
             return node.with_changes(func=node.func.with_changes(value=self.expression(receiver, context)),
@@ -309,10 +312,12 @@ def _tag(ring: str) -> str:
 
 
 def _copied_ring(call: cst.Call) -> str | None:
-    """`ring` of `async_copy.global_load_to_shared(ring.index(...), ...)`."""
-    if code(call.func) != COPY or len(call.args) < 2:
+    """`ring` of `async_copy.global_load_to_shared(ring.index(...), ...)` or `_tile_load(ring, ...)`."""
+    if code(call.func) not in COPIES or len(call.args) < 2:
         return None
     dest = call.args[0].value
+    if isinstance(dest, cst.Name):
+        return dest.value
     if isinstance(dest, cst.Call) and isinstance(dest.func, cst.Attribute) and isinstance(dest.func.value, cst.Name):
         return dest.func.value.value
     return None

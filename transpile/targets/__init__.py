@@ -89,6 +89,9 @@ class Target:
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
     "dot": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
     "lds_ring": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
+    "lds_copy": ("copy_layout",),
+    "register_copy": ("copy_layout",),
+    "buffer_register_copy": ("copy_layout",),
     "mma_layout": ("float8_via_fp16", "f8f6f4"),
     "mma_k_width": ("float8_via_fp16", "f8f6f4"),
     "tma_load": ("tma_aliases",),

@@ -149,10 +149,12 @@ def _ring_slots(limit, most, a_shape, a_dtype, b_shape, b_dtype):
 
 @gluon.constexpr_function
 def _lds_layout(shape, dtype, operand):
-    """Shared layout of a ring slot of MMA operand `operand` (0: A, 1: B) stored from registers: row-major tiles
-    swizzled in vectors of the operand's k_width, so that the operand reads of a wavefront spread over the banks."""
+    """Shared layout of a ring slot of MMA operand `operand` (0: A [M, K], 1: B [K, N]) stored from registers: K
+    contiguous in the slot (B is transposed on its way in, as Triton's own AMD backend stores it), swizzled in vectors
+    of the operand's k_width, so that each lane's operand read is one vector and a wavefront's reads spread over the
+    banks."""
     vec = {k_widths}[dtype.primitive_bitwidth]
-    return gl.SwizzledSharedLayout(vec=vec, per_phase=1, max_phase=16 if operand == 0 else 8, order=[1, 0])
+    return gl.SwizzledSharedLayout(vec=vec, per_phase=1, max_phase=16, order=[1, 0] if operand == 0 else [0, 1])
 '''
 
 LDS_COPY = '''
@@ -161,15 +163,6 @@ def _lds_copy_layout(shape, dtype, operand):
     """Shared layout of a ring slot filled by direct-to-LDS copies: plain row-major (the copy engine writes each
     lane's vector where the lane's address says; it cannot swizzle)."""
     return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
-
-
-@gluon.constexpr_function
-def _copy_layout(shape, dtype, num_warps):
-    """Register layout of a tile copied to LDS: 16 bytes per lane along the contiguous last dimension (the widest
-    direct-to-LDS transfer), lanes across it first, warps down the rows."""
-    vec = min(128 // dtype.primitive_bitwidth, shape[1])
-    lanes_n = min(64, shape[1] // vec)
-    return gl.BlockedLayout([1, vec], [64 // lanes_n, lanes_n], [num_warps, 1], [1, 0])
 
 
 @gluon.jit
@@ -196,6 +189,33 @@ def _desc_copy(desc, off0, off1, dest):
         dest.store(gl.load(base + rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask, other=0))
 '''
 
+COPY_LAYOUT = '''
+@gluon.constexpr_function
+def _copy_layout(shape, dtype, num_warps):
+    """Register layout of a tile copied to LDS: 16 bytes per lane along the contiguous last dimension (the widest
+    global load and direct-to-LDS transfer), lanes across it first, warps down the rows."""
+    vec = min(128 // dtype.primitive_bitwidth, shape[1])
+    lanes_n = min({warp_size}, shape[1] // vec)
+    return gl.BlockedLayout([1, vec], [{warp_size} // lanes_n, lanes_n], [num_warps, 1], [1, 0])
+'''
+
+REGISTER_COPY = '''
+@gluon.jit
+def _tile_load(ring, ptrs, mask=None, other=None):
+    """A tile for a slot of `ring`, loaded into registers 16 bytes a lane (`ptrs` and `mask` are laid out by
+    `_copy_layout` for the ring's tiles); the caller stores it into its slot a step later. This target has no
+    direct-to-LDS copy of 16 bytes a lane."""
+    return gl.load(ptrs, mask=mask, other=other)
+'''
+
+BUFFER_REGISTER_COPY = '''
+@gluon.jit
+def _buffer_tile_load(ring, base, offsets, mask=None):
+    """A tile for a slot of `ring`, loaded into registers by a buffer load from the scalar base at 32-bit offsets
+    (16 bytes a lane; masked lanes read zeros, without a branch); the caller stores it into its slot a step later."""
+    return {arch}.buffer_load(base, offsets, mask=mask)
+'''
+
 LDS_TDM = '''
 @gluon.constexpr_function
 def _lds_tdm_layout(shape, dtype, operand):
@@ -210,7 +230,9 @@ from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
-                mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str) -> Target:
+                mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str,
+                buffer_ops: str) -> Target:
+    """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...)."""
     snippets = {
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
         "acc_dtype": s.ACC_DTYPE,
@@ -219,7 +241,10 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "desc_load": s.DESC_LOAD,
         "aligned_or_triton": s.ALIGNED_LAUNCHER,
         "lds_ring": LDS_RING.format(k_widths=k_widths),
+        "copy_layout": COPY_LAYOUT.format(warp_size=warp_size),
         "lds_copy": LDS_COPY,
+        "register_copy": REGISTER_COPY,
+        "buffer_register_copy": BUFFER_REGISTER_COPY.format(arch=buffer_ops),
         "lds_tdm": LDS_TDM,
         "desc_store": s.DESC_STORE,
         "persistent_grid": PERSISTENT_GRID,
@@ -251,10 +276,11 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
 
 GFX942 = _amd_target(
     "gfx942", ("mi300",), "gfx942", 64, "MFMA (gl.amd.cdna3.mfma, AMDMFMALayout version 3)",
-    "register loads + shared-memory stores", 64 * 1024,
+    "16-byte buffer loads into registers + shared-memory stores", 64 * 1024,
     _mfma("gfx942", 3, "{8: 16, 16: 8, 32: 2}", "{8: 8, 16: 4, 32: 1}", "mfma",
           (16, 8, "the fp8 instructions of gfx942 are as deep as its int8 ones", '("fp8e4b8", "fp8e5b16")')),
     ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 1}", "registers",
+    "gl.amd.cdna3",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
@@ -267,6 +293,7 @@ GFX950 = _amd_target(
     ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma, mfma_scaled",),
     "{8: 16, 16: 8, 32: 1}",
     "async_copy",
+    "gl.amd.cdna4",
 )
 GFX1250 = _amd_target(
     "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
@@ -278,4 +305,5 @@ GFX1250 = _amd_target(
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma", scaled=""),
     },
     ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
+    "gl.amd.gfx1250",
 )
