@@ -180,7 +180,7 @@ def test_matmul_index_vectors_are_slices_of_the_pointer_layout_not_of_the_accumu
 
 def test_matmul_translation_declares_the_mma_layout_and_converts_once() -> None:
     text = translate_source(MATMUL, "x.py", get_target("gfx942"), gluon_always=True).text
-    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK_M, [BLOCK_N], a_ptr.dtype.element_ty, gl.num_warps())" in text
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK_M, [BLOCK_N], a_ptr.dtype.element_ty, gl.num_warps(), k=BLOCK_K)" in text
     assert "acc = gl.zeros([BLOCK_M, BLOCK_N], dtype=gl.float32, layout=mma_layout)" in text
     assert text.count("gl.convert_layout(offs_k,") == 1  # hoisted out of the use, never per iteration
 

@@ -267,7 +267,7 @@ def test_dot_operand_types_come_from_computed_values() -> None:
     assert all(f.translated for f in result.functions), result.diagnostics
     assert not any("element type" in d.message for d in result.diagnostics)
     # `x.to(y.dtype)`: y's type is its pointer's pointee.
-    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], y_ptr.dtype.element_ty, gl.num_warps())" in body(
+    assert "mma_layout: gl.constexpr = _mma_layout(BLOCK, [BLOCK], y_ptr.dtype.element_ty, gl.num_warps(), k=BLOCK)" in body(
         result)
 
 

@@ -243,7 +243,7 @@ def test_tiles_of_a_pointer_made_in_the_kernel_have_its_pointee_type(target: str
                                  "a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n        acc += tl.dot(a, b)")
     # (the tiles' addresses are loaded from memory: staged through registers, a ring kept as Triton by default)
     result = translate_source(text, "g.py", get_target(target), gluon_always=True)
-    assert "_mma_layout(BM, [BN], gl.float16, gl.num_warps())" in " ".join(result.text.split()) and \
+    assert "_mma_layout(BM, [BN], gl.float16, gl.num_warps(), k=BK)" in " ".join(result.text.split()) and \
         "gl.int32" not in result.text.split("def group_gemm")[1]
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(dataclasses.replace(result), {"ptrs": "*i64", "c_ptr": "*fp32", "K": "i32", "lda": "i32",

@@ -62,7 +62,7 @@ class AMDAttentionWarpPipeline(Rule):
             "mma_layout: gl.constexpr = _mma_layout(BLOCK_M, [D, BLOCK_N], gl.float16, gl.num_warps(), warps_along_m=True)",
             'with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
             "k_t = k_ring.index(slot).permute([1, 0]).load(gl.DotOperandLayout(1, acc.type.layout, "
-            "_mma_k_width(k_ring.dtype)))",
+            "_mma_k_width(k_ring.dtype, acc.type.layout)))",
             'with gl.amd.warp_pipeline_stage("softmax", priority=0):',
             'with gl.amd.warp_pipeline_stage("pv", priority=0):',
             "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))",
@@ -185,9 +185,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
     loop += [
         f"    {slot} = {it} % {stages}",
         '    with gl.amd.warp_pipeline_stage("lds_read", priority=1):',
-        f"        {k_t} = {k_view}.load(gl.DotOperandLayout(1, {layout}, _mma_k_width({k_ring}.dtype)))",
+        f"        {k_t} = {k_view}.load(gl.DotOperandLayout(1, {layout}, _mma_k_width({k_ring}.dtype, {layout})))",
         f"        {att.v.name} = {v_ring}.index({slot}).load(gl.DotOperandLayout(1, {layout}, "
-        f"_mma_k_width({v_ring}.dtype)))",
+        f"_mma_k_width({v_ring}.dtype, {layout})))",
         '    with gl.amd.warp_pipeline_stage("copy_qk", priority=0):',
         f"        {nxt} = {it} + {stages} - 1",
         f"        {nxt_slot} = {nxt} % {stages}",
@@ -204,7 +204,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, original: cst.For, updated: cst.For) 
         f"{dtype}, 1))",
         f"{v_ring} = gl.allocate_shared_memory({dtype}, [{stages}, {keys}, {head}], _lds_layout([{keys}, {head}], "
         f"{dtype}, 1))",
-        f"{q_op} = gl.convert_layout({att.q}, gl.DotOperandLayout(0, {layout}, _mma_k_width({att.q}.dtype)))",
+        f"{q_op} = gl.convert_layout({att.q}, gl.DotOperandLayout(0, {layout}, _mma_k_width({att.q}.dtype, {layout})))",
         *hoisted,
         f"{iters} = {count}",
         "# Prologue: the K and V tiles of the first NUM_STAGES - 1 iterations go into their slots.",

@@ -58,7 +58,7 @@ class AMDWarpPipeline(Rule):
             'with gl.amd.warp_pipeline_stage("mma", priority=0):',
             'with gl.amd.warp_pipeline_stage("mem", priority=1):',
             "a = async_copy.load_shared_relaxed(a_ring.index((step + 1) % NUM_STAGES), gl.DotOperandLayout(0, "
-            "acc.type.layout, _mma_k_width(a_ring.dtype)))",
+            "acc.type.layout, _mma_k_width(a_ring.dtype, acc.type.layout)))",
             "for it in range(gl.maximum(num_rounds, 0) * NUM_STAGES, num_iters):",
         ), "gfx950"),
         # gfx942 has no direct-to-LDS copy of 16 bytes a lane: its pointer tiles go by 16-byte buffer loads into
@@ -215,7 +215,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dot from ring slot `slot_expr`, in the MMA operand layouts."""
         return [f"{pad}{load.name} = {_read(engine, f'{rings[load.name]}.index({slot_expr})')}gl.DotOperandLayout("
-                f"{k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype)))"
+                f"{k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype, {plan.acc}.type.layout)))"
                 for k, load in enumerate(plan.loads)]
 
     def consume(iteration: str, pad: str) -> list[str]:

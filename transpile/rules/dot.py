@@ -29,7 +29,7 @@ class Dot(Rule):
     emits = "`_dot(a, b, acc)` with the accumulator in the target's MMA layout"
     examples = (
         Example(MATMUL, ("c = _dot(a, b, gl.zeros([M, N], _acc_dtype(a_ptr.dtype.element_ty), layout=mma_layout))",
-                         "mma_layout: gl.constexpr = _mma_layout(M, [N], a_ptr.dtype.element_ty, gl.num_warps())",
+                         "mma_layout: gl.constexpr = _mma_layout(M, [N], a_ptr.dtype.element_ty, gl.num_warps(), k=K)",
                          "return mfma(a, b, acc)"), "gfx942"),
         Example(MATMUL, ("return wmma(a, b, acc)",), "gfx1250"),
         Example(MATMUL, ("acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)",), "sm90"),

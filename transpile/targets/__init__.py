@@ -82,7 +82,11 @@ class Target:
         ctx.need("mma_layout")
         m = ms[0] if ms else "None"
         rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
-        return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps(){rows})"
+        # the K block, where every dot of the layout has the same one (an fp8 K block shallower than the target's
+        # deep instruction takes the plain one)
+        ks = {d.a_shape[1] if d.a_shape is not None and len(d.a_shape) == 2 else None for d in dots}
+        depth = f", k={ks.pop()}" if len(ks) == 1 and None not in ks and self.backend == "hip" else ""
+        return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps(){rows}{depth})"
 
 
 # Snippets that call other snippets.

@@ -30,11 +30,12 @@ def _rules(engine: str) -> tuple:
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     """MFMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on
     {arch}: 32x32 instructions (16x16 for tiles narrower than 32) with the K depth of `dtype`, and warps split between
     M and N. With `warps_along_m` (and rows enough), every warp takes its own rows, 16x16 instructions where a warp
-    has fewer than 32: reductions along a row then stay inside a warp."""
+    has fewer than 32: reductions along a row then stay inside a warp. `k`: the dot's K block, where known: an fp8
+    block shallower than the deep instruction takes the plain one (K 16 at 32x32, 32 at 16x16)."""
     if _float8_via_fp16(dtype):
         depth = {depths}[16]
     elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
@@ -45,11 +46,15 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
     if warps_along_m and m is not None and m >= 16 * num_warps:
         instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
         instr_k = depth if instr_mn == 32 else depth * 2
+        if k is not None and k < instr_k and dtype.primitive_bitwidth == 8 and dtype.is_floating():
+            instr_k = 16 if instr_mn == 32 else 32
         return gl.amd.AMDMFMALayout(version={version}, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
                                     warps_per_cta=[num_warps, 1])
     small = (m is not None and m < 32) or any(n is not None and n < 32 for n in ns)
     instr_mn = 16 if small else 32
     instr_k = depth * 2 if small else depth
+    if k is not None and k < instr_k and dtype.primitive_bitwidth == 8 and dtype.is_floating():
+        instr_k = 16 if instr_mn == 32 else 32
     rows = 128 if m is None else m
     warps_m = min(2 if num_warps > 1 else 1, max(1, rows // instr_mn))
     return gl.amd.AMDMFMALayout(version={version}, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
@@ -58,8 +63,9 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
 
 MFMA_K_WIDTH = '''
 @gluon.constexpr_function
-def _mma_k_width(dtype):
-    """Consecutive K elements each lane holds of a {arch} MFMA operand of `dtype`."""
+def _mma_k_width(dtype, layout=None):
+    """Consecutive K elements each lane holds of a {arch} MFMA operand of `dtype` (for the accumulator `layout`,
+    where given: its instruction's depth decides for fp8)."""
     if _float8_via_fp16(dtype):
         return {k_widths}[16]
     if dtype.is_floating() and dtype.primitive_bitwidth == 8:
@@ -79,7 +85,7 @@ MFMA_DOT = '''
 def _dot(a, b, acc):
     """`tl.dot(a, b, acc)` on the matrix cores: both operands are converted to the dot-operand layouts of the
     accumulator's {instr} layout, then one `{instr_name}` accumulates into `acc`."""
-    k_width: gl.constexpr = _mma_k_width(a.dtype)
+    k_width: gl.constexpr = _mma_k_width(a.dtype, acc.type.layout)
     a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, k_width))
     b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, k_width))
     if _float8_via_fp16(a.dtype):
@@ -100,17 +106,18 @@ def _f8f6f4(dtype):
     """The format name of an OCP fp8 `dtype` for gfx950's f8f6f4 MFMAs ("e4m3", "e5m2"), else ""."""
     return {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}.get(dtype.name, "")
 '''
-SCALED_DOT = '''    if _f8f6f4(a.dtype) != "" and _f8f6f4(b.dtype) != "":
+SCALED_DOT = '''    if _f8f6f4(a.dtype) != "" and _f8f6f4(b.dtype) != "" and k_width == 16:
         # OCP fp8: the f8f6f4 instructions, four times as deep as `mfma`'s (a scaled MFMA with no scales)
         return mfma_scaled(a, None, _f8f6f4(a.dtype), b, None, _f8f6f4(b.dtype), acc.to(gl.float32)).to(acc.dtype)
 '''
 
 WMMA_LAYOUT = '''
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
     16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
-    `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp."""
+    `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp. (`k`,
+    the dot's K block: every K block a dot takes is at least one instruction deep here.)"""
     instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
     if warps_along_m and m is not None and m >= 16 * num_warps:
         warp_bases = []
@@ -286,7 +293,8 @@ GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
     "direct-to-LDS async copies", 160 * 1024,
     _mfma("gfx950", 4, "{8: 32, 16: 16, 32: 2}", "{8: 16, 16: 8, 32: 1}", "mfma",
-          ('64 if _f8f6f4(dtype) != "" else 16', '16 if _f8f6f4(dtype) != "" else 8',
+          ('64 if _f8f6f4(dtype) != "" else 16', '16 if _f8f6f4(dtype) != "" and (layout is None or layout.instr_shape[2] >= 64 * (32 // '
+           'layout.instr_shape[0])) else 8',
            "OCP fp8 goes by the f8f6f4 instructions (K 64 at 32x32: `mfma_scaled` without scales); the fnuz kinds "
            "by gl.amd.cdna4.mfma at the depth of gfx942's instructions", '("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")'),
           scaled=True),
