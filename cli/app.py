@@ -7,6 +7,7 @@ something), 2 bad usage or bad input.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -15,12 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from transpile import __version__
 from transpile.diagnostics import Diagnostic, TranspileError
 from transpile.project import Project, Run, load_config, tune_gc, write_atomic
 from transpile.source import read_text
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
-tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
+tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True, context_settings=HELP_OPTIONS)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -46,6 +49,12 @@ def _fail(diagnostic: Diagnostic) -> None:
     raise typer.Exit(2)
 
 
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"triton-transpile {__version__}", markup=False)
+        raise typer.Exit(0)
+
+
 @app.command(
     help="Write Gluon variants of the Triton kernels in PATH... (files or directories), one per target: "
     "`dir/name.py` -> `dir/name_<target>.py`. Subcommands: `transpile explain FILE -t T`, "
@@ -53,6 +62,8 @@ def _fail(diagnostic: Diagnostic) -> None:
 )
 def translate(
     paths: list[Path] = typer.Argument(..., help="Python files or directories (searched for *.py with kernels)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the tool's version and exit."),
     target: Optional[list[str]] = typer.Option(None, "--target", "-t", help=TARGET_HELP),
     out_dir: Optional[Path] = typer.Option(
         None, "--out-dir", help="Write variants here instead of beside sources, mirroring the source tree."
@@ -217,10 +228,27 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `transpile` console script and of `python -m transpile`."""
     args = list(sys.argv[1:] if argv is None else argv)
     tune_gc()
-    if args and args[0] in SUBCOMMANDS:
-        tools(args, prog_name="transpile")
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            tools(args, prog_name="transpile")
+        else:
+            app(args, prog_name="transpile")
+    except SystemExit as exc:
+        if argv is not None or "triton" not in sys.modules:
+            raise
+        code = exc.code
     else:
-        app(args, prog_name="transpile")
+        if argv is not None or "triton" not in sys.modules:
+            return
+        code = 0
+    # The process compiled kernels (`verify`): it ends here, without Python's shutdown, where Triton's compiler
+    # bindings print dozens of "leaked" lines about objects Python still held (nothing is left to write or close).
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 __all__ = ["main"]

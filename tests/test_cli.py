@@ -750,3 +750,27 @@ def test_a_timeline_never_overwrites_a_kernel(tmp_path: Path, cli) -> None:
     assert_clean_exit(result, 2)
     assert [d[3] for d in diagnostics(result.stderr)] == ["TT004"]
     assert (tmp_path / "k.py").read_text(encoding="utf-8") == MIXED
+
+
+def test_version_and_short_help(cli) -> None:  # noqa: ANN001 - the conftest fixture
+    from transpile import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"triton-transpile {__version__}"
+    for args in (["-h"], ["verify", "-h"], ["explain", "-h"]):
+        result = cli(*args)
+        assert result.exit_code == 0 and result.stdout.startswith("Usage: transpile"), (args, result.output)
+
+
+@pytest.mark.slow
+def test_verify_ends_without_the_compiler_bindings_noise(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    """A process that compiled kernels ends without Python's shutdown, where Triton's bindings (nanobind) would print
+    dozens of "leaked" lines; the exit code is the command's."""
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "vector_add.py"
+    (tmp_path / "vector_add.py").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    values = ["-v", "x_ptr=*fp32", "-v", "y_ptr=*fp32", "-v", "output_ptr=*fp32", "-v", "BLOCK_SIZE=1024"]
+    result = cli.subprocess("verify", "vector_add.py", "-t", "gfx950", *values)
+    assert result.exit_code == 0, result.output
+    assert "compiles" in result.stdout and "leaked" not in result.output
+    failed = cli.subprocess("verify", "vector_add.py", "-t", "gfx950", "-v", "x_ptr=*fp32")  # types missing
+    assert failed.exit_code != 0 and "leaked" not in failed.output
