@@ -183,8 +183,9 @@ class _Kernel:
 class _Tensor:
     """What the launcher reads of a tensor: its address, strides, shape and element size."""
 
-    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], address: int = 4096, size: int = 2):
-        self.shape, self._strides, self.address, self.size = shape, strides, address, size
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], address: int = 4096, size: int = 2,
+                 dtype: str = "torch.float16"):
+        self.shape, self._strides, self.address, self.size, self.dtype = shape, strides, address, size, dtype
 
     def data_ptr(self) -> int:
         return self.address
@@ -213,11 +214,12 @@ def _launcher():  # noqa: ANN202
 def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compiles_and_pays() -> None:
     """Aligned tensors under 2 GB, unit inner strides, 8 warps: the Gluon kernel, with accumulators kept out of
     AGPRs. Another warp count (or none: Triton's default 4, from another module), an unaligned row, a tensor of 2 GB
-    or more: the source kernel, with the arguments as given."""
+    or more, a tensor of an element type the target converts (gfx942's OCP fp8): the source kernel, with the
+    arguments as given."""
     calls: list = []
     launcher = _launcher()(_Kernel("gluon", calls), _Kernel("triton", calls), params=("a", "b", "K", "stride_ak"),
                            tiles=(), persistent=None, aligned=True, divisible=("K",), unit=("stride_ak",), warps=8,
-                           small=True, no_agprs=True)
+                           small=True, no_agprs=True, slow_dtypes=("float8_e4m3fn",))
     a, b = _Tensor((4096, 4096), (4096, 1)), _Tensor((4096, 4096), (4096, 1))
     launcher[(1,)](a, b, 4096, 1, num_warps=8)
     assert calls.pop() == ("gluon", {"num_warps": 8, "llvm_fn_attrs": (("amdgpu-agpr-alloc", "0,0"),)})
@@ -228,6 +230,7 @@ def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compile
         ((a, b, 4096, 2), {"num_warps": 8}),  # a strided inner dimension
         ((_Tensor((4096, 4095), (4095, 1)), b, 4096, 1), {"num_warps": 8}),  # rows not 16-byte aligned
         ((_Tensor((65536, 32768), (32768, 1)), b, 4096, 1), {"num_warps": 8}),  # 4 GB: past 32-bit offsets
+        ((_Tensor((4096, 4096), (4096, 1), size=1, dtype="torch.float8_e4m3fn"), b, 4096, 1), {"num_warps": 8}),
     ]:
         launcher[(1,)](*args, **kwargs)
         assert calls.pop() == ("triton", kwargs), (args, kwargs)

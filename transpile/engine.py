@@ -408,7 +408,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 if outcome.dispatch is not None:
                     helpers |= ({"aligned_or_triton"} if outcome.dispatch.reason == ALIGNMENT_REASON
                                 else {"tma_or_triton", "persistent_grid"})
-                    if outcome.dispatch.warps is not None or outcome.dispatch.small or outcome.dispatch.no_agprs:
+                    if outcome.dispatch.warps is not None or outcome.dispatch.small or outcome.dispatch.no_agprs \
+                            or outcome.dispatch.slow_dtypes:
                         helpers.add("warp_pipelined_or_triton")
             else:
                 rewritten.pop(name, None)
@@ -766,7 +767,7 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least,
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
-                    no_agprs=ctx.launch_no_agprs)
+                    no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -902,6 +903,7 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""
     amd += ", no_agprs=True" if dispatch.no_agprs else ""
+    amd += f", slow_dtypes=({''.join(repr(t) + ', ' for t in dispatch.slow_dtypes)})" if dispatch.slow_dtypes else ""
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"

@@ -599,7 +599,7 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     unflagged_at_least=tuple((n, v) for n, v in data.get("unflagged_at_least", ())),
                     reason=data.get("reason", ""), narrow=bool(data.get("narrow", False)),
                     small=bool(data.get("small", False)), warps=data.get("warps"),
-                    no_agprs=bool(data.get("no_agprs", False)))
+                    no_agprs=bool(data.get("no_agprs", False)), slow_dtypes=tuple(data.get("slow_dtypes", ())))
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

@@ -375,6 +375,11 @@ def isa_compare(result: TranslationResult, values: dict[str, object], all_config
         shutil.rmtree(directory, ignore_errors=True)
 
 
+#: Triton's names of element types -> torch's (`Dispatch.slow_dtypes` holds torch's)
+_TORCH_NAMES = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "float8_e4m3fnuz",
+                "fp8e5b16": "float8_e5m2fnuz"}
+
+
 def _isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool, aligned: bool,
                  module, original) -> list[IsaComparison]:  # noqa: ANN001
     source = parse_source(result.original_text, result.source_path)
@@ -403,6 +408,11 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                     elif values[name] != 1:  # a launch the launcher gives the source kernel: that is the variant
                         gluon = False
                         status = f"source kernel at this launch (`{name}` is not 1)"
+            slow = [t for t in signature.values() if t.startswith("*") and _TORCH_NAMES.get(t[1:]) in (
+                outcome.dispatch.slow_dtypes if outcome.dispatch is not None and outcome.translated else ())]
+            if slow and gluon:  # a launch the launcher gives the source kernel: that is the variant
+                gluon = False
+                status = f"source kernel at this launch (`{slow[0][1:]}` tensors)"
             ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
             ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()

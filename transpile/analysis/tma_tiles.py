@@ -160,6 +160,9 @@ class Dispatch:
     # AMD: the Gluon kernel is launched with its accumulators kept out of AGPRs (`llvm_fn_attrs`, as AMD's own Gluon
     # GEMMs are): with both register files the compiler splits a large accumulator and spills
     no_agprs: bool = False
+    # AMD: launches with a tensor of one of these element types (torch's names) run the source kernel: the target
+    # converts them for its matrix cores (gfx942's OCP fp8, through fp16), where the Gluon kernel measured heavier
+    slow_dtypes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -979,24 +982,31 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     """`_TMAOrTriton` for a Gluon kernel with a warp-pipelined main loop: it also runs the source kernel for launches
     that ask for other than `warps` warps (or none: Triton's default is 4; two warp groups of 4 run the stages), and,
     with `small`, for launches with a tensor spanning 2 GB or more (the Gluon kernel copies through 32-bit buffer
-    offsets). With `no_agprs` the Gluon kernel is compiled with its accumulators in VGPRs only, as AMD's own Gluon
-    GEMMs are: with both register files the compiler splits a large accumulator and spills."""
+    offsets), and for launches with a tensor of an element type in `slow_dtypes` (types the target's matrix cores
+    take only converted, where the Gluon kernel measured heavier). With `no_agprs` the Gluon kernel is compiled with
+    its accumulators in VGPRs only, as AMD's own Gluon GEMMs are: with both register files the compiler splits a
+    large accumulator and spills."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False, **checks):
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False,
+                 slow_dtypes=(), **checks):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
         self.warps = warps
         self.small = small
         self.no_agprs = no_agprs
+        self.slow_dtypes = slow_dtypes
 
     def addressable(self, args, kwargs):
         if self.warps is not None and kwargs.get("num_warps") != self.warps:
             return False
-        if self.small:
-            for value in [*args, *kwargs.values()]:
-                if hasattr(value, "data_ptr") and hasattr(value, "stride") and value.numel():
-                    span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1
-                    if span * value.element_size() >= 2**31:
-                        return False
+        for value in [*args, *kwargs.values()]:
+            if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
+                continue
+            if self.slow_dtypes and str(getattr(value, "dtype", "")).rpartition(".")[2] in self.slow_dtypes:
+                return False
+            if self.small and value.numel():
+                span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1
+                if span * value.element_size() >= 2**31:
+                    return False
         return super().addressable(args, kwargs)
 
     def __getitem__(self, grid):

@@ -107,6 +107,7 @@ class AMDWarpPipeline(Rule):
                                          if n not in ctx.launch_unit)
             ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
+            ctx.launch_slow_dtypes = CONVERTED_FP8.get(ctx.target.name, ())
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
@@ -356,6 +357,12 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
                 and not (a.keyword is None and i > at)]
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return statement.with_changes(body=[line.with_changes(value=call.with_changes(args=args))])
+
+
+#: Element types (torch's names) a target's matrix cores take only converted, for which the warp-pipelined ring
+#: measured heavier than Triton's own compile: gfx942 converts OCP fp8 through fp16 (four public fp8 GEMMs:
+#: 1.09-1.18x Triton's non-MFMA instructions per MFMA; bench/RESULTS.md). The launcher runs the source kernel there.
+CONVERTED_FP8 = {"gfx942": ("float8_e4m3fn", "float8_e5m2")}
 
 
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays

@@ -88,6 +88,8 @@ class RuleContext:
     launch_warps: int | None = None
     # AMD: the Gluon kernel compiles with its accumulators in VGPRs only (`Dispatch.no_agprs`)
     launch_no_agprs: bool = False
+    # AMD: launches with tensors of these element types run the source kernel (`Dispatch.slow_dtypes`)
+    launch_slow_dtypes: tuple[str, ...] = ()
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 
