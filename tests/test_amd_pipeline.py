@@ -315,3 +315,51 @@ def _loops(node: cst.CSTNode) -> list[cst.For]:
 
     node.visit(_Loops())
     return found
+
+
+# The K offsets as a 64-bit vector shared by both tiles (`tl.arange(...).to(tl.int64)`, vllm's scaled GEMM style):
+# each tile's copy re-evaluates it in its own copy layout.
+INT64_OFFSETS = HEAD + '''@triton.jit
+def mm64(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr,
+         BK: tl.constexpr):
+    offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)
+    offs_k = tl.arange(0, BK).to(tl.int64)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BK), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BK) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amd_target", ["gfx942", "gfx950"])
+def test_a_vector_cast_to_64_bits_is_laid_out_per_tile(amd_target: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(INT64_OFFSETS, "mm64.py", get_target(amd_target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "gl.SliceLayout(1, b_ring_copy_layout)).to(gl.int64)" in " ".join(result.text.split())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_carried_offset_tensor_the_copies_read_is_refused() -> None:
+    """`offsets_k += BLOCK_K` each iteration, the masks computed from it: its value in a later iteration is not a
+    definition the copies could re-evaluate in their layout; the kernel is kept as Triton and says why."""
+    text = INT64_OFFSETS.replace("for k in range(0, tl.cdiv(K, BK)):\n", "for k in range(0, tl.cdiv(K, BK)):\n"
+                                 "        k_mask = offs_k < K\n").replace(
+        "(offs_k[None, :] < K - k * BK)", "k_mask[None, :]").replace("(offs_k[:, None] < K - k * BK)",
+                                                                      "k_mask[:, None]").replace(
+        "        b_ptrs += BK * stride_bk\n", "        b_ptrs += BK * stride_bk\n        offs_k += BK\n")
+    result = translate_source(text, "mm64.py", get_target("gfx950"))
+    assert not result.functions[0].translated  # kept as Triton
+    (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
+    assert "`offs_k_next` is a tensor the loop carries from one iteration to the next" in message

@@ -95,7 +95,7 @@ class CopyOperandLayouts(Rule):
         try:
             rewritten = _Rewriter(updated, ctx.copy_rings).function()
         except Unsupported as exc:
-            ctx.refuse(original, "TT010", f"its pipelined loop copies pointer tiles direct-to-LDS in 16-byte vectors, "
+            ctx.refuse(original, "TT010", f"its pipelined loop copies pointer tiles in 16-byte vectors, "
                        f"but {exc}: the copies cannot be laid out for 16-byte transactions")
             return updated
         ctx.need("copy_layout")
@@ -144,6 +144,9 @@ class _Rewriter:
     def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:
         self.outside = _definitions(before)  # the values names hold at the ring, by name
         self.inside = _same_definitions(branch)
+        # Tensors the loop carries from one iteration to the next (`offsets_k += BLOCK_K`) other than the pointer
+        # tiles: their values per iteration cannot be re-evaluated in another layout from a definition.
+        self.carried = _carried(branch)
         self.hoisted: dict[tuple[str, Context], str] = {}
         self.lines: list[str] = []
         layouts: dict[str, str] = {}
@@ -175,6 +178,8 @@ class _Rewriter:
         if name in seen:
             return False
         value = self.inside.get(name) or self.outside.get(name)
+        if value is None and name in getattr(self, "carried", {}):  # advanced in the loop: a tensor if it starts as one
+            return any(self.tensor(n, seen | {name}) for n in self.carried[name] - {name})
         if value is None:
             return False  # a parameter, a loop variable, a constexpr
         for node in preorder(value):
@@ -221,6 +226,9 @@ class _Rewriter:
 
     def _name(self, node: cst.Name, context: Context) -> cst.BaseExpression:
         name = node.value
+        if name in self.carried and name not in self.pointer_context and any(
+                self.tensor(n) or n in self.carried for n in self.carried[name]):
+            raise Unsupported(f"`{name}` is a tensor the loop carries from one iteration to the next")
         if not self.tensor(name):
             return node
         if name in self.inside:  # the producer's: each iteration's value, written into the copy
@@ -250,7 +258,8 @@ class _Rewriter:
         if func in ("gl.multiple_of", "gl.max_contiguous", "gl.max_constancy"):  # hints hold in any layout
             value = self.expression(node.args[0].value, context)
             return node.with_changes(args=[node.args[0].with_changes(value=value), *node.args[1:]])
-        if not (names_in(node) & self._tensors(node)):
+        if not (names_in(node) & self._tensors(node)) and not any(code(c.func) in _TENSOR_CALLS
+                                                                   for c in _calls(node)):
             return node  # a scalar: `gl.program_id(0)`, `gl.cdiv(K, BLOCK_K)`
         if func in _SHAPING or func.endswith((".reshape", ".permute", ".trans", ".sum", ".max", ".min")) \
                 or any(a.keyword is not None and a.keyword.value in ("layout", "axis") for a in node.args):
@@ -397,6 +406,18 @@ def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:
     if isinstance(statement, cst.SimpleStatementLine):
         return list(statement.body)
     return [statement]
+
+
+def _carried(branch: cst.CSTNode) -> dict[str, set[str]]:
+    """Names the ring's branch advances (`x += ...`), with the names their plain assignments there read."""
+    advanced = {node.target.value for node in preorder(branch)
+                if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name)}
+    reads: dict[str, set[str]] = {name: set() for name in advanced}
+    for node in preorder(branch):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and node.targets[0].target.value in advanced:
+            reads[node.targets[0].target.value] |= names_in(node.value)
+    return reads
 
 
 def _same_definitions(branch: cst.CSTNode) -> dict[str, cst.BaseExpression]:
