@@ -1,4 +1,4 @@
-"""fp8 dots on the AMD matrix cores (found by a probe of 32 kernel styles, session 11): each target's instructions
+"""fp8 dots on the AMD matrix cores (found by a probe of 32 kernel styles): each target's instructions
 take some fp8 kinds at some depths; the variants used the int8 depth for every 8-bit type and did not compile for
 fp8 on gfx950 (32x32x32 has no fp8 instruction), nor for the fp8 kinds gfx942 (OCP e4m3/e5m2) and gfx1250 (the fnuz
 kinds) have no instructions for, which Triton converts to fp16 for the dot."""

@@ -406,7 +406,7 @@ def group_quant_kernel(x_ptr, q_ptr, s_ptr, n, BLOCK: tl.constexpr, GROUP: tl.co
 def test_a_reshaped_tile_is_laid_out_for_its_reshaped_shape():
     """The class of `tl.reshape(x, (BLOCK // GROUP, GROUP))` is sized by the shape the call names, and a broadcast's
     size-1 dimensions take the new sizes: it was `_blocked_layout([0, 1], ...)`, one column per thread of a 64-wide
-    group (0.38x its source on an H100, session 11)."""
+    group (0.38x its source on an H100)."""
     from transpile.engine import translate_source
     from transpile.targets import get_target
 

@@ -54,8 +54,8 @@ def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: 
 
 def test_sm90_attention_with_k_as_head_dim_by_keys_copies_k_through_its_transposed_addresses() -> None:
     """K loaded as [HEAD_DIM, BLOCK_N]: the cp.async ring copies K rows along the head dimension, so it copies K
-    through its transposed addresses into [BLOCK_N, HEAD_DIM] slots and QK^T reads a transposed view (before session
-    10 it was refused; earlier still it was pipelined with a guard on the wrong stride)."""
+    through its transposed addresses into [BLOCK_N, HEAD_DIM] slots and QK^T reads a transposed view (a form once
+    refused, and before that pipelined with a guard on the wrong stride)."""
     text = " ".join(_golden("fx_attention_kt", "sm90").split("def attn_kt_fwd")[1].split())
     assert "+ cols_ring[:, None] * stride_kn + offs_d_ring[None, :] )" in text
     assert "k_smem.index(slot).permute((1, 0))," in text

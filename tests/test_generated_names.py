@@ -1,5 +1,5 @@
 """Names the sm90 and AMD rewrites bind in a kernel must not change the kernel's own values (found by a probe of GEMM
-styles, session 10): a `static_range` loop leaves its variable bound to its last value, and the warp-specialised
+styles): a `static_range` loop leaves its variable bound to its last value, and the warp-specialised
 loader function binds its own parameters. Also: a 16-bit accumulator on the AMD matrix cores."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_a_16_bit_accumulator_compiles_on_the_amd_matrix_cores(target: str, tmp_
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
-# ---- Kernels without a dot loop (a probe of 78 such kernels, session 10) ----
+# ---- Kernels without a dot loop (a probe of 78 such kernels) ----
 
 ELEMENTWISE = '''import triton
 import triton.language as tl
@@ -195,7 +195,7 @@ def test_a_helper_argument_that_may_be_none_is_converted_only_when_it_is_a_tenso
 @pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
 def test_a_launch_without_num_warps_gets_the_warps_of_the_warp_pipelined_loop(target: str):
     """The warp-pipelined loop needs 8 warps (the kernel asserts it); a launch that gives no `num_warps` would launch
-    Triton's default 4 and fail to compile (found by a probe of kernel styles, session 11). (gfx942 and gfx1250 keep
+    Triton's default 4 and fail to compile (found by a probe of kernel styles). (gfx942 and gfx1250 keep
     this kernel as Triton by default, its ring being register-staged: --gluon-always emits it.)"""
     source = (EXPECTED_DIR.parent / "suite_bmm.py").read_text(encoding="utf-8")
     text = source.replace("num_warps=8, num_stages=3)", "num_stages=3)")

@@ -309,7 +309,7 @@ def test_an_index_vector_made_in_the_loop_and_read_along_both_axes_keeps_the_ker
     assert any(d.code == "TT041" and "index vector made in the loop" in d.message for d in result.diagnostics)
 
 
-# ---- Regressions from the review of this analysis (session 9) ----
+# ---- Regressions from the review of this analysis ----
 
 def test_a_scalar_reassigned_after_the_row_vector_was_made_from_it_gives_no_test():
     text = _kernel(CAUSAL_MASK).replace(
@@ -400,7 +400,7 @@ def test_verify_compiles_the_gluon_kernel_as_an_aligned_launch_does(translated, 
         assert all("cp.async.cg.shared.global" in c.asm["ptx"] for c in gluon)
 
 
-# ---- K loaded as [HEAD_DIM, BLOCK_N] (session 10) ----
+# ---- K loaded as [HEAD_DIM, BLOCK_N] ----
 
 def _kt_kernel(kt_ptrs: str, k_mask: str = "cols[None, :] < N_CTX") -> str:
     text = _kernel(CAUSAL_MASK).replace(
@@ -437,7 +437,7 @@ def test_a_k_tile_loaded_transposed_that_cannot_be_read_transposed_is_refused(kt
         [d.message for d in result.diagnostics]
 
 
-# ---- Scores accumulated into a zero tile made in the iteration (session 10; the tutorial style) ----
+# ---- Scores accumulated into a zero tile made in the iteration (the tutorial style) ----
 
 @pytest.mark.parametrize("start, pipelined", [
     ("qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)", True),
