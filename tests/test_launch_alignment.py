@@ -1,6 +1,6 @@
 """Kernels without a pipelined loop run as Gluon on launches with 16-byte aligned rows and as their source elsewhere
 (`transpile.analysis.launch_alignment`): on an H100 the translations ran at 0.72-0.88x their sources on launches with
-unaligned rows, where Triton compiles loads of one element per thread (bench/RESULTS.md, "Launch dispatch"). A transposed
+unaligned rows, where Triton compiles loads of one element per thread (bench/RESULTS.md: Launch dispatch). A transposed
 copy (addresses contiguous along a tile's first axis) is kept as Triton."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_the_launcher_runs_the_gluon_kernel_only_on_aligned_launches(tmp_path: P
     assert launch(4096, stride_y=4104) == "triton"  # an address stride not a multiple of 16 elements
     assert launch(4096, n_cols=3001, n_rows=999) == "gluon"  # mask bounds are not addresses
     assert launch(4096, x_ptr=None) == "gluon"  # an absent optional pointer addresses nothing
-    # 16-bit data: Triton's loads of 8 elements per thread beat the Gluon layouts' 4 (bench/RESULTS.md, "Launch dispatch")
+    # 16-bit data: Triton's loads of 8 elements per thread beat the Gluon layouts' 4 (bench/RESULTS.md: Launch dispatch)
     assert launch(4096, x_ptr=_Tensor(4096, (4096, 1), size=2)) == "triton"
     assert launch(4096, y_ptr=_Tensor(4096, (4096, 1), size=1)) == "triton"
     # ... except for a kernel whose column reductions the Gluon layouts keep in each thread

@@ -29,7 +29,7 @@ def _gluon_always(gemm: str):  # noqa: ANN202 - TranslationResult
 DESCRIPTOR_GEMMS = ["matmul_descriptor"]
 # int8: wgmma reads an 8-bit B operand K-major from shared memory, which a cp.async copy of the N-contiguous tile does
 # not write; its main loop stays translated (TT040). A ring staged through registers (B stored K-major) was measured
-# and not kept (bench/RESULTS.md, "Profitability": no faster at 4096^3, 5x slower unaligned). Drop the mark once a ring handles it.
+# and not kept (bench/RESULTS.md: Profitability: no faster at 4096^3, 5x slower unaligned). Drop the mark once a ring handles it.
 POINTER_GEMMS = ["matmul_grouped", "matmul_splitk", "moe_gather_gemm",
                  pytest.param("matmul_int8", marks=pytest.mark.xfail(
                      strict=True, reason="issue #4: 8-bit B operand needs K-major shared memory; cp.async ring not emitted"))]

@@ -256,7 +256,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
         result = _translate(text, path, target, command, converted, gluon_always, dispatch)
         # A kernel read through TMA descriptors pays where its ring is warp-specialised (a 128x256 tile with 8 warps,
         # which an autotuned kernel gets as one more config); with only the single-partition ring it ran at 0.79-1.04x
-        # its source on an H100 (bench/RESULTS.md, "Profitability"): such a kernel is translated as written.
+        # its source on an H100 (bench/RESULTS.md: Profitability): such a kernel is translated as written.
         failed = {o.name for o in result.functions
                   if o.name in dispatch and not (o.translated and o.pipelined and o.ws_config)}
         unused |= {o.name for o in result.functions if o.name in failed and o.translated and o.pipelined}
@@ -819,7 +819,7 @@ def _few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan]
 def _column_reduced(plan: LayoutPlan) -> bool:
     """The function reduces a tile along an axis other than its last (`_blocked_layout(..., reduced=[0])`: the axis
     kept inside each thread, where Triton's layout spreads it over lanes): such kernels ran 1.2-1.8x their sources on
-    an H100 with 8-, 16- and 32-bit data alike (bench/RESULTS.md, "Launch dispatch"), so their launcher takes narrow data."""
+    an H100 with 8-, 16- and 32-bit data alike (bench/RESULTS.md: Launch dispatch), so their launcher takes narrow data."""
     pending = [t.find() for t in [*plan.creations.values(), *plan.converts.values()]]
     roots: dict[int, object] = {}
     while pending:  # the classes laid out in the function, and the parents of their slices

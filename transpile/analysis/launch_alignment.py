@@ -4,7 +4,7 @@ Triton picks the layout of each global load and store when it compiles a launch,
 16-byte aligned rows (tensors 16-byte aligned, strides and offsets multiples of 16, which Triton specialises on) each
 thread moves 16 contiguous bytes; without, each thread reads one element per instruction, so that a warp's
 instruction still covers contiguous addresses. A Gluon variant fixes its layouts in the source: they are the
-aligned kind (up to 4 contiguous elements per thread). On an H100 (bench/RESULTS.md, "Launch dispatch") the translations
+aligned kind (up to 4 contiguous elements per thread). On an H100 (bench/RESULTS.md: Launch dispatch) the translations
 of 85 kernels without a dot loop ran at 0.98-1.6x their sources on aligned launches, but 0.72-0.88x on launches with
 unaligned rows (1001 x 3000 fp16 matrices: each load of a warp then strides over 4x the bytes it uses). So the
 variant runs its Gluon kernel on aligned launches and the source kernel on the others, through a launcher
@@ -105,7 +105,7 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     """A load or store of a 2-D tile whose addresses are contiguous along its first axis (`ptr + rows[:, None] +
     cols[None, :] * stride`: a transposed copy), else None. The Gluon translation gives a tile one layout, whose
     warps' lanes run along the last axis: such an access is then uncoalesced, where Triton's compiler picks a layout
-    per access and converts between them (0.50x its source on an H100, bench/RESULTS.md, "Launch dispatch")."""
+    per access and converts between them (0.50x its source on an H100, bench/RESULTS.md: Launch dispatch)."""
     single = _single_definitions(fn)
     for call, pointer in _addresses(facts, fn, {"load", "store"}):
         seen: set[str] = set()

@@ -1134,7 +1134,7 @@ class _FunctionWalker:
         if rank is not None and 0 <= axis < rank and (axis == rank - 1 or not self.accumulated(input_node)):
             # A column reduction as often as its tile is loaded: its layout keeps the axis inside each thread
             # (`_blocked_layout(..., reduced=)`), which saves shuffles and a shared-memory round trip each time. Once,
-            # after a loop that accumulates the tile, that layout only narrows the loads (0.40-0.68x, bench/RESULTS.md, "sm90: kernels without a dot loop").
+            # after a loop that accumulates the tile, that layout only narrows the loads (0.40-0.68x, bench/RESULTS.md: sm90: kernels without a dot loop).
             value.term.find().reduced.add(axis)
         if keeps:
             # Gluon reduces into the slice layout and expands it back: the result is in the input's layout.

@@ -13,7 +13,7 @@ The layout analysis gives `rk`, and so `x`, the layout of the tile's columns: a 
 every warp along the tile's rows holds in full, so every warp loads the whole vector again on every iteration.
 Triton's compiler loads it once, spread over all the warps, and converts it to the slice (through shared memory). The
 Gluon kernel as translated ran 0.47-0.85x its source on an H100 (fp32 and 16-bit alike); the same kernel with the
-vector loaded in a blocked layout of its own and converted ran 1.02-1.27x (bench/RESULTS.md, "sm90: kernels without a dot loop").
+vector loaded in a blocked layout of its own and converted ran 1.02-1.27x (bench/RESULTS.md: sm90: kernels without a dot loop).
 
 `own_layout_loads` finds such loads (`replicated_loads`) and writes their addresses, mask and `other` afresh from
 the `arange`s they are computed from (`X + (k + tl.arange(0, BLOCK_K))`: Gluon then makes the index vector in the

@@ -142,15 +142,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     ("sm90", "cp.async attention, window mask"): (
         "only the cp.async attention ring would pipeline it, and where the score mask bounds keys from both sides "
         "(a sliding window and causal) few key blocks can leave it out: 0.89x (head dim 64) and 0.93x (128) of "
-        "Triton 3.6's own pipeliner on an H100 (bench/RESULTS.md, "Profitability")"),
+        "Triton 3.6's own pipeliner on an H100 (bench/RESULTS.md: Profitability)"),
     ("sm90", "cp.async attention, fixed tile"): (
         "only the cp.async attention ring would pipeline it, and at a tile the kernel fixes (no autotune table to "
         "add a wider one to) that ring ran causal attention at head dimension 64 at 0.82-0.91x Triton 3.6's own "
         "pipeliner in 6 of 15 kernel styles on an H100 (1.07-1.45x at 128); its head dimension here is not a "
-        "constexpr parameter the launch could be dispatched on (bench/RESULTS.md, "Profitability")"),
+        "constexpr parameter the launch could be dispatched on (bench/RESULTS.md: Profitability)"),
     # AMD: judged by the machine code (no AMD GPU here): the hot loop's non-MFMA instructions per 16x16x32 MFMA of
     # work against Triton 3.9's own compile of the source at the same constexprs, warps and aligned-launch
-    # specialisation (`transpile verify --isa`, `scripts/amd_isa_table.py`; bench/RESULTS.md, "AMD hot loops").
+    # specialisation (`transpile verify --isa`, `scripts/amd_isa_table.py`; bench/RESULTS.md: AMD hot loops).
     **{(target, "register-staged ring"): (
         "its tiles are addressed from pointers the kernel loads (or along their contiguous axis from loaded offsets), "
         "so no launch proves them aligned for 16-byte copies: they would be staged through registers by plain "
@@ -182,7 +182,7 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # instructions per MFMA in every fixture kernel and config (bench/RESULTS.md).
     # ("sm90", "cp.async attention, causal mask") is not listed: the ring of a one-loop kernel that leaves out a
     # causal score mask on the tiles where every score passes it (`transpile.analysis.uniform_mask`) ran causal
-    # attention at 1.04-1.24x on an H100 (bench/RESULTS.md, "sm90: attention").
+    # attention at 1.04-1.24x on an H100 (bench/RESULTS.md: sm90: attention).
 }
 
 

@@ -142,7 +142,7 @@ class HopperAttentionWarpSpecialize(Rule):
         unflagged = ""
         if ctx.launch_flag is not None and head in form.constexprs and not ctx.gluon_always:
             # Full attention (without the causal flag) gains from this form at a head dimension of 128 (1.24x the
-            # source on an H200, bench/RESULTS.md, "sm90: attention"); the ring alone did not (0.96-1.05x).
+            # source on an H200, bench/RESULTS.md: sm90: attention); the ring alone did not (0.96-1.05x).
             ctx.launch_unflagged_at_least = ((head, WS_HEAD_DIM),)
             unflagged = (f"; launches without `{ctx.launch_flag}` run the Gluon kernel too where `{head}` is at "
                          f"least {WS_HEAD_DIM}")

@@ -22,7 +22,7 @@ Where the 16-byte test fails but rows are 8-byte aligned and the sizes multiples
 are not vectorised; the translated loop was 0.96x there). The fallback (``else``) is the translated loop: 8- and
 32-bit operands (wgmma wants B K-major in shared memory, which a copy of an N-contiguous tile does not write), and at
 run time odd rows or sizes (cp.async rejects copies under 4 bytes). A ring staged through registers measured slower
-than the translated loop there (bench/RESULTS.md, "Profitability"), so it is not emitted.
+than the translated loop there (bench/RESULTS.md: Profitability), so it is not emitted.
 Profitability (measured on an H100, Triton 3.6, against the source kernel compiled by Triton): the ring ran at 0.96x
 (grouped GEMM, 4096^3), 0.70x (split-K GEMM, 2048x2048x8192) and 0.69x (MoE gather GEMM); Triton 3.6's own pipeliner
 builds the same cp.async ring and wins on occupancy. So by default the rule leaves such a loop alone and the kernel is
@@ -182,7 +182,7 @@ class _Emitter:
         ctx, plan = self.ctx, self.plan
         site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
         if site.out_dtype is not None and "int" in code(site.out_dtype):
-            # Measured (bench/RESULTS.md, "Profitability"): a ring staged through registers, B stored K-major, ran as fast as the
+            # Measured (bench/RESULTS.md: Profitability): a ring staged through registers, B stored K-major, ran as fast as the
             # translated loop at 4096^3 and 5x slower on unaligned sizes, so the loop stays as translated.
             return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
                     "N-contiguous tile does not write")

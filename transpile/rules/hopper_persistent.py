@@ -13,7 +13,7 @@ tiles the kernel runs its translated body once per tile of the same walk. Either
 once under any grid (under the source's grid, each program takes its own tile); the file's launches get
 ``_persistent_grid(grid, ...)``, one program per SM for the warp-specialised tiles and the source's grid otherwise.
 On an H100 a hand-written kernel of this form ran the descriptor GEMM at 0.95-1.04x cuBLAS (fp16/bf16, 4096^3 and
-8192^3), against 0.89-0.99x for the non-persistent warp-specialised ring (bench/RESULTS.md, "sm90: GEMMs").
+8192^3), against 0.89-0.99x for the non-persistent warp-specialised ring (bench/RESULTS.md: sm90: GEMMs).
 Targets: sm90.
 """
 
