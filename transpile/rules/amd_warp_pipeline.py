@@ -235,9 +235,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     if engine in POINTER_COPIES:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
         # (`transpile.rules.copy_operands`, after the layout declarations).
-        for load in plan.loads:
+        for k, load in enumerate(plan.loads):
             if load.kind == "pointer":
-                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name])
+                # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs)
+                rows = 2 if engine == "buffer_loads" and k == 1 else 1
+                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows)
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
           f"{', '.join(shapes[load.name])}], {layouts[load.name]})" for load in plan.loads),

@@ -41,7 +41,7 @@ class RuleContext:
     mma_warps_along_m: bool = False  # set by a rule that needs every warp along M in the MMA layout (row reductions)
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
-    copy_rings: dict[str, tuple[str, str]] = field(default_factory=dict)
+    copy_rings: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # ring -> (shape, dtype, rows a lane)
     fresh_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: fresh copy -> pointer tile
     # Names a pipeline rule emitted, per loop (id of the source `For`): a second pipelined loop of the function names
     # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).
@@ -163,7 +163,7 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "ring's hot loop measured 0.51-1.23x Triton's own non-MFMA instructions per MFMA over the fixture kernels and "
         "configs: heavier for int8 operands (1.12-1.23x), 0.8x or more in 6 of 19 (bench/RESULTS.md)"),
     # ("gfx942", "buffer-load ring") is not listed: 16-byte buffer loads into registers, B stored K-major, measured
-    # 0.42-0.98x Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the
+    # 0.42-0.96x Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the
     # 64 KiB of LDS (15 of 20 under 0.8x; bench/RESULTS.md).
     ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
         "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "

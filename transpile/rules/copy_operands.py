@@ -105,7 +105,7 @@ class CopyOperandLayouts(Rule):
 class _Rewriter:
     def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]]) -> None:
         self.function_node = function
-        self.rings = rings  # ring variable -> (tile shape text, element type text)
+        self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane)
         self.name = namer(names_in(function))
 
     # ---- the function -----------------------------------------------------------------------------------------
@@ -151,11 +151,12 @@ class _Rewriter:
         self.lines: list[str] = []
         layouts: dict[str, str] = {}
         mine = bound_names(branch)
-        for ring, (shape, dtype) in self.rings.items():
+        for ring, (shape, dtype, rows) in self.rings.items():
             if ring not in mine:  # another loop's ring (the loop in the other copy of an unswitched branch)
                 continue
             layouts[ring] = self.name(f"{ring}_copy_layout")
-            self.lines.append(f"{layouts[ring]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps())")
+            self.lines.append(f"{layouts[ring]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps()"
+                              f"{f', rows={rows}' if rows != 1 else ''})")
         # Which tile context each copied pointer name is read in (a carried tile, or one the producer defines).
         self.pointer_context: dict[str, Context] = {}
         for call in _calls(branch):

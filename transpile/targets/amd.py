@@ -198,12 +198,14 @@ def _desc_copy(desc, off0, off1, dest):
 
 COPY_LAYOUT = '''
 @gluon.constexpr_function
-def _copy_layout(shape, dtype, num_warps):
+def _copy_layout(shape, dtype, num_warps, rows=1):
     """Register layout of a tile copied to LDS: 16 bytes per lane along the contiguous last dimension (the widest
-    global load and direct-to-LDS transfer), lanes across it first, warps down the rows."""
+    global load and direct-to-LDS transfer), lanes across it first, warps down the rows; `rows` rows a lane where the
+    tile has rows enough (a tile stored transposed: each lane then holds pairs along the stored contiguous axis)."""
     vec = min(128 // dtype.primitive_bitwidth, shape[1])
     lanes_n = min({warp_size}, shape[1] // vec)
-    return gl.BlockedLayout([1, vec], [{warp_size} // lanes_n, lanes_n], [num_warps, 1], [1, 0])
+    lane_rows = rows if shape[0] >= rows * num_warps * ({warp_size} // lanes_n) else 1
+    return gl.BlockedLayout([lane_rows, vec], [{warp_size} // lanes_n, lanes_n], [num_warps, 1], [1, 0])
 '''
 
 REGISTER_COPY = '''
