@@ -362,4 +362,4 @@ def test_a_carried_offset_tensor_the_copies_read_is_refused() -> None:
     result = translate_source(text, "mm64.py", get_target("gfx950"))
     assert not result.functions[0].translated  # kept as Triton
     (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
-    assert "`offs_k_next` is a tensor the loop carries from one iteration to the next" in message
+    assert "`offs_k` is a tensor the loop carries from one iteration to the next" in message

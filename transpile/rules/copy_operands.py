@@ -18,6 +18,7 @@ Targets: gfx942, gfx950, gfx1250.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -229,7 +230,9 @@ class _Rewriter:
         name = node.value
         if name in self.carried and name not in self.pointer_context and any(
                 self.tensor(n) or n in self.carried for n in self.carried[name]):
-            raise Unsupported(f"`{name}` is a tensor the loop carries from one iteration to the next")
+            source = re.sub(r"_next(_\d+)?$", "", name)  # (the copies' own copy of the kernel's value)
+            source = source if source in names_in(self.function_node) else name
+            raise Unsupported(f"`{source}` is a tensor the loop carries from one iteration to the next")
         if not self.tensor(name):
             return node
         if name in self.inside:  # the producer's: each iteration's value, written into the copy
