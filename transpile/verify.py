@@ -377,7 +377,8 @@ def isa_compare(result: TranslationResult, values: dict[str, object], all_config
 
 #: Triton's names of element types -> torch's (`Dispatch.slow_dtypes` holds torch's)
 _TORCH_NAMES = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "float8_e4m3fnuz",
-                "fp8e5b16": "float8_e5m2fnuz"}
+                "fp8e5b16": "float8_e5m2fnuz", "i8": "int8", "u8": "uint8", "fp16": "float16", "bf16": "bfloat16",
+                "fp32": "float32"}
 
 
 def _isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool, aligned: bool,

@@ -107,7 +107,7 @@ class AMDWarpPipeline(Rule):
                                          if n not in ctx.launch_unit)
             ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
-            ctx.launch_slow_dtypes = CONVERTED_FP8.get(ctx.target.name, ())
+            ctx.launch_slow_dtypes = SLOW_DTYPES.get(ctx.target.name, ())
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
@@ -237,8 +237,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         # (`transpile.rules.copy_operands`, after the layout declarations).
         for k, load in enumerate(plan.loads):
             if load.kind == "pointer":
-                # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs)
-                rows = 2 if engine == "buffer_loads" and k == 1 else 1
+                # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs;
+                # measured on gfx942, heavier on gfx1250's 32-lane waves)
+                rows = 2 if engine == "buffer_loads" and k == 1 and ctx.target.warp_size == 64 else 1
                 ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows)
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
@@ -361,10 +362,11 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
     return statement.with_changes(body=[line.with_changes(value=call.with_changes(args=args))])
 
 
-#: Element types (torch's names) a target's matrix cores take only converted, for which the warp-pipelined ring
-#: measured heavier than Triton's own compile: gfx942 converts OCP fp8 through fp16 (four public fp8 GEMMs:
-#: 1.09-1.18x Triton's non-MFMA instructions per MFMA; bench/RESULTS.md). The launcher runs the source kernel there.
-CONVERTED_FP8 = {"gfx942": ("float8_e4m3fn", "float8_e5m2")}
+#: Element types (torch's names) for which a target's warp-pipelined ring measured heavier than Triton's own compile
+#: (bench/RESULTS.md): gfx942 takes OCP fp8 only converted through fp16 (four public fp8 GEMMs: 1.09-1.18x Triton's
+#: non-MFMA instructions per MFMA); gfx1250's int8 rings (`matmul_int8`, `suite_int8_rowscale`: 1.12-1.23x). The
+#: launcher runs the source kernel for launches with such tensors.
+SLOW_DTYPES = {"gfx942": ("float8_e4m3fn", "float8_e5m2"), "gfx1250": ("int8",)}
 
 
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays

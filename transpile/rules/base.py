@@ -158,13 +158,10 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
-    ("gfx1250", "buffer-load ring"): (
-        "its pointer tiles would go by 16-byte buffer loads into registers (TDM needs a tensor descriptor), and that "
-        "ring's hot loop measured 0.51-1.23x Triton's own non-MFMA instructions per MFMA over the fixture kernels and "
-        "configs: heavier for int8 operands (1.12-1.23x), 0.8x or more in 6 of 19 (bench/RESULTS.md)"),
-    # ("gfx942", "buffer-load ring") is not listed: 16-byte buffer loads into registers, B stored K-major, measured
-    # 0.42-0.96x Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the
-    # 64 KiB of LDS (15 of 20 under 0.8x; bench/RESULTS.md).
+    # ("gfx942", "buffer-load ring") and ("gfx1250", "buffer-load ring") are not listed: 16-byte buffer loads into
+    # registers, B stored K-major, measured 0.42-0.96x (gfx942) and 0.51-0.94x (gfx1250) Triton's non-MFMA
+    # instructions per MFMA in every fixture kernel and config whose source fits the LDS, but for the element types
+    # their launchers give the source kernel (`SLOW_DTYPES` in rules/amd_warp_pipeline.py; bench/RESULTS.md).
     ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
         "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
         "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "
