@@ -72,8 +72,7 @@ def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
             dropped[load.index] = tuple(indices)
     if not dropped:
         return None
-    return TailPeel(counts[0] if len(counts) == 1 else f"gl.minimum({', '.join(counts)})" if len(counts) == 2
-                    else _nested_minimum(counts), dropped)
+    return TailPeel(_nested_minimum(counts), dropped)
 
 
 def _nested_minimum(values: list[str]) -> str:
@@ -132,7 +131,7 @@ class _Algebra:
             if not counts or any(c is None for c in counts):
                 return None
             unique = list(dict.fromkeys(counts))
-            return unique[0] if len(unique) == 1 else _nested_minimum(unique)  # type: ignore[arg-type]
+            return _nested_minimum(unique)  # type: ignore[arg-type]
         if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
             return None
         op = term.comparisons[0].operator

@@ -28,7 +28,7 @@ from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import conjuncts, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
-                                           next_names, rename, statements)
+                                           mask_index, next_names, rename, statements)
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -341,9 +341,7 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
     line = statement.body[0]  # type: ignore[attr-defined]
     call = line.value
     args = list(call.args)
-    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "mask"), None)
-    if at is None and len([a for a in args if a.keyword is None]) > 1:
-        at = [i for i, a in enumerate(args) if a.keyword is None][1]
+    at = mask_index(args)
     if at is None or load.mask is None:
         return statement
     terms = conjuncts(args[at].value)

@@ -158,6 +158,13 @@ def _expression(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
 
 
+def mask_index(args: Sequence[cst.Arg]) -> int | None:
+    """Where a load call's mask is among its arguments (`mask=`, or the second positional one), or None."""
+    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "mask"), None)
+    positional = [i for i, a in enumerate(args) if a.keyword is None]
+    return at if at is not None else positional[1] if len(positional) > 1 else None
+
+
 def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
                   load: OperandLoad, guard: bool = True) -> str:
     """The translated load of `statement` for a later iteration; a pointer load past the end is masked off (unless
@@ -166,10 +173,8 @@ def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration:
     if load.kind == "descriptor" or not guard:  # `_desc_load` masks by the descriptor's shape: past the end reads zeros
         return rename(call, renames)
     args = list(call.args)
-    positional = [a for a in args if a.keyword is None]
-    mask_arg = next((a for a in args if a.keyword is not None and a.keyword.value == "mask"), None)
-    if mask_arg is None and len(positional) > 1:
-        mask_arg = positional[1]
+    at = mask_index(args)
+    mask_arg = args[at] if at is not None else None
     if mask_arg is not None:
         new_mask = cst.BinaryOperation(cst.parse_expression(f"({code(mask_arg.value)})"), cst.BitAnd(),
                                        _expression(f"({iteration} < {iters})"))
