@@ -351,14 +351,31 @@ def test_a_vector_cast_to_64_bits_is_laid_out_per_tile(amd_target: str, tmp_path
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
-def test_a_carried_offset_tensor_the_copies_read_is_refused() -> None:
-    """`offsets_k += BLOCK_K` each iteration, the masks computed from it: its value in a later iteration is not a
-    definition the copies could re-evaluate in their layout; the kernel is kept as Triton and says why."""
-    text = INT64_OFFSETS.replace("for k in range(0, tl.cdiv(K, BK)):\n", "for k in range(0, tl.cdiv(K, BK)):\n"
+def _carried_offsets(after: str = "") -> str:
+    """INT64_OFFSETS with `offsets_k += BLOCK_K` carried through the loop and the masks computed from it."""
+    return INT64_OFFSETS.replace("for k in range(0, tl.cdiv(K, BK)):\n", "for k in range(0, tl.cdiv(K, BK)):\n"
                                  "        k_mask = offs_k < K\n").replace(
         "(offs_k[None, :] < K - k * BK)", "k_mask[None, :]").replace("(offs_k[:, None] < K - k * BK)",
                                                                       "k_mask[:, None]").replace(
-        "        b_ptrs += BK * stride_bk\n", "        b_ptrs += BK * stride_bk\n        offs_k += BK\n")
+        "        b_ptrs += BK * stride_bk\n", "        b_ptrs += BK * stride_bk\n        offs_k += BK\n" + after)
+
+
+def test_a_carried_offset_tensor_is_read_from_the_loop_variable() -> None:
+    """`offsets_k += BLOCK_K` each iteration (vLLM's scaled_mm): `transpile.passes.induction` reads it as
+    `offs_k + k * BK`, which the copies re-evaluate for any iteration and the K-tail peel proves in bounds."""
+    result = translate_source(_carried_offsets(), "mm64.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    flat = " ".join(result.text.split())
+    assert "k_mask = (offs_k + k * BK) < K" in flat
+    assert flat.count("offs_k += BK") == 1  # only in the source kernel the launcher keeps for other launches
+    assert "num_full = gl.minimum(num_iters, gl.maximum(K, 0) // BK)" in flat
+
+
+def test_a_carried_offset_tensor_read_after_the_loop_is_refused() -> None:
+    """Read after the loop, the carried tensor's last value matters: it stays carried, and a value in a later
+    iteration is not a definition the copies could re-evaluate in their layout; the kernel is kept as Triton and
+    says why."""
+    text = _carried_offsets().replace("    tl.store(c_ptr + offs_m", "    tl.store(c_ptr + offs_k[:, None] + offs_m")
     result = translate_source(text, "mm64.py", get_target("gfx950"))
     assert not result.functions[0].translated  # kept as Triton
     (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]

@@ -104,7 +104,7 @@ VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 # target).
 PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr",
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
-             "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_gemm_persistent", "suite_splitk_atomic",
+             "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
              "suite_desc_persistent"]
 
@@ -211,6 +211,23 @@ def _launcher():  # noqa: ANN202
     namespace: dict = {"triton": None, "_persistent_grid": None}
     exec(LAUNCHER + WARP_PIPELINED_LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
     return namespace["_WarpPipelinedOrTriton"]
+
+
+def test_the_warp_pipelined_launcher_runs_the_source_kernel_where_two_ring_slots_do_not_fit() -> None:
+    """gfx942's 64 KiB of LDS: a 128x256x128 tile of 1-byte elements needs 96 KiB for two slots of its rings (the
+    Gluon kernel would run its loop unpipelined): the source kernel. 128x128x128 (64 KiB) fits: the Gluon kernel.
+    Block sizes an autotuner picks (not among the arguments): the Gluon kernel, whose own check then decides."""
+    calls: list = []
+    rings = ((("BM", "BK"), "a"), (("BK", "BN"), "b"))
+    launcher = _launcher()(_Kernel("gluon", calls), _Kernel("triton", calls), params=("a", "b", "K"), tiles=(),
+                           persistent=None, warps=8, lds=(65536, rings))
+    a, b = _Tensor((4096, 4096), (4096, 1), size=1), _Tensor((4096, 4096), (4096, 1), size=1)
+    for sizes, kernel in (({"BM": 128, "BN": 256, "BK": 128}, "triton"), ({"BM": 128, "BN": 128, "BK": 128}, "gluon"),
+                          ({}, "gluon")):
+        launcher[(1,)](a, b, 4096, num_warps=8, **sizes)
+        assert calls.pop()[0] == kernel, sizes
+    launcher[(1,)](_Tensor((4096, 4096), (4096, 1), size=2), b, 4096, num_warps=8, BM=128, BN=128, BK=128)
+    assert calls.pop()[0] == "triton"  # 16-bit A: 96 KiB
 
 
 def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compiles_and_pays() -> None:

@@ -64,6 +64,9 @@ CASES = {
     "builtin_min": ("offs_k = tl.arange(0, BK)\n    k_end = min(K, 4096)", "0, k_end, BK", "",
                     "offs_k[None, :] + k < k_end"),
     "scaled": ("offs_k = tl.arange(0, BK)", "0, tl.cdiv(K, BK)", "", "offs_k[None, :] * 2 < K - k * BK"),
+    # the form `transpile.passes.induction` writes for a carried `offs_k += BK`, on a widened index (vLLM)
+    "carried_widened": ("offs_k = tl.arange(0, BK).to(tl.int64)", "0, tl.cdiv(K, BK)",
+                        "k_mask = (offs_k + k * BK) < K", "(offs_m[:, None] < M) & k_mask[None, :]"),
     "reversed": ("k_end = K", "0, tl.cdiv(K, BK)", "", "k_end - k * BK > tl.arange(0, BK)[None, :]"),
 }
 
@@ -82,7 +85,7 @@ def peel_of(text: str):  # noqa: ANN201
     return plan, tail_peel(fn, plan) if isinstance(plan, LoopPlan) else None
 
 
-_TL = types.SimpleNamespace(arange=lambda lo, hi: torch.arange(lo, hi), multiple_of=lambda x, _: x,
+_TL = types.SimpleNamespace(arange=lambda lo, hi: torch.arange(lo, hi), multiple_of=lambda x, _: x, int64=torch.int64,
                             cdiv=lambda a, b: -(-a // b))
 _GL = types.SimpleNamespace(maximum=max, minimum=min)
 

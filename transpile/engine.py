@@ -25,6 +25,7 @@ from transpile.analysis.launch_alignment import (
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.analysis.unswitch import unswitch
+from transpile.passes.induction import rewrite_inductions
 from transpile.analysis.vector_loads import own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
     assigned_names,
@@ -185,6 +186,18 @@ def prepare(text: str, path: str) -> Prepared:
         original = source
         # (canonicalisation keeps lines: the lowering's line map, if any, still holds)
         source = parse_source(canonical, path, source.line_map)
+        facts = discover(source)
+    # Index tensors a dot loop advances by a constant, read as functions of the loop variable
+    # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.
+    inducted = rewrite_inductions(source, facts)
+    if inducted is not None:
+        if original is None:
+            original = source
+        lines = line_map(source.text, inducted)
+        earlier = source.line_map
+        if earlier is not None:
+            lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
+        source = parse_source(inducted, path, lines)
         facts = discover(source)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.analysis.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
@@ -767,7 +780,7 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least,
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
-                    no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes)
+                    no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -904,6 +917,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome) -
     amd += ", small=True" if dispatch.small else ""
     amd += ", no_agprs=True" if dispatch.no_agprs else ""
     amd += f", slow_dtypes=({''.join(repr(t) + ', ' for t in dispatch.slow_dtypes)})" if dispatch.slow_dtypes else ""
+    if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
+        amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r})"
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"

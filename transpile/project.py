@@ -599,7 +599,16 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     unflagged_at_least=tuple((n, v) for n, v in data.get("unflagged_at_least", ())),
                     reason=data.get("reason", ""), narrow=bool(data.get("narrow", False)),
                     small=bool(data.get("small", False)), warps=data.get("warps"),
-                    no_agprs=bool(data.get("no_agprs", False)), slow_dtypes=tuple(data.get("slow_dtypes", ())))
+                    no_agprs=bool(data.get("no_agprs", False)), slow_dtypes=tuple(data.get("slow_dtypes", ())),
+                    lds=_lds_of(data.get("lds")))
+
+
+def _lds_of(value: object) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:
+    """`Dispatch.lds` from its JSON form (lists for tuples)."""
+    if not value:
+        return None
+    limit, rings = value  # type: ignore[misc]
+    return int(limit), tuple((tuple(shape), str(pointer)) for shape, pointer in rings)
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

@@ -381,6 +381,27 @@ _TORCH_NAMES = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "
                 "fp32": "float32"}
 
 
+_BITS = {"fp8": 8, "bf8": 8, "i8": 8, "u8": 8, "fp16": 16, "bf16": 16, "i16": 16, "u16": 16, "fp32": 32,
+         "i32": 32, "u32": 32, "tf32": 32, "fp64": 64, "i64": 64, "u64": 64}
+
+
+def _ring_bytes(lds: tuple, signature: dict[str, str], constexprs: dict[str, object]) -> int | None:
+    """One slot of each ring of `Dispatch.lds` at a launch of this signature and these constexprs, in bytes, as the
+    launcher computes it; None where a block size or an element type is not known here."""
+    total = 0
+    for shape, pointer in lds[1]:
+        sizes = [constexprs.get(n) if isinstance(n, str) else n for n in shape]
+        kind = signature.get(pointer, "").lstrip("*")
+        bits = next((b for prefix, b in _BITS.items() if kind.startswith(prefix)), None)
+        if bits is None or not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes):
+            return None
+        elements = 1
+        for n in sizes:
+            elements *= n  # type: ignore[operator]
+        total += elements * bits // 8
+    return total
+
+
 def _isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool, aligned: bool,
                  module, original) -> list[IsaComparison]:  # noqa: ANN001
     source = parse_source(result.original_text, result.source_path)
@@ -414,6 +435,12 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             if slow and gluon:  # a launch the launcher gives the source kernel: that is the variant
                 gluon = False
                 status = f"source kernel at this launch (`{slow[0][1:]}` tensors)"
+            need = _ring_bytes(outcome.dispatch.lds, signature, constexprs) \
+                if outcome.dispatch is not None and outcome.dispatch.lds and outcome.translated else None
+            if need is not None and 2 * need > outcome.dispatch.lds[0] and gluon:  # type: ignore[union-attr]
+                gluon = False  # (the launcher gives it the source kernel)
+                status = (f"source kernel at this launch (two ring slots need {2 * need // 1024} KiB of LDS, "
+                          f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
             ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
             ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()

@@ -22,7 +22,7 @@ the proof does not take stay as written. Facts only: nothing here edits a tree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -45,6 +45,9 @@ class TailPeel:
 
     count: str  # source text, from the kernel's own names: how many leading iterations every dropped term holds on
     dropped: dict[int, tuple[int, ...]]  # a load's statement index in the body -> the indices of its mask's terms
+    # a load's statement index -> its mask's terms, where a mask named by the kernel was expanded into the terms it
+    # binds (`masks_a = masks_am[:, None] & masks_k[None, :]`: the row term stays, the K term is dropped)
+    terms: dict[int, tuple[cst.BaseExpression, ...]] = field(default_factory=dict)
 
 
 def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
@@ -57,12 +60,15 @@ def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
     if lo_poly is None or step_poly is None:
         return None
     dropped: dict[int, tuple[int, ...]] = {}
+    expanded: dict[int, tuple[cst.BaseExpression, ...]] = {}
     counts: list[str] = []
     for load in plan.loads:
         if load.kind != "pointer" or load.mask is None:
             continue
         indices = []
-        for i, term in enumerate(conjuncts(load.mask)):
+        algebra.load_index = load.index
+        terms = algebra.expand(load.mask)
+        for i, term in enumerate(terms):
             count = algebra.holds_for(term, load.index, lo_poly, step_poly)
             if count is not None:
                 indices.append(i)
@@ -70,9 +76,11 @@ def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
                     counts.append(count)
         if indices:
             dropped[load.index] = tuple(indices)
+            if len(terms) != len(conjuncts(load.mask)):
+                expanded[load.index] = tuple(terms)
     if not dropped:
         return None
-    return TailPeel(_nested_minimum(counts), dropped)
+    return TailPeel(_nested_minimum(counts), dropped, expanded)
 
 
 def _nested_minimum(values: list[str]) -> str:
@@ -112,6 +120,19 @@ class _Algebra:
         self.loop_defs = {name for s in self.body for name in _assigned(s)}
         self.vectors: dict[str, tuple[Poly, Poly]] = {}  # arange atom -> (lo, hi)
         self.load_index = 0  # the load whose mask is read: names assigned in the loop before it are expanded
+
+    def expand(self, mask: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The conjuncts of `mask`, a name among them that the kernel binds to a conjunction of several terms
+        replaced by those terms (so a mask may keep its row bound and drop its K bound)."""
+        out: list[cst.BaseExpression] = []
+        for term in conjuncts(mask):
+            bare = unparenthesized(term)
+            value = self.value(bare.value) if isinstance(bare, cst.Name) else None
+            if value is not None and len(conjuncts(value)) > 1:
+                out.extend(self.expand(value))
+            else:
+                out.append(term)
+        return out
 
     # ---- the proof --------------------------------------------------------------------------------------------------
     def holds_for(self, term: cst.BaseExpression, load_index: int, lo: Poly, step: Poly,
@@ -198,6 +219,10 @@ class _Algebra:
             positional = [a.value for a in node.args if a.keyword is None]
             if callee in _PASS_THROUGH and positional:
                 return self.form(positional[0], seen)
+            # `offs.to(tl.int64)`: a widening (or any integer) cast of an index keeps its values
+            if callee == "to" and isinstance(node.func, cst.Attribute) and positional \
+                    and "int" in cst.Module([]).code_for_node(positional[0]):
+                return self.form(node.func.value, seen)
             if callee == "arange" and len(positional) == 2:
                 lo, hi = self.scalar(positional[0]), self.scalar(positional[1])
                 if lo is None or hi is None:

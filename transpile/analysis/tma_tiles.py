@@ -163,6 +163,10 @@ class Dispatch:
     # AMD: launches with a tensor of one of these element types (torch's names) run the source kernel: the target
     # converts them for its matrix cores (gfx942's OCP fp8, through fp16), where the Gluon kernel measured heavier
     slow_dtypes: tuple[str, ...] = ()
+    # AMD: (the target's LDS bytes, the rings as (shape as parameter names or numbers, the pointer parameter whose
+    # element type they hold)): launches whose two ring slots would not fit run the source kernel (the Gluon kernel
+    # would run its loop as translated, unpipelined)
+    lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
 
 
 @dataclass
@@ -983,21 +987,40 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     that ask for other than `warps` warps (or none: Triton's default is 4; two warp groups of 4 run the stages), and,
     with `small`, for launches with a tensor spanning 2 GB or more (the Gluon kernel copies through 32-bit buffer
     offsets), and for launches with a tensor of an element type in `slow_dtypes` (types the target's matrix cores
-    take only converted, where the Gluon kernel measured heavier). With `no_agprs` the Gluon kernel is compiled with
-    its accumulators in VGPRs only, as AMD's own Gluon GEMMs are: with both register files the compiler splits a
-    large accumulator and spills."""
+    take only converted, where the Gluon kernel measured heavier), and, with `lds` (the target's LDS bytes, the
+    rings' shapes and the pointers whose element types they hold), for launches whose block sizes leave no room for
+    two slots of each ring (the Gluon kernel would run its loop unpipelined). With `no_agprs` the Gluon kernel is
+    compiled with its accumulators in VGPRs only, as AMD's own Gluon GEMMs are: with both register files the compiler
+    splits a large accumulator and spills."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False,
-                 slow_dtypes=(), **checks):
+                 slow_dtypes=(), lds=None, **checks):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
         self.warps = warps
         self.small = small
         self.no_agprs = no_agprs
         self.slow_dtypes = slow_dtypes
+        self.lds = lds
 
     def addressable(self, args, kwargs):
         if self.warps is not None and kwargs.get("num_warps") != self.warps:
             return False
+        if self.lds is not None:
+            values = dict(zip(self.params, args))
+            values.update(kwargs)
+            limit, rings = self.lds
+            need = 0
+            for shape, pointer in rings:
+                sizes = [values.get(n) if isinstance(n, str) else n for n in shape]
+                if not all(isinstance(n, int) for n in sizes) or not hasattr(values.get(pointer), "element_size"):
+                    break  # (block sizes an autotuner picks: the kernel decides)
+                elements = 1
+                for n in sizes:
+                    elements *= n
+                need += elements * values[pointer].element_size()
+            else:
+                if 2 * need > limit:
+                    return False
         for value in [*args, *kwargs.values()]:
             if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                 continue

@@ -17,6 +17,7 @@ Targets: gfx942, gfx950, gfx1250 (copy engines: registers, direct-to-LDS `async_
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import libcst as cst
@@ -108,6 +109,7 @@ class AMDWarpPipeline(Rule):
             ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
             ctx.launch_slow_dtypes = SLOW_DTYPES.get(ctx.target.name, ())
+            ctx.launch_lds = _lds_check(ctx, stage_plan)
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
                                                updated.leading_lines))
@@ -126,6 +128,33 @@ class AMDWarpPipeline(Rule):
                                         "two groups of 4 warps."))])
             decorators.append(changed)
         return updated.with_changes(decorators=decorators)
+
+
+def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:
+    """What the launcher needs to tell a launch whose block sizes leave no room for two slots of each ring (the Gluon
+    kernel's `_ring_slots` is then 0 and its loop runs unpipelined, heavier than Triton's own compile): each ring's
+    shape as parameter names or numbers and the pointer parameter whose element type it holds; None where a shape or
+    an element type is not that (the kernel's own check still holds)."""
+    params = {p.name for p in ctx.function.params}
+    site = ctx.plan.dots[_dot_call(sp.loop)]
+    rings = []
+    for load, ring, dtype in zip(sp.loop.loads, sp.rings, (site.operand_dtype, site.b_dtype)):
+        match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
+        if load.kind != "pointer" or match is None or match.group(1) not in params:
+            return None
+        shape: list[str | int] = []
+        for dim in ring.shape:
+            dim = dim.strip()
+            if dim.isdigit():
+                shape.append(int(dim))
+            elif dim in params:
+                shape.append(dim)
+            else:
+                return None
+        rings.append((tuple(shape), match.group(1)))
+    if ctx.launch_lds is not None and ctx.launch_lds[1] != tuple(rings):
+        return None  # (several pipelined loops with other rings: each loop's own check holds)
+    return sp.lds_limit, tuple(rings)
 
 
 class _ConfigWarps(cst.CSTTransformer):
@@ -171,7 +200,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
         statement = body[load.index]
         if not guard and peel is not None and load.index in peel.dropped:
-            statement = _without_terms(statement, load, peel.dropped[load.index])
+            statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
         if engine == "registers":
             return f"{pad}{dest}.store({later_load(statement, renames, iteration, iters, load, guard)})"
         if load.kind == "pointer":  # a copy call: the load's own arguments, the slot (or the ring) first
@@ -335,9 +364,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     return "\n".join(header) + "\n"
 
 
-def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...]) -> cst.BaseStatement:
+def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],
+                   expanded: tuple[cst.BaseExpression, ...] | None = None) -> cst.BaseStatement:
     """The load `statement` with the terms `drop` of its mask left out (its `other` too, where none is left); as
-    written where its mask does not have the source's terms."""
+    written where its mask does not have the source's terms. `expanded`: the mask's terms where the peel expanded a
+    name the kernel binds to several (`TailPeel.terms`)."""
     line = statement.body[0]  # type: ignore[attr-defined]
     call = line.value
     args = list(call.args)
@@ -347,9 +378,13 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
     terms = conjuncts(args[at].value)
     if len(terms) != len(conjuncts(load.mask)):
         return statement
+    if expanded is not None:
+        terms = [t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                 if isinstance(t, (cst.Comparison, cst.BinaryOperation, cst.BooleanOperation)) and not t.lpar else t
+                 for t in expanded]
     kept = [t for i, t in enumerate(terms) if i not in drop]
     if kept:
-        mask = kept[0]
+        mask = kept[0] if len(kept) > 1 or expanded is None else kept[0].with_changes(lpar=[], rpar=[])
         for term in kept[1:]:
             mask = cst.BinaryOperation(mask, cst.BitAnd(), term)
         args[at] = args[at].with_changes(value=mask)

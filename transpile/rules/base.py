@@ -90,6 +90,8 @@ class RuleContext:
     launch_no_agprs: bool = False
     # AMD: launches with tensors of these element types run the source kernel (`Dispatch.slow_dtypes`)
     launch_slow_dtypes: tuple[str, ...] = ()
+    # AMD: the LDS a launch needs for two slots of each ring (`Dispatch.lds`)
+    launch_lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
 

@@ -1,0 +1,281 @@
+"""Index tensors a dot loop advances by a constant, written as a function of the loop variable.
+
+Public GEMMs often carry the K offsets of their tiles through the loop and advance them at its end::
+
+    offs_k = tl.arange(0, BLOCK_K)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        mask_k = offs_k < K
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :])
+        ...
+        offs_k += BLOCK_K
+
+(vLLM's `scaled_mm`, FlagGems' `bmm`, ...). Such a tensor is a loop-carried value: its layout is fixed by the loop, and
+a pipelined copy issued ahead of the consumer (in the layout of its own 16-byte transfers, for a later iteration)
+cannot read it. But its value is the invariant start plus a multiple of the loop index, so this pass writes the reads
+that way and drops the advance::
+
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        mask_k = (offs_k + k * BLOCK_K) < K
+
+which every later analysis reads as an affine function of the loop variable (the copies re-evaluate it for any
+iteration; `transpile.analysis.tile_bounds` proves the mask true on full tiles, so the K tail is peeled).
+
+Only a tensor that is certainly an index is rewritten: its one assignment outside the loop is in the loop's own block,
+before it, and calls `arange`; the loop assigns it only by `x += c` / `x = x + c` at its top level, with `c` invariant
+in the loop, after every read of it in the iteration; it is never a load's or store's pointer (those are the pointer
+rings' carried state, which the rules advance themselves); and nothing after the loop reads it. Anything else is left
+as written. The rewrite is exact for the values an `int32` index reaches (`k * BLOCK_K` is computed in the loop
+variable's type, as Triton computes the source's own `k * BLOCK_K` terms).
+
+`rewrite_inductions(source, facts)` returns the new module text, or None when nothing changes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.cst_utils import assigned_names, calls_in, module_code, names_in
+from transpile.discover import ModuleFacts, language_name
+from transpile.source import SourceFile
+
+_MEMORY = ("load", "store", "core.load", "core.store")
+_DOTS = ("dot", "core.dot", "dot_scaled", "core.dot_scaled")
+
+
+def rewrite_inductions(source: SourceFile, facts: ModuleFacts) -> str | None:
+    functions = {fn.node for fn in facts.functions.values()}
+    changed = False
+    body = []
+    for statement in source.module.body:
+        if statement in functions:
+            new = _function(source, statement)  # type: ignore[arg-type]
+            changed |= new is not None
+            body.append(new or statement)
+        else:
+            body.append(statement)
+    return module_code(source.module.with_changes(body=body)) if changed else None
+
+
+def _function(source: SourceFile, fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """`fn` with its dot loops' index tensors rewritten, or None where none is."""
+    counts: dict[str, int] = {}  # name -> assignments anywhere in the function
+
+    class _Count(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            for name in assigned_names(node):
+                counts[name] = counts.get(name, 0) + 1
+
+    fn.visit(_Count())
+    rewriter = _Blocks(source, counts, fn)
+    if not rewriter.any(fn):
+        return None
+    new = fn.visit(rewriter)
+    return new if rewriter.changed else None  # type: ignore[return-value]
+
+
+class _Blocks(cst.CSTTransformer):
+    """Rewrites each dot loop of a statement block against the statements around it in that block."""
+
+    def __init__(self, source: SourceFile, counts: dict[str, int], fn: cst.FunctionDef) -> None:
+        super().__init__()
+        self.source = source
+        self.counts = counts
+        self.fn = fn
+        self.changed = False
+
+    def any(self, fn: cst.FunctionDef) -> bool:
+        return any(isinstance(s, cst.For) for s in _all_statements(fn))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+                            ) -> cst.IndentedBlock:
+        # (names resolve on the original nodes: a loop is read there, and replaced whole where it is rewritten)
+        statements = list(updated_node.body)
+        originals = list(original_node.body)
+        changed = False
+        for i, statement in enumerate(originals):
+            if isinstance(statement, cst.For):
+                new = self._loop(statement, originals[:i])
+                if new is not statement:
+                    statements[i] = new
+                    changed = self.changed = True
+        return updated_node.with_changes(body=statements) if changed else updated_node
+
+    def _loop(self, loop: cst.For, before: list[cst.BaseStatement]) -> cst.For:
+        if not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call) \
+                or not isinstance(loop.body, cst.IndentedBlock):
+            return loop
+        qualified = self.source.qualified_name(loop.iter.func)
+        if not ((isinstance(loop.iter.func, cst.Name) and loop.iter.func.value == "range")
+                or language_name(qualified) == "range"):
+            return loop
+        if not any(language_name(self.source.qualified_name(c.func)) in _DOTS for c in calls_in(loop.body)):
+            return loop
+        bounds = [a.value for a in loop.iter.args if a.keyword is None]
+        if not 1 <= len(bounds) <= 3:
+            return loop
+        lo = bounds[0] if len(bounds) >= 2 else None
+        step = bounds[2] if len(bounds) == 3 else None
+        var = loop.target.value
+        body = list(loop.body.body)
+        assigned_in_loop: set[str] = {var}
+        for s in _all_statements(loop.body):
+            assigned_in_loop |= assigned_names(s) if isinstance(s, cst.SimpleStatementLine) else set()
+            if isinstance(s, cst.For):
+                assigned_in_loop |= names_in(s.target)
+        drops: dict[int, tuple[str, cst.BaseExpression]] = {}
+        for i, statement in enumerate(body):
+            advance = _advance(statement)
+            if advance is None:
+                continue
+            name, by = advance
+            if names_in(by) & assigned_in_loop or self.counts.get(name) != 2:
+                continue
+            start = _definition(before, name)
+            # (written nowhere but from its definition to this loop: not after the loop, not around it)
+            if start is None or _uses(self.fn, name) != sum(_uses(s, name) for s in before[start[0]:]) \
+                    + _uses(loop, name):
+                continue
+            if not any(language_name(self.source.qualified_name(c.func)) in ("arange", "core.arange")
+                       for c in calls_in(start[1])):
+                continue
+            if any(name in names_in(s) for s in body[i + 1:]) or _is_pointer(self.source, loop.body, name):
+                continue
+            if not any(name in names_in(s) for s in body[:i]):
+                continue
+            drops[i] = (name, by)
+        if not drops:
+            return loop
+        replacements = {name: _at_iteration(name, by, var, lo, step) for name, by in drops.values()}
+        new_body = [_Substitute(replacements).transform(s) for i, s in enumerate(body) if i not in drops]
+        # (a blank line or comment above a dropped advance stays with the statement that follows it)
+        for i in sorted(drops, reverse=True):
+            lines = body[i].leading_lines  # type: ignore[attr-defined]
+            kept = i - sum(1 for j in drops if j < i)
+            if lines and kept < len(new_body):
+                new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
+        return loop.with_changes(body=loop.body.with_changes(body=new_body))
+
+
+def _all_statements(node: cst.CSTNode) -> list[cst.BaseStatement]:
+    found: list[cst.BaseStatement] = []
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            found.append(node)
+
+        def visit_For(self, node: cst.For) -> None:
+            found.append(node)
+
+    node.visit(_Visitor())
+    return found
+
+
+def _advance(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
+    """`x += c` or `x = x + c` as a statement of its own: (x, c)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+            and isinstance(small.target, cst.Name):
+        return small.target.value, small.value
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add) \
+            and isinstance(small.value.left, cst.Name) and small.value.left.value == small.targets[0].target.value:
+        return small.value.left.value, small.value.right
+    return None
+
+
+def _definition(before: list[cst.BaseStatement], name: str) -> tuple[int, cst.BaseExpression] | None:
+    """The index and value of `name = ...`, a statement of `before` that assigns `name` alone."""
+    for i, statement in enumerate(before):
+        if isinstance(statement, cst.SimpleStatementLine) and name in assigned_names(statement):
+            small = statement.body[0] if len(statement.body) == 1 else None
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                return i, small.value
+    return None
+
+
+def _uses(node: cst.CSTNode, name: str) -> int:
+    """How many times `name` is written in `node` (reads and assignments; not attribute or keyword names)."""
+    found = [0]
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found[0] += node.value == name
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+    node.visit(_Visitor())
+    return found[0]
+
+
+def _is_pointer(source: SourceFile, body: cst.CSTNode, name: str) -> bool:
+    """`name` is, or starts, the pointer argument of a load or store in `body` (`tl.load(x)`, `tl.load(x + d)`)."""
+    for call in calls_in(body):
+        if language_name(source.qualified_name(call.func)) not in _MEMORY or not call.args:
+            continue
+        pointer = call.args[0].value
+        while isinstance(pointer, cst.BinaryOperation) and isinstance(pointer.operator, (cst.Add, cst.Subtract)):
+            pointer = pointer.left
+        if isinstance(pointer, cst.Subscript):
+            pointer = pointer.value
+        if isinstance(pointer, cst.Name) and pointer.value == name:
+            return True
+    return False
+
+
+def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(node, (cst.Name, cst.Integer, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).replace(" ", "")
+
+
+def _at_iteration(name: str, by: cst.BaseExpression, var: str, lo: cst.BaseExpression | None,
+                  step: cst.BaseExpression | None) -> cst.BaseExpression:
+    """`name` advanced to the current iteration: `name + index * by`, the index written as simply as the loop allows
+    (`k`, `k - lo`, `k // step`, or just `k` when the loop steps by `by` itself)."""
+    index: cst.BaseExpression = cst.Name(var)
+    zero = lo is None or _code(lo) == "0"
+    if not zero:
+        index = cst.BinaryOperation(index, cst.Subtract(), _paren(lo))  # type: ignore[arg-type]
+    if step is not None and _code(step) == _code(by):
+        term: cst.BaseExpression = _paren(index)
+    else:
+        if step is not None and _code(step) != "1":
+            index = cst.BinaryOperation(_paren(index), cst.FloorDivide(), _paren(step))
+        term = cst.BinaryOperation(_paren(index), cst.Multiply(), _paren(by.with_changes(lpar=[], rpar=[])
+                                                                          if isinstance(by, cst.Name) else by))
+    return cst.BinaryOperation(cst.Name(name), cst.Add(), term, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, replacements: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def transform(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+        return statement.visit(self)  # type: ignore[return-value]
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.replacements.get(updated_node.value, updated_node)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        # `x.dtype`: the attribute name itself is never substituted (only the value it is read from is)
+        if isinstance(original_node.attr, cst.Name) and updated_node.attr is not original_node.attr:
+            return updated_node.with_changes(attr=original_node.attr)
+        return updated_node
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        # `mask=...`: a keyword is a parameter's name, not a read
+        return updated_node.with_changes(keyword=original_node.keyword) if original_node.keyword else updated_node
