@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `transpile` console script and of `python -m transpile`."""
     args = list(sys.argv[1:] if argv is None else argv)
     tune_gc()
+    if argv is None:  # the process is the command's own
+        _stop_on_sigterm()
     try:
         if args and args[0] in SUBCOMMANDS:
             tools(args, prog_name="transpile")
@@ -249,6 +251,26 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`kill`, a CI job cancelled) ends the run as Ctrl-C does: by an exception, so that cleanups run (no
+    temporary file is left: `transpile.atomic`) and nothing is half-written; exit status 143 (128 + SIGTERM). Worker
+    processes forked later keep the default action."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
+        pid = os.getpid()
+
+        def stop(signum: int, frame: object) -> None:
+            if os.getpid() != pid:  # a worker process: die as before
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, stop)
 
 
 __all__ = ["main"]

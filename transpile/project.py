@@ -8,13 +8,13 @@ import fnmatch
 import gc
 import os
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transpile import __version__
 from transpile.analysis.tma_tiles import Dispatch, Tile
+from transpile.atomic import write_atomic
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.cache import TranslationCache, recording, stop_recording
 from transpile.engine import (
@@ -430,13 +430,17 @@ class Project:
         results: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
         try:
             with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-                for source, (outcome, files) in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
-                    for target in wanted[source]:
-                        item = outcome[target.name]
-                        if isinstance(item, TranslationResult):
-                            item.target = target  # sent back without it (rules and snippets stay here)
-                        results[(source, target.name)] = item
-                        self._store(source, texts[source] or "", target, item, files)
+                try:
+                    for source, (outcome, files) in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
+                        for target in wanted[source]:
+                            item = outcome[target.name]
+                            if isinstance(item, TranslationResult):
+                                item.target = target  # sent back without it (rules and snippets stay here)
+                            results[(source, target.name)] = item
+                            self._store(source, texts[source] or "", target, item, files)
+                except BaseException:  # interrupted (Ctrl-C, SIGTERM): the files not yet started are not waited for
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         except (OSError, concurrent.futures.process.BrokenProcessPool):
             return {}  # no processes here (a sandbox): translate in this one
         return results
@@ -647,24 +651,6 @@ def _not_ours(path: Path) -> str:
     except OSError as exc:
         return f"cannot be read ({exc.strerror})"
     return "" if is_generated(head) else "holds a file triton-transpile did not write (no generated-file header)"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and an atomic rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 __all__ = ["Config", "Outcome", "Project", "Run", "load_config", "tune_gc", "write_atomic"]
