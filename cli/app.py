@@ -18,7 +18,7 @@ from rich.table import Table
 
 from transpile import __version__
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.project import Project, Run, load_config, tune_gc, write_atomic
+from transpile.project import Project, Run, project_config, tune_gc, write_atomic
 from transpile.source import read_text
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -70,8 +70,9 @@ def translate(
     ),
     source_root: Optional[Path] = typer.Option(
         None, "--source-root",
-        help="With --out-dir: the directory whose tree is mirrored (default: the project root, the directory of the "
-        "nearest pyproject.toml; without one, the common parent of PATH...).",
+        help="With --out-dir: the directory whose tree is mirrored (default: the project root, found from PATH...: the "
+        "nearest pyproject.toml with [tool.triton-transpile], else with a pyproject.toml or .git; outside any "
+        "project, the common parent of PATH...).",
     ),
     diff: bool = typer.Option(False, "--diff", help="Write nothing; print unified diffs of what would change."),
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing missing or stale variants."),
@@ -91,7 +92,7 @@ def translate(
     if diff and check:
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
     try:
-        config = load_config(Path.cwd())
+        config = project_config(paths)
         project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always=gluon_always,
                           source_root=source_root, cache=not no_cache)
     except TranspileError as exc:
@@ -151,7 +152,7 @@ def explain(
         _fail(Diagnostic(str(timeline), 1, 1, "TT004", "--timeline writes an SVG picture: give a file path ending in "
                          "`.svg`" + (" (this is a directory)" if timeline.is_dir() else "")))
     try:
-        config = load_config(Path.cwd())
+        config = project_config([file])
         project = Project(config, _targets(target), None, [], gluon_always)
         reports = [explain_file(file, t, project.display(file), project.gluon_always) for t in project.targets]
         text = read_text(file)
@@ -203,7 +204,7 @@ def verify(
             data = json.loads(values_file.read_text(encoding="utf-8"))
             values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
         values.update(parse_values(list(value or [])))
-        config = load_config(Path.cwd())
+        config = project_config([file])
         project = Project(config, _targets(target), None, [], gluon_always)
         if isa:
             _verify_isa(file, project, values, not first_config, not unaligned, output_format)

@@ -56,3 +56,51 @@ def test_an_interrupted_write_leaves_no_temporary_file(signal_name: str, tmp_pat
     written = (tmp_path / "vector_add_gfx942.py").read_text(encoding="utf-8")
     assert_clean_exit(cli("vector_add.py", "-t", "gfx942", "--no-cache", "--check"), 0)
     assert written == (tmp_path / "vector_add_gfx942.py").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 4. The project root comes from the files, not from the current directory
+
+@pytest.mark.parametrize("marker", ["pyproject", "git"])
+def test_the_same_output_from_any_directory(marker: str, tmp_path: Path, cli, fixture_copy, tree) -> None:
+    """Run from the project root, from outside the project and from a subdirectory: the same variants, byte for
+    byte; `--check` finds them up to date from anywhere. A nested pyproject.toml without the tool's table (a
+    sub-package's) does not make a root of its own."""
+    project = tmp_path / "proj"
+    fixture_copy("vector_add", into=project / "pkg" / "kernels")
+    if marker == "pyproject":
+        (project / "pyproject.toml").write_text('[tool.triton-transpile]\ntargets = ["gfx942"]\n', encoding="utf-8")
+        (project / "pkg" / "pyproject.toml").write_text('[project]\nname = "pkg"\n', encoding="utf-8")
+        targets: list[str] = []
+    else:
+        (project / ".git").mkdir()
+        targets = ["-t", "gfx942"]
+    Cli = type(cli)
+    assert_clean_exit(Cli(project)("pkg/kernels", *targets), 0)
+    variant = project / "pkg" / "kernels" / "vector_add_gfx942.py"
+    header = variant.read_text(encoding="utf-8").splitlines()
+    assert header[0].endswith("from pkg/kernels/vector_add.py: do not edit by hand."), header[0]
+    assert header[2] == "# regenerate: transpile pkg/kernels/vector_add.py --target gfx942"
+    before = tree(project)
+    for cwd, path in ((tmp_path, "proj/pkg/kernels"), (project / "pkg", "kernels/vector_add.py"),
+                      (project / "pkg" / "kernels", ".")):
+        result = Cli(cwd)(path, *targets, "--check")
+        assert_clean_exit(result, 0)
+        assert diagnostics(result.stderr) == [], (cwd, result.stderr)
+        result = Cli(cwd)(path, *targets)
+        assert_clean_exit(result, 0)
+        assert "1 unchanged" in result.stderr, (cwd, result.stderr)
+        assert tree(project) == before, cwd
+
+
+def test_paths_of_two_projects_are_a_usage_error(tmp_path: Path, cli, fixture_copy, tree) -> None:
+    for name in ("a", "b"):
+        fixture_copy("vector_add", into=tmp_path / name)
+        (tmp_path / name / "pyproject.toml").write_text('[tool.triton-transpile]\ntargets = ["sm90"]\n',
+                                                        encoding="utf-8")
+    before = tree(tmp_path)
+    result = cli("a/vector_add.py", "b/vector_add.py")
+    assert_clean_exit(result, 2)
+    ((path, _, _, code, message),) = diagnostics(result.stderr)
+    assert (path, code) == ("<command line>", "TT004") and "different projects" in message
+    assert tree(tmp_path) == before

@@ -54,25 +54,54 @@ def tune_gc() -> None:
 
 @dataclass
 class Config:
-    """`[tool.triton-transpile]` of the nearest pyproject.toml (root: the directory holding it, else the cwd)."""
+    """`[tool.triton-transpile]` of the project the files belong to (`project_config`)."""
 
     root: Path
     targets: list[str] = field(default_factory=list)
-    pyproject: Path | None = None  # the pyproject.toml the root comes from (None: no pyproject.toml found)
+    pyproject: Path | None = None  # the project root's pyproject.toml (None: the root is a .git's, or the cwd)
     out_dir: Path | None = None
     exclude: list[str] = field(default_factory=list)
     gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
+    anchored: bool = False  # the root is a project's (a pyproject.toml or .git there), not the current directory
 
 
-def load_config(start: Path) -> Config:
+def project_config(paths: list[Path], cwd: Path | None = None) -> Config:
+    """The configuration of the project that `paths` belong to, found from the files, never from where the command
+    runs (`load_config`), so that headers, messages and `--check` are the same from any directory. Paths that do not
+    exist are left out (they are reported later); none left: the current directory's project. Paths of two projects:
+    TT004 (run once per project)."""
+    cwd = cwd or Path.cwd()
+    starts = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
+    configs: dict[Path, Config] = {}
+    for start in dict.fromkeys(starts or [cwd.resolve()]):
+        config = load_config(start, fallback=cwd)
+        configs.setdefault(config.root.resolve(), config)
+    if len(configs) > 1:
+        roots = ", ".join(f"`{root}`" for root in configs)
+        raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004", f"the paths belong to different projects "
+                                        f"({roots}): run triton-transpile once per project"))
+    return next(iter(configs.values()))
+
+
+def load_config(start: Path, fallback: Path | None = None) -> Config:
+    """The project of the directory `start`: its root is the nearest directory at or above `start` whose
+    pyproject.toml has a `[tool.triton-transpile]` table (the search ends at the top of a git repository: a `.git`);
+    else the nearest one with a pyproject.toml or a `.git`; else `fallback` (default: `start`)."""
+    nearest: Config | None = None
     for directory in [start, *start.parents]:
         pyproject = directory / "pyproject.toml"
         if pyproject.is_file():
-            return _read_config(pyproject)
-    return Config(root=start)
+            config, configured = _read_config(pyproject)
+            if configured:
+                return config
+            nearest = nearest or config
+        if (directory / ".git").exists():
+            return nearest or Config(root=directory, anchored=True)
+    return nearest or Config(root=fallback if fallback is not None else start)
 
 
-def _read_config(pyproject: Path) -> Config:
+def _read_config(pyproject: Path) -> tuple[Config, bool]:
+    """The configuration in `pyproject`, and whether it has a `[tool.triton-transpile]` table."""
     try:
         import tomllib  # Python >= 3.11
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -81,8 +110,9 @@ def _read_config(pyproject: Path) -> Config:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
+    configured = "triton-transpile" in data.get("tool", {})
     section = data.get("tool", {}).get("triton-transpile", {})
-    config = Config(root=pyproject.parent, pyproject=pyproject)
+    config = Config(root=pyproject.parent, pyproject=pyproject, anchored=True)
     known = {"targets", "out-dir", "exclude", "gluon-always"}
     for key in section:
         if key not in known:
@@ -104,7 +134,7 @@ def _read_config(pyproject: Path) -> Config:
     if not isinstance(gluon_always, bool):
         raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`gluon-always` must be true or false"))
     config.gluon_always = gluon_always
-    return config
+    return config, configured
 
 
 @dataclass
@@ -234,7 +264,7 @@ class Project:
             return self.source_root
         resolved = self._resolve(source)
         root = self._resolve(self.config.root)
-        if self.config.pyproject is not None and resolved.is_relative_to(root):
+        if self.config.anchored and resolved.is_relative_to(root):
             return root
         if self._paths_root is not None:
             return self._paths_root
@@ -249,7 +279,7 @@ class Project:
             parts.append("--gluon-always")
         if self.out_dir is not None:
             root = self.mirror_root(source)
-            if self.config.pyproject is None or root != self._resolve(self.config.root):
+            if not self.config.anchored or root != self._resolve(self.config.root):
                 # Not the default root: the command names it, so that it writes the same path when run alone.
                 parts += ["--source-root", self.display(root) or "."]
         return shlex.join(parts)
@@ -653,4 +683,4 @@ def _not_ours(path: Path) -> str:
     return "" if is_generated(head) else "holds a file triton-transpile did not write (no generated-file header)"
 
 
-__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "tune_gc", "write_atomic"]
+__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "project_config", "tune_gc", "write_atomic"]
