@@ -1,6 +1,6 @@
 """The `transpile` command line: argument parsing (Typer), output (rich), exit codes. Logic lives in `transpile/`.
 
-Exit codes: 0 fine, 1 a check failed (stale/missing variant, a kernel that does not compile, `--fail-on-write` wrote
+Exit codes: 0 fine, 1 a check failed (stale/missing/orphaned variant, a kernel that does not compile, `--fail-on-write` wrote
 something), 2 bad usage or bad input.
 """
 
@@ -114,6 +114,9 @@ def _report(run: Run, mode: str) -> None:
     for outcome in run.outcomes:
         if mode == "diff" and outcome.diff:
             _print_diff(outcome.diff)
+        elif mode == "check" and outcome.status == "orphaned":
+            err.print(f"{outcome.variant}:{outcome.line}:{outcome.col}: TT022 variant is orphaned ({outcome.reason}); "
+                      f"delete it (`{outcome.command}`) or restore its source", highlight=False)
         elif mode == "check" and outcome.status in ("missing", "stale"):
             code = "TT021" if outcome.status == "missing" else "TT020"
             reason = f" ({outcome.reason})" if outcome.reason else ""

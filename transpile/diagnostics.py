@@ -36,6 +36,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "pipelines on the target, a refusal, or a kept caller/helper"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
+    "TT022": (Severity.ERROR, "variant is orphaned: the source its header names does not exist (deleted or renamed); "
+                              "`--check` over a directory"),
     "TT042": (Severity.NOTE, "sm90: a pointer GEMM's tiles read through TMA descriptors (the source kernel kept for "
                              "launches they cannot address), or why not"),
     "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag and whose "

@@ -8,6 +8,7 @@ import fnmatch
 import gc
 import os
 import shlex
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.cache import TranslationCache, recording, stop_recording
 from transpile.engine import (
     HEADER_HASH,
+    HEADER_SOURCE,
     HEADER_TOOL,
     KernelOutcome,
     Prepared,
@@ -29,7 +31,7 @@ from transpile.engine import (
     variant_path,
 )
 from transpile.formatting import FormatError, FormatStyle, format_texts, project_style, same_code
-from transpile.source import parse_source, read_text
+from transpile.source import decode_source, parse_source, read_text
 from transpile.targets import Target, get_target
 
 # A run over at least this many files translates them in worker processes (`Project._translate_in_parallel`);
@@ -144,14 +146,17 @@ class Outcome:
     source: str
     target: str
     variant: str
-    status: str  # written | unchanged | missing | stale | up-to-date | would-write | error | skipped
+    status: str  # written | unchanged | missing | stale | up-to-date | would-write | error | skipped | orphaned
     command: str
     reason: str = ""
     diff: str = ""
     kernels: list[dict[str, object]] = field(default_factory=list)
+    line: int = 1  # where in the variant the message points (an orphan: at the source path in its header)
+    col: int = 1
 
     def as_dict(self) -> dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k != "diff" or v}
+        return {k: v for k, v in self.__dict__.items()
+                if (k != "diff" or v) and (k not in ("line", "col") or self.status == "orphaned")}
 
 
 @dataclass
@@ -164,7 +169,7 @@ class Run:
     def exit_code(self) -> int:
         if any(d.severity is Severity.ERROR for d in self.diagnostics):
             return 2
-        if any(o.status in ("missing", "stale") for o in self.outcomes):
+        if any(o.status in ("missing", "stale", "orphaned") for o in self.outcomes):
             return 1
         return 0
 
@@ -354,8 +359,60 @@ class Project:
             if bar is not None:
                 bar.stop()
         self._finish(pending, mode, style, result)
+        if mode == "check":
+            self._orphans(paths, result)
         result.seconds = time.perf_counter() - started
         return result
+
+    def _orphans(self, paths: list[Path], run: Run) -> None:
+        """`--check` over a directory: the variants the tool wrote there (or in its mirror under the out-dir) whose
+        header names a source that no longer exists (deleted, or renamed: the new name's variant is another file)."""
+        directories: list[Path] = []
+        for path in paths:
+            if not path.is_dir():
+                continue
+            directories.append(path)
+            if self.out_dir is not None:
+                out_dir = self.out_dir if self.out_dir.is_absolute() else Path.cwd() / self.out_dir
+                try:
+                    directories.append(out_dir / self._resolve(path).relative_to(self.mirror_root(path / "_")))
+                except ValueError:
+                    pass
+        seen: set[Path] = set()
+        for directory in directories:
+            for root, dirs, names in os.walk(directory):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                for name in sorted(names):
+                    variant = Path(root) / name
+                    resolved = self._resolve(variant)
+                    if not name.endswith(".py") or resolved in seen or self.excluded(variant):
+                        continue
+                    seen.add(resolved)
+                    orphan = self._orphan(variant)
+                    if orphan is not None:
+                        run.outcomes.append(orphan)
+
+    def _orphan(self, variant: Path) -> Outcome | None:
+        """`variant`'s outcome if it is a variant the tool wrote whose source no longer exists, else None."""
+        try:
+            if not stat.S_ISREG(variant.stat().st_mode):
+                return None
+            with variant.open("rb") as handle:
+                head = decode_source(handle.read(2000), errors="replace")
+        except OSError:
+            return None
+        header = HEADER_SOURCE.search(head)
+        if header is None:
+            return None
+        target, source = header.group(1), header.group(2)
+        # As the header names it (relative to the project root); a header written by a run whose root was the
+        # current directory may name it beside the variant.
+        if (self.config.root / source).exists() or (variant.parent / Path(source).name).exists():
+            return None
+        shown = self.display(variant)
+        return Outcome(source, target, shown, "orphaned", f"rm {shlex.quote(shown)}",
+                       f"its source `{source}` does not exist", line=head.count("\n", 0, header.start(2)) + 1,
+                       col=header.start(2) - head.rfind("\n", 0, header.start(2)))
 
     def _collisions(self, sources: list[Path], run: Run, mode: str = "write") -> bool:
         """TT006 for every variant path two sources (or a source and itself a source) would share, and, when writing,

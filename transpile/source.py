@@ -153,6 +153,11 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def decode_source(data: bytes, errors: str = "strict") -> str:
+    """The text of a Python file's bytes."""
+    return data.decode("utf-8", errors)
+
+
 def read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
