@@ -1,7 +1,7 @@
 """The `transpile` command line: argument parsing (Typer), output (rich), exit codes. Logic lives in `transpile/`.
 
-Exit codes: 0 fine, 1 a check failed (stale/missing/orphaned variant, a kernel that does not compile, `--fail-on-write` wrote
-something), 2 bad usage or bad input.
+Exit codes: 0 fine, 1 a check failed (stale/missing/orphaned variant, a kernel that does not compile,
+`--fail-on-write` wrote something), 2 bad usage or bad input.
 """
 
 from __future__ import annotations
