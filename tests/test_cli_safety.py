@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -140,3 +141,32 @@ def test_check_reports_orphaned_variants(out_dir: str | None, tmp_path: Path, cl
     assert result.exit_code == 1
     orphans = [o for o in json.loads(result.stdout)["outcomes"] if o["status"] == "orphaned"]
     assert sorted(o["variant"] for o in orphans) == [f"{where}/softmax_gfx942.py", f"{where}/vector_add_gfx942.py"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 6. verify keeps the user's num_warps
+
+@pytest.mark.slow
+def test_verify_compiles_what_runs_at_the_users_warps(repo_cli) -> None:
+    """A warp-pipelined AMD kernel runs as Gluon at 8 warps only; its launcher runs the source kernel at others:
+    `-v num_warps=4` compiles that, at 4 warps, and says so; the Gluon kernel is not reported as compiling."""
+    result = repo_cli.subprocess("verify", "fixtures/matmul_splitk.py", "-t", "gfx950", "--values-file",
+                                 "fixtures/verify.json", "-v", "num_warps=4", env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if "gfx950" in line]
+    assert len(rows) == 1, result.stdout
+    assert re.search(r"_matmul_splitk_kernel_triton \(kept as Triton\)\s+│ given values \(num_warps=4: the launcher "
+                     r"runs the source kernel; the Gluon kernel runs at 8 only\)\s+│ compiles", rows[0]), rows[0]
+
+
+@pytest.mark.slow
+def test_verify_fails_where_the_users_warps_cannot_run_the_variant(repo_cli) -> None:
+    """An autotuned warp-pipelined kernel: its configs launch it with 8 warps; `-v num_warps=4` is no launch of the
+    variant: reported as failing, never compiled at 8 instead."""
+    result = repo_cli.subprocess("verify", "fixtures/matmul_grouped.py", "-t", "gfx950", "--values-file",
+                                 "fixtures/verify.json", "--first-config", "-v", "num_warps=4", env={"COLUMNS": "250"})
+    assert result.exit_code == 1, result.output
+    assert re.search(r"matmul_kernel\s+│ config 0\s+│ fails: the variant's kernel runs at num_warps=8 only \(its "
+                     r"autotune configs launch it with 8\): num_warps=4 is not a launch of it", result.stdout), \
+        result.stdout
+    assert "compiles" not in result.stdout
