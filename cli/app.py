@@ -18,7 +18,7 @@ from rich.table import Table
 
 from transpile import __version__
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.project import Project, Run, project_config, tune_gc, write_atomic
+from transpile.project import Project, Run, cannot_write, project_config, tune_gc, write_atomic
 from transpile.source import read_text
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -154,6 +154,8 @@ def explain(
         # (a mistyped path must never overwrite a kernel: `--timeline kernels/matmul.py`)
         _fail(Diagnostic(str(timeline), 1, 1, "TT004", "--timeline writes an SVG picture: give a file path ending in "
                          "`.svg`" + (" (this is a directory)" if timeline.is_dir() else "")))
+    if timeline is not None and cannot_write(timeline):
+        _fail(Diagnostic(str(timeline), 1, 1, "TT008", f"cannot write the timeline: {cannot_write(timeline)}"))
     try:
         config = project_config([file])
         project = Project(config, _targets(target), None, [], gluon_always)
@@ -173,7 +175,10 @@ def explain(
             err.print(f"{project.display(file)}: no loop is pipelined for {', '.join(target)}; no timeline "
                       "written", markup=False, highlight=False)
             raise typer.Exit(1)
-        write_atomic(timeline, render_svg(panels))
+        try:
+            write_atomic(timeline, render_svg(panels))
+        except OSError as exc:
+            _fail(Diagnostic(str(timeline), 1, 1, "TT008", f"cannot write the timeline: {exc.strerror or exc}"))
         out.print(f"timeline written to {timeline}")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import assert_clean_exit, diagnostics
+from test_cli import MIXED, assert_clean_exit, diagnostics
 
 # --------------------------------------------------------------------------------------------------------------------
 # 3. An interrupted write leaves no temporary file
@@ -170,3 +170,97 @@ def test_verify_fails_where_the_users_warps_cannot_run_the_variant(repo_cli) -> 
                      r"autotune configs launch it with 8\): num_warps=4 is not a launch of it", result.stdout), \
         result.stdout
     assert "compiles" not in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 7. Write and configuration errors: a located message, exit 2, nothing written, no traceback
+
+def test_out_dir_naming_a_file(tmp_path: Path, cli, fixture_copy, tree) -> None:
+    fixture_copy("vector_add", "softmax")
+    (tmp_path / "out").write_text("a file\n", encoding="utf-8")
+    before = tree(tmp_path)
+    for out_dir in ("out", "out/sub"):
+        result = cli("vector_add.py", "softmax.py", "-t", "gfx942", "--out-dir", out_dir)
+        assert_clean_exit(result, 2)
+        assert sorted(diagnostics(result.stderr)) == [
+            (f"{out_dir}/{name}_gfx942.py", 1, 1, "TT008", f"cannot write the gfx942 variant: `out` is not a directory; "
+             "nothing was written") for name in ("softmax", "vector_add")]
+        assert tree(tmp_path) == before
+
+
+def test_a_read_only_out_dir(tmp_path: Path, cli, fixture_copy, tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture_copy("vector_add", "softmax")
+    (tmp_path / "out").mkdir()
+    real = os.access
+    read_only = (tmp_path / "out").resolve()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if Path(path).resolve() == read_only
+                        and mode & os.W_OK else real(path, mode, **kw))  # (the tests may run as root)
+    before = tree(tmp_path)
+    result = cli("vector_add.py", "softmax.py", "-t", "gfx942", "--out-dir", "out")
+    assert_clean_exit(result, 2)
+    assert sorted(d[:4] for d in diagnostics(result.stderr)) == [
+        ("out/softmax_gfx942.py", 1, 1, "TT008"), ("out/vector_add_gfx942.py", 1, 1, "TT008")]
+    assert "the directory `out` is not writable (permission denied)" in result.stderr
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_directory_for_real(tmp_path: Path, cli, fixture_copy) -> None:
+    fixture_copy("vector_add")
+    (tmp_path / "out").mkdir(mode=0o555)
+    try:
+        result = cli("vector_add.py", "-t", "gfx942", "--out-dir", "out")
+    finally:
+        (tmp_path / "out").chmod(0o755)
+    assert_clean_exit(result, 2)
+    assert [d[3] for d in diagnostics(result.stderr)] == ["TT008"]
+
+
+def test_a_write_that_fails_midway(tmp_path: Path, cli, fixture_copy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails after the checks (a full disk): TT008 with the system's reason, exit 2, no traceback."""
+    import transpile.project
+
+    def full(path: Path, text: str, encoding: str = "utf-8") -> None:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(transpile.project, "write_atomic", full)
+    fixture_copy("vector_add")
+    result = cli("vector_add.py", "-t", "gfx942")
+    assert_clean_exit(result, 2)
+    ((path, line, col, code, message),) = diagnostics(result.stderr)
+    assert (path, line, col, code) == ("vector_add_gfx942.py", 1, 1, "TT008")
+    assert message.startswith("cannot write the gfx942 variant: No space left on device")
+    assert not (tmp_path / "vector_add_gfx942.py").exists()
+
+
+def test_a_timeline_that_cannot_be_written(tmp_path: Path, cli) -> None:
+    (tmp_path / "k.py").write_text(MIXED, encoding="utf-8")
+    (tmp_path / "afile").write_text("", encoding="utf-8")
+    result = cli("explain", "k.py", "-t", "gfx950", "--timeline", "afile/t.svg")
+    assert_clean_exit(result, 2)
+    assert diagnostics(result.stderr) == [("afile/t.svg", 1, 1, "TT008", "cannot write the timeline: `afile` is not a "
+                                           "directory")]
+    assert result.stdout == ""  # said before any work
+
+
+BAD_PYPROJECTS = {
+    "section_not_a_table": (b"[tool]\ntriton-transpile = 3\n", 2, 1, "must be a table"),
+    "tool_not_a_table": (b"tool = 3\n", 1, 1, "`tool` must be a table, not `3`"),
+    "not_utf8": (b'[tool.triton-transpile]\n# caf\xe9\ntargets = ["sm90"]\n', 2, 6, "not UTF-8 text"),
+    "not_toml": (b'[tool.triton-transpile]\ntargets = ["sm90"] x\n', 2, 20, "not valid TOML: Expected newline"),
+    "unclosed": (b'[tool.triton-transpile]\ntargets = ["sm90"\n', 2, 18, "not valid TOML: Unclosed array"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_PYPROJECTS))
+def test_a_bad_pyproject_is_a_located_tt005(kind: str, tmp_path: Path, cli, fixture_copy, tree) -> None:
+    data, line, col, message = BAD_PYPROJECTS[kind]
+    (tmp_path / "pyproject.toml").write_bytes(data)
+    fixture_copy("vector_add")
+    before = tree(tmp_path)
+    result = cli("vector_add.py", "-t", "gfx942")
+    assert_clean_exit(result, 2)
+    ((path, *found, text),) = diagnostics(result.stderr)
+    assert (Path(path).name, *found) == ("pyproject.toml", line, col, "TT005"), result.stderr
+    assert message in text, text
+    assert tree(tmp_path) == before

@@ -28,6 +28,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                               "a file the tool did not write (or a directory); nothing is written"),
     "TT007": (Severity.ERROR, "the file's @triton.jit kernels are defined inside a module-level block (`if`, `try`, "
                               "`with`): only module-level kernels are translated"),
+    "TT008": (Severity.ERROR, "a file cannot be written: a directory on its path is a file, or is not writable "
+                              "(`--out-dir`, a variant, `explain --timeline`); nothing is written"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from transpile import __version__
 from transpile.analysis.tma_tiles import Dispatch, Tile
 from transpile.atomic import write_atomic
+from transpile.config import Config, load_config, project_config
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.cache import TranslationCache, recording, stop_recording
 from transpile.engine import (
@@ -52,91 +53,6 @@ def tune_gc() -> None:
     Output does not depend on it; memory stays about the same (the trees are not cyclic garbage)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
-
-
-@dataclass
-class Config:
-    """`[tool.triton-transpile]` of the project the files belong to (`project_config`)."""
-
-    root: Path
-    targets: list[str] = field(default_factory=list)
-    pyproject: Path | None = None  # the project root's pyproject.toml (None: the root is a .git's, or the cwd)
-    out_dir: Path | None = None
-    exclude: list[str] = field(default_factory=list)
-    gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
-    anchored: bool = False  # the root is a project's (a pyproject.toml or .git there), not the current directory
-
-
-def project_config(paths: list[Path], cwd: Path | None = None) -> Config:
-    """The configuration of the project that `paths` belong to, found from the files, never from where the command
-    runs (`load_config`), so that headers, messages and `--check` are the same from any directory. Paths that do not
-    exist are left out (they are reported later); none left: the current directory's project. Paths of two projects:
-    TT004 (run once per project)."""
-    cwd = cwd or Path.cwd()
-    starts = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
-    configs: dict[Path, Config] = {}
-    for start in dict.fromkeys(starts or [cwd.resolve()]):
-        config = load_config(start, fallback=cwd)
-        configs.setdefault(config.root.resolve(), config)
-    if len(configs) > 1:
-        roots = ", ".join(f"`{root}`" for root in configs)
-        raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004", f"the paths belong to different projects "
-                                        f"({roots}): run triton-transpile once per project"))
-    return next(iter(configs.values()))
-
-
-def load_config(start: Path, fallback: Path | None = None) -> Config:
-    """The project of the directory `start`: its root is the nearest directory at or above `start` whose
-    pyproject.toml has a `[tool.triton-transpile]` table (the search ends at the top of a git repository: a `.git`);
-    else the nearest one with a pyproject.toml or a `.git`; else `fallback` (default: `start`)."""
-    nearest: Config | None = None
-    for directory in [start, *start.parents]:
-        pyproject = directory / "pyproject.toml"
-        if pyproject.is_file():
-            config, configured = _read_config(pyproject)
-            if configured:
-                return config
-            nearest = nearest or config
-        if (directory / ".git").exists():
-            return nearest or Config(root=directory, anchored=True)
-    return nearest or Config(root=fallback if fallback is not None else start)
-
-
-def _read_config(pyproject: Path) -> tuple[Config, bool]:
-    """The configuration in `pyproject`, and whether it has a `[tool.triton-transpile]` table."""
-    try:
-        import tomllib  # Python >= 3.11
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
-    configured = "triton-transpile" in data.get("tool", {})
-    section = data.get("tool", {}).get("triton-transpile", {})
-    config = Config(root=pyproject.parent, pyproject=pyproject, anchored=True)
-    known = {"targets", "out-dir", "exclude", "gluon-always"}
-    for key in section:
-        if key not in known:
-            raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005",
-                                            f"unknown key `{key}` in [tool.triton-transpile] (known: {sorted(known)})"))
-    targets = section.get("targets", [])
-    if isinstance(targets, str):
-        targets = [targets]
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`targets` must be a list of target names"))
-    config.targets = targets
-    if "out-dir" in section:
-        config.out_dir = pyproject.parent / str(section["out-dir"])
-    exclude = section.get("exclude", [])
-    if not isinstance(exclude, list):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`exclude` must be a list of globs"))
-    config.exclude = [str(e) for e in exclude]
-    gluon_always = section.get("gluon-always", False)
-    if not isinstance(gluon_always, bool):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`gluon-always` must be true or false"))
-    config.gluon_always = gluon_always
-    return config, configured
 
 
 @dataclass
@@ -199,7 +115,14 @@ class Project:
                                             "no target: pass --target (or set `targets` in [tool.triton-transpile])"))
         seen: dict[str, Target] = {}
         for name in names:
-            target = get_target(name)
+            try:
+                target = get_target(name)
+            except TranspileError as exc:
+                if targets:
+                    raise
+                # a configured target: the message points at `targets` in pyproject.toml
+                raise TranspileError(config.diagnostic("targets", exc.diagnostic.code,
+                                                       exc.diagnostic.message)) from None
             seen.setdefault(target.name, target)
         self.targets = list(seen.values())
         self.out_dir = out_dir if out_dir is not None else config.out_dir
@@ -586,11 +509,33 @@ class Project:
                 run.diagnostics.extend(Diagnostic(pending[i].outcome.variant, 1, 1, "TT050",
                                                   f"{exc.message}: the variant is left unformatted")
                                        for i in exc.failed)
+        writes: list[_Pending] = []
         for item, text in zip(pending, texts):
             item.translation.text = text
-            self._settle(item, mode)
+            if self._settle(item, mode):
+                writes.append(item)
+        problems = [(item, why) for item in writes for why in [cannot_write(item.variant, self.display)] if why]
+        if problems:  # nothing is written
+            for item, why in problems:
+                run.diagnostics.append(Diagnostic(item.outcome.variant, 1, 1, "TT008", f"cannot write the "
+                                                  f"{item.outcome.target} variant: {why}; nothing was written"))
+            failed = {id(item) for item, _ in problems}
+            for item in writes:
+                item.outcome.status = "error" if id(item) in failed else "skipped"
+                item.outcome.reason = "cannot be written" if id(item) in failed else "another variant cannot be written"
+            return
+        for item in writes:
+            try:
+                write_atomic(item.variant, item.translation.text)
+            except OSError as exc:  # (the checks above passed: a full disk, a file system gone read-only, a race)
+                run.diagnostics.append(Diagnostic(item.outcome.variant, 1, 1, "TT008", f"cannot write the "
+                                                  f"{item.outcome.target} variant: {_os_error(exc)}"))
+                item.outcome.status, item.outcome.reason = "error", "cannot be written"
+            else:
+                item.outcome.status = "written"
 
-    def _settle(self, item: _Pending, mode: str) -> None:
+    def _settle(self, item: _Pending, mode: str) -> bool:
+        """Sets the outcome of a variant that is compared, diffed or checked; True for one to write."""
         outcome, variant, translation = item.outcome, item.variant, item.translation
         # Bytes as they are (no newline translation): a variant of a CRLF source keeps CRLF line ends.
         existing = variant.read_bytes().decode("utf-8", errors="replace") if variant.is_file() else None
@@ -613,8 +558,8 @@ class Project:
             if existing is not None and same_code(existing, translation.text):
                 outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
             else:
-                write_atomic(variant, translation.text)
-                outcome.status = "written"
+                return True
+        return False
 
 
 @dataclass
@@ -725,6 +670,27 @@ def _stale_reason(existing: str, translation: TranslationResult) -> str:
     return "its content differs from a fresh translation (edited by hand?)"
 
 
+def cannot_write(path: Path, show=lambda p: p.as_posix()) -> str:  # noqa: ANN001 - Path -> str
+    """Why a file cannot be written at `path` (it is a directory, a directory on the way is a file, or the nearest
+    existing one is not writable), or "" (asked before anything is written: a run writes all its variants or
+    none). `show` writes a path into the message."""
+    directory = path.parent
+    while not directory.exists() and not directory.is_symlink() and directory.parent != directory:
+        directory = directory.parent
+    if path.is_dir():
+        return f"`{show(path)}` is a directory"
+    if not directory.is_dir():
+        return f"`{show(directory)}` is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"the directory `{show(directory)}` is not writable (permission denied)"
+    return ""
+
+
+def _os_error(exc: OSError) -> str:
+    where = f" (`{exc.filename}`)" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def _not_ours(path: Path) -> str:
     """Why writing a variant to `path` would lose something of the user's, or "": a directory, or a file without the
     header the tool writes."""
@@ -740,4 +706,5 @@ def _not_ours(path: Path) -> str:
     return "" if is_generated(head) else "holds a file triton-transpile did not write (no generated-file header)"
 
 
-__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "project_config", "tune_gc", "write_atomic"]
+__all__ = ["Config", "Outcome", "Project", "Run", "cannot_write", "load_config", "project_config", "tune_gc",
+           "write_atomic"]
