@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from transpile import __version__
 from transpile.diagnostics import Diagnostic, TranspileError
@@ -25,8 +26,10 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings=HELP_OPTIONS)
 tools = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True, context_settings=HELP_OPTIONS)
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# No markup: paths, messages and kernel code hold brackets (`[tool.triton-transpile]`, `weird[bold]/k.py`, `x[i]`)
+# that rich would take for style tags; styles are given as such (`Text`).
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 TARGET_HELP = "gfx942|gfx950|gfx1250|sm90 (aliases mi300, mi350, hopper); repeat or comma-separate for several"
 SUBCOMMANDS = ("explain", "verify")
@@ -41,7 +44,7 @@ def _targets(values: list[str] | None) -> list[str]:
 def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
     for d in diagnostics:
         style = {"error": "red", "refusal": "yellow", "note": "dim"}[d.severity.value]
-        err.print(f"[{style}]{d.format()}[/{style}]", markup=True, highlight=False)
+        err.print(Text(d.format(), style=style))
 
 
 def _fail(diagnostic: Diagnostic) -> None:
@@ -222,7 +225,8 @@ def verify(
             for compiled in verify_file(file, t, values, project.display(file), not first_config,
                                         project.gluon_always, project.style):
                 failed |= not compiled.ok
-                result = "[green]compiles[/green]" if compiled.ok else f"[red]fails[/red]: {compiled.message}"
+                result = (Text("compiles", style="green") if compiled.ok
+                          else Text.assemble(("fails", "red"), f": {compiled.message}"))
                 kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel
                 table.add_row(t.name, kernel, compiled.config, result)
     except TranspileError as exc:

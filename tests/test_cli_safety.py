@@ -264,3 +264,24 @@ def test_a_bad_pyproject_is_a_located_tt005(kind: str, tmp_path: Path, cli, fixt
     assert (Path(path).name, *found) == ("pyproject.toml", line, col, "TT005"), result.stderr
     assert message in text, text
     assert tree(tmp_path) == before
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 8. Text is never taken for rich markup
+
+def test_brackets_in_messages_and_paths_are_printed_as_they_are(tmp_path: Path, cli, fixture_copy) -> None:
+    fixture_copy("vector_add")
+    result = cli("vector_add.py")
+    assert_clean_exit(result, 2)
+    assert diagnostics(result.stderr) == [("<command line>", 1, 1, "TT004",
+                                           "no target: pass --target (or set `targets` in [tool.triton-transpile])")]
+    weird = tmp_path / "weird[bold]"
+    fixture_copy("vector_add", into=weird)
+    (weird / "bad.py").write_text("import triton\n\n\n@triton.jit\ndef k(x_ptr:\n    pass\n", encoding="utf-8")
+    result = cli("weird[bold]/bad.py", "-t", "gfx942")
+    assert_clean_exit(result, 2)
+    assert [d[:4] for d in diagnostics(result.stderr)] == [("weird[bold]/bad.py", 5, 6, "TT001")]
+    result = cli("weird[bold]/vector_add.py", "-t", "gfx942", "--check")
+    assert_clean_exit(result, 1)
+    assert diagnostics(result.stderr) == [("weird[bold]/vector_add_gfx942.py", 1, 1, "TT021", "variant is missing; run "
+                                           "`transpile 'weird[bold]/vector_add.py' --target gfx942`")]
