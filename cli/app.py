@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -47,9 +48,35 @@ def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
         err.print(Text(d.format(), style=style))
 
 
-def _fail(diagnostic: Diagnostic) -> None:
-    _print_diagnostics([diagnostic])
+def _fail(diagnostic: Diagnostic, as_json: bool = False) -> None:
+    """Ends the command with exit 2 and the `diagnostic`: as text on stderr, or (`--output-format json`) as the JSON
+    object a run prints, with no outcomes."""
+    if as_json:
+        out.print_json(json.dumps(Run(diagnostics=[diagnostic]).as_dict()))
+    else:
+        _print_diagnostics([diagnostic])
     raise typer.Exit(2)
+
+
+def _wants_json(args: list[str]) -> bool:
+    return "--output-format=json" in args or any(
+        a == "--output-format" and b == "json" for a, b in zip(args, args[1:]))
+
+
+class _Command(TyperCommand):
+    """A command whose usage errors (a missing argument, an unknown option, a bad value) are the JSON object that
+    `--output-format json` asks for, on stdout, exit 2 (as text, as click words them, otherwise)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:  # noqa: ANN001 - a click Context
+        as_json = _wants_json(args)
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            # (click's UsageError, or the copy of click that typer carries: the same class under another module)
+            if not as_json or not any(c.__name__ == "UsageError" for c in type(exc).__mro__):
+                raise
+            _fail(Diagnostic("<command line>", 1, 1, "TT004", exc.format_message()), as_json=True)  # type: ignore[attr-defined]
+            raise  # (not reached)
 
 
 def _version(value: bool) -> None:
@@ -59,6 +86,7 @@ def _version(value: bool) -> None:
 
 
 @app.command(
+    cls=_Command,
     help="Write Gluon variants of the Triton kernels in PATH... (files or directories), one per target: "
     "`dir/name.py` -> `dir/name_<target>.py`. Subcommands: `transpile explain FILE -t T`, "
     "`transpile verify FILE -t T`.",
@@ -92,14 +120,15 @@ def translate(
 ) -> None:
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
+    as_json = output_format == "json"
     if diff and check:
-        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"))
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"), as_json)
     try:
         config = project_config(paths)
         project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always=gluon_always,
                           source_root=source_root, cache=not no_cache)
     except TranspileError as exc:
-        _fail(exc.diagnostic)
+        _fail(exc.diagnostic, as_json)
     mode = "diff" if diff else "check" if check else "write"
     run = project.run(paths, mode, skip_files_without_kernels, progress=sys.stderr.isatty() and output_format == "text")
     if output_format == "json":
@@ -185,7 +214,7 @@ def explain(
         out.print(f"timeline written to {timeline}")
 
 
-@tools.command(help="Compile each emitted kernel with Triton for the target, on the CPU.")
+@tools.command(cls=_Command, help="Compile each emitted kernel with Triton for the target, on the CPU.")
 def verify(
     file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
     target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
@@ -207,8 +236,9 @@ def verify(
 
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
+    as_json = output_format == "json"
     if unaligned and not isa:
-        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--unaligned applies to --isa only"))
+        _fail(Diagnostic("<command line>", 1, 1, "TT004", "--unaligned applies to --isa only"), as_json)
     try:
         values: dict[str, object] = {}
         if values_file is not None:
@@ -230,9 +260,9 @@ def verify(
                 kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel
                 table.add_row(t.name, kernel, compiled.config, result)
     except TranspileError as exc:
-        _fail(exc.diagnostic)
+        _fail(exc.diagnostic, as_json)
     except (OSError, json.JSONDecodeError) as exc:
-        _fail(Diagnostic(str(values_file), 1, 1, "TT002", f"cannot read the values file: {exc}"))
+        _fail(Diagnostic(str(values_file), 1, 1, "TT002", f"cannot read the values file: {exc}"), as_json)
     out.print(table)
     raise typer.Exit(1 if failed else 0)
 

@@ -19,7 +19,8 @@ class Severity(str, Enum):
 #: code -> (severity, one-line meaning). Keep in sync with README.md ("Diagnostics").
 CODES: dict[str, tuple[Severity, str]] = {
     "TT001": (Severity.ERROR, "syntax error: the file does not parse as Python"),
-    "TT002": (Severity.ERROR, "unreadable input: not a file, not UTF-8 text, or missing"),
+    "TT002": (Severity.ERROR, "unreadable input: missing, not a regular file (a directory, a named pipe), not text in "
+                              "its encoding (UTF-8, or a PEP 263 coding cookie's), or an unknown coding"),
     "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "

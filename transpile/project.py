@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import fnmatch
@@ -32,7 +33,7 @@ from transpile.engine import (
     variant_path,
 )
 from transpile.formatting import FormatError, FormatStyle, format_texts, project_style, same_code
-from transpile.source import decode_source, parse_source, read_text
+from transpile.source import decode_source, file_kind, parse_source, read_source
 from transpile.targets import Target, get_target
 
 # A run over at least this many files translates them in worker processes (`Project._translate_in_parallel`);
@@ -132,6 +133,7 @@ class Project:
         self._cache: TranslationCache | None = None
         self._style: FormatStyle | None = None
         self._resolved: dict[Path, Path] | None = None  # Path.resolve() during a run (`_resolve`)
+        self._bom: set[Path] = set()  # sources that begin with a UTF-8 BOM: their variants do too
 
     @property
     def style(self) -> FormatStyle:
@@ -178,7 +180,12 @@ class Project:
                     for name in sorted(names):
                         candidate = Path(root) / name
                         if name.endswith(".py") and not self.excluded(candidate):
-                            files.append((candidate, False))
+                            if _regular(candidate):
+                                files.append((candidate, False))
+                            else:  # (a FIFO would block the run forever: never opened)
+                                kind = file_kind(candidate.stat().st_mode)
+                                diagnostics.append(Diagnostic(self.display(candidate), 1, 1, "TT002", f"is not a "
+                                                              f"regular file ({kind}); skipped, not read"))
             elif path.exists():
                 if not self.excluded(path):
                     files.append((path, True))
@@ -378,7 +385,9 @@ class Project:
 
     def _read(self, source: Path, named: bool, skip: bool, run: Run) -> str | None:
         try:
-            text = read_text(source)
+            text, encoding = read_source(source)
+            if encoding == "utf-8-sig":
+                self._bom.add(source)
         except TranspileError as exc:
             run.diagnostics.append(exc.diagnostic)
             return None
@@ -493,7 +502,7 @@ class Project:
         outcome = Outcome(self.display(source), target.name, self.display(variant), "", command,
                           kernels=_kernels(translation))
         run.outcomes.append(outcome)  # in the order of the run; its status comes in `_finish`
-        return _Pending(outcome, variant, translation)
+        return _Pending(outcome, variant, translation, source in self._bom)
 
     def _finish(self, pending: list[_Pending], mode: str, style: FormatStyle, run: Run) -> None:
         """Formats every variant of the run (one ruff process), then compares each with the file on disk and writes,
@@ -526,7 +535,7 @@ class Project:
             return
         for item in writes:
             try:
-                write_atomic(item.variant, item.translation.text)
+                write_atomic(item.variant, item.translation.text, "utf-8-sig" if item.bom else "utf-8")
             except OSError as exc:  # (the checks above passed: a full disk, a file system gone read-only, a race)
                 run.diagnostics.append(Diagnostic(item.outcome.variant, 1, 1, "TT008", f"cannot write the "
                                                   f"{item.outcome.target} variant: {_os_error(exc)}"))
@@ -538,27 +547,33 @@ class Project:
         """Sets the outcome of a variant that is compared, diffed or checked; True for one to write."""
         outcome, variant, translation = item.outcome, item.variant, item.translation
         # Bytes as they are (no newline translation): a variant of a CRLF source keeps CRLF line ends.
-        existing = variant.read_bytes().decode("utf-8", errors="replace") if variant.is_file() else None
+        # A variant is UTF-8 (a source's coding cookie is a comment below the header there, where Python does not read
+        # it), and begins with a BOM where its source does.
+        existing, bom = None, False
+        if variant.is_file():
+            data = variant.read_bytes()
+            existing, bom = decode_source(data, errors="replace"), data.startswith(codecs.BOM_UTF8)
+        current = existing is not None and bom == item.bom and same_code(existing, translation.text)
         if mode == "check":
             if existing is None:
                 outcome.status = "missing"
-            elif not same_code(existing, translation.text):
+            elif not current:
                 outcome.status = "stale"
-                outcome.reason = _stale_reason(existing, translation)
+                outcome.reason = (_stale_reason(existing, translation) if bom == item.bom else
+                                  "the source begins with a BOM, the variant does not" if item.bom else
+                                  "the variant begins with a BOM, the source does not")
             else:
                 outcome.status = "up-to-date"
         elif mode == "diff":
-            current = existing is not None and same_code(existing, translation.text)
             outcome.status = "unchanged" if current else "would-write"
             if not current:
                 outcome.diff = "".join(difflib.unified_diff(
                     (existing or "").splitlines(keepends=True), translation.text.splitlines(keepends=True),
                     fromfile=outcome.variant if existing is not None else "/dev/null", tofile=outcome.variant))
+        elif current:
+            outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
         else:
-            if existing is not None and same_code(existing, translation.text):
-                outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
-            else:
-                return True
+            return True
         return False
 
 
@@ -569,6 +584,7 @@ class _Pending:
     outcome: Outcome
     variant: Path
     translation: TranslationResult
+    bom: bool = False  # the source begins with a UTF-8 BOM: the variant is written with one
 
 
 def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
@@ -670,6 +686,13 @@ def _stale_reason(existing: str, translation: TranslationResult) -> str:
     return "its content differs from a fresh translation (edited by hand?)"
 
 
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True  # (reported when it is read)
+
+
 def cannot_write(path: Path, show=lambda p: p.as_posix()) -> str:  # noqa: ANN001 - Path -> str
     """Why a file cannot be written at `path` (it is a directory, a directory on the way is a file, or the nearest
     existing one is not writable), or "" (asked before anything is written: a run writes all its variants or
@@ -698,6 +721,8 @@ def _not_ours(path: Path) -> str:
         return "is a directory"
     if not path.exists():
         return ""
+    if not _regular(path):
+        return "is not a regular file"
     try:
         with path.open("rb") as handle:
             head = handle.read(2000).decode("utf-8", "replace")
