@@ -39,7 +39,18 @@ GLUON_ALWAYS_HELP = ("Emit the translated Gluon even for kernels kept as Triton 
 
 
 def _targets(values: list[str] | None) -> list[str]:
-    return [t.strip() for v in values or [] for t in v.split(",") if t.strip()]
+    """The targets `-t` names (`-t gfx942 -t sm90,gfx950`); TT004 for a value that names none (`-t ''`): it must not
+    fall back to the configured targets."""
+    names = []
+    for value in values or []:
+        found = [t.strip() for t in value.split(",") if t.strip()]
+        if not found:
+            from transpile.targets import all_targets
+
+            raise TranspileError(Diagnostic("<command line>", 1, 1, "TT004", f"--target `{value}` names no target; "
+                                            f"choose from {', '.join(t.name for t in all_targets())}"))
+        names += found
+    return names
 
 
 def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
@@ -48,14 +59,27 @@ def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
         err.print(Text(d.format(), style=style))
 
 
-def _fail(diagnostic: Diagnostic, as_json: bool = False) -> None:
-    """Ends the command with exit 2 and the `diagnostic`: as text on stderr, or (`--output-format json`) as the JSON
-    object a run prints, with no outcomes."""
+def _fail(diagnostic: Diagnostic, as_json: bool = False, notes: list[Diagnostic] | None = None) -> None:
+    """Ends the command with exit 2 and the `diagnostic` (after `notes`): as text on stderr, or (`--output-format
+    json`) as the JSON object a run prints, with no outcomes."""
     if as_json:
-        out.print_json(json.dumps(Run(diagnostics=[diagnostic]).as_dict()))
+        out.print_json(json.dumps(Run(diagnostics=[*(notes or []), diagnostic]).as_dict()))
     else:
-        _print_diagnostics([diagnostic])
+        _print_diagnostics([*(notes or []), diagnostic])
     raise typer.Exit(2)
+
+
+def _project(paths: list[Path], target: list[str] | None, as_json: bool = False, **options: object) -> Project:
+    """The project of `paths` with the targets of the command line (else its configuration's); exit 2 with the
+    reason where there is none (and the configuration's notes: a misspelt table explains a missing target)."""
+    config = None
+    try:
+        config = project_config(paths)
+        return Project(config, _targets(target), options.pop("out_dir", None), options.pop("exclude", []),  # type: ignore[arg-type]
+                       **options)  # type: ignore[arg-type]
+    except TranspileError as exc:
+        _fail(exc.diagnostic, as_json, config.notes if config is not None else [])
+        raise  # (not reached)
 
 
 def _wants_json(args: list[str]) -> bool:
@@ -78,6 +102,28 @@ class _Command(TyperCommand):
             _fail(Diagnostic("<command line>", 1, 1, "TT004", exc.format_message()), as_json=True)  # type: ignore[attr-defined]
             raise  # (not reached)
 
+    # Help as a command line's conventions write it: `transpile [OPTIONS] PATH...`, `-t, --target TARGET` (typer would
+    # write `{paths}...` and `<list[Path]>`).
+
+    def collect_usage_pieces(self, ctx) -> list[str]:  # noqa: ANN001 - a click Context
+        arguments = [_argument_name(p) for p in self.get_params(ctx) if p.param_type_name == "argument"]
+        return [self.options_metavar, *arguments] if self.options_metavar else arguments
+
+    def format_options(self, ctx, formatter) -> None:  # noqa: ANN001 - a click Context and HelpFormatter
+        arguments = [(_argument_name(p), (p.help or "") + ("  [required]" if p.required else ""))  # type: ignore[attr-defined]
+                     for p in self.get_params(ctx) if p.param_type_name == "argument"]
+        options = [record for p in self.get_params(ctx) if p.param_type_name == "option"
+                   for record in [p.get_help_record(ctx)] if record is not None]
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _argument_name(param) -> str:  # noqa: ANN001 - a click Argument
+    name = param.metavar or param.name.upper()
+    return name + "..." if param.nargs != 1 and not name.endswith("...") else name
+
 
 def _version(value: bool) -> None:
     if value:
@@ -92,56 +138,56 @@ def _version(value: bool) -> None:
     "`transpile verify FILE -t T`.",
 )
 def translate(
-    paths: list[Path] = typer.Argument(..., help="Python files or directories (searched for *.py with kernels)."),
+    paths: list[Path] = typer.Argument(..., metavar="PATH",
+                                       help="Python files or directories (searched for *.py with kernels)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the tool's version and exit."),
-    target: Optional[list[str]] = typer.Option(None, "--target", "-t", help=TARGET_HELP),
+    target: Optional[list[str]] = typer.Option(None, "--target", "-t", metavar="TARGET", help=TARGET_HELP),
     out_dir: Optional[Path] = typer.Option(
-        None, "--out-dir", help="Write variants here instead of beside sources, mirroring the source tree."
+        None, "--out-dir", metavar="DIR", help="Write variants here instead of beside sources, mirroring the source tree."
     ),
     source_root: Optional[Path] = typer.Option(
-        None, "--source-root",
+        None, "--source-root", metavar="DIR",
         help="With --out-dir: the directory whose tree is mirrored (default: the project root, found from PATH...: the "
         "nearest pyproject.toml with [tool.triton-transpile], else with a pyproject.toml or .git; outside any "
         "project, the common parent of PATH...).",
     ),
     diff: bool = typer.Option(False, "--diff", help="Write nothing; print unified diffs of what would change."),
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing missing or stale variants."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Glob of paths to skip (repeatable)."),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="GLOB",
+                                                help="Glob of paths to skip (repeatable)."),
     skip_files_without_kernels: bool = typer.Option(
         False, "--skip-files-without-kernels", help="Pass over named files that hold no kernels (pre-commit)."
     ),
     fail_on_write: bool = typer.Option(False, "--fail-on-write", help="Exit 1 when a variant was written (pre-commit)."),
-    output_format: str = typer.Option("text", "--output-format", help="text or json."),
+    output_format: str = typer.Option("text", "--output-format", metavar="FORMAT", help="text or json."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Translate every file; neither read nor write the cache of translations "
         "(~/.cache/triton-transpile, TRANSPILE_CACHE_DIR; TRANSPILE_NO_CACHE=1 does the same)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every variant with what was done to it "
+                                 "(written, unchanged, ...), not only the counts."),
 ) -> None:
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
     as_json = output_format == "json"
     if diff and check:
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--diff and --check exclude each other"), as_json)
-    try:
-        config = project_config(paths)
-        project = Project(config, _targets(target), out_dir, list(exclude or []), gluon_always=gluon_always,
-                          source_root=source_root, cache=not no_cache)
-    except TranspileError as exc:
-        _fail(exc.diagnostic, as_json)
+    project = _project(paths, target, as_json, out_dir=out_dir, exclude=list(exclude or []),
+                       gluon_always=gluon_always, source_root=source_root, cache=not no_cache)
     mode = "diff" if diff else "check" if check else "write"
     run = project.run(paths, mode, skip_files_without_kernels, progress=sys.stderr.isatty() and output_format == "text")
     if output_format == "json":
         out.print_json(json.dumps(run.as_dict()))
     else:
-        _report(run, mode)
+        _report(run, mode, verbose)
     code = run.exit_code
     if code == 0 and fail_on_write and any(o.status == "written" for o in run.outcomes):
         code = 1
     raise typer.Exit(code)
 
 
-def _report(run: Run, mode: str) -> None:
+def _report(run: Run, mode: str, verbose: bool = False) -> None:
     _print_diagnostics(run.diagnostics)
     for outcome in run.outcomes:
         if mode == "diff" and outcome.diff:
@@ -154,6 +200,10 @@ def _report(run: Run, mode: str) -> None:
             reason = f" ({outcome.reason})" if outcome.reason else ""
             err.print(f"{outcome.variant}:1:1: {code} variant is {outcome.status}{reason}; "
                       f"run `{outcome.command}`", highlight=False)
+    if verbose:  # (missing, stale, orphaned and failed variants have their messages above)
+        for outcome in run.outcomes:
+            if outcome.status in ("written", "unchanged", "up-to-date", "would-write", "skipped"):
+                err.print(f"{outcome.variant}: {outcome.status}", highlight=False)
     counts: dict[str, int] = {}
     for outcome in run.outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
@@ -170,12 +220,12 @@ def _print_diff(text: str) -> None:
         out.print(line, style=style, markup=False, highlight=False)
 
 
-@tools.command(help="Show each kernel's loops, their dots and loads, the layouts, and what was emitted or why not.")
+@tools.command(cls=_Command, help="Show each kernel's loops, their dots and loads, the layouts, and what was emitted or why not.")
 def explain(
-    file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
-    target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
+    file: Path = typer.Argument(..., metavar="FILE", help="A Python file with Triton kernels."),
+    target: list[str] = typer.Option(..., "--target", "-t", metavar="TARGET", help=TARGET_HELP),
     timeline: Optional[Path] = typer.Option(
-        None, "--timeline", help="Also write the timeline of every pipelined loop (warp groups or partitions, ring "
+        None, "--timeline", metavar="FILE.svg", help="Also write the timeline of every pipelined loop (warp groups or partitions, ring "
         "slots, waits) as an SVG file."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:
@@ -188,9 +238,9 @@ def explain(
                          "`.svg`" + (" (this is a directory)" if timeline.is_dir() else "")))
     if timeline is not None and cannot_write(timeline):
         _fail(Diagnostic(str(timeline), 1, 1, "TT008", f"cannot write the timeline: {cannot_write(timeline)}"))
+    project = _project([file], target, gluon_always=gluon_always)
+    _print_diagnostics(project.config.notes)
     try:
-        config = project_config([file])
-        project = Project(config, _targets(target), None, [], gluon_always)
         reports = [explain_file(file, t, project.display(file), project.gluon_always) for t in project.targets]
         text = read_text(file)
         panels = [p for t in project.targets
@@ -216,11 +266,11 @@ def explain(
 
 @tools.command(cls=_Command, help="Compile each emitted kernel with Triton for the target, on the CPU.")
 def verify(
-    file: Path = typer.Argument(..., help="A Python file with Triton kernels."),
-    target: list[str] = typer.Option(..., "--target", "-t", help=TARGET_HELP),
-    value: Optional[list[str]] = typer.Option(None, "--value", "-v",
+    file: Path = typer.Argument(..., metavar="FILE", help="A Python file with Triton kernels."),
+    target: list[str] = typer.Option(..., "--target", "-t", metavar="TARGET", help=TARGET_HELP),
+    value: Optional[list[str]] = typer.Option(None, "--value", "-v", metavar="NAME=VALUE",
                                               help="NAME=VALUE: `a_ptr=*fp16`, `M=i32`, `BLOCK=128` (repeatable)."),
-    values_file: Optional[Path] = typer.Option(None, "--values-file",
+    values_file: Optional[Path] = typer.Option(None, "--values-file", metavar="FILE",
                                                help="JSON of NAME: VALUE (or FILE_NAME: {NAME: VALUE})."),
     first_config: bool = typer.Option(False, "--first-config", help="Compile only the first autotune config."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
@@ -230,7 +280,7 @@ def verify(
     unaligned: bool = typer.Option(
         False, "--unaligned", help="With --isa: compile without the aligned-launch specialisation (16-byte aligned "
         "pointers under 2 GB, integers that are multiples of 16)."),
-    output_format: str = typer.Option("text", "--output-format", help="text or json."),
+    output_format: str = typer.Option("text", "--output-format", metavar="FORMAT", help="text or json."),
 ) -> None:
     from transpile.verify import parse_values, verify_file
 
@@ -245,8 +295,9 @@ def verify(
             data = json.loads(values_file.read_text(encoding="utf-8"))
             values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
         values.update(parse_values(list(value or [])))
-        config = project_config([file])
-        project = Project(config, _targets(target), None, [], gluon_always)
+        project = _project([file], target, as_json, gluon_always=gluon_always)
+        if not as_json:
+            _print_diagnostics(project.config.notes)
         if isa:
             _verify_isa(file, project, values, not first_config, not unaligned, output_format)
         table = Table("target", "kernel", "config", "result", title=f"verify {project.display(file)}")

@@ -356,3 +356,90 @@ def test_usage_errors_under_json_output_are_json(args: list[str], tmp_path: Path
         assert report["exit_code"] == 2 and report["outcomes"] == []
         ((diagnostic),) = report["diagnostics"]
         assert (diagnostic["path"], diagnostic["code"], diagnostic["severity"]) == ("<command line>", "TT004", "error")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 10. Command-line conventions
+
+def test_help_shows_readable_metavars(cli) -> None:  # noqa: ANN001 - the conftest fixture
+    for args, usage in ((["-h"], "Usage: transpile [OPTIONS] PATH..."), (["verify", "-h"], "Usage: transpile verify "
+                        "[OPTIONS] FILE"), (["explain", "-h"], "Usage: transpile explain [OPTIONS] FILE")):
+        result = cli(*args)
+        assert result.exit_code == 0 and result.stdout.startswith(usage), result.stdout
+        assert not re.search(r"\{(paths|file|PATH|FILE)\}|<list\[|<path>|<str>", result.stdout), result.stdout
+    text = cli("-h").stdout
+    for shown in ("-t, --target TARGET", "--out-dir DIR", "--exclude GLOB", "--output-format FORMAT", "-v, --verbose"):
+        assert shown in text, shown
+    assert "-v, --value NAME=VALUE" in cli("verify", "-h").stdout
+    assert "--timeline FILE.svg" in cli("explain", "-h").stdout
+
+
+@pytest.mark.parametrize("args", [["vector_add.py"], ["explain", "vector_add.py"], ["verify", "vector_add.py"]],
+                         ids=["run", "explain", "verify"])
+@pytest.mark.parametrize("value", ["", ","])
+def test_an_empty_target_is_a_usage_error(args: list[str], value: str, tmp_path: Path, cli, fixture_copy,
+                                          tree) -> None:
+    """`-t ''` names no target: an error, not a silent fall back to the configured targets."""
+    (tmp_path / "pyproject.toml").write_text('[tool.triton-transpile]\ntargets = ["sm90"]\n', encoding="utf-8")
+    fixture_copy("vector_add")
+    before = tree(tmp_path)
+    result = cli(*args, "-t", value)
+    assert_clean_exit(result, 2)
+    assert diagnostics(result.stderr) == [("<command line>", 1, 1, "TT004", f"--target `{value}` names no target; "
+                                           "choose from gfx942, gfx950, gfx1250, sm90")]
+    assert tree(tmp_path) == before
+
+
+CONFIG_ERRORS = {
+    # the README: a value of the wrong type is TT005 (a string is not a list of targets)
+    "targets_a_string": ('[tool.triton-transpile]\n\n  targets = "gfx942"\n', 3, 3, "`targets` must be a list"),
+    "unknown_key": ('[project]\nname = "x"\n\n[tool.triton-transpile]\ntargets = ["sm90"]\noutdir = "x"\n', 6, 1,
+                    "unknown key `outdir`"),
+    "exclude": ('[tool.triton-transpile]\ntargets = ["sm90"]\nexclude = "legacy"\n', 3, 1, "`exclude` must be a list"),
+    "gluon_always": ('[tool.triton-transpile]\ntargets = ["sm90"]\n\ngluon-always = "yes"\n', 4, 1,
+                     "`gluon-always` must be true or false"),
+    "dotted_key": ('[tool]\nruff.line-length = 100\ntriton-transpile.targets = 3\n', 3, 1, "`targets` must be a list"),
+    "inline_table": ('[tool]\ntriton-transpile = { exclude = 3 }\n', 2, 1, "`exclude` must be a list"),
+    "unknown_target": ('[tool.triton-transpile]\n# the targets\ntargets = ["gfx9000"]\n', 3, 1,
+                       "unknown target `gfx9000`"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONFIG_ERRORS))
+def test_configuration_errors_point_at_their_key(kind: str, tmp_path: Path, cli, fixture_copy, tree) -> None:
+    text, line, col, message = CONFIG_ERRORS[kind]
+    (tmp_path / "pyproject.toml").write_text(text, encoding="utf-8")
+    fixture_copy("vector_add")
+    before = tree(tmp_path)
+    result = cli("vector_add.py")
+    assert_clean_exit(result, 2)
+    ((path, *found, text_),) = diagnostics(result.stderr)
+    assert (Path(path).name, *found) == ("pyproject.toml", line, col, "TT004" if kind == "unknown_target" else
+                                         "TT005"), result.stderr
+    assert text_.startswith(message), text_
+    assert tree(tmp_path) == before
+
+
+def test_a_misspelt_tool_table_is_pointed_out(tmp_path: Path, cli, fixture_copy) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.triton_transpile]\ntargets = ["sm90"]\n',
+                                             encoding="utf-8")
+    fixture_copy("vector_add")
+    note = ("pyproject.toml", 4, 1, "TT009", "[tool.triton_transpile] is not read: did you mean [tool.triton-transpile]?")
+    result = cli("vector_add.py")  # the table's targets are not read: no target
+    assert_clean_exit(result, 2)
+    assert [(Path(d[0]).name, *d[1:]) for d in diagnostics(result.stderr)] == [
+        note, ("<command line>", 1, 1, "TT004", "no target: pass --target (or set `targets` in [tool.triton-transpile])")]
+    result = cli("vector_add.py", "-t", "gfx942")  # a note: the run goes on
+    assert_clean_exit(result, 0)
+    assert [(Path(d[0]).name, *d[1:]) for d in diagnostics(result.stderr)] == [note]
+
+
+def test_verbose_lists_every_variant(tmp_path: Path, cli, fixture_copy) -> None:
+    fixture_copy("vector_add", "softmax")
+    result = cli("vector_add.py", "softmax.py", "-t", "gfx942,sm90", "-v")
+    assert_clean_exit(result, 0)
+    listed = [line for line in result.stderr.splitlines() if line.endswith(": written")]
+    assert sorted(listed) == [f"{name}_{target}.py: written" for name in ("softmax", "vector_add")
+                              for target in ("gfx942", "sm90")]
+    result = cli("vector_add.py", "-t", "gfx942", "--verbose")
+    assert "vector_add_gfx942.py: unchanged" in result.stderr.splitlines()

@@ -6,6 +6,7 @@ values without positions: `_Locator` finds a key's line in the text).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ class Config:
     gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
     anchored: bool = False  # the root is a project's (a pyproject.toml or .git there), not the current directory
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (line, col) in pyproject.toml
+    notes: list[Diagnostic] = field(default_factory=list)  # TT009: tables that look like a misspelt tool table
 
     def diagnostic(self, key: str, code: str, message: str) -> Diagnostic:
         """A message about the configured `key`, at its place in pyproject.toml."""
@@ -58,16 +60,23 @@ def load_config(start: Path, fallback: Path | None = None) -> Config:
     pyproject.toml has a `[tool.triton-transpile]` table (the search ends at the top of a git repository: a `.git`);
     else the nearest one with a pyproject.toml or a `.git`; else `fallback` (default: `start`)."""
     nearest: Config | None = None
+    notes: list[Diagnostic] = []
+    found: Config | None = None
     for directory in [start, *start.parents]:
         pyproject = directory / "pyproject.toml"
         if pyproject.is_file():
             config, configured = read_config(pyproject)
+            notes += config.notes
             if configured:
-                return config
+                found = config
+                break
             nearest = nearest or config
         if (directory / ".git").exists():
-            return nearest or Config(root=directory, anchored=True)
-    return nearest or Config(root=fallback if fallback is not None else start)
+            found = nearest or Config(root=directory, anchored=True)
+            break
+    found = found or nearest or Config(root=fallback if fallback is not None else start)
+    found.notes = notes
+    return found
 
 
 def read_config(pyproject: Path) -> tuple[Config, bool]:
@@ -104,12 +113,14 @@ def read_config(pyproject: Path) -> tuple[Config, bool]:
     if not isinstance(tool, dict):
         raise error(*locate(("tool",)), f"`tool` must be a table, not {_shown(tool)}")
     configured = "triton-transpile" in tool
+    notes = [Diagnostic(str(pyproject), *locate(("tool", name)), "TT009", f"[tool.{name}] is not read: did you mean "
+                        "[tool.triton-transpile]?") for name in tool if _misspelt(name)]
     section = tool.get("triton-transpile", {})
     if not isinstance(section, dict):
         raise error(*locate(TABLE), f"[tool.triton-transpile] must be a table (`[tool.triton-transpile]` and keys "
                     f"below it), not {_shown(section)}")
     config = Config(root=pyproject.parent, pyproject=pyproject, anchored=True,
-                    positions={key: locate((*TABLE, key)) for key in section})
+                    positions={key: locate((*TABLE, key)) for key in section}, notes=notes)
     for key in section:
         if key not in KNOWN:
             raise TranspileError(config.diagnostic(key, "TT005", f"unknown key `{key}` in [tool.triton-transpile] "
@@ -135,6 +146,15 @@ def read_config(pyproject: Path) -> tuple[Config, bool]:
                                                f"{_shown(gluon_always)}"))
     config.gluon_always = gluon_always
     return config, configured
+
+
+def _misspelt(name: str) -> bool:
+    """`name` (a table under `tool`) looks like `triton-transpile` misspelt: `triton_transpile`, `Triton-Transpile`,
+    `tritontranspile`, `triton-transpiler`, `triton-transplie`."""
+    if name == "triton-transpile":
+        return False
+    plain = re.sub(r"[-_. ]", "", name.lower())
+    return plain == "tritontranspile" or difflib.SequenceMatcher(None, plain, "tritontranspile").ratio() >= 0.85
 
 
 def _shown(value: object) -> str:

@@ -31,6 +31,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                               "`with`): only module-level kernels are translated"),
     "TT008": (Severity.ERROR, "a file cannot be written: a directory on its path is a file, or is not writable "
                               "(`--out-dir`, a variant, `explain --timeline`); nothing is written"),
+    "TT009": (Severity.NOTE, "a table in pyproject.toml looks like a misspelt [tool.triton-transpile] "
+                             "(`[tool.triton_transpile]`): it is not read"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),

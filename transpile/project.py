@@ -246,6 +246,7 @@ class Project:
     def _run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool, progress: bool) -> Run:
         started = time.perf_counter()
         result = Run()
+        result.diagnostics.extend(self.config.notes)
         files = self.collect(paths, result.diagnostics)
         existing = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
         self._paths_root = Path(os.path.commonpath(existing)) if existing else None
