@@ -292,6 +292,8 @@ def verify(
     try:
         values: dict[str, object] = {}
         if values_file is not None:
+            if values_file.exists() and not values_file.is_file():  # (a named pipe would block the read)
+                raise OSError(f"`{values_file}` is not a regular file")
             data = json.loads(values_file.read_text(encoding="utf-8"))
             values.update(data.get(file.name, data) if isinstance(data.get(file.name), dict) else data)
         values.update(parse_values(list(value or [])))

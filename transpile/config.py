@@ -6,6 +6,7 @@ values without positions: `_Locator` finds a key's line in the text).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
@@ -45,8 +46,9 @@ def project_config(paths: list[Path], cwd: Path | None = None) -> Config:
     cwd = cwd or Path.cwd()
     starts = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
     configs: dict[Path, Config] = {}
+    read: dict[Path, tuple[Config, bool]] = {}  # each pyproject.toml read once (pre-commit names many files)
     for start in dict.fromkeys(starts or [cwd.resolve()]):
-        config = load_config(start, fallback=cwd)
+        config = load_config(start, fallback=cwd, read=read)
         configs.setdefault(config.root.resolve(), config)
     if len(configs) > 1:
         roots = ", ".join(f"`{root}`" for root in configs)
@@ -55,17 +57,23 @@ def project_config(paths: list[Path], cwd: Path | None = None) -> Config:
     return next(iter(configs.values()))
 
 
-def load_config(start: Path, fallback: Path | None = None) -> Config:
+def load_config(start: Path, fallback: Path | None = None,
+                read: dict[Path, tuple[Config, bool]] | None = None) -> Config:
     """The project of the directory `start`: its root is the nearest directory at or above `start` whose
     pyproject.toml has a `[tool.triton-transpile]` table (the search ends at the top of a git repository: a `.git`);
-    else the nearest one with a pyproject.toml or a `.git`; else `fallback` (default: `start`)."""
+    else the nearest one with a pyproject.toml or a `.git`; else `fallback` (default: `start`). `read`: the
+    pyproject.toml files read so far (by path), for many calls."""
+    read = {} if read is None else read
     nearest: Config | None = None
     notes: list[Diagnostic] = []
     found: Config | None = None
     for directory in [start, *start.parents]:
         pyproject = directory / "pyproject.toml"
         if pyproject.is_file():
-            config, configured = read_config(pyproject)
+            if pyproject not in read:
+                read[pyproject] = read_config(pyproject)
+            config, configured = read[pyproject]
+            config = dataclasses.replace(config)  # (a copy: its notes are this search's)
             notes += config.notes
             if configured:
                 found = config
