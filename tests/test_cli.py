@@ -313,7 +313,7 @@ def test_config_unknown_key(tmp_path: Path, cli, fixture_copy, tree) -> None:
     result = cli("vector_add.py")
     assert_clean_exit(result, 2)
     ((path, line, col, code, message),) = diagnostics(result.stderr)
-    assert (Path(path).name, line, col, code) == ("pyproject.toml", 1, 1, "TT005")
+    assert (Path(path).name, line, col, code) == ("pyproject.toml", 3, 1, "TT005")  # where `outdir` is written
     assert "unknown key `outdir`" in message
     assert tree(tmp_path) == before
 

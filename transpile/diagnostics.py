@@ -19,7 +19,8 @@ class Severity(str, Enum):
 #: code -> (severity, one-line meaning). Keep in sync with README.md ("Diagnostics").
 CODES: dict[str, tuple[Severity, str]] = {
     "TT001": (Severity.ERROR, "syntax error: the file does not parse as Python"),
-    "TT002": (Severity.ERROR, "unreadable input: not a file, not UTF-8 text, or missing"),
+    "TT002": (Severity.ERROR, "unreadable input: missing, not a regular file (a directory, a named pipe), not text in "
+                              "its encoding (UTF-8, or a PEP 263 coding cookie's), or an unknown coding"),
     "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
@@ -28,6 +29,10 @@ CODES: dict[str, tuple[Severity, str]] = {
                               "a file the tool did not write (or a directory); nothing is written"),
     "TT007": (Severity.ERROR, "the file's @triton.jit kernels are defined inside a module-level block (`if`, `try`, "
                               "`with`): only module-level kernels are translated"),
+    "TT008": (Severity.ERROR, "a file cannot be written: a directory on its path is a file, or is not writable "
+                              "(`--out-dir`, a variant, `explain --timeline`); nothing is written"),
+    "TT009": (Severity.NOTE, "a table in pyproject.toml looks like a misspelt [tool.triton-transpile] "
+                             "(`[tool.triton_transpile]`): it is not read"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
     "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),
@@ -36,6 +41,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "pipelines on the target, a refusal, or a kept caller/helper"),
     "TT020": (Severity.ERROR, "variant is stale (source hash, tool version or content differs)"),
     "TT021": (Severity.ERROR, "variant is missing"),
+    "TT022": (Severity.ERROR, "variant is orphaned: the source its header names does not exist (deleted or renamed); "
+                              "`--check` over a directory"),
     "TT042": (Severity.NOTE, "sm90: a pointer GEMM's tiles read through TMA descriptors (the source kernel kept for "
                              "launches they cannot address), or why not"),
     "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag and whose "

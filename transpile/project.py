@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import fnmatch
 import gc
 import os
 import shlex
-import tempfile
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transpile import __version__
 from transpile.analysis.tma_tiles import Dispatch, Tile
+from transpile.atomic import write_atomic
+from transpile.config import Config, load_config, project_config
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.cache import TranslationCache, recording, stop_recording
 from transpile.engine import (
     HEADER_HASH,
+    HEADER_SOURCE,
     HEADER_TOOL,
     KernelOutcome,
     Prepared,
@@ -29,7 +33,7 @@ from transpile.engine import (
     variant_path,
 )
 from transpile.formatting import FormatError, FormatStyle, format_texts, project_style, same_code
-from transpile.source import parse_source, read_text
+from transpile.source import decode_source, file_kind, parse_source, read_source
 from transpile.targets import Target, get_target
 
 # A run over at least this many files translates them in worker processes (`Project._translate_in_parallel`);
@@ -53,75 +57,23 @@ def tune_gc() -> None:
 
 
 @dataclass
-class Config:
-    """`[tool.triton-transpile]` of the nearest pyproject.toml (root: the directory holding it, else the cwd)."""
-
-    root: Path
-    targets: list[str] = field(default_factory=list)
-    pyproject: Path | None = None  # the pyproject.toml the root comes from (None: no pyproject.toml found)
-    out_dir: Path | None = None
-    exclude: list[str] = field(default_factory=list)
-    gluon_always: bool = False  # emit the translated Gluon even where the kernel would be kept as Triton
-
-
-def load_config(start: Path) -> Config:
-    for directory in [start, *start.parents]:
-        pyproject = directory / "pyproject.toml"
-        if pyproject.is_file():
-            return _read_config(pyproject)
-    return Config(root=start)
-
-
-def _read_config(pyproject: Path) -> Config:
-    try:
-        import tomllib  # Python >= 3.11
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", f"cannot read: {exc}")) from None
-    section = data.get("tool", {}).get("triton-transpile", {})
-    config = Config(root=pyproject.parent, pyproject=pyproject)
-    known = {"targets", "out-dir", "exclude", "gluon-always"}
-    for key in section:
-        if key not in known:
-            raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005",
-                                            f"unknown key `{key}` in [tool.triton-transpile] (known: {sorted(known)})"))
-    targets = section.get("targets", [])
-    if isinstance(targets, str):
-        targets = [targets]
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`targets` must be a list of target names"))
-    config.targets = targets
-    if "out-dir" in section:
-        config.out_dir = pyproject.parent / str(section["out-dir"])
-    exclude = section.get("exclude", [])
-    if not isinstance(exclude, list):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`exclude` must be a list of globs"))
-    config.exclude = [str(e) for e in exclude]
-    gluon_always = section.get("gluon-always", False)
-    if not isinstance(gluon_always, bool):
-        raise TranspileError(Diagnostic(str(pyproject), 1, 1, "TT005", "`gluon-always` must be true or false"))
-    config.gluon_always = gluon_always
-    return config
-
-
-@dataclass
 class Outcome:
     """One (source file, target) pair."""
 
     source: str
     target: str
     variant: str
-    status: str  # written | unchanged | missing | stale | up-to-date | would-write | error | skipped
+    status: str  # written | unchanged | missing | stale | up-to-date | would-write | error | skipped | orphaned
     command: str
     reason: str = ""
     diff: str = ""
     kernels: list[dict[str, object]] = field(default_factory=list)
+    line: int = 1  # where in the variant the message points (an orphan: at the source path in its header)
+    col: int = 1
 
     def as_dict(self) -> dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k != "diff" or v}
+        return {k: v for k, v in self.__dict__.items()
+                if (k != "diff" or v) and (k not in ("line", "col") or self.status == "orphaned")}
 
 
 @dataclass
@@ -134,7 +86,7 @@ class Run:
     def exit_code(self) -> int:
         if any(d.severity is Severity.ERROR for d in self.diagnostics):
             return 2
-        if any(o.status in ("missing", "stale") for o in self.outcomes):
+        if any(o.status in ("missing", "stale", "orphaned") for o in self.outcomes):
             return 1
         return 0
 
@@ -164,7 +116,14 @@ class Project:
                                             "no target: pass --target (or set `targets` in [tool.triton-transpile])"))
         seen: dict[str, Target] = {}
         for name in names:
-            target = get_target(name)
+            try:
+                target = get_target(name)
+            except TranspileError as exc:
+                if targets:
+                    raise
+                # a configured target: the message points at `targets` in pyproject.toml
+                raise TranspileError(config.diagnostic("targets", exc.diagnostic.code,
+                                                       exc.diagnostic.message)) from None
             seen.setdefault(target.name, target)
         self.targets = list(seen.values())
         self.out_dir = out_dir if out_dir is not None else config.out_dir
@@ -174,6 +133,7 @@ class Project:
         self._cache: TranslationCache | None = None
         self._style: FormatStyle | None = None
         self._resolved: dict[Path, Path] | None = None  # Path.resolve() during a run (`_resolve`)
+        self._bom: set[Path] = set()  # sources that begin with a UTF-8 BOM: their variants do too
 
     @property
     def style(self) -> FormatStyle:
@@ -220,7 +180,12 @@ class Project:
                     for name in sorted(names):
                         candidate = Path(root) / name
                         if name.endswith(".py") and not self.excluded(candidate):
-                            files.append((candidate, False))
+                            if _regular(candidate):
+                                files.append((candidate, False))
+                            else:  # (a FIFO would block the run forever: never opened)
+                                kind = file_kind(candidate.stat().st_mode)
+                                diagnostics.append(Diagnostic(self.display(candidate), 1, 1, "TT002", f"is not a "
+                                                              f"regular file ({kind}); skipped, not read"))
             elif path.exists():
                 if not self.excluded(path):
                     files.append((path, True))
@@ -234,7 +199,7 @@ class Project:
             return self.source_root
         resolved = self._resolve(source)
         root = self._resolve(self.config.root)
-        if self.config.pyproject is not None and resolved.is_relative_to(root):
+        if self.config.anchored and resolved.is_relative_to(root):
             return root
         if self._paths_root is not None:
             return self._paths_root
@@ -249,7 +214,7 @@ class Project:
             parts.append("--gluon-always")
         if self.out_dir is not None:
             root = self.mirror_root(source)
-            if self.config.pyproject is None or root != self._resolve(self.config.root):
+            if not self.config.anchored or root != self._resolve(self.config.root):
                 # Not the default root: the command names it, so that it writes the same path when run alone.
                 parts += ["--source-root", self.display(root) or "."]
         return shlex.join(parts)
@@ -281,6 +246,7 @@ class Project:
     def _run(self, paths: list[Path], mode: str, skip_files_without_kernels: bool, progress: bool) -> Run:
         started = time.perf_counter()
         result = Run()
+        result.diagnostics.extend(self.config.notes)
         files = self.collect(paths, result.diagnostics)
         existing = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
         self._paths_root = Path(os.path.commonpath(existing)) if existing else None
@@ -324,8 +290,60 @@ class Project:
             if bar is not None:
                 bar.stop()
         self._finish(pending, mode, style, result)
+        if mode == "check":
+            self._orphans(paths, result)
         result.seconds = time.perf_counter() - started
         return result
+
+    def _orphans(self, paths: list[Path], run: Run) -> None:
+        """`--check` over a directory: the variants the tool wrote there (or in its mirror under the out-dir) whose
+        header names a source that no longer exists (deleted, or renamed: the new name's variant is another file)."""
+        directories: list[Path] = []
+        for path in paths:
+            if not path.is_dir():
+                continue
+            directories.append(path)
+            if self.out_dir is not None:
+                out_dir = self.out_dir if self.out_dir.is_absolute() else Path.cwd() / self.out_dir
+                try:
+                    directories.append(out_dir / self._resolve(path).relative_to(self.mirror_root(path / "_")))
+                except ValueError:
+                    pass
+        seen: set[Path] = set()
+        for directory in directories:
+            for root, dirs, names in os.walk(directory):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                for name in sorted(names):
+                    variant = Path(root) / name
+                    resolved = self._resolve(variant)
+                    if not name.endswith(".py") or resolved in seen or self.excluded(variant):
+                        continue
+                    seen.add(resolved)
+                    orphan = self._orphan(variant)
+                    if orphan is not None:
+                        run.outcomes.append(orphan)
+
+    def _orphan(self, variant: Path) -> Outcome | None:
+        """`variant`'s outcome if it is a variant the tool wrote whose source no longer exists, else None."""
+        try:
+            if not stat.S_ISREG(variant.stat().st_mode):
+                return None
+            with variant.open("rb") as handle:
+                head = decode_source(handle.read(2000), errors="replace")
+        except OSError:
+            return None
+        header = HEADER_SOURCE.search(head)
+        if header is None:
+            return None
+        target, source = header.group(1), header.group(2)
+        # As the header names it (relative to the project root); a header written by a run whose root was the
+        # current directory may name it beside the variant.
+        if (self.config.root / source).exists() or (variant.parent / Path(source).name).exists():
+            return None
+        shown = self.display(variant)
+        return Outcome(source, target, shown, "orphaned", f"rm {shlex.quote(shown)}",
+                       f"its source `{source}` does not exist", line=head.count("\n", 0, header.start(2)) + 1,
+                       col=header.start(2) - head.rfind("\n", 0, header.start(2)))
 
     def _collisions(self, sources: list[Path], run: Run, mode: str = "write") -> bool:
         """TT006 for every variant path two sources (or a source and itself a source) would share, and, when writing,
@@ -368,7 +386,9 @@ class Project:
 
     def _read(self, source: Path, named: bool, skip: bool, run: Run) -> str | None:
         try:
-            text = read_text(source)
+            text, encoding = read_source(source)
+            if encoding == "utf-8-sig":
+                self._bom.add(source)
         except TranspileError as exc:
             run.diagnostics.append(exc.diagnostic)
             return None
@@ -430,13 +450,17 @@ class Project:
         results: dict[tuple[Path, str], TranslationResult | Diagnostic] = {}
         try:
             with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-                for source, (outcome, files) in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
-                    for target in wanted[source]:
-                        item = outcome[target.name]
-                        if isinstance(item, TranslationResult):
-                            item.target = target  # sent back without it (rules and snippets stay here)
-                        results[(source, target.name)] = item
-                        self._store(source, texts[source] or "", target, item, files)
+                try:
+                    for source, (outcome, files) in zip(unique, pool.map(_translate_file, tasks, chunksize=1)):
+                        for target in wanted[source]:
+                            item = outcome[target.name]
+                            if isinstance(item, TranslationResult):
+                                item.target = target  # sent back without it (rules and snippets stay here)
+                            results[(source, target.name)] = item
+                            self._store(source, texts[source] or "", target, item, files)
+                except BaseException:  # interrupted (Ctrl-C, SIGTERM): the files not yet started are not waited for
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
         except (OSError, concurrent.futures.process.BrokenProcessPool):
             return {}  # no processes here (a sandbox): translate in this one
         return results
@@ -479,7 +503,7 @@ class Project:
         outcome = Outcome(self.display(source), target.name, self.display(variant), "", command,
                           kernels=_kernels(translation))
         run.outcomes.append(outcome)  # in the order of the run; its status comes in `_finish`
-        return _Pending(outcome, variant, translation)
+        return _Pending(outcome, variant, translation, source in self._bom)
 
     def _finish(self, pending: list[_Pending], mode: str, style: FormatStyle, run: Run) -> None:
         """Formats every variant of the run (one ruff process), then compares each with the file on disk and writes,
@@ -495,35 +519,63 @@ class Project:
                 run.diagnostics.extend(Diagnostic(pending[i].outcome.variant, 1, 1, "TT050",
                                                   f"{exc.message}: the variant is left unformatted")
                                        for i in exc.failed)
+        writes: list[_Pending] = []
         for item, text in zip(pending, texts):
             item.translation.text = text
-            self._settle(item, mode)
+            if self._settle(item, mode):
+                writes.append(item)
+        problems = [(item, why) for item in writes for why in [cannot_write(item.variant, self.display)] if why]
+        if problems:  # nothing is written
+            for item, why in problems:
+                run.diagnostics.append(Diagnostic(item.outcome.variant, 1, 1, "TT008", f"cannot write the "
+                                                  f"{item.outcome.target} variant: {why}; nothing was written"))
+            failed = {id(item) for item, _ in problems}
+            for item in writes:
+                item.outcome.status = "error" if id(item) in failed else "skipped"
+                item.outcome.reason = "cannot be written" if id(item) in failed else "another variant cannot be written"
+            return
+        for item in writes:
+            try:
+                write_atomic(item.variant, item.translation.text, "utf-8-sig" if item.bom else "utf-8")
+            except OSError as exc:  # (the checks above passed: a full disk, a file system gone read-only, a race)
+                run.diagnostics.append(Diagnostic(item.outcome.variant, 1, 1, "TT008", f"cannot write the "
+                                                  f"{item.outcome.target} variant: {_os_error(exc)}"))
+                item.outcome.status, item.outcome.reason = "error", "cannot be written"
+            else:
+                item.outcome.status = "written"
 
-    def _settle(self, item: _Pending, mode: str) -> None:
+    def _settle(self, item: _Pending, mode: str) -> bool:
+        """Sets the outcome of a variant that is compared, diffed or checked; True for one to write."""
         outcome, variant, translation = item.outcome, item.variant, item.translation
         # Bytes as they are (no newline translation): a variant of a CRLF source keeps CRLF line ends.
-        existing = variant.read_bytes().decode("utf-8", errors="replace") if variant.is_file() else None
+        # A variant is UTF-8 (a source's coding cookie is a comment below the header there, where Python does not read
+        # it), and begins with a BOM where its source does.
+        existing, bom = None, False
+        if variant.is_file():
+            data = variant.read_bytes()
+            existing, bom = decode_source(data, errors="replace"), data.startswith(codecs.BOM_UTF8)
+        current = existing is not None and bom == item.bom and same_code(existing, translation.text)
         if mode == "check":
             if existing is None:
                 outcome.status = "missing"
-            elif not same_code(existing, translation.text):
+            elif not current:
                 outcome.status = "stale"
-                outcome.reason = _stale_reason(existing, translation)
+                outcome.reason = (_stale_reason(existing, translation) if bom == item.bom else
+                                  "the source begins with a BOM, the variant does not" if item.bom else
+                                  "the variant begins with a BOM, the source does not")
             else:
                 outcome.status = "up-to-date"
         elif mode == "diff":
-            current = existing is not None and same_code(existing, translation.text)
             outcome.status = "unchanged" if current else "would-write"
             if not current:
                 outcome.diff = "".join(difflib.unified_diff(
                     (existing or "").splitlines(keepends=True), translation.text.splitlines(keepends=True),
                     fromfile=outcome.variant if existing is not None else "/dev/null", tofile=outcome.variant))
+        elif current:
+            outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
         else:
-            if existing is not None and same_code(existing, translation.text):
-                outcome.status = "unchanged"  # byte for byte, or as another formatter (or version) left it
-            else:
-                write_atomic(variant, translation.text)
-                outcome.status = "written"
+            return True
+        return False
 
 
 @dataclass
@@ -533,6 +585,7 @@ class _Pending:
     outcome: Outcome
     variant: Path
     translation: TranslationResult
+    bom: bool = False  # the source begins with a UTF-8 BOM: the variant is written with one
 
 
 def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
@@ -643,6 +696,34 @@ def _stale_reason(existing: str, translation: TranslationResult) -> str:
     return "its content differs from a fresh translation (edited by hand?)"
 
 
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True  # (reported when it is read)
+
+
+def cannot_write(path: Path, show=lambda p: p.as_posix()) -> str:  # noqa: ANN001 - Path -> str
+    """Why a file cannot be written at `path` (it is a directory, a directory on the way is a file, or the nearest
+    existing one is not writable), or "" (asked before anything is written: a run writes all its variants or
+    none). `show` writes a path into the message."""
+    directory = path.parent
+    while not directory.exists() and not directory.is_symlink() and directory.parent != directory:
+        directory = directory.parent
+    if path.is_dir():
+        return f"`{show(path)}` is a directory"
+    if not directory.is_dir():
+        return f"`{show(directory)}` is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"the directory `{show(directory)}` is not writable (permission denied)"
+    return ""
+
+
+def _os_error(exc: OSError) -> str:
+    where = f" (`{exc.filename}`)" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def _not_ours(path: Path) -> str:
     """Why writing a variant to `path` would lose something of the user's, or "": a directory, or a file without the
     header the tool writes."""
@@ -650,6 +731,8 @@ def _not_ours(path: Path) -> str:
         return "is a directory"
     if not path.exists():
         return ""
+    if not _regular(path):
+        return "is not a regular file"
     try:
         with path.open("rb") as handle:
             head = handle.read(2000).decode("utf-8", "replace")
@@ -658,22 +741,5 @@ def _not_ours(path: Path) -> str:
     return "" if is_generated(head) else "holds a file triton-transpile did not write (no generated-file header)"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and an atomic rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-__all__ = ["Config", "Outcome", "Project", "Run", "load_config", "tune_gc", "write_atomic"]
+__all__ = ["Config", "Outcome", "Project", "Run", "cannot_write", "load_config", "project_config", "tune_gc",
+           "write_atomic"]

@@ -5,6 +5,10 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import io
+import re
+import stat
+import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,21 +157,76 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def read_text(path: Path) -> str:
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]")  # (PEP 263)
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python reads a file's bytes in (PEP 263, `tokenize.detect_encoding`): a UTF-8 BOM gives
+    "utf-8-sig", a `# -*- coding: latin-1 -*-` cookie on line 1 or 2 its codec, else "utf-8". ValueError for an
+    encoding Python does not know (or a BOM with another cookie)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise ValueError(str(exc)) from None
+    return encoding
+
+
+def decode_source(data: bytes, errors: str = "strict") -> str:
+    """The text of a Python file's bytes, as Python reads them (`source_encoding`), without a BOM."""
+    try:
+        encoding = source_encoding(data)
+    except ValueError:
+        encoding = "utf-8"
+    return data.decode(encoding, errors)
+
+
+def read_source(path: Path) -> tuple[str, str]:
+    """The text of the Python file `path` and its encoding (`source_encoding`). TT002 for a directory, a file that is
+    not a regular one (a FIFO would block the read forever: it is never opened), one that cannot be read, or bytes
+    that are not text in the file's encoding (at their line and column)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", f"cannot read: {exc.strerror}")) from None
+    if stat.S_ISDIR(mode):
+        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", "is a directory, expected a Python file"))
+    if not stat.S_ISREG(mode):
+        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002",
+                                        f"is not a regular file ({file_kind(mode)}); not read"))
     try:
         data = path.read_bytes()
-    except IsADirectoryError:
-        raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", "is a directory, expected a Python file")) from None
     except OSError as exc:
         raise TranspileError(Diagnostic(str(path), 1, 1, "TT002", f"cannot read: {exc.strerror}")) from None
     try:
-        return data.decode("utf-8")
+        encoding = source_encoding(data)
+    except ValueError as exc:
+        cookie = next((i for i, line in enumerate(data.split(b"\n", 2)[:2], 1) if _COOKIE.match(line)), None)
+        if cookie is not None:
+            raise TranspileError(Diagnostic(str(path), cookie, 1, "TT002", f"bad coding declaration: {exc}")) from None
+        encoding = "utf-8"  # bytes that are not UTF-8 on the first lines: located below
+    try:
+        return data.decode(encoding), encoding
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        what = "UTF-8 text" if encoding in ("utf-8", "utf-8-sig") else f"text in its declared encoding ({encoding})"
         raise TranspileError(
-            Diagnostic(str(path), line, col, "TT002", "not UTF-8 text (is this a Python source file?)")
+            Diagnostic(str(path), line, col, "TT002", f"not {what} (is this a Python source file?)")
         ) from None
+
+
+def read_text(path: Path) -> str:
+    """The text of the Python file `path` (`read_source`)."""
+    return read_source(path)[0]
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (from its `st_mode`)."""
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character "
+                       "device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def parse_source(text: str, path: str, line_map: list[int] | None = None) -> SourceFile:

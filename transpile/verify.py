@@ -279,9 +279,22 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
             kept = not outcome.translated
+            kernel = getattr(module, outcome.name)
+            other = _other_warps(outcome, values)
+            if other is not None and _runs_source_at_other_warps(outcome):
+                # What a launch at the user's warps runs: the source kernel (the launcher's choice), said so.
+                ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature, constexprs,
+                                                          other, triton_kernel=True)
+                outcomes.append(CompiledKernel(
+                    f"_{outcome.name}_triton", f"{label} (num_warps={other}: the launcher runs the source kernel; "
+                    f"the Gluon kernel runs at {outcome.num_warps} only)", ok, message, asm, shared, True))
+                continue
+            if other is not None:
+                wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
+                outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
+                continue
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
-            kernel = getattr(module, outcome.name)
             if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
                 ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature, constexprs,
                                                           num_warps, triton_kernel=True)
@@ -300,6 +313,31 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 no_agprs=bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and not kept))
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes
+
+
+def _other_warps(outcome, values: dict[str, object]) -> int | None:  # noqa: ANN001 - engine.KernelOutcome
+    """The user's `num_warps` (`-v num_warps=4`) where the variant's Gluon kernel runs at other warps only (AMD's
+    warp-pipelined loops: 8), else None. Never replaced by the kernel's: a launch at the user's warps runs what the
+    launcher gives it, or fails."""
+    if not outcome.translated or not outcome.num_warps or "num_warps" not in values:
+        return None
+    try:
+        warps = int(values["num_warps"])  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    return warps if warps != outcome.num_warps else None
+
+
+def _runs_source_at_other_warps(outcome) -> bool:  # noqa: ANN001 - engine.KernelOutcome
+    """Whether the variant's launcher runs the source kernel for launches at other warps than the Gluon kernel's."""
+    return outcome.dispatch is not None and outcome.dispatch.warps == outcome.num_warps
+
+
+def _wrong_warps(outcome, warps: int, autotuned: bool) -> str:  # noqa: ANN001 - engine.KernelOutcome
+    how = (f"its autotune configs launch it with {outcome.num_warps}" if autotuned
+           else f"it asserts `num_warps() == {outcome.num_warps}`")
+    return (f"the variant's kernel runs at num_warps={outcome.num_warps} only ({how}): num_warps={warps} is not a "
+            "launch of it")
 
 
 def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True,
@@ -418,10 +456,18 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
-            if outcome.translated and outcome.num_warps:
-                num_warps = outcome.num_warps
             status = outcome.status
             gluon = outcome.translated
+            other = _other_warps(outcome, values)
+            wrong = ""
+            if other is not None and _runs_source_at_other_warps(outcome):
+                gluon = False  # a launch the launcher gives the source kernel: that is the variant
+                status = (f"source kernel at this launch (num_warps={other}; the Gluon kernel runs at "
+                          f"{outcome.num_warps})")
+            elif other is not None:
+                wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
+            elif outcome.translated and outcome.num_warps:
+                num_warps = outcome.num_warps
             if outcome.dispatch is not None and outcome.translated:
                 # the launches the variant's launcher runs as Gluon have these strides 1: both compile so
                 for name in outcome.dispatch.unit:
@@ -454,6 +500,10 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             if not gluon and outcome.translated:
                 kernel = getattr(original, outcome.name)
             for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not gluon)):
+                if wrong and not as_triton:
+                    figures.append(None)
+                    message = message or f"variant: {wrong}"
+                    continue
                 ok, error, asm, shared = compile_kernel(jit_fn, result.target, dict(signature), dict(constexprs),
                                                         num_warps, triton_kernel=as_triton, divisible=ptrs + ints,
                                                         pointer_range=in_range, num_stages=stages,
