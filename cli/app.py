@@ -75,8 +75,8 @@ def _project(paths: list[Path], target: list[str] | None, as_json: bool = False,
     config = None
     try:
         config = project_config(paths)
-        return Project(config, _targets(target), options.pop("out_dir", None), options.pop("exclude", []),  # type: ignore[arg-type]
-                       **options)  # type: ignore[arg-type]
+        out_dir, exclude = options.pop("out_dir", None), options.pop("exclude", [])
+        return Project(config, _targets(target), out_dir, exclude, **options)  # type: ignore[arg-type]
     except TranspileError as exc:
         _fail(exc.diagnostic, as_json, config.notes if config is not None else [])
         raise  # (not reached)
@@ -99,7 +99,8 @@ class _Command(TyperCommand):
             # (click's UsageError, or the copy of click that typer carries: the same class under another module)
             if not as_json or not any(c.__name__ == "UsageError" for c in type(exc).__mro__):
                 raise
-            _fail(Diagnostic("<command line>", 1, 1, "TT004", exc.format_message()), as_json=True)  # type: ignore[attr-defined]
+            message = exc.format_message()  # type: ignore[attr-defined]
+            _fail(Diagnostic("<command line>", 1, 1, "TT004", message), as_json=True)
             raise  # (not reached)
 
     # Help as a command line's conventions write it: `transpile [OPTIONS] PATH...`, `-t, --target TARGET` (typer would
@@ -110,7 +111,7 @@ class _Command(TyperCommand):
         return [self.options_metavar, *arguments] if self.options_metavar else arguments
 
     def format_options(self, ctx, formatter) -> None:  # noqa: ANN001 - a click Context and HelpFormatter
-        arguments = [(_argument_name(p), (p.help or "") + ("  [required]" if p.required else ""))  # type: ignore[attr-defined]
+        arguments = [(_argument_name(p), (getattr(p, "help", None) or "") + ("  [required]" if p.required else ""))
                      for p in self.get_params(ctx) if p.param_type_name == "argument"]
         options = [record for p in self.get_params(ctx) if p.param_type_name == "option"
                    for record in [p.get_help_record(ctx)] if record is not None]
@@ -144,7 +145,8 @@ def translate(
                                  help="Print the tool's version and exit."),
     target: Optional[list[str]] = typer.Option(None, "--target", "-t", metavar="TARGET", help=TARGET_HELP),
     out_dir: Optional[Path] = typer.Option(
-        None, "--out-dir", metavar="DIR", help="Write variants here instead of beside sources, mirroring the source tree."
+        None, "--out-dir", metavar="DIR",
+        help="Write variants here instead of beside sources, mirroring the source tree."
     ),
     source_root: Optional[Path] = typer.Option(
         None, "--source-root", metavar="DIR",
@@ -220,12 +222,14 @@ def _print_diff(text: str) -> None:
         out.print(line, style=style, markup=False, highlight=False)
 
 
-@tools.command(cls=_Command, help="Show each kernel's loops, their dots and loads, the layouts, and what was emitted or why not.")
+@tools.command(cls=_Command, help="Show each kernel's loops, their dots and loads, the layouts, and what was emitted "
+               "or why not.")
 def explain(
     file: Path = typer.Argument(..., metavar="FILE", help="A Python file with Triton kernels."),
     target: list[str] = typer.Option(..., "--target", "-t", metavar="TARGET", help=TARGET_HELP),
     timeline: Optional[Path] = typer.Option(
-        None, "--timeline", metavar="FILE.svg", help="Also write the timeline of every pipelined loop (warp groups or partitions, ring "
+        None, "--timeline", metavar="FILE.svg",
+        help="Also write the timeline of every pipelined loop (warp groups or partitions, ring "
         "slots, waits) as an SVG file."),
     gluon_always: bool = typer.Option(False, "--gluon-always", help=GLUON_ALWAYS_HELP),
 ) -> None:

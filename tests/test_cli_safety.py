@@ -183,8 +183,8 @@ def test_out_dir_naming_a_file(tmp_path: Path, cli, fixture_copy, tree) -> None:
         result = cli("vector_add.py", "softmax.py", "-t", "gfx942", "--out-dir", out_dir)
         assert_clean_exit(result, 2)
         assert sorted(diagnostics(result.stderr)) == [
-            (f"{out_dir}/{name}_gfx942.py", 1, 1, "TT008", f"cannot write the gfx942 variant: `out` is not a directory; "
-             "nothing was written") for name in ("softmax", "vector_add")]
+            (f"{out_dir}/{name}_gfx942.py", 1, 1, "TT008", "cannot write the gfx942 variant: `out` is not a "
+             "directory; nothing was written") for name in ("softmax", "vector_add")]
         assert tree(tmp_path) == before
 
 
@@ -296,7 +296,8 @@ def test_a_fifo_named_py_is_never_opened(tmp_path: Path, cli, fixture_copy) -> N
     os.mkfifo(tmp_path / "src" / "pipe.py")
     named = cli.subprocess("src/pipe.py", "-t", "gfx942", timeout=120)  # (before: blocked forever)
     assert named.exit_code == 2, named.output
-    assert diagnostics(named.stderr) == [("src/pipe.py", 1, 1, "TT002", "is not a regular file (a named pipe); not read")]
+    assert diagnostics(named.stderr) == [("src/pipe.py", 1, 1, "TT002", "is not a regular file (a named pipe); not "
+                                          "read")]
     walked = cli.subprocess("src", "-t", "gfx942", timeout=120)
     assert walked.exit_code == 2, walked.output
     assert diagnostics(walked.stderr) == [("src/pipe.py", 1, 1, "TT002", "is not a regular file (a named pipe); "
@@ -424,11 +425,13 @@ def test_a_misspelt_tool_table_is_pointed_out(tmp_path: Path, cli, fixture_copy)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.triton_transpile]\ntargets = ["sm90"]\n',
                                              encoding="utf-8")
     fixture_copy("vector_add")
-    note = ("pyproject.toml", 4, 1, "TT009", "[tool.triton_transpile] is not read: did you mean [tool.triton-transpile]?")
+    note = ("pyproject.toml", 4, 1, "TT009",
+            "[tool.triton_transpile] is not read: did you mean [tool.triton-transpile]?")
     result = cli("vector_add.py")  # the table's targets are not read: no target
     assert_clean_exit(result, 2)
     assert [(Path(d[0]).name, *d[1:]) for d in diagnostics(result.stderr)] == [
-        note, ("<command line>", 1, 1, "TT004", "no target: pass --target (or set `targets` in [tool.triton-transpile])")]
+        note,
+        ("<command line>", 1, 1, "TT004", "no target: pass --target (or set `targets` in [tool.triton-transpile])")]
     result = cli("vector_add.py", "-t", "gfx942")  # a note: the run goes on
     assert_clean_exit(result, 0)
     assert [(Path(d[0]).name, *d[1:]) for d in diagnostics(result.stderr)] == [note]

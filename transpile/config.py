@@ -176,9 +176,10 @@ def _shown(value: object) -> str:
     return f"`{value!r}`"
 
 
+_PART_TEXT = r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'"""  # a bare or quoted key
+_PART = re.compile(_PART_TEXT)
 _HEADER = re.compile(r"^\s*\[\[?(?P<name>[^\]]*)\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"""^(?P<indent>\s*)(?P<key>(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=""")
-_PART = re.compile(r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'""")
+_KEY = re.compile(rf"^(?P<indent>\s*)(?P<key>(?:{_PART_TEXT})(?:\s*\.\s*(?:{_PART_TEXT}))*)\s*=")
 
 
 def _parts(dotted: str) -> tuple[str, ...]:
