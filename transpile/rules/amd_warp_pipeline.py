@@ -26,7 +26,7 @@ from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_t
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
 from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import conjuncts, names_in
+from transpile.cst_utils import calls_in, conjuncts, names_in
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            mask_index, next_names, rename, statements)
@@ -136,7 +136,7 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
     shape as parameter names or numbers and the pointer parameter whose element type it holds; None where a shape or
     an element type is not that (the kernel's own check still holds)."""
     params = {p.name for p in ctx.function.params}
-    site = ctx.plan.dots[_dot_call(sp.loop)]
+    site = ctx.plan.dots[_dot_call(sp.loop, ctx.plan.dots)]
     rings = []
     for load, ring, dtype in zip(sp.loop.loads, sp.rings, (site.operand_dtype, site.b_dtype)):
         match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
@@ -173,7 +173,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     stages, rnd, step_, it, iters = (name("NUM_STAGES"), name("round_"), name("step"), name("it"),
                                      name("num_iters"))
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
-    site = ctx.plan.dots[_dot_call(plan)]
+    site = ctx.plan.dots[_dot_call(plan, ctx.plan.dots)]
     dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
     span = LoopRange.of(updated)
     count, index = span.count, span.value
@@ -431,6 +431,7 @@ def _read(engine: str, slot: str) -> str:
     return f"async_copy.load_shared_relaxed({slot}, " if engine == "async_copy" else f"{slot}.load("
 
 
-def _dot_call(plan: LoopPlan) -> cst.Call:
-    statement = plan.loop.body.body[plan.dot_index]
-    return statement.body[0].value  # type: ignore[attr-defined,return-value]
+def _dot_call(plan: LoopPlan, dots: dict) -> cst.Call:
+    """The dot call of the loop's dot statement (`acc = tl.dot(a, b, acc)`, or inside `acc += tl.dot(a, b) * s`)."""
+    statement = plan.loop.body.body[plan.dot_index]  # type: ignore[attr-defined]
+    return next(call for call in calls_in(statement) if call in dots)
