@@ -6,6 +6,7 @@ Exit codes: 0 fine, 1 a check failed (stale/missing/orphaned variant, a kernel t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -291,6 +292,10 @@ def verify(
     if output_format not in ("text", "json"):
         _fail(Diagnostic("<command line>", 1, 1, "TT004", f"unknown output format `{output_format}` (text, json)"))
     as_json = output_format == "json"
+    if importlib.util.find_spec("triton") is None:
+        _fail(Diagnostic("<command line>", 1, 1, "TT033", "verify compiles the variants with Triton, which is not "
+                         "installed here: `pip install 'triton-transpile[verify]'` (Triton 3.6 or newer; translating "
+                         "needs no Triton)"), as_json)
     if unaligned and not isa:
         _fail(Diagnostic("<command line>", 1, 1, "TT004", "--unaligned applies to --isa only"), as_json)
     try:

@@ -9,6 +9,7 @@ own app.
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -774,3 +775,26 @@ def test_verify_ends_without_the_compiler_bindings_noise(cli, tmp_path: Path) ->
     assert "compiles" in result.stdout and "leaked" not in result.output
     failed = cli.subprocess("verify", "vector_add.py", "-t", "gfx950", "-v", "x_ptr=*fp32")  # types missing
     assert failed.exit_code != 0 and "leaked" not in failed.output
+
+
+def test_translating_needs_no_triton_and_verify_says_how_to_get_it(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    """Triton is an extra (`[verify]`): with it unimportable (as in a pre-commit hook's environment) every variant is
+    written as with it, and `verify` is a TT033 that names the extra, exit 2."""
+    blocker = tmp_path / "no_triton"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = None\n", encoding="utf-8")
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "matmul_grouped.py"
+    (tmp_path / "matmul_grouped.py").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    path = os.pathsep.join([str(blocker), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {"PYTHONPATH": path, "TRANSPILE_NO_CACHE": "1"}
+    written = cli.subprocess("matmul_grouped.py", "-t", "gfx950,sm90", "--out-dir", "out", env=env)
+    assert written.exit_code == 0, written.output
+    expected = cli.subprocess("matmul_grouped.py", "-t", "gfx950,sm90", "--out-dir", "ref",
+                              env={"TRANSPILE_NO_CACHE": "1"})
+    assert expected.exit_code == 0, expected.output
+    for target in ("gfx950", "sm90"):
+        name = f"matmul_grouped_{target}.py"
+        mine = (tmp_path / "out" / name).read_text(encoding="utf-8").split("\n", 3)[3]  # (the header names the dir)
+        assert mine == (tmp_path / "ref" / name).read_text(encoding="utf-8").split("\n", 3)[3]
+    result = cli.subprocess("verify", "matmul_grouped.py", "-t", "gfx950", env=env)
+    assert result.exit_code == 2 and "TT033" in result.stderr and "triton-transpile[verify]" in result.stderr

@@ -19,7 +19,8 @@ def test_tables_match_the_code(root: Path) -> None:
 
 def test_documents_the_two_commands_and_the_triton36_check(root: Path) -> None:
     text = (root / "README.md").read_text(encoding="utf-8")
-    assert "pip install -e '.[test]' && transpile fixtures/vector_add.py --target gfx942 --diff" in text
+    assert "pip install -e . && transpile fixtures/vector_add.py --target gfx942 --diff" in text
+    assert "pip install -e '.[verify]'" in text and "pip install -e '.[test]'" in text  # the extras
     assert "bash .ci/run" in text and "python -m pytest -q" in text
     assert "## Checking Hopper output under Triton 3.6" in text and "bash scripts/check_triton36.sh" in text
 

@@ -55,6 +55,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT030": (Severity.ERROR, "verify: a kernel argument has no type or value"),
     "TT031": (Severity.ERROR, "verify: the variant did not compile for the target"),
     "TT032": (Severity.ERROR, "verify: the variant could not be imported"),
+    "TT033": (Severity.ERROR, "verify: Triton is not installed (`pip install 'triton-transpile[verify]'`); "
+                              "translating needs no Triton"),
 }
 
 
