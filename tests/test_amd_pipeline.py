@@ -380,3 +380,53 @@ def test_a_carried_offset_tensor_read_after_the_loop_is_refused() -> None:
     assert not result.functions[0].translated  # kept as Triton
     (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
     assert "`offs_k` is a tensor the loop carries from one iteration to the next" in message
+
+
+BRANCHED_ROWS = INT64_OFFSETS.replace(
+    "    offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)\n",
+    "    if EVEN_M:\n"
+    "        offs_m = tl.program_id(0) * BM + tl.arange(0, BM)\n"
+    "    else:\n"
+    "        offs_m = (tl.program_id(0) * BM + tl.arange(0, BM)) % M\n").replace(
+    "         BK: tl.constexpr):", "         BK: tl.constexpr, EVEN_M: tl.constexpr):")
+
+
+@pytest.mark.parametrize("amd_target", ["gfx942", "gfx950"])
+def test_a_vector_an_if_defines_before_the_loop_is_converted_once_for_the_copies(amd_target: str) -> None:
+    """`if EVEN_M: offs_m = ... else: offs_m = (...) % M` (AMD's own aiter GEMMs): no single definition to lay out
+    per tile, so the copies read it converted to their layout, once, before the loop (it was read in the loop's
+    layout, and the variant did not compile: "Layout mismatch in broadcast")."""
+    result = translate_source(BRANCHED_ROWS, "mm64.py", get_target(amd_target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    flat = " ".join(result.text.split())
+    assert "offs_m_a_rows = gl.convert_layout(offs_m, gl.SliceLayout(1, a_ring_copy_layout))" in flat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amd_target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("even", [True, False])
+def test_a_vector_an_if_defines_compiles(amd_target: str, even: bool, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(BRANCHED_ROWS, "mm64.py", get_target(amd_target))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64, "EVEN_M": even}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_contiguous_axis_an_if_defines_before_the_loop_is_refused() -> None:
+    """The same along B's contiguous axis (`if EVEN_N: offs_n = ... else: offs_n = (...) % N`): a wrapped index
+    proves no 16-byte vectors, which direct-to-LDS copies need (the variant did not compile: "the load can only be
+    vectorized to 1 element"); the kernel is kept as Triton and says why."""
+    text = INT64_OFFSETS.replace(
+        "    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)\n",
+        "    if EVEN_N:\n"
+        "        offs_n = tl.program_id(1) * BN + tl.arange(0, BN)\n"
+        "    else:\n"
+        "        offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N\n").replace(
+        "         BK: tl.constexpr):", "         BK: tl.constexpr, EVEN_N: tl.constexpr):")
+    result = translate_source(text, "mm64.py", get_target("gfx950"))
+    assert not result.functions[0].translated
+    (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
+    assert "`offs_n` is assigned in the branches of an `if` before the loop and indexes the tile's contiguous axis" \
+        in message

@@ -288,3 +288,81 @@ def test_a_helper_picked_at_import_time_is_a_helper_and_its_caller_stays_triton(
     assert not any(o.translated for o in outcomes.values())
     assert "picks at import time" in outcomes["round_kernel"].kept_reason
     assert "_AlignedOrTriton" not in result.text and "@gluon.jit" not in result.text
+
+
+def test_imported_helpers_are_read_beside_the_file_whatever_its_path_is_shown_as(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    """A file translated by a path shown relative to its project root (not the current directory) still has its
+    imported helpers read from beside it: the helper making a tensor of its own is found, and the kernel calling it
+    kept with its reason (before, the module was not found from the shown path, and the Gluon kernel called the
+    Triton helper). Scalar helpers with `tl.assume` and `min` (aiter's `pid_grid`) stay callable."""
+    from transpile.engine import translate_file
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "combine.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef add_relu(a, b):\n"
+        "    return tl.maximum(a + b, tl.zeros_like(a))\n\n\n@triton.jit\ndef grid(pid, n, G: tl.constexpr):\n"
+        "    g = min(n - pid, G)\n    tl.assume(g >= 0)\n    return pid % g\n")
+    kernel = ("import triton\nimport triton.language as tl\nfrom combine import add_relu, grid\n\n\n"
+              "@triton.jit\ndef k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    pid = grid(tl.program_id(0), n, 4)\n"
+              "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n    x = tl.load(x_ptr + offs)\n"
+              "    tl.store(y_ptr + offs, CALL)\n")
+    (tmp_path / "proj" / "kernels.py").write_text(kernel.replace("CALL", "tl.associative_scan(x, 0, add_relu)"))
+    (tmp_path / "proj" / "scalar.py").write_text(kernel.replace("CALL", "x * 2"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the shown paths below are not paths from here
+    kept = translate_file(tmp_path / "proj" / "kernels.py", get_target("sm90"), "kernels.py").functions[0]
+    assert not kept.translated and "`add_relu` is imported from `combine`" in kept.kept_reason
+    callable_ = translate_file(tmp_path / "proj" / "scalar.py", get_target("sm90"), "scalar.py").functions[0]
+    assert callable_.translated, callable_.kept_reason
+
+
+SHARED_HELPER = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def swz(pid, n, G: tl.constexpr):
+    return (pid % G) * (n // G) + pid // G
+
+
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    pid = swz(tl.program_id(0), n, 4)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+
+@triton.jit
+def sort_rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    pid = swz(tl.program_id(0), n, 4)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.sort(tl.load(x_ptr + offs)))
+'''
+
+
+def test_a_helper_shared_by_a_kept_and_a_translated_kernel_is_copied_for_the_kept_one() -> None:
+    """`swz` is called by `scale` (translated) and `sort_rows` (kept: `tl.sort`). It stays a Gluon helper for
+    `scale`, and `sort_rows` calls a Triton copy `_swz_triton` (before, `swz` was kept, and `scale` with it)."""
+    for target in ("sm90", "gfx950"):
+        result = translate_source(SHARED_HELPER, "k.py", get_target(target))
+        outcomes = {f.name: f for f in result.functions}
+        assert outcomes["scale"].translated and outcomes["swz"].translated, outcomes["scale"].kept_reason
+        assert not outcomes["sort_rows"].translated
+        kept = result.text[result.text.index("def sort_rows("):]
+        assert "pid = _swz_triton(tl.program_id(0), n, 4)" in kept
+        assert result.text.count("def _swz_triton(") == 1
+        copy = result.text[result.text.index("def _swz_triton("):]
+        assert "@triton.jit\ndef _swz_triton(" in result.text and "return (pid % G)" in copy
+
+
+@pytest.mark.slow
+def test_a_helper_shared_by_a_kept_and_a_translated_kernel_compiles(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from transpile.verify import verify
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = translate_source(SHARED_HELPER, str(tmp_path / "k.py"), get_target("gfx950"))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 64}, all_configs=True)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

@@ -33,7 +33,7 @@ from transpile.engine import (
     variant_path,
 )
 from transpile.formatting import FormatError, FormatStyle, format_texts, project_style, same_code
-from transpile.source import decode_source, file_kind, parse_source, read_source
+from transpile.source import decode_source, file_kind, parse_source, read_source, set_location
 from transpile.targets import Target, get_target
 
 # A run over at least this many files translates them in worker processes (`Project._translate_in_parallel`);
@@ -479,6 +479,7 @@ class Project:
             else:
                 read = recording()  # the other files the translation reads (transpile.cache)
                 try:
+                    set_location(self.display(source), source)
                     if source not in self._prepared:  # keep one file's analysis (and the files it read)
                         self._prepared = {source: (prepare(text, self.display(source)), list(read))}
                     prepared, files = self._prepared[source]
@@ -593,7 +594,8 @@ def _translate_file(task: tuple[str, str, str, list[tuple[str, str]], bool]
     """Worker process: one file for every target, prepared once, and the other files the translation read (for the
     cache). A bad file gives its diagnostic for every target; an internal error its TT090, worded as the one-process
     path words it."""
-    _, text, display, targets, gluon_always = task
+    where, text, display, targets, gluon_always = task
+    set_location(display, where)  # (a display path is relative to the project root, not the worker's directory)
     out: dict[str, TranslationResult | Diagnostic] = {}
     files = recording()
     try:

@@ -229,6 +229,22 @@ def file_kind(mode: int) -> str:
     return "not a file"
 
 
+#: A file's path as translations name it (relative to the project root, which need not be the current directory) ->
+#: where it is: what the analyses that read other files resolve from (the module a helper is imported from).
+_LOCATIONS: dict[str, str] = {}
+
+
+def set_location(display: str, location: str | Path) -> None:
+    """Translations of the file named `display` read other files from beside `location`."""
+    _LOCATIONS[display] = str(location)
+
+
+def location(display: str) -> str:
+    """Where the file a translation names `display` is (`display` itself, relative to the current directory, unless
+    `set_location` said otherwise)."""
+    return _LOCATIONS.get(display, display)
+
+
 def parse_source(text: str, path: str, line_map: list[int] | None = None) -> SourceFile:
     """`text` parsed; `line_map` (a rewrite of the file: its line -> the source's line) makes every position a line
     of the source, so that diagnostics about rewritten code still point at what the user wrote."""

@@ -29,7 +29,7 @@ import libcst as cst
 from transpile import cache, language
 
 from transpile.discover import JitFunction, ModuleFacts, language_name
-from transpile.source import SourceFile
+from transpile.source import SourceFile, location
 
 # --------------------------------------------------------------------------------------------------------------------
 # Terms (layout variables) and abstract values
@@ -286,6 +286,7 @@ _ELEMENTWISE_ONLY = ELEMENTWISE | {
     "where", "maximum", "minimum", "fma", "to", "cast", "sigmoid", "softplus", "floor", "ceil", "round", "trunc",
     "pow", "isnan", "isinf", "fmod", "div_rz", "rint", "inline_asm_elementwise", "constexpr", "static_assert",
     "device_assert", "static_print", "float", "int", "bool", "jit", "heuristics",
+    "assume", "min", "max",  # (a hint, and the builtins: `tl.assume(group_size_m >= 0)`, `min(...)` in aiter's pid_grid)
 }  # fmt: skip
 
 
@@ -367,7 +368,7 @@ def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.Functi
     """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
     file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an
     absolute one from the nearest enclosing directory that holds it. Empty when the module is not found on disk."""
-    here = Path(path).resolve().parent
+    here = Path(location(path)).resolve().parent
     key = (str(here), origin)  # `path` may be relative: the same text names another file in another directory
     if key in _MODULE_FUNCTIONS:
         functions, math_modules, probes = _MODULE_FUNCTIONS[key]

@@ -27,6 +27,7 @@ from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
 from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import calls_in, conjuncts, names_in
+from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            mask_index, next_names, rename, statements)
@@ -128,6 +129,21 @@ class AMDWarpPipeline(Rule):
                                         "two groups of 4 warps."))])
             decorators.append(changed)
         return updated.with_changes(decorators=decorators)
+
+
+def _assigned_outside(function: cst.FunctionDef, loop: cst.CSTNode) -> set[str]:
+    """Names `function` assigns anywhere but inside `loop`."""
+    inside = {id(n) for n in preorder(loop)}
+    found: set[str] = set()
+    for node in preorder(function):
+        if id(node) in inside:
+            continue
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                found |= names_in(target.target)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            found |= names_in(node.target)
+    return found
 
 
 def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:
@@ -242,15 +258,24 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             lines += fused(slot_expr, pad)
         return lines + [indent(rename(body[i], renames), pad) for i in plan.producer_after()]
 
+    # An operand name the function also assigns outside this loop (in the other branch of a run-time `if`, in a
+    # peeled last iteration) holds a tile of another layout there, and Triton requires one type per name across the
+    # branches of an `if`: the slot reads then take names of their own.
+    outside = _assigned_outside(ctx.function.node, plan.loop)
+    operand = {load.name: name(f"{load.name}_op") if load.name in outside else load.name for load in plan.loads}
+    op_renames = {k: v for k, v in operand.items() if k != v}
+
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dot from ring slot `slot_expr`, in the MMA operand layouts."""
-        return [f"{pad}{load.name} = {_read(engine, f'{rings[load.name]}.index({slot_expr})')}gl.DotOperandLayout("
-                f"{k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype, {plan.acc}.type.layout)))"
+        return [f"{pad}{operand[load.name]} = {_read(engine, f'{rings[load.name]}.index({slot_expr})')}"
+                f"gl.DotOperandLayout({k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype, "
+                f"{plan.acc}.type.layout)))"
                 for k, load in enumerate(plan.loads)]
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
-        return lines + [indent(code(body[i]), pad) for i in consumer]
+        return lines + [indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
+                        for i in consumer]
 
     wait = WAITS[engine]
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}

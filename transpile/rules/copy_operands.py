@@ -144,6 +144,9 @@ class _Rewriter:
     # ---- one ring branch --------------------------------------------------------------------------------------
     def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:
         self.outside = _definitions(before)  # the values names hold at the ring, by name
+        # names an `if`/`with` before the ring binds (`if EVEN_MN: offs_am = ... else: offs_am = ... % M`): no one
+        # value to re-evaluate, so the copies convert the value itself, once, before the loop
+        self.branched = _branch_values(before, set(self.outside))
         self.inside = _same_definitions(branch)
         # Tensors the loop carries from one iteration to the next (`offsets_k += BLOCK_K`) other than the pointer
         # tiles: their values per iteration cannot be re-evaluated in another layout from a definition.
@@ -182,14 +185,19 @@ class _Rewriter:
         value = self.inside.get(name) or self.outside.get(name)
         if value is None and name in getattr(self, "carried", {}):  # advanced in the loop: a tensor if it starts as one
             return any(self.tensor(n, seen | {name}) for n in self.carried[name] - {name})
+        if value is None and name in getattr(self, "branched", {}):  # a tensor in any branch is a tensor
+            return any(self._tensor_value(v, seen | {name}) for v in self.branched[name])
         if value is None:
             return False  # a parameter, a loop variable, a constexpr
+        return self._tensor_value(value, seen | {name})
+
+    def _tensor_value(self, value: cst.BaseExpression, seen: frozenset[str]) -> bool:
         for node in preorder(value):
             if isinstance(node, cst.Call) and code(node.func) in _TENSOR_CALLS:
                 return True
             if isinstance(node, cst.Subscript) and _axis(node) is not None:
                 return True
-        return any(self.tensor(n, seen | {name}) for n in names_in(value) - {name})
+        return any(self.tensor(n, seen) for n in names_in(value) - seen)
 
     def expression(self, node: cst.BaseExpression, context: Context) -> cst.BaseExpression:
         """`node` re-evaluated in `context`."""
@@ -238,6 +246,16 @@ class _Rewriter:
         if name in self.inside:  # the producer's: each iteration's value, written into the copy
             value = self.expression(self.inside[name], context)
             return cst.parse_expression(f"({code(value)})")
+        if name not in self.outside and name in self.branched:
+            if context.dim != 1:  # (along the copies' contiguous last axis, or a whole tile)
+                raise Unsupported(f"`{name}` is assigned in the branches of an `if` before the loop and indexes the "
+                                  "tile's contiguous axis: no single definition proves the 16-byte vectors its copies "
+                                  "need")
+            key = (name, context)
+            if key not in self.hoisted:  # (a one-time conversion before the loop)
+                self.hoisted[key] = self.name(f"{name}{context.suffix}")
+                self.lines.append(f"{self.hoisted[key]} = gl.convert_layout({name}, {context.text})")
+            return cst.Name(self.hoisted[key])
         if name not in self.outside:
             raise Unsupported(f"`{name}` is not assigned exactly once before the loop")
         key = (name, context)
@@ -404,6 +422,35 @@ def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpre
                 for name in bound_names(node):
                     assign(name, None)
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _branch_values(statements: list[cst.BaseStatement], known: set[str]) -> dict[str, list[cst.BaseExpression]]:
+    """Names (not in `known`) whose last binding among `statements` is inside an `if`/`with`, with every value the
+    statement's branches assign them (plain `name = value`); a name also bound otherwise there maps to nothing."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for name in bound_names(statement):
+                found.pop(name, None)
+            continue
+        if not isinstance(statement, (cst.If, cst.With)):
+            for name in bound_names(statement):
+                found.pop(name, None)
+            continue
+        values: dict[str, list[cst.BaseExpression]] = {}
+        other: set[str] = set()
+        for node in preorder(statement):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                values.setdefault(node.targets[0].target.value, []).append(node.value)
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+                other.add(node.target.value)
+            elif isinstance(node, (cst.For, cst.CompFor, cst.AsName)):
+                other |= names_in(node.target if not isinstance(node, cst.AsName) else node.name)
+        for name in bound_names(statement):
+            found.pop(name, None)
+            if name in values and name not in other:
+                found[name] = values[name]
+    return {name: v for name, v in found.items() if name not in known}
 
 
 def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:
