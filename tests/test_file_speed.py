@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import cProfile
+import difflib
 import io
 import pstats
 import sys
@@ -107,6 +108,44 @@ def test_translation_work_is_linear_in_the_kernels_of_a_file() -> None:
     _calls(many_kernels(1, fixtures), "sm90")  # (the caches of text snippets and layouts filled)
     two, eight = (_calls(many_kernels(n, fixtures), "sm90") for n in (2, 8))
     assert eight < 4.5 * two, f"8 copies made {eight / two:.2f}x the calls of 2 copies"
+
+
+def test_line_maps_diff_only_the_rewritten_functions(monkeypatch) -> None:  # noqa: ANN001
+    """A rewrite that replaces functions (block pointers lowered, pointer tiles read through TMA descriptors) maps
+    the lines of each replaced function to its replacement's, not the whole file to the whole file: difflib's matcher
+    is quadratic in a file's repeated lines (blank lines, `)`). The map is the same."""
+    import transpile.source as source_module
+    from transpile.engine import prepare, with_tma_tiles
+
+    text = many_kernels(4, ["suite_blockptr_gemm", "suite_gemm_kaddr"])
+    functions = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+    largest = max(n.end_lineno - min([n.lineno, *(d.lineno for d in n.decorator_list)]) + 1 for n in functions)
+    sizes: list[int] = []
+    maps: list[tuple[str, str, list[int]]] = []
+
+    class Recording(difflib.SequenceMatcher):
+        def __init__(self, isjunk, a, b, autojunk=True) -> None:  # noqa: ANN001
+            sizes.append(max(len(a), len(b)))
+            super().__init__(isjunk, a, b, autojunk)
+
+    original = source_module.replaced_line_map
+
+    def recorded(module, old, replaced, new):  # noqa: ANN001, ANN202
+        lines = original(module, old, replaced, new)
+        maps.append((old, new, lines))
+        return lines
+
+    monkeypatch.setattr(source_module.difflib, "SequenceMatcher", Recording)
+    for module in ("transpile.analysis.block_pointers", "transpile.analysis.tma_tiles"):
+        monkeypatch.setattr(sys.modules[module], "replaced_line_map", recorded)
+    prepared = prepare(text, "many.py")
+    with_tma_tiles(prepared)
+    assert len(maps) == 2  # the block pointers lowered; the tiles read through descriptors
+    # (a replacement may be longer than its function: lowered block pointers take more lines)
+    assert sizes and max(sizes) <= 2 * largest < len(text.splitlines()) / 4, (max(sizes), largest)
+    monkeypatch.undo()
+    for old, new, lines in maps:
+        assert lines == source_module.line_map(old, new)
 
 
 if __name__ == "__main__":
