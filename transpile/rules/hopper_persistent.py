@@ -128,7 +128,7 @@ def _launches(module: cst.Module) -> dict[str, list[tuple[str, dict[str, cst.Bas
                 if assigned is None:
                     assigned = _assignments(function)
                 found.setdefault(func.value.value, []).append((function.name.value, assigned, call))
-    if len(_LAUNCHES) > 8:
+    if len(_LAUNCHES) >= 2:  # (the modules of one translation; kept alive while cached)
         _LAUNCHES.clear()
     _LAUNCHES[id(module)] = (module, found)
     return found
