@@ -42,7 +42,8 @@ def rewrite(span: str, advance: str = "offs += BK", prelude: str = "", after: st
     text = (KERNEL.replace("RANGE", span).replace("ADVANCE", advance).replace("PRELUDE", prelude or "pass")
             .replace("AFTER", after or "pass"))
     source = parse_source(text, "k.py")
-    return rewrite_inductions(source, discover(source))
+    result = rewrite_inductions(source, discover(source))
+    return None if result is None else result[0]
 
 
 def loop_lines(text: str) -> list[str]:

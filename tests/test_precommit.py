@@ -201,3 +201,53 @@ def test_transpile_and_ruff_format_hooks_settle(git_repo: Path, root: Path) -> N
     check = subprocess.run([sys.executable, "-m", "transpile", "--check", "--target", "sm90", "--target", "gfx950",
                             "matmul_grouped.py", "softmax.py"], cwd=git_repo, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _readme_hook_order(root: Path) -> tuple[list[str], list[str]]:
+    """The hook ids, in order, of the README's pre-commit example with a formatter, and the args it gives transpile."""
+    import yaml
+
+    section = (root / "README.md").read_text(encoding="utf-8").split("## pre-commit", 1)[1].split("\n## ", 1)[0]
+    for block in section.split("```yaml\n")[1:]:
+        config = yaml.safe_load(block.split("```", 1)[0])
+        hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
+        ids = [hook["id"] for hook in hooks]
+        if "ruff-format" in ids and "triton-transpile" in ids:
+            return ids, next(h.get("args", []) for h in hooks if h["id"] == "triton-transpile")
+    raise AssertionError("README.md: no pre-commit example with ruff-format and triton-transpile")
+
+
+@pytest.mark.parametrize("order, runs", [("readme", 2), ("reversed", 3)])
+def test_readme_hook_order_settles_in_two_runs(git_repo: Path, root: Path, order: str, runs: int) -> None:
+    """The README's order (ruff-format, then triton-transpile; ruff reading the project's settings) settles a commit
+    of sources not yet formatted in two runs: the first formats them and writes their variants, the second passes.
+    The other order takes three: transpile translated the sources before ruff changed them."""
+    ids, args = _readme_hook_order(root)
+    assert ids == ["ruff-format", "triton-transpile"]
+    if order == "reversed":
+        ids = ids[::-1]
+    source = (root / "fixtures" / "vector_add.py").read_text(encoding="utf-8")
+    unformatted = source.replace("mask=mask", "mask = mask").replace("output = x + y", "output = x+y")
+    assert unformatted != source
+    (git_repo / "vector_add.py").write_text(unformatted, encoding="utf-8")
+    shutil.copy(root / "fixtures" / "matmul_grouped.py", git_repo / "matmul_grouped.py")
+    hooks = {
+        "triton-transpile": _config(_hook_entry(root), [*args, "--target", "gfx950"]).split("hooks:\n", 1)[1],
+        "ruff-format": ("      - id: ruff-format\n"
+                        "        name: ruff-format\n"
+                        f"        entry: {shlex.join([sys.executable, '-m', 'ruff', 'format', '--no-cache'])}\n"
+                        "        language: system\n"
+                        "        types: [python]\n"),
+    }
+    config = "repos:\n  - repo: local\n    hooks:\n" + "".join(hooks[i] for i in ids)
+    (git_repo / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
+    _git(git_repo, "add", ".")
+    outcomes = []
+    for _ in range(4):
+        result = _pre_commit(git_repo, "run", "--all-files")
+        outcomes.append(result.returncode)
+        _git(git_repo, "add", ".")
+        if result.returncode == 0:
+            break
+    assert outcomes == [1] * (runs - 1) + [0], (outcomes, result.stdout + result.stderr)
+    assert "output = x + y" in (git_repo / "vector_add_sm90.py").read_text(encoding="utf-8")

@@ -266,9 +266,33 @@ def test_sm90_blocks_run_in_the_emitted_order(fixture: str, gluon_always: bool, 
         at = found
 
 
+def _layout_problems(svg: str) -> list[str]:
+    """What is wrong with the picture's geometry: wider than 1,600 px, a box or a text (its width estimated from the
+    monospace font's advance, 0.6 of its size) past the right edge, a row's name (x=10, size 12) under a box."""
+    root = ET.fromstring(svg)
+    width = float(root.get("width"))
+    problems = [f"{width:.0f} px wide"] if width > 1600 else []
+    boxes = [tuple(float(r.get(k)) for k in ("x", "y", "width", "height")) for r in root.iter(f"{SVG}rect")
+             if r.get("width") != "100%"]
+    for x, y, w, h in boxes:
+        if x + w > width:
+            problems.append(f"a box at x={x:.0f} ends at {x + w:.0f}")
+    for t in root.iter(f"{SVG}text"):
+        x, y, size, text = float(t.get("x")), float(t.get("y")), float(t.get("font-size")), t.text or ""
+        right = x + 0.6 * size * len(text)
+        if right > width:
+            problems.append(f"{text!r} ends at {right:.0f}")
+        if x == 10 and size == 12:  # the name of a row: clear of every box on its line
+            top, bottom = y - size, y + 0.25 * size
+            for bx, by, bw, bh in boxes:
+                if bx < right and x < bx + bw and by < bottom and top < by + bh:
+                    problems.append(f"row name {text!r} (x 10-{right:.0f}) under the box at x={bx:.0f}, y={by:.0f}")
+    return problems
+
+
 def _drawn_loops(panels: list[Panel]) -> set[tuple[int, int]]:
     for panel in panels:
-        ET.fromstring(render_svg([panel]))
+        assert _layout_problems(render_svg([panel])) == [], panel.title
         assert render_text(panel)
     return {(p.line, p.copy) for p in panels}  # (a loop unswitched on a flag: one copy per value, on its line)
 
@@ -287,6 +311,35 @@ def test_every_sm90_ring_with_gluon_always_has_a_timeline(fixture_name: str) -> 
     result = translate_source(text, fixture_name, get_target("sm90"), gluon_always=True)
     loops = result.text.count("pipelined by triton-transpile")
     assert len(_drawn_loops(result_panels(result, fixture_name))) == loops
+
+
+@pytest.mark.parametrize("fixture, target, gluon_always", [
+    ("matmul_grouped", "gfx942", False), ("matmul_grouped", "gfx950", False), ("matmul_grouped", "gfx1250", False),
+    ("attention_fwd", "gfx950", True), ("matmul_descriptor", "sm90", False), ("attention_fwd", "sm90", False),
+])
+def test_svg_fits_and_names_its_rows_clear_of_the_boxes(fixture: str, target: str, gluon_always: bool) -> None:
+    """At most 1,600 px wide (the sm90 attention ring's 13 steps were 4,001 px: longer timelines are drawn in bands
+    of steps), and no row's name ("warp group 0") hidden under the first box."""
+    panels = _panels(fixture, target, gluon_always)
+    svg = render_svg(panels)
+    assert _layout_problems(svg) == []
+    texts = _texts(panels)
+    for panel in panels:
+        assert all(f"step {s}" in texts for s in range(panel.steps))
+
+
+def test_svg_bands_cut_long_blocks() -> None:
+    """A block that runs past the end of a band goes on in the next, after "...": the first band's boxes and the
+    continued ones cover the same steps as the block."""
+    (panel,) = _panels("attention_fwd", "sm90")
+    root = ET.fromstring(render_svg([panel]))
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    steps = [t for t in texts if t.startswith("step ")]
+    assert steps == [f"step {s}" for s in range(panel.steps)]
+    assert texts.count(panel.rows[0]) > 1  # the rows named again in each band
+    long = [c for c in panel.cells if c.span > 1]
+    assert any(f"... {c.label} it {c.iteration}" in texts for c in long)
+    assert float(root.get("width")) <= 1600
 
 
 def test_no_timeline_for_loops_without_pipeline() -> None:

@@ -276,8 +276,51 @@ def line_map(old: str, new: str) -> list[int]:
     of what it replaced (or the line it was inserted before)."""
     a, b = old.splitlines(), new.splitlines()
     out = [0] * (len(b) + 2)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        for j in range(j1, j2):
-            out[j + 1] = (i1 + (j - j1) + 1) if tag == "equal" else min(i1 + 1, max(len(a), 1))
+    _map_lines(a, b, 0, 0, len(a), out)
     out[len(b) + 1] = max(len(a), 1)
     return out
+
+
+def _map_lines(a: list[str], b: list[str], i0: int, j0: int, total: int, out: list[int]) -> None:
+    """`line_map`'s entries for lines `b` of the new text (from line `j0 + 1`), which replace lines `a` of the old
+    (from line `i0 + 1`; `total` lines in all)."""
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for j in range(j1, j2):
+            out[j0 + j + 1] = (i0 + i1 + (j - j1) + 1) if tag == "equal" else min(i0 + i1 + 1, max(total, 1))
+
+
+def replaced_line_map(module: cst.Module, old: str, replaced: Mapping[cst.CSTNode, cst.CSTNode], new: str
+                      ) -> list[int]:
+    """`line_map(old, new)` where `old` is the text of `module` and `new` that of `module` with the top-level
+    statements in `replaced` replaced: each replaced statement's lines are matched with its replacement's only and
+    the rest of the file maps to itself, so that the cost grows with the statements replaced, not with the square of
+    the file's length (difflib's matcher over a whole file does, where lines repeat: blank lines, `)`, the same
+    statements in many kernels)."""
+    nodes = [*module.header, *module.body, *module.footer]
+    pieces_old = [node_code(module, n) for n in nodes]
+    pieces_new = [node_code(module, replaced.get(n, n)) for n in nodes]
+    # (each piece ends with a line end, so the pieces' lines are the file's; a file without a final newline drops it)
+    if not all(p.endswith(("\n", "\r")) for p in (*pieces_old, *pieces_new)) or not (
+            _joined_is(pieces_old, old) and _joined_is(pieces_new, new)):
+        return line_map(old, new)
+    total = len(old.splitlines())
+    count = len(new.splitlines())
+    out = [0] * (count + 2)
+    i0 = j0 = 0
+    for before, after in zip(pieces_old, pieces_new):
+        a, b = before.splitlines(), after.splitlines()
+        if before == after:
+            for j in range(len(b)):
+                out[j0 + j + 1] = i0 + j + 1
+        else:
+            _map_lines(a, b, i0, j0, total, out)
+        i0 += len(a)
+        j0 += len(b)
+    out[count + 1] = max(total, 1)
+    return out
+
+
+def _joined_is(pieces: list[str], text: str) -> bool:
+    """`pieces` make `text`, but for the line end a module without a final newline drops."""
+    joined = "".join(pieces)
+    return joined.startswith(text) and joined[len(text):] in ("", "\n", "\r", "\r\n")

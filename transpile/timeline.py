@@ -422,37 +422,81 @@ def _column(panel: Panel) -> int:
     return max(150, int(need) + 16)
 
 
+# The SVG's widest: steps that do not fit are drawn in bands of steps one below the other (each with the rows'
+# names), rather than scaled down (the text would be too small to read).
+MAX_WIDTH = 1600
+_CHAR = 0.61  # width of a character of the monospace font, in units of its size (DejaVu Sans Mono: 0.602)
+
+
+def _text_width(text: str, size: float) -> float:
+    return _CHAR * size * len(text)
+
+
+def _bands(steps: int, left: int, col: int) -> list[range]:
+    """The steps of each band: as few bands as fit `MAX_WIDTH`, of equal length (but the last)."""
+    fit = max(1, (MAX_WIDTH - left - 20) // col)
+    count = -(-steps // fit)
+    per = -(-steps // count)
+    return [range(start, min(start + per, steps)) for start in range(0, steps, per)]
+
+
+def _wrapped(text: str, size: float, width: float) -> list[str]:
+    """`text` in lines that fit `width` px at font `size`, broken after "; " or ", " or at a space."""
+    chars = max(20, int(width / (_CHAR * size)))
+    lines: list[str] = []
+    while len(text) > chars:
+        cut = max(text.rfind("; ", 0, chars), text.rfind(", ", 0, chars))
+        cut = cut + 1 if cut > 0 else text.rfind(" ", 0, chars)
+        if cut <= 0:
+            cut = chars
+        lines.append(text[:cut].rstrip())
+        text = "  " + text[cut:].lstrip()
+    return [*lines, text]
+
+
 def render_svg(panels: list[Panel]) -> str:
-    """All panels stacked in one SVG document."""
-    row_h, left, top = 56, 90, 40
-    parts: list[str] = []
-    y = 10
+    """All panels stacked in one SVG document, at most `MAX_WIDTH` px wide (wider timelines are drawn in bands of
+    steps, long titles and notes on several lines)."""
+    row_h, top = 56, 40
+    layouts = []
     width = 0
     for panel in panels:
         col = _column(panel)
-        left = max(90, 7 * max(len(r) for r in panel.rows) + 20) if panel.wait_at == "start" else 90
-        width = max(width, left + panel.steps * col + 20)
-        parts.append(f'<text x="10" y="{y + 16}" font-size="14" font-weight="bold">{escape(panel.title)}</text>')
+        # the rows' names (font size 12) end 12 px before the first step's column
+        left = max(90, int(10 + max(_text_width(r, 12) for r in panel.rows)) + 12)
+        bands = _bands(panel.steps, left, col)
+        layouts.append((panel, col, left, bands))
+        text = max([_text_width(panel.title, 14), *(_text_width(n, 11) for n in panel.notes)])
+        width = max(width, left + len(bands[0]) * col + 20, min(MAX_WIDTH, int(text) + 30))
+    parts: list[str] = []
+    y = 10
+    for panel, col, left, bands in layouts:
+        for i, line in enumerate(_wrapped(panel.title, 14, width - 30)):
+            y += 18 if i else 0
+            parts.append(f'<text x="10" y="{y + 16}" font-size="14" font-weight="bold">{escape(line)}</text>')
         for note in panel.notes:
-            y += 16
-            parts.append(f'<text x="10" y="{y + 16}" font-size="11" fill="#333">{escape(note)}</text>')
-        y += top
-        for step in range(panel.steps):
-            parts.append(f'<text x="{left + step * col + 4}" y="{y - 6}" font-size="11" fill="#555">step {step}</text>')
-        for group, name in enumerate(panel.rows):
-            gy = y + group * row_h
-            parts.append(f'<text x="10" y="{gy + row_h // 2}" font-size="12">{escape(name)}</text>')
-            for cell in (c for c in panel.cells if c.group == group):
-                parts += _svg_cell(panel, cell, left + cell.step * col, gy, col, row_h)
+            for line in _wrapped(note, 11, width - 30):
+                y += 16
+                parts.append(f'<text x="10" y="{y + 16}" font-size="11" fill="#333">{escape(line)}</text>')
+        band_top: dict[int, tuple[int, range]] = {}  # step -> (the y of its band's first row, the band's steps)
+        for band in bands:
+            y += top
+            for step in band:
+                band_top[step] = (y, band)
+                x = left + (step - band.start) * col
+                parts.append(f'<text x="{x + 4}" y="{y - 6}" font-size="11" fill="#555">step {step}</text>')
+            for group, name in enumerate(panel.rows):
+                gy = y + group * row_h
+                parts.append(f'<text x="10" y="{gy + row_h // 2}" font-size="12">{escape(name)}</text>')
+                for cell in (c for c in panel.cells if c.group == group):
+                    first, last = max(cell.step, band.start), min(cell.step + cell.span, band.stop)
+                    if first < last:
+                        parts += _svg_cell(panel, cell, left + (first - band.start) * col, gy, col, row_h,
+                                           first, last - first)
+            y += len(panel.rows) * row_h
         for event, from_step, from_row, to_step, to_row in panel.arrows:
-            color = _ARROWS[event]
-            # From the source cell's edge facing the target row to the target cell's edge facing the source row.
-            down = to_row > from_row
-            x1, y1 = left + (from_step + 1) * col - 14, y + from_row * row_h + (row_h - 6 if down else 2)
-            x2, y2 = left + to_step * col + 12, y + to_row * row_h + (2 if down else row_h - 6)
-            parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" stroke-width="1.5" '
-                         f'marker-end="url(#{event})"/>')
-        y += len(panel.rows) * row_h + 20
+            parts += _svg_arrow(event, band_top, from_step, from_row, to_step, to_row, left, col, row_h)
+        y += 20
     height = y + 10
     body = "\n".join(parts)
     defs = ""
@@ -464,12 +508,40 @@ def render_svg(panels: list[Panel]) -> str:
             f'font-family="monospace">\n{defs}<rect width="100%" height="100%" fill="white"/>\n{body}\n</svg>\n')
 
 
-def _svg_cell(panel: Panel, cell: Cell, x: int, gy: int, col: int, row_h: int) -> list[str]:
+def _svg_arrow(event: str, band_top: dict[int, tuple[int, range]], from_step: int, from_row: int, to_step: int,
+               to_row: int, left: int, col: int, row_h: int) -> list[str]:
+    """A signal from one partition's block to another's: from the source cell's edge facing the target row to the
+    target cell's edge facing the source row; across bands, from the source to its band's right end, and from the
+    target band's left end to the target."""
+    color = _ARROWS[event]
+    down = to_row > from_row
+    (y1, band1), (y2, band2) = band_top[from_step], band_top[to_step]
+    x1, y1 = left + (from_step - band1.start + 1) * col - 14, y1 + from_row * row_h + (row_h - 6 if down else 2)
+    x2, y2 = left + (to_step - band2.start) * col + 12, y2 + to_row * row_h + (2 if down else row_h - 6)
+    style = f'stroke="{color}" stroke-width="1.5"'
+    if band1 is band2:
+        return [f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" {style} marker-end="url(#{event})"/>']
+    dashed = f'{style} stroke-dasharray="4 3"'
+    return [f'<line x1="{x1}" y1="{y1}" x2="{left + len(band1) * col}" y2="{y1}" {dashed}/>',
+            (f'<line x1="{left - 8}" y1="{y2 - 8 if down else y2 + 8}" x2="{x2}" y2="{y2}" {dashed} '
+             f'marker-end="url(#{event})"/>')]
+
+
+def _svg_cell(panel: Panel, cell: Cell, x: int, gy: int, col: int, row_h: int, first: int | None = None,
+              span: int | None = None) -> list[str]:
+    """The cell's box, or the part of it from step `first` for `span` steps (a cell cut by the end of a band: its
+    text in the first part, "... label it N" in the others)."""
+    first = cell.step if first is None else first
+    span = cell.span if span is None else span
     parts = []
     color = _SLOT_COLORS.get(cell.kind) or _COLORS[cell.stage % len(_COLORS)]
     dash = ' stroke-dasharray="4 3"' if cell.kind == "stall" else ""
-    parts.append(f'<rect x="{x}" y="{gy + 2}" width="{cell.span * col - 6}" height="{row_h - 8}" rx="4" '
+    parts.append(f'<rect x="{x}" y="{gy + 2}" width="{span * col - 6}" height="{row_h - 8}" rx="4" '
                  f'fill="{color}" stroke="#333"{dash}/>')
+    if first != cell.step:
+        parts.append(f'<text x="{x + 6}" y="{gy + 18}" font-size="12" fill="#555">'
+                     f'... {escape(cell.label)} it {cell.iteration}</text>')
+        return parts
     parts.append(f'<text x="{x + 6}" y="{gy + 18}" font-size="12" font-weight="bold">'
                  f'{escape(cell.label)} it {cell.iteration}</text>')
     if cell.note:

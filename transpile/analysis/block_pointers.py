@@ -47,7 +47,7 @@ import libcst as cst
 from transpile.cst_utils import _token_names, calls_in, expr, module_code, names_in, node_code, unparenthesized
 from transpile.cst_walk import preorder, transform
 from transpile.discover import ModuleFacts, language_name
-from transpile.source import SourceFile
+from transpile.source import SourceFile, replaced_line_map
 
 _MAKE_PARAMS = ("base", "shape", "strides", "offsets", "block_shape", "order")
 _AXIS_NAMES = {1: ("off",), 2: ("row", "col")}
@@ -85,9 +85,10 @@ class Refusal:
 
 
 def lower_block_pointers(source: SourceFile, facts: ModuleFacts
-                         ) -> tuple[str, list[Refusal]] | None:
+                         ) -> tuple[str, list[int] | None, list[Refusal]] | None:
     """The module text with the block pointers of every jit function that allows it lowered (see the module
-    docstring), and why the others are not; None where no jit function makes a block pointer."""
+    docstring), its line map (`transpile.source.line_map`; None where the text is the source's), and why the other
+    functions are not lowered; None where no jit function makes a block pointer."""
     refusals: list[Refusal] = []
     replaced: dict[cst.CSTNode, cst.CSTNode] = {}
     taken = set(_token_names(source.text)[0])
@@ -108,9 +109,10 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
     if not replaced and not refusals:
         return None
     if not replaced:
-        return source.text, refusals
+        return source.text, None, refusals
     module = source.module
-    return module_code(module.with_changes(body=[replaced.get(s, s) for s in module.body])), refusals
+    text = module_code(module.with_changes(body=[replaced.get(s, s) for s in module.body]))
+    return text, replaced_line_map(module, source.text, replaced, text), refusals
 
 
 class _Function:

@@ -47,7 +47,7 @@ from transpile.analysis.canonical import _language_alias
 from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
                                  product_factors, statement_reads, sum_terms)
 from transpile.discover import JitFunction, ModuleFacts, language_name
-from transpile.source import SourceFile, line_map
+from transpile.source import SourceFile, replaced_line_map
 
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
 # Calls whose result the epilogue may compute across rows or columns: with wrapped rows these would read them.
@@ -207,7 +207,7 @@ def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | N
     module = source.module
     body = [replacements.get(s, s) for s in module.body]  # type: ignore[arg-type]
     text = module.with_changes(body=body).code
-    return Conversion(text, line_map(source.text, text), dispatch)
+    return Conversion(text, replaced_line_map(module, source.text, replacements, text), dispatch)
 
 
 class _Kernel:

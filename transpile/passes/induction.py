@@ -27,7 +27,8 @@ rings' carried state, which the rules advance themselves); and nothing after the
 as written. The rewrite is exact for the values an `int32` index reaches (`k * BLOCK_K` is computed in the loop
 variable's type, as Triton computes the source's own `k * BLOCK_K` terms).
 
-`rewrite_inductions(source, facts)` returns the new module text, or None when nothing changes.
+`rewrite_inductions(source, facts)` returns the new module text and the functions it replaced (old node -> new), or
+None when nothing changes.
 """
 
 from __future__ import annotations
@@ -42,18 +43,17 @@ _MEMORY = ("load", "store", "core.load", "core.store")
 _DOTS = ("dot", "core.dot", "dot_scaled", "core.dot_scaled")
 
 
-def rewrite_inductions(source: SourceFile, facts: ModuleFacts) -> str | None:
+def rewrite_inductions(source: SourceFile, facts: ModuleFacts
+                       ) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
     functions = {fn.node for fn in facts.functions.values()}
-    changed = False
+    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
     body = []
     for statement in source.module.body:
-        if statement in functions:
-            new = _function(source, statement)  # type: ignore[arg-type]
-            changed |= new is not None
-            body.append(new or statement)
-        else:
-            body.append(statement)
-    return module_code(source.module.with_changes(body=body)) if changed else None
+        new = _function(source, statement) if statement in functions else None  # type: ignore[arg-type]
+        if new is not None:
+            replaced[statement] = new
+        body.append(new or statement)
+    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
 
 
 def _function(source: SourceFile, fn: cst.FunctionDef) -> cst.FunctionDef | None:

@@ -92,25 +92,46 @@ def launch_grid(module: cst.Module, fn) -> list[str] | None:  # noqa: ANN001 - J
     """The grid every launch `kernel[grid](...)` of `fn` in `module` passes, as Gluon expressions of the kernel's
     parameters, or None (no launch in the file, launches that disagree, or a grid the tool cannot restate)."""
     grids: list[list[str]] = []
-    for function in module.body:
-        if not isinstance(function, cst.FunctionDef) or function.name.value == fn.name:
+    for caller, assigned, call in _launches(module).get(fn.name, ()):
+        if caller == fn.name:
             continue
-        assigned = _assignments(function)
-        for call in calls_in(function):
-            func = call.func
-            if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name)
-                    and func.value.value == fn.name and len(func.slice) == 1):
-                continue
-            grid = func.slice[0].slice.value  # type: ignore[union-attr]
-            if isinstance(grid, cst.Name) and grid.value in assigned:
-                grid = assigned[grid.value]
-            dims = _grid_dims(grid, call, fn)
-            if dims is None:
-                return None
-            grids.append(dims)
+        grid = call.func.slice[0].slice.value  # type: ignore[union-attr]
+        if isinstance(grid, cst.Name) and grid.value in assigned:
+            grid = assigned[grid.value]
+        dims = _grid_dims(grid, call, fn)
+        if dims is None:
+            return None
+        grids.append(dims)
     if not grids or any(g != grids[0] for g in grids):
         return None
     return grids[0]
+
+
+_LAUNCHES: dict[int, tuple[cst.Module, dict]] = {}
+
+
+def _launches(module: cst.Module) -> dict[str, list[tuple[str, dict[str, cst.BaseExpression], cst.Call]]]:
+    """Every launch `name[grid](...)` in the functions of `module`, by the launched name: (the calling function's
+    name, its single assignments (`_assignments`), the call). Made once per module, not once per kernel: a file's
+    cost stays linear in its kernels."""
+    entry = _LAUNCHES.get(id(module))
+    if entry is not None and entry[0] is module:
+        return entry[1]
+    found: dict[str, list] = {}
+    for function in module.body:
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        assigned = None
+        for call in calls_in(function):
+            func = call.func
+            if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and len(func.slice) == 1:
+                if assigned is None:
+                    assigned = _assignments(function)
+                found.setdefault(func.value.value, []).append((function.name.value, assigned, call))
+    if len(_LAUNCHES) >= 2:  # (the modules of one translation; kept alive while cached)
+        _LAUNCHES.clear()
+    _LAUNCHES[id(module)] = (module, found)
+    return found
 
 
 def _assignments(function: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
