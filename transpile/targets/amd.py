@@ -161,7 +161,14 @@ def _lds_layout(shape, dtype, operand):
     of the operand's k_width, so that each lane's operand read is one vector and a wavefront's reads spread over the
     banks."""
     vec = {k_widths}[dtype.primitive_bitwidth]
-    return gl.SwizzledSharedLayout(vec=vec, per_phase=1, max_phase=16, order=[1, 0] if operand == 0 else [0, 1])
+    # Rows of K shorter than the 128 bytes the banks span share a phase (`per_phase` rows of it), as in Triton's own
+    # AMD layouts: a lane's stores into neighbouring rows are then a constant stride apart, which the compiler pairs
+    # (`ds_write2_b32`), and the phases still spread a wavefront's reads over the banks.
+    row_bytes = (shape[1] if operand == 0 else shape[0]) * dtype.primitive_bitwidth // 8
+    per_phase = max(1, 128 // row_bytes)
+    max_phase = max(1, min(16 // per_phase, (shape[1] if operand == 0 else shape[0]) // vec))
+    return gl.SwizzledSharedLayout(vec=vec, per_phase=per_phase, max_phase=max_phase,
+                                   order=[1, 0] if operand == 0 else [0, 1])
 '''
 
 LDS_COPY = '''
