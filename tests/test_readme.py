@@ -1,5 +1,6 @@
 """README.md and docs/ stay true: their generated tables match the code, the README documents the commands and
-every option in 120 columns and links every docs/ file, docs/CLI.md describes every option."""
+every option in 120 columns and links every docs/ file, docs/CLI.md describes every option, docs/TESTS.md every test
+file."""
 
 from __future__ import annotations
 
@@ -89,3 +90,12 @@ def test_links_resolve(root: Path, page: str) -> None:
     for target, anchor in _links(root / page):
         assert target.exists(), f"{page}: {target}"
         assert not anchor or target.suffix != ".md" or anchor in _anchors(target), f"{page}: {target.name}#{anchor}"
+
+
+def test_tests_table_lists_every_test_file(root: Path) -> None:
+    """docs/TESTS.md has one row per tests/test_*.py, and no row for a file that is gone."""
+    rows = re.findall(r"^\| `(tests/test_\w+\.py)`", _text(root, "docs/TESTS.md"), re.MULTILINE)
+    files = sorted(p.relative_to(root).as_posix() for p in (root / "tests").glob("test_*.py"))
+    assert sorted(set(rows)) == files, {"no row": sorted(set(files) - set(rows)),
+                                        "gone": sorted(set(rows) - set(files))}
+    assert len(rows) == len(set(rows)), "a test file has two rows"
