@@ -392,7 +392,7 @@ def test_an_empty_target_is_a_usage_error(args: list[str], value: str, tmp_path:
 
 
 CONFIG_ERRORS = {
-    # the README: a value of the wrong type is TT005 (a string is not a list of targets)
+    # docs/CLI.md: a value of the wrong type is TT005 (a string is not a list of targets)
     "targets_a_string": ('[tool.triton-transpile]\n\n  targets = "gfx942"\n', 3, 3, "`targets` must be a list"),
     "unknown_key": ('[project]\nname = "x"\n\n[tool.triton-transpile]\ntargets = ["sm90"]\noutdir = "x"\n', 6, 1,
                     "unknown key `outdir`"),

@@ -81,7 +81,7 @@ def test_sm90_two_attention_loops_compile_pipelined(tmp_path: Path) -> None:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    # (the Gluon kernel behind its alignment launcher, which --gluon-always keeps: see README)
+    # (the Gluon kernel behind its alignment launcher, which --gluon-always keeps: see docs/OUTPUT.md)
     fn = getattr(module.attn_two_loops_fwd, "gluon_kernel", module.attn_two_loops_fwd)
     signature: dict[str, str] = {}
     constexprs: dict[str, object] = {}

@@ -373,11 +373,12 @@ def test_cli_writes_svg(tmp_path: Path) -> None:
     ("matmul_grouped", "gfx950", "timeline_gemm_gfx950.svg"),
     ("matmul_descriptor", "sm90", "timeline_gemm_sm90.svg"),
 ])
-def test_readme_images_are_current(fixture: str, target: str, image: str) -> None:
-    """The timelines shown in the README are what the tool draws today."""
+def test_docs_images_are_current(fixture: str, target: str, image: str) -> None:
+    """The timelines shown in docs/PIPELINES.md are what the tool draws today."""
     root = FIXTURES.parent
     panels = file_panels((FIXTURES / f"{fixture}.py").read_text(), f"fixtures/{fixture}.py", get_target(target))
     assert (root / "docs" / image).read_text() == render_svg(panels), (
         f"regenerate: transpile explain fixtures/{fixture}.py -t {target} --timeline docs/{image}")
-    assert f"transpile explain fixtures/{fixture}.py -t {target} --timeline docs/{image}" in (
-        root / "README.md").read_text()
+    pipelines = (root / "docs" / "PIPELINES.md").read_text()
+    assert f"transpile explain fixtures/{fixture}.py -t {target} --timeline docs/{image}" in pipelines
+    assert f"]({image})" in pipelines

@@ -1,7 +1,7 @@
 """Located diagnostics with stable codes.
 
 Every message the tool prints about an input reads ``path:line:col: CODE message``. The codes are stable: tools and
-people may match on them. README.md documents the table below.
+people may match on them. docs/DIAGNOSTICS.md documents the table below.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class Severity(str, Enum):
     NOTE = "note"  # information: a pipeline not applied, a file skipped
 
 
-#: code -> (severity, one-line meaning). Keep in sync with README.md ("Diagnostics").
+#: code -> (severity, one-line meaning); docs/DIAGNOSTICS.md shows it (`python scripts/readme_tables.py --write`).
 CODES: dict[str, tuple[Severity, str]] = {
     "TT001": (Severity.ERROR, "syntax error: the file does not parse as Python"),
     "TT002": (Severity.ERROR, "unreadable input: missing, not a regular file (a directory, a named pipe), not text in "
