@@ -1,4 +1,4 @@
-"""Block pointers lowered to pointer tiles before analysis (`transpile.analysis.block_pointers`): the lowered text,
+"""Block pointers lowered to pointer tiles before analysis (`transpile.passes.block_pointers`): the lowered text,
 the offsets a loop reads from its own variable, bounds checked as Triton checks them, refusals that name the line and
 the reason, and variants (kept kernels included) that compile under Triton 3.9, which has no block pointers."""
 

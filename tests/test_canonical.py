@@ -1,11 +1,11 @@
-"""Canonicalisation before analysis (transpile/analysis/canonical.py): each spelling, input -> output, on the same
+"""Canonicalisation before analysis (transpile/passes/canonical.py): each spelling, input -> output, on the same
 lines, with comments kept; the spellings that must not be folded stay as they are."""
 
 from __future__ import annotations
 
 import pytest
 
-from transpile.analysis.canonical import canonicalize_text
+from transpile.passes.canonical import canonicalize_text
 from transpile.engine import prepare, translate_source
 from transpile.targets import get_target
 

@@ -136,7 +136,7 @@ def test_line_maps_diff_only_the_rewritten_functions(monkeypatch) -> None:  # no
         return lines
 
     monkeypatch.setattr(source_module.difflib, "SequenceMatcher", Recording)
-    for module in ("transpile.analysis.block_pointers", "transpile.analysis.tma_tiles"):
+    for module in ("transpile.passes.block_pointers", "transpile.passes.tma_tiles"):
         monkeypatch.setattr(sys.modules[module], "replaced_line_map", recorded)
     prepared = prepare(text, "many.py")
     with_tma_tiles(prepared)

@@ -206,7 +206,7 @@ class _Tensor:
 
 
 def _launcher():  # noqa: ANN202
-    from transpile.analysis.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
+    from transpile.passes.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
 
     namespace: dict = {"triton": None, "_persistent_grid": None}
     exec(LAUNCHER + WARP_PIPELINED_LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it

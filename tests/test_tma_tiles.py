@@ -1,4 +1,4 @@
-"""sm90: pointer GEMMs read through TMA descriptors (transpile.analysis.tma_tiles, the engine's launcher).
+"""sm90: pointer GEMMs read through TMA descriptors (transpile.passes.tma_tiles, the engine's launcher).
 
 The analysis rewrites a pointer GEMM kernel, in Triton, into a descriptor GEMM: the tests check the rewritten text
 for each way public code writes the tiles (advanced after the loads, recomputed from the loop variable, written into
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from transpile.analysis import tma_tiles
-from transpile.analysis.canonical import canonicalize
+from transpile.passes import tma_tiles
+from transpile.passes.canonical import canonicalize
 from transpile.discover import discover
 from transpile.engine import format_results, translate_source
 from transpile.source import parse_source

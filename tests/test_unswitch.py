@@ -1,4 +1,4 @@
-"""Constexpr branches hoisted out of dot loops (`transpile.analysis.unswitch`): which branches, the copies' text and
+"""Constexpr branches hoisted out of dot loops (`transpile.passes.unswitch`): which branches, the copies' text and
 line map, diagnostics on the user's lines, the copies pipelined on AMD, kept kernels as written, compiles."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from transpile.analysis.unswitch import unswitch
+from transpile.passes.unswitch import unswitch
 from transpile.discover import discover
 from transpile.engine import translate_source
 from transpile.source import parse_source

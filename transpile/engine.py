@@ -15,18 +15,18 @@ import libcst as cst
 from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
-from transpile.analysis.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
-from transpile.analysis.canonical import canonicalize
+from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
+from transpile.passes.canonical import canonicalize
 from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
     address_params,
     column_major_access,
 )
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
-from transpile.analysis.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
-from transpile.analysis.unswitch import unswitch
+from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
+from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
-from transpile.analysis.vector_loads import own_layout_loads, replicated_vector_load
+from transpile.passes.vector_loads import own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -68,7 +68,7 @@ class KernelOutcome:
     # sm90 persistent form: the `meta` test under which its launches take one program per SM (`_persistent_grid`)
     persistent_grid: str | None = None
     schedules: list[object] = field(default_factory=list)  # what its pipelined loops were emitted from (RuleContext)
-    # sm90: the kernel was rewritten with its pointer tiles as TMA descriptors (`transpile.analysis.tma_tiles`): the
+    # sm90: the kernel was rewritten with its pointer tiles as TMA descriptors (`transpile.passes.tma_tiles`): the
     # variant also keeps the source kernel, and a launcher picks one per launch
     dispatch: Dispatch | None = None
     ws_config: bool = False  # sm90: an autotune config of its compiles the warp-specialised ring (RuleContext)
@@ -127,15 +127,15 @@ class Prepared:
     """A parsed and analysed source file: the target-independent part of a translation (reused across targets)."""
 
     text: str  # the source text as given (its SHA-256 goes into the variant's header)
-    source: SourceFile  # the parsed canonical text (`transpile.analysis.canonical`): what the analyses and rules read
+    source: SourceFile  # the parsed canonical text (`transpile.passes.canonical`): what the analyses and rules read
     facts: ModuleFacts
     plans: dict[str, LayoutPlan]
     original: SourceFile | None = None  # the parsed original text, where canonicalisation changed it
     # sm90: the pointer GEMMs rewritten with TMA descriptors (`with_tma_tiles`), per set of kernels left out
     tma: dict = field(default_factory=dict, repr=False)
-    # block pointers a function makes that `transpile.analysis.block_pointers` could not lower, and why
+    # block pointers a function makes that `transpile.passes.block_pointers` could not lower, and why
     block_pointers: list[BlockPointerRefusal] = field(default_factory=list)
-    # per function, the vector loads given a layout of their own (`transpile.analysis.vector_loads`)
+    # per function, the vector loads given a layout of their own (`transpile.passes.vector_loads`)
     own_loads: dict[str, frozenset[int]] = field(default_factory=dict)
 
     @property
@@ -151,7 +151,7 @@ def _block_keyword(node: cst.CSTNode) -> str:
 def prepare(text: str, path: str) -> Prepared:
     """Parse, canonicalise, discover and analyse; raises TranspileError for bad input (syntax error, no kernels).
 
-    Canonicalisation (`transpile.analysis.canonical`) rewrites alternative spellings (``acc += tl.dot(a, b)``,
+    Canonicalisation (`transpile.passes.canonical`) rewrites alternative spellings (``acc += tl.dot(a, b)``,
     ``b.T``, ...) on the same lines before anything is analysed; the original text stays on the result
     (`Prepared.text`, `Prepared.original_source`)."""
     source = parse_source(text, path)
@@ -175,7 +175,7 @@ def prepare(text: str, path: str) -> Prepared:
         raise TranspileError(Diagnostic(path, 1, 1, "TT003", "no @triton.jit kernels in this file"))
     original: SourceFile | None = None
     # Block pointers first (Gluon has none; Triton 3.9 neither): a function whose block pointers are lowered is kept,
-    # where it is kept, in its lowered form, which compiles under every Triton (`transpile.analysis.block_pointers`).
+    # where it is kept, in its lowered form, which compiles under every Triton (`transpile.passes.block_pointers`).
     refusals: list[BlockPointerRefusal] = []
     lowered = lower_block_pointers(source, facts)
     if lowered is not None:
@@ -202,7 +202,7 @@ def prepare(text: str, path: str) -> Prepared:
             lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
         source = parse_source(inducted, path, lines)
         facts = discover(source)
-    # Constexpr branches inside dot loops hoisted out of them (`transpile.analysis.unswitch`): a loop per value of
+    # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
     unswitched = unswitch(source.text, facts)
     if unswitched is not None:
@@ -215,7 +215,7 @@ def prepare(text: str, path: str) -> Prepared:
         source = parse_source(unswitched_text, path, lines)
         facts = discover(source)
     plans = analyse_layouts(facts)
-    # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.analysis.vector_loads`)
+    # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.passes.vector_loads`)
     own = own_layout_loads(source, facts, plans)
     own_loads: dict[str, frozenset[int]] = {}
     if own is not None:
@@ -231,7 +231,7 @@ def prepare(text: str, path: str) -> Prepared:
 def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
                    ) -> tuple[Prepared, dict[str, Dispatch], dict[str, str]]:
     """`prepared` with its pointer GEMM kernels (but those in `skip`) rewritten to read their tiles through TMA
-    descriptors (`transpile.analysis.tma_tiles`), and what each rewritten kernel's launcher checks; `prepared` itself
+    descriptors (`transpile.passes.tma_tiles`), and what each rewritten kernel's launcher checks; `prepared` itself
     where none is, and why the kernels with a dot loop that are not rewritten are not. Positions in the rewritten tree
     are the source's lines."""
     if skip not in prepared.tma:

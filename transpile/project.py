@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transpile import __version__
-from transpile.analysis.tma_tiles import Dispatch, Tile
+from transpile.passes.tma_tiles import Dispatch, Tile
 from transpile.atomic import write_atomic
 from transpile.config import Config, load_config, project_config
 from transpile.diagnostics import Diagnostic, Severity, TranspileError

@@ -69,7 +69,7 @@ class Panel:
     # "landed" (a copy completed its `ready` barrier) or "free" (an `empty` barrier arrived on).
     arrows: tuple[tuple[str, int, int, int, int], ...] = ()
     line: int = 0  # the loop's line in the source
-    copy: int = 0  # which copy of a loop unswitched on a constexpr flag (`transpile.analysis.unswitch`): 0, 1, ...
+    copy: int = 0  # which copy of a loop unswitched on a constexpr flag (`transpile.passes.unswitch`): 0, 1, ...
 
 
 def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel:

@@ -249,7 +249,7 @@ class LayoutAnalysis:
         self.source: SourceFile = facts.source
         self.plans: dict[str, LayoutPlan] = {}
         # Per function, the loads (by index among its `tl.load` calls, in preorder) whose values get a blocked layout
-        # of their own, converted where they meet another layout (`transpile.analysis.vector_loads`).
+        # of their own, converted where they meet another layout (`transpile.passes.vector_loads`).
         self.own_loads = own_loads or {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
         self.module_names = _module_level_names(self.source.module)
@@ -448,7 +448,7 @@ class _FunctionWalker:
         own = analysis.own_loads.get(self.fn.name)
         self.own_loads: set[int] = set()
         if own:
-            from transpile.analysis.vector_loads import load_calls
+            from transpile.passes.vector_loads import load_calls
 
             self.own_loads = {id(call) for i, call in enumerate(load_calls(analysis.facts, self.fn)) if i in own}
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away

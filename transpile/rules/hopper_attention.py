@@ -31,7 +31,7 @@ import dataclasses
 import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
-from transpile.analysis.canonical import _language_alias
+from transpile.passes.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks

@@ -220,7 +220,7 @@ class _Emitter:
     def _definition(self, name: str) -> cst.BaseExpression | None:
         """The value of the one assignment `name = ...` among the function's statements outside the loop (and
         outside the branches of an `if` around it that the loop is not in: a loop unswitched on a constexpr flag,
-        `transpile.analysis.unswitch`, has a copy in the other branch that never runs with this one)."""
+        `transpile.passes.unswitch`, has a copy in the other branch that never runs with this one)."""
         found: list[cst.BaseExpression] = []
         parents, around, node = self.ctx.source.parents, set(), self.original
         while node in parents:  # the nodes around the loop (the source's parent map, made once per file)

@@ -241,7 +241,7 @@ def _lds_tdm_layout(shape, dtype, operand):
 '''
 
 
-from transpile.analysis.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER  # noqa: E402
+from transpile.passes.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER  # noqa: E402
 from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 

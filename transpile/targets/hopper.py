@@ -218,7 +218,7 @@ def _tma_store_deferred(desc, coords, value):
     _tma_async_store(desc, coords, smem)
 '''
 
-from transpile.analysis.tma_tiles import LAUNCHER  # noqa: E402
+from transpile.passes.tma_tiles import LAUNCHER  # noqa: E402
 from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 SM90 = Target(

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.analysis.canonical import _language_alias
+from transpile.passes.canonical import _language_alias
 from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
                                  product_factors, statement_reads, sum_terms)
 from transpile.discover import JitFunction, ModuleFacts, language_name
