@@ -32,12 +32,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from transpile import __version__
-from transpile.atomic import signals_held
+from transpile.atomic import write_atomic
 
 CACHE_FORMAT = 1
 _UNUSED_DAYS = 30
@@ -171,17 +170,7 @@ class TranslationCache:
         path = self._path(key)
         data = json.dumps({"key": key, "files": sorted(set(files)), "value": value}, ensure_ascii=False)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with signals_held():  # (an interrupted run leaves no temporary file: transpile.atomic)
-                fd, tmp = tempfile.mkstemp(prefix=f".{key[:8]}.", suffix=".tmp", dir=path.parent)
-                try:
-                    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                        handle.write(data)
-                    os.replace(tmp, path)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
+            write_atomic(path, data)  # (an interrupted run leaves no temporary file)
         except OSError:
             pass  # a cache that cannot be written only makes the next run slower
 

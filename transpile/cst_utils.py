@@ -207,6 +207,27 @@ def only_nodes(node: cst.CSTNode, allowed: tuple[type, ...]) -> bool:
     return all(isinstance(n, allowed) for n in preorder(node))
 
 
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.values = values
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.values.get(updated.value, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return updated.with_changes(attr=original.attr)  # `x.dtype`: `dtype` is no variable
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)  # `mask=...`: a parameter's name, no variable
+
+
+def substituted(node: T, values: dict[str, cst.BaseExpression]) -> T:
+    """`node` with the variables named in `values` replaced by those expressions (attribute names and keyword-argument
+    names are left alone)."""
+    return node.visit(_Substitute(values))  # type: ignore[attr-defined,return-value]
+
+
 def unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` without its own parentheses (for use as a whole call argument or operand)."""
     return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node

@@ -197,10 +197,7 @@ def prepare(text: str, path: str) -> Prepared:
         if original is None:
             original = source
         lines = replaced_line_map(source.module, source.text, replaced, inducted)
-        earlier = source.line_map
-        if earlier is not None:
-            lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
-        source = parse_source(inducted, path, lines)
+        source = parse_source(inducted, path, _through(source.line_map, lines))
         facts = discover(source)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
@@ -209,10 +206,7 @@ def prepare(text: str, path: str) -> Prepared:
         unswitched_text, lines = unswitched
         if original is None:
             original = source
-        earlier = source.line_map
-        if earlier is not None:
-            lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
-        source = parse_source(unswitched_text, path, lines)
+        source = parse_source(unswitched_text, path, _through(source.line_map, lines))
         facts = discover(source)
     plans = analyse_layouts(facts)
     # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.passes.vector_loads`)
@@ -228,6 +222,14 @@ def prepare(text: str, path: str) -> Prepared:
     return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads)
 
 
+def _through(earlier: list[int] | None, lines: list[int]) -> list[int]:
+    """The line map of a rewrite of a text that was itself a rewrite (`earlier`: its lines -> the source's): the new
+    text's lines -> the source's."""
+    if earlier is None:
+        return lines
+    return [earlier[min(n, len(earlier) - 1)] for n in lines]
+
+
 def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
                    ) -> tuple[Prepared, dict[str, Dispatch], dict[str, str]]:
     """`prepared` with its pointer GEMM kernels (but those in `skip`) rewritten to read their tiles through TMA
@@ -240,11 +242,9 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
         if conversion is None:
             prepared.tma[skip] = (prepared, {}, refusals)
         else:
-            lines = conversion.line_map
-            if prepared.source.line_map is not None:  # the text it rewrote was itself a rewrite (block pointers)
-                earlier = prepared.source.line_map
-                lines = [earlier[min(n, len(earlier) - 1)] for n in lines]
-            source = parse_source(conversion.text, prepared.source.path, lines)
+            # (the text it rewrote may itself be a rewrite: block pointers)
+            source = parse_source(conversion.text, prepared.source.path,
+                                  _through(prepared.source.line_map, conversion.line_map))
             facts = discover(source)
             prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts, prepared.own_loads),
                                            prepared.original_source, own_loads=prepared.own_loads),
@@ -889,8 +889,10 @@ def _launch_facts(facts: ModuleFacts, fn: JitFunction) -> tuple[cst.Call | None,
 
 def _helper_copies(originals: dict[str, cst.FunctionDef], helpers: list[str], copied: dict[str, str], user: str,
                    taken: set[str]) -> list[cst.BaseStatement]:
-    """Triton copies (`_<helper>_triton`) of the translated `helpers` that the Triton function `user` calls, those
-    not emitted yet (`copied` names every copy emitted, across the module), each calling the others' copies."""
+    """Triton copies (`_<helper>_triton`) of the translated `helpers` (the functions the Triton function `user` calls,
+    directly or not) that are not emitted yet (`copied` names every copy emitted, across the module), each calling the
+    others' copies. Their names are distinct from each other, from `taken` and from the file's functions (`fin` and
+    `_fin` would both give `_fin_triton`)."""
     used = {*originals, *taken, *copied.values()}
     new = [h for h in helpers if h not in copied]
     for helper in new:
@@ -899,8 +901,9 @@ def _helper_copies(originals: dict[str, cst.FunctionDef], helpers: list[str], co
             renamed = f"_{renamed}"
         copied[helper] = renamed
         used.add(renamed)
+    renames = {h: copied[h] for h in helpers}
     blank = cst.EmptyLine(indent=False)
-    return [_renamed(originals[h], copied).with_changes(name=cst.Name(copied[h]), leading_lines=[
+    return [_renamed(originals[h], renames).with_changes(name=cst.Name(copied[h]), leading_lines=[
         blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
             f"triton-transpile: the source helper `{h}`, for `{user}` (Triton code cannot call the Gluon one).",
             width=116, initial_indent="# ", subsequent_indent="# ")]]) for h in new]
@@ -915,22 +918,11 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
     dispatch = outcome.dispatch
     assert dispatch is not None
     name, copy = outcome.name, f"_{outcome.name}_triton"
-    # Triton copies of the helpers: `_<helper>_triton`, made distinct from each other, from the kernel's copy and from
-    # the file's functions (`fin` and `_fin` would both give `_fin_triton`).
+    # Triton copies of the helpers it calls (those a kept function or another launcher's source kernel already has
+    # copies of are not emitted again)
     copied = {} if copied is None else copied
-    renames: dict[str, str] = {}
-    used = {*originals, copy, *copied.values()}
-    emitted = set(copied)  # (helpers a kept function or another launcher's source kernel already has copies of)
-    for helper in dispatch.helpers:
-        if helper in copied:
-            renames[helper] = copied[helper]
-            continue
-        renamed = f"_{helper.lstrip('_')}_triton"
-        while renamed in used:
-            renamed = f"_{renamed}"
-        renames[helper] = copied[helper] = renamed
-        used.add(renamed)
-    statement = _renamed(originals[name], renames)
+    helpers = _helper_copies(originals, list(dispatch.helpers), copied, copy, {copy})
+    statement = _renamed(originals[name], {h: copied[h] for h in dispatch.helpers})
     if dispatch.tiles:
         why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
         checks = "each launch's tensors and strides"
@@ -987,11 +979,6 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
         launcher = cst.parse_statement(
             f"{name} = {'_WarpPipelinedOrTriton' if amd else '_TMAOrTriton'}({name}, {copy}, params=({params}), "
             f"tiles=({tiles}{',' if tiles else ''}), persistent={persistent}{when}{amd})\n")
-    helpers = [_renamed(originals[h], renames).with_changes(name=cst.Name(renames[h]), leading_lines=[
-        blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in textwrap.wrap(
-            f"triton-transpile: the source helper `{h}`, for `{copy}` (Triton code cannot call the Gluon one).",
-            width=116, initial_indent="# ", subsequent_indent="# ")]])
-        for h in dispatch.helpers if h not in emitted]
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, calls_in, module_code, names_in
+from transpile.cst_utils import assigned_names, calls_in, module_code, names_in, substituted
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
 
@@ -59,13 +59,10 @@ def rewrite_inductions(source: SourceFile, facts: ModuleFacts
 def _function(source: SourceFile, fn: cst.FunctionDef) -> cst.FunctionDef | None:
     """`fn` with its dot loops' index tensors rewritten, or None where none is."""
     counts: dict[str, int] = {}  # name -> assignments anywhere in the function
-
-    class _Count(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-            for name in assigned_names(node):
+    for statement in _all_statements(fn):
+        if isinstance(statement, cst.SimpleStatementLine):
+            for name in assigned_names(statement):
                 counts[name] = counts.get(name, 0) + 1
-
-    fn.visit(_Count())
     rewriter = _Blocks(source, counts, fn)
     if not rewriter.any(fn):
         return None
@@ -146,7 +143,7 @@ class _Blocks(cst.CSTTransformer):
         if not drops:
             return loop
         replacements = {name: _at_iteration(name, by, var, lo, step) for name, by in drops.values()}
-        new_body = [_Substitute(replacements).transform(s) for i, s in enumerate(body) if i not in drops]
+        new_body = [substituted(s, replacements) for i, s in enumerate(body) if i not in drops]
         # (a blank line or comment above a dropped advance stays with the statement that follows it)
         for i in sorted(drops, reverse=True):
             lines = body[i].leading_lines  # type: ignore[attr-defined]
@@ -257,25 +254,3 @@ def _at_iteration(name: str, by: cst.BaseExpression, var: str, lo: cst.BaseExpre
         term = cst.BinaryOperation(_paren(index), cst.Multiply(), _paren(by.with_changes(lpar=[], rpar=[])
                                                                           if isinstance(by, cst.Name) else by))
     return cst.BinaryOperation(cst.Name(name), cst.Add(), term, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-class _Substitute(cst.CSTTransformer):
-    def __init__(self, replacements: dict[str, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def transform(self, statement: cst.BaseStatement) -> cst.BaseStatement:
-        return statement.visit(self)  # type: ignore[return-value]
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        return self.replacements.get(updated_node.value, updated_node)
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        # `x.dtype`: the attribute name itself is never substituted (only the value it is read from is)
-        if isinstance(original_node.attr, cst.Name) and updated_node.attr is not original_node.attr:
-            return updated_node.with_changes(attr=original_node.attr)
-        return updated_node
-
-    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        # `mask=...`: a keyword is a parameter's name, not a read
-        return updated_node.with_changes(keyword=original_node.keyword) if original_node.keyword else updated_node

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, names_in
+from transpile.cst_utils import bound_names, names_in, substituted
 from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
@@ -385,18 +385,7 @@ def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpre
         wrapped = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
             if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation)) and not value.lpar \
             else value
-
-        class Substitute(cst.CSTTransformer):
-            def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-                return wrapped if updated.value == name else updated
-
-            def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-                return updated.with_changes(attr=original.attr)  # `x.dtype`: `dtype` is no variable
-
-            def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-                return updated.with_changes(keyword=original.keyword)
-
-        return node.visit(Substitute())  # type: ignore[return-value]
+        return substituted(node, {name: wrapped})
 
     def assign(name: str, value: cst.BaseExpression | None) -> None:
         old = values.get(name)
