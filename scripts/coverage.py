@@ -1,0 +1,134 @@
+"""Pipeline coverage over public repositories: of the kernels with a dot in a loop, how many each target pipelines.
+
+    python scripts/coverage.py REPO_DIR [REPO_DIR ...] [-t gfx950 -t sm90 ...] [--json] [--reasons 20]
+
+Each REPO_DIR is one repository (a fetched snapshot, a checkout): its `.py` files holding `@triton.jit` are
+translated in-process for every target (nothing is written). A *dot-loop kernel* is a kernel (a jit function no other
+jit function of its file calls) with a loop that runs a `tl.dot`/`tl.dot_scaled`, directly or through helpers
+(`transpile.analysis.dot_loops`). For each repository and target the table gives the dot-loop kernels, how many the
+variant pipelines, and how many are kept as Triton or translated without a pipeline; below it, the reasons given for
+the kept ones, grouped by their first clause (the construct), most frequent first. Files the tool rejects as a whole
+(syntax errors, kernels defined below module level) count their dot-loop kernels as "file rejected".
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+from transpile.analysis.dot_loops import dot_loops
+from transpile.diagnostics import TranspileError
+from transpile.engine import prepare, translate_source
+from transpile.targets import all_targets, get_target
+
+JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
+DOT = re.compile(r"\bdot(_scaled)?\s*\(")
+
+
+def _files(repo: Path) -> list[Path]:
+    found = []
+    for path in sorted(repo.rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if JIT.search(text) and DOT.search(text):
+            found.append(path)
+    return found
+
+
+def _reason_class(reason: str) -> str:
+    """The construct a keep reason names, without the lines and names that differ per kernel."""
+    text = re.sub(r"`[^`]*`", "`…`", reason)
+    text = re.sub(r"\b(line|lines) \d+(-\d+)?", r"\1 N", text)
+    text = re.sub(r"\b\d+\b", "N", text)
+    text = re.sub(r"^the loop at line N is not pipelined for \S+ \(", "", text)
+    return text.split(";")[0].split(" (")[0][:120]
+
+
+def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
+    table: dict[str, dict[str, collections.Counter[str]]] = {}
+    reasons: dict[str, collections.Counter[str]] = {t: collections.Counter() for t in targets}
+    for repo in repos:
+        rows = table[repo.name] = {t: collections.Counter() for t in targets}
+        for path in _files(repo):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            try:
+                prepared = prepare(text, str(path))
+            except TranspileError as exc:
+                n = len(re.findall(r"@(?:triton\.)?jit", text))
+                for t in targets:
+                    rows[t]["file rejected"] += n
+                    reasons[t][f"file rejected: {exc.diagnostic.code} {_reason_class(exc.diagnostic.message)}"] += n
+                continue
+            facts = prepared.facts
+            kernels = {name for name, fn in facts.functions.items()
+                       if not fn.called_by and dot_loops(facts, fn)}
+            if not kernels:
+                continue
+            for t in targets:
+                try:
+                    result = translate_source(text, str(path), get_target(t), prepared=prepared)
+                except TranspileError as exc:
+                    rows[t]["file rejected"] += len(kernels)
+                    reasons[t][f"file rejected: {exc.diagnostic.code}"] += len(kernels)
+                    continue
+                for fn in result.functions:
+                    if fn.name not in kernels:
+                        continue
+                    rows[t]["dot-loop kernels"] += 1
+                    if fn.pipelined:
+                        rows[t]["pipelined"] += 1
+                    elif fn.translated:
+                        rows[t]["translated, not pipelined"] += 1
+                        reasons[t]["translated without a pipeline"] += 1
+                    else:
+                        rows[t]["kept as Triton"] += 1
+                        reasons[t][_reason_class(fn.kept_reason)] += 1
+    return {"targets": targets, "table": {r: {t: dict(c) for t, c in rows.items()} for r, rows in table.items()},
+            "reasons": {t: c.most_common() for t, c in reasons.items()}}
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repos", nargs="+", type=Path)
+    parser.add_argument("-t", "--target", action="append", help="target (repeatable; default: all four)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--reasons", type=int, default=15, help="how many keep reasons to list per target")
+    args = parser.parse_args(argv)
+    targets = args.target or [t.name for t in all_targets()]
+    report = evaluate(args.repos, targets)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    table = report["table"]
+    print("| repository | " + " | ".join(f"{t} pipelined / dot-loop kernels" for t in targets) + " |")
+    print("|---|" + "---|" * len(targets))
+    totals = {t: collections.Counter() for t in targets}
+    for repo, rows in table.items():  # type: ignore[union-attr]
+        cells = []
+        for t in targets:
+            c = rows[t]
+            totals[t].update(c)
+            cells.append(f"{c.get('pipelined', 0)} / {c.get('dot-loop kernels', 0)}")
+        print(f"| {repo} | " + " | ".join(cells) + " |")
+    print("| **all** | " + " | ".join(
+        f"**{totals[t]['pipelined']} / {totals[t]['dot-loop kernels']} "
+        f"({_pct(totals[t]['pipelined'], totals[t]['dot-loop kernels'])})**" for t in targets) + " |")
+    for t in targets:
+        print(f"\n{t}: kept or not pipelined, by reason")
+        for reason, n in report["reasons"][t][:args.reasons]:  # type: ignore[index]
+            print(f"  {n:4d}  {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
