@@ -64,6 +64,20 @@ def parse_values(items: list[str]) -> dict[str, object]:
     return values
 
 
+def _dtype_value(value: object) -> object:
+    """A constexpr given as a Triton element type (``tl.float32``, ``triton.language.int32``) as that type; any other
+    value as it is."""
+    if isinstance(value, str):
+        prefix = next((p for p in ("tl.", "triton.language.", "gl.") if value.startswith(p)), None)
+        if prefix is not None:
+            import triton.language as tl  # (Triton is an optional dependency: imported where a compile needs it)
+
+            dtype = getattr(tl, value[len(prefix):], None)
+            if isinstance(dtype, tl.dtype):
+                return dtype
+    return value
+
+
 def _is_pointer_name(name: str) -> bool:
     return name.endswith("ptr") or name.endswith("_ptr") or name.endswith("_base")
 
@@ -99,7 +113,7 @@ def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dic
         if param.is_constexpr or name in fn.heuristics:
             signature[name] = "constexpr"
             if name in values:
-                constexprs[name] = values[name]
+                constexprs[name] = _dtype_value(values[name])
             elif name in config_values:
                 constexprs[name] = config_values[name]
             elif param.default is not None:

@@ -19,6 +19,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
 from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
+from transpile.cst_walk import preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -58,6 +59,10 @@ class LoopPlan:
     acc: str
     producer: list[int]  # statement indices the loads' addresses and masks depend on (in body order)
     carried: list[str] = field(default_factory=list)  # loop-carried producer state (advanced after the loads)
+    # The dot takes the accumulator (`acc = tl.dot(a, b, acc)`); False where the statement adds the dot's result to
+    # it (`acc += tl.dot(a, b)`, an accumulator whose dtype canonicalisation could not prove foldable): the MMA
+    # layout is then the dot result's, not `acc`'s
+    acc_in_dot: bool = True
 
     @property
     def kind(self) -> str:
@@ -179,10 +184,13 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 
 @per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
-              transposed_operands: bool = False, inline_loads: bool = False) -> LoopPlan | LoopRefusal | None:
+              transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False
+              ) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
-    it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`)."""
+    it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
+    `accumulations`: it can take a dot whose result is added to the accumulator (`acc += tl.dot(a, b)`,
+    `acc = acc + tl.dot(a, b)`), which canonicalisation leaves apart where the accumulator's dtype is not known."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -206,10 +214,16 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
+    acc_in_dot = True
     if not (isinstance(small, cst.Assign) and small.value is dot_call and isinstance(small.targets[0].target, cst.Name)
             and isinstance(site.acc, cst.Name) and site.acc.value == small.targets[0].target.value):
-        return LoopRefusal(dot_call, "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
-    acc = site.acc.value
+        added = _accumulation(small, dot_call) if accumulations and site.acc is None else None
+        if added is None:
+            return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
+                               "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
+        acc, acc_in_dot = added, False
+    else:
+        acc = site.acc.value
     operands: list[OperandLoad] = []
     for operand in (site.a, site.b):
         transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None
@@ -291,4 +305,28 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
     carried.sort(key=lambda name: assigned_at[name][0])
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
-                    carried)
+                    carried, acc_in_dot)
+
+
+def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
+    """`acc` of ``acc += tl.dot(a, b)``, ``acc = acc + tl.dot(a, b)`` or ``acc = tl.dot(a, b) + acc``, else None."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and small.value is dot \
+            and isinstance(small.target, cst.Name):
+        return small.target.value
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
+        name = small.targets[0].target.value
+        sides = (small.value.left, small.value.right)
+        if dot in sides and any(isinstance(side, cst.Name) and side.value == name for side in sides):
+            return name
+    return None
+
+
+def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
+    """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
+    value = small.value if isinstance(small, (cst.Assign, cst.AugAssign)) else None
+    if value is not None and value is not dot and any(n is dot for n in preorder(value)):
+        return ("the dot's result is scaled before it is accumulated: so warp-pipelined, block-scaled fp8 GEMMs "
+                "measured 1.04-1.20x Triton's own non-MFMA instructions per MFMA (bench/RESULTS.md)")
+    return ""
+

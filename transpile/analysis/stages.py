@@ -120,7 +120,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                 lds_limit: int) -> StagePlan | StageRefusal | None:
     """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads."""
     requested = fn.num_stages
-    loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS)
+    loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
@@ -173,7 +173,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if not shape or any(dim is None for dim in shape):
             return StageRefusal(load.call, f"the shape of the `{load.name}` tile is not known from the source "
                                 "(the LDS ring needs its block shape)")
-        rings.append(Ring(load.name, [dim for dim in shape if dim is not None], {}))
+        dims = [dim for dim in shape if dim is not None]
+        # (a transposed operand, `tl.trans(w)`: the ring holds the tile as loaded, [N, K])
+        rings.append(Ring(load.name, dims[::-1] if load.transposed else dims, {}))
     slots = max(MIN_SLOTS, loop_plan.num_stages)
     distance = slots  # the copies of iteration it + NUM_STAGES go into the slot iteration it was read from
     wait = WAITS[engine]

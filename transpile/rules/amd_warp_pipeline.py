@@ -262,15 +262,27 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     # peeled last iteration) holds a tile of another layout there, and Triton requires one type per name across the
     # branches of an `if`: the slot reads then take names of their own.
     outside = _assigned_outside(ctx.function.node, plan.loop)
-    operand = {load.name: name(f"{load.name}_op") if load.name in outside else load.name for load in plan.loads}
+    # A transposed operand (`tl.dot(x, tl.trans(w))`) is read from its slot through a transposed view, straight in
+    # the MMA's operand layout, under a name of its own (`w_t`); the dot then takes it as it is.
+    operand = {load.name: name(f"{load.name}_t") if load.transposed else
+               name(f"{load.name}_op") if load.name in outside else load.name for load in plan.loads}
     op_renames = {k: v for k, v in operand.items() if k != v}
+    transposed = {load.name for load in plan.loads if load.transposed}
+    if transposed:
+        body[plan.dot_index] = _untransposed(body[plan.dot_index], transposed)
+
+    # The MMA layout the operands are read in: the accumulator's, or (`acc += tl.dot(a, b)`) the dot result's
+    mma = f"{plan.acc}.type.layout" if plan.acc_in_dot else ctx.plan.layout_expr(site.result)
 
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dot from ring slot `slot_expr`, in the MMA operand layouts."""
-        return [f"{pad}{operand[load.name]} = {_read(engine, f'{rings[load.name]}.index({slot_expr})')}"
-                f"gl.DotOperandLayout({k}, {plan.acc}.type.layout, _mma_k_width({rings[load.name]}.dtype, "
-                f"{plan.acc}.type.layout)))"
+        return [f"{pad}{operand[load.name]} = {_read(engine, _view(f'{rings[load.name]}.index({slot_expr})', load))}"
+                f"gl.DotOperandLayout({k}, {mma}, _mma_k_width({rings[load.name]}.dtype, {mma})))"
                 for k, load in enumerate(plan.loads)]
+
+    if not plan.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
+        ctx.need("dot_acc")
+        body[plan.dot_index] = _folded(body[plan.dot_index], plan.acc)
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
@@ -284,7 +296,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
              f"[{', '.join(shapes[b.name])}], {dtypes[b.name]})")
     layout_fn = {"registers": "_lds_layout", "buffer_loads": "_lds_layout", "async_copy": "_lds_copy_layout",
                  "tdm": "_lds_tdm_layout"}[engine]
-    layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, {k})"
+    # (a transposed B slot holds its tile K-contiguous, as an A slot does: laid out as operand 0)
+    layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, "
+                          f"{0 if load.transposed else k})"
                for k, load in enumerate(plan.loads)}
     if engine in POINTER_COPIES:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
@@ -293,7 +307,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             if load.kind == "pointer":
                 # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs;
                 # measured on gfx942, heavier on gfx1250's 32-lane waves)
-                rows = 2 if engine == "buffer_loads" and k == 1 and ctx.target.warp_size == 64 else 1
+                rows = 2 if engine == "buffer_loads" and k == 1 and not load.transposed \
+                    and ctx.target.warp_size == 64 else 1
                 ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows)
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
@@ -454,6 +469,35 @@ def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]
 def _read(engine: str, slot: str) -> str:
     """The operand read of a ring slot: relaxed after direct-to-LDS copies (the wait before it already orders them)."""
     return f"async_copy.load_shared_relaxed({slot}, " if engine == "async_copy" else f"{slot}.load("
+
+
+def _view(slot: str, load: OperandLoad) -> str:
+    """The view of a ring slot the MMA reads: the slot, or its transpose for a transposed operand."""
+    return f"{slot}.permute([1, 0])" if load.transposed else slot
+
+
+class _Untranspose(cst.CSTTransformer):
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if code(updated.func) in ("gl.permute", "gl.trans") and updated.args \
+                and isinstance(updated.args[0].value, cst.Name) and updated.args[0].value.value in self.names:
+            return updated.args[0].value
+        return updated
+
+
+def _untransposed(statement: cst.BaseStatement, names: set[str]) -> cst.BaseStatement:
+    """The translated dot statement with `gl.permute(w, [1, 0])` of the transposed operands `names` read as `w`."""
+    return statement.visit(_Untranspose(names))  # type: ignore[return-value]
+
+
+def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
+    """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``."""
+    dot = next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
+    folded = cst.parse_statement(f"{acc} = _dot_acc({code(dot.args[0].value)}, {code(dot.args[1].value)}, {acc})")
+    return folded.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]
 
 
 def _dot_call(plan: LoopPlan, dots: dict) -> cst.Call:

@@ -108,10 +108,27 @@ class _Rewriter:
         self.function_node = function
         self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane)
         self.name = namer(names_in(function))
+        # Parameters the kernel rebinds (`A = A + (offs_m[:, None] * stride_am + ...)`, a pointer parameter made
+        # into its tile): a copy's address re-evaluated from that definition reads the parameter under a name of
+        # its own, bound at the start of the function.
+        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        rebound = params & set().union(*(bound_names(n) for n in preorder(function.body)
+                                         if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))))
+        self.aliases = {p: self.name(f"{p}_arg") for p in sorted(rebound)}
+        self.used_aliases: set[str] = set()
 
     # ---- the function -----------------------------------------------------------------------------------------
     def function(self) -> cst.FunctionDef:
         body = self._block(list(self.function_node.body.body), [])
+        read = set().union(*(names_in(s) for s in body))
+        used = sorted(p for p in self.used_aliases if self.aliases[p] in read)
+        if used:
+            lines = [cst.parse_statement(f"{self.aliases[p]} = {p}") for p in used]
+            lines[0] = lines[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+                "# Parameters the kernel rebinds, by their values at entry: its pipelined copies' addresses are "
+                "computed from them."))])
+            at = 1 if body and _is_docstring(body[0]) else 0
+            body = [*body[:at], *lines, *body[at:]]
         return self.function_node.with_changes(body=self.function_node.body.with_changes(body=body))
 
     def _block(self, statements: list[cst.BaseStatement], before: list[cst.BaseStatement]
@@ -143,7 +160,7 @@ class _Rewriter:
 
     # ---- one ring branch --------------------------------------------------------------------------------------
     def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:
-        self.outside = _definitions(before)  # the values names hold at the ring, by name
+        self.outside = _definitions(before, self.aliases, self.used_aliases)  # the values names hold at the ring
         # names an `if`/`with` before the ring binds (`if EVEN_MN: offs_am = ... else: offs_am = ... % M`): no one
         # value to re-evaluate, so the copies convert the value itself, once, before the loop
         self.branched = _branch_values(before, set(self.outside))
@@ -197,7 +214,7 @@ class _Rewriter:
                 return True
             if isinstance(node, cst.Subscript) and _axis(node) is not None:
                 return True
-        return any(self.tensor(n, seen) for n in names_in(value) - seen)
+        return any(self.tensor(n, seen) for n in _value_names(value) - seen)
 
     def expression(self, node: cst.BaseExpression, context: Context) -> cst.BaseExpression:
         """`node` re-evaluated in `context`."""
@@ -210,7 +227,7 @@ class _Rewriter:
             if axis is not None and context.dim is None:  # `v[None, :]`: v along axis 1, the slice without dim 0
                 inner = self.expression(node.value, Context(context.layout, 1 - axis, context.tag))
                 return node.with_changes(value=inner)
-            if not (names_in(node) & self._tensors(node)):
+            if not (_value_names(node) & self._tensors(node)):
                 return node
             raise Unsupported(f"`{code(node)}` (an index or a broadcast this rule does not follow)")
         if isinstance(node, cst.BinaryOperation):
@@ -224,15 +241,15 @@ class _Rewriter:
         if isinstance(node, cst.Call):
             return self._call(node, context)
         if isinstance(node, cst.Attribute):
-            if not names_in(node.value) & self._tensors(node.value):
+            if not _value_names(node.value) & self._tensors(node.value) or node.attr.value in _METADATA:
                 return node
             raise Unsupported(f"`{code(node)}`")
-        if not (names_in(node) & self._tensors(node)):
+        if not (_value_names(node) & self._tensors(node)):
             return node
         raise Unsupported(f"`{code(node)}` (an expression this rule does not re-evaluate)")
 
     def _tensors(self, node: cst.CSTNode) -> set[str]:
-        return {n for n in names_in(node) if self.tensor(n)}
+        return {n for n in _value_names(node) if self.tensor(n)}
 
     def _name(self, node: cst.Name, context: Context) -> cst.BaseExpression:
         name = node.value
@@ -280,7 +297,7 @@ class _Rewriter:
         if func in ("gl.multiple_of", "gl.max_contiguous", "gl.max_constancy"):  # hints hold in any layout
             value = self.expression(node.args[0].value, context)
             return node.with_changes(args=[node.args[0].with_changes(value=value), *node.args[1:]])
-        if not (names_in(node) & self._tensors(node)) and not any(code(c.func) in _TENSOR_CALLS
+        if not (_value_names(node) & self._tensors(node)) and not any(code(c.func) in _TENSOR_CALLS
                                                                    for c in _calls(node)):
             return node  # a scalar: `gl.program_id(0)`, `gl.cdiv(K, BLOCK_K)`
         if func in _SHAPING or func.endswith((".reshape", ".permute", ".trans", ".sum", ".max", ".min")) \
@@ -373,12 +390,15 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
     return [n for n in preorder(node) if isinstance(n, cst.Call)]
 
 
-def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
+def _definitions(statements: list[cst.BaseStatement], aliases: dict[str, str] | None = None,
+                 used: set[str] | None = None) -> dict[str, cst.BaseExpression]:
     """The value each name holds after `statements` (those before a ring), as an expression over names that hold
     their final values: `x = f(...)` then `x = g(x)` (or `x += e`) is `g((f(...)))`, and a value that read the
     earlier `x` reads `(f(...))` in its place. A name bound inside a compound statement (a loop, an `if`) or by a
-    tuple target holds no single value and maps to nothing."""
+    tuple target holds no single value and maps to nothing. `aliases`: parameters the function rebinds -> the names
+    their values at entry are bound to (a first rebinding reads the parameter by that name; `used` collects them)."""
     values: dict[str, cst.BaseExpression | None] = {}
+    aliases = aliases or {}
 
     def substitute(node: cst.BaseExpression, name: str, value: cst.BaseExpression) -> cst.BaseExpression:
         """`node` with `name` (as a variable) replaced by `value`, parenthesized."""
@@ -393,6 +413,10 @@ def _definitions(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpre
             if other != name and other_value is not None and name in names_in(other_value):
                 values[other] = substitute(other_value, name, old) if old is not None else None
         if value is not None and name in names_in(value):
+            if old is None and name not in values and name in aliases:  # the parameter's value at entry
+                old = cst.Name(aliases[name])
+                if used is not None:
+                    used.add(name)
             value = substitute(value, name, old) if old is not None else None
         values[name] = value
 
@@ -440,6 +464,38 @@ def _branch_values(statements: list[cst.BaseStatement], known: set[str]) -> dict
             if name in values and name not in other:
                 found[name] = values[name]
     return {name: v for name, v in found.items() if name not in known}
+
+
+#: attributes of a tensor that are not tensors: its element type, its shape
+_METADATA = ("dtype", "type", "shape", "element_ty")
+
+
+def _value_names(node: cst.CSTNode) -> set[str]:
+    """The names whose values `node` computes with: not those it reads only for their metadata (`A.dtype...`)."""
+    if isinstance(node, cst.Attribute) and node.attr.value in _METADATA:
+        return set()
+    if isinstance(node, cst.Name):
+        return {node.value}
+    found: set[str] = set()
+    for child in node.children:
+        if isinstance(child, cst.Attribute) and child.attr.value in _METADATA:
+            continue
+        found |= _value_names(child) if not isinstance(child, cst.Name) or _is_value_name(node, child) else set()
+    return found
+
+
+def _is_value_name(parent: cst.CSTNode, child: cst.Name) -> bool:
+    """`child` of `parent` is a variable read (not an attribute's name nor a keyword)."""
+    if isinstance(parent, cst.Attribute) and parent.attr is child:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is child:
+        return False
+    return True
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)
 
 
 def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:

@@ -92,6 +92,7 @@ class Target:
 # Snippets that call other snippets.
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
     "dot": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
+    "dot_acc": ("dot", "acc_dtype", "mma_k_width", "float8_via_fp16", "f8f6f4"),
     "lds_ring": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
     "lds_copy": ("copy_layout",),
     "register_copy": ("copy_layout",),

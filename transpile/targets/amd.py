@@ -252,6 +252,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
     snippets = {
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
         "acc_dtype": s.ACC_DTYPE,
+        "dot_acc": s.DOT_ACC,
         "cta_barrier": s.CTA_BARRIER,
         **mma_snippets,
         "desc_load": s.DESC_LOAD,

@@ -42,6 +42,17 @@ def _acc_dtype(operand_dtype):
     return gl.int32 if operand_dtype.is_int() else gl.float32
 '''
 
+DOT_ACC = '''
+@gluon.jit
+def _dot_acc(a, b, acc):
+    """`acc + tl.dot(a, b)` in one MMA accumulating into `acc` where the product has the accumulator's type (as
+    Triton's own compiler folds that addition), else the product added to it."""
+    if acc.dtype == _acc_dtype(a.dtype):
+        return _dot(a, b, acc)
+    else:
+        return acc + _dot(a, b, gl.zeros(acc.shape, _acc_dtype(a.dtype), layout=acc.type.layout))
+'''
+
 CTA_BARRIER = '''
 # A CTA-wide barrier: `gl.barrier` in Triton 3.9, `gl.thread_barrier` before it.
 _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
