@@ -430,3 +430,50 @@ def test_a_contiguous_axis_an_if_defines_before_the_loop_is_refused() -> None:
     (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
     assert "`offs_n` is assigned in the branches of an `if` before the loop and indexes the tile's contiguous axis" \
         in message
+
+
+# ---- accumulations the kernel writes apart from the dot, transposed operands ----------------------------------------
+
+ACC_TYPE = GEMM.replace("BK: tl.constexpr):", "BK: tl.constexpr, ACC: tl.constexpr):").replace(
+    "dtype=tl.float32)", "dtype=ACC)")
+
+
+@pytest.mark.parametrize("spelling", ["acc += tl.dot(a, b)", "acc = acc + tl.dot(a, b)", "acc = tl.dot(a, b) + acc"])
+def test_an_accumulation_of_unknown_dtype_is_folded_where_the_types_allow(spelling: str) -> None:
+    """Canonicalisation cannot fold `acc += tl.dot(a, b)` into the dot when the kernel does not name the accumulator's
+    dtype; the ring takes it as it is, reads its operands in the dot result's MMA layout, and `_dot_acc` folds the add
+    into the MMA at compile time where the product has the accumulator's type."""
+    text = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", spelling).replace("BODY", "acc = acc * 1.0").replace("NUM", "3")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and not sp.loop.acc_in_dot and sp.loop.acc == "acc"
+    variant = translate_source(text, "x.py", get_target("gfx950")).text
+    assert "acc = _dot_acc(a, b, acc)" in variant and "def _dot_acc(a, b, acc):" in variant
+    assert "gl.DotOperandLayout(0, mma_layout, _mma_k_width(a_ring.dtype, mma_layout))" in variant
+
+
+def test_a_scaled_accumulation_and_8_bit_integers_are_refused_with_the_reason() -> None:
+    scaled = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b) * 0.5").replace(
+        "BODY", "acc = acc * 1.0").replace("NUM", "3")
+    sp = stage_plan(scaled)
+    assert isinstance(sp, StageRefusal) and "scaled before it is accumulated" in sp.reason
+    int8 = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b)").replace(
+        "BODY", "acc = acc * 1.0").replace("NUM", "3").replace("a_ptrs = a_ptr +", "a_ptrs = a_ptr.to(tl.pointer_type(tl.int8)) +")
+    sp = stage_plan(int8)
+    assert isinstance(sp, StageRefusal) and "8-bit integer operands" in sp.reason
+
+
+def test_a_transposed_operand_is_read_through_a_transposed_view_of_its_slot() -> None:
+    """`tl.dot(a, tl.trans(w))` with w loaded [BN, BK]: the ring holds w as loaded, laid out K-contiguous like an A
+    slot, and the MMA reads `slot.permute([1, 0])` under the name `w_t`."""
+    text = gemm().replace("b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]",
+                          "b_ptrs = b_ptr + offs_n[:, None] * K + offs_k[None, :]").replace(
+        "b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)",
+        "b = tl.load(b_ptrs, mask=offs_k[None, :] < k_left, other=0.0)").replace(
+        "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, tl.trans(b), acc)").replace("b_ptrs += BK * BN", "b_ptrs += BK")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.loop.loads[1].transposed
+    assert sp.rings[1].shape == ["BN", "BK"]
+    variant = translate_source(text, "x.py", get_target("gfx950")).text
+    assert "b_t = async_copy.load_shared_relaxed(\n" in variant or "b_t = async_copy.load_shared_relaxed(" in variant
+    assert ".permute([1, 0])" in variant and "acc = _dot(a, b_t, acc)" in variant
+    assert "_lds_copy_layout([BN, BK], b_ptr.dtype.element_ty, 0)" in variant

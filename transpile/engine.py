@@ -23,6 +23,7 @@ from transpile.analysis.launch_alignment import (
     column_major_access,
 )
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.analysis.pipeline import LoopRefusal, plan_loop
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
@@ -586,6 +587,14 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
     if isinstance(loop.node, cst.While):
         return ("a `while` loop: the pipeline rules take counted loops (`for k in range(0, K, BLOCK_K)`, "
                 "`tl.range(...)`), whose trip count they can split into a prologue and a steady state")
+    # No rule said why: the shared loop planner names the construct that no ring takes, and its line.
+    planned = plan_loop(ctx.source, loop.node, ctx.plan, 3, transposed_operands=True, accumulations=True)
+    if isinstance(planned, LoopRefusal):
+        return f"{planned.reason}, at line {ctx.source.position(planned.node)[0]}"
+    if planned is not None and any(load.kind == "pointer" for load in planned.loads) and ctx.target.name == "sm90":
+        return ("a pointer-tile GEMM that no sm90 ring of this tool takes here; the rings of pointer tiles measured "
+                "at most even with Triton's own pipeline on an H100 (cp.async 0.69-0.96x, TMA in one partition "
+                "0.79-1.04x: bench/RESULTS.md)")
     return "no pipeline rule matches this loop"
 
 

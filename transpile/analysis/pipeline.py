@@ -13,6 +13,7 @@ later iteration, its carried state advanced on its own copy). When a loop cannot
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -221,6 +222,13 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if added is None:
             return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
                                "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
+        if re.search(r"\bu?int8\b", source.code(plan.function.node)):
+            # 8-bit integer operands make an int32 product, which such an accumulator (float32 where the output
+            # is not int8, in aiter's `gemm_a8w8`) takes as a separate add per iteration: that form measured 48
+            # VGPR spills at 256x128x64 on gfx950 where Triton's own compile has none
+            return LoopRefusal(dot_call, "`acc += tl.dot(a, b)` on 8-bit integer operands into an accumulator whose "
+                               "type the kernel does not name: the int32 product would be added to it apart from "
+                               "the MMA each iteration, which spilled where Triton's own compile does not")
         acc, acc_in_dot = added, False
     else:
         acc = site.acc.value
@@ -326,7 +334,8 @@ def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
     value = small.value if isinstance(small, (cst.Assign, cst.AugAssign)) else None
     if value is not None and value is not dot and any(n is dot for n in preorder(value)):
-        return ("the dot's result is scaled before it is accumulated: so warp-pipelined, block-scaled fp8 GEMMs "
-                "measured 1.04-1.20x Triton's own non-MFMA instructions per MFMA (bench/RESULTS.md)")
+        return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): no ring takes "
+                "that form (AMD's warp-pipelined one, with the scales in the MMA stage, measured 1.04-1.20x Triton's "
+                "own non-MFMA instructions per MFMA on block-scaled fp8 GEMMs: bench/RESULTS.md)")
     return ""
 
