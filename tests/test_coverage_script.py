@@ -58,6 +58,6 @@ def test_table_names_reasons_without_lines(tmp_path: Path, capsys: pytest.Captur
     (repo / "k.py").write_text(TWO_DOTS, encoding="utf-8")
     assert coverage.main([str(repo), "-t", "gfx950"]) == 0
     out = capsys.readouterr().out
-    assert "| r | 0 / 1 |" in out
+    assert "| r | 0 / 1 (0) |" in out
     # the construct, without the line or the names
     assert "attention loop: `…` is used outside its dot" in out and "line 1" not in out
