@@ -302,6 +302,18 @@ def _ref_swiglu_gemm(x, wg, wu):
     return F.silu(g) * (x.double() @ wu.double())
 
 
+def _gated_linear_inputs(s, device, gen):
+    """x [M, K] and the gate and up weights stored [N, K] (linear layers), scaled to keep the products near 1."""
+    scale = s["K"] ** 0.5
+    return (_randn(gen, s["M"], s["K"], device=device), _randn(gen, s["N"], s["K"], device=device) / scale,
+            _randn(gen, s["N"], s["K"], device=device) / scale)
+
+
+def _ref_gated_linear(x, wg, wu):
+    g = x.double() @ wg.double().T
+    return F.silu(g) * (x.double() @ wu.double().T)
+
+
 def _bmm_inputs(s, device, gen):
     return (_randn(gen, s["B"], s["M"], s["K"], device=device), _randn(gen, s["B"], s["K"], s["N"], device=device))
 
@@ -1028,6 +1040,8 @@ SUITE_CASES: list[Case] = [
                      reference=_ref_linear_gelu),
     _suite_gemm_case("suite_swiglu_gemm", wrapper="swiglu_gemm", make_inputs=_swiglu_inputs,
                      reference=_ref_swiglu_gemm, flops=lambda s: 2 * _gemm_flops(s)),
+    _suite_gemm_case("suite_gated_linear", wrapper="gated_linear", make_inputs=_gated_linear_inputs,
+                     reference=_ref_gated_linear, flops=lambda s: 2 * _gemm_flops(s)),
     # Rows of each expert from tables in memory: data-dependent row starts and bounds, per-expert base offsets.
     _suite_gemm_case("suite_moe_grouped_rows", wrapper="moe_grouped_rows", make_inputs=_moe_rows_inputs,
                      reference=_ref_moe_rows, shape=dict(E=6, T=1000, N=1100, K=700),

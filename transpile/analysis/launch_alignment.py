@@ -324,6 +324,9 @@ def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
             for name in names_in(node.target):
                 values.setdefault(name, []).append(node.value)
+        elif isinstance(node, cst.For) and isinstance(node.target, cst.Name) and isinstance(node.iter, cst.Call):
+            # a loop variable takes the values its range's bounds and step make (`for k in range(K, 0, -BLOCK_K)`)
+            values.setdefault(node.target.value, []).extend(a.value for a in node.iter.args if a.keyword is None)
     return {name: cst.Tuple([cst.Element(v) for v in vs]) for name, vs in values.items()}
 
 

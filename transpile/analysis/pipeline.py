@@ -49,6 +49,16 @@ class OperandLoad:
         return "descriptor" if self.descriptor else "pointer"
 
 
+@dataclass(frozen=True)
+class DotChain:
+    """One dot of a pipelined loop: its statement, its accumulator and the names of its A and B tile loads."""
+
+    index: int
+    acc: str
+    acc_in_dot: bool
+    operands: tuple[str, str]
+
+
 @dataclass
 class LoopPlan:
     loop: cst.For = field(repr=False)
@@ -64,6 +74,9 @@ class LoopPlan:
     # it (`acc += tl.dot(a, b)`, an accumulator whose dtype canonicalisation could not prove foldable): the MMA
     # layout is then the dot result's, not `acc`'s
     acc_in_dot: bool = True
+    # Every dot of the loop, the first one (`dot_index`, `acc`) included: one chain per accumulator, each reading
+    # two of `loads` (several where the caller allows `several_dots`: a gated GEMM's gate and up products)
+    chains: list[DotChain] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -185,20 +198,20 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 
 @per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
-              transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False
-              ) -> LoopPlan | LoopRefusal | None:
+              transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
+              several_dots: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
     `accumulations`: it can take a dot whose result is added to the accumulator (`acc += tl.dot(a, b)`,
-    `acc = acc + tl.dot(a, b)`), which canonicalisation leaves apart where the accumulator's dtype is not known."""
+    `acc = acc + tl.dot(a, b)`), which canonicalisation leaves apart where the accumulator's dtype is not known;
+    `several_dots`: it can take several dots with accumulators of their own (`LoopPlan.chains`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
         return None
-    if len(dots) != 1:
+    if len(dots) != 1 and not several_dots:
         return LoopRefusal(dots[1][1], "more than one `tl.dot` in the loop (one accumulator chain is pipelined)")
-    dot_index, dot_statement = dots[0]
     header = loop_header(source, loop, default_stages)
     if isinstance(header, LoopRefusal):
         return header
@@ -211,7 +224,97 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         for small in statement.body:
             if isinstance(small, (cst.Break, cst.Continue, cst.Return)):
                 return LoopRefusal(small, "data-dependent exit from the main loop")
-    # The dot: `acc = tl.dot(a, b, acc)` with operands bound by tile loads in this loop.
+    uses_of: dict[str, list[tuple[int, int]]] = {}  # load name -> (dot statement, operand position) it feeds
+    loads: dict[str, OperandLoad] = {}
+    chains: list[DotChain] = []
+    for dot_index, dot_statement in dots:
+        chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
+                           accumulations)
+        if isinstance(chain, LoopRefusal):
+            return chain
+        chain_loads, chain = chain
+        if any(other.acc == chain.acc for other in chains):
+            return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
+        for position, load in enumerate(chain_loads):
+            known = loads.setdefault(load.name, load)
+            if known.index != load.index or known.transposed != load.transposed:
+                return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
+            uses_of.setdefault(load.name, []).append((dot_index, position))
+        chains.append(chain)
+    for name, fed in uses_of.items():
+        if len({position for _, position in fed}) != 1:
+            return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
+        uses = sum(name in names_in(st) for j, st in enumerate(body) if j != loads[name].index)
+        if not loads[name].inline and uses != len({index for index, _ in fed}):
+            return LoopRefusal(loads[name].call, f"`{name}` is used outside the dot; the pipelined MMA reads it "
+                               "straight from shared memory")
+    operands = list(loads.values())
+    first = chains[0]
+    dot_index, acc, acc_in_dot = first.index, first.acc, first.acc_in_dot
+    accumulators = {chain.acc for chain in chains}
+    dot_indices = {chain.index for chain in chains}
+    dot_call = next(c for c in calls_in(body[dot_index]) if c in plan.dots)
+    # The producer slice: statements the load addresses and masks need, transitively, within the loop. A name the
+    # loads read before the loop body assigns it is loop-carried producer state (`a_ptrs += ...` after the dot).
+    first_load = min(o.index for o in operands)
+    load_indices = {o.index for o in operands}
+    assigned_at: dict[str, list[int]] = {}
+    for i, s in enumerate(body):
+        for name in assigned_names(s):
+            assigned_at.setdefault(name, []).append(i)
+    needed: set[str] = set()
+    for load in operands:
+        for part in (load.call.args[0].value if load.descriptor else load.pointer, load.mask, load.other):
+            if part is not None:
+                needed |= names_in(part)
+    producer: set[int] = set()
+    frontier = set(needed)
+    while frontier:
+        name = frontier.pop()
+        for i in assigned_at.get(name, []):
+            if i in producer:
+                continue
+            if i in load_indices:
+                return LoopRefusal(body[i], f"a load address depends on the loaded tile `{name}`")
+            if accumulators & names_in(body[i]) or i in dot_indices:
+                return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
+            producer.add(i)
+            new = names_in(body[i]) - needed
+            frontier |= new
+            needed |= new
+    if accumulators & needed:
+        return LoopRefusal(dot_call, "a load depends on the accumulator")
+    # Loop-carried producer state: a name some load or producer statement reads before the body assigns it in the
+    # iteration (`a_ptrs += BLOCK_K * stride` after the dot); the value read comes from the previous iteration. An
+    # address recomputed from the loop variable between two loads (`w_ptrs = base + k_idx[:, None] * ...`) is not.
+    reads: dict[str, int] = {}  # name -> first statement index reading it (loads and producer statements)
+    for i in sorted(producer | load_indices):
+        for name in names_in(body[i]):
+            reads.setdefault(name, i)
+    carried: list[str] = []
+    for i in sorted(producer):
+        for name in assigned_names(body[i]):
+            if reads.get(name, i + 1) < i or (reads.get(name) == i and name not in _plain_targets(body[i])):
+                if i < first_load or any(j < first_load for j in assigned_at[name]):
+                    return LoopRefusal(body[i], f"`{name}` is assigned both before and after the loads")
+                if name not in carried:
+                    carried.append(name)
+    # The carried state must advance from producer values alone (it is re-run ahead of the consumer).
+    for i in producer:
+        if assigned_names(body[i]) & set(carried):
+            for name in names_in(body[i]):
+                for j in assigned_at.get(name, []):
+                    if j not in producer and name not in carried:
+                        return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
+    carried.sort(key=lambda name: assigned_at[name][0])
+    return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
+                    carried, acc_in_dot, chains)
+
+
+def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
+               dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool
+               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+    """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B)."""
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
@@ -253,67 +356,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if found is None:
             return LoopRefusal(operand, f"the dot operand `{operand.value}` is not a tile load (`tl.load` or a tensor "
                                "descriptor's `load`) in this loop")
-        uses = sum(operand.value in names_in(s) for j, s in enumerate(body) if j not in (found.index,))
-        if uses != 1:
-            return LoopRefusal(operand, f"`{operand.value}` is used outside the dot; the pipelined MMA reads it "
-                               "straight from shared memory")
         found.transposed = transposed is not None
         operands.append(found)
-    # The producer slice: statements the load addresses and masks need, transitively, within the loop. A name the
-    # loads read before the loop body assigns it is loop-carried producer state (`a_ptrs += ...` after the dot).
-    first_load = min(o.index for o in operands)
-    load_indices = {o.index for o in operands}
-    assigned_at: dict[str, list[int]] = {}
-    for i, s in enumerate(body):
-        for name in assigned_names(s):
-            assigned_at.setdefault(name, []).append(i)
-    needed: set[str] = set()
-    for load in operands:
-        for part in (load.call.args[0].value if load.descriptor else load.pointer, load.mask, load.other):
-            if part is not None:
-                needed |= names_in(part)
-    producer: set[int] = set()
-    frontier = set(needed)
-    while frontier:
-        name = frontier.pop()
-        for i in assigned_at.get(name, []):
-            if i in producer:
-                continue
-            if i in load_indices:
-                return LoopRefusal(body[i], f"a load address depends on the loaded tile `{name}`")
-            if acc in names_in(body[i]) or i == dot_index:
-                return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
-            producer.add(i)
-            new = names_in(body[i]) - needed
-            frontier |= new
-            needed |= new
-    if acc in needed:
-        return LoopRefusal(dot_call, "a load depends on the accumulator")
-    # Loop-carried producer state: a name some load or producer statement reads before the body assigns it in the
-    # iteration (`a_ptrs += BLOCK_K * stride` after the dot); the value read comes from the previous iteration. An
-    # address recomputed from the loop variable between two loads (`w_ptrs = base + k_idx[:, None] * ...`) is not.
-    reads: dict[str, int] = {}  # name -> first statement index reading it (loads and producer statements)
-    for i in sorted(producer | load_indices):
-        for name in names_in(body[i]):
-            reads.setdefault(name, i)
-    carried: list[str] = []
-    for i in sorted(producer):
-        for name in assigned_names(body[i]):
-            if reads.get(name, i + 1) < i or (reads.get(name) == i and name not in _plain_targets(body[i])):
-                if i < first_load or any(j < first_load for j in assigned_at[name]):
-                    return LoopRefusal(body[i], f"`{name}` is assigned both before and after the loads")
-                if name not in carried:
-                    carried.append(name)
-    # The carried state must advance from producer values alone (it is re-run ahead of the consumer).
-    for i in producer:
-        if assigned_names(body[i]) & set(carried):
-            for name in names_in(body[i]):
-                for j in assigned_at.get(name, []):
-                    if j not in producer and name not in carried:
-                        return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
-    carried.sort(key=lambda name: assigned_at[name][0])
-    return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
-                    carried, acc_in_dot)
+    return operands, DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name))
 
 
 def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
@@ -332,8 +377,18 @@ def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | 
 
 def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
-    value = small.value if isinstance(small, (cst.Assign, cst.AugAssign)) else None
-    if value is not None and value is not dot and any(n is dot for n in preorder(value)):
+    added: cst.BaseExpression | None = None  # what the statement adds to its target
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+        added = small.value
+    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
+        name = small.targets[0].target.value
+        sides = (small.value.left, small.value.right)
+        added = next((side for side, other in (sides, sides[::-1]) if isinstance(other, cst.Name)
+                      and other.value == name), None)
+    scaled = [n for n in preorder(added) if isinstance(n, cst.BinaryOperation) and isinstance(
+        n.operator, (cst.Multiply, cst.Divide))] if added is not None else []
+    if any(any(m is dot for m in preorder(n)) for n in scaled):
         return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): no ring takes "
                 "that form (AMD's warp-pipelined one, with the scales in the MMA stage, measured 1.04-1.20x Triton's "
                 "own non-MFMA instructions per MFMA on block-scaled fp8 GEMMs: bench/RESULTS.md)")

@@ -120,7 +120,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                 lds_limit: int) -> StagePlan | StageRefusal | None:
     """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads."""
     requested = fn.num_stages
-    loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True)
+    loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
+                          several_dots=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
@@ -158,7 +159,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for facts in body:
         if facts.index in loop_plan.producer or facts.index in {load.index for load in loop_plan.loads}:
             continue
-        if facts.index == loop_plan.dot_index:
+        if facts.index in {chain.index for chain in loop_plan.chains}:
             continue
         for node, what in facts.barriers:
             return StageRefusal(node, f"{what} in the loop body would fall inside the `copy_mma` stage, next to the "
@@ -166,10 +167,13 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if Effect.ATOMIC in facts.effects or Effect.GLOBAL_STORE in facts.effects:
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
-    site = plan.dots[next(c for c in calls_in(body[loop_plan.dot_index].node) if c in plan.dots)]
-    shapes = [site.a_shape, site.b_shape]
+    if engine == "tdm" and len(loop_plan.loads) > 2:
+        return StageRefusal(loop_plan.loop, "several dots with tiles of their own: the fused TDM copy moves two tiles "
+                            "(one per half of the warps)")
     rings: list[Ring] = []
-    for load, shape in zip(loop_plan.loads, shapes):
+    for load in loop_plan.loads:
+        site, position = operand_site(loop_plan, plan, load.name)
+        shape = site.a_shape if position == 0 else site.b_shape
         if not shape or any(dim is None for dim in shape):
             return StageRefusal(load.call, f"the shape of the `{load.name}` tile is not known from the source "
                                 "(the LDS ring needs its block shape)")
@@ -199,6 +203,21 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs)
+
+
+def operand_site(loop_plan: LoopPlan, plan: LayoutPlan, name: str):  # noqa: ANN201 - (DotSite, int)
+    """The dot site the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
+    body = loop_plan.loop.body.body  # type: ignore[attr-defined]
+    for chain in loop_plan.chains:
+        if name in chain.operands:
+            site = plan.dots[next(c for c in calls_in(body[chain.index]) if c in plan.dots)]
+            return site, chain.operands.index(name)
+    raise KeyError(name)
+
+
+def operand_chain(loop_plan: LoopPlan, name: str):  # noqa: ANN201 - DotChain
+    """The (first) dot chain the tile load `name` feeds."""
+    return next(chain for chain in loop_plan.chains if name in chain.operands)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

@@ -24,7 +24,8 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
-from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
+from transpile.analysis.stages import (PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, operand_chain,
+                                       operand_site, plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
@@ -87,6 +88,10 @@ class AMDWarpPipeline(Rule):
         if isinstance(stage_plan, StageRefusal):
             ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
                                                          f"main loop not pipelined: {stage_plan.reason}"))
+            return updated
+        several = SEVERAL_DOTS_HEAVIER.get(ctx.target.name)
+        if several is not None and len(stage_plan.loop.chains) > 1:
+            ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
         if ctx.slower_than_triton(original, _form(stage_plan)):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
@@ -152,9 +157,10 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
     shape as parameter names or numbers and the pointer parameter whose element type it holds; None where a shape or
     an element type is not that (the kernel's own check still holds)."""
     params = {p.name for p in ctx.function.params}
-    site = ctx.plan.dots[_dot_call(sp.loop, ctx.plan.dots)]
     rings = []
-    for load, ring, dtype in zip(sp.loop.loads, sp.rings, (site.operand_dtype, site.b_dtype)):
+    for load, ring in zip(sp.loop.loads, sp.rings):
+        site, position = operand_site(sp.loop, ctx.plan, load.name)
+        dtype = site.operand_dtype if position == 0 else site.b_dtype
         match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
         if load.kind != "pointer" or match is None or match.group(1) not in params:
             return None
@@ -189,8 +195,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     stages, rnd, step_, it, iters = (name("NUM_STAGES"), name("round_"), name("step"), name("it"),
                                      name("num_iters"))
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
-    site = ctx.plan.dots[_dot_call(plan, ctx.plan.dots)]
-    dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
+    # Each tile load feeds one operand position of one or more dots (a gated GEMM's A tile feeds two)
+    feeds = {load.name: operand_site(plan, ctx.plan, load.name) for load in plan.loads}
+    dtypes = {n: site.operand_dtype if position == 0 else site.b_dtype for n, (site, position) in feeds.items()}
     span = LoopRange.of(updated)
     count, index = span.count, span.value
 
@@ -269,20 +276,25 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
     op_renames = {k: v for k, v in operand.items() if k != v}
     transposed = {load.name for load in plan.loads if load.transposed}
     if transposed:
-        body[plan.dot_index] = _untransposed(body[plan.dot_index], transposed)
+        for chain in plan.chains:
+            body[chain.index] = _untransposed(body[chain.index], transposed)
 
-    # The MMA layout the operands are read in: the accumulator's, or (`acc += tl.dot(a, b)`) the dot result's
-    mma = f"{plan.acc}.type.layout" if plan.acc_in_dot else ctx.plan.layout_expr(site.result)
+    # The MMA layout each tile is read in: its dot's accumulator's, or (`acc += tl.dot(a, b)`) the dot result's
+    def mma_of(load: OperandLoad) -> str:
+        chain = operand_chain(plan, load.name)
+        return f"{chain.acc}.type.layout" if chain.acc_in_dot else ctx.plan.layout_expr(feeds[load.name][0].result)
 
     def reads(slot_expr: str, pad: str) -> list[str]:
-        """The operands of the dot from ring slot `slot_expr`, in the MMA operand layouts."""
+        """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts."""
         return [f"{pad}{operand[load.name]} = {_read(engine, _view(f'{rings[load.name]}.index({slot_expr})', load))}"
-                f"gl.DotOperandLayout({k}, {mma}, _mma_k_width({rings[load.name]}.dtype, {mma})))"
-                for k, load in enumerate(plan.loads)]
+                f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
+                f"{mma_of(load)})))"
+                for load in plan.loads]
 
-    if not plan.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
-        ctx.need("dot_acc")
-        body[plan.dot_index] = _folded(body[plan.dot_index], plan.acc)
+    for chain in plan.chains:
+        if not chain.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
+            ctx.need("dot_acc")
+            body[chain.index] = _folded(body[chain.index], chain.acc)
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
@@ -291,19 +303,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
 
     wait = WAITS[engine]
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
-    a, b = plan.loads
-    slots = (f"_ring_slots({sp.lds_limit}, {sp.slots}, [{', '.join(shapes[a.name])}], {dtypes[a.name]}, "
-             f"[{', '.join(shapes[b.name])}], {dtypes[b.name]})")
+    slots = (f"_ring_slots({sp.lds_limit}, {sp.slots}, "
+             + ", ".join(f"[{', '.join(shapes[load.name])}], {dtypes[load.name]}" for load in plan.loads) + ")")
     layout_fn = {"registers": "_lds_layout", "buffer_loads": "_lds_layout", "async_copy": "_lds_copy_layout",
                  "tdm": "_lds_tdm_layout"}[engine]
     # (a transposed B slot holds its tile K-contiguous, as an A slot does: laid out as operand 0)
     layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, "
-                          f"{0 if load.transposed else k})"
-               for k, load in enumerate(plan.loads)}
+                          f"{0 if load.transposed else feeds[load.name][1]})"
+               for load in plan.loads}
     if engine in POINTER_COPIES:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
         # (`transpile.rules.copy_operands`, after the layout declarations).
-        for k, load in enumerate(plan.loads):
+        for load in plan.loads:
+            k = feeds[load.name][1]
             if load.kind == "pointer":
                 # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs;
                 # measured on gfx942, heavier on gfx1250's 32-lane waves)
@@ -442,6 +454,15 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
 SLOW_DTYPES = {"gfx942": ("float8_e4m3fn", "float8_e5m2"), "gfx1250": ("int8",)}
 
 
+#: Targets whose ring of several dots (a gated GEMM's gate and up products) measured heavier than Triton's own compile
+#: for some config (bench/RESULTS.md): such loops stay kept as Triton there, with this reason.
+SEVERAL_DOTS_HEAVIER = {
+    "gfx942": "its dots share the loop with other dots, and on gfx942 that ring of 16-byte buffer loads measured 1.22x "
+              "Triton's own non-MFMA instructions per MFMA at 64x64x64 with 8 warps (suite_gated_linear config 1; "
+              "0.54x at 128x64x64): bench/RESULTS.md",
+}
+
+
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays
 #: their addresses out per tile and `buffer_copies` turns them into buffer copies.
 POINTER_COPIES = {"async_copy": "async_copy.global_load_to_shared", "buffer_loads": "_tile_load"}
@@ -498,9 +519,3 @@ def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
     dot = next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
     folded = cst.parse_statement(f"{acc} = _dot_acc({code(dot.args[0].value)}, {code(dot.args[1].value)}, {acc})")
     return folded.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]
-
-
-def _dot_call(plan: LoopPlan, dots: dict) -> cst.Call:
-    """The dot call of the loop's dot statement (`acc = tl.dot(a, b, acc)`, or inside `acc += tl.dot(a, b) * s`)."""
-    statement = plan.loop.body.body[plan.dot_index]  # type: ignore[attr-defined]
-    return next(call for call in calls_in(statement) if call in dots)

@@ -133,23 +133,25 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
 
 LDS_RING = '''
 @gluon.constexpr_function
-def _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype):
-    """LDS bytes of the rings of a pipelined main loop: `slots` tiles of A and `slots` tiles of B."""
-    a_elements = 1
-    for dim in a_shape:
-        a_elements *= dim
-    b_elements = 1
-    for dim in b_shape:
-        b_elements *= dim
-    return slots * (a_elements * a_dtype.primitive_bitwidth + b_elements * b_dtype.primitive_bitwidth) // 8
+def _lds_ring_bytes(slots, *rings):
+    """LDS bytes of the rings of a pipelined main loop: `slots` tiles of each ring, given as (shape, dtype) in turn
+    (A, then B, then the operands of any further dot)."""
+    bits = 0
+    for shape, dtype in zip(rings[0::2], rings[1::2]):
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        bits += elements * dtype.primitive_bitwidth
+    return slots * bits // 8
 
 
 @gluon.constexpr_function
-def _ring_slots(limit, most, a_shape, a_dtype, b_shape, b_dtype):
-    """Slots of the LDS rings of a warp-pipelined main loop: the most of `most` down to 2 that fit in `limit` bytes
-    (with 2, each iteration waits for the copies started one iteration before), else 0: the loop runs as translated."""
+def _ring_slots(limit, most, *rings):
+    """Slots of the LDS rings of a warp-pipelined main loop (`rings` as `_lds_ring_bytes` takes them): the most of
+    `most` down to 2 that fit in `limit` bytes (with 2, each iteration waits for the copies started one iteration
+    before), else 0: the loop runs as translated."""
     for slots in range(most, 1, -1):
-        if _lds_ring_bytes(slots, a_shape, a_dtype, b_shape, b_dtype) <= limit:
+        if _lds_ring_bytes(slots, *rings) <= limit:
             return slots
     return 0
 
