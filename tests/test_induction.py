@@ -118,3 +118,16 @@ def test_the_rewritten_loop_reads_the_same_values(span: str, advance: str) -> No
             masks.append(scope["acc"])
         assert len(masks[0]) == len(masks[1]) > 0
         assert all(torch.equal(x, y) for x, y in zip(*masks)), (span, advance, K, BK, lo)
+
+
+def test_an_offset_tensor_made_from_index_vectors_is_read_from_the_loop_variable() -> None:
+    """`w_offs = offs[:, None] * 2 + offs[None, :]` (made from an `arange` vector, not by one) advanced by a
+    loop-invariant `K * BK`: its reads become `(w_offs + k * (K * BK))`, its advance is dropped."""
+    text = KERNEL.replace("PRELUDE", "w_offs = offs[:, None] * 2 + offs[None, :]").replace(
+        "RANGE", "0, tl.cdiv(K, BK)").replace("ADVANCE", "w_offs += K * BK").replace("AFTER", "pass").replace(
+        "b = tl.load(b_ptrs, mask=mask)", "b = tl.load(b_ptr + w_offs, mask=mask)")
+    source = parse_source(text, "k.py")
+    result = rewrite_inductions(source, discover(source))
+    assert result is not None
+    assert "b = tl.load(b_ptr + (w_offs + k * (K * BK)), mask=mask)" in result[0]
+    assert "w_offs += K * BK" not in result[0]

@@ -104,7 +104,7 @@ VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 # target).
 PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr",
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
-             "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_gemm_persistent", "suite_splitk_atomic",
+             "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_swiglu_gemm", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
              "suite_desc_persistent"]
 

@@ -21,7 +21,8 @@ which every later analysis reads as an affine function of the loop variable (the
 iteration; `transpile.analysis.tile_bounds` proves the mask true on full tiles, so the K tail is peeled).
 
 Only a tensor that is certainly an index is rewritten: its one assignment outside the loop is in the loop's own block,
-before it, and calls `arange`; the loop assigns it only by `x += c` / `x = x + c` at its top level, with `c` invariant
+before it, and calls `arange` (or reads a vector assigned once there from `arange`: `w_offs = offs_k[:, None] *
+stride_wk + offs_n[None, :] * stride_wn`); the loop assigns it only by `x += c` / `x = x + c` at its top level, with `c` invariant
 in the loop, after every read of it in the iteration; it is never a load's or store's pointer (those are the pointer
 rings' carried state, which the rules advance themselves); and nothing after the loop reads it. Anything else is left
 as written. The rewrite is exact for the values an `int32` index reaches (`k * BLOCK_K` is computed in the loop
@@ -132,8 +133,7 @@ class _Blocks(cst.CSTTransformer):
             if start is None or _uses(self.fn, name) != sum(_uses(s, name) for s in before[start[0]:]) \
                     + _uses(loop, name):
                 continue
-            if not any(language_name(self.source.qualified_name(c.func)) in ("arange", "core.arange")
-                       for c in calls_in(start[1])):
+            if not self._made_from_arange(start[1], before):
                 continue
             if any(name in names_in(s) for s in body[i + 1:]) or _is_pointer(self.source, loop.body, name):
                 continue
@@ -151,6 +151,22 @@ class _Blocks(cst.CSTTransformer):
             if lines and kept < len(new_body):
                 new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
         return loop.with_changes(body=loop.body.with_changes(body=new_body))
+
+
+    def _made_from_arange(self, value: cst.BaseExpression, before: list[cst.BaseStatement]) -> bool:
+        """`value` calls `arange`, or reads a name that `before` defines by a value calling it (an offset tensor made
+        from index vectors: `w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn`)."""
+        def aranges(node: cst.BaseExpression) -> bool:
+            return any(language_name(self.source.qualified_name(c.func)) in ("arange", "core.arange")
+                       for c in calls_in(node))
+
+        if aranges(value):
+            return True
+        for name in sorted(names_in(value)):
+            definition = _definition(before, name)
+            if definition is not None and self.counts.get(name) == 1 and aranges(definition[1]):
+                return True
+        return False
 
 
 def _all_statements(node: cst.CSTNode) -> list[cst.BaseStatement]:
