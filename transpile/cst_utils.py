@@ -344,6 +344,16 @@ def bound_names(node: cst.CSTNode) -> set[str]:
     return set(cached)
 
 
+def is_docstring(statement: cst.BaseStatement) -> bool:
+    """`statement` is a string on its own line (a docstring where it comes first in a body)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
 def bound_names_of(statements: list[cst.BaseStatement]) -> set[str]:
     return set().union(*(bound_names(s) for s in statements)) if statements else set()
 

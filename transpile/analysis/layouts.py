@@ -126,6 +126,14 @@ class DotSite:
     b_shape: tuple[str | None, ...] | None = None
     b_dtype: str | None = None
 
+    def operand_shape(self, k: int) -> tuple[str | None, ...] | None:
+        """The shape of operand `k` (0: A, 1: B)."""
+        return self.a_shape if k == 0 else self.b_shape
+
+    def operand_type(self, k: int) -> str | None:
+        """The element type of operand `k` (0: A, 1: B)."""
+        return self.operand_dtype if k == 0 else self.b_dtype
+
 
 @dataclass
 class DescriptorInfo:

@@ -55,8 +55,12 @@ class DotChain:
 
     index: int
     acc: str
+    # the dot takes the accumulator (`acc = tl.dot(a, b, acc)`); False where the statement adds the dot's result to
+    # it (`acc += tl.dot(a, b)`, an accumulator whose dtype canonicalisation could not prove foldable): the MMA
+    # layout is then the dot result's, not `acc`'s
     acc_in_dot: bool
     operands: tuple[str, str]
+    call: cst.Call = field(repr=False, compare=False)  # the dot call (a key of `LayoutPlan.dots`)
 
 
 @dataclass
@@ -65,18 +69,24 @@ class LoopPlan:
     var: str
     range_args: list[cst.BaseExpression] = field(repr=False)
     num_stages: int
-    loads: list[OperandLoad]  # A then B
+    loads: list[OperandLoad]  # A then B of the first dot, then the tiles only further dots read
     dot_index: int
     acc: str
     producer: list[int]  # statement indices the loads' addresses and masks depend on (in body order)
     carried: list[str] = field(default_factory=list)  # loop-carried producer state (advanced after the loads)
-    # The dot takes the accumulator (`acc = tl.dot(a, b, acc)`); False where the statement adds the dot's result to
-    # it (`acc += tl.dot(a, b)`, an accumulator whose dtype canonicalisation could not prove foldable): the MMA
-    # layout is then the dot result's, not `acc`'s
-    acc_in_dot: bool = True
     # Every dot of the loop, the first one (`dot_index`, `acc`) included: one chain per accumulator, each reading
     # two of `loads` (several where the caller allows `several_dots`: a gated GEMM's gate and up products)
     chains: list[DotChain] = field(default_factory=list)
+
+    @property
+    def acc_in_dot(self) -> bool:
+        """The first dot takes its accumulator (`DotChain.acc_in_dot`)."""
+        return self.chains[0].acc_in_dot if self.chains else True
+
+    def use_of(self, name: str) -> tuple[DotChain, int]:
+        """The (first) dot the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
+        chain = next(chain for chain in self.chains if name in chain.operands)
+        return chain, chain.operands.index(name)
 
     @property
     def kind(self) -> str:
@@ -250,10 +260,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                                "straight from shared memory")
     operands = list(loads.values())
     first = chains[0]
-    dot_index, acc, acc_in_dot = first.index, first.acc, first.acc_in_dot
+    dot_index, acc, dot_call = first.index, first.acc, first.call
     accumulators = {chain.acc for chain in chains}
     dot_indices = {chain.index for chain in chains}
-    dot_call = next(c for c in calls_in(body[dot_index]) if c in plan.dots)
     # The producer slice: statements the load addresses and masks need, transitively, within the loop. A name the
     # loads read before the loop body assigns it is loop-carried producer state (`a_ptrs += ...` after the dot).
     first_load = min(o.index for o in operands)
@@ -308,7 +317,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
     carried.sort(key=lambda name: assigned_at[name][0])
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
-                    carried, acc_in_dot, chains)
+                    carried, chains)
 
 
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
@@ -358,35 +367,34 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                                "descriptor's `load`) in this loop")
         found.transposed = transposed is not None
         operands.append(found)
-    return operands, DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name))
+    return operands, DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call)
 
 
-def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
-    """`acc` of ``acc += tl.dot(a, b)``, ``acc = acc + tl.dot(a, b)`` or ``acc = tl.dot(a, b) + acc``, else None."""
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and small.value is dot \
+def _added(small: cst.BaseSmallStatement | None) -> tuple[str, cst.BaseExpression] | None:
+    """(acc, e) of ``acc += e``, ``acc = acc + e`` or ``acc = e + acc``, else None."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
             and isinstance(small.target, cst.Name):
-        return small.target.value
+        return small.target.value, small.value
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
             and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
         name = small.targets[0].target.value
         sides = (small.value.left, small.value.right)
-        if dot in sides and any(isinstance(side, cst.Name) and side.value == name for side in sides):
-            return name
+        for side, other in (sides, sides[::-1]):
+            if isinstance(other, cst.Name) and other.value == name:
+                return name, side
     return None
+
+
+def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
+    """`acc` of ``acc += tl.dot(a, b)``, ``acc = acc + tl.dot(a, b)`` or ``acc = tl.dot(a, b) + acc``, else None."""
+    added = _added(small)
+    return added[0] if added is not None and added[1] is dot else None
 
 
 def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
-    added: cst.BaseExpression | None = None  # what the statement adds to its target
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
-        added = small.value
-    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
-            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
-        name = small.targets[0].target.value
-        sides = (small.value.left, small.value.right)
-        added = next((side for side, other in (sides, sides[::-1]) if isinstance(other, cst.Name)
-                      and other.value == name), None)
-    scaled = [n for n in preorder(added) if isinstance(n, cst.BinaryOperation) and isinstance(
+    added = _added(small)
+    scaled = [n for n in preorder(added[1]) if isinstance(n, cst.BinaryOperation) and isinstance(
         n.operator, (cst.Multiply, cst.Divide))] if added is not None else []
     if any(any(m is dot for m in preorder(n)) for n in scaled):
         return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): no ring takes "

@@ -156,10 +156,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such
     # op there would sit inside `copy_mma` next to the MMA.
+    skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
+               *(chain.index for chain in loop_plan.chains)}
     for facts in body:
-        if facts.index in loop_plan.producer or facts.index in {load.index for load in loop_plan.loads}:
-            continue
-        if facts.index in {chain.index for chain in loop_plan.chains}:
+        if facts.index in skipped:
             continue
         for node, what in facts.barriers:
             return StageRefusal(node, f"{what} in the loop body would fall inside the `copy_mma` stage, next to the "
@@ -172,8 +172,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                             "(one per half of the warps)")
     rings: list[Ring] = []
     for load in loop_plan.loads:
-        site, position = operand_site(loop_plan, plan, load.name)
-        shape = site.a_shape if position == 0 else site.b_shape
+        chain, position = loop_plan.use_of(load.name)
+        shape = plan.dots[chain.call].operand_shape(position)
         if not shape or any(dim is None for dim in shape):
             return StageRefusal(load.call, f"the shape of the `{load.name}` tile is not known from the source "
                                 "(the LDS ring needs its block shape)")
@@ -203,21 +203,6 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs)
-
-
-def operand_site(loop_plan: LoopPlan, plan: LayoutPlan, name: str):  # noqa: ANN201 - (DotSite, int)
-    """The dot site the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
-    body = loop_plan.loop.body.body  # type: ignore[attr-defined]
-    for chain in loop_plan.chains:
-        if name in chain.operands:
-            site = plan.dots[next(c for c in calls_in(body[chain.index]) if c in plan.dots)]
-            return site, chain.operands.index(name)
-    raise KeyError(name)
-
-
-def operand_chain(loop_plan: LoopPlan, name: str):  # noqa: ANN201 - DotChain
-    """The (first) dot chain the tile load `name` feeds."""
-    return next(chain for chain in loop_plan.chains if name in chain.operands)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

@@ -22,10 +22,10 @@ iteration; `transpile.analysis.tile_bounds` proves the mask true on full tiles, 
 
 Only a tensor that is certainly an index is rewritten: its one assignment outside the loop is in the loop's own block,
 before it, and calls `arange` (or reads a vector assigned once there from `arange`: `w_offs = offs_k[:, None] *
-stride_wk + offs_n[None, :] * stride_wn`); the loop assigns it only by `x += c` / `x = x + c` at its top level, with `c` invariant
-in the loop, after every read of it in the iteration; it is never a load's or store's pointer (those are the pointer
-rings' carried state, which the rules advance themselves); and nothing after the loop reads it. Anything else is left
-as written. The rewrite is exact for the values an `int32` index reaches (`k * BLOCK_K` is computed in the loop
+stride_wk + offs_n[None, :] * stride_wn`); the loop assigns it only by `x += c` / `x = x + c` at its top level, with
+`c` invariant in the loop, after every read of it in the iteration; it is never a load's or store's pointer (those
+are the pointer rings' carried state, which the rules advance themselves); and nothing after the loop reads it.
+Anything else is left as written. The rewrite is exact for the values an `int32` index reaches (`k * BLOCK_K` is computed in the loop
 variable's type, as Triton computes the source's own `k * BLOCK_K` terms).
 
 `rewrite_inductions(source, facts)` returns the new module text and the functions it replaced (old node -> new), or
@@ -151,7 +151,6 @@ class _Blocks(cst.CSTTransformer):
             if lines and kept < len(new_body):
                 new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
         return loop.with_changes(body=loop.body.with_changes(body=new_body))
-
 
     def _made_from_arange(self, value: cst.BaseExpression, before: list[cst.BaseStatement]) -> bool:
         """`value` calls `arange`, or reads a name that `before` defines by a value calling it (an offset tensor made

@@ -24,8 +24,7 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
-from transpile.analysis.stages import (PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, operand_chain,
-                                       operand_site, plan_stages)
+from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
@@ -159,8 +158,8 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
     params = {p.name for p in ctx.function.params}
     rings = []
     for load, ring in zip(sp.loop.loads, sp.rings):
-        site, position = operand_site(sp.loop, ctx.plan, load.name)
-        dtype = site.operand_dtype if position == 0 else site.b_dtype
+        chain, position = sp.loop.use_of(load.name)
+        dtype = ctx.plan.dots[chain.call].operand_type(position)
         match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
         if load.kind != "pointer" or match is None or match.group(1) not in params:
             return None
@@ -196,8 +195,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                                      name("num_iters"))
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
     # Each tile load feeds one operand position of one or more dots (a gated GEMM's A tile feeds two)
-    feeds = {load.name: operand_site(plan, ctx.plan, load.name) for load in plan.loads}
-    dtypes = {n: site.operand_dtype if position == 0 else site.b_dtype for n, (site, position) in feeds.items()}
+    feeds = {load.name: plan.use_of(load.name) for load in plan.loads}
+    dtypes = {n: ctx.plan.dots[chain.call].operand_type(k) for n, (chain, k) in feeds.items()}
     span = LoopRange.of(updated)
     count, index = span.count, span.value
 
@@ -275,14 +274,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                name(f"{load.name}_op") if load.name in outside else load.name for load in plan.loads}
     op_renames = {k: v for k, v in operand.items() if k != v}
     transposed = {load.name for load in plan.loads if load.transposed}
-    if transposed:
-        for chain in plan.chains:
+    for chain in plan.chains:
+        if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
+        if not chain.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
+            ctx.need("dot_acc")
+            body[chain.index] = _folded(body[chain.index], chain.acc)
 
     # The MMA layout each tile is read in: its dot's accumulator's, or (`acc += tl.dot(a, b)`) the dot result's
     def mma_of(load: OperandLoad) -> str:
-        chain = operand_chain(plan, load.name)
-        return f"{chain.acc}.type.layout" if chain.acc_in_dot else ctx.plan.layout_expr(feeds[load.name][0].result)
+        chain = feeds[load.name][0]
+        if chain.acc_in_dot:
+            return f"{chain.acc}.type.layout"
+        return ctx.plan.layout_expr(ctx.plan.dots[chain.call].result)
 
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts."""
@@ -290,11 +294,6 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
                 f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)})))"
                 for load in plan.loads]
-
-    for chain in plan.chains:
-        if not chain.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
-            ctx.need("dot_acc")
-            body[chain.index] = _folded(body[chain.index], chain.acc)
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []

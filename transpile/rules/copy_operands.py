@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, names_in, substituted
+from transpile.cst_utils import bound_names, is_docstring, names_in, read_names, substituted
 from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
@@ -115,19 +115,18 @@ class _Rewriter:
         rebound = params & set().union(*(bound_names(n) for n in preorder(function.body)
                                          if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))))
         self.aliases = {p: self.name(f"{p}_arg") for p in sorted(rebound)}
-        self.used_aliases: set[str] = set()
 
     # ---- the function -----------------------------------------------------------------------------------------
     def function(self) -> cst.FunctionDef:
         body = self._block(list(self.function_node.body.body), [])
         read = set().union(*(names_in(s) for s in body))
-        used = sorted(p for p in self.used_aliases if self.aliases[p] in read)
+        used = sorted(p for p, alias in self.aliases.items() if alias in read)  # (fresh names: read where used)
         if used:
             lines = [cst.parse_statement(f"{self.aliases[p]} = {p}") for p in used]
             lines[0] = lines[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
                 "# Parameters the kernel rebinds, by their values at entry: its pipelined copies' addresses are "
                 "computed from them."))])
-            at = 1 if body and _is_docstring(body[0]) else 0
+            at = 1 if body and is_docstring(body[0]) else 0
             body = [*body[:at], *lines, *body[at:]]
         return self.function_node.with_changes(body=self.function_node.body.with_changes(body=body))
 
@@ -160,7 +159,7 @@ class _Rewriter:
 
     # ---- one ring branch --------------------------------------------------------------------------------------
     def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:
-        self.outside = _definitions(before, self.aliases, self.used_aliases)  # the values names hold at the ring
+        self.outside = _definitions(before, self.aliases)  # the values names hold at the ring, by name
         # names an `if`/`with` before the ring binds (`if EVEN_MN: offs_am = ... else: offs_am = ... % M`): no one
         # value to re-evaluate, so the copies convert the value itself, once, before the loop
         self.branched = _branch_values(before, set(self.outside))
@@ -390,13 +389,13 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
     return [n for n in preorder(node) if isinstance(n, cst.Call)]
 
 
-def _definitions(statements: list[cst.BaseStatement], aliases: dict[str, str] | None = None,
-                 used: set[str] | None = None) -> dict[str, cst.BaseExpression]:
+def _definitions(statements: list[cst.BaseStatement], aliases: dict[str, str] | None = None
+                 ) -> dict[str, cst.BaseExpression]:
     """The value each name holds after `statements` (those before a ring), as an expression over names that hold
     their final values: `x = f(...)` then `x = g(x)` (or `x += e`) is `g((f(...)))`, and a value that read the
     earlier `x` reads `(f(...))` in its place. A name bound inside a compound statement (a loop, an `if`) or by a
     tuple target holds no single value and maps to nothing. `aliases`: parameters the function rebinds -> the names
-    their values at entry are bound to (a first rebinding reads the parameter by that name; `used` collects them)."""
+    their values at entry are bound to (a first rebinding reads the parameter by that name)."""
     values: dict[str, cst.BaseExpression | None] = {}
     aliases = aliases or {}
 
@@ -415,8 +414,6 @@ def _definitions(statements: list[cst.BaseStatement], aliases: dict[str, str] | 
         if value is not None and name in names_in(value):
             if old is None and name not in values and name in aliases:  # the parameter's value at entry
                 old = cst.Name(aliases[name])
-                if used is not None:
-                    used.add(name)
             value = substitute(value, name, old) if old is not None else None
         values[name] = value
 
@@ -471,31 +468,15 @@ _METADATA = ("dtype", "type", "shape", "element_ty")
 
 
 def _value_names(node: cst.CSTNode) -> set[str]:
-    """The names whose values `node` computes with: not those it reads only for their metadata (`A.dtype...`)."""
+    """The variables whose values `node` computes with (`read_names`), not those it reads only for their metadata
+    (`A.dtype.element_ty`)."""
     if isinstance(node, cst.Attribute) and node.attr.value in _METADATA:
         return set()
-    if isinstance(node, cst.Name):
-        return {node.value}
-    found: set[str] = set()
-    for child in node.children:
-        if isinstance(child, cst.Attribute) and child.attr.value in _METADATA:
-            continue
-        found |= _value_names(child) if not isinstance(child, cst.Name) or _is_value_name(node, child) else set()
-    return found
-
-
-def _is_value_name(parent: cst.CSTNode, child: cst.Name) -> bool:
-    """`child` of `parent` is a variable read (not an attribute's name nor a keyword)."""
-    if isinstance(parent, cst.Attribute) and parent.attr is child:
-        return False
-    if isinstance(parent, cst.Arg) and parent.keyword is child:
-        return False
-    return True
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-        and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)
+    if not any(isinstance(n, cst.Attribute) and n.attr.value in _METADATA for n in preorder(node)):
+        return read_names(node)
+    if isinstance(node, (cst.Attribute, cst.Arg)):
+        return _value_names(node.value)  # (not the attribute's or the keyword's name)
+    return set().union(*(_value_names(child) for child in node.children))
 
 
 def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:

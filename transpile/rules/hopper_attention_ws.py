@@ -38,8 +38,8 @@ import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan
 from transpile.analysis.layouts import REDUCTIONS, name_terms
-from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, product_factors,
-                                 read_names, unparenthesized)
+from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, is_docstring, names_in,
+                                 product_factors, read_names, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules.base import Example, Rule, RuleContext
@@ -470,7 +470,7 @@ class _Form:
         if final[ring_at:ring_end] != list(self.ws.ring):
             return "the ring's statements are not together in the translated kernel"
         loop_statements = list(cst.parse_module(self.ws.loop_text).body)
-        docstring = final[0] if final and _is_docstring(final[0]) else None
+        docstring = final[0] if final and is_docstring(final[0]) else None
         consumer_body = [s for s in final[:ring_at] if s is not docstring] + loop_statements + final[ring_end:]
         split = _RowSplit(bm, rows, f"{cons} * {rows}")
         consumer_body = [s.visit(split) for s in consumer_body]  # type: ignore[misc]
@@ -640,8 +640,3 @@ class _RowSplit(cst.CSTTransformer):
 def _sum(terms: list[str]) -> str:
     kept = [t for t in terms if t != "0"]
     return " + ".join(kept) if kept else "0"
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-        and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import assigned_names, bound_names, call_arguments, calls_in, names_in
+from transpile.cst_utils import assigned_names, bound_names, call_arguments, calls_in, is_docstring, names_in
 from transpile.analysis.layouts import Term
 
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
@@ -84,7 +84,7 @@ class LayoutDeclarations(Rule):
             *_commented(entry, "# Tensor arguments arrive in the caller's layouts: bring them to this helper's."),
         ]
         body = list(updated.body.body)
-        at = 1 if body and _is_docstring(body[0]) else 0
+        at = 1 if body and is_docstring(body[0]) else 0
         # After the function's own definitions of names the layouts read (`UNROLL: tl.constexpr = 4` at the top of the
         # body: read before it, the name is the module's): where no statement before those uses a layout.
         reads = {n for line in [*lines, *entry] for n in names_in(statement(line))} - {
@@ -217,15 +217,6 @@ def _commented(lines: list[str], *comments: str) -> list[cst.BaseStatement]:
         comment_lines = [cst.EmptyLine(comment=cst.Comment(comment)) for comment in comments]
         statements[0] = statements[0].with_changes(leading_lines=comment_lines)  # type: ignore[union-attr]
     return statements
-
-
-def _is_docstring(statement_node: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement_node, cst.SimpleStatementLine)
-        and len(statement_node.body) == 1
-        and isinstance(statement_node.body[0], cst.Expr)
-        and isinstance(statement_node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 def _reduced_argument(root: Term) -> str:
