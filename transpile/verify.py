@@ -44,6 +44,7 @@ class CompiledKernel:
     asm: dict[str, str]  # stage -> text (ttgir, llir, amdgcn/ptx) when ok
     shared: int | None = None  # bytes of shared memory (LDS) the compiled kernel takes, when ok
     kept: bool = False  # the variant keeps this kernel as Triton: compiled as a Triton kernel for the target
+    check: str = "compile"  # "compile", or "schedule": the schedule checker's run of a warp-pipelined loop
 
     @property
     def label(self) -> str:
@@ -271,9 +272,24 @@ def verify(result: TranslationResult, values: dict[str, object], all_configs: bo
                  for u in undefined_names(result.text)]
     directory = Path(tempfile.mkdtemp(prefix="transpile-verify-"))
     try:
-        return undefined + _verify(result, values, all_configs, load_variant(result, directory))
+        compiled = _verify(result, values, all_configs, load_variant(result, directory))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    return undefined + compiled
+
+
+def schedule_checks(result: TranslationResult) -> list[CompiledKernel]:
+    """The schedule checker's verdict on each warp-pipelined kernel of an AMD variant (`transpile.schedule_check`):
+    one passing row per kernel, or one failing row per finding."""
+    from transpile.schedule_check import check_source
+
+    report = check_source(result.text)
+    rows = [CompiledKernel(f.kernel, "schedule", False, f"line {f.line}: {f.message} ({f.case})", {},
+                           check="schedule") for f in report.findings]
+    failed = {f.kernel for f in report.findings}
+    rows += [CompiledKernel(kernel, f"schedule ({cases} cases)", True, "", {}, check="schedule")
+             for kernel, cases in report.cases.items() if kernel not in failed]
+    return rows
 
 
 def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
@@ -357,12 +373,13 @@ def _wrong_warps(outcome, warps: int, autotuned: bool) -> str:  # noqa: ANN001 -
 def verify_file(path: Path, target: Target, values: dict[str, object], display: str, all_configs: bool = True,
                 gluon_always: bool = False, style: FormatStyle | None = None) -> list[CompiledKernel]:
     """Translate `path` for `target` and compile the variant as the command line writes it (formatted at `style`;
-    left as translated where ruff is missing or fails: the code compiled is the same)."""
+    left as translated where ruff is missing or fails: the code compiled is the same), then run the schedule checker
+    over its warp-pipelined loops."""
     from transpile.engine import format_results, translate_file
 
     result = translate_file(path, target, display, gluon_always=gluon_always)
     format_results([result], style)
-    return verify(result, values, all_configs)
+    return verify(result, values, all_configs) + schedule_checks(result)
 
 
 @dataclass
