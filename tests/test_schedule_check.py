@@ -1,14 +1,16 @@
-"""The schedule checker (`transpile.schedule_check`): every warp-pipelined AMD variant the tool emits holds in every
-case, and each way of breaking a ring (a wait one group short, a slot one off, a copy in the wrong stage, a copy left
-in flight) is found, with its line."""
+"""The schedule checker (`transpile.schedule_check`): every pipelined variant the tool emits (AMD warp-pipelined
+loops, Hopper mbarrier/TMA/cp.async rings with or without warp specialisation) holds in every case, and each way of
+breaking a ring (a wait one group short, a slot one off, a copy in the wrong stage, a slot handed back before the wgmma
+that reads it completes, a phase off by one, a copy left in flight) is found, with its line."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
-from transpile.schedule_check import check_source
+from transpile.schedule_check import check_source, pipelined_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = ROOT / "fixtures" / "expected"
@@ -18,12 +20,19 @@ PIPELINED = sorted(
 )
 
 
+HOPPER = sorted(p for p in (EXPECTED / "sm90").glob("*.py")
+                if pipelined_kernels(ast.parse(p.read_text(encoding="utf-8"))))
+
+
 def test_every_target_has_pipelined_goldens() -> None:
     for target in ("gfx950", "gfx942", "gfx1250"):
         assert any(p.parent.name == target for p in PIPELINED), target
+    # the Hopper forms: TMA rings with and without warp specialisation, attention (two consumers), cp.async rings
+    names = {p.stem for p in HOPPER}
+    assert {"matmul_descriptor_sm90", "attention_fwd_sm90", "fx_attention_kt_sm90"} <= names, names
 
 
-@pytest.mark.parametrize("path", PIPELINED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", PIPELINED + HOPPER, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_pipelined_variant_holds(path: Path) -> None:
     report = check_source(path.read_text(encoding="utf-8"))
     assert report.cases, "no warp-pipelined kernel found"
@@ -109,3 +118,44 @@ def test_what_the_checker_cannot_follow_is_a_finding() -> None:
         "COPY_IN_MEM", COPY).replace("async_copy.wait_group(NUM_STAGES - 2)", "async_copy.wait_group(K)"))
     assert report.findings and "cannot follow" in report.findings[0].message
     assert "a wait whose count the checker cannot evaluate" in report.findings[0].message
+
+
+SM90 = EXPECTED / "sm90"
+IADD = (SM90 / "canon_gemm_iadd_sm90.py").read_text(encoding="utf-8")  # warp-specialised TMA ring, and one without
+ATTENTION = (SM90 / "attention_fwd_sm90.py").read_text(encoding="utf-8")  # a loader and two consumers
+CP_ASYNC = (SM90 / "fx_attention_kt_sm90.py").read_text(encoding="utf-8")  # a cp.async ring
+GROUPED = (SM90 / "matmul_grouped_sm90.py").read_text(encoding="utf-8")
+
+BROKEN_HOPPER = {
+    "a second wgmma left in flight when its slot is handed back": (
+        IADD, "accumulator = warpgroup_mma_wait(1, deps=[accumulator])",
+        "accumulator = warpgroup_mma_wait(2, deps=[accumulator])", "while the wgmma of line"),
+    "the slot just read is handed back": (
+        IADD, "empty.index((n_done + it + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0",
+        "empty.index(slot), pred=it >= 0", "while the wgmma of line"),
+    "the consumer waits for the wrong phase": (
+        IADD, "mbarrier.wait(ready.index(slot), ((n_done + it) // NUM_STAGES) & 1)",
+        "mbarrier.wait(ready.index(slot), (((n_done + it) // NUM_STAGES) & 1) ^ 1)", "deadlock"),
+    "the loader does not wait for a free slot": (
+        IADD, "mbarrier.wait(empty.index(slot), (((n_done + it) // NUM_STAGES) & 1) ^ 1)", "pass",
+        "more arrivals on an mbarrier than its count"),
+    "the wgmma reads a slot before its TMA copy's phase": (
+        GROUPED, "mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)", "pass",
+        "before this partition has waited for the mbarrier phase"),
+    "a cp.async wait one group short": (
+        CP_ASYNC, "async_copy.wait_group(2 * NUM_STAGES - 3)", "async_copy.wait_group(2 * NUM_STAGES - 2)",
+        "is read before every wave's wait"),
+    "a consumer hands K back before its QK^T completes": (
+        ATTENTION, ("        qk, _ = warpgroup_mma_wait(1, deps=[qk, k_ring.index(slot)])\n"
+        "        mbarrier.arrive(k_empty.index(slot))"),
+        ("        mbarrier.arrive(k_empty.index(slot))\n"
+        "        qk, _ = warpgroup_mma_wait(1, deps=[qk, k_ring.index(slot)])"), "while the wgmma of line"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_HOPPER))
+def test_broken_hopper_rings_are_found(name: str) -> None:
+    source, written, broken, phrase = BROKEN_HOPPER[name]
+    assert written in source, "the golden no longer has the line this test breaks"
+    report = check_source(source.replace(written, broken, 1))
+    assert any(phrase in f.message for f in report.findings), [str(f) for f in report.findings[:3]]

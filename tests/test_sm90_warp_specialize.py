@@ -80,7 +80,7 @@ def test_every_config_compiles_the_added_one_too() -> None:
     values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "bias_ptr": "*fp16", "ACTIVATION": "leaky_relu"}
     results = verify_file(ROOT / "fixtures" / "matmul_descriptor.py", get_target("sm90"), values,
                           "fixtures/matmul_descriptor.py")
-    assert [r.config for r in results] == ["config 0", "config 1", "config 2 (added)"], results
+    assert [r.config for r in results if r.check == "compile"] == ["config 0", "config 1", "config 2 (added)"], results
     assert all(r.ok for r in results), [r.message for r in results if not r.ok]
 
 
@@ -92,7 +92,8 @@ def test_warp_specialised_branch_of_a_plain_kernel_compiles(tmp_path: Path) -> N
     source.write_text(PLAIN)
     values = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp16", "BM": 128, "BN": 256, "BK": 64, "num_warps": 8}
     results = verify_file(source, get_target("sm90"), values, "gemm.py")
-    assert [r.ok for r in results] == [True], [r.message for r in results]
+    assert [r.ok for r in results if r.check == "compile"] == [True], [r.message for r in results]
+    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
 
 
 LINEAR_NT = PLAIN.replace("b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])",
@@ -191,7 +192,10 @@ def test_persistent_form_compiles(tmp_path: Path) -> None:
         values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": bn, "BK": 64,
                   "num_warps": 8}
         results = verify_file(source, get_target("sm90"), values, "gemm.py")
-        assert [r.ok for r in results] == [True], [r.message for r in results]
+        assert [r.ok for r in results if r.check == "compile"] == [True], [r.message for r in results]
+        # and the schedule checker follows its partitions through every case without a finding
+        (schedule,) = [r for r in results if r.check == "schedule"]
+        assert schedule.ok and schedule.config.startswith("schedule ("), schedule.message
 
 
 def test_helper_reading_program_ids_keeps_the_non_persistent_form() -> None:
