@@ -505,3 +505,32 @@ def test_several_dots_with_shared_tiles_get_one_ring_per_tile() -> None:
     kept = translate_source(text, "x.py", get_target("gfx942"))
     assert "warp_pipeline_stage" not in kept.text
     assert any("share the loop with other dots" in d.message for f in kept.functions for d in f.diagnostics)
+
+
+@pytest.mark.slow
+def test_gfx1250_direct_to_lds_pointer_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gfx1250 ring with its own direct-to-LDS copy of pointer tiles (`async_copy.global_to_shared`; off by
+    default: it spilled at 128x256x64, bench/RESULTS.md): one commit group per iteration, slots read with a plain
+    `.load` (gfx1250's async_copy has no `load_shared_relaxed`), no `_desc_copy` of cdna4's; it compiles, the
+    schedule checker follows it, and its hot loop is lighter than Triton's own at 128x128x64."""
+    from transpile.rules.amd_warp_pipeline import GFX1250_POINTER_COPY
+    from transpile.schedule_check import check_source
+    from transpile.targets.amd import _rules
+    from transpile.verify import isa_compare
+
+    base = get_target("gfx1250")
+    target = dataclasses.replace(
+        base, rules=_rules("tdm", GFX1250_POINTER_COPY, relaxed_reads=False),
+        imports=tuple(i.replace("import tdm, wmma", "import async_copy, tdm, wmma") for i in base.imports))
+    result = translate_source(INT64_OFFSETS.replace(".to(tl.int64)", ""), "mm.py", target)
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    text = " ".join(result.text.split())
+    assert "async_copy.global_to_shared(a_ring.index(" in text and "async_copy.commit_group()" in text
+    assert "load_shared_relaxed" not in text and "_desc_copy" not in text
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    (comparison,) = isa_compare(dataclasses.replace(result), values, all_configs=False)
+    assert comparison.variant is not None and comparison.variant.spills == 0, comparison.message
+    assert comparison.ratio is not None and comparison.ratio < 1.0, comparison.ratio

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 __all__ = ["Finding", "Report", "check_source", "pipelined_kernels"]
 
 # The calls the model gives a meaning; any other call passes the tiles of its arguments on to its result.
-_COPIES = {"buffer_load_to_shared", "global_load_to_shared", "_desc_copy"}
+_COPIES = {"buffer_load_to_shared", "global_load_to_shared", "global_to_shared", "_desc_copy"}
 _DOTS = {"_dot", "_dot_acc", "mfma", "mfma_scaled", "wmma", "wmma_scaled", "dot"}
 # the loop trip counts the emitter binds (a second loop's names end in `_`), overridden by each case the checker runs
 _TRIP_NAME = re.compile(r"^(num_iters|num_full|ws_iters)_*$")

@@ -117,8 +117,10 @@ class StageRefusal:
 
 
 def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, engine: str,
-                lds_limit: int) -> StagePlan | StageRefusal | None:
-    """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads."""
+                lds_limit: int, pointer_engine: str | None = None) -> StagePlan | StageRefusal | None:
+    """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads.
+    `pointer_engine`: "async_copy" where the target copies pointer tiles direct to LDS with another engine than its
+    descriptor tiles' (gfx1250)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
                           several_dots=True)
@@ -135,9 +137,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # those need wide vectors (a unit inner stride, 16-byte aligned rows) that the compiler proves for pointer
     # arithmetic only when the launch specialised the strides, so the variant's launcher runs the Gluon kernel on
     # aligned launches only (`RuleContext.launch_checked`). TDM copies need a descriptor: pointer tiles are staged
-    # through registers there.
+    # through registers there, unless the target has a direct-to-LDS copy of its own for them (gfx1250's
+    # `async_copy.global_to_shared`: a loop of pointer tiles only).
     if loop_plan.kind != "descriptor" and engine != "async_copy":
-        engine = "registers"
+        engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
     params = {p.name for p in fn.params if not p.is_constexpr}
     if engine == "async_copy" and any(load.kind == "pointer" and (
             load.pointer is None or tile_base(fn, load.pointer, params) is None

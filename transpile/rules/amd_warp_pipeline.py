@@ -76,12 +76,17 @@ class AMDWarpPipeline(Rule):
         ), "gfx942"),
     )
 
-    def __init__(self, engine: str = "registers") -> None:
+    def __init__(self, engine: str = "registers", pointer_copy: str | None = None, relaxed_reads: bool = True) -> None:
         self.engine = engine  # the target's copy engine for tensor-descriptor tiles (ENGINES in analysis.stages)
+        # the target's direct-to-LDS copy of a pointer tile, where it is another engine than the descriptor tiles'
+        # (gfx1250: TDM for descriptors, `async_copy.global_to_shared` for pointer tiles); None: as `engine` says
+        self.pointer_copy = pointer_copy
+        # whether the slot reads after direct-to-LDS copies are `load_shared_relaxed` (gfx950's async_copy has it)
+        self.relaxed_reads = relaxed_reads
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, self.engine,
-                                 ctx.target.shared_memory_bytes)
+                                 ctx.target.shared_memory_bytes, pointer_engine="async_copy" if self.pointer_copy else None)
         if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
             return updated  # no dot fed by loads, or an attention loop (AMDAttentionWarpPipeline)
         if isinstance(stage_plan, StageRefusal):
@@ -116,7 +121,9 @@ class AMDWarpPipeline(Rule):
             ctx.launch_slow_dtypes = SLOW_DTYPES.get(ctx.target.name, ())
             ctx.launch_lds = _lds_check(ctx, stage_plan)
         ctx.pipelined_loop(original, stage_plan)
-        return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[])),
+        return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
+                                                    self.pointer_copy or POINTER_COPIES["async_copy"],
+                                                    self.relaxed_reads),
                                                updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -185,7 +192,9 @@ class _ConfigWarps(cst.CSTTransformer):
         return updated_node
 
 
-def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
+def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, direct_copy: str, relaxed: bool) -> str:
+    """The pipelined loop; `direct_copy`: the target's direct-to-LDS copy call of a pointer tile; `relaxed`: slot
+    reads after such copies are `load_shared_relaxed`."""
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
     name = loop_namer(ctx, plan.loop)
@@ -229,7 +238,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
             keep = ("mask", "other", "cache_modifier") if engine == "async_copy" else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
-            copier = cst.parse_expression(POINTER_COPIES[engine])
+            copier = cst.parse_expression(direct_copy if engine == "async_copy" else POINTER_COPIES[engine])
             if prefetch:  # into registers now, into the slot one step later
                 return (f"{pad}{staged[load.name]} = "
                         f"{code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))}")
@@ -237,6 +246,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
         call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
+            ctx.need("desc_copy")
             return f"{pad}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
         return (f"{pad}{tdm_at[load.name]} = tdm.update_tensor_descriptor({tdm_descs[load.name]}, "
                 f"add_offsets=[{offsets[0]}, {offsets[1]}], clamp_bounds=True)")
@@ -288,9 +298,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For) -> str:
             return f"{chain.acc}.type.layout"
         return ctx.plan.layout_expr(ctx.plan.dots[chain.call].result)
 
+    read_engine = engine if relaxed else "plain"
+
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts."""
-        return [f"{pad}{operand[load.name]} = {_read(engine, _view(f'{rings[load.name]}.index({slot_expr})', load))}"
+        return [f"{pad}{operand[load.name]} = {_read(read_engine, _view(f'{rings[load.name]}.index({slot_expr})', load))}"
                 f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)})))"
                 for load in plan.loads]
@@ -463,8 +475,10 @@ SEVERAL_DOTS_HEAVIER = {
 
 
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays
-#: their addresses out per tile and `buffer_copies` turns them into buffer copies.
+#: their addresses out per tile and `buffer_copies` turns gfx950's into buffer copies. (gfx1250's direct-to-LDS copy,
+#: `async_copy.global_to_shared`, has no buffer form: it copies from per-lane pointers, as Triton's own code does.)
 POINTER_COPIES = {"async_copy": "async_copy.global_load_to_shared", "buffer_loads": "_tile_load"}
+GFX1250_POINTER_COPY = "async_copy.global_to_shared"
 
 
 def _form(sp: StagePlan) -> str:

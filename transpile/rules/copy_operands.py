@@ -1,7 +1,8 @@
 """AMD: the addresses and masks of direct-to-LDS copies, re-evaluated in each tile's 16-byte copy layout.
 
 Matches: in a function a pipeline rule gave copy rings (`RuleContext.copy_rings`), each
-`async_copy.global_load_to_shared(ring.index(...), pointers, mask=..., other=...)` (gfx950: direct to LDS) or
+`async_copy.global_load_to_shared(ring.index(...), pointers, mask=..., other=...)` (gfx950: direct to LDS;
+gfx1250: `async_copy.global_to_shared`) or
 `staged = _tile_load(ring, pointers, mask=..., other=...)` (gfx942, gfx1250: into registers, stored a step later).
 Emits: the copy's pointers and mask computed in `_copy_layout(tile shape, dtype, num_warps)` (16 bytes a lane along the
 contiguous dimension: gfx950's direct-to-LDS transactions move 4, 12 or 16 bytes, not the 8 of the kernel's blocked
@@ -29,7 +30,7 @@ from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
 #: the copy calls whose addresses are laid out per tile: a direct-to-LDS copy, a copy through registers
-COPIES = ("async_copy.global_load_to_shared", "_tile_load")
+COPIES = ("async_copy.global_load_to_shared", "async_copy.global_to_shared", "_tile_load")
 #: calls whose result takes the layout of a `layout=` argument
 _LAID_OUT = {"gl.arange", "gl.full", "gl.zeros", "gl.zeros_like", "gl.full_like"}
 #: calls that make a tensor of a shape of their own (a name defined through one is a tensor, not a scalar; a load

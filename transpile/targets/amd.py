@@ -22,11 +22,13 @@ GLUON_IMPORTS = (
     "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
 
-def _rules(engine: str) -> tuple:
-    """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS."""
+def _rules(engine: str, pointer_copy: str | None = None, relaxed_reads: bool = True) -> tuple:
+    """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS,
+    `pointer_copy` pointer tiles where it is another engine (AMDWarpPipeline)."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
             HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(),
-            AMDWarpPipeline(engine), LayoutDeclarations(), CopyOperandLayouts(), BufferCopies())
+            AMDWarpPipeline(engine, pointer_copy, relaxed_reads), LayoutDeclarations(), CopyOperandLayouts(),
+            BufferCopies())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
@@ -179,8 +181,9 @@ def _lds_copy_layout(shape, dtype, operand):
     """Shared layout of a ring slot filled by direct-to-LDS copies: plain row-major (the copy engine writes each
     lane's vector where the lane's address says; it cannot swizzle)."""
     return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+'''
 
-
+DESC_COPY = '''
 @gluon.jit
 def _desc_copy(desc, off0, off1, dest):
     """`desc.load([off0, off1])` straight into the LDS slot `dest`; elements outside the descriptor's shape read as
@@ -249,8 +252,9 @@ from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
                 mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str,
-                buffer_ops: str) -> Target:
-    """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...)."""
+                buffer_ops: str, pointer_copy: str | None = None) -> Target:
+    """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...); `pointer_copy`: its direct-to-LDS
+    copy of a pointer tile where the descriptor tiles go by another engine (gfx1250)."""
     snippets = {
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=warp_size),
         "acc_dtype": s.ACC_DTYPE,
@@ -262,6 +266,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "lds_ring": LDS_RING.format(k_widths=k_widths),
         "copy_layout": COPY_LAYOUT.format(warp_size=warp_size),
         "lds_copy": LDS_COPY,
+        "desc_copy": DESC_COPY,
         "register_copy": REGISTER_COPY,
         "buffer_register_copy": BUFFER_REGISTER_COPY.format(arch=buffer_ops),
         "lds_tdm": LDS_TDM,
@@ -271,7 +276,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "warp_pipelined_or_triton": WARP_PIPELINED_LAUNCHER,
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
-                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine),
+                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy, relaxed_reads=pointer_copy is None),
                   imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
 
 
@@ -324,6 +329,11 @@ GFX1250 = _amd_target(
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma", scaled=""),
     },
+    # Pointer tiles go by 16-byte buffer loads into registers. Direct-to-LDS copies of them (`pointer_copy=
+    # GFX1250_POINTER_COPY`: `async_copy.global_to_shared`, from per-lane pointers, as Triton's own gfx1250 code
+    # copies) measured lighter on 24 of 25 fixture configs (0.31-0.64x Triton's non-WMMA instructions per WMMA, against
+    # 0.51-1.03x), but 212 VGPR spills at 128x256x64 with 8 warps (matmul_grouped config 0), where the buffer loads
+    # have none: not the default until the ring picks its copy engine per tile size (bench/RESULTS.md).
     ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
     "gl.amd.gfx1250",
 )
