@@ -44,8 +44,7 @@ def test_fp8_and_int8_dots_compile_on_every_amd_target(target: str, kind: str, t
     from transpile.verify import verify
 
     source = GEMM if kind != "i8" else GEMM.replace("dtype=tl.float32", "dtype=tl.int32")
-    # (gfx1250's buffer-load ring is kept as Triton by default: --gluon-always)
-    result = translate_source(source, "mm8.py", get_target(target), gluon_always=target == "gfx1250")
+    result = translate_source(source, "mm8.py", get_target(target))
     assert result.functions[0].translated and result.functions[0].pipelined
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     values = {"a_ptr": f"*{kind}", "b_ptr": f"*{kind}", "c_ptr": "*i32" if kind == "i8" else "*fp32", "K": "i32",

@@ -509,28 +509,23 @@ def test_several_dots_with_shared_tiles_get_one_ring_per_tile() -> None:
 
 @pytest.mark.slow
 def test_gfx1250_direct_to_lds_pointer_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The gfx1250 ring with its own direct-to-LDS copy of pointer tiles (`async_copy.global_to_shared`; off by
-    default: it spilled at 128x256x64, bench/RESULTS.md): one commit group per iteration, slots read with a plain
-    `.load` (gfx1250's async_copy has no `load_shared_relaxed`), no `_desc_copy` of cdna4's; it compiles, the
-    schedule checker follows it, and its hot loop is lighter than Triton's own at 128x128x64."""
-    from transpile.rules.amd_warp_pipeline import GFX1250_POINTER_COPY
+    """gfx1250's ring copies pointer tiles straight into LDS with its own async copy, from a scalar base at 32-bit
+    offsets (`_lds_tile_copy`: no tile of 64-bit pointers lives across the loop), one commit group per iteration,
+    slots read with a plain `.load` (gfx1250's async_copy has no `load_shared_relaxed`) and no cdna4 `_desc_copy`;
+    it compiles, the schedule checker follows it, and its hot loop is lighter than Triton's own at 128x128x64."""
     from transpile.schedule_check import check_source
-    from transpile.targets.amd import _rules
     from transpile.verify import isa_compare
 
-    base = get_target("gfx1250")
-    target = dataclasses.replace(
-        base, rules=_rules("tdm", GFX1250_POINTER_COPY, relaxed_reads=False),
-        imports=tuple(i.replace("import tdm, wmma", "import async_copy, tdm, wmma") for i in base.imports))
-    result = translate_source(INT64_OFFSETS.replace(".to(tl.int64)", ""), "mm.py", target)
+    result = translate_source(INT64_OFFSETS.replace(".to(tl.int64)", ""), "mm.py", get_target("gfx1250"))
     assert result.functions[0].pipelined, result.functions[0].kept_reason
     text = " ".join(result.text.split())
-    assert "async_copy.global_to_shared(a_ring.index(" in text and "async_copy.commit_group()" in text
-    assert "load_shared_relaxed" not in text and "_desc_copy" not in text
+    assert "_lds_tile_copy(a_ring.index(" in text and "async_copy.commit_group()" in text
+    assert "async_copy.global_to_shared(dest, base + offsets, mask=mask)" in text
+    assert "load_shared_relaxed" not in text and "_desc_copy" not in text and "_buffer_tile_load" not in text
     report = check_source(result.text)
     assert report.cases and report.findings == [], report.findings
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
     (comparison,) = isa_compare(dataclasses.replace(result), values, all_configs=False)
     assert comparison.variant is not None and comparison.variant.spills == 0, comparison.message
-    assert comparison.ratio is not None and comparison.ratio < 1.0, comparison.ratio
+    assert comparison.ratio is not None and comparison.ratio < 0.8, comparison.ratio

@@ -152,8 +152,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             load.kind == "pointer" and load.pointer is not None and tile_base(fn, load.pointer, params) is not None
             and not last_axis_reads_memory(fn, load.pointer) for load in loop_plan.loads):
         # Pointer tiles from pointer parameters, on a target without a direct-to-LDS copy of 16 bytes a lane
-        # (gfx942; gfx1250, whose TDM needs a descriptor): 16-byte buffer loads into registers, as Triton's own
-        # AMD backend does, under the same launch checks as the direct-to-LDS copies.
+        # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
+        # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
         engine = "buffer_loads"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements

@@ -160,10 +160,11 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
-    # ("gfx942", "buffer-load ring") and ("gfx1250", "buffer-load ring") are not listed: 16-byte buffer loads into
-    # registers, B stored K-major, measured 0.42-0.96x (gfx942) and 0.51-0.94x (gfx1250) Triton's non-MFMA
-    # instructions per MFMA in every fixture kernel and config whose source fits the LDS, but for the element types
-    # their launchers give the source kernel (`SLOW_DTYPES` in rules/amd_warp_pipeline.py; bench/RESULTS.md).
+    # ("gfx942", "buffer-load ring") and ("gfx1250", "async_copy ring") are not listed: 16-byte buffer loads into
+    # registers, B stored K-major, measured 0.42-0.96x (gfx942), gfx1250's direct-to-LDS copies of pointer tiles
+    # 0.32-0.51x, Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the LDS,
+    # but for the element types their launchers give the source kernel (`SLOW_DTYPES` in
+    # rules/amd_warp_pipeline.py; bench/RESULTS.md).
     ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
         "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
         "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "

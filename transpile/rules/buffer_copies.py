@@ -6,7 +6,9 @@ every assignment to the tile of pointers `X` is `X = P + <offsets>` (`P` a point
 `X += <increment>`, and `X` is read by nothing else.
 Emits: `X_base = P`, `X_offs = <offsets>`; `X_base += <increment>` where the increment is a scalar (parameters,
 constexprs), `X_offs += <increment>` where it is a tensor; `async_copy.buffer_load_to_shared(slot, X_base, X_offs,
-mask=..., other=0)` (`_buffer_tile_load(ring, X_base, X_offs, mask=...)`).
+mask=..., other=0)` (`_buffer_tile_load(ring, X_base, X_offs, mask=...)`; gfx1250's
+`async_copy.global_to_shared(slot, X, ...)`, which has no buffer form, becomes `_lds_tile_copy(slot, X_base, X_offs,
+mask=...)`: the same copy from `X_base + X_offs`, so that no tile of 64-bit pointers lives across the loop).
 
 Why: a tile of 64-bit pointers costs two VGPRs per element and 64-bit adds per advance, and a masked direct-to-LDS
 copy through pointers is a branch around each copy that writes zeros for the masked lanes (`s_and_saveexec`, then
@@ -31,11 +33,13 @@ from transpile.rules.pipeline_text import code, namer
 
 #: a copy through pointers -> the same copy from a scalar base at 32-bit offsets
 BUFFER_COPIES = {"async_copy.global_load_to_shared": "async_copy.buffer_load_to_shared",
+                 "async_copy.global_to_shared": "_lds_tile_copy",  # gfx1250: no buffer form; per-copy pointers
                  "_tile_load": "_buffer_tile_load"}
 ZEROS = ("0", "0.0", "0.", "None")
 
 #: the variant helpers that make the copies through registers, and their snippets
-COPY_HELPERS = {"_tile_load": "register_copy", "_buffer_tile_load": "buffer_register_copy"}
+COPY_HELPERS = {"_tile_load": "register_copy", "_buffer_tile_load": "buffer_register_copy",
+                "_lds_tile_copy": "lds_tile_copy"}
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"

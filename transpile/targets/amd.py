@@ -208,6 +208,15 @@ def _desc_copy(desc, off0, off1, dest):
         dest.store(gl.load(base + rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask, other=0))
 '''
 
+LDS_TILE_COPY = '''
+@gluon.jit
+def _lds_tile_copy(dest, base, offsets, mask=None):
+    """A direct-to-LDS copy of a tile into the slot `dest`, from the scalar pointer `base` at the 32-bit `offsets`
+    (gfx1250 has no buffer form of the copy): the base advances as a scalar between iterations and the offsets stay,
+    so no tile of 64-bit pointers lives across the loop. Masked lanes write zeros."""
+    async_copy.global_to_shared(dest, base + offsets, mask=mask)
+'''
+
 COPY_LAYOUT = '''
 @gluon.constexpr_function
 def _copy_layout(shape, dtype, num_warps, rows=1):
@@ -269,6 +278,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "desc_copy": DESC_COPY,
         "register_copy": REGISTER_COPY,
         "buffer_register_copy": BUFFER_REGISTER_COPY.format(arch=buffer_ops),
+        "lds_tile_copy": LDS_TILE_COPY,
         "lds_tdm": LDS_TDM,
         "desc_store": s.DESC_STORE,
         "persistent_grid": PERSISTENT_GRID,
@@ -329,11 +339,10 @@ GFX1250 = _amd_target(
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma", scaled=""),
     },
-    # Pointer tiles go by 16-byte buffer loads into registers. Direct-to-LDS copies of them (`pointer_copy=
-    # GFX1250_POINTER_COPY`: `async_copy.global_to_shared`, from per-lane pointers, as Triton's own gfx1250 code
-    # copies) measured lighter on 24 of 25 fixture configs (0.31-0.64x Triton's non-WMMA instructions per WMMA, against
-    # 0.51-1.03x), but 212 VGPR spills at 128x256x64 with 8 warps (matmul_grouped config 0), where the buffer loads
-    # have none: not the default until the ring picks its copy engine per tile size (bench/RESULTS.md).
-    ("from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma",), "{8: 8, 16: 8, 32: 2}", "tdm",
-    "gl.amd.gfx1250",
+    # Pointer tiles go by direct-to-LDS async copies (`global_load_async_to_lds`, as Triton's own gfx1250 code copies
+    # them) from a scalar base at 32-bit offsets (`_lds_tile_copy`: gfx1250 has no buffer form of the copy); their slots
+    # are read with a plain `.load` (its async_copy has no `load_shared_relaxed`). Measured against the buffer loads
+    # into registers they replace: bench/RESULTS.md.
+    ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, tdm, wmma",), "{8: 8, 16: 8, 32: 2}",
+    "tdm", "gl.amd.gfx1250", pointer_copy="async_copy.global_to_shared",
 )
