@@ -332,7 +332,7 @@ GFX950 = _amd_target(
 )
 GFX1250 = _amd_target(
     "gfx1250", (), "gfx1250", 32, "WMMA (gl.amd.gfx1250.wmma, AMDWMMALayout version 3)",
-    "TDM tensor copies", 320 * 1024,
+    "TDM for descriptors; direct-to-LDS async copies for pointer tiles", 320 * 1024,
     {
         "float8_via_fp16": FLOAT8_VIA_FP16.format(arch="gfx1250", float8_native='("fp8e4nv", "fp8e5")'),
         "mma_layout": WMMA_LAYOUT,
