@@ -127,7 +127,6 @@ class _RingV:
 
     name: str
     depth: int | None
-    barrier: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,13 +140,12 @@ class _SlotV:
 @dataclass
 class _Copy:
     """One write of a slot: the `number`-th tile of its ring. `kind`: "async" (a copy waited for by `wait_group`),
-    "store" (registers), "tma" (a TMA copy completing an mbarrier phase). `issue`: the phases (leading, trailing warp
-    group) it was issued in; `done`: the phase of each group's wait that covered it (None: in flight); for TMA, the
-    barrier and the phase it lands with."""
+    "store" (registers), "tma" (a TMA copy completing an mbarrier phase). `done`: the phase (leading, trailing warp
+    group) of each group's wait that covered it (None: in flight); for TMA, the barrier and the phase it lands
+    with."""
 
     number: int | None  # None: a buffer stored once (not a ring's iteration)
     line: int
-    issue: tuple[int, int]
     kind: str
     part: str
     done: list = field(default_factory=lambda: [None, None])
@@ -158,11 +156,11 @@ class _Copy:
 
 @dataclass
 class _Read:
-    ring: str
-    slot: int
+    """One read of a slot (by a wave, or a wgmma): at `line`, in `phases` (leading, trailing warp group), and what may
+    be wrong with what it found."""
+
     line: int
     phases: tuple[int, int]
-    copy: _Copy | None
     problems: list = field(default_factory=list)
     used_at: int | None = None  # the line of the first MMA that uses what it read
     inflight: bool = False  # an asynchronous wgmma still reads the slot
@@ -282,7 +280,7 @@ class _Machine:
                 self.problem(read, f"slot {ref.index} of `{ring}` is overwritten at line {line} (tile {number}) "
                                    "while another wave may still be reading it")
         self.readers[key] = []
-        entry = _Copy(number, line, issue, kind, part.name)
+        entry = _Copy(number, line, kind, part.name)
         previous = self.slots.get(key)
         if kind == "async":
             if previous is not None and previous.kind == "async" and None in previous.done:
@@ -324,7 +322,7 @@ class _Machine:
         key = (ring, ref.index)
         phases = self.now()
         entry = self.slots.get(key)
-        record = _Read(ring, ref.index, line, phases, entry, wgmma=wgmma, part=part.name)
+        record = _Read(line, phases, wgmma=wgmma, part=part.name)
         if entry is None:
             record.problems.append(f"slot {ref.index} of `{ring}` is read before anything wrote it")
         elif entry.kind == "tma":
@@ -688,13 +686,11 @@ class _Runner:
                 return receiver
         if leaf == "allocate_shared_memory":
             shape = self.value(node.args[1]) if len(node.args) > 1 else ()
-            layout = node.args[2] if len(node.args) > 2 else None
-            barrier = isinstance(layout, ast.Call) and _leaf(layout.func) == "MBarrierLayout"
             depth = shape[0] if isinstance(shape, tuple) and shape and _is_int(shape[0]) else None
             # named as the variant names it; a second allocation of one name (a helper's, called again) is told apart
             label = target or "smem"
             m.rings[label] = m.rings.get(label, 0) + 1
-            ring = _RingV(label if m.rings[label] == 1 else f"{label} (allocation {m.rings[label]})", depth, barrier)
+            ring = _RingV(label if m.rings[label] == 1 else f"{label} (allocation {m.rings[label]})", depth)
             if len(node.args) > 3 or self.keyword(node, "value") is not None:
                 # allocated with its value: a store the compiler fences for the wgmmas that read it
                 m.copy(part, _SlotV(ring, 0), line, "store")
@@ -706,7 +702,8 @@ class _Runner:
                 return m.read(part, ref, line, relaxed=True)
         if leaf in _COPIES or leaf == "_cp_async_load" or dotted in ("async_copy.async_load",
                                                                       "async_copy.async_copy_global_to_shared"):
-            dest = node.args[3] if leaf == "_desc_copy" and len(node.args) > 3 else (node.args[0] if node.args else None)
+            position = 3 if leaf == "_desc_copy" else 0  # `_desc_copy(desc, off0, off1, dest)`
+            dest = node.args[position] if len(node.args) > position else None
             ref = self.slot(dest) if dest is not None else None
             if ref is not None:
                 for arg in node.args[1:]:
@@ -1089,7 +1086,7 @@ def check_function(fn: ast.FunctionDef, functions: dict, report: Report) -> None
     """Every case of one kernel: each ring depth, loops of 0 to three rounds of the ring and more, with and without
     a K tail, and every branch of an `if` the checker cannot decide that guards the model's operations."""
     findings: list[Finding] = []
-    runs = [0]
+    runs = 0
     reached = [functions[name] for name in _reached(fn, functions)]
     # a warp-pipelined loop runs with 8 warps (its kernel asserts it); a Hopper kernel with one warpgroup or two
     warp_counts = [8] if any(_leaf(c.func) == _STAGE_CALL for f in reached for c in ast.walk(f)
@@ -1106,8 +1103,10 @@ def check_function(fn: ast.FunctionDef, functions: dict, report: Report) -> None
                                  "num_full": iters - 1 if tail else iters, "num_warps": warps}
                     case = (f"num_warps={warps}, NUM_STAGES={depth}, {iters} iterations"
                             + (", the last one a K tail" if tail else ""))
-                    findings.extend(_run_all_branches(fn, functions, overrides, case, runs))
-    report.cases[fn.name] = report.cases.get(fn.name, 0) + runs[0]
+                    found, completed = _run_all_branches(fn, functions, overrides, case)
+                    findings.extend(found)
+                    runs += completed
+    report.cases[fn.name] = report.cases.get(fn.name, 0) + runs
     seen = {(f.kernel, f.line, f.message) for f in report.findings}
     for finding in findings:  # one finding per operation and message: the first case that shows it
         key = (finding.kernel, finding.line, finding.message)
@@ -1116,9 +1115,11 @@ def check_function(fn: ast.FunctionDef, functions: dict, report: Report) -> None
             report.findings.append(finding)
 
 
-def _run_all_branches(fn: ast.FunctionDef, functions: dict, overrides: dict, case: str, runs: list[int]
-                      ) -> list[Finding]:
+def _run_all_branches(fn: ast.FunctionDef, functions: dict, overrides: dict, case: str
+                      ) -> tuple[list[Finding], int]:
+    """One case, run once per combination of the branches it cannot decide: the findings, and the runs completed."""
     findings: list[Finding] = []
+    completed = 0
     pending: list[dict] = [{}]
     tried = 0
     while pending:
@@ -1141,9 +1142,9 @@ def _run_all_branches(fn: ast.FunctionDef, functions: dict, overrides: dict, cas
             line = unbounded.node.lineno if unbounded.node is not None else fn.lineno
             findings.append(Finding(fn.name, line, f"the checker cannot follow {unbounded.why}", label))
             continue
-        runs[0] += 1
+        completed += 1
         findings.extend(machine.findings)
-    return findings
+    return findings, completed
 
 
 def check_source(source: str) -> Report:
