@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transpile.analysis.layouts import analyse_layouts  # noqa: E402
-from transpile.analysis.stages import StagePlan, plan_stages  # noqa: E402
+from transpile.analysis.stages import StagePlan  # noqa: E402
 from transpile.discover import discover  # noqa: E402
 from transpile.engine import translate_file  # noqa: E402
 from transpile.rules.amd_warp_pipeline import AMDWarpPipeline  # noqa: E402
@@ -34,7 +34,7 @@ def main() -> int:
     for path in sorted((ROOT / "fixtures").glob("*.py")):
         for name in ("gfx942", "gfx950", "gfx1250"):
             target = get_target(name)
-            engine = next(r.engine for r in target.rules if isinstance(r, AMDWarpPipeline))
+            rule = next(r for r in target.rules if isinstance(r, AMDWarpPipeline))
             source = parse_source(path.read_text(), str(path))
             facts = discover(source)
             plans = analyse_layouts(facts)
@@ -47,7 +47,7 @@ def main() -> int:
 
                 fn.node.visit(_Loops())
                 for loop in loops:
-                    sp = plan_stages(source, fn, loop, plans[fn.name], engine, target.shared_memory_bytes)
+                    sp = rule.stage_plan(source, fn, loop, plans[fn.name], target.shared_memory_bytes)
                     if sp is None:
                         continue
                     line = source.position(loop)[0]

@@ -481,6 +481,15 @@ def test_explain_prints_the_kernel_table(repo_cli) -> None:
     assert "mma_layout: MMA accumulator layout" in out
 
 
+def test_explain_shows_the_copy_engine_the_variant_uses(repo_cli) -> None:
+    """gfx1250 copies pointer tiles direct to LDS (its descriptor tiles by TDM): explain reads the stage plan from the
+    rule that emits the loop, so it names those copies, not the buffer loads of a plan made apart."""
+    result = repo_cli("explain", "fixtures/canon_gemm_iadd.py", "-t", "gfx1250")
+    assert_clean_exit(result, 0)
+    assert "copies: direct-to-LDS async copies" in result.stdout, result.stdout
+    assert "16-byte buffer loads" not in result.stdout
+
+
 def test_explain_shows_refusals(tmp_path: Path, cli) -> None:
     (tmp_path / "mixed.py").write_text(MIXED, encoding="utf-8")
     result = cli("explain", "mixed.py", "-t", "sm90")

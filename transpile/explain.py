@@ -9,7 +9,7 @@ import libcst as cst
 from rich.table import Table
 
 from transpile.analysis.loops import loop_facts
-from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal, plan_stages
+from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
 from transpile.engine import prepare, translate_source
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
@@ -82,7 +82,7 @@ def stage_plans(source, fn, plan, target: Target) -> list[tuple[cst.For, StagePl
             loops.append(node)
 
     fn.node.visit(_Loops())
-    return [(loop, plan_stages(source, fn, loop, plan, rule.engine, target.shared_memory_bytes)) for loop in loops]
+    return [(loop, rule.stage_plan(source, fn, loop, plan, target.shared_memory_bytes)) for loop in loops]
 
 
 def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:  # noqa: ANN001

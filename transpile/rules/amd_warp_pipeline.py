@@ -23,14 +23,17 @@ import textwrap
 import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
+from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
 from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
+from transpile.discover import JitFunction
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            mask_index, next_names, rename, statements)
+from transpile.source import SourceFile
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -76,17 +79,20 @@ class AMDWarpPipeline(Rule):
         ), "gfx942"),
     )
 
-    def __init__(self, engine: str = "registers", pointer_copy: str | None = None, relaxed_reads: bool = True) -> None:
+    def __init__(self, engine: str = "registers", pointer_copy: str | None = None) -> None:
         self.engine = engine  # the target's copy engine for tensor-descriptor tiles (ENGINES in analysis.stages)
         # the target's direct-to-LDS copy of a pointer tile, where it is another engine than the descriptor tiles'
         # (gfx1250: TDM for descriptors, `async_copy.global_to_shared` for pointer tiles); None: as `engine` says
         self.pointer_copy = pointer_copy
-        # whether the slot reads after direct-to-LDS copies are `load_shared_relaxed` (gfx950's async_copy has it)
-        self.relaxed_reads = relaxed_reads
+
+    def stage_plan(self, source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, lds_limit: int
+                   ) -> StagePlan | StageRefusal | None:
+        """The stage plan of `loop` with this target's copy engines (the one `explain` and the tables show)."""
+        return plan_stages(source, fn, loop, plan, self.engine, lds_limit,
+                           pointer_engine="async_copy" if self.pointer_copy else None)
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        stage_plan = plan_stages(ctx.source, ctx.function, original, ctx.plan, self.engine,
-                                 ctx.target.shared_memory_bytes, pointer_engine="async_copy" if self.pointer_copy else None)
+        stage_plan = self.stage_plan(ctx.source, ctx.function, original, ctx.plan, ctx.target.shared_memory_bytes)
         if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
             return updated  # no dot fed by loads, or an attention loop (AMDAttentionWarpPipeline)
         if isinstance(stage_plan, StageRefusal):
@@ -122,8 +128,7 @@ class AMDWarpPipeline(Rule):
             ctx.launch_lds = _lds_check(ctx, stage_plan)
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
-                                                    self.pointer_copy or POINTER_COPIES["async_copy"],
-                                                    self.relaxed_reads),
+                                                    self.pointer_copy),
                                                updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -192,9 +197,9 @@ class _ConfigWarps(cst.CSTTransformer):
         return updated_node
 
 
-def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, direct_copy: str, relaxed: bool) -> str:
-    """The pipelined loop; `direct_copy`: the target's direct-to-LDS copy call of a pointer tile; `relaxed`: slot
-    reads after such copies are `load_shared_relaxed`."""
+def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None) -> str:
+    """The pipelined loop; `pointer_copy`: the target's own direct-to-LDS copy call of a pointer tile (None: gfx950's,
+    whose `async_copy` also has `load_shared_relaxed` for the slot reads; with another, slots are read by `.load`)."""
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
     name = loop_namer(ctx, plan.loop)
@@ -238,7 +243,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, direct_copy: str, r
             call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
             keep = ("mask", "other", "cache_modifier") if engine == "async_copy" else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
-            copier = cst.parse_expression(direct_copy if engine == "async_copy" else POINTER_COPIES[engine])
+            copier = cst.parse_expression(pointer_copy if engine == "async_copy" and pointer_copy
+                                          else POINTER_COPIES[engine])
             if prefetch:  # into registers now, into the slot one step later
                 return (f"{pad}{staged[load.name]} = "
                         f"{code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))}")
@@ -298,11 +304,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, direct_copy: str, r
             return f"{chain.acc}.type.layout"
         return ctx.plan.layout_expr(ctx.plan.dots[chain.call].result)
 
-    read_engine = engine if relaxed else "plain"
+    relaxed = engine == "async_copy" and pointer_copy is None
 
     def reads(slot_expr: str, pad: str) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts."""
-        return [f"{pad}{operand[load.name]} = {_read(read_engine, _view(f'{rings[load.name]}.index({slot_expr})', load))}"
+        return [f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}"
                 f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)})))"
                 for load in plan.loads]
@@ -501,9 +507,10 @@ def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]
     return pointer_tile_strides(ctx.function, tiles, [body[i] for i in plan.producer_after()])
 
 
-def _read(engine: str, slot: str) -> str:
-    """The operand read of a ring slot: relaxed after direct-to-LDS copies (the wait before it already orders them)."""
-    return f"async_copy.load_shared_relaxed({slot}, " if engine == "async_copy" else f"{slot}.load("
+def _read(slot: str, relaxed: bool) -> str:
+    """The operand read of a ring slot: `relaxed` after direct-to-LDS copies (the wait before it already orders
+    them), where the target's async_copy has the relaxed read."""
+    return f"async_copy.load_shared_relaxed({slot}, " if relaxed else f"{slot}.load("
 
 
 def _view(slot: str, load: OperandLoad) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from transpile.rules.amd_attention_pipeline import AMDAttentionWarpPipeline
-from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
+from transpile.rules.amd_warp_pipeline import GFX1250_POINTER_COPY, AMDWarpPipeline
 from transpile.rules.buffer_copies import BufferCopies
 from transpile.rules.copy_operands import CopyOperandLayouts
 from transpile.rules.descriptors import DescriptorsAsPointers
@@ -22,12 +22,12 @@ GLUON_IMPORTS = (
     "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
 
-def _rules(engine: str, pointer_copy: str | None = None, relaxed_reads: bool = True) -> tuple:
+def _rules(engine: str, pointer_copy: str | None = None) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS,
     `pointer_copy` pointer tiles where it is another engine (AMDWarpPipeline)."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
             HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(),
-            AMDWarpPipeline(engine, pointer_copy, relaxed_reads), LayoutDeclarations(), CopyOperandLayouts(),
+            AMDWarpPipeline(engine, pointer_copy), LayoutDeclarations(), CopyOperandLayouts(),
             BufferCopies())
 
 MFMA_LAYOUT = '''
@@ -286,7 +286,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "warp_pipelined_or_triton": WARP_PIPELINED_LAUNCHER,
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
-                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy, relaxed_reads=pointer_copy is None),
+                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy),
                   imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
 
 
@@ -344,5 +344,5 @@ GFX1250 = _amd_target(
     # are read with a plain `.load` (its async_copy has no `load_shared_relaxed`). Measured against the buffer loads
     # into registers they replace: bench/RESULTS.md.
     ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, tdm, wmma",), "{8: 8, 16: 8, 32: 2}",
-    "tdm", "gl.amd.gfx1250", pointer_copy="async_copy.global_to_shared",
+    "tdm", "gl.amd.gfx1250", pointer_copy=GFX1250_POINTER_COPY,
 )
