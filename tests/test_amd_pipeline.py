@@ -150,7 +150,8 @@ def test_descriptor_tiles_use_the_targets_copy_engine(engine: str, wait: str) ->
     ("tl.store(c_ptr + offs_m, tl.sum(acc, axis=1))", "tl.store", "reduction `tl.sum`"),
     ("break", "break", "data-dependent exit from the main loop"),
     ("for j in range(3):\n            acc = acc * 1.0", "for j in", "a loop inside the main loop"),
-    ("if k > 3:\n            acc = acc * 1.0", "if k > 3", "control flow inside the main loop"),
+    ("if k > 3:\n            tl.store(c_ptr + offs_m, tl.max(acc, axis=1))", "tl.store(c_ptr + offs_m, tl.max",
+     "inside the main loop runs `store` in a branch"),
 ])
 def test_refusals_name_the_construct_and_line(body: str, needle: str, reason: str) -> None:
     text = gemm(body)
@@ -529,3 +530,35 @@ def test_gfx1250_direct_to_lds_pointer_copies(tmp_path: Path, monkeypatch: pytes
     (comparison,) = isa_compare(dataclasses.replace(result), values, all_configs=False)
     assert comparison.variant is not None and comparison.variant.spills == 0, comparison.message
     assert comparison.ratio is not None and comparison.ratio < 0.8, comparison.ratio
+
+
+def test_an_if_of_arithmetic_in_the_loop_is_staged_whole_with_the_mma() -> None:
+    """A run-time `if` that only computes (clamping the accumulator past a bound): one statement of the consumer, in
+    the `mma` stage, and the variant compiles."""
+    text = gemm("if k_left < 4096:\n            acc = tl.minimum(acc, 65504.0)")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan), sp
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined
+    mma = result.text.split('warp_pipeline_stage("mma", priority=0):', 1)[1].split("warp_pipeline_stage", 1)[0]
+    assert "if k_left < 4096:" in mma and "acc = gl.minimum(acc, 65504.0)" in mma
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8}
+    compiled = verify(result, values)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_an_if_that_stores_or_chooses_a_mask_at_run_time_is_refused_at_its_line() -> None:
+    """An `if` whose branch stores decides inside the loop which memory operations an iteration runs; an `if` on a
+    run-time value that assigns a load's mask would be re-evaluated for a later iteration statement by statement:
+    each refusal names the `if` and its line."""
+    text = gemm("if k == 0:\n            tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))")
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal)
+    assert f"the `if` at line {line_of(text, 'if k == 0')} inside the main loop runs `store`" in sp.reason
+    text = GEMM.replace("NUM", "3").replace("        BODY\n", "").replace(
+        "        k_left = K - k * BK\n",
+        "        if k * BK + BK > K:\n            k_left = K - k * BK\n        else:\n            k_left = BK\n")
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal)
+    assert sp.reason.startswith(f"`k_left`, which a tile load of the loop reads, is assigned in the `if` at line "
+                                f"{line_of(text, 'if k * BK')}")

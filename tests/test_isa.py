@@ -102,7 +102,7 @@ VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 
 # The GEMM-family dot-loop fixtures (those the AMD rules would pipeline; attention is kept as Triton on every AMD
 # target).
-PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr",
+PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr", "suite_gemm_flag_masks",
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
              "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_swiglu_gemm", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
@@ -252,6 +252,27 @@ def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compile
     ]:
         launcher[(1,)](*args, **kwargs)
         assert calls.pop() == ("triton", kwargs), (args, kwargs)
+
+
+def test_the_warp_pipelined_launcher_runs_the_source_kernel_where_a_compile_time_test_holds() -> None:
+    """`source_when`: the Gluon kernel pipelines its loop for one value of a constexpr test only (the copy of an
+    unswitched loop that casts its operands to `AB_DTYPE`): launches for which the test holds, by the argument, the
+    keyword or the parameter's default, run the source kernel; so does a launch that leaves a name the test reads to a
+    heuristic (no default, not passed)."""
+    calls: list = []
+    launcher = _launcher()(_Kernel("gluon", calls), _Kernel("triton", calls), params=("a", "b", "AB_DTYPE", "SPLIT"),
+                           tiles=(), persistent=None, warps=8,
+                           source_when=(lambda AB_DTYPE=None: AB_DTYPE is not None, lambda SPLIT: SPLIT > 1))
+    a, b = _Tensor((4096, 4096), (4096, 1)), _Tensor((4096, 4096), (4096, 1))
+    for args, kwargs, kernel in [
+        ((a, b), {"SPLIT": 1, "num_warps": 8}, "gluon"),  # AB_DTYPE by its default (None)
+        ((a, b, None, 1), {"num_warps": 8}, "gluon"),
+        ((a, b), {"AB_DTYPE": "bf16", "SPLIT": 1, "num_warps": 8}, "triton"),
+        ((a, b, None, 4), {"num_warps": 8}, "triton"),
+        ((a, b), {"num_warps": 8}, "triton"),  # SPLIT from a heuristic: undecided here
+    ]:
+        launcher[(1,)](*args, **kwargs)
+        assert calls.pop()[0] == kernel, (args, kwargs)
 
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx1250"])

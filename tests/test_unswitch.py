@@ -144,8 +144,9 @@ def test_elif_chain() -> None:
     # a run-time test
     ("        if k < 4:\n            a = tl.load(a_ptrs)\n        else:\n            a = tl.load(a_ptrs + 1)\n"
      "        b = tl.load(b_ptrs)", "EVEN_K: tl.constexpr"),
-    # a constexpr branch of arithmetic only (a causal mask's shape): the analyses read it as it is
-    ("        a = tl.load(a_ptrs)\n        if EVEN_K:\n            a = a * 2\n        b = tl.load(b_ptrs)",
+    # a constexpr branch of arithmetic only on neither an address, a mask nor a dot operand (a causal mask on the
+    # scores, a clamped accumulator): the analyses read it as it is
+    ("        a = tl.load(a_ptrs)\n        if EVEN_K:\n            acc = acc * 2\n        b = tl.load(b_ptrs)",
      "EVEN_K: tl.constexpr"),
     # a parameter without the constexpr annotation
     ("        if EVEN_K:\n            a = tl.load(a_ptrs)\n        else:\n            a = tl.load(a_ptrs + 1)\n"
@@ -189,3 +190,45 @@ def test_copies_compile(target: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     for flag in (True, False):
         compiled = verify(dataclasses.replace(result), {**values, "EVEN_K": flag})
         assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_branch_that_chooses_a_load_mask_is_hoisted() -> None:
+    """A constexpr branch of arithmetic only that computes what a load's mask reads (`mask_k` under `if EVEN_K:`): the
+    pipeline re-evaluates masks one statement at a time, so the branch is hoisted like one that loads."""
+    body = ("        if EVEN_K:\n            mask_k = offs_k < BLOCK_K\n        else:\n"
+            "            mask_k = offs_k < K - k * BLOCK_K\n"
+            "        a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)\n"
+            "        b = tl.load(b_ptrs, mask=mask_k[:, None], other=0.0)")
+    new, _ = _unswitched(_kernel(body))
+    compile(new, "k.py", "exec")
+    assert new.count("for k in range") == 2 and "    if EVEN_K:\n        for k in range" in new
+
+
+def test_a_branch_that_casts_a_dot_operand_is_hoisted_and_an_accumulator_branch_is_not() -> None:
+    """`if AB_DTYPE is not None: a = a.to(AB_DTYPE)` rebinds a dot operand: hoisted (the copy without the cast is the
+    one a ring takes). `if SATURATE: acc = ...` touches only the accumulator: left in the loop, staged whole."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if AB_DTYPE is not None:\n            a = a.to(AB_DTYPE)\n            b = b.to(AB_DTYPE)\n"
+            "        if SATURATE:\n            acc = tl.minimum(acc, 1.0)")
+    new, _ = _unswitched(_kernel(body, "AB_DTYPE: tl.constexpr, SATURATE: tl.constexpr"))
+    compile(new, "k.py", "exec")
+    assert new.count("for k in range") == 2 and "    if AB_DTYPE is not None:\n        for k in range" in new
+    assert new.count("if SATURATE:") == 2
+
+
+def test_the_copy_of_a_loop_with_the_cast_runs_the_source_kernel_at_launch() -> None:
+    """The AMD variant pipelines the copy without the cast and keeps the other unpipelined; its launcher runs the
+    source kernel for the launches that cast (TT045 says so at the loop); the source kernel stays for them."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if AB_DTYPE is not None:\n            a = a.to(AB_DTYPE)\n            b = b.to(AB_DTYPE)")
+    text = _kernel(body, "AB_DTYPE: tl.constexpr = None")
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    (fn,) = [f for f in result.functions if f.name == "gemm"]
+    assert fn.translated and fn.pipelined
+    notes = [d for d in result.diagnostics if d.code == "TT045"]
+    assert len(notes) == 1 and "except where `AB_DTYPE is not None` holds" in notes[0].message
+    assert notes[0].line == text.split("\n").index("    for k in range(0, tl.cdiv(K, BLOCK_K)):") + 1
+    assert "source_when=(lambda AB_DTYPE=None: AB_DTYPE is not None,)" in result.text
+    assert "def _gemm_triton(" in result.text
+    # sm90 keeps the kernel as Triton (its pointer ring measured slower): no launcher test there
+    assert "source_when" not in translate_source(text, "k.py", get_target("sm90")).text

@@ -48,7 +48,8 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
 
 
 def assigned_names(statement: cst.CSTNode) -> set[str]:
-    """Names a simple statement line binds (plain, augmented and annotated assignments, tuple targets)."""
+    """Names a statement binds: a simple statement line's plain, augmented and annotated assignments (tuple targets
+    too); a compound statement's (`if`, `with`, a loop), on any path through it, its loop targets included."""
     names: set[str] = set()
     if isinstance(statement, cst.SimpleStatementLine):
         for small in statement.body:
@@ -57,6 +58,12 @@ def assigned_names(statement: cst.CSTNode) -> set[str]:
                     names |= names_in(target.target)
             elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
                 names |= names_in(small.target)
+    elif isinstance(statement, (cst.BaseCompoundStatement, cst.Else)):
+        for node in preorder(statement):
+            if node is not statement and isinstance(node, (cst.SimpleStatementLine, cst.For)):
+                names |= assigned_names(node)
+        if isinstance(statement, cst.For):
+            names |= names_in(statement.target)
     return names
 
 

@@ -49,6 +49,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "tensors have 16-byte aligned rows (the source kernel kept for the others)"),
     "TT044": (Severity.NOTE, "sm90: an attention kernel warp-specialised for its 128-row, 4-warp config (a TMA loader "
                              "warp, two consumer warpgroups in ping-pong), or why not (the ring stays)"),
+    "TT045": (Severity.NOTE, "AMD: a dot loop pipelined for one value of a compile-time test only (a copy of it "
+                             "unswitched on a constexpr flag): the source kernel runs the launches for the other"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

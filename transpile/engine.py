@@ -370,6 +370,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
+            if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
+                outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when)
             access = _launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
             vector = (replicated_vector_load(facts, fn, plan) if outcome.translated and not outcome.pipelined
                       and access is None else None)
@@ -554,6 +556,16 @@ def _keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
                    if not any(loop.node is done for done in ctx.pipelined)]
     if not unpipelined:
         return
+    switched = _launch_switched(ctx, unpipelined)
+    if switched is not None:
+        # Each loop left unpipelined is the copy of a loop for one value of a compile-time test (a loop unswitched on
+        # a constexpr flag) whose other copy is pipelined: the launcher runs the source kernel for those launches.
+        ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *switched)))
+        for loop, (test, _) in zip(unpipelined, switched):
+            outcome.diagnostics.append(source.diagnostic(loop.node, "TT045", (
+                f"the loop at line {loop.line} is pipelined for {target.name} except where `{test}` holds ("
+                f"{_loop_reason(ctx, loop)}): launches for which it holds run the source kernel")))
+        return
     reasons: list[str] = []
     for loop in unpipelined:
         reason = _loop_reason(ctx, loop)
@@ -565,6 +577,43 @@ def _keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
         source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; Triton's compiler "
                           "pipelines it (--gluon-always emits the Gluon translation)")
         for loop, text in zip(unpipelined, reasons))})
+
+
+def _launch_switched(ctx: RuleContext, loops: list[DotLoop]
+                     ) -> list[tuple[str, tuple[tuple[str, str | None], ...]]] | None:
+    """Per loop of `loops`, the compile-time test under which it runs, as a test a launcher can evaluate (Python
+    source over the kernel's constexpr parameters, and each with its default), where every loop sits in a branch of
+    an `if` on constexpr parameters whose other branch holds a pipelined copy of it and the variant has a launcher
+    for its warp-pipelined loop; else None."""
+    if not ctx.launch_checked or not ctx.launch_warps or not ctx.pipelined:
+        return None
+    fn = ctx.function
+    params = {p.name: p for p in fn.params if p.is_constexpr and p.name not in fn.heuristics}
+    parents = ctx.source.parents
+    found = []
+    for loop in loops:
+        branch: cst.CSTNode = loop.node
+        parent = parents.get(branch)
+        while parent is not None and not isinstance(parent, cst.If):  # (the loop's block, the `else` clause)
+            branch, parent = parent, parents.get(parent)
+            if isinstance(branch, (cst.For, cst.While, cst.FunctionDef)):
+                return None
+        if not isinstance(parent, cst.If):
+            return None
+        taken = parent.body is branch  # the loop runs where the test holds
+        other = parent.orelse.body if isinstance(parent.orelse, cst.Else) else None  # type: ignore[union-attr]
+        if other is None or parent.body is not branch and parent.orelse is not branch:
+            return None
+        twin = other if taken else parent.body
+        if not any(done is node for done in ctx.pipelined for node in cst_walk.preorder(twin)):
+            return None
+        names = names_in(parent.test) - {"None", "True", "False"}
+        if not names or not names <= params.keys():
+            return None
+        test = ctx.source.code(parent.test).strip()
+        found.append((test if taken else f"not ({test})",
+                      tuple((n, params[n].default) for n in sorted(names))))
+    return found
 
 
 def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
@@ -823,7 +872,8 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     divisible=ctx.launch_divisible, unit=ctx.launch_unit, at_least=ctx.launch_at_least,
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
-                    no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds)
+                    no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds,
+                    source_when=ctx.launch_source_when)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -977,6 +1027,10 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
     amd += ", small=True" if dispatch.small else ""
     amd += ", no_agprs=True" if dispatch.no_agprs else ""
     amd += f", slow_dtypes=({''.join(repr(t) + ', ' for t in dispatch.slow_dtypes)})" if dispatch.slow_dtypes else ""
+    if dispatch.source_when:
+        tests = ", ".join(f"lambda {', '.join(n if d is None else f'{n}={d}' for n, d in names)}: {test}"
+                          for test, names in dispatch.source_when)
+        amd += f", source_when=({tests},)"
     if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
         amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r})"
     if dispatch.reason == ALIGNMENT_REASON:

@@ -655,7 +655,9 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     reason=data.get("reason", ""), narrow=bool(data.get("narrow", False)),
                     small=bool(data.get("small", False)), warps=data.get("warps"),
                     no_agprs=bool(data.get("no_agprs", False)), slow_dtypes=tuple(data.get("slow_dtypes", ())),
-                    lds=_lds_of(data.get("lds")))
+                    lds=_lds_of(data.get("lds")),
+                    source_when=tuple((test, tuple((n, d) for n, d in names))
+                                      for test, names in data.get("source_when", ())))
 
 
 def _lds_of(value: object) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:

@@ -1030,6 +1030,7 @@ SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_gemm_kaddr"),
     _suite_gemm_case("suite_gemm_evenk"),
     _suite_gemm_case("suite_gemm_acc_type", wrapper="matmul_acc_type"),
+    _suite_gemm_case("suite_gemm_flag_masks"),
     _suite_gemm_case("suite_gemm_evenk-even", fixture="suite_gemm_evenk", shape=dict(M=1000, N=1100, K=704),
                      small_shape=dict(M=150, N=130, K=96), bench_shape=None, flops=None),
     _suite_gemm_case("suite_alias_gemm", wrapper="matmul_relu_squared", make_inputs=_scaled_gemm_inputs,

@@ -14,6 +14,7 @@ later iteration, its carried state advanced on its own copy). When a loop cannot
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -198,11 +199,97 @@ def _transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: boo
     return None
 
 
+# Calls an `if` of the loop body may not make: they would decide inside the pipelined loop which memory operations,
+# MMAs or barriers an iteration runs (the copies of a later iteration run ahead of its consumer).
+_BRANCH_EFFECTS = re.compile(r"^(core\.)?(load|store|dot|dot_scaled|atomic_\w+|debug_barrier|device_print|"
+                             r"device_assert|make_block_ptr|advance)$")
+
+
+def branch_refusal(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStatement) -> LoopRefusal | None:
+    """None where `statement`, a compound statement of the loop body, is an `if` of arithmetic only (a mask or an
+    offset chosen by a flag, an operand converted under `if USE_FP8:`): the pipeline stages it as one statement,
+    whole, with the producer (renamed for a later iteration) or with the consumer. Else the refusal naming it."""
+    line = source.position(statement)[0]
+    if isinstance(statement, cst.With):
+        return LoopRefusal(statement, f"the `with` block at line {line} inside the main loop (no pipeline rule stages "
+                           "a `with` block; a loop without it is pipelined)")
+    if not isinstance(statement, cst.If):
+        kind = type(statement).__name__.lower()
+        return LoopRefusal(statement, f"the `{kind}` statement at line {line} inside the main loop")
+    for node in preorder(statement):
+        if isinstance(node, (cst.For, cst.While)):
+            return LoopRefusal(node, f"a loop inside the `if` at line {line} of the main loop")
+        if isinstance(node, (cst.Break, cst.Continue, cst.Return)):
+            return LoopRefusal(node, f"data-dependent exit from the main loop (in the `if` at line {line})")
+        if isinstance(node, (cst.With, cst.Try)):
+            return LoopRefusal(node, f"a `{type(node).__name__.lower()}` block inside the `if` at line {line} of the "
+                               "main loop")
+        if isinstance(node, cst.Call):
+            what = language_name(source.qualified_name(node.func)) or ""
+            op = plan.descriptor_ops.get(node)
+            if op is not None:
+                what = f"descriptor {op[0]}"
+            elif node in plan.dots:
+                what = "dot"
+            elif not _BRANCH_EFFECTS.match(what):
+                continue
+            return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs `{what.split('.')[-1]}` in a "
+                               "branch: which loads, stores or MMAs an iteration runs would be decided inside the "
+                               "pipelined loop (a branch on constexpr parameters alone is hoisted out of the loop "
+                               "first; branches of arithmetic only are pipelined)")
+    return None
+
+
+def _exposed(statements: Sequence[cst.BaseStatement], defined: set[str]) -> tuple[set[str], set[str]]:
+    """(names `statements` read before they assign them, names they assign on every path), given `defined` already
+    assigned. A name an `if` assigns on some paths only is read too: where no branch assigns it, its value flows
+    through."""
+    reads: set[str] = set()
+    defined = set(defined)
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    reads |= names_in(small.value) - defined
+                    for target in small.targets:
+                        if not isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                            reads |= names_in(target.target) - defined
+                    defined |= assigned_names(cst.SimpleStatementLine([small]))
+                elif isinstance(small, cst.AnnAssign):
+                    reads |= (names_in(small.value) if small.value is not None else set()) - defined
+                    defined |= names_in(small.target)
+                else:
+                    reads |= names_in(small) - defined
+                    if isinstance(small, cst.AugAssign):
+                        defined |= names_in(small.target)
+        elif isinstance(statement, cst.If):
+            reads |= names_in(statement.test) - defined
+            then_reads, then_defined = _exposed(list(statement.body.body), defined)  # type: ignore[union-attr]
+            otherwise = statement.orelse
+            if isinstance(otherwise, cst.If):
+                else_reads, else_defined = _exposed([otherwise], defined)
+            elif isinstance(otherwise, cst.Else):
+                else_reads, else_defined = _exposed(list(otherwise.body.body), defined)  # type: ignore[union-attr]
+            else:
+                else_reads, else_defined = set(), set(defined)
+            must = then_defined & else_defined
+            reads |= then_reads | else_reads | ((then_defined | else_defined) - must)
+            defined = must
+        else:
+            reads |= names_in(statement) - defined
+            defined |= assigned_names(statement)
+    return reads, defined
+
+
 def _plain_targets(statement: cst.BaseStatement) -> set[str]:
-    """Names a statement assigns without reading them first (`x = ...`; not `x += ...`)."""
+    """Names a statement assigns without reading them first (`x = ...`; not `x += ...`; an `if` that assigns `x` on
+    every path before any read of it)."""
     if isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Assign, cst.AnnAssign))
                                                                for s in statement.body):
         return assigned_names(statement)
+    if isinstance(statement, cst.If):
+        reads, defined = _exposed([statement], set())
+        return defined - reads
     return set()
 
 
@@ -230,7 +317,10 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if isinstance(statement, (cst.For, cst.While)):
             return LoopRefusal(statement, "a loop inside the main loop")
         if not isinstance(statement, cst.SimpleStatementLine):
-            return LoopRefusal(statement, "control flow inside the main loop (if/with)")
+            refusal = branch_refusal(source, plan, statement)
+            if refusal is not None:
+                return refusal
+            continue
         for small in statement.body:
             if isinstance(small, (cst.Break, cst.Continue, cst.Return)):
                 return LoopRefusal(small, "data-dependent exit from the main loop")
@@ -293,6 +383,18 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             needed |= new
     if accumulators & needed:
         return LoopRefusal(dot_call, "a load depends on the accumulator")
+    for i in sorted(producer):
+        if isinstance(body[i], cst.If):
+            fed = sorted(assigned_names(body[i]) & needed) or sorted(assigned_names(body[i]))
+            return LoopRefusal(body[i], f"`{fed[0]}`, which a tile load of the loop reads, is assigned in the `if` at "
+                               f"line {source.position(body[i])[0]}: the pipelined copies re-evaluate each load's "
+                               "address and mask for a later iteration statement by statement (a branch on constexpr "
+                               "parameters alone is hoisted out of the loop first)")
+        for node in preorder(body[i]):
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "None":
+                name = sorted(names_in(node.targets[0].target))[0]
+                return LoopRefusal(node, f"`{name}`, which a tile load of the loop reads, is `None` (a load without a "
+                                   "mask): the pipelined copies of a later iteration add their own bound to each mask")
     # Loop-carried producer state: a name some load or producer statement reads before the body assigns it in the
     # iteration (`a_ptrs += BLOCK_K * stride` after the dot); the value read comes from the previous iteration. An
     # address recomputed from the loop variable between two loads (`w_ptrs = base + k_idx[:, None] * ...`) is not.

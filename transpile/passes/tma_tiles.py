@@ -167,6 +167,10 @@ class Dispatch:
     # element type they hold)): launches whose two ring slots would not fit run the source kernel (the Gluon kernel
     # would run its loop as translated, unpipelined)
     lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
+    # AMD: compile-time tests (Python source over constexpr parameters) and (parameter, its default as code or None)
+    # for each name a test reads: launches for which a test holds run the source kernel (the Gluon kernel pipelines
+    # the copy of its loop for the other value only: `if AB_DTYPE is not None:` casting the operands before the dot)
+    source_when: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()
 
 
 @dataclass
@@ -989,13 +993,16 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     offsets), and for launches with a tensor of an element type in `slow_dtypes` (types the target's matrix cores
     take only converted, where the Gluon kernel measured heavier), and, with `lds` (the target's LDS bytes, the
     rings' shapes and the pointers whose element types they hold), for launches whose block sizes leave no room for
-    two slots of each ring (the Gluon kernel would run its loop unpipelined). With `no_agprs` the Gluon kernel is
+    two slots of each ring (the Gluon kernel would run its loop unpipelined), and for launches for which a test of
+    `source_when` holds (a function of constexpr parameters: the Gluon kernel pipelines its loop for the other
+    values only). With `no_agprs` the Gluon kernel is
     compiled with its accumulators in VGPRs only, as AMD's own Gluon GEMMs are: with both register files the compiler
     splits a large accumulator and spills."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False,
-                 slow_dtypes=(), lds=None, **checks):
+                 slow_dtypes=(), lds=None, source_when=(), **checks):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
+        self.source_when = source_when
         self.warps = warps
         self.small = small
         self.no_agprs = no_agprs
@@ -1005,6 +1012,17 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     def addressable(self, args, kwargs):
         if self.warps is not None and kwargs.get("num_warps") != self.warps:
             return False
+        if self.source_when:
+            values = dict(zip(self.params, args))
+            values.update(kwargs)
+            # (a test reading a constexpr the launch neither passes nor has a default for: the source kernel)
+            for test in self.source_when:
+                names = test.__code__.co_varnames[: test.__code__.co_argcount]
+                try:
+                    if test(**{n: values[n] for n in names if n in values}):
+                        return False
+                except TypeError:
+                    return False
         if self.lds is not None:
             values = dict(zip(self.params, args))
             values.update(kwargs)

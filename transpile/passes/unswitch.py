@@ -23,8 +23,10 @@ which Triton and Gluon compile to the same code (a constexpr `if` is resolved be
 read straight-line loop bodies; this pass gives them one per value of the flag, and each copy is pipelined (or kept)
 on its own. Only `if` statements whose test reads nothing but the function's constexpr parameters (names, literals,
 comparisons, `and`/`or`/`not`), that no statement of the function rebinds, and whose branches load, store, or
-multiply (a `load`/`store`/`dot`/atomic call) are hoisted: a branch of arithmetic only (a causal mask under `if
-CAUSAL:`) is read by the analyses as it is. At most two flags are hoisted out of one loop (four copies).
+multiply (a `load`/`store`/`dot`/atomic call), or that assign a name the address or mask of such a call in the loop
+is computed from (`mask_a = ...` under `if EVEN_K:`) or an operand of a dot (`a = a.to(AB_DTYPE)` under `if AB_DTYPE
+is not None:`), are hoisted: another branch of arithmetic only (a causal mask
+under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted out of one loop (four copies).
 
 The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
 (`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
@@ -40,6 +42,8 @@ from transpile.discover import ModuleFacts
 
 # Calls whose presence in a branch makes the branch worth hoisting: the loop's memory operations and matrix products.
 _EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$")
+# Memory operations: a branch that computes what their addresses or masks read is hoisted too.
+_MEMORY = re.compile(r"(^|\.)(load|store|atomic_\w+|async_\w+)$")
 _MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
 _MAX_ROUNDS = 32  # loops rewritten per file
 
@@ -115,7 +119,8 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue
             for branch in _branches(loop):
-                if _flag_test(branch.test, flags) and _has_effects(branch) and _hoistable(branch, lines):
+                if _flag_test(branch.test, flags) and (_has_effects(branch) or _feeds_loads(branch, loop)) \
+                        and _hoistable(branch, lines):
                     found.append((function.name, loop, branch))
                     taken.append(loop)
                     break
@@ -197,6 +202,35 @@ def _copy_dots(body: list[ast.stmt], flags: set[str]) -> int:
 
 def _has_effects(branch: ast.If) -> bool:
     return any(_EFFECTS.search(name) for stmt in [*branch.body, *branch.orelse] for name in _calls(stmt))
+
+
+def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
+    """The branch assigns a name that the address or mask of a memory operation of the loop depends on (`mask_a =
+    offs_m[:, None] < M` under `if EVEN_K:`): the pipeline rules re-evaluate those one statement at a time; or it
+    rebinds an operand of a dot of the loop (`a = a.to(AB_DTYPE)` under `if AB_DTYPE is not None:`): the pipeline
+    rules feed the MMA the tile as loaded, so the copy of the loop where the branch is not taken is the one they take."""
+    assigned = {n.id for stmt in [*branch.body, *branch.orelse] for n in ast.walk(stmt)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if not assigned:
+        return False
+    operands = {arg.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
+        r"(^|\.)dot$", _dotted(call.func)) for arg in call.args[:2] if isinstance(arg, ast.Name)}
+    if assigned & operands:
+        return True
+    needed = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and _MEMORY.search(_dotted(call.func))
+              for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg)
+              if isinstance(n, ast.Name)}
+    statements = [n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+    while True:  # (the names those names are computed from, in the loop)
+        more = set()
+        for stmt in statements:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(n, ast.Name) and n.id in needed for t in targets for n in ast.walk(t)):
+                more |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if stmt.value else set()
+        if more <= needed:
+            break
+        needed |= more
+    return bool(assigned & needed)
 
 
 def _multiline_strings(node: ast.AST) -> bool:

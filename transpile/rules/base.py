@@ -70,6 +70,9 @@ class RuleContext:
     # sm90: a constexpr flag only with which the kernel's Gluon form pays: the variant keeps the source kernel for
     # launches without it, behind the launcher (`_TMAOrTriton`, engine).
     launch_flag: str | None = None
+    # compile-time tests under which the kernel's loop is not pipelined, with the parameters they read and their
+    # defaults: launches for which one holds run the source kernel (`Dispatch.source_when`)
+    launch_source_when: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()
     # sm90: the kernel's Gluon form runs only the launches a launcher lets through (the flag above, tensors with
     # 16-byte aligned rows); the variant keeps the source kernel for the others.
     launch_checked: bool = False
