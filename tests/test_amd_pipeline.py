@@ -562,3 +562,32 @@ def test_an_if_that_stores_or_chooses_a_mask_at_run_time_is_refused_at_its_line(
     assert isinstance(sp, StageRefusal)
     assert sp.reason.startswith(f"`k_left`, which a tile load of the loop reads, is assigned in the `if` at line "
                                 f"{line_of(text, 'if k * BK')}")
+
+
+KLOOP_ARANGE = HEAD + '''@triton.jit
+def mm(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr):
+    ram = tl.max_contiguous(tl.multiple_of((tl.program_id(0) * BM + tl.arange(0, BM)) % M, BM), BM)
+    rbn = tl.max_contiguous(tl.multiple_of((tl.program_id(1) * BN + tl.arange(0, BN)) % N, BN), BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for start_k in range(0, K, BK):
+        rk = start_k + tl.arange(0, BK)
+        a = tl.load(A + (ram[:, None] * stride_am + rk[None, :] * stride_ak))
+        b = tl.load(B + (rk[:, None] * stride_bk + rbn[None, :] * stride_bn))
+        acc += tl.dot(a, b, out_dtype=tl.float32)
+    tl.store(C + ram[:, None] * N + rbn[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "gfx1250"])
+def test_a_k_index_made_in_the_loop_keeps_its_broadcast_in_the_copies(target: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rk = start_k + tl.arange(0, BK)` read as `rk[None, :] * stride_ak` (FlagGems' mm): the copies split it into
+    a scalar `start_k * stride_ak` and the vector `gl.arange(...)[None, :] * stride_ak`, which keeps its broadcast
+    (it was dropped, and the variant did not compile: rank mismatch)."""
+    result = translate_source(KLOOP_ARANGE, "x.py", get_target(target))
+    assert result.functions[0].pipelined
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"A": "*fp16", "B": "*fp16", "C": "*fp16", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8}
+    compiled = [c for c in verify(result, values) if not c.kept]
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

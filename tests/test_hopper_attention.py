@@ -239,3 +239,56 @@ def test_contiguous_rows_need_no_compile_time_stride_test() -> None:
     assert "isinstance(" not in kernel and "_dot(" not in kernel  # one loop, the pipelined one
     assert "# Main loop, pipelined by triton-transpile" in result.text
     assert "qk, _ = warpgroup_mma_wait(1, deps=[qk, k_smem.index(slot)])" in result.text
+
+
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_the_grid_axis_that_bounds_a_causal_loop_is_found_through_assignments_not_loads() -> None:
+    """`range(0, live * end, BLOCK_N)`, `end` from `block_start = BLOCK_M * start_m`, `start_m = tl.program_id(0)`:
+    axis 0. The prompt's length is loaded by a program of axis 1 (its batch): data, not followed. A loop bounded by a
+    loaded length alone: no axis."""
+    from transpile.analysis.attention import trip_count_axis
+
+    text = (FIXTURES_DIR / "fx_attention_varlen.py").read_text()
+    for kernel, axis in ((text, 0), (text.replace("live * end", "seq_len"), None)):
+        source = parse_source(kernel, "x.py")
+        fn = discover(source).functions["prefill_attn_kernel"]
+        loop = next(s for s in fn.node.body.body if isinstance(s, cst.For))
+        assert trip_count_axis(source, fn.node, loop) == axis
+
+
+def test_short_prompts_run_the_source_kernel() -> None:
+    """The ring measured slower than the source kernel where every program runs one or two key blocks (packed
+    prompts of 256 and 512 tokens on an H200): the launcher gives a launch to the Gluon kernel only where the grid
+    has GRID_LEAST query blocks along the axis that bounds the loop, and TT043 says so."""
+    from transpile.passes.tma_tiles import LAUNCHER
+    from transpile.rules.hopper_attention import GRID_LEAST
+
+    result = translate_source((FIXTURES_DIR / "fx_attention_varlen.py").read_text(), "x.py", get_target("sm90"))
+    assert f"grid_at_least=(0, {GRID_LEAST})" in result.text
+    (note,) = [d for d in result.diagnostics if d.code == "TT043"]
+    assert f"whose grid has at least {GRID_LEAST} programs along axis 0" in note.message
+
+    namespace: dict = {"triton": None, "_persistent_grid": None}
+    exec(LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    calls: list = []
+
+    class Kernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            return lambda *args, **kwargs: calls.append(self.name)
+
+    launcher = namespace["_TMAOrTriton"](Kernel("gluon"), Kernel("triton"), params=("x", "BLOCK_M"), tiles=(),
+                                         grid_at_least=(0, GRID_LEAST))
+    for grid, kwargs, kernel in [
+        ((2, 2048, 1), {}, "triton"),  # 64 prompts of 256 tokens: 2 query blocks
+        ((GRID_LEAST, 256, 1), {}, "gluon"),
+        (lambda meta: (4096 // meta["BLOCK_M"], 8), {"BLOCK_M": 128}, "gluon"),  # a grid function: 32 blocks
+        (lambda meta: (512 // meta["BLOCK_M"], 8), {"BLOCK_M": 128}, "triton"),
+        (lambda meta: (512 // meta["BLOCK_M"], 8), {}, "gluon"),  # an autotuned block size: the kernel decides
+    ]:
+        launcher[grid](0, **kwargs)
+        assert calls.pop() == kernel, (grid, kwargs)

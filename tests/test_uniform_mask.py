@@ -418,7 +418,8 @@ def test_a_k_tile_loaded_transposed_is_copied_through_its_transposed_addresses()
     flat = " ".join(result.text.split())
     assert "_cp_async_load" in flat
     assert "kt_ptrs_ring = k_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :]" in flat
-    assert "mask=(cols_next[:, None] < N_CTX) & (i < num_iters)" in flat
+    assert ("if i < num_iters: _cp_async_load(k_smem.index(i), kt_ptrs_ring + start_n_next * stride_n, "
+            "mask=cols_next[:, None] < N_CTX)") in flat
     assert "k_smem.index(slot).permute((1, 0))" in flat
     assert "gl.allocate_shared_memory(q.dtype, [NUM_STAGES, BLOCK_N, D]" in flat
     assert not any(d.code == "TT040" for d in result.diagnostics)

@@ -232,3 +232,21 @@ def test_the_copy_of_a_loop_with_the_cast_runs_the_source_kernel_at_launch() -> 
     assert "def _gemm_triton(" in result.text
     # sm90 keeps the kernel as Triton (its pointer ring measured slower): no launcher test there
     assert "source_when" not in translate_source(text, "k.py", get_target("sm90")).text
+
+
+def test_a_test_of_the_loaded_tiles_dtypes_is_hoisted_as_their_pointers_element_types() -> None:
+    """`if a.dtype != b.dtype:` after `a = tl.load(a_ptrs)` (`a_ptrs = a_ptr + ...` before the loop): decided when
+    the kernel compiles, as `a_ptr.dtype.element_ty != b_ptr.dtype.element_ty`, which the hoisted test reads before
+    the loop; the AMD launcher runs the source kernel for launches whose tensors' dtypes differ. A tile rebound between
+    its load and the test is not read so."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if a.dtype != b.dtype:\n            a = a.to(tl.float16)\n            b = b.to(tl.float16)")
+    text = _kernel(body, "EVEN_K: tl.constexpr")
+    new, _ = _unswitched(text)
+    compile(new, "k.py", "exec")
+    assert "    if a_ptr.dtype.element_ty != b_ptr.dtype.element_ty:\n        for k in range" in new
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert result.functions[0].pipelined
+    assert "source_when=(lambda a_ptr, b_ptr: a_ptr.dtype != b_ptr.dtype,)" in result.text
+    rebound = body.replace("        b = tl.load(b_ptrs)\n", "        b = tl.load(b_ptrs)\n        a = a * 2\n")
+    assert _unswitched(_kernel(rebound, "EVEN_K: tl.constexpr")) is None

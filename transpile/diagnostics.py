@@ -45,8 +45,9 @@ CODES: dict[str, tuple[Severity, str]] = {
                               "`--check` over a directory"),
     "TT042": (Severity.NOTE, "sm90: a pointer GEMM's tiles read through TMA descriptors (the source kernel kept for "
                              "launches they cannot address), or why not"),
-    "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag and whose "
-                             "tensors have 16-byte aligned rows (the source kernel kept for the others)"),
+    "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag, whose "
+                             "tensors have 16-byte aligned rows and whose grid is long enough (the source kernel kept "
+                             "for the others)"),
     "TT044": (Severity.NOTE, "sm90: an attention kernel warp-specialised for its 128-row, 4-warp config (a TMA loader "
                              "warp, two consumer warpgroups in ping-pong), or why not (the ring stays)"),
     "TT045": (Severity.NOTE, "AMD: a dot loop pipelined for one value of a compile-time test only (a copy of it "

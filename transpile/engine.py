@@ -607,12 +607,18 @@ def _launch_switched(ctx: RuleContext, loops: list[DotLoop]
         twin = other if taken else parent.body
         if not any(done is node for done in ctx.pipelined for node in cst_walk.preorder(twin)):
             return None
-        names = names_in(parent.test) - {"None", "True", "False"}
-        if not names or not names <= params.keys():
-            return None
         test = ctx.source.code(parent.test).strip()
+        # a tile's element type read as its pointer's (`A.dtype.element_ty`, unswitched from `a.dtype`): the launch's
+        # tensor's `A.dtype`
+        pointers = {n for n in re.findall(r"(?<![\w.])(\w+)\.dtype\.element_ty\b", test)
+                    if n in {p.name for p in fn.params if not p.is_constexpr}}
+        test = re.sub(r"(?<![\w.])(\w+)\.dtype\.element_ty\b",
+                      lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
+        names = names_in(parent.test) - {"None", "True", "False", "dtype", "element_ty"}
+        if not names or not names <= params.keys() | pointers:
+            return None
         found.append((test if taken else f"not ({test})",
-                      tuple((n, params[n].default) for n in sorted(names))))
+                      tuple((n, params[n].default if n in params else None) for n in sorted(names))))
     return found
 
 
@@ -873,7 +879,7 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
                     no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds,
-                    source_when=ctx.launch_source_when)
+                    source_when=ctx.launch_source_when, grid_at_least=ctx.launch_grid_at_least)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -992,12 +998,16 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
                               if dispatch.when else []),
                             *([f"it is faster than this kernel only where `{n}` is at least {v}"
                                for n, v in dispatch.at_least]),
+                            *([f"it is faster than this kernel only where the grid has at least "
+                               f"{dispatch.grid_at_least[1]} programs along axis {dispatch.grid_at_least[0]}"]
+                              if dispatch.grid_at_least is not None else []),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
         checks = (f"its tensors' alignment{'' if dispatch.narrow else ' and element size'} and that of the arguments "
                   "its addresses read") if dispatch.reason else \
             " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
                                *([f"`{n}`" for n, _ in dispatch.at_least]),
+                               *(["its grid"] if dispatch.grid_at_least is not None else []),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
@@ -1022,6 +1032,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
         when += f", at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.at_least)})"
     if dispatch.unflagged_at_least:
         when += f", unflagged_at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.unflagged_at_least)})"
+    if dispatch.grid_at_least is not None:
+        when += f", grid_at_least={dispatch.grid_at_least}"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""

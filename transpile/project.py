@@ -657,7 +657,8 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     no_agprs=bool(data.get("no_agprs", False)), slow_dtypes=tuple(data.get("slow_dtypes", ())),
                     lds=_lds_of(data.get("lds")),
                     source_when=tuple((test, tuple((n, d) for n, d in names))
-                                      for test, names in data.get("source_when", ())))
+                                      for test, names in data.get("source_when", ())),
+                    grid_at_least=tuple(data["grid_at_least"]) if data.get("grid_at_least") else None)
 
 
 def _lds_of(value: object) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:

@@ -300,8 +300,10 @@ class _Machine:
             self.written_since.add(ring)
         self.slots[key] = entry
 
-    def commit(self, part: _Part) -> None:
-        if part.open_group:
+    def commit(self, part: _Part, empty: bool = False) -> None:
+        """Close the open copy group; `empty`: even with no copy in it (`commit_group` after copies a kernel skips
+        makes an empty group, which `wait_group` counts as any other)."""
+        if part.open_group or empty:
             part.groups.append(part.open_group)
         part.open_group = []
 
@@ -392,7 +394,7 @@ class _Machine:
 
     def finish(self, part: _Part, line: int) -> None:
         self.commit(part)
-        if part.groups:
+        if any(part.groups):
             lines = sorted({entry.line for group in part.groups for entry in group})
             self.find(line, f"copies of line(s) {', '.join(map(str, lines))} are still in flight when "
                             f"{'the kernel' if part.name == 'kernel' else 'partition ' + part.name} ends")
@@ -748,7 +750,7 @@ class _Runner:
                     m.block(part, m.passes(part, ref, parity, line), line)
             return _OPAQUE
         if leaf == "commit_group":
-            m.commit(part)
+            m.commit(part, empty=True)
             return _OPAQUE
         if leaf in ("wait_group", "async_wait"):
             count = self.value(node.args[0]) if node.args else 0

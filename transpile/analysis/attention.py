@@ -356,3 +356,42 @@ def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:
 
     statement.visit(_Smalls())
     return found
+
+
+def trip_count_axis(source: SourceFile, function: cst.FunctionDef, loop: cst.For) -> int | None:
+    """The grid axis whose program index bounds the trip count of `loop` (a causal attention loop whose key blocks
+    end at its query block: `for start_n in range(0, (start_m + 1) * BLOCK_M, BLOCK_N)`, `start_m =
+    tl.program_id(0)`), read through the function's top-level assignments before the loop; None where no single
+    axis does (a bound read from memory alone, several axes). Values loaded from memory are not followed: they are
+    data, whatever program loads them."""
+    if not isinstance(loop.iter, cst.Call) or not isinstance(function.body, cst.IndentedBlock):
+        return None
+    bound = [a.value for a in loop.iter.args if a.keyword is None]
+    if not bound:
+        return None
+    needed = set().union(*(names_in(arg) for arg in bound[1:] or bound))
+    definitions: dict[str, list[cst.BaseExpression]] = {}
+    for statement in function.body.body:
+        if statement is loop:
+            break
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name):
+                    definitions.setdefault(small.targets[0].target.value, []).append(small.value)
+    axes: set[int] = set()
+    seen: set[str] = set()
+    while needed:
+        name = needed.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for value in definitions.get(name, []):
+            if any(language_name(source.qualified_name(call.func)) in ("load", "core.load") for call in calls_in(value)):
+                continue  # a value read from memory (a prompt's length): data, not the grid's shape
+            for call in calls_in(value):
+                if language_name(source.qualified_name(call.func)) == "program_id" and call.args \
+                        and isinstance(call.args[0].value, cst.Integer):
+                    axes.add(int(call.args[0].value.value))
+            needed |= names_in(value) - seen
+    return axes.pop() if len(axes) == 1 else None

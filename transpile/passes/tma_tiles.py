@@ -171,6 +171,10 @@ class Dispatch:
     # for each name a test reads: launches for which a test holds run the source kernel (the Gluon kernel pipelines
     # the copy of its loop for the other value only: `if AB_DTYPE is not None:` casting the operands before the dot)
     source_when: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()
+    # (grid axis, least count): only launches whose grid has at least that many programs along the axis run the
+    # Gluon kernel (a causal attention loop whose key blocks end at its query block `program_id(axis)`: a short
+    # grid there means short prompts, for which the ring measured slower than the source kernel)
+    grid_at_least: tuple[int, int] | None = None
 
 
 @dataclass
@@ -891,7 +895,8 @@ class _TMAOrTriton:
     (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
     than the source only then), unless the `unflagged_at_least` (constexpr parameter, value) pairs hold; `at_least`:
-    (constexpr parameter, value) pairs, the same from a value on. `aligned`: only launches whose tensor arguments have
+    (constexpr parameter, value) pairs, the same from a value on; `grid_at_least`: (grid axis, count), only launches
+    with at least that many programs along the axis. `aligned`: only launches whose tensor arguments have
     16-byte aligned addresses, a unit last stride and the other strides multiples of 16 elements, whose `divisible`
     arguments are multiples of 16 (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells
     the compiler their rows are aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
@@ -899,7 +904,8 @@ class _TMAOrTriton:
     (`triton.set_allocator`), one that allocates with torch is set."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
-                 divisible=(), unit=(), at_least=(), unflagged_at_least=()):
+                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None):
+        self.grid_at_least = grid_at_least
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -952,9 +958,26 @@ class _TMAOrTriton:
                     return False
         return True
 
+    def long_enough(self, grid, args, kwargs):
+        """The launch's grid has at least `grid_at_least` programs along its axis (a grid function is called with
+        the launch's arguments; one that needs an autotuned block size leaves the choice to the Gluon kernel)."""
+        if self.grid_at_least is None:
+            return True
+        axis, least = self.grid_at_least
+        if callable(grid):
+            values = dict(zip(self.params, args))
+            values.update(kwargs)
+            try:
+                grid = grid(values)
+            except (KeyError, TypeError):
+                return True
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        return not isinstance(grid[axis] if axis < len(grid) else 1, int) or (
+            grid[axis] if axis < len(grid) else 1) >= least
+
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            if not self.addressable(args, kwargs):
+            if not self.addressable(args, kwargs) or not self.long_enough(grid, args, kwargs):
                 return self.triton_kernel[grid](*args, **kwargs)
             launch_grid = grid
             if self.persistent is not None:  # one program per SM for the warp-specialised configs

@@ -68,10 +68,10 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
         sites = _sites(tree, names, lines, origin, hoisted)
         if not sites:
             break
-        for function, loop, branch in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up: lines above stay
+        for function, loop, branch, dtypes in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up
             key = (function, origin[loop.lineno - 1])
             hoisted[key] = hoisted.get(key, 0) + 1
-            lines, origin = _hoisted(lines, origin, loop, branch)
+            lines, origin = _hoisted(lines, origin, loop, branch, dtypes)
         changed = True
     if not changed:
         return None
@@ -96,10 +96,10 @@ def _if_in_loop(text: str) -> bool:
 
 
 def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
-           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If]]:
-    """The (function, dot loop, constexpr `if`) to hoist in this round: per loop the first branch, over loops none of
-    which contains another (their rewrites do not overlap)."""
-    found: list[tuple[str, ast.For, ast.If]] = []
+           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If, dict[str, str]]]:
+    """The (function, dot loop, constexpr `if`, the loop's tile dtypes) to hoist in this round: per loop the first
+    branch, over loops none of which contains another (their rewrites do not overlap)."""
+    found: list[tuple[str, ast.For, ast.If, dict[str, str]]] = []
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef) or function.name not in names:
             continue
@@ -119,9 +119,10 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue
             for branch in _branches(loop):
-                if _flag_test(branch.test, flags) and (_has_effects(branch) or _feeds_loads(branch, loop)) \
+                dtypes = _tile_dtypes(function, loop, branch) if "dtype" in ast.unparse(branch.test) else {}
+                if _flag_test(branch.test, flags, dtypes) and (_has_effects(branch) or _feeds_loads(branch, loop)) \
                         and _hoistable(branch, lines):
-                    found.append((function.name, loop, branch))
+                    found.append((function.name, loop, branch, dtypes))
                     taken.append(loop)
                     break
     return found
@@ -256,20 +257,68 @@ def _branches(loop: ast.For) -> list[ast.If]:
     return sorted((n for n in found if id(n) not in elifs), key=lambda n: n.lineno)
 
 
-def _flag_test(test: ast.expr, flags: set[str]) -> bool:
-    """A test decided at compile time: constexpr parameters, literals, comparisons, and/or/not."""
+def _tile_dtypes(function: ast.FunctionDef, loop: ast.For, branch: ast.If | None = None) -> dict[str, str]:
+    """The tiles the loop loads through a pointer parameter's tile (`a = tl.load(a_ptrs)`, `a_ptrs = A + ...` before
+    the loop, or `tl.load(A + ...)`), each with that parameter: its element type, `A.dtype.element_ty`, is the tile's
+    `dtype`, known when the kernel is compiled (`if a.dtype != b.dtype:`): with `branch`, those it binds nowhere
+    between the load and the branch."""
+    params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+              if a.annotation is None}
+    before: dict[str, list[ast.expr]] = {}
+    for stmt in function.body:
+        if stmt is loop or (stmt.lineno <= loop.lineno <= stmt.end_lineno):
+            break
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            before.setdefault(stmt.targets[0].id, []).append(stmt.value)
+
+    def base(expr: ast.expr) -> str | None:
+        while isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            expr = expr.left
+        if isinstance(expr, ast.Name):
+            if expr.id in params:
+                return expr.id
+            values = before.get(expr.id, [])
+            return base(values[0]) if len(values) == 1 else None
+        return None
+
+    bound: dict[str, list[int]] = {}  # name -> lines the loop binds it on
+    for node in ast.walk(loop):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        bound.setdefault(name.id, []).append(node.lineno)
+    found: dict[str, str] = {}
+    for stmt in loop.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and isinstance(stmt.value, ast.Call) and re.search(r"(^|\.)load$", _dotted(stmt.value.func)) \
+                and stmt.value.args:
+            name, pointer = stmt.targets[0].id, base(stmt.value.args[0])
+            # (the branch that reads `a.dtype` comes after the load, and the loop binds `a` nowhere between them)
+            later = [line for line in bound.get(name, []) if line > stmt.lineno]
+            if pointer is not None and min(bound[name]) == stmt.lineno and (branch is None or (
+                    branch.lineno > stmt.end_lineno and not any(line < branch.lineno for line in later))):
+                found[name] = pointer
+    return found
+
+
+def _flag_test(test: ast.expr, flags: set[str], dtypes: dict[str, str] | None = None) -> bool:
+    """A test decided at compile time: constexpr parameters, literals, comparisons, and/or/not; and the element types
+    of tiles the loop loads (`a.dtype`, `dtypes`)."""
+    if isinstance(test, ast.Attribute) and test.attr == "dtype" and isinstance(test.value, ast.Name):
+        return test.value.id in (dtypes or {})
     if isinstance(test, ast.Name):
         return test.id in flags
     if isinstance(test, ast.Constant):
         return isinstance(test.value, (bool, int, float, str)) or test.value is None
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _flag_test(test.operand, flags)
+        return _flag_test(test.operand, flags, dtypes)
     if isinstance(test, ast.BoolOp):
-        return all(_flag_test(v, flags) for v in test.values)
+        return all(_flag_test(v, flags, dtypes) for v in test.values)
     if isinstance(test, ast.Compare):
-        return all(_flag_test(v, flags) for v in [test.left, *test.comparators])
+        return all(_flag_test(v, flags, dtypes) for v in [test.left, *test.comparators])
     if isinstance(test, ast.BinOp) and isinstance(test.op, (ast.BitAnd, ast.BitOr)):  # `IS_EVEN_M & IS_EVEN_N`
-        return _flag_test(test.left, flags) and _flag_test(test.right, flags)
+        return _flag_test(test.left, flags, dtypes) and _flag_test(test.right, flags, dtypes)
     return False
 
 
@@ -375,12 +424,16 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
     return out, out_origin
 
 
-def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If) -> tuple[list[str], list[int]]:
-    """`lines` with `loop` replaced by `if <test>: <loop, branch taken> else: <loop, branch not taken>`."""
+def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If, dtypes: dict[str, str]
+             ) -> tuple[list[str], list[int]]:
+    """`lines` with `loop` replaced by `if <test>: <loop, branch taken> else: <loop, branch not taken>` (a tile's
+    `a.dtype` read, before the loop, as its pointer's `A.dtype.element_ty`)."""
     test = ast.unparse(branch.test)
     test_text = lines[branch.lineno - 1][branch.test.col_offset:branch.test.end_col_offset]
     if not test_text.isascii():  # (ast's columns count UTF-8 bytes)
         test_text = test
+    for tile, pointer in dtypes.items():
+        test_text = re.sub(rf"(?<![\w.]){re.escape(tile)}\.dtype\b", f"{pointer}.dtype.element_ty", test_text)
     indent = " " * loop.col_offset
     unit = _indent(lines[loop.body[0].lineno - 1]) - loop.col_offset
     taken, taken_origin = _specialised(lines, origin, loop, test, True)

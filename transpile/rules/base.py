@@ -81,6 +81,8 @@ class RuleContext:
     launch_unit: tuple[str, ...] = ()
     # ... and the constexpr parameters those launches set to at least a value (`Dispatch.at_least`)
     launch_at_least: tuple[tuple[str, int], ...] = ()
+    # ... and (grid axis, count): launches with fewer programs along the axis run the source kernel
+    launch_grid_at_least: tuple[int, int] | None = None
     # ... and, with a flag, the constexpr parameters and values with which launches without it run the Gluon kernel
     launch_unflagged_at_least: tuple[tuple[str, int], ...] = ()
     # the Gluon kernel reads tiles through 32-bit buffer offsets: launches with a tensor spanning 2 GB or more run

@@ -101,11 +101,11 @@ def _distribute(term: cst.BaseExpression, tensors: set[str]) -> list[cst.BaseExp
         if inner is None:
             continue
         parts = sum_terms(inner)
-        if len(parts) < 2 or all(names_in(p) & tensors for p in parts):
+        if len(parts) < 2 or all(_tensor_term(p, tensors) for p in parts):
             continue
         out: list[cst.BaseExpression] = []
         for part in parts:
-            new = part if not names_in(part) & tensors else factor.with_changes(value=part)  # type: ignore[union-attr]
+            new = factor.with_changes(value=part) if _tensor_term(part, tensors) else part  # type: ignore[union-attr]
             rest = [*factors[:i], new, *factors[i + 1:]]
             product = rest[0] if not isinstance(rest[0], cst.BinaryOperation) else _paren(rest[0])
             for other in rest[1:]:
@@ -114,6 +114,15 @@ def _distribute(term: cst.BaseExpression, tensors: set[str]) -> list[cst.BaseExp
             out.extend(_distribute(product, tensors))
         return out
     return [term]
+
+
+def _tensor_term(term: cst.BaseExpression, tensors: set[str]) -> bool:
+    """`term` reads a tensor: a name of one, or a call that makes one in place (`gl.arange(0, BK, layout=...)`, which
+    copy layouts write into the copy where the source reads a vector the loop makes)."""
+    if names_in(term) & tensors:
+        return True
+    return any(isinstance(node, cst.Call) and any(a.keyword is not None and a.keyword.value == "layout"
+                                                  for a in node.args) for node in preorder(term))
 
 
 def _paren(node: cst.BaseExpression) -> cst.BaseExpression:

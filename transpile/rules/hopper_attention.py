@@ -30,7 +30,7 @@ import dataclasses
 
 import libcst as cst
 
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop, trip_count_axis
 from transpile.passes.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
@@ -55,6 +55,12 @@ from transpile.rules.pipeline_text import (
     rename,
     ring_depth,
 )
+
+# The least number of programs along the grid axis that bounds a causal attention loop (the query blocks of the
+# longest prompt) for which the ring runs: on an H200, packed prompts of 256 and 512 tokens (2 and 4 blocks of 128)
+# ran at 0.80x and 0.94x the source kernel, 1024 (8) at 1.10x but a mix of prompts up to 1024 tokens at 0.93x, a mix
+# up to 2000 tokens (16) at 1.04x and 2048 (16) at 1.24x (lightllm's context attention; bench/RESULTS.md).
+GRID_LEAST = 16
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -95,7 +101,8 @@ class HopperAttentionPipeline(Rule):
             "offs_m_stage = gl.convert_layout(offs_m, gl.SliceLayout(1, q_layout_))",
             "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "
             "q.dtype), gl.load(q_ptr + offs_m_stage[:, None] * stride_n + offs_d_stage[None, :] * stride_d))",
-            "_cp_async_load(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next & (i < num_iters))",
+            "if i < num_iters:",
+            "_cp_async_load(k_smem.index(i), k_ptrs_ring + start_n_next * stride_n, mask=mask_next)",
             "async_copy.wait_group(2 * NUM_STAGES - 3)",
             "qk = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), gl.zeros([BM, BN], "
             "_acc_dtype(q_ptr.dtype.element_ty), layout=mma_layout), is_async=True)",
@@ -201,11 +208,21 @@ class HopperAttentionPipeline(Rule):
             ctx.launch_at_least = at_least
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
             name = ctx.function.name
+            # Where the key blocks of a program end at its query block (a causal loop bounded by `program_id(axis)`),
+            # the grid along that axis is the longest prompt in query blocks: with few of them every program runs
+            # one or two iterations and pays the ring's fill and drain (and its shared memory: one program per SM
+            # where the source kernel fits two), so such launches run the source kernel (GRID_LEAST, measured).
+            axis = trip_count_axis(ctx.source, ctx.function.node, original)
+            if axis is not None:
+                ctx.launch_grid_at_least = (axis, GRID_LEAST)
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT043", (
                 f"`{name}` runs as Gluon for the launches " + (f"that set `{flag}` (its attention ring leaves out the "
                 f"mask that `{flag}` adds on the key blocks where every score passes it) and " if flag else "")
                 + "".join(f"whose `{n}` is at least {v} (at a tile the kernel fixes the ring measured slower than "
                           f"Triton below that) and " for n, v in at_least)
+                + (f"whose grid has at least {GRID_LEAST} programs along axis {axis} (the query blocks of the longest "
+                   "prompt: with fewer, programs of one or two key blocks ran slower than the source kernel) and "
+                   if axis is not None else "")
                 + "whose tensors have 16-byte aligned rows (the ring's copies move 16 bytes); the others run the "
                 f"source kernel, kept as `_{name}_triton`" + (": without the flag the ring would leave out a bound "
                 "check only (0.91-1.05x measured on an H100, bench/RESULTS.md)" if flag else ""))))
@@ -943,11 +960,12 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                          f"layout=gl.SliceLayout({axis}, {layout}))")
         for key, load, smem in (("k", plan.k, k_smem), ("v", plan.v, v_smem)):
             pointer, mask = copy_nodes[key]  # type: ignore[misc]  # (a K loaded [HEAD_DIM, BLOCK_N]: transposed)
-            live = f"({iteration} < {iters})"
-            full_mask = f"{_text(mask, renames)} & {live}" if mask is not None else live
-            if mask is not None and not isinstance(mask, (cst.Name, cst.Call, cst.Subscript, cst.Attribute)):
-                full_mask = f"({_text(mask, renames)}) & {live}"
-            lines.append(f"{indent}_cp_async_load({smem}.index({slot_expr}), {_text(pointer, renames)}, mask={full_mask})")
+            masked = f", mask={_text(mask, renames)}" if mask is not None else ""
+            # A copy past the last iteration is not issued (a masked-off cp.async still writes its zeros: a loop of
+            # one or two key blocks paid for NUM_STAGES of them); its group is committed all the same, empty, so
+            # that the waits count the same groups.
+            lines.append(f"{indent}if {iteration} < {iters}:")
+            lines.append(f"{indent}    _cp_async_load({smem}.index({slot_expr}), {_text(pointer, renames)}{masked})")
             lines.append(f"{indent}async_copy.commit_group()")
         return lines
 
@@ -1024,7 +1042,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"{v_smem}.index({stages} - 1).store(gl.zeros({v_shape}, {dtype}, layout={v_layout}))",
         "fence_async_shared()  # the register stores above are read by wgmma (the async proxy)",
         f"{iters} = {count}",
-        f"# Prologue: start the copies of the first {stages} - 1 iterations (masked off past the last one).",
+        f"# Prologue: start the copies of the first {stages} - 1 iterations (none past the last one).",
         f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(prologue_i, prologue_i, "    ")),
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
@@ -1071,8 +1089,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ]
     lines.append("\n".join(loop))
     lines += [
-        "# The last iteration's PV, once its V tile has landed (every thread's copies: hence the barrier; the copies",
-        "# past the end, masked off, are complete too).",
+        "# The last iteration's PV, once its V tile has landed (every thread's copies: hence the barrier).",
         "async_copy.wait_group(0)",
         "_cta_barrier()",
         f"{plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index(({iters} + {stages} - 1) % {stages}), "
