@@ -591,3 +591,33 @@ def test_a_k_index_made_in_the_loop_keeps_its_broadcast_in_the_copies(target: st
     values = {"A": "*fp16", "B": "*fp16", "C": "*fp16", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8}
     compiled = [c for c in verify(result, values) if not c.kept]
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_rebound_pointer_parameter_is_still_a_buffer_copy_base(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`A = A + (offsets)` before the loop (FlagGems' backend mm kernels): the translation keeps the parameter as
+    `A_arg = A`, and the gfx950 copies read from that scalar base at 32-bit offsets (`buffer_load_to_shared`), not
+    from a tile of 64-bit pointers advanced per lane (2.48x Triton's non-MFMA instructions per MFMA before); an
+    `other=_0` zero tile of ones reads as `other=0` (it did not compile)."""
+    text = KLOOP_ARANGE.replace('''    for start_k in range(0, K, BK):
+        rk = start_k + tl.arange(0, BK)
+        a = tl.load(A + (ram[:, None] * stride_am + rk[None, :] * stride_ak))
+        b = tl.load(B + (rk[:, None] * stride_bk + rbn[None, :] * stride_bn))
+''', '''    rk = tl.arange(0, BK)
+    A = A + (ram[:, None] * stride_am + rk[None, :] * stride_ak)
+    B = B + (rk[:, None] * stride_bk + rbn[None, :] * stride_bn)
+    for k in range(0, tl.cdiv(K, BK)):
+        _0 = tl.zeros((1, 1), dtype=C.dtype.element_ty)
+        a = tl.load(A, mask=rk[None, :] < K - k * BK, other=_0)
+        b = tl.load(B, mask=rk[:, None] < K - k * BK, other=_0)
+        A += BK * stride_ak
+        B += BK * stride_bk
+''')
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined
+    assert "async_copy.buffer_load_to_shared(" in result.text and "A_arg" in result.text
+    assert "global_load_to_shared(" not in result.text.split("def mm(", 1)[1]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"A": "*fp16", "B": "*fp16", "C": "*fp16", "BM": 128, "BN": 128, "BK": 64, "num_warps": 8}
+    compiled = [c for c in verify(result, values) if not c.kept]
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

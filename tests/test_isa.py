@@ -67,6 +67,13 @@ def test_loop_mix_counts_each_kind() -> None:
     assert mix.mma_eq == 4.0 and mix.other_per_mma_eq == 2.75
 
 
+def test_gfx1250_asynchronous_copies_are_direct_to_lds() -> None:
+    """`global_load_async_to_lds_b128` (gfx1250's copy of a pointer tile into LDS) is a direct-to-LDS copy, not a
+    load into registers (it was counted as one)."""
+    mix = loop_mix(["global_load_async_to_lds_b128 v1, v[2:3], off", "global_load_b128 v[4:7], v[2:3], off"])
+    assert (mix.lds_direct, mix.global_loads) == (1, 1)
+
+
 def test_amd_figures_read_the_assemblers_comments() -> None:
     figures = amd_figures(ASM, lds_bytes=65536)
     assert (figures.vgprs, figures.agprs, figures.occupancy, figures.spills, figures.lds_bytes) == (52, 0, 8, 0,

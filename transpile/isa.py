@@ -36,7 +36,8 @@ class HotLoop:
     instructions: int = 0
     mma: int = 0  # MFMA / WMMA instructions
     mma_eq: float = 0.0  # their work in 16x16x32 MFMAs
-    lds_direct: int = 0  # direct-to-LDS copies (`buffer_load_dword* ... lds`, `global_load_lds_*`)
+    lds_direct: int = 0  # direct-to-LDS copies (`buffer_load_dword* ... lds`, `global_load_lds_*`,
+    # gfx1250's `global_load_async_to_lds_*`)
     global_loads: int = 0  # buffer/global loads into registers
     tensor_copies: int = 0  # TDM (gfx1250 `tensor_load_to_lds`)
     ds_reads: int = 0
@@ -133,7 +134,8 @@ def _instructions(lines: list[str]) -> list[str]:
 def _lds_direct(instruction: str) -> bool:
     tokens = re.split(r"[\s,]+", instruction)
     op = tokens[0]
-    return bool(re.match(r"(global|buffer)_load_lds", op)) or (op.startswith(("buffer_load", "global_load"))
+    # (gfx1250's asynchronous copies: `global_load_async_to_lds_b128`)
+    return bool(re.match(r"(global|buffer)_load_(async_to_)?lds", op)) or (op.startswith(("buffer_load", "global_load"))
                                                                 and "lds" in tokens[1:])
 
 

@@ -12,6 +12,10 @@ blank lines and line numbers stay where they were, so every diagnostic still poi
 - ``acc += tl.dot(a, b) * scale`` is left as it is: scaling the dot result is not scaling the accumulator. The
   pipeline analysis names it in its TT040 note ("dot result scaled before accumulation").
 - ``b.T`` becomes ``tl.trans(b)`` (with the file's own name for ``triton.language``).
+- A load's ``other=_0``, where the function binds ``_0`` once, to a zero tile of ones in every dimension
+  (``_0 = tl.zeros((1, 1), dtype=C.dtype.element_ty)``, Inductor's mm template), becomes ``other=0``: the load
+  casts it to the tile's element type either way, and a literal is what the copy engines take (a tile of another
+  layout in their copies did not compile).
 
 Loop headers need no rewrite: ``range(0, K, BLOCK_K)``, ``range(tl.cdiv(K, BLOCK_K))`` and ``tl.range(...,
 num_stages=, flatten=, warp_specialize=, loop_unroll_factor=)`` are read alike by the loop analysis
@@ -24,8 +28,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import calls_in, module_code
-from transpile.cst_walk import transform
+from transpile.cst_utils import calls_in, module_code, names_in
+from transpile.cst_walk import preorder, transform
 from transpile.discover import ModuleFacts, discover, language_name
 from transpile.source import SourceFile, parse_source
 
@@ -60,6 +64,7 @@ class _Canonical(cst.CSTTransformer):
         self.accumulators: dict[str, str] = {}  # accumulator name -> dtype text of its tl.zeros/tl.full start
         self.int8 = False  # the function mentions 8-bit integer types
         self.lang = ""  # the function's name for triton.language (`tl`)
+        self.zero_tiles: set[str] = set()  # names bound once to a zero tile of ones (`_0 = tl.zeros((1, 1), ...)`)
 
     # -- scope --------------------------------------------------------------------------------------------------
 
@@ -70,7 +75,26 @@ class _Canonical(cst.CSTTransformer):
             code = self.source.code(node)
             self.int8 = "int8" in code
             self.lang = _language_alias(self.source, node)
+            self.zero_tiles = _zero_tiles(self.source, node)
         return True
+
+    # -- `other=_0` (a zero tile of ones) -> `other=0` -----------------------------------------------------------
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.depth == 0 or not self.zero_tiles or language_name(
+                self.source.qualified_name(original_node.func)) not in ("load", "core.load"):
+            return updated_node
+        positional = [i for i, a in enumerate(updated_node.args) if a.keyword is None]
+        at = next((i for i, a in enumerate(updated_node.args) if a.keyword is not None and a.keyword.value == "other"),
+                  positional[2] if len(positional) > 2 else None)
+        if at is None:
+            return updated_node
+        arg = updated_node.args[at]
+        if not (isinstance(arg.value, cst.Name) and arg.value.value in self.zero_tiles):
+            return updated_node
+        args = list(updated_node.args)
+        args[at] = arg.with_changes(value=cst.Integer("0"))
+        return updated_node.with_changes(args=args)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         if original_node in self.functions:
@@ -226,3 +250,34 @@ def _language_alias(source: SourceFile, fn: cst.FunctionDef) -> str:
                 language_name(source.qualified_name(func)) is not None:
             return func.value.value
     return ""
+
+
+def _zero_tiles(source: SourceFile, fn: cst.FunctionDef) -> set[str]:
+    """Names `fn` binds exactly once, to `tl.zeros(shape, ...)` or `tl.full(shape, 0, ...)` with a shape of ones."""
+    bound: dict[str, list[cst.BaseExpression | None]] = {}
+    for node in preorder(fn):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                for name in names_in(target.target):
+                    bound.setdefault(name, []).append(
+                        node.value if isinstance(target.target, cst.Name) and len(node.targets) == 1 else None)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            for name in names_in(node.target):
+                bound.setdefault(name, []).append(None)
+        elif isinstance(node, (cst.For, cst.Param)):
+            for name in names_in(node.target if isinstance(node, cst.For) else node.name):
+                bound.setdefault(name, []).append(None)
+    found = set()
+    for name, values in bound.items():
+        value = values[0] if len(values) == 1 else None
+        if not isinstance(value, cst.Call) or not value.args:
+            continue
+        kind = language_name(source.qualified_name(value.func))
+        shape = value.args[0].value
+        ones = isinstance(shape, (cst.Tuple, cst.List)) and shape.elements and all(
+            isinstance(e.value, cst.Integer) and e.value.value == "1" for e in shape.elements)
+        zero = kind == "zeros" or (kind == "full" and len(value.args) > 1 and isinstance(value.args[1].value, (
+            cst.Integer, cst.Float)) and float(value.args[1].value.value) == 0.0)
+        if ones and zero:
+            found.add(name)
+    return found

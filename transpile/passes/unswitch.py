@@ -413,8 +413,8 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
             else:
                 by = _indent(lines[branch.orelse[0].lineno - 1]) - indent
                 new, new_origin = _dedented(lines, origin, header + 1, branch.end_lineno, by)
-        if not any(line.strip() and not line.strip().startswith("#") for line in new):
-            new = [*new, " " * indent + "pass"]
+        if not any(line.strip() and not line.strip().startswith("#") for line in new) and _alone(loop, branch):
+            new = [*new, " " * indent + "pass"]  # (only where the block would be left empty)
             new_origin = [*new_origin, origin[branch.lineno - 1]]
         out += new
         out_origin += new_origin
@@ -422,6 +422,16 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
     out += lines[cursor - 1:last]
     out_origin += origin[cursor - 1:last]
     return out, out_origin
+
+
+def _alone(loop: ast.For, branch: ast.If) -> bool:
+    """`branch` is the only statement of the block that holds it (in the loop)."""
+    for node in ast.walk(loop):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and any(statement is branch for statement in block):
+                return len(block) == 1
+    return True
 
 
 def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If, dtypes: dict[str, str]

@@ -77,6 +77,7 @@ class BufferCopies(Rule):
         if not ctx.copy_rings:
             return updated
         pointers = pointer_params(ctx.facts, ctx.function)  # the parameters the kernel addresses memory from
+        pointers = pointers | _aliases(updated, pointers)
         scalars = {p.name for p in ctx.function.params} | _constexpr_names(updated)
         tiles = _tiles(updated, pointers)
         name = namer(names_in(updated))
@@ -90,6 +91,29 @@ class BufferCopies(Rule):
             if helper in called:
                 ctx.need(snippet)
         return rewritten  # type: ignore[return-value]
+
+
+def _aliases(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
+    """Names bound once, at the function's top level, to a pointer parameter (`A_arg = A`: the translation keeps a
+    parameter the kernel rebinds, `A = A + offsets`, under a name of its own): bases of buffer copies as well."""
+    bound: dict[str, int] = {}
+    for node in preorder(function):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                for name in names_in(target.target):
+                    bound[name] = bound.get(name, 0) + 1
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            for name in names_in(node.target):
+                bound[name] = bound.get(name, 0) + 1
+    found = set()
+    for statement in function.body.body:  # type: ignore[union-attr]
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Name) \
+                        and small.value.value in pointers and bound.get(small.targets[0].target.value) == 1:
+                    found.add(small.targets[0].target.value)
+    return found
 
 
 def _distribute(term: cst.BaseExpression, tensors: set[str]) -> list[cst.BaseExpression]:
