@@ -918,9 +918,14 @@ class _TMAOrTriton:
         self.at_least = at_least
         self.unflagged_at_least = unflagged_at_least
 
-    def addressable(self, args, kwargs):
+    def arguments(self, args, kwargs):
+        """A launch's arguments by parameter name."""
         values = dict(zip(self.params, args))
         values.update(kwargs)
+        return values
+
+    def addressable(self, args, kwargs):
+        values = self.arguments(args, kwargs)
         if self.when is not None and not values.get(*self.when):
             if not self.unflagged_at_least or any(not isinstance(values.get(name), int) or values[name] < least
                                                   for name, least in self.unflagged_at_least):
@@ -965,15 +970,13 @@ class _TMAOrTriton:
             return True
         axis, least = self.grid_at_least
         if callable(grid):
-            values = dict(zip(self.params, args))
-            values.update(kwargs)
             try:
-                grid = grid(values)
+                grid = grid(self.arguments(args, kwargs))
             except (KeyError, TypeError):
                 return True
-        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-        return not isinstance(grid[axis] if axis < len(grid) else 1, int) or (
-            grid[axis] if axis < len(grid) else 1) >= least
+        sizes = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        count = sizes[axis] if axis < len(sizes) else 1
+        return not isinstance(count, int) or count >= least
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -1035,9 +1038,8 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     def addressable(self, args, kwargs):
         if self.warps is not None and kwargs.get("num_warps") != self.warps:
             return False
+        values = self.arguments(args, kwargs)
         if self.source_when:
-            values = dict(zip(self.params, args))
-            values.update(kwargs)
             # (a test reading a constexpr the launch neither passes nor has a default for: the source kernel)
             for test in self.source_when:
                 names = test.__code__.co_varnames[: test.__code__.co_argcount]
@@ -1047,8 +1049,6 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
                 except TypeError:
                     return False
         if self.lds is not None:
-            values = dict(zip(self.params, args))
-            values.update(kwargs)
             limit, rings = self.lds
             need = 0
             for shape, pointer in rings:
