@@ -371,3 +371,67 @@ def call_arguments(call: cst.Call, params: Sequence[str]) -> list[tuple[str | No
     return [(arg.keyword.value if arg.keyword is not None else
              params[position] if arg.star == "" and position < len(params) else None, arg)
             for position, arg in enumerate(call.args)]
+
+
+def single_definitions(fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body; a
+    name also bound otherwise, by `+=`, a tuple target or a loop, is left out)."""
+    return bindings(fn)[0]
+
+
+def bindings(fn: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], set[str]]:
+    """`single_definitions`, and the names `fn` binds more than once other than as `for` targets (`start = 0`, then
+    `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere."""
+    values: dict[str, cst.BaseExpression] = {}
+    counts: dict[str, int] = {}
+    loop_targets: dict[str, int] = {}  # name -> `for` loops that bind it
+
+    def bind(target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
+        if isinstance(target, cst.Name):
+            if loop:
+                loop_targets[target.value] = loop_targets.get(target.value, 0) + 1
+            else:
+                counts[target.value] = counts.get(target.value, 0) + weight
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                bind(element.value, 2, loop)
+
+    def walk(statements) -> None:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for node in statement.body:
+                    if isinstance(node, cst.Assign):
+                        for target in node.targets:
+                            bind(target.target, 1)
+                            if len(node.targets) == 1 and isinstance(target.target, cst.Name):
+                                values[target.target.value] = node.value
+                    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                        bind(node.target, 2)
+                    elif any(isinstance(n, (cst.NamedExpr, cst.CompFor)) for n in preorder(node)):
+                        for n in preorder(node):  # (rare: walrus and comprehension targets)
+                            if isinstance(n, (cst.NamedExpr, cst.CompFor)):
+                                bind(n.target, 2)
+            elif isinstance(statement, cst.BaseCompoundStatement):
+                if isinstance(statement, cst.For):
+                    bind(statement.target, 2, loop=True)
+                if isinstance(statement, cst.With):
+                    for item in statement.items:
+                        if item.asname is not None:
+                            bind(item.asname.name, 2)
+                walk(block_statements(statement))
+                orelse = getattr(statement, "orelse", None)
+                while orelse is not None:
+                    walk(block_statements(orelse))
+                    orelse = getattr(orelse, "orelse", None)
+
+    walk(fn.body.body)  # type: ignore[union-attr]
+    single = {name: value for name, value in values.items() if counts.get(name) == 1 and name not in loop_targets}
+    rebound = {name for name, count in counts.items() if count > 1 or (count and name in loop_targets)}
+    rebound |= {name for name, loops in loop_targets.items() if loops > 1}  # (two loops over `k`)
+    return single, rebound
+
+
+def block_statements(statement: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements of a compound statement's indented body (none for other forms: `match`, one-line suites)."""
+    body = getattr(statement, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []

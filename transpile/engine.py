@@ -579,6 +579,9 @@ def _keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
         for loop, text in zip(unpipelined, reasons))})
 
 
+_ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")  # a pointer's element type, `A.dtype.element_ty`
+
+
 def _launch_switched(ctx: RuleContext, loops: list[DotLoop]
                      ) -> list[tuple[str, tuple[tuple[str, str | None], ...]]] | None:
     """Per loop of `loops`, the compile-time test under which it runs, as a test a launcher can evaluate (Python
@@ -589,6 +592,7 @@ def _launch_switched(ctx: RuleContext, loops: list[DotLoop]
         return None
     fn = ctx.function
     params = {p.name: p for p in fn.params if p.is_constexpr and p.name not in fn.heuristics}
+    pointer_params = {p.name for p in fn.params if not p.is_constexpr}
     parents = ctx.source.parents
     found = []
     for loop in loops:
@@ -607,13 +611,11 @@ def _launch_switched(ctx: RuleContext, loops: list[DotLoop]
         twin = other if taken else parent.body
         if not any(done is node for done in ctx.pipelined for node in cst_walk.preorder(twin)):
             return None
-        test = ctx.source.code(parent.test).strip()
         # a tile's element type read as its pointer's (`A.dtype.element_ty`, unswitched from `a.dtype`): the launch's
         # tensor's `A.dtype`
-        pointers = {n for n in re.findall(r"(?<![\w.])(\w+)\.dtype\.element_ty\b", test)
-                    if n in {p.name for p in fn.params if not p.is_constexpr}}
-        test = re.sub(r"(?<![\w.])(\w+)\.dtype\.element_ty\b",
-                      lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
+        test = ctx.source.code(parent.test).strip()
+        pointers = set(_ELEMENT_TY.findall(test)) & pointer_params
+        test = _ELEMENT_TY.sub(lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
         names = names_in(parent.test) - {"None", "True", "False", "dtype", "element_ty"}
         if not names or not names <= params.keys() | pointers:
             return None

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import calls_in, module_code, names_in
-from transpile.cst_walk import preorder, transform
+from transpile.cst_utils import calls_in, module_code, single_definitions
+from transpile.cst_walk import transform
 from transpile.discover import ModuleFacts, discover, language_name
 from transpile.source import SourceFile, parse_source
 
@@ -253,24 +253,12 @@ def _language_alias(source: SourceFile, fn: cst.FunctionDef) -> str:
 
 
 def _zero_tiles(source: SourceFile, fn: cst.FunctionDef) -> set[str]:
-    """Names `fn` binds exactly once, to `tl.zeros(shape, ...)` or `tl.full(shape, 0, ...)` with a shape of ones."""
-    bound: dict[str, list[cst.BaseExpression | None]] = {}
-    for node in preorder(fn):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                for name in names_in(target.target):
-                    bound.setdefault(name, []).append(
-                        node.value if isinstance(target.target, cst.Name) and len(node.targets) == 1 else None)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            for name in names_in(node.target):
-                bound.setdefault(name, []).append(None)
-        elif isinstance(node, (cst.For, cst.Param)):
-            for name in names_in(node.target if isinstance(node, cst.For) else node.name):
-                bound.setdefault(name, []).append(None)
+    """Names `fn` binds exactly once (not parameters), to `tl.zeros(shape, ...)` or `tl.full(shape, 0, ...)` with a
+    shape of ones."""
+    params = {p.name.value for p in fn.params.params}
     found = set()
-    for name, values in bound.items():
-        value = values[0] if len(values) == 1 else None
-        if not isinstance(value, cst.Call) or not value.args:
+    for name, value in single_definitions(fn).items():
+        if name in params or not isinstance(value, cst.Call) or not value.args:
             continue
         kind = language_name(source.qualified_name(value.func))
         shape = value.args[0].value

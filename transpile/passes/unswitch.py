@@ -25,8 +25,10 @@ on its own. Only `if` statements whose test reads nothing but the function's con
 comparisons, `and`/`or`/`not`), that no statement of the function rebinds, and whose branches load, store, or
 multiply (a `load`/`store`/`dot`/atomic call), or that assign a name the address or mask of such a call in the loop
 is computed from (`mask_a = ...` under `if EVEN_K:`) or an operand of a dot (`a = a.to(AB_DTYPE)` under `if AB_DTYPE
-is not None:`), are hoisted: another branch of arithmetic only (a causal mask
-under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted out of one loop (four copies).
+is not None:`), are hoisted; so are tests of the element types of tiles the loop loads (`if a.dtype != b.dtype:`),
+read before the loop as their pointers' (`a_ptr.dtype.element_ty`). Another branch of arithmetic only (a causal mask
+under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted
+out of one loop (four copies).
 
 The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
 (`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
@@ -257,11 +259,11 @@ def _branches(loop: ast.For) -> list[ast.If]:
     return sorted((n for n in found if id(n) not in elifs), key=lambda n: n.lineno)
 
 
-def _tile_dtypes(function: ast.FunctionDef, loop: ast.For, branch: ast.If | None = None) -> dict[str, str]:
+def _tile_dtypes(function: ast.FunctionDef, loop: ast.For, branch: ast.If) -> dict[str, str]:
     """The tiles the loop loads through a pointer parameter's tile (`a = tl.load(a_ptrs)`, `a_ptrs = A + ...` before
-    the loop, or `tl.load(A + ...)`), each with that parameter: its element type, `A.dtype.element_ty`, is the tile's
-    `dtype`, known when the kernel is compiled (`if a.dtype != b.dtype:`): with `branch`, those it binds nowhere
-    between the load and the branch."""
+    the loop, or `tl.load(A + ...)`) and binds nowhere else before `branch`, each with that parameter: its element
+    type, `A.dtype.element_ty`, is the tile's `dtype` there, known when the kernel is compiled (`if a.dtype !=
+    b.dtype:`)."""
     params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
               if a.annotation is None}
     before: dict[str, list[ast.expr]] = {}
@@ -296,8 +298,8 @@ def _tile_dtypes(function: ast.FunctionDef, loop: ast.For, branch: ast.If | None
             name, pointer = stmt.targets[0].id, base(stmt.value.args[0])
             # (the branch that reads `a.dtype` comes after the load, and the loop binds `a` nowhere between them)
             later = [line for line in bound.get(name, []) if line > stmt.lineno]
-            if pointer is not None and min(bound[name]) == stmt.lineno and (branch is None or (
-                    branch.lineno > stmt.end_lineno and not any(line < branch.lineno for line in later))):
+            if pointer is not None and min(bound[name]) == stmt.lineno and branch.lineno > stmt.end_lineno \
+                    and not any(line < branch.lineno for line in later):
                 found[name] = pointer
     return found
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import broadcast_axis, calls_in, module_code, sum_terms
+from transpile.cst_utils import (bindings, block_statements, broadcast_axis, calls_in, module_code,
+                                 single_definitions, sum_terms)
 from transpile.analysis.launch_alignment import _addresses
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -44,70 +45,6 @@ def _language(facts: ModuleFacts, call: cst.Call) -> str | None:
     return lang.rsplit(".", 1)[-1] if lang is not None else None
 
 
-def single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
-    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body; a
-    name also bound otherwise, by `+=`, a tuple target or a loop, is left out)."""
-    return bindings(fn)[0]
-
-
-def bindings(fn: JitFunction) -> tuple[dict[str, cst.BaseExpression], set[str]]:
-    """`single_definitions`, and the names `fn` binds more than once other than as `for` targets (`start = 0`, then
-    `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere."""
-    values: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
-    loop_targets: dict[str, int] = {}  # name -> `for` loops that bind it
-
-    def bind(target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
-        if isinstance(target, cst.Name):
-            if loop:
-                loop_targets[target.value] = loop_targets.get(target.value, 0) + 1
-            else:
-                counts[target.value] = counts.get(target.value, 0) + weight
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                bind(element.value, 2, loop)
-
-    def walk(statements) -> None:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
-        for statement in statements:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for node in statement.body:
-                    if isinstance(node, cst.Assign):
-                        for target in node.targets:
-                            bind(target.target, 1)
-                            if len(node.targets) == 1 and isinstance(target.target, cst.Name):
-                                values[target.target.value] = node.value
-                    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                        bind(node.target, 2)
-                    elif any(isinstance(n, (cst.NamedExpr, cst.CompFor)) for n in cst_walk.preorder(node)):
-                        for n in cst_walk.preorder(node):  # (rare: walrus and comprehension targets)
-                            if isinstance(n, (cst.NamedExpr, cst.CompFor)):
-                                bind(n.target, 2)
-            elif isinstance(statement, cst.BaseCompoundStatement):
-                if isinstance(statement, cst.For):
-                    bind(statement.target, 2, loop=True)
-                if isinstance(statement, cst.With):
-                    for item in statement.items:
-                        if item.asname is not None:
-                            bind(item.asname.name, 2)
-                walk(_block(statement))
-                orelse = getattr(statement, "orelse", None)
-                while orelse is not None:
-                    walk(_block(orelse))
-                    orelse = getattr(orelse, "orelse", None)
-
-    walk(fn.node.body.body)
-    single = {name: value for name, value in values.items() if counts.get(name) == 1 and name not in loop_targets}
-    rebound = {name for name, count in counts.items() if count > 1 or (count and name in loop_targets)}
-    rebound |= {name for name, loops in loop_targets.items() if loops > 1}  # (two loops over `k`)
-    return single, rebound
-
-
-def _block(statement: cst.CSTNode) -> list[cst.BaseStatement]:
-    """The statements of a compound statement's indented body (none for other forms: `match`, one-line suites)."""
-    body = getattr(statement, "body", None)
-    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
-
-
 def _loops(statements) -> list[cst.For | cst.While]:  # noqa: ANN001 - the loop statements, nested ones too
     found: list[cst.For | cst.While] = []
     for statement in statements:
@@ -115,10 +52,10 @@ def _loops(statements) -> list[cst.For | cst.While]:  # noqa: ANN001 - the loop 
                                                                                             cst.ClassDef)):
             if isinstance(statement, (cst.For, cst.While)):
                 found.append(statement)
-            found += _loops(_block(statement))
+            found += _loops(block_statements(statement))
             orelse = getattr(statement, "orelse", None)
             while orelse is not None:
-                found += _loops(_block(orelse))
+                found += _loops(block_statements(orelse))
                 orelse = getattr(orelse, "orelse", None)
     return found
 
@@ -132,7 +69,7 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
     candidates = [(c, pointer) for c, pointer in _addresses(facts, fn, {"load"}) if id(c) in in_loop]
     if not candidates:
         return []
-    single = single_definitions(fn)
+    single = single_definitions(fn.node)
     found = []
     for call, pointer in candidates:
         seen: set[str] = set()
@@ -226,7 +163,7 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         flagged = replicated_loads(facts, fn, plan)
         if not flagged:
             continue
-        single, rebound = bindings(fn)
+        single, rebound = bindings(fn.node)
         loads = load_calls(facts, fn)
         indices = set()
         for call in flagged:

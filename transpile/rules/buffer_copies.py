@@ -26,7 +26,8 @@ from collections.abc import Callable
 import libcst as cst
 
 from transpile.analysis.launch_alignment import pointer_params
-from transpile.cst_utils import broadcast_axis, names_in, product_factors, sum_terms
+from transpile.cst_utils import (assigned_names, broadcast_axis, names_in, product_factors, single_definitions,
+                                 sum_terms)
 from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
@@ -96,24 +97,11 @@ class BufferCopies(Rule):
 def _aliases(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
     """Names bound once, at the function's top level, to a pointer parameter (`A_arg = A`: the translation keeps a
     parameter the kernel rebinds, `A = A + offsets`, under a name of its own): bases of buffer copies as well."""
-    bound: dict[str, int] = {}
-    for node in preorder(function):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                for name in names_in(target.target):
-                    bound[name] = bound.get(name, 0) + 1
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            for name in names_in(node.target):
-                bound[name] = bound.get(name, 0) + 1
-    found = set()
-    for statement in function.body.body:  # type: ignore[union-attr]
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Name) \
-                        and small.value.value in pointers and bound.get(small.targets[0].target.value) == 1:
-                    found.add(small.targets[0].target.value)
-    return found
+    statements = function.body.body  # type: ignore[union-attr]
+    top = {name for statement in statements if isinstance(statement, cst.SimpleStatementLine)
+           for name in assigned_names(statement)}
+    return {name for name, value in single_definitions(function).items()
+            if name in top and isinstance(value, cst.Name) and value.value in pointers}
 
 
 def _distribute(term: cst.BaseExpression, tensors: set[str]) -> list[cst.BaseExpression]:
