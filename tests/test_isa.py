@@ -113,7 +113,11 @@ PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
              "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_swiglu_gemm", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
-             "suite_desc_persistent"]
+             "suite_desc_persistent", "suite_cast_operand_gemm"]
+# Fixtures whose dot reads an operand computed from a loaded tile (a cast, a dequantisation): the computation's
+# arithmetic, the same in both, dilutes the ring's gain, so their bar is "never heavier" (at most 1.0x) on every target
+# (bench/RESULTS.md: computed operands).
+COMPUTED = {"suite_cast_operand_gemm"}
 
 
 @pytest.mark.slow
@@ -144,7 +148,8 @@ def test_a_pipelined_variant_is_never_heavier_than_its_source(fixture: str, targ
         assert c.source is not None and c.variant is not None, c.message
         # gfx942's pointer copies go through registers (no direct-to-LDS copy of 16 bytes a lane): never heavier;
         # gfx950's and gfx1250's go straight into LDS
-        assert c.ratio is not None and c.ratio <= (1.0 if target == "gfx942" else 0.8), (c.label, c.ratio)
+        bar = 1.0 if target == "gfx942" or fixture in COMPUTED else 0.8
+        assert c.ratio is not None and c.ratio <= bar, (c.label, c.ratio)
         # no more VGPR spills (to scratch memory); SGPR spills go to VGPR lanes (`v_writelane`), not to memory
         assert (c.variant.vgpr_spills or 0) <= (c.source.vgpr_spills or 0), (c.label, c.variant.vgpr_spills)
         assert (c.variant.scratch_bytes or 0) <= (c.source.scratch_bytes or 0), (c.label, c.variant.scratch_bytes)

@@ -23,7 +23,7 @@ from transpile.analysis.launch_alignment import (
     column_major_access,
 )
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
-from transpile.analysis.pipeline import LoopRefusal, plan_loop
+from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
@@ -138,6 +138,8 @@ class Prepared:
     block_pointers: list[BlockPointerRefusal] = field(default_factory=list)
     # per function, the vector loads given a layout of their own (`transpile.passes.vector_loads`)
     own_loads: dict[str, frozenset[int]] = field(default_factory=dict)
+    # the AMD targets' layouts, where a dot loop reads a tile computed from a loaded one (`with_operand_layouts`)
+    operand_layouts: Prepared | None = field(default=None, repr=False)
 
     @property
     def original_source(self) -> SourceFile:
@@ -253,6 +255,24 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
     return prepared.tma[skip]
 
 
+def with_operand_layouts(prepared: Prepared) -> Prepared:
+    """`prepared` with the layouts the AMD pipelines need where a dot loop reads an operand computed from a loaded
+    tile (dequantised weights, a cast): that computation runs in the MMA operand's layout
+    (`LayoutAnalysis.operand_anchors`), so that the tile read from its ring slot in that layout needs no conversion in
+    the MMA stage; `prepared` itself where no loop does."""
+    if prepared.operand_layouts is None:
+        from transpile.analysis.stages import MIN_SLOTS
+
+        anchors = operand_anchors(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS)
+        if not anchors:
+            prepared.operand_layouts = prepared
+        else:
+            anchored = dataclasses.replace(prepared, plans=analyse_layouts(prepared.facts, prepared.own_loads, anchors),
+                                           tma={})
+            prepared.operand_layouts = anchored.operand_layouts = anchored
+    return prepared.operand_layouts
+
+
 def translate_source(text: str, path: str, target: Target, command: str | None = None,
                      prepared: Prepared | None = None, gluon_always: bool = False, tma_tiles: bool = True
                      ) -> TranslationResult:
@@ -264,6 +284,8 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     the rest."""
     if prepared is None or prepared.text != text:
         prepared = prepare(text, path)
+    if target.backend == "hip":
+        prepared = with_operand_layouts(prepared)
     if target.backend != "cuda" or not tma_tiles:
         return _translate(text, path, target, command, prepared, gluon_always, {})
     skip: frozenset[str] = frozenset()

@@ -150,6 +150,28 @@ def _bc_dequant_inputs(s, device, gen):
     return a, w, scales
 
 
+def _cast_operand_inputs(s, device, gen):
+    # (fp16: Triton's interpreter casts integers to bf16 by their bits)
+    a = _randn(gen, s["M"], s["K"], device=device)
+    b = torch.randint(-8, 8, (s["K"], s["N"]), generator=gen, dtype=torch.int16).to(device)
+    return a, b
+
+
+def _gptq_inputs(s, device, gen):
+    K, N, group = s["K"], s["N"], s["G"]
+    a = _randn(gen, s["M"], K, device=device) * 0.1
+    q = torch.randint(0, 16, (K, N), generator=gen, dtype=torch.int32)
+    packed = torch.zeros(K // 8, N, dtype=torch.int32)
+    for i in range(8):  # row k in word k // 8, bits 4 * (k % 8)
+        packed |= q[i::8] << (4 * i)
+    z = torch.randint(0, 15, (K // group, N), generator=gen, dtype=torch.int32)
+    zeros = torch.zeros(K // group, N // 8, dtype=torch.int32)
+    for i in range(8):
+        zeros |= z[:, i::8] << (4 * i)
+    scales = (torch.rand(K // group, N, generator=gen) * 1e-2 + 5e-3).half()
+    return a, packed.to(device), scales.to(device), zeros.to(device), group
+
+
 def _bc_int4_inputs(s, device, gen):
     a = _randn(gen, s["M"], s["K"], device=device)
     q = torch.randint(0, 16, (s["K"], s["N"]), generator=gen, dtype=torch.uint8)
@@ -245,6 +267,19 @@ def _ref_bc_cross_entropy(logits, target, scale=1.0):
 
 def _ref_bc_dequant_matmul(a, w, scales):
     return a.double() @ (w.float() * scales).half().double()
+
+
+def _ref_cast_operand_gemm(a, b):
+    return (a.double() @ b.to(a.dtype).double()).to(a.dtype)
+
+
+def _ref_w4a16_gptq(a, packed, scales, zeros, group):
+    K = packed.shape[0] * 8
+    q = torch.stack([(packed >> (4 * i)) & 0xF for i in range(8)], dim=1).reshape(K, -1)
+    z = torch.stack([(zeros >> (4 * i)) & 0xF for i in range(8)], dim=2).reshape(zeros.shape[0], -1) + 1
+    rows = torch.arange(K, device=packed.device) // group
+    w = ((q - z[rows]).float() * scales[rows].float()).half()
+    return a.double() @ w.double()
 
 
 def _ref_bc_int4_matmul(a, packed, scales):
@@ -982,6 +1017,28 @@ CASES: list[Case] = [
         shape=dict(M=1000, N=1100, K=902),
         small_shape=dict(M=70, N=90, K=100),
         bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
+        name="suite_cast_operand_gemm",
+        fixture="suite_cast_operand_gemm",
+        wrapper="cast_operand_gemm",
+        make_inputs=_cast_operand_inputs,
+        reference=_ref_cast_operand_gemm,
+        shape=dict(M=1000, N=1100, K=900),
+        small_shape=dict(M=70, N=90, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
+        name="suite_w4a16_gptq",
+        fixture="suite_w4a16_gptq",
+        wrapper="w4a16_gptq",
+        make_inputs=_gptq_inputs,
+        reference=_ref_w4a16_gptq,
+        shape=dict(M=1000, N=1024, K=1024, G=128),
+        small_shape=dict(M=70, N=128, K=256, G=128),
+        bench_shape=dict(M=4096, N=4096, K=4096, G=128),
         flops=_gemm_flops,
     ),
     Case(

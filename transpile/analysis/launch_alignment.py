@@ -241,6 +241,10 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
             for factor in factors:
                 if broadcast_axis(factor) is not None:
                     term_axis = broadcast_axis(factor)
+                elif term_axis is None:  # an expression of one broadcast vector (`(offs_k[:, None] // 8)`)
+                    inner = {broadcast_axis(n) for n in cst_walk.preorder(factor) if isinstance(n, cst.Subscript)}
+                    if len(inner - {None}) == 1:
+                        term_axis = (inner - {None}).pop()
             if term_axis is None and any(is_vector(f, seen) for f in factors):
                 # a 1-D vector in a 2-D sum (`offs_k * stride_ak` beside `offs_m[:, None] * stride_am`): broadcast
                 # implicitly, along the last axis

@@ -55,6 +55,11 @@ class Term:
     # ... whose last dimension each thread holds whole: a `tl.split` operand (Triton: "SplitOp requires at least 2
     # elements per thread in the last dimension")
     whole_last: bool = False
+    # A dot operand's own layout (`gl.DotOperandLayout(k, <the dot's MMA layout>, k_width of <dtype>)`), where the
+    # analysis was asked to anchor it there (`LayoutAnalysis.operand_anchors`): a tile computed from a loaded one
+    # (dequantised weights) is then computed in the layout the MMA reads, with no conversion before the dot.
+    # (position, the class's key (the loaded tile's term), the operand's element type, the MMA layout's class)
+    operand: tuple[int, Term, str, Term | None] | None = None
     parent: Term | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -146,6 +151,23 @@ class DescriptorInfo:
     block_shape: list[str]
 
 
+@dataclass(frozen=True)
+class OperandAnchor:
+    """A tile load that a dot operand is computed from (`b = (w.to(tl.float32) * scales).to(tl.float16)`), to be laid
+    out in that operand's MMA layout: the loaded value gets a class of its own in `gl.DotOperandLayout(position,
+    <the dot's MMA layout>, ...)`, so do the broadcasts (`scales[None, :]`) among `nodes` (the computation's nodes,
+    by id), and whatever else meets it is converted where it does. The AMD pipelines read such a tile from its ring
+    slot straight in that layout: its computation then needs no conversion next to the MMA."""
+
+    load: cst.Call = field(compare=False)
+    dot: cst.Call = field(compare=False)
+    position: int
+    nodes: frozenset[int] = frozenset()
+    # names the computation reads that the loop does not assign: each use among `nodes` takes the layout the
+    # computation gives it, the value converted there (once, before the loop, by the hoisting rule)
+    invariant: frozenset[str] = frozenset()
+
+
 @dataclass
 class Refusal:
     node: cst.CSTNode
@@ -177,6 +199,8 @@ class LayoutPlan:
     # Helpers returning tuples of tensors: `a, b = helper(...)` is followed by one conversion per tensor name (the
     # callee returns its own layouts), as (name, layout class) pairs keyed by the assignment.
     tuple_converts: dict[cst.Assign, list[tuple[str, Term]]] = field(default_factory=dict)
+    # What each `tl.load` of a tensor gives (its layout class, element type and shape)
+    loads: dict[cst.Call, Tensor] = field(default_factory=dict)
     refusals: list[Refusal] = field(default_factory=list)
     returns: Value | None = None
     # filled by `solve`
@@ -252,8 +276,12 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 class LayoutAnalysis:
     """Analyses every jit function of a module; helpers are analysed at their first call site (argument kinds)."""
 
-    def __init__(self, facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None) -> None:
+    def __init__(self, facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None,
+                 operand_anchors: dict[str, list[OperandAnchor]] | None = None) -> None:
         self.facts = facts
+        # Per function, the loaded tiles that dot operands are computed from, whose computation runs in the MMA
+        # operand's layout (`OperandAnchor`, for the AMD pipelines of computed operands)
+        self.operand_anchors = operand_anchors or {}
         self.source: SourceFile = facts.source
         self.plans: dict[str, LayoutPlan] = {}
         # Per function, the loads (by index among its `tl.load` calls, in preorder) whose values get a blocked layout
@@ -459,6 +487,11 @@ class _FunctionWalker:
             from transpile.passes.vector_loads import load_calls
 
             self.own_loads = {id(call) for i, call in enumerate(load_calls(analysis.facts, self.fn)) if i in own}
+        # Computed operands' tile loads and the nodes of their computation (`OperandAnchor`), by id
+        self.anchors: dict[int, OperandAnchor] = {id(a.load): a for a in analysis.operand_anchors.get(self.fn.name, [])}
+        self.anchored_nodes = {n: a for a in self.anchors.values() for n in a.nodes}
+        self.anchor_terms: dict[OperandAnchor, Term] = {}
+        self.lazy_uses: dict[int, tuple[cst.Name, Term, Term]] = {}  # node id -> (node, its class, the value's)
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
         self.allowed_shape_names = set(param_names) | analysis.module_names
@@ -491,6 +524,17 @@ class _FunctionWalker:
         if key not in self.memo:
             self.memo[key] = Term(**kwargs)  # type: ignore[arg-type]
         return self.memo[key]
+
+    def anchor_term(self, anchor: OperandAnchor, node: cst.CSTNode | None, shape: tuple[str | None, ...] | None
+                    ) -> Term:
+        """The class of the tile `anchor` loads (made at its load, `node`), a dot operand's own: until the dot is
+        reached its MMA layout is the tile's own term, as a key."""
+        term = self.anchor_terms.get(anchor)
+        if term is None:
+            term = Term(rank=2, shape=list(shape) if shape else None, origins={"operand"})
+            term.operand = (anchor.position, term, "", None)
+            self.anchor_terms[anchor] = term
+        return term
 
     def created(self, node: cst.CSTNode, rank: int | None, shape: list[str | None] | None) -> Term:
         """A creation site (arange, zeros, full, a descriptor load): it gets `layout=` its class's layout."""
@@ -667,7 +711,17 @@ class _FunctionWalker:
         if node is None:
             return SCALAR
         if isinstance(node, cst.Name):
-            return self.env.get(node.value, SCALAR)
+            value = self.env.get(node.value, SCALAR)
+            anchor = self.anchored_nodes.get(id(node))
+            if anchor is not None and isinstance(value, Tensor) and node.value in anchor.invariant:
+                # a loop-invariant tensor read by a computed operand's computation: its layout here is decided by
+                # that computation (`finish` converts the value where the two differ)
+                use = self.lazy_uses.get(id(node))
+                if use is None:
+                    term = Term(rank=value.rank, shape=list(value.shape) if value.shape else None, origins={"use"})
+                    use = self.lazy_uses[id(node)] = (node, term, value.term)
+                return Tensor(use[1], value.elem, value.shape)
+            return value
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
                              cst.FormattedString, cst.Ellipsis, cst.Lambda)):
             return SCALAR
@@ -772,6 +826,11 @@ class _FunctionWalker:
                   indices: list[str | None], final_rank: int, shape: list[str | None]) -> Tensor:
         """`operand[indices]` where each None is an expand_dims: the operand must be in the matching slice layout."""
         result = self.fresh(key, tag, rank=final_rank, shape=shape, origins={"expand"})
+        anchor = self.anchored_nodes.get(id(key))
+        if anchor is not None and final_rank == 2 and result.operand is None:
+            # a broadcast inside a computed operand's computation: in the operand's class, the vector converted to
+            # its slice (once, before the loop, where it is loop-invariant)
+            result.operand = (anchor.position, self.anchor_term(anchor, None, None), "", None)
         # Build the chain of slices from the result down to the operand: x = Slice(d0, Slice(d1, ... result)).
         expected = result
         current_rank = final_rank
@@ -945,7 +1004,14 @@ class _FunctionWalker:
         if name in ("load", "atomic_load"):
             pointer_node = self.arg(node, 0, "pointer")
             pointer = self.eval(pointer_node)
-            if id(node) in self.own_loads and isinstance(pointer, Tensor) and pointer.rank == 1:
+            anchor = self.anchors.get(id(node))
+            if anchor is not None and isinstance(pointer, Tensor) and pointer.rank == 2:
+                # A tile a dot operand is computed from: a class of its own, the operand's (`OperandAnchor`)
+                own = self.anchor_term(anchor, node, pointer.shape)
+                self.unify_or_convert(own, pointer_node, pointer.term)
+                pointer = Tensor(own, pointer.elem, pointer.shape)
+            elif id(node) in self.own_loads and isinstance(pointer, Tensor) and pointer.rank == 1 \
+                    and id(node) not in self.anchored_nodes:  # (in a computed operand's computation: its layout)
                 # A vector in a blocked layout of its own (its addresses computed afresh from `arange`s), converted
                 # where it meets the tile it is broadcast against: not loaded again by every warp of that tile.
                 own = self.fresh(node, "own_load", rank=1, shape=list(pointer.shape) if pointer.shape else None,
@@ -958,6 +1024,8 @@ class _FunctionWalker:
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
                     value = self.operand_of_access(node, pointer, arg, value, key)
                     self.unify_or_convert(pointer.term, arg, value.term)
+            if isinstance(pointer, Tensor):
+                self.plan.loads[node] = pointer
             return pointer if isinstance(pointer, Tensor) else SCALAR
         if name == "store" or name in ATOMICS:
             pointer = self.eval(self.arg(node, 0, "pointer"))
@@ -1276,6 +1344,15 @@ class _FunctionWalker:
             site.b_shape = b.shape if isinstance(b, Tensor) else None
             result.dots = [site]
             self.plan.dots[node] = site
+        for anchor in self.anchors.values():  # the MMA layout and element type of the operands computed here
+            term = self.anchor_terms.get(anchor)
+            dtype = site.operand_type(anchor.position)
+            operand = (a, b)[anchor.position]
+            # (only where the computation keeps the tile's class: a transpose or a reshape on the way makes another)
+            if anchor.dot is node and term is not None and isinstance(operand, Tensor) \
+                    and operand.term.find() is term.find():
+                root = term.find()
+                root.operand = (anchor.position, term, dtype or "", site.result)
         acc = self.eval(acc_node)
         if isinstance(acc, Tensor) and acc_node is not None:
             self.unify_or_convert(site.result, acc_node, acc.term)
@@ -1430,6 +1507,8 @@ class _FunctionWalker:
 
     def finish(self) -> None:
         plan = self.plan
+        for node, use, value in self.lazy_uses.values():
+            self.unify_or_convert(use, node, value)
         plan.returns = self.returns[0] if self.returns else None
         for call_node, name in self.tuple_calls.items():
             if call_node not in self.unpacked:
@@ -1541,6 +1620,9 @@ def _compatible(a: Term, b: Term) -> bool:
     if (ra.plain and (rb.slice_of is not None or rb.dots is not None)) or (
             rb.plain and (ra.slice_of is not None or ra.dots is not None)):
         return False
+    if ra.operand is not None or rb.operand is not None:  # a dot operand's own class meets only its own
+        return ra.operand is not None and rb.operand is not None and ra.operand[0] == rb.operand[0] \
+            and ra.operand[1].find() is rb.operand[1].find()
     return True
 
 
@@ -1558,6 +1640,9 @@ def _unify(a: Term, b: Term) -> bool:
     ra.reduced |= rb.reduced
     ra.plain = ra.plain or rb.plain
     ra.whole_last = ra.whole_last or rb.whole_last
+    if ra.operand is not None and rb.operand is not None and ra.operand[3] is None:
+        ra.operand = rb.operand  # (the one that knows its MMA layout)
+    ra.operand = ra.operand or rb.operand
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]
@@ -1601,8 +1686,13 @@ def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:
     from transpile.cst_utils import names_in
 
     taken: set[str] = set(p.name for p in plan.function.params) | analysis.module_names | names_in(plan.function.node)
+    # (an MMA operand's layout names its MMA layout: declared after it)
+    def anchored(root: Term) -> bool:
+        return root.operand is not None and root.operand[3] is not None and root.operand[2] != ""
+
+    used.sort(key=anchored)
     for root in used:
-        kind = "mma" if root.dots is not None else "blocked"
+        kind = "mma" if root.dots is not None else "operand" if anchored(root) else "blocked"
         base = _layout_name(root, kind)
         name = base
         suffix = 2
@@ -1623,9 +1713,9 @@ def _layout_name(root: Term, kind: str) -> str:
     return "mma_layout" if kind == "mma" else f"blocked_{root.rank or 1}d"
 
 
-def analyse_layouts(facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None
-                    ) -> dict[str, LayoutPlan]:
-    return LayoutAnalysis(facts, own_loads).run()
+def analyse_layouts(facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None,
+                    operand_anchors: dict[str, list[OperandAnchor]] | None = None) -> dict[str, LayoutPlan]:
+    return LayoutAnalysis(facts, own_loads, operand_anchors).run()
 
 
 def name_terms(plan: LayoutPlan) -> dict[str, Term]:

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.analysis.layouts import LayoutPlan
-from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
+from transpile.analysis.dot_loops import dot_loops
+from transpile.analysis.layouts import LayoutPlan, OperandAnchor
+from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, per_loop
 from transpile.cst_walk import preorder
-from transpile.discover import language_name
+from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
 
 # Keyword arguments of `tl.load` that a pipelined copy can honour (the cache hints are dropped by the copy engines).
@@ -44,6 +45,12 @@ class OperandLoad:
     # The load is written inside the dot (`tl.dot(a_desc.load([...]), ...)`): `index` is the dot's statement and
     # `name` a name for the tile that the source does not bind.
     inline: bool = False
+    # The dot reads a tile computed from this one (`b = (w.to(tl.float32) * scales).to(tl.float16)`, dequantised
+    # weights), or the loop reads the tile elsewhere too: the ring holds the tile as loaded, its slot is read in the
+    # layout of the MMA operand it becomes, and the computation stays in the consumer.
+    computed: bool = False
+    # ... the statements of that computation (indices in the loop body, the load's excluded)
+    prep: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -296,13 +303,15 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 @per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
-              several_dots: bool = False) -> LoopPlan | LoopRefusal | None:
+              several_dots: bool = False, computed_operands: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
     `accumulations`: it can take a dot whose result is added to the accumulator (`acc += tl.dot(a, b)`,
     `acc = acc + tl.dot(a, b)`), which canonicalisation leaves apart where the accumulator's dtype is not known;
-    `several_dots`: it can take several dots with accumulators of their own (`LoopPlan.chains`)."""
+    `several_dots`: it can take several dots with accumulators of their own (`LoopPlan.chains`);
+    `computed_operands`: it can take an operand computed from one loaded tile, or a tile also read outside the dot
+    (`OperandLoad.computed`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -329,7 +338,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     chains: list[DotChain] = []
     for dot_index, dot_statement in dots:
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations)
+                           accumulations, computed_operands)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -337,15 +346,18 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
         for position, load in enumerate(chain_loads):
             known = loads.setdefault(load.name, load)
-            if known.index != load.index or known.transposed != load.transposed:
+            if known.index != load.index or known.transposed != load.transposed or known.computed != load.computed:
                 return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
             uses_of.setdefault(load.name, []).append((dot_index, position))
         chains.append(chain)
     for name, fed in uses_of.items():
         if len({position for _, position in fed}) != 1:
             return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
-        uses = sum(name in names_in(st) for j, st in enumerate(body) if j != loads[name].index)
-        if not loads[name].inline and uses != len({index for index, _ in fed}):
+        uses = sum(name in _data_names(st) for j, st in enumerate(body) if j != loads[name].index)
+        if not loads[name].inline and not loads[name].computed and uses != len({index for index, _ in fed}):
+            if computed_operands and not loads[name].transposed:
+                loads[name].computed = True  # (its slot is read in the operand's layout, for every use)
+                continue
             return LoopRefusal(loads[name].call, f"`{name}` is used outside the dot; the pipelined MMA reads it "
                                "straight from shared memory")
     operands = list(loads.values())
@@ -423,8 +435,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
 
 
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
-               dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool
-               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+               dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
+               computed_operands: bool = False) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B)."""
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
@@ -455,21 +467,80 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         if inline is not None:
             operands.append(inline)
             continue
-        if not isinstance(operand, cst.Name):
-            return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         found: OperandLoad | LoopRefusal | None = None
-        for i, statement in enumerate(body[:dot_index]):
-            candidate = operand_load(source, plan, i, statement, operand.value)
-            if candidate is not None:
-                found = candidate
+        if isinstance(operand, cst.Name):
+            for i, statement in enumerate(body[:dot_index]):
+                candidate = operand_load(source, plan, i, statement, operand.value)
+                if candidate is not None:
+                    found = candidate
+            if computed_operands and found is not None and any(
+                    operand.value in assigned_names(s) for s in body[found.index + 1:dot_index]):
+                found = None  # (`b = tl.load(...)` then `b = b.to(...)`: computed)
+        if found is None and computed_operands and transposed is None:
+            found = _computed_from(source, plan, body, dot_index, operand)
+        elif not isinstance(operand, cst.Name):
+            return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         if isinstance(found, LoopRefusal):
             return found
+        if found is None and not isinstance(operand, cst.Name):
+            return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         if found is None:
             return LoopRefusal(operand, f"the dot operand `{operand.value}` is not a tile load (`tl.load` or a tensor "
                                "descriptor's `load`) in this loop")
         found.transposed = transposed is not None
         operands.append(found)
     return operands, DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call)
+
+
+def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
+                   operand: cst.BaseExpression) -> OperandLoad | LoopRefusal | None:
+    """The one tile load of this iteration that the dot operand `operand` is computed from (through the statements
+    before the dot), marked `computed`; a refusal where the computation reads several tiles or runs in a compound
+    statement; None where it reads none."""
+    tiles: dict[int, OperandLoad] = {}
+    prep: set[int] = set()
+    seen: set[tuple[str, int]] = set()
+    work = [(name, dot_index) for name in names_in(operand)]
+    while work:
+        name, before = work.pop()
+        if (name, before) in seen:
+            continue
+        seen.add((name, before))
+        at = max((i for i in range(before) if name in assigned_names(body[i])), default=None)
+        if at is None:
+            continue  # defined before the loop, or carried from the previous iteration
+        statement = body[at]
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return LoopRefusal(statement, f"the dot operand is computed from `{name}`, which this compound statement "
+                               "assigns")
+        load = operand_load(source, plan, at, statement, name)
+        if isinstance(load, OperandLoad) and not load.descriptor:
+            value = plan.loads.get(load.call)
+            if value is not None and value.rank == 2:
+                tiles[at] = load
+                continue
+        if isinstance(load, OperandLoad) and load.descriptor:
+            tiles[at] = load
+            continue
+        prep.add(at)
+        work += [(n, at) for n in _data_names(statement)]
+    if len(tiles) > 1:
+        names = ", ".join(f"`{t.name}`" for t in sorted(tiles.values(), key=lambda t: t.index))
+        return LoopRefusal(operand, f"the dot operand is computed from {len(tiles)} tiles loaded in the loop ({names}); "
+                           "a computed operand is pipelined from one")
+    if not tiles:
+        return None
+    load = next(iter(tiles.values()))
+    load.computed = True
+    load.prep = tuple(sorted(i for i in prep if i > load.index))
+    return load
+
+
+def _data_names(node: cst.CSTNode) -> set[str]:
+    """The names `node` reads as values: not those it reads only for their type (`b.to(a.dtype)`)."""
+    typed = {id(n.value) for n in preorder(node) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)
+             and n.attr.value in ("dtype", "shape", "type")}
+    return {n.value for n in preorder(node) if isinstance(n, cst.Name) and id(n) not in typed} & names_in(node)
 
 
 def _added(small: cst.BaseSmallStatement | None) -> tuple[str, cst.BaseExpression] | None:
@@ -504,3 +575,38 @@ def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
                 "own non-MFMA instructions per MFMA on block-scaled fp8 GEMMs: bench/RESULTS.md)")
     return ""
 
+
+
+def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
+                    ) -> dict[str, list[OperandAnchor]]:
+    """Per function, the tile loads its dot loops compute operands from (`OperandLoad.computed`), with the nodes of
+    each computation and the loop-invariant names it reads: what `LayoutAnalysis` lays out in the MMA operand's layout
+    for the AMD pipelines. A loop of plain tile loads that shares names with a computed one (its copy for the other
+    value of an unswitched flag) would get its tiles converted to those layouts: such a computed loop is left out,
+    and the other keeps its layouts."""
+    anchors: dict[str, list[OperandAnchor]] = {}
+    for fn in facts.functions.values():
+        plan = plans[fn.name]
+        loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
+                                       accumulations=True, several_dots=True, computed_operands=True))
+                 for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
+        planned = [(loop, p) for loop, p in loops if isinstance(p, LoopPlan)]
+        plain = set().union(*(bound_names(loop) for loop, p in planned if not any(ld.computed for ld in p.loads)))
+        found: list[OperandAnchor] = []
+        for loop, loop_plan in planned:
+            if bound_names(loop) & plain:
+                continue
+            body = loop_body(loop)
+            in_loop = {name for statement in body for name in assigned_names(statement)}
+            for load in loop_plan.loads:
+                if not load.computed or load.descriptor:
+                    continue
+                chain, position = loop_plan.use_of(load.name)
+                site = plan.dots[chain.call]
+                parts = [*(body[i] for i in load.prep), site.a if position == 0 else site.b]
+                nodes = frozenset(id(n) for part in parts for n in preorder(part))
+                invariant = frozenset({name for part in parts for name in names_in(part)} - in_loop)
+                found.append(OperandAnchor(load.call, chain.call, position, nodes, invariant))
+        if found:
+            anchors[fn.name] = found
+    return anchors

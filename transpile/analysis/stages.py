@@ -49,6 +49,9 @@ ENGINES = {
 WAITS = {"registers": None, "buffer_loads": None, "async_copy": "async_copy.wait_group({n})", "tdm": "tdm.async_wait({n})"}
 MIN_SLOTS = 3
 PIPELINE_WARPS = 8
+# Copy engines that lay a pointer tile's copies out on their own (16-byte vectors), whatever the layout the tile is
+# read in
+POINTER_ENGINES = ("async_copy", "buffer_loads")
 
 
 @dataclass
@@ -123,7 +126,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     descriptor tiles' (gfx1250)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
-                          several_dots=True)
+                          several_dots=True, computed_operands=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
@@ -165,11 +168,32 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if facts.index in skipped:
             continue
         for node, what in facts.barriers:
+            if what == "layout conversion":  # (of what, where: the analysis inserted it, the source shows none)
+                what = f"a layout conversion of `{' '.join(source.code(node).split())}` at line {facts.line}"
             return StageRefusal(node, f"{what} in the loop body would fall inside the `copy_mma` stage, next to the "
                                 "MMA: its internal barrier breaks the warp-group schedule (move it out of the loop)")
         if Effect.ATOMIC in facts.effects or Effect.GLOBAL_STORE in facts.effects:
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
+    for load in loop_plan.loads:
+        if not load.computed:
+            continue
+        chain, position = loop_plan.use_of(load.name)
+        value = plan.loads.get(load.call)
+        operand = value.term.find().operand if value is not None else None
+        if load.descriptor or value is None:
+            return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, a tensor descriptor's "
+                                "tile: only computed pointer tiles are pipelined")
+        if engine not in POINTER_ENGINES:
+            return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, whose copies would go "
+                                "through registers in the MMA operand's layout (no launch proves its rows aligned "
+                                "for 16-byte copies)")
+        if operand is None or operand[0] != position or operand[3] is None \
+                or operand[3].find() is not plan.dots[chain.call].result.find():
+            return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, and that computation "
+                                "is not laid out in the MMA operand's layout (a reshape, a transpose or another dot "
+                                "between them, or names it shares with a loop of plain tile loads, an unswitched "
+                                "copy of it): it would convert layouts inside the MMA stage")
     if engine == "tdm" and len(loop_plan.loads) > 2:
         return StageRefusal(loop_plan.loop, "several dots with tiles of their own: the fused TDM copy moves two tiles "
                             "(one per half of the warps)")
@@ -177,6 +201,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for load in loop_plan.loads:
         chain, position = loop_plan.use_of(load.name)
         shape = plan.dots[chain.call].operand_shape(position)
+        if load.computed:  # (the tile as loaded)
+            shape = plan.loads[load.call].shape
         if not shape or any(dim is None for dim in shape):
             return StageRefusal(load.call, f"the shape of the `{load.name}` tile is not known from the source "
                                 "(the LDS ring needs its block shape)")

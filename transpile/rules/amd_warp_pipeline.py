@@ -27,7 +27,7 @@ from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
 from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import calls_in, conjuncts, names_in
+from transpile.cst_utils import broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Example, Rule, RuleContext
@@ -124,7 +124,10 @@ class AMDWarpPipeline(Rule):
                                          if n not in ctx.launch_unit)
             ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
-            ctx.launch_slow_dtypes = SLOW_DTYPES.get(ctx.target.name, ())
+            slow = SLOW_DTYPES.get(ctx.target.name, ())
+            if any(load.computed for load in stage_plan.loop.loads):
+                slow += tuple(t for t in COMPUTED_SLOW_DTYPES if t not in slow)
+            ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
             ctx.launch_lds = _lds_check(ctx, stage_plan)
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
@@ -145,6 +148,14 @@ class AMDWarpPipeline(Rule):
                                         "two groups of 4 warps."))])
             decorators.append(changed)
         return updated.with_changes(decorators=decorators)
+
+
+def ring_dtype(ctx: RuleContext, plan: LoopPlan, load: OperandLoad) -> str | None:
+    """The element type of `load`'s ring: its dot operand's, or, for a computed operand, the loaded tile's."""
+    if load.computed:
+        return ctx.plan.loads[load.call].elem
+    chain, position = plan.use_of(load.name)
+    return ctx.plan.dots[chain.call].operand_type(position)
 
 
 def _assigned_outside(function: cst.FunctionDef, loop: cst.CSTNode) -> set[str]:
@@ -170,8 +181,7 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
     params = {p.name for p in ctx.function.params}
     rings = []
     for load, ring in zip(sp.loop.loads, sp.rings):
-        chain, position = sp.loop.use_of(load.name)
-        dtype = ctx.plan.dots[chain.call].operand_type(position)
+        dtype = ring_dtype(ctx, sp.loop, load)
         match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
         if load.kind != "pointer" or match is None or match.group(1) not in params:
             return None
@@ -210,7 +220,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     rings = {load.name: name(f"{load.name}_ring") for load in plan.loads}
     # Each tile load feeds one operand position of one or more dots (a gated GEMM's A tile feeds two)
     feeds = {load.name: plan.use_of(load.name) for load in plan.loads}
-    dtypes = {n: ctx.plan.dots[chain.call].operand_type(k) for n, (chain, k) in feeds.items()}
+    dtypes = {load.name: ring_dtype(ctx, plan, load) for load in plan.loads}
     span = LoopRange.of(updated)
     count, index = span.count, span.value
 
@@ -218,7 +228,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
     renames = next_names(plan.var, plan.producer, body, name)
     consumer = consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
+    # A dot operand computed from a loaded tile (dequantised weights) is computed in the `mem` stage, for the next
+    # iteration, right after its tile is read from the ring (PREP_IN_MEM_STAGE), else in the `mma` stage.
+    prep = sorted({i for load in plan.loads for i in load.prep}) if ctx.target.name in PREP_IN_MEM_STAGE else []
+    in_mem = name("PREP_IN_MEM")  # the constexpr that says where (PREP_IN_MEM_STAGE)
     uses_var = any(plan.var in names_in(body[i]) for i in consumer)
+    prep_uses_var = any(plan.var in names_in(body[i]) for i in prep)
 
     engine = sp.engine
     tdm_descs = {load.name: name(f"{load.descriptor}_tdm") for load in plan.loads} if engine == "tdm" else {}
@@ -240,6 +255,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         if engine == "registers":
             return f"{pad}{dest}.store({later_load(statement, renames, iteration, iters, load, guard)})"
         if load.kind == "pointer":  # a copy call: the load's own arguments, the slot (or the ring) first
+            # (a load converted to or from another layout, a name's layout in the other branch: the copies lay
+            # their operands out themselves, `copy_operands`)
+            statement = statement.visit(_Unconvert())
             call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
             keep = ("mask", "other", "cache_modifier") if engine == "async_copy" else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
@@ -306,17 +324,38 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     relaxed = engine == "async_copy" and pointer_copy is None
 
-    def reads(slot_expr: str, pad: str) -> list[str]:
-        """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts."""
+    def read_layout(load: OperandLoad) -> str:
+        """The layout a slot is read in: the MMA operand's (a computed operand's: the one its computation runs in,
+        for the operand's element type, `LayoutAnalysis.operand_anchors`)."""
+        if load.computed:
+            return ctx.plan.layout_expr(ctx.plan.loads[load.call].term)
+        return (f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
+                f"{mma_of(load)}))")
+
+    def reads(slot_expr: str, pad: str, computed: bool | None = None) -> list[str]:
+        """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts (`computed`: only the
+        tiles of computed operands, or only the others)."""
         return [f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}"
-                f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
-                f"{mma_of(load)})))"
-                for load in plan.loads]
+                f"{read_layout(load)})" for load in plan.loads if computed is None or load.computed == computed]
+
+    def prepare(iteration: str, pad: str) -> list[str]:
+        """The computed operands of `iteration`, from its tiles just read."""
+        lines = [f"{pad}{plan.var} = {index(iteration)}"] if prep_uses_var else []
+        return lines + [indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad) for i in prep]
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
-        return lines + [indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
-                        for i in consumer]
+        run: list[str] = []  # consecutive statements of the computation, run here where it is not in `mem`
+        for i in consumer:
+            statement = indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
+            if i in prep:
+                run.append(indent(statement, "    "))
+                continue
+            if run:
+                lines += [f"{pad}if not {in_mem}:", *run]
+                run = []
+            lines.append(statement)
+        return lines + ([f"{pad}if not {in_mem}:", *run] if run else [])
 
     wait = WAITS[engine]
     shapes = {load.name: ring.shape for load, ring in zip(plan.loads, sp.rings)}
@@ -345,6 +384,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         *(f"{tdm_descs[load.name]} = tdm.make_tensor_descriptor({load.descriptor}[0], [{load.descriptor}[1], "
           f"{load.descriptor}[2]], [{load.descriptor}[3], 1], [{', '.join(shapes[load.name])}], {layouts[load.name]})"
           for load in plan.loads if engine == "tdm"),
+        *([f"# Where the computed operands are computed: in `mem`, for the next iteration, from tiles of fewer than "
+           "16 bits", "# (carried raw across the stage boundary, such a tile would be unpacked a byte a register), "
+           "else in `mma`.",
+           f"{in_mem}: gl.constexpr = " + " or ".join(f"{rings[load.name]}.dtype.primitive_bitwidth < 16"
+                                                      for load in plan.loads if load.computed)] if prep else []),
         f"{iters} = {count}",
         *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
@@ -358,6 +402,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     if wait is not None:
         lines.append(wait.format(n=f"{stages} - 1") + "  # the first iteration's copies have landed")
     lines += reads("0", "")
+    if prep:
+        lines += [f"if {in_mem}:", *prepare("0", "    ")]
+
     def step(iteration: str, slot: str, next_slot: str, pad: str, staged: bool) -> list[str]:
         """One iteration: the wait for the copies of the next one, the MMA (and the rest of the body) on operands
         in registers, then the next iteration's operands from the ring and the copies of iteration + NUM_STAGES into
@@ -366,11 +413,21 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         lines = [f"{pad}" + wait.format(n=f"{stages} - 2")] if wait is not None else []
         work = consume(iteration, pad + "    " if staged else pad)
         inner = pad + "    " if staged else pad
+        next_operands = reads(next_slot, inner)
+        if prep and staged:  # (the steady state never reaches the last iteration)
+            next_operands += [f"{inner}if {in_mem}:", *prepare(f"({iteration} + 1)", inner + "    ")]
+        elif prep:  # no computation (nor its loads) for an iteration past the end; the raw tile read with it, so
+            # that the operand's name holds one type on both sides of the branch
+            deeper = inner + "        "
+            next_operands = [*reads(next_slot, inner, computed=False), f"{inner}if {in_mem}:",
+                             f"{inner}    if ({iteration} + 1) < {iters}:", *reads(next_slot, deeper, computed=True),
+                             *prepare(f"({iteration} + 1)", deeper), f"{inner}else:",
+                             *reads(next_slot, inner + "    ", computed=True)]
         if prefetch:  # the tiles of iteration + NUM_STAGES, loaded a step ago, then the loads of the one after
-            later = [*reads(next_slot, inner), *store_staged(slot, inner),
+            later = [*next_operands, *store_staged(slot, inner),
                      *producer(f"({iteration} + {stages} + 1)", slot, inner, guard=not staged)]
         else:
-            later = [*reads(next_slot, inner), *producer(f"({iteration} + {stages})", slot, inner, guard=not staged)]
+            later = [*next_operands, *producer(f"({iteration} + {stages})", slot, inner, guard=not staged)]
         if not staged:
             return lines + work + later
         return [*lines, f'{pad}with gl.amd.warp_pipeline_stage("mma", priority=0):', *work,
@@ -464,6 +521,25 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
     return statement.with_changes(body=[line.with_changes(value=call.with_changes(args=args))])
 
 
+#: Targets on which a dot operand computed from a loaded tile of fewer than 16 bits is computed in the `mem` stage, for
+#: the next iteration, right after its tile is read from the ring (wider tiles: in the `mma` stage, a compile-time
+#: choice in the variant): the MMA stage then gets its operands in registers as for a plain tile load (a raw 8-bit
+#: tile carried across the stage boundary is unpacked a byte a register), and the computation overlaps the other warp
+#: group's MMAs. gfx950, non-MFMA instructions per MFMA against Triton's own compile: int8 weights scaled to fp16
+#: (bc_dequant_matmul) 0.67-0.81x in `mem`, 0.88-1.09x in `mma`; int16 cast to bf16 (tritonbench's bf16xint16 GEMM)
+#: 1.07-1.43x in `mem`, 0.84-0.93x in `mma`. gfx942 (copies through registers, prefetched in `mem`): int8 0.84-0.92x
+#: in `mma`, 0.94-1.64x with spills in `mem`. bench/RESULTS.md.
+PREP_IN_MEM_STAGE = ("gfx950",)
+
+
+#: Element types (torch's names) for which a ring with a computed operand (`OperandLoad.computed`) measured heavier than
+#: Triton's own compile: a tile of 8-bit codes cast to a 16-bit type (suite_cast_operand_gemm: 1.09x at 128x128x64 on
+#: gfx950 with the cast in `mem`, 1.09x at 64x64x64 on gfx942; scaled as well, bc_dequant_matmul measured 0.67-0.81x
+#: on gfx950), where 16-bit codes measured 0.77-0.99x on both (bench/RESULTS.md). The launcher runs the source kernel
+#: for launches with such tensors.
+COMPUTED_SLOW_DTYPES = ("int8", "uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+
 #: Element types (torch's names) for which a target's warp-pipelined ring measured heavier than Triton's own compile
 #: (bench/RESULTS.md): gfx942 takes OCP fp8 only converted through fp16 (four public fp8 GEMMs: 1.09-1.18x Triton's
 #: non-MFMA instructions per MFMA); gfx1250 the fnuz fp8 kinds only converted through fp16 (1.11x on a 128x128x64
@@ -490,6 +566,8 @@ GFX1250_POINTER_COPY = "async_copy.global_to_shared"
 
 def _form(sp: StagePlan) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
+    if any(load.computed for load in sp.loop.loads):
+        return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) else "computed-operand ring"
     if sp.engine == "registers":
         return "register-staged ring"
     if sp.engine == "buffer_loads":
@@ -497,6 +575,22 @@ def _form(sp: StagePlan) -> str:
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return "direct-to-LDS ring, descriptor tiles"
     return f"{sp.engine} ring"
+
+
+def _k_indexed(plan: LoopPlan) -> bool:
+    """A computed operand's computation reads a vector laid along the operand's K axis (`shifter[:, None]` for B,
+    the bit offsets of packed weights): the MMA operand layout holds K elements to a lane, which makes such
+    arithmetic per element where a blocked layout has it per row."""
+    body = loop_body(plan.loop)
+    for load in plan.loads:
+        if not load.computed:
+            continue
+        chain, position = plan.use_of(load.name)
+        k_axis = 0 if position == 1 else 1
+        nodes = [n for i in load.prep for n in preorder(body[i])] + list(preorder(chain.call))
+        if any(isinstance(n, cst.Subscript) and broadcast_axis(n) == k_axis for n in nodes):
+            return True
+    return False
 
 
 def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]]:
@@ -516,6 +610,15 @@ def _read(slot: str, relaxed: bool) -> str:
 def _view(slot: str, load: OperandLoad) -> str:
     """The view of a ring slot the MMA reads: the slot, or its transpose for a transposed operand."""
     return f"{slot}.permute([1, 0])" if load.transposed else slot
+
+
+class _Unconvert(cst.CSTTransformer):
+    """`gl.convert_layout(x, layout)` -> `x`."""
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if code(updated.func) == "gl.convert_layout" and updated.args:
+            return updated.args[0].value
+        return updated
 
 
 class _Untranspose(cst.CSTTransformer):

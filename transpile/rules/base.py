@@ -170,6 +170,17 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # 0.32-0.51x, Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the LDS,
     # but for the element types their launchers give the source kernel (`SLOW_DTYPES` in
     # rules/amd_warp_pipeline.py; bench/RESULTS.md).
+    **{("gfx1250", form): (
+        "a dot operand is computed from a loaded tile (dequantised, cast), and on gfx1250 that ring's hot loop "
+        "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
+        "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
+       for form in ("computed-operand ring", "computed-operand ring, K-indexed vector")},
+    **{(target, "computed-operand ring, K-indexed vector"): (
+        "a dot operand is computed from a loaded tile with a vector laid along K (`shifter[:, None]`: packed 4-bit "
+        "weights unpacked by per-row shifts), which the MMA operand layout makes per-element arithmetic: that ring "
+        "measured 1.26-2.10x (gfx950) and 1.06-1.51x (gfx942) Triton's own non-MFMA instructions per MFMA on a public "
+        "GPTQ GEMM (64x64x64 to 128x128x64, 8 warps), whose compile unpacks in a blocked layout: bench/RESULTS.md")
+       for target in ("gfx942", "gfx950")},
     ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
         "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
         "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "

@@ -111,6 +111,11 @@ def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
             continue
         if kind == "mma":
             value = ctx.target.mma_layout_expr(ctx, root)
+        elif kind == "operand":  # (anchored for an AMD pipeline: `LayoutAnalysis.operand_anchors`)
+            position, _, dtype, mma = root.operand
+            ctx.need("mma_k_width")
+            layout = ctx.plan.layout_expr(mma)
+            value = f"gl.DotOperandLayout({position}, {layout}, _mma_k_width({dtype}, {layout}))"
         else:
             ctx.need("blocked_layout")
             # An unknown size is written 0 (Triton 3.6 cannot pass a list holding None to a constexpr function).
