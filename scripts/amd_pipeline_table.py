@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transpile.analysis.layouts import analyse_layouts  # noqa: E402
+from transpile.analysis.pipeline import operand_anchors  # noqa: E402
 from transpile.analysis.stages import StagePlan  # noqa: E402
 from transpile.discover import discover  # noqa: E402
 from transpile.engine import translate_file  # noqa: E402
@@ -37,7 +38,8 @@ def main() -> int:
             rule = next(r for r in target.rules if isinstance(r, AMDWarpPipeline))
             source = parse_source(path.read_text(), str(path))
             facts = discover(source)
-            plans = analyse_layouts(facts)
+            # (the layouts the rule translates with: a computed operand's computation in its operand layout)
+            plans = analyse_layouts(facts, operand_anchors=operand_anchors(source, facts, analyse_layouts(facts), 3))
             for fn in facts.functions.values():
                 loops: list[cst.For] = []
 

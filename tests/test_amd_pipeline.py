@@ -715,3 +715,18 @@ def test_computed_operand_rings_compile_for_both_placements(fixture: str, values
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
     assert all("s_setprio 1" in c.asm["amdgcn"] for c in compiled if "dequant_matmul" in c.label
                or "cast_operand" in c.label)
+
+
+def test_explain_reads_the_layouts_the_amd_rules_translate_with() -> None:
+    """`transpile explain` shows the stage plan of a computed operand's loop (its layouts are the ones the variant
+    uses) and names the operand layout."""
+    from rich.console import Console
+
+    from transpile.explain import explain_file
+
+    console = Console(width=200, record=True)
+    for table in explain_file(FIXTURES / "bc_dequant_matmul.py", get_target("gfx950"), "bc_dequant_matmul.py"):
+        console.print(table)
+    text = console.export_text()
+    assert "kernel `dequant_matmul_kernel` for gfx950: pipelined" in text
+    assert '"mma" priority 0' in text and "w_layout: MMA operand layout" in text
