@@ -322,6 +322,22 @@ def read_names(node: cst.CSTNode) -> set[str]:
     return set(cached)
 
 
+#: Attributes read for a value's metadata, not its data (`A.dtype.element_ty`, `x.shape`)
+METADATA = ("dtype", "type", "shape", "element_ty")
+
+
+def value_names(node: cst.CSTNode) -> set[str]:
+    """The variables whose values `node` computes with (`read_names`), not those it reads only for their metadata
+    (`A.dtype.element_ty`, `b.to(a.dtype)`)."""
+    if isinstance(node, cst.Attribute) and node.attr.value in METADATA:
+        return set()
+    if not any(isinstance(n, cst.Attribute) and n.attr.value in METADATA for n in preorder(node)):
+        return read_names(node)
+    if isinstance(node, (cst.Attribute, cst.Arg)):
+        return value_names(node.value)  # (not the attribute's or the keyword's name)
+    return set().union(*(value_names(child) for child in node.children))
+
+
 def statement_reads(statement: cst.BaseStatement) -> set[str]:
     """Variables a statement reads: an assignment's value (an augmented one's target too), anything in others."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:

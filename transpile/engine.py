@@ -24,6 +24,7 @@ from transpile.analysis.launch_alignment import (
 )
 from transpile.analysis.layouts import LayoutPlan, analyse_layouts
 from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop
+from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
@@ -261,8 +262,6 @@ def with_operand_layouts(prepared: Prepared) -> Prepared:
     (`LayoutAnalysis.operand_anchors`), so that the tile read from its ring slot in that layout needs no conversion in
     the MMA stage; `prepared` itself where no loop does."""
     if prepared.operand_layouts is None:
-        from transpile.analysis.stages import MIN_SLOTS
-
         anchors = operand_anchors(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS)
         if not anchors:
             prepared.operand_layouts = prepared

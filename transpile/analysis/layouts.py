@@ -525,10 +525,9 @@ class _FunctionWalker:
             self.memo[key] = Term(**kwargs)  # type: ignore[arg-type]
         return self.memo[key]
 
-    def anchor_term(self, anchor: OperandAnchor, node: cst.CSTNode | None, shape: tuple[str | None, ...] | None
-                    ) -> Term:
-        """The class of the tile `anchor` loads (made at its load, `node`), a dot operand's own: until the dot is
-        reached its MMA layout is the tile's own term, as a key."""
+    def anchor_term(self, anchor: OperandAnchor, shape: tuple[str | None, ...] | None = None) -> Term:
+        """The class of the tile `anchor` loads (made at its load, of `shape`), a dot operand's own: until the dot
+        is reached its MMA layout is the tile's own term, as a key."""
         term = self.anchor_terms.get(anchor)
         if term is None:
             term = Term(rank=2, shape=list(shape) if shape else None, origins={"operand"})
@@ -830,7 +829,7 @@ class _FunctionWalker:
         if anchor is not None and final_rank == 2 and result.operand is None:
             # a broadcast inside a computed operand's computation: in the operand's class, the vector converted to
             # its slice (once, before the loop, where it is loop-invariant)
-            result.operand = (anchor.position, self.anchor_term(anchor, None, None), "", None)
+            result.operand = (anchor.position, self.anchor_term(anchor), "", None)
         # Build the chain of slices from the result down to the operand: x = Slice(d0, Slice(d1, ... result)).
         expected = result
         current_rank = final_rank
@@ -1007,7 +1006,7 @@ class _FunctionWalker:
             anchor = self.anchors.get(id(node))
             if anchor is not None and isinstance(pointer, Tensor) and pointer.rank == 2:
                 # A tile a dot operand is computed from: a class of its own, the operand's (`OperandAnchor`)
-                own = self.anchor_term(anchor, node, pointer.shape)
+                own = self.anchor_term(anchor, pointer.shape)
                 self.unify_or_convert(own, pointer_node, pointer.term)
                 pointer = Tensor(own, pointer.elem, pointer.shape)
             elif id(node) in self.own_loads and isinstance(pointer, Tensor) and pointer.rank == 1 \
@@ -1346,13 +1345,11 @@ class _FunctionWalker:
             self.plan.dots[node] = site
         for anchor in self.anchors.values():  # the MMA layout and element type of the operands computed here
             term = self.anchor_terms.get(anchor)
-            dtype = site.operand_type(anchor.position)
             operand = (a, b)[anchor.position]
             # (only where the computation keeps the tile's class: a transpose or a reshape on the way makes another)
             if anchor.dot is node and term is not None and isinstance(operand, Tensor) \
                     and operand.term.find() is term.find():
-                root = term.find()
-                root.operand = (anchor.position, term, dtype or "", site.result)
+                term.find().operand = (anchor.position, term, site.operand_type(anchor.position) or "", site.result)
         acc = self.eval(acc_node)
         if isinstance(acc, Tensor) and acc_node is not None:
             self.unify_or_convert(site.result, acc_node, acc.term)
@@ -1640,9 +1637,8 @@ def _unify(a: Term, b: Term) -> bool:
     ra.reduced |= rb.reduced
     ra.plain = ra.plain or rb.plain
     ra.whole_last = ra.whole_last or rb.whole_last
-    if ra.operand is not None and rb.operand is not None and ra.operand[3] is None:
-        ra.operand = rb.operand  # (the one that knows its MMA layout)
-    ra.operand = ra.operand or rb.operand
+    if ra.operand is None or ra.operand[3] is None:  # (keep the one that knows its MMA layout)
+        ra.operand = rb.operand or ra.operand
     ra.names.extend(n for n in rb.names if n not in ra.names)
     if rb.dots is not None:
         ra.dots = (ra.dots or []) + [d for d in rb.dots if d not in (ra.dots or [])]

@@ -21,7 +21,7 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor
-from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, per_loop
+from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, per_loop, value_names
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -353,7 +353,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     for name, fed in uses_of.items():
         if len({position for _, position in fed}) != 1:
             return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
-        uses = sum(name in _data_names(st) for j, st in enumerate(body) if j != loads[name].index)
+        uses = sum(name in value_names(st) for j, st in enumerate(body) if j != loads[name].index)
         if not loads[name].inline and not loads[name].computed and uses != len({index for index, _ in fed}):
             if computed_operands and not loads[name].transposed:
                 loads[name].computed = True  # (its slot is read in the operand's layout, for every use)
@@ -523,7 +523,7 @@ def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStat
             tiles[at] = load
             continue
         prep.add(at)
-        work += [(n, at) for n in _data_names(statement)]
+        work += [(n, at) for n in value_names(statement)]
     if len(tiles) > 1:
         names = ", ".join(f"`{t.name}`" for t in sorted(tiles.values(), key=lambda t: t.index))
         return LoopRefusal(operand, f"the dot operand is computed from {len(tiles)} tiles loaded in the loop ({names}); "
@@ -534,13 +534,6 @@ def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStat
     load.computed = True
     load.prep = tuple(sorted(i for i in prep if i > load.index))
     return load
-
-
-def _data_names(node: cst.CSTNode) -> set[str]:
-    """The names `node` reads as values: not those it reads only for their type (`b.to(a.dtype)`)."""
-    typed = {id(n.value) for n in preorder(node) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)
-             and n.attr.value in ("dtype", "shape", "type")}
-    return {n.value for n in preorder(node) if isinstance(n, cst.Name) and id(n) not in typed} & names_in(node)
 
 
 def _added(small: cst.BaseSmallStatement | None) -> tuple[str, cst.BaseExpression] | None:

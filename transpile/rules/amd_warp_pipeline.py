@@ -338,16 +338,20 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         return [f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}"
                 f"{read_layout(load)})" for load in plan.loads if computed is None or load.computed == computed]
 
+    def consumed(i: int, pad: str) -> str:
+        """Statement `i` of the body as the consumer runs it (operands under their slot-read names)."""
+        return indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
+
     def prepare(iteration: str, pad: str) -> list[str]:
         """The computed operands of `iteration`, from its tiles just read."""
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if prep_uses_var else []
-        return lines + [indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad) for i in prep]
+        return lines + [consumed(i, pad) for i in prep]
 
     def consume(iteration: str, pad: str) -> list[str]:
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
         run: list[str] = []  # consecutive statements of the computation, run here where it is not in `mem`
         for i in consumer:
-            statement = indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
+            statement = consumed(i, pad)
             if i in prep:
                 run.append(indent(statement, "    "))
                 continue

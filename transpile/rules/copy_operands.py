@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, is_docstring, names_in, read_names, substituted
+from transpile.cst_utils import METADATA, bound_names, is_docstring, names_in, substituted, value_names
 from transpile.cst_walk import preorder
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
@@ -214,7 +214,7 @@ class _Rewriter:
                 return True
             if isinstance(node, cst.Subscript) and _axis(node) is not None:
                 return True
-        return any(self.tensor(n, seen) for n in _value_names(value) - seen)
+        return any(self.tensor(n, seen) for n in value_names(value) - seen)
 
     def expression(self, node: cst.BaseExpression, context: Context) -> cst.BaseExpression:
         """`node` re-evaluated in `context`."""
@@ -227,7 +227,7 @@ class _Rewriter:
             if axis is not None and context.dim is None:  # `v[None, :]`: v along axis 1, the slice without dim 0
                 inner = self.expression(node.value, Context(context.layout, 1 - axis, context.tag))
                 return node.with_changes(value=inner)
-            if not (_value_names(node) & self._tensors(node)):
+            if not (value_names(node) & self._tensors(node)):
                 return node
             raise Unsupported(f"`{code(node)}` (an index or a broadcast this rule does not follow)")
         if isinstance(node, cst.BinaryOperation):
@@ -241,15 +241,15 @@ class _Rewriter:
         if isinstance(node, cst.Call):
             return self._call(node, context)
         if isinstance(node, cst.Attribute):
-            if not _value_names(node.value) & self._tensors(node.value) or node.attr.value in _METADATA:
+            if not value_names(node.value) & self._tensors(node.value) or node.attr.value in METADATA:
                 return node
             raise Unsupported(f"`{code(node)}`")
-        if not (_value_names(node) & self._tensors(node)):
+        if not (value_names(node) & self._tensors(node)):
             return node
         raise Unsupported(f"`{code(node)}` (an expression this rule does not re-evaluate)")
 
     def _tensors(self, node: cst.CSTNode) -> set[str]:
-        return {n for n in _value_names(node) if self.tensor(n)}
+        return {n for n in value_names(node) if self.tensor(n)}
 
     def _name(self, node: cst.Name, context: Context) -> cst.BaseExpression:
         name = node.value
@@ -297,7 +297,7 @@ class _Rewriter:
         if func in ("gl.multiple_of", "gl.max_contiguous", "gl.max_constancy"):  # hints hold in any layout
             value = self.expression(node.args[0].value, context)
             return node.with_changes(args=[node.args[0].with_changes(value=value), *node.args[1:]])
-        if not (_value_names(node) & self._tensors(node)) and not any(code(c.func) in _TENSOR_CALLS
+        if not (value_names(node) & self._tensors(node)) and not any(code(c.func) in _TENSOR_CALLS
                                                                    for c in _calls(node)):
             return node  # a scalar: `gl.program_id(0)`, `gl.cdiv(K, BLOCK_K)`
         if func in _SHAPING or func.endswith((".reshape", ".permute", ".trans", ".sum", ".max", ".min")) \
@@ -465,21 +465,6 @@ def _branch_values(statements: list[cst.BaseStatement], known: set[str]) -> dict
 
 
 #: attributes of a tensor that are not tensors: its element type, its shape
-_METADATA = ("dtype", "type", "shape", "element_ty")
-
-
-def _value_names(node: cst.CSTNode) -> set[str]:
-    """The variables whose values `node` computes with (`read_names`), not those it reads only for their metadata
-    (`A.dtype.element_ty`)."""
-    if isinstance(node, cst.Attribute) and node.attr.value in _METADATA:
-        return set()
-    if not any(isinstance(n, cst.Attribute) and n.attr.value in _METADATA for n in preorder(node)):
-        return read_names(node)
-    if isinstance(node, (cst.Attribute, cst.Arg)):
-        return _value_names(node.value)  # (not the attribute's or the keyword's name)
-    return set().union(*(_value_names(child) for child in node.children))
-
-
 def _small(statement: cst.BaseStatement) -> list[cst.CSTNode]:
     if isinstance(statement, cst.SimpleStatementLine):
         return list(statement.body)
