@@ -332,13 +332,14 @@ def test_column_reduction_keeps_its_axis_inside_each_thread() -> None:
         assert "reduced=" not in translate_source(ROWS, "x.py", get_target(target)).text.split("def rows")[1]
 
 
-def test_helper_tile_of_unknown_size_stays_unknown() -> None:
-    """`rows[:, None]` meeting `cols[None, :]` in a helper, both of unknown length, is a tile of unknown size in
-    both dimensions (written 0, which Triton 3.6 can pass to a constexpr function), not a [1, 1] tile: a [1, 1]
-    layout replicated the caller's tile and converted it back and forth (0.46x on an H100)."""
+def test_helper_tile_takes_its_size_from_its_arguments() -> None:
+    """`rows[:, None]` meeting `cols[None, :]` in a helper is a tile of the sizes of the vectors passed, read where
+    the helper runs (`rows.shape[0]`: a constexpr, as Triton's JIT specialises a helper per call), so that its layout
+    is the caller's and the arguments' conversions are no-ops; not a [1, 1] tile (a [1, 1] layout replicated the
+    caller's tile and converted it back and forth: 0.46x on an H100), nor one of unknown size."""
     text = translate_source(HELPER_TILE, "x.py", get_target("sm90")).text
     helper = text.split("def _load_tile")[1].split("@gluon.jit")[0]
-    assert "_blocked_layout([0, 0], gl.num_warps())" in helper, helper
+    assert "_blocked_layout([rows.shape[0], cols.shape[0]], gl.num_warps())" in helper, helper
     assert "[1, 1]" not in helper and "None, None]" not in helper.replace("[:, None]", "").replace("[None, :]", "")
 
 

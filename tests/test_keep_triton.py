@@ -132,14 +132,13 @@ else:
 
 
 @pytest.mark.parametrize("call, defined, how", [
-    ("safe_dot", "", "imported from `mylib.ops`"),
     ("mm", CONDITIONAL, "defined under a module-level `if`/`try`/`with`"),
 ])
 def test_kernel_calling_a_dot_helper_the_tool_does_not_translate_is_kept_as_triton(
         call: str, defined: str, how: str, tmp_path: Path) -> None:
-    """A helper imported from another module of the project (found on disk) or defined under a module-level `if`
-    that runs a dot: the Gluon kernel calling that Triton code did not compile. The kernel is kept as Triton with a
-    TT010 at the call."""
+    """A helper defined under a module-level `if` that runs a dot: the Gluon kernel calling that Triton code did not
+    compile. The kernel is kept as Triton with a TT010 at the call. (A helper imported from another module is copied
+    into the variant: tests/test_imported_helpers.py.)"""
     (tmp_path / "mylib").mkdir()
     (tmp_path / "mylib" / "ops.py").write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
                                                "def safe_dot(a, b):\n    return tl.dot(a, b)\n\n\n@triton.jit\n"
@@ -156,10 +155,10 @@ def test_kernel_calling_a_dot_helper_the_tool_does_not_translate_is_kept_as_trit
 
 def test_a_combine_function_the_tool_does_not_translate_keeps_its_scan_as_triton(tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scan's or `tl.reduce`'s combine function imported from another module whose body makes a tensor of its own
-    (`tl.zeros_like`): the Gluon scan called that Triton code, which does not compile ("full() missing ... layout";
-    found by compiling public code). Such a kernel is kept as Triton with a TT010 at the argument; an elementwise
-    combine function imported the same way stays callable."""
+    """A scan's or `tl.reduce`'s combine function (here imported from another module, and copied into the variant)
+    whose body makes a tensor of its own (`tl.zeros_like`): Gluon runs it on the scan's scalar elements, where that
+    does not compile ("full() missing ... layout"; found by compiling public code). Such a kernel is kept as Triton
+    with a TT010 at the argument; an elementwise combine function imported the same way stays callable."""
     (tmp_path / "combine.py").write_text(
         "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef add_relu(a, b):\n"
         "    return tl.maximum(a + b, tl.zeros_like(a))\n\n\n@triton.jit\ndef last(a, b):\n"
@@ -170,10 +169,10 @@ def test_a_combine_function_the_tool_does_not_translate_keeps_its_scan_as_triton
     for call, kept in (("tl.associative_scan(x, 0, add_relu)", True), ("tl.reduce(x, 0, add_relu) + offs", True),
                        ("tl.associative_scan(x, 0, last)", False)):
         result = translate_source(head + body.replace("CALL", call), str(tmp_path / "kernels.py"), get_target("sm90"))
-        assert result.functions[0].translated is not kept, (call, result.functions[0].kept_reason)
+        kernel = next(f for f in result.functions if f.name == "k")
+        assert kernel.translated is not kept, (call, kernel.kept_reason)
         if kept:
-            assert "`add_relu` is imported from `combine` (Triton code the tool does not translate)" in \
-                result.functions[0].kept_reason
+            assert "`add_relu`, the combine function here, does more than elementwise math" in kernel.kept_reason
         else:  # verify imports the variant with the source's directory on the path, as running it next to it does
             from transpile.verify import verify
 
@@ -294,8 +293,8 @@ def test_imported_helpers_are_read_beside_the_file_whatever_its_path_is_shown_as
                                                                                   monkeypatch: pytest.MonkeyPatch
                                                                                   ) -> None:
     """A file translated by a path shown relative to its project root (not the current directory) still has its
-    imported helpers read from beside it: the helper making a tensor of its own is found, and the kernel calling it
-    kept with its reason (before, the module was not found from the shown path, and the Gluon kernel called the
+    imported helpers read from beside it: the helper making a tensor of its own is found and copied, and the kernel
+    using it as a combine function kept with its reason (before, the module was not found from the shown path, and the Gluon kernel called the
     Triton helper). Scalar helpers with `tl.assume` and `min` (aiter's `pid_grid`) stay callable."""
     from transpile.engine import translate_file
 
@@ -312,8 +311,11 @@ def test_imported_helpers_are_read_beside_the_file_whatever_its_path_is_shown_as
     (tmp_path / "proj" / "scalar.py").write_text(kernel.replace("CALL", "x * 2"))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # the shown paths below are not paths from here
-    kept = translate_file(tmp_path / "proj" / "kernels.py", get_target("sm90"), "kernels.py").functions[0]
-    assert not kept.translated and "`add_relu` is imported from `combine`" in kept.kept_reason
+    kept = next(f for f in translate_file(tmp_path / "proj" / "kernels.py", get_target("sm90"), "kernels.py").functions
+                if f.name == "k")
+    assert not kept.translated and "`add_relu`, the combine function here" in kept.kept_reason
+    assert "def add_relu(a, b):" in translate_file(tmp_path / "proj" / "kernels.py", get_target("sm90"),
+                                                   "kernels.py").text  # (copied from beside the file)
     callable_ = translate_file(tmp_path / "proj" / "scalar.py", get_target("sm90"), "scalar.py").functions[0]
     assert callable_.translated, callable_.kept_reason
 

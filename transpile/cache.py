@@ -11,7 +11,7 @@ An entry is one source file translated for one target. Its key is the SHA-256 of
   command of the header and `--gluon-always`.
 
 The translation also reads other files: the modules a kernel file imports helpers from (``from pkg.ops import
-helper``: `transpile.analysis.layouts._module_functions` looks for them on disk). Every such look-up is recorded
+helper``: `transpile.analysis.imports` looks for them on disk). Every such look-up is recorded
 with the translation (the path, and the SHA-256 of the file's bytes or that there was no file) and checked again
 when the entry is read: an entry whose recorded files changed, appeared or went away is a miss. So an entry is
 never stale; a miss translates as without a cache.

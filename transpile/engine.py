@@ -17,6 +17,7 @@ from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.passes.canonical import canonicalize
+from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
     address_params,
@@ -178,14 +179,20 @@ def prepare(text: str, path: str) -> Prepared:
                 "its own that this one imports)")))
         raise TranspileError(Diagnostic(path, 1, 1, "TT003", "no @triton.jit kernels in this file"))
     original: SourceFile | None = None
+    # Triton helpers imported from the project's other modules, copied in first: from here on they are the file's own
+    # helpers (`transpile.passes.imported_helpers`), translated beside the kernels that call them.
+    brought = bring_in_helpers(source, facts)
+    if brought is not None:
+        source = original = parse_source(brought[0], path, brought[1])
+        facts = discover(source)
     # Block pointers first (Gluon has none; Triton 3.9 neither): a function whose block pointers are lowered is kept,
     # where it is kept, in its lowered form, which compiles under every Triton (`transpile.passes.block_pointers`).
     refusals: list[BlockPointerRefusal] = []
     lowered = lower_block_pointers(source, facts)
     if lowered is not None:
         lowered_text, lowered_lines, refusals = lowered
-        if lowered_text != text:
-            source = original = parse_source(lowered_text, path, lowered_lines)
+        if lowered_text != source.text:
+            source = original = parse_source(lowered_text, path, _through(source.line_map, lowered_lines))
             facts = discover(source)
     canonical = canonicalize(source, facts)
     if canonical != source.text:

@@ -297,21 +297,31 @@ def replaced_line_map(module: cst.Module, old: str, replaced: Mapping[cst.CSTNod
     the file's length (difflib's matcher over a whole file does, where lines repeat: blank lines, `)`, the same
     statements in many kernels)."""
     nodes = [*module.header, *module.body, *module.footer]
-    pieces_old = [node_code(module, n) for n in nodes]
-    pieces_new = [node_code(module, replaced.get(n, n)) for n in nodes]
+    return pieces_line_map(old, new, [(node_code(module, n), node_code(module, replaced.get(n, n)), 0) for n in nodes])
+
+
+def pieces_line_map(old: str, new: str, pieces: list[tuple[str, str, int]]) -> list[int]:
+    """`line_map(old, new)` where both texts are made of pieces, each (old text, new text, line; every piece ends
+    with a line end): a piece unchanged maps to itself, a changed one is matched with what it replaced only, and a
+    piece inserted (no old text) maps all its lines to `line`."""
+    pieces_old = [a for a, _, _ in pieces]
+    pieces_new = [b for _, b, _ in pieces]
     # (each piece ends with a line end, so the pieces' lines are the file's; a file without a final newline drops it)
-    if not all(p.endswith(("\n", "\r")) for p in (*pieces_old, *pieces_new)) or not (
+    if not all(p.endswith(("\n", "\r")) for p in (*pieces_old, *pieces_new) if p) or not (
             _joined_is(pieces_old, old) and _joined_is(pieces_new, new)):
         return line_map(old, new)
     total = len(old.splitlines())
     count = len(new.splitlines())
     out = [0] * (count + 2)
     i0 = j0 = 0
-    for before, after in zip(pieces_old, pieces_new):
+    for before, after, line in pieces:
         a, b = before.splitlines(), after.splitlines()
         if before == after:
             for j in range(len(b)):
                 out[j0 + j + 1] = i0 + j + 1
+        elif not a:
+            for j in range(len(b)):
+                out[j0 + j + 1] = line or min(i0 + 1, max(total, 1))
         else:
             _map_lines(a, b, i0, j0, total, out)
         i0 += len(a)

@@ -22,14 +22,15 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import libcst as cst
 
-from transpile import cache, language
+from transpile import language
 
+from transpile.analysis.imports import helper_closure, language_modules, module_functions, top_bindings
+from transpile.cst_utils import bound_names
 from transpile.discover import JitFunction, ModuleFacts, language_name
-from transpile.source import SourceFile, location
+from transpile.source import SourceFile
 
 # --------------------------------------------------------------------------------------------------------------------
 # Terms (layout variables) and abstract values
@@ -336,7 +337,7 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
     local: dict[str, list[ast.FunctionDef]] = {}
     imports = ast.parse(cst.Module([s for s in module.body if isinstance(s, cst.SimpleStatementLine)
                                     and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]).code)
-    math_modules = _math_modules(imports)
+    math_modules = language_modules(imports)
     for statement in module.body:
         if isinstance(statement, (cst.If, cst.Try, cst.With)):
             tree = ast.parse(cst.Module([statement]).code)
@@ -346,6 +347,22 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
     for name, defs in local.items():
         if any(_beyond_elementwise(d, math_modules) for d in defs):
             found[name] = "defined under a module-level `if`/`try`/`with`"
+    bindings: dict[str, tuple[str, str] | None] | None = None
+    for _statement, _alias, bound, origin, _imported in imported_helpers(module, path):
+        if bindings is None:
+            bindings = top_bindings(ast.parse(module.code))
+        why = helper_closure(path, origin, bound, {n: b for n, b in bindings.items() if n != bound})
+        found.setdefault(bound, f"imported from `{origin}`" + (f" and cannot be copied here ({why})"
+                                                                if isinstance(why, str) else ""))
+    return {name: how for name, how in found.items() if name not in jit_names}
+
+
+def imported_helpers(module: cst.Module, path: str
+                     ) -> list[tuple[cst.SimpleStatementLine, cst.ImportAlias, str, str, str]]:
+    """The Triton helpers a module imports from other modules of its project (found on disk) that do more than
+    elementwise math, which a Gluon kernel cannot call: (import statement, alias, name bound here, module as
+    imported, name there) each."""
+    out = []
     for statement in module.body:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
@@ -356,14 +373,14 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
                                                   if small.module is not None else "")
             if origin == "triton" or origin.startswith(("triton.", "torch")):
                 continue
-            defs, their_math = _module_functions(path, origin)
+            defs, their_math = module_functions(path, origin)
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 imported = cst.Module([]).code_for_node(alias.name)
                 if isinstance(bound, cst.Name) and any(_beyond_elementwise(d, their_math)
                                                        for d in defs.get(imported, [])):
-                    found.setdefault(bound.value, f"imported from `{origin}`")
-    return {name: how for name, how in found.items() if name not in jit_names}
+                    out.append((statement, alias, bound.value, origin, imported))
+    return out
 
 
 def _beyond_elementwise(fn: ast.FunctionDef, math_modules: frozenset[str] = frozenset()) -> bool:
@@ -378,73 +395,6 @@ def _beyond_elementwise(fn: ast.FunctionDef, math_modules: frozenset[str] = froz
             if name not in _ELEMENTWISE_ONLY:
                 return True
     return False
-
-
-def _math_modules(tree: ast.Module) -> frozenset[str]:
-    """Names a module gives libdevice and the math modules of `triton.language` (`import ... libdevice as tldevice`,
-    `tl.math`, `libdevice`): their functions are elementwise."""
-    names = {"tl.math", "tl.extra.libdevice", "libdevice", "tl.extra.cuda.libdevice"}
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.endswith(("libdevice", ".math")):
-                    names.add(alias.asname or alias.name)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("triton"):
-            for alias in node.names:
-                if alias.name in ("libdevice", "math"):
-                    names.add(alias.asname or alias.name)
-    return frozenset(names)
-
-
-_MODULE_FUNCTIONS: dict[tuple[str, str], tuple[dict[str, list[ast.FunctionDef]], frozenset[str],
-                                               tuple[tuple[str, str | None], ...]]] = {}
-
-
-def _module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]:
-    """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
-    file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an
-    absolute one from the nearest enclosing directory that holds it. Empty when the module is not found on disk."""
-    here = Path(location(path)).resolve().parent
-    key = (str(here), origin)  # `path` may be relative: the same text names another file in another directory
-    if key in _MODULE_FUNCTIONS:
-        functions, math_modules, probes = _MODULE_FUNCTIONS[key]
-        # Still the files it was read from (a long-lived process, tests): else read them again.
-        if all(cache.look_up(Path(probe[0])) == probe for probe in probes):
-            cache.record(probes)  # the files this answer depends on (transpile.cache)
-            return functions, math_modules
-    looked: list[tuple[str, str | None]] = []
-    dots = len(origin) - len(origin.lstrip("."))
-    parts = [p for p in origin.lstrip(".").split(".") if p]
-    bases = [here.parents[dots - 2] if dots > 1 and len(here.parents) >= dots - 1 else here] if dots else \
-        [here, *here.parents]
-    functions: dict[str, list[ast.FunctionDef]] = {}
-    math_modules: frozenset[str] = frozenset()
-    for base in bases:
-        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
-                          base.joinpath(*parts, "__init__.py")):
-            if candidate is None:
-                continue
-            looked.append(cache.look_up(candidate))
-            if not candidate.is_file():
-                continue
-            try:
-                tree = ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
-            except (SyntaxError, ValueError):
-                continue
-            math_modules = _math_modules(tree)
-            for statement in tree.body:
-                for node in ([statement] if isinstance(statement, ast.FunctionDef) else
-                             ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else []):
-                    if isinstance(node, ast.FunctionDef):
-                        functions.setdefault(node.name, []).append(node)
-            break
-        if functions:
-            break
-    if len(_MODULE_FUNCTIONS) > 1000:
-        _MODULE_FUNCTIONS.clear()
-    _MODULE_FUNCTIONS[key] = functions, math_modules, tuple(looked)
-    cache.record(looked)
-    return functions, math_modules
 
 
 def _module_level_names(module: cst.Module) -> set[str]:
@@ -880,9 +830,13 @@ class _FunctionWalker:
         if callee is not None:
             return self.eval_helper_call(node, callee)
         if isinstance(func, cst.Name) and func.value in self.analysis.unseen_functions:
-            self.refuse(node, "TT010", f"`{func.value}` is {self.analysis.unseen_functions[func.value]}, where the tool "
-                        "cannot read it: if it is Triton code, a Gluon kernel cannot call it (bring the helper into "
-                        "this file at module level)")
+            how = self.analysis.unseen_functions[func.value]
+            self.refuse(node, "TT010", f"`{func.value}` is {how}: a Gluon kernel cannot call a Triton helper that "
+                        "does more than elementwise math unless it is translated beside it (define it at the top "
+                        "level of this file, or of a module whose helpers the tool can copy)"
+                        if how.startswith("imported") else
+                        f"`{func.value}` is {how}, where the tool cannot read it: if it is Triton code, a Gluon kernel "
+                        "cannot call it (bring the helper into this file at module level)")
         if isinstance(func, cst.Attribute):
             base = self.eval(func.value)
             method = func.attr.value
@@ -1253,7 +1207,14 @@ class _FunctionWalker:
         """A scan's or `tl.reduce`'s combine function that the tool cannot read (imported from another module, whose
         body makes tensors of its own): the Gluon scan would call it as Triton code, which does not compile."""
         for a in node.args:
-            if isinstance(a.value, cst.Name) and a.value.value in self.analysis.unseen_functions:
+            fn = self.analysis.facts.functions.get(a.value.value) if isinstance(a.value, cst.Name) else None
+            if fn is not None and _beyond_elementwise(
+                    ast.parse(cst.Module([fn.node]).code).body[0],  # type: ignore[arg-type]
+                    language_modules(ast.parse(self.source.text))):
+                self.refuse(a.value, "TT010", f"`{fn.name}`, the combine function here, does more than elementwise "
+                            "math (it makes or reads tensors of its own): Gluon runs a combine function on the "
+                            "scan's scalar elements, where that does not compile")
+            elif isinstance(a.value, cst.Name) and a.value.value in self.analysis.unseen_functions:
                 self.refuse(a.value, "TT010", f"`{a.value.value}` is {self.analysis.unseen_functions[a.value.value]}"
                             " (Triton code the tool does not translate) and does more than elementwise math: as the "
                             "combine function of a Gluon scan or reduction it does not compile (bring it into this "
@@ -1354,7 +1315,7 @@ class _FunctionWalker:
         if isinstance(acc, Tensor) and acc_node is not None:
             self.unify_or_convert(site.result, acc_node, acc.term)
             if acc.shape and len(acc.shape) == 2:
-                site.shape = [site.shape[0] or acc.shape[0], site.shape[1] or acc.shape[1]]
+                site.shape = [_dim(site.shape[0], acc.shape[0]), _dim(site.shape[1], acc.shape[1])]
         for key in ("out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
             self.eval(self.arg(node, 99, key))
         return Tensor(site.result, self.dot_result_dtype(site, acc), tuple(site.shape))
@@ -1464,12 +1425,18 @@ class _FunctionWalker:
             return None
 
         out: list[Value] = []
-        for kind in kinds:
+        rebound = bound_names(callee.node.body)
+        for param, kind in zip(callee.params, kinds):
             if isinstance(kind, Tensor):
-                # Shapes stay unknown in helpers: a helper's loop the pipeline rules could rewrite would need the
-                # kernels calling it launched with the warps the rewrite asks for, which nothing propagates yet.
-                kind = Tensor(kind.term, translate(kind.elem), None)
+                # A tensor parameter's shape is its own, read where the helper runs (`a.shape[0]`: a constexpr in
+                # Gluon as in Triton), as Triton's JIT specialises a helper per call; unknown where the helper
+                # assigns the name again (the text would then read another tensor).
+                rank = kind.rank
+                shape = tuple(f"{param.name}.shape[{i}]" for i in range(rank)) \
+                    if rank is not None and param.name not in rebound else None
+                kind = Tensor(kind.term, translate(kind.elem), shape)
             out.append(kind)
+        out.extend(kinds[len(out):])
         return tuple(out)
 
     def caller_elem(self, elem: str | None, callee: JitFunction, positional: list[cst.BaseExpression]) -> str | None:
@@ -1560,6 +1527,8 @@ def _dim(x: str | None, y: str | None) -> str | None:
         return y
     if y == "1":
         return x
+    if x is not None and y is not None and ".shape[" in x and ".shape[" not in y:
+        return y  # (a helper parameter's own size, `a.shape[0]`, where a block size names it too: the name reads better)
     return x if x is not None else y
 
 

@@ -1,0 +1,140 @@
+"""Triton helpers imported from other modules of the project are copied into the variant and translated there
+(`transpile.passes.imported_helpers`), with the helpers and constants they read; helpers whose shapes come from
+their arguments (`return tl.dot(a, b)`) take them where they run."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import prepare, translate_source
+from transpile.targets import get_target
+from transpile.verify import verify
+
+COMMON = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from .consts import ZERO
+
+SCALE: tl.constexpr = tl.constexpr(2.0)
+
+
+class NotAHelper:
+    pass
+
+
+@triton.jit
+def _fill(c_ptr, offs_m, offs_n, stride_cm, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tile = tl.full((BLOCK_M, BLOCK_N), ZERO, dtype=tl.float32)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], tile, mask=offs_n[None, :] < N)
+
+
+@triton.jit
+def write_zeros(c_ptr, offs_m, offs_n, stride_cm, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    _fill(c_ptr, offs_m, offs_n, stride_cm, N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def mm(a, b):
+    return tl.dot(a, b) * SCALE
+
+
+@triton.jit
+def fast_exp(x):
+    return libdevice.exp(x)
+
+
+@triton.jit
+def uses_class(x):
+    return tl.zeros_like(x) + NotAHelper
+
+
+def host_side(x):
+    return x
+'''
+
+KERNEL = '''import triton
+import triton.language as tl
+
+from pkg.common import fast_exp, mm, write_zeros
+
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, flag_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if tl.load(flag_ptr) == 0:
+        write_zeros(c_ptr, offs, offs, BLOCK, N, BLOCK, BLOCK)
+        return
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+    c = fast_exp(mm(a, b))
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], c, mask=offs[None, :] < N)
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "consts.py").write_text("import triton.language as tl\n\nZERO = tl.constexpr(0.0)\n")
+    (tmp_path / "pkg" / "common.py").write_text(COMMON)
+    (tmp_path / "kernels.py").write_text(KERNEL)
+    return tmp_path
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "gfx1250", "sm90"])
+def test_imported_helpers_are_copied_and_translated(project: Path, target: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel calls `write_zeros` (which calls `_fill`, reading a constant of a third module) and `mm` (a dot,
+    scaled by a module constant): both are copied into the variant with what they read, the import keeps only the
+    elementwise helper `fast_exp`, and the Gluon kernel compiles for the target."""
+    path = str(project / "kernels.py")
+    result = translate_source(KERNEL, path, get_target(target))
+    outcomes = {o.name: o for o in result.functions}
+    assert set(outcomes) == {"k", "write_zeros", "_fill", "mm"}, outcomes
+    assert all(o.translated for o in outcomes.values()), {n: o.kept_reason for n, o in outcomes.items()}
+    text = result.text
+    assert "from pkg.common import fast_exp\n" in text
+    assert "SCALE: tl.constexpr = tl.constexpr(2.0)" in text and "ZERO = tl.constexpr(0.0)" in text
+    assert "copied here from that module" in text and "`pkg.common`" in text
+    assert "NotAHelper" not in text and "host_side" not in text and "uses_class" not in text
+    # the dot in the helper takes its shape from its operands where it runs
+    assert "gl.zeros([a.shape[0], b.shape[1]]" in text
+    monkeypatch.setattr(tempfile, "tempdir", str(project))
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "flag_ptr": "*i32", "N": "i32",
+                               "BLOCK": 64}, all_configs=True)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+    assert "k" in {c.kernel for c in compiled}  # the Gluon kernel, not only the source kept beside it
+
+
+def test_copied_lines_map_to_the_import(project: Path) -> None:
+    """Diagnostics about copied code point at the import line of the file the user translates."""
+    prepared = prepare(KERNEL, str(project / "kernels.py"))
+    fill = prepared.facts.functions["_fill"]
+    assert prepared.source.position(fill.node)[0] == 4
+    assert prepared.source.position(prepared.facts.functions["k"].node.name)[0] == 8
+
+
+def test_helper_that_cannot_be_copied_stays_imported_with_the_reason(project: Path) -> None:
+    """A helper reading a class of its module is not copied: the kernel calling it is kept as Triton and the reason
+    names what stopped the copy."""
+    text = KERNEL.replace("fast_exp, mm, write_zeros", "fast_exp, mm, uses_class, write_zeros").replace(
+        "c = fast_exp(mm(a, b))", "c = uses_class(fast_exp(mm(a, b)))")
+    result = translate_source(text, str(project / "kernels.py"), get_target("gfx950"))
+    kernel = next(o for o in result.functions if o.name == "k")
+    assert not kernel.translated
+    assert "`uses_class` is imported from `pkg.common` and cannot be copied here (`uses_class` reads the class " \
+           "`NotAHelper` of `common.py`)" in kernel.kept_reason
+    assert "from pkg.common import fast_exp, uses_class\n" in result.text
+
+
+def test_a_name_the_file_binds_otherwise_is_not_overwritten(project: Path) -> None:
+    """The file defines its own `SCALE`: the copy of `mm`, which reads another `SCALE`, would change what the file's
+    code reads. `mm` stays imported and the kernel is kept with the reason."""
+    text = KERNEL.replace("from pkg.common", "SCALE = 3\nfrom pkg.common")
+    result = translate_source(text, str(project / "kernels.py"), get_target("sm90"))
+    kernel = next(o for o in result.functions if o.name == "k")
+    assert not kernel.translated and "`mm` reads `SCALE`, a name this file binds itself" in kernel.kept_reason

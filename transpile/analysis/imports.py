@@ -1,0 +1,278 @@
+"""The modules a kernel file imports helpers from, read from disk: their functions, and what it takes to copy one.
+
+Kernel files import Triton helpers from other modules of their project (``from aiter.ops.triton.utils._triton.
+moe_common import _write_zeros_to_output``). A Gluon kernel can call only Gluon functions (and helpers that do
+nothing but elementwise math on what they are given), so such a helper must be translated beside the kernel: copied
+into the variant. This module answers, as facts:
+
+- `module_functions(path, origin)`: the functions of the module `origin` as imported by the file at `path` (a
+  relative import from the file's package, an absolute one from the nearest enclosing directory that holds it), and
+  the names that module gives libdevice and the math modules;
+- `helper_closure(path, origin, name, importer)`: the top-level statements of that module (and of the modules it
+  imports from) that the helper needs (the helper, the helpers and constants it reads, transitively), with the
+  imports the importing module must add, or the reason the helper cannot be copied (a name defined in a way a copy
+  cannot carry, a clash with a name the importing module binds otherwise).
+
+Every file looked at is recorded with the running translation (`transpile.cache`): a translation that read another
+module is stale when that module changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass
+from pathlib import Path
+
+from transpile import cache
+from transpile.source import location
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def language_modules(tree: ast.Module) -> frozenset[str]:
+    """Names a module gives libdevice and the math modules of `triton.language` (`import ... libdevice as tldevice`,
+    `tl.math`, `libdevice`): their functions are elementwise."""
+    names = {"tl.math", "tl.extra.libdevice", "libdevice", "tl.extra.cuda.libdevice"}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.endswith(("libdevice", ".math")):
+                    names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("triton"):
+            for alias in node.names:
+                if alias.name in ("libdevice", "math"):
+                    names.add(alias.asname or alias.name)
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class _Module:
+    """One module file as read: its text's lines, its top-level statements by the names they bind, and its
+    functions (top level and under module-level `if`/`try`)."""
+
+    file: Path
+    lines: tuple[str, ...]
+    tree: ast.Module
+    functions: dict[str, list[ast.FunctionDef]]
+    math_modules: frozenset[str]
+    top: dict[str, ast.stmt]  # name -> the top-level def, class, assignment or import that binds it
+
+
+_FOUND: dict[tuple[str, str], tuple[_Module | None, tuple[tuple[str, str | None], ...]]] = {}
+
+
+def _module(path: str, origin: str) -> _Module | None:
+    here = Path(location(path)).resolve().parent
+    key = (str(here), origin)  # `path` may be relative: the same text names another file in another directory
+    if key in _FOUND:
+        found, probes = _FOUND[key]
+        # Still the files it was read from (a long-lived process, tests): else read them again.
+        if all(cache.look_up(Path(probe[0])) == probe for probe in probes):
+            cache.record(probes)  # the files this answer depends on (transpile.cache)
+            return found
+    looked: list[tuple[str, str | None]] = []
+    dots = len(origin) - len(origin.lstrip("."))
+    parts = [p for p in origin.lstrip(".").split(".") if p]
+    bases = [here.parents[dots - 2] if dots > 1 and len(here.parents) >= dots - 1 else here] if dots else \
+        [here, *here.parents]
+    found = None
+    for base in bases:
+        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                          base.joinpath(*parts, "__init__.py")):
+            if candidate is None:
+                continue
+            looked.append(cache.look_up(candidate))
+            if not candidate.is_file():
+                continue
+            try:
+                text = candidate.read_text(encoding="utf-8", errors="replace")
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                continue
+            functions: dict[str, list[ast.FunctionDef]] = {}
+            top: dict[str, ast.stmt] = {}
+            for statement in tree.body:
+                for node in ([statement] if isinstance(statement, ast.FunctionDef) else
+                             ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else []):
+                    if isinstance(node, ast.FunctionDef):
+                        functions.setdefault(node.name, []).append(node)
+                for name in _bound_at_top(statement):
+                    top[name] = statement
+            found = _Module(candidate, tuple(text.splitlines()), tree, functions, language_modules(tree), top)
+            break
+        if found is not None and found.functions:
+            break
+    if len(_FOUND) > 1000:
+        _FOUND.clear()
+    _FOUND[key] = found, tuple(looked)
+    cache.record(looked)
+    return found
+
+
+def module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]:
+    """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
+    file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an
+    absolute one from the nearest enclosing directory that holds it. Empty when the module is not found on disk."""
+    found = _module(path, origin)
+    return (found.functions, found.math_modules) if found is not None else ({}, frozenset())
+
+
+def _bound_at_top(statement: ast.stmt) -> list[str]:
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [statement.name]
+    if isinstance(statement, ast.Assign):
+        return [t.id for t in statement.targets if isinstance(t, ast.Name)]
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return [statement.target.id]
+    if isinstance(statement, ast.Import):
+        return [a.asname or a.name.split(".")[0] for a in statement.names]
+    if isinstance(statement, ast.ImportFrom):
+        return [a.asname or a.name for a in statement.names if a.name != "*"]
+    return []
+
+
+def import_binding(statement: ast.stmt, name: str) -> tuple[str, str] | None:
+    """What an import statement binds `name` to: (module, attribute) for `from module import attribute [as name]`,
+    (module, "") for `import module as name` (or `import name`); None where it does not bind `name`."""
+    if isinstance(statement, ast.Import):
+        for alias in statement.names:
+            if alias.asname == name:
+                return alias.name, ""
+            if alias.asname is None and alias.name.split(".")[0] == name:
+                return name, ""
+    elif isinstance(statement, ast.ImportFrom):
+        module = "." * statement.level + (statement.module or "")
+        for alias in statement.names:
+            if (alias.asname or alias.name) == name:
+                return module, alias.name
+    return None
+
+
+def is_jit(fn: ast.FunctionDef, top: dict[str, ast.stmt]) -> bool:
+    """`fn` is decorated `@triton.jit` (or with `jit` imported from triton, `@triton.jit(...)`)."""
+    for decorator in fn.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and target.attr == "jit" and isinstance(target.value, ast.Name):
+            binding = import_binding(top[target.value.id], target.value.id) if target.value.id in top else None
+            if binding == ("triton", ""):
+                return True
+        elif isinstance(target, ast.Name) and target.id in top and import_binding(top[target.id], target.id) in (
+                ("triton", "jit"), ("triton.runtime.jit", "jit")):
+            return True
+    return False
+
+
+def free_names(statement: ast.stmt) -> set[str]:
+    """Names a top-level statement reads from its module's globals: for a function, those its decorators, defaults,
+    annotations and body read that are not its parameters, not assigned in it and not builtins."""
+    loaded: set[str] = set()
+    stored: set[str] = set()
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = statement.args
+        for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+            if a is not None:
+                stored.add(a.arg)
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not statement:
+            stored.add(node.name)
+    return {n for n in loaded - stored if n not in _BUILTINS}
+
+
+@dataclass(frozen=True)
+class HelperClosure:
+    """What copying a helper into the importing module takes: the statements (source text, in the order of their
+    modules' files) and the import statements (text) the copies read that the importing module lacks."""
+
+    name: str
+    origin: str
+    file: Path
+    statements: tuple[str, ...]
+    imports: tuple[str, ...]
+    defines: frozenset[str]
+
+
+def _statement_text(module: _Module, statement: ast.stmt) -> str:
+    first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+    last = statement.end_lineno or statement.lineno
+    return "\n".join(module.lines[first - 1:last])
+
+
+_EXTERNAL = ("triton", "torch", "math", "numpy", "typing", "functools")
+
+
+def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[str, str] | None]
+                   ) -> HelperClosure | str:
+    """The statements a copy of the helper `name` of the module `origin` (imported by the file at `path`) needs, or
+    why it cannot be copied. `importer` is what the importing module binds at its top level: name -> (module,
+    attribute) for names it imports, None for names it defines itself (the helper's own import is not in it)."""
+    root = _module(path, origin)
+    if root is None:
+        return f"`{origin}` is not found on disk beside the file"
+    work: list[tuple[_Module, str, str]] = [(root, name, name)]  # (module, name there, who reads it)
+    chosen: dict[tuple[str, int], tuple[_Module, ast.stmt]] = {}
+    imports: dict[str, str] = {}
+    defines: dict[str, str] = {}  # name -> its statement's text (two modules may define one name the same way)
+    while work:
+        module, wanted, reader = work.pop()
+        statement = module.top.get(wanted)
+        where = f"`{module.file.name}`"
+        if statement is None:
+            if wanted in _BUILTINS:
+                continue
+            return f"`{reader}` reads `{wanted}`, which {where} does not define at its top level"
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            binding = import_binding(statement, wanted)
+            assert binding is not None
+            source, attribute = binding
+            if source.split(".")[0] in _EXTERNAL:
+                if wanted in importer and importer[wanted] != binding:
+                    return (f"`{reader}` reads `{wanted}` as `{source}{'.' + attribute if attribute else ''}`, a name "
+                            "this file binds otherwise")
+                if wanted not in importer:
+                    imports[wanted] = (f"from {source} import {attribute}" + (f" as {wanted}" if wanted != attribute
+                                                                               else "")) if attribute else \
+                        (f"import {source}" + (f" as {wanted}" if wanted != source else ""))
+                continue
+            if not attribute:
+                return f"`{reader}` reads the module `{source}` (`{wanted}`), which a copy cannot carry"
+            if attribute != wanted:
+                return f"`{reader}` reads `{attribute}` of `{source}` under another name, `{wanted}`"
+            other = _module(str(module.file), source)
+            if other is None:
+                return f"`{reader}` reads `{wanted}` from `{source}`, which is not found on disk"
+            work.append((other, wanted, reader))
+            continue
+        key = (str(module.file), statement.lineno)
+        if key in chosen:
+            continue
+        if isinstance(statement, ast.ClassDef):
+            return f"`{reader}` reads the class `{wanted}` of {where}"
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(statement, module.top):
+            return f"`{reader}` calls `{wanted}`, a Python function of {where}, not a `@triton.jit` one"
+        if not isinstance(statement, (ast.FunctionDef, ast.Assign, ast.AnnAssign)):
+            return f"`{wanted}`, read by `{reader}`, is bound by a statement of {where} a copy cannot carry"
+        text = _statement_text(module, statement)
+        if wanted in defines and defines[wanted] != text:
+            return f"`{wanted}` is defined twice, differently, in the modules `{name}` reads"
+        if wanted in importer and not (wanted == name and module is root):
+            return f"`{reader}` reads `{wanted}`, a name this file binds itself"
+        defines[wanted] = text
+        chosen[key] = (module, statement)
+        for free in sorted(free_names(statement)):
+            work.append((module, free, wanted))
+    ordered = sorted(chosen.items(), key=lambda item: (item[0][0] != str(root.file), item[0]))
+    return HelperClosure(name, origin, root.file, tuple(_statement_text(m, s) for _, (m, s) in ordered),
+                         tuple(imports[n] for n in sorted(imports)), frozenset(defines))
+
+
+def top_bindings(tree: ast.Module) -> dict[str, tuple[str, str] | None]:
+    """What a module binds at its top level: name -> (module, attribute) for an import, None for anything else."""
+    bound: dict[str, tuple[str, str] | None] = {}
+    for statement in tree.body:
+        for name in _bound_at_top(statement):
+            bound[name] = import_binding(statement, name) if isinstance(statement, (ast.Import, ast.ImportFrom)) \
+                else None
+    return bound
