@@ -280,6 +280,9 @@ def discover(source: SourceFile) -> ModuleFacts:
                 passed = facts.callee(arg.value)
                 if passed is not None and passed != fn.name:
                     functions[passed].called_by.add(fn.name)
+    for helper, callers in source.inlined.items():  # called where it was inlined (the code kept as written calls it)
+        if helper in functions:
+            functions[helper].called_by |= {c for c in callers if c in functions}
     return facts
 
 

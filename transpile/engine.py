@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+from collections.abc import Mapping
 import functools
 import re
 import textwrap
@@ -18,6 +19,7 @@ from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
+from transpile.passes.inline import inline_dot_helpers
 from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
     address_params,
@@ -194,11 +196,28 @@ def prepare(text: str, path: str) -> Prepared:
         if lowered_text != source.text:
             source = original = parse_source(lowered_text, path, _through(source.line_map, lowered_lines))
             facts = discover(source)
+    # Helpers that run a dot, inlined where they are called (`transpile.passes.inline`): the pipeline rules read one
+    # function, and block pointers passed to such a helper are now the kernel's to lower. Kept functions stay as
+    # written (`kept_form`), calling the helper.
+    kept_form: SourceFile | None = None
+    inlined: Mapping[str, frozenset[str]] = {}
+    inlining = inline_dot_helpers(source, facts)
+    if inlining is not None:
+        kept_form = original or source
+        inlined = inlining[2]
+        source = parse_source(inlining[0], path, _through(source.line_map, inlining[1]), inlined)
+        facts = discover(source)
+        lowered = lower_block_pointers(source, facts)
+        if lowered is not None:
+            lowered_text, lowered_lines, refusals = lowered
+            if lowered_text != source.text:
+                source = parse_source(lowered_text, path, _through(source.line_map, lowered_lines), inlined)
+                facts = discover(source)
     canonical = canonicalize(source, facts)
     if canonical != source.text:
         original = source
         # (canonicalisation keeps lines: the lowering's line map, if any, still holds)
-        source = parse_source(canonical, path, source.line_map)
+        source = parse_source(canonical, path, source.line_map, inlined)
         facts = discover(source)
     # Index tensors a dot loop advances by a constant, read as functions of the loop variable
     # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.
@@ -208,7 +227,7 @@ def prepare(text: str, path: str) -> Prepared:
         if original is None:
             original = source
         lines = replaced_line_map(source.module, source.text, replaced, inducted)
-        source = parse_source(inducted, path, _through(source.line_map, lines))
+        source = parse_source(inducted, path, _through(source.line_map, lines), inlined)
         facts = discover(source)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
@@ -217,7 +236,7 @@ def prepare(text: str, path: str) -> Prepared:
         unswitched_text, lines = unswitched
         if original is None:
             original = source
-        source = parse_source(unswitched_text, path, _through(source.line_map, lines))
+        source = parse_source(unswitched_text, path, _through(source.line_map, lines), inlined)
         facts = discover(source)
     plans = analyse_layouts(facts)
     # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.passes.vector_loads`)
@@ -227,9 +246,11 @@ def prepare(text: str, path: str) -> Prepared:
         own_text, own_loads = own
         if original is None:
             original = source
-        source = parse_source(own_text, path, source.line_map)  # (the rewrite keeps lines)
+        source = parse_source(own_text, path, source.line_map, inlined)  # (the rewrite keeps lines)
         facts = discover(source)
         plans = analyse_layouts(facts, own_loads)
+    if kept_form is not None:
+        original = kept_form
     return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads)
 
 
@@ -255,7 +276,7 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
         else:
             # (the text it rewrote may itself be a rewrite: block pointers)
             source = parse_source(conversion.text, prepared.source.path,
-                                  _through(prepared.source.line_map, conversion.line_map))
+                                  _through(prepared.source.line_map, conversion.line_map), prepared.source.inlined)
             facts = discover(source)
             prepared.tma[skip] = (Prepared(prepared.text, source, facts, analyse_layouts(facts, prepared.own_loads),
                                            prepared.original_source, own_loads=prepared.own_loads),
@@ -363,7 +384,17 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
     translated_helpers: dict[str, set[str]] = {}
     rewritten: dict[str, cst.FunctionDef] = {}
     outcomes: dict[str, KernelOutcome] = {}
+    inlined = _inlined_edges(facts)
     for fn in facts.functions.values():
+        if fn.called_by and all((fn.name, caller) in inlined for caller in fn.called_by):
+            # Inlined wherever it is called: the Triton helper stays for the code kept as written (a kept caller,
+            # the source kernel a launcher keeps beside a translated one).
+            callers = ", ".join(f"`{c}`" for c in sorted(fn.called_by))
+            outcomes[fn.name] = KernelOutcome(fn.name, True, False, [], kept_reason=(
+                f"it is inlined where {callers} call{'s' if len(fn.called_by) == 1 else ''} it; the Triton helper "
+                "stays for the Triton code kept as written"))
+            translated_helpers[fn.name] = set()
+            continue
         plan = plans[fn.name]
         ctx = RuleContext(facts, fn, plan, target, helpers=set(), gluon_always=gluon_always)
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
@@ -447,7 +478,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         translated_helpers[fn.name] = ctx.helpers
     module_names = _module_names(source.module)
     while True:
-        _propagate_kept(facts, outcomes, source, target)
+        _propagate_kept(facts, outcomes, source, target, inlined)
         helpers = set()
         for name, outcome in outcomes.items():
             if outcome.translated:
@@ -683,8 +714,20 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
     return "no pipeline rule matches this loop"
 
 
-def _propagate_kept(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], source: SourceFile, target: Target
-                    ) -> None:
+def _inlined_edges(facts: ModuleFacts) -> set[tuple[str, str]]:
+    """(helper, caller) where the caller inlined every call of the helper (`transpile.passes.inline`): the caller's
+    code no longer calls it, only its form kept as written does."""
+    edges: set[tuple[str, str]] = set()
+    for helper, callers in facts.source.inlined.items():
+        for caller in callers:
+            if caller in facts.functions and not any(facts.callee(c.func) == helper
+                                                     for c in calls_in(facts.functions[caller].node)):
+                edges.add((helper, caller))
+    return edges
+
+
+def _propagate_kept(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], source: SourceFile, target: Target,
+                    inlined: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
     """Keeping a function as Triton keeps others along the call graph: a `@triton.jit` function cannot call a Gluon
     helper, nor Gluon code a Triton one. So every caller of a kept helper is kept, and the helpers a kept function
     calls are kept unless a translated function calls them too: then the kept one calls Triton copies of them
@@ -704,7 +747,7 @@ def _propagate_kept(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], sour
                     changed = True
             for caller in sorted(fn.called_by):
                 kept = outcomes[caller]
-                if kept.translated:
+                if kept.translated and (fn.name, caller) not in inlined:
                     _keep(kept, source, facts.functions[caller], target,
                           f"it calls the helper `{fn.name}`, which is kept as Triton (Gluon code cannot call Triton)")
                     changed = True

@@ -81,6 +81,9 @@ class SourceFile:
     wrapper: MetadataWrapper
     scopes: dict = field(repr=False)
     line_map: list[int] | None = field(repr=False, default=None)  # see `parse_source`
+    # Helpers whose calls a rewrite inlined -> the functions that inlined them (`transpile.passes.inline`): still
+    # their helpers (`discover`), for the Triton code kept as written.
+    inlined: Mapping[str, frozenset[str]] = field(repr=False, default_factory=dict)
     _qualified: dict = field(repr=False, default_factory=dict)
     _parents: dict | None = field(repr=False, default=None)
     _positions: Mapping | None = field(repr=False, default=None)
@@ -245,7 +248,8 @@ def location(display: str) -> str:
     return _LOCATIONS.get(display, display)
 
 
-def parse_source(text: str, path: str, line_map: list[int] | None = None) -> SourceFile:
+def parse_source(text: str, path: str, line_map: list[int] | None = None,
+                 inlined: Mapping[str, frozenset[str]] | None = None) -> SourceFile:
     """`text` parsed; `line_map` (a rewrite of the file: its line -> the source's line) makes every position a line
     of the source, so that diagnostics about rewritten code still point at what the user wrote."""
     # CPython's own parser gives the most precise location and message for a syntax error; libcst then builds the
@@ -268,7 +272,8 @@ def parse_source(text: str, path: str, line_map: list[int] | None = None) -> Sou
     except Exception as exc:  # libcst raises a few other exception types on exotic input
         raise TranspileError(Diagnostic(path, 1, 1, "TT001", f"cannot parse: {exc}")) from None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    return SourceFile(path=path, text=text, wrapper=wrapper, scopes=wrapper.resolve(ScopeProvider), line_map=line_map)
+    return SourceFile(path=path, text=text, wrapper=wrapper, scopes=wrapper.resolve(ScopeProvider), line_map=line_map,
+                      inlined=inlined or {})
 
 
 def line_map(old: str, new: str) -> list[int]:

@@ -573,6 +573,25 @@ def _attention_cases():
             )
 
 
+def _attention_stage_cases():
+    """The tutorial-style kernel whose key loop is a helper called per causal stage."""
+    for causal in (False, True):
+        for head_dim in (64, 128):
+            yield Case(
+                name=f"suite_attn_inner_stages-{'causal' if causal else 'full'}-d{head_dim}",
+                fixture="suite_attn_inner_stages",
+                wrapper="attention",
+                make_inputs=_attention_inputs,
+                reference=_ref_attention,
+                shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=head_dim),
+                small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=head_dim),
+                options=dict(causal=causal, sm_scale=head_dim**-0.5),
+                atol=5e-3,
+                bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=head_dim),
+                flops=_attention_flops(causal),
+            )
+
+
 def _varlen_lengths(s: Shape, gen) -> list[int]:
     """Prompt lengths of a packed batch: B prompts of L tokens, or (LMIN < L) one of L and the others drawn between
     LMIN and L."""
@@ -881,6 +900,7 @@ CASES: list[Case] = [
         flops=lambda s: 2.0 * s["E"] * s["M"] * s["N"] * s["K"],
     ),
     *_attention_cases(),
+    *_attention_stage_cases(),
     *_fx_cases(),
     Case(
         name="vector_add",

@@ -1,0 +1,187 @@
+"""Helpers that run a dot are inlined where they are called (`transpile.passes.inline`): the kernel then holds the
+loop the pipeline rules read. The inlined Triton code computes what the source computes (run both under Triton's
+interpreter), and the variant compiles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.passes.inline import inline_dot_helpers
+from transpile.source import parse_source
+from transpile.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = (ROOT / "fixtures" / "suite_attn_inner_stages.py").read_text()
+
+
+def inlined(text: str) -> str:
+    source = parse_source(text, "k.py")
+    out = inline_dot_helpers(source, discover(source))
+    assert out is not None
+    return out[0]
+
+
+def test_tutorial_attention_stages_are_inlined_into_the_kernel() -> None:
+    """Both calls of `_attn_fwd_inner` become loops of the kernel (the helper stays, for the kernel kept as written,
+    and is recorded as inlined there, so that it stays a helper); the call with the
+    literal stage 2 has its `if STAGE == ...` decided; the second copy's names do not clash with the first's; the
+    accumulators passed and assigned back are updated in place (no copies of them)."""
+    text = inlined(STAGES)
+    source = parse_source(STAGES, "k.py")
+    assert inline_dot_helpers(source, discover(source))[2] == {"_attn_fwd_inner": frozenset({"attn_fwd_stages_kernel"})}
+    kernel = text.split("def attn_fwd_stages_kernel")[1]
+    assert "def _attn_fwd_inner" in text and "_attn_fwd_inner(acc" not in kernel
+    assert kernel.count("for start_n") == 2 and "for start_n_1 in range(lo_1, hi_1, BLOCK_N):" in kernel
+    assert "STAGE == 2" not in kernel.split("if STAGE & 2:")[1]  # folded: the diagonal stage's mask is unconditional
+    assert "lo_1, hi_1 = start_m * BLOCK_M, (start_m + 1) * BLOCK_M" in kernel
+    assert "acc_1" not in kernel and "l_i_1" not in kernel and "m_i_1 =" not in kernel
+    assert "acc = tl.dot(p.to(tl.float16), v, acc)" in kernel
+    assert "STAGE_1 = 4 - STAGE" in kernel  # an expression argument of a parameter the helper never assigns
+    assert kernel.count("`_attn_fwd_inner(...)`, inlined") == 2
+    assert inlined(STAGES) == text  # deterministic
+
+
+RUN_BOTH = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+for config in (0, 1):  # each autotune config pinned (the interpreter has no benchmarker)
+  source, inlined = load(sys.argv[1], "source"), load(sys.argv[2], "inlined")
+  for module in (source, inlined):
+    module.attn_fwd_stages_kernel.configs = [module.attn_fwd_stages_kernel.configs[config]]
+  for causal in (False, True):
+    for n_ctx in (80, 150):
+        torch.manual_seed(n_ctx)
+        q, k, v = (torch.randn(1, 2, n_ctx, 32, dtype=torch.float16) for _ in range(3))
+        expected = source.attention(q, k, v, causal, 0.125)
+        got = inlined.attention(q, k, v, causal, 0.125)
+        assert torch.equal(expected, got), (config, causal, n_ctx, (expected.float() - got.float()).abs().max())
+        reference = torch.nn.functional.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=causal, scale=0.125)
+        assert torch.allclose(got.float(), reference, atol=2e-2, rtol=0), (config, causal, n_ctx)
+print("SAME")
+"""
+
+
+@pytest.mark.slow
+def test_inlined_attention_computes_what_the_source_computes(tmp_path: Path) -> None:
+    """The source and its inlined form (the Triton code the Gluon translation starts from), run by Triton's
+    interpreter on ragged sequence lengths, causal or not, every config the autotuner tries: the same outputs, bit
+    for bit, and those of torch's attention."""
+    (tmp_path / "source.py").write_text(STAGES)
+    (tmp_path / "inlined.py").write_text(inlined(STAGES))
+    (tmp_path / "run.py").write_text(RUN_BOTH)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
+                             str(tmp_path / "inlined.py")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+GEMM_STEP = HEAD + '''@triton.jit
+def _step(acc, a_ptrs, b_ptrs, k, K, BLOCK_K: tl.constexpr):
+    """One K step."""
+    a = tl.load(a_ptrs, mask=k < K, other=0.0)
+    b = tl.load(b_ptrs)
+    acc += tl.dot(a, b)
+    return acc
+
+
+@triton.jit
+def _scaled(x, s):
+    return tl.dot(x, x) * s
+
+
+@triton.jit
+def _early(x, flag):
+    if flag:
+        return tl.dot(x, x)
+    return x
+
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BLOCK + offs[None, :]
+    total = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        total = _step(total, a_ptrs, b_ptrs, k, K, BLOCK_K)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * BLOCK
+    x = tl.load(c_ptr + offs[:, None] * BLOCK + offs[None, :])
+    y = _scaled(x, 2.0) + _early(x, True)
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], total + y)
+'''
+
+
+def test_a_gemm_step_helper_is_inlined_and_calls_in_expressions_stay() -> None:
+    """`total = _step(total, a_ptrs, ...)`: the helper's `acc` is the caller's `total` (passed and assigned back),
+    its `a`/`b` keep their names, `k` (the caller's loop variable) is read as is; `_scaled(x, 2.0) + ...` is a call
+    inside an expression and `_early` returns early: both stay calls."""
+    text = inlined(GEMM_STEP)
+    kernel = text.split("def k(")[1]
+    assert "total += tl.dot(a, b)" in kernel and "_step(total" not in kernel
+    assert "a = tl.load(a_ptrs, mask=k < K, other=0.0)" in kernel
+    assert "_scaled(x, 2.0) + _early(x, True)" in kernel
+    assert '"""One K step."""' not in kernel  # (the docstring stays with the helper)
+
+
+def test_a_parameter_the_helper_assigns_is_a_copy_where_the_caller_keeps_its_value() -> None:
+    """`y = _bump(x)` where `_bump` assigns its parameter: the caller's `x` must keep its value, so the body works on
+    a copy (`x_1 = x`)."""
+    text = inlined(HEAD + '''@triton.jit
+def _bump(x):
+    x = x + tl.dot(x, x)
+    return x
+
+
+@triton.jit
+def k(p, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(p + offs[:, None] * BLOCK + offs[None, :])
+    y = _bump(x)
+    tl.store(p + offs[:, None] * BLOCK + offs[None, :], x + y)
+''')
+    kernel = text.split("def k(")[1]
+    assert "x_1 = x\n" in kernel and "x_1 = x_1 + tl.dot(x_1, x_1)\n" in kernel and "y = x_1\n" in kernel
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_the_stages_fixture_is_read_as_two_attention_loops(target: str) -> None:
+    """After inlining, each stage's loop is an attention loop the rules take (and the measurement of that ring keeps
+    them as Triton on these targets), not "its dot runs in the helper"."""
+    result = translate_source(STAGES, "fixtures/suite_attn_inner_stages.py", get_target(target))
+    kernel = next(f for f in result.functions if f.name == "attn_fwd_stages_kernel")
+    assert "runs in the helper" not in kernel.kept_reason
+    assert kernel.kept_reason.count("attention ring would pipeline it") == 2, kernel.kept_reason
+    helper = next(f for f in result.functions if f.name == "_attn_fwd_inner")
+    assert helper.is_helper and not helper.translated and "inlined where `attn_fwd_stages_kernel` calls it" in \
+        helper.kept_reason
+    # kept as written: the kernel calls the helper, as in the source
+    assert "acc, l_i, m_i = _attn_fwd_inner(" in result.text and "`_attn_fwd_inner(...)`, inlined" not in result.text
+
+
+def test_a_translated_kernel_runs_the_inlined_loop_and_its_kept_source_copy_calls_the_helper() -> None:
+    """A kernel whose inlined form translates (here with `--gluon-always`): the Gluon kernel holds the helper's body;
+    the source kernel the launcher keeps beside it calls the Triton helper, which the variant keeps."""
+    result = translate_source(STAGES, "fixtures/suite_attn_inner_stages.py", get_target("gfx950"), gluon_always=True)
+    outcomes = {f.name: f for f in result.functions}
+    assert outcomes["attn_fwd_stages_kernel"].translated and not outcomes["_attn_fwd_inner"].translated
+    gluon = result.text.split("@gluon.jit\ndef attn_fwd_stages_kernel")[1].split("\n@")[0]
+    assert "_attn_fwd_inner(" not in gluon.replace("`_attn_fwd_inner(...)`", "") and "for start_n_1 in range" in gluon
+    assert "@triton.jit\ndef _attn_fwd_inner(" in result.text
