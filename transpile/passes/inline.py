@@ -29,7 +29,7 @@ import ast
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, calls_in, module_code, names_in, node_code, substituted
+from transpile.cst_utils import bindings, bound_names, calls_in, module_code, names_in, node_code, substituted
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile, pieces_line_map
 
@@ -202,7 +202,8 @@ class _Inliner(cst.CSTTransformer):
                 continue
             fresh = self.fresh(name)
             values[name] = cst.Name(fresh)
-            prologue.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(fresh))], arg)]))
+            prologue.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(fresh))],
+                                                                self.remade(arg))]))
         for name in sorted(assigned - set(values)):
             if name in self.taken:
                 values[name] = cst.Name(self.fresh(name))
@@ -227,6 +228,28 @@ class _Inliner(cst.CSTTransformer):
         out = [*prologue, *statements, *epilogue]
         return out or [cst.SimpleStatementLine([cst.Pass()])]
 
+    def remade(self, arg: cst.BaseExpression) -> cst.BaseExpression:
+        """The value a copy of the argument starts from: a block pointer the caller makes once, from values it never
+        assigns again, is made again (`tl.make_block_ptr(...)`, the same call: block pointers are values), so that the
+        lowering to pointer tiles sees where the copy is made; anything else is read by name."""
+        if not isinstance(arg, cst.Name):
+            return arg
+        definitions, rebound = self.definitions
+        made = definitions.get(arg.value)
+        if not (isinstance(made, cst.Call) and _strip(language_name(
+                self.facts.source.qualified_name(made.func))) == "make_block_ptr"):
+            return arg
+        params = {p.name.value for p in self.functions[self.caller].params.params}
+        for name in names_in(made) - {n.value for n in _attributes(made)}:
+            if name in rebound or (name not in definitions and name in bound_names(self.functions[self.caller])) \
+                    or (name in params and name in bound_names(self.functions[self.caller])):
+                return arg
+        return made
+
+    @property
+    def definitions(self) -> tuple[dict[str, cst.BaseExpression], set[str]]:
+        return bindings(self.functions[self.caller])
+
     def returns_as(self, returned: cst.BaseExpression | None, items: list[cst.Element] | None, targets: list[str],
                    param: str, arg: str) -> bool:
         """The helper returns `param` where the call assigns `arg` (so `param` may be `arg` all along)."""
@@ -246,6 +269,23 @@ class _Inliner(cst.CSTTransformer):
             i += 1
         self.taken.add(f"{name}_{i}")
         return f"{name}_{i}"
+
+
+def _attributes(node: cst.CSTNode) -> list[cst.Name]:
+    """The attribute and keyword names in `node` (`x.dtype`'s `dtype`, `shape=`): names, but not variables."""
+    out: list[cst.Name] = []
+    for n in _walk(node):
+        if isinstance(n, cst.Attribute):
+            out.append(n.attr)
+        elif isinstance(n, cst.Arg) and n.keyword is not None:
+            out.append(n.keyword)
+    return out
+
+
+def _walk(node: cst.CSTNode):  # noqa: ANN202 - a generator of nodes
+    yield node
+    for child in node.children:
+        yield from _walk(child)
 
 
 def _assign(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> cst.SimpleStatementLine:
