@@ -349,9 +349,7 @@ BAD_INPUTS = {
     "empty": (b"", ("bad.py", 1, 1, "TT003")),
     "no_kernels": (b"import triton\n\n\ndef host(x):\n    return triton.cdiv(x, 128)\n", ("bad.py", 1, 1, "TT003")),
     "no_kernels_mentions_jit": (b"import triton\n\nJIT = triton.jit\n", ("bad.py", 1, 1, "TT003")),
-    # kernels below module level: located at the kernel, the block named (TT007: a module-level block)
-    "kernel_under_module_if": (b"import triton\n\nif True:\n\n    @triton.jit\n    def k(x_ptr):\n        pass\n",
-                               ("bad.py", 6, 9, "TT007")),
+    # (kernels under a module-level block: kept as written, TT007: test_a_directory_keeps_kernels_under_...)
     "kernel_in_function": (b"import triton\n\n\ndef build():\n    @triton.jit\n    def k(x_ptr):\n        pass\n\n"
                            b"    return k\n", ("bad.py", 6, 9, "TT003")),
 }
@@ -369,21 +367,27 @@ def test_bad_input(kind: str, tmp_path: Path, cli, tree) -> None:
     assert tree(tmp_path) == before
 
 
-def test_a_directory_reports_kernels_under_a_module_level_block(tmp_path: Path, cli, fixture_copy) -> None:
+def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cli, fixture_copy) -> None:
     """In a directory, a file without kernels is not the tool's business (skipped), and neither is one whose kernels
     are made inside functions (test helpers); a file whose kernels sit in a module-level `if` (a version or feature
-    test) is: TT007 at the kernel, exit 2, the other files written."""
+    test) is: TT007 at the kernel, and a variant that keeps the file as written with the reason in its header (the
+    file is never dropped, so `--check` passes on it once written); exit 0."""
     fixture_copy("vector_add", into=tmp_path / "src")
-    (tmp_path / "src" / "guarded.py").write_text(
-        "import triton\n\nif True:\n\n    @triton.jit\n    def k(x_ptr):\n        pass\n", encoding="utf-8")
+    source = "import triton\n\nif True:\n\n    @triton.jit\n    def k(x_ptr):\n        pass\n"
+    (tmp_path / "src" / "guarded.py").write_text(source, encoding="utf-8")
     (tmp_path / "src" / "local.py").write_text(
         "import triton\n\n\ndef test_k():\n    @triton.jit\n    def k(x_ptr):\n        pass\n", encoding="utf-8")
     result = cli("src", "-t", "gfx942")
-    assert_clean_exit(result, 2)
+    assert_clean_exit(result, 0)
     found = diagnostics(result.stderr)
     assert [(Path(d[0]).name, *d[1:4]) for d in found] == [("guarded.py", 6, 9, "TT007")], result.stderr
     assert "`k` is defined inside the `if` block at line 3" in found[0][4]
     assert (tmp_path / "src" / "vector_add_gfx942.py").is_file()
+    variant = (tmp_path / "src" / "guarded_gfx942.py").read_text(encoding="utf-8")
+    assert variant.endswith(source) and "# kept as Triton: `k` (defined under a module-level block" in variant
+    assert not (tmp_path / "src" / "local_gfx942.py").exists()
+    assert_clean_exit(cli("src", "-t", "gfx942", "--check"), 0)
+    assert_clean_exit(cli("verify", "src/guarded.py", "-t", "gfx942", "-v", "x_ptr=*fp32"), 0)  # nothing to compile
 
 
 def test_bad_input_does_not_stop_the_other_files(tmp_path: Path, cli, fixture_copy) -> None:

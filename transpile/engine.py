@@ -144,11 +144,19 @@ class Prepared:
     own_loads: dict[str, frozenset[int]] = field(default_factory=dict)
     # the AMD targets' layouts, where a dot loop reads a tile computed from a loaded one (`with_operand_layouts`)
     operand_layouts: Prepared | None = field(default=None, repr=False)
+    # kernels defined under a module-level block, where the file has no other: (name, TT007), kept as written
+    nested: list[tuple[str, Diagnostic]] = field(default_factory=list)
 
     @property
     def original_source(self) -> SourceFile:
         """The source as the user wrote it (before canonicalisation)."""
         return self.original if self.original is not None else self.source
+
+
+def _where(source: SourceFile, holder: cst.CSTNode) -> str:
+    return (f"inside function `{holder.name.value}`" if isinstance(holder, cst.FunctionDef) else  # type: ignore[attr-defined]
+            f"inside class `{holder.name.value}`" if isinstance(holder, cst.ClassDef) else  # type: ignore[attr-defined]
+            f"inside the `{_block_keyword(holder)}` block at line {source.position(holder)[0]}")
 
 
 def _block_keyword(node: cst.CSTNode) -> str:
@@ -175,10 +183,20 @@ def prepare(text: str, path: str) -> Prepared:
                      f"inside the `{_block_keyword(holder)}` block at line {source.position(holder)[0]}")
             code = "TT003" if isinstance(holder, (cst.FunctionDef, cst.ClassDef)) else "TT007"
             others = f" (and {len(nested) - 1} more)" if len(nested) > 1 else ""
-            raise TranspileError(Diagnostic(path, line, column, code, (
+            diagnostic = Diagnostic(path, line, column, code, (
                 f"no module-level @triton.jit kernels: `{kernel.name.value}`{others} is defined {where}; only "
                 "kernels defined at the top level of a module are translated (define it there, or in a module of "
-                "its own that this one imports)")))
+                "its own that this one imports)"))
+            if code == "TT003":  # (a kernel made inside a function or class: a test's helper, not a kernel module)
+                raise TranspileError(diagnostic)
+            # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test):
+            # its variant keeps the file as written, with the reason (never dropped: `--check` stays green on it).
+            return Prepared(text, source, facts, {}, nested=[
+                (k.name.value, dataclasses.replace(diagnostic, message=(
+                    f"`{k.name.value}` is defined {_where(source, h)}; only kernels defined at the top level of a "
+                    "module are translated (define it there, or in a module of its own that this one imports): "
+                    "the variant keeps it as written")))
+                for k, h in nested])
         raise TranspileError(Diagnostic(path, 1, 1, "TT003", "no @triton.jit kernels in this file"))
     original: SourceFile | None = None
     # Triton helpers imported from the project's other modules, copied in first: from here on they are the file's own
@@ -311,6 +329,11 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     the rest."""
     if prepared is None or prepared.text != text:
         prepared = prepare(text, path)
+    if prepared.nested:
+        outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
+        header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(
+            "(the comments above them say why)", "(defined under a module-level block: not translated)")
+        return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)
     if target.backend == "hip":
         prepared = with_operand_layouts(prepared)
     if target.backend != "cuda" or not tma_tiles:
