@@ -131,3 +131,89 @@ def test_an_offset_tensor_made_from_index_vectors_is_read_from_the_loop_variable
     assert result is not None
     assert "b = tl.load(b_ptr + (w_offs + k * (K * BK)), mask=mask)" in result[0]
     assert "w_offs += K * BK" not in result[0]
+
+
+ATTENTION_ADVANCED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, qk_scale, lo,
+         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=offs_m[:, None] < N_CTX, other=0.0)
+    k_ptrs = k_ptr + offs_d[:, None] + offs_n[None, :] * HEAD_DIM
+    v_ptrs = v_ptr + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    k_ptrs += lo * HEAD_DIM
+    v_ptrs += lo * HEAD_DIM
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(lo, N_CTX, BLOCK_N):
+        valid = (start_n + offs_n) < N_CTX
+        k = tl.load(k_ptrs, mask=valid[None, :], other=0.0)
+        qk = tl.dot(q, k)
+        qk = tl.where(valid[None, :], qk * qk_scale, -1.0e6)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = tl.load(v_ptrs, mask=valid[:, None], other=0.0)
+        acc = tl.dot(p.to(tl.float16), v, acc)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * HEAD_DIM
+        v_ptrs += BLOCK_N * HEAD_DIM
+    acc = acc / l_i[:, None]
+    tl.store(o_ptr + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc.to(tl.float16), mask=offs_m[:, None] < N_CTX)
+
+
+def run(q, k, v, lo):
+    o = torch.zeros_like(q)
+    attn[(triton.cdiv(q.shape[0], 16),)](q, k, v, o, q.shape[0], 0.25, lo, HEAD_DIM=16, BLOCK_M=16, BLOCK_N=16)
+    return o
+'''
+
+RUN_BOTH = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
+for n_ctx, lo in ((40, 0), (70, 16), (33, 0)):
+    torch.manual_seed(n_ctx)
+    q, k, v = (torch.randn(n_ctx, 16, dtype=torch.float16) for _ in range(3))
+    assert torch.equal(source.run(q, k, v, lo), rewritten.run(q, k, v, lo)), (n_ctx, lo)
+print("SAME")
+"""
+
+
+def test_an_attention_loop_reads_its_advanced_pointer_tiles_from_the_loop_variable(tmp_path) -> None:
+    """In a flash-attention loop (two dots and the online softmax's `max`), pointer tiles advanced after their loads
+    (`k_ptrs += BLOCK_N * HEAD_DIM`, started at `lo` before the loop) are read at the iteration's offset, in 64 bits
+    (the attention rules read an iteration's addresses from the loop variable; no pointer ring carries them); run by
+    Triton's interpreter, the rewritten kernel gives the source's outputs bit for bit, on ragged lengths."""
+    import os
+    import subprocess
+    import sys
+
+    source = parse_source(ATTENTION_ADVANCED, "k.py")
+    text, _ = rewrite_inductions(source, discover(source))
+    assert "k_ptrs += BLOCK_N * HEAD_DIM" not in text and "v_ptrs += BLOCK_N * HEAD_DIM" not in text
+    assert "tl.load((k_ptrs + ((tl.cast(start_n, tl.int64) - lo) // BLOCK_N) * (BLOCK_N * HEAD_DIM))" in text
+    assert "k_ptrs += lo * HEAD_DIM" in text  # (before the loop: where the tiles start)
+    (tmp_path / "source.py").write_text(ATTENTION_ADVANCED)
+    (tmp_path / "rewritten.py").write_text(text)
+    (tmp_path / "run.py").write_text(RUN_BOTH)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
+                             str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

@@ -121,12 +121,21 @@ class _Blocks(cst.CSTTransformer):
             if isinstance(s, cst.For):
                 assigned_in_loop |= names_in(s.target)
         drops: dict[int, tuple[str, cst.BaseExpression]] = {}
+        pointers: set[str] = set()
+        attention = self._attention(loop.body)
         for i, statement in enumerate(body):
             advance = _advance(statement)
             if advance is None:
                 continue
             name, by = advance
-            if names_in(by) & assigned_in_loop or self.counts.get(name) != 2:
+            if names_in(by) & assigned_in_loop:
+                continue
+            if attention is not None and _is_pointer(self.source, loop.body, name) \
+                    and self._pointer_induction(loop, body, i, name, before):
+                drops[i] = (name, by)
+                pointers.add(name)
+                continue
+            if self.counts.get(name) != 2:
                 continue
             start = _definition(before, name)
             # (written nowhere but from its definition to this loop: not after the loop, not around it)
@@ -142,7 +151,8 @@ class _Blocks(cst.CSTTransformer):
             drops[i] = (name, by)
         if not drops:
             return loop
-        replacements = {name: _at_iteration(name, by, var, lo, step) for name, by in drops.values()}
+        replacements = {name: _at_iteration(name, by, var, lo, step, attention if name in pointers else None)
+                        for name, by in drops.values()}
         new_body = [substituted(s, replacements) for i, s in enumerate(body) if i not in drops]
         # (a blank line or comment above a dropped advance stays with the statement that follows it)
         for i in sorted(drops, reverse=True):
@@ -151,6 +161,41 @@ class _Blocks(cst.CSTTransformer):
             if lines and kept < len(new_body):
                 new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
         return loop.with_changes(body=loop.body.with_changes(body=new_body))
+
+    def _attention(self, body: cst.CSTNode) -> str | None:
+        """For a loop with two dots or more and a `max` (flash attention's online softmax): the module's name of
+        `triton.language` (its pointer tiles advanced per iteration are rewritten too, with 64-bit offsets: the
+        attention rules read the addresses of an iteration from the loop variable); None otherwise."""
+        names = [language_name(self.source.qualified_name(c.func)) for c in calls_in(body)]
+        if sum(n in _DOTS for n in names) < 2 or not any(n in ("max", "core.max", "standard.max") for n in names):
+            return None
+        for statement in self.source.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            if cst.Module([]).code_for_node(alias.name) == "triton.language" and alias.asname:
+                                return alias.asname.name.value  # type: ignore[union-attr]
+                    elif isinstance(small, cst.ImportFrom) and small.module is not None \
+                            and cst.Module([]).code_for_node(small.module) == "triton" \
+                            and not isinstance(small.names, cst.ImportStar):
+                        for alias in small.names:
+                            if cst.Module([]).code_for_node(alias.name) == "language":
+                                return alias.asname.name.value if alias.asname else "language"  # type: ignore[union-attr]
+        return None
+
+    def _pointer_induction(self, loop: cst.For, body: list[cst.BaseStatement], i: int, name: str,
+                           before: list[cst.BaseStatement]) -> bool:
+        """The pointer tile `name`, advanced by the statement `i` of the loop's body: assigned nowhere else in the
+        loop, read in the iteration only before the advance, and nowhere after the loop (its uses are those of the
+        statements before the loop in this block and of the loop)."""
+        if sum(name in assigned_names(s) for s in _all_statements(loop.body) if isinstance(s, cst.SimpleStatementLine)) != 1:
+            return False
+        if any(name in names_in(s) for s in body[i + 1:]) or not any(name in names_in(s) for s in body[:i]):
+            return False
+        if not any(isinstance(s, cst.SimpleStatementLine) and name in assigned_names(s) for s in before):
+            return False
+        return _uses(self.fn, name) == sum(_uses(s, name) for s in before) + _uses(loop, name)
 
     def _made_from_arange(self, value: cst.BaseExpression, before: list[cst.BaseStatement]) -> bool:
         """`value` calls `arange`, or reads a name that `before` defines by a value calling it (an offset tensor made
@@ -254,10 +299,15 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def _at_iteration(name: str, by: cst.BaseExpression, var: str, lo: cst.BaseExpression | None,
-                  step: cst.BaseExpression | None) -> cst.BaseExpression:
+                  step: cst.BaseExpression | None, wide: str | None = None) -> cst.BaseExpression:
     """`name` advanced to the current iteration: `name + index * by`, the index written as simply as the loop allows
-    (`k`, `k - lo`, `k // step`, or just `k` when the loop steps by `by` itself)."""
+    (`k`, `k - lo`, `k // step`, or just `k` when the loop steps by `by` itself). With `wide` (the module's name of
+    `triton.language`), the index is 64-bit (`tl.cast(k, tl.int64)`): a pointer advanced step by step never overflows a
+    32-bit offset, and neither does its rewrite (`tl.cast(k, tl.int64)`)."""
     index: cst.BaseExpression = cst.Name(var)
+    if wide is not None:
+        index = cst.Call(cst.Attribute(cst.Name(wide), cst.Name("cast")),
+                         [cst.Arg(cst.Name(var)), cst.Arg(cst.Attribute(cst.Name(wide), cst.Name("int64")))])
     zero = lo is None or _code(lo) == "0"
     if not zero:
         index = cst.BinaryOperation(index, cst.Subtract(), _paren(lo))  # type: ignore[arg-type]
