@@ -14,7 +14,7 @@ from transpile.targets import get_target
 from transpile.verify import verify
 
 COMMON = '''import triton
-import triton.language as tl
+from triton import language as tl
 from triton.language.extra import libdevice
 
 from .consts import ZERO
@@ -89,8 +89,9 @@ def project(tmp_path: Path) -> Path:
 def test_imported_helpers_are_copied_and_translated(project: Path, target: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel calls `write_zeros` (which calls `_fill`, reading a constant of a third module) and `mm` (a dot,
-    scaled by a module constant): both are copied into the variant with what they read, the import keeps only the
-    elementwise helper `fast_exp`, and the Gluon kernel compiles for the target."""
+    scaled by a module constant): both are copied into the variant with what they read (the helpers' module binds
+    `tl` by `from triton import language as tl`, the file by `import triton.language as tl`: the same module), the
+    import keeps only the elementwise helper `fast_exp`, and the Gluon kernel compiles for the target."""
     path = str(project / "kernels.py")
     result = translate_source(KERNEL, path, get_target(target))
     outcomes = {o.name: o for o in result.functions}

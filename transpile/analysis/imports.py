@@ -203,6 +203,15 @@ def _statement_text(module: _Module, statement: ast.stmt) -> str:
 _EXTERNAL = ("triton", "torch", "math", "numpy", "typing", "functools")
 
 
+def _qualified(binding: tuple[str, str] | None) -> str | None:
+    """What an import binds, as one dotted name: `from triton import language as tl` and `import triton.language as
+    tl` both bind `triton.language`."""
+    if binding is None:
+        return None
+    module, attribute = binding
+    return f"{module}.{attribute}" if attribute else module
+
+
 def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[str, str] | None]
                    ) -> HelperClosure | str:
     """The statements a copy of the helper `name` of the module `origin` (imported by the file at `path`) needs, or
@@ -228,7 +237,7 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
             assert binding is not None
             source, attribute = binding
             if source.split(".")[0] in _EXTERNAL:
-                if wanted in importer and importer[wanted] != binding:
+                if wanted in importer and _qualified(importer[wanted]) != _qualified(binding):
                     return (f"`{reader}` reads `{wanted}` as `{source}{'.' + attribute if attribute else ''}`, a name "
                             "this file binds otherwise")
                 if wanted not in importer:
