@@ -139,3 +139,65 @@ def test_a_name_the_file_binds_otherwise_is_not_overwritten(project: Path) -> No
     result = translate_source(text, str(project / "kernels.py"), get_target("sm90"))
     kernel = next(o for o in result.functions if o.name == "k")
     assert not kernel.translated and "`mm` reads `SCALE`, a name this file binds itself" in kernel.kept_reason
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).write_text(text)
+    return tmp_path
+
+
+HEAD = "import triton\nimport triton.language as tl\n"
+MM = "\n\n@triton.jit\ndef NAME(acc, a, b):\n    acc += tl.dot(a, b) * SCALE\n    return acc\n"
+CALLER = HEAD + '''from pkg.IMPORTS
+
+
+@triton.jit
+def k(A, C, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(A + offs[:, None] * N + offs[None, :])
+    acc = tl.zeros((N, N), dtype=tl.float32)
+    CALLS
+    tl.store(C + offs[:, None] * N + offs[None, :], acc)
+'''
+
+
+def test_a_constant_reading_another_modules_constant_is_copied_after_it(tmp_path: Path) -> None:
+    """`SCALE = BASE * 2` with `BASE` from a third module: the copy binds `BASE` first (it runs at import)."""
+    root = _package(tmp_path, {"consts.py": "BASE = 2.0\n",
+                               "lib.py": HEAD + "from .consts import BASE\n\nSCALE = BASE * 2\n" +
+                               MM.replace("NAME", "mm")})
+    text = CALLER.replace("IMPORTS", "lib import mm").replace("CALLS", "acc = mm(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    assert result.text.index("BASE = 2.0") < result.text.index("SCALE = BASE * 2") < result.text.index("def mm(")
+
+
+def test_copies_that_would_bind_one_name_two_ways_are_not_both_made(tmp_path: Path) -> None:
+    """`mm_a` reads `SCALE = 2.0` of one module, `mm_b` `SCALE = 5.0` of another: copying both would make `mm_a`
+    read 5.0. The first is copied; the second stays imported (and its caller is kept, with the reason)."""
+    root = _package(tmp_path, {"a.py": HEAD + "\nSCALE = 2.0\n" + MM.replace("NAME", "mm_a"),
+                               "b.py": HEAD + "\nSCALE = 5.0\n" + MM.replace("NAME", "mm_b")})
+    text = CALLER.replace("IMPORTS", "a import mm_a\nfrom pkg.b import mm_b").replace(
+        "CALLS", "acc = mm_a(acc, a, a)\n    acc = mm_b(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    assert "SCALE = 2.0" in result.text and "SCALE = 5.0" not in result.text
+    assert "from pkg.b import mm_b" in result.text
+
+
+@pytest.mark.parametrize("binding", ["SCALE, OTHER = 3.0, 1", "if True:\n    SCALE = 3.0"])
+def test_a_name_the_file_binds_in_a_tuple_or_a_block_is_not_overwritten(tmp_path: Path, binding: str) -> None:
+    root = _package(tmp_path, {"lib.py": HEAD + "\nSCALE = 2.0\n" + MM.replace("NAME", "mm")})
+    text = CALLER.replace("IMPORTS", "lib import mm\n" + binding).replace("CALLS", "acc = mm(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    assert "SCALE = 2.0" not in result.text and "from pkg.lib import mm" in result.text
+
+
+def test_a_name_its_module_binds_twice_is_not_copied(tmp_path: Path) -> None:
+    """`SCALE = 2.0` then `SCALE = SCALE * 2`: one statement would not carry the value; the helper stays imported."""
+    root = _package(tmp_path, {"lib.py": HEAD + "\nSCALE = 2.0\nSCALE = SCALE * 2\n" + MM.replace("NAME", "mm")})
+    text = CALLER.replace("IMPORTS", "lib import mm").replace("CALLS", "acc = mm(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    kernel = next(o for o in result.functions if o.name == "k")
+    assert not kernel.translated and "binds more than once" in kernel.kept_reason

@@ -217,3 +217,28 @@ def test_an_attention_loop_reads_its_advanced_pointer_tiles_from_the_loop_variab
                              str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("header, extra", [
+    ("range(lo, N_CTX, step=BLOCK_N)", ""),  # a keyword step: not read
+    ("range(0, N_CTX - lo, BLOCK_N)", "        start_n = start_n + lo\n"),  # the variable rebased in the body
+    ("range(lo, N_CTX, BLOCK_N)", "        lo = start_n\n"),  # the header's start assigned in the body
+])
+def test_an_attention_loop_whose_index_cannot_be_read_from_its_header_is_left_as_written(header: str,
+                                                                                          extra: str) -> None:
+    text = ATTENTION_ADVANCED.replace("for start_n in range(lo, N_CTX, BLOCK_N):\n",
+                                      f"for start_n in {header}:\n{extra}")
+    assert header in text
+    source = parse_source(text, "k.py")
+    result = rewrite_inductions(source, discover(source))
+    assert result is None or "k_ptrs += BLOCK_N * HEAD_DIM" in result[0]
+
+
+def test_a_hint_on_the_loop_variable_keeps_the_rewrite() -> None:
+    """`start_n = tl.multiple_of(start_n, BLOCK_N)` keeps the value: the pointers are still read from it."""
+    text = ATTENTION_ADVANCED.replace("for start_n in range(lo, N_CTX, BLOCK_N):\n",
+                                      "for start_n in range(lo, N_CTX, BLOCK_N):\n"
+                                      "        start_n = tl.multiple_of(start_n, BLOCK_N)\n")
+    source = parse_source(text, "k.py")
+    result = rewrite_inductions(source, discover(source))
+    assert result is not None and "k_ptrs += BLOCK_N * HEAD_DIM" not in result[0]

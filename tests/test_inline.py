@@ -270,3 +270,54 @@ def test_block_pointers_passed_to_an_inlined_helper_are_lowered_in_the_kernel() 
         assert not any(d.code == "TT011" for d in result.diagnostics), [d.format() for d in result.diagnostics]
         # kept as written (a measured ring does not take these loops yet): the source kernel and helper unchanged
         assert "acc, l_i, m_i = _inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr" in result.text
+
+
+ONE_LINE = HEAD + '''@triton.jit
+def _h(acc, a, out, STAGE: tl.constexpr, P: tl.constexpr):
+    if STAGE == 1: acc += 1.0
+    acc += tl.dot(a, a) * (a.to(tl.float32) ** P)
+    tl.store(out, acc); return acc
+
+
+@triton.jit
+def k(p, q, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(p + offs[:, None] * BLOCK + offs[None, :])
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    acc = _h(acc, a, q, 1, -1)
+    tl.store(p + offs[:, None] * BLOCK + offs[None, :], acc)
+'''
+
+
+def test_one_line_suites_a_statement_before_the_return_and_negative_literals() -> None:
+    """A one-line `if` the literal decides becomes its statement; `tl.store(...); return acc` keeps the store; a
+    negative literal is read in parentheses (`x ** (-1)`, not `x ** -1`... nor `-1 ** 2`)."""
+    text = inlined(ONE_LINE).split("def k(")[1]
+    assert "    acc += 1.0\n" in text and "if 1 == 1" not in text
+    assert "tl.store(q, acc)" in text and "return" not in text
+    assert "** (-1))" in text
+
+
+def test_a_helper_reading_a_global_the_caller_assigns_is_not_inlined() -> None:
+    """The helper reads the module's `SCALE`; the caller has a local `SCALE`: inlined, the helper's body would read
+    the caller's. The call stays."""
+    text = HEAD + '''SCALE = tl.constexpr(2.0)
+
+
+@triton.jit
+def _h(acc, a):
+    acc += tl.dot(a, a) * SCALE
+    return acc
+
+
+@triton.jit
+def k(p, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    SCALE = 3.0
+    a = tl.load(p + offs[:, None] * BLOCK + offs[None, :])
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    acc = _h(acc, a)
+    tl.store(p + offs[:, None] * BLOCK + offs[None, :], acc * SCALE)
+'''
+    source = parse_source(text, "k.py")
+    assert inline_dot_helpers(source, discover(source)) is None

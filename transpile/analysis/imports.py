@@ -57,6 +57,7 @@ class _Module:
     functions: dict[str, list[ast.FunctionDef]]
     math_modules: frozenset[str]
     top: dict[str, ast.stmt]  # name -> the top-level def, class, assignment or import that binds it
+    rebound: frozenset[str] = frozenset()  # names bound by more than one statement at module level
 
 
 _FOUND: dict[tuple[str, str], tuple[_Module | None, tuple[tuple[str, str | None], ...]]] = {}
@@ -99,7 +100,12 @@ def _module(path: str, origin: str) -> _Module | None:
                         functions.setdefault(node.name, []).append(node)
                 for name in _bound_at_top(statement):
                     top[name] = statement
-            found = _Module(candidate, tuple(text.splitlines()), tree, functions, language_modules(tree), top)
+            counts: dict[str, int] = {}
+            for statement in tree.body:
+                for bound_name in _module_level_bound(statement):
+                    counts[bound_name] = counts.get(bound_name, 0) + 1
+            found = _Module(candidate, tuple(text.splitlines()), tree, functions, language_modules(tree), top,
+                            frozenset(n for n, c in counts.items() if c > 1))
             break
         if found is not None and found.functions:
             break
@@ -191,7 +197,7 @@ class HelperClosure:
     file: Path
     statements: tuple[str, ...]
     imports: tuple[str, ...]
-    defines: frozenset[str]
+    defines: tuple[tuple[str, str], ...]  # (name, the statement that binds it in the copy), imports included
 
 
 def _statement_text(module: _Module, statement: ast.stmt) -> str:
@@ -220,18 +226,16 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
     root = _module(path, origin)
     if root is None:
         return f"`{origin}` is not found on disk beside the file"
-    work: list[tuple[_Module, str, str]] = [(root, name, name)]  # (module, name there, who reads it)
-    chosen: dict[tuple[str, int], tuple[_Module, ast.stmt]] = {}
+    chosen: dict[tuple[str, int], tuple[_Module, ast.stmt]] = {}  # in the order a copy must run them
     imports: dict[str, str] = {}
     defines: dict[str, str] = {}  # name -> its statement's text (two modules may define one name the same way)
-    while work:
-        module, wanted, reader = work.pop()
+
+    def visit(module: _Module, wanted: str, reader: str) -> str | None:  # (why not, or None)
         statement = module.top.get(wanted)
         where = f"`{module.file.name}`"
         if statement is None:
-            if wanted in _BUILTINS:
-                continue
-            return f"`{reader}` reads `{wanted}`, which {where} does not define at its top level"
+            return None if wanted in _BUILTINS else \
+                f"`{reader}` reads `{wanted}`, which {where} does not define at its top level"
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
             binding = import_binding(statement, wanted)
             assert binding is not None
@@ -244,7 +248,7 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
                     imports[wanted] = (f"from {source} import {attribute}" + (f" as {wanted}" if wanted != attribute
                                                                                else "")) if attribute else \
                         (f"import {source}" + (f" as {wanted}" if wanted != source else ""))
-                continue
+                return None
             if not attribute:
                 return f"`{reader}` reads the module `{source}` (`{wanted}`), which a copy cannot carry"
             if attribute != wanted:
@@ -252,11 +256,12 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
             other = _module(str(module.file), source)
             if other is None:
                 return f"`{reader}` reads `{wanted}` from `{source}`, which is not found on disk"
-            work.append((other, wanted, reader))
-            continue
+            return visit(other, wanted, reader)
         key = (str(module.file), statement.lineno)
-        if key in chosen:
-            continue
+        if key in chosen or key in visiting:
+            return None
+        if wanted in module.rebound:
+            return f"`{reader}` reads `{wanted}`, which {where} binds more than once"
         if isinstance(statement, ast.ClassDef):
             return f"`{reader}` reads the class `{wanted}` of {where}"
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(statement, module.top):
@@ -269,19 +274,46 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
         if wanted in importer and not (wanted == name and module is root):
             return f"`{reader}` reads `{wanted}`, a name this file binds itself"
         defines[wanted] = text
+        visiting.add(key)
+        for free in sorted(free_names(statement)):  # what it reads first: a constant before what reads it
+            why = visit(module, free, wanted)
+            if why is not None:
+                return why
         chosen[key] = (module, statement)
-        for free in sorted(free_names(statement)):
-            work.append((module, free, wanted))
-    ordered = sorted(chosen.items(), key=lambda item: (item[0][0] != str(root.file), item[0]))
-    return HelperClosure(name, origin, root.file, tuple(_statement_text(m, s) for _, (m, s) in ordered),
-                         tuple(imports[n] for n in sorted(imports)), frozenset(defines))
+        return None
+
+    visiting: set[tuple[str, int]] = set()
+    why = visit(root, name, name)
+    if why is not None:
+        return why
+    return HelperClosure(name, origin, root.file, tuple(_statement_text(m, s) for m, s in chosen.values()),
+                         tuple(imports[n] for n in sorted(imports)), tuple(sorted({**defines, **imports}.items())))
 
 
 def top_bindings(tree: ast.Module) -> dict[str, tuple[str, str] | None]:
     """What a module binds at its top level: name -> (module, attribute) for an import, None for anything else."""
     bound: dict[str, tuple[str, str] | None] = {}
     for statement in tree.body:
-        for name in _bound_at_top(statement):
-            bound[name] = import_binding(statement, name) if isinstance(statement, (ast.Import, ast.ImportFrom)) \
-                else None
+        for name in _module_level_bound(statement):
+            binding = import_binding(statement, name) if isinstance(statement, (ast.Import, ast.ImportFrom)) else None
+            bound[name] = binding if name not in bound or bound[name] == binding else None
     return bound
+
+
+def _module_level_bound(statement: ast.stmt) -> list[str]:
+    """Every name a top-level statement binds at module level: definitions, imports, assignment targets (tuples
+    too), and those bound inside a module-level `if`/`try`/`with`/`for` (not inside functions or classes)."""
+    names: list[str] = []
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += _bound_at_top(node)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.append(node.id)
+        stack.extend(ast.iter_child_nodes(node))
+    return names

@@ -41,13 +41,15 @@ def bring_in_helpers(source: SourceFile, facts: ModuleFacts) -> tuple[str, list[
     bindings = top_bindings(ast.parse(source.text))
     brought = {bound for _, _, bound, _, _ in found}
     closures: list[tuple[cst.SimpleStatementLine, cst.ImportAlias, HelperClosure]] = []
+    merged: dict[str, str] = {}  # name -> what the copies bind it to
     for statement, alias, bound, origin, imported in found:
         if bound != imported:
             continue  # imported under another name: stays imported (the refusal says so)
         closure = helper_closure(source.path, origin, bound,
                                  {n: b for n, b in bindings.items() if n not in brought})
-        if isinstance(closure, HelperClosure):
+        if isinstance(closure, HelperClosure) and all(merged.get(n, text) == text for n, text in closure.defines):
             closures.append((statement, alias, closure))
+            merged.update(closure.defines)  # (a later helper whose copy binds one of these names otherwise stays)
     if not closures:
         return None
     # One copy of each statement, whichever helper needs it: the imported module's first, each in its file's order.

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, calls_in, module_code, names_in, substituted
+from transpile.cst_utils import assigned_names, bound_names, calls_in, module_code, names_in, read_names, substituted
+from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
 
@@ -109,17 +110,24 @@ class _Blocks(cst.CSTTransformer):
         if not any(language_name(self.source.qualified_name(c.func)) in _DOTS for c in calls_in(loop.body)):
             return loop
         bounds = [a.value for a in loop.iter.args if a.keyword is None]
-        if not 1 <= len(bounds) <= 3:
-            return loop
+        if not 1 <= len(bounds) <= 3 or len(bounds) != len(loop.iter.args):
+            return loop  # (`tl.range(lo, hi, step=BLOCK)`, `num_stages=`: the header is read positionally only)
         lo = bounds[0] if len(bounds) >= 2 else None
         step = bounds[2] if len(bounds) == 3 else None
         var = loop.target.value
         body = list(loop.body.body)
-        assigned_in_loop: set[str] = {var}
+        assigned_in_loop: set[str] = {var} | bound_names(loop.body)
         for s in _all_statements(loop.body):
             assigned_in_loop |= assigned_names(s) if isinstance(s, cst.SimpleStatementLine) else set()
             if isinstance(s, cst.For):
                 assigned_in_loop |= names_in(s.target)
+        if var in set().union(*(names_in(b) for b in bounds)):
+            return loop  # (`for k in range(k, ...)`: the start is the variable's value before the loop)
+        header = {var}.union(*(names_in(b) for b in bounds[:1] + bounds[2:]))
+        if any(not self._hint(n, name) for name in header & bound_names(loop.body) for n in semantic_preorder(loop.body)
+               if isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For))
+               and name in read_names(n.target)):
+            return loop  # (the iteration's index is read from the loop variable and the header's start and step)
         drops: dict[int, tuple[str, cst.BaseExpression]] = {}
         pointers: set[str] = set()
         attention = self._attention(loop.body)
@@ -162,6 +170,26 @@ class _Blocks(cst.CSTTransformer):
                 new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
         return loop.with_changes(body=loop.body.with_changes(body=new_body))
 
+    def _hint(self, target: cst.CSTNode, name: str) -> bool:
+        """`name = tl.multiple_of(name, ...)` (or `max_contiguous`): a hint that keeps the value."""
+        if not isinstance(target, cst.AssignTarget) or not isinstance(target.target, cst.Name):
+            return False
+        assign = self._parents.get(target)
+        value = assign.value if isinstance(assign, cst.Assign) else None
+        return isinstance(value, cst.Call) and language_name(self.source.qualified_name(value.func)) in (
+            "multiple_of", "max_contiguous", "max_constancy") and bool(value.args) \
+            and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
+
+    @property
+    def _parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
+        if not hasattr(self, "_parent_map"):
+            parents: dict[cst.CSTNode, cst.CSTNode] = {}
+            for n in semantic_preorder(self.fn):
+                for child in n.children:
+                    parents[child] = n
+            self._parent_map = parents
+        return self._parent_map
+
     def _attention(self, body: cst.CSTNode) -> str | None:
         """For a loop with two dots or more and a `max` (flash attention's online softmax): the module's name of
         `triton.language` (its pointer tiles advanced per iteration are rewritten too, with 64-bit offsets: the
@@ -189,7 +217,7 @@ class _Blocks(cst.CSTTransformer):
         """The pointer tile `name`, advanced by the statement `i` of the loop's body: assigned nowhere else in the
         loop, read in the iteration only before the advance, and nowhere after the loop (its uses are those of the
         statements before the loop in this block and of the loop)."""
-        if sum(name in assigned_names(s) for s in _all_statements(loop.body) if isinstance(s, cst.SimpleStatementLine)) != 1:
+        if _assignments(loop.body, name) != 1:
             return False
         if any(name in names_in(s) for s in body[i + 1:]) or not any(name in names_in(s) for s in body[:i]):
             return False
@@ -251,6 +279,15 @@ def _definition(before: list[cst.BaseStatement], name: str) -> tuple[int, cst.Ba
                     and isinstance(small.targets[0].target, cst.Name):
                 return i, small.value
     return None
+
+
+def _assignments(node: cst.CSTNode, name: str) -> int:
+    """How many assignments in `node` (at any depth, one-line suites included) bind `name`."""
+    count = 0
+    for n in semantic_preorder(node):
+        if isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For)):
+            count += name in read_names(n.target)
+    return count
 
 
 def _uses(node: cst.CSTNode, name: str) -> int:

@@ -29,7 +29,8 @@ import ast
 
 import libcst as cst
 
-from transpile.cst_utils import bindings, bound_names, calls_in, module_code, names_in, node_code, substituted
+from transpile.cst_utils import (bindings, bound_names, calls_in, module_code, names_in, node_code, read_names,
+                                 substituted)
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile, pieces_line_map
 
@@ -178,11 +179,20 @@ class _Inliner(cst.CSTTransformer):
         if body and _is_docstring(body[0]):
             body = body[1:]
         returned: cst.BaseExpression | None = None
-        if body and isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return):
-            returned = body[-1].body[0].value  # type: ignore[attr-defined]
-            body = body[:-1]
+        last = body[-1] if body else None
+        if isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in last.body):
+            if not isinstance(last.body[-1], cst.Return):
+                return None  # (never: the return ends the function)
+            returned = last.body[-1].value  # type: ignore[attr-defined]
+            rest = list(last.body[:-1])  # (`tl.store(...); return`: the statements before it stay)
+            body = [*body[:-1], *([last.with_changes(body=rest)] if rest else [])]
+            if returned is None and targets is not None:
+                return None
         assigned = bound_names(fn.body)
         own = assigned | {p.name.value for p in params} | names_in(fn.body)
+        # The helper's globals (`SCALE`, `tl`) must mean the same in the caller: not a name the caller assigns.
+        if (read_names(fn.body) - assigned - {p.name.value for p in params}) & bound_names(self.functions[self.caller]):
+            return None
         target_names = [e.value.value for e in targets.elements] if isinstance(targets, (cst.Tuple, cst.List)) \
             else [targets.value] if isinstance(targets, cst.Name) else []  # type: ignore[union-attr]
         returned_items = list(returned.elements) if isinstance(returned, cst.Tuple) else None
@@ -191,9 +201,11 @@ class _Inliner(cst.CSTTransformer):
         used_args = [a.value for a in args.values() if isinstance(a, cst.Name)]
         for p in params:
             name, arg = p.name.value, args[p.name.value]
-            if name not in assigned and (_literal(arg) or (isinstance(arg, cst.Name) and (
-                    arg.value == name or arg.value not in own))):
-                values[name] = arg  # read as the argument itself
+            if name not in assigned and ((_literal(arg) and not _as_base(fn.body, name)) or (
+                    isinstance(arg, cst.Name) and (arg.value == name or arg.value not in own))):
+                # read as the argument itself (a negative literal in parentheses: `x ** P` with P = -1)
+                values[name] = arg.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+                    if isinstance(arg, cst.UnaryOperation) and not arg.lpar else arg
                 continue
             if name in assigned and isinstance(arg, cst.Name) and arg.value in target_names \
                     and used_args.count(arg.value) == 1 and (arg.value == name or arg.value not in own) \
@@ -288,6 +300,13 @@ def _walk(node: cst.CSTNode):  # noqa: ANN202 - a generator of nodes
         yield from _walk(child)
 
 
+def _as_base(node: cst.CSTNode, name: str) -> bool:
+    """`name` is read as the base of an attribute, subscript or call (`P.value`): a literal cannot stand there."""
+    return any(isinstance(n, (cst.Attribute, cst.Subscript)) and isinstance(n.value, cst.Name)
+               and n.value.value == name or isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+               and n.func.value == name for n in _walk(node))
+
+
 def _assign(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
 
@@ -342,14 +361,21 @@ def _branch(statement: cst.If) -> list[cst.BaseStatement] | None:
     if value is _NOT:
         return None
     if value:
-        return list(statement.body.body)  # type: ignore[attr-defined]
+        return _statements(statement.body)
     orelse = statement.orelse
     if orelse is None:
         return []
     if isinstance(orelse, cst.If):
         taken = _branch(orelse)
         return taken if taken is not None else [orelse]
-    return list(orelse.body.body)  # type: ignore[attr-defined]
+    return _statements(orelse.body)
+
+
+def _statements(block: cst.BaseSuite) -> list[cst.BaseStatement]:
+    """A block's statements; a one-line suite (`if c: x = 1`) as one statement line."""
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(list(block.body))]
+    return list(block.body)  # type: ignore[attr-defined]
 
 
 class _FoldInside(cst.CSTTransformer):
