@@ -384,10 +384,22 @@ def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cl
     assert "`k` is defined inside the `if` block at line 3" in found[0][4]
     assert (tmp_path / "src" / "vector_add_gfx942.py").is_file()
     variant = (tmp_path / "src" / "guarded_gfx942.py").read_text(encoding="utf-8")
-    assert variant.endswith(source) and "# kept as Triton: `k` (defined under a module-level block" in variant
+    assert variant.endswith(source) and "# kept as Triton: `k` (defined inside a module-level block" in variant
     assert not (tmp_path / "src" / "local_gfx942.py").exists()
     assert_clean_exit(cli("src", "-t", "gfx942", "--check"), 0)
     assert_clean_exit(cli("verify", "src/guarded.py", "-t", "gfx942", "-v", "x_ptr=*fp32"), 0)  # nothing to compile
+
+
+def test_kernels_in_a_class_are_kept_as_written(tmp_path: Path, cli) -> None:
+    """An operator class holding its kernels (tritonbench's style): TT007 at the kernel, naming the class, and a
+    variant that keeps the file as written; exit 0."""
+    source = "import triton\n\n\nclass Op:\n    @triton.jit\n    def k(x_ptr):\n        pass\n"
+    (tmp_path / "op.py").write_text(source, encoding="utf-8")
+    result = cli("op.py", "-t", "sm90")
+    assert_clean_exit(result, 0)
+    found = diagnostics(result.stderr)
+    assert [d[:4] for d in found] == [("op.py", 6, 9, "TT007")] and "inside class `Op`" in found[0][4]
+    assert (tmp_path / "op_sm90.py").read_text(encoding="utf-8").endswith(source)
 
 
 def test_bad_input_does_not_stop_the_other_files(tmp_path: Path, cli, fixture_copy) -> None:

@@ -181,15 +181,16 @@ def prepare(text: str, path: str) -> Prepared:
             where = (f"inside function `{holder.name.value}`" if isinstance(holder, cst.FunctionDef) else
                      f"inside class `{holder.name.value}`" if isinstance(holder, cst.ClassDef) else
                      f"inside the `{_block_keyword(holder)}` block at line {source.position(holder)[0]}")
-            code = "TT003" if isinstance(holder, (cst.FunctionDef, cst.ClassDef)) else "TT007"
+            code = "TT003" if isinstance(holder, cst.FunctionDef) else "TT007"
             others = f" (and {len(nested) - 1} more)" if len(nested) > 1 else ""
             diagnostic = Diagnostic(path, line, column, code, (
                 f"no module-level @triton.jit kernels: `{kernel.name.value}`{others} is defined {where}; only "
                 "kernels defined at the top level of a module are translated (define it there, or in a module of "
                 "its own that this one imports)"))
-            if code == "TT003":  # (a kernel made inside a function or class: a test's helper, not a kernel module)
+            if code == "TT003":  # (a kernel made inside a function: a test's helper, not a kernel module)
                 raise TranspileError(diagnostic)
-            # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test):
+            # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test) or
+            # in a class (an operator class holding its kernels):
             # its variant keeps the file as written, with the reason (never dropped: `--check` stays green on it).
             return Prepared(text, source, facts, {}, nested=[
                 (k.name.value, dataclasses.replace(diagnostic, message=(
@@ -332,7 +333,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     if prepared.nested:
         outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
         header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(
-            "(the comments above them say why)", "(defined under a module-level block: not translated)")
+            "(the comments above them say why)", "(defined inside a module-level block or a class: not translated)")
         return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)
     if target.backend == "hip":
         prepared = with_operand_layouts(prepared)
