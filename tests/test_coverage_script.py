@@ -44,6 +44,9 @@ def test_counts_dot_loop_kernels_per_repository(tmp_path: Path, capsys: pytest.C
     (repo / "ops" / "nested.py").write_text(  # a kernel under a module-level `if`: kept as written, and counted
         "import triton\nimport triton.language as tl\n\nif True:\n    @triton.jit\n    def k(x):\n"
         "        for i in range(4):\n            tl.dot(x, x)\n", encoding="utf-8")
+    (repo / "ops" / "nested_once.py").write_text(  # one dot, in no loop: not a dot-loop kernel, not counted
+        "import triton\nimport triton.language as tl\n\nif True:\n    @triton.jit\n    def k(x):\n"
+        "        tl.dot(x, x)\n", encoding="utf-8")
     assert coverage.main([str(repo), "-t", "gfx950", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     row = report["table"]["repo"]["gfx950"]
