@@ -107,6 +107,16 @@ class ModuleFacts:
         return [f for f in self.functions.values() if f.is_helper]
 
 
+def language_alias(source: SourceFile, fn: cst.FunctionDef) -> str:
+    """The name the function calls triton.language by (`tl` in `tl.dot`), or "" when it uses none."""
+    for call in calls_in(fn):
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
+                language_name(source.qualified_name(func)) is not None:
+            return func.value.value
+    return ""
+
+
 def decorator_target(decorator: cst.Decorator) -> cst.BaseExpression:
     dec = decorator.decorator
     return dec.func if isinstance(dec, cst.Call) else dec

@@ -178,9 +178,7 @@ def prepare(text: str, path: str) -> Prepared:
         if nested:  # the kernels are there, below module level: say where, and why they are not translated
             kernel, holder = nested[0]
             line, column = source.position(kernel.name)
-            where = (f"inside function `{holder.name.value}`" if isinstance(holder, cst.FunctionDef) else
-                     f"inside class `{holder.name.value}`" if isinstance(holder, cst.ClassDef) else
-                     f"inside the `{_block_keyword(holder)}` block at line {source.position(holder)[0]}")
+            where = _where(source, holder)
             code = "TT003" if isinstance(holder, cst.FunctionDef) else "TT007"
             others = f" (and {len(nested) - 1} more)" if len(nested) > 1 else ""
             diagnostic = Diagnostic(path, line, column, code, (

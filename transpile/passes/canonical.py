@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import calls_in, module_code, single_definitions
+from transpile.cst_utils import module_code, single_definitions
 from transpile.cst_walk import transform
-from transpile.discover import ModuleFacts, discover, language_name
+from transpile.discover import ModuleFacts, discover, language_alias, language_name
 from transpile.source import SourceFile, parse_source
 
 # Accumulator dtypes (as the tail of their source text) a dot accumulates in without an `out_dtype`.
@@ -74,7 +74,7 @@ class _Canonical(cst.CSTTransformer):
             self.accumulators = _accumulator_dtypes(self.source, node)
             code = self.source.code(node)
             self.int8 = "int8" in code
-            self.lang = _language_alias(self.source, node)
+            self.lang = language_alias(self.source, node)
             self.zero_tiles = _zero_tiles(self.source, node)
         return True
 
@@ -240,16 +240,6 @@ def _accumulator_dtypes(source: SourceFile, fn: cst.FunctionDef) -> dict[str, st
 
     fn.visit(_Visitor())
     return found
-
-
-def _language_alias(source: SourceFile, fn: cst.FunctionDef) -> str:
-    """The name the function calls triton.language by (`tl` in `tl.dot`), or "" when it uses none."""
-    for call in calls_in(fn):
-        func = call.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
-                language_name(source.qualified_name(func)) is not None:
-            return func.value.value
-    return ""
 
 
 def _zero_tiles(source: SourceFile, fn: cst.FunctionDef) -> set[str]:

@@ -21,6 +21,7 @@ replace), or None when the file imports no such helper.
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -66,10 +67,12 @@ def bring_in_helpers(source: SourceFile, facts: ModuleFacts) -> tuple[str, list[
         removed.setdefault(statement, set()).add(id(alias))
     names = ", ".join(f"`{c.name}`" for _, _, c in closures)
     files = ", ".join(sorted({_shown(c.file) for _, _, c in closures}))
-    comment = (f"# {names}: Triton helper{'s' if len(closures) > 1 else ''} of {', '.join(f'`{o}`' for o in origins)} "
+    comment = (f"{names}: Triton helper{'s' if len(closures) > 1 else ''} of {', '.join(f'`{o}`' for o in origins)} "
                f"({files}), copied here from that module (with what {'they read' if len(closures) > 1 else 'it reads'})"
                ": a Gluon kernel can call only helpers translated beside it.")
-    block = "\n".join([*_wrapped(comment), *imports, "\n\n\n".join(statements)]) + "\n"
+    wrapped = textwrap.wrap(comment, width=118, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False,
+                            break_long_words=False)
+    block = "\n".join([*wrapped, *imports, "\n\n\n".join(statements)]) + "\n"
     parsed = cst.parse_module(block)  # (the comment is the parse's header: it goes before the first statement)
     inserted = list(parsed.body)
     inserted[0] = inserted[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
@@ -127,14 +130,3 @@ def _shown(path: Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return Path(path).name
-
-
-def _wrapped(comment: str, width: int = 118) -> list[str]:
-    words, lines, line = comment[2:].split(" "), [], "#"
-    for word in words:
-        if len(line) + 1 + len(word) > width and line != "#":
-            lines.append(line)
-            line = "#"
-        line += " " + word
-    return [*lines, line]
-

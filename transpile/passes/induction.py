@@ -36,9 +36,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, bound_names, calls_in, module_code, names_in, read_names, substituted
+from transpile.cst_utils import (
+    assigned_names,
+    bound_names,
+    calls_in,
+    module_code,
+    names_in,
+    read_names,
+    substituted,
+)
 from transpile.cst_walk import semantic_preorder
-from transpile.discover import ModuleFacts, language_name
+from transpile.discover import ModuleFacts, language_alias, language_name
 from transpile.source import SourceFile
 
 _MEMORY = ("load", "store", "core.load", "core.store")
@@ -174,43 +182,20 @@ class _Blocks(cst.CSTTransformer):
         """`name = tl.multiple_of(name, ...)` (or `max_contiguous`): a hint that keeps the value."""
         if not isinstance(target, cst.AssignTarget) or not isinstance(target.target, cst.Name):
             return False
-        assign = self._parents.get(target)
+        assign = self.source.parents.get(target)
         value = assign.value if isinstance(assign, cst.Assign) else None
         return isinstance(value, cst.Call) and language_name(self.source.qualified_name(value.func)) in (
             "multiple_of", "max_contiguous", "max_constancy") and bool(value.args) \
             and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
 
-    @property
-    def _parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
-        if not hasattr(self, "_parent_map"):
-            parents: dict[cst.CSTNode, cst.CSTNode] = {}
-            for n in semantic_preorder(self.fn):
-                for child in n.children:
-                    parents[child] = n
-            self._parent_map = parents
-        return self._parent_map
-
     def _attention(self, body: cst.CSTNode) -> str | None:
-        """For a loop with two dots or more and a `max` (flash attention's online softmax): the module's name of
+        """For a loop with two dots or more and a `max` (flash attention's online softmax): the function's name of
         `triton.language` (its pointer tiles advanced per iteration are rewritten too, with 64-bit offsets: the
         attention rules read the addresses of an iteration from the loop variable); None otherwise."""
         names = [language_name(self.source.qualified_name(c.func)) for c in calls_in(body)]
         if sum(n in _DOTS for n in names) < 2 or not any(n in ("max", "core.max", "standard.max") for n in names):
             return None
-        for statement in self.source.module.body:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.Import):
-                        for alias in small.names:
-                            if cst.Module([]).code_for_node(alias.name) == "triton.language" and alias.asname:
-                                return alias.asname.name.value  # type: ignore[union-attr]
-                    elif isinstance(small, cst.ImportFrom) and small.module is not None \
-                            and cst.Module([]).code_for_node(small.module) == "triton" \
-                            and not isinstance(small.names, cst.ImportStar):
-                        for alias in small.names:
-                            if cst.Module([]).code_for_node(alias.name) == "language":
-                                return alias.asname.name.value if alias.asname else "language"  # type: ignore[union-attr]
-        return None
+        return language_alias(self.source, self.fn) or None
 
     def _pointer_induction(self, loop: cst.For, body: list[cst.BaseStatement], i: int, name: str,
                            before: list[cst.BaseStatement]) -> bool:

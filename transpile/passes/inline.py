@@ -29,8 +29,18 @@ import ast
 
 import libcst as cst
 
-from transpile.cst_utils import (bindings, bound_names, calls_in, module_code, names_in, node_code, read_names,
-                                 substituted)
+from transpile.cst_utils import (
+    bindings,
+    bound_names,
+    calls_in,
+    is_docstring,
+    module_code,
+    names_in,
+    node_code,
+    read_names,
+    substituted,
+)
+from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile, pieces_line_map
 
@@ -83,21 +93,16 @@ def _called(node: cst.FunctionDef, facts: ModuleFacts) -> set[str]:
 
 def _dot_helpers(source: SourceFile, facts: ModuleFacts) -> set[str]:
     """The jit functions that run a dot, directly or through the helpers they call."""
-    direct = {fn.name for fn in facts.functions.values()
-              if any(_strip(language_name(source.qualified_name(c.func))) in _DOTS for c in calls_in(fn.node))}
-    found = set(direct)
+    found = {fn.name for fn in facts.functions.values()
+             if any(language_name(source.qualified_name(c.func)) in _DOTS for c in calls_in(fn.node))}
     grew = True
     while grew:
         grew = False
         for fn in facts.functions.values():
-            if fn.name not in found and any(facts.callee(c.func) in found for c in calls_in(fn.node)):
+            if fn.name not in found and _called(fn.node, facts) & found:
                 found.add(fn.name)
                 grew = True
     return found
-
-
-def _strip(name: str | None) -> str | None:
-    return name.removeprefix("math.") if name else None
 
 
 def _returns_last_only(fn: cst.FunctionDef) -> bool:
@@ -176,7 +181,7 @@ class _Inliner(cst.CSTTransformer):
                     return None
                 args[p.name.value] = p.default
         body = list(fn.body.body)  # type: ignore[attr-defined]
-        if body and _is_docstring(body[0]):
+        if body and is_docstring(body[0]):
             body = body[1:]
         returned: cst.BaseExpression | None = None
         last = body[-1] if body else None
@@ -248,11 +253,11 @@ class _Inliner(cst.CSTTransformer):
             return arg
         definitions, rebound = self.definitions
         made = definitions.get(arg.value)
-        if not (isinstance(made, cst.Call) and _strip(language_name(
-                self.facts.source.qualified_name(made.func))) == "make_block_ptr"):
+        if not (isinstance(made, cst.Call) and language_name(
+                self.facts.source.qualified_name(made.func)) == "make_block_ptr"):
             return arg
         params = {p.name.value for p in self.functions[self.caller].params.params}
-        for name in names_in(made) - {n.value for n in _attributes(made)}:
+        for name in read_names(made):
             if name in rebound or (name not in definitions and name in bound_names(self.functions[self.caller])) \
                     or (name in params and name in bound_names(self.functions[self.caller])):
                 return arg
@@ -283,37 +288,15 @@ class _Inliner(cst.CSTTransformer):
         return f"{name}_{i}"
 
 
-def _attributes(node: cst.CSTNode) -> list[cst.Name]:
-    """The attribute and keyword names in `node` (`x.dtype`'s `dtype`, `shape=`): names, but not variables."""
-    out: list[cst.Name] = []
-    for n in _walk(node):
-        if isinstance(n, cst.Attribute):
-            out.append(n.attr)
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            out.append(n.keyword)
-    return out
-
-
-def _walk(node: cst.CSTNode):  # noqa: ANN202 - a generator of nodes
-    yield node
-    for child in node.children:
-        yield from _walk(child)
-
-
 def _as_base(node: cst.CSTNode, name: str) -> bool:
     """`name` is read as the base of an attribute, subscript or call (`P.value`): a literal cannot stand there."""
     return any(isinstance(n, (cst.Attribute, cst.Subscript)) and isinstance(n.value, cst.Name)
                and n.value.value == name or isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
-               and n.func.value == name for n in _walk(node))
+               and n.func.value == name for n in preorder(node))
 
 
 def _assign(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], value)])
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr) \
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _literal(node: cst.BaseExpression) -> bool:

@@ -43,10 +43,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.passes.canonical import _language_alias
 from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
                                  product_factors, statement_reads, sum_terms)
-from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.discover import JitFunction, ModuleFacts, language_alias, language_name
 from transpile.source import SourceFile, replaced_line_map
 
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
@@ -258,7 +257,7 @@ class _Kernel:
         self.var = loop.target.value
         one, zero = cst.Integer("1"), cst.Integer("0")
         self.lo, self.step = (zero, one) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else one)
-        self.tl = _language_alias(self.source, self.fn.node) or "tl"
+        self.tl = language_alias(self.source, self.fn.node) or "tl"
         inner = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
         if any(not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 for s in inner):
             return None  # branches or several statements on a line in the loop: leave it

@@ -31,14 +31,13 @@ import dataclasses
 import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop, trip_count_axis
-from transpile.passes.canonical import _language_alias
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
                                  read_names, single_assign, sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
-from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_name
+from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_alias, language_name
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
     ATTENTION_CONFIG,
@@ -729,7 +728,7 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
     (`transpile.analysis.uniform_mask`)."""
     definitions, counts = _definitions(ctx.function.node)
     outer = {n: v for n, v in definitions.items() if counts.get(n) == 1}
-    lang = _language_alias(ctx.source, ctx.function.node)
+    lang = language_alias(ctx.source, ctx.function.node)
     if not lang:
         return []
     params = {p.name for p in ctx.function.params}
