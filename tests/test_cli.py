@@ -393,12 +393,15 @@ def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cl
 def test_kernels_in_a_class_are_kept_as_written(tmp_path: Path, cli) -> None:
     """An operator class holding its kernels (tritonbench's style): TT007 at the kernel, naming the class, and a
     variant that keeps the file as written; exit 0."""
-    source = "import triton\n\n\nclass Op:\n    @triton.jit\n    def k(x_ptr):\n        pass\n"
+    source = ("import triton\n\n\nclass Op:\n    @triton.jit\n    def k(x_ptr):\n        pass\n\n"
+              "    @triton.jit\n    def k2(x_ptr):\n        pass\n")
     (tmp_path / "op.py").write_text(source, encoding="utf-8")
     result = cli("op.py", "-t", "sm90")
     assert_clean_exit(result, 0)
     found = diagnostics(result.stderr)
-    assert [d[:4] for d in found] == [("op.py", 6, 9, "TT007")] and "inside class `Op`" in found[0][4]
+    # each kernel located at its own definition
+    assert [d[:4] for d in found] == [("op.py", 6, 9, "TT007"), ("op.py", 10, 9, "TT007")], found
+    assert "inside class `Op`" in found[0][4] and "`k2` is defined" in found[1][4]
     assert (tmp_path / "op_sm90.py").read_text(encoding="utf-8").endswith(source)
 
 

@@ -191,7 +191,7 @@ def prepare(text: str, path: str) -> Prepared:
             # in a class (an operator class holding its kernels):
             # its variant keeps the file as written, with the reason (never dropped: `--check` stays green on it).
             return Prepared(text, source, facts, {}, nested=[
-                (k.name.value, dataclasses.replace(diagnostic, message=(
+                (k.name.value, source.diagnostic(k.name, "TT007", (
                     f"`{k.name.value}` is defined {_where(source, h)}; only kernels defined at the top level of a "
                     "module are translated (define it there, or in a module of its own that this one imports): "
                     "the variant keeps it as written")))
