@@ -883,6 +883,8 @@ class _Runner:
             if trip:
                 value = m.overrides[trip.group(1)]
                 if trip.group(1) in ("num_iters", "ws_iters"):
+                    for acc in list(self.part.acc):  # (a later loop: those of the loop before have had its trips)
+                        m.settle(self.part, acc)
                     self.part.trips = value
             elif _STAGES_NAME.match(name) and not (isinstance(node, ast.Subscript)):
                 value = m.overrides["NUM_STAGES"]  # the ring depth of this case

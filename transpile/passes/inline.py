@@ -219,6 +219,13 @@ class _Inliner(cst.CSTTransformer):
                 continue
             fresh = self.fresh(name)
             values[name] = cst.Name(fresh)
+            if p.annotation is not None and name not in assigned \
+                    and cst.Module([]).code_for_node(p.annotation.annotation).endswith("constexpr"):
+                # (a constexpr parameter bound to an expression, `4 - STAGE`: still a constexpr, so that the
+                # helper's `if STAGE == 2:` is decided at compile time, as in the helper)
+                prologue.append(cst.SimpleStatementLine([cst.AnnAssign(cst.Name(fresh), p.annotation,
+                                                                       self.remade(arg))]))
+                continue
             prologue.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(fresh))],
                                                                 self.remade(arg))]))
         for name in sorted(assigned - set(values)):
