@@ -407,8 +407,10 @@ def _isa_table(target: str, c) -> Table:  # noqa: ANN001 - transpile.verify.IsaC
     from transpile.isa import AmdFigures
 
     title = f"{target} {c.label}: {c.status}, {c.num_warps} warps"
+    per_iteration = c.per_iteration
     if c.ratio is not None:
-        title += f"; hot loop {c.ratio:.2f}x the source's non-MFMA instructions per MFMA"
+        title += (f"; hot loop {c.ratio:.2f}x the source's non-MFMA instructions per "
+                  f"{'MFMA' if per_iteration is None else 'loop iteration'}")
     table = Table("", "source (Triton)", "variant", title=title, title_justify="left")
     figures = [f.as_dict() if f is not None else None for f in (c.source, c.variant)]
     amd = isinstance(c.source, AmdFigures) or isinstance(c.variant, AmdFigures)
@@ -429,4 +431,6 @@ def _isa_table(target: str, c) -> Table:  # noqa: ANN001 - transpile.verify.IsaC
                            ("salu", "  SALU"), ("scratch", "  scratch"),
                            ("other_per_mma_eq", "  non-MFMA per 16x16x32 MFMA")):
             table.add_row(label, *("-" if loop is None else str(loop[key]) for loop in loops))
+        if per_iteration is not None:
+            table.add_row(f"  non-MFMA per iteration ({c.work:g} MFMA work)", *(str(x) for x in per_iteration))
     return table

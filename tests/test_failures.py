@@ -48,8 +48,10 @@ def test_amd_descriptor_attributes_are_translated(target: str) -> None:
 @pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
 def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: str) -> None:
     text = ast.unparse(ast.parse(_pipelined("fx_attention_kt", target)))  # one statement a line, whatever the layout
-    assert "k_ring = gl.allocate_shared_memory(q.dtype, [NUM_STAGES, HEAD_DIM, BLOCK_N]" in text
-    assert "qk = _dot(q_op, k_t, " in text
+    # (K is staged through registers: its keys run along the slot's last axis, so --gluon-always shows this form)
+    assert "k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [NUM_STAGES, HEAD_DIM, BLOCK_N]" in text
+    assert "k = k_ring.index(0).load(gl.DotOperandLayout(1, mma_layout" in text
+    assert "qk = _dot(q_op, k, " in text
 
 
 def test_sm90_attention_with_k_as_head_dim_by_keys_copies_k_through_its_transposed_addresses() -> None:

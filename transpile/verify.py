@@ -325,6 +325,15 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
                 outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
                 continue
+            when = [test for test, names in (outcome.dispatch.source_when if outcome.dispatch is not None
+                                             and not kept else ()) if _test_holds(test, names, constexprs)]
+            if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel
+                ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature, constexprs,
+                                                          num_warps, triton_kernel=True)
+                outcomes.append(CompiledKernel(
+                    f"_{outcome.name}_triton", f"{label} (`{when[0]}`: the source kernel runs it)", ok, message, asm,
+                    shared, True))
+                continue
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
@@ -396,6 +405,10 @@ class IsaComparison:
     source: object | None  # transpile.isa.AmdFigures | PtxFigures; None where the compile failed
     variant: object | None
     message: str = ""  # the first compile error, where one failed
+    # The matrix work one iteration of the kernel's dot loop asks of a warp, in 16x16x32 MFMAs, from the dots'
+    # shapes at this launch (None where they are not known): what the ratio is taken per, where a compile issues
+    # more MFMA work than that (rows replicated across warps) or unrolls the loop
+    work: float | None = None
 
     @property
     def label(self) -> str:
@@ -403,7 +416,10 @@ class IsaComparison:
 
     @property
     def ratio(self) -> float | None:
-        """The variant's hot-loop overhead over the source's (non-MFMA instructions per MFMA of work; AMD)."""
+        """The variant's hot-loop overhead over the source's (AMD): non-MFMA instructions per MFMA of work, or, where
+        the loop's useful work is known (`work`), per loop iteration. The two agree unless a compile replicates MFMAs
+        (Triton's own attention at 16 rows a warp issues 32-row MFMAs: 1.5x the work), where the first would count
+        the replicated MFMAs as work done."""
         from transpile.isa import AmdFigures
 
         if not isinstance(self.source, AmdFigures) or not isinstance(self.variant, AmdFigures):
@@ -411,13 +427,82 @@ class IsaComparison:
         if self.source.loop is None or self.variant.loop is None:
             return None
         src, var = self.source.loop.other_per_mma_eq, self.variant.loop.other_per_mma_eq
-        return round(var / src, 2) if src and var is not None else None
+        if not src or var is None:
+            return None
+        per_iteration = self.per_iteration
+        if per_iteration is not None:
+            return round(per_iteration[1] / per_iteration[0], 2)
+        return round(var / src, 2)
+
+    @property
+    def per_iteration(self) -> tuple[float, float] | None:
+        """Non-MFMA instructions per iteration of the dot loop (source, variant), where the work of an iteration is
+        known: a hot loop's iterations are its MFMA work over that (rounded down for the source: rows it replicates
+        are not iterations; Triton does not unroll the loop), else None."""
+        from transpile.isa import AmdFigures
+
+        if not self.work or not isinstance(self.source, AmdFigures) or not isinstance(self.variant, AmdFigures) \
+                or self.source.loop is None or self.variant.loop is None:
+            return None
+        figures = []
+        for loop, variant in ((self.source.loop, False), (self.variant.loop, True)):
+            share = loop.mma_eq / self.work
+            iterations = int(share + 1e-6)
+            if iterations < 1 or (variant and abs(share - round(share)) > 0.05):
+                return None  # (not the loop the work was read from, or a variant that replicates: per MFMA)
+            figures.append(round((loop.instructions - loop.mma) / iterations, 1))
+        return figures[0], figures[1]
 
     def as_dict(self) -> dict[str, object]:
+        per_iteration = self.per_iteration
         return {"kernel": self.kernel, "config": self.config, "num_warps": self.num_warps, "status": self.status,
                 "source": None if self.source is None else self.source.as_dict(),  # type: ignore[attr-defined]
                 "variant": None if self.variant is None else self.variant.as_dict(),  # type: ignore[attr-defined]
+                "work_per_iteration": self.work,
+                "other_per_iteration": None if per_iteration is None else list(per_iteration),
                 "ratio": self.ratio, "message": self.message}
+
+
+def _test_holds(test: str, names: tuple, constexprs: dict[str, object]) -> bool:
+    """Whether a `Dispatch.source_when` test holds at these constexprs (their defaults where not given)."""
+    values = dict(constexprs)
+    for name, default in names:
+        if name not in values and default is not None:
+            values[name] = ast.literal_eval(default) if _literal(default) else default
+    if not all(name in values for name, _ in names):
+        return False
+    try:
+        return bool(eval(compile(test, "<test>", "eval"), {"__builtins__": {}}, values))  # noqa: S307
+    except Exception:  # noqa: BLE001 - a test of values this launch does not fix
+        return False
+
+
+def _loop_work(outcome, constexprs: dict[str, object], num_warps: int) -> float | None:  # noqa: ANN001
+    """The matrix work of one iteration of the kernel's pipelined loop, per warp, in 16x16x32 MFMAs (M x N x K of each
+    dot of the loop, from the stage plan the variant was emitted from, at these constexprs), or None where a size is
+    not known or no loop was pipelined (AMD)."""
+
+    def size(text: str | None) -> int | None:
+        if text is None:
+            return None
+        try:
+            value = eval(compile(text, "<size>", "eval"), {"__builtins__": {}}, dict(constexprs))  # noqa: S307
+        except Exception:  # noqa: BLE001 - a size the launch does not fix
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    best = None
+    for schedule in outcome.schedules:
+        total = 0
+        for shape in getattr(schedule, "dot_shapes", None) or []:
+            m, n, k = (size(d) for d in shape)
+            if m is None or n is None or k is None:
+                total = 0
+                break
+            total += m * n * k
+        if total and (best is None or total > best):
+            best = total
+    return best / (num_warps * 16 * 16 * 32) if best else None
 
 
 def _figures(target: Target, asm: dict[str, str], shared: int | None):  # noqa: ANN202
@@ -522,6 +607,13 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 gluon = False  # (the launcher gives it the source kernel)
                 status = (f"source kernel at this launch (two ring slots need {2 * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
+            when = [test for test, names in (outcome.dispatch.source_when if outcome.dispatch is not None
+                                             and outcome.translated else ())
+                    if _test_holds(test, names, constexprs)]
+            if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)
+                gluon = False
+                status = f"source kernel at this launch (`{when[0]}`)"
+                num_warps = config.num_warps if config is not None and config.num_warps else num_warps
             ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
             ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()
@@ -552,7 +644,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 # (Triton's launcher refuses it on the device: the comparison says nothing about a launch)
                 status = f"{status}; the source needs {source_lds} bytes of LDS, more than the {limit} it has"
             comparisons.append(IsaComparison(outcome.name, label, num_warps, status, figures[0], figures[1],
-                                             message))
+                                             message, _loop_work(outcome, constexprs, num_warps)))
     return comparisons
 
 

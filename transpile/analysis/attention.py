@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
-from transpile.analysis.pipeline import LoopRefusal, loop_header
+from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, loop_header
 from transpile.cst_utils import (assigned_names, bound_names_of, calls_in, names_in, only_nodes, per_loop, read_names,
                                  single_assign)
 from transpile.cst_walk import preorder
@@ -315,6 +315,29 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
                          scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale)
+
+
+def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
+    """The attention loop as a pipelining plan of tile loads and dot chains, the form the AMD expander takes for
+    every loop: K and V are the ring operands; the first dot is fresh (its scores start from zero each iteration)
+    and reads the loop-invariant Q from registers; the second reads the probabilities from registers and carries
+    the accumulator. Nothing is carried by the producer (an address advanced after its load is refused by the
+    attention plan; `transpile.passes.induction` reads such addresses from the loop variable first)."""
+    body = list(att.loop.body.body)  # type: ignore[union-attr]
+
+    def load(tile: TileLoad, transposed: bool) -> OperandLoad:
+        other = next((a.value for a in tile.call.args if a.keyword is not None and a.keyword.value == "other"), None)
+        return OperandLoad(tile.index, tile.name, "", tile.call, tile.pointer, tile.mask, other, transposed=transposed)
+
+    def dot(index: int) -> cst.Call:
+        return next(c for c in calls_in(body[index]) if c in plan.dots)
+
+    p = " ".join(cst.Module([]).code_for_node(att.p).split())
+    chains = [DotChain(att.scores_index, att.scores, False, (att.q, att.k.name), dot(att.scores_index), fresh=True),
+              DotChain(att.acc_index, att.acc, True, (p, att.v.name), dot(att.acc_index))]
+    return LoopPlan(att.loop, att.var, att.range_args, att.num_stages,
+                    [load(att.k, att.k_transposed), load(att.v, False)], att.scores_index, att.acc,
+                    list(att.producer), [], chains, attention=True)
 
 
 def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan

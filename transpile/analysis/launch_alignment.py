@@ -399,3 +399,23 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
         return False
 
     return walk(tile, frozenset())
+
+
+def first_axis_contiguous(fn: JitFunction, tile: cst.BaseExpression) -> bool:
+    """Whether a 2-D tile of pointers steps by one element along its first axis (`base + offs_d[:, None] +
+    offs_n[None, :] * stride`: a column-major tile, K^T loaded as [HEAD_DIM, BLOCK_N]): its 16-byte vectors would run
+    down the columns, which the copy layouts (16 bytes along the last axis) do not take."""
+    definitions = _single_definitions(fn)
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                if walk(definitions[term.value], seen | {term.value}):
+                    return True
+                continue
+            factors = product_factors(term)
+            if len(factors) == 1 and broadcast_axis(factors[0]) == 0:
+                return True
+        return False
+
+    return walk(tile, frozenset())

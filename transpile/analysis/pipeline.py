@@ -69,6 +69,9 @@ class DotChain:
     acc_in_dot: bool
     operands: tuple[str, str]
     call: cst.Call = field(repr=False, compare=False)  # the dot call (a key of `LayoutPlan.dots`)
+    # The dot starts from zero each iteration (attention's scores, ``s = tl.dot(q, tl.trans(k))``): `acc` names its
+    # result and nothing is carried; its MMA layout is the result's
+    fresh: bool = False
 
 
 @dataclass
@@ -85,6 +88,10 @@ class LoopPlan:
     # Every dot of the loop, the first one (`dot_index`, `acc`) included: one chain per accumulator, each reading
     # two of `loads` (several where the caller allows `several_dots`: a gated GEMM's gate and up products)
     chains: list[DotChain] = field(default_factory=list)
+    # The flash-attention shape (`transpile.analysis.attention.as_loop_plan`): a fresh dot of a loop-invariant A
+    # operand and a loaded K, an online softmax of its result (row reductions), and a second dot of the
+    # probabilities and a loaded V into the carried accumulator
+    attention: bool = False
 
     @property
     def acc_in_dot(self) -> bool:

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import last_axis_reads_memory, tile_base
+from transpile.analysis.launch_alignment import first_axis_contiguous, last_axis_reads_memory, tile_base
 from transpile.analysis.layouts import LayoutPlan
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
 from transpile.cst_utils import calls_in
 from transpile.discover import JitFunction
@@ -82,7 +82,7 @@ class Stage:
 @dataclass
 class StagePlan:
     line: int
-    loop: LoopPlan | AttentionPlan = field(repr=False)
+    loop: LoopPlan = field(repr=False)
     dataflow: LoopDataflow = field(repr=False)
     engine: str
     slots: int
@@ -92,6 +92,8 @@ class StagePlan:
     rings: list[Ring]
     lds_limit: int
     configs: list[dict[str, object]]  # the constexpr values the ring size is evaluated for (autotune configs)
+    # (M, N, K) of each dot of the loop as source text (None where not known): an iteration's matrix work
+    dot_shapes: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
 
     @property
     def prologue(self) -> str:
@@ -131,11 +133,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         return None
     if isinstance(loop_plan, LoopRefusal):
         attention = plan_attention_loop(source, loop, plan, requested or MIN_SLOTS)
-        if isinstance(attention, AttentionPlan):
-            return _attention_stages(source, fn, loop, plan, attention, lds_limit)
         if isinstance(attention, LoopRefusal):
             return StageRefusal(attention.node, attention.reason)
-        return _refusal(source, loop, plan, loop_plan)
+        if not isinstance(attention, AttentionPlan):
+            return _refusal(source, loop, plan, loop_plan)
+        loop_plan = as_loop_plan(attention, plan)
     # The target's copy engine moves tensor-descriptor tiles. Pointer tiles go by direct-to-LDS copies too (gfx950):
     # those need wide vectors (a unit inner stride, 16-byte aligned rows) that the compiler proves for pointer
     # arithmetic only when the launch specialised the strides, so the variant's launcher runs the Gluon kernel on
@@ -147,31 +149,48 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     params = {p.name for p in fn.params if not p.is_constexpr}
     if engine == "async_copy" and any(load.kind == "pointer" and (
             load.pointer is None or tile_base(fn, load.pointer, params) is None
-            or last_axis_reads_memory(fn, load.pointer)) for load in loop_plan.loads):
+            or last_axis_reads_memory(fn, load.pointer) or first_axis_contiguous(fn, load.pointer))
+            for load in loop_plan.loads):
         # a tile addressed from a pointer the kernel loads, or along its contiguous axis from a loaded offset: no
-        # launch vouches for its alignment
+        # launch vouches for its alignment; a column-major tile: its 16-byte vectors would run down the columns
         engine = "registers"
     elif engine == "registers" and loop_plan.kind != "descriptor" and all(
             load.kind == "pointer" and load.pointer is not None and tile_base(fn, load.pointer, params) is not None
-            and not last_axis_reads_memory(fn, load.pointer) for load in loop_plan.loads):
+            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer)
+            for load in loop_plan.loads):
         # Pointer tiles from pointer parameters, on a target without a direct-to-LDS copy of 16 bytes a lane
         # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
         # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
         engine = "buffer_loads"
+    if loop_plan.attention and not loop_plan.loads[0].transposed:
+        # K read as [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)`): its keys run along the tile's last axis, which copies of 16
+        # bytes a lane need contiguous; in memory each key is a row of its own (the head dimension is contiguous)
+        engine = "registers"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such
-    # op there would sit inside `copy_mma` next to the MMA.
+    # op there would sit inside `mma` next to the MMA. An attention loop's MMA layout puts every warp along the rows
+    # (M): its row reductions are lane shuffles inside a warp, and the probabilities reach the second dot's operand
+    # layout in registers. A conversion of `<loop variable> + offsets` is made once, of the offsets, before the loop.
     skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
-        if facts.index in skipped:
-            continue
         for node, what in facts.barriers:
+            if what == "layout conversion" and hoistable_convert(node, loop, flow) is not None:
+                continue
+            if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
+                continue  # a row reduction: warp-local with all warps along M
+            if facts.index in skipped:
+                continue
             if what == "layout conversion":  # (of what, where: the analysis inserted it, the source shows none)
                 what = f"a layout conversion of `{' '.join(source.code(node).split())}` at line {facts.line}"
-            return StageRefusal(node, f"{what} in the loop body would fall inside the `copy_mma` stage, next to the "
+            if loop_plan.attention:
+                return StageRefusal(node, f"{what} inside the attention loop needs a cross-warp barrier in the middle "
+                                    "of the `mma` stage (only row reductions, `axis=1`, stay inside a warp)")
+            return StageRefusal(node, f"{what} in the loop body would fall inside the `mma` stage, next to the "
                                 "MMA: its internal barrier breaks the warp-group schedule (move it out of the loop)")
+        if facts.nested_loop and loop_plan.attention:
+            return StageRefusal(facts.node, "a loop inside the main loop")
         if Effect.ATOMIC in facts.effects or Effect.GLOBAL_STORE in facts.effects:
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
@@ -222,16 +241,23 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
               "buffer_loads": "16-byte buffer loads into registers, stored into the slot just read",
               "async_copy": "direct-to-LDS copies into the slot just read, one commit group",
               "tdm": "one fused TDM copy into the slot just read (warps 0-3: A, warps 4-7: B)"}[engine]
+    mma = ("S = Q K^T, the online softmax (row reductions inside each warp: every warp owns rows of its own) and "
+           "acc += P V on this iteration's K and V, read from the rings one step ahead" if loop_plan.attention else
+           "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead")
     stages = [
-        Stage("mma", 0, sorted(consumer_lines),
-              "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead"),
+        Stage("mma", 0, sorted(consumer_lines), mma),
         Stage("mem", 1, sorted(producer_lines + load_lines),
               f"the next iteration's operands from the ring; addresses and masks of iteration it + {distance}, "
               f"{copies}"),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
+    shapes = []
+    for chain in loop_plan.chains:
+        site = plan.dots[chain.call]
+        m, n = (list(site.shape) + [None, None])[:2]
+        shapes.append((m, n, site.a_shape[-1] if site.a_shape else None))
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
-                     lds_limit, configs)
+                     lds_limit, configs, shapes)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:
@@ -245,63 +271,9 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
             listed = ", ".join(f"{what} at line {line}" for line, what in between)
             return StageRefusal(refusal.node, f"{len(dots)} dots with cross-warp ops between them ({listed}): with the "
                                 "two warp groups one stage apart, their barriers and LDS scratch would be shared by two "
-                                "stages running at once; this loop shape (attention) is not warp-pipelined")
+                                "stages running at once; only the flash-attention shape (two chained dots around an online softmax of row "
+                                "reductions) keeps them inside a warp")
     return StageRefusal(refusal.node, refusal.reason)
-
-
-def _attention_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, att: AttentionPlan,
-                      lds_limit: int) -> StagePlan | StageRefusal:
-    """Four stages for the flash-attention loop: `lds_read` (K^T and V from the ring), `copy_qk` (the copies of a
-    later iteration, S = Q K^T), `softmax` (the online softmax, the accumulator rescale) and `pv` (acc += P V).
-
-    The MMA layout puts every warp along the rows (M) of the tiles, so the softmax's row reductions stay inside a warp
-    (lane shuffles, no LDS scratch, no barrier) and P reaches the second MMA's operand layout in registers: no stage
-    then holds a barrier of its own, and the two warp groups, one stage apart, never share LDS scratch. Any other
-    cross-warp op in the loop (a reduction along the rows, a scan, a layout conversion that cannot be hoisted) is
-    refused.
-    """
-    flow = loop_dataflow(source, loop, plan)
-    for facts in flow.statements:
-        for node, what in facts.barriers:
-            axis = _reduction_axis(source, node)
-            if what.startswith("reduction") and axis == 1:
-                continue  # a row reduction: warp-local with all warps along M
-            if what.startswith("transpose") and facts.index == att.scores_index:
-                continue  # K^T is read from the ring through a permuted view: no data movement
-            if what == "layout conversion" and hoistable_convert(node, loop, flow) is not None:
-                continue  # `convert(n0 + offs)` becomes `n0 + convert(offs)`, the conversion hoisted out of the loop
-            return StageRefusal(node, f"{what} inside the attention loop needs a cross-warp barrier in the middle of "
-                                "a stage (only row reductions, `axis=1`, stay inside a warp)")
-        if facts.nested_loop:
-            return StageRefusal(facts.node, "a loop inside the main loop")
-    slots = max(MIN_SLOTS, att.num_stages)
-    body = flow.statements
-    loads = {att.k.index, att.v.index}
-    softmax = [f.line for f in body if att.scores_index < f.index < att.acc_index and f.index not in loads
-               and f.index not in att.producer]
-    stages = [
-        Stage("lds_read", 1, [body[att.scores_index].line, body[att.acc_index].line],
-              "K^T and V of this iteration read from the rings in the MMA operand layouts"),
-        Stage("copy_qk", 0, sorted({body[i].line for i in att.producer} | {body[i].line for i in loads}
-                                   | {f.line for f in body if f.index <= att.scores_index and f.index not in loads}),
-              f"addresses and masks of iteration it + {slots - 1}, its K and V tiles loaded into registers and stored "
-              "into their slots; S = Q K^T"),
-        Stage("softmax", 0, softmax, "the online softmax (row reductions inside each warp), the accumulator rescale"),
-        Stage("pv", 0, [f.line for f in body if f.index >= att.acc_index],
-              "acc += P V, P converted to the MMA operand layout in registers"),
-    ]
-    keys = plan.dots[_dot_of(body[att.scores_index].node, plan)].shape[1]  # S is [M, keys]
-    head = plan.dots[_dot_of(body[att.acc_index].node, plan)].shape[1]  # acc is [M, head]
-    if keys is None or head is None:
-        return StageRefusal(att.loop, "the K and V tile shapes are not known from the source")
-    rings = [Ring(att.k.name, [keys, head], {}), Ring(att.v.name, [keys, head], {})]
-    configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
-    return StagePlan(source.position(loop)[0], att, flow, "registers", slots, slots - 1, stages, None, rings,
-                     lds_limit, configs)
-
-
-def _dot_of(node: cst.CSTNode, plan: LayoutPlan) -> cst.Call:
-    return next(c for c in calls_in(node) if c in plan.dots)
 
 
 def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:

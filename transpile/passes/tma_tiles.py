@@ -1033,11 +1033,15 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         self.no_agprs = no_agprs
         self.slow_dtypes = slow_dtypes
         self.lds = lds
+        if hasattr(gluon_kernel, "configs") and (source_when or lds is not None):
+            # Autotuned: the autotuner runs each config on the Gluon kernel where it pipelines that config's
+            # loop (8 warps, the tests below), else on the source kernel at the config's own warps.
+            source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
+            gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
 
-    def addressable(self, args, kwargs):
-        if self.warps is not None and kwargs.get("num_warps") != self.warps:
-            return False
-        values = self.arguments(args, kwargs)
+    def pipelines(self, values):
+        """Whether the Gluon kernel pipelines its loop at these launch (or config) values: no test of `source_when`
+        holds, and two slots of each ring fit the LDS; True where a block size is not known yet."""
         if self.source_when:
             # (a test reading a constexpr the launch neither passes nor has a default for: the source kernel)
             for test in self.source_when:
@@ -1061,6 +1065,14 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
             else:
                 if 2 * need > limit:
                     return False
+        return True
+
+    def addressable(self, args, kwargs):
+        if self.warps is not None and kwargs.get("num_warps") != self.warps:
+            return False
+        values = self.arguments(args, kwargs)
+        if not hasattr(self.gluon_kernel, "configs") and not self.pipelines(values):
+            return False
         for value in [*args, *kwargs.values()]:
             if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                 continue
@@ -1083,4 +1095,30 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
             return launch(*args, **kwargs)
 
         return run
+
+
+class _ConfigSplit:
+    """What an autotuner of a warp-pipelined Gluon kernel runs: each config on the Gluon kernel where that kernel
+    pipelines its loop at the config's values (8 warps), else on the source kernel (the same arguments, the config's
+    own warps)."""
+
+    def __init__(self, gluon_fn, triton_fn, launcher):
+        self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
+        self.arg_names = gluon_fn.arg_names
+        self.triton_fn = triton_fn
+        self.launcher = launcher
+
+    def pick(self, args, kwargs):
+        values = self.launcher.arguments(args, kwargs)
+        if values.get("num_warps") == 8 and self.launcher.pipelines(values):  # (two warp groups of 4)
+            return self.fn, kwargs
+        return self.triton_fn, {k: v for k, v in kwargs.items() if k != "llvm_fn_attrs"}
+
+    def run(self, *args, **kwargs):
+        fn, kwargs = self.pick(args, kwargs)
+        return fn.run(*args, **kwargs)
+
+    def warmup(self, *args, **kwargs):
+        fn, kwargs = self.pick(args, kwargs)
+        return fn.warmup(*args, **kwargs)
 '''

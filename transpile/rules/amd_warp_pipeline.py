@@ -17,6 +17,7 @@ Targets: gfx942, gfx950, gfx1250 (copy engines: registers, direct-to-LDS `async_
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 
@@ -24,10 +25,10 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
-from transpile.analysis.pipeline import LoopPlan, OperandLoad, loop_body
-from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, plan_stages
+from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, loop_body
+from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, hoistable_convert, plan_stages
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import broadcast_axis, calls_in, conjuncts, names_in
+from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Example, Rule, RuleContext
@@ -94,13 +95,13 @@ class AMDWarpPipeline(Rule):
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         stage_plan = self.stage_plan(ctx.source, ctx.function, original, ctx.plan, ctx.target.shared_memory_bytes)
         if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
-            return updated  # no dot fed by loads, or an attention loop (AMDAttentionWarpPipeline)
+            return updated  # no dot fed by loads
         if isinstance(stage_plan, StageRefusal):
             ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
                                                          f"main loop not pipelined: {stage_plan.reason}"))
             return updated
         several = SEVERAL_DOTS_HEAVIER.get(ctx.target.name)
-        if several is not None and len(stage_plan.loop.chains) > 1:
+        if several is not None and len(stage_plan.loop.chains) > 1 and not stage_plan.loop.attention:
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
         if ctx.slower_than_triton(original, _form(stage_plan)):
@@ -111,6 +112,16 @@ class AMDWarpPipeline(Rule):
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
         ctx.num_warps = PIPELINE_WARPS
+        if stage_plan.loop.attention:
+            # every warp along M: the softmax's row reductions stay inside a warp, so no stage holds a barrier
+            ctx.mma_warps_along_m = True
+            rows = ctx.plan.dots[stage_plan.loop.chains[-1].call].shape[0]
+            param = next((p for p in ctx.function.params if p.name == rows and p.is_constexpr), None)
+            if param is not None:
+                # With fewer rows than 16 a warp the loop runs as translated: such launches (and autotune
+                # configs) run the source kernel
+                test = (f"{rows} < {16 * PIPELINE_WARPS}", ((rows, param.default),))
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, test)))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
             # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
             # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
@@ -136,12 +147,13 @@ class AMDWarpPipeline(Rule):
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
                           ) -> cst.FunctionDef:
-        """Autotune configs of a kernel with a warp-pipelined loop launch it with 8 warps."""
+        """Autotune configs of a kernel with a warp-pipelined loop launch it with 8 warps, but those for which a test
+        of `RuleContext.launch_source_when` holds: the launcher runs the source kernel for them, at their warps."""
         if ctx.num_warps != PIPELINE_WARPS or not ctx.function.autotune_configs:
             return updated
         decorators = []
         for decorator in updated.decorators:
-            changed = decorator.visit(_ConfigWarps())
+            changed = decorator.visit(_ConfigWarps(ctx.launch_source_when))
             if changed is not decorator and not changed.deep_equals(decorator):
                 changed = changed.with_changes(leading_lines=[*changed.leading_lines, cst.EmptyLine(
                     comment=cst.Comment("# num_warps=8 in every config: the warp-pipelined main loop runs its stages on "
@@ -201,10 +213,43 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
 
 
 class _ConfigWarps(cst.CSTTransformer):
+    """`num_warps=8` in each `triton.Config(...)` for which no test of `source_when` holds (on the config's values)."""
+
+    def __init__(self, source_when: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()) -> None:
+        super().__init__()
+        self.source_when = source_when
+        self.skip: list[bool] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        values: dict[str, object] = {}
+        if node.args and isinstance(node.args[0].value, cst.Dict):
+            for element in node.args[0].value.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                    try:
+                        values[element.key.evaluated_value] = ast.literal_eval(code(element.value))
+                    except (ValueError, SyntaxError):
+                        pass
+        self.skip.append(any(_holds(test, names, values) for test, names in self.source_when))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        self.skip.pop()
+        return updated_node
+
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        if updated_node.keyword is not None and updated_node.keyword.value == "num_warps":
+        if updated_node.keyword is not None and updated_node.keyword.value == "num_warps" \
+                and not (self.skip and self.skip[-1]):
             return updated_node.with_changes(value=cst.Integer(str(PIPELINE_WARPS)))
         return updated_node
+
+
+def _holds(test: str, names: tuple[tuple[str, str | None], ...], values: dict[str, object]) -> bool:
+    """Whether `test` holds on a config's `values` (False where it reads a name the config does not set)."""
+    if not all(name in values for name, _ in names):
+        return False
+    try:
+        return bool(eval(compile(test, "<test>", "eval"), {"__builtins__": {}}, dict(values)))  # noqa: S307
+    except Exception:  # noqa: BLE001 - a test of other values
+        return False
 
 
 def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None) -> str:
@@ -223,6 +268,24 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     dtypes = {load.name: ring_dtype(ctx, plan, load) for load in plan.loads}
     span = LoopRange.of(updated)
     count, index = span.count, span.value
+
+    # Conversions of `<loop variable> + offsets` in the consumer (an attention mask's key offsets, laid along the
+    # other axis of the scores) become `<loop variable> + <offsets converted once, before the loop>`.
+    hoisted: list[str] = []
+    converts: dict[str, tuple[str, str]] = {}
+    loads_at = {load.index for load in plan.loads}
+    for facts in sp.dataflow.statements:
+        if facts.index in loads_at or facts.index in plan.producer:
+            continue  # (the producer's copies are laid out per tile: `copy_operands`)
+        for node, what in facts.barriers:
+            found = hoistable_convert(node, plan.loop, sp.dataflow) if what == "layout conversion" else None
+            if found is not None and node.value not in converts:  # type: ignore[attr-defined]
+                var, offsets = found
+                target = name(f"{offsets}_cvt")
+                hoisted.append(f"{target} = gl.convert_layout({offsets}, {ctx.plan.layout_expr(ctx.plan.converts[node])})")
+                converts[node.value] = (var, target)  # type: ignore[attr-defined]
+    if converts:
+        body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
 
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
@@ -311,16 +374,30 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
-        if not chain.acc_in_dot:  # `acc += tl.dot(a, b)`: the addition folded into the MMA where the types allow
-            ctx.need("dot_acc")
+        if not chain.acc_in_dot and not chain.fresh:  # `acc += tl.dot(a, b)`: the addition folded into the MMA
+            ctx.need("dot_acc")  # (where the types allow)
             body[chain.index] = _folded(body[chain.index], chain.acc)
 
-    # The MMA layout each tile is read in: its dot's accumulator's, or (`acc += tl.dot(a, b)`) the dot result's
-    def mma_of(load: OperandLoad) -> str:
-        chain = feeds[load.name][0]
+    # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot) the dot result's
+    def chain_mma(chain: DotChain) -> str:
         if chain.acc_in_dot:
             return f"{chain.acc}.type.layout"
         return ctx.plan.layout_expr(ctx.plan.dots[chain.call].result)
+
+    def mma_of(load: OperandLoad) -> str:
+        return chain_mma(feeds[load.name][0])
+
+    # A dot operand held in registers that the loop does not assign (attention's Q) is converted to its MMA operand
+    # layout once, before the loop, under a name of its own.
+    assigned_in_loop = {n for statement in body for n in assigned_names(statement)}
+    for chain in plan.chains:
+        for position, held in enumerate(chain.operands):
+            if held in rings or not held.isidentifier() or held in assigned_in_loop or held in op_renames:
+                continue
+            op_renames[held] = name(f"{held}_op")
+            layout = chain_mma(chain)
+            hoisted.append(f"{op_renames[held]} = gl.convert_layout({held}, gl.DotOperandLayout({position}, {layout}, "
+                           f"_mma_k_width({held}.dtype, {layout})))")
 
     relaxed = engine == "async_copy" and pointer_copy is None
 
@@ -393,6 +470,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
            "else in `mma`.",
            f"{in_mem}: gl.constexpr = " + " or ".join(f"{rings[load.name]}.dtype.primitive_bitwidth < 16"
                                                       for load in plan.loads if load.computed)] if prep else []),
+        *hoisted,
         f"{iters} = {count}",
         *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
@@ -479,16 +557,23 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         f"iteration it's MMA on operands already in registers; `mem` reads iteration it + 1's operands and {how}. "
         "Tiles past the end read as zeros and are never used."
     )
+    rows_test = rows_why = ""
+    if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
+        rows = ctx.plan.dots[plan.chains[-1].call].shape[0]
+        rows_test, rows_why = f" and {rows} >= 16 * gl.num_warps()", ", or the warps do not each own 16 rows"
+        paragraph += (" Attention: every warp owns rows of its own (the MMA layout puts all warps along M), so the "
+                      "softmax's row reductions are lane shuffles and P reaches the second MMA's operand layout in "
+                      "registers: the `mma` stage needs no barrier.")
     header = [
         *textwrap.wrap(paragraph, 114, initial_indent="# ", subsequent_indent="# "),
         f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
         f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")',
         f"{stages}: gl.constexpr = {slots}",
-        f"if {stages} >= 2:",
+        f"if {stages} >= 2{rows_test}:",
         pipelined,
         "else:",
-        f"    # Two slots per operand do not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes: the "
-        "loop runs as translated.",
+        f"    # Two slots per operand do not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes"
+        f"{rows_why}: the loop runs as translated.",
         original,
     ]
     return "\n".join(header) + "\n"
@@ -568,8 +653,15 @@ POINTER_COPIES = {"async_copy": "async_copy.global_load_to_shared", "buffer_load
 GFX1250_POINTER_COPY = "async_copy.global_to_shared"
 
 
+#: The profitability policy's names of a ring's copies, per copy engine
+ENGINE_FORMS = {"registers": "register-staged ring", "buffer_loads": "buffer-load ring",
+                "async_copy": "direct-to-LDS ring", "tdm": "tdm ring"}
+
+
 def _form(sp: StagePlan) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
+    if sp.loop.attention:
+        return f"attention, {ENGINE_FORMS.get(sp.engine, sp.engine)}"
     if any(load.computed for load in sp.loop.loads):
         return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) else "computed-operand ring"
     if sp.engine == "registers":
@@ -614,6 +706,22 @@ def _read(slot: str, relaxed: bool) -> str:
 def _view(slot: str, load: OperandLoad) -> str:
     """The view of a ring slot the MMA reads: the slot, or its transpose for a transposed operand."""
     return f"{slot}.permute([1, 0])" if load.transposed else slot
+
+
+class _Hoisted(cst.CSTTransformer):
+    """`gl.convert_layout(x, layout)` of an `x = <loop variable> + offsets` -> `(<loop variable> + <offsets converted
+    before the loop>)`."""
+
+    def __init__(self, converts: dict[str, tuple[str, str]]) -> None:
+        super().__init__()
+        self.converts = converts
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        arg = updated.args[0].value if updated.args else None
+        if code(updated.func) == "gl.convert_layout" and isinstance(arg, cst.Name) and arg.value in self.converts:
+            var, hoisted = self.converts[arg.value]
+            return cst.parse_expression(f"({var} + {hoisted})")
+        return updated
 
 
 class _Unconvert(cst.CSTTransformer):

@@ -185,11 +185,23 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
         "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "
         "non-MFMA instructions per MFMA in 6 of 8 fixture kernels and configs on gfx950: bench/RESULTS.md"),
-    **{(target, "attention ring"): (
-        "only the warp-pipelined attention ring would pipeline it, and its hot loop measured 1.3-4.4x Triton's own "
-        "non-MFMA instructions per MFMA in every flash-attention fixture and config on gfx942, gfx950 and gfx1250 (a "
-        "register-staged K/V ring, the softmax between the dots in a stage of its own): bench/RESULTS.md")
+    **{(target, "attention, register-staged ring"): (
+        "its K tile is read as [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)`), whose keys run along the tile's contiguous axis "
+        "in the copy but are rows of K in memory: the warp-pipelined attention ring would stage K through registers, "
+        "and that ring measured 0.77-1.76x (gfx950), 0.59-1.51x (gfx942) and 1.32-1.52x (gfx1250) Triton's own "
+        "non-MFMA instructions per loop iteration on the fixtures fx_attention_kt and fx_attention_varlen, with 584 "
+        "and 2,033 VGPR spills on the latter: bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
+    ("gfx1250", "attention, direct-to-LDS ring"): (
+        "only the warp-pipelined attention ring would pipeline it, and on gfx1250 its hot loop measured 0.85-0.96x "
+        "Triton's own non-MFMA instructions per loop iteration on the attention fixtures (128x64 tiles, 8 warps): "
+        "under the 0.8x a machine-code measure must show before a form is emitted without the GPU to time it "
+        "(bench/RESULTS.md)"),
+    # ("gfx950", "attention, direct-to-LDS ring") and ("gfx942", "attention, buffer-load ring") are not listed: the
+    # attention loop warp-pipelined as a GEMM loop of two dot chains (K and V rings copied as the GEMM rings are, all
+    # warps along M) measured 0.53-0.72x (gfx950) and 0.44-0.73x (gfx942) Triton's own non-MFMA instructions per loop
+    # iteration on every attention fixture whose tile gives each of 8 warps 16 rows; launches and autotune configs
+    # with fewer rows run the source kernel (bench/RESULTS.md).
     ("gfx1250", "tdm ring"): (
         "its descriptor tiles would go by TDM copies into a warp-pipelined ring, whose hot loop measured 0.89-0.98x "
         "Triton's own non-MFMA instructions per MFMA in the 8 fixture kernels and configs: under the 0.8x a "

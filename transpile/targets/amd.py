@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from transpile.rules.amd_attention_pipeline import AMDAttentionWarpPipeline
 from transpile.rules.amd_warp_pipeline import GFX1250_POINTER_COPY, AMDWarpPipeline
 from transpile.rules.buffer_copies import BufferCopies
 from transpile.rules.copy_operands import CopyOperandLayouts
@@ -26,9 +25,8 @@ def _rules(engine: str, pointer_copy: str | None = None) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS,
     `pointer_copy` pointer tiles where it is another engine (AMDWarpPipeline)."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
-            HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDAttentionWarpPipeline(),
-            AMDWarpPipeline(engine, pointer_copy), LayoutDeclarations(), CopyOperandLayouts(),
-            BufferCopies())
+            HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDWarpPipeline(engine, pointer_copy),
+            LayoutDeclarations(), CopyOperandLayouts(), BufferCopies())
 
 MFMA_LAYOUT = '''
 @gluon.constexpr_function
