@@ -86,6 +86,28 @@ def test_a_kernel_without_an_mma_loop_has_no_hot_loop() -> None:
     assert amd_figures("k:\n\ts_endpgm\n").loop is None
 
 
+def test_the_ratio_is_taken_per_loop_iteration_where_a_compile_replicates_mfmas() -> None:
+    """Triton's own attention at 16 rows a warp issues 32-row MFMAs (24 units of work where an iteration asks 16): per
+    MFMA its overhead would look lower than it is. Where the loop's work is known the ratio is per iteration (the
+    variant's loop unrolled by its ring depth: 48 units, 3 iterations); else, and where the variant itself issues
+    work that is not a whole number of iterations, per MFMA."""
+    from transpile.isa import AmdFigures, HotLoop
+    from transpile.verify import IsaComparison
+
+    source = AmdFigures(loop=HotLoop(instructions=416, mma=12, mma_eq=24.0))
+    variant = AmdFigures(loop=HotLoop(instructions=723, mma=48, mma_eq=48.0))
+    per_mma = IsaComparison("k", "config 0", 8, "pipelined", source, variant)
+    assert per_mma.ratio == round((675 / 48) / (404 / 24), 2) == 0.84 and per_mma.per_iteration is None
+    per_iteration = IsaComparison("k", "config 0", 8, "pipelined", source, variant, work=16.0)
+    assert per_iteration.per_iteration == (404.0, 225.0) and per_iteration.ratio == 0.56
+    replicated = AmdFigures(loop=HotLoop(instructions=723, mma=40, mma_eq=40.0))
+    assert IsaComparison("k", "c", 8, "pipelined", source, replicated, work=16.0).per_iteration is None
+    # without replication the two agree: a GEMM loop whose work is its MFMAs
+    gemm = IsaComparison("k", "c", 8, "pipelined", AmdFigures(loop=HotLoop(instructions=80, mma=16, mma_eq=16.0)),
+                         AmdFigures(loop=HotLoop(instructions=136, mma=48, mma_eq=48.0)), work=16.0)
+    assert gemm.ratio == round((88 / 48) / (64 / 16), 2)
+
+
 def test_ptx_counts() -> None:
     ptx = """
     cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r4];
@@ -107,9 +129,10 @@ def test_ptx_counts() -> None:
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 
-# The GEMM-family dot-loop fixtures (those the AMD rules would pipeline; attention is kept as Triton on every AMD
-# target).
-PIPELINED = ["matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr", "suite_gemm_flag_masks",
+# The dot-loop fixtures the AMD rules would pipeline: the GEMM family, and attention (gfx950 and gfx942; gfx1250 keeps
+# it as Triton, as it does where K is read [HEAD_DIM, BLOCK_N]: fx_attention_kt, fx_attention_varlen).
+PIPELINED = ["attention_fwd", "fx_attention_two_loops", "fx_attention_v_late", "suite_attn_inner_stages",
+             "fx_attention_kt", "fx_attention_varlen", "suite_gqa_attention", "matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr", "suite_gemm_flag_masks",
              "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
              "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_swiglu_gemm", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",

@@ -1,0 +1,56 @@
+"""The AMD launcher of an autotuned warp-pipelined kernel splits its autotune configs (transpile/passes/tma_tiles.py,
+`_ConfigSplit`): a config at 8 warps whose values pass the kernel's `source_when` tests and leave room for two ring
+slots runs on the Gluon kernel, every other config on the source kernel at its own warps. Run by Triton's
+interpreter, with two Triton kernels standing for the two (each writes its own mark), so that what each config
+launched is read from memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transpile.passes.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
+
+RUN = '''
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def gluon_stand_in(out_ptr, x_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, 4), tl.full([4], 1, tl.int32))
+
+@triton.jit
+def source_kernel(out_ptr, x_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, 4), tl.full([4], 2, tl.int32))
+''' + LAUNCHER + WARP_PIPELINED_LAUNCHER + '''
+def launch(config, lds=None, source_when=(lambda BLOCK_M: BLOCK_M < 128,)):
+    gluon = triton.autotune(configs=[config], key=[])(gluon_stand_in)
+    source = triton.autotune(configs=[triton.Config(config.kwargs, num_warps=4)], key=[])(source_kernel)
+    kernel = _WarpPipelinedOrTriton(gluon, source, params=("out_ptr", "x_ptr", "BLOCK_M", "BLOCK_N"), tiles=(),
+                                    source_when=source_when, lds=lds)
+    out = torch.zeros(4, dtype=torch.int32)
+    kernel[(1,)](out, torch.zeros(16, dtype=torch.float16))
+    return int(out[0])
+
+assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8)) == 1  # pipelined: the Gluon kernel
+assert launch(triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=8)) == 2  # 8 rows a warp: the source's
+assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4)) == 2  # 4 warps: the source's
+# two slots of [BLOCK_M, BLOCK_N] fp16 tiles: 32 KiB fit 64 KiB, 128 KiB do not
+rings = (65536, ((("BLOCK_M", "BLOCK_N"), "x_ptr"),))
+assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8), lds=rings, source_when=()) == 1
+assert launch(triton.Config({"BLOCK_M": 256, "BLOCK_N": 256}, num_warps=8), lds=rings, source_when=()) == 2
+print("SPLIT")
+'''
+
+
+@pytest.mark.slow
+def test_autotune_configs_run_where_the_gluon_kernel_pipelines_them(tmp_path: Path) -> None:
+    (tmp_path / "run.py").write_text(RUN)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "SPLIT" in result.stdout, result.stderr[-3000:]
