@@ -108,7 +108,7 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                     if fn.name not in kernels:
                         continue
                     rows[t]["dot-loop kernels"] += 1
-                    if fn.pipelined:
+                    if fn.translated and fn.pipelined:  # (a kernel kept as Triton after its loop was planned is not)
                         rows[t]["pipelined"] += 1
                     elif fn.translated:
                         rows[t]["translated, not pipelined"] += 1

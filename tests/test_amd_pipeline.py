@@ -207,8 +207,8 @@ def test_attention_stage_plan() -> None:
     assert "warps_along_m=True" in variant
     # Q converted to its operand layout once, before the loop; the rows test beside the ring's
     assert "q_op = gl.convert_layout(q, gl.DotOperandLayout(0, mma_layout" in variant.replace("\n", "")
-    assert "if NUM_STAGES >= 2 and BLOCK_M >= 16 * gl.num_warps():" in variant
-    assert "source_when=(lambda BLOCK_M: BLOCK_M < 128,)" in variant
+    assert "if NUM_STAGES >= 2 and BLOCK_M >= 16 * gl.num_warps() and BLOCK_N * D <= 8192:" in variant
+    assert "lambda BLOCK_M: BLOCK_M < 128" in variant and "lambda BLOCK_N, D: BLOCK_N * D > 8192" in variant
     # the conversion of `start_n + offs_n` for the score mask is made once, before the loop, on `offs_n`
     assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant
     assert "(start_n + offs_n_cvt)[None, :] < N_CTX" in variant

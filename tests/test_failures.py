@@ -48,10 +48,11 @@ def test_amd_descriptor_attributes_are_translated(target: str) -> None:
 @pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
 def test_amd_attention_reads_k_loaded_as_head_dim_by_keys_from_its_ring(target: str) -> None:
     text = ast.unparse(ast.parse(_pipelined("fx_attention_kt", target)))  # one statement a line, whatever the layout
-    # (K is staged through registers: its keys run along the slot's last axis, so --gluon-always shows this form)
-    assert "k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [NUM_STAGES, HEAD_DIM, BLOCK_N]" in text
-    assert "k = k_ring.index(0).load(gl.DotOperandLayout(1, mma_layout" in text
-    assert "qk = _dot(q_op, k, " in text
+    # (K is loaded as its transpose, [BLOCK_N, HEAD_DIM], and read through a transposed view: transposed_keys)
+    assert "k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [NUM_STAGES, BLOCK_N, HEAD_DIM]" in text
+    assert "k_t = k_ring.index(0).permute([1, 0]).load(gl.DotOperandLayout(1, mma_layout" in text or \
+        "k_t = async_copy.load_shared_relaxed(k_ring.index(0).permute([1, 0]), gl.DotOperandLayout(1, mma_layout" in text
+    assert "qk = _dot(q_op, k_t, " in text
 
 
 def test_sm90_attention_with_k_as_head_dim_by_keys_copies_k_through_its_transposed_addresses() -> None:

@@ -31,6 +31,7 @@ from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
+from transpile.passes.transposed_keys import transpose_key_tiles
 from transpile.passes.vector_loads import own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
     assigned_names,
@@ -144,6 +145,8 @@ class Prepared:
     own_loads: dict[str, frozenset[int]] = field(default_factory=dict)
     # the AMD targets' layouts, where a dot loop reads a tile computed from a loaded one (`with_operand_layouts`)
     operand_layouts: Prepared | None = field(default=None, repr=False)
+    # the AMD targets' text, where an attention loop loads K as [HEAD_DIM, BLOCK_N] (`with_transposed_keys`)
+    transposed_keys: Prepared | None = field(default=None, repr=False)
     # kernels defined under a module-level block, where the file has no other: (name, TT007), kept as written
     nested: list[tuple[str, Diagnostic]] = field(default_factory=list)
 
@@ -301,6 +304,32 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
     return prepared.tma[skip]
 
 
+def for_amd(prepared: Prepared) -> Prepared:
+    """What the AMD targets translate: K tiles of attention loops read transposed (`with_transposed_keys`), then the
+    layouts of computed operands (`with_operand_layouts`)."""
+    return with_operand_layouts(with_transposed_keys(prepared))
+
+
+def with_transposed_keys(prepared: Prepared) -> Prepared:
+    """`prepared` with each attention loop's K tile loaded as [HEAD_DIM, BLOCK_N] loaded as its transpose and
+    transposed in the dot (`transpile.passes.transposed_keys`: the AMD rings copy 16 bytes along a tile's last axis,
+    K's head dimension); `prepared` itself where no loop does. The lines stay where they were; kept functions stay
+    as written (`Prepared.original`)."""
+    if prepared.transposed_keys is None:
+        text = transpose_key_tiles(prepared.source, prepared.facts, prepared.plans)
+        if text is None:
+            prepared.transposed_keys = prepared
+        else:
+            source = parse_source(text, prepared.source.path, prepared.source.line_map, prepared.source.inlined)
+            facts = discover(source)
+            prepared.transposed_keys = Prepared(prepared.text, source, facts,
+                                                analyse_layouts(facts, prepared.own_loads),
+                                                prepared.original_source, block_pointers=prepared.block_pointers,
+                                                own_loads=prepared.own_loads)
+            prepared.transposed_keys.transposed_keys = prepared.transposed_keys
+    return prepared.transposed_keys
+
+
 def with_operand_layouts(prepared: Prepared) -> Prepared:
     """`prepared` with the layouts the AMD pipelines need where a dot loop reads an operand computed from a loaded
     tile (dequantised weights, a cast): that computation runs in the MMA operand's layout
@@ -334,7 +363,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
             "(the comments above them say why)", "(defined inside a module-level block or a class: not translated)")
         return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)
     if target.backend == "hip":
-        prepared = with_operand_layouts(prepared)
+        prepared = for_amd(prepared)
     if target.backend != "cuda" or not tma_tiles:
         return _translate(text, path, target, command, prepared, gluon_always, {})
     skip: frozenset[str] = frozenset()

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
-from transpile.engine import prepare, translate_source, with_operand_layouts
+from transpile.engine import for_amd, prepare, translate_source
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
@@ -19,8 +19,8 @@ from transpile.targets import Target
 def explain_file(path: Path, target: Target, display: str, gluon_always: bool = False) -> list[Table]:
     text = read_text(path)
     prepared = prepare(text, display)  # the canonical text: what the rules read (same lines as the source)
-    if target.backend == "hip":  # (the layouts the AMD rules translate with: `with_operand_layouts`)
-        prepared = with_operand_layouts(prepared)
+    if target.backend == "hip":  # (what the AMD rules translate: `for_amd`)
+        prepared = for_amd(prepared)
     result = translate_source(text, display, target, prepared=prepared, gluon_always=gluon_always)
     source, facts, plans = prepared.source, prepared.facts, prepared.plans
     outcomes = {o.name: o for o in result.functions}

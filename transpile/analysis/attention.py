@@ -19,13 +19,14 @@ dots are not this plan's business (None). Pure facts: the tree is not edited.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, loop_header
-from transpile.cst_utils import (assigned_names, bound_names_of, calls_in, names_in, only_nodes, per_loop, read_names,
+from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes, per_loop, read_names,
                                  single_assign)
 from transpile.cst_walk import preorder
 from transpile.discover import language_name
@@ -418,3 +419,128 @@ def trip_count_axis(source: SourceFile, function: cst.FunctionDef, loop: cst.For
                     axes.add(int(call.args[0].value.value))
             needed |= names_in(value) - seen
     return axes.pop() if len(axes) == 1 else None
+
+
+class _SwapAxes(cst.CSTTransformer):
+    """``v[:, None]`` <-> ``v[None, :]``: a 2-D broadcast expression read transposed."""
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
+        if broadcast_axis(updated_node) is None:
+            return updated_node
+        first, second = updated_node.slice
+        return updated_node.with_changes(slice=[first.with_changes(slice=second.slice),
+                                                second.with_changes(slice=first.slice)])
+
+
+def swapped_axes(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    return None if node is None else node.visit(_SwapAxes())  # type: ignore[return-value]
+
+
+def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: LayoutPlan, ring: str
+                 ) -> AttentionPlan | LoopRefusal:
+    """The plan of a loop (`ring`: what copies K, for the refusal) whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
+    [BLOCK_N, HEAD_DIM] and transposed: its address and mask with every ``v[:, None]`` and ``v[None, :]`` swapped, and
+    so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
+    same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
+    1-D vectors and scalars before the loop, or one the V addresses read too."""
+    terms = name_terms(layouts)
+    definitions, counts = top_definitions(function)
+    v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))
+    bound_in_loop = set().union(*(assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
+    swapped: dict[str, cst.BaseExpression] = {}
+
+    def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
+        return LoopRefusal(node, "attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N] (keys along its "
+                           f"columns), which {ring} copies through its transposed addresses; {why}")
+
+    pending = [n for n in (plan.k.pointer, plan.k.mask) if n is not None]
+    while pending:
+        node = pending.pop()
+        if not elementwise(node):
+            return refuse(node, "this address or mask is not arithmetic on index vectors and scalars")
+        bad = next((sub for sub in subscripts(node) if broadcast_axis(sub) is None), None)
+        if bad is not None:
+            return refuse(bad, "this subscript is not `v[:, None]` or `v[None, :]`")
+        for name in sorted(names_in(node)):
+            term = terms.get(name)
+            if term is not None and term.slice_of is not None and bare_use(node, name):
+                return refuse(node, f"the 1-D `{name}` is broadcast here without a subscript")
+            if term is None or term.slice_of is not None or name in swapped:
+                continue  # a scalar or a 1-D vector (the swapped broadcasts lay it along the other axis)
+            definition = definitions.get(name)
+            if name in bound_in_loop or definition is None or counts.get(name, 0) != 1 or name in v_names:
+                return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
+                              "once, before the loop, and read by the K addresses only)")
+            swapped[name] = swapped_axes(definition)  # type: ignore[assignment]
+            pending.append(definition)
+    k = dataclasses.replace(plan.k, pointer=swapped_axes(plan.k.pointer), mask=swapped_axes(plan.k.mask))
+    return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True)
+
+
+def subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
+    return [n for n in preorder(node) if isinstance(n, cst.Subscript)]
+
+
+def bare_use(node: cst.CSTNode, name: str) -> bool:
+    """Whether `node` reads `name` other than subscripted."""
+    bare = False
+
+    class _Visit(cst.CSTVisitor):
+        def visit_Subscript(self, sub: cst.Subscript) -> bool:
+            return not (isinstance(sub.value, cst.Name) and sub.value.value == name)
+
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal bare
+            bare = bare or n.value == name
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(_Visit())
+    return bare
+
+
+def top_definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:
+    """`name = value` statements at the top level of `function`, and how often each name is bound anywhere in it."""
+    definitions: dict[str, cst.BaseExpression] = {}
+    for statement in function.body.body:  # type: ignore[union-attr]
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
+                isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 and \
+                isinstance(statement.body[0].targets[0].target, cst.Name):
+            definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
+    counts: dict[str, int] = {}
+
+    class _Bindings(cst.CSTVisitor):
+        def _bind(self, target: cst.CSTNode) -> None:
+            for bound in names_in(target):
+                counts[bound] = counts.get(bound, 0) + 1
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                self._bind(target.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._bind(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._bind(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._bind(node.target)
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            self._bind(node.target)
+
+    function.body.visit(_Bindings())
+    return definitions, counts
+
+
+def elementwise(node: cst.CSTNode) -> bool:
+    """Only names, numbers, arithmetic, comparisons and `x[:, None]`-style subscripts (no calls, no attributes)."""
+    allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
+               cst.ComparisonTarget, cst.Subscript, cst.SubscriptElement, cst.Index, cst.Slice, cst.LeftParen,
+               cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.Comma, cst.Colon,
+               cst.BaseBinaryOp, cst.BaseUnaryOp, cst.BaseCompOp, cst.MaybeSentinel, cst.ParenthesizedWhitespace,
+               cst.SimpleWhitespace, cst.Newline, cst.EmptyLine, cst.Comment, cst.TrailingWhitespace)
+    return only_nodes(node, allowed)

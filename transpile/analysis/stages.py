@@ -35,7 +35,6 @@ from transpile.analysis.launch_alignment import first_axis_contiguous, last_axis
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
-from transpile.cst_utils import calls_in
 from transpile.discover import JitFunction
 from transpile.source import SourceFile
 

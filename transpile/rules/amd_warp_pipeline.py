@@ -115,13 +115,19 @@ class AMDWarpPipeline(Rule):
         if stage_plan.loop.attention:
             # every warp along M: the softmax's row reductions stay inside a warp, so no stage holds a barrier
             ctx.mma_warps_along_m = True
+            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
             rows = ctx.plan.dots[stage_plan.loop.chains[-1].call].shape[0]
-            param = next((p for p in ctx.function.params if p.name == rows and p.is_constexpr), None)
-            if param is not None:
+            keys, head = (d.strip() for d in stage_plan.rings[0].shape)
+            tests = []
+            if rows in constexprs:
                 # With fewer rows than 16 a warp the loop runs as translated: such launches (and autotune
                 # configs) run the source kernel
-                test = (f"{rows} < {16 * PIPELINE_WARPS}", ((rows, param.default),))
-                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, test)))
+                tests.append((f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))
+            if keys in constexprs and head in constexprs:
+                # ... and so do those whose K and V tiles would spill (`ATTENTION_TILE_LIMIT`)
+                tests.append((f"{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
+                              ((keys, constexprs[keys]), (head, constexprs[head]))))
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
             # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
             # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
@@ -560,7 +566,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     rows_test = rows_why = ""
     if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
         rows = ctx.plan.dots[plan.chains[-1].call].shape[0]
-        rows_test, rows_why = f" and {rows} >= 16 * gl.num_warps()", ", or the warps do not each own 16 rows"
+        keys, head = (d.strip() for d in sp.rings[0].shape)
+        rows_test = (f" and {rows} >= 16 * gl.num_warps() and {keys} * {head} <= "
+                     f"{ATTENTION_TILE_LIMIT[ctx.target.name]}")
+        rows_why = ", the warps do not each own 16 rows, or the K and V tiles each warp holds would spill"
         paragraph += (" Attention: every warp owns rows of its own (the MMA layout puts all warps along M), so the "
                       "softmax's row reductions are lane shuffles and P reaches the second MMA's operand layout in "
                       "registers: the `mma` stage needs no barrier.")
@@ -644,6 +653,14 @@ SEVERAL_DOTS_HEAVIER = {
               "Triton's own non-MFMA instructions per MFMA at 64x64x64 with 8 warps (suite_gated_linear config 1; "
               "0.54x at 128x64x64): bench/RESULTS.md",
 }
+
+
+#: The most elements of a K (and V) tile the warp-pipelined attention loop takes per target: every warp reads the whole
+#: K and V tiles of the next iteration into registers (all warps lie along M), so larger tiles spill. Measured on the
+#: fixtures (8 warps, 128 rows, fp16, no AGPRs): gfx950 64x128 none, 128x128 350 VGPR spills (fx_attention_varlen);
+#: gfx942 (whose copies are staged through registers too) 64x64 none, 64x128 148-248 (attention_fwd, fx_attention_kt
+#: at head dimension 128). Launches and autotune configs above the limit run the source kernel.
+ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
 
 
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays

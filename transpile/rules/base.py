@@ -186,11 +186,11 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "
         "non-MFMA instructions per MFMA in 6 of 8 fixture kernels and configs on gfx950: bench/RESULTS.md"),
     **{(target, "attention, register-staged ring"): (
-        "its K tile is read as [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)`), whose keys run along the tile's contiguous axis "
-        "in the copy but are rows of K in memory: the warp-pipelined attention ring would stage K through registers, "
-        "and that ring measured 0.77-1.76x (gfx950), 0.59-1.51x (gfx942) and 1.32-1.52x (gfx1250) Triton's own "
-        "non-MFMA instructions per loop iteration on the fixtures fx_attention_kt and fx_attention_varlen, with 584 "
-        "and 2,033 VGPR spills on the latter: bench/RESULTS.md")
+        "its K or V tile cannot be copied 16 bytes a lane (addressed from loaded pointers, or K read as [HEAD_DIM, "
+        "BLOCK_N] through addresses that are not the transposed tile's), so the warp-pipelined attention ring would "
+        "stage it through registers, and that ring measured 0.77-1.76x (gfx950), 0.59-1.51x (gfx942) and "
+        "1.32-1.52x (gfx1250) Triton's own non-MFMA instructions per loop iteration on the fixture fx_attention_kt "
+        "(K staged so before it was read transposed): bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
     ("gfx1250", "attention, direct-to-LDS ring"): (
         "only the warp-pipelined attention ring would pipeline it, and on gfx1250 its hot loop measured 0.85-0.96x "

@@ -30,11 +30,15 @@ import dataclasses
 
 import libcst as cst
 
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop, trip_count_axis
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop, transposed_k, trip_count_axis
+from transpile.analysis.attention import bare_use as _bare_use
+from transpile.analysis.attention import elementwise as _elementwise
+from transpile.analysis.attention import subscripts as _subscripts
+from transpile.analysis.attention import top_definitions as _definitions
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
-from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, only_nodes, product_factors,
+from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, product_factors,
                                  read_names, single_assign, sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_alias, language_name
@@ -125,7 +129,7 @@ class HopperAttentionPipeline(Rule):
             # K read as [HEAD_DIM, BLOCK_N] (keys along the columns, the head dimension contiguous down the rows):
             # the ring's cp.async copies move 16-byte vectors along a tile's last dimension, so it copies K through
             # its transposed addresses into [BLOCK_N, HEAD_DIM] slots, which QK^T reads as a transposed view.
-            view = _transposed_k(ctx, plan)
+            view = transposed_k(plan, ctx.function.node, ctx.plan, "the cp.async ring")
             if isinstance(view, LoopRefusal):
                 ctx.diagnostics.append(ctx.source.diagnostic(view.node, "TT040",
                                                              f"main loop not pipelined: {view.reason}"))
@@ -326,65 +330,6 @@ def _unconverted(node):  # noqa: ANN001, ANN202 - a node of the translated loop,
     return None if node is None else node.visit(_Unconvert())
 
 
-class _SwapAxes(cst.CSTTransformer):
-    """``v[:, None]`` <-> ``v[None, :]``: a 2-D broadcast expression read transposed."""
-
-    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
-        if broadcast_axis(updated_node) is None:
-            return updated_node
-        first, second = updated_node.slice
-        return updated_node.with_changes(slice=[first.with_changes(slice=second.slice),
-                                                second.with_changes(slice=first.slice)])
-
-
-def _swapped(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
-    return None if node is None else node.visit(_SwapAxes())  # type: ignore[return-value]
-
-
-def _transposed_k(ctx: RuleContext, plan: AttentionPlan) -> AttentionPlan | LoopRefusal:
-    """The plan of a loop whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
-    [BLOCK_N, HEAD_DIM] and transposed: its address and mask with every ``v[:, None]`` and ``v[None, :]`` swapped, and
-    so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
-    same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
-    1-D vectors and scalars before the loop, or one the V addresses read too."""
-    terms = name_terms(ctx.plan)
-    definitions, counts = _definitions(ctx.function.node)
-    v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))
-    bound_in_loop = set().union(*(assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
-    swapped: dict[str, cst.BaseExpression] = {}
-
-    def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
-        return LoopRefusal(node, "attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N] (keys along its "
-                           f"columns), which the cp.async ring copies through its transposed addresses; {why}")
-
-    pending = [n for n in (plan.k.pointer, plan.k.mask) if n is not None]
-    while pending:
-        node = pending.pop()
-        if not _elementwise(node):
-            return refuse(node, "this address or mask is not arithmetic on index vectors and scalars")
-        bad = next((sub for sub in _subscripts(node) if broadcast_axis(sub) is None), None)
-        if bad is not None:
-            return refuse(bad, "this subscript is not `v[:, None]` or `v[None, :]`")
-        for name in sorted(names_in(node)):
-            term = terms.get(name)
-            if term is not None and term.slice_of is not None and _bare_use(node, name):
-                return refuse(node, f"the 1-D `{name}` is broadcast here without a subscript")
-            if term is None or term.slice_of is not None or name in swapped:
-                continue  # a scalar or a 1-D vector (the swapped broadcasts lay it along the other axis)
-            definition = definitions.get(name)
-            if name in bound_in_loop or definition is None or counts.get(name, 0) != 1 or name in v_names:
-                return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
-                              "once, before the loop, and read by the K addresses only)")
-            swapped[name] = _swapped(definition)  # type: ignore[assignment]
-            pending.append(definition)
-    k = dataclasses.replace(plan.k, pointer=_swapped(plan.k.pointer), mask=_swapped(plan.k.mask))
-    return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True)
-
-
-def _subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
-    return [n for n in preorder(node) if isinstance(n, cst.Subscript)]
-
-
 def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement
                  ) -> tuple[str, cst.BaseExpression | None, cst.BaseExpression, int] | None:
     """A producer statement `v = start + tl.arange(0, B)` (or `tl.arange(0, B)`, `start` scalar arithmetic without
@@ -539,26 +484,6 @@ def _divisible_strides(walk: _AddressTerms, unit: list[str]) -> tuple[str, ...]:
                             if isinstance(inner, cst.Name) and inner.value in walk.params:
                                 add(inner.value)
     return tuple(found)
-
-
-def _bare_use(node: cst.CSTNode, name: str) -> bool:
-    """Whether `node` reads `name` other than subscripted."""
-    bare = False
-
-    class _Visit(cst.CSTVisitor):
-        def visit_Subscript(self, sub: cst.Subscript) -> bool:
-            return not (isinstance(sub.value, cst.Name) and sub.value.value == name)
-
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal bare
-            bare = bare or n.value == name
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(_Visit())
-    return bare
 
 
 def _inner_strides(ctx: RuleContext, plan: AttentionPlan, walk: _AddressTerms) -> list[str] | LoopRefusal:
@@ -737,51 +662,6 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
     outside = set().union(*(read_names(s) for s in ctx.function.node.body.body if s is not plan.loop))
     return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
                          set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang}, stable, outside)
-
-
-def _definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:
-    """`name = value` statements at the top level of `function`, and how often each name is bound anywhere in it."""
-    definitions: dict[str, cst.BaseExpression] = {}
-    for statement in function.body.body:  # type: ignore[union-attr]
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
-                isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 and \
-                isinstance(statement.body[0].targets[0].target, cst.Name):
-            definitions.setdefault(statement.body[0].targets[0].target.value, statement.body[0].value)
-    counts: dict[str, int] = {}
-
-    class _Bindings(cst.CSTVisitor):
-        def _bind(self, target: cst.CSTNode) -> None:
-            for bound in names_in(target):
-                counts[bound] = counts.get(bound, 0) + 1
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                self._bind(target.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._bind(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._bind(node.target)
-
-        def visit_For(self, node: cst.For) -> None:
-            self._bind(node.target)
-
-        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-            self._bind(node.target)
-
-    function.body.visit(_Bindings())
-    return definitions, counts
-
-
-def _elementwise(node: cst.CSTNode) -> bool:
-    """Only names, numbers, arithmetic, comparisons and `x[:, None]`-style subscripts (no calls, no attributes)."""
-    allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
-               cst.ComparisonTarget, cst.Subscript, cst.SubscriptElement, cst.Index, cst.Slice, cst.LeftParen,
-               cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.Comma, cst.Colon,
-               cst.BaseBinaryOp, cst.BaseUnaryOp, cst.BaseCompOp, cst.MaybeSentinel, cst.ParenthesizedWhitespace,
-               cst.SimpleWhitespace, cst.Newline, cst.EmptyLine, cst.Comment, cst.TrailingWhitespace)
-    return only_nodes(node, allowed)
 
 
 def _head_dims(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str]:

@@ -1,0 +1,100 @@
+"""AMD: a flash-attention K tile loaded as [HEAD_DIM, BLOCK_N] loaded as [BLOCK_N, HEAD_DIM] and transposed instead.
+
+Much serving code loads K already transposed for the scores' dot (lightllm, FlagGems, the Triton tutorials' older
+forms)::
+
+    k_ptrs = K + offs_n[None, :] * stride_kbs + offs_d[:, None]         # [HEAD_DIM, BLOCK_N]
+    for start_n in range(0, end, BLOCK_N):
+        k = tl.load(k_ptrs + start_n * stride_kbs, mask=(start_n + offs_n[None, :]) < end, other=0.0)
+        qk = tl.dot(q, k)
+
+In memory each key is a row of K (the head dimension is contiguous), so the tile's contiguous axis is its first: the
+16-byte copies of the AMD rings (direct to LDS, buffer loads), laid along a tile's last axis, cannot copy it. This pass
+reads the same elements as the tile's transpose, whose last axis is the head dimension::
+
+        k = tl.load((K + offs_n[:, None] * stride_kbs + offs_d[None, :]) + start_n * stride_kbs,
+                    mask=(start_n + offs_n[:, None]) < end, other=0.0)
+        qk = tl.dot(q, tl.trans(k))
+
+the form the AMD pipeline takes (its ring holds [BLOCK_N, HEAD_DIM] slots; the MMA reads a transposed view). Every
+``v[:, None]`` and ``v[None, :]`` of the address and mask is swapped, and the 2-D names they read are replaced by
+their swapped definitions (`transpile.analysis.attention.transposed_k`: refused, and the loop left as written, where
+that is not the same tile transposed). Only the K load and the dot's operand change, on their own lines; the loop's
+`k` is read by the dot alone (the attention plan's condition). sm90's attention ring makes the same swap itself
+(`AttentionPlan.k_swapped`), so this pass runs for the AMD targets only (`engine.with_transposed_keys`).
+
+`transpose_key_tiles(source, facts, plans)` returns the new module text, or None when no loop changes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop, transposed_k
+from transpile.analysis.dot_loops import dot_loops
+from transpile.analysis.layouts import LayoutPlan
+from transpile.cst_utils import calls_in
+from transpile.discover import ModuleFacts, language_alias
+from transpile.source import SourceFile
+
+
+def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:
+    replacements: dict[int, cst.BaseExpression] = {}
+    for fn in facts.functions.values():
+        plan = plans.get(fn.name)
+        lang = language_alias(source, fn.node)
+        if plan is None or not lang:
+            continue
+        for loop in dot_loops(facts, fn):
+            if not isinstance(loop.node, cst.For):
+                continue
+            att = plan_attention_loop(source, loop.node, plan, 2)
+            if not isinstance(att, AttentionPlan) or att.k_transposed:
+                continue
+            view = transposed_k(att, fn.node, plan, "a 16-byte copy")
+            if not isinstance(view, AttentionPlan):
+                continue
+            call = att.k.call
+            args = []
+            for i, arg in enumerate(call.args):
+                if arg.value is att.k.pointer:
+                    arg = arg.with_changes(value=_expanded(view.k.pointer, view.k_definitions))
+                elif att.k.mask is not None and arg.value is att.k.mask:
+                    arg = arg.with_changes(value=_expanded(view.k.mask, view.k_definitions))
+                args.append(arg)
+            replacements[id(call)] = call.with_changes(args=args)
+            body = list(loop.node.body.body)  # type: ignore[union-attr]
+            dot = next(c for c in calls_in(body[att.scores_index]) if c in plan.dots)
+            operand = plan.dots[dot].b
+            replacements[id(operand)] = cst.parse_expression(f"{lang}.trans({att.k.name})")
+    if not replacements:
+        return None
+    return source.module.visit(_Replace(replacements)).code
+
+
+def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression]) -> cst.BaseExpression:
+    """`node` with each name of `definitions` replaced by its (swapped) definition, in parentheses, through the names
+    those definitions read."""
+
+    class Expand(cst.CSTTransformer):
+        def __init__(self, seen: frozenset[str]) -> None:
+            super().__init__()
+            self.seen = seen
+
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            if updated.value not in definitions or updated.value in self.seen:
+                return updated
+            value = definitions[updated.value].visit(Expand(self.seen | {updated.value}))
+            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
+
+    return node.visit(Expand(frozenset()))  # type: ignore[return-value]
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # noqa: ANN201
+        found = self.replacements.get(id(original))
+        return found if found is not None else updated
