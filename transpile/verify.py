@@ -327,13 +327,9 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 continue
             when = [test for test, names in (outcome.dispatch.source_when if outcome.dispatch is not None
                                              and not kept else ()) if _test_holds(test, names, constexprs)]
-            if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel
-                ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature, constexprs,
-                                                          num_warps, triton_kernel=True)
-                outcomes.append(CompiledKernel(
-                    f"_{outcome.name}_triton", f"{label} (`{when[0]}`: the source kernel runs it)", ok, message, asm,
-                    shared, True))
-                continue
+            if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel (both
+                # compile below: the Gluon kernel's code for these values too)
+                label += f" (`{when[0]}`: the source kernel runs it)"
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
