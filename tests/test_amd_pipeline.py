@@ -214,6 +214,14 @@ def test_attention_stage_plan() -> None:
     assert "(start_n + offs_n_cvt)[None, :] < N_CTX" in variant
 
 
+def test_attention_mask_offsets_bound_twice_are_not_hoisted() -> None:
+    # `offs_kv` rebound after `start_n + offs_n`: its conversion is not that of `start_n + offs_n`
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "        offs_kv = start_n + offs_n\n", "        offs_kv = start_n + offs_n\n        offs_kv = offs_kv + 0 * N_CTX\n")
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal) and "a layout conversion of `offs_kv`" in sp.reason, sp
+
+
 def test_attention_with_a_column_reduction_is_refused() -> None:
     text = ATTENTION.replace("COLUMNS", "l_i = l_i + tl.sum(tl.sum(p, axis=0), axis=0) * 0.0")
     sp = stage_plan(text)

@@ -42,6 +42,10 @@ def test_left_alone_where_k_is_not_the_transposed_tile() -> None:
     twice = KT.replace("    q = tl.load(q_ptrs", "    kt_ptrs = kt_ptrs + 0\n    q = tl.load(q_ptrs")
     assert rewritten(twice) is None
     assert rewritten((FIXTURES / "attention_fwd.py").read_text(encoding="utf-8")) is None
+    # a vector the address's definition reads is bound again in the loop: read at the load, it would hold another
+    # value than where the address was made
+    rebound = KT.replace("        offs_n = start_n + cols\n", "        offs_n = start_n + cols\n        cols = offs_n - start_n\n")
+    assert rebound != KT and rewritten(rebound) is None
 
 
 RUN = """

@@ -293,6 +293,9 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> t
     if not isinstance(node, cst.Name) or not isinstance(loop.target, cst.Name):
         return None
     var = loop.target.value
+    # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
+    if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
+        return None
     for facts in flow.statements:
         if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
             continue

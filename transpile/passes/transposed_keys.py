@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop, transposed_k
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop, top_definitions, transposed_k
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
-from transpile.cst_utils import calls_in
+from transpile.cst_utils import bound_names, calls_in, names_in
 from transpile.discover import ModuleFacts, language_alias
 from transpile.source import SourceFile
 
@@ -52,7 +52,7 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
             if not isinstance(att, AttentionPlan) or att.k_transposed:
                 continue
             view = transposed_k(att, fn.node, plan, "a 16-byte copy")
-            if not isinstance(view, AttentionPlan):
+            if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view):
                 continue
             call = att.k.call
             args = []
@@ -70,6 +70,22 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
     if not replacements:
         return None
     return source.module.visit(_Replace(replacements)).code
+
+
+def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionPlan) -> bool:
+    """Whether the swapped definitions of the 2-D names K's address reads can be evaluated at the load, in the loop:
+    no such name is a parameter, and every name they read (but one another) is bound once in the function, not in
+    the loop, nor a parameter bound again (`offs_n = start_n + offs_n` in the loop, `kt_ptrs = kt_ptrs + ...`)."""
+    _, counts = top_definitions(function)
+    params = {p.name.value for p in function.params.params}
+    in_loop = bound_names(loop)
+    for name, definition in view.k_definitions.items():
+        if name in params:
+            return False
+        for read in names_in(definition) - set(view.k_definitions):
+            if read in in_loop or counts.get(read, 0) + (read in params) > 1:
+                return False
+    return True
 
 
 def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression]) -> cst.BaseExpression:

@@ -126,7 +126,7 @@ class AMDWarpPipeline(Rule):
             if keys in constexprs and head in constexprs:
                 # ... and so do those whose K and V tiles would spill (`ATTENTION_TILE_LIMIT`)
                 tests.append((f"{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
-                              ((keys, constexprs[keys]), (head, constexprs[head]))))
+                              tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
             # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
@@ -278,18 +278,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Conversions of `<loop variable> + offsets` in the consumer (an attention mask's key offsets, laid along the
     # other axis of the scores) become `<loop variable> + <offsets converted once, before the loop>`.
     hoisted: list[str] = []
-    converts: dict[str, tuple[str, str]] = {}
+    converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (loop variable, converted offsets)
     loads_at = {load.index for load in plan.loads}
     for facts in sp.dataflow.statements:
         if facts.index in loads_at or facts.index in plan.producer:
             continue  # (the producer's copies are laid out per tile: `copy_operands`)
         for node, what in facts.barriers:
             found = hoistable_convert(node, plan.loop, sp.dataflow) if what == "layout conversion" else None
-            if found is not None and node.value not in converts:  # type: ignore[attr-defined]
+            layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
+            if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]
                 var, offsets = found
                 target = name(f"{offsets}_cvt")
-                hoisted.append(f"{target} = gl.convert_layout({offsets}, {ctx.plan.layout_expr(ctx.plan.converts[node])})")
-                converts[node.value] = (var, target)  # type: ignore[attr-defined]
+                hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
+                converts[(node.value, layout)] = (var, target)  # type: ignore[attr-defined]
     if converts:
         body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
 
@@ -567,7 +568,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
         rows = ctx.plan.dots[plan.chains[-1].call].shape[0]
         keys, head = (d.strip() for d in sp.rings[0].shape)
-        rows_test = (f" and {rows} >= 16 * gl.num_warps() and {keys} * {head} <= "
+        rows_test = (f" and {_factor(rows)} >= 16 * gl.num_warps() and {_factor(keys)} * {_factor(head)} <= "
                      f"{ATTENTION_TILE_LIMIT[ctx.target.name]}")
         rows_why = ", the warps do not each own 16 rows, or the K and V tiles each warp holds would spill"
         paragraph += (" Attention: every warp owns rows of its own (the MMA layout puts all warps along M), so the "
@@ -725,19 +726,26 @@ def _view(slot: str, load: OperandLoad) -> str:
     return f"{slot}.permute([1, 0])" if load.transposed else slot
 
 
+def _factor(text: str) -> str:
+    """`text` as a factor of a product: parenthesised unless a name or a number."""
+    return text if text.isidentifier() or text.isdigit() else f"({text})"
+
+
 class _Hoisted(cst.CSTTransformer):
     """`gl.convert_layout(x, layout)` of an `x = <loop variable> + offsets` -> `(<loop variable> + <offsets converted
     before the loop>)`."""
 
-    def __init__(self, converts: dict[str, tuple[str, str]]) -> None:
+    def __init__(self, converts: dict[tuple[str, str], tuple[str, str]]) -> None:
         super().__init__()
         self.converts = converts
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        arg = updated.args[0].value if updated.args else None
-        if code(updated.func) == "gl.convert_layout" and isinstance(arg, cst.Name) and arg.value in self.converts:
-            var, hoisted = self.converts[arg.value]
-            return cst.parse_expression(f"({var} + {hoisted})")
+        if code(updated.func) != "gl.convert_layout" or len(updated.args) != 2:
+            return updated
+        arg, layout = updated.args[0].value, " ".join(code(updated.args[1].value).split())
+        found = self.converts.get((arg.value, layout)) if isinstance(arg, cst.Name) else None
+        if found is not None:
+            return cst.parse_expression(f"({found[0]} + {found[1]})")
         return updated
 
 
