@@ -29,6 +29,7 @@ from transpile.diagnostics import Diagnostic, TranspileError
 from transpile.discover import AutotuneConfig, JitFunction, discover
 from transpile.engine import TranslationResult
 from transpile.formatting import FormatStyle
+from transpile.rules.base import evaluate, source_when_holds
 from transpile.source import parse_source
 from transpile.targets import Target
 
@@ -460,17 +461,13 @@ class IsaComparison:
 
 
 def _test_holds(test: str, names: tuple, constexprs: dict[str, object]) -> bool:
-    """Whether a `Dispatch.source_when` test holds at these constexprs (their defaults where not given)."""
+    """Whether a `Dispatch.source_when` test holds at these constexprs (their defaults where not given), as the
+    launcher's test (a function with those defaults) decides."""
     values = dict(constexprs)
     for name, default in names:
         if name not in values and default is not None:
             values[name] = ast.literal_eval(default) if _literal(default) else default
-    if not all(name in values for name, _ in names):
-        return False
-    try:
-        return bool(eval(compile(test, "<test>", "eval"), {"__builtins__": {}}, values))  # noqa: S307
-    except Exception:  # noqa: BLE001 - a test of values this launch does not fix
-        return False
+    return source_when_holds(test, names, values)
 
 
 def _loop_work(outcome, constexprs: dict[str, object], num_warps: int) -> float | None:  # noqa: ANN001
@@ -479,12 +476,7 @@ def _loop_work(outcome, constexprs: dict[str, object], num_warps: int) -> float 
     not known or no loop was pipelined (AMD)."""
 
     def size(text: str | None) -> int | None:
-        if text is None:
-            return None
-        try:
-            value = eval(compile(text, "<size>", "eval"), {"__builtins__": {}}, dict(constexprs))  # noqa: S307
-        except Exception:  # noqa: BLE001 - a size the launch does not fix
-            return None
+        value = evaluate(text, constexprs) if text is not None else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     best = None

@@ -33,13 +33,13 @@ import libcst as cst
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop, top_definitions, transposed_k
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
-from transpile.cst_utils import bound_names, calls_in, names_in
+from transpile.cst_utils import bound_names, calls_in, names_in, substituted
 from transpile.discover import ModuleFacts, language_alias
 from transpile.source import SourceFile
 
 
 def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:
-    replacements: dict[int, cst.BaseExpression] = {}
+    replacements: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     for fn in facts.functions.values():
         plan = plans.get(fn.name)
         lang = language_alias(source, fn.node)
@@ -62,14 +62,14 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                 elif att.k.mask is not None and arg.value is att.k.mask:
                     arg = arg.with_changes(value=_expanded(view.k.mask, view.k_definitions))
                 args.append(arg)
-            replacements[id(call)] = call.with_changes(args=args)
+            replacements.append((call, call.with_changes(args=args)))
             body = list(loop.node.body.body)  # type: ignore[union-attr]
             dot = next(c for c in calls_in(body[att.scores_index]) if c in plan.dots)
-            operand = plan.dots[dot].b
-            replacements[id(operand)] = cst.parse_expression(f"{lang}.trans({att.k.name})")
+            replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({att.k.name})")))
     if not replacements:
         return None
-    return source.module.visit(_Replace(replacements)).code
+    # (in one walk: libcst's `deep_replace` remakes the tree, so a second node would no longer be found in it)
+    return source.module.visit(_Replace({id(old): new for old, new in replacements})).code
 
 
 def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionPlan) -> bool:
@@ -88,29 +88,21 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
     return True
 
 
-def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression]) -> cst.BaseExpression:
+def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression],
+              seen: frozenset[str] = frozenset()) -> cst.BaseExpression:
     """`node` with each name of `definitions` replaced by its (swapped) definition, in parentheses, through the names
     those definitions read."""
-
-    class Expand(cst.CSTTransformer):
-        def __init__(self, seen: frozenset[str]) -> None:
-            super().__init__()
-            self.seen = seen
-
-        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-            if updated.value not in definitions or updated.value in self.seen:
-                return updated
-            value = definitions[updated.value].visit(Expand(self.seen | {updated.value}))
-            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
-
-    return node.visit(Expand(frozenset()))  # type: ignore[return-value]
+    values = {name: _expanded(definitions[name], definitions, seen | {name}).with_changes(
+        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) for name in names_in(node) & set(definitions) - seen}
+    return substituted(node, values)
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, cst.BaseExpression]) -> None:
+    """Each node whose id is a key of `replacements` replaced by its value."""
+
+    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
         super().__init__()
         self.replacements = replacements
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # noqa: ANN201
-        found = self.replacements.get(id(original))
-        return found if found is not None else updated
+        return self.replacements.get(id(original), updated)

@@ -31,7 +31,7 @@ from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Example, Rule, RuleContext, source_when_holds
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            mask_index, next_names, rename, statements)
 from transpile.source import SourceFile
@@ -116,8 +116,7 @@ class AMDWarpPipeline(Rule):
             # every warp along M: the softmax's row reductions stay inside a warp, so no stage holds a barrier
             ctx.mma_warps_along_m = True
             constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
-            rows = ctx.plan.dots[stage_plan.loop.chains[-1].call].shape[0]
-            keys, head = (d.strip() for d in stage_plan.rings[0].shape)
+            rows, keys, head = _attention_sizes(ctx, stage_plan)
             tests = []
             if rows in constexprs:
                 # With fewer rows than 16 a warp the loop runs as translated: such launches (and autotune
@@ -235,7 +234,7 @@ class _ConfigWarps(cst.CSTTransformer):
                         values[element.key.evaluated_value] = ast.literal_eval(code(element.value))
                     except (ValueError, SyntaxError):
                         pass
-        self.skip.append(any(_holds(test, names, values) for test, names in self.source_when))
+        self.skip.append(any(source_when_holds(test, names, values) for test, names in self.source_when))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         self.skip.pop()
@@ -246,16 +245,6 @@ class _ConfigWarps(cst.CSTTransformer):
                 and not (self.skip and self.skip[-1]):
             return updated_node.with_changes(value=cst.Integer(str(PIPELINE_WARPS)))
         return updated_node
-
-
-def _holds(test: str, names: tuple[tuple[str, str | None], ...], values: dict[str, object]) -> bool:
-    """Whether `test` holds on a config's `values` (False where it reads a name the config does not set)."""
-    if not all(name in values for name, _ in names):
-        return False
-    try:
-        return bool(eval(compile(test, "<test>", "eval"), {"__builtins__": {}}, dict(values)))  # noqa: S307
-    except Exception:  # noqa: BLE001 - a test of other values
-        return False
 
 
 def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None) -> str:
@@ -566,8 +555,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     )
     rows_test = rows_why = ""
     if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
-        rows = ctx.plan.dots[plan.chains[-1].call].shape[0]
-        keys, head = (d.strip() for d in sp.rings[0].shape)
+        rows, keys, head = _attention_sizes(ctx, sp)
         rows_test = (f" and {_factor(rows)} >= 16 * gl.num_warps() and {_factor(keys)} * {_factor(head)} <= "
                      f"{ATTENTION_TILE_LIMIT[ctx.target.name]}")
         rows_why = ", the warps do not each own 16 rows, or the K and V tiles each warp holds would spill"
@@ -678,17 +666,14 @@ ENGINE_FORMS = {"registers": "register-staged ring", "buffer_loads": "buffer-loa
 
 def _form(sp: StagePlan) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
+    copies = ENGINE_FORMS[sp.engine]
     if sp.loop.attention:
-        return f"attention, {ENGINE_FORMS.get(sp.engine, sp.engine)}"
+        return f"attention, {copies}"
     if any(load.computed for load in sp.loop.loads):
         return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) else "computed-operand ring"
-    if sp.engine == "registers":
-        return "register-staged ring"
-    if sp.engine == "buffer_loads":
-        return "buffer-load ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
-        return "direct-to-LDS ring, descriptor tiles"
-    return f"{sp.engine} ring"
+        return f"{copies}, descriptor tiles"
+    return copies
 
 
 def _k_indexed(plan: LoopPlan) -> bool:
@@ -724,6 +709,12 @@ def _read(slot: str, relaxed: bool) -> str:
 def _view(slot: str, load: OperandLoad) -> str:
     """The view of a ring slot the MMA reads: the slot, or its transpose for a transposed operand."""
     return f"{slot}.permute([1, 0])" if load.transposed else slot
+
+
+def _attention_sizes(ctx: RuleContext, sp: StagePlan) -> tuple[str, str, str]:
+    """An attention loop's rows (the accumulator's), and its K tile's keys and head dimension, as source text."""
+    keys, head = (dim.strip() for dim in sp.rings[0].shape)
+    return str(ctx.plan.dots[sp.loop.chains[-1].call].shape[0]), keys, head
 
 
 def _factor(text: str) -> str:

@@ -165,7 +165,7 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
-    # ("gfx942", "buffer-load ring") and ("gfx1250", "async_copy ring") are not listed: 16-byte buffer loads into
+    # ("gfx942", "buffer-load ring") and ("gfx1250", "direct-to-LDS ring") are not listed: 16-byte buffer loads into
     # registers, B stored K-major, measured 0.42-0.96x (gfx942), gfx1250's direct-to-LDS copies of pointer tiles
     # 0.32-0.51x, Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the LDS,
     # but for the element types their launchers give the source kernel (`SLOW_DTYPES` in
@@ -292,3 +292,18 @@ def positional_or_keyword(node: cst.Call, index: int, key: str) -> cst.Arg | Non
         if arg.keyword is not None and arg.keyword.value == key:
             return arg
     return positional[index] if index < len(positional) else None
+
+
+def evaluate(text: str, values: dict[str, object]) -> object | None:
+    """The value of the source text `text` (a constexpr expression: `BLOCK_M < 128`, `BLOCK_N * HEAD_DIM`) at these
+    constexpr `values`, or None where it reads another name or fails."""
+    try:
+        return eval(compile(text, "<constexpr>", "eval"), {"__builtins__": {}}, dict(values))  # noqa: S307
+    except Exception:  # noqa: BLE001 - an expression of values these do not fix
+        return None
+
+
+def source_when_holds(test: str, names: tuple[tuple[str, str | None], ...], values: dict[str, object]) -> bool:
+    """Whether a test of `RuleContext.launch_source_when` holds at these constexpr `values` (False where it reads a
+    name they do not set)."""
+    return all(name in values for name, _ in names) and bool(evaluate(test, values))
