@@ -26,8 +26,8 @@ import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, loop_header
-from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes, per_loop, read_names,
-                                 single_assign)
+from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes,
+                                 per_loop, read_names, single_assign)
 from transpile.cst_walk import preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -438,11 +438,12 @@ def swapped_axes(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
 
 def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: LayoutPlan, ring: str
                  ) -> AttentionPlan | LoopRefusal:
-    """The plan of a loop (`ring`: what copies K, for the refusal) whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
+    """The plan of a loop whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
     [BLOCK_N, HEAD_DIM] and transposed: its address and mask with every ``v[:, None]`` and ``v[None, :]`` swapped, and
     so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
     same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
-    1-D vectors and scalars before the loop, or one the V addresses read too."""
+    1-D vectors and scalars before the loop, or one the V addresses read too. `ring`: what copies K, for the
+    refusal."""
     terms = name_terms(layouts)
     definitions, counts = top_definitions(function)
     v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))

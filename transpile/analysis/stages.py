@@ -34,7 +34,7 @@ from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import first_axis_contiguous, last_axis_reads_memory, tile_base
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.discover import JitFunction
 from transpile.source import SourceFile
 
@@ -146,17 +146,19 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
     params = {p.name for p in fn.params if not p.is_constexpr}
-    if engine == "async_copy" and any(load.kind == "pointer" and (
-            load.pointer is None or tile_base(fn, load.pointer, params) is None
-            or last_axis_reads_memory(fn, load.pointer) or first_axis_contiguous(fn, load.pointer))
-            for load in loop_plan.loads):
-        # a tile addressed from a pointer the kernel loads, or along its contiguous axis from a loaded offset: no
-        # launch vouches for its alignment; a column-major tile: its 16-byte vectors would run down the columns
+
+    def copies_16_bytes(load: OperandLoad) -> bool:
+        """A pointer tile that a launch can vouch for as rows of 16-byte vectors: addressed from a pointer parameter,
+        along its contiguous axis from no loaded offset, and contiguous along its last axis (a column-major tile's
+        vectors would run down the columns)."""
+        return load.pointer is not None and tile_base(fn, load.pointer, params) is not None \
+            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer)
+
+    if engine == "async_copy" and any(load.kind == "pointer" and not copies_16_bytes(load)
+                                      for load in loop_plan.loads):
         engine = "registers"
     elif engine == "registers" and loop_plan.kind != "descriptor" and all(
-            load.kind == "pointer" and load.pointer is not None and tile_base(fn, load.pointer, params) is not None
-            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer)
-            for load in loop_plan.loads):
+            load.kind == "pointer" and copies_16_bytes(load) for load in loop_plan.loads):
         # Pointer tiles from pointer parameters, on a target without a direct-to-LDS copy of 16 bytes a lane
         # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
         # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
@@ -270,8 +272,8 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
             listed = ", ".join(f"{what} at line {line}" for line, what in between)
             return StageRefusal(refusal.node, f"{len(dots)} dots with cross-warp ops between them ({listed}): with the "
                                 "two warp groups one stage apart, their barriers and LDS scratch would be shared by two "
-                                "stages running at once; only the flash-attention shape (two chained dots around an online softmax of row "
-                                "reductions) keeps them inside a warp")
+                                "stages running at once; only the flash-attention shape (two chained dots around an "
+                                "online softmax of row reductions) keeps them inside a warp")
     return StageRefusal(refusal.node, refusal.reason)
 
 
