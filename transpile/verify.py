@@ -326,8 +326,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
                 outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
                 continue
-            when = [test for test, names in (outcome.dispatch.source_when if outcome.dispatch is not None
-                                             and not kept else ()) if _test_holds(test, names, constexprs)]
+            when = _source_tests(outcome, constexprs)
             if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel (both
                 # compile below: the Gluon kernel's code for these values too)
                 label += f" (`{when[0]}`: the source kernel runs it)"
@@ -458,6 +457,14 @@ class IsaComparison:
                 "work_per_iteration": self.work,
                 "other_per_iteration": None if per_iteration is None else list(per_iteration),
                 "ratio": self.ratio, "message": self.message}
+
+
+def _source_tests(outcome, constexprs: dict[str, object]) -> list[str]:  # noqa: ANN001 - engine.KernelOutcome
+    """The tests of a translated kernel's `Dispatch.source_when` that hold at these constexprs: a launch for which any
+    does runs the source kernel."""
+    if outcome.dispatch is None or not outcome.translated:
+        return []
+    return [test for test, names in outcome.dispatch.source_when if _test_holds(test, names, constexprs)]
 
 
 def _test_holds(test: str, names: tuple, constexprs: dict[str, object]) -> bool:
@@ -595,9 +602,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 gluon = False  # (the launcher gives it the source kernel)
                 status = (f"source kernel at this launch (two ring slots need {2 * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
-            when = [test for test, names in (outcome.dispatch.source_when if outcome.dispatch is not None
-                                             and outcome.translated else ())
-                    if _test_holds(test, names, constexprs)]
+            when = _source_tests(outcome, constexprs)
             if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)
                 gluon = False
                 status = f"source kernel at this launch (`{when[0]}`)"
