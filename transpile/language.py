@@ -96,7 +96,7 @@ TABLE: dict[str, Spelling] = {
     "broadcast_to": Spelling("method", "broadcast_to"),
     "PropagateNan": Spelling("triton", "PropagateNan"),
     # ---- rules of their own ---------------------------------------------------------------------------------------
-    **{n: Spelling("own") for n in "dot make_tensor_descriptor range trans debug_barrier".split()},
+    **{n: Spelling("own") for n in "dot dot_scaled make_tensor_descriptor range trans debug_barrier".split()},
     # ---- refused, with what the user can do --------------------------------------------------------------------
     "make_block_ptr": Spelling("refuse", _NO_BLOCK_POINTERS.format("make_block_ptr")),
     "advance": Spelling("refuse", _NO_BLOCK_POINTERS.format("advance")),
@@ -106,8 +106,6 @@ TABLE: dict[str, Spelling] = {
     "cat": Spelling("refuse", "`tl.cat` (concatenation that may reorder elements) has no Gluon counterpart; "
                               "`tl.join` then `tl.reshape` concatenates in a defined order"),
     "squeeze": Spelling("refuse", "`tl.squeeze` has no Gluon counterpart; write `tl.reshape` to the smaller shape"),
-    "dot_scaled": Spelling("refuse", "`tl.dot_scaled` (microscaled MMA) has no translation in this tool; the "
-                                     "kernel is kept as Triton"),
     "load_tensor_descriptor": Spelling("refuse", "write `desc.load(offsets)` instead of `tl.load_tensor_descriptor`"),
     "store_tensor_descriptor": Spelling("refuse", "write `desc.store(offsets, value)` instead of "
                                                   "`tl.store_tensor_descriptor`"),

@@ -28,7 +28,7 @@ import libcst as cst
 from transpile import language
 
 from transpile.analysis.imports import helper_closure, language_modules, module_functions, top_bindings
-from transpile.cst_utils import bound_names
+from transpile.cst_utils import bound_names, names_in, substituted
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
 
@@ -131,9 +131,17 @@ class DotSite:
     a_shape: tuple[str | None, ...] | None = None  # the operands' shapes as source text where known
     b_shape: tuple[str | None, ...] | None = None
     b_dtype: str | None = None
+    # `tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format[, acc])`: the scale and format
+    # arguments of A and B (a scale may be `None`), else None (a plain `tl.dot`)
+    scaled: tuple[cst.BaseExpression | None, cst.BaseExpression, cst.BaseExpression | None,
+                  cst.BaseExpression] | None = None
+    # the scale tiles' shapes as source text where known ([M, K // 32] and [N, K // 32])
+    scale_shapes: tuple[tuple[str | None, ...] | None, tuple[str | None, ...] | None] = (None, None)
 
     def operand_shape(self, k: int) -> tuple[str | None, ...] | None:
-        """The shape of operand `k` (0: A, 1: B)."""
+        """The shape of operand `k` (0: A, 1: B; a scaled dot's 2: A's scales, 3: B's)."""
+        if k >= 2:
+            return self.scale_shapes[k - 2]
         return self.a_shape if k == 0 else self.b_shape
 
     def operand_type(self, k: int) -> str | None:
@@ -245,6 +253,8 @@ CREATIONS = {"arange", "zeros", "full"}
 LIKE = {"zeros_like", "full_like"}
 OPAQUE = {"trans", "permute", "reshape", "view", "ravel", "join", "interleave"}
 DOT_KEYWORDS = {"input", "other", "acc", "input_precision", "allow_tf32", "max_num_imprecise_acc", "out_dtype"}
+DOT_SCALED_KEYWORDS = {"lhs", "lhs_scale", "lhs_format", "rhs", "rhs_scale", "rhs_format", "acc", "fast_math",
+                       "lhs_k_pack", "rhs_k_pack", "out_dtype"}
 ATOMICS = {"atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas"}
 
 
@@ -445,6 +455,19 @@ class _FunctionWalker:
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
         self.allowed_shape_names = set(param_names) | analysis.module_names
+        # Constexprs the function binds at its top level (`PACK: tl.constexpr = 2 if FORMAT == "e2m1" else 1`) from
+        # parameters and module names: a shape that reads one is written with its definition (the layouts are
+        # declared before it is bound).
+        self.local_constexprs: dict[str, cst.BaseExpression] = {}
+        for statement in self.fn.node.body.body if isinstance(self.fn.node.body, cst.IndentedBlock) else ():
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None \
+                    and self.source.code(small.annotation.annotation).strip().endswith("constexpr") \
+                    and all(n in self.allowed_shape_names or n in self.local_constexprs
+                            for n in names_in(small.value)):
+                value = substituted(small.value, self.local_constexprs)
+                self.local_constexprs[small.target.value] = value if isinstance(
+                    value, (cst.Name, cst.Integer)) else value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         for i, name in enumerate(param_names):
             kind = arg_kinds[i] if arg_kinds is not None and i < len(arg_kinds) else SCALAR
             if isinstance(kind, Tensor):
@@ -511,6 +534,10 @@ class _FunctionWalker:
         text = self.source.code(node).strip()
         if all(name in self.allowed_shape_names for name in _IDENT.findall(text)):
             return text
+        names = names_in(node)
+        if self.local_constexprs and names & self.local_constexprs.keys() and all(
+                n in self.allowed_shape_names or n in self.local_constexprs for n in names):
+            return self.source.code(substituted(node, self.local_constexprs)).strip()
         return None
 
     # ---- statements -----------------------------------------------------------------------------------------------
@@ -1029,8 +1056,8 @@ class _FunctionWalker:
                 rank = rank + 1 if rank is not None else None
                 shape = (*value.shape, "2") if value.shape else None
             return self.opaque(node, rank, shape, value.elem)
-        if name == "dot":
-            return self.dot(node)
+        if name in ("dot", "dot_scaled"):
+            return self.dot(node, scaled=name == "dot_scaled")
         if name == "make_tensor_descriptor":
             return self.descriptor(node)
         if name in ELEMENTWISE:
@@ -1275,16 +1302,27 @@ class _FunctionWalker:
             self.eval(a.value)
         return base
 
-    def dot(self, node: cst.Call) -> Value:
-        unknown = [a for a in node.args if a.keyword is not None and a.keyword.value not in DOT_KEYWORDS]
+    def dot(self, node: cst.Call, scaled: bool = False) -> Value:
+        """`tl.dot(a, b[, acc])`, or (`scaled`) `tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale,
+        rhs_format[, acc])`: a tensor in the MMA layout."""
+        keywords = DOT_SCALED_KEYWORDS if scaled else DOT_KEYWORDS
+        unknown = [a for a in node.args if a.keyword is not None and a.keyword.value not in keywords]
         if unknown:  # (`trans_b=True`, of Triton 1.x: dropped, it gave Q K instead of Q K^T)
-            self.refuse(unknown[0], "TT010", f"`{unknown[0].keyword.value}=` is not an argument of `tl.dot` (it takes "
-                        f"{', '.join(sorted(DOT_KEYWORDS))}); transpose an operand with `tl.trans`")
-        a_node = self.arg(node, 0, "input")
-        b_node = self.arg(node, 1, "other")
-        acc_node = self.arg(node, 2, "acc")
+            what = "tl.dot_scaled" if scaled else "tl.dot"
+            self.refuse(unknown[0], "TT010", f"`{unknown[0].keyword.value}=` is not an argument of `{what}` (it "
+                        f"takes {', '.join(sorted(keywords))})" + ("" if scaled else "; transpose an operand with "
+                                                                     "`tl.trans`"))
+        if scaled:
+            a_node, b_node, acc_node = self.arg(node, 0, "lhs"), self.arg(node, 3, "rhs"), self.arg(node, 6, "acc")
+        else:
+            a_node, b_node, acc_node = self.arg(node, 0, "input"), self.arg(node, 1, "other"), self.arg(node, 2, "acc")
         a = self.eval(a_node)
         b = self.eval(b_node)
+        scales: list[Value] = []
+        if scaled:  # (the scales keep layouts of their own: the dot converts them to the instruction's)
+            for index, key in ((1, "lhs_scale"), (4, "rhs_scale")):
+                scale = self.arg(node, index, key)
+                scales.append(self.eval(scale) if scale is not None else SCALAR)
         for operand in (a_node, b_node):  # operands are converted to the dot-operand layout anyway
             if operand in self.opaque_nodes:
                 self.plan.converts.pop(operand, None)  # type: ignore[arg-type]
@@ -1296,8 +1334,14 @@ class _FunctionWalker:
         site = self.plan.dots.get(node)
         if site is None:
             result = Term(rank=2, shape=list(shape), origins={"mma"})
-            site = DotSite(node, a_node, b_node, acc_node, self.arg(node, 4, "out_dtype"),
-                           self.arg(node, 3, "input_precision"), result, shape)  # type: ignore[arg-type]
+            out_dtype = self.arg(node, 10, "out_dtype") if scaled else self.arg(node, 4, "out_dtype")
+            precision = None if scaled else self.arg(node, 3, "input_precision")
+            site = DotSite(node, a_node, b_node, acc_node, out_dtype, precision, result, shape)  # type: ignore[arg-type]
+            if scaled:
+                site.scaled = (self.arg(node, 1, "lhs_scale"), self.arg(node, 2, "lhs_format"),
+                               self.arg(node, 4, "rhs_scale"), self.arg(node, 5, "rhs_format"))
+                site.scale_shapes = tuple(s.shape if isinstance(s, Tensor) else None  # type: ignore[assignment]
+                                          for s in scales)
             site.operand_dtype = a.elem if isinstance(a, Tensor) else None
             site.b_dtype = b.elem if isinstance(b, Tensor) else None
             site.a_shape = a.shape if isinstance(a, Tensor) else None
@@ -1316,7 +1360,8 @@ class _FunctionWalker:
             self.unify_or_convert(site.result, acc_node, acc.term)
             if acc.shape and len(acc.shape) == 2:
                 site.shape = [_dim(site.shape[0], acc.shape[0]), _dim(site.shape[1], acc.shape[1])]
-        for key in ("out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
+        for key in ("fast_math", "lhs_k_pack", "rhs_k_pack", "out_dtype") if scaled else (
+                "out_dtype", "input_precision", "max_num_imprecise_acc", "allow_tf32"):
             self.eval(self.arg(node, 99, key))
         return Tensor(site.result, self.dot_result_dtype(site, acc), tuple(site.shape))
 
@@ -1326,6 +1371,8 @@ class _FunctionWalker:
             return self.dtype_text(site.out_dtype)
         if isinstance(acc, Tensor) and acc.elem is not None:
             return acc.elem
+        if site.scaled is not None:  # (`tl.dot_scaled` computes in fp32 alone)
+            return "gl.float32"
         operand = site.operand_dtype
         if operand in _DTYPE_ORDER:
             return "gl.int32" if operand.startswith(("gl.int", "gl.uint")) else "gl.float32"

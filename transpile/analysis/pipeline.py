@@ -72,6 +72,9 @@ class DotChain:
     # The dot starts from zero each iteration (attention's scores, ``s = tl.dot(q, tl.trans(k))``): `acc` names its
     # result and nothing is carried; its MMA layout is the result's
     fresh: bool = False
+    # `tl.dot_scaled`: the names of the scale tile loads that have rings of their own (A's, B's; operand positions
+    # 2 and 3 in `LoopPlan.use_of`); a scale loaded otherwise stays in the consumer
+    scales: tuple[str, ...] = ()
 
 
 @dataclass
@@ -100,8 +103,10 @@ class LoopPlan:
 
     def use_of(self, name: str) -> tuple[DotChain, int]:
         """The (first) dot the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
-        chain = next(chain for chain in self.chains if name in chain.operands)
-        return chain, chain.operands.index(name)
+        chain = next(chain for chain in self.chains if name in chain.operands or name in chain.scales)
+        if name in chain.operands:
+            return chain, chain.operands.index(name)
+        return chain, 2 + chain.scales.index(name)
 
     @property
     def kind(self) -> str:
@@ -310,7 +315,8 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 @per_loop
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
-              several_dots: bool = False, computed_operands: bool = False) -> LoopPlan | LoopRefusal | None:
+              several_dots: bool = False, computed_operands: bool = False,
+              scale_rings: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -318,7 +324,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     `acc = acc + tl.dot(a, b)`), which canonicalisation leaves apart where the accumulator's dtype is not known;
     `several_dots`: it can take several dots with accumulators of their own (`LoopPlan.chains`);
     `computed_operands`: it can take an operand computed from one loaded tile, or a tile also read outside the dot
-    (`OperandLoad.computed`)."""
+    (`OperandLoad.computed`); `scale_rings`: it can take the scale tiles of a `tl.dot_scaled` through rings of their
+    own (`DotChain.scales`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -345,13 +352,15 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     chains: list[DotChain] = []
     for dot_index, dot_statement in dots:
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations, computed_operands)
+                           accumulations, computed_operands, scale_rings)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
         if any(other.acc == chain.acc for other in chains):
             return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
-        for position, load in enumerate(chain_loads):
+        for load in chain_loads:
+            position = chain.operands.index(load.name) if load.name in chain.operands \
+                else 2 + chain.scales.index(load.name)
             known = loads.setdefault(load.name, load)
             if known.index != load.index or known.transposed != load.transposed or known.computed != load.computed:
                 return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
@@ -443,8 +452,10 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
 
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
-               computed_operands: bool = False) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
-    """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B)."""
+               computed_operands: bool = False, scale_rings: bool = False
+               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+    """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
+    `scale_rings`) those of a scaled dot's scales."""
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
@@ -496,7 +507,20 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                                "descriptor's `load`) in this loop")
         found.transposed = transposed is not None
         operands.append(found)
-    return operands, DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call)
+    scales: list[OperandLoad] = []
+    for scale in (site.scaled[0], site.scaled[2]) if scale_rings and site.scaled is not None else ():
+        # a scale tile loaded in the loop into a name the dot alone reads (else it stays in the consumer)
+        if not isinstance(scale, cst.Name):
+            continue
+        load = None
+        for i, statement in enumerate(body[:dot_index]):
+            load = operand_load(source, plan, i, statement, scale.value) or load
+        if load is not None and not load.descriptor and not any(
+                scale.value in assigned_names(s) for s in body[load.index + 1:dot_index]) \
+                and scale.value not in {o.name for o in operands + scales}:
+            scales.append(load)
+    return [*operands, *scales], DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call,
+                                          scales=tuple(load.name for load in scales))
 
 
 def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,

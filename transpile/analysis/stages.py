@@ -163,6 +163,15 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
         # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
         engine = "buffer_loads"
+    if engine == "async_copy" and not loop_plan.attention and any(
+            plan.dots[chain.call].scaled is not None for chain in loop_plan.chains):
+        # `tl.dot_scaled`'s scale tiles copied direct to LDS beside the operands, where the launch vouches for them
+        # too (else they are loaded in the `mma` stage)
+        scaled = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
+                           several_dots=True, computed_operands=True, scale_rings=True)
+        if isinstance(scaled, LoopPlan) and all(load.kind == "pointer" and copies_16_bytes(load)
+                                                for load in scaled.loads):
+            loop_plan = scaled
     if loop_plan.attention and not loop_plan.loads[0].transposed:
         # K read as [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)`): its keys run along the tile's last axis, which copies of 16
         # bytes a lane need contiguous; in memory each key is a row of its own (the head dimension is contiguous)
@@ -256,7 +265,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for chain in loop_plan.chains:
         site = plan.dots[chain.call]
         m, n = (list(site.shape) + [None, None])[:2]
-        shapes.append((m, n, site.a_shape[-1] if site.a_shape else None))
+        k = site.a_shape[-1] if site.a_shape else None
+        if site.scaled is not None:  # (K in values: 32 a scale; an fp4 tile packs two a byte)
+            scale = site.scale_shapes[0] or site.scale_shapes[1]
+            k = f"({scale[-1]}) * 32" if scale and scale[-1] is not None else None
+        shapes.append((m, n, k))
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes)
 

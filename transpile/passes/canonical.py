@@ -155,8 +155,22 @@ class _Canonical(cst.CSTTransformer):
         return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
             "dot", "core.dot")
 
+    def _is_dot_scaled(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
+            "dot_scaled", "core.dot_scaled")
+
     def _fold(self, original: cst.BaseExpression, value: cst.BaseExpression, acc: str) -> cst.Call | None:
         """`tl.dot(a, b[, kw=...])` with `acc` passed as its accumulator, or None when it must stay apart."""
+        if self._is_dot_scaled(original) and isinstance(value, cst.Call) and not value.lpar:
+            # `tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format)`: fp32 products, folded into
+            # an fp32 accumulator as its seventh argument
+            positional = [a for a in value.args if a.keyword is None]
+            keywords = {a.keyword.value for a in value.args if a.keyword is not None}
+            if len(positional) != 6 or any(a.star for a in value.args) or keywords & {"acc", "out_dtype"} \
+                    or not all(a.keyword is None for a in value.args[:6]) \
+                    or _tail(self.accumulators.get(acc) or "") not in ("float32", "fp32"):
+                return None
+            return _insert_acc(value, acc, 6)
         if not (self._is_dot(original) and isinstance(value, cst.Call)) or value.lpar:
             return None
         positional = [a for a in value.args if a.keyword is None]
@@ -184,16 +198,16 @@ def _tail(dtype: str) -> str:
     return dtype.strip().rsplit(".", 1)[-1]
 
 
-def _insert_acc(call: cst.Call, acc: str) -> cst.Call:
-    """`call` with `acc` as a third positional argument (after the two operands, before any keyword)."""
+def _insert_acc(call: cst.Call, acc: str, at: int = 2) -> cst.Call:
+    """`call` with `acc` as positional argument `at` (after the operands, before any keyword; a dot's third)."""
     args = list(call.args)
-    second = args[1]
-    new = cst.Arg(cst.Name(acc), comma=second.comma if second.comma is not cst.MaybeSentinel.DEFAULT
+    last = args[at - 1]
+    new = cst.Arg(cst.Name(acc), comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT
                   else cst.MaybeSentinel.DEFAULT)
-    if len(args) > 2 and new.comma is cst.MaybeSentinel.DEFAULT:
+    if len(args) > at and new.comma is cst.MaybeSentinel.DEFAULT:
         new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args[1] = second.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.insert(2, new)
+    args[at - 1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.insert(at, new)
     return call.with_changes(args=args)
 
 

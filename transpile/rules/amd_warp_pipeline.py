@@ -169,9 +169,9 @@ class AMDWarpPipeline(Rule):
 
 def ring_dtype(ctx: RuleContext, plan: LoopPlan, load: OperandLoad) -> str | None:
     """The element type of `load`'s ring: its dot operand's, or, for a computed operand, the loaded tile's."""
-    if load.computed:
-        return ctx.plan.loads[load.call].elem
     chain, position = plan.use_of(load.name)
+    if load.computed or position >= 2:  # (a scale tile: as loaded)
+        return ctx.plan.loads[load.call].elem
     return ctx.plan.dots[chain.call].operand_type(position)
 
 
@@ -370,8 +370,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
-        if not chain.acc_in_dot and not chain.fresh:  # `acc += tl.dot(a, b)`: the addition folded into the MMA
-            ctx.need("dot_acc")  # (where the types allow)
+        if not chain.acc_in_dot and not chain.fresh and ctx.plan.dots[chain.call].scaled is None:
+            # `acc += tl.dot(a, b)`: the addition folded into the MMA (where the types allow)
+            ctx.need("dot_acc")
             body[chain.index] = _folded(body[chain.index], chain.acc)
 
     # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot) the dot result's
@@ -402,6 +403,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         for the operand's element type, `LayoutAnalysis.operand_anchors`)."""
         if load.computed:
             return ctx.plan.layout_expr(ctx.plan.loads[load.call].term)
+        if feeds[load.name][1] >= 2:  # a scaled dot's scales, in the layout its instruction reads them in
+            ctx.need("scale_layout")
+            return f"_scale_layout({feeds[load.name][1] - 2}, {mma_of(load)}, [{', '.join(shapes[load.name])}])"
         return (f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)}))")
 
@@ -767,7 +771,10 @@ def _untransposed(statement: cst.BaseStatement, names: set[str]) -> cst.BaseStat
 
 
 def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
-    """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``."""
-    dot = next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
+    """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``; a
+    scaled dot's (``_dot_scaled``, whose accumulator the source does not type) as it is."""
+    dot = next((c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot"), None)
+    if dot is None:
+        return statement
     folded = cst.parse_statement(f"{acc} = _dot_acc({code(dot.args[0].value)}, {code(dot.args[1].value)}, {acc})")
     return folded.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile.analysis.layouts import DotSite
 from transpile.rules.base import Example, Rule, RuleContext, bare, call, expr
+
+# The operand formats of the microscaled MMAs (`tl.dot_scaled`'s "bf16"/"fp16" operands are upcast by Triton)
+SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
 
 MATMUL = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -39,6 +43,8 @@ class Dot(Rule):
         site = ctx.plan.dots.get(original)
         if site is None or not isinstance(updated, cst.Call):
             return updated
+        if site.scaled is not None:
+            return self._scaled(ctx, original, updated, site)
         ctx.need("dot")
         args = [a for a in updated.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
@@ -64,3 +70,46 @@ class Dot(Rule):
             acc = call("gl.zeros", f"[{m}, {n}]", dtype, layout=layout)
         return call("_dot", bare(a), bare(b), bare(acc))
 
+    def _scaled(self, ctx: RuleContext, original: cst.Call, updated: cst.Call, site: DotSite) -> cst.BaseExpression:
+        """`tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format[, acc])` ->
+        `_dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc)`: the target's microscaled MMA."""
+        if ctx.target.scaled_mma:
+            ctx.refuse(original, "TT011", f"`tl.dot_scaled`: {ctx.target.name} {ctx.target.scaled_mma}; the kernel is "
+                       "kept as Triton")
+            return updated
+        args = [a for a in updated.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
+
+        def arg(index: int, key: str) -> cst.BaseExpression | None:
+            return keywords.get(key, args[index].value if len(args) > index else None)
+
+        for key, index in (("lhs_k_pack", 8), ("rhs_k_pack", 9)):
+            packed = arg(index, key)
+            if packed is not None and not (isinstance(packed, cst.Name) and packed.value == "True"):
+                ctx.refuse(original, "TT011", f"`tl.dot_scaled(..., {key}=...)`: only fp4 packed along K (the default) "
+                           "is translated; the kernel is kept as Triton")
+                return updated
+        for key, index in (("lhs_format", 2), ("rhs_format", 5)):
+            fmt = arg(index, key)
+            if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value not in SCALED_FORMATS:
+                ctx.refuse(fmt, "TT011", f"`tl.dot_scaled` with {key} {fmt.value}: the microscaled MMA takes "
+                           f"{', '.join(SCALED_FORMATS)} operands (Triton upcasts a 16-bit one in software); the kernel "
+                           "is kept as Triton")
+                return updated
+        a, a_scale, a_format = arg(0, "lhs"), arg(1, "lhs_scale"), arg(2, "lhs_format")
+        b, b_scale, b_format = arg(3, "rhs"), arg(4, "rhs_scale"), arg(5, "rhs_format")
+        acc = arg(6, "acc")
+        if a is None or b is None or a_format is None or b_format is None:
+            ctx.refuse(original, "TT010", "`tl.dot_scaled` needs both operands and both formats")
+            return updated
+        ctx.need("dot_scaled")
+        if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
+            m, n = site.shape
+            if m is None or n is None:
+                ctx.refuse(original, "TT010", "cannot tell the shape of this `tl.dot_scaled` result from the source; "
+                           "pass an accumulator (`acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)`)")
+                return updated
+            acc = call("gl.zeros", f"[{m}, {n}]", expr("gl.float32"), layout=ctx.plan.layout_expr(site.result))
+        none = cst.Name("None")
+        return call("_dot_scaled", *(bare(v) for v in (a, a_scale or none, a_format, b, b_scale or none, b_format,
+                                                       acc)))

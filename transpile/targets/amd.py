@@ -111,6 +111,34 @@ SCALED_DOT = '''    if _f8f6f4(a.dtype) != "" and _f8f6f4(b.dtype) != "" and k_w
         return mfma_scaled(a, None, _f8f6f4(a.dtype), b, None, _f8f6f4(b.dtype), acc.to(gl.float32)).to(acc.dtype)
 '''
 
+# gfx950: `tl.dot_scaled` by the scaled MFMAs (`mfma_scaled`: 32x32x64 or 16x16x128, A and B scaled per 32 values
+# along K by e8m0 bytes), as Triton's own lowering of it there.
+SCALE_LAYOUT = '''
+@gluon.constexpr_function
+def _scale_layout(operand, mma_layout, shape):
+    """Register layout of the e8m0 scales of MMA operand `operand` (0: A's [M, K // 32], 1: B's [N, K // 32]) that
+    the scaled MFMA of the accumulator layout `mma_layout` reads."""
+    return get_mfma_scale_layout(gl.DotOperandLayout(operand, mma_layout, 16), shape)
+'''
+DOT_SCALED = '''
+@gluon.jit
+def _dot_scaled(a, a_scale, a_format: gl.constexpr, b, b_scale, b_format: gl.constexpr, acc):
+    """`tl.dot_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)` on the scaled MFMAs (the accumulator's layout
+    gives the instruction: 32x32x64 or 16x16x128): each lane holds 16 bytes of K of an operand (32 fp4 values packed
+    two a byte, or 16 fp8 ones), and the e8m0 scales (one byte per 32 values along K) in the layout the instruction
+    reads them in. A scale of `None` is a scale of 1."""
+    gl.static_assert((a_format == "e2m1" or a_format == "e4m3" or a_format == "e5m2")
+                     and (b_format == "e2m1" or b_format == "e4m3" or b_format == "e5m2"),
+                     "the scaled MFMA takes e2m1, e4m3 and e5m2 operands")
+    a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, 16))
+    b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, 16))
+    if a_scale is not None:
+        a_scale = gl.convert_layout(a_scale, _scale_layout(0, acc.type.layout, a_scale.shape))
+    if b_scale is not None:
+        b_scale = gl.convert_layout(b_scale, _scale_layout(1, acc.type.layout, b_scale.shape))
+    return mfma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)
+'''
+
 WMMA_LAYOUT = '''
 @gluon.constexpr_function
 def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
@@ -259,7 +287,7 @@ from transpile.rules.hopper_persistent import PERSISTENT_GRID  # noqa: E402
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
                 mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str,
-                buffer_ops: str, pointer_copy: str | None = None) -> Target:
+                buffer_ops: str, pointer_copy: str | None = None, scaled_mma: str = "") -> Target:
     """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...); `pointer_copy`: its direct-to-LDS
     copy of a pointer tile where the descriptor tiles go by another engine (gfx1250)."""
     snippets = {
@@ -285,7 +313,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
                   copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy),
-                  imports=(*GLUON_IMPORTS, *imports), snippets=snippets)
+                  imports=(*GLUON_IMPORTS, *imports), snippets=snippets, scaled_mma=scaled_mma)
 
 
 def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
@@ -302,7 +330,7 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
         "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name, scaled=SCALED_DOT if scaled else ""),
     }
     if scaled:
-        snippets = {"f8f6f4": F8F6F4, **snippets}
+        snippets = {"f8f6f4": F8F6F4, **snippets, "scale_layout": SCALE_LAYOUT, "dot_scaled": DOT_SCALED}
     return snippets
 
 
@@ -313,6 +341,7 @@ GFX942 = _amd_target(
           (16, 8, "the fp8 instructions of gfx942 are as deep as its int8 ones", '("fp8e4b8", "fp8e5b16")')),
     ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 1}", "registers",
     "gl.amd.cdna3",
+    scaled_mma="has no scaled MFMA (Triton's own compile upcasts the operands to bf16 in software)",
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
@@ -323,7 +352,7 @@ GFX950 = _amd_target(
            "OCP fp8 goes by the f8f6f4 instructions (K 64 at 32x32: `mfma_scaled` without scales); the fnuz kinds "
            "by gl.amd.cdna4.mfma at the depth of gfx942's instructions", '("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")'),
           scaled=True),
-    ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma, mfma_scaled",),
+    ("from triton.experimental.gluon.language.amd.cdna4 import async_copy, get_mfma_scale_layout, mfma, mfma_scaled",),
     "{8: 16, 16: 8, 32: 1}",
     "async_copy",
     "gl.amd.cdna4",
@@ -343,4 +372,6 @@ GFX1250 = _amd_target(
     # into registers they replace: bench/RESULTS.md.
     ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, tdm, wmma",), "{8: 8, 16: 8, 32: 2}",
     "tdm", "gl.amd.gfx1250", pointer_copy=GFX1250_POINTER_COPY,
+    scaled_mma="has no translation of `tl.dot_scaled` yet (its scaled WMMA reads fp4 operands in the layout of "
+               "another instruction shape than its accumulator's)",
 )

@@ -231,6 +231,7 @@ SM90 = Target(
     copy_engine="TMA for descriptors; cp.async for pointer tiles",
     shared_memory_bytes=227 * 1024,
     min_triton=(3, 6),
+    scaled_mma="has no microscaled MMA (Triton's own compile upcasts the operands to bf16 in software)",
     rules=RULES,
     imports=IMPORTS,
     snippets={
