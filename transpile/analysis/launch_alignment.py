@@ -419,3 +419,29 @@ def first_axis_contiguous(fn: JitFunction, tile: cst.BaseExpression) -> bool:
         return False
 
     return walk(tile, frozenset())
+
+
+def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
+    """Whether a 2-D tile of pointers scales a broadcast index vector by a run-time integer divided or shifted
+    (`rm[:, None] * (K // 2)`: rows of packed fp4 bytes): a launch specialises `K` as a multiple of 16, not `K // 2`,
+    so the compiler cannot prove 16-byte aligned rows and a copy of 16 bytes a lane does not compile."""
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    definitions = _single_definitions(fn)
+
+    def divided(node: cst.CSTNode) -> bool:
+        return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.FloorDivide, cst.RightShift))
+                   and names_in(n) & params for n in cst_walk.preorder(node))
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                if walk(definitions[term.value], seen | {term.value}):
+                    return True
+                continue
+            factors = product_factors(term)
+            if any(broadcast_axis(f) is not None for f in factors) and any(
+                    divided(f) for f in factors if broadcast_axis(f) is None):
+                return True
+        return False
+
+    return walk(tile, frozenset())

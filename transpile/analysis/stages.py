@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import first_axis_contiguous, last_axis_reads_memory, tile_base
+from transpile.analysis.launch_alignment import (divided_stride, first_axis_contiguous, last_axis_reads_memory,
+                                                 tile_base)
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
@@ -149,10 +150,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
 
     def copies_16_bytes(load: OperandLoad) -> bool:
         """A pointer tile that a launch can vouch for as rows of 16-byte vectors: addressed from a pointer parameter,
-        along its contiguous axis from no loaded offset, and contiguous along its last axis (a column-major tile's
-        vectors would run down the columns)."""
+        along its contiguous axis from no loaded offset, contiguous along its last axis (a column-major tile's
+        vectors would run down the columns), its rows not a run-time integer divided apart."""
         return load.pointer is not None and tile_base(fn, load.pointer, params) is not None \
-            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer)
+            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer) \
+            and not divided_stride(fn, load.pointer)
 
     if engine == "async_copy" and any(load.kind == "pointer" and not copies_16_bytes(load)
                                       for load in loop_plan.loads):

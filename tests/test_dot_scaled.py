@@ -1,0 +1,139 @@
+"""`tl.dot_scaled` (microscaled fp4/fp8 MMA): gfx950 issues its scaled MFMAs (and warp-pipelines the loop, the scale
+tiles in rings of their own); the targets without a translation keep the kernel as Triton and say why, at the call."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.targets import get_target
+
+MX_LOOP = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mx(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, K, stride_am, stride_s, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr, FMT: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK // 2)
+    rs = tl.arange(0, BK // 32)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * BN + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        a_s = tl.load(as_ptr + rm[:, None] * stride_s + (k // 32 + rs)[None, :])
+        b_s = tl.load(bs_ptr + rn[:, None] * stride_s + (k // 32 + rs)[None, :])
+        acc += tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)
+        a_ptrs += BK // 2
+        b_ptrs += (BK // 2) * BN
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+'''
+
+ONE_SHOT = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mx1(a_ptr, b_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    c = tl.dot_scaled(a, None, "e4m3", b, None, "e5m2")
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], c)
+'''
+
+
+def _compile(result, values, tmp_path, monkeypatch):  # noqa: ANN001, ANN202
+    from transpile.verify import verify
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+    return [c for c in compiled if not c.kept]
+
+
+def test_gfx950_pipelines_the_scaled_dot_loop_with_rings_for_the_scales() -> None:
+    result = translate_source(MX_LOOP, "mx.py", get_target("gfx950"))
+    (fn,) = result.functions
+    assert fn.translated and fn.pipelined, result.diagnostics
+    text = result.text
+    # the accumulation folded into the dot; the MMA layout at the depth of the scaled instructions
+    assert "acc = _dot_scaled(a, a_s, FMT, b, b_s, FMT, acc)" in text
+    assert "_mma_layout(BM, [BN], gl.float8e4nv, gl.num_warps())" in text
+    # both scale tiles copied direct to LDS beside the operands and read in the layout the instruction reads
+    assert "a_s_ring = gl.allocate_shared_memory(" in text and "b_s_ring = gl.allocate_shared_memory(" in text
+    assert "_scale_layout(0, acc.type.layout, [BM, BK // 32])" in text
+    assert "_scale_layout(1, acc.type.layout, [BN, BK // 32])" in text
+    assert text.count("async_copy.buffer_load_to_shared(a_s_ring.index(") >= 2
+    assert "mfma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)" in text
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx1250", "sm90"])
+def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(target: str) -> None:
+    result = translate_source(MX_LOOP, "mx.py", get_target(target))
+    (fn,) = result.functions
+    assert not fn.translated
+    (diagnostic,) = [d for d in result.diagnostics if d.code == "TT011"]
+    assert diagnostic.line == 20  # the `tl.dot_scaled` call
+    assert f"`tl.dot_scaled`: {target} " in diagnostic.message and "kept as Triton" in diagnostic.message
+    assert "tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)" in result.text  # the source kernel, as written
+
+
+@pytest.mark.parametrize("change, names", [
+    ('tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)', None),
+    ('tl.dot_scaled(a, a_s, "bf16", b, b_s, FMT)', '"bf16"'),
+    ('tl.dot_scaled(a, a_s, FMT, b, b_s, FMT, rhs_k_pack=False)', "rhs_k_pack"),
+])
+def test_formats_and_packings_the_scaled_mfma_does_not_take_are_refused(change: str, names: str | None) -> None:
+    source = MX_LOOP.replace("tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)", change)
+    result = translate_source(source, "mx.py", get_target("gfx950"))
+    refusals = [d for d in result.diagnostics if d.code == "TT011"]
+    if names is None:
+        assert not refusals
+        return
+    (diagnostic,) = refusals
+    assert names in diagnostic.message and diagnostic.line == 20
+    assert not result.functions[0].translated
+
+
+def test_an_accumulator_of_another_type_is_not_folded_into_the_scaled_dot() -> None:
+    from transpile.passes.canonical import canonicalize_text
+
+    folded = canonicalize_text(MX_LOOP, "mx.py")
+    assert "acc = tl.dot_scaled(a, a_s, FMT, b, b_s, FMT, acc)" in folded
+    kept = canonicalize_text(MX_LOOP.replace("dtype=tl.float32", "dtype=tl.bfloat16"), "mx.py")
+    assert "acc += tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)" in kept
+
+
+@pytest.mark.slow
+def test_scaled_dots_compile_to_the_scaled_mfma_on_gfx950(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = translate_source(MX_LOOP, "mx.py", get_target("gfx950"))
+    values = {"a_ptr": "*u8", "b_ptr": "*u8", "as_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*fp32", "K": "i32",
+              "stride_am": "i32", "stride_s": "i32", "BM": 128, "BN": 128, "BK": 128, "FMT": "e2m1", "num_warps": 8}
+    (gluon,) = _compile(loop, values, tmp_path, monkeypatch)
+    assert "v_mfma_scale_f32_32x32x64_f8f6f4" in gluon.asm["amdgcn"]
+    # rows of packed bytes a run-time integer divided apart (`K // 2`): no launch proves them 16-byte aligned, so
+    # they are not copied 16 bytes a lane (which did not compile)
+    packed = translate_source(MX_LOOP.replace("rm[:, None] * stride_am", "rm[:, None] * (K // 2)"), "mx.py",
+                              get_target("gfx950"))
+    assert not packed.functions[0].translated
+    (kept,) = [d for d in packed.diagnostics if d.code == "TT041"]
+    assert "run-time integer divided apart, `K // 2`" in kept.message
+    # no accumulator, no scales, two fp8 formats: zeros in the MMA layout, scales of 1
+    one = translate_source(ONE_SHOT, "mx1.py", get_target("gfx950"))
+    assert one.functions[0].translated, one.diagnostics
+    values = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e5", "c_ptr": "*fp32", "BM": 64, "BN": 64, "BK": 128,
+              "num_warps": 4}
+    (gluon,) = _compile(one, values, tmp_path, monkeypatch)
+    assert "v_mfma_scale_f32_32x32x64_f8f6f4" in gluon.asm["amdgcn"]
