@@ -377,6 +377,43 @@ def test_a_vector_cast_to_64_bits_is_laid_out_per_tile(amd_target: str, tmp_path
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
+# Strides cast to 64 bits before use (`stride_bk = tl.cast(stride_in_bk, tl.int64)`, aiter's batched GEMMs): the
+# advance `b_ptrs += BK * stride_bk` is a 64-bit scalar, which goes into the copies' base (added to their 32-bit
+# offsets it widened them, and the buffer copy did not compile).
+INT64_STRIDES = HEAD + '''@triton.jit
+def mm64s(a_ptr, b_ptr, c_ptr, M, N, K, stride_in_am, stride_in_bk, BM: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr):
+    stride_am = tl.cast(stride_in_am, tl.int64)
+    stride_bk = tl.cast(stride_in_bk, tl.int64)
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amd_target", ["gfx942", "gfx950"])
+def test_a_64_bit_stride_advances_the_copies_base(amd_target: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(INT64_STRIDES, "mm64s.py", get_target(amd_target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "b_ptrs_next_base += BK * stride_bk" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
 def _carried_offsets(after: str = "") -> str:
     """INT64_OFFSETS with `offsets_k += BLOCK_K` carried through the loop and the masks computed from it."""
     return INT64_OFFSETS.replace("for k in range(0, tl.cdiv(K, BK)):\n", "for k in range(0, tl.cdiv(K, BK)):\n"

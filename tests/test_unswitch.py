@@ -92,6 +92,15 @@ def test_flag_hoisted_with_each_branch_in_its_copy() -> None:
             assert source_line.strip() == line.strip(), (number, line, source_line)
 
 
+def test_a_scaled_dot_loop_is_unswitched_too() -> None:
+    """`tl.dot_scaled` counts as the loop's dot (aiter's MXFP4 GEMMs switch their loads on `EVEN_K`)."""
+    text = _kernel(EVEN_K).replace("acc += tl.dot(a, b)", 'acc += tl.dot_scaled(a, None, "e4m3", b, None, "e4m3")')
+    new, _ = _unswitched(text)
+    compile(new, "k.py", "exec")
+    assert new.count("for k in range(0, tl.cdiv(K, BLOCK_K)):") == 2
+    assert new.count('acc += tl.dot_scaled(a, None, "e4m3", b, None, "e4m3")') == 2
+
+
 def test_flag_without_else() -> None:
     """`if not FLAG:` without an else: its statements are in one copy and not in the other."""
     body = ("        a = tl.load(a_ptrs)\n"

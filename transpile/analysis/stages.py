@@ -165,15 +165,38 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
         # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
         engine = "buffer_loads"
-    if engine == "async_copy" and not loop_plan.attention and any(
-            plan.dots[chain.call].scaled is not None for chain in loop_plan.chains):
-        # `tl.dot_scaled`'s scale tiles copied direct to LDS beside the operands, where the launch vouches for them
-        # too (else they are loaded in the `mma` stage)
+    scaled_dots = [chain for chain in loop_plan.chains if plan.dots[chain.call].scaled is not None]
+    if scaled_dots:
+        # `tl.dot_scaled`'s scale tiles are copied direct to LDS beside the operands and read in the layout the
+        # scaled MFMA reads them in. Loaded in the `mma` stage instead and converted there, they made the hot loop
+        # 2.7-3.1x heavier than Triton's own (aiter's fp8 GEMM, bench/RESULTS.md): such a loop is not pipelined.
         scaled = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
                            several_dots=True, computed_operands=True, scale_rings=True)
-        if isinstance(scaled, LoopPlan) and all(load.kind == "pointer" and copies_16_bytes(load)
-                                                for load in scaled.loads):
-            loop_plan = scaled
+        why = ""
+        if engine != "async_copy" or loop_plan.attention:
+            why = "the loop's tiles are not copied direct to LDS"
+        elif not isinstance(scaled, LoopPlan):
+            why = scaled.reason if isinstance(scaled, LoopRefusal) else "no plan"
+        else:
+            chain = next(c for c in scaled.chains if c.index == scaled_dots[0].index)
+            site = plan.dots[chain.call]
+            wanted = [s.value for s in (site.scaled[0], site.scaled[2]) if not (  # type: ignore[index]
+                isinstance(s, cst.Name) and s.value == "None") and s is not None]
+            missing = [n for n in wanted if n not in chain.scales] + [
+                n for n in wanted if isinstance(n, str) and n in chain.scales and not copies_16_bytes(
+                    next(load for load in scaled.loads if load.name == n))]
+            if any(not isinstance(s, cst.Name) for s in (site.scaled[0], site.scaled[2]) if s is not None):
+                why = "a scale is an expression, not a tile loaded in the loop"
+            elif missing:
+                why = (f"the scale tile `{missing[0]}` is not a tile load whose rows a launch proves aligned "
+                       "(from a pointer parameter, by addresses bound once)")
+            else:
+                loop_plan = scaled
+        if why:
+            dot = scaled_dots[0].call
+            return StageRefusal(dot, f"the scales of this `tl.dot_scaled` would be loaded in the `mma` stage and "
+                                f"converted to the scaled MFMA's layout there ({why}): that form measured 2.7-3.1x "
+                                "Triton's own non-MFMA instructions per MFMA (bench/RESULTS.md)")
     if loop_plan.attention and not loop_plan.loads[0].transposed:
         # K read as [HEAD_DIM, BLOCK_N] (`tl.dot(q, k)`): its keys run along the tile's last axis, which copies of 16
         # bytes a lane need contiguous; in memory each key is a row of its own (the head dimension is contiguous)

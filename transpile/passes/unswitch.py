@@ -184,7 +184,7 @@ def _has_dot(node: ast.AST) -> bool:
 
 
 def _dot_count(node: ast.AST) -> int:
-    return sum(1 for name in _calls(node) if re.search(r"(^|\.)dot$", name))
+    return sum(1 for name in _calls(node) if re.search(r"(^|\.)dot(_scaled)?$", name))
 
 
 def _copy_dots(body: list[ast.stmt], flags: set[str]) -> int:
@@ -217,7 +217,8 @@ def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
     if not assigned:
         return False
     operands = {arg.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
-        r"(^|\.)dot$", _dotted(call.func)) for arg in call.args[:2] if isinstance(arg, ast.Name)}
+        r"(^|\.)dot(_scaled)?$", _dotted(call.func))
+        for arg in call.args[:6 if _dotted(call.func).endswith("_scaled") else 2] if isinstance(arg, ast.Name)}
     if assigned & operands:
         return True
     needed = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and _MEMORY.search(_dotted(call.func))

@@ -311,7 +311,13 @@ class _Rewrite(cst.CSTTransformer):
             return cst.FlattenSentinel([first, second])
         if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and small.target.value in self.names:
             base_name, offs_name = self.names[small.target.value]
-            scalar = names_in(small.value) <= self.scalars
+            read = names_in(small.value)
+            # (a 64-bit scalar, `BLOCK_K * stride_ak` with `stride_ak = tl.cast(stride, tl.int64)`, advances the
+            # 64-bit base: added to the 32-bit offsets it would widen them, which a buffer copy does not take)
+            scalar = read <= self.scalars or (bool(read & self.wide) and not read & self.tensors)
+            if not scalar and read & self.wide:
+                value = cst.parse_expression(f"({code(small.value)}).to(gl.int32)")
+                return updated.with_changes(body=[small.with_changes(target=cst.Name(offs_name), value=value)])
             return updated.with_changes(body=[small.with_changes(target=cst.Name(base_name if scalar else offs_name))])
         return updated
 

@@ -250,6 +250,8 @@ def _copy_layout(shape, dtype, num_warps, rows=1):
     global load and direct-to-LDS transfer), lanes across it first, warps down the rows; `rows` rows a lane where the
     tile has rows enough (a tile stored transposed: each lane then holds pairs along the stored contiguous axis)."""
     vec = min(128 // dtype.primitive_bitwidth, shape[1])
+    if vec * dtype.primitive_bitwidth == 64:
+        vec //= 2  # (a direct-to-LDS copy moves 4 or 16 bytes a lane, not 8: rows of 8 bytes go in two halves)
     lanes_n = min({warp_size}, shape[1] // vec)
     lane_rows = rows if shape[0] >= rows * num_warps * ({warp_size} // lanes_n) else 1
     return gl.BlockedLayout([lane_rows, vec], [{warp_size} // lanes_n, lanes_n], [num_warps, 1], [1, 0])
