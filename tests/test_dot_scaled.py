@@ -1,5 +1,6 @@
-"""`tl.dot_scaled` (microscaled fp4/fp8 MMA): gfx950 issues its scaled MFMAs (and warp-pipelines the loop, the scale
-tiles in rings of their own); the targets without a translation keep the kernel as Triton and say why, at the call."""
+"""`tl.dot_scaled` (microscaled fp4/fp8 MMA): gfx950 issues its scaled MFMAs, gfx1250 its scaled WMMAs (and both
+warp-pipeline the loop, the scale tiles in rings of their own); the targets without a translation (gfx942, sm90) keep
+the kernel as Triton and say why, at the call."""
 
 from __future__ import annotations
 
@@ -70,16 +71,17 @@ def test_gfx950_pipelines_the_scaled_dot_loop_with_rings_for_the_scales() -> Non
     text = result.text
     # the accumulation folded into the dot; the MMA layout at the depth of the scaled instructions
     assert "acc = _dot_scaled(a, a_s, FMT, b, b_s, FMT, acc)" in text
-    assert "_mma_layout(BM, [BN], gl.float8e4nv, gl.num_warps())" in text
+    assert "_scaled_mma_layout(BM, [BN], gl.num_warps())" in text
     # both scale tiles copied direct to LDS beside the operands and read in the layout the instruction reads
     assert "a_s_ring = gl.allocate_shared_memory(" in text and "b_s_ring = gl.allocate_shared_memory(" in text
-    assert "_scale_layout(0, acc.type.layout, [BM, BK // 32])" in text
-    assert "_scale_layout(1, acc.type.layout, [BN, BK // 32])" in text
+    assert "_scale_layout(0, acc.type.layout, [BM, BK // 32], FMT)" in text
+    assert "_scale_layout(1, acc.type.layout, [BN, BK // 32], FMT)" in text
+    assert "_scaled_operand_layout(0, acc.type.layout, FMT)" in text
     assert text.count("async_copy.buffer_load_to_shared(a_s_ring.index(") >= 2
     assert "mfma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)" in text
 
 
-@pytest.mark.parametrize("target", ["gfx942", "gfx1250", "sm90"])
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
 def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(target: str) -> None:
     result = translate_source(MX_LOOP, "mx.py", get_target(target))
     (fn,) = result.functions
@@ -129,7 +131,7 @@ def test_scaled_dots_compile_to_the_scaled_mfma_on_gfx950(tmp_path: Path, monkey
                               get_target("gfx950"))
     assert not packed.functions[0].translated
     (kept,) = [d for d in packed.diagnostics if d.code == "TT041"]
-    assert "run-time integer divided apart, `K // 2`" in kept.message
+    assert "the tile `a` cannot be copied direct to LDS" in kept.message and "`K // 2`" in kept.message
     # no accumulator, no scales, two fp8 formats: zeros in the MMA layout, scales of 1
     one = translate_source(ONE_SHOT, "mx1.py", get_target("gfx950"))
     assert one.functions[0].translated, one.diagnostics
@@ -137,3 +139,31 @@ def test_scaled_dots_compile_to_the_scaled_mfma_on_gfx950(tmp_path: Path, monkey
               "num_warps": 4}
     (gluon,) = _compile(one, values, tmp_path, monkeypatch)
     assert "v_mfma_scale_f32_32x32x64_f8f6f4" in gluon.asm["amdgcn"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, kind", [("e2m1", "u8"), ("e4m3", "fp8e4nv")])
+def test_scaled_dots_compile_to_the_scaled_wmma_on_gfx1250(fmt: str, kind: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """gfx1250's scaled WMMA (16x16x128) reads an e2m1 operand laid out for 64 bytes of K, an fp8 one for 128 (the
+    fixture packs K by its format)."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "suite_mx_gemm.py"
+    loop = translate_source(fixture.read_text(encoding="utf-8"), "suite_mx_gemm.py", get_target("gfx1250"))
+    assert loop.functions[0].pipelined, loop.diagnostics
+    assert "wmma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)" in loop.text
+    values = {"a_ptr": f"*{kind}", "b_ptr": f"*{kind}", "a_scale_ptr": "*u8", "b_scale_ptr": "*u8",
+              "c_ptr": "*bf16", "FORMAT": fmt}
+    (gluon,) = _compile(loop, values, tmp_path, monkeypatch)
+    assert "v_wmma_scale_f32_16x16x128_f8f6f4" in gluon.asm["amdgcn"]
+
+
+def test_gfx1250_runs_the_source_kernel_where_the_scaled_tiles_would_spill() -> None:
+    from transpile.rules.base import source_when_holds
+
+    result = translate_source(MX_LOOP, "mx.py", get_target("gfx1250"))
+    (test,) = result.functions[0].dispatch.source_when
+    # (this kernel's tiles hold BK // 2 bytes of K: 128 at BK 256, as an fp8 tile of K 128 does)
+    for values, spills in (({"BM": 256, "BN": 256, "BK": 256}, True), ({"BM": 256, "BN": 256, "BK": 128}, False),
+                           ({"BM": 128, "BN": 128, "BK": 256}, False)):
+        assert source_when_holds(*test, values) == spills, values
+    assert not translate_source(MX_LOOP, "mx.py", get_target("gfx950")).functions[0].dispatch.source_when

@@ -394,6 +394,39 @@ def _ref_fp8_blockscale(a, b, a_scale, b_scale):
     return a_full @ b_full
 
 
+# MX (OCP microscaling) GEMM: e2m1 values two a byte (the low nibble first) along K, one e8m0 scale byte (2^(s - 127))
+# per 32 values along K.
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _mx_inputs(s, device, gen):
+    m, n, k = s["M"], s["N"], s["K"]
+    a = torch.randint(0, 256, (m, k // 2), generator=gen, dtype=torch.int32).to(torch.uint8)
+    b = torch.randint(0, 256, (k // 2, n), generator=gen, dtype=torch.int32).to(torch.uint8)
+    a_scale = torch.randint(122, 132, (m, k // 32), generator=gen, dtype=torch.int32).to(torch.uint8)
+    b_scale = torch.randint(122, 132, (n, k // 32), generator=gen, dtype=torch.int32).to(torch.uint8)
+    return tuple(t.to(device) for t in (a, b, a_scale, b_scale))
+
+
+def _e2m1_values(packed, axis):
+    """The fp4 values of `packed` bytes, two a byte along `axis` (low nibble first), as float64."""
+    table = torch.tensor(_E2M1, dtype=torch.float64, device=packed.device)
+    codes = packed.to(torch.int64)
+    halves = [codes & 0xF, codes >> 4]
+    values = [table[h & 0x7] * torch.where(h >= 8, -1.0, 1.0).to(torch.float64) for h in halves]
+    return torch.stack(values, dim=axis + 1).flatten(axis, axis + 1)
+
+
+def _ref_mx_gemm(a, b, a_scale, b_scale):
+    a_full = _e2m1_values(a, 1) * torch.exp2(a_scale.double() - 127).repeat_interleave(32, dim=1)
+    b_full = _e2m1_values(b, 0) * torch.exp2(b_scale.double() - 127).repeat_interleave(32, dim=1).T
+    return a_full @ b_full
+
+
+def _mx_flops(s):
+    return 2.0 * s["M"] * s["N"] * s["K"]
+
+
 def _lora_inputs(s, device, gen):
     x, w = _gemm_inputs(s, device, gen)
     lora_a = _randn(gen, s["K"], s["R"], device=device) / s["K"] ** 0.5
@@ -1201,6 +1234,9 @@ SUITE_CASES: list[Case] = [
                      options=dict(split_k=4), rtol=1e-3),
     _suite_gemm_case("suite_fp8_blockscale", wrapper="fp8_blockscale_matmul", make_inputs=_fp8_blockscale_inputs,
                      reference=_ref_fp8_blockscale, atol=5e-2, rtol=2e-2),
+    _suite_gemm_case("suite_mx_gemm", wrapper="mx_gemm", make_inputs=_mx_inputs, reference=_ref_mx_gemm,
+                     shape=dict(M=1000, N=1100, K=768), small_shape=dict(M=150, N=130, K=256),
+                     bench_shape=dict(M=4096, N=4096, K=8192), flops=_mx_flops, atol=5e-1, rtol=2e-2),
     _suite_gemm_case("suite_int8_rowscale", wrapper="int8_matmul_rowscale", make_inputs=_int8_gemm_inputs,
                      reference=_ref_int8_matmul_scaled),
     _suite_gemm_case("suite_scaled_mm_carried", wrapper="scaled_mm_carried", make_inputs=_int8_gemm_inputs,

@@ -174,7 +174,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                            several_dots=True, computed_operands=True, scale_rings=True)
         why = ""
         if engine != "async_copy" or loop_plan.attention:
-            why = "the loop's tiles are not copied direct to LDS"
+            stuck = next((load.name for load in loop_plan.loads if load.kind == "pointer" and not copies_16_bytes(load)),
+                         None)
+            why = (f"the tile `{stuck}` cannot be copied direct to LDS 16 bytes a lane: its addresses are loaded, it "
+                   "is column-major, or its rows are a run-time integer divided apart, `K // 2`" if stuck else
+                   "the loop's tiles are not copied direct to LDS")
         elif not isinstance(scaled, LoopPlan):
             why = scaled.reason if isinstance(scaled, LoopRefusal) else "no plan"
         else:

@@ -127,6 +127,9 @@ class AMDWarpPipeline(Rule):
                 tests.append((f"{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
                               tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
+        scaled = _scaled_register_test(ctx, stage_plan)
+        if scaled is not None:  # launches whose scaled-dot tiles would spill run the source kernel
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, scaled)))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
             # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
             # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
@@ -403,9 +406,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         for the operand's element type, `LayoutAnalysis.operand_anchors`)."""
         if load.computed:
             return ctx.plan.layout_expr(ctx.plan.loads[load.call].term)
-        if feeds[load.name][1] >= 2:  # a scaled dot's scales, in the layout its instruction reads them in
-            ctx.need("scale_layout")
-            return f"_scale_layout({feeds[load.name][1] - 2}, {mma_of(load)}, [{', '.join(shapes[load.name])}])"
+        chain, position = feeds[load.name]
+        scaled = ctx.plan.dots[chain.call].scaled
+        if scaled is not None:  # a scaled dot's operands and scales, in the layouts its instruction reads them in
+            ctx.need("scaled_layouts")
+            fmt = code(scaled[1] if position in (0, 2) else scaled[3])
+            if position >= 2:
+                return f"_scale_layout({position - 2}, {mma_of(load)}, [{', '.join(shapes[load.name])}], {fmt})"
+            return f"_scaled_operand_layout({position}, {mma_of(load)}, {fmt})"
         return (f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)}))")
 
@@ -654,6 +662,34 @@ SEVERAL_DOTS_HEAVIER = {
 #: gfx942 (whose copies are staged through registers too) 64x64 none, 64x128 148-248 (attention_fwd, fx_attention_kt
 #: at head dimension 128). Launches and autotune configs above the limit run the source kernel.
 ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
+# A `tl.dot_scaled` loop: the most 32-bit registers a lane may hold for the accumulator and one step of both operand
+# tiles (the `mem` stage reads the next step's while the `mma` stage uses this one's) before the pipelined loop spills
+# where Triton's own compile does not. Measured on suite_mx_gemm at 8 warps, 256x256x128: gfx1250 (32 lanes) takes
+# e2m1 (288 registers: 0 spills) but not e4m3 (320: 213 spills, the source none). gfx950 has no limit: at 160 (its
+# e4m3, and aiter's e2m1 at 256x256x256) both compiles spill, the variant less or about as much (150 / 128, 54 / 147).
+SCALED_REGISTER_LIMIT = {"gfx1250": 300}
+
+
+def _scaled_register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The launch test under which a scaled-dot loop runs the source kernel (`SCALED_REGISTER_LIMIT`): the registers a
+    lane holds for the accumulator ([M, N] fp32) and one step of A and B ([M, K] and [K, N] bytes) above the limit.
+    None where the loop has no scaled dot or its sizes are not constexpr parameters."""
+    chain = next((c for c in sp.loop.chains if ctx.plan.dots[c.call].scaled is not None), None)
+    limit = SCALED_REGISTER_LIMIT.get(ctx.target.name)
+    if chain is None or limit is None:
+        return None
+    site = ctx.plan.dots[chain.call]
+    (m, n), a_shape = site.shape, site.a_shape
+    k_bytes = a_shape[-1] if a_shape else None
+    if m is None or n is None or k_bytes is None:
+        return None
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    test = (f"({m}) * ({n}) * 4 + (({m}) + ({n})) * ({k_bytes}) > "
+            f"{limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
+    names = sorted(names_in(cst.parse_expression(test)))
+    if any(name not in constexprs for name in names):
+        return None
+    return test, tuple((name, constexprs[name]) for name in names)
 
 
 #: The copy call of a pointer tile per copy engine (its arguments: the slot, then the load's); `copy_operands` lays

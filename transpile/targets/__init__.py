@@ -69,11 +69,11 @@ class Target:
                 ns.append(d.shape[1])
         if any(d.scaled is not None for d in dots):
             # `tl.dot_scaled`: the instructions of the microscaled formats, whatever the operands' storage type
-            # (packed fp4 bytes, fp8 as uint8): the deep ones of OCP fp8
-            ctx.need("mma_layout")
+            # (packed fp4 bytes, fp8 as uint8)
+            ctx.need("scaled_layouts")
             m = next((d.shape[0] for d in dots if d.shape[0] is not None), "None")
             rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
-            return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], gl.float8e4nv, gl.num_warps(){rows})"
+            return f"_scaled_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], gl.num_warps(){rows})"
         dtype = next((d.operand_dtype for d in dots if d.operand_dtype is not None), None)
         types = {d.operand_dtype for d in dots if d.operand_dtype is not None}
         # (`gl.float16` beside `q_ptr.dtype.element_ty` is one type in the launches that matter: attention's PV)
@@ -103,7 +103,8 @@ class Target:
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
     "dot": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
     "dot_acc": ("dot", "acc_dtype", "mma_k_width", "float8_via_fp16", "f8f6f4"),
-    "dot_scaled": ("scale_layout",),
+    "dot_scaled": ("scaled_layouts", "mma_layout", "float8_via_fp16", "f8f6f4"),
+    "scaled_layouts": ("mma_layout", "float8_via_fp16", "f8f6f4"),
     "lds_ring": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
     "lds_copy": ("copy_layout",),
     "desc_copy": ("copy_layout",),

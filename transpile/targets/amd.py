@@ -111,32 +111,70 @@ SCALED_DOT = '''    if _f8f6f4(a.dtype) != "" and _f8f6f4(b.dtype) != "" and k_w
         return mfma_scaled(a, None, _f8f6f4(a.dtype), b, None, _f8f6f4(b.dtype), acc.to(gl.float32)).to(acc.dtype)
 '''
 
-# gfx950: `tl.dot_scaled` by the scaled MFMAs (`mfma_scaled`: 32x32x64 or 16x16x128, A and B scaled per 32 values
-# along K by e8m0 bytes), as Triton's own lowering of it there.
-SCALE_LAYOUT = '''
+# `tl.dot_scaled` by the scaled MFMAs (gfx950: `mfma_scaled`, 32x32x64 or 16x16x128) or WMMAs (gfx1250: `wmma_scaled`,
+# 16x16x128), A and B scaled per 32 values along K by e8m0 bytes, as Triton's own lowering of it there. The layouts
+# are target snippets; `_dot_scaled`'s text is shared.
+SCALED_MFMA_LAYOUTS = '''
 @gluon.constexpr_function
-def _scale_layout(operand, mma_layout, shape):
-    """Register layout of the e8m0 scales of MMA operand `operand` (0: A's [M, K // 32], 1: B's [N, K // 32]) that
-    the scaled MFMA of the accumulator layout `mma_layout` reads."""
-    return get_mfma_scale_layout(gl.DotOperandLayout(operand, mma_layout, 16), shape)
+def _scaled_mma_layout(m, ns, num_warps, warps_along_m=False):
+    """Accumulator layout of a `tl.dot_scaled` on gfx950: that of OCP fp8's deep f8f6f4 instructions (32x32x64,
+    16x16x128), which the scaled MFMAs are, whatever the operands' storage type."""
+    return _mma_layout(m, ns, gl.float8e4nv, num_warps, warps_along_m)
+
+
+@gluon.constexpr_function
+def _scaled_operand_layout(operand, mma_layout, fmt):
+    """Register layout of operand `operand` (0: A, 1: B) of a scaled MFMA in format `fmt`: 16 bytes of K a lane (32
+    fp4 values packed two a byte, or 16 fp8 ones)."""
+    return gl.DotOperandLayout(operand, mma_layout, 16)
+
+
+@gluon.constexpr_function
+def _scale_layout(operand, mma_layout, shape, fmt):
+    """Register layout of the e8m0 scales of operand `operand` (A's [M, K // 32], B's [N, K // 32]) that the scaled
+    MFMA reads."""
+    return get_mfma_scale_layout(_scaled_operand_layout(operand, mma_layout, fmt), shape)
+'''
+SCALED_WMMA_LAYOUTS = '''
+@gluon.constexpr_function
+def _scaled_mma_layout(m, ns, num_warps, warps_along_m=False):
+    """Accumulator layout of a `tl.dot_scaled` on gfx1250: the scaled WMMA's 16x16x128, the warps as `tl.dot`'s."""
+    base = _mma_layout(m, ns, gl.float8e4nv, num_warps, warps_along_m)
+    return gl.amd.AMDWMMALayout(3, True, base.warp_bases, base.reg_bases, [16, 16, 128])
+
+
+@gluon.constexpr_function
+def _scaled_operand_layout(operand, mma_layout, fmt):
+    """Register layout of operand `operand` (0: A, 1: B) of a scaled WMMA in format `fmt`, 16 bytes of K a lane: an
+    e2m1 operand (two values a byte) is laid out for the instruction's 64 bytes of K, an fp8 one for its 128."""
+    parent = mma_layout
+    if fmt == "e2m1":
+        parent = gl.amd.AMDWMMALayout(3, True, mma_layout.warp_bases, mma_layout.reg_bases, [16, 16, 64])
+    return gl.DotOperandLayout(operand, parent, 16)
+
+
+@gluon.constexpr_function
+def _scale_layout(operand, mma_layout, shape, fmt):
+    """Register layout of the e8m0 scales of operand `operand` (A's [M, K // 32], B's [N, K // 32]) that the scaled
+    WMMA reads."""
+    return get_wmma_scale_layout(_scaled_operand_layout(operand, mma_layout, fmt), shape)
 '''
 DOT_SCALED = '''
 @gluon.jit
 def _dot_scaled(a, a_scale, a_format: gl.constexpr, b, b_scale, b_format: gl.constexpr, acc):
-    """`tl.dot_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)` on the scaled MFMAs (the accumulator's layout
-    gives the instruction: 32x32x64 or 16x16x128): each lane holds 16 bytes of K of an operand (32 fp4 values packed
-    two a byte, or 16 fp8 ones), and the e8m0 scales (one byte per 32 values along K) in the layout the instruction
-    reads them in. A scale of `None` is a scale of 1."""
+    """`tl.dot_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)` on the {instr}s (the accumulator's layout gives
+    the instruction): the operands and the e8m0 scales (one byte per 32 values along K) converted to the layouts the
+    instruction reads (no conversion where they are read from shared memory in them). A scale of `None` is 1."""
     gl.static_assert((a_format == "e2m1" or a_format == "e4m3" or a_format == "e5m2")
                      and (b_format == "e2m1" or b_format == "e4m3" or b_format == "e5m2"),
-                     "the scaled MFMA takes e2m1, e4m3 and e5m2 operands")
-    a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, 16))
-    b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, 16))
+                     "the {instr} takes e2m1, e4m3 and e5m2 operands")
+    a = gl.convert_layout(a, _scaled_operand_layout(0, acc.type.layout, a_format))
+    b = gl.convert_layout(b, _scaled_operand_layout(1, acc.type.layout, b_format))
     if a_scale is not None:
-        a_scale = gl.convert_layout(a_scale, _scale_layout(0, acc.type.layout, a_scale.shape))
+        a_scale = gl.convert_layout(a_scale, _scale_layout(0, acc.type.layout, a_scale.shape, a_format))
     if b_scale is not None:
-        b_scale = gl.convert_layout(b_scale, _scale_layout(1, acc.type.layout, b_scale.shape))
-    return mfma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)
+        b_scale = gl.convert_layout(b_scale, _scale_layout(1, acc.type.layout, b_scale.shape, b_format))
+    return {instr_name}(a, a_scale, a_format, b, b_scale, b_format, acc)
 '''
 
 WMMA_LAYOUT = '''
@@ -332,7 +370,8 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
         "dot": MFMA_DOT.format(instr="MFMA", instr_name=instr_name, scaled=SCALED_DOT if scaled else ""),
     }
     if scaled:
-        snippets = {"f8f6f4": F8F6F4, **snippets, "scale_layout": SCALE_LAYOUT, "dot_scaled": DOT_SCALED}
+        snippets = {"f8f6f4": F8F6F4, **snippets, "scaled_layouts": SCALED_MFMA_LAYOUTS,
+                    "dot_scaled": DOT_SCALED.format(instr="scaled MFMA", instr_name="mfma_scaled")}
     return snippets
 
 
@@ -367,13 +406,14 @@ GFX1250 = _amd_target(
         "mma_layout": WMMA_LAYOUT,
         "mma_k_width": MFMA_K_WIDTH.format(arch="gfx1250 WMMA", k_widths="{8: 8, 16: 8, 32: 2}", float8_k_width=8),
         "dot": MFMA_DOT.format(instr="WMMA", instr_name="wmma", scaled=""),
+        "scaled_layouts": SCALED_WMMA_LAYOUTS,
+        "dot_scaled": DOT_SCALED.format(instr="scaled WMMA", instr_name="wmma_scaled"),
     },
     # Pointer tiles go by direct-to-LDS async copies (`global_load_async_to_lds`, as Triton's own gfx1250 code copies
     # them) from a scalar base at 32-bit offsets (`_lds_tile_copy`: gfx1250 has no buffer form of the copy); their slots
     # are read with a plain `.load` (its async_copy has no `load_shared_relaxed`). Measured against the buffer loads
     # into registers they replace: bench/RESULTS.md.
-    ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, tdm, wmma",), "{8: 8, 16: 8, 32: 2}",
+    ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, get_wmma_scale_layout, tdm, wmma, "
+     "wmma_scaled",), "{8: 8, 16: 8, 32: 2}",
     "tdm", "gl.amd.gfx1250", pointer_copy=GFX1250_POINTER_COPY,
-    scaled_mma="has no translation of `tl.dot_scaled` yet (its scaled WMMA reads fp4 operands in the layout of "
-               "another instruction shape than its accumulator's)",
 )
