@@ -414,6 +414,24 @@ def test_a_64_bit_stride_advances_the_copies_base(amd_target: str, tmp_path: Pat
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("amd_target", ["gfx950", "gfx1250"])
+def test_a_cache_hint_is_kept_where_the_copy_takes_one(amd_target: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tl.load(..., cache_modifier=".cg")` (aiter's B tiles): gfx950's direct-to-LDS copy takes the hint, gfx1250's
+    copy of a pointer tile has no such argument (passing it did not compile)."""
+    source = INT64_STRIDES.replace("b = tl.load(b_ptrs)", 'b = tl.load(b_ptrs, cache_modifier=".cg")')
+    result = translate_source(source, "mm64s.py", get_target(amd_target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    copies = [line for line in " ".join(result.text.split()).split("b_ring.index(")[1:]
+              if line.startswith(("i), b_ptrs", "step), b_ptrs"))]
+    assert copies and all(('cache_modifier=".cg"' in c.split(")")[1]) == (amd_target == "gfx950") for c in copies)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
 def _carried_offsets(after: str = "") -> str:
     """INT64_OFFSETS with `offsets_k += BLOCK_K` carried through the loop and the masks computed from it."""
     return INT64_OFFSETS.replace("for k in range(0, tl.cdiv(K, BK)):\n", "for k in range(0, tl.cdiv(K, BK)):\n"

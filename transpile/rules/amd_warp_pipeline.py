@@ -321,7 +321,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             # their operands out themselves, `copy_operands`)
             statement = statement.visit(_Unconvert())
             call = cst.parse_expression(later_load(statement, renames, iteration, iters, load, guard))
-            keep = ("mask", "other", "cache_modifier") if engine == "async_copy" else ("mask", "other")
+            # (gfx950's direct-to-LDS copy takes the load's cache hint; gfx1250's copy of a pointer tile does not)
+            keep = ("mask", "other", "cache_modifier") if engine == "async_copy" and not pointer_copy \
+                else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
             copier = cst.parse_expression(pointer_copy if engine == "async_copy" and pointer_copy
                                           else POINTER_COPIES[engine])
