@@ -144,3 +144,28 @@ def test_reductions_with_keep_dims_stay_in_the_input_layout() -> None:
     assert "e = gl.exp(x - gl.max(x, axis=1, keep_dims=True))" in result.text
     assert "gl.store(y_ptr + offs, e / e.sum(1, keep_dims=True))" in result.text
     assert "convert_layout" not in result.text  # the kept dimension brings the result back to x's layout
+
+
+OLD_TMA = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_tile(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    tile = tl._experimental_descriptor_load(in_desc, [0, 0], [BM, BN], tl.float16)
+    tl._experimental_descriptor_store(out_desc, tile, [0, 0])
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_the_older_tma_api_is_refused_with_what_to_write(target: str) -> None:
+    """Host-built descriptors (`tl._experimental_descriptor_load/store`) and device-built ones (`tl.extra.cuda`'s
+    tensormap calls) name the in-kernel descriptor that replaces them, at the call."""
+    result = translate_source(OLD_TMA, "old_tma.py", get_target(target))
+    refusals = [d for d in result.diagnostics if d.code == "TT011"]
+    assert [d.line for d in refusals] == [7, 8]
+    assert all("tl.make_tensor_descriptor(base" in d.message for d in refusals)
+    for name in ("experimental_device_tensormap_create2d", "experimental_tensormap_fenceproxy_acquire"):
+        spelling = language.lookup(f"extra.cuda.{name}", "cuda", (3, 6))
+        assert spelling.kind == "refuse" and "tl.make_tensor_descriptor" in spelling.text
+    assert "tl.make_tensor_descriptor" in language.lookup("_experimental_make_tensor_descriptor", "cuda", (3, 6)).text

@@ -48,6 +48,22 @@ _NO_BLOCK_POINTERS = ("`tl.{}`: Gluon has no block pointers; address the tile wi
                       "`tl.make_tensor_descriptor`")
 _SPLIT_36 = ("`tl.{}` does not compile under Triton 3.6's Gluon (the sm90 variant must); translated for the AMD "
              "targets only")
+# Triton's older TMA API: a descriptor the host builds (`create_2d_tma_descriptor`) and passes as a pointer.
+_HOST_DESCRIPTORS = ("`tl.{}` reads a TMA descriptor the host built (Triton's older TMA API): the kernel does not say the "
+                     "tensor's base, shape and strides, which the Gluon copies need; make the descriptor in the kernel "
+                     "(`desc = tl.make_tensor_descriptor(base, [M, K], [stride, 1], [BLOCK_M, BLOCK_K])`, then "
+                     "`desc.load([off_m, off_k])` / `desc.store(...)`)")
+# Device-side creation of TMA descriptors in global memory, and its fence (`tl.extra.cuda`).
+EXTRA_REFUSALS = {
+    **{f"extra.cuda.{n}": (f"`tl.extra.cuda.{n}` builds a TMA descriptor in global memory on the device (Triton's older "
+                           "TMA API); Gluon has no counterpart: make the descriptor with `tl.make_tensor_descriptor(base, "
+                           "shape, strides, block_shape)`, which needs no fence")
+       for n in ("experimental_device_tensormap_create1d", "experimental_device_tensormap_create2d")},
+    "extra.cuda.experimental_tensormap_fenceproxy_acquire": (
+        "`tl.extra.cuda.experimental_tensormap_fenceproxy_acquire` fences a TMA descriptor built in global memory on "
+        "the device (Triton's older TMA API); Gluon has no counterpart: make the descriptor with "
+        "`tl.make_tensor_descriptor(base, shape, strides, block_shape)`, which needs no fence"),
+}
 _SORT = "`tl.{}` (a bitonic network over reshaped tensors) has no Gluon translation in this tool"
 
 TABLE: dict[str, Spelling] = {
@@ -107,6 +123,11 @@ TABLE: dict[str, Spelling] = {
                               "`tl.join` then `tl.reshape` concatenates in a defined order"),
     "squeeze": Spelling("refuse", "`tl.squeeze` has no Gluon counterpart; write `tl.reshape` to the smaller shape"),
     "load_tensor_descriptor": Spelling("refuse", "write `desc.load(offsets)` instead of `tl.load_tensor_descriptor`"),
+    **{n: Spelling("refuse", _HOST_DESCRIPTORS.format(n)) for n in (
+        "_experimental_descriptor_load", "_experimental_descriptor_store")},
+    "_experimental_make_tensor_descriptor": Spelling("refuse", "`tl._experimental_make_tensor_descriptor` is the "
+                                                     "older name of `tl.make_tensor_descriptor` (the same "
+                                                     "arguments): write that"),
     "store_tensor_descriptor": Spelling("refuse", "write `desc.store(offsets, value)` instead of "
                                                   "`tl.store_tensor_descriptor`"),
     "tensor_descriptor": Spelling("refuse", "tensor-descriptor parameters (`tl.tensor_descriptor`) are not "
@@ -192,6 +213,8 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
             return Spelling("refuse", f"`libdevice.{name}` exists only in {other.upper()}'s libdevice; this target's "
                                       "has no such function")
         return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
+    if spelling is None and lang in EXTRA_REFUSALS:
+        return Spelling("refuse", EXTRA_REFUSALS[lang])
     if spelling is None:
         return Spelling("refuse", f"`tl.{lang}` has no Gluon translation in this tool") if name else None
     if spelling.fallback is not None and min_triton < (3, 9):
