@@ -807,3 +807,21 @@ def test_explain_reads_the_layouts_the_amd_rules_translate_with() -> None:
     text = console.export_text()
     assert "kernel `dequant_matmul_kernel` for gfx950: pipelined" in text
     assert '"mma" priority 0' in text and "w_layout: MMA operand layout" in text
+
+
+@pytest.mark.parametrize("amd_target", ["gfx950", "gfx1250"])
+def test_launches_whose_accumulators_would_spill_run_the_source_kernel(amd_target: str) -> None:
+    """A loop with two accumulators (a gated MLP's gate and up): at 256x256x32 they and a step of operands need 280
+    registers a lane on gfx950 (560 on gfx1250's 32-lane waves), which spilled twice as much as Triton's own compile:
+    such launches run the source kernel; 128x128x64 runs the pipelined loop."""
+    from transpile.rules.base import source_when_holds
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "suite_swiglu_gemm.py"
+    result = translate_source(fixture.read_text(encoding="utf-8"), "suite_swiglu_gemm.py", get_target(amd_target))
+    (fn,) = [f for f in result.functions if f.pipelined]
+    (test,) = fn.dispatch.source_when
+    assert source_when_holds(*test, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32})
+    assert not source_when_holds(*test, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64})
+    # one accumulator: no such test (every GEMM fixture at 256x256x32 spills no more than its source)
+    single = translate_source(INT64_STRIDES, "mm64s.py", get_target(amd_target))
+    assert single.functions[0].pipelined and not single.functions[0].dispatch.source_when
