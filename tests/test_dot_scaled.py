@@ -161,12 +161,62 @@ def test_launches_whose_scaled_tiles_would_spill_run_the_source_kernel() -> None
     from transpile.rules.base import source_when_holds
 
     result = translate_source(MX_LOOP, "mx.py", get_target("gfx1250"))
-    (test,) = result.functions[0].dispatch.source_when
+    (test,) = [t for t in result.functions[0].dispatch.source_when if "* 4" in t[0]]
     # (this kernel's tiles hold BK // 2 bytes of K: 128 at BK 256, as an fp8 tile of K 128 does)
     for values, spills in (({"BM": 256, "BN": 256, "BK": 256}, True), ({"BM": 256, "BN": 256, "BK": 128}, False),
                            ({"BM": 128, "BN": 128, "BK": 256}, False)):
         assert source_when_holds(*test, values) == spills, values
     # gfx950's lanes are twice as many: the same tiles take half the registers a lane, under its limit
-    (test,) = translate_source(MX_LOOP, "mx.py", get_target("gfx950")).functions[0].dispatch.source_when
+    (test,) = [t for t in translate_source(MX_LOOP, "mx.py", get_target("gfx950")).functions[0].dispatch.source_when
+               if "* 4" in t[0]]
     assert not source_when_holds(*test, {"BM": 256, "BN": 256, "BK": 256})
     assert source_when_holds(*test, {"BM": 256, "BN": 512, "BK": 256})
+
+
+def test_launches_the_scaled_mfma_does_not_take_run_the_source_kernel() -> None:
+    """A format the scaled MMA does not take (a constexpr "bf16" at one launch), a K block shallower than its
+    instruction, scale rows of fewer than 4 bytes (no direct-to-LDS copy that narrow): each such launch runs the source
+    kernel (each made a variant that did not compile)."""
+    from transpile.rules.base import source_when_holds
+
+    result = translate_source(MX_LOOP, "mx.py", get_target("gfx950"))
+    tests = result.functions[0].dispatch.source_when
+
+    def source(values: dict) -> bool:
+        return any(source_when_holds(*test, values) for test in tests)
+
+    assert not source({"BM": 128, "BN": 128, "BK": 128, "FMT": "e2m1"})
+    assert source({"BM": 128, "BN": 128, "BK": 128, "FMT": "bf16"})
+    assert source({"BM": 128, "BN": 128, "BK": 32, "FMT": "e2m1"})  # K 32: no scaled MFMA that shallow
+    assert source({"BM": 16, "BN": 128, "BK": 64, "FMT": "e2m1"})  # 16-wide tiles: 16x16x128
+    assert source({"BM": 128, "BN": 128, "BK": 64, "FMT": "e2m1"})  # scale rows of 2 bytes
+
+
+B_SCALE_ONLY = MX_LOOP.replace("acc += tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)",
+                               'acc += tl.dot_scaled(a, None, FMT, b, b_s, FMT)')
+
+
+def test_a_scale_of_none_leaves_the_other_in_its_own_position() -> None:
+    """Only B scaled: B's scale ring is read in B's scale layout (it took A's position, whose shape is unknown)."""
+    result = translate_source(B_SCALE_ONLY, "mx.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.diagnostics
+    assert "_scale_layout(1, acc.type.layout, [BN, BK // 32], FMT)" in result.text
+    assert "_scale_layout(0," not in result.text.split("def mx(")[1]
+
+
+@pytest.mark.parametrize("change, reason", [
+    # a row stride bound to a local name (`KP = K // 2`) is as unaligned as one written in place
+    (("    rm = tl.arange(0, BM)\n", "    KP = stride_am // 2\n    rm = tl.arange(0, BM)\n"),
+     "cannot be copied direct to LDS"),
+    # a scale mask along K makes copies of a byte a lane
+    (("a_s = tl.load(as_ptr + rm[:, None] * stride_s + (k // 32 + rs)[None, :])",
+      "a_s = tl.load(as_ptr + rm[:, None] * stride_s + (k // 32 + rs)[None, :], mask=rs[None, :] < (K - k) // 32)"),
+     "unmasked along K"),
+])
+def test_scale_and_operand_tiles_no_copy_takes_keep_the_loop(change: tuple[str, str], reason: str) -> None:
+    source = MX_LOOP.replace(*change)
+    if "KP" in change[1]:
+        source = source.replace("rm[:, None] * stride_am", "rm[:, None] * KP")
+    result = translate_source(source, "mx.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+    assert any(reason in d.message for d in result.diagnostics), [d.message for d in result.diagnostics]

@@ -428,9 +428,17 @@ def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     params = {p.name for p in fn.params if not p.is_constexpr}
     definitions = _single_definitions(fn)
 
-    def divided(node: cst.CSTNode) -> bool:
-        return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.FloorDivide, cst.RightShift))
-                   and names_in(n) & params for n in cst_walk.preorder(node))
+    def divided(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        """`node` divides or shifts a run-time integer (`K // 2`, `tl.cdiv(K, 2)`), itself or through the local
+        names it reads (`KP = K // 2`)."""
+        for n in cst_walk.preorder(node):
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.FloorDivide, cst.RightShift)) \
+                    and names_in(n) & params:
+                return True
+            if isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("cdiv") and names_in(n) & params:
+                return True
+        return any(divided(definitions[name], seen | {name})
+                   for name in sorted(names_in(node) & set(definitions) - seen - params))
 
     def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
         for term in sum_terms(node):

@@ -72,8 +72,8 @@ class DotChain:
     # The dot starts from zero each iteration (attention's scores, ``s = tl.dot(q, tl.trans(k))``): `acc` names its
     # result and nothing is carried; its MMA layout is the result's
     fresh: bool = False
-    # `tl.dot_scaled`: the names of the scale tile loads that have rings of their own (A's, B's; operand positions
-    # 2 and 3 in `LoopPlan.use_of`); a scale loaded otherwise stays in the consumer
+    # `tl.dot_scaled`: the names of the scale tile loads that have rings of their own, A's then B's ("" where that
+    # scale has none: `None`, or loaded otherwise; operand positions 2 and 3 in `LoopPlan.use_of`)
     scales: tuple[str, ...] = ()
 
 
@@ -507,20 +507,21 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                                "descriptor's `load`) in this loop")
         found.transposed = transposed is not None
         operands.append(found)
-    scales: list[OperandLoad] = []
+    scales: list[OperandLoad | None] = []
     for scale in (site.scaled[0], site.scaled[2]) if scale_rings and site.scaled is not None else ():
         # a scale tile loaded in the loop into a name the dot alone reads (else it stays in the consumer)
-        if not isinstance(scale, cst.Name):
-            continue
         load = None
-        for i, statement in enumerate(body[:dot_index]):
-            load = operand_load(source, plan, i, statement, scale.value) or load
-        if load is not None and not load.descriptor and not any(
+        if isinstance(scale, cst.Name):
+            for i, statement in enumerate(body[:dot_index]):
+                load = operand_load(source, plan, i, statement, scale.value) or load
+        if load is None or load.descriptor or any(
                 scale.value in assigned_names(s) for s in body[load.index + 1:dot_index]) \
-                and scale.value not in {o.name for o in operands + scales}:
-            scales.append(load)
-    return [*operands, *scales], DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call,
-                                          scales=tuple(load.name for load in scales))
+                or load.name in {o.name for o in operands + [s for s in scales if s is not None]}:
+            load = None
+        scales.append(load)
+    rings = [load for load in scales if load is not None]
+    return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call,
+                                         scales=tuple(load.name if load is not None else "" for load in scales))
 
 
 def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,

@@ -36,6 +36,8 @@ from transpile.analysis.launch_alignment import (divided_stride, first_axis_cont
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
+from transpile.cst_utils import broadcast_axis
+from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.source import SourceFile
 
@@ -186,14 +188,18 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             site = plan.dots[chain.call]
             wanted = [s.value for s in (site.scaled[0], site.scaled[2]) if not (  # type: ignore[index]
                 isinstance(s, cst.Name) and s.value == "None") and s is not None]
+            loads = {load.name: load for load in scaled.loads}
+            # (a scale's mask that varies along K, `rs[None, :] < ...`, makes a copy of a byte a lane, which no
+            # direct-to-LDS copy takes)
             missing = [n for n in wanted if n not in chain.scales] + [
-                n for n in wanted if isinstance(n, str) and n in chain.scales and not copies_16_bytes(
-                    next(load for load in scaled.loads if load.name == n))]
+                n for n in wanted if n in chain.scales and (not copies_16_bytes(loads[n]) or (
+                    loads[n].mask is not None and any(isinstance(node, cst.Subscript) and broadcast_axis(node) == 1
+                                                      for node in preorder(loads[n].mask))))]
             if any(not isinstance(s, cst.Name) for s in (site.scaled[0], site.scaled[2]) if s is not None):
                 why = "a scale is an expression, not a tile loaded in the loop"
             elif missing:
                 why = (f"the scale tile `{missing[0]}` is not a tile load whose rows a launch proves aligned "
-                       "(from a pointer parameter, by addresses bound once)")
+                       "(from a pointer parameter, by addresses bound once, unmasked along K)")
             else:
                 loop_plan = scaled
         if why:

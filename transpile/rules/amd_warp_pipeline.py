@@ -130,6 +130,8 @@ class AMDWarpPipeline(Rule):
         registers = _register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
+        # ... and launches the scaled MMA does not take (a format, a K block, scale rows it cannot copy)
+        ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *_scaled_tests(ctx, stage_plan))))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
             # Direct-to-LDS copies of pointer tiles compile only where the launch proves 16-byte aligned rows, and
             # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
@@ -674,6 +676,46 @@ ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
 # 256x256x128) both compiles spill, the variant about as much (150 / 128). A loop of one plain accumulator is not
 # tested: every GEMM fixture at 256x256x32 spills no more than its source (bench/RESULTS.md).
 REGISTER_LIMIT = {"gfx950": 192, "gfx942": 192, "gfx1250": 300}
+
+
+# The shallowest K block (in values) a scaled MMA takes, by its tiles: (both sides at least 32, either under 32).
+# gfx950's scaled MFMAs are 32x32x64 and 16x16x128 (the layout takes 16x16 for tiles narrower than 32): a shallower
+# block did not compile; gfx1250's 16x16x128 WMMA compiled from a K block of 64.
+SCALED_MIN_K = {"gfx950": (64, 128), "gfx1250": (64, 64)}
+SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
+
+
+def _scaled_tests(ctx: RuleContext, sp: StagePlan) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
+    """Launch tests under which a scaled-dot loop runs the source kernel: a format the scaled MMA does not take (a
+    constexpr format, "bf16" on one launch and "e2m1" on another), a K block shallower than its instruction, scale
+    rows of fewer than 4 bytes (no direct-to-LDS copy that narrow). Tests of names that are not constexpr parameters
+    are left out."""
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    tests: list[tuple[str, tuple[tuple[str, str | None], ...]]] = []
+
+    def add(test: str) -> None:
+        names = sorted(names_in(cst.parse_expression(test)))
+        if names and all(name in constexprs for name in names):
+            tests.append((test, tuple((name, constexprs[name]) for name in names)))
+
+    for chain in sp.loop.chains:
+        site = ctx.plan.dots[chain.call]
+        if site.scaled is None:
+            continue
+        for fmt in (site.scaled[1], site.scaled[3]):
+            if isinstance(fmt, cst.Name):
+                add(f"{fmt.value} not in {SCALED_FORMATS}")
+        m, n = site.shape
+        scale = site.scale_shapes[0] or site.scale_shapes[1]
+        low, narrow = SCALED_MIN_K.get(ctx.target.name, (64, 128))
+        if m is not None and n is not None and scale and scale[-1] is not None:
+            k = f"({scale[-1]}) * 32"
+            add(f"{k} < {low} or ({k} < {narrow} and (({m}) < 32 or ({n}) < 32))" if narrow > low else f"{k} < {low}")
+        for name in chain.scales:
+            if name:
+                ring = next(r for load, r in zip(sp.loop.loads, sp.rings) if load.name == name)
+                add(f"({ring.shape[-1]}) < 4")
+    return tests
 
 
 def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
