@@ -53,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite fixtures/expected/<target>/*.py from the current translator instead of comparing with them",
     )
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only every N-th collected test from the I-th on (0 <= I < N): N runs, one per core, run them all",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -66,6 +72,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--update-goldens"):
         # Write the goldens before anything reads them.
         items.sort(key=lambda item: item.path.name != "test_snapshots.py")
+    shard = config.getoption("--shard")
+    if shard:
+        # Every N-th test, so that each shard gets its share of every slow parametrization (they sit together).
+        index, _, count = shard.partition("/")
+        if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+            raise pytest.UsageError(f"--shard takes I/N with 0 <= I < N, not {shard!r}")
+        kept = items[int(index)::int(count)]
+        chosen = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+        items[:] = kept
 
 
 # --------------------------------------------------------------------------------------------------------------------
