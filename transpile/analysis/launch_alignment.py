@@ -18,6 +18,8 @@ helper addresses memory with. Ints among them must be multiples of 16, tensors 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from transpile import cst_walk
@@ -405,20 +407,8 @@ def first_axis_contiguous(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     """Whether a 2-D tile of pointers steps by one element along its first axis (`base + offs_d[:, None] +
     offs_n[None, :] * stride`: a column-major tile, K^T loaded as [HEAD_DIM, BLOCK_N]): its 16-byte vectors would run
     down the columns, which the copy layouts (16 bytes along the last axis) do not take."""
-    definitions = _single_definitions(fn)
-
-    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
-        for term in sum_terms(node):
-            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
-                if walk(definitions[term.value], seen | {term.value}):
-                    return True
-                continue
-            factors = product_factors(term)
-            if len(factors) == 1 and broadcast_axis(factors[0]) == 0:
-                return True
-        return False
-
-    return walk(tile, frozenset())
+    return _some_term(tile, _single_definitions(fn),
+                      lambda factors: len(factors) == 1 and broadcast_axis(factors[0]) == 0)
 
 
 def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
@@ -440,16 +430,19 @@ def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
         return any(divided(definitions[name], seen | {name})
                    for name in sorted(names_in(node) & set(definitions) - seen - params))
 
-    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
-        for term in sum_terms(node):
-            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
-                if walk(definitions[term.value], seen | {term.value}):
-                    return True
-                continue
-            factors = product_factors(term)
-            if any(broadcast_axis(f) is not None for f in factors) and any(
-                    divided(f) for f in factors if broadcast_axis(f) is None):
-                return True
-        return False
+    return _some_term(tile, definitions, lambda factors: any(broadcast_axis(f) is not None for f in factors) and any(
+        divided(f) for f in factors if broadcast_axis(f) is None))
 
-    return walk(tile, frozenset())
+
+def _some_term(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression],
+               test: Callable[[list[cst.BaseExpression]], bool], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether `test` holds on the factors of some term of the sum `node`, through the names it adds
+    (`a_ptrs = a_ptr + offs`: the terms of `offs`'s definition)."""
+    for term in sum_terms(node):
+        if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+            if _some_term(definitions[term.value], definitions, test, seen | {term.value}):
+                return True
+            continue
+        if test(product_factors(term)):
+            return True
+    return False

@@ -130,7 +130,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     descriptor tiles' (gfx1250)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
-                          several_dots=True, computed_operands=True)
+                          several_dots=True, computed_operands=True, scale_rings=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
@@ -167,44 +167,38 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         # (gfx942; gfx1250 where a loop mixes pointer and descriptor tiles): 16-byte buffer loads into registers, as
         # Triton's own AMD backend does, under the same launch checks as the direct-to-LDS copies.
         engine = "buffer_loads"
-    scaled_dots = [chain for chain in loop_plan.chains if plan.dots[chain.call].scaled is not None]
-    if scaled_dots:
-        # `tl.dot_scaled`'s scale tiles are copied direct to LDS beside the operands and read in the layout the
-        # scaled MFMA reads them in. Loaded in the `mma` stage instead and converted there, they made the hot loop
-        # 2.7-3.1x heavier than Triton's own (aiter's fp8 GEMM, bench/RESULTS.md): such a loop is not pipelined.
-        scaled = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
-                           several_dots=True, computed_operands=True, scale_rings=True)
+    # `tl.dot_scaled`'s scale tiles are copied direct to LDS beside the operands (rings of their own, as the engine
+    # checks above took them) and read in the layout the scaled MMA reads them in. Loaded in the `mma` stage instead
+    # and converted there, they made the hot loop 2.7-3.1x heavier than Triton's own (aiter's fp8 GEMM,
+    # bench/RESULTS.md): such a loop is not pipelined.
+    for chain in loop_plan.chains:
+        site = plan.dots[chain.call]
+        if site.scaled is None:
+            continue
+        scales = [(scale, name) for scale, name in zip((site.scaled[0], site.scaled[2]), chain.scales)
+                  if scale is not None and not (isinstance(scale, cst.Name) and scale.value == "None")]
+        loads = {load.name: load for load in loop_plan.loads}
+        stuck = next((load.name for load in loop_plan.loads if load.kind == "pointer" and not copies_16_bytes(load)),
+                     None) if engine != "async_copy" else None
+        # (a scale's mask that varies along K, `rs[None, :] < ...`, makes a copy of a byte a lane, which no
+        # direct-to-LDS copy takes)
+        stuck = stuck or next((name for _, name in scales if name and loads[name].mask is not None and any(
+            isinstance(node, cst.Subscript) and broadcast_axis(node) == 1 for node in preorder(loads[name].mask))),
+            None)
         why = ""
-        if engine != "async_copy" or loop_plan.attention:
-            stuck = next((load.name for load in loop_plan.loads if load.kind == "pointer" and not copies_16_bytes(load)),
-                         None)
-            why = (f"the tile `{stuck}` cannot be copied direct to LDS 16 bytes a lane: its addresses are loaded, it "
-                   "is column-major, or its rows are a run-time integer divided apart, `K // 2`" if stuck else
-                   "the loop's tiles are not copied direct to LDS")
-        elif not isinstance(scaled, LoopPlan):
-            why = scaled.reason if isinstance(scaled, LoopRefusal) else "no plan"
-        else:
-            chain = next(c for c in scaled.chains if c.index == scaled_dots[0].index)
-            site = plan.dots[chain.call]
-            wanted = [s.value for s in (site.scaled[0], site.scaled[2]) if not (  # type: ignore[index]
-                isinstance(s, cst.Name) and s.value == "None") and s is not None]
-            loads = {load.name: load for load in scaled.loads}
-            # (a scale's mask that varies along K, `rs[None, :] < ...`, makes a copy of a byte a lane, which no
-            # direct-to-LDS copy takes)
-            missing = [n for n in wanted if n not in chain.scales] + [
-                n for n in wanted if n in chain.scales and (not copies_16_bytes(loads[n]) or (
-                    loads[n].mask is not None and any(isinstance(node, cst.Subscript) and broadcast_axis(node) == 1
-                                                      for node in preorder(loads[n].mask))))]
-            if any(not isinstance(s, cst.Name) for s in (site.scaled[0], site.scaled[2]) if s is not None):
-                why = "a scale is an expression, not a tile loaded in the loop"
-            elif missing:
-                why = (f"the scale tile `{missing[0]}` is not a tile load whose rows a launch proves aligned "
-                       "(from a pointer parameter, by addresses bound once, unmasked along K)")
-            else:
-                loop_plan = scaled
+        if stuck:
+            why = (f"the tile `{stuck}` cannot be copied direct to LDS 16 bytes a lane (a launch proves that of a tile "
+                   "addressed from a pointer parameter by addresses bound once, contiguous along its last axis, its "
+                   "rows not a run-time integer divided apart, `K // 2`, and a scale unmasked along K)")
+        elif engine != "async_copy" or loop_plan.attention:
+            why = "the loop's tiles are not copied direct to LDS"
+        elif any(not isinstance(scale, cst.Name) for scale, _ in scales):
+            why = "a scale is an expression, not a tile loaded in the loop"
+        elif any(not name for _, name in scales):
+            why = (f"the scale `{next(s.value for s, n in scales if not n)}` is not a tile loaded in the loop into a "
+                   "name the dot alone reads")
         if why:
-            dot = scaled_dots[0].call
-            return StageRefusal(dot, f"the scales of this `tl.dot_scaled` would be loaded in the `mma` stage and "
+            return StageRefusal(chain.call, f"the scales of this `tl.dot_scaled` would be loaded in the `mma` stage and "
                                 f"converted to the scaled MFMA's layout there ({why}): that form measured 2.7-3.1x "
                                 "Triton's own non-MFMA instructions per MFMA (bench/RESULTS.md)")
     if loop_plan.attention and not loop_plan.loads[0].transposed:

@@ -151,17 +151,14 @@ class _Canonical(cst.CSTTransformer):
                         return updated_node.with_changes(value=folded)
         return updated_node
 
-    def _is_dot(self, node: cst.BaseExpression) -> bool:
+    def _is_dot(self, node: cst.BaseExpression, name: str = "dot") -> bool:
+        """`node` calls `tl.<name>` (`tl.dot`, or `tl.dot_scaled`)."""
         return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
-            "dot", "core.dot")
-
-    def _is_dot_scaled(self, node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
-            "dot_scaled", "core.dot_scaled")
+            name, f"core.{name}")
 
     def _fold(self, original: cst.BaseExpression, value: cst.BaseExpression, acc: str) -> cst.Call | None:
         """`tl.dot(a, b[, kw=...])` with `acc` passed as its accumulator, or None when it must stay apart."""
-        if self._is_dot_scaled(original) and isinstance(value, cst.Call) and not value.lpar:
+        if self._is_dot(original, "dot_scaled") and isinstance(value, cst.Call) and not value.lpar:
             # `tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format)`: fp32 products, folded into
             # an fp32 accumulator as its seventh argument
             positional = [a for a in value.args if a.keyword is None]

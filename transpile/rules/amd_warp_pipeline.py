@@ -32,6 +32,7 @@ from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjun
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Example, Rule, RuleContext, source_when_holds
+from transpile.rules.dot import SCALED_FORMATS
 from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
                                            mask_index, next_names, rename, statements)
 from transpile.source import SourceFile
@@ -682,7 +683,6 @@ REGISTER_LIMIT = {"gfx950": 192, "gfx942": 192, "gfx1250": 300}
 # gfx950's scaled MFMAs are 32x32x64 and 16x16x128 (the layout takes 16x16 for tiles narrower than 32): a shallower
 # block did not compile; gfx1250's 16x16x128 WMMA compiled from a K block of 64.
 SCALED_MIN_K = {"gfx950": (64, 128), "gfx1250": (64, 64)}
-SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
 
 
 def _scaled_tests(ctx: RuleContext, sp: StagePlan) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
@@ -690,13 +690,12 @@ def _scaled_tests(ctx: RuleContext, sp: StagePlan) -> list[tuple[str, tuple[tupl
     constexpr format, "bf16" on one launch and "e2m1" on another), a K block shallower than its instruction, scale
     rows of fewer than 4 bytes (no direct-to-LDS copy that narrow). Tests of names that are not constexpr parameters
     are left out."""
-    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
     tests: list[tuple[str, tuple[tuple[str, str | None], ...]]] = []
 
     def add(test: str) -> None:
-        names = sorted(names_in(cst.parse_expression(test)))
-        if names and all(name in constexprs for name in names):
-            tests.append((test, tuple((name, constexprs[name]) for name in names)))
+        found = _launch_test(ctx, test)
+        if found is not None:
+            tests.append(found)
 
     for chain in sp.loop.chains:
         site = ctx.plan.dots[chain.call]
@@ -735,10 +734,15 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
     for load, ring in zip(sp.loop.loads, sp.rings):
         if sp.loop.use_of(load.name)[1] < 2:  # (a scaled dot's scales are a few bytes a row)
             terms.append(f"({') * ('.join(ring.shape)}) * {1 if scaled else 2}")
+    return _launch_test(ctx, f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
+
+
+def _launch_test(ctx: RuleContext, test: str) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """`test` as a test of `RuleContext.launch_source_when`: with the constexpr parameters it reads and their
+    defaults; None where it reads no name or one that is not a constexpr parameter (no launch can be tested)."""
     constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
-    test = f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}"
     names = sorted(names_in(cst.parse_expression(test)))
-    if any(name not in constexprs for name in names):
+    if not names or any(name not in constexprs for name in names):
         return None
     return test, tuple((name, constexprs[name]) for name in names)
 
@@ -858,10 +862,7 @@ def _untransposed(statement: cst.BaseStatement, names: set[str]) -> cst.BaseStat
 
 
 def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
-    """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``; a
-    scaled dot's (``_dot_scaled``, whose accumulator the source does not type) as it is."""
-    dot = next((c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot"), None)
-    if dot is None:
-        return statement
+    """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``."""
+    dot = next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
     folded = cst.parse_statement(f"{acc} = _dot_acc({code(dot.args[0].value)}, {code(dot.args[1].value)}, {acc})")
     return folded.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]
