@@ -15,6 +15,7 @@ import pytest
 from conftest import EXPECTED_DIR
 from transpile.engine import translate_source
 from transpile.targets import get_target
+from transpile.verify import verify
 
 SOURCE = (EXPECTED_DIR.parent / "suite_desc_linear.py").read_text(encoding="utf-8")
 VALUES = {"x_ptr": "*fp16", "w_ptr": "*fp16", "y_ptr": "*fp16"}
@@ -114,8 +115,8 @@ def test_a_kernel_variable_named_like_a_layout_constant_is_not_taken_by_one():
 
 
 @pytest.mark.parametrize("body, why", [
-    ("    m, i = tl.max(x, axis=0, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
-     "return_indices=True"),
+    ("    m, i = tl.max(x, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
+     "over the whole tensor (no axis)"),
     ("    tl.store(y_ptr + offs, tl.reshape(x, (BLOCK,), can_reorder=True), mask=mask)", "can_reorder=True"),
     # the method form too (it compiled to a Gluon reshape with `can_reorder`, which Gluon rejects; public code)
     ("    tl.store(y_ptr + offs, x.reshape(BLOCK, can_reorder=True), mask=mask)", "can_reorder=True"),
@@ -126,6 +127,23 @@ def test_calls_whose_gluon_form_differs_are_refused(body: str, why: str):
     assert not result.functions[0].translated
     assert any(d.code == "TT011" and why in d.message for d in result.diagnostics), [d.message for d in
                                                                                     result.diagnostics]
+
+
+def test_max_and_min_with_indices_are_translated(monkeypatch, tmp_path):
+    """`tl.max(x, axis, return_indices=True)` (a router's top-1 expert, an argmax with its value): Gluon's `max` returns
+    no indices, so the values and indices are reduced together (`_max_with_indices`, Triton's own combine: the first
+    index on ties unless `return_indices_tie_break_left=False`). Refused before (TT011: 29 public functions)."""
+    body = ("    m, i = tl.max(x, 0, return_indices=True)\n"
+            "    lo, j = tl.min(x, axis=0, return_indices_tie_break_left=False, return_indices=True)\n"
+            "    tl.store(y_ptr + offs, x + m + lo + (i + j).to(tl.float32), mask=mask)")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(_elementwise(body), str(tmp_path / "k.py"), get_target(target))
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "m, i = _max_with_indices(x, 0)" in result.text
+        assert "lo, j = _min_with_indices(x, 0, tie_break_left=False)" in result.text
+        compiled = verify(result, {"x_ptr": "*bf16", "y_ptr": "*fp32", "BLOCK": 256})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
 def test_a_scalar_atomic_operand_is_broadcast_to_the_pointers():

@@ -36,7 +36,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "(`[tool.triton_transpile]`): it is not read"),
     "TT010": (Severity.REFUSAL, "unsupported construct in a kernel"),
     "TT011": (Severity.REFUSAL, "triton.language function with no Gluon translation"),
-    "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds"),
+    "TT012": (Severity.REFUSAL, "helper called with inconsistent argument kinds, where a copy per kind would not "
+              "translate"),
     "TT040": (Severity.NOTE, "main loop not pipelined (the reason follows); the loop is translated as it is"),
     "TT041": (Severity.NOTE, "kernel kept as Triton in the variant (the reason follows): a dot loop no pipeline rule "
                              "pipelines on the target, a refusal, or a kept caller/helper"),

@@ -579,6 +579,11 @@ def _vector_inputs(s, device, gen):
     return (_randn(gen, s["n"], dtype=torch.float32, device=device),)
 
 
+def _ref_top1_route(logits):
+    prob, expert = torch.softmax(logits.float(), dim=1).max(dim=1)
+    return expert.to(torch.int32), prob
+
+
 def _ref_column_sum(x):
     return x.double().sum(dim=0)
 
@@ -1311,6 +1316,21 @@ SUITE_CASES: list[Case] = [
     Case(name="suite_atomic_colsum", fixture="suite_atomic_colsum", wrapper="column_sum",
          make_inputs=_rows_inputs(torch.float16), reference=_ref_column_sum, shape=dict(M=3001, N=1100),
          small_shape=dict(M=150, N=300), atol=1e-3, rtol=1e-4),
+    # The hash has no torch twin: the variant is compared with the original only, bit for bit.
+    Case(name="suite_seeded_hash", fixture="suite_seeded_hash", wrapper="seeded_hash", make_inputs=_vector_inputs,
+         reference=None, shape=dict(n=1_000_003), small_shape=dict(n=5_000), options=dict(seed=0x1234_5678_9ABC),
+         atol=0.0, rtol=0.0),
+    # (16 chunks a row: the chunk count is an address stride the aligned launch needs to be a multiple of 16)
+    Case(name="suite_top1_router", fixture="suite_top1_router", wrapper="top1_route",
+         make_inputs=_rows_inputs(torch.float32), reference=_ref_top1_route, shape=dict(M=3001, N=60),
+         small_shape=dict(M=70, N=60), atol=1e-5, rtol=1e-4),
+    Case(name="suite_welford_rows", fixture="suite_welford_rows", wrapper="welford_rows",
+         make_inputs=_rows_inputs(torch.float32), reference=lambda x: (x.float().mean(dim=1),
+                                                                      x.float().var(dim=1, unbiased=False)),
+         shape=dict(M=1001, N=3000), small_shape=dict(M=9, N=1500), atol=1e-3, rtol=1e-3),
+    Case(name="suite_chunk_totals", fixture="suite_chunk_totals", wrapper="chunked_cumsum",
+         make_inputs=_rows_inputs(torch.float32), reference=lambda x: torch.cumsum(x, dim=1),
+         shape=dict(M=129, N=16 * 1024 - 5), small_shape=dict(M=5, N=2500), atol=1e-2, rtol=1e-3),
 ]
 CASES += SUITE_CASES
 
@@ -1350,6 +1370,10 @@ MEMORY_BENCH: dict[str, Shape] = {
     "suite_layernorm_bwd": _ROWS,
     "suite_dropout-p0.3": dict(n=1 << 25),
     "suite_atomic_colsum": _ROWS,
+    "suite_chunk_totals": dict(M=2048, N=16 * 1024),
+    "suite_seeded_hash": dict(n=1 << 25),
+    "suite_top1_router": dict(M=1 << 20, N=64),
+    "suite_welford_rows": _ROWS,
 }
 CASES = [replace(c, bench_shape=MEMORY_BENCH[c.name]) if c.name in MEMORY_BENCH else c for c in CASES]
 

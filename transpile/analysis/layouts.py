@@ -50,6 +50,10 @@ class Term:
     origins: set[str] = field(default_factory=set)  # what put tensors in this class (for helpers' params)
     names: list[str] = field(default_factory=list)  # variable names bound to this class, for readable layout names
     reduced: set[int] = field(default_factory=set)  # axes a reduction of this class runs along
+    # Reduced along its last axis only once, after a loop that accumulates it elementwise (a row sum of squares, a
+    # Welford reduction): Triton's own warp arrangement (warps along the last axis first) serves that loop best
+    accumulated_rows: bool = False
+    fresh_rows: bool = False  # ... and along its last axis where it is not so accumulated (a softmax row's max)
     # A blocked layout and nothing else: a scan's operand (Triton lowers scans of blocked layouts only, "unsupported
     # scan layout" for a slice of one or an MMA layout)
     plain: bool = False
@@ -202,6 +206,10 @@ class LayoutPlan:
     transposes: set[cst.CSTNode] = field(default_factory=set)  # `x.T` and `x.trans()` on tensors
     # `x.argmax(1)` and other tensor methods whose Triton body Gluon cannot compile: the rule calls the function form.
     method_calls: dict[cst.Call, str] = field(default_factory=dict)
+    # Calls of jit helpers: the helper and the kinds of its arguments (`scalar`, `tensor(rank 2)`, ...), and for a
+    # helper the kinds it was analysed with (its first call's): `transpile.passes.specialise` copies a helper per kind
+    helper_calls: dict[cst.Call, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    kinds: tuple[str, ...] | None = None
     # Implicit broadcasts made explicit: the node (of rank `own`) gets `added` leading new axes (`x` -> `x[None, :]`),
     # the expansion Gluon needs where plain Triton broadcasts a lower-rank tensor against a higher-rank one like numpy.
     expansions: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)  # node -> (added, own)
@@ -317,6 +325,8 @@ class LayoutAnalysis:
         if fn.name in self.plans:
             return self.plans[fn.name]
         plan = LayoutPlan(fn)
+        if arg_kinds is not None:
+            plan.kinds = tuple(_kind(k) for k in arg_kinds)
         self.plans[fn.name] = plan
         walker = _FunctionWalker(self, plan, arg_kinds)
         for _ in range(2):  # a second walk settles kinds of names that a later statement makes tensors
@@ -776,11 +786,16 @@ class _FunctionWalker:
         if isinstance(base, Tup):
             return SCALAR if len(indices) != 1 else _tuple_item(base, node, self.source)
         if not isinstance(base, Tensor):
+            if indices and all(i is None for i in indices) and isinstance(base, Scalar):
+                # `s[None]` of a 0-d tensor (a reduction to a scalar, a program id): Triton's expansion gives a
+                # tensor of ones; Gluon cannot expand a value without a layout, so it is filled in at the layout
+                # (rules.layouts.ScalarExpansions)
+                shape = ["1"] * len(indices)
+                return Tensor(self.created(node, rank=len(indices), shape=shape), None, shape=tuple(shape))
             if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices):
                 written = " ".join(self.source.code(node).split())  # (one line: diagnostics become comments)
-                self.refuse(node, "TT010", f"`{written}` expands a value that is a 0-d tensor in "
-                            "Triton (a reduction to a scalar, a program id) but a scalar in Gluon, which cannot be "
-                            "expanded: build the vector with `tl.full([1], value, dtype)` instead")
+                self.refuse(node, "TT010", f"`{written}` expands a 0-d value along an axis it does not have "
+                            "(`:`): write `value[None]` (a tensor of one element) or `tl.full([1], value, dtype)`")
             return SCALAR
         if any(i in ("index", "slice") for i in indices):
             self.refuse(node, "TT010", "indexing or slicing a tensor is not supported; only `[:, None]`-style "
@@ -1138,6 +1153,14 @@ class _FunctionWalker:
         if isinstance(shape_node, (cst.List, cst.Tuple)):
             dims = [self.shape_text(e.value) for e in shape_node.elements]
             return Tensor(self.created(node, rank=len(dims), shape=dims), elem, shape=tuple(dims))
+        like_node = _shape_of(shape_node)
+        if like_node is not None:
+            # `tl.full(x.shape, ...)` (`x.type.get_block_shapes()`): the shape of a tensor the analysis knows the rank
+            # of (Gluon reads it as Triton does; only the layout is added)
+            like = self.eval(like_node)
+            if isinstance(like, Tensor) and like.rank is not None:
+                dims = list(like.shape) if like.shape is not None else [None] * like.rank
+                return Tensor(self.created(node, rank=like.rank, shape=dims), elem, shape=tuple(dims))
         self.refuse(node, "TT010", f"`tl.{name}` needs a literal shape list (e.g. `[BLOCK_M, BLOCK_N]`) so that its "
                     "layout can be chosen")
         return Tensor(self.created(node, rank=None, shape=None))
@@ -1175,11 +1198,40 @@ class _FunctionWalker:
         index = _KEEP_DIMS_INDEX.get(reducer, 99) - (1 if input_node is not None and input_node is not
                                                         self.arg(node, 0, "input") else 0)  # methods: no input arg
         keep_dims = self.arg(node, index, "keep_dims")
+        if isinstance(value, Tup) and reducer == "reduce" and isinstance(input_node, (cst.Tuple, cst.List)) \
+                and len(input_node.elements) == len(value.items) and value.items \
+                and all(isinstance(v, Tensor) for v in value.items):
+            # `tl.reduce((a, b, c), axis, combine_fn)` (a Welford reduction): the operands in one layout, reduced
+            # together; a tuple of results in one layout
+            items = value.items
+            first = items[0]
+            for item, element in zip(items[1:], input_node.elements[1:]):
+                self.unify_or_convert(first.term, element.value, item.term)  # type: ignore[union-attr]
+            if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
+                return Tup(tuple(SCALAR for _ in input_node.elements))
+            keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
+            result = self.reduction_result(node, first, axis_node, keeps, keep_dims, reducer, input_node)
+            if not isinstance(result, Tensor):
+                return Tup(tuple(SCALAR for _ in input_node.elements))
+            return Tup(tuple(Tensor(result.term, item.elem, result.shape) for item in items))  # type: ignore[union-attr]
         if not isinstance(value, Tensor):
             return SCALAR
         if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
             return SCALAR
         keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
+        indices = self.arg(node, 2, "return_indices") if reducer in ("max", "min") and index == 4 else None
+        if indices is not None and self.source.code(indices).strip() != "False":
+            # `tl.max(x, axis, return_indices=True)`: the values and their int32 indices, reduced alike
+            result = self.reduction_result(node, value, axis_node, keeps, keep_dims, reducer, input_node)
+            if isinstance(result, Tensor):
+                return Tup((result, Tensor(result.term, "gl.int32", result.shape)))
+            return Tup((result, SCALAR))
+        return self.reduction_result(node, value, axis_node, keeps, keep_dims, reducer, input_node)
+
+    def reduction_result(self, node: cst.Call, value: Value, axis_node: cst.BaseExpression | None, keeps: bool,
+                         keep_dims: cst.BaseExpression | None, reducer: str, input_node: cst.BaseExpression | None
+                         ) -> Value:
+        """The result of the reduction `node` of `value` along `axis_node`."""
         try:
             axis = int(self.source.code(axis_node).strip())
         except ValueError:
@@ -1193,6 +1245,11 @@ class _FunctionWalker:
             # (`_blocked_layout(..., reduced=)`), which saves shuffles and a shared-memory round trip each time. Once,
             # after a loop that accumulates the tile, that layout only narrows the loads (0.40-0.68x, bench/RESULTS.md: sm90: kernels without a dot loop).
             value.term.find().reduced.add(axis)
+            if axis == rank - 1 and rank > 1:
+                if self.accumulated(input_node):
+                    value.term.find().accumulated_rows = True
+                else:
+                    value.term.find().fresh_rows = True
         if keeps:
             # Gluon reduces into the slice layout and expands it back: the result is in the input's layout.
             if rank == 1:
@@ -1429,6 +1486,7 @@ class _FunctionWalker:
         for param in callee.params[len(positional):]:
             kinds.append(self.eval(keywords[param.name]) if param.name in keywords else SCALAR)
         kinds_t = tuple(kinds)
+        self.plan.helper_calls[node] = (name, tuple(_kind(k) for k in kinds_t))
         previous = self.analysis.helper_kinds.get(name)
         if previous is None:
             self.analysis.helper_kinds[name] = kinds_t
@@ -1596,6 +1654,17 @@ def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = ()) 
     return tensor
 
 
+def _shape_of(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`x` of a shape written `x.shape` or `x.type.get_block_shapes()`, else None."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "shape":
+        return node.value
+    if isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute) \
+            and node.func.attr.value == "get_block_shapes" and isinstance(node.func.value, cst.Attribute) \
+            and node.func.value.attr.value == "type":
+        return node.func.value.value
+    return None
+
+
 def _kind(value: Value) -> str:
     if isinstance(value, Tensor):
         return f"tensor(rank {value.rank})"
@@ -1651,6 +1720,8 @@ def _unify(a: Term, b: Term) -> bool:
     ra.shape = _join_shapes(ra.shape, rb.shape)
     ra.origins |= rb.origins
     ra.reduced |= rb.reduced
+    ra.accumulated_rows |= rb.accumulated_rows
+    ra.fresh_rows |= rb.fresh_rows
     ra.plain = ra.plain or rb.plain
     ra.whole_last = ra.whole_last or rb.whole_last
     if ra.operand is None or ra.operand[3] is None:  # (keep the one that knows its MMA layout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import language
+from transpile.cst_utils import call_arguments
 from transpile.rules.base import Example, Rule, RuleContext, expr
 
 class JitDecorator(Rule):
@@ -101,11 +102,15 @@ class LanguageNames(Rule):
         lang = ctx.language(original.func)
         short = (lang or "").rsplit(".", 1)[-1]
         keywords = {a.keyword.value: a for a in updated.args if a.keyword is not None}
-        if short in ("max", "min") and "return_indices" in keywords and \
-                cst.Module([]).code_for_node(keywords["return_indices"].value).strip() != "False":
-            ctx.refuse(original, "TT011", f"`tl.{short}(..., return_indices=True)` is not translated (Gluon's "
-                       f"`{short}` returns no indices): use `tl.arg{short}` for the index")
-            return updated
+        if short in ("max", "min"):
+            indexed = _with_indices(updated, short)
+            if indexed == "no axis":
+                ctx.refuse(original, "TT011", f"`tl.{short}(..., return_indices=True)` over the whole tensor (no "
+                           "axis) is not translated: reduce along an axis, or flatten it first")
+                return updated
+            if isinstance(indexed, cst.Call):
+                ctx.need(f"{short}_with_indices")
+                return indexed
         if short.startswith("atomic_") and short not in ("atomic_cas",):
             # `tl.atomic_add(ptrs, 1, mask=m)`: a scalar value broadcast to the pointers (Triton 3.6's Gluon does not)
             positional = [a for a in updated.args if a.keyword is None]
@@ -186,3 +191,25 @@ def _scalar_literal(node: cst.BaseExpression) -> bool:
     while isinstance(node, cst.UnaryOperation):
         node = node.expression
     return isinstance(node, (cst.Integer, cst.Float))
+
+
+#: `tl.max`/`tl.min`'s parameters, in order.
+_MAX_PARAMS = ("input", "axis", "return_indices", "return_indices_tie_break_left", "keep_dims")
+
+
+def _with_indices(call: cst.Call, short: str) -> cst.Call | str | None:
+    """`tl.max(x, axis, return_indices=True, ...)` (or `tl.min`) as `_max_with_indices(x, axis, tie_break_left=...,
+    keep_dims=...)`, which returns the values and their indices as Triton's does (Gluon's `max` returns no indices);
+    None where the call does not ask for indices, "no axis" where it reduces the whole tensor."""
+    bound = {param: arg for param, arg in call_arguments(call, _MAX_PARAMS) if param is not None}
+    flag = bound.get("return_indices")
+    if flag is None or cst.Module([]).code_for_node(flag.value).strip() == "False":
+        return None
+    if "axis" not in bound or cst.Module([]).code_for_node(bound["axis"].value).strip() == "None":
+        return "no axis"
+    args = [cst.Arg(bound[p].value) for p in ("input", "axis") if p in bound]
+    for param, keyword in (("return_indices_tie_break_left", "tie_break_left"), ("keep_dims", "keep_dims")):
+        if param in bound:
+            args.append(cst.Arg(bound[param].value, keyword=cst.Name(keyword), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    return cst.Call(cst.Name(f"_{short}_with_indices"), args)

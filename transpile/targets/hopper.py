@@ -238,6 +238,7 @@ SM90 = Target(
         "blocked_layout": s.BLOCKED_LAYOUT.format(warp_size=32),
         "acc_dtype": s.ACC_DTYPE,
         "cta_barrier": s.CTA_BARRIER,
+        "expand_scalar": s.EXPAND_SCALAR,
         "mma_layout": WGMMA_LAYOUT,
         "mma_k_width": WGMMA_SMEM,
         "dot": WGMMA_DOT,

@@ -6,13 +6,13 @@ Each is small, documented and self-contained: a variant imports only triton (and
 
 BLOCKED_LAYOUT = '''
 @gluon.constexpr_function
-def _blocked_layout(shape, num_warps, reduced=()):
+def _blocked_layout(shape, num_warps, reduced=(), warps_last=False):
     """Blocked layout for a tile of `shape` (0: size unknown here). Each thread holds a vector of up to 4
     elements of the contiguous last dimension, no more than its share of the tile (a small tile is spread over all
     the threads instead of being replicated); the {warp_size} lanes of a warp cover the last dimension first; warps
-    split the first dimensions. Loads and stores of row-major tiles coalesce. `reduced`: axes other than the last
-    that the tile is reduced along (a column reduction); lanes and warps then go to the other axes first, so that
-    each thread reduces whole columns itself."""
+    split the first dimensions (with `warps_last`, the last one first, as Triton arranges them). Loads and stores of
+    row-major tiles coalesce. `reduced`: axes other than the last that the tile is reduced along (a column
+    reduction); lanes and warps then go to the other axes first, so that each thread reduces whole columns itself."""
     rank = len(shape)
     size = [s if s else {warp_size} * 4 * num_warps for s in shape]
     elements = 1
@@ -28,7 +28,8 @@ def _blocked_layout(shape, num_warps, reduced=()):
     threads_per_warp[0] *= lanes
     warps_per_cta = [1] * rank
     warps = num_warps
-    for dim in [d for d in range(rank) if d not in reduced] + [d for d in range(rank) if d in reduced]:
+    order = list(reversed(range(rank))) if warps_last else list(range(rank))
+    for dim in [d for d in order if d not in reduced] + [d for d in order if d in reduced]:
         warps_per_cta[dim] = min(warps, max(1, size[dim] // (size_per_thread[dim] * threads_per_warp[dim])))
         warps //= warps_per_cta[dim]
     warps_per_cta[0] *= warps
@@ -51,6 +52,14 @@ def _dot_acc(a, b, acc):
         return _dot(a, b, acc)
     else:
         return acc + _dot(a, b, gl.zeros(acc.shape, _acc_dtype(a.dtype), layout=acc.type.layout))
+'''
+
+EXPAND_SCALAR = '''
+@gluon.jit
+def _expand_scalar(value, shape: gl.constexpr, layout: gl.constexpr):
+    """`value[None]` (`value[None, None]`, ...) of a 0-d tensor: Triton expands it to a tensor of `shape` (ones);
+    Gluon cannot expand a value that has no layout, so the tensor is filled with it in `layout`."""
+    return gl.full(shape, value, value.dtype, layout)
 '''
 
 CTA_BARRIER = '''
