@@ -29,12 +29,15 @@ JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
 
 
 def _kept_category(reason: str) -> str:
-    """Why a function is kept as Triton, in three words: refused (a construct the tool cannot translate), dot loop
-    (a loop Triton's own compiler pipelines better than any variant would), call graph (a caller or callee is kept)."""
+    """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate), dot loop
+    (a loop Triton's own compiler pipelines better than any variant would), call graph (a caller or callee is kept),
+    library helper (a helper other modules import, not called here)."""
     if reason.startswith("it is not translated") or "without defining it" in reason or "never defines" in reason:
         return "refused"
     if reason.startswith(("it is called by", "it calls the helper")):
         return "call graph"
+    if reason.startswith("it is a helper for other modules"):
+        return "library helper"
     return "dot loop"
 
 

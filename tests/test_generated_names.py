@@ -117,6 +117,10 @@ def test_a_kernel_variable_named_like_a_layout_constant_is_not_taken_by_one():
 @pytest.mark.parametrize("body, why", [
     ("    m, i = tl.max(x, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
      "over the whole tensor (no axis)"),
+    ("    m, i = x.max(0, return_indices=True)\n    tl.store(y_ptr + offs, x + m + i, mask=mask)",
+     "(the method form) is not translated"),
+    ("    t = x[:, None, None] + x[None, :, None]\n    m, i = tl.max(t, 2, return_indices=True)\n"
+     "    tl.store(y_ptr + offs, tl.sum(i, 1), mask=mask)", "with indices of a rank-3 tile"),
     ("    tl.store(y_ptr + offs, tl.reshape(x, (BLOCK,), can_reorder=True), mask=mask)", "can_reorder=True"),
     # the method form too (it compiled to a Gluon reshape with `can_reorder`, which Gluon rejects; public code)
     ("    tl.store(y_ptr + offs, x.reshape(BLOCK, can_reorder=True), mask=mask)", "can_reorder=True"),
@@ -132,15 +136,16 @@ def test_calls_whose_gluon_form_differs_are_refused(body: str, why: str):
 def test_max_and_min_with_indices_are_translated(monkeypatch, tmp_path):
     """`tl.max(x, axis, return_indices=True)` (a router's top-1 expert, an argmax with its value): Gluon's `max` returns
     no indices, so the values and indices are reduced together (`_max_with_indices`, Triton's own combine: the first
-    index on ties unless `return_indices_tie_break_left=False`). Refused before (TT011: 29 public functions)."""
-    body = ("    m, i = tl.max(x, 0, return_indices=True)\n"
+    index on ties unless `return_indices_tie_break_left=False`; the values in the input's type, as Triton 3.9 returns
+    them). Refused before (TT011: 29 public functions)."""
+    body = ("    m, i = tl.max(x, -1, return_indices=True)\n"
             "    lo, j = tl.min(x, axis=0, return_indices_tie_break_left=False, return_indices=True)\n"
             "    tl.store(y_ptr + offs, x + m + lo + (i + j).to(tl.float32), mask=mask)")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for target in ("sm90", "gfx950"):
         result = translate_source(_elementwise(body), str(tmp_path / "k.py"), get_target(target))
         assert result.functions[0].translated, [d.format() for d in result.diagnostics]
-        assert "m, i = _max_with_indices(x, 0)" in result.text
+        assert "m, i = _max_with_indices(x, -1)" in result.text  # (a negative axis: counted from the last there)
         assert "lo, j = _min_with_indices(x, 0, tie_break_left=False)" in result.text
         compiled = verify(result, {"x_ptr": "*bf16", "y_ptr": "*fp32", "BLOCK": 256})
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -368,3 +368,48 @@ def test_a_helper_shared_by_a_kept_and_a_translated_kernel_compiles(tmp_path: Pa
     result = translate_source(SHARED_HELPER, str(tmp_path / "k.py"), get_target("gfx950"))
     compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 64}, all_configs=True)
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+LIBRARY = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def row_softmax(x, NEG: tl.constexpr):
+        x = x.to(tl.float32)
+        if NEG:
+            x = -x
+        x = x - tl.max(x, axis=1)[:, None]
+        return tl.exp(x) / tl.sum(tl.exp(x), axis=1)[:, None]
+
+
+    @triton.jit
+    def linear_step(acc, a, b):
+        return acc + tl.dot(a, b)
+
+
+    @triton.jit
+    def row_sums(x, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x + offs[:, None] * BLOCK + offs[None, :])
+        tl.store(y_ptr + offs, tl.sum(x, axis=1))
+''')
+
+
+def test_helpers_of_a_library_module_are_kept_saying_so() -> None:
+    """A jit function no function of its file calls or launches, whose parameter is used as a tensor (expanded,
+    reduced, a dot operand) is a helper that other modules import (attorch's `math.py`): kept as Triton with that
+    reason at its name, not refused with the analysis's guesses about a "scalar" parameter. A kernel whose pointer
+    parameter is rebound by a load (`x = tl.load(x + ...)`) is still a kernel."""
+    result = translate_source(LIBRARY, "lib.py", get_target("gfx950"))
+    outcomes = {f.name: f for f in result.functions}
+    for name, param, line in (("row_softmax", "x", 10), ("linear_step", "a", 16)):
+        outcome = outcomes[name]
+        assert not outcome.translated
+        assert outcome.kept_reason.startswith("it is a helper for other modules, not a kernel"), outcome.kept_reason
+        assert f"its parameter `{param}` is used as a tensor at line {line}" in outcome.kept_reason
+        assert [(d.code, d.line) for d in outcome.diagnostics] == [("TT041", LIBRARY.split("\n").index(
+            f"def {name}({param if name == 'row_softmax' else 'acc'}" + (", NEG: tl.constexpr):" if name ==
+                                                                          "row_softmax" else ", a, b):")) + 1)]
+    assert outcomes["row_sums"].translated

@@ -120,3 +120,60 @@ def k(x_ptr, y_ptr, BLOCK: tl.constexpr):
 '''
     prepared = prepare(text, "k.py")
     assert prepared.source.text == text and set(prepared.facts.functions) == {"_twice", "k"}
+
+
+def test_a_combine_function_also_called_with_tiles_gets_a_copy_for_the_elements(monkeypatch, tmp_path: Path) -> None:
+    """A Welford combine called with tiles in the loop and passed to `tl.reduce` (which calls it on scalar elements):
+    the reduction takes a copy for the elements (`welford_combine_s`); one Gluon helper for both did not compile
+    ("expected convert_layout input to be a distributed_type"). Found by a review."""
+    text = HEAD + '''@triton.jit
+def welford_combine(mean_1, m2_1, w_1, mean_2, m2_2, w_2):
+    delta = mean_2 - mean_1
+    new_w = w_1 + w_2
+    share = tl.where(new_w == 0.0, 0.0, w_2 / new_w)
+    return mean_1 + delta * share, m2_1 + m2_2 + delta * delta * w_1 * share, new_w
+
+
+@triton.jit
+def welford_rows(x_ptr, mean_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mean = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    m2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    w = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask, other=0.0)
+        mean, m2, w = welford_combine(mean, m2, w, x, tl.zeros_like(x), mask.to(tl.float32))
+    mean_r, m2_r, w_r = tl.reduce((mean, m2, w), 1, welford_combine)
+    tl.store(mean_ptr + rows, mean_r + m2_r / w_r, mask=rows < M)
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = translate_source(text, str(tmp_path / "k.py"), get_target("sm90"))
+    assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+    assert "gl.reduce((mean, m2, w), 1, welford_combine_s)" in result.text
+    compiled = verify(result, {"x_ptr": "*fp32", "mean_ptr": "*fp32", "BLOCK_M": 4, "BLOCK_N": 256})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_copy_is_not_named_like_a_kernel_s_own_name(monkeypatch, tmp_path: Path) -> None:
+    """A kernel parameter named `rescale_2d`: the copy of `rescale` for rank-2 tensors is `rescale_2d2`, since the
+    parameter would hide a copy of that name (the Gluon kernel called a float; found by a review)."""
+    text = HEAD + '''@triton.jit
+def rescale(x, s):
+    return x * s
+
+
+@triton.jit
+def kern(x_ptr, out_ptr, rescale_2d, BLOCK: tl.constexpr):
+    rows = tl.arange(0, 16)
+    cols = tl.arange(0, BLOCK)
+    f = rescale(rescale_2d, 2.0)
+    x = tl.load(x_ptr + rows[:, None] * BLOCK + cols[None, :])
+    tl.store(out_ptr + rows[:, None] * BLOCK + cols[None, :], rescale(x, f))
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = translate_source(text, str(tmp_path / "k.py"), get_target("sm90"))
+    assert "def rescale_2d2(x, s):" in result.text and "rescale_2d2(x, f)" in result.text
+    compiled = verify(result, {"x_ptr": "*fp32", "out_ptr": "*fp32", "rescale_2d": "fp32", "BLOCK": 64})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -45,7 +45,7 @@ from transpile.cst_utils import (
     node_code,
 )
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
-from transpile.discover import JitFunction, ModuleFacts, discover, nested_kernels
+from transpile.discover import JitFunction, ModuleFacts, discover, language_name, nested_kernels
 from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import Rule, RuleContext
 from transpile.rules.hoist import is_hoisted
@@ -510,7 +510,18 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         reserved = sorted(RESERVED_NAMES & (bound_names(fn.node) | {p.name for p in fn.params}))
-        if refusals:
+        library = _tensor_parameter(source, facts, fn) if refusals else None
+        if library is not None:
+            # A helper of a library module: a kernel takes pointers and numbers, never a tensor
+            param, node = library
+            outcome.translated = False
+            outcome.kept_reason = (f"it is a helper for other modules, not a kernel: no function of this file calls "
+                                   f"or launches it, and its parameter `{param}` is used as a tensor at line "
+                                   f"{source.position(node)[0]}; a module whose kernel imports it translates its own "
+                                   "copy, at the kinds that kernel passes")
+            outcome.diagnostics = [source.diagnostic(fn.node.name, "TT041",
+                                                     f"`{fn.name}` kept as Triton: {outcome.kept_reason}")]
+        elif refusals:
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
         elif target.backend == "cuda" and (few := _few_warps(fn, facts, plans)) is not None:
@@ -1061,6 +1072,53 @@ def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Di
 
 
 _NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
+
+
+#: Calls whose first argument is a tensor (a dot, a reduction, a shape change): a parameter passed there is one.
+_TENSOR_FIRST = frozenset({"dot", "dot_scaled", "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum",
+                           "cumsum", "cumprod", "associative_scan", "trans", "permute", "reshape", "view",
+                           "broadcast_to", "expand_dims", "sort", "softmax", "split", "join", "flip"})
+
+
+def _tensor_parameter(source: SourceFile, facts: ModuleFacts, fn: JitFunction
+                      ) -> tuple[str, cst.CSTNode] | None:
+    """(parameter, where) for a jit function no function of the file calls and the file does not launch, which uses a
+    parameter it never rebinds as a tensor (expanded `x[:, None]`, reduced, passed to a dot): a helper of a library
+    module (attorch's `math.py`), whose kernels live in the modules that import it. None for anything else."""
+    if fn.called_by or re.search(rf"\b{re.escape(fn.name)}\s*\[", source.text):
+        return None
+    params = {p.name for p in fn.params}
+    body = fn.node.body.body if isinstance(fn.node.body, cst.IndentedBlock) else []
+    for statement in body:  # (a parameter counts until a statement binds its name again: `x = tl.load(x)`)
+        for node in cst_walk.preorder(statement):
+            if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in params \
+                    and any(isinstance(e.slice, cst.Slice) or isinstance(e.slice, cst.Index) and isinstance(
+                        e.slice.value, cst.Name) and e.slice.value.value == "None" for e in node.slice):
+                return node.value.value, node
+            if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None \
+                    and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value in params:
+                name = language_name(source.qualified_name(node.func)) or ""
+                if name.rsplit(".", 1)[-1] in _TENSOR_FIRST:
+                    return node.args[0].value.value, node
+        params -= bound_names(statement) - _transformed_in_place(source, statement)
+    return None
+
+
+def _transformed_in_place(source: SourceFile, statement: cst.CSTNode) -> set[str]:
+    """Names every assignment in `statement` binds to a value computed from the name itself without a load (`x =
+    x.to(tl.float32)`, `x = -x`): still the value the caller passed."""
+    kept: set[str] = set()
+    dropped: set[str] = set()
+    for node in cst_walk.preorder(statement):
+        if isinstance(node, (cst.Assign, cst.AugAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            loads = any(isinstance(c, cst.Call) and (language_name(source.qualified_name(c.func)) or "").endswith(
+                "load") for c in cst_walk.preorder(node.value))
+            for target in targets:
+                if isinstance(target, cst.Name):
+                    same = target.value in names_in(node.value) or isinstance(node, cst.AugAssign)
+                    (kept if same and not loads else dropped).add(target.value)
+    return kept - dropped
 
 
 def _few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:

@@ -325,10 +325,12 @@ def _argmax_combine_last(value1, index1, value2, index2):
 def _argmax(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
     """`tl.argmax`: the index of the largest element along `axis` (the first one on ties unless
     `tie_break_left=False`), reduced in `x`'s layout."""
+    # (a negative axis counts from the last)
+    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
     if tie_break_left:
-        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine, keep_dims=keep_dims)
+        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine, keep_dims=keep_dims)
     else:
-        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine_last, keep_dims=keep_dims)
+        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine_last, keep_dims=keep_dims)
     return index
 ''',
     "argmin": '''
@@ -348,36 +350,38 @@ def _argmin_combine_last(value1, index1, value2, index2):
 def _argmin(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
     """`tl.argmin`: the index of the smallest element along `axis` (the first one on ties unless
     `tie_break_left=False`), reduced in `x`'s layout."""
+    # (a negative axis counts from the last)
+    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
     if tie_break_left:
-        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine, keep_dims=keep_dims)
+        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine, keep_dims=keep_dims)
     else:
-        _, index = gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine_last, keep_dims=keep_dims)
+        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine_last, keep_dims=keep_dims)
     return index
 ''',    "max_with_indices": '''
 @gluon.jit
 def _max_with_indices(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
     """`tl.max(x, axis, return_indices=True)`: the largest element along `axis` and its index (the first one on
-    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout; bf16 is compared in fp32, as
-    Triton does."""
-    if x.dtype.is_bf16():
-        x = x.to(gl.float32)
+    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout (the values in `x`'s type, as
+    Triton 3.9 returns them)."""
+    # (a negative axis counts from the last)
+    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
     if tie_break_left:
-        return gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine, keep_dims=keep_dims)
+        return gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine, keep_dims=keep_dims)
     else:
-        return gl.reduce((x, _index_along(x, axis)), axis, _argmax_combine_last, keep_dims=keep_dims)
+        return gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine_last, keep_dims=keep_dims)
 ''',
     "min_with_indices": '''
 @gluon.jit
 def _min_with_indices(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
     """`tl.min(x, axis, return_indices=True)`: the smallest element along `axis` and its index (the first one on
-    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout; bf16 is compared in fp32, as
-    Triton does."""
-    if x.dtype.is_bf16():
-        x = x.to(gl.float32)
+    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout (the values in `x`'s type, as
+    Triton 3.9 returns them)."""
+    # (a negative axis counts from the last)
+    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
     if tie_break_left:
-        return gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine, keep_dims=keep_dims)
+        return gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine, keep_dims=keep_dims)
     else:
-        return gl.reduce((x, _index_along(x, axis)), axis, _argmin_combine_last, keep_dims=keep_dims)
+        return gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine_last, keep_dims=keep_dims)
 ''',
 }
 HELPER_NEEDS = {"argmax": ("index_along",), "argmin": ("index_along",), "max_with_indices": ("argmax", "index_along"),

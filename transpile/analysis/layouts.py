@@ -208,7 +208,7 @@ class LayoutPlan:
     method_calls: dict[cst.Call, str] = field(default_factory=dict)
     # Calls of jit helpers: the helper and the kinds of its arguments (`scalar`, `tensor(rank 2)`, ...), and for a
     # helper the kinds it was analysed with (its first call's): `transpile.passes.specialise` copies a helper per kind
-    helper_calls: dict[cst.Call, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    helper_calls: dict[cst.CSTNode, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # (a call, a combine_fn)
     kinds: tuple[str, ...] | None = None
     # Implicit broadcasts made explicit: the node (of rank `own`) gets `added` leading new axes (`x` -> `x[None, :]`),
     # the expansion Gluon needs where plain Triton broadcasts a lower-rank tensor against a higher-rank one like numpy.
@@ -1220,7 +1220,12 @@ class _FunctionWalker:
             return SCALAR
         keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
         indices = self.arg(node, 2, "return_indices") if reducer in ("max", "min") and index == 4 else None
-        if indices is not None and self.source.code(indices).strip() != "False":
+        indexed = indices is not None and self.source.code(indices).strip() != "False"
+        if (indexed or reducer in ("argmax", "argmin")) and value.rank is not None and value.rank > 2:
+            self.refuse(node, "TT011", f"`tl.{reducer}` with indices of a rank-{value.rank} tile is not translated "
+                        "(the index helper takes tiles of rank 1 or 2): reshape the tile to two axes first")
+            return value
+        if indexed:
             # `tl.max(x, axis, return_indices=True)`: the values and their int32 indices, reduced alike
             result = self.reduction_result(node, value, axis_node, keeps, keep_dims, reducer, input_node)
             if isinstance(result, Tensor):
@@ -1292,6 +1297,18 @@ class _FunctionWalker:
         body makes tensors of its own): the Gluon scan would call it as Triton code, which does not compile."""
         for a in node.args:
             fn = self.analysis.facts.functions.get(a.value.value) if isinstance(a.value, cst.Name) else None
+            if fn is not None:
+                # A combine function runs on the elements: a use of the helper with scalars (a helper also called
+                # with tensors gets a copy per kind: `transpile.passes.specialise`)
+                scalars = tuple("scalar" for _ in fn.params)
+                self.plan.helper_calls[a.value] = (fn.name, scalars)
+                previous = self.analysis.helper_kinds.get(fn.name)
+                if previous is None:
+                    self.analysis.helper_kinds[fn.name] = tuple(SCALAR for _ in fn.params)
+                elif tuple(_kind(k) for k in previous) != scalars:
+                    self.refuse(a.value, "TT012", f"`{fn.name}` is the combine function here, called on the "
+                                f"elements (scalars), but elsewhere with argument kinds {[_kind(k) for k in previous]}"
+                                "; Gluon layouts need one kind per helper")
             if fn is not None and _beyond_elementwise(
                     ast.parse(cst.Module([fn.node]).code).body[0],  # type: ignore[arg-type]
                     language_modules(ast.parse(self.source.text))):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from transpile import cst_walk
 from transpile.analysis.layouts import LayoutPlan
 from transpile.discover import ModuleFacts
 
@@ -49,7 +50,8 @@ def specialise_helpers(facts: ModuleFacts, plans: dict[str, LayoutPlan], exclude
     text = source.text
     lines = text.split("\n")
     defined = {s.name.value: s for s in source.module.body if isinstance(s, cst.FunctionDef)}
-    taken = set(defined) | {n for s in source.module.body for n in _bound(s)}
+    # (every name the file uses: a copy named like a kernel's parameter or local would be hidden by it there)
+    taken = set(defined) | {n.value for n in cst_walk.preorder(source.module) if isinstance(n, cst.Name)}
     copies: dict[tuple[str, tuple[str, ...]], str] = {}  # (helper, kinds) -> the copy's name
     renames: list[tuple[int, int, int, str]] = []  # (line, start column, end column, new name), 0-based columns
     for plan in plans.values():
@@ -59,13 +61,15 @@ def specialise_helpers(facts: ModuleFacts, plans: dict[str, LayoutPlan], exclude
                 continue
             if any(r.code != "TT012" for r in own.refusals):
                 continue  # (the helper is not translated at its own kinds either: a copy would only be kept too)
-            if not isinstance(call.func, cst.Name) or call.func.value != helper:
+            # (a call of the helper by its name, or the helper passed as a scan's or reduction's combine function)
+            named = call.func if isinstance(call, cst.Call) else call
+            if not isinstance(named, cst.Name) or named.value != helper:
                 continue
             key = (helper, kinds)
             if key not in copies:
                 copies[key] = _name(helper, own.kinds, kinds, taken)
                 taken.add(copies[key])
-            line, column = source.position(call.func)
+            line, column = source.position(named)
             renames.append((line - 1, column - 1, column - 1 + len(helper), copies[key]))
     if not copies:
         return None
@@ -104,27 +108,10 @@ def _name(helper: str, kinds: tuple[str, ...], other: tuple[str, ...], taken: se
     for own, theirs in zip(kinds, other):
         if own != theirs:
             parts.append(_SHORT.get(theirs) or theirs.removeprefix("tensor(rank ").removesuffix(")") + "d")
+    if len(parts) > 1 and set(parts) == {"s"}:  # (numbers all: once, `_combine_s` for a combine function's)
+        parts = parts[:1]
     base = f"{helper}_{''.join(parts) or 'k'}"
     name, n = base, 2
     while name in taken:
         name, n = f"{base}{n}", n + 1
     return name
-
-
-def _bound(statement: cst.CSTNode) -> set[str]:
-    """Names a module-level statement binds (assignments, imports), so that a copy's name is new."""
-    names: set[str] = set()
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if isinstance(small, cst.Assign):
-                for target in small.targets:
-                    if isinstance(target.target, cst.Name):
-                        names.add(target.target.value)
-            elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-                for alias in small.names:
-                    bound = alias.asname.name if alias.asname is not None else alias.name
-                    if isinstance(bound, cst.Name):
-                        names.add(bound.value)
-    elif isinstance(statement, cst.ClassDef):
-        names.add(statement.name.value)
-    return names

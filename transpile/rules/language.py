@@ -102,6 +102,13 @@ class LanguageNames(Rule):
         lang = ctx.language(original.func)
         short = (lang or "").rsplit(".", 1)[-1]
         keywords = {a.keyword.value: a for a in updated.args if a.keyword is not None}
+        if lang is None and isinstance(updated.func, cst.Attribute) and updated.func.attr.value in ("max", "min") \
+                and "return_indices" in keywords \
+                and cst.Module([]).code_for_node(keywords["return_indices"].value).strip() != "False":
+            method = updated.func.attr.value
+            ctx.refuse(original, "TT011", f"`x.{method}(..., return_indices=True)` (the method form) is not "
+                       f"translated: write `tl.{method}(x, axis, return_indices=True)`")
+            return updated
         if short in ("max", "min"):
             indexed = _with_indices(updated, short)
             if indexed == "no axis":
