@@ -413,3 +413,21 @@ def test_helpers_of_a_library_module_are_kept_saying_so() -> None:
             f"def {name}({param if name == 'row_softmax' else 'acc'}" + (", NEG: tl.constexpr):" if name ==
                                                                           "row_softmax" else ", a, b):")) + 1)]
     assert outcomes["row_sums"].translated
+
+
+def test_a_kernel_expanding_its_number_parameter_is_still_a_kernel() -> None:
+    """`seq_len[None]` expands a kernel's number (a 0-d value in Triton): not a sign of a library helper; a kernel
+    launched from another module (nothing here launches it) with a refusal keeps that refusal as its reason."""
+    text = textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def k(x_ptr, seq_len, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < seq_len[None])
+            tl.store(x_ptr + offs, tl.sort(x))
+    ''')
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert result.functions[0].kept_reason.startswith("it is not translated for sm90"), result.functions[0].kept_reason

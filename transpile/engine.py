@@ -1091,9 +1091,9 @@ def _tensor_parameter(source: SourceFile, facts: ModuleFacts, fn: JitFunction
     body = fn.node.body.body if isinstance(fn.node.body, cst.IndentedBlock) else []
     for statement in body:  # (a parameter counts until a statement binds its name again: `x = tl.load(x)`)
         for node in cst_walk.preorder(statement):
+            # (`x[:, None]` needs an axis; a kernel's number may be expanded, `seq_len[None]`)
             if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in params \
-                    and any(isinstance(e.slice, cst.Slice) or isinstance(e.slice, cst.Index) and isinstance(
-                        e.slice.value, cst.Name) and e.slice.value.value == "None" for e in node.slice):
+                    and any(isinstance(e.slice, cst.Slice) for e in node.slice):
                 return node.value.value, node
             if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None \
                     and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value in params:
