@@ -26,7 +26,7 @@ from transpile.analysis.launch_alignment import (
     address_params,
     column_major_access,
 )
-from transpile.analysis.layouts import LayoutPlan, analyse_layouts
+from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, analyse_layouts
 from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop
 from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
@@ -510,7 +510,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 ws_config=ctx.ws_config)
         refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
         reserved = sorted(RESERVED_NAMES & (bound_names(fn.node) | {p.name for p in fn.params}))
-        library = _tensor_parameter(source, facts, fn) if refusals else None
+        library = _tensor_parameter(source, fn) if refusals else None
         if library is not None:
             # A helper of a library module: a kernel takes pointers and numbers, never a tensor
             param, node = library
@@ -1074,17 +1074,17 @@ def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Di
 _NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
 
 
-#: Calls whose first argument is a tensor (a dot, a reduction, a shape change): a parameter passed there is one.
-_TENSOR_FIRST = frozenset({"dot", "dot_scaled", "sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum",
-                           "cumsum", "cumprod", "associative_scan", "trans", "permute", "reshape", "view",
-                           "broadcast_to", "expand_dims", "sort", "softmax", "split", "join", "flip"})
+#: Calls whose first argument is a tensor (a dot, a reduction or scan, a shape change): a parameter passed there is
+#: one. (The layout analysis's own sets, and the calls it reads otherwise.)
+_TENSOR_FIRST = frozenset(REDUCTIONS | SCANS | OPAQUE | {"dot", "dot_scaled", "broadcast_to", "expand_dims", "sort",
+                                                         "softmax", "split", "flip"})
 
 
-def _tensor_parameter(source: SourceFile, facts: ModuleFacts, fn: JitFunction
-                      ) -> tuple[str, cst.CSTNode] | None:
+def _tensor_parameter(source: SourceFile, fn: JitFunction) -> tuple[str, cst.CSTNode] | None:
     """(parameter, where) for a jit function no function of the file calls and the file does not launch, which uses a
-    parameter it never rebinds as a tensor (expanded `x[:, None]`, reduced, passed to a dot): a helper of a library
-    module (attorch's `math.py`), whose kernels live in the modules that import it. None for anything else."""
+    parameter as a tensor (an axis taken, `x[:, None]`; reduced; passed to a dot) before binding it to anything but a
+    transformation of itself: a helper of a library module (attorch's `math.py`), whose kernels live in the modules
+    that import it. None for anything else."""
     if fn.called_by or re.search(rf"\b{re.escape(fn.name)}\s*\[", source.text):
         return None
     params = {p.name for p in fn.params}

@@ -789,7 +789,7 @@ class _FunctionWalker:
             if indices and all(i is None for i in indices) and isinstance(base, Scalar):
                 # `s[None]` of a 0-d tensor (a reduction to a scalar, a program id): Triton's expansion gives a
                 # tensor of ones; Gluon cannot expand a value without a layout, so it is filled in at the layout
-                # (rules.layouts.ScalarExpansions)
+                # (rules.layouts.CreationLayouts.leave_Subscript)
                 shape = ["1"] * len(indices)
                 return Tensor(self.created(node, rank=len(indices), shape=shape), None, shape=tuple(shape))
             if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices):
@@ -1198,6 +1198,7 @@ class _FunctionWalker:
         index = _KEEP_DIMS_INDEX.get(reducer, 99) - (1 if input_node is not None and input_node is not
                                                         self.arg(node, 0, "input") else 0)  # methods: no input arg
         keep_dims = self.arg(node, index, "keep_dims")
+        keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
         if isinstance(value, Tup) and reducer == "reduce" and isinstance(input_node, (cst.Tuple, cst.List)) \
                 and len(input_node.elements) == len(value.items) and value.items \
                 and all(isinstance(v, Tensor) for v in value.items):
@@ -1209,8 +1210,7 @@ class _FunctionWalker:
                 self.unify_or_convert(first.term, element.value, item.term)  # type: ignore[union-attr]
             if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
                 return Tup(tuple(SCALAR for _ in input_node.elements))
-            keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
-            result = self.reduction_result(node, first, axis_node, keeps, keep_dims, reducer, input_node)
+            result = self.reduction_result(node, first, axis_node, keeps, reducer, input_node)
             if not isinstance(result, Tensor):
                 return Tup(tuple(SCALAR for _ in input_node.elements))
             return Tup(tuple(Tensor(result.term, item.elem, result.shape) for item in items))  # type: ignore[union-attr]
@@ -1218,7 +1218,6 @@ class _FunctionWalker:
             return SCALAR
         if axis_node is None or (isinstance(axis_node, cst.Name) and axis_node.value == "None"):
             return SCALAR
-        keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
         indices = self.arg(node, 2, "return_indices") if reducer in ("max", "min") and index == 4 else None
         indexed = indices is not None and self.source.code(indices).strip() != "False"
         if (indexed or reducer in ("argmax", "argmin")) and value.rank is not None and value.rank > 2:
@@ -1227,15 +1226,14 @@ class _FunctionWalker:
             return value
         if indexed:
             # `tl.max(x, axis, return_indices=True)`: the values and their int32 indices, reduced alike
-            result = self.reduction_result(node, value, axis_node, keeps, keep_dims, reducer, input_node)
+            result = self.reduction_result(node, value, axis_node, keeps, reducer, input_node)
             if isinstance(result, Tensor):
                 return Tup((result, Tensor(result.term, "gl.int32", result.shape)))
             return Tup((result, SCALAR))
-        return self.reduction_result(node, value, axis_node, keeps, keep_dims, reducer, input_node)
+        return self.reduction_result(node, value, axis_node, keeps, reducer, input_node)
 
     def reduction_result(self, node: cst.Call, value: Value, axis_node: cst.BaseExpression | None, keeps: bool,
-                         keep_dims: cst.BaseExpression | None, reducer: str, input_node: cst.BaseExpression | None
-                         ) -> Value:
+                         reducer: str, input_node: cst.BaseExpression | None) -> Value:
         """The result of the reduction `node` of `value` along `axis_node`."""
         try:
             axis = int(self.source.code(axis_node).strip())
