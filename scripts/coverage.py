@@ -70,6 +70,7 @@ def _dot_in_loop(fn: cst.FunctionDef) -> bool:
 def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
     table: dict[str, dict[str, collections.Counter[str]]] = {}
     reasons: dict[str, collections.Counter[str]] = {t: collections.Counter() for t in targets}
+    kept: dict[str, list[tuple[str, str, str]]] = {t: [] for t in targets}  # (file, kernel, reason) per target
     for repo in repos:
         rows = table[repo.name] = {t: collections.Counter() for t in targets}
         for path in _files(repo):
@@ -118,8 +119,9 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                         if MEASURED.search(fn.kept_reason):
                             rows[t]["kept, measured slower"] += 1
                         reasons[t][_reason_class(fn.kept_reason)] += 1
+                        kept[t].append((str(path), fn.name, fn.kept_reason))
     return {"targets": targets, "table": {r: {t: dict(c) for t, c in rows.items()} for r, rows in table.items()},
-            "reasons": {t: c.most_common() for t, c in reasons.items()}}
+            "reasons": {t: c.most_common() for t, c in reasons.items()}, "kept": kept}
 
 
 def _pct(part: int, whole: int) -> str:
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-t", "--target", action="append", help="target (repeatable; default: all four)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--reasons", type=int, default=15, help="how many keep reasons to list per target")
+    parser.add_argument("--kernels", metavar="TEXT", help="list each kept kernel whose reason contains TEXT "
+                        "(file, kernel, reason; '' lists them all)")
     args = parser.parse_args(argv)
     targets = args.target or [t.name for t in all_targets()]
     report = evaluate(args.repos, targets)
@@ -159,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{t}: kept or not pipelined, by reason")
         for reason, n in report["reasons"][t][:args.reasons]:  # type: ignore[index]
             print(f"  {n:4d}  {reason}")
+        if args.kernels is not None:
+            for path, name, reason in report["kept"][t]:  # type: ignore[index]
+                if args.kernels in reason:
+                    print(f"    {path}: {name}: {reason}")
     return 0
 
 

@@ -453,14 +453,12 @@ def test_a_carried_offset_tensor_is_read_from_the_loop_variable() -> None:
 
 
 def test_a_carried_offset_tensor_read_after_the_loop_is_refused() -> None:
-    """Read after the loop, the carried tensor's last value matters: it stays carried, and a value in a later
-    iteration is not a definition the copies could re-evaluate in their layout; the kernel is kept as Triton and
-    says why."""
+    """Read after the loop, the carried tensor's last value matters: the pipelined copies advance a copy of it, so
+    the loop is not pipelined; the kernel is kept as Triton and says why."""
     text = _carried_offsets().replace("    tl.store(c_ptr + offs_m", "    tl.store(c_ptr + offs_k[:, None] + offs_m")
     result = translate_source(text, "mm64.py", get_target("gfx950"))
     assert not result.functions[0].translated  # kept as Triton
-    (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
-    assert "`offs_k` is a tensor the loop carries from one iteration to the next" in message
+    assert "`offs_k`, which the loop advances, is read after it" in result.functions[0].kept_reason
 
 
 BRANCHED_ROWS = INT64_OFFSETS.replace(
@@ -825,3 +823,107 @@ def test_launches_whose_accumulators_would_spill_run_the_source_kernel(amd_targe
     # one accumulator: no such test (every GEMM fixture at 256x256x32 spills no more than its source)
     single = translate_source(INT64_STRIDES, "mm64s.py", get_target(amd_target))
     assert single.functions[0].pipelined and not single.functions[0].dispatch.source_when
+
+
+PASSES = HEAD + '''@triton.jit
+def passes_gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PASSES: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    TOP
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(PASSES):
+        RESET
+        b_ptrs = b_ptr + i * K * stride_bk + offs_k[:, None] * stride_bk + offs_n[None, :]
+        for j in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - j * BK, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - j * BK, other=0.0)
+            acc += tl.dot(a, b)
+            a_ptrs += BK
+            b_ptrs += BK * stride_bk
+    AFTER
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+
+
+A_PTRS = "a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]"
+
+
+def passes(reset: str = A_PTRS, after: str = "pass") -> str:
+    """The kernel with `a_ptrs` assigned per pass (`reset`), else once before the passes."""
+    return PASSES.replace("TOP", "pass" if reset == A_PTRS else A_PTRS).replace("RESET", reset).replace("AFTER", after)
+
+
+def test_the_innermost_dot_loop_is_pipelined_and_the_loop_around_it_is_not_refused() -> None:
+    """A dot loop inside another loop (passes over packed weights, a persistent tile loop): the inner loop is the one
+    pipelined; the outer loop is not a dot loop of its own ("a loop inside the main loop" kept such kernels)."""
+    result = translate_source(passes(), "x.py", get_target("gfx950"))
+    assert result.functions[0].translated and result.functions[0].pipelined, result.functions[0].kept_reason
+    assert result.text.count("with gl.amd.warp_pipeline_stage(") == 2
+    assert "a loop inside the main loop" not in result.text
+    # (the pointers the pipelined copies start from are those the outer loop assigns, per pass)
+    assert "+ i * K * stride_bk" in result.text.split("b_ptrs_next_offs = ", 1)[1].split("\n", 1)[0]
+
+
+@pytest.mark.parametrize("reset,after,needle", [
+    ("pass", "pass", "`a_ptrs`, which the loop advances, is carried into the next iteration of the loop at line 15"),
+    (A_PTRS, "tl.store(c_ptr + offs_m, tl.sum(tl.load(a_ptrs), axis=1))",
+     "`a_ptrs`, which the loop advances, is read after it"),
+])
+def test_state_the_loop_advances_and_something_reads_after_it_is_refused(reset: str, after: str, needle: str) -> None:
+    """The pipelined copies advance their own copy of a carried pointer: where the value it ends with is read after
+    the loop (later in the kernel, or by the next pass of a loop around it), the kernel is kept, saying so."""
+    result = translate_source(passes(reset, after), "x.py", get_target("gfx950"))
+    assert not result.functions[0].translated
+    assert needle in result.functions[0].kept_reason
+
+
+def test_an_operand_computed_with_the_other_operands_dtype_is_computed_from_one_tile() -> None:
+    """`tl.dot(a, (b * s).to(a.dtype))` reads `a` for its type only: the operand is computed from `b` alone (it
+    counted as computed from two tiles, a refusal)."""
+    text = gemm().replace("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, (b * 2.0).to(a.dtype), acc)")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "computed from 2 tiles" not in result.text
+
+
+FRESH = HEAD + '''@triton.jit
+def tile_products(a_ptr, v_ptr, u_ptr, T, V, stride_a, stride_v, stride_u, BT: tl.constexpr, BV: tl.constexpr):
+    pid = tl.program_id(0)
+    o_t = pid * BT + tl.arange(0, BT)
+    o_a = tl.arange(0, BT)
+    m_t = o_t < T
+    b_a = tl.load(a_ptr + o_t[:, None] * stride_a + o_a[None, :], mask=m_t[:, None], other=0.0)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = m_t[:, None] & (o_v[None, :] < V)
+        b_v = tl.load(v_ptr + o_t[:, None] * stride_v + o_v[None, :], mask=m_v, other=0.0)
+        b_u = tl.dot(b_a, b_v)
+        tl.STORE(u_ptr + o_t[:, None] * stride_u + o_v[None, :], b_u.to(u_ptr.dtype.element_ty), mask=m_v)
+'''
+
+
+def test_a_product_made_afresh_and_stored_each_iteration_is_pipelined() -> None:
+    """`u = tl.dot(A, v)` then `tl.store(.., u)` each iteration (a chunked linear-attention kernel's tiles of the
+    output, with A held in registers): the loads of V are pipelined, A is converted to its operand layout once before
+    the loop, and the store takes the product's layout, its addresses computed there (a conversion of the product
+    would cross warps next to the MMA)."""
+    result = translate_source(FRESH.replace("STORE", "store"), "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert fn.translated and fn.pipelined, fn.kept_reason
+    loop = result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1].split("with gl.amd", 1)[0]
+    assert "gl.store(" in loop and "gl.convert_layout" not in loop
+    assert "b_a_op = gl.convert_layout(b_a, gl.DotOperandLayout(0, mma_layout," in result.text
+    (schedule,) = fn.schedules
+    assert schedule.loop.chains[0].fresh and schedule.loop.chains[0].operands == ("b_a", "b_v")
+
+
+def test_an_atomic_of_the_fresh_product_or_a_store_beside_an_accumulator_is_refused() -> None:
+    atomic = translate_source(FRESH.replace("STORE", "atomic_add"), "x.py", get_target("gfx950")).functions[0]
+    assert not atomic.translated and not atomic.pipelined
+    stored = translate_source(gemm("tl.store(c_ptr + offs_m, tl.sum(acc, axis=1))"), "x.py", get_target("gfx950"))
+    assert not stored.functions[0].pipelined

@@ -259,3 +259,42 @@ def test_a_test_of_the_loaded_tiles_dtypes_is_hoisted_as_their_pointers_element_
     assert "source_when=(lambda a_ptr, b_ptr: a_ptr.dtype != b_ptr.dtype,)" in result.text
     rebound = body.replace("        b = tl.load(b_ptrs)\n", "        b = tl.load(b_ptrs)\n        a = a * 2\n")
     assert _unswitched(_kernel(rebound, "EVEN_K: tl.constexpr")) is None
+
+
+def test_a_file_indented_by_tabs_is_unswitched_with_tabs() -> None:
+    """GPTQ-style files indent by tabs: the copies are indented by the file's own unit (a tab), so the text stays
+    valid Python and every line maps back."""
+    text = _kernel(EVEN_K).replace("    ", "\t")
+    new, lines = _unswitched(text)
+    compile(new, "k.py", "exec")
+    assert "\tif EVEN_K:\n\t\tfor k in range(0, tl.cdiv(K, BLOCK_K)):\n\t\t\ta = tl.load(a_ptrs)\n" in new
+    assert "\telse:\n\t\tfor k in range(0, tl.cdiv(K, BLOCK_K)):\n\t\t\t# the K tail\n" in new
+    assert " " * 4 not in new.split("for k in range")[1]
+    old = text.split("\n")
+    for number, line in enumerate(new.split("\n"), start=1):
+        if "triton-transpile" not in line and line.strip() not in ("if EVEN_K:", "else:"):
+            assert old[lines[number] - 1].strip() == line.strip()
+
+
+def test_a_file_mixing_tabs_and_spaces_in_one_indentation_is_left_as_it_is() -> None:
+    text = _kernel(EVEN_K) + "\n\ndef host():\n  \treturn 1\n"  # (valid: one block, indented alike)
+    compile(text, "k.py", "exec")
+    assert _unswitched(text) is None
+    assert _unswitched(_kernel(EVEN_K) + "\n\ndef host():\n\treturn 1\n") is not None
+
+
+def test_a_constexpr_local_is_a_flag() -> None:
+    """`HAS_SCALE: tl.constexpr = scale_ptr is not None` (aiter's MoE GEMMs) is known when the kernel is compiled (Triton
+    specialises on None): a branch on it is hoisted; a constexpr local bound twice, or from a run-time value, is not."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if HAS_SCALE:\n            b = b * tl.load(scale_ptr + offs_n)[None, :]")
+    head = "    HAS_SCALE: tl.constexpr = scale_ptr is not None\n    acc = tl.zeros"
+    text = _kernel(body, flags="scale_ptr").replace("    acc = tl.zeros", head, 1)
+    new, _ = _unswitched(text)
+    compile(new, "k.py", "exec")
+    assert "    if HAS_SCALE:\n        for k in range" in new
+    assert new.count("for k in range(0, tl.cdiv(K, BLOCK_K)):") == 2
+    twice = text.replace(head, head.replace("acc = tl.zeros", "HAS_SCALE = False\n    acc = tl.zeros"))
+    assert _unswitched(twice) is None
+    runtime = text.replace("scale_ptr is not None", "M > 0")
+    assert _unswitched(runtime) is None

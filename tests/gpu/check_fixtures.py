@@ -1192,6 +1192,30 @@ CASES: list[Case] = [
 ]
 
 
+def _segment_inputs(s, device, gen):
+    return (_randn(gen, s["G"], s["M"], s["K"], device=device), _randn(gen, s["G"], s["K"], s["N"], device=device))
+
+
+def _ref_segment_gemm(a, b):
+    return (a.double() @ b.double()).sum(dim=0)
+
+
+def _chunk_products_inputs(s, device, gen):
+    T, V = s["T"], s["V"]
+    a = _randn(gen, T, 64, device=device) / 8  # each chunk's [64, 64] block, by the chunk's rows
+    return a, _randn(gen, T, V, device=device), torch.rand(T, generator=gen).to(device=device, dtype=torch.float32)
+
+
+def _ref_chunk_products(a, v, beta):
+    T = v.shape[0]
+    u = torch.empty_like(v, dtype=torch.float64)
+    for start in range(0, T, 64):
+        rows = slice(start, min(start + 64, T))
+        n = rows.stop - rows.start
+        u[rows] = beta.double()[rows, None] * (a.double()[rows, :n] @ v.double()[rows])
+    return u
+
+
 def _suite_gemm_case(name, wrapper="matmul", **kw):
     """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
     fixture = kw.pop("fixture", name)
@@ -1218,6 +1242,16 @@ SUITE_CASES: list[Case] = [
                      reference=_ref_swiglu_gemm, flops=lambda s: 2 * _gemm_flops(s)),
     _suite_gemm_case("suite_gated_linear", wrapper="gated_linear", make_inputs=_gated_linear_inputs,
                      reference=_ref_gated_linear, flops=lambda s: 2 * _gemm_flops(s)),
+    # A K loop per segment inside a loop over the segments: the innermost loop is the one pipelined.
+    _suite_gemm_case("suite_segment_gemm", wrapper="segment_gemm", make_inputs=_segment_inputs,
+                     reference=_ref_segment_gemm, shape=dict(G=3, M=1000, N=1100, K=704),
+                     small_shape=dict(G=2, M=150, N=130, K=96), bench_shape=dict(G=4, M=2048, N=2048, K=2048),
+                     flops=lambda s: 2.0 * s["G"] * s["M"] * s["N"] * s["K"]),
+    # A product made afresh each iteration and stored (no accumulator carried), A held in registers.
+    Case(name="suite_chunk_products", fixture="suite_chunk_products", wrapper="chunk_products",
+         make_inputs=_chunk_products_inputs, reference=_ref_chunk_products, shape=dict(T=1000, V=304),
+         small_shape=dict(T=100, V=80), bench_shape=dict(T=1 << 16, V=1024),
+         flops=lambda s: 2.0 * s["T"] * 64 * s["V"]),
     # Rows of each expert from tables in memory: data-dependent row starts and bounds, per-expert base offsets.
     _suite_gemm_case("suite_moe_grouped_rows", wrapper="moe_grouped_rows", make_inputs=_moe_rows_inputs,
                      reference=_ref_moe_rows, shape=dict(E=6, T=1000, N=1100, K=700),

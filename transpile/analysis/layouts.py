@@ -181,6 +181,16 @@ class OperandAnchor:
     invariant: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class StoreAnchor:
+    """A store in a dot loop whose products are made afresh each iteration (`u = tl.dot(a, v)` then `tl.store(p, u)`),
+    to be laid out in the stored value's MMA layout: its pointers and mask are converted to that layout at the store
+    instead of the value to theirs, and the AMD pipelines re-evaluate them there from their definitions (a conversion
+    of the value would cross warps next to the MMA)."""
+
+    store: cst.Call = field(compare=False)
+
+
 @dataclass
 class Refusal:
     node: cst.CSTNode
@@ -296,7 +306,7 @@ class LayoutAnalysis:
     """Analyses every jit function of a module; helpers are analysed at their first call site (argument kinds)."""
 
     def __init__(self, facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None,
-                 operand_anchors: dict[str, list[OperandAnchor]] | None = None) -> None:
+                 operand_anchors: dict[str, list[OperandAnchor | StoreAnchor]] | None = None) -> None:
         self.facts = facts
         # Per function, the loaded tiles that dot operands are computed from, whose computation runs in the MMA
         # operand's layout (`OperandAnchor`, for the AMD pipelines of computed operands)
@@ -458,7 +468,9 @@ class _FunctionWalker:
 
             self.own_loads = {id(call) for i, call in enumerate(load_calls(analysis.facts, self.fn)) if i in own}
         # Computed operands' tile loads and the nodes of their computation (`OperandAnchor`), by id
-        self.anchors: dict[int, OperandAnchor] = {id(a.load): a for a in analysis.operand_anchors.get(self.fn.name, [])}
+        anchors = analysis.operand_anchors.get(self.fn.name, [])
+        self.anchors: dict[int, OperandAnchor] = {id(a.load): a for a in anchors if isinstance(a, OperandAnchor)}
+        self.store_anchors = {id(a.store) for a in anchors if isinstance(a, StoreAnchor)}
         self.anchored_nodes = {n: a for a in self.anchors.values() for n in a.nodes}
         self.anchor_terms: dict[OperandAnchor, Term] = {}
         self.lazy_uses: dict[int, tuple[cst.Name, Term, Term]] = {}  # node id -> (node, its class, the value's)
@@ -1027,12 +1039,19 @@ class _FunctionWalker:
             keys = (("value", 1), ("mask", 2)) if name == "store" else (("val", 1), ("mask", 2))
             if name == "atomic_cas":
                 keys = (("cmp", 1), ("val", 2))
+            anchored = id(node) in self.store_anchors
+            stored: Tensor | None = None
             for key, index in keys:
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
                     value = self.operand_of_access(node, pointer, arg, value, key)
-                    if key in ("value", "val") and value.term.find().dots and not pointer.term.find().dots:
+                    if anchored and key == "value":  # (`StoreAnchor`: the pointers follow the value)
+                        stored = value
+                        self.unify_or_convert(value.term, self.arg(node, 0, "pointer"), pointer.term)
+                    elif anchored and stored is not None:  # (... and so does the mask)
+                        self.unify_or_convert(stored.term, arg, value.term)
+                    elif key in ("value", "val") and value.term.find().dots and not pointer.term.find().dots:
                         # An MMA result goes out through pointers of their own (blocked, coalesced) layout: one
                         # conversion of the tile, as Triton's coalescing does, instead of a store pattern that
                         # follows the matrix instruction's registers.
@@ -1812,7 +1831,7 @@ def _layout_name(root: Term, kind: str) -> str:
 
 
 def analyse_layouts(facts: ModuleFacts, own_loads: dict[str, frozenset[int]] | None = None,
-                    operand_anchors: dict[str, list[OperandAnchor]] | None = None) -> dict[str, LayoutPlan]:
+                    operand_anchors: dict[str, list[OperandAnchor | StoreAnchor]] | None = None) -> dict[str, LayoutPlan]:
     return LayoutAnalysis(facts, own_loads, operand_anchors).run()
 
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.analysis.dot_loops import dot_loops
-from transpile.analysis.layouts import LayoutPlan, OperandAnchor
-from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, per_loop, value_names
+from transpile.analysis.dot_loops import UNROLLED, dot_loops
+from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
+from transpile.cst_utils import (assigned_names, bound_names, calls_in, names_in, per_loop, statement_reads,
+                                 value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -316,7 +317,7 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
-              scale_rings: bool = False) -> LoopPlan | LoopRefusal | None:
+              scale_rings: bool = False, fresh_dots: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -325,10 +326,16 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     `several_dots`: it can take several dots with accumulators of their own (`LoopPlan.chains`);
     `computed_operands`: it can take an operand computed from one loaded tile, or a tile also read outside the dot
     (`OperandLoad.computed`); `scale_rings`: it can take the scale tiles of a `tl.dot_scaled` through rings of their
-    own (`DotChain.scales`)."""
+    own (`DotChain.scales`); `fresh_dots`: it can take a dot whose result is made afresh each iteration and used there
+    (`x = tl.dot(a, b)`, `DotChain.fresh`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
+        return None
+    # A dot in a loop nested in this one belongs to that loop (the innermost loop around a dot is the one pipelined,
+    # as `dot_loops` finds them): a loop whose dots all run in nested loops is not a dot loop itself.
+    nested = _nested_loop_dots(source, loop, plan)
+    if all(call in nested for _, s in dots for call in calls_in(s) if call in plan.dots):
         return None
     if len(dots) != 1 and not several_dots:
         return LoopRefusal(dots[1][1], "more than one `tl.dot` in the loop (one accumulator chain is pipelined)")
@@ -352,7 +359,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     chains: list[DotChain] = []
     for dot_index, dot_statement in dots:
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations, computed_operands, scale_rings)
+                           accumulations, computed_operands, scale_rings, fresh_dots)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -446,13 +453,85 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                     if j not in producer and name not in carried:
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
     carried.sort(key=lambda name: assigned_at[name][0])
+    escaped = _carried_out(source, plan.function.node, loop, carried)
+    if escaped is not None:
+        return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
                     carried, chains)
 
 
+def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, carried: list[str]
+                 ) -> LoopRefusal | None:
+    """A refusal where a value the loop carries (`a_ptrs += BLOCK_K`) is read after it: later in the function, or by
+    the next iteration of a loop around it that does not assign it afresh first. The pipelined copies advance their
+    own copy of that state, so the name keeps the value it had before the loop."""
+    path = _block_path(function, loop)
+    if path is None:
+        return None
+    live = set(carried)
+    for owner, block, index in reversed(path):
+        for statement in block[index + 1:]:
+            for name in sorted(live):
+                if name in statement_reads(statement):
+                    return LoopRefusal(statement, f"`{name}`, which the loop advances, is read after it: the "
+                                       "pipelined copies advance a copy of it, so after the loop it would keep the "
+                                       "value it had before")
+            live -= _plain_targets(statement)
+        if isinstance(owner, (cst.For, cst.While)):
+            fresh = set().union(*(_plain_targets(s) for s in block[:index]))
+            for name in sorted(live - fresh):
+                return LoopRefusal(loop, f"`{name}`, which the loop advances, is carried into the next iteration of "
+                                   f"the loop at line {source.position(owner)[0]} around it, which does not assign it "
+                                   "afresh first: the pipelined copies advance a copy of it (assign it in that loop "
+                                   "before this one)")
+            # (the last iteration's value still flows out of the loop around it)
+        if not live:
+            return None
+    return None
+
+
+def _block_path(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.CSTNode, list[cst.BaseStatement], int]] | None:
+    """The blocks from `node` down to the statement `target`: (the statement owning each block, its statements, the
+    index of the statement on the way), outermost first; None where `target` is not under `node`."""
+    blocks: list[tuple[cst.CSTNode, cst.BaseSuite]] = []
+    for field_name in ("body", "orelse", "handlers", "finalbody"):
+        part = getattr(node, field_name, None)
+        if isinstance(part, cst.BaseSuite):
+            blocks.append((node, part))
+        elif isinstance(part, (cst.Else, cst.If, cst.Finally)):
+            blocks.append((node, part.body) if not isinstance(part, cst.If) else (part, part.body))
+            if isinstance(part, cst.If):
+                deeper = _block_path(part, target)
+                if deeper is not None:
+                    return deeper
+        elif isinstance(part, (tuple, list)):
+            blocks += [(handler, handler.body) for handler in part if isinstance(handler, cst.ExceptHandler)]
+    for owner, suite in blocks:
+        statements = list(suite.body) if isinstance(suite, cst.IndentedBlock) else []
+        for index, statement in enumerate(statements):
+            if statement is target:
+                return [(owner, statements, index)]
+            if isinstance(statement, cst.BaseCompoundStatement):
+                deeper = _block_path(statement, target)
+                if deeper is not None:
+                    return [(owner, statements, index), *deeper]
+    return None
+
+
+def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> set[cst.Call]:
+    """The dots of `plan` that run in a `for` loop nested in `loop` (not an unrolled `tl.static_range` one, whose
+    dots belong to the loop around it)."""
+    found: set[cst.Call] = set()
+    for node in preorder(loop.body):
+        if isinstance(node, cst.For) and not (isinstance(node.iter, cst.Call) and language_name(
+                source.qualified_name(node.iter.func)) in UNROLLED):
+            found |= {call for call in calls_in(node) if call in plan.dots}
+    return found
+
+
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
-               computed_operands: bool = False, scale_rings: bool = False
+               computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False
                ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
     `scale_rings`) those of a scaled dot's scales."""
@@ -460,8 +539,16 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     acc_in_dot = True
-    if not (isinstance(small, cst.Assign) and small.value is dot_call and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(site.acc, cst.Name) and site.acc.value == small.targets[0].target.value):
+    fresh = False
+    if fresh_dots and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
+            and small.value is dot_call and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and small.targets[0].target.value not in _exposed(body[:dot_index], set())[0]:
+        # `x = tl.dot(a, b)`: a product made afresh each iteration (a tile of the output stored in the loop, scores
+        # reduced or scaled there); nothing is carried, and its MMA layout is the result's
+        acc, acc_in_dot, fresh = small.targets[0].target.value, False, True
+    elif not (isinstance(small, cst.Assign) and small.value is dot_call
+              and isinstance(small.targets[0].target, cst.Name) and isinstance(site.acc, cst.Name)
+              and site.acc.value == small.targets[0].target.value):
         added = _accumulation(small, dot_call) if accumulations and site.acc is None else None
         if added is None:
             return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
@@ -475,15 +562,21 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                                "the MMA each iteration, which spilled where Triton's own compile does not")
         acc, acc_in_dot = added, False
     else:
-        acc = site.acc.value
+        acc = site.acc.value  # type: ignore[union-attr]
     operands: list[OperandLoad] = []
+    names: list[str] = []  # A's and B's: a tile load's name, or a loop-invariant operand held in registers
+    assigned_in_body = set().union(*(assigned_names(s) for s in body))
     for operand in (site.a, site.b):
+        if fresh_dots and isinstance(operand, cst.Name) and operand.value not in assigned_in_body:
+            names.append(operand.value)  # (a tile made before the loop, held in registers: `tl.dot(b_A, b_v)`)
+            continue
         transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None
         if transposed is not None:
             operand = transposed
         inline = _inline_descriptor_load(plan, operand, dot_index, transposed is not None) if inline_loads else None
         if inline is not None:
             operands.append(inline)
+            names.append(inline.name)
             continue
         found: OperandLoad | LoopRefusal | None = None
         if isinstance(operand, cst.Name):
@@ -507,6 +600,9 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                                "descriptor's `load`) in this loop")
         found.transposed = transposed is not None
         operands.append(found)
+        names.append(found.name)
+    if not operands:
+        return LoopRefusal(dot_call, "neither operand of the dot is loaded in the loop: there is no tile to pipeline")
     scales: list[OperandLoad | None] = []
     for scale in (site.scaled[0], site.scaled[2]) if scale_rings and site.scaled is not None else ():
         # a scale tile loaded in the loop into a name the dot alone reads (else it stays in the consumer)
@@ -520,7 +616,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
             load = None
         scales.append(load)
     rings = [load for load in scales if load is not None]
-    return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (operands[0].name, operands[1].name), dot_call,
+    return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
                                          scales=tuple(load.name if load is not None else "" for load in scales))
 
 
@@ -532,7 +628,7 @@ def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStat
     tiles: dict[int, OperandLoad] = {}
     prep: set[int] = set()
     seen: set[tuple[str, int]] = set()
-    work = [(name, dot_index) for name in names_in(operand)]
+    work = [(name, dot_index) for name in value_names(operand)]  # (`b.to(a.dtype)` computes from `b` alone)
     while work:
         name, before = work.pop()
         if (name, before) in seen:
@@ -603,8 +699,9 @@ def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
 
 
 def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
-                    ) -> dict[str, list[OperandAnchor]]:
-    """Per function, the tile loads its dot loops compute operands from (`OperandLoad.computed`), with the nodes of
+                    ) -> dict[str, list[OperandAnchor | StoreAnchor]]:
+    """Per function, the stores of loops whose products are made afresh each iteration (`StoreAnchor`), and the tile
+    loads its dot loops compute operands from (`OperandLoad.computed`), with the nodes of
     each computation and the loop-invariant names it reads: what `LayoutAnalysis` lays out in the MMA operand's layout
     for the AMD pipelines. A loop of plain tile loads that shares names with a computed one (its copy for the other
     value of an unswitched flag) would get its tiles converted to those layouts: such a computed loop is left out,
@@ -613,15 +710,20 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
     for fn in facts.functions.values():
         plan = plans[fn.name]
         loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
-                                       accumulations=True, several_dots=True, computed_operands=True))
+                                       accumulations=True, several_dots=True, computed_operands=True,
+                                       fresh_dots=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
         planned = [(loop, p) for loop, p in loops if isinstance(p, LoopPlan)]
         plain = set().union(*(bound_names(loop) for loop, p in planned if not any(ld.computed for ld in p.loads)))
-        found: list[OperandAnchor] = []
+        found: list[OperandAnchor | StoreAnchor] = []
         for loop, loop_plan in planned:
-            if bound_names(loop) & plain:
-                continue
             body = loop_body(loop)
+            if all(chain.fresh for chain in loop_plan.chains) and not loop_plan.attention:
+                # the tiles of products made afresh each iteration, stored in the loop (`StoreAnchor`)
+                found += [StoreAnchor(call) for statement in body for call in calls_in(statement)
+                          if language_name(source.qualified_name(call.func)) in ("store", "core.store")]
+            if bound_names(loop) & plain and any(load.computed for load in loop_plan.loads):
+                continue
             in_loop = {name for statement in body for name in assigned_names(statement)}
             for load in loop_plan.loads:
                 if not load.computed or load.descriptor:

@@ -130,7 +130,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     descriptor tiles' (gfx1250)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
-                          several_dots=True, computed_operands=True, scale_rings=True)
+                          several_dots=True, computed_operands=True, scale_rings=True, fresh_dots=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal):
@@ -230,7 +230,13 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                                 "MMA: its internal barrier breaks the warp-group schedule (move it out of the loop)")
         if facts.nested_loop and loop_plan.attention:
             return StageRefusal(facts.node, "a loop inside the main loop")
-        if Effect.ATOMIC in facts.effects or Effect.GLOBAL_STORE in facts.effects:
+        # A store of a product made afresh each iteration (`x = tl.dot(a, b)`, a tile of the output) runs in the
+        # `mma` stage after it, while the copies of later iterations are already issued: as Triton's own pipeliner
+        # orders them (neither proves that a store does not write what a later load reads). Atomics, and stores in a
+        # loop that carries an accumulator, stay refused.
+        if Effect.ATOMIC in facts.effects or (Effect.GLOBAL_STORE in facts.effects and not all(
+                chain.fresh for chain in loop_plan.chains)) or (Effect.GLOBAL_STORE in facts.effects and
+                                                                loop_plan.attention):
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
     for load in loop_plan.loads:

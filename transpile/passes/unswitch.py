@@ -48,13 +48,15 @@ _EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$"
 _MEMORY = re.compile(r"(^|\.)(load|store|atomic_\w+|async_\w+)$")
 _MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
 _MAX_ROUNDS = 32  # loops rewritten per file
+# A file indented by tabs: every line's indentation is tabs, then (continuation lines) spaces
+_TAB_INDENTS = re.compile(r"(?:\t*(?: *)(?:[^ \t\n][^\n]*)?(?:\n|$))*")
 
 
 def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
     """`text` with constexpr branches hoisted out of the dot loops of its jit functions, and the new text's line map
     (new line -> line of `text`, as `transpile.source.line_map` gives it); None where nothing is hoisted."""
-    if "\t" in text or "\r" in text:  # the rewrite re-indents by spaces; such files are left as they are
-        return None
+    if "\r" in text or ("\t" in text and not _TAB_INDENTS.fullmatch(text)):
+        return None  # (the rewrite re-indents by the file's own unit: spaces, or tabs where lines start with tabs alone)
     if "dot" not in text or not _if_in_loop(text):  # (most files: no parse)
         return None
     names = set(facts.functions)
@@ -84,7 +86,7 @@ def _if_in_loop(text: str) -> bool:
     """Some `if` statement sits inside a `for` loop (by indentation; a cheap test before parsing)."""
     loops: list[int] = []  # indentation of the `for` statements around the current line
     for line in text.split("\n"):
-        stripped = line.lstrip(" ")
+        stripped = line.lstrip(" \t")
         if not stripped or stripped.startswith("#"):
             continue
         indent = len(line) - len(stripped)
@@ -132,14 +134,39 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
 
 def _constexpr_params(function: ast.FunctionDef) -> set[str]:
     """The function's parameters annotated as constexpr (`tl.constexpr`, `gl.constexpr`, `constexpr`) that no
-    statement of the function rebinds."""
+    statement of the function rebinds, and its constexpr locals (`_compile_time`) bound once, at its top level."""
     args = function.args
     params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]
               if a.annotation is not None and _is_constexpr(a.annotation)}
+    # Constexpr locals of the function's top level (`is_x_scaled: tl.constexpr = XScale is not None`): decided when
+    # the kernel is compiled, as their values read only constexpr parameters, literals, and whether a parameter is
+    # None (Triton specialises a kernel on that)
+    every = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    local: dict[str, int] = {}
+    for statement in function.body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
+                and _is_constexpr(statement.annotation) and statement.value is not None \
+                and _compile_time(statement.value, params | set(local), every):
+            local[statement.target.id] = statement.lineno
+    stores: dict[str, int] = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            params.discard(node.id)
-    return params
+            stores[node.id] = stores.get(node.id, 0) + 1
+    return {name for name in params if name not in stores} | {name for name in local if stores.get(name) == 1}
+
+
+def _compile_time(value: ast.expr, flags: set[str], params: set[str]) -> bool:
+    """`value` is known when the kernel is compiled: a test of `flags` (`_flag_test`), or of whether a parameter is
+    None (`X is not None`)."""
+    if isinstance(value, ast.Compare) and len(value.ops) == 1 and isinstance(value.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(value.left, ast.Name) and value.left.id in params \
+            and isinstance(value.comparators[0], ast.Constant) and value.comparators[0].value is None:
+        return True
+    if isinstance(value, ast.BoolOp):
+        return all(_compile_time(v, flags, params) for v in value.values)
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not):
+        return _compile_time(value.operand, flags, params)
+    return _flag_test(value, flags)
 
 
 def _is_constexpr(annotation: ast.expr) -> bool:
@@ -360,13 +387,14 @@ def _else_line(lines: list[str], branch: ast.If) -> int | None:
         return first.lineno
     for number in range(branch.body[-1].end_lineno + 1, first.lineno + 1):
         text = lines[number - 1]
-        if _clause(text) == "else" and len(text) - len(text.lstrip(" ")) == branch.col_offset:
+        if _clause(text) == "else" and _indent(text) == branch.col_offset:
             return number
     return None
 
 
 def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
+    """The characters of the line's indentation (spaces, or tabs: ast's columns count them as one each)."""
+    return len(line) - len(line.lstrip(" \t"))
 
 
 def _dedented(lines: list[str], origin: list[int], start: int, end: int, by: int) -> tuple[list[str], list[int]]:
@@ -398,10 +426,10 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
     for branch in outermost:
         out += lines[cursor - 1:branch.lineno - 1]
         out_origin += origin[cursor - 1:branch.lineno - 1]
-        indent = branch.col_offset
+        indent = lines[branch.lineno - 1][:branch.col_offset]
         if value == polarity(branch):
             body_end = (_else_line(lines, branch) - 1) if branch.orelse else branch.end_lineno
-            by = _indent(lines[branch.body[0].lineno - 1]) - indent
+            by = _indent(lines[branch.body[0].lineno - 1]) - len(indent)
             new, new_origin = _dedented(lines, origin, branch.lineno + 1, body_end, by)
         elif not branch.orelse:
             new, new_origin = [], []
@@ -409,15 +437,15 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
             header = _else_line(lines, branch)
             if _clause(lines[header - 1]) == "elif":  # `elif X:` -> `if X:`, the rest as it is
                 text = lines[header - 1]
-                new = [" " * indent + "if" + text.lstrip(" ")[len("elif"):]]
+                new = [indent + "if" + text.lstrip(" \t")[len("elif"):]]
                 new_origin = [origin[header - 1]]
                 more, more_origin = lines[header:branch.end_lineno], origin[header:branch.end_lineno]
                 new, new_origin = new + more, new_origin + more_origin
             else:
-                by = _indent(lines[branch.orelse[0].lineno - 1]) - indent
+                by = _indent(lines[branch.orelse[0].lineno - 1]) - len(indent)
                 new, new_origin = _dedented(lines, origin, header + 1, branch.end_lineno, by)
         if not any(line.strip() and not line.strip().startswith("#") for line in new) and _alone(loop, branch):
-            new = [*new, " " * indent + "pass"]  # (only where the block would be left empty)
+            new = [*new, indent + "pass"]  # (only where the block would be left empty)
             new_origin = [*new_origin, origin[branch.lineno - 1]]
         out += new
         out_origin += new_origin
@@ -447,13 +475,14 @@ def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If,
         test_text = test
     for tile, pointer in dtypes.items():
         test_text = re.sub(rf"(?<![\w.]){re.escape(tile)}\.dtype\b", f"{pointer}.dtype.element_ty", test_text)
-    indent = " " * loop.col_offset
-    unit = _indent(lines[loop.body[0].lineno - 1]) - loop.col_offset
+    indent = lines[loop.lineno - 1][:loop.col_offset]
+    first = lines[loop.body[0].lineno - 1]
+    unit = first[loop.col_offset:_indent(first)]  # the file's indentation unit (spaces, or a tab)
     taken, taken_origin = _specialised(lines, origin, loop, test, True)
     other, other_origin = _specialised(lines, origin, loop, test, False)
 
     def shifted(block: list[str]) -> list[str]:
-        return [" " * unit + line if line.strip() else line for line in block]
+        return [unit + line if line.strip() else line for line in block]
 
     at = origin[loop.lineno - 1]
     new = [*lines[:loop.lineno - 1],

@@ -203,6 +203,19 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # warps along M) measured 0.53-0.72x (gfx950) and 0.44-0.73x (gfx942) Triton's own non-MFMA instructions per loop
     # iteration on every attention fixture whose tile gives each of 8 warps 16 rows; launches and autotune configs
     # with fewer rows run the source kernel (bench/RESULTS.md).
+    # A loop whose dots make their products afresh each iteration and store them (`DotChain.fresh`: chunked
+    # linear-attention kernels' tiles of the output): suite_chunk_products at 32x64 / 64x64 / 64x128 / 128x64 (8 warps)
+    # measured 0.54-0.84x (gfx950, emitted), 1.10-1.51x but 0.60x at 128x64 (gfx942) and 0.57-0.92x (gfx1250) Triton's
+    # own non-MFMA instructions per loop iteration (bench/RESULTS.md).
+    **{(target, f"fresh-product ring, {copies}"): (
+        f"its dots make their products afresh each iteration and the loop stores them, and on {target} that ring "
+        f"measured {figures} Triton's own non-MFMA instructions per loop iteration (suite_chunk_products, 32x64 to "
+        f"128x64 tiles, 8 warps){margin}: bench/RESULTS.md")
+       for target, copies, figures, margin in (
+           ("gfx942", "buffer-load ring", "1.10-1.51x (0.60x at 128x64)", ""),
+           ("gfx1250", "direct-to-LDS ring", "0.57-0.92x",
+            ": not under the 0.8x a machine-code measure must show in every config before a form is emitted without "
+            "the GPU to time it"))},
     ("gfx1250", "tdm ring"): (
         "its descriptor tiles would go by TDM copies into a warp-pipelined ring, whose hot loop measured 0.89-0.98x "
         "Triton's own non-MFMA instructions per MFMA in the 8 fixture kernels and configs: under the 0.8x a "
