@@ -927,3 +927,42 @@ def test_an_atomic_of_the_fresh_product_or_a_store_beside_an_accumulator_is_refu
     assert not atomic.translated and not atomic.pipelined
     stored = translate_source(gemm("tl.store(c_ptr + offs_m, tl.sum(acc, axis=1))"), "x.py", get_target("gfx950"))
     assert not stored.functions[0].pipelined
+
+
+def test_conversions_of_values_the_loop_does_not_change_are_made_before_it() -> None:
+    """A conversion in the loop body of a loop-invariant value (`shifter[:, None]`, `tl.exp2(g)[:, None]`, a cast
+    of one) is no barrier of the `mma` stage: the rule converts it once, before the loop (`_Invariant`). A value the
+    loop changes, or one read through a load, is not."""
+    from transpile.analysis.stages import invariant_convert
+    from transpile.rules.amd_warp_pipeline import _Invariant
+
+    text = HEAD + (
+        "@triton.jit\ndef k(p, n, s_ptr, BK: tl.constexpr):\n"
+        "    s = tl.load(s_ptr + tl.arange(0, BK))\n"
+        "    for i in range(n):\n"
+        "        x = s[:, None] * tl.exp2(s)[None, :].to(tl.float32) + i\n"
+        "        y = x + tl.load(p + i)\n")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    plans = analyse_layouts(facts)
+    fn = facts.functions["k"]
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    flow = loop_dataflow(source, loop, plans["k"])
+    nodes = {source.code(n): n for n in cst_walk_nodes(loop) if isinstance(n, cst.BaseExpression)}
+    assert invariant_convert(source, nodes["s[:, None]"], loop, flow)
+    assert invariant_convert(source, nodes["tl.exp2(s)[None, :].to(tl.float32)"], loop, flow)
+    assert not invariant_convert(source, nodes["x"], loop, flow)  # (assigned in the loop)
+    assert not invariant_convert(source, nodes["tl.load(p + i)"], loop, flow)
+    names = iter(["s_cvt", "s_cvt_1"])
+    body = cst.parse_statement("y = gl.convert_layout(s[:, None], L) + gl.convert_layout(x, L) + "
+                               "gl.convert_layout(s[:, None], L) + gl.convert_layout(gl.load(q)[:, None], L)\n")
+    invariant = _Invariant({"x", "i", "y"}, lambda base: next(names))
+    assert cst.Module([body.visit(invariant)]).code.strip() == (
+        "y = s_cvt + gl.convert_layout(x, L) + s_cvt + gl.convert_layout(gl.load(q)[:, None], L)")
+    assert invariant.made == {("s[:, None]", "L"): "s_cvt"}
+
+
+def cst_walk_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    from transpile.cst_walk import preorder
+
+    return list(preorder(node))

@@ -38,7 +38,7 @@ from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_atten
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import broadcast_axis
 from transpile.cst_walk import preorder
-from transpile.discover import JitFunction
+from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
 
 # Copy engines of the AMD targets and what they imply for the ring.
@@ -215,7 +215,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
         for node, what in facts.barriers:
-            if what == "layout conversion" and hoistable_convert(node, loop, flow) is not None:
+            if what == "layout conversion" and (hoistable_convert(node, loop, flow) is not None
+                                                or invariant_convert(source, node, loop, flow)):
                 continue
             if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
                 continue  # a row reduction: warp-local with all warps along M
@@ -335,6 +336,29 @@ def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+#: Elementwise language functions a loop-invariant value may be computed with and still be converted once, before the
+#: loop (`invariant_convert`): no memory access, no cross-lane work.
+PURE_CALLS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid",
+                        "cos", "sin", "fma", "floor", "ceil", "math.exp", "math.exp2", "math.log", "math.log2",
+                        "math.sqrt", "math.rsqrt", "math.abs"})
+
+
+def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> bool:
+    """A layout conversion of a value the loop does not change (it reads names the loop does not assign, through
+    arithmetic, broadcasts and elementwise math: `shifter[:, None]`, `exp2(b_g)`): the rule makes it once, before the
+    loop, instead of in a stage next to the MMA."""
+    defined = set().union(*(f.defines for f in flow.statements))
+    if isinstance(loop.target, cst.Name):
+        defined.add(loop.target.value)
+    for n in preorder(node):
+        if isinstance(n, cst.Name) and n.value in defined:
+            return False
+        if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
+                and language_name(source.qualified_name(n.func)) not in PURE_CALLS:
+            return False
+    return True
 
 
 def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> tuple[str, str] | None:

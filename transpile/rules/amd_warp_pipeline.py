@@ -26,7 +26,8 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, loop_body
-from transpile.analysis.stages import PIPELINE_WARPS, WAITS, StagePlan, StageRefusal, hoistable_convert, plan_stages
+from transpile.analysis.stages import (PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan, StageRefusal, hoistable_convert,
+                                      plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
@@ -288,6 +289,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 converts[(node.value, layout)] = (var, target)  # type: ignore[attr-defined]
     if converts:
         body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
+    # Conversions of values the loop does not change (`shifter[:, None]`, `exp2(g)` of loop-invariant vectors:
+    # `invariant_convert` in analysis/stages.py) are made once, before the loop, under names of their own.
+    changed = {n for statement in body for n in assigned_names(statement)} | {plan.var}
+    invariant = _Invariant(changed, name)
+    body = [s if i in loads_at or i in plan.producer else s.visit(invariant) for i, s in enumerate(body)]
+    hoisted += [f"{target} = gl.convert_layout({value}, {layout})" for (value, layout), target in invariant.made.items()]
 
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
@@ -835,6 +842,33 @@ class _Hoisted(cst.CSTTransformer):
         if found is not None:
             return cst.parse_expression(f"({found[0]} + {found[1]})")
         return updated
+
+
+class _Invariant(cst.CSTTransformer):
+    """`gl.convert_layout(x, layout)` of an `x` that reads no name of `changed` (the names the loop assigns) through
+    arithmetic, broadcasts, casts and elementwise math -> a name made before the loop (`made`: (x, layout) -> name)."""
+
+    def __init__(self, changed: set[str], name) -> None:  # noqa: ANN001 - the loop's namer
+        super().__init__()
+        self.changed = changed
+        self.name = name
+        self.made: dict[tuple[str, str], str] = {}
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if code(updated.func) != "gl.convert_layout" or len(updated.args) != 2:
+            return updated
+        value = updated.args[0].value
+        for n in preorder(value):
+            if isinstance(n, cst.Name) and n.value in self.changed:
+                return updated
+            if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
+                    and code(n.func).removeprefix("gl.") not in PURE_CALLS:
+                return updated
+        key = (" ".join(code(value).split()), " ".join(code(updated.args[1].value).split()))
+        if key not in self.made:
+            base = next((n.value for n in preorder(value) if isinstance(n, cst.Name)), "value")
+            self.made[key] = self.name(f"{base}_cvt")
+        return cst.Name(self.made[key])
 
 
 class _Unconvert(cst.CSTTransformer):
