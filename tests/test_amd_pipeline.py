@@ -458,7 +458,7 @@ def test_a_carried_offset_tensor_read_after_the_loop_is_refused() -> None:
     text = _carried_offsets().replace("    tl.store(c_ptr + offs_m", "    tl.store(c_ptr + offs_k[:, None] + offs_m")
     result = translate_source(text, "mm64.py", get_target("gfx950"))
     assert not result.functions[0].translated  # kept as Triton
-    assert "`offs_k`, which the loop advances, is read after it" in result.functions[0].kept_reason
+    assert "`offs_k`, which the loop computes for its loads, is read after it" in result.functions[0].kept_reason
 
 
 BRANCHED_ROWS = INT64_OFFSETS.replace(
@@ -870,9 +870,9 @@ def test_the_innermost_dot_loop_is_pipelined_and_the_loop_around_it_is_not_refus
 
 
 @pytest.mark.parametrize("reset,after,needle", [
-    ("pass", "pass", "`a_ptrs`, which the loop advances, is carried into the next iteration of the loop at line 15"),
+    ("pass", "pass", "`a_ptrs`, which the loop computes for its loads, is carried into the next iteration of the loop at line 15"),
     (A_PTRS, "tl.store(c_ptr + offs_m, tl.sum(tl.load(a_ptrs), axis=1))",
-     "`a_ptrs`, which the loop advances, is read after it"),
+     "`a_ptrs`, which the loop computes for its loads, is read after it"),
 ])
 def test_state_the_loop_advances_and_something_reads_after_it_is_refused(reset: str, after: str, needle: str) -> None:
     """The pipelined copies advance their own copy of a carried pointer: where the value it ends with is read after
@@ -966,3 +966,40 @@ def cst_walk_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     from transpile.cst_walk import preorder
 
     return list(preorder(node))
+
+
+@pytest.mark.parametrize("edit,reason", [
+    # a running offset the loads' copies advance, read by the store (the consumer would store every tile at `off` 0)
+    ((("        o_v = i_v * BV + tl.arange(0, BV)\n", "        o_v = off + tl.arange(0, BV)\n"),
+      ("    for i_v in range(", "    off = 0\n    for i_v in range("),
+      ("mask=m_v)\n", "mask=m_v)\n        off += BV\n")), ""),
+    # a recurrence through memory the kernel marks by asking for no pipelining
+    ((("range(tl.cdiv(V, BV))", "tl.range(0, tl.cdiv(V, BV), num_stages=1)"),),
+     "a store inside a loop that asks for `num_stages=1`"),
+    # the register operand also read outside the dot
+    ((("        tl.store(", "        b_u = b_u + tl.sum(b_a.to(tl.float32), axis=1)[:, None]\n        tl.store("),),
+     "`b_a`, a dot operand held in registers across the loop, is also used outside the dot"),
+])
+def test_fresh_product_loops_the_ring_cannot_take_are_kept(edit: tuple, reason: str) -> None:
+    text = FRESH.replace("STORE", "store")
+    for old, new in edit:
+        assert old in text
+        text = text.replace(old, new)
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert not (fn.translated and fn.pipelined) and reason in fn.kept_reason
+
+
+def test_values_only_the_copies_compute_are_not_read_stale_after_the_loop() -> None:
+    """A name the loop's producer assigns plainly (`k_left = K - k * BK`) and the consumer never reads is computed by
+    the pipelined copies only: read after the loop it would hold its value from before. So would a carried pointer
+    read at the top of the next pass of a loop around it, before it is made afresh."""
+    text = gemm().replace("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+                          "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    k_left = 0\n").replace(
+        "acc.to(tl.float16))", "acc.to(tl.float16) + k_left)")
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined and "`k_left`, which the loop computes for its loads, is read after it" in fn.kept_reason
+    top = passes("x = tl.load(a_ptrs)\n        " + A_PTRS).replace("    pass\n    acc = tl.zeros", "    " + A_PTRS
+                                                                    + "\n    acc = tl.zeros")
+    fn = translate_source(top, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined and "`a_ptrs`, which the loop computes for its loads, is carried into the next" \
+        in fn.kept_reason

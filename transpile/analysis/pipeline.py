@@ -21,7 +21,7 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import UNROLLED, dot_loops
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
-from transpile.cst_utils import (assigned_names, bound_names, calls_in, names_in, per_loop, statement_reads,
+from transpile.cst_utils import (assigned_names, bound_names, calls_in, names_in, per_loop, read_names,
                                  value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
@@ -295,6 +295,14 @@ def _exposed(statements: Sequence[cst.BaseStatement], defined: set[str]) -> tupl
             must = then_defined & else_defined
             reads |= then_reads | else_reads | ((then_defined | else_defined) - must)
             defined = must
+        elif isinstance(statement, (cst.For, cst.While)) and isinstance(statement.body, cst.IndentedBlock):
+            # (what the body reads before assigning it in an iteration; it may run no iteration: defines nothing)
+            head = statement.iter if isinstance(statement, cst.For) else statement.test
+            reads |= names_in(head) - defined
+            inner = defined | (names_in(statement.target) if isinstance(statement, cst.For) else set())
+            reads |= _exposed(list(statement.body.body), inner)[0]
+            if isinstance(statement.orelse, cst.Else):
+                reads |= _exposed(list(statement.orelse.body.body), defined)[0]  # type: ignore[union-attr]
         else:
             reads |= names_in(statement) - defined
             defined |= assigned_names(statement)
@@ -373,6 +381,12 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                 return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
             uses_of.setdefault(load.name, []).append((dot_index, position))
         chains.append(chain)
+    for chain in chains:
+        for held in chain.operands:
+            if held not in loads and sum(held in value_names(st) for st in body) > 1 + sum(
+                    other.index != chain.index and held in other.operands for other in chains):
+                return LoopRefusal(chain.call, f"`{held}`, a dot operand held in registers across the loop, is also "
+                                   "used outside the dot (the pipelined MMA reads it converted to its operand layout)")
     for name, fed in uses_of.items():
         if len({position for _, position in fed}) != 1:
             return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
@@ -453,41 +467,87 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                     if j not in producer and name not in carried:
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
     carried.sort(key=lambda name: assigned_at[name][0])
-    escaped = _carried_out(source, plan.function.node, loop, carried)
+    escaped = _carried_out(source, plan.function.node, loop, _stale_after(body, sorted(producer), load_indices),
+                           carried)
     if escaped is not None:
         return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
                     carried, chains)
 
 
-def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, carried: list[str]
-                 ) -> LoopRefusal | None:
-    """A refusal where a value the loop carries (`a_ptrs += BLOCK_K`) is read after it: later in the function, or by
-    the next iteration of a loop around it that does not assign it afresh first. The pipelined copies advance their
-    own copy of that state, so the name keeps the value it had before the loop."""
+def consumer_indices(producer: Sequence[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:
+    """Indices of the loop statements the consumer of a pipelined loop runs: all but the tile loads, less the producer
+    statements whose values only the producer reads (those run ahead, on the renamed copies). A producer statement
+    whose value the consumer reads runs in the consumer too, and so, transitively, do the producer statements it
+    reads (`o_v = off + arange` then `off += BV`: the consumer advances its own `off`)."""
+    read: set[str] = set()
+    taken: set[int] = set()
+    for i, statement in enumerate(body):
+        if i not in loads and i not in producer:
+            read |= names_in(statement)
+    changed = True
+    while changed:
+        changed = False
+        for i in producer:
+            if i not in taken and i not in loads and assigned_names(body[i]) & read:
+                taken.add(i)
+                read |= names_in(body[i])
+                changed = True
+    return [i for i in range(len(body)) if i not in loads and (i not in producer or i in taken)]
+
+
+def _stale_after(body: list[cst.BaseStatement], producer: Sequence[int], loads: set[int]) -> set[str]:
+    """Names whose values after the pipelined loop would be those they had before it: bound by producer statements
+    only (the copies' run ahead on renamed copies), never by a statement the consumer runs."""
+    consumer = set(consumer_indices(producer, loads, body))
+    by_producer = set().union(*(assigned_names(body[i]) for i in producer if i not in consumer))
+    return by_producer - set().union(*(assigned_names(body[i]) for i in consumer))
+
+
+def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, stale: set[str],
+                 carried: Sequence[str]) -> LoopRefusal | None:
+    """A refusal where a value only the pipelined copies compute (`a_ptrs += BLOCK_K`, `k0 = k * BLOCK_K`: `stale`)
+    is read after the loop: later in the function, or by the next iteration of a loop around it (its test, or its
+    body before it assigns the name afresh). The copies compute their own copy of that value, so the name keeps the
+    value it had before the loop."""
     path = _block_path(function, loop)
-    if path is None:
+    if path is None or not stale:
         return None
-    live = set(carried)
+    live = set(stale)
+    fresh: set[str] = set()  # names assigned afresh before the loop inside the loop around it, on the way
     for owner, block, index in reversed(path):
         for statement in block[index + 1:]:
             for name in sorted(live):
-                if name in statement_reads(statement):
-                    return LoopRefusal(statement, f"`{name}`, which the loop advances, is read after it: the "
-                                       "pipelined copies advance a copy of it, so after the loop it would keep the "
+                if name in _exposed([statement], set())[0]:
+                    return LoopRefusal(statement, f"`{name}`, which the loop computes for its loads, is read after it: "
+                                       "the pipelined copies compute a copy of it, so after the loop it would keep the "
                                        "value it had before")
             live -= _plain_targets(statement)
+        for statement in block[:index]:  # (run again before the loop by the next iteration of a loop around it)
+            fresh |= _plain_targets(statement) & live
         if isinstance(owner, (cst.For, cst.While)):
-            fresh = set().union(*(_plain_targets(s) for s in block[:index]))
-            for name in sorted(live - fresh):
-                return LoopRefusal(loop, f"`{name}`, which the loop advances, is carried into the next iteration of "
-                                   f"the loop at line {source.position(owner)[0]} around it, which does not assign it "
-                                   "afresh first: the pipelined copies advance a copy of it (assign it in that loop "
-                                   "before this one)")
+            line = source.position(owner)[0]
+            test = owner.test if isinstance(owner, cst.While) else owner.iter
+            for name in sorted(live):
+                # (the loop itself reads what a name it carries holds when it starts: a value only its copies advanced
+                # is stale there unless assigned afresh; a name it assigns before reading matters only where read)
+                read_first = name in read_names(test) or (name in carried and name not in fresh) or any(
+                    name in _exposed([s], set())[0] for s in block[:index][:_first_plain(block[:index], name)])
+                if read_first:
+                    return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is carried into the "
+                                       f"next iteration of the loop at line {line} around it, which does not assign "
+                                       "it afresh first: the pipelined copies compute a copy of it (assign it in that "
+                                       "loop before this one)")
             # (the last iteration's value still flows out of the loop around it)
+            fresh = set()
         if not live:
             return None
     return None
+
+
+def _first_plain(block: list[cst.BaseStatement], name: str) -> int:
+    """The index of the first statement of `block` that assigns `name` without reading it first (len where none)."""
+    return next((i for i, statement in enumerate(block) if name in _plain_targets(statement)), len(block))
 
 
 def _block_path(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.CSTNode, list[cst.BaseStatement], int]] | None:
@@ -499,7 +559,7 @@ def _block_path(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.CSTNod
         if isinstance(part, cst.BaseSuite):
             blocks.append((node, part))
         elif isinstance(part, (cst.Else, cst.If, cst.Finally)):
-            blocks.append((node, part.body) if not isinstance(part, cst.If) else (part, part.body))
+            blocks.append((part, part.body))  # (an `else:` of a loop runs once, after it: not the loop's body)
             if isinstance(part, cst.If):
                 deeper = _block_path(part, target)
                 if deeper is not None:
@@ -567,7 +627,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     names: list[str] = []  # A's and B's: a tile load's name, or a loop-invariant operand held in registers
     assigned_in_body = set().union(*(assigned_names(s) for s in body))
     for operand in (site.a, site.b):
-        if fresh_dots and isinstance(operand, cst.Name) and operand.value not in assigned_in_body:
+        if fresh and isinstance(operand, cst.Name) and operand.value not in assigned_in_body:
             names.append(operand.value)  # (a tile made before the loop, held in registers: `tl.dot(b_A, b_v)`)
             continue
         transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None

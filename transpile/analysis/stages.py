@@ -240,6 +240,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                                                                 loop_plan.attention):
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
+        if Effect.GLOBAL_STORE in facts.effects and _no_prefetch(source, loop, requested):
+            # (a recurrence through memory: iteration i + 1 loads what iteration i stores, which the kernel says by
+            # asking Triton not to pipeline the loop)
+            return StageRefusal(facts.node, "a store inside a loop that asks for `num_stages=1`: its loads are not to "
+                                "be prefetched ahead of its stores (a later iteration may read what this one stores)")
     for load in loop_plan.loads:
         if not load.computed:
             continue
@@ -324,6 +329,16 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
                                 "stages running at once; only the flash-attention shape (two chained dots around an "
                                 "online softmax of row reductions) keeps them inside a warp")
     return StageRefusal(refusal.node, refusal.reason)
+
+
+def _no_prefetch(source: SourceFile, loop: cst.For, requested: int | None) -> bool:
+    """The loop asks for no software pipelining: `tl.range(..., num_stages=1)` (or 0), or a launch of `num_stages=1`
+    where the loop names none."""
+    if isinstance(loop.iter, cst.Call):
+        for arg in loop.iter.args:
+            if arg.keyword is not None and arg.keyword.value == "num_stages":
+                return source.code(arg.value).strip() in ("0", "1")
+    return requested is not None and requested <= 1
 
 
 def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:

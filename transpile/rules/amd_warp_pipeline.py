@@ -771,8 +771,9 @@ def _form(sp: StagePlan) -> str:
     copies = ENGINE_FORMS[sp.engine]
     if sp.loop.attention:
         return f"attention, {copies}"
-    if all(chain.fresh for chain in sp.loop.chains):
-        return f"fresh-product ring, {copies}"
+    if all(chain.fresh for chain in sp.loop.chains) and sp.engine != "registers" and not any(
+            load.computed or load.kind == "descriptor" for load in sp.loop.loads):
+        return f"fresh-product ring, {copies}"  # (other fresh rings: as their copies and operands say below)
     if any(load.computed for load in sp.loop.loads):
         return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) else "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):

@@ -12,6 +12,7 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.analysis.pipeline import OperandLoad
+from transpile.analysis.pipeline import consumer_indices
 from transpile.cst_utils import assigned_names, names_in, node_code
 
 CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
@@ -55,13 +56,8 @@ def rename(node: cst.CSTNode, names: dict[str, str]) -> str:
 
 
 def consumer_statements(producer: list[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:
-    """Indices of the loop statements the consumer runs: all but the tile loads, less the producer statements whose
-    values only the producer reads (those run ahead, on the renamed copies)."""
-    read: set[str] = set()
-    for i, statement in enumerate(body):
-        if i not in loads and i not in producer:
-            read |= names_in(statement)
-    return [i for i in range(len(body)) if i not in loads and (i not in producer or assigned_names(body[i]) & read)]
+    """Indices of the loop statements the consumer runs (`transpile.analysis.pipeline.consumer_indices`)."""
+    return consumer_indices(producer, loads, body)
 
 
 def next_names(var: str, producer: list[int], body: list[cst.BaseStatement], name: Callable[[str], str]
