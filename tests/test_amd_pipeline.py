@@ -968,13 +968,67 @@ def cst_walk_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return list(preorder(node))
 
 
+def test_a_running_offset_the_store_reads_is_advanced_by_the_consumer_too() -> None:
+    """`o_v = off + arange` read by the store, `off += BV` at the end: the consumer runs both (transitively, every
+    producer statement whose value it reads), so each tile is stored at its own offset (it stored every one at 0)."""
+    text = FRESH.replace("STORE", "store").replace(
+        "        o_v = i_v * BV + tl.arange(0, BV)\n", "        o_v = off + tl.arange(0, BV)\n").replace(
+        "    for i_v in range(", "    off = 0\n    for i_v in range(").replace("mask=m_v)\n", "mask=m_v)\n        off += BV\n")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].translated and result.functions[0].pipelined, result.functions[0].kept_reason
+    mma = result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1].split("with gl.amd", 1)[0]
+    assert "o_v = off + gl.arange(" in mma and "off += BV" in mma
+    mem = result.text.split('with gl.amd.warp_pipeline_stage("mem", priority=1):', 1)[1].split("# The last", 1)[0]
+    assert "off_next += BV" in mem and "off += BV" not in mem
+
+
+SQUARE = HEAD + '''@triton.jit
+def scaled_square(a_ptr, b_ptr, s_ptr, c_ptr, K, stride_am, stride_bk, B: tl.constexpr, BK: tl.constexpr,
+                  HAS_S: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    offs_k = tl.arange(0, BK)
+    s = tl.load(s_ptr + tl.arange(0, B))
+    a_ptrs = a_ptr + offs[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs[None, :]
+    acc = tl.zeros((B, B), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc += tl.dot(a, b)
+        UPDATE
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs[:, None] * B + offs[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize("update,hoisted", [
+    ("acc = acc * tl.exp2(s)[:, None] + tl.exp2(s)[None, :]", True),
+    # `tl.sigmoid` is a helper of the variant, not `gl.sigmoid`: neither the plan nor the rule take it as elementwise
+    ("acc = acc * tl.sigmoid(s)[:, None] + tl.sigmoid(s)[None, :]", False),
+    # in a branch, the conversion is made where the branch runs (`s` may not exist where it does not)
+    ("if HAS_S:\n            acc = acc * tl.exp2(s)[:, None] + tl.exp2(s)[None, :]", False),
+])
+def test_a_vector_read_along_both_axes_is_converted_before_the_loop_or_kept(update: str, hoisted: bool) -> None:
+    fn, text = None, SQUARE.replace("UPDATE", update)
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    if hoisted:
+        assert fn.translated and fn.pipelined, fn.kept_reason
+        assert "_cvt = gl.convert_layout(gl.exp2(s)" in result.text
+        mma = result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1].split("with gl.amd")[0]
+        assert "convert_layout" not in mma
+    else:
+        assert not fn.pipelined and "would fall inside the `mma` stage" in fn.kept_reason
+
+
 @pytest.mark.parametrize("edit,reason", [
-    # a running offset the loads' copies advance, read by the store (the consumer would store every tile at `off` 0)
-    ((("        o_v = i_v * BV + tl.arange(0, BV)\n", "        o_v = off + tl.arange(0, BV)\n"),
-      ("    for i_v in range(", "    off = 0\n    for i_v in range("),
-      ("mask=m_v)\n", "mask=m_v)\n        off += BV\n")), ""),
     # a recurrence through memory the kernel marks by asking for no pipelining
     ((("range(tl.cdiv(V, BV))", "tl.range(0, tl.cdiv(V, BV), num_stages=1)"),),
+     "a store inside a loop that asks for `num_stages=1`"),
+    # ... or by a launch of the kernel
+    ((("mask=m_v)\n", "mask=m_v)\n\n\ndef run(a, v, u):\n    tile_products[(1,)](a, v, u, 64, 64, 64, 64, 64, "
+                      "BT=64, BV=64, num_warps=8, num_stages=1)\n"),),
      "a store inside a loop that asks for `num_stages=1`"),
     # the register operand also read outside the dot
     ((("        tl.store(", "        b_u = b_u + tl.sum(b_a.to(tl.float32), axis=1)[:, None]\n        tl.store("),),
@@ -1003,3 +1057,38 @@ def test_values_only_the_copies_compute_are_not_read_stale_after_the_loop() -> N
     fn = translate_source(top, "x.py", get_target("gfx950")).functions[0]
     assert not fn.pipelined and "`a_ptrs`, which the loop computes for its loads, is carried into the next" \
         in fn.kept_reason
+    # `x = f(x)` reads the stale value before assigning it: not afresh
+    wrapped = passes("a_ptrs = a_ptrs + 0").replace("    pass\n    acc = tl.zeros", "    " + A_PTRS + "\n    acc = tl.zeros")
+    fn = translate_source(wrapped, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined and "`a_ptrs`, which the loop computes for its loads, is carried into the next" \
+        in fn.kept_reason
+
+
+def test_a_value_the_copies_compute_read_in_another_branch_of_an_if_around_the_loop_is_refused() -> None:
+    """`for g: if g % 2 == 0: <the dot loop, k_left = ...> else: <reads k_left>`: the other branch runs in a later
+    pass and would read the value from before the pipelined loop."""
+    text = passes().replace("        " + A_PTRS + "\n", "        if i % 2 == 0:\n            " + A_PTRS + "\n")
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if "if i % 2 == 0:" in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("    AFTER") or line.strip() == "pass" and i > start)
+    body = [("    " + line if line.strip() else line) for line in lines[start + 2:end]]
+    body = [line.replace("K - j * BK, other", "k_left, other") for line in body]
+    body.insert(2, "                k_left = K - j * BK")
+    text = "\n".join(lines[:start + 2] + body + ["        else:", "            acc += k_left"] + lines[end:])
+    text = text.replace("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+                        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    k_left = 0\n")
+    compile(text, "x.py", "exec")
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined and "`k_left`, which the loop computes for its loads, is read in another branch" \
+        in fn.kept_reason
+
+
+def test_a_depth_the_launch_gives_is_a_ring_of_the_default_depth() -> None:
+    """`tl.range(..., num_stages=NUM_STAGES)` with a constexpr parameter (aiter's blockscale GEMMs, gemlite): the ring
+    takes the default depth, fitted to the LDS as any depth is (it was refused as "not an integer literal")."""
+    text = gemm().replace("num_stages=3", "num_stages=NUM_STAGES").replace(
+        "BK: tl.constexpr):", "BK: tl.constexpr, NUM_STAGES: tl.constexpr):")
+    plan = stage_plan(text)
+    assert isinstance(plan, StagePlan) and plan.slots == 3
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert fn.translated and fn.pipelined, fn.kept_reason

@@ -156,7 +156,10 @@ def loop_header(source: SourceFile, loop: cst.For, default_stages: int
             try:
                 stages = int(source.code(a.value).strip())
             except ValueError:
-                return LoopRefusal(a.value, "`num_stages` must be an integer literal")
+                # a depth the launch gives (`num_stages=NUM_STAGES`): the ring takes the default depth, which the
+                # target's rules fit to its shared memory as they do any depth
+                if not isinstance(a.value, cst.Name):
+                    return LoopRefusal(a.value, "`num_stages` must be an integer literal or a constexpr name")
     return [a.value for a in loop.iter.args if a.keyword is None], max(stages, 2)
 
 
@@ -507,15 +510,16 @@ def _stale_after(body: list[cst.BaseStatement], producer: Sequence[int], loads: 
 def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, stale: set[str],
                  carried: Sequence[str]) -> LoopRefusal | None:
     """A refusal where a value only the pipelined copies compute (`a_ptrs += BLOCK_K`, `k0 = k * BLOCK_K`: `stale`)
-    is read after the loop: later in the function, or by the next iteration of a loop around it (its test, or its
-    body before it assigns the name afresh). The copies compute their own copy of that value, so the name keeps the
-    value it had before the loop."""
+    is read after the loop: later in the function, in another branch of an `if` around it that a loop around that
+    runs again, or by the next iteration of a loop around it (its test, or its body before it assigns the name
+    afresh). The copies compute their own copy of that value, so the name keeps the value it had before the loop."""
     path = _block_path(function, loop)
     if path is None or not stale:
         return None
     live = set(stale)
     fresh: set[str] = set()  # names assigned afresh before the loop inside the loop around it, on the way
-    for owner, block, index in reversed(path):
+    for level in range(len(path) - 1, -1, -1):
+        owner, block, index = path[level]
         for statement in block[index + 1:]:
             for name in sorted(live):
                 if name in _exposed([statement], set())[0]:
@@ -523,16 +527,27 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                                        "the pipelined copies compute a copy of it, so after the loop it would keep the "
                                        "value it had before")
             live -= _plain_targets(statement)
+        if level > 0 and isinstance(owner, (cst.If, cst.Else)) and any(
+                isinstance(o, (cst.For, cst.While)) for o, _, _ in path[:level]):
+            branch = path[level - 1][1][path[level - 1][2]]  # (the `if` statement whose branch holds the loop)
+            for other_owner, other in _if_branches(branch):
+                reads = _exposed(other, set())[0] if other_owner is not owner else set()
+                for name in sorted(live & reads):
+                    return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is read in another "
+                                       f"branch of the `if` at line {source.position(branch)[0]}, which a loop around "
+                                       "runs again: the pipelined copies compute a copy of it, so there it would keep "
+                                       "the value it had before the loop")
         for statement in block[:index]:  # (run again before the loop by the next iteration of a loop around it)
-            fresh |= _plain_targets(statement) & live
+            fresh |= _fresh_targets(statement) & live
         if isinstance(owner, (cst.For, cst.While)):
             line = source.position(owner)[0]
             test = owner.test if isinstance(owner, cst.While) else owner.iter
             for name in sorted(live):
                 # (the loop itself reads what a name it carries holds when it starts: a value only its copies advanced
                 # is stale there unless assigned afresh; a name it assigns before reading matters only where read)
+                first = next((i for i, st in enumerate(block[:index]) if name in _fresh_targets(st)), index)
                 read_first = name in read_names(test) or (name in carried and name not in fresh) or any(
-                    name in _exposed([s], set())[0] for s in block[:index][:_first_plain(block[:index], name)])
+                    name in _exposed([st], set())[0] for st in block[:first])
                 if read_first:
                     return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is carried into the "
                                        f"next iteration of the loop at line {line} around it, which does not assign "
@@ -545,9 +560,22 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
     return None
 
 
-def _first_plain(block: list[cst.BaseStatement], name: str) -> int:
-    """The index of the first statement of `block` that assigns `name` without reading it first (len where none)."""
-    return next((i for i, statement in enumerate(block) if name in _plain_targets(statement)), len(block))
+def _fresh_targets(statement: cst.BaseStatement) -> set[str]:
+    """Names `statement` assigns afresh: without reading their earlier value (`k0 = 0`, not `kk = kk % K`)."""
+    return _plain_targets(statement) - _exposed([statement], set())[0]
+
+
+def _if_branches(statement: cst.BaseStatement) -> list[tuple[cst.CSTNode, list[cst.BaseStatement]]]:
+    """The branches of an `if` statement (its `elif`s and `else` too): (the node owning each block, as `_block_path`
+    names it, the block's statements)."""
+    found: list[tuple[cst.CSTNode, list[cst.BaseStatement]]] = []
+    node: cst.CSTNode | None = statement
+    while isinstance(node, cst.If):
+        found.append((node, list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []))
+        node = node.orelse
+    if isinstance(node, cst.Else):
+        found.append((node, list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []))
+    return found
 
 
 def _block_path(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.CSTNode, list[cst.BaseStatement], int]] | None:

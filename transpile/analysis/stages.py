@@ -36,7 +36,7 @@ from transpile.analysis.launch_alignment import (divided_stride, first_axis_cont
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import broadcast_axis
+from transpile.cst_utils import broadcast_axis, calls_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -215,9 +215,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
         for node, what in facts.barriers:
-            if what == "layout conversion" and (hoistable_convert(node, loop, flow) is not None
-                                                or invariant_convert(source, node, loop, flow)):
-                continue
+            if what == "layout conversion" and (hoistable_convert(node, loop, flow) is not None or (
+                    isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow))):
+                continue  # (a conversion in a branch is made where the branch runs: not hoisted)
             if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
                 continue  # a row reduction: warp-local with all warps along M
             if facts.index in skipped:
@@ -240,7 +240,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                                                                 loop_plan.attention):
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
-        if Effect.GLOBAL_STORE in facts.effects and _no_prefetch(source, loop, requested):
+        if Effect.GLOBAL_STORE in facts.effects and _no_prefetch(source, loop, fn):
             # (a recurrence through memory: iteration i + 1 loads what iteration i stores, which the kernel says by
             # asking Triton not to pipeline the loop)
             return StageRefusal(facts.node, "a store inside a loop that asks for `num_stages=1`: its loads are not to "
@@ -331,14 +331,30 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
     return StageRefusal(refusal.node, refusal.reason)
 
 
-def _no_prefetch(source: SourceFile, loop: cst.For, requested: int | None) -> bool:
-    """The loop asks for no software pipelining: `tl.range(..., num_stages=1)` (or 0), or a launch of `num_stages=1`
-    where the loop names none."""
+def _no_prefetch(source: SourceFile, loop: cst.For, fn: JitFunction) -> bool:
+    """The loop may be asked for no software pipelining: `tl.range(..., num_stages=1)` (or 0; keyword or fourth
+    argument; a name: the launch may give 1), or, where the loop names none, an autotune config or a launch of the
+    kernel with `num_stages` 1 (or a value the source does not spell as a number)."""
+
+    def low(value: cst.BaseExpression) -> bool:
+        text = source.code(value).strip()
+        return not text.isdigit() or int(text) <= 1
+
     if isinstance(loop.iter, cst.Call):
-        for arg in loop.iter.args:
+        positional = [a for a in loop.iter.args if a.keyword is None]
+        for i, arg in enumerate(loop.iter.args):
             if arg.keyword is not None and arg.keyword.value == "num_stages":
-                return source.code(arg.value).strip() in ("0", "1")
-    return requested is not None and requested <= 1
+                return low(arg.value)
+        if len(positional) >= 4:
+            return low(positional[3].value)
+    if any(c.num_stages is not None and c.num_stages <= 1 for c in fn.autotune_configs):
+        return True
+    for call in calls_in(source.module):
+        func = call.func
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and func.value.value == fn.name:
+            if any(a.keyword is not None and a.keyword.value == "num_stages" and low(a.value) for a in call.args):
+                return True
+    return False
 
 
 def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:
@@ -355,9 +371,10 @@ def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:
 
 #: Elementwise language functions a loop-invariant value may be computed with and still be converted once, before the
 #: loop (`invariant_convert`): no memory access, no cross-lane work.
-PURE_CALLS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid",
-                        "cos", "sin", "fma", "floor", "ceil", "math.exp", "math.exp2", "math.log", "math.log2",
-                        "math.sqrt", "math.rsqrt", "math.abs"})
+#: (Each is spelt `gl.<name>` in the translation, where the rule looks for it again: `_Invariant`.)
+PURE_CALLS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "cos",
+                        "sin", "fma", "floor", "ceil", "math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt",
+                        "math.rsqrt", "math.abs"})
 
 
 def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> bool:

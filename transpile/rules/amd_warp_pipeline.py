@@ -293,7 +293,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # `invariant_convert` in analysis/stages.py) are made once, before the loop, under names of their own.
     changed = {n for statement in body for n in assigned_names(statement)} | {plan.var}
     invariant = _Invariant(changed, name)
-    body = [s if i in loads_at or i in plan.producer else s.visit(invariant) for i, s in enumerate(body)]
+    body = [s if i in loads_at or i in plan.producer or not isinstance(s, cst.SimpleStatementLine) else s.visit(invariant)
+            for i, s in enumerate(body)]  # (a conversion in a branch is made where the branch runs)
     hoisted += [f"{target} = gl.convert_layout({value}, {layout})" for (value, layout), target in invariant.made.items()]
 
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state

@@ -253,8 +253,8 @@ class _Rewriter:
 
     def _name(self, node: cst.Name, context: Context) -> cst.BaseExpression:
         name = node.value
-        if name in self.carried and name not in self.pointer_context and any(
-                self.tensor(n) or n in self.carried for n in self.carried[name]):
+        if name in self.carried and name not in self.pointer_context and (self.tensor(name) or any(
+                self.tensor(n) for n in self.carried[name])):  # (a scalar offset the loop advances is read as is)
             source = re.sub(r"_next(_\d+)?$", "", name)  # (the copies' own copy of the kernel's value)
             source = source if source in names_in(self.function_node) else name
             raise Unsupported(f"`{source}` is a tensor the loop carries from one iteration to the next")
