@@ -527,12 +527,15 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                                        "the pipelined copies compute a copy of it, so after the loop it would keep the "
                                        "value it had before")
             live -= _plain_targets(statement)
-        if level > 0 and isinstance(owner, (cst.If, cst.Else)) and any(
-                isinstance(o, (cst.For, cst.While)) for o, _, _ in path[:level]):
+        loops_above = [j for j in range(level) if isinstance(path[j][0], (cst.For, cst.While))]
+        if level > 0 and isinstance(owner, (cst.If, cst.Else)) and loops_above:
             branch = path[level - 1][1][path[level - 1][2]]  # (the `if` statement whose branch holds the loop)
+            # (what the loop around assigns afresh before it reaches this `if` again is no stale value there)
+            renewed = set().union(*(_fresh_targets(st) for j in range(loops_above[-1], level)
+                                    for st in path[j][1][:path[j][2]]))
             for other_owner, other in _if_branches(branch):
                 reads = _exposed(other, set())[0] if other_owner is not owner else set()
-                for name in sorted(live & reads):
+                for name in sorted((live & reads) - renewed):
                     return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is read in another "
                                        f"branch of the `if` at line {source.position(branch)[0]}, which a loop around "
                                        "runs again: the pipelined copies compute a copy of it, so there it would keep "

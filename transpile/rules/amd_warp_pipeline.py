@@ -106,7 +106,9 @@ class AMDWarpPipeline(Rule):
         if several is not None and len(stage_plan.loop.chains) > 1 and not stage_plan.loop.attention:
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
-        if ctx.slower_than_triton(original, _form(stage_plan)):
+        along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
+        construct = f"here `{code(along_k)}` at line {ctx.source.position(along_k)[0]}" if along_k is not None else ""
+        if ctx.slower_than_triton(original, _form(stage_plan), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
         if stage_plan.engine == "async_copy":
@@ -776,16 +778,16 @@ def _form(sp: StagePlan) -> str:
             load.computed or load.kind == "descriptor" for load in sp.loop.loads):
         return f"fresh-product ring, {copies}"  # (other fresh rings: as their copies and operands say below)
     if any(load.computed for load in sp.loop.loads):
-        return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) else "computed-operand ring"
+        return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) is not None else "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"
     return copies
 
 
-def _k_indexed(plan: LoopPlan) -> bool:
+def _k_indexed(plan: LoopPlan) -> cst.Subscript | None:
     """A computed operand's computation reads a vector laid along the operand's K axis (`shifter[:, None]` for B,
-    the bit offsets of packed weights): the MMA operand layout holds K elements to a lane, which makes such
-    arithmetic per element where a blocked layout has it per row."""
+    the bit offsets of packed weights): the broadcast (None where none does). The MMA operand layout holds K elements
+    to a lane, which makes such arithmetic per element where a blocked layout has it per row."""
     body = loop_body(plan.loop)
     for load in plan.loads:
         if not load.computed:
@@ -793,9 +795,10 @@ def _k_indexed(plan: LoopPlan) -> bool:
         chain, position = plan.use_of(load.name)
         k_axis = 0 if position == 1 else 1
         nodes = [n for i in load.prep for n in preorder(body[i])] + list(preorder(chain.call))
-        if any(isinstance(n, cst.Subscript) and broadcast_axis(n) == k_axis for n in nodes):
-            return True
-    return False
+        found = next((n for n in nodes if isinstance(n, cst.Subscript) and broadcast_axis(n) == k_axis), None)
+        if found is not None:
+            return found
+    return None
 
 
 def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]]:

@@ -123,14 +123,15 @@ class RuleContext:
         self.pipelined.append(original)
         self.schedules.append(schedule)
 
-    def slower_than_triton(self, original: cst.For, copy_engine: str) -> bool:
+    def slower_than_triton(self, original: cst.For, copy_engine: str, construct: str = "") -> bool:
         """The profitability policy: True when a GEMM ring of `copy_engine` on this target was measured slower than
         Triton's own pipeliner (UNPROFITABLE_RINGS) and --gluon-always is not given. The loop is then left alone
-        and its kernel kept as Triton, with the measurement as the reason."""
+        and its kernel kept as Triton, with the measurement as the reason (`construct`: what in this loop makes it
+        that form, where the reason names one)."""
         reason = UNPROFITABLE_RINGS.get((self.target.name, copy_engine))
         if reason is None or self.gluon_always:
             return False
-        self.unprofitable[original] = reason
+        self.unprofitable[original] = reason.replace("{construct}", f"{construct}; " if construct else "")
         return True
 
 
@@ -177,8 +178,9 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
        for form in ("computed-operand ring", "computed-operand ring, K-indexed vector")},
     **{(target, "computed-operand ring, K-indexed vector"): (
-        "a dot operand is computed from a loaded tile with a vector laid along K (`shifter[:, None]`: packed 4-bit "
-        "weights unpacked by per-row shifts), which the MMA operand layout makes per-element arithmetic: that ring "
+        "a dot operand is computed from a loaded tile with a vector laid along K ({construct}GPTQ's `shifter[:, "
+        "None]`: packed 4-bit weights unpacked by per-row shifts), which the MMA operand layout makes per-element "
+        "arithmetic: that ring "
         "measured 1.26-2.10x (gfx950) and 1.06-1.51x (gfx942) Triton's own non-MFMA instructions per MFMA on a public "
         "GPTQ GEMM (64x64x64 to 128x128x64, 8 warps), whose compile unpacks in a blocked layout: bench/RESULTS.md")
        for target in ("gfx942", "gfx950")},
