@@ -59,7 +59,7 @@ def _dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
 
     class _Walker(cst.CSTVisitor):
         def visit_For(self, node: cst.For) -> None:
-            stack.append((DotLoop(node, source.position(node)[0], []), _is_unrolled(source, node)))
+            stack.append((DotLoop(node, source.position(node)[0], []), is_unrolled(source, node)))
 
         def leave_For(self, original_node: cst.For) -> None:
             entry, _ = stack.pop()
@@ -89,7 +89,8 @@ def _dot_loops(facts: ModuleFacts, fn: JitFunction) -> list[DotLoop]:
     return sorted(found, key=lambda loop: loop.line)
 
 
-def _is_unrolled(source: SourceFile, node: cst.For) -> bool:
+def is_unrolled(source: SourceFile, node: cst.For) -> bool:
+    """A `tl.static_range` loop: unrolled by the compiler, its dots belong to the loop around it."""
     return isinstance(node.iter, cst.Call) and language_name(source.qualified_name(node.iter.func)) in UNROLLED
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.analysis.dot_loops import UNROLLED, dot_loops
+from transpile.analysis.dot_loops import dot_loops, is_unrolled
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
 from transpile.cst_utils import (assigned_names, bound_names, calls_in, names_in, per_loop, read_names,
                                  value_names)
@@ -521,11 +521,10 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
     for level in range(len(path) - 1, -1, -1):
         owner, block, index = path[level]
         for statement in block[index + 1:]:
-            for name in sorted(live):
-                if name in _exposed([statement], set())[0]:
-                    return LoopRefusal(statement, f"`{name}`, which the loop computes for its loads, is read after it: "
-                                       "the pipelined copies compute a copy of it, so after the loop it would keep the "
-                                       "value it had before")
+            for name in sorted(live & _exposed([statement], set())[0]):
+                return LoopRefusal(statement, f"`{name}`, which the loop computes for its loads, is read after it: the "
+                                   "pipelined copies compute a copy of it, so after the loop it would keep the value "
+                                   "it had before")
             live -= _plain_targets(statement)
         loops_above = [j for j in range(level) if isinstance(path[j][0], (cst.For, cst.While))]
         if level > 0 and isinstance(owner, (cst.If, cst.Else)) and loops_above:
@@ -614,8 +613,7 @@ def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> se
     dots belong to the loop around it)."""
     found: set[cst.Call] = set()
     for node in preorder(loop.body):
-        if isinstance(node, cst.For) and not (isinstance(node.iter, cst.Call) and language_name(
-                source.qualified_name(node.iter.func)) in UNROLLED):
+        if isinstance(node, cst.For) and not is_unrolled(source, node):
             found |= {call for call in calls_in(node) if call in plan.dots}
     return found
 

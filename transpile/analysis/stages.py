@@ -342,7 +342,7 @@ def _no_prefetch(source: SourceFile, loop: cst.For, fn: JitFunction) -> bool:
 
     if isinstance(loop.iter, cst.Call):
         positional = [a for a in loop.iter.args if a.keyword is None]
-        for i, arg in enumerate(loop.iter.args):
+        for arg in loop.iter.args:
             if arg.keyword is not None and arg.keyword.value == "num_stages":
                 return low(arg.value)
         if len(positional) >= 4:

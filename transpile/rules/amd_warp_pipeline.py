@@ -25,7 +25,7 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
-from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, loop_body
+from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consumer_indices, loop_body
 from transpile.analysis.stages import (PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan, StageRefusal, hoistable_convert,
                                       plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
@@ -34,8 +34,8 @@ from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Example, Rule, RuleContext, source_when_holds
 from transpile.rules.dot import SCALED_FORMATS
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, later_load, loop_namer,
-                                           mask_index, next_names, rename, statements)
+from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
+                                           rename, statements)
 from transpile.source import SourceFile
 
 EXAMPLE = (
@@ -302,7 +302,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
     renames = next_names(plan.var, plan.producer, body, name)
-    consumer = consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
+    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
     # A dot operand computed from a loaded tile (dequantised weights) is computed in the `mem` stage, for the next
     # iteration, right after its tile is read from the ring (PREP_IN_MEM_STAGE), else in the `mma` stage.
     prep = sorted({i for load in plan.loads for i in load.prep}) if ctx.target.name in PREP_IN_MEM_STAGE else []

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -61,7 +61,6 @@ from transpile.rules.hopper_schedule import (
 from transpile.rules.pipeline_text import (
     LoopRange,
     code,
-    consumer_statements,
     indent,
     loop_namer,
     namer,
@@ -308,7 +307,7 @@ class _Emitter:
         count, index = span.count, span.value
 
         renames = next_names(plan.var, plan.producer, body, name)
-        consumer = [i for i in consumer_statements(plan.producer, {load.index for load in plan.loads}, body)
+        consumer = [i for i in consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
                     if i != plan.dot_index]
         before = [i for i in consumer if i < plan.dot_index]
         after = [i for i in consumer if i > plan.dot_index]

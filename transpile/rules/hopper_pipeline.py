@@ -26,15 +26,14 @@ from dataclasses import replace
 
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
                                              RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs)
-from transpile.rules.pipeline_text import (LoopRange, code, consumer_statements, indent, loop_namer, next_names, rename,
-                                           ring_depth)
+from transpile.rules.pipeline_text import LoopRange, code, indent, loop_namer, next_names, rename, ring_depth
 
 EXAMPLE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -167,7 +166,7 @@ class HopperTMAPipeline(Rule):
         ctx.need("tma_aliases")
         dot_call = _dot_call(body[plan.dot_index])
         acc_in = code(dot_call.args[2].value) if dot_call is not None and len(dot_call.args) > 2 else plan.acc
-        consumer = consumer_statements(plan.producer, {op.index for op in plan.loads}, body)
+        consumer = consumer_indices(plan.producer, {op.index for op in plan.loads}, body)
         before = [body[i] for i in consumer if i < plan.dot_index]
         after = [body[i] for i in consumer if i > plan.dot_index]
         uses_var = any(plan.var in names_in(s) for s in [*before, *after])

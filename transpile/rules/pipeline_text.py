@@ -12,7 +12,6 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.analysis.pipeline import OperandLoad
-from transpile.analysis.pipeline import consumer_indices
 from transpile.cst_utils import assigned_names, names_in, node_code
 
 CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
@@ -53,11 +52,6 @@ def renamed(node: CSTNodeT, names: dict[str, str]) -> CSTNodeT:
 def rename(node: cst.CSTNode, names: dict[str, str]) -> str:
     """The source text of `node` with the variables in `names` renamed."""
     return code(renamed(node, names))
-
-
-def consumer_statements(producer: list[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:
-    """Indices of the loop statements the consumer runs (`transpile.analysis.pipeline.consumer_indices`)."""
-    return consumer_indices(producer, loads, body)
 
 
 def next_names(var: str, producer: list[int], body: list[cst.BaseStatement], name: Callable[[str], str]
