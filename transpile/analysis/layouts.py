@@ -95,9 +95,13 @@ class Tensor:
     elem: str | None = None
     # This value's own shape as source text per dimension (None where unknown); classes mix shapes.
     shape: tuple[str | None, ...] | None = None
+    # A tensor of pointers (`ptr + offsets`): adding integer offsets of unknown type keeps the pointee type
+    # (`X + n_idx * stride + ih` points into `X` whatever `ih` is); a load of it is no pointer.
+    pointer: bool = False
 
     def derive(self, elem: str | None = None, shape: tuple[str | None, ...] | None = None) -> Tensor:
-        return Tensor(self.term, elem if elem is not None else self.elem, shape if shape is not None else self.shape)
+        return Tensor(self.term, elem if elem is not None else self.elem, shape if shape is not None else self.shape,
+                      self.pointer and elem is None)
 
     @property
     def rank(self) -> int | None:
@@ -490,6 +494,8 @@ class _FunctionWalker:
                 value = substituted(small.value, self.local_constexprs)
                 self.local_constexprs[small.target.value] = value if isinstance(
                     value, (cst.Name, cst.Integer)) else value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        # a scalar parameter is a scalar here (not a tensor a generic walk of a helper does not know)
+        self.scalar_params = arg_kinds is not None or not self.fn.called_by
         for i, name in enumerate(param_names):
             kind = arg_kinds[i] if arg_kinds is not None and i < len(arg_kinds) else SCALAR
             if isinstance(kind, Tensor):
@@ -546,10 +552,15 @@ class _FunctionWalker:
         lang = language_name(self.source.qualified_name(node))
         if lang is not None:
             return f"gl.{lang.rsplit('.', 1)[-1]}"
-        if isinstance(node, cst.Attribute) and node.attr.value == "dtype" and isinstance(node.value, cst.Name):
-            local = self.env.get(node.value.value)
-            if isinstance(local, Tensor) and local.elem is not None:
-                return local.elem  # `x.to(y.dtype)`: the element type the analysis knows for `y`
+        spelt = _element_type_of(node)
+        if spelt is not None:
+            name, chain = spelt
+            local = self.env.get(name)
+            if isinstance(local, Tensor) and local.elem is not None and local.pointer == _TYPE_CHAINS[chain]:
+                return local.elem  # `x.to(y.dtype)`, `x.to(y.type.element_ty)`: the type the analysis knows for `y`
+            if chain == ("type", "element_ty") and isinstance(local, Scalar) and local.param == name \
+                    and self.scalar_params and name not in self.fn.constexpr_names:
+                return f"{name}.dtype.element_ty"  # (`p.type.element_ty` of a pointer parameter: one spelling)
         return self.shape_text(node)
 
     def shape_text(self, node: cst.BaseExpression) -> str | None:
@@ -718,7 +729,7 @@ class _FunctionWalker:
                 if use is None:
                     term = Term(rank=value.rank, shape=list(value.shape) if value.shape else None, origins={"use"})
                     use = self.lazy_uses[id(node)] = (node, term, value.term)
-                return Tensor(use[1], value.elem, value.shape)
+                return Tensor(use[1], value.elem, value.shape, value.pointer)
             return value
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
                              cst.FormattedString, cst.Ellipsis, cst.Lambda)):
@@ -761,7 +772,10 @@ class _FunctionWalker:
                 else:
                     right = self.expand_to_rank(right_node, right, lr)
             self.unify_or_convert(left.term, right_node, right.term)
-            return Tensor(left.term, promote(left.elem, right.elem), _broadcast(left.shape, right.shape))
+            shape = _broadcast(left.shape, right.shape)
+            if adds and left.pointer != right.pointer:  # pointers plus offsets: the pointers' pointee
+                return Tensor(left.term, (left if left.pointer else right).elem, shape, pointer=True)
+            return Tensor(left.term, promote(left.elem, right.elem), shape)
         constexprs = self.fn.constexpr_names  # (a constexpr is never the pointer: `base + HALF + cols`)
         if isinstance(left, Tensor):
             return _with_pointee(left, right, constexprs) if adds else left
@@ -841,7 +855,7 @@ class _FunctionWalker:
             current_rank -= 1
             expected = Term(rank=current_rank, slice_of=(position, expected), origins={"slice"})
         self.unify_or_convert(expected, operand, base.term)
-        return Tensor(result, base.elem, tuple(shape))
+        return Tensor(result, base.elem, tuple(shape), base.pointer)
 
     def expand_to_rank(self, node: cst.BaseExpression, value: Tensor, rank: int) -> Tensor:
         """Triton's implicit broadcast, made explicit: `value` (the tensor `node`) gets leading new axes up to `rank`
@@ -1033,7 +1047,7 @@ class _FunctionWalker:
                     self.unify_or_convert(pointer.term, arg, value.term)
             if isinstance(pointer, Tensor):
                 self.plan.loads[node] = pointer
-            return pointer if isinstance(pointer, Tensor) else SCALAR
+            return Tensor(pointer.term, pointer.elem, pointer.shape) if isinstance(pointer, Tensor) else SCALAR
         if name == "store" or name in ATOMICS:
             pointer = self.eval(self.arg(node, 0, "pointer"))
             keys = (("value", 1), ("mask", 2)) if name == "store" else (("val", 1), ("mask", 2))
@@ -1061,7 +1075,8 @@ class _FunctionWalker:
             for a in node.args:
                 if a.keyword is not None and a.keyword.value in ("sem", "scope", "cache_modifier", "eviction_policy"):
                     self.eval(a.value)
-            return pointer if (name != "store" and isinstance(pointer, Tensor)) else SCALAR
+            return Tensor(pointer.term, pointer.elem, pointer.shape) if (name != "store" and isinstance(pointer, Tensor)) \
+                else SCALAR
         if name in REDUCTIONS:
             return self.reduction(node, self.arg(node, 0, "input"), self.arg(node, 1, "axis"))
         if name in SCANS:
@@ -1148,7 +1163,7 @@ class _FunctionWalker:
         root = base.term.find()
         if shape is not None and root.rank == len(shape):
             root.shape = _join_shapes(root.shape, list(shape))
-        return Tensor(base.term, base.elem, shape)
+        return Tensor(base.term, base.elem, shape, base.pointer)
 
     def creation(self, node: cst.Call, name: str) -> Value:
         for a in node.args:
@@ -1635,10 +1650,30 @@ _DTYPE_ORDER = {
 }  # fmt: skip
 
 
+def _element_type_of(node: cst.BaseExpression) -> tuple[str, tuple[str, ...]] | None:
+    """`(y, chain)` for a type read off a name: `y.dtype`, `y.type.element_ty`, `y.dtype.element_ty`,
+    `y.type.element_ty.element_ty`; None for other expressions."""
+    chain: list[str] = []
+    while isinstance(node, cst.Attribute):
+        chain.insert(0, node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name) and tuple(chain) in _TYPE_CHAINS:
+        return node.value, tuple(chain)
+    return None
+
+
+#: spellings of a type read off a value, and whether they name the pointee of pointers (`p.dtype.element_ty`) or the
+#: value's own element type (`y.dtype`, `y.type.element_ty` of a tensor); `p.type.element_ty` of a scalar pointer
+#: parameter is its pointee too
+_TYPE_CHAINS = {("dtype",): False, ("type", "element_ty"): False, ("dtype", "element_ty"): True,
+                ("type", "element_ty", "element_ty"): True}
+
+
 def promote(a: str | None, b: str | None) -> str | None:
     """The element type of an arithmetic result of tensors of types `a` and `b` (source text; None = unknown). Of a
-    known and an unknown type the result is unknown: `x_fp16 * g` with `g` made by a helper the tool cannot read may
-    be fp32 (a dot of it was laid out for fp16 operands: found by compiling public code)."""
+    known and an unknown type the result is unknown below 32 bits: `x_fp16 * g` with `g` made by a helper the tool
+    cannot read may be fp32 (a dot of it was laid out for fp16 operands: found by compiling public code); fp32 with a
+    type the kernel is given (`qk - m[:, None]`, `m` loaded) is fp32 for every type but fp64."""
     if a is None or b is None:
         return None
     if a == b:
@@ -1649,8 +1684,11 @@ def promote(a: str | None, b: str | None) -> str | None:
     if ka is None or kb is None:
         known = ka if ka is not None else kb
         # a type only the kernel knows (`x_ptr.dtype.element_ty`, a pointee) wins over an integer type; against a
-        # float type (fp16 data times an fp32 gate) the result depends on what the kernel is given
-        return (a if ka is None else b) if known[0] == 0 else None
+        # float type narrower than 32 bits (fp16 data times an fp32 gate) the result depends on what the kernel is
+        # given; fp32 (a dot's product, a softmax's) wins over any type a kernel with dots reads but fp64
+        if known[0] == 0:
+            return a if ka is None else b
+        return (b if ka is None else a) if known[1] >= 32 else None
     if ka[0] != kb[0]:
         return a if ka[0] > kb[0] else b  # float wins over int
     if ka[0] == 1 and ka[1] == kb[1]:
@@ -1682,9 +1720,9 @@ def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = ()) 
     addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`; a constexpr parameter is no
     pointer)."""
     if isinstance(other, Scalar) and other.param is not None and other.param not in constexprs:
-        return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape)
+        return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape, pointer=True)
     if isinstance(other, Scalar) and other.pointee is not None:
-        return Tensor(tensor.term, other.pointee, tensor.shape)
+        return Tensor(tensor.term, other.pointee, tensor.shape, pointer=True)
     return tensor
 
 
