@@ -456,11 +456,7 @@ def running_sum(s, o, T, BT: tl.constexpr):
     assert "b_z = gl.zeros([], dtype=gl.float32)\n" in result.text and "b_z[" not in result.text
 
 
-def test_a_dot_of_pointee_data_times_an_fp32_gate_is_not_laid_out_for_the_pointee() -> None:
-    """`tl.dot(q * g, k)` with `q` loaded (its pointee type) and `g` fp32: the product's type depends on the launch
-    (fp16 data gives fp32 operands); the AMD variant had laid the dot out for fp16 (no fp32 MFMA of that shape:
-    found by compiling public code). It is kept as Triton, saying why."""
-    text = HEAD + '''@triton.jit
+GATED = HEAD + '''@triton.jit
 def gated(q_ptr, k_ptr, g_ptr, o_ptr, BC: tl.constexpr, BK: tl.constexpr):
     r = tl.arange(0, BC)
     c = tl.arange(0, BK)
@@ -470,10 +466,18 @@ def gated(q_ptr, k_ptr, g_ptr, o_ptr, BC: tl.constexpr, BK: tl.constexpr):
     a = tl.dot(q * tl.exp(g), tl.trans(k))
     tl.store(o_ptr + r[:, None] * BC + r[None, :], a)
 '''
+
+
+def test_a_dot_of_pointee_data_times_an_fp32_gate_is_laid_out_for_fp32() -> None:
+    """`tl.dot(q * g, k)` with `q` loaded (its pointee type) and `g` fp32: the product is fp32 for every pointee but
+    fp64 (fp16 data gives fp32 operands; the source itself compiles only where `k` is fp32 too). The AMD variant had
+    once laid the dot out for the pointee (fp16: no fp32 MFMA of that shape, found by compiling public code); it is
+    laid out for fp32."""
     for target in ("gfx942", "sm90"):
-        result = translate_source(text, "k.py", get_target(target))
-        assert not result.functions[0].translated
-        assert any("cannot tell the element type of this dot's operands" in d.message for d in result.diagnostics)
+        result = translate_source(GATED, "k.py", get_target(target), gluon_always=True)
+        assert result.functions[0].translated, [d.message for d in result.diagnostics]
+        assert "gl.float32, gl.num_warps()" in result.text and "q_ptr.dtype.element_ty, gl.num_warps()" not in \
+            result.text
 
 
 def test_a_function_the_tool_cannot_read_is_taken_for_elementwise(tmp_path: Path,
@@ -761,8 +765,35 @@ def test_element_types_real_kernels_leave_implicit_compile(target: str, monkeypa
     bf16 = {p: "*bf16" for p in ("Q", "K", "V", "DO", "DK", "DV")}
     cases = [(BWD_SPELLINGS, {**bf16, "LSE": "*fp32", "DELTA": "*fp32", "BLOCK_M": 64, "BLOCK_N": 64,
                               "HEAD_DIM": 64}),
-             (DECODED_ROWS, {"X": "*fp16", "W": "*fp16", "Y": "*fp16", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32})]
+             (DECODED_ROWS, {"X": "*fp16", "W": "*fp16", "Y": "*fp16", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}),
+             (GATED, {"q_ptr": "*fp32", "k_ptr": "*fp32", "g_ptr": "*fp32", "o_ptr": "*fp32", "BC": 64, "BK": 32})]
     for source, values in cases:
         result = translate(source, target)
         compiled = verify(result, values, all_configs=True)
         assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+HOST_DESCRIPTOR = HEAD + '''@triton.jit
+def host_desc(a_desc, b_desc, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = a_desc.load([tl.program_id(0) * BLOCK_M, k])
+        b = b_desc.load([k, tl.program_id(1) * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + rows[:, None] * BLOCK_N + cols[None, :], acc)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_tensor_descriptor_the_host_built_is_named_with_its_line(target: str) -> None:
+    """`a_desc.load([...])` on a kernel parameter (a `TensorDescriptor` the host made): its element type, block shape
+    and layout are the launch's. The refusal names the call, its line and the in-kernel form to write instead (it
+    said only that the dot's element type was unknown)."""
+    result = translate_source(HOST_DESCRIPTOR, "k.py", get_target(target))
+    assert not result.functions[0].translated
+    first = result.diagnostics[0]
+    assert (first.code, first.line, first.col) == ("TT010", 9, 13), first
+    assert first.message.startswith("`a_desc.load(...)` reads a tensor descriptor the host built")
+    assert "tl.make_tensor_descriptor(" in first.message

@@ -912,6 +912,15 @@ class _FunctionWalker:
                 return self.eval_method(node, base, method)
             if isinstance(base, Descriptor):
                 return self.eval_descriptor_op(node, base, method)
+            if method in _DESCRIPTOR_METHODS and isinstance(base, Scalar) and base.param == self.source.code(
+                    func.value).strip() and self.scalar_params and base.param not in self.fn.constexpr_names:
+                # `desc.load([...])` on a kernel parameter: a `TensorDescriptor` the host built and passed in
+                self.refuse(node, "TT010", f"`{base.param}.{method}(...)` reads a tensor descriptor the host built "
+                            f"(`TensorDescriptor` passed as `{base.param}`): its element type, block shape and layout "
+                            "are the launch's, not the source's, and the Gluon copies need them; build it in the "
+                            f"kernel (`{base.param} = tl.make_tensor_descriptor(base, [M, K], [stride, 1], "
+                            "[BLOCK_M, BLOCK_K])`) and pass the base pointer and strides instead")
+                return SCALAR
             if method in ("to", "cast") and node.args:  # a scalar made a pointer: `p.to(tl.pointer_type(tl.float16))`
                 target = node.args[0].value
                 if isinstance(target, cst.Call) and (language_name(self.source.qualified_name(target.func)) or ""
@@ -1661,6 +1670,10 @@ def _element_type_of(node: cst.BaseExpression) -> tuple[str, tuple[str, ...]] | 
         return node.value, tuple(chain)
     return None
 
+
+#: methods of a tensor descriptor (`desc.load([...])`): on a kernel parameter, one the host built
+_DESCRIPTOR_METHODS = ("load", "store", "gather", "scatter", "atomic_add", "atomic_min", "atomic_max", "atomic_and",
+                       "atomic_or", "atomic_xor")
 
 #: spellings of a type read off a value, and whether they name the pointee of pointers (`p.dtype.element_ty`) or the
 #: value's own element type (`y.dtype`, `y.type.element_ty` of a tensor); `p.type.element_ty` of a scalar pointer
