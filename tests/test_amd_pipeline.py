@@ -1098,3 +1098,51 @@ def test_a_depth_the_launch_gives_is_a_ring_of_the_default_depth() -> None:
     assert isinstance(plan, StagePlan) and plan.slots == 3
     fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
     assert fn.translated and fn.pipelined, fn.kept_reason
+
+
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_chained_dots_read_earlier_products_in_registers_and_a_tile_in_both_forms() -> None:
+    """Attention's backward dK/dV loop (fixtures/suite_attention_bwd.py): four dots, the probabilities and dS
+    computed from this iteration's products feed the next dots as A operands in registers (`DotChain.chained`), and Q
+    and dO each feed one dot as loaded and another transposed (`OperandLoad.twice`): one ring each, its slot read in
+    both forms. Every warp holds whole rows (warps along M), the per-row statistics are loaded straight in the
+    scores' slice layout (no conversion inside a stage), and a launch with fewer rows than 16 a warp, or whose
+    tiles would spill, runs the source kernel."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    result = translate_source(text, "suite_attention_bwd.py", get_target("gfx950"))
+    fn = next(f for f in result.functions if f.name == "attn_bwd_dkdv_kernel")
+    assert fn.translated and fn.pipelined, fn.kept_reason
+    (schedule,) = fn.schedules
+    plan = schedule.loop
+    assert plan.chained and [c.chained for c in plan.chains] == [False, True, False, True]
+    assert [c.fresh for c in plan.chains] == [True, False, True, False]
+    assert {ld.name: (ld.transposed, ld.twice) for ld in plan.loads} == {"q": (True, True), "do": (False, True)}
+    assert plan.chains[1].operands == ("pT.to(tl.float16)", "do")
+    loop = result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1].split("# The last", 1)[0]
+    assert "gl.convert_layout" not in loop
+    for read in ("q = async_copy.load_shared_relaxed(q_ring.index(", "q_t = async_copy.load_shared_relaxed(q_ring.index(",
+                 "do_t = async_copy.load_shared_relaxed(do_ring.index("):
+        assert read in result.text
+    assert "qkT = _dot(k_op, q_t," in result.text and "dk = _dot(dsT.to(gl.float16), q, dk)" in result.text
+    assert "warps_along_m=True" in result.text
+    assert "lambda BLOCK_N: BLOCK_N < 128" in result.text
+    assert "> 524288" in result.text  # (CHAINED_REGISTER_LIMIT: 256 registers a lane on gfx950)
+
+
+def test_chained_dots_are_kept_where_measured_heavier() -> None:
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    for target, figures in (("gfx942", "0.70-0.99x"), ("gfx1250", "0.91-1.08x")):
+        fn = translate_source(text, "suite_attention_bwd.py", get_target(target)).functions[0]
+        assert not fn.pipelined and figures in fn.kept_reason and "earlier dots' products" in fn.kept_reason
+
+
+def test_a_dot_operand_from_loaded_tiles_alone_is_no_chained_operand() -> None:
+    """A chained A operand is computed from an earlier dot's product; an expression of loaded tiles alone stays the
+    computed-operand form (one tile) or is refused (two)."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8").replace(
+        "dv += tl.dot(pT.to(tl.float16), do)", "dv += tl.dot((q * 2.0).to(tl.float16), do)")
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined
+    assert not any(c.chained and "q * 2.0" in c.operands[0] for s in fn.schedules for c in s.loop.chains)

@@ -27,13 +27,13 @@ from transpile.analysis.launch_alignment import (
     column_major_access,
 )
 from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, analyse_layouts
-from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop
+from transpile.analysis.pipeline import LoopRefusal, chained_loops, operand_anchors, plan_loop
 from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.transposed_keys import transpose_key_tiles
-from transpile.passes.vector_loads import own_layout_loads, replicated_vector_load
+from transpile.passes.vector_loads import load_calls, own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -384,11 +384,17 @@ def with_operand_layouts(prepared: Prepared) -> Prepared:
     the MMA stage; `prepared` itself where no loop does."""
     if prepared.operand_layouts is None:
         anchors = operand_anchors(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS)
-        if not anchors:
+        # vectors loaded in a loop of chained dots stay in the MMA tile's slice layout (`chained_loops`)
+        own = dict(prepared.own_loads)
+        for fn_name, loops in chained_loops(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS).items():
+            inside = {id(call) for loop in loops for call in calls_in(loop.body)}
+            calls = load_calls(prepared.facts, prepared.facts.functions[fn_name])
+            own[fn_name] = frozenset(i for i in own.get(fn_name, ()) if id(calls[i]) not in inside)
+        if not anchors and own == prepared.own_loads:
             prepared.operand_layouts = prepared
         else:
-            anchored = dataclasses.replace(prepared, plans=analyse_layouts(prepared.facts, prepared.own_loads, anchors),
-                                           tma={})
+            anchored = dataclasses.replace(prepared, plans=analyse_layouts(prepared.facts, own, anchors),
+                                           own_loads=own, tma={})
             prepared.operand_layouts = anchored.operand_layouts = anchored
     return prepared.operand_layouts
 

@@ -670,8 +670,9 @@ class _Runner:
         dotted = _dotted(node.func)
         line = node.lineno
         method = isinstance(node.func, ast.Attribute)
-        receiver = self.value(node.func.value) if method and not dotted.startswith(("gl.", "mbarrier.", "tma.",
-                                                                                       "async_copy.", "tl.")) else None
+        # (`_dot(a, b, zeros).to(gl.float32)`: the product of a dot cast where it is made is the assigned name's)
+        receiver = self.value(node.func.value, target if leaf in ("to", "cast") else None) \
+            if method and not dotted.startswith(("gl.", "mbarrier.", "tma.", "async_copy.", "tl.")) else None
         if isinstance(receiver, _RingV) and leaf == "index" and node.args:
             index = self.value(node.args[0])
             return _SlotV(receiver, index if _is_int(index) else None)

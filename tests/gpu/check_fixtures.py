@@ -18,6 +18,7 @@ fixtures once per autotune config (lines NAME@cfgI) rather than only with the co
 from __future__ import annotations
 
 import argparse
+import math
 import importlib.util
 import os
 import sys
@@ -1216,6 +1217,25 @@ def _ref_chunk_products(a, v, beta):
     return u
 
 
+def _attention_bwd_inputs(s, device, gen):
+    """q, k, v, dO of s["BH"] heads of s["T"] tokens at head dimension 64, and what the forward leaves: each query
+    row's log2-sum-exp2 of its scores (m) and rowsum(dO * O) (delta)."""
+    BH, T, D = s["BH"], s["T"], 64
+    q, k, v, do = (_randn(gen, BH, T, D, device=device) / 4 for _ in range(4))
+    scores = q.float() @ k.float().transpose(1, 2)
+    m = torch.logsumexp(scores * math.log(2.0), dim=-1) / math.log(2.0)
+    out = torch.exp2(scores - m[..., None]) @ v.float()
+    delta = (do.float() * out).sum(-1)
+    return q, k, v, do, m.contiguous(), delta.contiguous(), 0.125
+
+
+def _ref_attention_bwd(q, k, v, do, m, delta, sm_scale):
+    p = torch.exp2(q.double() @ k.double().transpose(1, 2) - m.double()[..., None])
+    dv = p.transpose(1, 2) @ do.double()
+    ds = p * (do.double() @ v.double().transpose(1, 2) - delta.double()[..., None])
+    return (ds.transpose(1, 2) @ q.double()) * sm_scale, dv
+
+
 def _suite_gemm_case(name, wrapper="matmul", **kw):
     """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
     fixture = kw.pop("fixture", name)
@@ -1252,6 +1272,11 @@ SUITE_CASES: list[Case] = [
          make_inputs=_chunk_products_inputs, reference=_ref_chunk_products, shape=dict(T=1000, V=304),
          small_shape=dict(T=100, V=80), bench_shape=dict(T=1 << 16, V=1024),
          flops=lambda s: 2.0 * s["T"] * 64 * s["V"]),
+    # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
+    Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
+         make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),
+         small_shape=dict(BH=2, T=150), bench_shape=dict(BH=32, T=4096), atol=3e-2, rtol=3e-2,
+         flops=lambda s: 4 * 2.0 * s["BH"] * s["T"] * s["T"] * 64),
     # Rows of each expert from tables in memory: data-dependent row starts and bounds, per-expert base offsets.
     _suite_gemm_case("suite_moe_grouped_rows", wrapper="moe_grouped_rows", make_inputs=_moe_rows_inputs,
                      reference=_ref_moe_rows, shape=dict(E=6, T=1000, N=1100, K=700),

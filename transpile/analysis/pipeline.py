@@ -52,6 +52,9 @@ class OperandLoad:
     computed: bool = False
     # ... the statements of that computation (indices in the loop body, the load's excluded)
     prep: tuple[int, ...] = ()
+    # The tile feeds dots both as loaded and transposed (attention's backward reads Q and dO each way: `tl.dot(k, qT)`
+    # and `tl.dot(ds, tl.trans(qT))`): one ring, its slot read once in each form. `transposed` is the first dot's form.
+    twice: bool = False
 
     @property
     def kind(self) -> str:
@@ -76,6 +79,12 @@ class DotChain:
     # `tl.dot_scaled`: the names of the scale tile loads that have rings of their own, A's then B's ("" where that
     # scale has none: `None`, or loaded otherwise; operand positions 2 and 3 in `LoopPlan.use_of`)
     scales: tuple[str, ...] = ()
+    # A and B are read transposed by this dot (`tl.trans(w)`): a tile read in both forms (`OperandLoad.twice`) is
+    # transposed in some dots only
+    transposed: tuple[bool, bool] = (False, False)
+    # The A operand is computed in the iteration from earlier dots' products (`p.to(v.dtype)` of a fresh dot's
+    # scores): it stays in registers, named by its source text in `operands`
+    chained: bool = False
 
 
 @dataclass
@@ -96,6 +105,12 @@ class LoopPlan:
     # operand and a loaded K, an online softmax of its result (row reductions), and a second dot of the
     # probabilities and a loaded V into the carried accumulator
     attention: bool = False
+
+    @property
+    def chained(self) -> bool:
+        """A dot reads earlier dots' products of the iteration in registers (`DotChain.chained`): every dot's rows
+        stay in one warp (warps along M) so that those products reach the next MMA's operand layout in registers."""
+        return any(chain.chained for chain in self.chains)
 
     @property
     def acc_in_dot(self) -> bool:
@@ -328,7 +343,8 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
-              scale_rings: bool = False, fresh_dots: bool = False) -> LoopPlan | LoopRefusal | None:
+              scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False
+              ) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -338,7 +354,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     `computed_operands`: it can take an operand computed from one loaded tile, or a tile also read outside the dot
     (`OperandLoad.computed`); `scale_rings`: it can take the scale tiles of a `tl.dot_scaled` through rings of their
     own (`DotChain.scales`); `fresh_dots`: it can take a dot whose result is made afresh each iteration and used there
-    (`x = tl.dot(a, b)`, `DotChain.fresh`)."""
+    (`x = tl.dot(a, b)`, `DotChain.fresh`); `chained_dots`: it can take a dot whose A operand is computed in registers
+    from earlier dots' products of the iteration (`DotChain.chained`: attention's backward, `tl.dot(pT.to(do.dtype),
+    do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -369,8 +387,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     loads: dict[str, OperandLoad] = {}
     chains: list[DotChain] = []
     for dot_index, dot_statement in dots:
+        products = {c.acc for c in chains if c.fresh} if chained_dots else set()
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations, computed_operands, scale_rings, fresh_dots)
+                           accumulations, computed_operands, scale_rings, fresh_dots, products)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -380,12 +399,16 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             position = chain.operands.index(load.name) if load.name in chain.operands \
                 else 2 + chain.scales.index(load.name)
             known = loads.setdefault(load.name, load)
-            if known.index != load.index or known.transposed != load.transposed or known.computed != load.computed:
+            if chained_dots and known is not load and known.index == load.index and not known.computed \
+                    and not load.computed and not load.inline and known.transposed != load.transposed:
+                known.twice = True  # (one ring, its slot read as loaded and transposed)
+            elif known.index != load.index or known.transposed != load.transposed \
+                    or known.computed != load.computed:
                 return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
             uses_of.setdefault(load.name, []).append((dot_index, position))
         chains.append(chain)
     for chain in chains:
-        for held in chain.operands:
+        for held in chain.operands[1:] if chain.chained else chain.operands:  # (a chained A: made in the iteration)
             if held not in loads and sum(held in value_names(st) for st in body) > 1 + sum(
                     other.index != chain.index and held in other.operands for other in chains):
                 return LoopRefusal(chain.call, f"`{held}`, a dot operand held in registers across the loop, is also "
@@ -620,17 +643,19 @@ def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> se
 
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
-               computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False
-               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+               computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
+               products: set[str] | None = None) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
-    `scale_rings`) those of a scaled dot's scales."""
+    `scale_rings`) those of a scaled dot's scales. `products`: the fresh products of earlier dots of the iteration,
+    which an A operand may be computed from in registers (`DotChain.chained`)."""
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     acc_in_dot = True
     fresh = False
     if fresh_dots and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
-            and small.value is dot_call and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and _fresh_value(small.value, dot_call) and len(small.targets) == 1 \
+            and isinstance(small.targets[0].target, cst.Name) \
             and small.targets[0].target.value not in _exposed(body[:dot_index], set())[0]:
         # `x = tl.dot(a, b)`: a product made afresh each iteration (a tile of the output stored in the loop, scores
         # reduced or scaled there); nothing is carried, and its MMA layout is the result's
@@ -655,11 +680,20 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     operands: list[OperandLoad] = []
     names: list[str] = []  # A's and B's: a tile load's name, or a loop-invariant operand held in registers
     assigned_in_body = set().union(*(assigned_names(s) for s in body))
-    for operand in (site.a, site.b):
+    views = [False, False]
+    chained = False
+    for position, operand in enumerate((site.a, site.b)):
         if fresh and isinstance(operand, cst.Name) and operand.value not in assigned_in_body:
             names.append(operand.value)  # (a tile made before the loop, held in registers: `tl.dot(b_A, b_v)`)
             continue
+        if products and position == 0 and _reads_products(body, dot_index, operand, products):
+            # (`tl.dot(pT.to(do.dtype), do)`: the probabilities of this iteration's scores, in registers; the rows of
+            # the product stay in their warps)
+            names.append(" ".join(source.code(operand).split()))
+            chained = True
+            continue
         transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None
+        views[position] = transposed is not None
         if transposed is not None:
             operand = transposed
         inline = _inline_descriptor_load(plan, operand, dot_index, transposed is not None) if inline_loads else None
@@ -706,7 +740,38 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         scales.append(load)
     rings = [load for load in scales if load is not None]
     return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
-                                         scales=tuple(load.name if load is not None else "" for load in scales))
+                                         scales=tuple(load.name if load is not None else "" for load in scales),
+                                         transposed=(views[0], views[1]), chained=chained)
+
+
+def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:
+    """`value` is the dot's product as made: the call itself, or the call cast (`tl.dot(v, tl.trans(do)).to(tl.float32)`,
+    a type it has already)."""
+    if value is dot_call:
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.value is dot_call \
+        and value.func.attr.value in ("to", "cast")
+
+
+def _reads_products(body: list[cst.BaseStatement], dot_index: int, operand: cst.BaseExpression,
+                    products: set[str]) -> bool:
+    """`operand` of the dot at `dot_index` is computed in the iteration, through plain assignments before the dot,
+    from one of `products` (earlier dots' fresh results)."""
+    seen: set[tuple[str, int]] = set()
+    work = [(name, dot_index) for name in value_names(operand)]  # (a name, as read before statement `index`)
+    while work:
+        name, upto = work.pop()
+        if name in products:
+            return True
+        if (name, upto) in seen:
+            continue
+        seen.add((name, upto))
+        for i in range(upto - 1, -1, -1):
+            if name in assigned_names(body[i]):
+                if isinstance(body[i], cst.SimpleStatementLine):
+                    work += [(n, i) for small in body[i].body for n in value_names(small)]
+                break
+    return False
 
 
 def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
@@ -826,3 +891,26 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         if found:
             anchors[fn.name] = found
     return anchors
+
+
+def chained_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
+                  ) -> dict[str, list[cst.For]]:
+    """Per function, its dot loops whose dots read earlier dots' products in registers (`LoopPlan.chained`:
+    attention's backward). Every warp holds whole rows of their MMA tiles there, so a vector loaded in such a loop
+    and broadcast against them (`lse[None, :]`) is loaded straight in the tile's slice layout: a layout of its own
+    (`transpile.passes.vector_loads`) would be converted through shared memory inside the `mma` stage."""
+    found: dict[str, list[cst.For]] = {}
+    for fn in facts.functions.values():
+        for loop in dot_loops(facts, fn):
+            if not isinstance(loop.node, cst.For):
+                continue
+            loop_plan = plan_loop(source, loop.node, plans[fn.name], default_stages, transposed_operands=True,
+                                  accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
+                                  chained_dots=True)
+            if isinstance(loop_plan, LoopPlan) and loop_plan.chained:
+                from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
+
+                if not isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages), AttentionPlan):
+                    found.setdefault(fn.name, []).append(loop.node)  # (the attention loop: its planner's layouts)
+    return found
+

@@ -130,16 +130,20 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     descriptor tiles' (gfx1250)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
-                          several_dots=True, computed_operands=True, scale_rings=True, fresh_dots=True)
+                          several_dots=True, computed_operands=True, scale_rings=True, fresh_dots=True,
+                          chained_dots=True)
     if loop_plan is None:
         return None
-    if isinstance(loop_plan, LoopRefusal):
+    if isinstance(loop_plan, LoopRefusal) or loop_plan.chained:
+        # (the flash-attention loop is also a loop of chained dots: its planner, which takes the online softmax's
+        # row reductions, comes first)
         attention = plan_attention_loop(source, loop, plan, requested or MIN_SLOTS)
-        if isinstance(attention, LoopRefusal):
-            return StageRefusal(attention.node, attention.reason)
-        if not isinstance(attention, AttentionPlan):
+        if isinstance(attention, AttentionPlan):
+            loop_plan = as_loop_plan(attention, plan)
+        elif isinstance(loop_plan, LoopRefusal):
+            if isinstance(attention, LoopRefusal):
+                return StageRefusal(attention.node, attention.reason)
             return _refusal(source, loop, plan, loop_plan)
-        loop_plan = as_loop_plan(attention, plan)
     # The target's copy engine moves tensor-descriptor tiles. Pointer tiles go by direct-to-LDS copies too (gfx950):
     # those need wide vectors (a unit inner stride, 16-byte aligned rows) that the compiler proves for pointer
     # arithmetic only when the launch specialised the strides, so the variant's launcher runs the Gluon kernel on
@@ -292,8 +296,13 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
               "buffer_loads": "16-byte buffer loads into registers, stored into the slot just read",
               "async_copy": "direct-to-LDS copies into the slot just read, one commit group",
               "tdm": "one fused TDM copy into the slot just read (warps 0-3: A, warps 4-7: B)"}[engine]
+    twice = [load.name for load in loop_plan.loads if load.twice]
     mma = ("S = Q K^T, the online softmax (row reductions inside each warp: every warp owns rows of its own) and "
            "acc += P V on this iteration's K and V, read from the rings one step ahead" if loop_plan.attention else
+           f"the {len(loop_plan.chains)} dots in order, each product reaching the dot that reads it in registers "
+           "(every warp owns rows of its own), on this iteration's tiles read from the rings one step ahead"
+           + (f" ({', '.join(f'`{n}`' for n in twice)} read both as loaded and transposed)" if twice else "")
+           if loop_plan.chained else
            "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead")
     stages = [
         Stage("mma", 0, sorted(consumer_lines), mma),
@@ -326,8 +335,9 @@ def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopR
             listed = ", ".join(f"{what} at line {line}" for line, what in between)
             return StageRefusal(refusal.node, f"{len(dots)} dots with cross-warp ops between them ({listed}): with the "
                                 "two warp groups one stage apart, their barriers and LDS scratch would be shared by two "
-                                "stages running at once; only the flash-attention shape (two chained dots around an "
-                                "online softmax of row reductions) keeps them inside a warp")
+                                "stages running at once; only dots that read earlier dots' products of the iteration as "
+                                "their A operands (attention, its backward: row reductions, rows kept in their warps) "
+                                f"keep them inside a warp, and this loop is not one ({refusal.reason})")
     return StageRefusal(refusal.node, refusal.reason)
 
 

@@ -103,7 +103,8 @@ class AMDWarpPipeline(Rule):
                                                          f"main loop not pipelined: {stage_plan.reason}"))
             return updated
         several = SEVERAL_DOTS_HEAVIER.get(ctx.target.name)
-        if several is not None and len(stage_plan.loop.chains) > 1 and not stage_plan.loop.attention:
+        if several is not None and len(stage_plan.loop.chains) > 1 and not stage_plan.loop.attention \
+                and not stage_plan.loop.chained:  # (chained dots: a form of their own in the policy)
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
         along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
@@ -131,7 +132,16 @@ class AMDWarpPipeline(Rule):
                 tests.append((f"{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
                               tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
-        registers = _register_test(ctx, stage_plan)
+        if stage_plan.loop.chained and not stage_plan.loop.attention:
+            # every warp along M: the products a later dot reads (`pT`, `dsT`) keep their rows in their warps and
+            # reach that dot's operand layout in registers; with fewer rows than 16 a warp the source kernel runs
+            ctx.mma_warps_along_m = True
+            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+            rows = str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0])
+            if rows in constexprs:
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+                    f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))))
+        registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
         # ... and launches the scaled MMA does not take (a format, a K block, scale rows it cannot copy)
@@ -381,10 +391,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     outside = _assigned_outside(ctx.function.node, plan.loop)
     # A transposed operand (`tl.dot(x, tl.trans(w))`) is read from its slot through a transposed view, straight in
     # the MMA's operand layout, under a name of its own (`w_t`); the dot then takes it as it is.
-    operand = {load.name: name(f"{load.name}_t") if load.transposed else
+    operand = {load.name: name(f"{load.name}_t") if load.transposed and not load.twice else
                name(f"{load.name}_op") if load.name in outside else load.name for load in plan.loads}
     op_renames = {k: v for k, v in operand.items() if k != v}
-    transposed = {load.name for load in plan.loads if load.transposed}
+    # A tile fed to dots both as loaded and transposed (`OperandLoad.twice`) is read from its slot once in each form:
+    # as loaded under its own name, transposed under `<name>_t`, which the dots that transpose it take.
+    twice = {load.name: name(f"{load.name}_t") for load in plan.loads if load.twice}
+    transposed = {load.name: load.name for load in plan.loads if load.transposed and not load.twice} | twice
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
@@ -416,11 +429,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     relaxed = engine == "async_copy" and pointer_copy is None
 
-    def read_layout(load: OperandLoad) -> str:
+    def form_feed(load: OperandLoad, transposed: bool) -> tuple[DotChain, int]:
+        """The first dot that reads the tile `load` in that form (as loaded, or transposed), and where."""
+        return next((chain, position) for chain in plan.chains for position, held in enumerate(chain.operands)
+                    if held == load.name and chain.transposed[position] == transposed)
+
+    def read_layout(load: OperandLoad, feed: tuple[DotChain, int] | None = None) -> str:
         """The layout a slot is read in: the MMA operand's (a computed operand's: the one its computation runs in,
         for the operand's element type, `LayoutAnalysis.operand_anchors`)."""
         if load.computed:
             return ctx.plan.layout_expr(ctx.plan.loads[load.call].term)
+        if feed is not None:  # (a tile read in two forms: each in the layout of the dot that reads it so)
+            mma = chain_mma(feed[0])
+            return f"gl.DotOperandLayout({feed[1]}, {mma}, _mma_k_width({rings[load.name]}.dtype, {mma}))"
         chain, position = feeds[load.name]
         scaled = ctx.plan.dots[chain.call].scaled
         if scaled is not None:  # a scaled dot's operands and scales, in the layouts its instruction reads them in
@@ -435,8 +456,18 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     def reads(slot_expr: str, pad: str, computed: bool | None = None) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts (`computed`: only the
         tiles of computed operands, or only the others)."""
-        return [f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}"
-                f"{read_layout(load)})" for load in plan.loads if computed is None or load.computed == computed]
+        lines = []
+        for load in plan.loads:
+            if computed is not None and load.computed != computed:
+                continue
+            slot = f"{rings[load.name]}.index({slot_expr})"
+            if load.twice:
+                lines += [f"{pad}{operand[load.name]} = {_read(slot, relaxed)}{read_layout(load, form_feed(load, False))})",
+                          f"{pad}{twice[load.name]} = {_read(f'{slot}.permute([1, 0])', relaxed)}"
+                          f"{read_layout(load, form_feed(load, True))})"]
+                continue
+            lines.append(f"{pad}{operand[load.name]} = {_read(_view(slot, load), relaxed)}{read_layout(load)})")
+        return lines
 
     def consumed(i: int, pad: str) -> str:
         """Statement `i` of the body as the consumer runs it (operands under their slot-read names)."""
@@ -687,6 +718,14 @@ ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
 # 256x256x128) both compiles spill, the variant about as much (150 / 128). A loop of one plain accumulator is not
 # tested: every GEMM fixture at 256x256x32 spills no more than its source (bench/RESULTS.md).
 REGISTER_LIMIT = {"gfx950": 192, "gfx942": 192, "gfx1250": 300}
+# A loop of chained dots (attention's backward: `DotChain.chained`), every warp along M: the most 32-bit registers a
+# lane may hold for its accumulators, the operands held in registers across the loop (K and V), the products made
+# each iteration (fp32), all split over the warps, and the ring tiles read as B operands, which every warp reads
+# whole (once per form: Q and dO are read as loaded and transposed). Measured on suite_attention_bwd (8 warps, fp16;
+# BLOCK_M x BLOCK_N x HEAD_DIM, the estimate, then VGPR spills variant / source): gfx950 32x128x64 128 (0 / 0),
+# 64x128x64 208 (0 / 47), 32x128x128 240 (8 / 51), 64x128x128 384 (711 / 211); gfx1250 32x128x64 256 (0 / 0),
+# 64x128x64 416 (0 / 0), 32x128x128 480 (122 / 0), 64x128x128 832 (1849 / 24). Launches above run the source kernel.
+CHAINED_REGISTER_LIMIT = {"gfx950": 256, "gfx1250": 448}
 
 
 # The shallowest K block (in values) a scaled MMA takes, by its tiles: (both sides at least 32, either under 32).
@@ -733,7 +772,7 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
     chains = [c for c in sp.loop.chains if not c.fresh]
     scaled = any(ctx.plan.dots[c.call].scaled is not None for c in chains)
     limit = REGISTER_LIMIT.get(ctx.target.name)
-    if sp.loop.attention or limit is None or not (scaled or len(chains) > 1):
+    if sp.loop.attention or sp.loop.chained or limit is None or not (scaled or len(chains) > 1):
         return None
     terms: list[str] = []
     for chain in chains:
@@ -745,6 +784,33 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
         if sp.loop.use_of(load.name)[1] < 2:  # (a scaled dot's scales are a few bytes a row)
             terms.append(f"({') * ('.join(ring.shape)}) * {1 if scaled else 2}")
     return _launch_test(ctx, f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
+
+
+def _chained_register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The launch test under which a loop of chained dots runs the source kernel (`CHAINED_REGISTER_LIMIT`); None
+    where its sizes are not all known or not constexpr parameters."""
+    limit = CHAINED_REGISTER_LIMIT.get(ctx.target.name)
+    if not sp.loop.chained or sp.loop.attention or limit is None:
+        return None
+    lanes = PIPELINE_WARPS * ctx.target.warp_size
+    split: list[str] = []  # bytes over all the lanes
+    loads = {load.name for load in sp.loop.loads}
+    for chain in sp.loop.chains:
+        site = ctx.plan.dots[chain.call]
+        m, n = site.shape
+        if m is None or n is None:
+            return None
+        split.append(f"({m}) * ({n}) * 4")  # (an accumulator, or a product made afresh)
+        for position, held in enumerate(chain.operands):
+            shape = site.a_shape if position == 0 else site.b_shape
+            if held in loads or not held.isidentifier() or (position == 0 and chain.chained):
+                continue
+            if not shape or any(dim is None for dim in shape):
+                return None
+            split.append(f"({') * ('.join(shape)}) * 2")  # (an operand held in registers: K, V)
+    whole = [f"({') * ('.join(ring.shape)}) * {2 if load.twice else 1} * 2"
+             for load, ring in zip(sp.loop.loads, sp.rings)]
+    return _launch_test(ctx, f"{' + '.join(split)} + {PIPELINE_WARPS} * ({' + '.join(whole)}) > {limit * 4 * lanes}")
 
 
 def _launch_test(ctx: RuleContext, test: str) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
@@ -774,6 +840,8 @@ def _form(sp: StagePlan) -> str:
     copies = ENGINE_FORMS[sp.engine]
     if sp.loop.attention:
         return f"attention, {copies}"
+    if sp.loop.chained:
+        return f"chained-dot ring, {copies}"
     if all(chain.fresh for chain in sp.loop.chains) and sp.engine != "registers" and not any(
             load.computed or load.kind == "descriptor" for load in sp.loop.loads):
         return f"fresh-product ring, {copies}"  # (other fresh rings: as their copies and operands say below)
@@ -886,19 +954,20 @@ class _Unconvert(cst.CSTTransformer):
 
 
 class _Untranspose(cst.CSTTransformer):
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: dict[str, str]) -> None:
         super().__init__()
         self.names = names
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if code(updated.func) in ("gl.permute", "gl.trans") and updated.args \
                 and isinstance(updated.args[0].value, cst.Name) and updated.args[0].value.value in self.names:
-            return updated.args[0].value
+            return cst.Name(self.names[updated.args[0].value.value])
         return updated
 
 
-def _untransposed(statement: cst.BaseStatement, names: set[str]) -> cst.BaseStatement:
-    """The translated dot statement with `gl.permute(w, [1, 0])` of the transposed operands `names` read as `w`."""
+def _untransposed(statement: cst.BaseStatement, names: dict[str, str]) -> cst.BaseStatement:
+    """The translated dot statement with `gl.permute(w, [1, 0])` of the transposed operands read as `names[w]` (`w`
+    itself, renamed with the slot reads; `w_t` for a tile read in both forms)."""
     return statement.visit(_Untranspose(names))  # type: ignore[return-value]
 
 

@@ -205,6 +205,20 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # warps along M) measured 0.53-0.72x (gfx950) and 0.44-0.73x (gfx942) Triton's own non-MFMA instructions per loop
     # iteration on every attention fixture whose tile gives each of 8 warps 16 rows; launches and autotune configs
     # with fewer rows run the source kernel (bench/RESULTS.md).
+    # A loop of chained dots (`DotChain.chained`: attention's backward dK/dV, products reaching the next dot in
+    # registers, all warps along M): suite_attention_bwd (BLOCK_M x BLOCK_N x HEAD_DIM 16x128x64 / 32x128x64 /
+    # 64x128x64 / 32x128x128, 8 warps) measured 0.82 / 0.57 / 0.50 / 0.45x (gfx950, emitted; no spills where the
+    # source has none, 0 / 12 where it has 48 / 46) Triton's own non-MFMA instructions per loop iteration.
+    ("gfx942", "chained-dot ring, buffer-load ring"): (
+        "its dots read earlier dots' products of the iteration (attention's backward), and on gfx942 that ring "
+        "measured 0.70-0.99x Triton's own non-MFMA instructions per loop iteration and spilled where Triton's compile "
+        "spills less (suite_attention_bwd, 16x128x64 to 64x128x64 tiles, 8 warps: 4 and 305 VGPR spills against 0 "
+        "and 20): bench/RESULTS.md"),
+    ("gfx1250", "chained-dot ring, direct-to-LDS ring"): (
+        "its dots read earlier dots' products of the iteration (attention's backward), and on gfx1250 that ring "
+        "measured 0.91-1.08x Triton's own non-MFMA instructions per loop iteration (suite_attention_bwd, 16x128x64 "
+        "to 64x128x64 tiles, 8 warps): under the 0.8x a machine-code measure must show before a form is emitted "
+        "without the GPU to time it (bench/RESULTS.md)"),
     # A loop whose dots make their products afresh each iteration and store them (`DotChain.fresh`: chunked
     # linear-attention kernels' tiles of the output): suite_chunk_products at 32x64 / 64x64 / 64x128 / 128x64 (8 warps)
     # measured 0.54-0.84x (gfx950, emitted), 1.10-1.51x but 0.60x at 128x64 (gfx942) and 0.57-0.92x (gfx1250) Triton's
