@@ -1146,3 +1146,32 @@ def test_a_dot_operand_from_loaded_tiles_alone_is_no_chained_operand() -> None:
     fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
     assert not fn.pipelined
     assert not any(c.chained and "q * 2.0" in c.operands[0] for s in fn.schedules for c in s.loop.chains)
+
+
+def test_a_tile_read_transposed_from_memory_is_named_in_the_keep_reason() -> None:
+    """Q loaded already transposed (`[HEAD_DIM, BLOCK_M]`, `offs_m[None, :] * stride_tok`, as the Triton tutorial's
+    backward loads it): its last axis is strided by dO's row stride, which no launch of real tensors has 1, so its
+    copies would go through registers; the keep reason names the tile, its line and that stride (it named every
+    possible cause at once)."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    text = text.replace("q_ptrs = Q + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :]",
+                        "q_ptrs = Q + bh * stride_bh + offs_m[None, :] * stride_tok + offs_d[:, None]")
+    text = text.replace("q = tl.load(q_ptrs, mask=rows[:, None] < N_CTX, other=0.0)",
+                        "qT = tl.load(q_ptrs, mask=rows[None, :] < N_CTX, other=0.0)")
+    text = text.replace("qkT = tl.dot(k, tl.trans(q))", "qkT = tl.dot(k, qT)")
+    text = text.replace("dk += tl.dot(dsT.to(tl.float16), q)", "dk += tl.dot(dsT.to(tl.float16), tl.trans(qT))")
+    line = line_of(text, "qT = tl.load(")
+    fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.translated
+    assert f"`qT` (line {line}) is contiguous along its first axis (a tile read transposed from memory)" \
+        in fn.kept_reason, fn.kept_reason
+    assert "staged through registers" in fn.kept_reason
+    # with the head dimension's stride a parameter too, which axis is contiguous is the launch's: the token axis
+    # cannot be, being dO's row stride
+    strided = text.replace("offs_d[:, None]\n", "offs_d[:, None] * stride_d\n").replace(
+        "stride_bh, stride_tok,", "stride_bh, stride_tok, stride_d,")
+    assert strided.count("* stride_d\n") == 1
+    fn = translate_source(strided, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.translated
+    assert f"`qT` (line {line}) has its last axis strided by `stride_tok`, a row stride of the loop's tiles" \
+        in fn.kept_reason, fn.kept_reason

@@ -32,7 +32,7 @@ import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (divided_stride, first_axis_contiguous, last_axis_reads_memory,
-                                                 tile_base)
+                                                 pointer_tile_strides, tile_base)
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
@@ -96,6 +96,9 @@ class StagePlan:
     configs: list[dict[str, object]]  # the constexpr values the ring size is evaluated for (autotune configs)
     # (M, N, K) of each dot of the loop as source text (None where not known): an iteration's matrix work
     dot_shapes: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+    # Why the pointer tiles' copies go through registers, naming the first tile no launch can copy 16 bytes a lane
+    # ("" where they do not, or for another reason: the target has no direct-to-LDS copy)
+    staged: str = ""
 
     @property
     def prologue(self) -> str:
@@ -153,18 +156,42 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
     params = {p.name for p in fn.params if not p.is_constexpr}
+    # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
+    # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
+    # that stride 1, which no launch of real tensors gives (the launcher would never run the Gluon kernel).
+    strides = {load.name: pointer_tile_strides(fn, [load.pointer], [])
+               for load in loop_plan.loads if load.kind == "pointer" and load.pointer is not None}
+    rows = {name for _, other in strides.values() for name in other}
+
+    def not_16_bytes(load: OperandLoad) -> str:
+        """Why no launch can vouch for the pointer tile `load` as rows of 16-byte vectors ("" where one can): it must
+        be addressed from a pointer parameter, along its contiguous axis from no loaded offset, contiguous along its
+        last axis (a column-major tile's vectors would run down the columns, and a last axis scaled by another
+        tile's row stride is never unit), its rows not a run-time integer divided apart."""
+        at = f"`{load.name}` (line {source.position(load.call)[0]})"
+        if load.pointer is None or tile_base(fn, load.pointer, params) is None:
+            return f"{at} is addressed from pointers the kernel loads"
+        if last_axis_reads_memory(fn, load.pointer):
+            return f"{at} is addressed along its contiguous axis from loaded offsets"
+        if first_axis_contiguous(fn, load.pointer):
+            return f"{at} is contiguous along its first axis (a tile read transposed from memory)"
+        if divided_stride(fn, load.pointer):
+            return f"{at} has rows a run-time integer divides apart"
+        crossed = sorted(set(strides[load.name][0]) & rows)
+        if crossed:
+            return (f"{at} has its last axis strided by `{crossed[0]}`, a row stride of the loop's tiles (a tile read "
+                    "transposed from memory: no launch has that stride 1)")
+        return ""
 
     def copies_16_bytes(load: OperandLoad) -> bool:
-        """A pointer tile that a launch can vouch for as rows of 16-byte vectors: addressed from a pointer parameter,
-        along its contiguous axis from no loaded offset, contiguous along its last axis (a column-major tile's
-        vectors would run down the columns), its rows not a run-time integer divided apart."""
-        return load.pointer is not None and tile_base(fn, load.pointer, params) is not None \
-            and not last_axis_reads_memory(fn, load.pointer) and not first_axis_contiguous(fn, load.pointer) \
-            and not divided_stride(fn, load.pointer)
+        return not not_16_bytes(load)
 
+    staged = ""  # why the copies go through registers, naming the tile
     if engine == "async_copy" and any(load.kind == "pointer" and not copies_16_bytes(load)
                                       for load in loop_plan.loads):
         engine = "registers"
+        staged = next(not_16_bytes(load) for load in loop_plan.loads
+                      if load.kind == "pointer" and not copies_16_bytes(load))
     elif engine == "registers" and loop_plan.kind != "descriptor" and all(
             load.kind == "pointer" and copies_16_bytes(load) for load in loop_plan.loads):
         # Pointer tiles from pointer parameters, on a target without a direct-to-LDS copy of 16 bytes a lane
@@ -320,8 +347,13 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             scale = site.scale_shapes[0] or site.scale_shapes[1]
             k = f"({scale[-1]}) * 32" if scale and scale[-1] is not None else None
         shapes.append((m, n, k))
+    if engine == "registers" and not staged:
+        staged = next((not_16_bytes(load) for load in loop_plan.loads if load.kind == "pointer"
+                       and not copies_16_bytes(load)), "") or next((
+            f"`{load.name}` (line {source.position(load.call)[0]}) is a tensor descriptor's tile, which this target "
+            "copies through registers (it has no TDM)" for load in loop_plan.loads if load.kind == "descriptor"), "")
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
-                     lds_limit, configs, shapes)
+                     lds_limit, configs, shapes, staged)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

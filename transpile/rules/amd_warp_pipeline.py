@@ -108,7 +108,8 @@ class AMDWarpPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
         along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
-        construct = f"here `{code(along_k)}` at line {ctx.source.position(along_k)[0]}" if along_k is not None else ""
+        construct = f"here `{code(along_k)}` at line {ctx.source.position(along_k)[0]}" if along_k is not None \
+            else stage_plan.staged if stage_plan.engine == "registers" else ""
         if ctx.slower_than_triton(original, _form(stage_plan), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
@@ -840,7 +841,7 @@ def _form(sp: StagePlan) -> str:
     copies = ENGINE_FORMS[sp.engine]
     if sp.loop.attention:
         return f"attention, {copies}"
-    if sp.loop.chained:
+    if sp.loop.chained and sp.engine != "registers":  # (staged through registers: that ring's policy)
         return f"chained-dot ring, {copies}"
     if all(chain.fresh for chain in sp.loop.chains) and sp.engine != "registers" and not any(
             load.computed or load.kind == "descriptor" for load in sp.loop.loads):

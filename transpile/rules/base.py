@@ -160,9 +160,9 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # work against Triton 3.9's own compile of the source at the same constexprs, warps and aligned-launch
     # specialisation (`transpile verify --isa`, `scripts/amd_isa_table.py`; bench/RESULTS.md: AMD hot loops).
     **{(target, "register-staged ring"): (
-        "its tiles are addressed from pointers the kernel loads (or along their contiguous axis from loaded offsets, "
-        "or their rows are a run-time integer divided apart, `K // 2`), so no launch proves them aligned for 16-byte "
-        "copies: they would be staged through registers by plain "
+        "{construct}no launch proves its tiles aligned for 16-byte copies (a tile addressed from pointers the kernel "
+        "loads, or along its contiguous axis from loaded offsets, read transposed from memory, or with rows a run-time "
+        "integer divides apart, `K // 2`): they would be staged through registers by plain "
         "loads, and that ring's hot loop measured heavier than Triton's own in 46 of 48 fixture kernels and configs "
         "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them): "
         "bench/RESULTS.md")

@@ -273,7 +273,7 @@ class _Rewrite(cst.CSTTransformer):
         tensor: list[cst.BaseExpression] = []
         for term in terms:
             for part in _distribute(term, self.tensors):
-                if names_in(part) & self.tensors:
+                if _tensor_term(part, self.tensors):  # (an index vector the copy layouts write in place is a tensor)
                     tensor.append(part)
                 else:
                     scalar.append(part)
