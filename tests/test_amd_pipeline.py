@@ -1175,3 +1175,13 @@ def test_a_tile_read_transposed_from_memory_is_named_in_the_keep_reason() -> Non
     assert not fn.translated
     assert f"`qT` (line {line}) has its last axis strided by `stride_tok`, a row stride of the loop's tiles" \
         in fn.kept_reason, fn.kept_reason
+
+
+def test_chained_dots_share_one_mma_instruction_shape() -> None:
+    """The dots of a chained loop are laid out for all their N sizes at once: with 32 rows a warp or more, a product
+    of N 16 and a dot of N 64 took 16x16 and 32x32 instructions, and the product's conversion to the next dot's
+    operand layout went through shared memory with a barrier inside the `mma` stage (found in review)."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    result = translate_source(text, "suite_attention_bwd.py", get_target("gfx950"))
+    layouts = re.findall(r"mma_layout\w*: gl\.constexpr = _mma_layout\(\s*BLOCK_N,\s*\[([^\]]*)\]", result.text)
+    assert layouts and all(set(ns.replace(" ", "").split(",")) == {"BLOCK_M", "HEAD_DIM"} for ns in layouts), layouts

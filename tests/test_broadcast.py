@@ -797,3 +797,25 @@ def test_a_tensor_descriptor_the_host_built_is_named_with_its_line(target: str) 
     assert (first.code, first.line, first.col) == ("TT010", 9, 13), first
     assert first.message.startswith("`a_desc.load(...)` reads a tensor descriptor the host built")
     assert "tl.make_tensor_descriptor(" in first.message
+
+
+def test_an_integer_parameter_added_to_offsets_is_no_pointer() -> None:
+    """`rn[None, :] - seq_len` (a position bias) with `seq_len` an integer parameter: no tensor of pointers, so the
+    float tile it is added to keeps a float type; it had been given `seq_len.dtype.element_ty` as its type, and the
+    dot of it was laid out for that (did not compile; found in review)."""
+    text = HEAD + '''@triton.jit
+def biased(X, W, W2, Y, seq_len, slope, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    x = tl.load(X + rm[:, None] * BLOCK_K + rk[None, :])
+    w = tl.load(W + rk[:, None] * BLOCK_N + rn[None, :])
+    w2 = tl.load(W2 + rn[:, None] * BLOCK_K + rk[None, :])
+    s = tl.dot(x, w)
+    s = s + slope * (rn[None, :] - seq_len)
+    o = tl.dot(s, w2)
+    tl.store(Y + rm[:, None] * BLOCK_K + rk[None, :], o)
+'''
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, "k.py", get_target(target), gluon_always=True)
+        assert "seq_len.dtype.element_ty" not in result.text

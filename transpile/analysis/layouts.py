@@ -496,6 +496,9 @@ class _FunctionWalker:
                     value, (cst.Name, cst.Integer)) else value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         # a scalar parameter is a scalar here (not a tensor a generic walk of a helper does not know)
         self.scalar_params = arg_kinds is not None or not self.fn.called_by
+        from transpile.analysis.launch_alignment import pointer_params
+
+        self.pointers = pointer_params(analysis.facts, self.fn)  # the parameters the loads and stores address from
         for i, name in enumerate(param_names):
             kind = arg_kinds[i] if arg_kinds is not None and i < len(arg_kinds) else SCALAR
             if isinstance(kind, Tensor):
@@ -773,14 +776,16 @@ class _FunctionWalker:
                     right = self.expand_to_rank(right_node, right, lr)
             self.unify_or_convert(left.term, right_node, right.term)
             shape = _broadcast(left.shape, right.shape)
-            if adds and left.pointer != right.pointer:  # pointers plus offsets: the pointers' pointee
+            offsets = right if left.pointer else left
+            if adds and left.pointer != right.pointer and _DTYPE_ORDER.get(offsets.elem or "", (0, 0))[0] == 0:
+                # pointers plus integer offsets (or offsets of a type the analysis cannot name): the pointee
                 return Tensor(left.term, (left if left.pointer else right).elem, shape, pointer=True)
             return Tensor(left.term, promote(left.elem, right.elem), shape)
         constexprs = self.fn.constexpr_names  # (a constexpr is never the pointer: `base + HALF + cols`)
         if isinstance(left, Tensor):
-            return _with_pointee(left, right, constexprs) if adds else left
+            return _with_pointee(left, right, constexprs, self.pointers) if adds else left
         if isinstance(right, Tensor):
-            return _with_pointee(right, left, constexprs) if adds else right
+            return _with_pointee(right, left, constexprs, self.pointers) if adds else right
         if adds and isinstance(left, Scalar) and (left.param is not None or left.pointee is not None):
             return left  # `a_ptr + pid * stride` is still (an offset of) the parameter a_ptr
         return SCALAR
@@ -1728,12 +1733,15 @@ def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | Non
     return tuple(_dim(x, y) for x, y in zip(a, b))
 
 
-def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = ()) -> Tensor:
+def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = (),
+                  pointers: set[str] | frozenset[str] = frozenset()) -> Tensor:
     """`ptr + offsets`: a tensor of pointers whose pointee type is that of the parameter `ptr` (the outermost
     addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`; a constexpr parameter is no
     pointer)."""
     if isinstance(other, Scalar) and other.param is not None and other.param not in constexprs:
-        return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape, pointer=True)
+        # (a tensor of pointers only where the parameter is an address base of the kernel's loads and stores: an
+        # integer parameter, `cols - seq_len`, keeps the old reading of its type and is no pointer)
+        return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape, pointer=other.param in pointers)
     if isinstance(other, Scalar) and other.pointee is not None:
         return Tensor(tensor.term, other.pointee, tensor.shape, pointer=True)
     return tensor

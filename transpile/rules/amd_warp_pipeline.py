@@ -137,6 +137,9 @@ class AMDWarpPipeline(Rule):
             # every warp along M: the products a later dot reads (`pT`, `dsT`) keep their rows in their warps and
             # reach that dot's operand layout in registers; with fewer rows than 16 a warp the source kernel runs
             ctx.mma_warps_along_m = True
+            sites = [ctx.plan.dots[chain.call] for chain in stage_plan.loop.chains]
+            joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
+            ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
             constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
             rows = str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0])
             if rows in constexprs:

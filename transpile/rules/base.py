@@ -39,6 +39,10 @@ class RuleContext:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     num_warps: int | None = None  # set by a rule whose output needs this many warps (a warp-pipelined loop: 8)
     mma_warps_along_m: bool = False  # set by a rule that needs every warp along M in the MMA layout (row reductions)
+    # ... and the N sizes of dots whose products feed one another (chained dots): every MMA layout of those dots is
+    # chosen for all of them, so that they take one instruction shape and a product reaches the next dot's operand
+    # layout inside its warp (two shapes, 16x16 beside 32x32, convert through shared memory with a barrier)
+    mma_joint_ns: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id(dot call) -> the N sizes
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
     copy_rings: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # ring -> (shape, dtype, rows a lane)

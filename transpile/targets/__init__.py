@@ -67,6 +67,8 @@ class Target:
         for d in dots:
             if d.shape[1] is not None and d.shape[1] not in ns:
                 ns.append(d.shape[1])
+        for d in dots:  # (chained dots: the N sizes of every dot of the chain, `RuleContext.mma_joint_ns`)
+            ns += [n for n in ctx.mma_joint_ns.get(id(d.node), ()) if n not in ns]
         if any(d.scaled is not None for d in dots):
             # `tl.dot_scaled`: the instructions of the microscaled formats, whatever the operands' storage type
             # (packed fp4 bytes, fp8 as uint8)
