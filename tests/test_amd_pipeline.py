@@ -1163,7 +1163,7 @@ def test_a_tile_read_transposed_from_memory_is_named_in_the_keep_reason() -> Non
     line = line_of(text, "qT = tl.load(")
     fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
     assert not fn.translated
-    assert f"`qT` (line {line}) is contiguous along its first axis (a tile read transposed from memory)" \
+    assert f"the tile `qT` at line {line} is contiguous along its first axis (a tile read transposed from memory)" \
         in fn.kept_reason, fn.kept_reason
     assert "staged through registers" in fn.kept_reason
     # with the head dimension's stride a parameter too, which axis is contiguous is the launch's: the token axis
@@ -1173,7 +1173,7 @@ def test_a_tile_read_transposed_from_memory_is_named_in_the_keep_reason() -> Non
     assert strided.count("* stride_d\n") == 1
     fn = translate_source(strided, "x.py", get_target("gfx950")).functions[0]
     assert not fn.translated
-    assert f"`qT` (line {line}) has its last axis strided by `stride_tok`, a row stride of the loop's tiles" \
+    assert f"the tile `qT` at line {line} has its last axis strided by `stride_tok`, a row stride of the loop's tiles" \
         in fn.kept_reason, fn.kept_reason
 
 

@@ -168,7 +168,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         be addressed from a pointer parameter, along its contiguous axis from no loaded offset, contiguous along its
         last axis (a column-major tile's vectors would run down the columns, and a last axis scaled by another
         tile's row stride is never unit), its rows not a run-time integer divided apart."""
-        at = f"`{load.name}` (line {source.position(load.call)[0]})"
+        at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
         if load.pointer is None or tile_base(fn, load.pointer, params) is None:
             return f"{at} is addressed from pointers the kernel loads"
         if last_axis_reads_memory(fn, load.pointer):
@@ -350,8 +350,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if engine == "registers" and not staged:
         staged = next((not_16_bytes(load) for load in loop_plan.loads if load.kind == "pointer"
                        and not copies_16_bytes(load)), "") or next((
-            f"`{load.name}` (line {source.position(load.call)[0]}) is a tensor descriptor's tile, which this target "
-            "copies through registers (it has no TDM)" for load in loop_plan.loads if load.kind == "descriptor"), "")
+            f"the tile `{load.name}` at line {source.position(load.call)[0]} is read through a tensor descriptor, "
+            "which this target copies through registers (it has no TDM)" for load in loop_plan.loads
+            if load.kind == "descriptor"), "")
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes, staged)
 
