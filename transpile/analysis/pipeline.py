@@ -766,12 +766,16 @@ def _reads_products(body: list[cst.BaseStatement], dot_index: int, operand: cst.
         if (name, upto) in seen:
             continue
         seen.add((name, upto))
-        for i in range(upto - 1, -1, -1):
-            if name in assigned_names(body[i]):
-                if isinstance(body[i], cst.SimpleStatementLine):
-                    work += [(n, i) for small in body[i].body for n in value_names(small)]
-                break
+        at = _last_assignment(body, name, upto)
+        if at is not None and isinstance(body[at], cst.SimpleStatementLine):
+            work += [(n, at) for n in value_names(body[at])]
     return False
+
+
+def _last_assignment(body: list[cst.BaseStatement], name: str, before: int) -> int | None:
+    """The index of the last statement of `body` before `before` that assigns `name` (None: it is defined before the
+    loop, or carried from the previous iteration)."""
+    return max((i for i in range(before) if name in assigned_names(body[i])), default=None)
 
 
 def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
@@ -788,7 +792,7 @@ def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStat
         if (name, before) in seen:
             continue
         seen.add((name, before))
-        at = max((i for i in range(before) if name in assigned_names(body[i])), default=None)
+        at = _last_assignment(body, name, before)
         if at is None:
             continue  # defined before the loop, or carried from the previous iteration
         statement = body[at]
