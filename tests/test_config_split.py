@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from transpile.passes.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
+from transpile.targets import get_target
+
+LAUNCHER = get_target("gfx950").snippet("tma_or_triton")
+WARP_PIPELINED_LAUNCHER = get_target("gfx950").snippet("warp_pipelined_or_triton")
 
 RUN = '''
 import torch

@@ -262,7 +262,6 @@ def test_short_prompts_run_the_source_kernel() -> None:
     """The ring measured slower than the source kernel where every program runs one or two key blocks (packed
     prompts of 256 and 512 tokens on an H200): the launcher gives a launch to the Gluon kernel only where the grid
     has GRID_LEAST query blocks along the axis that bounds the loop, and TT043 says so."""
-    from transpile.passes.tma_tiles import LAUNCHER
     from transpile.rules.hopper_attention import GRID_LEAST
 
     result = translate_source((FIXTURES_DIR / "fx_attention_varlen.py").read_text(), "x.py", get_target("sm90"))
@@ -271,7 +270,7 @@ def test_short_prompts_run_the_source_kernel() -> None:
     assert f"whose grid has at least {GRID_LEAST} programs along axis 0" in note.message
 
     namespace: dict = {"triton": None, "_persistent_grid": None}
-    exec(LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    exec(get_target("sm90").snippet("tma_or_triton"), namespace)  # noqa: S102 - the launcher's own text, as variants hold it
     calls: list = []
 
     class Kernel:

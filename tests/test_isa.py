@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from transpile.isa import amd_figures, hot_loop, loop_mix, ptx_figures
+from transpile.targets import get_target
 
 ASM = """
 	.text
@@ -279,10 +280,10 @@ class _Tensor:
 
 
 def _launcher():  # noqa: ANN202
-    from transpile.passes.tma_tiles import LAUNCHER, WARP_PIPELINED_LAUNCHER
+    target = get_target("gfx950")
 
     namespace: dict = {"triton": None, "_persistent_grid": None}
-    exec(LAUNCHER + WARP_PIPELINED_LAUNCHER, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    exec(target.snippet("tma_or_triton") + target.snippet("warp_pipelined_or_triton"), namespace)  # noqa: S102 - the launcher's own text, as variants hold it
     return namespace["_WarpPipelinedOrTriton"]
 
 

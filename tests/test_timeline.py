@@ -15,7 +15,6 @@ from transpile.engine import translate_source
 from transpile.rules.hopper_pipeline import EXAMPLE as TMA_EXAMPLE
 from transpile.rules.hopper_schedule import MMA_IN_FLIGHT, Sm90Ring
 from transpile.targets import get_target
-from transpile.targets.hopper import WS_WGMMA_CONSUMER
 from transpile.timeline import Panel, file_panels, render_svg, render_text, result_panels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -209,7 +208,7 @@ def test_sm90_schedules_are_what_the_variant_says() -> None:
                 assert f"def {ring.ws.loader}(" in result.text
     assert checked == {"tma", "cp.async", "attention"}
     # The warp-specialised consumer is a fixed snippet: it leaves as many wgmmas in flight as the schedule says.
-    assert f"warpgroup_mma_wait({MMA_IN_FLIGHT}, deps=[acc])" in WS_WGMMA_CONSUMER
+    assert f"warpgroup_mma_wait({MMA_IN_FLIGHT}, deps=[acc])" in get_target("sm90").snippet("ws_wgmma_consumer")
 
 
 # Per sm90 form: the blocks one iteration of a partition runs in the timeline, and the calls the emitted code makes

@@ -263,126 +263,16 @@ def std_snippet(name: str) -> str:
             f"_{name} = gluon.jit(tl_{module}.{name}.fn)\n")
 
 
+# Gluon forms of language functions (`transpile/helpers/language.py`): key -> the definitions a variant carries
 HELPERS = {
-    "scalar_operand": '''
-@gluon.jit
-def _scalar_operand(pointer, value):
-    """A scalar operand of an atomic as a tensor of the pointers' shape and layout, of their element type (Triton
-    3.6's Gluon does not broadcast it; Triton converts the value to that type too)."""
-    if pointer.type.is_block():
-        return gl.full(pointer.shape, value, pointer.dtype.element_ty, layout=pointer.type.layout)
-    else:
-        return value  # (one pointer: a scalar operand as it is)
-''',
-    "softmax": '''
-@gluon.jit
-def _softmax(x, dim: gl.constexpr = None, keep_dims: gl.constexpr = False, ieee_rounding: gl.constexpr = False):
-    """`tl.softmax`: exp(x - max) / sum(exp(x - max)) along `dim` (0 when None), in `x`'s layout."""
-    if dim is None:
-        axis: gl.constexpr = 0
-    else:
-        axis: gl.constexpr = dim
-    if len(x.shape) == 1:
-        num = gl.exp(x - gl.max(x, 0))
-        den = gl.sum(num, 0)
-    else:
-        num = gl.exp(x - gl.max(x, axis, keep_dims=True))
-        den = gl.sum(num, axis, keep_dims=True)
-    return gl.fdiv(num, den, ieee_rounding)
-''',
-    "clamp": '''
-@gluon.jit
-def _clamp(x, min, max, propagate_nan: gl.constexpr = None):
-    """`tl.clamp` (Gluon has `gl.clamp` from Triton 3.9 on): `x` limited to [min, max]."""
-    return gl.minimum(gl.maximum(x, min), max)
-''',
-    "index_along": '''
-@gluon.jit
-def _index_along(x, axis: gl.constexpr):
-    """int32 tensor of `x`'s shape and layout holding each element's index along `axis` (rank 1 or 2)."""
-    gl.static_assert(len(x.shape) <= 2, "argmax/argmin: tensors of rank 1 or 2")
-    if len(x.shape) == 1:
-        index = gl.arange(0, x.shape[0], layout=x.type.layout)
-    else:
-        index = gl.arange(0, x.shape[axis], layout=gl.SliceLayout(1 - axis, x.type.layout))
-        index = gl.broadcast(gl.expand_dims(index, 1 - axis), x)[0]
-    return index
-''',
-    "argmax": '''
-@gluon.jit
-def _argmax_combine(value1, index1, value2, index2):
-    pick = (value1 > value2) | ((value1 == value2) & (index1 < index2))
-    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
-
-
-@gluon.jit
-def _argmax_combine_last(value1, index1, value2, index2):
-    pick = value1 > value2
-    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
-
-
-@gluon.jit
-def _argmax(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
-    """`tl.argmax`: the index of the largest element along `axis` (the first one on ties unless
-    `tie_break_left=False`), reduced in `x`'s layout."""
-    # (a negative axis counts from the last)
-    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
-    if tie_break_left:
-        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine, keep_dims=keep_dims)
-    else:
-        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine_last, keep_dims=keep_dims)
-    return index
-''',
-    "argmin": '''
-@gluon.jit
-def _argmin_combine(value1, index1, value2, index2):
-    pick = (value1 < value2) | ((value1 == value2) & (index1 < index2))
-    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
-
-
-@gluon.jit
-def _argmin_combine_last(value1, index1, value2, index2):
-    pick = value1 < value2
-    return gl.where(pick, value1, value2), gl.where(pick, index1, index2)
-
-
-@gluon.jit
-def _argmin(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
-    """`tl.argmin`: the index of the smallest element along `axis` (the first one on ties unless
-    `tie_break_left=False`), reduced in `x`'s layout."""
-    # (a negative axis counts from the last)
-    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
-    if tie_break_left:
-        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine, keep_dims=keep_dims)
-    else:
-        _, index = gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine_last, keep_dims=keep_dims)
-    return index
-''',    "max_with_indices": '''
-@gluon.jit
-def _max_with_indices(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
-    """`tl.max(x, axis, return_indices=True)`: the largest element along `axis` and its index (the first one on
-    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout (the values in `x`'s type, as
-    Triton 3.9 returns them)."""
-    # (a negative axis counts from the last)
-    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
-    if tie_break_left:
-        return gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine, keep_dims=keep_dims)
-    else:
-        return gl.reduce((x, _index_along(x, dim)), dim, _argmax_combine_last, keep_dims=keep_dims)
-''',
-    "min_with_indices": '''
-@gluon.jit
-def _min_with_indices(x, axis: gl.constexpr, tie_break_left: gl.constexpr = True, keep_dims: gl.constexpr = False):
-    """`tl.min(x, axis, return_indices=True)`: the smallest element along `axis` and its index (the first one on
-    ties unless `return_indices_tie_break_left=False`), reduced in `x`'s layout (the values in `x`'s type, as
-    Triton 3.9 returns them)."""
-    # (a negative axis counts from the last)
-    dim: gl.constexpr = axis if axis >= 0 else axis + len(x.shape)
-    if tie_break_left:
-        return gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine, keep_dims=keep_dims)
-    else:
-        return gl.reduce((x, _index_along(x, dim)), dim, _argmin_combine_last, keep_dims=keep_dims)
-''',
+    "scalar_operand": ("_scalar_operand",),
+    "softmax": ("_softmax",),
+    "clamp": ("_clamp",),
+    "index_along": ("_index_along",),
+    "argmax": ("_argmax_combine", "_argmax_combine_last", "_argmax"),
+    "argmin": ("_argmin_combine", "_argmin_combine_last", "_argmin"),
+    "max_with_indices": ("_max_with_indices",),
+    "min_with_indices": ("_min_with_indices",),
 }
 HELPER_NEEDS = {"argmax": ("index_along",), "argmin": ("index_along",), "max_with_indices": ("argmax", "index_along"),
                 "min_with_indices": ("argmin", "index_along")}
@@ -393,4 +283,8 @@ def snippet(key: str) -> str | None:
     """Source text of a language helper snippet (`std_sigmoid`, `argmax`, ...), or None for other keys."""
     if key.startswith("std_"):
         return std_snippet(key[4:])
-    return HELPERS.get(key)
+    if key not in HELPERS:
+        return None
+    from transpile.helpers import Helper
+
+    return Helper("language", HELPERS[key]).text()

@@ -457,28 +457,3 @@ def _pid_lines(axes: list[int], grid: list[str]) -> list[str]:
         lines, values = [], {0: f"tile % {wrap[0]}", 1: f"tile // {wrap[0]} % {wrap[1]}",
                              2: f"tile // ({wrap[0]} * {wrap[1]})"}
     return [*lines, *[f"    program_{axis} = {values[axis]}" for axis in axes]]
-
-
-#: The host helper every launch of a persistent kernel goes through (module-level, emitted once).
-PERSISTENT_GRID = '''
-# device -> number of SMs, asked once per device (launches of small kernels feel a driver query)
-_SM_COUNTS = {}
-
-
-def _persistent_grid(grid, persistent):
-    """The launch grid of a kernel in its persistent form: one program per SM (at most one per tile of `grid`) for
-    the configs `persistent(meta)` selects, else `grid` itself. The kernel walks the tiles of `grid` either way."""
-    def launch_grid(meta):
-        dims = grid(meta) if callable(grid) else grid
-        if not persistent(meta):
-            return dims
-        tiles = 1
-        for d in dims:
-            tiles *= d
-        driver = triton.runtime.driver.active
-        device = driver.get_current_device()
-        if device not in _SM_COUNTS:
-            _SM_COUNTS[device] = driver.utils.get_device_properties(device)["multiprocessor_count"]
-        return (max(1, min(tiles, _SM_COUNTS[device])),)
-    return launch_grid
-'''

@@ -13,6 +13,7 @@ from transpile.diagnostics import Diagnostic, TranspileError
 
 if TYPE_CHECKING:
     from transpile.analysis.layouts import Term
+    from transpile.helpers import Helper
     from transpile.rules.base import Rule, RuleContext
 
 
@@ -29,7 +30,8 @@ class Target:
     min_triton: tuple[int, int]  # the oldest Triton whose Gluon the output must compile under
     rules: tuple[Rule, ...]
     imports: tuple[str, ...]  # import lines the emitted module needs
-    snippets: dict[str, str] = field(repr=False)  # helper name -> module-level source, in emission order
+    # helper name -> what a variant needing it carries (`transpile.helpers`), in emission order
+    snippets: dict[str, Helper] = field(repr=False)
     # `tl.dot_scaled`: "" where the target's `_dot_scaled` snippet issues its microscaled MMA, else why the kernel
     # is kept as Triton
     scaled_mma: str = "has no translation of `tl.dot_scaled`"
@@ -41,7 +43,7 @@ class Target:
 
     def snippet(self, name: str) -> str:
         if name in self.snippets:
-            return self.snippets[name]
+            return self.snippets[name].text()
         text = language.snippet(name)
         if text is None:
             raise KeyError(name)

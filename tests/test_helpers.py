@@ -1,0 +1,171 @@
+"""The helpers variants carry (`transpile/helpers/`), as code: the copy each target takes of them, the layouts they
+choose against the ones Triton's own compiler chooses for the same `tl.dot`, and the host launchers' decisions."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from transpile import language
+from transpile.helpers import Helper, helper
+from transpile.targets import all_targets, get_target
+
+HELPERS = Path(__file__).resolve().parents[1] / "transpile" / "helpers"
+
+
+def _parameters(module: str) -> set[str]:
+    """The target parameters of a helper module: its top-level names in capitals."""
+    text = (HELPERS / f"{module}.py").read_text()
+    return set(re.findall(r"^(?:def )?([A-Z][A-Z0-9_]+)\b", text, re.M))
+
+
+def _target_module(target_name: str, tmp_path: Path):  # noqa: ANN202 - a module
+    """Every helper of a target, as a variant holds them, in a module of their own (imported from a file: Triton reads
+    a jit function's source)."""
+    target = get_target(target_name)
+    names = [n for n in target.snippets if "or_triton" not in n and n != "persistent_grid"]
+    text = "\n".join([*target.imports, *(target.snippet(n) for n in target.snippet_order(set(names)))])
+    path = tmp_path / f"helpers_{target_name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
+def test_every_helper_of_a_target_is_filled_in(target: str) -> None:
+    """No target parameter and no `{field}` is left in what a target copies, and each copy is valid Python."""
+    t = get_target(target)
+    for name, held in t.snippets.items():
+        text = t.snippet(name)
+        names = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
+        left = _parameters(held.module) & names
+        assert not left, (name, left)
+        assert not re.search(r"\{[a-z_]+\}", text), (name, text)
+    for key in language.HELPERS:
+        compile(language.snippet(key), key, "exec")
+
+
+def test_a_parameter_test_keeps_its_branch_or_drops_it() -> None:
+    """`if SCALED_FP8:` in `_dot`: gfx950 keeps its body (OCP fp8 by the scaled MFMA), gfx942 has no such block; a
+    parameter called (`FLOAT8_DEPTH(dtype)`) becomes the target's expression; `{arch}` its name."""
+    gfx950, gfx942 = get_target("gfx950").snippet("dot"), get_target("gfx942").snippet("dot")
+    assert "mfma_scaled(a, None" in gfx950 and "if SCALED_FP8" not in gfx950
+    assert "mfma_scaled" not in gfx942 and "_f8f6f4" not in gfx942
+    assert "return mfma(a, b, acc)" in gfx942
+    assert 'depth = 64 if _f8f6f4(dtype) != "" else 16' in get_target("gfx950").snippet("mma_layout")
+    assert "depth = 16\n" in get_target("gfx942").snippet("mma_layout")
+    assert "on\n    gfx942:" in get_target("gfx942").snippet("mma_layout")
+    assert "return wmma(a, b, acc)" in get_target("gfx1250").snippet("dot")
+
+
+def test_a_helper_takes_the_comment_right_above_it_and_not_the_modules() -> None:
+    text = helper("common", "_cta_barrier").text()
+    assert text.startswith("\n# A CTA-wide barrier")
+    assert "Target parameters" not in helper("common", "_blocked_layout", WARP_SIZE=32).text()
+    with pytest.raises(KeyError, match="defines no _nothing"):
+        Helper("common", ("_nothing",)).text()
+
+
+# `tl.dot` of [M, K] x [K, N] fp16 tiles, compiled by Triton for a target to read the accumulator layout it chooses.
+DOT_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
+'''
+
+SHAPES = [(128, 128, 64, 8), (128, 64, 32, 4), (64, 128, 64, 4), (256, 128, 64, 8), (16, 64, 64, 4), (32, 32, 32, 4),
+          (128, 256, 64, 8), (64, 256, 64, 8), (256, 256, 64, 8), (64, 64, 64, 8)]
+# Where the AMD helpers split the warps otherwise than Triton: `_mma_layout` puts at most 2 warps along M (the same
+# instructions, another assignment of tiles to warps; Triton follows the tile's aspect). Listed so that a change of
+# either side is seen.
+AMD_OTHER_WARPS = {(64, 128, 64, 4): ([1, 4], [2, 2]), (256, 128, 64, 8): ([4, 2], [2, 4]),
+                   (32, 32, 32, 4): ([4, 1], [1, 4]), (64, 256, 64, 8): ([1, 8], [2, 4]),
+                   (64, 64, 64, 8): ([4, 2], [2, 4])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "sm90"])
+def test_the_mma_layout_is_the_one_triton_chooses(target: str, tmp_path: Path) -> None:
+    """`_mma_layout(m, [n], fp16, warps)` as the target copies it against the accumulator layout of Triton's own
+    compile of the same `tl.dot` (its TTGIR): the instruction shape and version agree; the warps too, but for the
+    AMD splits listed above. (sm90 below 64 rows: Triton takes Ampere's mma, which a wgmma variant does not run.)"""
+    from triton.experimental.gluon import language as gl
+
+    from transpile.verify import compile_kernel
+
+    helpers = _target_module(target, tmp_path)
+    source = tmp_path / "dot_kernel.py"
+    source.write_text(DOT_KERNEL)
+    spec = importlib.util.spec_from_file_location("dot_kernel", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for m, n, k, warps in SHAPES:
+        if target == "sm90" and m < 64:
+            continue
+        ok, error, asm, _ = compile_kernel(module.dot_kernel, get_target(target),
+                                           {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
+                                           {"M": m, "N": n, "K": k}, warps, triton_kernel=True)
+        assert ok, error
+        found = re.search(r"#ttg\.(amd_mfma|nvidia_mma)<\{([^}]*)\}>", asm["ttgir"])
+        fields = dict(re.findall(r"(\w+) = (\[[^\]]*\]|\w+)", found.group(2)))
+        ours = helpers._mma_layout(m, [n], gl.float16, warps)
+        where = (target, m, n, k, warps, found.group(0), ours)
+        assert fields["instrShape"] == str(list(ours.instr_shape)), where
+        warps_split = (fields["warpsPerCTA"], str(list(ours.warps_per_cta)))
+        if target == "sm90":
+            assert warps_split[0] == warps_split[1], where
+        else:
+            assert int(fields["version"]) == ours.version, where
+            expected = tuple(map(str, AMD_OTHER_WARPS.get((m, n, k, warps), (ours.warps_per_cta,) * 2)))
+            assert warps_split == expected, where
+
+
+def test_the_aligned_launcher_runs_the_source_kernel_on_unaligned_rows() -> None:
+    """`_AlignedOrTriton`: 16-byte aligned tensors of 4-byte elements and ints that are multiples of 16 take the
+    Gluon kernel; an offset view, an odd size or 2-byte elements (without `narrow`) take the source's."""
+    import torch
+
+    from transpile.helpers.launchers import _AlignedOrTriton
+
+    calls: list[str] = []
+
+    class Kernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            return lambda *args, **kwargs: calls.append(self.name)
+
+    launcher = _AlignedOrTriton(Kernel("gluon"), Kernel("triton"), ("x", "n"), divisible=("x", "n"))
+    x = torch.zeros(64, dtype=torch.float32)
+    for args, kernel in [((x, 64), "gluon"), ((x[1:], 63), "triton"), ((x, 63), "triton"),
+                         ((x.to(torch.float16), 64), "triton")]:
+        launcher[(1,)](*args)
+        assert calls.pop() == kernel, args
+    narrow = _AlignedOrTriton(Kernel("gluon"), Kernel("triton"), ("x", "n"), divisible=("x", "n"), narrow=True)
+    narrow[(1,)](x.to(torch.float16), 64)
+    assert calls.pop() == "gluon"
+
+
+def test_the_persistent_grid_is_the_grid_where_the_config_is_not_persistent() -> None:
+    from transpile.helpers.launchers import _persistent_grid
+
+    grid = _persistent_grid(lambda meta: (meta["tiles"], 2), lambda meta: False)
+    assert grid({"tiles": 7}) == (7, 2)

@@ -1,0 +1,77 @@
+"""Gluon helpers of the AMD targets with MFMA instructions (gfx942, gfx950): the accumulator layouts of `tl.dot`
+and `tl.dot_scaled`. Copied into variants from here (`transpile.helpers`)."""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.amd.cdna4 import get_mfma_scale_layout
+
+# Target parameters (see `transpile.helpers`): the values here are gfx950's.
+MFMA_VERSION = 4
+# K depth of the instruction, by operand bit width
+DEPTHS = {8: 32, 16: 16, 32: 2}
+
+
+def FLOAT8_DEPTH(dtype):  # noqa: N802 - a target parameter: the K depth of an fp8 instruction
+    return 64 if _f8f6f4(dtype) != "" else 16
+
+
+def _f8f6f4(dtype):  # (the helper of `amd`, for this module's parameter)
+    return {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}.get(dtype.name, "")
+
+
+def _float8_via_fp16(dtype):  # (the helper of `amd`, for this module's parameter)
+    return dtype.is_floating() and dtype.primitive_bitwidth == 8 and dtype.name not in ("fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16")
+
+
+@gluon.constexpr_function
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
+    """MFMA accumulator layout for [m, n] tiles of `dtype` operands: the instruction Triton chooses for `tl.dot` on
+    {arch}, 32x32 (16x16 for tiles narrower than 32) with the K depth of `dtype`; warps split between M and N, at
+    most 2 along M (Triton's own split follows the tile's aspect). With `warps_along_m` (and rows enough), every
+    warp takes its own rows, 16x16 instructions where a warp has fewer than 32: reductions along a row then stay
+    inside a warp. `k`: the dot's K block, where known: an fp8 block shallower than the deep instruction takes the
+    plain one (K 16 at 32x32, 32 at 16x16)."""
+    if _float8_via_fp16(dtype):
+        depth = DEPTHS[16]
+    elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        # {float8_why}
+        depth = FLOAT8_DEPTH(dtype)
+    else:
+        depth = DEPTHS[dtype.primitive_bitwidth]
+    if warps_along_m and m is not None and m >= 16 * num_warps:
+        instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
+        instr_k = depth if instr_mn == 32 else depth * 2
+        if k is not None and k < instr_k and dtype.primitive_bitwidth == 8 and dtype.is_floating():
+            instr_k = 16 if instr_mn == 32 else 32
+        return gl.amd.AMDMFMALayout(version=MFMA_VERSION, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
+                                    warps_per_cta=[num_warps, 1])
+    small = (m is not None and m < 32) or any(n is not None and n < 32 for n in ns)
+    instr_mn = 16 if small else 32
+    instr_k = depth * 2 if small else depth
+    if k is not None and k < instr_k and dtype.primitive_bitwidth == 8 and dtype.is_floating():
+        instr_k = 16 if instr_mn == 32 else 32
+    rows = 128 if m is None else m
+    warps_m = min(2 if num_warps > 1 else 1, max(1, rows // instr_mn))
+    return gl.amd.AMDMFMALayout(version=MFMA_VERSION, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
+                                warps_per_cta=[warps_m, num_warps // warps_m])
+
+
+@gluon.constexpr_function
+def _scaled_mma_layout(m, ns, num_warps, warps_along_m=False):
+    """Accumulator layout of a `tl.dot_scaled` on gfx950: that of OCP fp8's deep f8f6f4 instructions (32x32x64,
+    16x16x128), which the scaled MFMAs are, whatever the operands' storage type."""
+    return _mma_layout(m, ns, gl.float8e4nv, num_warps, warps_along_m)
+
+
+@gluon.constexpr_function
+def _scaled_operand_layout(operand, mma_layout, fmt):
+    """Register layout of operand `operand` (0: A, 1: B) of a scaled MFMA in format `fmt`: 16 bytes of K a lane (32
+    fp4 values packed two a byte, or 16 fp8 ones)."""
+    return gl.DotOperandLayout(operand, mma_layout, 16)
+
+
+@gluon.constexpr_function
+def _scale_layout(operand, mma_layout, shape, fmt):
+    """Register layout of the e8m0 scales of operand `operand` (A's [M, K // 32], B's [N, K // 32]) that the scaled
+    MFMA reads."""
+    return get_mfma_scale_layout(_scaled_operand_layout(operand, mma_layout, fmt), shape)

@@ -1,0 +1,180 @@
+"""Gluon helpers of Hopper (sm90): wgmma layouts and the wgmma `tl.dot`, TMA and cp.async copies, the turns of
+warp-specialised consumers. Copied into variants from here (`transpile.helpers`). They compile under Triton 3.6 and
+3.9 alike: where the two name an operation differently, a module-level alias picks the name the running Triton has."""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from transpile.helpers.common import _cta_barrier  # noqa: F401
+
+
+@gluon.constexpr_function
+def _mma_layout(m, ns, dtype, num_warps):
+    """wgmma accumulator layout for [m, n] tiles of `dtype` operands: warps stacked along M (a warpgroup per 64 rows),
+    the instruction as wide in N as every dot of this layout allows (at most 256), K = 32 bytes of `dtype`."""
+    widths = [n for n in ns if n is not None] or [128]
+    rows = 128 if m is None else m
+    warps_m = max(4, min(num_warps, rows // 16))
+    warps_n = num_warps // warps_m
+    instr_n = min(256, min(widths) // warps_n)  # warps side by side in N split the tile's columns
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, warps_n],
+                                     instr_shape=[16, instr_n, 256 // dtype.primitive_bitwidth])
+
+
+@gluon.constexpr_function
+def _mma_k_width(shape, dtype, k_major):
+    """NVMMA shared layout of a wgmma operand; 8- and 32-bit B operands must be K-major (stored transposed)."""
+    transposed = k_major and dtype.primitive_bitwidth != 16
+    return gl.NVMMASharedLayout.get_default_for(shape, dtype, transposed=transposed)
+
+
+@gluon.jit
+def _dot(a, b, acc):
+    """`tl.dot(a, b, acc)` as one wgmma: both operands are staged through shared memory in the NVMMA layouts the
+    tensor cores read, fenced so that the async proxy sees the stores, and the result is waited for at once."""
+    a_smem = gl.allocate_shared_memory(a.dtype, a.shape, _mma_k_width(a.shape, a.dtype, False), a)
+    b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
+    fence_async_shared()
+    acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
+    return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.constexpr_function
+def _register_a_layout(mma_layout, dtype):
+    """Layout of a wgmma A operand held in registers: the dot-operand layout of the accumulator layout, 32 bits of
+    `dtype` per register (k_width)."""
+    return gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=32 // dtype.primitive_bitwidth)
+
+
+# TMA copies: `tma.async_load`/`tma.async_store` in Triton 3.9, `async_copy_*` before it.
+_tma_async_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_async_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+@gluon.jit
+def _ws_turn_wait(turn, t, C: gl.constexpr):
+    """Wait for consumer partition `C`'s `t`-th turn to issue its wgmmas: consumer 0 goes first (a fresh mbarrier
+    counts as having completed the phase before phase 0), then each waits for the one before it to pass the turn."""
+    if C == 0:
+        mbarrier.wait(turn.index(C), (t & 1) ^ 1)
+    else:
+        mbarrier.wait(turn.index(C), t & 1)
+
+
+@gluon.jit
+def _ws_turn_pass(turn, C: gl.constexpr, NCONS: gl.constexpr):
+    """Consumer partition `C` has issued its wgmmas: the next consumer's turn."""
+    mbarrier.arrive(turn.index((C + 1) % NCONS))
+
+
+@gluon.jit
+def _ws_wgmma_consumer(a_ring, b_ring, ready, empty, num_iters, acc, TRANS_A: gl.constexpr = False,
+                       TRANS_B: gl.constexpr = False):
+    """Default partition of a warp-specialised TMA ring: waits for each slot the loader warp filled, runs the wgmma
+    on it asynchronously with one left in flight, and hands the slot of the previous wgmma (now completed, in every
+    warpgroup once the barrier has passed) back to the loader. TRANS_A/TRANS_B: the dot reads that operand's tile
+    transposed (`tl.trans(w)`). Returns the accumulator as a 1-tuple (Triton 3.6's `warp_specialize` flattens the
+    default partition's results)."""
+    NUM_STAGES: gl.constexpr = a_ring.shape[0]
+    for it in range(num_iters):
+        slot = it % NUM_STAGES
+        mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+        a = a_ring.index(slot)
+        if TRANS_A:
+            a = a.permute((1, 0))
+        b = b_ring.index(slot)
+        if TRANS_B:
+            b = b.permute((1, 0))
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=[acc])
+        if gl.num_warps() > 4:
+            _cta_barrier()
+        mbarrier.arrive(empty.index((it + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    return (acc, )
+
+
+# cp.async copies into shared memory: `async_copy.async_load` in Triton 3.9, `async_copy_global_to_shared` before it.
+_cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+@gluon.constexpr_function
+def _copy_layout(shape, dtype, num_warps, bits=128):
+    """Blocked layout for a tile that cp.async copies into shared memory: each thread holds `bits` contiguous bits of
+    the last dimension (by default 16 bytes, 8 x 16-bit elements: the copy engine's widest and fastest copy), the 32
+    lanes of a warp cover the last dimension first, warps split the first dimension."""
+    rank = len(shape)
+    size = list(shape)
+    size_per_thread = [1] * (rank - 1) + [min(bits // dtype.primitive_bitwidth, size[-1])]
+    threads_per_warp = [1] * rank
+    lanes = 32
+    for dim in reversed(range(rank)):
+        threads_per_warp[dim] = min(lanes, max(1, size[dim] // size_per_thread[dim]))
+        lanes //= threads_per_warp[dim]
+    threads_per_warp[0] *= lanes
+    warps_per_cta = [1] * rank
+    warps = num_warps
+    for dim in range(rank):
+        warps_per_cta[dim] = min(warps, max(1, size[dim] // (size_per_thread[dim] * threads_per_warp[dim])))
+        warps //= warps_per_cta[dim]
+    warps_per_cta[0] *= warps
+    return gl.BlockedLayout(size_per_thread, threads_per_warp, warps_per_cta, list(reversed(range(rank))))
+
+
+@gluon.constexpr_function
+def _autotune_stages(config, table, default):
+    """The ring depth of the autotune config being compiled: `table` holds one row per config, its constexpr values
+    (and number of warps) followed by its `num_stages`; `config` is those values as compiled. `default` where no row
+    matches (a launch outside the autotuner)."""
+    key = [getattr(v, "value", v) for v in config]
+    for row in table:
+        values = [getattr(v, "value", v) for v in row]
+        if values[:-1] == key:
+            return values[-1]
+    return default
+
+
+@gluon.jit
+def _tma_load(desc, coords, layout: gl.constexpr):
+    """`desc.load(coords)`: one TMA copy of the tile into shared memory, completed on an mbarrier, then read into
+    registers in `layout`. Out-of-bounds elements read as zero."""
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    _tma_async_load(desc, coords, bar, smem)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    return smem.load(layout)
+
+
+@gluon.jit
+def _tma_store(desc, coords, value):
+    """`desc.store(coords, value)`: the tile goes to shared memory, a fence makes it visible to the TMA engine, one
+    TMA store writes it (out-of-bounds elements are not written) and completes before returning."""
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout, value.to(desc.dtype))
+    fence_async_shared()
+    _tma_async_store(desc, coords, smem)
+    tma.store_wait(0)
+
+
+@gluon.constexpr_function
+def _fit_stages(depth, stage_bytes, reserved_bytes):
+    """The ring depth of a persistent kernel: `depth`, or fewer where the slots of `stage_bytes` and the
+    `reserved_bytes` its epilogue keeps in shared memory at the same time would not fit in an SM's 227 KiB (less
+    1 KiB for the barriers); at least 2."""
+    fit = (227 * 1024 - 1024 - reserved_bytes) // stage_bytes
+    return max(2, min(depth, fit))
+
+
+@gluon.jit
+def _tma_store_deferred(desc, coords, value):
+    """`desc.store(coords, value)` in a loop over tiles: waits for the previous TMA store of this call site (which
+    reads the same shared-memory buffer) before writing the tile there, and returns with this store in flight, so
+    that it completes under the next tile's main loop. The caller waits for the last one (`tma.store_wait(0)`)."""
+    tma.store_wait(0)
+    smem = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout, value.to(desc.dtype))
+    fence_async_shared()
+    _tma_async_store(desc, coords, smem)

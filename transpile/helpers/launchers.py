@@ -1,0 +1,302 @@
+"""The host launchers of variants: a variant binds each translated kernel's name to one of these, which runs the Gluon
+kernel on the launches it covers and the source's Triton kernel on the others. Copied into variants from here
+(`transpile.helpers`); plain Python, tested without a GPU."""
+
+import triton
+
+
+class _AlignedOrTriton:
+    """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
+    arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16; None, an absent optional
+    pointer, reads nothing) and whose tensors hold elements of 4 bytes or more, the source's Triton kernel for the
+    others. Triton compiles loads of one element per thread where rows are not aligned, and of 16 bytes per thread
+    (8 16-bit elements) where they are: both faster there than the Gluon kernel's layouts of up to 4 contiguous
+    elements per thread. With `narrow` (a kernel whose column reductions its layouts keep inside each thread, which
+    Triton's do not) the Gluon kernel also takes aligned launches of 8- and 16-bit data."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False):
+        self.gluon_kernel = gluon_kernel
+        self.triton_kernel = triton_kernel
+        self.params = params
+        self.divisible = divisible
+        self.narrow = narrow
+        self.checked = tuple((params.index(name), name) for name in divisible)
+
+    def aligned(self, args, kwargs):
+        for index, name in self.checked:
+            value = args[index] if index < len(args) else kwargs.get(name)
+            if hasattr(value, "data_ptr"):
+                if value.data_ptr() % 16:
+                    return False
+                if not self.narrow and hasattr(value, "element_size") and value.element_size() < 4:
+                    return False
+            elif isinstance(value, int) and not isinstance(value, bool) and value % 16:
+                return False
+        return True
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            kernel = self.gluon_kernel if self.aligned(args, kwargs) else self.triton_kernel
+            return kernel[grid](*args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
+        if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
+            raise AttributeError(name)
+        return getattr(self.gluon_kernel, name)
+
+
+# device -> number of SMs, asked once per device (launches of small kernels feel a driver query)
+_SM_COUNTS = {}
+
+
+def _persistent_grid(grid, persistent):
+    """The launch grid of a kernel in its persistent form: one program per SM (at most one per tile of `grid`) for
+    the configs `persistent(meta)` selects, else `grid` itself. The kernel walks the tiles of `grid` either way."""
+    def launch_grid(meta):
+        dims = grid(meta) if callable(grid) else grid
+        if not persistent(meta):
+            return dims
+        tiles = 1
+        for d in dims:
+            tiles *= d
+        driver = triton.runtime.driver.active
+        device = driver.get_current_device()
+        if device not in _SM_COUNTS:
+            _SM_COUNTS[device] = driver.utils.get_device_properties(device)["multiprocessor_count"]
+        return (max(1, min(tiles, _SM_COUNTS[device])),)
+    return launch_grid
+
+
+class _TMAOrTriton:
+    """`kernel[grid](*args, **kwargs)` for a kernel whose Gluon variant reads its pointer tiles through TMA
+    descriptors: runs the variant where the descriptors can address every tile of the launch (16-bit operands, a unit
+    inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
+    (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
+    `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
+    than the source only then), unless the `unflagged_at_least` (constexpr parameter, value) pairs hold; `at_least`:
+    (constexpr parameter, value) pairs, the same from a value on; `grid_at_least`: (grid axis, count), only launches
+    with at least that many programs along the axis. `aligned`: only launches whose tensor arguments have
+    16-byte aligned addresses, a unit last stride and the other strides multiples of 16 elements, whose `divisible`
+    arguments are multiples of 16 (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells
+    the compiler their rows are aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
+    made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
+    (`triton.set_allocator`), one that allocates with torch is set."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
+                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None):
+        self.grid_at_least = grid_at_least
+        self.gluon_kernel = gluon_kernel
+        self.triton_kernel = triton_kernel
+        self.params = params
+        self.tiles = tiles
+        self.persistent = persistent
+        self.when = when
+        self.aligned = aligned
+        self.divisible = divisible
+        self.unit = unit
+        self.at_least = at_least
+        self.unflagged_at_least = unflagged_at_least
+
+    def arguments(self, args, kwargs):
+        """A launch's arguments by parameter name."""
+        values = dict(zip(self.params, args))
+        values.update(kwargs)
+        return values
+
+    def addressable(self, args, kwargs):
+        values = self.arguments(args, kwargs)
+        if self.when is not None and not values.get(*self.when):
+            if not self.unflagged_at_least or any(not isinstance(values.get(name), int) or values[name] < least
+                                                  for name, least in self.unflagged_at_least):
+                return False
+        for name, least in self.at_least:
+            if not isinstance(values.get(name), int) or values[name] < least:
+                return False
+        if self.aligned:
+            for value in values.values():
+                if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
+                    continue
+                strides = value.stride()  # (multiples of 16 elements: what a launch specialises as aligned)
+                if value.data_ptr() % 16 or (strides and strides[-1] != 1) or any(s % 16 for s in strides[:-1]):
+                    return False
+            # ints multiples of 16, tensors (a base pointer) 16-byte aligned
+            for name in self.divisible:
+                value = values.get(name)
+                if hasattr(value, "data_ptr"):
+                    if value.data_ptr() % 16:
+                        return False
+                elif not isinstance(value, int) or value % 16:
+                    return False
+            if any(values.get(p) != 1 for p in self.unit):
+                return False
+        for pointer, row_stride, unit_stride, offsets, operand in self.tiles:
+            tensor = values.get(pointer)
+            if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:
+                return False
+            size = tensor.element_size()
+            if (operand and size != 2) or (unit_stride is not None and values.get(unit_stride) != 1):
+                return False
+            for stride in (row_stride, *offsets):
+                stride = values.get(stride) if isinstance(stride, str) else stride
+                if not isinstance(stride, int) or stride <= 0 or stride * size % 16:
+                    return False
+        return True
+
+    def long_enough(self, grid, args, kwargs):
+        """The launch's grid has at least `grid_at_least` programs along its axis (a grid function is called with
+        the launch's arguments; one that needs an autotuned block size leaves the choice to the Gluon kernel)."""
+        if self.grid_at_least is None:
+            return True
+        axis, least = self.grid_at_least
+        if callable(grid):
+            try:
+                grid = grid(self.arguments(args, kwargs))
+            except (KeyError, TypeError):
+                return True
+        sizes = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        count = sizes[axis] if axis < len(sizes) else 1
+        return not isinstance(count, int) or count >= least
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if not self.addressable(args, kwargs) or not self.long_enough(grid, args, kwargs):
+                return self.triton_kernel[grid](*args, **kwargs)
+            launch_grid = grid
+            if self.persistent is not None:  # one program per SM for the warp-specialised configs
+                launch_grid = _persistent_grid(grid, self.persistent)
+            kernel = self.gluon_kernel[launch_grid]
+            try:
+                return kernel(*args, **kwargs)
+            except RuntimeError as exc:
+                if "no allocator was set" not in str(exc):
+                    raise
+            triton.set_allocator(_tma_scratch)
+            return kernel(*args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
+        if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
+            raise AttributeError(name)
+        return getattr(self.gluon_kernel, name)
+
+
+def _tma_scratch(size, alignment, stream):
+    """Global scratch for descriptors made in a kernel (`triton.set_allocator`)."""
+    import torch  # the launches' tensors are torch tensors
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+class _WarpPipelinedOrTriton(_TMAOrTriton):
+    """`_TMAOrTriton` for a Gluon kernel with a warp-pipelined main loop: it also runs the source kernel for launches
+    that ask for other than `warps` warps (or none: Triton's default is 4; two warp groups of 4 run the stages), and,
+    with `small`, for launches with a tensor spanning 2 GB or more (the Gluon kernel copies through 32-bit buffer
+    offsets), and for launches with a tensor of an element type in `slow_dtypes` (types the target's matrix cores
+    take only converted, where the Gluon kernel measured heavier), and, with `lds` (the target's LDS bytes, the
+    rings' shapes and the pointers whose element types they hold), for launches whose block sizes leave no room for
+    two slots of each ring (the Gluon kernel would run its loop unpipelined), and for launches for which a test of
+    `source_when` holds (a function of constexpr parameters: the Gluon kernel pipelines its loop for the other
+    values only). With `no_agprs` the Gluon kernel is
+    compiled with its accumulators in VGPRs only, as AMD's own Gluon GEMMs are: with both register files the compiler
+    splits a large accumulator and spills."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False,
+                 slow_dtypes=(), lds=None, source_when=(), **checks):
+        super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
+        self.source_when = source_when
+        self.warps = warps
+        self.small = small
+        self.no_agprs = no_agprs
+        self.slow_dtypes = slow_dtypes
+        self.lds = lds
+        if hasattr(gluon_kernel, "configs") and (source_when or lds is not None):
+            # Autotuned: the autotuner runs each config on the Gluon kernel where it pipelines that config's
+            # loop (8 warps, the tests below), else on the source kernel at the config's own warps.
+            source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
+            gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
+
+    def pipelines(self, values):
+        """Whether the Gluon kernel pipelines its loop at these launch (or config) values: no test of `source_when`
+        holds, and two slots of each ring fit the LDS; True where a block size is not known yet."""
+        if self.source_when:
+            # (a test reading a constexpr the launch neither passes nor has a default for: the source kernel)
+            for test in self.source_when:
+                names = test.__code__.co_varnames[: test.__code__.co_argcount]
+                try:
+                    if test(**{n: values[n] for n in names if n in values}):
+                        return False
+                except TypeError:
+                    return False
+        if self.lds is not None:
+            limit, rings = self.lds
+            need = 0
+            for shape, pointer in rings:
+                sizes = [values.get(n) if isinstance(n, str) else n for n in shape]
+                if not all(isinstance(n, int) for n in sizes) or not hasattr(values.get(pointer), "element_size"):
+                    break  # (block sizes an autotuner picks: the kernel decides)
+                elements = 1
+                for n in sizes:
+                    elements *= n
+                need += elements * values[pointer].element_size()
+            else:
+                if 2 * need > limit:
+                    return False
+        return True
+
+    def addressable(self, args, kwargs):
+        if self.warps is not None and kwargs.get("num_warps") != self.warps:
+            return False
+        values = self.arguments(args, kwargs)
+        if not hasattr(self.gluon_kernel, "configs") and not self.pipelines(values):
+            return False
+        for value in [*args, *kwargs.values()]:
+            if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
+                continue
+            if self.slow_dtypes and str(getattr(value, "dtype", "")).rpartition(".")[2] in self.slow_dtypes:
+                return False
+            if self.small and value.numel():
+                span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1
+                if span * value.element_size() >= 2**31:
+                    return False
+        return super().addressable(args, kwargs)
+
+    def __getitem__(self, grid):
+        launch = super().__getitem__(grid)
+        if not self.no_agprs:
+            return launch
+
+        def run(*args, **kwargs):
+            if self.addressable(args, kwargs):
+                kwargs.setdefault("llvm_fn_attrs", (("amdgpu-agpr-alloc", "0,0"),))
+            return launch(*args, **kwargs)
+
+        return run
+
+
+class _ConfigSplit:
+    """What an autotuner of a warp-pipelined Gluon kernel runs: each config on the Gluon kernel where that kernel
+    pipelines its loop at the config's values (8 warps), else on the source kernel (the same arguments, the config's
+    own warps)."""
+
+    def __init__(self, gluon_fn, triton_fn, launcher):
+        self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
+        self.arg_names = gluon_fn.arg_names
+        self.triton_fn = triton_fn
+        self.launcher = launcher
+
+    def pick(self, args, kwargs):
+        values = self.launcher.arguments(args, kwargs)
+        if values.get("num_warps") == 8 and self.launcher.pipelines(values):  # (two warp groups of 4)
+            return self.fn, kwargs
+        return self.triton_fn, {k: v for k, v in kwargs.items() if k != "llvm_fn_attrs"}
+
+    def run(self, *args, **kwargs):
+        fn, kwargs = self.pick(args, kwargs)
+        return fn.run(*args, **kwargs)
+
+    def warmup(self, *args, **kwargs):
+        fn, kwargs = self.pick(args, kwargs)
+        return fn.warmup(*args, **kwargs)
