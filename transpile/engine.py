@@ -813,8 +813,20 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
         helpers = ", ".join(f"`{h}`" for h in loop.via)
         return f"its dot runs in the helper {helpers}, which no pipeline rule looks into"
     if len(loop.dots) > 1:
-        return (f"its {len(loop.dots)} dots are neither one GEMM nor the two chained dots of attention, the loops "
-                f"the {ctx.target.name} pipeline rules take")
+        # what the shared planner reads in the loop: the construct it stops at, or the dots it would pipeline
+        where = ", ".join(str(line) for line in sorted(set(loop.dots)))
+        planned = plan_loop(ctx.source, loop.node, ctx.plan, 3, transposed_operands=True, accumulations=True,
+                            several_dots=True, computed_operands=True, fresh_dots=True, chained_dots=True)
+        if isinstance(planned, LoopRefusal):
+            shape = f"; the loop planner stops at line {ctx.source.position(planned.node)[0]}: {planned.reason}"
+        elif planned is not None:
+            kinds = "chained (a product feeds the next dot)" if planned.chained else "independent"
+            shape = (f": they are {len(planned.chains)} {kinds} accumulator chains, a form the loop planner reads "
+                     f"and no {ctx.target.name} ring is written for (the AMD warp pipeline takes such loops)")
+        else:
+            shape = "; no dot of it is fed by a tile loaded in the loop"
+        return (f"its {len(loop.dots)} dots (lines {where}) are neither one GEMM nor the two chained dots of "
+                f"attention, the loops the {ctx.target.name} pipeline rules take{shape}")
     if isinstance(loop.node, cst.While):
         return ("a `while` loop: the pipeline rules take counted loops (`for k in range(0, K, BLOCK_K)`, "
                 "`tl.range(...)`), whose trip count they can split into a prologue and a steady state")
