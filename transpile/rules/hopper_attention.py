@@ -27,6 +27,7 @@ Targets: sm90.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 
 import libcst as cst
 
@@ -753,6 +754,77 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
     return nodes
 
 
+@dataclasses.dataclass(frozen=True)
+class _LoopStep:
+    """One iteration of the pipelined main loop, as both forms run it: the ring of `_emit` (cp.async copies) and each
+    consumer partition of the warp-specialised form (`_ws_consumer_loop`). The step issues the QK^T wgmma and the
+    previous iteration's PV wgmma, waits for QK^T only (PV keeps the tensor cores busy during the softmax), scales
+    the scores where the source does, runs the softmax, waits for PV, converts the accumulator back to its layout,
+    rescales it and keeps this iteration's P (in the wgmma A-operand layout) for the next iteration's PV.
+
+    The fields are what the two forms share: the loop's names, its statements as `_emit` wrote them (indented for
+    the loop body) and the layouts. What differs is passed to `lines`."""
+
+    plan: AttentionPlan
+    it: str
+    iters: str
+    index: Callable[[str], str]  # the loop variable's value at an iteration (`LoopRange.value`)
+    uses_var: bool  # the statements read the loop variable
+    slot: str  # this iteration's K slot
+    prev_slot: str  # the previous iteration's V slot (its PV is issued here)
+    p_prev: str
+    zeros: str  # the QK^T accumulator's initial value
+    p_text: str  # P as the PV dot reads it
+    pv_layout: str
+    p_layout: str
+    acc_layout: str
+    before: list[str]
+    softmax: list[str]
+    rescales: list[str]
+    after: list[str]
+
+    def lines(self, *, q: str, k_ring: str, v_ring: str, in_flight: int | str, acquire: Sequence[str],
+              issued: Sequence[str] = (), k_read: Sequence[str] = (), v_read: Sequence[str] = ()) -> Iterator[str]:
+        """The loop header and the step's lines (loop body indented). Per form:
+        `q`, `k_ring`, `v_ring`: Q's shared buffer and the K and V rings (the ring: its `_smem` buffers; a consumer:
+        its own slot of the Q buffers and the loader's rings);
+        `in_flight`: the wgmmas left in flight by the wait for QK^T (the ring: its schedule's `mma_in_flight`; a
+        consumer: 1);
+        `acquire`: the lines that pick the slots and wait until their tiles have landed (the ring: `wait_group` and a
+        barrier; a consumer: the `ready` mbarriers, then its turn);
+        `issued`: the lines right after the two wgmmas are issued (a consumer passes the turn on);
+        `k_read`, `v_read`: the lines after the wait for QK^T and for PV, which release the slot it read (a consumer
+        arrives on the `empty` mbarrier; the ring refills its slots after the step, in its own lines)."""
+        plan = self.plan
+        k_operand = f"{k_ring}.index({self.slot})"
+        if plan.k_transposed:
+            k_operand += ".permute((1, 0))"
+        yield f"for {self.it} in range({self.iters}):"
+        if self.uses_var:
+            yield f"    {plan.var} = {self.index(self.it)}"
+        yield from self.before
+        yield from acquire
+        yield f"    {plan.scores} = warpgroup_mma({q}, {k_operand}, {self.zeros}, is_async=True)"
+        yield (f"    {plan.acc} = warpgroup_mma({self.p_prev}, {v_ring}.index({self.prev_slot}), "
+               f"gl.convert_layout({plan.acc}, {self.pv_layout}), is_async=True)")
+        yield from issued
+        yield "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax."
+        yield (f"    {plan.scores}, _ = warpgroup_mma_wait({in_flight}, deps=[{plan.scores}, "
+               f"{k_ring}.index({self.slot})])")
+        yield from k_read
+        if plan.scores_scale is not None:
+            factor, left = plan.scores_scale
+            yield (f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
+                   f"    {plan.scores} = {plan.scores} * {_text(factor)}")
+        yield from self.softmax
+        yield f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_ring}.index({self.prev_slot})])"
+        yield from v_read
+        yield f"    {plan.acc} = gl.convert_layout({plan.acc}, {self.acc_layout})"
+        yield from self.rescales
+        yield f"    {self.p_prev} = gl.convert_layout({self.p_text}, {self.p_layout})"
+        yield from self.after
+
+
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str], masks: list[UniformMask], copy_nodes: dict[object, object], with_ws: bool
           ) -> tuple[str, Sm90Ring, tuple | None]:
@@ -852,7 +924,6 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     if plan.scores_scale is not None:  # `s = tl.dot(q, k) * scale`: the dot, then the product after its wait
         dot1 = dot1.left if plan.scores_scale[1] is False else dot1.right  # type: ignore[attr-defined]
     zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
-    k_operand = f"{k_smem}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{k_smem}.index({slot})"
     # P's type may be spelt through the K or V tile (`p.to(v.dtype)`): neither is a register tile in this branch.
     p_text = _text(_value(body[plan.acc_index]).args[0].value.visit(_TileDtype({plan.k.name, plan.v.name}, dtype)))
     loads = {plan.k.index, plan.v.index}
@@ -925,39 +996,20 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(copies(prologue_i, prologue_i, "    ")),
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
-    # The loop's own statements, as both forms run them (the ring here, the warp-specialised form's consumers).
-    before_lines, softmax_lines = statements(before), softmax_statements()
-    rescale_lines, after_lines = statements(plan.rescales), statements(after)
-    loop = [f"for {it} in range({iters}):"]
-    if uses_var:
-        loop.append(f"    {plan.var} = {index(it)}")
-    loop += before_lines
-    loop += [
+    # The loop's own statements and names, as both forms run them (the ring here, the warp-specialised form's
+    # consumers).
+    step = _LoopStep(plan, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
+                     p_prev=p_prev, zeros=zeros, p_text=p_text, pv_layout=pv_layout, p_layout=p_layout,
+                     acc_layout=acc_layout, before=statements(before), softmax=softmax_statements(),
+                     rescales=statements(plan.rescales), after=statements(after))
+    loop = list(step.lines(q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
         "    # K of this iteration (and V of the previous one) have landed: this thread's copies are done, and the",
         "    # barrier makes every thread's copies visible before the wgmmas read them.",
         f"    async_copy.wait_group({schedule.wait_groups.text(stages)})",
         "    _cta_barrier()",
-        f"    {plan.scores} = warpgroup_mma({q_smem}, {k_operand}, {zeros}, is_async=True)",
-        f"    {plan.acc} = warpgroup_mma({p_prev}, {v_smem}.index({prev_slot}), gl.convert_layout({plan.acc}, "
-        f"{pv_layout}), is_async=True)",
-        "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax.",
-        f"    {plan.scores}, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.scores}, "
-        f"{k_smem}.index({slot})])",
-    ]
-    if plan.scores_scale is not None:
-        factor, left = plan.scores_scale
-        loop.append(f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
-                    f"    {plan.scores} = {plan.scores} * {_text(factor)}")
-    loop += softmax_lines
-    loop += [
-        f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_smem}.index({prev_slot})])",
-        f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",
-    ]
-    loop += rescale_lines
-    loop.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
-    loop += after_lines
+    ]))
     loop += [
         f"    # This warpgroup's wgmmas that read slot `{prev_slot}` are done; with two warpgroups the barrier waits for",
         "    # the other one's PV too before the slot is refilled with the tiles of iteration it + NUM_STAGES - 1.",
@@ -978,11 +1030,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ws_loop = None
     if with_ws:
         w = ws_names(name)
-        ws_loop = (_ws_consumer_loop(
-            (stages, it, slot, prev_slot, iters, p_prev), plan, w, index=index, count=count, uses_var=uses_var,
-            before=before_lines, softmax=softmax_lines, rescales=rescale_lines, after=after_lines, zeros=zeros,
-            p_text=p_text, dtype=dtype, acc_layout=acc_layout, m=m, n=n, d=d, pv_layout=pv_layout, p_layout=p_layout),
-            w, count, index)
+        ws_loop = (_ws_consumer_loop(step, stages, w, count=count, dtype=dtype, m=m, n=n, d=d), w, count, index)
     pipelined = _indent("\n".join(lines), "    ")
     original = _indent(_text(updated), "    ")
     condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
@@ -1013,19 +1061,17 @@ def ws_names(name) -> dict[str, str]:  # noqa: ANN001 - the loop's namer
                                        "WS_STAGES", "ws_iters", "k_layout", "v_layout", "q_layout", "s")}
 
 
-def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, str], *, index, count: str,  # noqa: ANN001
-                      uses_var: bool,
-                      before: list[str], softmax: list[str], rescales: list[str], after: list[str], zeros: str,
-                      p_text: str, dtype: str, acc_layout: str, m: str, n: str, d: str, pv_layout: str,
-                      p_layout: str) -> str:
+def _ws_consumer_loop(step: _LoopStep, stages: str, w: dict[str, str], *, count: str, dtype: str, m: str, n: str,
+                      d: str) -> str:
     """The main loop as one consumer partition of the warp-specialised form runs it (`hopper_attention_ws`): the
     K and V tiles come from the loader partition's ring (`ready` barriers), each tile is handed back (`empty`) once
     this partition's wgmmas that read it are done, and the partitions take turns issuing their wgmmas (`turn`), so
-    that one's softmax runs while the other's wgmmas keep the tensor cores busy. The statements are the ring's
-    (same softmax, same masks); the row-split of the kernel's tiles is the caller's (`hopper_attention_ws`)."""
-    stages, it, slot, prev_slot, iters, p_prev = names
+    that one's softmax runs while the other's wgmmas keep the tensor cores busy. The step is the ring's
+    (`_LoopStep`: same softmax, same masks); the row-split of the kernel's tiles is the caller's
+    (`hopper_attention_ws`)."""
+    plan, it, slot, prev_slot, iters, p_prev = step.plan, step.it, step.slot, step.prev_slot, step.iters, step.p_prev
+    pv_layout, p_layout = step.pv_layout, step.p_layout
     c, ncons = w["consumer"], w["NCONS"]
-    k_operand = f"{w['k_ring']}.index({slot}).permute((1, 0))" if plan.k_transposed else f"{w['k_ring']}.index({slot})"
 
     lines = [
         "# Warp-specialised main loop (this partition's rows): K and V tiles come from the loader partition's ring.",
@@ -1036,12 +1082,8 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
         "fence_async_shared()  # the register store above is read by wgmma (the async proxy)",
         f"{iters} = {count}",
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
-        f"for {it} in range({iters}):",
     ]
-    if uses_var:
-        lines.append(f"    {plan.var} = {index(it)}")
-    lines += before
-    lines += [
+    lines += step.lines(q=f"{w['q_bufs']}.index({c})", k_ring=w["k_ring"], v_ring=w["v_ring"], in_flight=1, acquire=[
         f"    {slot} = {it} % {stages}",
         "    # PV of the previous iteration (of a zero P in the first: it adds nothing, and reads the first V tile).",
         f"    {w['v_it']} = gl.maximum({it} - 1, 0)",
@@ -1049,27 +1091,9 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
         f"    mbarrier.wait({w['k_ready']}.index({slot}), ({it} // {stages}) & 1)",
         f"    mbarrier.wait({w['v_ready']}.index({prev_slot}), ({w['v_it']} // {stages}) & 1)",
         f"    _ws_turn_wait({w['turn']}, {it}, {c})",
-        f"    {plan.scores} = warpgroup_mma({w['q_bufs']}.index({c}), {k_operand}, {zeros}, is_async=True)",
-        f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({prev_slot}), gl.convert_layout({plan.acc}, "
-        f"{pv_layout}), is_async=True)",
-        f"    _ws_turn_pass({w['turn']}, {c}, {ncons})",
-        "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax.",
-        f"    {plan.scores}, _ = warpgroup_mma_wait(1, deps=[{plan.scores}, {w['k_ring']}.index({slot})])",
-        f"    mbarrier.arrive({w['k_empty']}.index({slot}))",
-    ]
-    if plan.scores_scale is not None:
-        factor, left = plan.scores_scale
-        lines.append(f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
-                     f"    {plan.scores} = {plan.scores} * {_text(factor)}")
-    lines += softmax
-    lines += [
-        f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {w['v_ring']}.index({prev_slot})])",
-        f"    mbarrier.arrive({w['v_empty']}.index({prev_slot}), pred={it} > 0)",
-        f"    {plan.acc} = gl.convert_layout({plan.acc}, {acc_layout})",
-    ]
-    lines += rescales
-    lines.append(f"    {p_prev} = gl.convert_layout({p_text}, {p_layout})")
-    lines += after
+    ], issued=[f"    _ws_turn_pass({w['turn']}, {c}, {ncons})"],
+        k_read=[f"    mbarrier.arrive({w['k_empty']}.index({slot}))"],
+        v_read=[f"    mbarrier.arrive({w['v_empty']}.index({prev_slot}), pred={it} > 0)"])
     lines += [
         "# The last iteration's PV.",
         f"if {iters} > 0:",
@@ -1079,7 +1103,7 @@ def _ws_consumer_loop(names: tuple[str, ...], plan: AttentionPlan, w: dict[str, 
         f"    {plan.acc} = warpgroup_mma({p_prev}, {w['v_ring']}.index({w['last']}), gl.convert_layout({plan.acc}, "
         f"{pv_layout}), is_async=True)",
         f"    _ws_turn_pass({w['turn']}, {c}, {ncons})",
-        f"    {plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {acc_layout})",
+        f"    {plan.acc} = gl.convert_layout(warpgroup_mma_wait(0, deps=[{plan.acc}]), {step.acc_layout})",
         f"    mbarrier.arrive({w['v_empty']}.index({w['last']}))",
     ]
     return "\n".join(lines) + "\n"
