@@ -390,6 +390,23 @@ def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cl
     assert_clean_exit(cli("verify", "src/guarded.py", "-t", "gfx942", "-v", "x_ptr=*fp32"), 0)  # nothing to compile
 
 
+def test_a_kernel_under_a_block_beside_top_level_kernels_is_kept_with_its_note(tmp_path: Path, cli) -> None:
+    """A file with kernels of its own and one under a module-level `if`: the top-level kernel is translated, the
+    other is kept where it stands, as written, and TT007 says so at its definition (it was left out silently)."""
+    source = ("import triton\nimport triton.language as tl\n\nif True:\n\n    @triton.jit\n    def guarded(x_ptr):\n"
+              "        pass\n\n\n@triton.jit\ndef top(x_ptr, y_ptr, BLOCK: tl.constexpr):\n"
+              "    offs = tl.arange(0, BLOCK)\n    tl.store(y_ptr + offs, tl.load(x_ptr + offs))\n")
+    (tmp_path / "mixed.py").write_text(source, encoding="utf-8")
+    result = cli("mixed.py", "-t", "gfx950")
+    assert_clean_exit(result, 0)
+    found = diagnostics(result.stderr)
+    assert [d[:4] for d in found] == [("mixed.py", 7, 9, "TT007")], result.stderr
+    assert "`guarded` is defined inside the `if` block at line 4" in found[0][4]
+    variant = (tmp_path / "mixed_gfx950.py").read_text(encoding="utf-8")
+    assert "@gluon.jit\ndef top(" in variant
+    assert "if True:\n\n    @triton.jit\n    def guarded(x_ptr):\n        pass\n" in variant
+
+
 def test_kernels_in_a_class_are_kept_as_written(tmp_path: Path, cli) -> None:
     """An operator class holding its kernels (tritonbench's style): TT007 at the kernel, naming the class, and a
     variant that keeps the file as written; exit 0."""

@@ -150,6 +150,8 @@ class Prepared:
     transposed_keys: Prepared | None = field(default=None, repr=False)
     # kernels defined under a module-level block, where the file has no other: (name, TT007), kept as written
     nested: list[tuple[str, Diagnostic]] = field(default_factory=list)
+    # ... and where it has kernels of its own, which are translated: the variant keeps these as written too
+    below_module: list[tuple[str, Diagnostic]] = field(default_factory=list)
 
     @property
     def original_source(self) -> SourceFile:
@@ -214,6 +216,15 @@ def _specialised(text: str, path: str, excluded: frozenset[str]) -> tuple[Prepar
     return candidate, copies
 
 
+def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CSTNode]]
+                  ) -> list[tuple[str, Diagnostic]]:
+    """(name, TT007) of each kernel defined below module level, which the variant keeps as written."""
+    return [(k.name.value, source.diagnostic(k.name, "TT007", (
+        f"`{k.name.value}` is defined {_where(source, h)}; only kernels defined at the top level of a module are "
+        "translated (define it there, or in a module of its own that this one imports): the variant keeps it as "
+        "written"))) for k, h in nested]
+
+
 def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = None) -> Prepared:
     """`prepare` of `text`, or of `base` (a rewrite of it with its line map) where given."""
     source = parse_source(text, path) if base is None else parse_source(base[0], path, base[1])
@@ -238,13 +249,10 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test) or
             # in a class (an operator class holding its kernels):
             # its variant keeps the file as written, with the reason (never dropped: `--check` stays green on it).
-            return Prepared(text, source, facts, {}, nested=[
-                (k.name.value, source.diagnostic(k.name, "TT007", (
-                    f"`{k.name.value}` is defined {_where(source, h)}; only kernels defined at the top level of a "
-                    "module are translated (define it there, or in a module of its own that this one imports): "
-                    "the variant keeps it as written")))
-                for k, h in nested])
+            return Prepared(text, source, facts, {}, nested=_below_module(source, nested))
         raise TranspileError(Diagnostic(path, 1, 1, "TT003", "no @triton.jit kernels in this file"))
+    # kernels below module level beside the module's own: kept as written, each with its note
+    below = _below_module(source, nested_kernels(source))
     original: SourceFile | None = None
     # Triton helpers imported from the project's other modules, copied in first: from here on they are the file's own
     # helpers (`transpile.passes.imported_helpers`), translated beside the kernels that call them.
@@ -318,7 +326,8 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         original = kept_form
     if original is None:
         original = rewritten
-    return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads)
+    return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads,
+                    below_module=below)
 
 
 def _through(earlier: list[int] | None, lines: list[int]) -> list[int]:
@@ -410,6 +419,16 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     the rest."""
     if prepared is None or prepared.text != text:
         prepared = prepare(text, path)
+    result = _translate_source(text, path, target, command, prepared, gluon_always, tma_tiles)
+    # kernels below module level beside the module's own: kept as written, each with its note (TT007)
+    done = {o.name for o in result.functions}
+    result.functions.extend(KernelOutcome(name, False, False, [d], kept_reason=d.message)
+                            for name, d in prepared.below_module if name not in done)
+    return result
+
+
+def _translate_source(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
+                      gluon_always: bool, tma_tiles: bool) -> TranslationResult:
     if prepared.nested:
         outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
         header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(

@@ -103,6 +103,9 @@ class RuleContext:
     launch_lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
+    # `HoistConversions`' plan for this function, made once (`hoist._plan`): the converted names -> (hoisted
+    # variable, layout), and the hoisted definitions
+    hoisted: tuple[dict, dict] | None = None
 
     @property
     def source(self):  # noqa: ANN201 - SourceFile; avoid an import cycle in annotations

@@ -62,9 +62,8 @@ class HoistConversions(Rule):
 
 def _plan(ctx: RuleContext) -> dict[cst.Name, tuple[str, str]]:
     """Converted Name nodes -> (hoisted variable, layout); computed once per function and kept on the context."""
-    cached = getattr(ctx, "_hoisted", None)
-    if cached is not None:
-        return cached
+    if ctx.hoisted is not None:
+        return ctx.hoisted[0]
     hoisted: dict[cst.Name, tuple[str, str]] = {}
     definitions: dict[tuple[str, str], tuple[int, str, str, str]] = {}
     fn = ctx.function.node
@@ -90,14 +89,13 @@ def _plan(ctx: RuleContext) -> dict[cst.Name, tuple[str, str]]:
             taken.add(new_name)
             definitions[key] = (where[node.value], new_name, node.value, layout)
         hoisted[node] = (definitions[key][1], layout)
-    ctx._hoisted = hoisted  # type: ignore[attr-defined]
-    ctx._hoist_definitions = definitions  # type: ignore[attr-defined]
+    ctx.hoisted = (hoisted, definitions)
     return hoisted
 
 
 def _definitions(ctx: RuleContext) -> dict[tuple[str, str], tuple[int, str, str, str]]:
     _plan(ctx)
-    return ctx._hoist_definitions  # type: ignore[attr-defined]
+    return ctx.hoisted[1]  # type: ignore[index]
 
 
 def is_hoisted(ctx: RuleContext, node: cst.CSTNode) -> bool:
