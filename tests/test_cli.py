@@ -367,11 +367,12 @@ def test_bad_input(kind: str, tmp_path: Path, cli, tree) -> None:
     assert tree(tmp_path) == before
 
 
-def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cli, fixture_copy) -> None:
+def test_a_directory_translates_kernels_under_a_module_level_block_where_they_stand(tmp_path: Path, cli,
+                                                                                      fixture_copy) -> None:
     """In a directory, a file without kernels is not the tool's business (skipped), and neither is one whose kernels
     are made inside functions (test helpers); a file whose kernels sit in a module-level `if` (a version or feature
-    test) is: TT007 at the kernel, and a variant that keeps the file as written with the reason in its header (the
-    file is never dropped, so `--check` passes on it once written); exit 0."""
+    test) is: the block is translated where it stands (Gluon imports and helpers at its top, the kernel as Gluon
+    inside it), the rest of the file as written; `--check` passes once written, and the variant compiles."""
     fixture_copy("vector_add", into=tmp_path / "src")
     source = "import triton\n\nif True:\n\n    @triton.jit\n    def k(x_ptr):\n        pass\n"
     (tmp_path / "src" / "guarded.py").write_text(source, encoding="utf-8")
@@ -379,15 +380,14 @@ def test_a_directory_keeps_kernels_under_a_module_level_block(tmp_path: Path, cl
         "import triton\n\n\ndef test_k():\n    @triton.jit\n    def k(x_ptr):\n        pass\n", encoding="utf-8")
     result = cli("src", "-t", "gfx942")
     assert_clean_exit(result, 0)
-    found = diagnostics(result.stderr)
-    assert [(Path(d[0]).name, *d[1:4]) for d in found] == [("guarded.py", 6, 9, "TT007")], result.stderr
-    assert "`k` is defined inside the `if` block at line 3" in found[0][4]
+    assert diagnostics(result.stderr) == [], result.stderr
     assert (tmp_path / "src" / "vector_add_gfx942.py").is_file()
     variant = (tmp_path / "src" / "guarded_gfx942.py").read_text(encoding="utf-8")
-    assert variant.endswith(source) and "# kept as Triton: `k` (defined inside a module-level block" in variant
+    assert "\nif True:\n    from triton.experimental import gluon\n" in variant
+    assert "\n    @gluon.jit\n    def k(x_ptr):\n" in variant and "\n    @triton.jit\n    def _k_triton(x_ptr):" in variant
     assert not (tmp_path / "src" / "local_gfx942.py").exists()
     assert_clean_exit(cli("src", "-t", "gfx942", "--check"), 0)
-    assert_clean_exit(cli("verify", "src/guarded.py", "-t", "gfx942", "-v", "x_ptr=*fp32"), 0)  # nothing to compile
+    assert_clean_exit(cli("verify", "src/guarded.py", "-t", "gfx942", "-v", "x_ptr=*fp32"), 0)
 
 
 def test_a_kernel_under_a_block_beside_top_level_kernels_is_kept_with_its_note(tmp_path: Path, cli) -> None:

@@ -45,6 +45,7 @@ from transpile.cst_utils import (
     node_code,
 )
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
+from transpile.blocks import translate_blocks
 from transpile.discover import JitFunction, ModuleFacts, discover, language_name, nested_kernels
 from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import Rule, RuleContext
@@ -430,6 +431,9 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
 def _translate_source(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
                       gluon_always: bool, tma_tiles: bool) -> TranslationResult:
     if prepared.nested:
+        in_blocks = _translate_in_blocks(text, path, target, command, prepared, gluon_always, tma_tiles)
+        if in_blocks is not None:
+            return in_blocks
         outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
         header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(
             "(the comments above them say why)", "(defined inside a module-level block or a class: not translated)")
@@ -453,6 +457,36 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
             _tma_notes(result, prepared, refusals, unused)
             return result
         skip = skip | failed
+
+
+def _translate_in_blocks(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
+                         gluon_always: bool, tma_tiles: bool) -> TranslationResult | None:
+    """A file whose kernels all sit in module-level blocks (`if has_triton():`, `try:`), each block translated where
+    it stands (`transpile.blocks`); None where they do not all, or a block cannot be translated."""
+    outcomes: list[KernelOutcome] = []
+
+    def block(block_text: str, lines: list[int]) -> str | None:
+        try:
+            sub = _prepare(block_text, path, (block_text, lines))
+        except TranspileError:
+            return None
+        if sub.nested:
+            return None
+        result = _translate_source(block_text, path, target, command, sub, gluon_always, tma_tiles)
+        result.functions.extend(KernelOutcome(name, False, False, [d], kept_reason=d.message)
+                                for name, d in sub.below_module if name not in {o.name for o in result.functions})
+        header = _header(path, sha256_text(block_text), sub.source, target, command,
+                         {o.name: o for o in result.functions})
+        if not result.text.startswith(header):
+            return None
+        outcomes.extend(result.functions)
+        return result.text[len(header):]
+
+    translated = translate_blocks(prepared.source, block)
+    if translated is None:
+        return None
+    header = _header(path, sha256_text(text), prepared.source, target, command, {o.name: o for o in outcomes})
+    return TranslationResult(path, target, header + translated, outcomes, sha256_text(text), text)
 
 
 def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str, str], unused: set[str]) -> None:

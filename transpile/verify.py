@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transpile.analysis.launch_alignment import pointer_params
+from transpile.blocks import block_text, kernel_blocks
 from transpile.diagnostics import Diagnostic, TranspileError
-from transpile.discover import AutotuneConfig, JitFunction, discover
+from transpile.discover import AutotuneConfig, JitFunction, ModuleFacts, discover
 from transpile.engine import TranslationResult
 from transpile.formatting import FormatStyle
 from transpile.rules.base import evaluate, source_when_holds
-from transpile.source import parse_source
+from transpile.source import SourceFile, parse_source
 from transpile.targets import Target
 
 _counter = itertools.count()
@@ -293,16 +294,38 @@ def schedule_checks(result: TranslationResult) -> list[CompiledKernel]:
     return rows
 
 
-def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
+def _kernel_facts(result: TranslationResult) -> dict[str, tuple[SourceFile, ModuleFacts, JitFunction]]:
+    """Each jit function of the source by name, with the source and facts it was read from: the module's, or those of
+    the module-level block it stands in (`transpile.blocks`)."""
     source = parse_source(result.original_text, result.source_path)
     facts = discover(source)
-    source_facts = facts.functions
+    found = {name: (source, facts, fn) for name, fn in facts.functions.items()}
+    for index, block in kernel_blocks(source) or []:
+        text, lines = block_text(source, index, block)
+        block_source = parse_source(text, result.source_path, lines)
+        block_facts = discover(block_source)
+        found.update({name: (block_source, block_facts, fn) for name, fn in block_facts.functions.items()
+                      if name not in found})
+    return found
+
+
+def _not_defined(source: SourceFile, fn: JitFunction) -> str:
+    """Why the imported variant has no `fn`: it stands in a module-level block that did not run here."""
+    return (f"`{fn.name}` (line {source.position(fn.node.name)[0]}) stands in a module-level block that did not run "
+            "when the variant was imported here (its test is false on this machine): nothing to compile")
+
+
+def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
+    kernels = _kernel_facts(result)
     outcomes: list[CompiledKernel] = []
     for outcome in result.functions:
         if outcome.is_helper:
             continue
-        fn = source_facts.get(outcome.name)
-        if fn is None:  # (a kernel under a module-level block, kept as written: TT007)
+        if outcome.name not in kernels:  # (a kernel under a module-level block, kept as written: TT007)
+            continue
+        source, facts, fn = kernels[outcome.name]
+        if not hasattr(module, outcome.name):
+            outcomes.append(CompiledKernel(outcome.name, "given values", False, _not_defined(source, fn), {}))
             continue
         configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
         configs = configs if all_configs else configs[:1]
@@ -555,14 +578,15 @@ def _ring_bytes(lds: tuple, signature: dict[str, str], constexprs: dict[str, obj
 
 def _isa_compare(result: TranslationResult, values: dict[str, object], all_configs: bool, aligned: bool,
                  module, original) -> list[IsaComparison]:  # noqa: ANN001
-    source = parse_source(result.original_text, result.source_path)
-    facts = discover(source)
+    kernels = _kernel_facts(result)
     comparisons: list[IsaComparison] = []
     for outcome in result.functions:
         if outcome.is_helper:
             continue
-        fn = facts.functions.get(outcome.name)
-        if fn is None:  # (a kernel under a module-level block, kept as written: TT007)
+        if outcome.name not in kernels:  # (a kernel under a module-level block, kept as written: TT007)
+            continue
+        source, facts, fn = kernels[outcome.name]
+        if not hasattr(module, outcome.name):  # (its block did not run here: the compile rows say so)
             continue
         configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
         configs = configs if all_configs else configs[:1]

@@ -1,0 +1,175 @@
+"""Kernels defined under a module-level block, translated where they stand.
+
+Some kernel modules define their kernels inside a module-level `if`, `try` or `with` block: a feature or version
+test (torchao's ``if has_triton():``, ``if triton.__version__ >= "2.1.0":``), an optional import. The variant keeps
+that structure: each block that holds kernels is translated as a module of its own (its statements, after the
+imports of the module that come before the block), and the translation takes the block's place, with the Gluon
+imports and helpers it needs at the block's top, so that they run only where the block runs. The rest of the file
+stays as written. Diagnostics point at the user's lines (the block's statements map back to where they stand; columns
+are the block's, less its indentation).
+
+A file that also defines kernels at module level, or whose kernels sit deeper (a block in a block, a class, a
+function), is not translated this way: its kernels below module level are kept as written, with TT007.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from transpile.cst_utils import node_code
+from transpile.discover import nested_kernels
+from transpile.source import SourceFile
+
+# A statement that marks where the block's own statements start in the text translated for it.
+_SENTINEL = "__triton_transpile_block__ = None"
+
+
+def kernel_blocks(source: SourceFile) -> list[tuple[int, cst.IndentedBlock]] | None:
+    """(index of the module-level statement, its block) of each block that holds kernels, where every kernel of the
+    file below module level is a statement of one of them; None where one is not (or none is below module level)."""
+    nested = nested_kernels(source)
+    if not nested:
+        return None
+    found: list[tuple[int, cst.IndentedBlock]] = []
+    held: set[int] = set()
+    for index, statement in enumerate(source.module.body):
+        if not isinstance(statement, (cst.If, cst.Try, cst.With)):
+            continue
+        for block in _blocks(statement):
+            kernels = [k for k, _ in nested if any(s is k for s in block.body)]
+            if kernels:
+                found.append((index, block))
+                held |= {id(k) for k in kernels}
+    if len(held) != len(nested):
+        return None
+    return found
+
+
+def _blocks(statement: cst.CSTNode) -> list[cst.IndentedBlock]:
+    """The indented blocks of a module-level compound statement: an `if`'s body and its `elif`/`else` branches, a
+    `try`'s body, handlers, `else` and `finally`, a `with`'s body."""
+    blocks: list[cst.BaseSuite] = []
+    if isinstance(statement, cst.If):
+        blocks.append(statement.body)
+        if isinstance(statement.orelse, cst.If):
+            return [*[b for b in blocks if isinstance(b, cst.IndentedBlock)], *_blocks(statement.orelse)]
+        if isinstance(statement.orelse, cst.Else):
+            blocks.append(statement.orelse.body)
+    elif isinstance(statement, cst.Try):
+        blocks += [statement.body, *(h.body for h in statement.handlers)]
+        blocks += [part.body for part in (statement.orelse, statement.finalbody) if part is not None]
+    elif isinstance(statement, cst.With):
+        blocks.append(statement.body)
+    return [b for b in blocks if isinstance(b, cst.IndentedBlock)]
+
+
+def block_text(source: SourceFile, index: int, block: cst.IndentedBlock) -> tuple[str, list[int]]:
+    """The text translated for `block` (the module's imports before its statement, the block's own imports, a marker,
+    the block's other statements, dedented) and its line map (its line -> the file's line)."""
+    module = source.module
+    prefix = _prefix(module, index)
+    parts: list[str] = []
+    lines: list[int] = [0]  # (line_map's entry 0 is unused)
+    for statement in prefix:
+        code = node_code(module, statement.with_changes(leading_lines=[]))
+        parts.append(code)
+        lines += [source.position(statement)[0]] * code.count("\n")
+    # the block's own imports, then the marker: the Gluon imports and helpers go after every import
+    statements = list(block.body)
+    imports = 0
+    while imports < len(statements) and _is_import(statements[imports]):
+        imports += 1
+    for chunk in (statements[:imports], None, statements[imports:]):
+        if chunk is None:
+            parts.append(_SENTINEL + "\n")
+            lines.append(lines[-1] if len(lines) > 1 else source.position(module.body[index])[0])
+            continue
+        if not chunk:
+            continue
+        code = cst.Module(body=chunk).code
+        start = _first_line(source, chunk[0]) - len(chunk[0].leading_lines)
+        parts.append(code)
+        lines += [start + k for k in range(code.count("\n"))]
+    lines.append(lines[-1])
+    return "".join(parts), lines
+
+
+def _first_line(source: SourceFile, statement: cst.BaseStatement) -> int:
+    """The line a statement's code starts on: its first decorator's, for a decorated definition."""
+    decorators = getattr(statement, "decorators", ())
+    return source.position(decorators[0] if decorators else statement)[0]
+
+
+def _prefix(module: cst.Module, index: int) -> list[cst.SimpleStatementLine]:
+    """The imports of the module before its statement `index`: at its top level, and in the body of a module-level
+    `try:` (`try: import triton ... except ImportError: ...`)."""
+    found = []
+    for statement in module.body[:index]:
+        if _is_import(statement):
+            found.append(statement)
+        elif isinstance(statement, cst.Try):
+            found += [s for s in statement.body.body if _is_import(s)]
+    return found
+
+
+def _is_import(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+
+
+def in_place(source: SourceFile, translated: list[tuple[int, cst.IndentedBlock, str]]) -> str:
+    """The file's text with each block replaced by the translation of its text (`block_text`, translated: without
+    the variant's header): the statements the translation put before the marker that are not the file's own
+    imports (the Gluon imports and helpers) first, then those after it."""
+    module = source.module
+    replaced: dict[int, cst.IndentedBlock] = {}
+    for index, block, text in translated:
+        parsed = cst.parse_module(text)
+        own = {node_code(module, s.with_changes(leading_lines=[])) for s in _prefix(module, index)}
+        before: list[cst.BaseStatement] = []
+        after: list[cst.BaseStatement] = []
+        seen = False
+        for statement in parsed.body:
+            if not seen and _is_sentinel(statement):
+                seen = True
+            elif seen:
+                after.append(statement)
+            elif node_code(parsed, statement.with_changes(leading_lines=[])) not in own:
+                before.append(statement)
+        if before and after:  # (the helpers' two blank lines before the block's own first statement)
+            after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2 + [
+                line for line in after[0].leading_lines if line.comment is not None])
+        replaced[id(block)] = block.with_changes(body=[*before, *after])
+    return module.visit(_Replace(replaced)).code
+
+
+def _is_sentinel(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and cst.Module(body=[statement]).code.strip() == _SENTINEL
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replaced: dict[int, cst.IndentedBlock]) -> None:
+        super().__init__()
+        self.replaced = replaced
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        return self.replaced.get(id(original), updated)
+
+
+def translate_blocks(source: SourceFile, translate: Callable[[str, list[int]], str | None]) -> str | None:
+    """The file's text with each block holding kernels translated where it stands (`translate`: a block's text and
+    line map -> its translation without the header, or None where it cannot be); None where the file's kernels are
+    not all statements of module-level blocks, or a block cannot be translated."""
+    blocks = kernel_blocks(source)
+    if not blocks:
+        return None
+    done: list[tuple[int, cst.IndentedBlock, str]] = []
+    for index, block in blocks:
+        text, lines = block_text(source, index, block)
+        translated = translate(text, lines)
+        if translated is None:
+            return None
+        done.append((index, block, translated))
+    return in_place(source, done)
