@@ -27,9 +27,10 @@ CODES: dict[str, tuple[Severity, str]] = {
                               "cannot be read"),
     "TT006": (Severity.ERROR, "two sources (or a source and a variant) map to one variant path, or a variant path holds "
                               "a file the tool did not write (or a directory); nothing is written"),
-    "TT007": (Severity.REFUSAL, "the file's @triton.jit kernels are defined inside a module-level block (`if`, `try`, "
-                                "`with`) or a class: only module-level kernels are translated; the variant keeps the "
-                                "file as written"),
+    "TT007": (Severity.REFUSAL, "a @triton.jit kernel is defined in a class, a function, a block inside a block, or "
+                                "a module-level block beside module-level kernels: the variant keeps it as written "
+                                "(kernels that all stand in module-level `if`/`try`/`with` blocks are translated "
+                                "there)"),
     "TT008": (Severity.ERROR, "a file cannot be written: a directory on its path is a file, or is not writable "
                               "(`--out-dir`, a variant, `explain --timeline`); nothing is written"),
     "TT009": (Severity.NOTE, "a table in pyproject.toml looks like a misspelt [tool.triton-transpile] "
