@@ -318,7 +318,8 @@ def verify(
                                         project.gluon_always, project.style):
                 failed |= not compiled.ok
                 passed = "holds" if compiled.check == "schedule" else "compiles"
-                result = (Text(passed, style="green") if compiled.ok
+                result = (Text.assemble(("not compiled", "yellow"), f": {compiled.message}")
+                          if compiled.check == "not run" else Text(passed, style="green") if compiled.ok
                           else Text.assemble(("fails", "red"), f": {compiled.message}"))
                 kernel = f"{compiled.kernel} (kept as Triton)" if compiled.kept else compiled.kernel
                 table.add_row(t.name, kernel, compiled.config, result)

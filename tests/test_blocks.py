@@ -107,6 +107,39 @@ def test_kernels_in_a_block_inside_a_block_are_kept_with_their_note() -> None:
     assert result.text.endswith(source)
 
 
+def test_a_block_calling_a_jit_function_of_another_block_is_kept() -> None:
+    """Blocks translate as modules of their own: a kernel calling a helper that another block defines would call a
+    Gluon helper from a Triton kernel (or the reverse): the file is kept as written, TT007 at each kernel."""
+    source = ("import triton\nimport triton.language as tl\n\nif True:\n\n    @triton.jit\n    def offsets(BLOCK: tl.constexpr):\n"
+              "        return tl.arange(0, BLOCK)\n\nif True:\n\n    @triton.jit\n    def k(x_ptr, BLOCK: tl.constexpr):\n"
+              "        tl.store(x_ptr + offsets(BLOCK), 1.0)\n")
+    result = translate_source(source, "two.py", get_target("gfx950"))
+    assert [(d.line, d.code) for d in result.diagnostics] == [(7, "TT007"), (13, "TT007")]
+    assert result.text.endswith(source)
+
+
+def test_a_block_reads_the_modules_constants_and_keeps_its_own_imports() -> None:
+    """A module-level constant (`SCALE = tl.constexpr(2.0)`) is read by the block's kernel (translated, not kept
+    for a name it "never defines"); an import the block repeats from the module's top stays in the block, with its
+    comment."""
+    source = ("import triton\nimport triton.language as tl\n\nSCALE = tl.constexpr(2.0)\n\nif True:\n"
+              "    # the block's own import\n    import triton\n\n    @triton.jit\n    def k(x_ptr, BLOCK: tl.constexpr):\n"
+              "        offs = tl.arange(0, BLOCK)\n        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * SCALE)\n")
+    result = translate_source(source, "const.py", get_target("gfx950"))
+    assert [o.name for o in result.functions if o.translated] == ["k"], result.diagnostics
+    assert "\nif True:\n    # the block's own import\n    import triton\n" in result.text
+    assert result.text.count("SCALE = tl.constexpr(2.0)") == 1
+
+
+def test_verify_says_a_kernel_whose_block_did_not_run_is_not_compiled(tmp_path, cli) -> None:
+    """`if False:` here (`if has_triton():` on a machine without a GPU): the variant has no such kernel once imported;
+    verify says it is not compiled and why, and does not fail."""
+    (tmp_path / "off.py").write_text(GUARDED.replace("if has_triton():", "if False:"), encoding="utf-8")
+    result = cli("verify", "off.py", "-t", "gfx950", "-v", "x_ptr=*fp32", "-v", "y_ptr=*fp32", "-v", "BLOCK=1024")
+    assert result.exit_code == 0, result.stdout
+    assert "not compiled" in result.stdout and "did not run" in " ".join(result.stdout.split())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250", "sm90"])
 def test_a_gemm_under_an_import_flag_is_pipelined_in_place_and_compiles(target: str, tmp_path) -> None:
@@ -123,3 +156,12 @@ def test_a_gemm_under_an_import_flag_is_pipelined_in_place_and_compiles(target: 
     values = parse_values(["a_ptr=*fp16", "b_ptr=*fp16", "c_ptr=*fp16", "BLOCK_M=128", "BLOCK_N=128", "BLOCK_K=64"])
     rows = verify_file(path, get_target(target), values, "flagged.py")
     assert rows and all(row.ok for row in rows), [(r.label, r.message) for r in rows]
+
+
+def test_explain_reads_the_kernels_of_a_block(tmp_path, cli) -> None:
+    """`explain` shows a block's kernel as it shows a module-level one: its loop, its stage plan."""
+    (tmp_path / "flagged.py").write_text(FLAGGED_GEMM, encoding="utf-8")
+    result = cli("explain", "flagged.py", "-t", "gfx950")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "flagged.py:14 kernel `matmul_kernel` for gfx950: pipelined" in text and "stage plan" in text

@@ -3,22 +3,25 @@
 Some kernel modules define their kernels inside a module-level `if`, `try` or `with` block: a feature or version
 test (torchao's ``if has_triton():``, ``if triton.__version__ >= "2.1.0":``), an optional import. The variant keeps
 that structure: each block that holds kernels is translated as a module of its own (its statements, after the
-imports of the module that come before the block), and the translation takes the block's place, with the Gluon
+imports and constants of the module that come before the block), and the translation takes the block's place, with the Gluon
 imports and helpers it needs at the block's top, so that they run only where the block runs. The rest of the file
 stays as written. Diagnostics point at the user's lines (the block's statements map back to where they stand; columns
 are the block's, less its indentation).
 
-A file that also defines kernels at module level, or whose kernels sit deeper (a block in a block, a class, a
-function), is not translated this way: its kernels below module level are kept as written, with TT007.
+A file that also defines kernels at module level, whose kernels sit deeper (a block in a block, a class, a
+function), or whose block calls a jit function defined outside it, is not translated this way: its kernels below
+module level are kept as written, with TT007.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import libcst as cst
 
 from transpile.cst_utils import node_code
+from transpile.cst_walk import preorder
 from transpile.discover import nested_kernels
 from transpile.source import SourceFile
 
@@ -44,6 +47,18 @@ def kernel_blocks(source: SourceFile) -> list[tuple[int, cst.IndentedBlock]] | N
                 held |= {id(k) for k in kernels}
     if len(held) != len(nested):
         return None
+    # Each block must hold what its jit functions call of the file's jit functions (a helper in another block, or
+    # at module level, is another module's to translate): else the file is kept as written.
+    jit = {k.name.value: next(i for i, (_, b) in enumerate(found) if any(s is k for s in b.body)) for k, _ in nested}
+    module_level = {s.name.value for s in source.module.body if isinstance(s, cst.FunctionDef)}
+    for index, (_, block) in enumerate(found):
+        for statement in block.body:
+            if not isinstance(statement, cst.FunctionDef) or statement.name.value not in jit:
+                continue
+            called = {n.func.value for n in preorder(statement) if isinstance(n, cst.Call)
+                      and isinstance(n.func, cst.Name)}
+            if any(jit.get(name, index) != index for name in called) or called & module_level:
+                return None
     return found
 
 
@@ -72,16 +87,24 @@ def block_text(source: SourceFile, index: int, block: cst.IndentedBlock) -> tupl
     prefix = _prefix(module, index)
     parts: list[str] = []
     lines: list[int] = [0]  # (line_map's entry 0 is unused)
-    for statement in prefix:
-        code = node_code(module, statement.with_changes(leading_lines=[]))
-        parts.append(code)
-        lines += [source.position(statement)[0]] * code.count("\n")
-    # the block's own imports, then the marker: the Gluon imports and helpers go after every import
+
+    def add(statements: list[cst.BaseStatement]) -> None:
+        for statement in statements:
+            code = node_code(module, statement.with_changes(leading_lines=[]))
+            parts.append(code)
+            lines.extend([source.position(statement)[0]] * code.count("\n"))
+
+    add([s for s in prefix if _is_import(s)])
+    # the block's own imports, the module's constants, then the marker: the Gluon imports and helpers go after every
+    # import
     statements = list(block.body)
     imports = 0
     while imports < len(statements) and _is_import(statements[imports]):
         imports += 1
-    for chunk in (statements[:imports], None, statements[imports:]):
+    for chunk in (statements[:imports], "constants", None, statements[imports:]):
+        if chunk == "constants":
+            add([s for s in prefix if not _is_import(s)])
+            continue
         if chunk is None:
             parts.append(_SENTINEL + "\n")
             lines.append(lines[-1] if len(lines) > 1 else source.position(module.body[index])[0])
@@ -107,11 +130,27 @@ def _prefix(module: cst.Module, index: int) -> list[cst.SimpleStatementLine]:
     `try:` (`try: import triton ... except ImportError: ...`)."""
     found = []
     for statement in module.body[:index]:
-        if _is_import(statement):
+        if _is_import(statement) or _is_constant(statement):
             found.append(statement)
         elif isinstance(statement, cst.Try):
             found += [s for s in statement.body.body if _is_import(s)]
     return found
+
+
+def _is_constant(statement: cst.BaseStatement) -> bool:
+    """A module-level constant a kernel may read: `NAME = <literal>` or `NAME = tl.constexpr(<literal>)`."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return False
+    small = statement.body[0]
+    value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign)) else None
+    if isinstance(value, cst.Call) and len(value.args) == 1 and (
+            isinstance(value.func, cst.Attribute) and value.func.attr.value == "constexpr"
+            or isinstance(value.func, cst.Name) and value.func.value == "constexpr"):
+        value = value.args[0].value
+    if isinstance(value, cst.UnaryOperation):
+        value = value.expression
+    return isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)) or (
+        isinstance(value, cst.Name) and value.value in ("True", "False", "None"))
 
 
 def _is_import(statement: cst.BaseStatement) -> bool:
@@ -127,7 +166,8 @@ def in_place(source: SourceFile, translated: list[tuple[int, cst.IndentedBlock, 
     replaced: dict[int, cst.IndentedBlock] = {}
     for index, block, text in translated:
         parsed = cst.parse_module(text)
-        own = {node_code(module, s.with_changes(leading_lines=[])) for s in _prefix(module, index)}
+        # (the file's own statements come first, once each: a later copy of one is the block's own, and stays)
+        own = Counter(node_code(module, s.with_changes(leading_lines=[])) for s in _prefix(module, index))
         before: list[cst.BaseStatement] = []
         after: list[cst.BaseStatement] = []
         seen = False
@@ -136,8 +176,12 @@ def in_place(source: SourceFile, translated: list[tuple[int, cst.IndentedBlock, 
                 seen = True
             elif seen:
                 after.append(statement)
-            elif node_code(parsed, statement.with_changes(leading_lines=[])) not in own:
-                before.append(statement)
+            else:
+                code = node_code(parsed, statement.with_changes(leading_lines=[]))
+                if own[code] > 0:
+                    own[code] -= 1
+                else:
+                    before.append(statement)
         if before and after:  # (the helpers' two blank lines before the block's own first statement)
             after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2 + [
                 line for line in after[0].leading_lines if line.comment is not None])

@@ -45,7 +45,7 @@ from transpile.cst_utils import (
     node_code,
 )
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
-from transpile.blocks import translate_blocks
+from transpile.blocks import block_text, kernel_blocks, translate_blocks
 from transpile.discover import JitFunction, ModuleFacts, discover, language_name, nested_kernels
 from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import Rule, RuleContext
@@ -221,8 +221,9 @@ def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CS
                   ) -> list[tuple[str, Diagnostic]]:
     """(name, TT007) of each kernel defined below module level, which the variant keeps as written."""
     return [(k.name.value, source.diagnostic(k.name, "TT007", (
-        f"`{k.name.value}` is defined {_where(source, h)}; only kernels defined at the top level of a module are "
-        "translated (define it there, or in a module of its own that this one imports): the variant keeps it as "
+        f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top level of a "
+        "module, and kernels that all stand in module-level blocks, each block holding the jit functions its kernels "
+        "call (define it there, or in a module of its own that this one imports): the variant keeps it as "
         "written"))) for k, h in nested]
 
 
@@ -457,6 +458,21 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
             _tma_notes(result, prepared, refusals, unused)
             return result
         skip = skip | failed
+
+
+def prepare_blocks(prepared: Prepared) -> list[Prepared]:
+    """What each module-level block holding kernels is translated from (`transpile.blocks`), where the file's
+    kernels all stand in such blocks: `explain` reads them as it reads a module."""
+    if prepared.facts.functions or not prepared.nested:
+        return []
+    found: list[Prepared] = []
+    for index, block in kernel_blocks(prepared.source) or []:
+        text, lines = block_text(prepared.source, index, block)
+        try:
+            found.append(_prepare(text, prepared.source.path, (text, lines)))
+        except TranspileError:
+            continue
+    return found
 
 
 def _translate_in_blocks(text: str, path: str, target: Target, command: str | None, prepared: Prepared,

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
-from transpile.engine import for_amd, prepare, translate_source
+from transpile.engine import for_amd, prepare, prepare_blocks, translate_source
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
@@ -22,12 +22,17 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
     if target.backend == "hip":  # (what the AMD rules translate: `for_amd`)
         prepared = for_amd(prepared)
     result = translate_source(text, display, target, prepared=prepared, gluon_always=gluon_always)
-    source, facts, plans = prepared.source, prepared.facts, prepared.plans
-    outcomes = {o.name: o for o in result.functions}
+    outcomes: dict[str, object] = {}
+    for o in result.functions:
+        outcomes.setdefault(o.name, o)  # (a kernel of one name in two branches of a module-level `if`: the first)
+    # the module, or the module-level blocks its kernels stand in, each translated as a module (`transpile.blocks`)
+    blocks = [for_amd(p) if target.backend == "hip" else p for p in prepare_blocks(prepared)]
+    functions = [(p.source, fn, p.plans[fn.name]) for p in [prepared, *blocks] for fn in p.facts.functions.values()]
     tables: list[Table] = []
-    for fn in facts.functions.values():
-        outcome = outcomes[fn.name]
-        plan = plans[fn.name]
+    for source, fn, plan in functions:
+        outcome = outcomes.get(fn.name)
+        if outcome is None:
+            continue
         kind = "helper" if fn.is_helper else "kernel"
         status = outcome.status
         table = Table(title=f"{display}:{source.position(fn.node)[0]} {kind} `{fn.name}` for {target.name}: {status}",

@@ -46,7 +46,9 @@ class CompiledKernel:
     asm: dict[str, str]  # stage -> text (ttgir, llir, amdgcn/ptx) when ok
     shared: int | None = None  # bytes of shared memory (LDS) the compiled kernel takes, when ok
     kept: bool = False  # the variant keeps this kernel as Triton: compiled as a Triton kernel for the target
-    check: str = "compile"  # "compile", or "schedule": the schedule checker's run of a warp-pipelined loop
+    # "compile"; "schedule": the schedule checker's run of a warp-pipelined loop; "not run": a kernel in a module-level
+    # block whose test is false on this machine (`if has_triton():` without a GPU), not compiled (`message`: why)
+    check: str = "compile"
 
     @property
     def label(self) -> str:
@@ -312,20 +314,25 @@ def _kernel_facts(result: TranslationResult) -> dict[str, tuple[SourceFile, Modu
 def _not_defined(source: SourceFile, fn: JitFunction) -> str:
     """Why the imported variant has no `fn`: it stands in a module-level block that did not run here."""
     return (f"`{fn.name}` (line {source.position(fn.node.name)[0]}) stands in a module-level block that did not run "
-            "when the variant was imported here (its test is false on this machine): nothing to compile")
+            "when the variant was imported here (its test is false on this machine)")
 
 
 def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
     kernels = _kernel_facts(result)
     outcomes: list[CompiledKernel] = []
+    seen: set[str] = set()
     for outcome in result.functions:
         if outcome.is_helper:
             continue
         if outcome.name not in kernels:  # (a kernel under a module-level block, kept as written: TT007)
             continue
         source, facts, fn = kernels[outcome.name]
+        if outcome.name in seen:
+            continue  # (a kernel of one name in two branches of a module-level `if`: the one that ran is compiled)
+        seen.add(outcome.name)
         if not hasattr(module, outcome.name):
-            outcomes.append(CompiledKernel(outcome.name, "given values", False, _not_defined(source, fn), {}))
+            outcomes.append(CompiledKernel(outcome.name, "given values", True, _not_defined(source, fn), {},
+                                           check="not run"))
             continue
         configs = _configs(fn) + _added_configs(module, outcome.name, len(fn.autotune_configs))
         configs = configs if all_configs else configs[:1]
@@ -580,9 +587,11 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                  module, original) -> list[IsaComparison]:  # noqa: ANN001
     kernels = _kernel_facts(result)
     comparisons: list[IsaComparison] = []
+    seen: set[str] = set()
     for outcome in result.functions:
-        if outcome.is_helper:
+        if outcome.is_helper or outcome.name in seen:
             continue
+        seen.add(outcome.name)
         if outcome.name not in kernels:  # (a kernel under a module-level block, kept as written: TT007)
             continue
         source, facts, fn = kernels[outcome.name]
