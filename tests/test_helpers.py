@@ -169,3 +169,22 @@ def test_the_persistent_grid_is_the_grid_where_the_config_is_not_persistent() ->
 
     grid = _persistent_grid(lambda meta: (meta["tiles"], 2), lambda meta: False)
     assert grid({"tiles": 7}) == (7, 2)
+
+
+def test_only_reads_of_a_parameter_take_its_value(tmp_path: Path, monkeypatch) -> None:
+    """A keyword, a parameter and a definition spelled like a target parameter keep their spelling; its reads (a
+    default value, an argument, an operand) take the value."""
+    import transpile.helpers as helpers
+
+    (tmp_path / "fake.py").write_text(
+        "SIZE = 1\n\n\ndef f(x, size=SIZE):\n    return g(SIZE=x, other=SIZE, more=SIZE + 1)\n\n\n"
+        "def SIZE_OF(x):  # noqa: N802\n    return x\n")
+    monkeypatch.setattr(helpers, "_HERE", tmp_path)
+    helpers._module.cache_clear()
+    helpers._text.cache_clear()
+    try:
+        text = helpers.helper("fake", "f", SIZE=64).text()
+    finally:
+        helpers._module.cache_clear()
+        helpers._text.cache_clear()
+    assert "def f(x, size=64):\n    return g(SIZE=x, other=64, more=64 + 1)\n" in text
