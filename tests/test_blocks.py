@@ -165,3 +165,18 @@ def test_explain_reads_the_kernels_of_a_block(tmp_path, cli) -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "flagged.py:14 kernel `matmul_kernel` for gfx950: pipelined" in text and "stage plan" in text
+
+
+def test_a_module_level_helper_of_a_kernel_kept_in_a_block_stays_triton() -> None:
+    """A jit helper at module level that only a kernel in a block calls looked like a kernel of its own: it was
+    translated and bound to a launcher, and the kernel kept as written called the launcher (did not compile). It is
+    kept as Triton, a helper, with the reason; the kernel keeps its TT007."""
+    source = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef offsets(BLOCK: tl.constexpr):\n"
+              "    return tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n\n\nif True:\n\n    @triton.jit\n"
+              "    def k(x_ptr, n, BLOCK: tl.constexpr):\n        offs = offsets(BLOCK)\n"
+              "        tl.store(x_ptr + offs, 1.0, mask=offs < n)\n")
+    result = translate_source(source, "modjit.py", get_target("gfx950"))
+    (helper,) = [o for o in result.functions if o.name == "offsets"]
+    assert not helper.translated and helper.is_helper and "`k`, a kernel the variant keeps as written" in helper.reason
+    assert [(d.line, d.code) for d in result.diagnostics] == [(6, "TT041"), (13, "TT007")]
+    assert "_AlignedOrTriton" not in result.text and "@triton.jit\ndef offsets(BLOCK: tl.constexpr):" in result.text

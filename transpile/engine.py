@@ -660,6 +660,20 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
+    # A jit function that a kernel kept below module level calls (a kernel in a class, or in a block beside the
+    # module's own kernels) stays Triton: that kernel calls it as written.
+    for kernel, _ in nested_kernels(source):
+        for call in calls_in(kernel):
+            callee = facts.callee(call.func)
+            outcome = outcomes.get(callee) if callee is not None else None
+            if outcome is not None and outcome.translated:
+                outcome.translated = False
+                outcome.is_helper = True  # (a helper of that kernel: `verify` does not compile it as a kernel)
+                outcome.kept_reason = (f"`{kernel.name.value}`, a kernel the variant keeps as written (defined below "
+                                       "module level), calls it")
+                outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"],
+                                              source.diagnostic(facts.functions[callee].node, "TT041",
+                                                                f"`{callee}` kept as Triton: {outcome.kept_reason}")})
     module_names = _module_names(source.module)
     while True:
         _propagate_kept(facts, outcomes, source, target, inlined)
