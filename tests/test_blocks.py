@@ -91,12 +91,12 @@ def test_a_guarded_block_is_translated_where_it_stands() -> None:
 
 
 def test_a_diagnostic_in_a_block_points_at_the_users_line() -> None:
-    """A construct the translator refuses inside the block is reported at its line in the file."""
+    """A construct the translator refuses inside the block is reported at its line and column in the file."""
     source = GUARDED.replace("        m = offs < n\n", "        m = offs < n\n        t = tl.sort(offs)\n")
     result = translate_source(source, "guarded.py", get_target("gfx950"))
     line = source.splitlines().index("        t = tl.sort(offs)") + 1
     found = [d for d in result.diagnostics if d.code.startswith("TT01")]
-    assert found and {d.line for d in found} == {line}, [(d.line, d.code, d.message) for d in result.diagnostics]
+    assert found and {(d.line, d.col) for d in found} == {(line, 13)}, [(d.line, d.col, d.code) for d in found]
 
 
 def test_kernels_in_a_block_inside_a_block_are_kept_with_their_note() -> None:

@@ -5,8 +5,8 @@ test (torchao's ``if has_triton():``, ``if triton.__version__ >= "2.1.0":``), an
 that structure: each block that holds kernels is translated as a module of its own (its statements, after the
 imports and constants of the module that come before the block), and the translation takes the block's place, with the Gluon
 imports and helpers it needs at the block's top, so that they run only where the block runs. The rest of the file
-stays as written. Diagnostics point at the user's lines (the block's statements map back to where they stand; columns
-are the block's, less its indentation).
+stays as written. Diagnostics point at the user's lines and columns (the block's statements map back to where they
+stand).
 
 A file that also defines kernels at module level, whose kernels sit deeper (a block in a block, a class, a
 function), or whose block calls a jit function defined outside it, is not translated this way: its kernels below
@@ -202,17 +202,20 @@ class _Replace(cst.CSTTransformer):
         return self.replaced.get(id(original), updated)
 
 
-def translate_blocks(source: SourceFile, translate: Callable[[str, list[int]], str | None]) -> str | None:
-    """The file's text with each block holding kernels translated where it stands (`translate`: a block's text and
-    line map -> its translation without the header, or None where it cannot be); None where the file's kernels are
-    not all statements of module-level blocks, or a block cannot be translated."""
+def translate_blocks(source: SourceFile, translate: Callable[[str, list[int], int, int], str | None]) -> str | None:
+    """The file's text with each block holding kernels translated where it stands (`translate`: a block's text, its
+    line map, the line of the statement holding the block and the block's indentation width -> its translation
+    without the header, or None where it cannot be; diagnostics after that line are the block's, their columns short
+    of that width); None where the file's kernels are not all statements of module-level blocks, or a block cannot
+    be translated."""
     blocks = kernel_blocks(source)
     if not blocks:
         return None
     done: list[tuple[int, cst.IndentedBlock, str]] = []
     for index, block in blocks:
         text, lines = block_text(source, index, block)
-        translated = translate(text, lines)
+        indent = block.indent if block.indent is not None else source.module.default_indent
+        translated = translate(text, lines, source.position(source.module.body[index])[0], len(indent))
         if translated is None:
             return None
         done.append((index, block, translated))

@@ -481,7 +481,7 @@ def _translate_in_blocks(text: str, path: str, target: Target, command: str | No
     it stands (`transpile.blocks`); None where they do not all, or a block cannot be translated."""
     outcomes: list[KernelOutcome] = []
 
-    def block(block_text: str, lines: list[int]) -> str | None:
+    def block(block_text: str, lines: list[int], holder: int, indent: int) -> str | None:
         try:
             sub = _prepare(block_text, path, (block_text, lines))
         except TranspileError:
@@ -495,6 +495,9 @@ def _translate_in_blocks(text: str, path: str, target: Target, command: str | No
                          {o.name: o for o in result.functions})
         if not result.text.startswith(header):
             return None
+        for outcome in result.functions:  # (the block's text is dedented: its columns, the file's)
+            outcome.diagnostics = [dataclasses.replace(d, col=d.col + indent) if d.line > holder else d
+                                   for d in outcome.diagnostics]
         outcomes.extend(result.functions)
         return result.text[len(header):]
 
