@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -202,21 +203,41 @@ class _Replace(cst.CSTTransformer):
         return self.replaced.get(id(original), updated)
 
 
-def translate_blocks(source: SourceFile, translate: Callable[[str, list[int], int, int], str | None]) -> str | None:
-    """The file's text with each block holding kernels translated where it stands (`translate`: a block's text, its
-    line map, the line of the statement holding the block and the block's indentation width -> its translation
-    without the header, or None where it cannot be; diagnostics after that line are the block's, their columns short
-    of that width); None where the file's kernels are not all statements of module-level blocks, or a block cannot
-    be translated."""
-    blocks = kernel_blocks(source)
+@dataclass(frozen=True)
+class KernelBlock:
+    """A module-level block holding kernels, and what is translated for it (`block_text`)."""
+
+    index: int  # of the module-level statement that holds the block
+    block: cst.IndentedBlock = field(repr=False)
+    text: str = field(repr=False)
+    lines: list[int] = field(repr=False)  # the text's line -> the file's line
+    holder: int  # the line of that statement: a line after it is the block's
+    indent: int  # the block's indentation width: the columns its dedented text is short of
+
+
+def kernel_block_texts(source: SourceFile) -> list[KernelBlock]:
+    """Each block holding kernels with its text, where the file's kernels all stand in such blocks (`kernel_blocks`),
+    else none: what the translation, `verify` and `explain` read."""
+    found: list[KernelBlock] = []
+    for index, block in kernel_blocks(source) or []:
+        text, lines = block_text(source, index, block)
+        indent = block.indent if block.indent is not None else source.module.default_indent
+        found.append(KernelBlock(index, block, text, lines, source.position(source.module.body[index])[0],
+                                 len(indent)))
+    return found
+
+
+def translate_blocks(source: SourceFile, translate: Callable[[KernelBlock], str | None]) -> str | None:
+    """The file's text with each block holding kernels translated where it stands (`translate`: a block -> the
+    translation of its text without the header, or None where it cannot be); None where the file's kernels are not
+    all statements of module-level blocks, or a block cannot be translated."""
+    blocks = kernel_block_texts(source)
     if not blocks:
         return None
     done: list[tuple[int, cst.IndentedBlock, str]] = []
-    for index, block in blocks:
-        text, lines = block_text(source, index, block)
-        indent = block.indent if block.indent is not None else source.module.default_indent
-        translated = translate(text, lines, source.position(source.module.body[index])[0], len(indent))
+    for block in blocks:
+        translated = translate(block)
         if translated is None:
             return None
-        done.append((index, block, translated))
+        done.append((block.index, block.block, translated))
     return in_place(source, done)

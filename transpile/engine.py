@@ -45,7 +45,7 @@ from transpile.cst_utils import (
     node_code,
 )
 from transpile.diagnostics import Diagnostic, Severity, TranspileError
-from transpile.blocks import block_text, kernel_blocks, translate_blocks
+from transpile.blocks import KernelBlock, kernel_block_texts, translate_blocks
 from transpile.discover import JitFunction, ModuleFacts, discover, language_name, nested_kernels
 from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import Rule, RuleContext
@@ -466,10 +466,9 @@ def prepare_blocks(prepared: Prepared) -> list[Prepared]:
     if prepared.facts.functions or not prepared.nested:
         return []
     found: list[Prepared] = []
-    for index, block in kernel_blocks(prepared.source) or []:
-        text, lines = block_text(prepared.source, index, block)
+    for block in kernel_block_texts(prepared.source):
         try:
-            found.append(_prepare(text, prepared.source.path, (text, lines)))
+            found.append(_prepare(block.text, prepared.source.path, (block.text, block.lines)))
         except TranspileError:
             continue
     return found
@@ -481,27 +480,25 @@ def _translate_in_blocks(text: str, path: str, target: Target, command: str | No
     it stands (`transpile.blocks`); None where they do not all, or a block cannot be translated."""
     outcomes: list[KernelOutcome] = []
 
-    def block(block_text: str, lines: list[int], holder: int, indent: int) -> str | None:
+    def translate(block: KernelBlock) -> str | None:
         try:
-            sub = _prepare(block_text, path, (block_text, lines))
+            sub = _prepare(block.text, path, (block.text, block.lines))
         except TranspileError:
             return None
         if sub.nested:
             return None
-        result = _translate_source(block_text, path, target, command, sub, gluon_always, tma_tiles)
-        result.functions.extend(KernelOutcome(name, False, False, [d], kept_reason=d.message)
-                                for name, d in sub.below_module if name not in {o.name for o in result.functions})
-        header = _header(path, sha256_text(block_text), sub.source, target, command,
+        result = translate_source(block.text, path, target, command, sub, gluon_always, tma_tiles)
+        header = _header(path, sha256_text(block.text), sub.source, target, command,
                          {o.name: o for o in result.functions})
         if not result.text.startswith(header):
             return None
         for outcome in result.functions:  # (the block's text is dedented: its columns, the file's)
-            outcome.diagnostics = [dataclasses.replace(d, col=d.col + indent) if d.line > holder else d
+            outcome.diagnostics = [dataclasses.replace(d, col=d.col + block.indent) if d.line > block.holder else d
                                    for d in outcome.diagnostics]
         outcomes.extend(result.functions)
         return result.text[len(header):]
 
-    translated = translate_blocks(prepared.source, block)
+    translated = translate_blocks(prepared.source, translate)
     if translated is None:
         return None
     header = _header(path, sha256_text(text), prepared.source, target, command, {o.name: o for o in outcomes})

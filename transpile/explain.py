@@ -10,7 +10,7 @@ from rich.table import Table
 
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
-from transpile.engine import for_amd, prepare, prepare_blocks, translate_source
+from transpile.engine import KernelOutcome, for_amd, prepare, prepare_blocks, translate_source
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
@@ -22,7 +22,7 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
     if target.backend == "hip":  # (what the AMD rules translate: `for_amd`)
         prepared = for_amd(prepared)
     result = translate_source(text, display, target, prepared=prepared, gluon_always=gluon_always)
-    outcomes: dict[str, object] = {}
+    outcomes: dict[str, KernelOutcome] = {}
     for o in result.functions:
         outcomes.setdefault(o.name, o)  # (a kernel of one name in two branches of a module-level `if`: the first)
     # the module, or the module-level blocks its kernels stand in, each translated as a module (`transpile.blocks`)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transpile.analysis.launch_alignment import pointer_params
-from transpile.blocks import block_text, kernel_blocks
+from transpile.blocks import kernel_block_texts
 from transpile.diagnostics import Diagnostic, TranspileError
 from transpile.discover import AutotuneConfig, JitFunction, ModuleFacts, discover
 from transpile.engine import TranslationResult
@@ -302,9 +302,8 @@ def _kernel_facts(result: TranslationResult) -> dict[str, tuple[SourceFile, Modu
     source = parse_source(result.original_text, result.source_path)
     facts = discover(source)
     found = {name: (source, facts, fn) for name, fn in facts.functions.items()}
-    for index, block in kernel_blocks(source) or []:
-        text, lines = block_text(source, index, block)
-        block_source = parse_source(text, result.source_path, lines)
+    for block in kernel_block_texts(source):
+        block_source = parse_source(block.text, result.source_path, block.lines)
         block_facts = discover(block_source)
         found.update({name: (block_source, block_facts, fn) for name, fn in block_facts.functions.items()
                       if name not in found})
