@@ -37,6 +37,7 @@ def kernel_blocks(source: SourceFile) -> list[tuple[int, cst.IndentedBlock]] | N
     if not nested:
         return None
     found: list[tuple[int, cst.IndentedBlock]] = []
+    jit: dict[str, int] = {}  # each kernel's block (its index in `found`)
     held: set[int] = set()
     for index, statement in enumerate(source.module.body):
         if not isinstance(statement, (cst.If, cst.Try, cst.With)):
@@ -44,13 +45,14 @@ def kernel_blocks(source: SourceFile) -> list[tuple[int, cst.IndentedBlock]] | N
         for block in _blocks(statement):
             kernels = [k for k, _ in nested if any(s is k for s in block.body)]
             if kernels:
-                found.append((index, block))
+                for k in kernels:
+                    jit.setdefault(k.name.value, len(found))
                 held |= {id(k) for k in kernels}
+                found.append((index, block))
     if len(held) != len(nested):
         return None
     # Each block must hold what its jit functions call of the file's jit functions (a helper in another block, or
     # at module level, is another module's to translate): else the file is kept as written.
-    jit = {k.name.value: next(i for i, (_, b) in enumerate(found) if any(s is k for s in b.body)) for k, _ in nested}
     module_level = {s.name.value for s in source.module.body if isinstance(s, cst.FunctionDef)}
     for index, (_, block) in enumerate(found):
         for statement in block.body:
@@ -95,27 +97,25 @@ def block_text(source: SourceFile, index: int, block: cst.IndentedBlock) -> tupl
             parts.append(code)
             lines.extend([source.position(statement)[0]] * code.count("\n"))
 
-    add([s for s in prefix if _is_import(s)])
-    # the block's own imports, the module's constants, then the marker: the Gluon imports and helpers go after every
-    # import
+    def add_block(statements: list[cst.BaseStatement]) -> None:  # (with their comments and blank lines)
+        if statements:
+            code = cst.Module(body=statements).code
+            start = _first_line(source, statements[0]) - len(statements[0].leading_lines)
+            parts.append(code)
+            lines.extend(start + k for k in range(code.count("\n")))
+
+    # the module's imports, the block's own, the module's constants, then the marker: the Gluon imports and helpers
+    # go after every import
     statements = list(block.body)
     imports = 0
     while imports < len(statements) and _is_import(statements[imports]):
         imports += 1
-    for chunk in (statements[:imports], "constants", None, statements[imports:]):
-        if chunk == "constants":
-            add([s for s in prefix if not _is_import(s)])
-            continue
-        if chunk is None:
-            parts.append(_SENTINEL + "\n")
-            lines.append(lines[-1] if len(lines) > 1 else source.position(module.body[index])[0])
-            continue
-        if not chunk:
-            continue
-        code = cst.Module(body=chunk).code
-        start = _first_line(source, chunk[0]) - len(chunk[0].leading_lines)
-        parts.append(code)
-        lines += [start + k for k in range(code.count("\n"))]
+    add([s for s in prefix if _is_import(s)])
+    add_block(statements[:imports])
+    add([s for s in prefix if not _is_import(s)])
+    parts.append(_SENTINEL + "\n")
+    lines.append(lines[-1] if len(lines) > 1 else source.position(module.body[index])[0])
+    add_block(statements[imports:])
     lines.append(lines[-1])
     return "".join(parts), lines
 
@@ -127,8 +127,8 @@ def _first_line(source: SourceFile, statement: cst.BaseStatement) -> int:
 
 
 def _prefix(module: cst.Module, index: int) -> list[cst.SimpleStatementLine]:
-    """The imports of the module before its statement `index`: at its top level, and in the body of a module-level
-    `try:` (`try: import triton ... except ImportError: ...`)."""
+    """The imports and literal constants of the module before its statement `index`: at its top level, and the imports
+    in the body of a module-level `try:` (`try: import triton ... except ImportError: ...`)."""
     found = []
     for statement in module.body[:index]:
         if _is_import(statement) or _is_constant(statement):
