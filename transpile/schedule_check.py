@@ -276,7 +276,10 @@ class _Machine:
                                 f"{read.line} still reads it")
             elif read.wgmma and read.part == part.name and part.warps <= 4:
                 pass  # one warpgroup: its own `warpgroup_mma_wait` ended the read for all its warps
-            elif max(read.phases) >= min(issue) and kind != "tma":
+            elif max(read.phases) >= min(issue) and (kind != "tma" or read.part == part.name):
+                # (a TMA copy is issued once for the CTA: a read by another partition is ordered by the mbarriers
+                # that partition arrives on, which are followed on their own; one by another warpgroup of this
+                # partition only by a barrier)
                 self.problem(read, f"slot {ref.index} of `{ring}` is overwritten at line {line} (tile {number}) "
                                    "while another wave may still be reading it")
         self.readers[key] = []

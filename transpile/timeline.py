@@ -251,18 +251,22 @@ def _program(ring: Sm90Ring, form: _Form, iterations: int) -> tuple[list[list[_O
                gives=tuple(("landed", j) for j in range(ahead)), issues=tuple(range(ahead)))]
     for it in range(iterations):
         slot, phase = it % S, (it // S) & 1
-        if engine == "TMA":
-            wait = f"mbarrier.wait(ready[{slot}], {phase})"
-        else:
-            wait = f"async_copy.wait_group({ring.wait_groups.value(S)}); CTA barrier"
-        ops.append(_Op(0, "mma", it, f"wgmma reads slot {slot} (async)", wait, needs=(("landed", it),),
-                       blocked=f"{engine} it {it}", reads=(it,)))
-        ops.append(retire(it, 0, False))
-        nxt = it + ahead
-        fill = copy.format(slot=nxt % S)
-        commit = "; commit_group" if engine == "cp.async" else ""
-        ops.append(_Op(0, "refill", it, f"{fill} it {nxt} -> slot {nxt % S}{commit}", None,
-                       gives=(("landed", nxt),), issues=(nxt,)))
+        wait = ""
+        for step in ring.steady:  # the ops of one iteration, in the order the expander wrote them
+            if step == "wait":  # (drawn as what the wgmma that follows waits for)
+                wait = (f"mbarrier.wait(ready[{slot}], {phase})" if engine == "TMA"
+                        else f"async_copy.wait_group({ring.wait_groups.value(S)}); CTA barrier")
+            elif step == "mma":
+                ops.append(_Op(0, "mma", it, f"wgmma reads slot {slot} (async)", wait or None,
+                               needs=(("landed", it),), blocked=f"{engine} it {it}", reads=(it,)))
+            elif step == "retire":  # (with the barrier after it in its text)
+                ops.append(retire(it, 0, False))
+            elif step == "refill":
+                nxt = it + ahead
+                fill = copy.format(slot=nxt % S)
+                commit = "; commit_group" if engine == "cp.async" else ""
+                ops.append(_Op(0, "refill", it, f"{fill} it {nxt} -> slot {nxt % S}{commit}", None,
+                               gives=(("landed", nxt),), issues=(nxt,)))
     return [ops], [f"kernel ({warp_text}, one partition)"], engine
 
 

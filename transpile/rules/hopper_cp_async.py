@@ -46,6 +46,7 @@ from transpile.cst_utils import (
     product_factors,
     sum_terms,
 )
+from transpile.lowering.sm90 import CpAsyncCopy, LoopText, RingNames, Wgmma, gemm_ring
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -330,56 +331,31 @@ class _Emitter:
             return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, "
                     f"[1, {width}]), [1, {vec}]),\n{' ' * len(head)}mask={mask})")
 
-        def producer(iteration: str, slot_expr: str, pad: str, vec: int, width: int) -> list[str]:
-            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
-            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_before()]
-            lines += [copy(load, iteration, slot_expr, pad, vec, width) for load in plan.loads]
-            lines.append(f"{pad}async_copy.commit_group()")
-            lines += [_indent(rename(body[i], renames), pad) for i in plan.producer_after()]
-            return lines
-
+        loop = LoopText(plan.var, index, plan.acc, acc_in, [code(body[i]) for i in before],
+                        [code(body[i]) for i in after], renames[plan.var],
+                        [rename(body[i], renames) for i in plan.producer_before()],
+                        [rename(body[i], renames) for i in plan.producer_after()], uses_var)
         a, b = plan.loads
+        mma = Wgmma(schedule.mma_in_flight, lambda s: (f"{smem[a.name]}.index({s})", f"{smem[b.name]}.index({s})"),
+                    (smem[a.name], smem[b.name]))
 
         def ring(vec: int, width: int) -> str:
+            engine = CpAsyncCopy(
+                lambda iteration, slot_expr: [copy(load, iteration, slot_expr, "", vec, width) for load in plan.loads],
+                schedule.wait_groups.text(stages), width, vec,  # type: ignore[union-attr]
+                prologue_note="# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group "
+                "each. The hints\n"
+                f"# ({width}-byte aligned, {vec} contiguous elements, masks constant over {vec}) are what the test "
+                "above guarantees.")
             lines = [
                 *(f"{smem[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
                   f"{shapes[load.name]}], gl.NVMMASharedLayout.get_default_for([{shapes[load.name]}], "
                   f"{dtypes[load.name]}))" for load in plan.loads),
                 f"{iters} = {count}",
                 "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
-                *(f"{renames[carried]} = {carried}" for carried in plan.carried),
-                "# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group each. The hints",
-                f"# ({width}-byte aligned, {vec} contiguous elements, masks constant over {vec}) are what the test "
-                "above guarantees.",
-                f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(producer(prologue_i, prologue_i, "    ", vec, width)),
+                *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
+                           engine, mma, [(renames[carried], carried) for carried in plan.carried]),
             ]
-            loop = [f"for {it} in range({iters}):"]
-            if uses_var:
-                loop.append(f"    {plan.var} = {index(it)}")
-            loop += [_indent(code(body[i]), "    ") for i in before]
-            loop += [
-                f"    {slot} = {it} % {stages}",
-                "    # This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the "
-                "barrier",
-                "    # makes every thread's copies visible before the wgmma reads the slot.",
-                f"    async_copy.wait_group({schedule.wait_groups.text(stages)})",
-                "    _cta_barrier()",
-                f"    {plan.acc} = warpgroup_mma({smem[a.name]}.index({slot}), {smem[b.name]}.index({slot}), {acc_in}, "
-                "is_async=True)",
-                "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
-                "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-                f"    {plan.acc}, _, _ = warpgroup_mma_wait({schedule.mma_in_flight}, deps=[{plan.acc}, "
-                f"{smem[a.name]}.index({slot}), "
-                f"{smem[b.name]}.index({slot})])",
-                "    if gl.num_warps() > 4:",
-                "        _cta_barrier()",
-            ]
-            loop += [_indent(code(body[i]), "    ") for i in after]
-            loop += [f"    {nxt} = {it} + {stages} - 1", f"    {nxt_slot} = {nxt} % {stages}"]
-            loop += producer(nxt, nxt_slot, "    ", vec, width)
-            lines.append("\n".join(loop))
-            lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
-            lines.append("async_copy.wait_group(0)")
             return indent("\n".join(lines), "    ")
 
         # `a_ptrs_next = a_ptrs` becomes a copy of the translated definition of `a_ptrs` (leave_FunctionDef).

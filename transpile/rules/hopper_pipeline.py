@@ -31,6 +31,8 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Example, Rule, RuleContext
+from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
+                                     partition_loop)
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
                                              RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs)
 from transpile.rules.pipeline_text import LoopRange, code, indent, loop_namer, next_names, rename, ring_depth
@@ -149,19 +151,8 @@ class HopperTMAPipeline(Rule):
         # Producer statements, re-evaluated for a later iteration with their names suffixed `_next`.
         renames = next_names(plan.var, plan.producer, body, name)
         coords_of = _operand_coords(plan, body)
-
-        def producer(iteration: str, slot_expr: str, pad: str) -> list[str]:
-            lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
-            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer_before()]
-            nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
-            lines.append(f"{pad}mbarrier.expect({ready}.index({slot_expr}), {nbytes}, {iteration} < {iters})")
-            for op, smem in ((a, a_smem), (b, b_smem)):
-                coords = coords_of[id(op)]
-                lines.append(f"{pad}_tma_async_load({op.descriptor}, {rename(coords, renames)}, "
-                             f"{ready}.index({slot_expr}), {smem}.index({slot_expr}), {iteration} < {iters})")
-            # Loop-carried producer state (`off_k += BLOCK_K` after the loads) advances its own copy, after the copies.
-            lines += [f"{pad}{rename(body[i], renames)}" for i in plan.producer_after()]
-            return lines
+        copy = TmaCopy(ready, tuple((op.descriptor, rename(coords_of[id(op)], renames), smem)
+                                    for op, smem in ((a, a_smem), (b, b_smem))))
 
         ctx.need("tma_aliases")
         dot_call = _dot_call(body[plan.dot_index])
@@ -169,7 +160,13 @@ class HopperTMAPipeline(Rule):
         consumer = consumer_indices(plan.producer, {op.index for op in plan.loads}, body)
         before = [body[i] for i in consumer if i < plan.dot_index]
         after = [body[i] for i in consumer if i > plan.dot_index]
-        uses_var = any(plan.var in names_in(s) for s in [*before, *after])
+        loop_text = LoopText(
+            plan.var, index, plan.acc, acc_in, [code(s) for s in before], [code(s) for s in after], renames[plan.var],
+            [rename(body[i], renames) for i in plan.producer_before()],
+            [rename(body[i], renames) for i in plan.producer_after()],
+            uses_var=any(plan.var in names_in(s) for s in [*before, *after]))
+        mma = Wgmma(ring.mma_in_flight, lambda s: (_view(a, f"{a_smem}.index({s})"), _view(b, f"{b_smem}.index({s})")),
+                    (a_smem, b_smem))
 
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -188,34 +185,8 @@ class HopperTMAPipeline(Rule):
             f"for {s_var} in gl.static_range({stages}):\n    mbarrier.init({ready}.index({s_var}), count=1)",
             f"{iters} = {count}",
         ]
-        lines = [
-            *[f"{renames[c]} = {c}  # the producer's own copy of loop-carried state" for c in plan.carried],
-            "# Prologue: start the copies of the first NUM_STAGES - 1 iterations.",
-        ]
-        prologue = producer(prologue_i, prologue_i, "    ")
-        lines.append(f"for {prologue_i} in gl.static_range({stages} - 1):\n" + "\n".join(prologue))
-        loop = [f"for {it} in range({iters}):"]
-        if uses_var:
-            loop.append(f"    {plan.var} = {index(it)}")
-        loop += [f"    {code(s)}" for s in before]
-        loop += [
-            f"    {slot} = {it} % {stages}",
-            f"    mbarrier.wait({ready}.index({slot}), ({it} // {stages}) & 1)",
-            f"    {plan.acc} = warpgroup_mma({_view(a, f'{a_smem}.index({slot})')}, "
-            f"{_view(b, f'{b_smem}.index({slot})')}, {acc_in}, is_async=True)",
-            "    # The previous wgmma has now finished reading its slot: refill that slot below (with two",
-            "    # warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-            f"    {plan.acc}, _, _ = warpgroup_mma_wait({ring.mma_in_flight}, deps=[{plan.acc}, "
-            f"{a_smem}.index({slot}), {b_smem}.index({slot})])",
-            "    if gl.num_warps() > 4:",
-            "        _cta_barrier()",
-        ]
-        loop += [f"    {code(s)}" for s in after]
-        loop.append(f"    {nxt} = {it} + {stages} - 1")
-        loop.append(f"    {nxt_slot} = {nxt} % {stages}")
-        loop += producer(nxt, nxt_slot, "    ")
-        lines.append("\n".join(loop))
-        lines.append(f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])")
+        lines = gemm_ring(ring.steady, loop_text, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i), copy,
+                          mma, [(renames[c], c) for c in plan.carried])
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
         ring.ws = _ws_decision(ctx, plan, body, before or after, name)
@@ -331,11 +302,10 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
     a_ring, b_ring, ready = smem
     empty = name("empty")
     s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
-    nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
     params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in free)
     line = ctx.source.position(plan.loop)[0]
-    loop_lines = [f"        {plan.var} = {index('it')}", *[f"        {code(body[i])}" for i in plan.producer_before()]]
-    advance = [f"        {code(body[i])}" for i in plan.producer_after()]  # carried state, after this iteration's copies
+    loader_loop = partition_loop(LOADER_STEPS, _partition_text(plan, body, index),
+                                 TmaCopy("ready", _copies(plan, coords_of)), None, None)
     ctx.module_functions.append("\n".join([
         "@gluon.jit",
         f"def {loader}({params}, a_ring, b_ring, ready, empty, num_iters):",
@@ -343,15 +313,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
         "one warp",
         "    issues the TMA copies of each iteration into the ring slot the wgmma warps have handed back.\"\"\"",
         "    NUM_STAGES: gl.constexpr = a_ring.shape[0]",
-        "    for it in range(num_iters):",
-        *loop_lines,
-        "        slot = it % NUM_STAGES",
-        "        # A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not wait.",
-        "        mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) & 1) ^ 1)",
-        f"        mbarrier.expect(ready.index(slot), {nbytes})",
-        f"        _tma_async_load({a.descriptor}, {code(coords_of[id(a)])}, ready.index(slot), a_ring.index(slot))",
-        f"        _tma_async_load({b.descriptor}, {code(coords_of[id(b)])}, ready.index(slot), b_ring.index(slot))",
-        *advance,
+        *(indent(text, "    ") for text in loader_loop),
     ]) + "\n")
     ctx.need("ws_wgmma_consumer")
     ctx.need("tma_aliases")
@@ -400,38 +362,18 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
     empty = name("empty")
     s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
     nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
+    text = _partition_text(plan, body, index, acc_in)
+    copy = TmaCopy("ready", _copies(plan, coords_of))
+    mma = Wgmma(1, lambda s: (_view(a, f"a_ring.index({s})"), _view(b, f"b_ring.index({s})")))
     consumer_loop = [
-        f"num_iters = {count}",
-        "for it in range(num_iters):",
-        "    slot = (n_done + it) % NUM_STAGES",
-        "    mbarrier.wait(ready.index(slot), ((n_done + it) // NUM_STAGES) & 1)",
-        f"    {plan.acc} = warpgroup_mma({_view(a, 'a_ring.index(slot)')}, {_view(b, 'b_ring.index(slot)')}, "
-        f"{acc_in}, is_async=True)",
-        f"    {plan.acc} = warpgroup_mma_wait(1, deps=[{plan.acc}])",
-        "    # The previous wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
-        "    if gl.num_warps() > 4:",
-        "        _cta_barrier()",
-        "    mbarrier.arrive(empty.index((n_done + it + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)",
-        f"{plan.acc} = warpgroup_mma_wait(0, deps=[{plan.acc}])",
+        *partition_loop(CONSUMER_STEPS, text, copy, mma, count, "(n_done + it)"),
+        *mma.drain(plan.acc),
         "if gl.num_warps() > 4:",
         "    _cta_barrier()",
         "mbarrier.arrive(empty.index((n_done + num_iters + NUM_STAGES - 1) % NUM_STAGES), pred=num_iters > 0)",
         "n_done += num_iters",
     ]
-    loader_loop = [
-        f"num_iters = {count}",
-        "for it in range(num_iters):",
-        f"    {plan.var} = {index('it')}",
-        *[indent(code(body[i]).strip(chr(10)), "    ") for i in plan.producer_before()],
-        "    slot = (n_done + it) % NUM_STAGES",
-        "    # A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not wait.",
-        "    mbarrier.wait(empty.index(slot), (((n_done + it) // NUM_STAGES) & 1) ^ 1)",
-        f"    mbarrier.expect(ready.index(slot), {nbytes})",
-        f"    _tma_async_load({a.descriptor}, {code(coords_of[id(a)])}, ready.index(slot), a_ring.index(slot))",
-        f"    _tma_async_load({b.descriptor}, {code(coords_of[id(b)])}, ready.index(slot), b_ring.index(slot))",
-        *[indent(code(body[i]).strip(chr(10)), "    ") for i in plan.producer_after()],
-        "n_done += num_iters",
-    ]
+    loader_loop = [*partition_loop(LOADER_STEPS, text, copy, None, count, "(n_done + it)"), "n_done += num_iters"]
     taken = _kernel_names(ctx.function.node)
     fixed = {"tile", "group_size", "first", "rows", "program_0", "program_1", "program_2", "n_done", "num_iters", "it", "slot", "NUM_STAGES", "a_ring", "b_ring", "ready", "empty"}
     if taken & fixed - {plan.var}:
@@ -517,6 +459,19 @@ def _add_ws_config(ctx: RuleContext, decorator: cst.Decorator, tiles  # noqa: AN
         return None
     (bm, bn, bk), warps, depth = WS_CONFIG
     return add_config(ctx, decorator, {m: bm, n: bn, k: bk}, warps, depth, "the warp-specialised ring's tile")
+
+
+def _partition_text(plan: LoopPlan, body: list[cst.BaseStatement], index, acc_in: str = "") -> LoopText:  # noqa: ANN001
+    """The loop as a warp-specialised partition runs it: the loop variable and producer slice under their own
+    names (a partition has no consumer statements: the warp-specialised form is only chosen without them)."""
+    return LoopText(plan.var, index, plan.acc, acc_in or plan.acc,
+                    producer_before=[code(body[i]) for i in plan.producer_before()],
+                    producer_after=[code(body[i]) for i in plan.producer_after()])
+
+
+def _copies(plan: LoopPlan, coords_of: dict) -> tuple[tuple[str, str, str], ...]:  # noqa: ANN001
+    """The TMA copies of a partition's loop: each operand's descriptor and coordinates, into `a_ring`/`b_ring`."""
+    return tuple((op.descriptor, code(coords_of[id(op)]), ring) for op, ring in zip(plan.loads, ("a_ring", "b_ring")))
 
 
 def _view(load: OperandLoad, slot: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile.lowering.sm90 import GEMM_STEADY
 from transpile.rules.pipeline_text import RingDepth, code
 
 #: `warpgroup_mma_wait(MMA_IN_FLIGHT, ...)` after each wgmma of a GEMM ring: one wgmma stays in flight, so the slot
@@ -136,6 +137,9 @@ class Sm90Ring:
     ws: WarpSpecialised | None = None
     configs: list[RingConfig] = field(default_factory=list)
     q: str = ""  # attention: the loop-invariant operand kept in shared memory
+    # The ops of one steady-state iteration, in the order the expander writes them (`transpile.lowering.sm90`:
+    # GEMM_STEADY for the GEMM rings; the attention rings write their own step).
+    steady: tuple[str, ...] = GEMM_STEADY
 
 
 def kernel_configs(function) -> list[RingConfig]:  # noqa: ANN001 - JitFunction

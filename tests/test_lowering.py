@@ -1,0 +1,145 @@
+"""The sm90 expander (`transpile.lowering.sm90`): the GEMM rings and warp-specialised partitions are written from
+the op order their schedule records, through the copy and MMA engines. Each order the tool uses holds under the
+schedule checker; each wrong order (a refill before the retire that frees its slot, a wgmma before its wait, no
+barrier between two warpgroups, a loader that copies before its slot is handed back) is written as asked and found
+by the checker, so the order really is data the output follows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_file
+from transpile.lowering import sm90
+from transpile.lowering.sm90 import (
+    CONSUMER_STEPS,
+    GEMM_STEADY,
+    LOADER_STEPS,
+    CpAsyncCopy,
+    LoopText,
+    RingNames,
+    TmaCopy,
+    Wgmma,
+    gemm_ring,
+    partition_loop,
+)
+from transpile.rules import hopper_cp_async, hopper_pipeline
+from transpile.rules.hopper_schedule import Sm90Ring
+from transpile.schedule_check import check_source
+from transpile.targets import get_target
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SM90 = get_target("sm90")
+
+
+def _swap(order: tuple[str, ...], first: str, second: str) -> tuple[str, ...]:
+    """`order` with `second` moved to just before `first`."""
+    moved = [op for op in order if op != second]
+    moved.insert(moved.index(first), second)
+    return tuple(moved)
+
+
+def _translate(monkeypatch: pytest.MonkeyPatch, module, fixture: str, steady: tuple[str, ...] | None = None,  # noqa: ANN001
+               gluon_always: bool = False, **steps: tuple[str, ...]) -> str:
+    """The sm90 variant of `fixture` with the rule `module` expanding its rings in the order `steady` (and the
+    partitions in `steps`: LOADER_STEPS=..., CONSUMER_STEPS=...)."""
+    if steady is not None:
+        monkeypatch.setattr(module, "gemm_ring", lambda _order, *args: gemm_ring(steady, *args))
+    for name, value in steps.items():
+        monkeypatch.setattr(module, name, value)
+    return translate_file(FIXTURES / fixture, SM90, gluon_always=gluon_always).text
+
+
+# (rule module, fixture, --gluon-always): a TMA ring with its warp-specialised and persistent forms, and a cp.async
+# ring (kept as Triton by default: measured slower than Triton's own pipeliner; emitted with --gluon-always)
+RINGS = {
+    "tma": (hopper_pipeline, "matmul_descriptor.py", False),
+    "tma persistent": (hopper_pipeline, "suite_desc_persistent.py", False),
+    "cp.async": (hopper_cp_async, "matmul_splitk.py", True),
+}
+
+
+@pytest.mark.parametrize("ring", RINGS)
+def test_the_order_the_tool_uses_holds(monkeypatch: pytest.MonkeyPatch, ring: str) -> None:
+    module, fixture, always = RINGS[ring]
+    text = _translate(monkeypatch, module, fixture, GEMM_STEADY, gluon_always=always)
+    assert "warpgroup_mma(" in text
+    report = check_source(text)
+    assert report.cases and report.findings == [], "\n".join(map(str, report.findings))
+
+
+WRONG = {
+    "refill before the retire that frees its slot": _swap(GEMM_STEADY, "retire", "refill"),
+    "wgmma before the wait for its tiles": _swap(GEMM_STEADY, "wait", "mma"),
+}
+
+
+@pytest.mark.parametrize("ring", RINGS)
+@pytest.mark.parametrize("wrong", WRONG)
+def test_a_wrong_order_is_written_and_found(monkeypatch: pytest.MonkeyPatch, ring: str, wrong: str) -> None:
+    module, fixture, always = RINGS[ring]
+    right = _translate(monkeypatch, module, fixture, GEMM_STEADY, gluon_always=always)
+    text = _translate(monkeypatch, module, fixture, WRONG[wrong], gluon_always=always)
+    assert text != right  # the order is what the expander follows
+    assert check_source(text).findings, f"{wrong}: not found in\n{text}"
+
+
+def test_two_warpgroups_need_the_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the barrier after the retire, one warpgroup refills a slot the other's wgmma still reads (the
+    checker follows one and two warpgroups)."""
+    steady = tuple(op for op in GEMM_STEADY if op != "barrier")
+    text = _translate(monkeypatch, hopper_pipeline, "matmul_descriptor.py", steady)
+    findings = check_source(text).findings
+    assert findings and all("arp" in str(f) or "slot" in str(f) for f in findings), findings
+
+
+def test_partitions_follow_their_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warp-specialised loader copies only into slots handed back; a loader that copies first, or a consumer
+    that hands a slot back before retiring the wgmma that reads it, is found."""
+    right = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py")
+    assert "gl.warp_specialize(" in right and check_source(right).findings == []
+    early_copy = _swap(LOADER_STEPS, "wait_empty", "copy")
+    text = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py", LOADER_STEPS=early_copy)
+    assert text != right and check_source(text).findings
+    early_release = _swap(CONSUMER_STEPS, "retire", "release")
+    text = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py", CONSUMER_STEPS=early_release)
+    assert text != right and check_source(text).findings
+
+
+def test_rings_record_the_order_they_were_written_in() -> None:
+    result = translate_file(FIXTURES / "matmul_descriptor.py", SM90)
+    rings = [s for f in result.functions for s in getattr(f, "schedules", ()) if isinstance(s, Sm90Ring)]
+    assert rings and all(r.steady == GEMM_STEADY for r in rings)
+
+
+LOOP = LoopText("k", lambda it: f"{it} * BK", "acc", "acc", producer_var="k_next")
+
+
+def test_engines_write_their_ops() -> None:
+    tma = TmaCopy("ready", (("a_desc", "[m, k_next]", "a_smem"), ("b_desc", "[k_next, n]", "b_smem")))
+    assert tma.issue("i", "i", "i < n") == [
+        "mbarrier.expect(ready.index(i), a_desc.block_type.nbytes + b_desc.block_type.nbytes, i < n)",
+        "_tma_async_load(a_desc, [m, k_next], ready.index(i), a_smem.index(i), i < n)",
+        "_tma_async_load(b_desc, [k_next, n], ready.index(i), b_smem.index(i), i < n)",
+    ]
+    assert tma.issue(None, "slot", None)[0] == "mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + " \
+        "b_desc.block_type.nbytes)"
+    cp = CpAsyncCopy(lambda it, slot: [f"_cp_async_load(a_smem.index({slot}), a_ptrs, mask={it} < n)"],
+                     "NUM_STAGES - 2", 16, 8)
+    assert cp.issue("j", "s", "j < n")[-1] == "async_copy.commit_group()"
+    assert cp.wait("s", "0")[-2:] == ["async_copy.wait_group(NUM_STAGES - 2)", "_cta_barrier()"]
+    mma = Wgmma(1, lambda s: (f"a.index({s})", f"b.index({s})"), ("a", "b"))
+    assert mma.issue(LOOP, "s") == ["acc = warpgroup_mma(a.index(s), b.index(s), acc, is_async=True)"]
+    assert mma.retire("acc", "s")[-1] == "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a.index(s), b.index(s)])"
+    assert Wgmma(1, mma.views).retire("acc", "s") == ["acc = warpgroup_mma_wait(1, deps=[acc])"]
+
+
+def test_an_unknown_op_is_an_error() -> None:
+    tma = TmaCopy("ready", (("a_desc", "[0, k]", "a_smem"),))
+    mma = Wgmma(1, lambda s: (f"a.index({s})", f"b.index({s})"))
+    with pytest.raises(ValueError, match="'prefetch'"):
+        gemm_ring((*GEMM_STEADY, "prefetch"), LOOP, RingNames(), tma, mma, [])
+    with pytest.raises(ValueError, match="'prefetch'"):
+        partition_loop(("slot", "prefetch"), LOOP, tma, mma, "n")
+    assert sm90.GEMM_STEADY.count("refill") == 1

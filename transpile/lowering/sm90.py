@@ -1,0 +1,234 @@
+"""The sm90 expander: an `Sm90Ring` schedule lowered to the statements of a pipelined GEMM loop.
+
+The schedule says what runs and in which order (`Sm90Ring.steady`: the ops of one steady-state iteration; the copies
+run `NUM_STAGES - 1` iterations ahead, started by a prologue; a drain retires the last wgmma and copies); the engines
+say how each op is written:
+
+- copy engines fill a ring slot with one iteration's operand tiles and make it visible to the wgmma: `TmaCopy` (a TMA
+  copy per operand, one `ready` mbarrier per slot with the slot's bytes expected on it) and `CpAsyncCopy` (a cp.async
+  copy per operand, one commit group per iteration, `wait_group` and a CTA barrier before the read);
+- the MMA engine `Wgmma` issues `warpgroup_mma(..., is_async=True)` from the slots, retires all but the wgmmas left in
+  flight (`warpgroup_mma_wait`) and drains them after the loop.
+
+The same engines write the warp-specialised partitions (`loader_loop`, `consumer_loop`), so a copy or a wait is
+written in one place for every form that does it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from transpile.rules.pipeline_text import indent
+
+#: The ops of one steady-state iteration of a GEMM ring, in order (`Sm90Ring.steady`):
+#: index — the loop variable's value, where the consumer reads it; consumer_before / consumer_after — the loop's own
+#: statements before and after the dot; slot — the ring slot of this iteration; wait — the copy engine's wait for the
+#: slot's tiles; mma — the async wgmma from the slot; retire — `warpgroup_mma_wait(in flight)`: the wgmma before has
+#: finished reading its slot; barrier — with two warpgroups, both have (so neither refills a slot the other reads);
+#: refill — the copies of iteration `it + NUM_STAGES - 1` into the slot just retired.
+GEMM_STEADY = ("index", "consumer_before", "slot", "wait", "mma", "retire", "barrier", "consumer_after", "refill")
+#: The loader partition of a warp-specialised ring: wait until the consumer hands the slot back, then copy.
+LOADER_STEPS = ("index", "producer_before", "slot", "wait_empty", "copy", "producer_after")
+#: The consumer partition of the persistent form: wait, multiply, retire, and hand the retired slot back.
+CONSUMER_STEPS = ("slot", "wait", "mma", "retire", "barrier", "release")
+
+
+@dataclass(frozen=True)
+class LoopText:
+    """The source pieces of the loop being pipelined, as text: what the expander needs besides the schedule."""
+
+    var: str  # the loop variable
+    index: Callable[[str], str]  # the loop variable's value at an iteration index (`k * BK`)
+    acc: str  # the accumulator
+    acc_in: str  # the accumulator the dot adds to
+    consumer_before: Sequence[str] = ()  # the loop's statements before the dot (not the copies' producer slice)
+    consumer_after: Sequence[str] = ()
+    producer_var: str = ""  # the producer's copy of the loop variable (`k_next`)
+    producer_before: Sequence[str] = ()  # the copies' producer slice, renamed for a later iteration
+    producer_after: Sequence[str] = ()  # loop-carried producer state advanced after the copies (`off_k += BK`)
+    uses_var: bool = False  # whether the consumer statements read the loop variable
+
+
+@dataclass(frozen=True)
+class RingNames:
+    """The names the pipelined loop binds (fresh names: none shadows a kernel variable)."""
+
+    stages: str = "NUM_STAGES"
+    it: str = "it"
+    slot: str = "slot"
+    next_it: str = "next_it"
+    next_slot: str = "next_slot"
+    iters: str = "num_iters"
+    prologue: str = "i"
+
+
+@dataclass(frozen=True)
+class TmaCopy:
+    """Copy engine: one TMA copy per operand into its ring (`copies`: descriptor, coordinates, ring), completing on
+    the slot's `ready` mbarrier, which expects the bytes of every copy."""
+
+    ready: str
+    copies: tuple[tuple[str, str, str], ...]
+    prologue_note: str = "# Prologue: start the copies of the first NUM_STAGES - 1 iterations."
+    carried_note: str = "  # the producer's own copy of loop-carried state"
+
+    @property
+    def nbytes(self) -> str:
+        return " + ".join(f"{descriptor}.block_type.nbytes" for descriptor, _, _ in self.copies)
+
+    def issue(self, iteration: str | None, slot: str, in_range: str | None) -> list[str]:
+        """The copies of `iteration` into `slot`; predicated off where `in_range` is given (past the loop's end)."""
+        pred = f", {in_range}" if in_range else ""
+        return [f"mbarrier.expect({self.ready}.index({slot}), {self.nbytes}{pred})",
+                *(f"_tma_async_load({descriptor}, {coords}, {self.ready}.index({slot}), {ring}.index({slot}){pred})"
+                  for descriptor, coords, ring in self.copies)]
+
+    def wait(self, slot: str, phase: str) -> list[str]:
+        """Before the wgmma reads `slot`: its copies have landed (the barrier's `phase`)."""
+        return [f"mbarrier.wait({self.ready}.index({slot}), {phase})"]
+
+    def drain(self) -> list[str]:
+        return []  # every copy was waited for; the barriers are invalidated by the ring's owner
+
+
+@dataclass(frozen=True)
+class CpAsyncCopy:
+    """Copy engine: one cp.async copy per operand (`copy(iteration, slot)` writes it) and one commit group per
+    iteration; before the read, `wait_group` leaves the `NUM_STAGES - 2` younger groups in flight and a CTA barrier
+    makes every thread's copies visible."""
+
+    copy: Callable[[str, str], Sequence[str]]
+    in_flight: str  # the groups left in flight at the wait (`NUM_STAGES - 2`)
+    width: int  # bytes per thread copy, for the prologue's note
+    vec: int
+    prologue_note: str = ""
+    carried_note: str = ""
+
+    def issue(self, iteration: str, slot: str, in_range: str | None) -> list[str]:
+        return [*self.copy(iteration, slot), "async_copy.commit_group()"]
+
+    def wait(self, slot: str, phase: str) -> list[str]:
+        return ["# This iteration's group has landed (NUM_STAGES - 2 younger ones may still be in flight); the barrier",
+                "# makes every thread's copies visible before the wgmma reads the slot.",
+                f"async_copy.wait_group({self.in_flight})",
+                "_cta_barrier()"]
+
+    def drain(self) -> list[str]:
+        return ["async_copy.wait_group(0)"]
+
+
+@dataclass(frozen=True)
+class Wgmma:
+    """MMA engine: asynchronous wgmma from ring slots, `in_flight` of them left running at each retire."""
+
+    in_flight: int
+    views: Callable[[str], tuple[str, str]]  # the two operands as the wgmma reads them, for a slot
+    rings: tuple[str, ...] = ()  # the rings whose slots a retire names as its dependencies ((): the accumulator only)
+
+    def issue(self, loop: LoopText, slot: str) -> list[str]:
+        a, b = self.views(slot)
+        return [f"{loop.acc} = warpgroup_mma({a}, {b}, {loop.acc_in}, is_async=True)"]
+
+    def retire(self, acc: str, slot: str) -> list[str]:
+        if not self.rings:
+            return [f"{acc} = warpgroup_mma_wait({self.in_flight}, deps=[{acc}])"]
+        deps = ", ".join(f"{ring}.index({slot})" for ring in self.rings)
+        return ["# The previous wgmma has now finished reading its slot: refill that slot below (with two",
+                "# warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
+                f"{acc}, _, _ = warpgroup_mma_wait({self.in_flight}, deps=[{acc}, {deps}])"]
+
+    def drain(self, acc: str) -> list[str]:
+        return [f"{acc} = warpgroup_mma_wait(0, deps=[{acc}])"]
+
+
+def _block(lines: Sequence[str], pad: str = "    ") -> list[str]:
+    """`lines` (each may hold several) indented by `pad`."""
+    return [indent(line, pad) for line in lines]
+
+
+def producer(loop: LoopText, copy: TmaCopy | CpAsyncCopy, iteration: str, slot: str, iters: str) -> list[str]:
+    """The copies of a later `iteration` into `slot`, with the producer slice that computes their addresses; copies
+    past the loop's end (`iteration >= iters`) are predicated off."""
+    return [f"{loop.producer_var} = {loop.index(iteration)}", *loop.producer_before,
+            *copy.issue(iteration, slot, f"{iteration} < {iters}"), *loop.producer_after]
+
+
+def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: TmaCopy | CpAsyncCopy, mma: Wgmma,
+              carried: Sequence[tuple[str, str]]) -> list[str]:
+    """The pipelined loop: the producer's own copies of loop-carried state (`carried`: copy, value), the prologue
+    that starts the copies of the first `NUM_STAGES - 1` iterations, the steady state (the ops of `steady`, in order)
+    and the drain."""
+    n = names
+    lines = [f"{copy_name} = {value}{copy.carried_note}" for copy_name, value in carried]
+    if copy.prologue_note:
+        lines.append(copy.prologue_note)
+    lines.append(f"for {n.prologue} in gl.static_range({n.stages} - 1):\n"
+                 + "\n".join(_block(producer(loop, copy, n.prologue, n.prologue, n.iters))))
+    body: list[str] = []
+    for op in steady:
+        if op == "index":
+            if loop.uses_var:
+                body.append(f"{loop.var} = {loop.index(n.it)}")
+        elif op == "consumer_before":
+            body += loop.consumer_before
+        elif op == "consumer_after":
+            body += loop.consumer_after
+        elif op == "slot":
+            body.append(f"{n.slot} = {n.it} % {n.stages}")
+        elif op == "wait":
+            body += copy.wait(n.slot, f"({n.it} // {n.stages}) & 1")
+        elif op == "mma":
+            body += mma.issue(loop, n.slot)
+        elif op == "retire":
+            body += mma.retire(loop.acc, n.slot)
+        elif op == "barrier":
+            body.append("if gl.num_warps() > 4:\n    _cta_barrier()")
+        elif op == "refill":
+            body += [f"{n.next_it} = {n.it} + {n.stages} - 1", f"{n.next_slot} = {n.next_it} % {n.stages}",
+                     *producer(loop, copy, n.next_it, n.next_slot, n.iters)]
+        else:
+            raise ValueError(f"unknown op {op!r} in a GEMM ring's steady state")
+    lines.append("\n".join([f"for {n.it} in range({n.iters}):", *_block(body)]))
+    lines += [*mma.drain(loop.acc), *copy.drain()]
+    return lines
+
+
+def partition_loop(steps: Sequence[str], loop: LoopText, copy: TmaCopy, mma: Wgmma | None, count: str | None,
+                   position: str = "it") -> list[str]:
+    """One partition's loop over the ring in a warp-specialised form (`LOADER_STEPS` or `CONSUMER_STEPS`), in the
+    partition's own names (`it`, `slot`, `NUM_STAGES`, `ready`, `empty`, `num_iters`: set to `count` first unless
+    None); `position` is the ring position of iteration `it` (`n_done + it` where the ring runs on across a
+    program's tiles)."""
+    body: list[str] = []
+    bare = position[1:-1] if position.startswith("(") and position.endswith(")") else position
+    phase = f"({position} // NUM_STAGES) & 1"
+    for op in steps:
+        if op == "index":
+            body.append(f"{loop.var} = {loop.index('it')}")
+        elif op == "producer_before":
+            body += loop.producer_before
+        elif op == "producer_after":
+            body += loop.producer_after
+        elif op == "slot":
+            body.append(f"slot = {position} % NUM_STAGES")
+        elif op == "wait_empty":
+            body += ["# A fresh mbarrier counts as having completed the phase before phase 0: the first pass does not "
+                     "wait.", f"mbarrier.wait(empty.index(slot), ({phase}) ^ 1)"]
+        elif op == "copy":
+            body += copy.issue(None, "slot", None)
+        elif op == "wait":
+            body += copy.wait("slot", phase)
+        elif op == "mma" and mma is not None:
+            body += mma.issue(loop, "slot")
+        elif op == "retire" and mma is not None:
+            body += mma.retire(loop.acc, "slot")
+        elif op == "barrier":
+            body += ["# The previous wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
+                     "if gl.num_warps() > 4:\n    _cta_barrier()"]
+        elif op == "release":
+            body.append(f"mbarrier.arrive(empty.index(({bare} + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)")
+        else:
+            raise ValueError(f"unknown op {op!r} in a warp-specialised partition")
+    head = [f"num_iters = {count}"] if count is not None else []
+    return [*head, "\n".join(["for it in range(num_iters):", *_block(body)])]
