@@ -13,6 +13,7 @@ import pytest
 from transpile.engine import translate_file
 from transpile.lowering import sm90
 from transpile.lowering.sm90 import (
+    ATTENTION_STEADY,
     CONSUMER_STEPS,
     GEMM_STEADY,
     LOADER_STEPS,
@@ -24,7 +25,7 @@ from transpile.lowering.sm90 import (
     gemm_ring,
     partition_loop,
 )
-from transpile.rules import hopper_cp_async, hopper_pipeline
+from transpile.rules import hopper_attention, hopper_cp_async, hopper_pipeline
 from transpile.rules.hopper_schedule import Sm90Ring
 from transpile.schedule_check import check_source
 from transpile.targets import get_target
@@ -143,3 +144,28 @@ def test_an_unknown_op_is_an_error() -> None:
     with pytest.raises(ValueError, match="'prefetch'"):
         partition_loop(("slot", "prefetch"), LOOP, tma, mma, "n")
     assert sm90.GEMM_STEADY.count("refill") == 1
+
+
+def test_attention_follows_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flash-attention step is written in the order its schedule records (ATTENTION_STEADY); a step without
+    the wait for PV (its V slot is then refilled while the wgmma may still read it) is written so and found."""
+    right = translate_file(FIXTURES / "attention_fwd.py", SM90).text
+    assert "warpgroup_mma(" in right and check_source(right).findings == []
+    rings = [s for f in translate_file(FIXTURES / "attention_fwd.py", SM90).functions for s in f.schedules
+             if isinstance(s, Sm90Ring)]
+    assert rings and all(r.steady == ATTENTION_STEADY for r in rings if r.form == "attention")
+    no_wait = tuple(op for op in ATTENTION_STEADY if op != "retire_pv")
+    monkeypatch.setattr(hopper_attention, "ATTENTION_STEADY", no_wait)
+    text = translate_file(FIXTURES / "attention_fwd.py", SM90).text
+    assert text != right and check_source(text).findings
+
+
+def test_explain_shows_the_order_written() -> None:
+    from rich.console import Console
+
+    from transpile.explain import explain_file
+
+    console = Console(width=400, record=True)
+    for table in explain_file(FIXTURES / "matmul_descriptor.py", SM90, "matmul_descriptor.py"):
+        console.print(table)
+    assert "in the order written: " + " -> ".join(GEMM_STEADY) in console.export_text()

@@ -132,6 +132,7 @@ def _ring_rows(outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001 - KernelO
                              for o in ring.operands)
         rows.append(("ring", str(ring.line), f"{what}; NUM_STAGES = {ring.depth.text} slots of {operands}, filled "
                      "NUM_STAGES - 1 iterations ahead"))
+        rows.append(("iteration", "", "the ops of one iteration, in the order written: " + " -> ".join(ring.steady)))
         if ring.form == "attention":
             rows.append(("wgmma", "", f"QK^T and the previous PV asynchronous; warpgroup_mma_wait("
                          f"{ring.mma_in_flight}) for QK^T with PV in flight during the softmax, "

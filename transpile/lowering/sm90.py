@@ -16,10 +16,11 @@ written in one place for every form that does it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from transpile.rules.pipeline_text import indent
+from transpile.analysis.attention import AttentionPlan
+from transpile.rules.pipeline_text import code, indent
 
 #: The ops of one steady-state iteration of a GEMM ring, in order (`Sm90Ring.steady`):
 #: index — the loop variable's value, where the consumer reads it; consumer_before / consumer_after — the loop's own
@@ -28,6 +29,15 @@ from transpile.rules.pipeline_text import indent
 #: finished reading its slot; barrier — with two warpgroups, both have (so neither refills a slot the other reads);
 #: refill — the copies of iteration `it + NUM_STAGES - 1` into the slot just retired.
 GEMM_STEADY = ("index", "consumer_before", "slot", "wait", "mma", "retire", "barrier", "consumer_after", "refill")
+#: The ops of one steady-state iteration of a flash-attention ring (`AttentionStep`), in order: index,
+#: consumer_before; acquire — pick the K slot and the previous iteration's V slot and wait until their tiles have
+#: landed (the form's own lines); qk — the QK^T wgmma; pv — the previous iteration's PV wgmma; issued — the form's
+#: lines after both are issued; retire_qk — wait for QK^T only (PV keeps the tensor cores busy during the softmax);
+#: k_read — the form's release of the K slot; scale — the scores' scale where the source has one; softmax; retire_pv;
+#: v_read; convert — the accumulator back to its layout; rescale; keep_p — P in the wgmma A-operand layout for the
+#: next iteration's PV; consumer_after.
+ATTENTION_STEADY = ("index", "consumer_before", "acquire", "qk", "pv", "issued", "retire_qk", "k_read", "scale",
+                    "softmax", "retire_pv", "v_read", "convert", "rescale", "keep_p", "consumer_after")
 #: The loader partition of a warp-specialised ring: wait until the consumer hands the slot back, then copy.
 LOADER_STEPS = ("index", "producer_before", "slot", "wait_empty", "copy", "producer_after")
 #: The consumer partition of the persistent form: wait, multiply, retire, and hand the retired slot back.
@@ -232,3 +242,96 @@ def partition_loop(steps: Sequence[str], loop: LoopText, copy: TmaCopy, mma: Wgm
             raise ValueError(f"unknown op {op!r} in a warp-specialised partition")
     head = [f"num_iters = {count}"] if count is not None else []
     return [*head, "\n".join(["for it in range(num_iters):", *_block(body)])]
+
+
+@dataclass(frozen=True)
+class AttentionStep:
+    """One iteration of a pipelined flash-attention loop, as both sm90 forms run it: the cp.async ring
+    (`hopper_attention`) and each consumer partition of the warp-specialised form (`hopper_attention_ws`). The step
+    issues the QK^T wgmma and the previous iteration's PV wgmma, waits for QK^T only (PV keeps the tensor cores busy
+    during the softmax), scales the scores where the source does, runs the softmax, waits for PV, converts the
+    accumulator back to its layout, rescales it and keeps this iteration's P (in the wgmma A-operand layout) for the
+    next iteration's PV.
+
+    The fields are what the two forms share: the loop's names, its statements as the rule wrote them (indented for
+    the loop body) and the layouts. What differs is passed to `lines`."""
+
+    plan: AttentionPlan
+    it: str
+    iters: str
+    index: Callable[[str], str]  # the loop variable's value at an iteration (`LoopRange.value`)
+    uses_var: bool  # the statements read the loop variable
+    slot: str  # this iteration's K slot
+    prev_slot: str  # the previous iteration's V slot (its PV is issued here)
+    p_prev: str
+    zeros: str  # the QK^T accumulator's initial value
+    p_text: str  # P as the PV dot reads it
+    pv_layout: str
+    p_layout: str
+    acc_layout: str
+    before: list[str]
+    softmax: list[str]
+    rescales: list[str]
+    after: list[str]
+
+    def lines(self, order: Sequence[str], *, q: str, k_ring: str, v_ring: str, in_flight: int | str,
+              acquire: Sequence[str], issued: Sequence[str] = (), k_read: Sequence[str] = (),
+              v_read: Sequence[str] = ()) -> Iterator[str]:
+        """The loop header and the ops of `order` (ATTENTION_STEADY), loop body indented. Per form:
+        `q`, `k_ring`, `v_ring`: Q's shared buffer and the K and V rings (the ring: its `_smem` buffers; a consumer:
+        its own slot of the Q buffers and the loader's rings);
+        `in_flight`: the wgmmas left in flight by the wait for QK^T (the ring: its schedule's `mma_in_flight`; a
+        consumer: 1);
+        `acquire`: the lines that pick the slots and wait until their tiles have landed (the ring: `wait_group` and a
+        barrier; a consumer: the `ready` mbarriers, then its turn);
+        `issued`: the lines right after the two wgmmas are issued (a consumer passes the turn on);
+        `k_read`, `v_read`: the lines after the wait for QK^T and for PV, which release the slot it read (a consumer
+        arrives on the `empty` mbarrier; the ring refills its slots after the step, in its own lines)."""
+        plan = self.plan
+        k_operand = f"{k_ring}.index({self.slot})"
+        if plan.k_transposed:
+            k_operand += ".permute((1, 0))"
+        yield f"for {self.it} in range({self.iters}):"
+        for op in order:
+            if op == "index":
+                if self.uses_var:
+                    yield f"    {plan.var} = {self.index(self.it)}"
+            elif op == "consumer_before":
+                yield from self.before
+            elif op == "acquire":
+                yield from acquire
+            elif op == "qk":
+                yield f"    {plan.scores} = warpgroup_mma({q}, {k_operand}, {self.zeros}, is_async=True)"
+            elif op == "pv":
+                yield (f"    {plan.acc} = warpgroup_mma({self.p_prev}, {v_ring}.index({self.prev_slot}), "
+                       f"gl.convert_layout({plan.acc}, {self.pv_layout}), is_async=True)")
+            elif op == "issued":
+                yield from issued
+            elif op == "retire_qk":
+                yield "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax."
+                yield (f"    {plan.scores}, _ = warpgroup_mma_wait({in_flight}, deps=[{plan.scores}, "
+                       f"{k_ring}.index({self.slot})])")
+            elif op == "k_read":
+                yield from k_read
+            elif op == "scale":
+                if plan.scores_scale is not None:
+                    factor, left = plan.scores_scale
+                    yield (f"    {plan.scores} = {code(factor)} * {plan.scores}" if left else
+                           f"    {plan.scores} = {plan.scores} * {code(factor)}")
+            elif op == "softmax":
+                yield from self.softmax
+            elif op == "retire_pv":
+                yield (f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, "
+                       f"{v_ring}.index({self.prev_slot})])")
+            elif op == "v_read":
+                yield from v_read
+            elif op == "convert":
+                yield f"    {plan.acc} = gl.convert_layout({plan.acc}, {self.acc_layout})"
+            elif op == "rescale":
+                yield from self.rescales
+            elif op == "keep_p":
+                yield f"    {self.p_prev} = gl.convert_layout({self.p_text}, {self.p_layout})"
+            elif op == "consumer_after":
+                yield from self.after
+            else:
+                raise ValueError(f"unknown op {op!r} in a flash-attention ring's steady state")

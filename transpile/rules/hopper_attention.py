@@ -27,7 +27,6 @@ Targets: sm90.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
 
 import libcst as cst
 
@@ -43,6 +42,7 @@ from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, ca
                                  read_names, single_assign, sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_alias, language_name
+from transpile.lowering.sm90 import ATTENTION_STEADY, AttentionStep
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
     ATTENTION_CONFIG,
@@ -754,77 +754,6 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
     return nodes
 
 
-@dataclasses.dataclass(frozen=True)
-class _LoopStep:
-    """One iteration of the pipelined main loop, as both forms run it: the ring of `_emit` (cp.async copies) and each
-    consumer partition of the warp-specialised form (`_ws_consumer_loop`). The step issues the QK^T wgmma and the
-    previous iteration's PV wgmma, waits for QK^T only (PV keeps the tensor cores busy during the softmax), scales
-    the scores where the source does, runs the softmax, waits for PV, converts the accumulator back to its layout,
-    rescales it and keeps this iteration's P (in the wgmma A-operand layout) for the next iteration's PV.
-
-    The fields are what the two forms share: the loop's names, its statements as `_emit` wrote them (indented for
-    the loop body) and the layouts. What differs is passed to `lines`."""
-
-    plan: AttentionPlan
-    it: str
-    iters: str
-    index: Callable[[str], str]  # the loop variable's value at an iteration (`LoopRange.value`)
-    uses_var: bool  # the statements read the loop variable
-    slot: str  # this iteration's K slot
-    prev_slot: str  # the previous iteration's V slot (its PV is issued here)
-    p_prev: str
-    zeros: str  # the QK^T accumulator's initial value
-    p_text: str  # P as the PV dot reads it
-    pv_layout: str
-    p_layout: str
-    acc_layout: str
-    before: list[str]
-    softmax: list[str]
-    rescales: list[str]
-    after: list[str]
-
-    def lines(self, *, q: str, k_ring: str, v_ring: str, in_flight: int | str, acquire: Sequence[str],
-              issued: Sequence[str] = (), k_read: Sequence[str] = (), v_read: Sequence[str] = ()) -> Iterator[str]:
-        """The loop header and the step's lines (loop body indented). Per form:
-        `q`, `k_ring`, `v_ring`: Q's shared buffer and the K and V rings (the ring: its `_smem` buffers; a consumer:
-        its own slot of the Q buffers and the loader's rings);
-        `in_flight`: the wgmmas left in flight by the wait for QK^T (the ring: its schedule's `mma_in_flight`; a
-        consumer: 1);
-        `acquire`: the lines that pick the slots and wait until their tiles have landed (the ring: `wait_group` and a
-        barrier; a consumer: the `ready` mbarriers, then its turn);
-        `issued`: the lines right after the two wgmmas are issued (a consumer passes the turn on);
-        `k_read`, `v_read`: the lines after the wait for QK^T and for PV, which release the slot it read (a consumer
-        arrives on the `empty` mbarrier; the ring refills its slots after the step, in its own lines)."""
-        plan = self.plan
-        k_operand = f"{k_ring}.index({self.slot})"
-        if plan.k_transposed:
-            k_operand += ".permute((1, 0))"
-        yield f"for {self.it} in range({self.iters}):"
-        if self.uses_var:
-            yield f"    {plan.var} = {self.index(self.it)}"
-        yield from self.before
-        yield from acquire
-        yield f"    {plan.scores} = warpgroup_mma({q}, {k_operand}, {self.zeros}, is_async=True)"
-        yield (f"    {plan.acc} = warpgroup_mma({self.p_prev}, {v_ring}.index({self.prev_slot}), "
-               f"gl.convert_layout({plan.acc}, {self.pv_layout}), is_async=True)")
-        yield from issued
-        yield "    # Wait for QK^T only: the previous iteration's PV keeps the tensor cores busy during the softmax."
-        yield (f"    {plan.scores}, _ = warpgroup_mma_wait({in_flight}, deps=[{plan.scores}, "
-               f"{k_ring}.index({self.slot})])")
-        yield from k_read
-        if plan.scores_scale is not None:
-            factor, left = plan.scores_scale
-            yield (f"    {plan.scores} = {_text(factor)} * {plan.scores}" if left else
-                   f"    {plan.scores} = {plan.scores} * {_text(factor)}")
-        yield from self.softmax
-        yield f"    {plan.acc}, _ = warpgroup_mma_wait(0, deps=[{plan.acc}, {v_ring}.index({self.prev_slot})])"
-        yield from v_read
-        yield f"    {plan.acc} = gl.convert_layout({plan.acc}, {self.acc_layout})"
-        yield from self.rescales
-        yield f"    {self.p_prev} = gl.convert_layout({self.p_text}, {self.p_layout})"
-        yield from self.after
-
-
 def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cst.BaseStatement],
           strides: list[str], masks: list[UniformMask], copy_nodes: dict[object, object], with_ws: bool
           ) -> tuple[str, Sm90Ring, tuple | None]:
@@ -836,7 +765,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     schedule = Sm90Ring("attention", ctx.function.name, ctx.source.position(plan.loop)[0],
                         ring_depth(ctx, plan.loop, plan.num_stages),
                         (RingOperand(plan.k.name, "cp.async", plan.k_transposed), RingOperand(plan.v.name, "cp.async")),
-                        wait_groups=WaitGroups(2, 3), configs=kernel_configs(ctx.function), q=plan.q)
+                        wait_groups=WaitGroups(2, 3), configs=kernel_configs(ctx.function), q=plan.q,
+                        steady=ATTENTION_STEADY)
     name = loop_namer(ctx, plan.loop)
     prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
@@ -998,11 +928,11 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ]
     # The loop's own statements and names, as both forms run them (the ring here, the warp-specialised form's
     # consumers).
-    step = _LoopStep(plan, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
+    step = AttentionStep(plan, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
                      p_prev=p_prev, zeros=zeros, p_text=p_text, pv_layout=pv_layout, p_layout=p_layout,
                      acc_layout=acc_layout, before=statements(before), softmax=softmax_statements(),
                      rescales=statements(plan.rescales), after=statements(after))
-    loop = list(step.lines(q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
+    loop = list(step.lines(schedule.steady, q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
         "    # K of this iteration (and V of the previous one) have landed: this thread's copies are done, and the",
@@ -1061,13 +991,13 @@ def ws_names(name) -> dict[str, str]:  # noqa: ANN001 - the loop's namer
                                        "WS_STAGES", "ws_iters", "k_layout", "v_layout", "q_layout", "s")}
 
 
-def _ws_consumer_loop(step: _LoopStep, stages: str, w: dict[str, str], *, count: str, dtype: str, m: str, n: str,
+def _ws_consumer_loop(step: AttentionStep, stages: str, w: dict[str, str], *, count: str, dtype: str, m: str, n: str,
                       d: str) -> str:
     """The main loop as one consumer partition of the warp-specialised form runs it (`hopper_attention_ws`): the
     K and V tiles come from the loader partition's ring (`ready` barriers), each tile is handed back (`empty`) once
     this partition's wgmmas that read it are done, and the partitions take turns issuing their wgmmas (`turn`), so
     that one's softmax runs while the other's wgmmas keep the tensor cores busy. The step is the ring's
-    (`_LoopStep`: same softmax, same masks); the row-split of the kernel's tiles is the caller's
+    (`AttentionStep`: same softmax, same masks); the row-split of the kernel's tiles is the caller's
     (`hopper_attention_ws`)."""
     plan, it, slot, prev_slot, iters, p_prev = step.plan, step.it, step.slot, step.prev_slot, step.iters, step.p_prev
     pv_layout, p_layout = step.pv_layout, step.p_layout
@@ -1083,7 +1013,7 @@ def _ws_consumer_loop(step: _LoopStep, stages: str, w: dict[str, str], *, count:
         f"{iters} = {count}",
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
-    lines += step.lines(q=f"{w['q_bufs']}.index({c})", k_ring=w["k_ring"], v_ring=w["v_ring"], in_flight=1, acquire=[
+    lines += step.lines(ATTENTION_STEADY, q=f"{w['q_bufs']}.index({c})", k_ring=w["k_ring"], v_ring=w["v_ring"], in_flight=1, acquire=[
         f"    {slot} = {it} % {stages}",
         "    # PV of the previous iteration (of a zero P in the first: it adds nothing, and reads the first V tile).",
         f"    {w['v_it']} = gl.maximum({it} - 1, 0)",

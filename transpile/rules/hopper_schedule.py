@@ -2,8 +2,9 @@
 
 Each of the three sm90 rings (`hopper_pipeline`: the TMA ring and its warp-specialised form; `hopper_cp_async`: the
 cp.async ring of pointer GEMMs; `hopper_attention`: the cp.async K/V ring of flash attention) builds one `Sm90Ring`
-for the loop it rewrites, writes the loop from it (the ring depth, the wgmmas left in flight, the cp.async groups
-waited for, the warp-specialised form's condition, loader warps and registers) and records it on the rule context
+for the loop it rewrites, writes the loop from it through the expander of `transpile.lowering.sm90` (the order of one
+iteration's ops, the ring depth, the wgmmas left in flight, the cp.async groups waited for, the warp-specialised
+form's condition, loader warps and registers) and records it on the rule context
 (`RuleContext.pipelined_loop`). `transpile.timeline` draws the recorded objects, so the timeline is the schedule of
 the emitted code, not a second description of it.
 """
@@ -138,7 +139,7 @@ class Sm90Ring:
     configs: list[RingConfig] = field(default_factory=list)
     q: str = ""  # attention: the loop-invariant operand kept in shared memory
     # The ops of one steady-state iteration, in the order the expander writes them (`transpile.lowering.sm90`:
-    # GEMM_STEADY for the GEMM rings; the attention rings write their own step).
+    # GEMM_STEADY for the GEMM rings, ATTENTION_STEADY for flash attention).
     steady: tuple[str, ...] = GEMM_STEADY
 
 
