@@ -6,6 +6,7 @@ by the checker, so the order really is data the output follows."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -41,30 +42,32 @@ def _swap(order: tuple[str, ...], first: str, second: str) -> tuple[str, ...]:
     return tuple(moved)
 
 
-def _translate(monkeypatch: pytest.MonkeyPatch, module, fixture: str, steady: tuple[str, ...] | None = None,  # noqa: ANN001
-               gluon_always: bool = False, **steps: tuple[str, ...]) -> str:
+def _translate(module, fixture: str, steady: tuple[str, ...] | None = None, gluon_always: bool = False,  # noqa: ANN001
+               **steps: tuple[str, ...]) -> str:
     """The sm90 variant of `fixture` with the rule `module` expanding its rings in the order `steady` (and the
-    partitions in `steps`: LOADER_STEPS=..., CONSUMER_STEPS=...)."""
-    if steady is not None:
-        monkeypatch.setattr(module, "gemm_ring", lambda _order, *args: gemm_ring(steady, *args))
-    for name, value in steps.items():
-        monkeypatch.setattr(module, name, value)
-    return translate_file(FIXTURES / fixture, SM90, gluon_always=gluon_always).text
+    partitions in `steps`: LOADER_STEPS=..., CONSUMER_STEPS=...); the rule is as it was afterwards."""
+    with pytest.MonkeyPatch.context() as patch:
+        if steady is not None:
+            patch.setattr(module, "gemm_ring", lambda _order, *args: gemm_ring(steady, *args))
+        for name, value in steps.items():
+            patch.setattr(module, name, value)
+        return translate_file(FIXTURES / fixture, SM90, gluon_always=gluon_always).text
 
 
-# (rule module, fixture, --gluon-always): a TMA ring with its warp-specialised and persistent forms, and a cp.async
-# ring (kept as Triton by default: measured slower than Triton's own pipeliner; emitted with --gluon-always)
+# (rule module, fixture, --gluon-always): a TMA ring with its warp-specialised and persistent forms, a TMA ring in a
+# kernel that walks its own tiles, and a cp.async ring (kept as Triton by default: measured slower than Triton's own
+# pipeliner; emitted with --gluon-always)
 RINGS = {
     "tma": (hopper_pipeline, "matmul_descriptor.py", False),
-    "tma persistent": (hopper_pipeline, "suite_desc_persistent.py", False),
+    "tma in a tile loop": (hopper_pipeline, "suite_desc_persistent.py", False),
     "cp.async": (hopper_cp_async, "matmul_splitk.py", True),
 }
 
 
 @pytest.mark.parametrize("ring", RINGS)
-def test_the_order_the_tool_uses_holds(monkeypatch: pytest.MonkeyPatch, ring: str) -> None:
+def test_the_order_the_tool_uses_holds(ring: str) -> None:
     module, fixture, always = RINGS[ring]
-    text = _translate(monkeypatch, module, fixture, GEMM_STEADY, gluon_always=always)
+    text = _translate(module, fixture, GEMM_STEADY, gluon_always=always)
     assert "warpgroup_mma(" in text
     report = check_source(text)
     assert report.cases and report.findings == [], "\n".join(map(str, report.findings))
@@ -78,34 +81,100 @@ WRONG = {
 
 @pytest.mark.parametrize("ring", RINGS)
 @pytest.mark.parametrize("wrong", WRONG)
-def test_a_wrong_order_is_written_and_found(monkeypatch: pytest.MonkeyPatch, ring: str, wrong: str) -> None:
+def test_a_wrong_order_is_written_and_found(ring: str, wrong: str) -> None:
     module, fixture, always = RINGS[ring]
-    right = _translate(monkeypatch, module, fixture, GEMM_STEADY, gluon_always=always)
-    text = _translate(monkeypatch, module, fixture, WRONG[wrong], gluon_always=always)
+    right = _translate(module, fixture, GEMM_STEADY, gluon_always=always)
+    text = _translate(module, fixture, WRONG[wrong], gluon_always=always)
     assert text != right  # the order is what the expander follows
     assert check_source(text).findings, f"{wrong}: not found in\n{text}"
 
 
-def test_two_warpgroups_need_the_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_warpgroups_need_the_barrier() -> None:
     """Without the barrier after the retire, one warpgroup refills a slot the other's wgmma still reads (the
     checker follows one and two warpgroups)."""
     steady = tuple(op for op in GEMM_STEADY if op != "barrier")
-    text = _translate(monkeypatch, hopper_pipeline, "matmul_descriptor.py", steady)
+    text = _translate(hopper_pipeline, "matmul_descriptor.py", steady)
     findings = check_source(text).findings
-    assert findings and all("arp" in str(f) or "slot" in str(f) for f in findings), findings
+    assert findings and all("while another wave may still be reading it" in str(f) for f in findings), findings
+    assert all("num_warps=8" in f.case for f in findings)  # one warpgroup's own wait ends its reads
 
 
-def test_partitions_follow_their_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partitions_follow_their_steps() -> None:
     """The warp-specialised loader copies only into slots handed back; a loader that copies first, or a consumer
-    that hands a slot back before retiring the wgmma that reads it, is found."""
-    right = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py")
-    assert "gl.warp_specialize(" in right and check_source(right).findings == []
+    that hands a slot back before retiring the wgmma that reads it, is found (the persistent form: both partitions
+    from `partition_loop`)."""
+    right = _translate(hopper_pipeline, "matmul_descriptor.py")
+    assert "_tile_consumer" in right and "_tile_loader" in right and check_source(right).findings == []
     early_copy = _swap(LOADER_STEPS, "wait_empty", "copy")
-    text = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py", LOADER_STEPS=early_copy)
+    text = _translate(hopper_pipeline, "matmul_descriptor.py", LOADER_STEPS=early_copy)
     assert text != right and check_source(text).findings
     early_release = _swap(CONSUMER_STEPS, "retire", "release")
-    text = _translate(monkeypatch, hopper_pipeline, "suite_desc_persistent.py", CONSUMER_STEPS=early_release)
+    text = _translate(hopper_pipeline, "matmul_descriptor.py", CONSUMER_STEPS=early_release)
     assert text != right and check_source(text).findings
+    # One thread arrives for the partition: with two warpgroups, the barrier after the retire is what makes the
+    # other warpgroup's reads of the slot over before it is handed back.
+    no_barrier = tuple(op for op in CONSUMER_STEPS if op != "barrier")
+    text = _translate(hopper_pipeline, "matmul_descriptor.py", CONSUMER_STEPS=no_barrier)
+    findings = check_source(text).findings
+    assert text != right and findings and all("is handed back" in f.message and "num_warps=8" in f.case
+                                              for f in findings), findings
+
+
+LOOP_BODY = """        off_k = k * BLOCK_K
+        a = a_desc.load([off_m, off_k])
+        b = b_desc.load([off_k, off_n])
+        acc = tl.dot(a, b, acc)
+"""
+# The descriptor GEMM's loop written other ways: the expander indents every line of a statement that spans lines
+# and keeps comments with their statements.
+BODIES = {
+    "carried offset advanced after the copies, behind a comment": (
+        "        a = a_desc.load([off_m, off_k])\n        b = b_desc.load([off_k, off_n])\n"
+        "        acc = tl.dot(a, b, acc)\n        # the next K block\n        off_k += BLOCK_K\n", "off_k_next"),
+    "an if block after the dot": (LOOP_BODY + "        if k == 3:\n            acc = acc * 2.0\n", "acc"),
+    "a comment before a producer statement": (
+        "        # this iteration's K offset\n" + LOOP_BODY, "off_k_next"),
+}
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_statements_keep_their_shape(tmp_path: Path, body: str) -> None:
+    text, name = BODIES[body]
+    source = (FIXTURES / "matmul_descriptor.py").read_text(encoding="utf-8")
+    assert LOOP_BODY in source
+    source = source.replace(LOOP_BODY, text)
+    if "off_k +=" in text:
+        source = source.replace("    for k in tl.range(", "    off_k = 0\n    for k in tl.range(")
+    path = tmp_path / "kernel.py"
+    path.write_text(source, encoding="utf-8")
+    variant = translate_file(path, SM90).text
+    tree = ast.parse(variant)
+    report = check_source(variant)
+    assert report.cases and report.findings == [], "\n".join(map(str, report.findings))
+    # the statement runs in every iteration of every loop that copies (a producer statement) or multiplies (the
+    # loop's own statement), the prologue's included
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For)
+             and ("mbarrier.expect(" if name == "off_k_next" else "warpgroup_mma(") in ast.unparse(n)
+             and not any(isinstance(m, ast.For) and m is not n for m in ast.walk(n))]
+    assert loops
+    for loop in loops:
+        if name == "acc":
+            assert "if k == 3:" in ast.unparse(loop)
+            continue
+        # (the producer's copy `off_k_next`; the warp-specialised loader's own `off_k`)
+        assigned = {t.id for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        assert assigned & {"off_k", "off_k_next"}, ast.unparse(loop)
+        if "off_k +=" in text:  # advanced in every iteration, not once after the loop
+            assert "off_k_next += BLOCK_K" in ast.unparse(loop) or "off_k += BLOCK_K" in ast.unparse(loop)
+
+
+def test_indent_leaves_strings_as_they_are() -> None:
+    from transpile.rules.pipeline_text import indent
+
+    text = 'x = """a\n  b\n"""\nif x:\n    y = 1'
+    assert indent(text, "    ") == '    x = """a\n  b\n"""\n    if x:\n        y = 1'
+    assert indent("a\n\n b", "  ") == "  a\n\n   b"
 
 
 def test_rings_record_the_order_they_were_written_in() -> None:

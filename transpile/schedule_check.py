@@ -419,6 +419,19 @@ class _Machine:
         if state.pending < 0:
             self.find(line, "more arrivals on an mbarrier than its count in one phase")
 
+    def released(self, part: _Part, ref: _SlotV, line: int) -> None:
+        """`mbarrier.arrive` on the barrier of slot `ref.index` hands the slot back: one thread arrives for the
+        partition, so with two warpgroups the other's wgmma reads of the slot must be over too (a barrier since its
+        `warpgroup_mma_wait`, as the arriving warpgroup's own wait ended only its own)."""
+        if part.warps <= 4:
+            return
+        for (ring, index), reads in self.readers.items():
+            for read in reads:
+                if index == ref.index and read.wgmma and read.part == part.name and not read.inflight \
+                        and max(read.phases) >= min(self.phase):
+                    self.find(line, f"slot {index} of `{ring}` is handed back ({ref.ring.name}) while the other "
+                                    f"warpgroup's wgmma of line {read.line} may still read it (no barrier since)")
+
     def settle_bars(self) -> None:
         """Complete every mbarrier phase whose arrivals are in (its TMA copies land with it)."""
         for state in self.bars.values():
@@ -626,6 +639,11 @@ class _Runner:
             values = [self.value(v) for v in node.values]
             if all(_is_int(v) for v in values):
                 return all(values) if isinstance(node.op, ast.And) else any(values)
+            # one known operand decides it (`gl.num_warps() == 4 and isinstance(stride, int)` is False at 8 warps)
+            if isinstance(node.op, ast.And) and any(_is_int(v) and not v for v in values):
+                return False
+            if isinstance(node.op, ast.Or) and any(_is_int(v) and v for v in values):
+                return True
             return _Sym(frozenset().union(*(_tiles(v) for v in values)))
         if isinstance(node, ast.IfExp):
             test = self.value(node.test)
@@ -744,6 +762,7 @@ class _Runner:
                 if not _is_int(taken):
                     raise _Unbounded(node, f"line {line}: a predicate the checker cannot evaluate")
                 if taken:
+                    m.released(part, ref, line)
                     m.arrive(ref, line)
                     m.yield_point(part)
             elif leaf == "wait":

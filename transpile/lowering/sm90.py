@@ -10,8 +10,10 @@ say how each op is written:
 - the MMA engine `Wgmma` issues `warpgroup_mma(..., is_async=True)` from the slots, retires all but the wgmmas left in
   flight (`warpgroup_mma_wait`) and drains them after the loop.
 
-The same engines write the warp-specialised partitions (`loader_loop`, `consumer_loop`), so a copy or a wait is
-written in one place for every form that does it.
+The same engines write the warp-specialised partitions (`partition_loop`: the TMA ring's loader, and both partitions
+of the persistent form), so a copy or a wait is written in one place for every form that does it. (The consumer of
+the non-persistent warp-specialised ring is a helper every such kernel shares, `_ws_wgmma_consumer` of
+`transpile/helpers/hopper.py`: CONSUMER_STEPS written once as code.)
 """
 
 from __future__ import annotations
@@ -104,18 +106,18 @@ class TmaCopy:
 
 @dataclass(frozen=True)
 class CpAsyncCopy:
-    """Copy engine: one cp.async copy per operand (`copy(iteration, slot)` writes it) and one commit group per
-    iteration; before the read, `wait_group` leaves the `NUM_STAGES - 2` younger groups in flight and a CTA barrier
-    makes every thread's copies visible."""
+    """Copy engine: one cp.async copy per operand (`copy(iteration, slot)` writes them, each masked off past the
+    loop's end: a cp.async copy is masked by its own mask, which the rule builds with its alignment hints) and one
+    commit group per iteration; before the read, `wait_group` leaves the `NUM_STAGES - 2` younger groups in flight
+    and a CTA barrier makes every thread's copies visible."""
 
     copy: Callable[[str, str], Sequence[str]]
     in_flight: str  # the groups left in flight at the wait (`NUM_STAGES - 2`)
-    width: int  # bytes per thread copy, for the prologue's note
-    vec: int
     prologue_note: str = ""
     carried_note: str = ""
 
     def issue(self, iteration: str, slot: str, in_range: str | None) -> list[str]:
+        """(`in_range` is in each copy's mask already: see the class.)"""
         return [*self.copy(iteration, slot), "async_copy.commit_group()"]
 
     def wait(self, slot: str, phase: str) -> list[str]:
@@ -229,10 +231,12 @@ def partition_loop(steps: Sequence[str], loop: LoopText, copy: TmaCopy, mma: Wgm
             body += copy.issue(None, "slot", None)
         elif op == "wait":
             body += copy.wait("slot", phase)
-        elif op == "mma" and mma is not None:
-            body += mma.issue(loop, "slot")
-        elif op == "retire" and mma is not None:
-            body += mma.retire(loop.acc, "slot")
+        elif op in ("mma", "retire") and mma is None:
+            raise ValueError(f"op {op!r} in a partition without an MMA engine (a loader)")
+        elif op == "mma":
+            body += mma.issue(loop, "slot")  # type: ignore[union-attr]
+        elif op == "retire":
+            body += mma.retire(loop.acc, "slot")  # type: ignore[union-attr]
         elif op == "barrier":
             body += ["# The previous wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
                      "if gl.num_warps() > 4:\n    _cta_barrier()"]

@@ -523,7 +523,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         *(f"{tdm_descs[load.name]} = tdm.make_tensor_descriptor({load.descriptor}[0], [{load.descriptor}[1], "
           f"{load.descriptor}[2]], [{load.descriptor}[3], 1], [{', '.join(shapes[load.name])}], {layouts[load.name]})"
           for load in plan.loads if engine == "tdm"),
-        *([f"# Where the computed operands are computed: in `mem`, for the next iteration, from tiles of fewer than "
+        *(["# Where the computed operands are computed: in `mem`, for the next iteration, from tiles of fewer than "
            "16 bits", "# (carried raw across the stage boundary, such a tile would be unpacked a byte a register), "
            "else in `mma`.",
            f"{in_mem}: gl.constexpr = " + " or ".join(f"{rings[load.name]}.dtype.primitive_bitwidth < 16"

@@ -54,6 +54,7 @@ from transpile.rules.hopper_schedule import (
 )
 from transpile.rules.pipeline_text import (
     LoopRange,
+    indent,
     loop_namer,
     next_names,
     rename,
@@ -1054,7 +1055,7 @@ class _TileDtype(cst.CSTTransformer):
 
 
 def _indent(text: str, prefix: str) -> str:
-    return "\n".join(prefix + ln if ln else ln for ln in text.splitlines())
+    return indent(text, prefix)
 
 
 def _value(statement: cst.BaseStatement) -> cst.Call:

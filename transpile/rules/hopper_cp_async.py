@@ -316,7 +316,7 @@ class _Emitter:
         dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
         acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
 
-        def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, vec: int, width: int) -> str:
+        def copy(load: OperandLoad, iteration: str, slot_expr: str, vec: int, width: int) -> str:
             call = body[load.index].body[0].value  # type: ignore[union-attr]
             pointer = rename(call.args[0].value, renames)
             mask_arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "mask"), None)
@@ -327,7 +327,7 @@ class _Emitter:
             # itself does not lower (Triton 3.6 and 3.9).
             mask = (f"gl.max_constancy(gl.broadcast({rename(mask_arg.value, renames)}, {pointer})[0] & {in_range}, "
                     f"[1, {vec}])" if mask_arg is not None else in_range)
-            head = f"{pad}_cp_async_load("
+            head = "_cp_async_load("
             return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, "
                     f"[1, {width}]), [1, {vec}]),\n{' ' * len(head)}mask={mask})")
 
@@ -341,8 +341,8 @@ class _Emitter:
 
         def ring(vec: int, width: int) -> str:
             engine = CpAsyncCopy(
-                lambda iteration, slot_expr: [copy(load, iteration, slot_expr, "", vec, width) for load in plan.loads],
-                schedule.wait_groups.text(stages), width, vec,  # type: ignore[union-attr]
+                lambda iteration, slot_expr: [copy(load, iteration, slot_expr, vec, width) for load in plan.loads],
+                schedule.wait_groups.text(stages),  # type: ignore[union-attr]
                 prologue_note="# Prologue: start the copies of the first NUM_STAGES - 1 iterations, one commit group "
                 "each. The hints\n"
                 f"# ({width}-byte aligned, {vec} contiguous elements, masks constant over {vec}) are what the test "
@@ -399,6 +399,3 @@ def _broadcast_dim(node: cst.BaseExpression) -> str | None:
     """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
     return {0: "first", 1: "last"}.get(broadcast_axis(node))  # type: ignore[arg-type]
 
-
-def _indent(text: str, prefix: str) -> str:
-    return "\n".join(prefix + line if line else line for line in text.splitlines())

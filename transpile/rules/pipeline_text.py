@@ -4,6 +4,8 @@ later iteration (``k`` -> ``k_next``)."""
 from __future__ import annotations
 
 import functools
+import io
+import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -138,8 +140,25 @@ def statements(text: str, leading: Sequence[cst.EmptyLine]) -> list[cst.BaseStat
 
 
 def indent(text: str, prefix: str) -> str:
-    """`text` with `prefix` before each line that is not empty."""
-    return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
+    """`text` with `prefix` before each line that is not empty, except the lines inside a string literal that spans
+    lines (`\"\"\"...\"\"\"`): indenting those would change the string."""
+    inside = _string_lines(text) if ('"""' in text or "'''" in text) else frozenset()
+    return "\n".join(line if i in inside else prefix + line if line.strip() else ""
+                     for i, line in enumerate(text.splitlines()))
+
+
+def _string_lines(text: str) -> frozenset[int]:
+    """The lines of `text` (0-based) that continue a string literal begun on an earlier line."""
+    inside: set[int] = set()
+    kinds = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING),
+             getattr(tokenize, "FSTRING_END", tokenize.STRING)}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in kinds and token.end[0] > token.start[0]:
+                inside.update(range(token.start[0], token.end[0]))  # (rows are 1-based: the rows after the first)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # not a whole statement: no string is known to span its lines
+    return frozenset(inside)
 
 
 @functools.lru_cache(maxsize=256)
