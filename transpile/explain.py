@@ -11,6 +11,7 @@ from rich.table import Table
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
 from transpile.engine import KernelOutcome, for_amd, prepare, prepare_blocks, translate_source
+from transpile.lowering.sm90 import CONSUMER_STEPS, LOADER_STEPS
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
@@ -149,7 +150,8 @@ def _ring_rows(outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001 - KernelO
                          f"{ws.registers} registers) waits `empty[slot]`, expects and copies into the slot; "
                          f"`{ws.consumer or WS_CONSUMER}` waits `ready[slot]`, multiplies, arrives on the previous "
                          "slot's `empty`" + ("; both walk the program's tiles (persistent)" if ws.persistent else "")
-                         + "; else one partition"))
+                         + f"; loader: {' -> '.join(LOADER_STEPS)}; consumer: {' -> '.join(CONSUMER_STEPS)}"
+                         + "; else one partition (the iteration above)"))
         for config in ring.configs:
             form = ("" if ws is None else
                     {True: "warp-specialised; ", False: "single partition; ", None: "form decided at launch; "}[

@@ -42,6 +42,7 @@ from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, ca
                                  product_factors, read_names, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
+from transpile.lowering.sm90 import TmaCopy
 from transpile.rules.base import Example, Rule, RuleContext
 from transpile.rules.hopper_attention import WSLoop, _elementwise, ring_tile
 from transpile.rules.hopper_schedule import add_config
@@ -512,14 +513,12 @@ class _Form:
             "        slot = it % NUM_STAGES",
             "        # (a fresh mbarrier counts the phase before phase 0 as completed: the first pass does not wait)",
             "        phase = ((it // NUM_STAGES) & 1) ^ 1",
-            "        mbarrier.wait(k_empty.index(slot), phase)",
-            "        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)",
-            f"        _tma_async_load(k_desc, [{coords['k'][0]}, {coords['k'][1]}], k_ready.index(slot), "
-            "k_ring.index(slot))",
-            "        mbarrier.wait(v_empty.index(slot), phase)",
-            "        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)",
-            f"        _tma_async_load(v_desc, [{coords['v'][0]}, {coords['v'][1]}], v_ready.index(slot), "
-            "v_ring.index(slot))",
+            *(line for key in ("k", "v") for line in (
+                f"        mbarrier.wait({key}_empty.index(slot), phase)",
+                # (each of K and V a ring with its own barriers: a TMA copy engine each)
+                *(f"        {text}" for text in TmaCopy(f"{key}_ready", ((
+                    f"{key}_desc", f"[{coords[key][0]}, {coords[key][1]}]", f"{key}_ring"),)).issue(None, "slot", None)),
+            )),
         ])
         # The kernel: the scalars the descriptors and the loop range read, the descriptors, the rings and barriers,
         # the partitions.
