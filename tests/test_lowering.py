@@ -1,8 +1,10 @@
-"""The sm90 expander (`transpile.lowering.sm90`): the GEMM rings and warp-specialised partitions are written from
-the op order their schedule records, through the copy and MMA engines. Each order the tool uses holds under the
-schedule checker; each wrong order (a refill before the retire that frees its slot, a wgmma before its wait, no
-barrier between two warpgroups, a loader that copies before its slot is handed back) is written as asked and found
-by the checker, so the order really is data the output follows."""
+"""The pipelined loops are written in the op order their schedule records: the sm90 expander
+(`transpile.lowering.sm90`: the GEMM rings and warp-specialised partitions through the copy and MMA engines, the
+flash-attention step) and the AMD warp-pipelined loop (each stage's ops, `Stage.ops`). Each order the tool uses holds
+under the schedule checker; each wrong order (a refill before the retire that frees its slot, a wgmma before its
+wait, no barrier between two warpgroups, a loader that copies before its slot is handed back, a refill in the MMA
+stage, the next operands read before this iteration's MMA or not at all) is written as asked and found by the
+checker, so the order really is data the output follows."""
 
 from __future__ import annotations
 
@@ -238,3 +240,42 @@ def test_explain_shows_the_order_written() -> None:
     for table in explain_file(FIXTURES / "matmul_descriptor.py", SM90, "matmul_descriptor.py"):
         console.print(table)
     assert "in the order written: " + " -> ".join(GEMM_STEADY) in console.export_text()
+    # AMD: the stage plan the variant's loop was emitted from (not planned again), its stages' ops in order
+    console = Console(width=400, record=True)
+    for table in explain_file(FIXTURES / "canon_gemm_nt.py", get_target("gfx950"), "canon_gemm_nt.py"):
+        console.print(table)
+    text = console.export_text()
+    assert "(as emitted)" in text and "(in order: consume)" in text
+    assert "(in order: operands -> store_staged -> refill)" in text
+
+
+# The AMD warp-pipelined loop: each iteration waits for its copies, then runs the plan's stages in order, each its
+# ops in order (`Stage.ops`: MMA_OPS, MEM_OPS of `transpile.analysis.stages`).
+AMD_WRONG = {
+    "the refill in the MMA stage, before the MMA": (("refill", "consume"), ("operands", "store_staged")),
+    "the next operands read before this iteration's MMA": (("operands", "consume"), ("store_staged", "refill")),
+    "no read of the next operands": (("consume",), ("store_staged", "refill")),
+}
+
+
+def _amd(target: str, ops: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> str:
+    from transpile.analysis import stages
+
+    with pytest.MonkeyPatch.context() as patch:
+        if ops is not None:
+            patch.setattr(stages, "MMA_OPS", ops[0])
+            patch.setattr(stages, "MEM_OPS", ops[1])
+        return translate_file(FIXTURES / "canon_gemm_nt.py", get_target(target)).text
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "gfx1250"])
+def test_amd_stages_follow_their_ops(target: str) -> None:
+    right = _amd(target)
+    report = check_source(right)
+    assert "warp_pipeline_stage" in right and report.cases and report.findings == []
+    for wrong, ops in AMD_WRONG.items():
+        text = _amd(target, ops)
+        assert text != right, wrong
+        assert check_source(text).findings, f"{target}: {wrong}: not found"
+    with pytest.raises(ValueError, match="'prefetch'"):
+        _amd(target, (("consume",), ("operands", "prefetch")))

@@ -49,7 +49,7 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
                       f"{' at ' + ', '.join(map(str, loop.dots)) if loop.dots else ''}, {len(loop.loads)} load(s)"
                       f"{' at ' + ', '.join(map(str, loop.loads)) if loop.loads else ''}")
             table.add_row("loop", str(loop.line), detail)
-        for row in _stage_rows(source, fn, plan, target):
+        for row in _stage_rows(source, fn, plan, target, outcome):
             table.add_row(*row)
         for row in _ring_rows(outcome):
             table.add_row(*row)
@@ -74,10 +74,12 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
     return tables
 
 
-def stage_plans(source, fn, plan, target: Target) -> list[tuple[cst.For, StagePlan | StageRefusal | None]]:  # noqa: ANN001
+def stage_plans(source, fn, plan, target: Target, emitted: list[StagePlan] | None = None  # noqa: ANN001
+                ) -> list[tuple[cst.For, StagePlan | StageRefusal | None]]:
     """Every `for` loop of `fn` with the warp-pipeline stage plan the target's AMD rule makes for it (none for
-    targets without that rule): what `explain` prints, refusals included. (The timeline draws the plans the rules
-    recorded for the loops they rewrote: `KernelOutcome.schedules`.)"""
+    targets without that rule): what `explain` prints, refusals included. `emitted`: the plans the rule recorded
+    for the loops it rewrote (`KernelOutcome.schedules`), taken for the loops at their lines, in order, instead of
+    planning those again (the timeline draws the same)."""
     from transpile.rules.amd_warp_pipeline import AMDWarpPipeline
 
     rule = next((r for r in target.rules if isinstance(r, AMDWarpPipeline)), None)
@@ -90,24 +92,37 @@ def stage_plans(source, fn, plan, target: Target) -> list[tuple[cst.For, StagePl
             loops.append(node)
 
     fn.node.visit(_Loops())
-    return [(loop, rule.stage_plan(source, fn, loop, plan, target.shared_memory_bytes)) for loop in loops]
+    by_line: dict[int, list[StagePlan]] = {}
+    for sp in emitted or []:
+        by_line.setdefault(sp.line, []).append(sp)
+    found: list[tuple[cst.For, StagePlan | StageRefusal | None]] = []
+    for loop in loops:
+        recorded = by_line.get(source.position(loop)[0])
+        found.append((loop, recorded.pop(0) if recorded else
+                      rule.stage_plan(source, fn, loop, plan, target.shared_memory_bytes)))
+    return found
 
 
-def _stage_rows(source, fn, plan, target: Target) -> list[tuple[str, str, str]]:  # noqa: ANN001
-    """The warp-pipeline stage plan of each main loop, for targets whose rules warp-pipeline (AMD)."""
+def _stage_rows(source, fn, plan, target: Target, outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001
+    """The warp-pipeline stage plan of each main loop, for targets whose rules warp-pipeline (AMD): the plan the
+    variant's loop was emitted from where it was (`KernelOutcome.schedules`), else what the rule plans for it (a
+    refusal, or a plan the variant does not use: the kernel kept as Triton)."""
     rows: list[tuple[str, str, str]] = []
-    for loop, sp in stage_plans(source, fn, plan, target):
+    emitted = [s for s in outcome.schedules if isinstance(s, StagePlan)] if outcome.translated else []
+    for loop, sp in stage_plans(source, fn, plan, target, emitted):
         line = str(source.position(loop)[0])
         if sp is None:
             continue
         if isinstance(sp, StageRefusal):
             rows.append(("stage plan", line, f"not pipelined ({source.position(sp.node)[0]}): {sp.reason}"))
             continue
+        used = "as emitted" if any(sp is e for e in emitted) else "planned; the variant does not emit it"
         rows.append(("stage plan", line, f"{len(sp.stages)} stages on 2 warp groups (num_warps=8); copies: "
-                     f"{ENGINES[sp.engine]}; ring of {sp.slots} slots, {sp.distance} iteration(s) ahead"))
+                     f"{ENGINES[sp.engine]}; ring of {sp.slots} slots, {sp.distance} iteration(s) ahead ({used})"))
         for i, stage in enumerate(sp.stages):
             rows.append((f"stage {i}", ", ".join(map(str, stage.lines)),
-                         f'"{stage.label}" priority {stage.priority}: {stage.role}'))
+                         f'"{stage.label}" priority {stage.priority}: {stage.role}'
+                         + (f" (in order: {' -> '.join(stage.ops)})" if stage.ops else "")))
             if i == 0:
                 rows.append(("wait", "", sp.wait or "none: the compiler's barrier between the stages orders the "
                              "LDS reads before the next stores"))

@@ -363,7 +363,7 @@ class _Machine:
         if not tiles:
             return  # a dot of a loop as translated (no ring): nothing to check
         name = target or f"<dot at line {line}>"
-        state = part.acc.setdefault(name, [0, part.trips, line]) if carried else None
+        state = part.acc.setdefault(name, [0, part.trips, line, {}]) if carried else None
         for tile in tiles:
             read = self.reads[tile.read]
             if read.used_at is None:
@@ -379,6 +379,8 @@ class _Machine:
                 self.find(line, f"`{name}` uses tile {tile.number} of `{tile.ring}` (read at line {read.line}) "
                                 f"after tile {last}")
             part.sequence[(tile.ring, name)] = tile.number
+            if state is not None:
+                state[3].setdefault(tile.ring, set()).add(tile.number)
         if state is not None:
             state[0] += 1
 
@@ -394,6 +396,12 @@ class _Machine:
             return
         if state[0] != state[1]:
             self.find(state[2], f"`{name}` is updated {state[0]} times by a loop of {state[1]} iterations")
+        # each update a tile of its own (one may come twice: a software-pipelined PV's first V tile), not the same
+        # registers again and again
+        for ring, numbers in state[3].items():
+            if len(numbers) < state[0] - 1:
+                self.find(state[2], f"`{name}` is updated {state[0]} times from only {len(numbers)} tile(s) of "
+                                    f"`{ring}`: an MMA fed the same tile again")
 
     def finish(self, part: _Part, line: int) -> None:
         self.commit(part)

@@ -79,6 +79,18 @@ class Stage:
     priority: int
     lines: list[int]  # source lines of the statements the stage runs
     role: str
+    # What the stage runs, in order, as the expander writes it (`rules/amd_warp_pipeline.py`, `step`): consume —
+    # the loop's computation and its MMAs on this iteration's operands (in registers); operands — the next
+    # iteration's operands read from the ring (and the operands computed from them, where computed in `mem`);
+    # store_staged — the tiles of a later iteration, loaded a step before, stored into the slot just read (the
+    # gfx942 prefetching engine; nothing otherwise); refill — the copies of iteration it + NUM_STAGES into that slot
+    ops: tuple[str, ...] = ()
+
+
+# The ops of the two warp-pipeline stages of every AMD pipelined loop (`Stage.ops`): the MMA stage, then the memory
+# stage. Each iteration waits for its copies first (`StagePlan.wait`), then runs the stages in this order.
+MMA_OPS = ("consume",)
+MEM_OPS = ("operands", "store_staged", "refill")
 
 
 @dataclass
@@ -332,10 +344,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
            if loop_plan.chained else
            "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead")
     stages = [
-        Stage("mma", 0, sorted(consumer_lines), mma),
+        Stage("mma", 0, sorted(consumer_lines), mma, MMA_OPS),
         Stage("mem", 1, sorted(producer_lines + load_lines),
               f"the next iteration's operands from the ring; addresses and masks of iteration it + {distance}, "
-              f"{copies}"),
+              f"{copies}", MEM_OPS),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     shapes = []

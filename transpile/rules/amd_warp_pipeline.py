@@ -563,15 +563,26 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                              f"{inner}    if ({iteration} + 1) < {iters}:", *reads(next_slot, deeper, computed=True),
                              *prepare(f"({iteration} + 1)", deeper), f"{inner}else:",
                              *reads(next_slot, inner + "    ", computed=True)]
-        if prefetch:  # the tiles of iteration + NUM_STAGES, loaded a step ago, then the loads of the one after
-            later = [*next_operands, *store_staged(slot, inner),
-                     *producer(f"({iteration} + {stages} + 1)", slot, inner, guard=not staged)]
-        else:
-            later = [*next_operands, *producer(f"({iteration} + {stages})", slot, inner, guard=not staged)]
-        if not staged:
-            return lines + work + later
-        return [*lines, f'{pad}with gl.amd.warp_pipeline_stage("mma", priority=0):', *work,
-                f'{pad}with gl.amd.warp_pipeline_stage("mem", priority=1):', *later]
+        # (prefetching: the tiles of iteration + NUM_STAGES, loaded a step ago, are stored; then the loads of the
+        # one after)
+        later = f"({iteration} + {stages} + 1)" if prefetch else f"({iteration} + {stages})"
+
+        def run(op: str) -> list[str]:
+            if op == "consume":
+                return work
+            if op == "operands":
+                return next_operands
+            if op == "store_staged":
+                return store_staged(slot, inner) if prefetch else []
+            if op == "refill":
+                return producer(later, slot, inner, guard=not staged)
+            raise ValueError(f"unknown op {op!r} in a warp-pipeline stage")
+
+        for stage in sp.stages:  # the stages in the plan's order, each running its ops in order
+            if staged:
+                lines.append(f'{pad}with gl.amd.warp_pipeline_stage("{stage.label}", priority={stage.priority}):')
+            lines += [line for op in stage.ops for line in run(op)]
+        return lines
 
     rounds = name("num_rounds")
     loop = [
