@@ -124,6 +124,8 @@ class HopperCpAsyncPipeline(Rule):
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
         emitted = _Emitter(ctx, plan, original, updated).emit()
+        if isinstance(emitted, _AddressForm) and ctx.slower_than_triton(original, "cp.async, address form", emitted):
+            return updated  # the policy keeps such GEMMs as Triton whatever their address form (rules/base.py)
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
@@ -162,6 +164,11 @@ class HopperCpAsyncPipeline(Rule):
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
 
+class _AddressForm(str):
+    """Why the ring does not take the loop, where the reason is the form of its tiles' addresses or loads (not their
+    element types): a loop the profitability policy keeps as Triton whatever its form."""
+
+
 class _Emitted:
     """The emitted source of a pipelined loop and the schedule it was written from (a plain `str` from
     `_Emitter.emit` is the reason it was not)."""
@@ -193,21 +200,22 @@ class _Emitter:
         shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
-                return f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements with zeros)"
+                return _AddressForm(f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements "
+                                    "with zeros)")
         # The run-time tests that make the copies' alignment hints true, per copy width.
         tests: dict[int, list[str]] = {vec: [] for vec, _ in TIERS}
         definitions: dict[str, cst.BaseExpression] = {}
         for load in plan.loads:
             if not isinstance(load.pointer, cst.Name) or load.pointer.value not in plan.carried:
-                return f"the pointer tile of `{load.name}` is not a loop-carried tile of pointers"
+                return _AddressForm(f"the pointer tile of `{load.name}` is not a loop-carried tile of pointers")
             definition = self._definition(load.pointer.value)
             if definition is None:
-                return f"`{load.pointer.value}` is not assigned exactly once before the loop"
+                return _AddressForm(f"`{load.pointer.value}` is not assigned exactly once before the loop")
             mask_params = sorted(self._mask_params(load))
             for vec, width in TIERS:
                 test = self._alignment_tests(definition, vec, width)
                 if isinstance(test, str):
-                    return test
+                    return _AddressForm(test)
                 tests[vec] += test + [f"({name} % {vec} == 0)" for name in mask_params]
             definitions[load.pointer.value] = definition
         tests = {vec: list(dict.fromkeys(t)) for vec, t in tests.items()}
