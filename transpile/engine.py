@@ -589,28 +589,19 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         if library is not None:
             # A helper of a library module: a kernel takes pointers and numbers, never a tensor
             param, node = library
-            outcome.translated = False
-            outcome.kept_reason = (f"it is a helper for other modules, not a kernel: no function of this file calls "
-                                   f"or launches it, and its parameter `{param}` is used as a tensor at line "
-                                   f"{source.position(node)[0]}; a module whose kernel imports it translates its own "
-                                   "copy, at the kinds that kernel passes")
-            outcome.diagnostics = [source.diagnostic(fn.node.name, "TT041",
-                                                     f"`{fn.name}` kept as Triton: {outcome.kept_reason}")]
+            _kept(outcome, source, fn.node.name, fn.name,
+                  f"it is a helper for other modules, not a kernel: no function of this file calls or launches it, "
+                  f"and its parameter `{param}` is used as a tensor at line {source.position(node)[0]}; a module whose "
+                  "kernel imports it translates its own copy, at the kinds that kernel passes", alone=True)
         elif refusals:
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
         elif target.backend == "cuda" and (few := _few_warps(fn, facts, plans)) is not None:
-            outcome.translated = False
-            outcome.kept_reason = (f"{few}, and its dots would run as wgmma, which takes a warpgroup of 4 warps "
-                                   "(Triton runs them as mma.sync there)")
-            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
-                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
+            _kept(outcome, source, fn.node, fn.name, f"{few}, and its dots would run as wgmma, which takes a "
+                  "warpgroup of 4 warps (Triton runs them as mma.sync there)", drop=())
         elif reserved:
-            outcome.translated = False
-            outcome.kept_reason = (f"it binds `{reserved[0]}`, the name its Gluon translation reads the Gluon "
-                                   "language by")
-            outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
-                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
+            _kept(outcome, source, fn.node, fn.name, f"it binds `{reserved[0]}`, the name its Gluon translation "
+                  "reads the Gluon language by", drop=())
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
             if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
@@ -620,43 +611,32 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                       and access is None else None)
             if vector is not None:
                 line = source.position(vector)[0]
-                outcome.translated = False
-                outcome.kept_reason = (f"the load at line {line} reads a vector in every iteration of a loop, in the "
-                                       "layout of a 2-D tile's rows or columns, which every warp along the tile's "
-                                       "other axis would load again, where Triton's compiler spreads it over the warps "
-                                       "(a matrix-vector product written with `tl.sum`: 0.47-0.85x measured)")
-                outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
-                    vector, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason} (--gluon-always translates "
-                    "it)")})
+                _kept(outcome, source, vector, fn.name,
+                      f"the load at line {line} reads a vector in every iteration of a loop, in the layout of a 2-D "
+                      "tile's rows or columns, which every warp along the tile's other axis would load again, where "
+                      "Triton's compiler spreads it over the warps (a matrix-vector product written with `tl.sum`: "
+                      "0.47-0.85x measured)", drop=(), note=" (--gluon-always translates it)")
             elif access is not None:
                 line = source.position(access)[0]
-                outcome.translated = False
-                outcome.kept_reason = (f"the access at line {line} is contiguous along the first axis of its tile (a "
-                                       "transposed copy): a Gluon layout would leave it uncoalesced, where Triton's "
-                                       "compiler picks a layout per access")
-                outcome.diagnostics = sorted({*outcome.diagnostics, source.diagnostic(
-                    access, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason} (--gluon-always translates "
-                    "it)")})
+                _kept(outcome, source, access, fn.name,
+                      f"the access at line {line} is contiguous along the first axis of its tile (a transposed copy): "
+                      "a Gluon layout would leave it uncoalesced, where Triton's compiler picks a layout per access",
+                      drop=(), note=" (--gluon-always translates it)")
             elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
                 outcome.dispatch = _alignment_dispatch(facts, fn, _column_reduced(plan))
         chosen = sorted(n.value for n in cst_walk.preorder(fn.node)
                         if isinstance(n, cst.Name) and n.value in facts.chosen) if facts.chosen else []
         if outcome.translated and outcome.dispatch is not None and chosen:
             # The source kernel's copy would call `rnd`, which the module binds to a Gluon helper at import time
-            outcome.translated = False
-            outcome.kept_reason = (f"it calls `{chosen[0]}`, a helper the module picks at import time (under an `if`), "
-                                   "and its Gluon form runs only some launches: the source kernel kept for the others "
-                                   "would call the Gluon helper")
-            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
-                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
+            _kept(outcome, source, fn.node, fn.name,
+                  f"it calls `{chosen[0]}`, a helper the module picks at import time (under an `if`), and its Gluon "
+                  "form runs only some launches: the source kernel kept for the others would call the Gluon helper")
         if outcome.translated and outcome.dispatch is not None and fn.name in facts.jit_statements.values():
             # `k = triton.jit(k)` (and wrappers applied the same way) after the definition: the launcher would be
             # bound before those lines, which then wrap the launcher (the variant did not import)
-            outcome.translated = False
-            outcome.kept_reason = ("its `triton.jit` is applied by a call after the definition, and its Gluon form runs "
-                                   "only some launches (a launcher picks it per launch), which that call would wrap")
-            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
-                fn.node, "TT041", f"`{fn.name}` kept as Triton: {outcome.kept_reason}")})
+            _kept(outcome, source, fn.node, fn.name,
+                  "its `triton.jit` is applied by a call after the definition, and its Gluon form runs only some "
+                  "launches (a launcher picks it per launch), which that call would wrap")
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
@@ -667,13 +647,10 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             callee = facts.callee(call.func)
             outcome = outcomes.get(callee) if callee is not None else None
             if outcome is not None and outcome.translated:
-                outcome.translated = False
                 outcome.is_helper = True  # (a helper of that kernel: `verify` does not compile it as a kernel)
-                outcome.kept_reason = (f"`{kernel.name.value}`, a kernel the variant keeps as written (defined below "
-                                       "module level), calls it")
-                outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"],
-                                              source.diagnostic(facts.functions[callee].node, "TT041",
-                                                                f"`{callee}` kept as Triton: {outcome.kept_reason}")})
+                _kept(outcome, source, facts.functions[callee].node, callee,  # type: ignore[arg-type]
+                      f"`{kernel.name.value}`, a kernel the variant keeps as written (defined below module level), "
+                      "calls it")
     module_names = _module_names(source.module)
     while True:
         _propagate_kept(facts, outcomes, source, target, inlined)
@@ -696,13 +673,9 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             # them): every kernel is kept as Triton rather than call the wrong function.
             for name, outcome in outcomes.items():
                 if outcome.translated:
-                    outcome.translated = False
-                    outcome.kept_reason = (f"the module defines `{clash[0]}`, " + (
+                    _kept(outcome, source, facts.functions[name].node, name, f"the module defines `{clash[0]}`, " + (
                         "a Python builtin the Gluon variant's helpers call (they would call the module's function)"
                         if clash[0] in shadowed else "a name the Gluon variant gives one of its helpers"))
-                    outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"],
-                                                  source.diagnostic(facts.functions[name].node, "TT041",
-                                                                    f"`{name}` kept as Triton: {outcome.kept_reason}")})
             continue
         tree = _emit_tree(source, facts, target, rewritten, outcomes, helpers, text, prepared.original_source.module)
         module = _module_text(tree)
@@ -716,17 +689,10 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
 
         in_source = {(u.function, u.name) for u in undefined_names(text)}  # the source's own undefined names
         for name, missing in broken.items():
-            outcome = outcomes[name]
-            outcome.translated = False
-            if (name, missing) in in_source:
-                outcome.kept_reason = f"it reads `{missing}`, which its source never defines"
-            else:
-                outcome.kept_reason = (f"its Gluon translation for {target.name} reads `{missing}` without defining "
-                                       "it (a limit of the tool's rewrite)")
-            fn = facts.functions[name]
-            # (a TT043 "runs as Gluon for the launches ..." of the translation no longer holds)
-            outcome.diagnostics = sorted({*[d for d in outcome.diagnostics if d.code != "TT043"], source.diagnostic(
-                fn.node, "TT041", f"`{name}` kept as Triton: {outcome.kept_reason}")})
+            _kept(outcomes[name], source, facts.functions[name].node, name,
+                  f"it reads `{missing}`, which its source never defines" if (name, missing) in in_source else
+                  f"its Gluon translation for {target.name} reads `{missing}` without defining it (a limit of the "
+                  "tool's rewrite)")
 
 
 def format_results(results: list[TranslationResult], style: FormatStyle | None = None) -> FormatError | None:
@@ -983,6 +949,17 @@ def _triton_copies(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], name:
                 found.append(callee)
                 frontier.append(callee)
     return sorted(found)
+
+
+def _kept(outcome: KernelOutcome, source: SourceFile, node: cst.CSTNode, name: str, reason: str, *,
+          drop: tuple[str, ...] = ("TT043",), note: str = "", alone: bool = False) -> None:
+    """Keep the function `name` as Triton for `reason`: its TT041 note at `node` (with `note` after the reason), the
+    notes of codes `drop` left out (a TT043 "runs as Gluon for the launches ..." no longer holds), or, `alone`, the
+    TT041 note as its only diagnostic."""
+    outcome.translated = False
+    outcome.kept_reason = reason
+    kept = source.diagnostic(node, "TT041", f"`{name}` kept as Triton: {reason}{note}")
+    outcome.diagnostics = [kept] if alone else sorted({*(d for d in outcome.diagnostics if d.code not in drop), kept})
 
 
 def _keep(outcome: KernelOutcome, source: SourceFile, fn: JitFunction, target: Target, reason: str) -> None:
