@@ -91,6 +91,13 @@ class Stage:
 # stage. Each iteration waits for its copies first (`StagePlan.wait`), then runs the stages in this order.
 MMA_OPS = ("consume",)
 MEM_OPS = ("operands", "store_staged", "refill")
+# Copy engines that load a later iteration's tiles into registers a step before storing them (`store_staged`)
+PREFETCHING_ENGINES = ("buffer_loads",)
+
+
+def mem_ops(engine: str) -> tuple[str, ...]:
+    """MEM_OPS as `engine` runs them: `store_staged` only where it prefetches."""
+    return MEM_OPS if engine in PREFETCHING_ENGINES else tuple(op for op in MEM_OPS if op != "store_staged")
 
 
 @dataclass
@@ -347,7 +354,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         Stage("mma", 0, sorted(consumer_lines), mma, MMA_OPS),
         Stage("mem", 1, sorted(producer_lines + load_lines),
               f"the next iteration's operands from the ring; addresses and masks of iteration it + {distance}, "
-              f"{copies}", MEM_OPS),
+              f"{copies}", mem_ops(engine)),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     shapes = []

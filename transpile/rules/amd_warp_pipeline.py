@@ -26,8 +26,8 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consumer_indices, loop_body
-from transpile.analysis.stages import (PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan, StageRefusal, hoistable_convert,
-                                      plan_stages)
+from transpile.analysis.stages import (PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
+                                      StageRefusal, hoistable_convert, plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
@@ -333,7 +333,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     full = name("num_full")
     # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
     # into their slot, so that the global loads' latency is hidden behind a step of the other warp group's MMAs.
-    prefetch = engine == "buffer_loads"
+    prefetch = engine in PREFETCHING_ENGINES
     staged = {load.name: name(f"{load.name}_staged") for load in plan.loads}
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
