@@ -918,14 +918,16 @@ def _propagate_kept(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], sour
             for callee in _callees(fn, facts):
                 kept = outcomes[callee]
                 if kept.translated and not _copyable(facts, outcomes, callee):
-                    _keep(kept, source, facts.functions[callee], target,
-                          f"it is called by `{fn.name}`, which is kept as Triton (Triton code cannot call Gluon)")
+                    _kept(kept, source, facts.functions[callee].node.name, callee,
+                          f"it is called by `{fn.name}`, which is kept as Triton (Triton code cannot call Gluon)",
+                          drop=("TT040",), target=target.name)
                     changed = True
             for caller in sorted(fn.called_by):
                 kept = outcomes[caller]
                 if kept.translated and (fn.name, caller) not in inlined:
-                    _keep(kept, source, facts.functions[caller], target,
-                          f"it calls the helper `{fn.name}`, which is kept as Triton (Gluon code cannot call Triton)")
+                    _kept(kept, source, facts.functions[caller].node.name, caller,
+                          f"it calls the helper `{fn.name}`, which is kept as Triton (Gluon code cannot call Triton)",
+                          drop=("TT040",), target=target.name)
                     changed = True
 
 
@@ -952,21 +954,15 @@ def _triton_copies(facts: ModuleFacts, outcomes: dict[str, KernelOutcome], name:
 
 
 def _kept(outcome: KernelOutcome, source: SourceFile, node: cst.CSTNode, name: str, reason: str, *,
-          drop: tuple[str, ...] = ("TT043",), note: str = "", alone: bool = False) -> None:
-    """Keep the function `name` as Triton for `reason`: its TT041 note at `node` (with `note` after the reason), the
-    notes of codes `drop` left out (a TT043 "runs as Gluon for the launches ..." no longer holds), or, `alone`, the
-    TT041 note as its only diagnostic."""
+          drop: tuple[str, ...] = ("TT043",), note: str = "", alone: bool = False, target: str = "") -> None:
+    """Keep the function `name` as Triton for `reason`: its TT041 note at `node` (saying for which `target` where
+    given, `note` after the reason), the notes of codes `drop` left out (a TT043 "runs as Gluon for the launches ..."
+    no longer holds), or, `alone`, the TT041 note as its only diagnostic."""
     outcome.translated = False
     outcome.kept_reason = reason
-    kept = source.diagnostic(node, "TT041", f"`{name}` kept as Triton: {reason}{note}")
+    kept = source.diagnostic(node, "TT041", f"`{name}` kept as Triton{f' for {target}' if target else ''}: "
+                                            f"{reason}{note}")
     outcome.diagnostics = [kept] if alone else sorted({*(d for d in outcome.diagnostics if d.code not in drop), kept})
-
-
-def _keep(outcome: KernelOutcome, source: SourceFile, fn: JitFunction, target: Target, reason: str) -> None:
-    outcome.translated = False
-    outcome.kept_reason = reason
-    outcome.diagnostics = sorted({*(d for d in outcome.diagnostics if d.code != "TT040"), source.diagnostic(
-        fn.node.name, "TT041", f"`{fn.name}` kept as Triton for {target.name}: {reason}")})
 
 
 def _callees(fn: JitFunction, facts: ModuleFacts) -> list[str]:

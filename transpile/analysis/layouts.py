@@ -16,8 +16,8 @@ layout computed from the class's tile shape. The result is a `LayoutPlan`: facts
 
 The module holds the analysis and the walker of a function's statements and expressions; the values it computes
 with, the facts it records and the algebra of types and shapes are in `layout_values`, the evaluation of language
-calls (`tl.*`, tensor methods, `tl.dot`, descriptors) in `layout_calls` (mixed into the walker). Every name of those
-modules is importable from here, as before.
+calls (`tl.*`, tensor methods, `tl.dot`, descriptors) in `layout_calls` (mixed into the walker). The names other
+modules read (`LayoutPlan`, `DotSite`, `Term`, the reduction sets, ...) are importable from here, as before.
 """
 
 from __future__ import annotations
@@ -34,32 +34,13 @@ from transpile.analysis.imports import (
     top_bindings,
 )
 from transpile.analysis.layout_calls import LanguageCalls
-from transpile.analysis.layout_values import (  # noqa: F401 - the names this module has always given
+from transpile.analysis.layout_values import (
     _DESCRIPTOR_METHODS,
     _DTYPE_ORDER,
-    _ELEMENTWISE_ONLY,
     _IDENT,
-    _KEEP_DIMS_INDEX,
-    _SMALL_INTS,
     _TYPE_CHAINS,
-    ATOMICS,
-    BARRIER_REDUCTIONS,
-    CREATIONS,
-    DOT_KEYWORDS,
-    DOT_SCALED_KEYWORDS,
-    ELEMENTWISE,
-    LIKE,
-    OPAQUE,
-    RANDOM,
-    RANDOM4,
-    REDUCTIONS,
-    SAME_AS_FIRST,
     SCALAR,
-    SCALAR_FUNCS,
-    SCANS,
     Descriptor,
-    DescriptorInfo,
-    DotSite,
     LayoutPlan,
     OperandAnchor,
     Refusal,
@@ -71,19 +52,21 @@ from transpile.analysis.layout_values import (  # noqa: F401 - the names this mo
     Value,
     _beyond_elementwise,
     _broadcast,
-    _compatible,
-    _dim,
     _element_type_of,
-    _ids,
-    _join_shapes,
     _kind,
-    _reduced_elem,
-    _shape_of,
     _strip_module,
     _tuple_item,
     _unify,
     _with_pointee,
     promote,
+)
+from transpile.analysis.layout_values import (  # noqa: F401 - read from here by the rules and the stage planner
+    BARRIER_REDUCTIONS,
+    OPAQUE,
+    REDUCTIONS,
+    SCANS,
+    DescriptorInfo,
+    DotSite,
 )
 from transpile.cst_utils import bound_names, names_in, substituted
 from transpile.discover import JitFunction, ModuleFacts, language_name

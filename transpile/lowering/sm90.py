@@ -261,6 +261,7 @@ class AttentionStep:
     the loop body) and the layouts. What differs is passed to `lines`."""
 
     plan: AttentionPlan
+    order: Sequence[str]  # the ops of one iteration, in order (the schedule's `steady`: ATTENTION_STEADY)
     it: str
     iters: str
     index: Callable[[str], str]  # the loop variable's value at an iteration (`LoopRange.value`)
@@ -278,10 +279,9 @@ class AttentionStep:
     rescales: list[str]
     after: list[str]
 
-    def lines(self, order: Sequence[str], *, q: str, k_ring: str, v_ring: str, in_flight: int | str,
-              acquire: Sequence[str], issued: Sequence[str] = (), k_read: Sequence[str] = (),
-              v_read: Sequence[str] = ()) -> Iterator[str]:
-        """The loop header and the ops of `order` (ATTENTION_STEADY), loop body indented. Per form:
+    def lines(self, *, q: str, k_ring: str, v_ring: str, in_flight: int | str, acquire: Sequence[str],
+              issued: Sequence[str] = (), k_read: Sequence[str] = (), v_read: Sequence[str] = ()) -> Iterator[str]:
+        """The loop header and the ops of `order`, loop body indented. Per form:
         `q`, `k_ring`, `v_ring`: Q's shared buffer and the K and V rings (the ring: its `_smem` buffers; a consumer:
         its own slot of the Q buffers and the loader's rings);
         `in_flight`: the wgmmas left in flight by the wait for QK^T (the ring: its schedule's `mma_in_flight`; a
@@ -296,7 +296,7 @@ class AttentionStep:
         if plan.k_transposed:
             k_operand += ".permute((1, 0))"
         yield f"for {self.it} in range({self.iters}):"
-        for op in order:
+        for op in self.order:
             if op == "index":
                 if self.uses_var:
                     yield f"    {plan.var} = {self.index(self.it)}"

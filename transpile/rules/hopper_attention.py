@@ -874,7 +874,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     tile_dtype = _TileDtype({plan.k.name, plan.v.name}, dtype)  # (`p.to(v.dtype)`: no register tile `v` here)
 
     def statements(indices: list[int]) -> list[str]:
-        return [_indent(_text(body[i].visit(tile_dtype)), "    ") for i in indices]
+        return [indent(_text(body[i].visit(tile_dtype)), "    ") for i in indices]
 
     def softmax_statements() -> list[str]:
         """The softmax, with each mask that is all true on most tiles built and applied only where it is not."""
@@ -894,7 +894,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                 *(f"    {line}" for line in tests[i]),
                 *([f"    if not {uniform}:"] if value == mask.target else
                   [f"    if {uniform}:", f"        {mask.target} = {value}", "    else:"]),
-                *(_indent(line, "    ") for line in statements([*mask.mask_indices, i])),
+                *(indent(line, "    ") for line in statements([*mask.mask_indices, i])),
             ]
         return lines
 
@@ -929,11 +929,11 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ]
     # The loop's own statements and names, as both forms run them (the ring here, the warp-specialised form's
     # consumers).
-    step = AttentionStep(plan, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
+    step = AttentionStep(plan, schedule.steady, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
                      p_prev=p_prev, zeros=zeros, p_text=p_text, pv_layout=pv_layout, p_layout=p_layout,
                      acc_layout=acc_layout, before=statements(before), softmax=softmax_statements(),
                      rescales=statements(plan.rescales), after=statements(after))
-    loop = list(step.lines(schedule.steady, q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
+    loop = list(step.lines(q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
         "    # K of this iteration (and V of the previous one) have landed: this thread's copies are done, and the",
@@ -962,8 +962,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     if with_ws:
         w = ws_names(name)
         ws_loop = (_ws_consumer_loop(step, stages, w, count=count, dtype=dtype, m=m, n=n, d=d), w, count, index)
-    pipelined = _indent("\n".join(lines), "    ")
-    original = _indent(_text(updated), "    ")
+    pipelined = indent("\n".join(lines), "    ")
+    original = indent(_text(updated), "    ")
     condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
     header = [
         "# Main loop, pipelined by triton-transpile (flash-attention shape: S = Q K^T, online softmax, acc += P V):",
@@ -1014,7 +1014,7 @@ def _ws_consumer_loop(step: AttentionStep, stages: str, w: dict[str, str], *, co
         f"{iters} = {count}",
         f"{p_prev} = gl.zeros([{m}, {n}], {dtype}, layout={p_layout})",
     ]
-    lines += step.lines(ATTENTION_STEADY, q=f"{w['q_bufs']}.index({c})", k_ring=w["k_ring"], v_ring=w["v_ring"], in_flight=1, acquire=[
+    lines += step.lines(q=f"{w['q_bufs']}.index({c})", k_ring=w["k_ring"], v_ring=w["v_ring"], in_flight=1, acquire=[
         f"    {slot} = {it} % {stages}",
         "    # PV of the previous iteration (of a zero P in the first: it adds nothing, and reads the first V tile).",
         f"    {w['v_it']} = gl.maximum({it} - 1, 0)",
@@ -1052,10 +1052,6 @@ class _TileDtype(cst.CSTTransformer):
                 original_node.value.value in self.tiles:
             return cst.parse_expression(self.dtype)
         return updated_node
-
-
-def _indent(text: str, prefix: str) -> str:
-    return indent(text, prefix)
 
 
 def _value(statement: cst.BaseStatement) -> cst.Call:

@@ -361,7 +361,6 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
     a_smem, b_smem = rings
     empty = name("empty")
     s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
-    nbytes = " + ".join(f"{op.descriptor}.block_type.nbytes" for op in plan.loads)
     text = _partition_text(plan, body, index, acc_in)
     copy = TmaCopy("ready", _copies(plan, coords_of))
     mma = Wgmma(1, lambda s: (_view(a, f"a_ring.index({s})"), _view(b, f"b_ring.index({s})")))
@@ -394,7 +393,7 @@ def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list
             f"    mbarrier.init({ready}.index({s_var}), count=1)",
             f"    mbarrier.init({empty}.index({s_var}), count=1)",
         ],
-        ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}", stages=stages, stage_bytes=nbytes,
+        ring_args=f"{a_smem}, {b_smem}, {ready}, {empty}", stages=stages, stage_bytes=copy.nbytes,
         invalidate_lines=[f"for {s_var} in gl.static_range({stages}):",
                           f"    mbarrier.invalidate({ready}.index({s_var}))",
                           f"    mbarrier.invalidate({empty}.index({s_var}))"],
