@@ -20,6 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
+from transpile.language import NOT_TRITON
 from transpile.diagnostics import TranspileError
 from transpile.engine import prepare, translate_source
 from transpile.names import undefined_names
@@ -29,9 +30,12 @@ JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
 
 
 def _kept_category(reason: str) -> str:
-    """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate), dot loop
+    """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate), source not
+    GPU Triton (a construct Triton's own compiler rejects for GPUs, as other backends' dialects write), dot loop
     (a loop Triton's own compiler pipelines better than any variant would), call graph (a caller or callee is kept),
     library helper (a helper other modules import, not called here)."""
+    if NOT_TRITON in reason:  # (a construct Triton's own compiler rejects for GPUs: another backend's dialect)
+        return "source not GPU Triton"
     if reason.startswith("it is not translated") or "without defining it" in reason or "never defines" in reason:
         return "refused"
     if reason.startswith(("it is called by", "it calls the helper")):
@@ -82,7 +86,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
         for name in targets:
             try:
                 result = translate_source(text, str(path), get_target(name), prepared=prepared)
-            except TranspileError as exc:
+            except TranspileError:
                 counts["bad input"] += 1
                 continue
             except Exception:  # noqa: BLE001

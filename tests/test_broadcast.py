@@ -819,3 +819,92 @@ def biased(X, W, W2, Y, seq_len, slope, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
     for target in ("gfx950", "sm90"):
         result = translate_source(text, "k.py", get_target(target), gluon_always=True)
         assert "seq_len.dtype.element_ty" not in result.text
+
+
+INDEXED = HEAD + '''@triton.jit
+def first_of_block(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr, x[0])
+
+
+@triton.jit
+def halves(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr + tl.arange(0, BLOCK // 2), x[: BLOCK // 2] + x[BLOCK // 2 :])
+'''
+
+
+def test_indexing_a_tensor_is_refused_as_a_construct_triton_rejects_too(tmp_path: Path) -> None:
+    """`x[0]` and `x[:BLOCK // 2]` (Triton dialects of other backends, as FlagGems' Cambricon and Ascend kernels
+    write them): refused at the expression, saying that Triton's own compiler rejects it too, and what to write. The
+    claim is checked: Triton compiles neither kernel for gfx950."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from transpile.language import NOT_TRITON
+
+    result = translate_source(INDEXED, "k.py", get_target("gfx950"))
+    for fn, line, written in (("first_of_block", 8, "x[0]"), ("halves", 14, "x[: BLOCK // 2]")):
+        assert not next(f for f in result.functions if f.name == fn).translated
+        assert any(d.code == "TT010" and d.line == line and d.message.startswith(f"`{written}` indexes or slices a "
+                                                                                 f"tensor, {NOT_TRITON}")
+                   for d in result.diagnostics), [d.format() for d in result.diagnostics]
+    path = tmp_path / "indexed.py"
+    path.write_text(INDEXED)
+    spec = importlib.util.spec_from_file_location("indexed", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    for kernel in (module.first_of_block, module.halves):
+        source = triton.compiler.ASTSource(kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"BLOCK": 64})
+        with pytest.raises(Exception, match="unsupported tensor index"):
+            triton.compile(source, target=GPUTarget("hip", "gfx950", 64))
+
+
+def test_a_refused_reshape_leaves_a_tensor_of_its_rank_behind() -> None:
+    """`tl.view(x, (R, N))` is refused (its element order is the compiler's); the names computed from it are still
+    tensors of their ranks: `tl.sum(tl.trans(v), axis=0)[:, None]` draws no second refusal (it was reported as
+    expanding a 0-d value)."""
+    text = HEAD + '''@triton.jit
+def row_means(x_ptr, mean_ptr, M, N: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    x = tl.load(x_ptr + rows[:, None] * N + tl.arange(0, N)[None, :], mask=rows[:, None] < M, other=0.0)
+    v = tl.view(x, (ROWS, N))
+    mean = tl.sum(tl.trans(v), axis=0) / N
+    tl.store(mean_ptr + rows[:, None], mean[:, None], mask=rows[:, None] < M)
+'''
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert not result.functions[0].translated
+    refusals = [d for d in result.diagnostics if d.severity.value == "refusal"]
+    assert [(d.code, d.line) for d in refusals] == [("TT011", 9)], [d.format() for d in result.diagnostics]
+
+
+def test_broadcasting_a_zero_dimensional_value_fills_a_tensor_in_its_layout(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    """`tl.broadcast_to(prev, (BLOCK,))` of a loaded scalar and of a reduction's result (the carry of a chunked
+    cumulative max, FlagGems' style): Triton splats a 0-d tensor; the translation fills a tensor of the shape with it in
+    its layout (`gl.full` for a name, `_expand_scalar` for an expression). A number is still refused (its type is not
+    the source's to give). The variants compile for an AMD target and sm90."""
+    text = HEAD + '''@triton.jit
+def running_max(x_ptr, y_ptr, carry_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    prev = tl.load(carry_ptr + tl.program_id(0))
+    x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
+    prev_b = tl.broadcast_to(prev, (BLOCK,))
+    top = tl.broadcast_to(tl.max(x, axis=0), [BLOCK])
+    tl.store(y_ptr + offs, tl.maximum(x, prev_b) + top, mask=offs < N)
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "prev_b = gl.full([BLOCK], prev, prev.dtype, layout=offs_layout)" in result.text
+        assert "top = _expand_scalar(gl.max(x, axis=0), [BLOCK], offs_layout)" in result.text
+        compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "carry_ptr": "*fp32", "N": "i32",
+                                   "BLOCK": 256})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    number = text.replace("tl.broadcast_to(prev, (BLOCK,))", "tl.broadcast_to(0.0, (BLOCK,))")
+    result = translate_source(number, "k.py", get_target("gfx950"))
+    assert any(d.code == "TT010" and d.line == 10 and "`tl.broadcast_to` of a scalar" in d.message
+               for d in result.diagnostics), [d.format() for d in result.diagnostics]

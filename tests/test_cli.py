@@ -44,6 +44,9 @@ MIXED = textwrap.dedent('''\
         offs = tl.arange(0, BLOCK)
         tl.store(x_ptr + offs, -tl.load(x_ptr + offs))
 ''')
+# (`tl.softsign` is no name of `triton.language`: the refusal says Triton rejects it too)
+SOFTSIGN = ("`tl.softsign` is not a name of `triton.language`, which Triton's compiler rejects too (another backend's "
+            "dialect, or a misspelling): write it with the functions Triton has")
 
 
 def diagnostics(text: str) -> list[tuple[str, int, int, str, str]]:
@@ -220,12 +223,12 @@ def test_json_output(tmp_path: Path, cli, fixture_copy) -> None:
     assert {name: k["translated"] for name, k in kernels.items()} == {"double": True, "gate": False, "negate": True}
     assert {name: k["status"] for name, k in kernels.items()} == {
         "double": "translated", "gate": "kept as Triton", "negate": "translated"}
-    assert "`tl.softsign` has no Gluon translation" in kernels["gate"]["reason"]
+    assert SOFTSIGN in kernels["gate"]["reason"]
     assert kernels["gate"]["diagnostics"] == [
-        "mixed.py:15:28: TT011 `tl.softsign` has no Gluon translation in this tool"]
+        "mixed.py:15:28: TT011 " + SOFTSIGN]
     (diagnostic,) = report["diagnostics"]
     assert diagnostic == {"path": "mixed.py", "line": 15, "col": 28, "code": "TT011", "severity": "refusal",
-                          "message": "`tl.softsign` has no Gluon translation in this tool"}
+                          "message": SOFTSIGN}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -480,20 +483,21 @@ def test_unsupported_construct_is_refused_per_kernel(tmp_path: Path, cli) -> Non
     result = cli("mixed.py", "-t", "gfx942")
     assert_clean_exit(result, 0)  # a refusal is not an error: the other kernels are translated
     assert diagnostics(result.stderr) == [
-        ("mixed.py", 15, 28, "TT011", "`tl.softsign` has no Gluon translation in this tool")]
+        ("mixed.py", 15, 28, "TT011", SOFTSIGN)]
     variant = (tmp_path / "mixed_gfx942.py").read_text(encoding="utf-8")
     lines = variant.splitlines()
     assert "# kept as Triton: `gate` (the comments above them say why)" in lines[:5]
     note = lines.index("# triton-transpile: the kernel `gate` is kept as Triton for gfx942: it is not translated for "
                        "gfx942: `tl.softsign`")
-    assert lines[note + 1: note + 4] == [
-        "#   has no Gluon translation in this tool.",
-        "#   mixed.py:15:28: TT011 `tl.softsign` has no Gluon translation in this tool",
+    assert lines[note + 1: note + 5] == [
+        "#   is not a name of `triton.language`, which Triton's compiler rejects too (another backend's dialect, or a",
+        "#   misspelling): write it with the functions Triton has.",
+        "#   mixed.py:15:28: TT011 " + SOFTSIGN,
         "@triton.jit",
     ]
     # the source function, byte for byte, under the note
     gate = MIXED[MIXED.index("@triton.jit\ndef gate"):MIXED.index("@triton.jit\ndef negate")].rstrip()
-    assert "\n".join(lines[note + 3:]).startswith(gate)
+    assert "\n".join(lines[note + 4:]).startswith(gate)
     assert "@gluon.jit\ndef double(x_ptr, BLOCK: gl.constexpr):" in variant
     assert "@gluon.jit\ndef negate(x_ptr, BLOCK: gl.constexpr):" in variant
     assert lines.index("def double(x_ptr, BLOCK: gl.constexpr):") < note < lines.index(
@@ -531,7 +535,7 @@ def test_explain_shows_refusals(tmp_path: Path, cli) -> None:
     result = cli("explain", "mixed.py", "-t", "sm90")
     assert_clean_exit(result, 0)
     assert "kernel `gate` for sm90: kept as Triton" in result.stdout
-    assert "TT011" in result.stdout and "`tl.softsign` has no Gluon translation" in result.stdout
+    assert "TT011" in result.stdout and "`tl.softsign` is not a name" in result.stdout
     assert not (tmp_path / "mixed_sm90.py").exists()  # explain writes nothing
 
 

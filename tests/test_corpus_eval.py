@@ -56,3 +56,19 @@ def test_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "crashes 0, invalid Python 0" in out and "kept as Triton 1 (50.0%)" in out
     assert "kept as Triton because: refused 1 (refused: 50.0% of functions x targets)" in out
+
+
+def test_kernels_triton_itself_rejects_are_counted_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kernel that indexes a tensor (`x[0]`, another backend's dialect) is kept, as a source Triton's compiler
+    rejects too: not one of the tool's own refusals (`refused_pct` leaves it out)."""
+    (tmp_path / "k.py").write_text(KERNELS + textwrap.dedent('''
+
+        @triton.jit
+        def first(x_ptr, BLOCK: tl.constexpr):
+            x = tl.load(x_ptr + tl.arange(0, BLOCK))
+            tl.store(x_ptr, x[0])
+        '''), encoding="utf-8")
+    assert corpus_eval.main([str(tmp_path), "-t", "gfx950", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["functions"] == 3
+    assert report["kept_why"] == {"refused": 1, "source not GPU Triton": 1} and report["refused_pct"] == 33.3

@@ -169,3 +169,33 @@ def test_the_older_tma_api_is_refused_with_what_to_write(target: str) -> None:
         spelling = language.lookup(f"extra.cuda.{name}", "cuda", (3, 6))
         assert spelling.kind == "refuse" and "tl.make_tensor_descriptor" in spelling.text
     assert "tl.make_tensor_descriptor" in language.lookup("_experimental_make_tensor_descriptor", "cuda", (3, 6)).text
+
+
+def test_a_name_triton_does_not_have_is_refused_as_not_triton(tmp_path) -> None:
+    """`tl.empty`, `tl.cidv`, `tl.extra.mlu.libdevice` (other backends' dialects, misspellings: found in public operator
+    libraries) are refused saying Triton's compiler rejects them too, which it does (compiled here for gfx950); a name
+    Triton has but the table does not (`tl.standard._log2`, an internal) keeps the generic refusal."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    for name in ("empty", "cidv", "extra.mlu.libdevice"):
+        spelling = language.lookup(name, "hip", (3, 9))
+        assert spelling is not None and spelling.kind == "refuse", name
+        assert spelling.text.startswith(f"`tl.{name}` is not a name of `triton.language`, {language.NOT_TRITON}")
+    assert language.lookup("standard._log2", "hip", (3, 9)).text == f"`tl.standard._log2` {GENERIC}"
+    assert language.in_triton("extra.cuda.libdevice") and language.in_triton("math.exp")
+    text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(y_ptr, BLOCK: tl.constexpr):\n"
+            "    tl.store(y_ptr + tl.arange(0, BLOCK), tl.empty([BLOCK], dtype=tl.float32))\n")
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert not result.functions[0].translated
+    assert any(d.code == "TT011" and d.line == 7 and language.NOT_TRITON in d.message for d in result.diagnostics)
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("k_empty", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    with pytest.raises(Exception, match="empty"):
+        triton.compile(triton.compiler.ASTSource(module.k, {"y_ptr": "*fp32"}, constexprs={"BLOCK": 64}),
+                       target=GPUTarget("hip", "gfx950", 64))

@@ -16,7 +16,7 @@ import pytest
 
 import transpile.rules
 from transpile.engine import translate_source
-from transpile.rules.base import Example, Rule
+from transpile.rules.base import Counterexample, Example, Rule
 from transpile.targets import all_targets, get_target
 
 
@@ -62,6 +62,25 @@ def test_rule_example(rule: type[Rule], example: Example) -> None:
                          + "\n  ".join(missing) + "\n--- output ---\n" + result.text)
 
 
+def _counterexample_params() -> list[object]:
+    return [pytest.param(cls, example, id=f"{cls.name}[{index}]-{example.target}")
+            for cls in RULES for index, example in enumerate(cls.counterexamples)]
+
+
+@pytest.mark.parametrize(("rule", "example"), _counterexample_params())
+def test_rule_counterexample(rule: type[Rule], example: Counterexample) -> None:
+    """The rule leaves the module alone: none of the lines its rewrite writes, and the diagnostic naming why."""
+    result = translate_source(example.before, "x.py", get_target(example.target), gluon_always=example.gluon_always)
+    lines = [line.strip() for line in result.text.splitlines()]
+    written = [absent for absent in example.absent if any(absent.strip() in line for line in lines)]
+    assert not written, (f"rule `{rule.name}` for {example.target} rewrote a counterexample:\n  " + "\n  ".join(written)
+                         + "\n--- output ---\n" + result.text)
+    if example.code:
+        assert any(d.code == example.code and example.reason in d.message for d in result.diagnostics), (
+            f"rule `{rule.name}` for {example.target}: no {example.code} saying {example.reason!r}:\n  "
+            + "\n  ".join(d.format() for d in result.diagnostics))
+
+
 def test_every_rule_is_used_by_a_target() -> None:
     unused = {cls.__name__ for cls in _rule_classes_in_package()} - {cls.__name__ for cls in RULES}
     assert not unused, f"rules defined in transpile/rules/ that no target lists: {sorted(unused)}"
@@ -69,12 +88,17 @@ def test_every_rule_is_used_by_a_target() -> None:
 
 @pytest.mark.parametrize("rule", list(RULES), ids=lambda cls: cls.name or cls.__name__)
 def test_rule_describes_itself(rule: type[Rule]) -> None:
-    """Each rule states what it matches and emits, and carries an example for a target that uses it."""
+    """Each rule states what it matches and emits, and carries an example and a counterexample for a target that
+    uses it."""
     assert rule.name and rule.matches and rule.emits
     assert rule.examples, f"rule `{rule.name}` has no examples"
+    assert rule.counterexamples, f"rule `{rule.name}` has no counterexamples (a module it must leave alone)"
     for example in rule.examples:
         assert example.target in RULES[rule], f"example for {example.target}, which does not use `{rule.name}`"
         assert example.after, "an example with no expected lines checks nothing"
+    for counter in rule.counterexamples:
+        assert counter.target in RULES[rule], f"counterexample for {counter.target}, which does not use `{rule.name}`"
+        assert counter.absent, "a counterexample with no absent lines checks nothing"
 
 
 def test_rule_names_are_unique() -> None:

@@ -109,7 +109,6 @@ def test_each_autotune_config_gets_its_own_ring_depth(goldens, translated, verif
                                                        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """matmul_grouped's configs ask for 3 and 4 stages (and its loop gives none): the compiled rings hold 3 slots of
     128x64 / 64x256 tiles for the first config and 4 slots of 64x32 / 32x128 tiles for the second."""
-    import dataclasses
     import tempfile
 
     from transpile.verify import verify

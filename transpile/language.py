@@ -13,6 +13,7 @@ that is in neither column.
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 
 # How each spelling is emitted:
@@ -215,11 +216,41 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
     if spelling is None and lang in EXTRA_REFUSALS:
         return Spelling("refuse", EXTRA_REFUSALS[lang])
+    if spelling is None and name and not in_triton(lang):
+        return Spelling("refuse", f"`tl.{lang}` is not a name of `triton.language`, {NOT_TRITON} (another backend's "
+                                  "dialect, or a misspelling): write it with the functions Triton has")
     if spelling is None:
         return Spelling("refuse", f"`tl.{lang}` has no Gluon translation in this tool") if name else None
     if spelling.fallback is not None and min_triton < (3, 9):
         return spelling.fallback
     return spelling
+
+
+#: The words every diagnostic of a construct Triton's own compiler rejects for GPUs carries (a tensor indexed by an
+#: integer, `x[0]`; a name `triton.language` does not have, `tl.extra.mlu`): the source is not Triton for the targets
+#: the tool serves (Triton dialects of other backends write them), and `scripts/corpus_eval.py` counts such kernels
+#: apart from the tool's own refusals.
+NOT_TRITON = "which Triton's compiler rejects too"
+
+
+@functools.cache
+def in_triton(lang: str) -> bool:
+    """`tl.<lang>` names something in the installed `triton.language` (a submodule is imported to look into it)."""
+    import triton.language
+
+    value: object = triton.language
+    for part in lang.split("."):
+        if hasattr(value, part):
+            value = getattr(value, part)
+            continue
+        module = getattr(value, "__name__", None)
+        if module is None or not module.startswith("triton.language"):
+            return False
+        try:
+            value = importlib.import_module(f"{module}.{part}")
+        except ImportError:
+            return False
+    return True
 
 
 def refused_on_every_target(lang: str) -> bool:

@@ -30,6 +30,7 @@ from transpile.analysis.layout_values import (
     Descriptor,
     DescriptorInfo,
     DotSite,
+    Scalar,
     Tensor,
     Term,
     Tup,
@@ -55,6 +56,8 @@ class LanguageCalls:
         if spelling is None or spelling.kind == "refuse":
             if spelling is not None and language.refused_on_every_target(full):
                 self.refuse(node, "TT011", spelling.text)
+                if name in OPAQUE:  # (`tl.view`: its result has the rank and shape it is given, and no scalar's;
+                    return self.opaque_call(node, name)  # as a scalar, every later use of it was refused again)
             for a in node.args:
                 self.eval(a.value)
             return SCALAR
@@ -169,24 +172,7 @@ class LanguageCalls:
                 self.eval(a.value)
             return first
         if name in OPAQUE:
-            value = self.eval(self.arg(node, 0, "input"))
-            for a in node.args[1:]:
-                self.eval(a.value)
-            if not isinstance(value, Tensor):
-                return SCALAR
-            rank = value.rank
-            shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
-            if name in ("reshape", "view"):
-                shape_node = self.arg(node, 1, "shape")
-                rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
-                if isinstance(shape_node, (cst.List, cst.Tuple)):
-                    shape = tuple(self.shape_text(e.value) for e in shape_node.elements)
-            if name == "ravel":
-                rank = 1
-            if name == "join":  # two tensors of one shape -> that shape with a new last dimension of 2
-                rank = rank + 1 if rank is not None else None
-                shape = (*value.shape, "2") if value.shape else None
-            return self.opaque(node, rank, shape, value.elem)
+            return self.opaque_call(node, name)
         if name in ("dot", "dot_scaled"):
             return self.dot(node, scaled=name == "dot_scaled")
         if name == "make_tensor_descriptor":
@@ -196,6 +182,28 @@ class LanguageCalls:
         for a in node.args:
             self.eval(a.value)
         return SCALAR
+
+    def opaque_call(self, node: cst.Call, name: str) -> Value:
+        """A call that moves elements between threads in an order of the compiler's (`trans`, `reshape`, `view`,
+        `join`, ...): a tensor of the rank and shape it gives, in a layout of its own."""
+        value = self.eval(self.arg(node, 0, "input"))
+        for a in node.args[1:]:
+            self.eval(a.value)
+        if not isinstance(value, Tensor):
+            return SCALAR
+        rank = value.rank
+        shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
+        if name in ("reshape", "view"):
+            shape_node = self.arg(node, 1, "shape")
+            rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
+            if isinstance(shape_node, (cst.List, cst.Tuple)):
+                shape = tuple(self.shape_text(e.value) for e in shape_node.elements)
+        if name == "ravel":
+            rank = 1
+        if name == "join":  # two tensors of one shape -> that shape with a new last dimension of 2
+            rank = rank + 1 if rank is not None else None
+            shape = (*value.shape, "2") if value.shape else None
+        return self.opaque(node, rank, shape, value.elem)
 
     def expand_dims(self, node: cst.Call) -> Value:
         """`tl.expand_dims(x, axis)`: as `x[:, None]` (the operand in the matching slice layout)."""
@@ -233,10 +241,16 @@ class LanguageCalls:
         base = self.eval(node.args[0].value) if node.args else SCALAR
         for a in node.args[1:]:
             self.eval(a.value)
+        shape = self.shape_of_args(node.args[1:])
         if not isinstance(base, Tensor):
+            if node.args and isinstance(base, Scalar) and shape is not None and not isinstance(
+                    node.args[0].value, (cst.Integer, cst.Float, cst.UnaryOperation)):
+                # a 0-d tensor (a loaded scalar, a reduction's result): Triton splats it; Gluon fills a tensor of
+                # `shape` with it in the layout of its class (`rules.layouts.CreationLayouts.leave_Call`)
+                return Tensor(self.created(node, rank=len(shape), shape=list(shape)), None, shape=shape)
             self.refuse(node, "TT010", "`tl.broadcast_to` of a scalar: write `tl.full(shape, value, dtype)`")
             return SCALAR
-        return self.broadcast(base, self.shape_of_args(node.args[1:]))
+        return self.broadcast(base, shape)
 
     @staticmethod
     def broadcast(base: Tensor, shape: tuple[str | None, ...] | None) -> Tensor:

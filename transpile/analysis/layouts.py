@@ -71,6 +71,7 @@ from transpile.analysis.layout_values import (  # noqa: F401 - read from here by
 from transpile.cst_utils import bound_names, names_in, substituted
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
+from transpile.language import NOT_TRITON
 
 # --------------------------------------------------------------------------------------------------------------------
 # The analysis
@@ -575,8 +576,11 @@ class _FunctionWalker(LanguageCalls):
                             "(`:`): write `value[None]` (a tensor of one element) or `tl.full([1], value, dtype)`")
             return SCALAR
         if any(i in ("index", "slice") for i in indices):
-            self.refuse(node, "TT010", "indexing or slicing a tensor is not supported; only `[:, None]`-style "
-                        "expansion is")
+            written = " ".join(self.source.code(node).split())
+            self.refuse(node, "TT010", f"`{written}` indexes or slices a tensor, {NOT_TRITON} (`unsupported tensor "
+                        "index`: a tensor takes only `None` and `:` as indices; Triton dialects of other backends "
+                        "take more): read an element as `tl.sum(tl.where(offs == i, x, 0), axis=0)`, a part by "
+                        "loading it from memory, or split a tensor with `tl.reshape` and `tl.split`")
             return base
         if None not in indices:
             return base

@@ -32,7 +32,7 @@ from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
-from transpile.rules.base import Example, Rule, RuleContext, source_when_holds
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
 from transpile.rules.dot import SCALED_FORMATS
 from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
                                            rename, statements)
@@ -80,6 +80,14 @@ class AMDWarpPipeline(Rule):
             "a_staged = _buffer_tile_load(a_ring, a_ptrs_next_base, a_ptrs_next_offs, "
             "mask=(offs_k_a_cols[None, :] < K - k_next * BK) & ((it + NUM_STAGES + 1) < num_iters))",
         ), "gfx942"),
+    )
+    counterexamples = (
+        # a row reduction of the accumulator each iteration: its barrier would sit in the MMA stage, which the other
+        # warp group runs a stage apart
+        Counterexample(EXAMPLE.replace("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n"
+                                       "        acc = acc - tl.max(acc, 1)[:, None]\n"),
+                       ("warp_pipeline_stage",), "TT041", "reduction `tl.max` in the loop body would fall inside the "
+                       "`mma` stage", "gfx950"),
     )
 
     def __init__(self, engine: str = "registers", pointer_copy: str | None = None) -> None:

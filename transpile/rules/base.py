@@ -27,6 +27,22 @@ class Example:
     target: str = "gfx942"
 
 
+@dataclass(frozen=True)
+class Counterexample:
+    """A module a rule must leave alone (Fixit's "valid" code, for a rewrite): translating `before` for `target` writes
+    none of the lines `absent` (what the rule's rewrite would write, matched inside lines after stripping
+    indentation), and, where `code` is given, reports a diagnostic of that code whose message contains `reason` (the
+    construct and why, as a user reads it). `gluon_always`: translate as `--gluon-always` does (a kept kernel's loop
+    then shows what the rule itself refused)."""
+
+    before: str
+    absent: tuple[str, ...]
+    code: str = ""
+    reason: str = ""
+    target: str = "gfx942"
+    gluon_always: bool = False
+
+
 @dataclass
 class RuleContext:
     """What the rules of one jit function read, and where they record what the module needs."""
@@ -262,6 +278,8 @@ class Rule:
     matches: ClassVar[str] = ""
     emits: ClassVar[str] = ""
     examples: ClassVar[tuple[Example, ...]] = ()
+    # Modules the rule must not rewrite (a loop of another form, a construct it refuses), with the reason it gives
+    counterexamples: ClassVar[tuple[Counterexample, ...]] = ()
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
         return updated

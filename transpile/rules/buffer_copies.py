@@ -29,7 +29,8 @@ from transpile.analysis.launch_alignment import pointer_params
 from transpile.cst_utils import (assigned_names, broadcast_axis, names_in, product_factors, single_definitions,
                                  sum_terms)
 from transpile.cst_walk import preorder
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
+from transpile.rules.copy_operands import DESCRIPTOR_GEMM
 from transpile.rules.pipeline_text import code, namer
 
 #: a copy through pointers -> the same copy from a scalar base at 32-bit offsets
@@ -71,6 +72,10 @@ class BufferCopies(Rule):
             # the steady state copies only full tiles (the K tail peeled): no mask
             "async_copy.buffer_load_to_shared(a_ring.index(step), a_ptrs_next_base, a_ptrs_next_offs)",
         ), "gfx950"),
+    )
+    counterexamples = (
+        # tiles read through tensor descriptors: no pointer parameter and offsets to copy by buffer loads
+        Counterexample(DESCRIPTOR_GEMM, ("buffer_load_to_shared(",), target="gfx950", gluon_always=True),
     )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef

@@ -26,7 +26,7 @@ import libcst as cst
 
 from transpile.cst_utils import METADATA, bound_names, is_docstring, names_in, substituted, value_names
 from transpile.cst_walk import preorder
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
 
 #: the copy calls whose addresses are laid out per tile: a direct-to-LDS copy, a copy through registers
@@ -77,6 +77,20 @@ EXAMPLE = (
 )
 
 
+# A GEMM whose tiles are read through tensor descriptors made in the kernel (the counterexample of the pointer-tile
+# copy rules: with `--gluon-always` its ring copies by `_desc_copy`)
+DESCRIPTOR_GEMM = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+    "    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])\n"
+    "    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])\n"
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+    "    for k in tl.range(0, tl.cdiv(K, BK), num_stages=3):\n"
+    "        a = a_desc.load([0, k * BK])\n        b = b_desc.load([k * BK, 0])\n        acc = tl.dot(a, b, acc)\n"
+    "    tl.store(c_ptr + tl.arange(0, BM)[:, None] * N + tl.arange(0, BN)[None, :], acc.to(tl.float16))\n"
+)
+
+
 class CopyOperandLayouts(Rule):
     name = "copy-operand-layouts"
     matches = "direct-to-LDS copies of pointer tiles in a pipelined loop"
@@ -88,6 +102,10 @@ class CopyOperandLayouts(Rule):
             "offs_k_b_rows = gl.arange(0, BK, layout=gl.SliceLayout(1, b_ring_copy_layout))",
             "mask=((k_next * BK + offs_k_a_cols)[None, :] < K) & (i < num_iters)",
         ), "gfx950"),
+    )
+    counterexamples = (
+        # tiles read through tensor descriptors (`_desc_copy`): no pointer tile to lay out for the copies
+        Counterexample(DESCRIPTOR_GEMM, ("_ring_copy_layout",), target="gfx950", gluon_always=True),
     )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef

@@ -19,7 +19,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.layouts import DescriptorInfo
-from transpile.rules.base import Example, Rule, RuleContext, call, expr
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, call, expr
 
 DESCRIPTOR = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -86,6 +86,15 @@ class _DescriptorDispatch:
 _ATTRIBUTES = ("dtype", "shape", "strides", "block_shape")
 
 
+HOST_DESCRIPTOR = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(a_desc, c_ptr, BM: tl.constexpr, BK: tl.constexpr):\n"
+    "    a = a_desc.load([tl.program_id(0) * BM, 0])\n"
+    "    tl.store(c_ptr + tl.arange(0, BM)[:, None] * BK + tl.arange(0, BK)[None, :], a)\n"
+)
+HOST_BUILT = "`a_desc.load(...)` reads a tensor descriptor the host built"
+
+
 class DescriptorsAsPointers(_DescriptorDispatch, Rule):
     name = "descriptors-as-pointers"
     matches = "`tl.make_tensor_descriptor`, `desc.load([..])`, `desc.store([..], x)`"
@@ -97,6 +106,10 @@ class DescriptorsAsPointers(_DescriptorDispatch, Rule):
         Example(DESCRIPTOR.replace("tile * 2", "tile.to(desc.dtype) * desc.block_shape[1] + desc.shape[0]"),
                 ("_desc_store(desc, gl.program_id(0) * BM, 0, gl.convert_layout(tile.to(x_ptr.dtype.element_ty) * "
                  "(BM, BN)[1] + (M, N)[0], ",), "gfx950"),
+    )
+    counterexamples = (
+        # a descriptor the host built: its block shape and element type are the launch's, not the source's
+        Counterexample(HOST_DESCRIPTOR, ("_desc_load(",), "TT010", HOST_BUILT, "gfx950"),
     )
 
     def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:
@@ -145,6 +158,9 @@ class DescriptorsAsTMA(_DescriptorDispatch, Rule):
         Example(DESCRIPTOR, ("desc = tma.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, "
                              "BN], layout=gl.NVMMASharedLayout.get_default_for([BM, BN], x_ptr.dtype.element_ty))",
                              "tile = _tma_load(desc, [gl.program_id(0) * BM, 0], tile_layout)"), "sm90"),
+    )
+    counterexamples = (
+        Counterexample(HOST_DESCRIPTOR, ("tma.make_tensor_descriptor(", "_tma_load("), "TT010", HOST_BUILT, "sm90"),
     )
 
     def make(self, ctx: RuleContext, info: DescriptorInfo) -> cst.BaseExpression:

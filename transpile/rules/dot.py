@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.layouts import DotSite
-from transpile.rules.base import Example, Rule, RuleContext, bare, call, expr
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bare, call, expr
 
 # The operand formats of the microscaled MMAs (`tl.dot_scaled`'s "bf16"/"fp16" operands are upcast by Triton)
 SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
@@ -27,6 +27,15 @@ MATMUL = (
 )
 
 
+BROADCAST_PRODUCT = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(a_ptr, b_ptr, c_ptr, BM: tl.constexpr):\n    r = tl.arange(0, BM)\n"
+    "    a = tl.load(a_ptr + r[:, None] * BM + r[None, :])\n    b = tl.load(b_ptr + r[:, None] * BM + r[None, :])\n"
+    "    c = tl.sum(a[:, :, None] * b[None, :, :], axis=1)\n"
+    "    tl.store(c_ptr + r[:, None] * BM + r[None, :], c)\n"
+)
+
+
 class Dot(Rule):
     name = "dot"
     matches = "`tl.dot(a, b[, acc])`"
@@ -37,6 +46,10 @@ class Dot(Rule):
                          "return mfma(a, b, acc)"), "gfx942"),
         Example(MATMUL, ("return wmma(a, b, acc)",), "gfx1250"),
         Example(MATMUL, ("acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)",), "sm90"),
+    )
+    counterexamples = (
+        # a product written as a broadcast and a sum is not a dot: it stays elementwise work
+        Counterexample(BROADCAST_PRODUCT, ("_dot(", "mma_layout")),
     )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:

@@ -15,7 +15,7 @@ import functools
 import libcst as cst
 
 from transpile.cst_utils import assigned_names, names_in
-from transpile.rules.base import Example, Rule, RuleContext, statement
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, statement
 
 MATMUL_K = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -30,6 +30,16 @@ MATMUL_K = (
 )
 
 
+OFFSETS_IN_LOOP = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(b_ptr, K, BM: tl.constexpr, BK: tl.constexpr):\n    offs_m = tl.arange(0, BM)\n"
+    "    for k in range(0, K, BK):\n        offs_k = k + tl.arange(0, BK)\n"
+    "        b_ptrs = b_ptr + offs_k[:, None] * BM + offs_m[None, :]\n"
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K)\n"
+    "        tl.store(b_ptrs, b * 2, mask=offs_k[:, None] < K)\n"
+)
+
+
 class HoistConversions(Rule):
     name = "hoist-conversions"
     matches = "conversions of a variable defined once at the top level of a jit function"
@@ -37,6 +47,10 @@ class HoistConversions(Rule):
     examples = (
         Example(MATMUL_K, ("offs_k_col = gl.convert_layout(offs_k, gl.SliceLayout(1, b_ptrs_layout))",
                            "b = gl.load(b_ptrs, mask=offs_k_col[:, None] < K - k)")),
+    )
+    counterexamples = (
+        # a name the loop binds anew each iteration has no one definition to convert after
+        Counterexample(OFFSETS_IN_LOOP, ("_col = gl.convert_layout(", "_row = gl.convert_layout(")),
     )
 
     def leave_Name(self, ctx: RuleContext, original: cst.Name, updated: cst.BaseExpression) -> cst.BaseExpression:

@@ -43,7 +43,7 @@ from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, ca
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_alias, language_name
 from transpile.lowering.sm90 import ATTENTION_STEADY, AttentionStep
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
     ATTENTION_CONFIG,
     RingOperand,
@@ -117,6 +117,14 @@ class HopperAttentionPipeline(Rule):
             "p_prev = gl.convert_layout(p.to(gl.float16), p_layout)",
             "acc = _dot(p.to(gl.float16), v, acc)",
         ), "sm90"),
+    )
+    counterexamples = (
+        # scores accumulated onto a tile the loop does not zero: not the online softmax the ring schedules
+        Counterexample(EXAMPLE.replace("qk = tl.dot(q, tl.trans(k))",
+                                       "qk = tl.dot(q, tl.trans(k), tl.zeros([BM, BN], dtype=tl.float32) + 1.0)"),
+                       ("q_smem = gl.allocate_shared_memory(", "_cp_async_load(k_smem"), "TT040",
+                       "attention loop: the first dot has an accumulator", "sm90",
+                       gluon_always=True),
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201

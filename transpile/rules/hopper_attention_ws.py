@@ -43,7 +43,7 @@ from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, ca
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.lowering.sm90 import TmaCopy
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.hopper_attention import WSLoop, _elementwise, ring_tile
 from transpile.rules.hopper_schedule import add_config
 from transpile.rules.pipeline_text import code
@@ -105,6 +105,13 @@ def attn(q_ptr, k_ptr, v_ptr, o_ptr, scale, s_h, s_n, seq, D: tl.constexpr, BM: 
 '''
 
 
+FIXED_TILE = EXAMPLE.replace('''@triton.autotune(
+    configs=[triton.Config({"BM": 128, "BN": 64}, num_warps=8, num_stages=3)],
+    key=["seq", "D"],
+)
+''', "")
+
+
 class HopperAttentionWarpSpecialize(Rule):
     name = "hopper-attention-warp-specialize"
     matches = ("an attention kernel the cp.async attention ring pipelines, autotuned over its tile, whose rows split "
@@ -126,6 +133,10 @@ class HopperAttentionWarpSpecialize(Rule):
             "block_shape=[BN, D], layout=k_layout)",
             "], [4, 1], [240, 24])",
         ), "sm90"),
+    )
+    counterexamples = (
+        # launched with fixed tiles: no autotune table to add the form's config to (the ring stays)
+        Counterexample(FIXED_TILE, ("gl.warp_specialize(",), "TT044", "the kernel has no autotune table", "sm90"),
     )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef

@@ -47,7 +47,7 @@ from transpile.cst_utils import (
     sum_terms,
 )
 from transpile.lowering.sm90 import CpAsyncCopy, LoopText, RingNames, Wgmma, gemm_ring
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
     blocked_tile_layouts,
@@ -116,6 +116,15 @@ class HopperCpAsyncPipeline(Rule):
             "a_ptrs_next += BK",
             "acc = warpgroup_mma_wait(0, deps=[acc])",
         ), "sm90"),
+    )
+    counterexamples = (
+        # the `a` tile addressed afresh each iteration (no loop-carried tile of pointers): kept, with the measurement
+        Counterexample(EXAMPLE.replace(
+            "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n",
+            "        a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k * BK + offs_k)[None, :],\n"
+            "                    mask=(k * BK + offs_k)[None, :] < K, other=0.0)\n"),
+            ("_cp_async_load(", "async_copy.wait_group("), "TT041",
+            "the pointer tile of `a` is not a loop-carried tile of pointers", "sm90"),
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201

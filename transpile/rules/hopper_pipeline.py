@@ -30,7 +30,7 @@ from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, cons
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
-from transpile.rules.base import Example, Rule, RuleContext
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
                                      partition_loop)
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
@@ -65,6 +65,12 @@ class HopperTMAPipeline(Rule):
             "(_k_tma_loader, (a_desc, b_desc, BK, a_smem, b_smem, ready, empty, num_iters)),",
             "def _k_tma_loader(a_desc, b_desc, BK: gl.constexpr, a_ring, b_ring, ready, empty, num_iters):",
         ), "sm90"),
+    )
+    counterexamples = (
+        # an operand also read outside the dot: the pipelined wgmma reads it from shared memory only
+        Counterexample(EXAMPLE.replace("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n"
+                                       "        acc += tl.sum(a.to(tl.float32), 1)[:, None]\n"),
+                       ("mbarrier.wait(ready", "a_smem.index(slot)"), "TT041", "`a` is used outside the dot", "sm90"),
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201

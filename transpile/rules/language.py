@@ -12,7 +12,21 @@ import libcst as cst
 
 from transpile import language
 from transpile.cst_utils import call_arguments
-from transpile.rules.base import Example, Rule, RuleContext, expr
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, expr
+
+NOT_TRITON_KERNEL = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(y_ptr, BLOCK: tl.constexpr):\n"
+    "    tl.store(y_ptr + tl.arange(0, BLOCK), tl.empty([BLOCK], dtype=tl.float32))\n"
+)
+# A tensor indexed by an integer (another backend's dialect), after a barrier and a transpose: the kernel is kept
+INDEXED_KERNEL = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(x_ptr, BLOCK: tl.constexpr):\n"
+    "    o = tl.arange(0, BLOCK)\n    x = tl.load(x_ptr + o[:, None] * BLOCK + o[None, :])\n"
+    "    tl.debug_barrier()\n    tl.store(x_ptr + o[:, None] * BLOCK + o[None, :], tl.trans(x))\n"
+    "    tl.store(x_ptr, x[0])\n"
+)
 
 class JitDecorator(Rule):
     name = "jit-decorator"
@@ -23,6 +37,10 @@ class JitDecorator(Rule):
             "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, 1)\n",
             ("@gluon.jit", "gl.store(x_ptr, 1)"),
         ),
+    )
+    counterexamples = (
+        # a kernel kept as Triton (a name Triton does not have) keeps its decorator and body as written
+        Counterexample(NOT_TRITON_KERNEL, ("@gluon.jit", "gl.store("), "TT011", "is not a name of `triton.language`"),
     )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
@@ -60,6 +78,10 @@ class LanguageNames(Rule):
             "    x = tl.load(x_ptr + tl.arange(0, B))\n    tl.store(x_ptr + tl.arange(0, B), tl.sort(x))\n",
             ("x.py:7:39: TT011 `tl.sort` (a bitonic network over reshaped tensors) has no Gluon translation",),
         ),
+    )
+    counterexamples = (
+        Counterexample(NOT_TRITON_KERNEL, ("gl.empty(",), "TT011", "`tl.empty` is not a name of `triton.language`, "
+                       "which Triton's compiler rejects too"),
     )
 
     def leave_Attribute(self, ctx: RuleContext, original: cst.Attribute, updated: cst.BaseExpression) -> cst.BaseExpression:
@@ -153,6 +175,9 @@ class Barrier(Rule):
             ("_cta_barrier()", '_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier'),
         ),
     )
+    counterexamples = (
+        Counterexample(INDEXED_KERNEL, ("_cta_barrier()",), "TT010", "`x[0]` indexes or slices a tensor"),
+    )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
         if ctx.language(original.func) in ("debug_barrier", "core.debug_barrier") and isinstance(updated, cst.Call):
@@ -172,6 +197,9 @@ class Transpose(Rule):
             "    tl.store(x_ptr + o[:, None] * B + o[None, :], tl.trans(x))\n",
             ("gl.convert_layout(gl.permute(x, [1, 0]), x_layout)",),
         ),
+    )
+    counterexamples = (
+        Counterexample(INDEXED_KERNEL, ("gl.permute(",), "TT010", "`x[0]` indexes or slices a tensor"),
     )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:

@@ -18,9 +18,16 @@ from transpile import cst_walk
 from transpile.cst_utils import assigned_names, bound_names, call_arguments, calls_in, is_docstring, names_in
 from transpile.analysis.layouts import Term
 
-from transpile.rules.base import Example, Rule, RuleContext, bare, call, statement, with_keyword
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bare, call, statement, with_keyword
 
 CREATIONS = ("arange", "zeros", "full", "histogram")
+
+
+BROADCAST_NUMBER = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(y_ptr, BLOCK: tl.constexpr):\n"
+    "    tl.store(y_ptr + tl.arange(0, BLOCK), tl.broadcast_to(0.0, (BLOCK,)))\n"
+)
 
 
 class CreationLayouts(Rule):
@@ -42,11 +49,25 @@ class CreationLayouts(Rule):
             ),
         ),
     )
+    counterexamples = (
+        # a number broadcast: its element type is not the source's to give (a 0-d tensor is filled in its layout)
+        Counterexample(BROADCAST_NUMBER, ("gl.full([BLOCK], 0.0",), "TT010", "`tl.broadcast_to` of a scalar"),
+    )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
         if original not in ctx.plan.creations or not isinstance(updated, cst.Call):
             return updated
         lang = ctx.language(original.func)
+        if lang is not None and lang.rsplit(".", 1)[-1] == "broadcast_to":
+            # `tl.broadcast_to(s, shape)` of a 0-d tensor: filled with it in its layout, as `s[None]` is
+            value, rest = updated.args[0].value, updated.args[1:]
+            if isinstance(updated.func, cst.Attribute) and len(updated.args) < len(original.args):
+                value, rest = updated.func.value, updated.args  # (spelt as a method by now: `s.broadcast_to(shape)`)
+            positional = [a.value for a in rest if a.keyword is None]
+            if len(positional) == 1 and isinstance(positional[0], (cst.List, cst.Tuple)):
+                positional = [e.value for e in positional[0].elements]
+            shape = cst.List([cst.Element(d) for d in positional])
+            return _filled(ctx, original, value, shape)
         if lang is None or lang.rsplit(".", 1)[-1] not in CREATIONS:
             return updated  # descriptor loads: the descriptor rules use the layout
         return with_keyword(updated, "layout", ctx.layout(original))
@@ -58,15 +79,20 @@ class CreationLayouts(Rule):
         if original not in ctx.plan.creations or not isinstance(updated, cst.Subscript):
             return updated
         shape = cst.List([cst.Element(cst.Integer("1")) for _ in updated.slice])
-        layout = cst.parse_expression(ctx.layout(original))
-        value = updated.value
-        if isinstance(value, cst.Name):
-            return cst.Call(cst.parse_expression("gl.full"), [
-                cst.Arg(shape), cst.Arg(value), cst.Arg(cst.Attribute(value, cst.Name("dtype"))),
-                cst.Arg(layout, keyword=cst.Name("layout"), equal=cst.AssignEqual(
-                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))])
-        ctx.need("expand_scalar")
-        return cst.Call(cst.Name("_expand_scalar"), [cst.Arg(value), cst.Arg(shape), cst.Arg(layout)])
+        return _filled(ctx, original, updated.value, shape)
+
+
+def _filled(ctx: RuleContext, original: cst.CSTNode, value: cst.BaseExpression, shape: cst.List) -> cst.Call:
+    """A tensor of `shape` filled with the 0-d tensor `value`, in the layout of `original`'s class: `gl.full` inline
+    for a name, `_expand_scalar` (the value evaluated once) for an expression."""
+    layout = cst.parse_expression(ctx.layout(original))
+    if isinstance(value, cst.Name):
+        return cst.Call(cst.parse_expression("gl.full"), [
+            cst.Arg(shape), cst.Arg(value), cst.Arg(cst.Attribute(value, cst.Name("dtype"))),
+            cst.Arg(layout, keyword=cst.Name("layout"), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))])
+    ctx.need("expand_scalar")
+    return cst.Call(cst.Name("_expand_scalar"), [cst.Arg(value), cst.Arg(shape), cst.Arg(layout)])
 
 
 class LayoutDeclarations(Rule):
@@ -74,6 +100,10 @@ class LayoutDeclarations(Rule):
     matches = "each jit function with at least one layout class"
     emits = "`<name>_layout: gl.constexpr = ...` declarations at the top of the body; helper parameters converted on entry"
     examples = CreationLayouts.examples
+    counterexamples = (
+        # a kernel kept as Triton declares no layouts
+        Counterexample(BROADCAST_NUMBER, ("_layout: gl.constexpr",), "TT010", "`tl.broadcast_to` of a scalar"),
+    )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         plan = ctx.plan
@@ -145,6 +175,14 @@ def declaration_lines(ctx: RuleContext, used: set[str]) -> list[str]:
     return lines
 
 
+TUPLE_OF_SCALARS = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def lohi(x):\n    return x >> 32, x & 0xFFFFFFFF\n\n\n@triton.jit\n"
+    "def k(y_ptr, seed, BLOCK: tl.constexpr):\n    hi, lo = lohi(seed)\n"
+    "    tl.store(y_ptr + tl.arange(0, BLOCK), tl.zeros([BLOCK], dtype=tl.int64) + hi + lo)\n"
+)
+
+
 class HelperTupleConversions(Rule):
     name = "helper-tuple-conversions"
     matches = "`a, b = helper(...)` where the jit helper returns a tuple holding tensors"
@@ -161,6 +199,10 @@ class HelperTupleConversions(Rule):
                 "b = gl.convert_layout(b, offs_layout)",
             ),
         ),
+    )
+    counterexamples = (
+        # a helper returning a tuple of scalars: nothing to convert
+        Counterexample(TUPLE_OF_SCALARS, ("gl.convert_layout(hi", "gl.convert_layout(lo")),
     )
 
     def leave_SimpleStatementLine(

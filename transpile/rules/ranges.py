@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.rules.base import Example, Rule, RuleContext, expr
+from transpile.rules.base import Counterexample, Example, Rule, RuleContext, expr
 
 HINTS = ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten", "warp_specialize",
          "disable_licm")
+
+
+STATIC_RANGE = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def k(x_ptr, BLOCK: tl.constexpr):\n    acc = tl.zeros([BLOCK], dtype=tl.float32)\n"
+    "    for i in tl.static_range(4):\n        acc += tl.load(x_ptr + i * BLOCK + tl.arange(0, BLOCK))\n"
+    "    tl.store(x_ptr + tl.arange(0, BLOCK), acc)\n"
+)
 
 
 class Ranges(Rule):
@@ -26,6 +34,10 @@ class Ranges(Rule):
             "    for i in tl.range(0, n, num_stages=3):\n        tl.store(x_ptr + i, i)\n",
             ("for i in range(0, n):  # tl.range(num_stages=3): ring depth for the pipelined variants",),
         ),
+    )
+    counterexamples = (
+        # `tl.static_range` unrolls at compile time: it stays a static range, not a `range`
+        Counterexample(STATIC_RANGE, ("for i in range(4)",)),
     )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
