@@ -908,3 +908,64 @@ def running_max(x_ptr, y_ptr, carry_ptr, N, BLOCK: tl.constexpr):
     result = translate_source(number, "k.py", get_target("gfx950"))
     assert any(d.code == "TT010" and d.line == 10 and "`tl.broadcast_to` of a scalar" in d.message
                for d in result.diagnostics), [d.format() for d in result.diagnostics]
+
+
+SCALED_BY_FLAG = HEAD + '''@triton.jit
+def scaled_gemm(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, K, stride_bk, stride_bsk, group_k: tl.constexpr,
+                group_n: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                use_int8: tl.constexpr, use_fp8: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    if use_int8:
+        b_scale_ptrs = b_scale_ptr + offs_n[None, :]
+        b_scale = tl.load(b_scale_ptrs)
+    if use_fp8:
+        if group_k > 0:
+            a_scale_ptrs = a_scale_ptr + offs_m
+            b_scale_ptrs = b_scale_ptr + offs_n // group_n
+        else:
+            a_scale = tl.load(a_scale_ptr)
+            b_scale = tl.load(b_scale_ptr)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        if use_int8:
+            acc = tl.dot(a, b.to(tl.float16), acc=acc)
+        elif use_fp8:
+            if group_k > 0:
+                offs_ks = k * BK // group_k
+                a_scale = tl.load(a_scale_ptrs + offs_ks * K)
+                b_scale = tl.load(b_scale_ptrs + offs_ks * stride_bsk)
+                acc += tl.dot(a, b) * a_scale[:, None] * b_scale[None, :]
+            else:
+                acc = tl.dot(a, b, acc=acc)
+        else:
+            acc += tl.dot(a, b)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def test_a_name_one_constexpr_branch_rebinds_to_another_rank_is_read_as_that_branch_leaves_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """MoE GEMMs' style: `b_scale_ptrs` per column (rank 2) under `if use_int8:`, per group (rank 1) under
+    `if use_fp8: if group_k > 0: ... else: ...`, then read under the same flags in the loop. The `else` that leaves it
+    alone no longer brings the rank-2 value back after the `if` (an `if` without `else` did not either), so the loop's
+    `b_scale[None, :]` is a row, not a rank-3 tensor (it was refused: `acc` updated in place with a rank-3 tensor).
+    The variant compiles for the fp8 per-group, fp8 per-tensor and int8 launches."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = translate_source(SCALED_BY_FLAG, str(tmp_path / "k.py"), get_target("gfx950"))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    assert not [d for d in result.diagnostics if d.code == "TT010"], [d.format() for d in result.diagnostics]
+    common = {"c_ptr": "*fp16", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32", "BM": 64, "BN": 64, "BK": 64,
+              "group_n": 128}
+    for values in ({"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "use_int8": 0, "use_fp8": 1, "group_k": 128},
+                   {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "use_int8": 0, "use_fp8": 1, "group_k": 0},
+                   {"a_ptr": "*fp16", "b_ptr": "*i8", "use_int8": 1, "use_fp8": 0, "group_k": 0}):
+        compiled = verify(result, common | values)
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

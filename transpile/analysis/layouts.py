@@ -339,6 +339,7 @@ class _FunctionWalker(LanguageCalls):
             env, terms = dict(self.env), dict(self.name_terms)
             self.walk_body(statement.body)
             orelse = statement.orelse
+            reranked: dict[str, tuple[Value, Term | None]] = {}  # the first branch's rebinding to another rank
             if orelse is not None:
                 # A name the first branch rebound to another rank (`y = tl.expand_dims(y, 0)` under a constexpr
                 # flag) keeps its old value in the other branch, which starts from the state before the `if`.
@@ -346,6 +347,7 @@ class _FunctionWalker(LanguageCalls):
                     old = env.get(name)
                     if (isinstance(value, Tensor) and isinstance(old, Tensor) and None not in (value.rank, old.rank)
                             and value.rank != old.rank):
+                        reranked[name] = (value, self.name_terms.get(name))
                         self.env[name] = old
                         if name in terms:
                             self.name_terms[name] = terms[name]
@@ -354,6 +356,14 @@ class _FunctionWalker(LanguageCalls):
                 self.walk_statement(orelse)
             elif isinstance(orelse, cst.Else):
                 self.walk_body(orelse.body)
+            for name, (value, term) in reranked.items():
+                # ... and where the other branch leaves it as it was, the code after the `if` reads it as the first
+                # branch leaves it, as after an `if` without `else` (a constexpr test: the later code under the same
+                # flag reads that rank; `b_scale_ptrs` per column under `if group_n > 0:` in MoE kernels)
+                if self.env.get(name) is env.get(name):
+                    self.env[name] = value
+                    if term is not None:
+                        self.name_terms[name] = term
             if orelse is not None:
                 # A name both branches leave as tensors of different ranks (`db = b[None, :] * d[:, None]` under
                 # `if PER_ROW:`, `db = b * d` else): Triton compiles the branch a constexpr test takes, with either
