@@ -27,8 +27,10 @@ from dataclasses import dataclass
 #   method    a tensor method Gluon's tensors have (`x.broadcast_to(...)`)
 #   triton    `triton.language.<name>` itself (enum values that Gluon's ops accept as they are)
 #   own       rewritten by a rule of its own (dot, descriptors, ranges, transposes, barriers)
+#   compile_time  a function of `triton.language` run when the kernel is compiled (a `constexpr_function`, such as
+#             `tl.standard._log2`), which a Gluon kernel calls as the source spells it
 #   refuse    refused (TT011) with `text` as the reason
-KINDS = ("gl", "gl39", "std", "helper", "libdevice", "method", "triton", "own", "refuse")
+KINDS = ("gl", "gl39", "std", "helper", "libdevice", "method", "triton", "own", "compile_time", "refuse")
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,9 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
     if spelling is None and lang in EXTRA_REFUSALS:
         return Spelling("refuse", EXTRA_REFUSALS[lang])
+    if spelling is None and name and min_triton >= (3, 9) and compile_time(lang):
+        # (Triton 3.6, sm90's, may define it otherwise: a `@jit` function, which a Gluon kernel cannot call)
+        return Spelling("compile_time", lang)
     if spelling is None and name and not in_triton(lang):
         return Spelling("refuse", f"`tl.{lang}` is not a name of `triton.language`, {NOT_TRITON} (another backend's "
                                   "dialect, or a misspelling): write it with the functions Triton has")
@@ -233,9 +238,13 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
 NOT_TRITON = "which Triton's compiler rejects too"
 
 
+_MISSING = object()
+
+
 @functools.cache
-def in_triton(lang: str) -> bool:
-    """`tl.<lang>` names something in the installed `triton.language` (a submodule is imported to look into it)."""
+def _resolved(lang: str) -> object:
+    """What `tl.<lang>` names in the installed `triton.language` (a submodule is imported to look into it), or
+    `_MISSING`."""
     import triton.language
 
     value: object = triton.language
@@ -245,12 +254,25 @@ def in_triton(lang: str) -> bool:
             continue
         module = getattr(value, "__name__", None)
         if module is None or not module.startswith("triton.language"):
-            return False
+            return _MISSING
         try:
             value = importlib.import_module(f"{module}.{part}")
         except ImportError:
-            return False
-    return True
+            return _MISSING
+    return value
+
+
+def in_triton(lang: str) -> bool:
+    """`tl.<lang>` names something in the installed `triton.language`."""
+    return _resolved(lang) is not _MISSING
+
+
+def compile_time(lang: str) -> bool:
+    """`tl.<lang>` is a `constexpr_function` of `triton.language`: run by the compiler on constexpr arguments, in a
+    Gluon kernel as in a Triton one."""
+    from triton.runtime.jit import ConstexprFunction
+
+    return isinstance(_resolved(lang), ConstexprFunction)
 
 
 def refused_on_every_target(lang: str) -> bool:

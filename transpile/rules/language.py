@@ -95,8 +95,8 @@ class LanguageNames(Rule):
         if lang is None or lang == "":
             return updated
         spelling = language.lookup(lang, ctx.target.backend, ctx.target.min_triton)
-        if spelling is None or spelling.kind in ("own", "method"):
-            return updated  # a submodule inside `tl.math.exp` (renamed as a whole), or a rule of its own
+        if spelling is None or spelling.kind in ("own", "method", "compile_time"):
+            return updated  # a submodule inside `tl.math.exp` (renamed as a whole), a rule of its own, or as written
         if spelling.kind == "refuse":
             if not language.refused_on_every_target(lang):  # else the layout analysis refused it already
                 ctx.refuse(original, "TT011", spelling.text)
