@@ -185,6 +185,8 @@ def test_a_name_triton_does_not_have_is_refused_as_not_triton(tmp_path) -> None:
         spelling = language.lookup(name, "hip", (3, 9))
         assert spelling is not None and spelling.kind == "refuse", name
         assert spelling.text.startswith(f"`tl.{name}` is not a name of `triton.language`, {language.NOT_TRITON}")
+    assert language.lookup("extra.mlu.libdevice.philox", "hip", (3, 9)).text.startswith(  # (Cambricon's libdevice)
+        f"`tl.extra.mlu.libdevice` is not a name of `triton.language`, {language.NOT_TRITON}")
     assert language.lookup("standard._log2", "cuda", (3, 6)).text == f"`tl.standard._log2` {GENERIC}"
     assert language.in_triton("extra.cuda.libdevice") and language.in_triton("math.exp")
     text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(y_ptr, BLOCK: tl.constexpr):\n"

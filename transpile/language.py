@@ -209,6 +209,8 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return None
     spelling = TABLE.get(name) if module in ("", "core", "standard", "math", "semantic", "random") else None
     if spelling is None and (module in LIBDEVICE_MODULES or module.endswith(".libdevice")):
+        if not in_triton(module):  # (`tl.extra.mlu.libdevice`: another backend's)
+            return Spelling("refuse", _not_triton(module))
         if name in libdevice_names(backend):
             return Spelling("libdevice", name)
         other = "cuda" if backend == "hip" else "hip"
@@ -222,8 +224,7 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         # (Triton 3.6, sm90's, may define it otherwise: a `@jit` function, which a Gluon kernel cannot call)
         return Spelling("compile_time", lang)
     if spelling is None and name and not in_triton(lang):
-        return Spelling("refuse", f"`tl.{lang}` is not a name of `triton.language`, {NOT_TRITON} (another backend's "
-                                  "dialect, or a misspelling): write it with the functions Triton has")
+        return Spelling("refuse", _not_triton(lang))
     if spelling is None:
         return Spelling("refuse", f"`tl.{lang}` has no Gluon translation in this tool") if name else None
     if spelling.fallback is not None and min_triton < (3, 9):
@@ -260,6 +261,11 @@ def _resolved(lang: str) -> object:
         except ImportError:
             return _MISSING
     return value
+
+
+def _not_triton(lang: str) -> str:
+    return (f"`tl.{lang}` is not a name of `triton.language`, {NOT_TRITON} (another backend's dialect, or a "
+            "misspelling): write it with the functions Triton has")
 
 
 def in_triton(lang: str) -> bool:
