@@ -969,3 +969,44 @@ def test_a_name_one_constexpr_branch_rebinds_to_another_rank_is_read_as_that_bra
                    {"a_ptr": "*fp16", "b_ptr": "*i8", "use_int8": 1, "use_fp8": 0, "group_k": 0}):
         compiled = verify(result, common | values)
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+AXIS_HELPERS = HEAD + '''@triton.jit
+def _amax(x, axis):
+    x = tl.where(x == x, x, float("inf"))
+    return tl.max(x, axis=axis)
+
+
+@triton.jit
+def _pair_max(value, index, axis=None, keep_dims=False):
+    return tl.max(value, axis=axis), tl.max(index, axis=axis)
+
+
+@triton.jit
+def row_amax(x_ptr, y_ptr, z_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=cols[None, :] < N, other=0.0)
+    tl.store(y_ptr + rows, _amax(x, 1))
+    top, where = _pair_max(x, cols[None, :] + rows[:, None] * 0, axis=1)
+    tl.store(z_ptr + rows, top + where)
+'''
+
+
+def test_a_reduction_axis_every_call_of_its_helper_gives_as_one_integer(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """`tl.max(x, axis=axis)` in a helper whose every call passes `axis` the same integer (positionally, by keyword,
+    over a `None` default; torchao's and FlagGems' reduction helpers): Triton compiles the helper with that constant,
+    and so does the analysis (it was refused: "reduction axis must be an integer literal"). Calls that disagree keep
+    the refusal, which now says what would do. The variants compile for gfx950 and sm90."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("gfx950", "sm90"):
+        result = translate_source(AXIS_HELPERS, str(tmp_path / "k.py"), get_target(target))
+        assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+        assert "return gl.max(x, axis=axis)" in result.text
+        compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "z_ptr": "*fp32", "BLOCK_M": 16, "BLOCK_N": 64})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    mixed = AXIS_HELPERS + "    tl.store(z_ptr + cols, _amax(x, 0))\n"
+    result = translate_source(mixed, "k.py", get_target("gfx950"))
+    assert any(d.code == "TT010" and d.line == 8 and "a parameter of a helper that every call passes the same integer"
+               in d.message for d in result.diagnostics), [d.format() for d in result.diagnostics]

@@ -368,8 +368,12 @@ class LanguageCalls:
         try:
             axis = int(self.source.code(axis_node).strip())
         except ValueError:
-            self.refuse(axis_node, "TT010", "reduction axis must be an integer literal")
-            return value
+            known = self.literal_argument(axis_node)
+            if known is None:
+                self.refuse(axis_node, "TT010", "reduction axis must be an integer literal (or a parameter of a "
+                            "helper that every call passes the same integer)")
+                return value
+            axis = known
         rank = value.rank
         if rank is not None and axis < 0:
             axis += rank

@@ -68,7 +68,7 @@ from transpile.analysis.layout_values import (  # noqa: F401 - read from here by
     DescriptorInfo,
     DotSite,
 )
-from transpile.cst_utils import bound_names, names_in, substituted
+from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, substituted
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
 from transpile.language import NOT_TRITON
@@ -92,9 +92,39 @@ class LayoutAnalysis:
         # of their own, converted where they meet another layout (`transpile.passes.vector_loads`).
         self.own_loads = own_loads or {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
+        self._literal_arguments: dict[str, dict[str, int]] = {}
         self.module_names = _module_level_names(self.source.module)
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
                                                   self.source.path)
+
+    def literal_arguments(self, fn: JitFunction) -> dict[str, int]:
+        """The parameters of the helper `fn` that every call of it in the module gives the same integer literal (its
+        default where a call leaves it out): Triton compiles the helper with that constant (`axis=0` passed to a
+        reduction helper), so the analysis may read it as one. Empty where the function is a kernel or some call is
+        not a plain call by its name."""
+        if fn.name in self._literal_arguments:
+            return self._literal_arguments[fn.name]
+        found: dict[str, int] = {}
+        params = fn.node.params
+        ordered = [*params.posonly_params, *params.params]
+        defaults = {p.name.value: p.default for p in [*ordered, *params.kwonly_params] if p.default is not None}
+        calls = [c for c in calls_in(self.source.module)
+                 if isinstance(c.func, cst.Name) and c.func.value == fn.name]
+        if fn.called_by and calls and not any(a.star for c in calls for a in c.args):
+            values: dict[str, set[int | None]] = {}
+            for call in calls:
+                given: dict[str, cst.BaseExpression] = {}
+                for i, arg in enumerate(call.args):
+                    if arg.keyword is not None:
+                        given[arg.keyword.value] = arg.value
+                    elif i < len(ordered):
+                        given[ordered[i].name.value] = arg.value
+                for param in [*ordered, *params.kwonly_params]:
+                    node = given.get(param.name.value, defaults.get(param.name.value))
+                    values.setdefault(param.name.value, set()).add(_integer(self.source, node))
+            found = {name: next(iter(v)) for name, v in values.items() if len(v) == 1 and None not in v}  # type: ignore[misc]
+        self._literal_arguments[fn.name] = found
+        return found
 
     def run(self) -> dict[str, LayoutPlan]:
         for fn in self.facts.kernels:
@@ -120,6 +150,16 @@ class LayoutAnalysis:
         return plan
 
 
+
+
+def _integer(source: SourceFile, node: cst.BaseExpression | None) -> int | None:
+    """An integer literal (`0`, `-1`), else None."""
+    if node is None:
+        return None
+    try:
+        return int(source.code(node).strip())
+    except ValueError:
+        return None
 
 
 def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dict[str, str]:
@@ -324,6 +364,15 @@ class _FunctionWalker(LanguageCalls):
         return None
 
     # ---- statements -----------------------------------------------------------------------------------------------
+
+    def literal_argument(self, node: cst.BaseExpression | None) -> int | None:
+        """The integer a helper's parameter `node` is given at every call (`LayoutAnalysis.literal_arguments`), where
+        the helper never rebinds it."""
+        body = self.fn.node.body.body if isinstance(self.fn.node.body, cst.IndentedBlock) else ()
+        if not isinstance(node, cst.Name) or node.value not in {p.name for p in self.fn.params} \
+                or any(node.value in assigned_names(statement) for statement in body):
+            return None
+        return self.analysis.literal_arguments(self.fn).get(node.value)
 
     def walk_body(self, body: cst.BaseSuite | list[cst.BaseStatement]) -> None:
         statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else body
