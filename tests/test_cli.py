@@ -353,8 +353,10 @@ BAD_INPUTS = {
     "no_kernels": (b"import triton\n\n\ndef host(x):\n    return triton.cdiv(x, 128)\n", ("bad.py", 1, 1, "TT003")),
     "no_kernels_mentions_jit": (b"import triton\n\nJIT = triton.jit\n", ("bad.py", 1, 1, "TT003")),
     # (kernels under a module-level block: kept as written, TT007: test_a_directory_keeps_kernels_under_...)
-    "kernel_in_function": (b"import triton\n\n\ndef build():\n    @triton.jit\n    def k(x_ptr):\n        pass\n\n"
-                           b"    return k\n", ("bad.py", 6, 9, "TT003")),
+    # (kernels a test makes for itself: not a kernel module; those a factory function builds are kept with TT007:
+    # test_kernels_a_function_builds_are_kept_as_written)
+    "kernel_in_test_function": (b"import triton\n\n\ndef test_build():\n    @triton.jit\n    def k(x_ptr):\n"
+                                b"        pass\n\n    return k\n", ("bad.py", 6, 9, "TT003")),
 }
 
 
@@ -408,6 +410,25 @@ def test_a_kernel_under_a_block_beside_top_level_kernels_is_kept_with_its_note(t
     variant = (tmp_path / "mixed_gfx950.py").read_text(encoding="utf-8")
     assert "@gluon.jit\ndef top(" in variant
     assert "if True:\n\n    @triton.jit\n    def guarded(x_ptr):\n        pass\n" in variant
+
+
+def test_kernels_a_function_builds_are_kept_as_written(tmp_path: Path, cli) -> None:
+    """A kernel module that builds its kernels in a function (torchao's `_build_act_quant_kernel()`, which compiles
+    only where Triton is at hand): TT007 at the kernel, naming the function, and a variant that keeps the file as
+    written; exit 0, and `--check` passes once it is written (the file was refused, TT003, exit 2)."""
+    source = ("import triton\nimport triton.language as tl\n\n\ndef _build_scale_kernel():\n    @triton.jit\n"
+              "    def _scale_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):\n"
+              "        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+              "        tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2)\n\n    return _scale_kernel\n")
+    (tmp_path / "factory.py").write_text(source, encoding="utf-8")
+    result = cli("factory.py", "-t", "gfx950")
+    assert_clean_exit(result, 0)
+    found = diagnostics(result.stderr)
+    assert [d[:4] for d in found] == [("factory.py", 7, 9, "TT007")], result.stderr
+    assert "`_scale_kernel` is defined inside function `_build_scale_kernel`" in found[0][4]
+    variant = (tmp_path / "factory_gfx950.py").read_text(encoding="utf-8")
+    assert variant.endswith(source) and "# kept as Triton: `_scale_kernel`" in variant
+    assert_clean_exit(cli("factory.py", "-t", "gfx950", "--check"), 0)
 
 
 def test_kernels_in_a_class_are_kept_as_written(tmp_path: Path, cli) -> None:

@@ -240,16 +240,20 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             kernel, holder = nested[0]
             line, column = source.position(kernel.name)
             where = _where(source, holder)
-            code = "TT003" if isinstance(holder, cst.FunctionDef) else "TT007"
+            # Kernels made inside test functions (pytest's `test_*`) are a test's helpers, not a kernel module: no
+            # variant. Kernels a function builds (a factory, `_build_act_quant_kernel()`) are the module's own: kept
+            # as written with their notes, as kernels in blocks and classes are.
+            tests = all(isinstance(h, cst.FunctionDef) and h.name.value.startswith("test") for _, h in nested)
+            code = "TT003" if tests else "TT007"
             others = f" (and {len(nested) - 1} more)" if len(nested) > 1 else ""
             diagnostic = Diagnostic(path, line, column, code, (
                 f"no module-level @triton.jit kernels: `{kernel.name.value}`{others} is defined {where}; only "
                 "kernels defined at the top level of a module are translated (define it there, or in a module of "
                 "its own that this one imports)"))
-            if code == "TT003":  # (a kernel made inside a function: a test's helper, not a kernel module)
+            if code == "TT003":  # (kernels made inside test functions: a test's helpers, not a kernel module)
                 raise TranspileError(diagnostic)
-            # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test) or
-            # in a class (an operator class holding its kernels):
+            # A kernel module whose kernels sit under a module-level `if`/`try`/`with` (a version or feature test), in
+            # a class (an operator class holding its kernels) or in functions that build them:
             # its variant keeps the file as written, with the reason (never dropped: `--check` stays green on it).
             return Prepared(text, source, facts, {}, nested=_below_module(source, nested))
         raise TranspileError(Diagnostic(path, 1, 1, "TT003", "no @triton.jit kernels in this file"))
@@ -437,7 +441,7 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
             return in_blocks
         outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
         header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(
-            "(the comments above them say why)", "(defined inside a module-level block or a class: not translated)")
+            "(the comments above them say why)", "(defined inside a module-level block, a class or a function: not translated)")
         return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)
     if target.backend == "hip":
         prepared = for_amd(prepared)
