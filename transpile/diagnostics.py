@@ -21,7 +21,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT001": (Severity.ERROR, "syntax error: the file does not parse as Python"),
     "TT002": (Severity.ERROR, "unreadable input: missing, not a regular file (a directory, a named pipe), not text in "
                               "its encoding (UTF-8, or a PEP 263 coding cookie's), or an unknown coding"),
-    "TT003": (Severity.ERROR, "no @triton.jit kernels in the file"),
+    "TT003": (Severity.ERROR, "no @triton.jit kernels in the file (kernels made only inside test functions, `test_*`, "
+                              "are a test's helpers: none)"),
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
                               "cannot be read"),
