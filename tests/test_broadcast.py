@@ -979,7 +979,12 @@ def _amax(x, axis):
 
 @triton.jit
 def _pair_max(value, index, axis=None, keep_dims=False):
-    return tl.max(value, axis=axis), tl.max(index, axis=axis)
+    return tl.max(value, axis=axis, keep_dims=keep_dims), tl.max(index, axis=axis, keep_dims=keep_dims)
+
+
+@triton.jit
+def _scaled_amax(x, axis):
+    return _amax(x, axis) * 2.0
 
 
 @triton.jit
@@ -987,7 +992,7 @@ def row_amax(x_ptr, y_ptr, z_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=cols[None, :] < N, other=0.0)
-    tl.store(y_ptr + rows, _amax(x, 1))
+    tl.store(y_ptr + rows, _amax(x, 1) + _scaled_amax(x, 1))
     top, where = _pair_max(x, cols[None, :] + rows[:, None] * 0, axis=1)
     tl.store(z_ptr + rows, top + where)
 '''
@@ -996,9 +1001,11 @@ def row_amax(x_ptr, y_ptr, z_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
 def test_a_reduction_axis_every_call_of_its_helper_gives_as_one_integer(monkeypatch: pytest.MonkeyPatch,
                                                                          tmp_path: Path) -> None:
     """`tl.max(x, axis=axis)` in a helper whose every call passes `axis` the same integer (positionally, by keyword,
-    over a `None` default; torchao's and FlagGems' reduction helpers): Triton compiles the helper with that constant,
-    and so does the analysis (it was refused: "reduction axis must be an integer literal"). Calls that disagree keep
-    the refusal, which now says what would do. The variants compile for gfx950 and sm90."""
+    over a `None` default, or passing on a parameter of the calling helper that has one; torchao's and FlagGems'
+    reduction helpers): Triton compiles the helper with that constant, and so does the analysis (it was refused:
+    "reduction axis must be an integer literal"); `keep_dims=keep_dims` over a `False` default keeps no dimension (it
+    was read as `True`). Calls that disagree keep the refusal, which now says what would do. The variants compile for
+    gfx950 and sm90."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for target in ("gfx950", "sm90"):
         result = translate_source(AXIS_HELPERS, str(tmp_path / "k.py"), get_target(target))

@@ -328,7 +328,8 @@ class LanguageCalls:
         index = _KEEP_DIMS_INDEX.get(reducer, 99) - (1 if input_node is not None and input_node is not
                                                         self.arg(node, 0, "input") else 0)  # methods: no input arg
         keep_dims = self.arg(node, index, "keep_dims")
-        keeps = keep_dims is not None and self.source.code(keep_dims).strip() != "False"
+        keeps = keep_dims is not None and (self.literal_argument(keep_dims)  # (a helper's `keep_dims=keep_dims`)
+                                           or self.source.code(keep_dims).strip()) != "False"
         if isinstance(value, Tup) and reducer == "reduce" and isinstance(input_node, (cst.Tuple, cst.List)) \
                 and len(input_node.elements) == len(value.items) and value.items \
                 and all(isinstance(v, Tensor) for v in value.items):
@@ -369,6 +370,7 @@ class LanguageCalls:
             axis = int(self.source.code(axis_node).strip())
         except ValueError:
             known = self.literal_argument(axis_node)
+            known = int(known) if known is not None and known.lstrip("-").isdigit() else None
             if known is None:
                 self.refuse(axis_node, "TT010", "reduction axis must be an integer literal (or a parameter of a "
                             "helper that every call passes the same integer)")

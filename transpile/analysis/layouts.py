@@ -92,39 +92,56 @@ class LayoutAnalysis:
         # of their own, converted where they meet another layout (`transpile.passes.vector_loads`).
         self.own_loads = own_loads or {}
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
-        self._literal_arguments: dict[str, dict[str, int]] = {}
+        self._literal_arguments: dict[str, dict[str, str]] = {}
         self.module_names = _module_level_names(self.source.module)
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
                                                   self.source.path)
 
-    def literal_arguments(self, fn: JitFunction) -> dict[str, int]:
-        """The parameters of the helper `fn` that every call of it in the module gives the same integer literal (its
-        default where a call leaves it out): Triton compiles the helper with that constant (`axis=0` passed to a
-        reduction helper), so the analysis may read it as one. Empty where the function is a kernel or some call is
-        not a plain call by its name."""
+    def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
+        """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
+        constant (its default where a call leaves it out): an integer, `True`, `False` or `None`, as text; a call may
+        pass on a parameter of its own function that has one (`_amax(x, axis)` in a helper that every call gives
+        `axis=1`). Triton compiles the helper with that constant (`axis=0` passed to a reduction helper), so the
+        analysis may read it as one. Empty for a kernel, or where some call is not a plain call by its name."""
         if fn.name in self._literal_arguments:
             return self._literal_arguments[fn.name]
-        found: dict[str, int] = {}
+        self._literal_arguments[fn.name] = {}  # (a helper that calls itself, through others: no constants)
         params = fn.node.params
         ordered = [*params.posonly_params, *params.params]
-        defaults = {p.name.value: p.default for p in [*ordered, *params.kwonly_params] if p.default is not None}
-        calls = [c for c in calls_in(self.source.module)
+        every = [*ordered, *params.kwonly_params]
+        defaults = {p.name.value: p.default for p in every if p.default is not None}
+        sites = [(caller, c) for caller in self.facts.functions.values() for c in calls_in(caller.node)
                  if isinstance(c.func, cst.Name) and c.func.value == fn.name]
-        if fn.called_by and calls and not any(a.star for c in calls for a in c.args):
-            values: dict[str, set[int | None]] = {}
-            for call in calls:
+        found: dict[str, str] = {}
+        if fn.called_by and sites and not any(a.star for _, c in sites for a in c.args):
+            values: dict[str, set[str | None]] = {}
+            for caller, call in sites:
                 given: dict[str, cst.BaseExpression] = {}
                 for i, arg in enumerate(call.args):
                     if arg.keyword is not None:
                         given[arg.keyword.value] = arg.value
                     elif i < len(ordered):
                         given[ordered[i].name.value] = arg.value
-                for param in [*ordered, *params.kwonly_params]:
+                for param in every:
                     node = given.get(param.name.value, defaults.get(param.name.value))
-                    values.setdefault(param.name.value, set()).add(_integer(self.source, node))
+                    values.setdefault(param.name.value, set()).add(self._constant(caller, node))
             found = {name: next(iter(v)) for name, v in values.items() if len(v) == 1 and None not in v}  # type: ignore[misc]
         self._literal_arguments[fn.name] = found
         return found
+
+    def _constant(self, caller: JitFunction, node: cst.BaseExpression | None) -> str | None:
+        """`node`, an argument of a call in `caller`, as a constant's text (see `literal_arguments`), or None."""
+        if node is None:
+            return None
+        if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+            return node.value
+        number = _integer(self.source, node)
+        if number is not None:
+            return str(number)
+        if isinstance(node, cst.Name) and node.value in {p.name for p in caller.params} and not any(
+                node.value in assigned_names(s) for s in _body(caller)):
+            return self.literal_arguments(caller).get(node.value)
+        return None
 
     def run(self) -> dict[str, LayoutPlan]:
         for fn in self.facts.kernels:
@@ -150,6 +167,10 @@ class LayoutAnalysis:
         return plan
 
 
+
+
+def _body(fn: JitFunction) -> tuple[cst.BaseStatement, ...]:
+    return tuple(fn.node.body.body) if isinstance(fn.node.body, cst.IndentedBlock) else ()
 
 
 def _integer(source: SourceFile, node: cst.BaseExpression | None) -> int | None:
@@ -365,12 +386,11 @@ class _FunctionWalker(LanguageCalls):
 
     # ---- statements -----------------------------------------------------------------------------------------------
 
-    def literal_argument(self, node: cst.BaseExpression | None) -> int | None:
-        """The integer a helper's parameter `node` is given at every call (`LayoutAnalysis.literal_arguments`), where
-        the helper never rebinds it."""
-        body = self.fn.node.body.body if isinstance(self.fn.node.body, cst.IndentedBlock) else ()
+    def literal_argument(self, node: cst.BaseExpression | None) -> str | None:
+        """The constant a helper's parameter `node` is given at every call (`LayoutAnalysis.literal_arguments`), as
+        text, where the helper never rebinds it."""
         if not isinstance(node, cst.Name) or node.value not in {p.name for p in self.fn.params} \
-                or any(node.value in assigned_names(statement) for statement in body):
+                or any(node.value in assigned_names(statement) for statement in _body(self.fn)):
             return None
         return self.analysis.literal_arguments(self.fn).get(node.value)
 
