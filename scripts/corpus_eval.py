@@ -20,9 +20,9 @@ import time
 import traceback
 from pathlib import Path
 
-from transpile.language import NOT_TRITON
 from transpile.diagnostics import TranspileError
 from transpile.engine import prepare, translate_source
+from transpile.language import NOT_TRITON
 from transpile.names import undefined_names
 from transpile.targets import all_targets, get_target
 

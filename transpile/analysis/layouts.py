@@ -68,10 +68,10 @@ from transpile.analysis.layout_values import (  # noqa: F401 - read from here by
     DescriptorInfo,
     DotSite,
 )
-from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, substituted
+from transpile.cst_utils import bound_names, call_arguments, calls_in, names_in, substituted
 from transpile.discover import JitFunction, ModuleFacts, language_name
-from transpile.source import SourceFile
 from transpile.language import NOT_TRITON
+from transpile.source import SourceFile
 
 # --------------------------------------------------------------------------------------------------------------------
 # The analysis
@@ -107,30 +107,25 @@ class LayoutAnalysis:
             return self._literal_arguments[fn.name]
         self._literal_arguments[fn.name] = {}  # (a helper that calls itself, through others: no constants)
         params = fn.node.params
-        ordered = [*params.posonly_params, *params.params]
-        every = [*ordered, *params.kwonly_params]
-        defaults = {p.name.value: p.default for p in every if p.default is not None}
+        ordered = [p.name.value for p in [*params.posonly_params, *params.params]]
+        defaults = {p.name.value: p.default for p in [*params.posonly_params, *params.params, *params.kwonly_params]
+                    if p.default is not None}
         sites = [(caller, c) for caller in self.facts.functions.values() for c in calls_in(caller.node)
                  if isinstance(c.func, cst.Name) and c.func.value == fn.name]
         found: dict[str, str] = {}
         if fn.called_by and sites and not any(a.star for _, c in sites for a in c.args):
             values: dict[str, set[str | None]] = {}
             for caller, call in sites:
-                given: dict[str, cst.BaseExpression] = {}
-                for i, arg in enumerate(call.args):
-                    if arg.keyword is not None:
-                        given[arg.keyword.value] = arg.value
-                    elif i < len(ordered):
-                        given[ordered[i].name.value] = arg.value
-                for param in every:
-                    node = given.get(param.name.value, defaults.get(param.name.value))
-                    values.setdefault(param.name.value, set()).add(self._constant(caller, node))
+                given = {param: arg.value for param, arg in call_arguments(call, ordered) if param is not None}
+                for param in [*ordered, *(p.name.value for p in params.kwonly_params)]:
+                    values.setdefault(param, set()).add(self.constant(caller, given.get(param, defaults.get(param))))
             found = {name: next(iter(v)) for name, v in values.items() if len(v) == 1 and None not in v}  # type: ignore[misc]
         self._literal_arguments[fn.name] = found
         return found
 
-    def _constant(self, caller: JitFunction, node: cst.BaseExpression | None) -> str | None:
-        """`node`, an argument of a call in `caller`, as a constant's text (see `literal_arguments`), or None."""
+    def constant(self, fn: JitFunction, node: cst.BaseExpression | None) -> str | None:
+        """`node`, an expression of `fn`, as a constant's text (see `literal_arguments`): a literal, or a parameter of
+        `fn` that it never rebinds and that every call gives one constant; else None."""
         if node is None:
             return None
         if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
@@ -138,9 +133,9 @@ class LayoutAnalysis:
         number = _integer(self.source, node)
         if number is not None:
             return str(number)
-        if isinstance(node, cst.Name) and node.value in {p.name for p in caller.params} and not any(
-                node.value in assigned_names(s) for s in _body(caller)):
-            return self.literal_arguments(caller).get(node.value)
+        if isinstance(node, cst.Name) and node.value in {p.name for p in fn.params} \
+                and node.value not in bound_names(fn.node.body):
+            return self.literal_arguments(fn).get(node.value)
         return None
 
     def run(self) -> dict[str, LayoutPlan]:
@@ -167,10 +162,6 @@ class LayoutAnalysis:
         return plan
 
 
-
-
-def _body(fn: JitFunction) -> tuple[cst.BaseStatement, ...]:
-    return tuple(fn.node.body.body) if isinstance(fn.node.body, cst.IndentedBlock) else ()
 
 
 def _integer(source: SourceFile, node: cst.BaseExpression | None) -> int | None:
@@ -387,12 +378,9 @@ class _FunctionWalker(LanguageCalls):
     # ---- statements -----------------------------------------------------------------------------------------------
 
     def literal_argument(self, node: cst.BaseExpression | None) -> str | None:
-        """The constant a helper's parameter `node` is given at every call (`LayoutAnalysis.literal_arguments`), as
-        text, where the helper never rebinds it."""
-        if not isinstance(node, cst.Name) or node.value not in {p.name for p in self.fn.params} \
-                or any(node.value in assigned_names(statement) for statement in _body(self.fn)):
-            return None
-        return self.analysis.literal_arguments(self.fn).get(node.value)
+        """`node` as a constant's text: a literal, or a parameter of this helper that every call gives the same
+        constant (`LayoutAnalysis.constant`)."""
+        return self.analysis.constant(self.fn, node)
 
     def walk_body(self, body: cst.BaseSuite | list[cst.BaseStatement]) -> None:
         statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else body
