@@ -1,12 +1,13 @@
 """Run the tool over a directory of public Triton files and report what happens (issues 9 and 12).
 
-    python scripts/corpus_eval.py DIR [DIR ...] [-t sm90 -t gfx942 ...] [--json] [--top 20]
+    python scripts/corpus_eval.py DIR [DIR ...] [-t sm90 -t gfx942 ...] [--json] [--top 20] [--refusals OUT.json]
 
 For every `.py` file holding `@triton.jit` under the directories, and every target (all four by default), it
 translates in-process (nothing written) and counts: files, kernels and helpers, crashes (a traceback of the tool, or
 TT090), bad input (TT00x errors), per function "pipelined" / "translated" / "kept as Triton", the refusal codes and
 their most common messages, variants that are not valid Python (`compile`) or read a name they never define
-(`transpile.names`), and the time per file. Exit status 1 when anything crashed or a variant is not valid Python.
+(`transpile.names`), and the time per file; `--refusals OUT` writes each refusal with its file, line and message.
+Exit status 1 when anything crashed or a variant is not valid Python.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
     invalid: list[dict[str, str]] = []
     undefined: list[dict[str, str]] = []
     seconds: list[float] = []
+    listed: list[dict[str, object]] = []  # every refusal, located
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         start = time.perf_counter()
@@ -107,6 +109,8 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
                     kept_why[_kept_category(fn.kept_reason)] += 1
                 for d in fn.diagnostics:
                     if d.severity.value == "refusal":
+                        listed.append({"file": str(path), "target": name, "function": fn.name, "code": d.code,
+                                       "line": d.line, "col": d.col, "message": d.message})
                         refusals[d.code] += 1
                         reasons[f"{d.code} {re.sub(r'`[^`]*`', '`…`', d.message)[:110]}"] += 1
         seconds.append(time.perf_counter() - start)
@@ -118,6 +122,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
         "refusal_codes": dict(refusals), "top_reasons": reasons.most_common(),
         "crashes": crashes, "invalid_python": invalid, "undefined_names": undefined,
         "ms_per_file": round(1000.0 * sum(seconds) / len(seconds), 1) if seconds else 0.0,
+        "refusals": listed,
     }
 
 
@@ -127,9 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-t", "--target", action="append", help="target (repeatable; default: all four)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--top", type=int, default=15, help="how many refusal reasons to list")
+    parser.add_argument("--refusals", type=Path, metavar="OUT",
+                        help="also write every refusal (file, target, function, code, line, col, message) as JSON")
     args = parser.parse_args(argv)
     targets = args.target or [t.name for t in all_targets()]
     report = evaluate(args.dirs, targets)
+    listed = report.pop("refusals")
+    if args.refusals:
+        args.refusals.write_text(json.dumps(listed, indent=1) + "\n", encoding="utf-8")
     if args.json:
         report["top_reasons"] = report["top_reasons"][:args.top]  # type: ignore[index]
         print(json.dumps(report, indent=1))

@@ -76,8 +76,6 @@ def test_fixture_is_warp_specialised() -> None:
     ("    acc = acc / l_i[:, None]\n",
      "    tl.store(o_ptr + head, tl.sum(l_i, axis=0))\n    acc = acc / l_i[:, None]\n",
      "reduces along another axis than 1"),
-    ('@triton.autotune(\n    configs=[triton.Config({"BM": 128, "BN": 64}, num_warps=8, num_stages=3)],\n'
-     '    key=["seq", "D"],\n)\n', "", "no autotune table"),
     ("    cols = tl.arange(0, BN)\n", "    cols = tl.arange(0, BN)\n    extra = tl.arange(0, BM)\n",
      "2 `tl.arange(0, BM)` row vectors"),
     ("mask=keys[:, None] < seq, other=0.0)\n        qk", "other=0.0)\n        qk", "rows are not masked"),
@@ -97,6 +95,66 @@ def test_refusals_name_the_construct(old: str, new: str, why: str) -> None:
     line = next(d.line for d in result.diagnostics if d.code == "TT044")
     assert "for start_n in range" in KERNEL.replace(old, new).splitlines()[line - 1]  # at the loop
     assert "gl.warp_specialize" not in result.text
+
+
+def test_kernel_launched_with_fixed_tiles_is_warp_specialised_at_its_128_row_launches() -> None:
+    """No autotune table to add the form's config to: the launcher runs the launches whose `BM` is 128 at the
+    form's 4 warps (`retile`), whatever warps the caller asks for; the others run the ring."""
+    from transpile.rules.hopper_attention_ws import FIXED_TILE
+
+    result = _translate(FIXED_TILE)
+    (note,) = _notes(result)
+    assert "warp-specialised for launches with `BM` = 128, which the launcher runs at 4 warps" in note
+    assert "if BM == 128 and gl.num_warps() == 4:" in result.text
+    assert re.search(r'retile=\("BM", 128, 4\)', result.text)
+    assert "triton.Config(" not in result.text  # no config added: there is no autotune table
+
+
+def _golden(name: str):  # noqa: ANN202 - the golden sm90 variant of a fixture, imported (compiles nothing)
+    path = ROOT / "fixtures" / "expected" / "sm90" / f"{name}_sm90.py"
+    spec = importlib.util.spec_from_file_location(f"attention_ws_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("block_m", "warps", "expected"), [
+    (128, 8, 4),  # the caller's 8 warps: the form's two 4-warp consumers (and its loader warp)
+    (128, 4, 4),
+    (64, 4, 4),  # other tiles run the ring at the caller's warps
+    (64, 8, 8),
+])
+def test_the_launcher_runs_128_row_launches_at_the_forms_warps(block_m: int, warps: int, expected: int) -> None:
+    module = _golden("suite_gqa_attention")
+    seen: list = []
+
+    class Kernel:
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            return lambda *args, **kwargs: seen.append(kwargs["num_warps"])
+
+    launcher = module.gqa_attn_fwd_kernel
+    launcher.gluon_kernel = Kernel()
+    n, d = 4096, 128
+    strides = (16 * n * d, n * d, d)
+    q, k, v, o = (_Tensor(4096 * (i + 1), (*strides, 1)) for i in range(4))
+    launcher[(n // block_m, 64)](q, k, v, o, 0.1, 16, n, *strides, *strides, *strides, GROUP=4, HEAD_DIM=d,
+                                 BLOCK_M=block_m, BLOCK_N=64, CAUSAL=True, num_warps=warps, num_stages=3)
+    assert seen == [expected]
+
+
+def test_descriptors_of_moved_pointers_cast_offsets_and_packed_prompts() -> None:
+    """The descriptors' base through `k_ptr += z.to(tl.int64) * stride_kz + ...` (the pointer parameter as passed,
+    the cast kept), and a mask on rows shorter than the address's (packed prompts: `start_n + offs_n < end` on rows
+    `seq_start + start_n + offs_n`) as the extent `end + seq_start`."""
+    gqa = (ROOT / "fixtures" / "expected" / "sm90" / "suite_gqa_attention_sm90.py").read_text()
+    assert re.search(r"k_desc = tma\.make_tensor_descriptor\(\s*k_ptr \+ z\.to\(gl\.int64\) \* stride_kz \+ "
+                     r"kv_h \* stride_kh,\s*shape=\[N_CTX, HEAD_DIM\]", gqa)
+    varlen = (ROOT / "fixtures" / "expected" / "sm90" / "fx_attention_varlen_sm90.py").read_text()
+    assert re.search(r"k_desc = tma\.make_tensor_descriptor\(\s*K \+ cur_kv_head \* stride_kh,\s*"
+                     r"shape=\[end \+ seq_start, BLOCK_DMODEL\]", varlen)
+    loader = varlen[varlen.index("def _prefill_attn_kernel_ws_loader("):]
+    assert "[seq_start + start_n, 0]" in loader.split("@gluon.jit")[0]
 
 
 class _Tensor:

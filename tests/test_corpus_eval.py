@@ -72,3 +72,17 @@ def test_kernels_triton_itself_rejects_are_counted_apart(tmp_path: Path, capsys:
     report = json.loads(capsys.readouterr().out)
     assert report["functions"] == 3
     assert report["kept_why"] == {"refused": 1, "source not GPU Triton": 1} and report["refused_pct"] == 33.3
+
+
+def test_every_refusal_is_listed_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--refusals OUT`: each refusal with its file, function, code, line and message (what to fix first)."""
+    (tmp_path / "k.py").write_text(KERNELS, encoding="utf-8")
+    out = tmp_path / "refusals.json"
+    assert corpus_eval.main([str(tmp_path), "-t", "gfx950", "--json", "--refusals", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    listed = json.loads(out.read_text(encoding="utf-8"))
+    assert "refusals" not in report and len(listed) == sum(report["refusal_codes"].values()) >= 1
+    row = listed[0]
+    assert row["file"] == str(tmp_path / "k.py") and row["target"] == "gfx950" and row["function"] == "gate"
+    assert row["code"].startswith("TT01") and "sort" in row["message"]
+    assert "tl.sort(" in KERNELS.splitlines()[row["line"] - 1]  # the line that holds the construct

@@ -52,8 +52,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT043": (Severity.NOTE, "sm90: the Gluon kernel runs only the launches that set a constexpr flag, whose "
                              "tensors have 16-byte aligned rows and whose grid is long enough (the source kernel kept "
                              "for the others)"),
-    "TT044": (Severity.NOTE, "sm90: an attention kernel warp-specialised for its 128-row, 4-warp config (a TMA loader "
-                             "warp, two consumer warpgroups in ping-pong), or why not (the ring stays)"),
+    "TT044": (Severity.NOTE, "sm90: an attention kernel warp-specialised for its 128-row, 4-warp config, or for its "
+                             "128-row launches at 4 warps where it is launched with fixed tiles (a TMA loader warp, two "
+                             "consumer warpgroups in ping-pong), or why not (the ring stays)"),
     "TT045": (Severity.NOTE, "AMD: a dot loop pipelined for one value of a compile-time test only (a copy of it "
                              "unswitched on a constexpr flag): the source kernel runs the launches for the other"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "

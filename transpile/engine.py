@@ -1139,7 +1139,8 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
                     no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds,
-                    source_when=ctx.launch_source_when, grid_at_least=ctx.launch_grid_at_least)
+                    source_when=ctx.launch_source_when, grid_at_least=ctx.launch_grid_at_least,
+                    retile=ctx.launch_retile)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -1341,6 +1342,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
         when += f", unflagged_at_least=({''.join(f'({value(n)}, {v}), ' for n, v in dispatch.unflagged_at_least)})"
     if dispatch.grid_at_least is not None:
         when += f", grid_at_least={dispatch.grid_at_least}"
+    if dispatch.retile is not None:
+        when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""

@@ -366,6 +366,10 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                                                           num_warps, triton_kernel=True)
                 outcomes.append(CompiledKernel(f"_{outcome.name}_triton", label, ok, message, asm, shared, True))
                 kernel = kernel.gluon_kernel
+                retile = outcome.dispatch.retile
+                if retile is not None and constexprs.get(retile[0]) == retile[1] and num_warps != retile[2]:
+                    num_warps = retile[2]  # what the launcher runs such a launch at (`Dispatch.retile`)
+                    label += f" (`{retile[0]}` = {retile[1]}: the launcher runs it at num_warps={num_warps})"
             divisible: tuple[str, ...] = ()
             if outcome.dispatch is not None and outcome.dispatch.aligned and not kept:
                 # The launcher runs the Gluon kernel only for launches with aligned tensors, the `divisible` ints

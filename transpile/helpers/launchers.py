@@ -77,7 +77,10 @@ class _TMAOrTriton:
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
     than the source only then), unless the `unflagged_at_least` (constexpr parameter, value) pairs hold; `at_least`:
     (constexpr parameter, value) pairs, the same from a value on; `grid_at_least`: (grid axis, count), only launches
-    with at least that many programs along the axis. `aligned`: only launches whose tensor arguments have
+    with at least that many programs along the axis. `retile`: (constexpr parameter, value, warps): launches that set
+    the parameter to the value run the Gluon kernel with that many warps, whatever the launch asks for (a form that
+    splits the tile among partitions of its own: the warp-specialised attention's two 4-warp consumers and a loader
+    warp take a 128-row tile that the source launches at 8 warps). `aligned`: only launches whose tensor arguments have
     16-byte aligned addresses, a unit last stride and the other strides multiples of 16 elements, whose `divisible`
     arguments are multiples of 16 (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells
     the compiler their rows are aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
@@ -85,8 +88,9 @@ class _TMAOrTriton:
     (`triton.set_allocator`), one that allocates with torch is set."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
-                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None):
+                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None):
         self.grid_at_least = grid_at_least
+        self.retile = retile
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -167,6 +171,10 @@ class _TMAOrTriton:
             if self.persistent is not None:  # one program per SM for the warp-specialised configs
                 launch_grid = _persistent_grid(grid, self.persistent)
             kernel = self.gluon_kernel[launch_grid]
+            if self.retile is not None:
+                name, value, warps = self.retile
+                if self.arguments(args, kwargs).get(name) == value:
+                    kwargs = {**kwargs, "num_warps": warps}
             try:
                 return kernel(*args, **kwargs)
             except RuntimeError as exc:

@@ -174,6 +174,9 @@ class Dispatch:
     # Gluon kernel (a causal attention loop whose key blocks end at its query block `program_id(axis)`: a short
     # grid there means short prompts, for which the ring measured slower than the source kernel)
     grid_at_least: tuple[int, int] | None = None
+    # (constexpr parameter, value, warps): launches that set the parameter to the value run the Gluon kernel with
+    # that many warps (the warp-specialised attention of a kernel launched with fixed tiles: its form's warps)
+    retile: tuple[str, int, int] | None = None
 
 
 @dataclass

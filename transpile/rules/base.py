@@ -105,6 +105,8 @@ class RuleContext:
     launch_grid_at_least: tuple[int, int] | None = None
     # ... and, with a flag, the constexpr parameters and values with which launches without it run the Gluon kernel
     launch_unflagged_at_least: tuple[tuple[str, int], ...] = ()
+    # ... and (constexpr parameter, value, warps): launches with that value run the Gluon kernel at those warps
+    launch_retile: tuple[str, int, int] | None = None
     # the Gluon kernel reads tiles through 32-bit buffer offsets: launches with a tensor spanning 2 GB or more run
     # the source kernel (`Dispatch.small`)
     launch_small: bool = False

@@ -423,6 +423,7 @@ class _AddressTerms:
         values: dict[str, list[cst.BaseExpression]] = {}
         self.opaque: set[str] = set()
         opaque_names: dict[str, set[str]] = {}
+        roots: dict[str, cst.Name] = {}  # parameters moved in place, as they were passed
         for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
             if statement is plan.loop:
                 break
@@ -433,7 +434,10 @@ class _AddressTerms:
                 values[small.targets[0].target.value] = [small.value]  # (a plain assignment replaces what was bound)
             elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
                     and isinstance(small.operator, (cst.AddAssign, cst.SubtractAssign)):
-                values.setdefault(small.target.value, []).append(small.value)
+                # (`k_ptr += off`: a parameter's value before it is moved is itself)
+                target = small.target.value
+                values.setdefault(target, [roots.setdefault(target, cst.Name(target))] if target in self.params
+                                  else []).append(small.value)
             else:
                 for name in bound_names(statement):
                     opaque_names.setdefault(name, set()).update(names_in(statement) & self.params)
@@ -451,7 +455,8 @@ class _AddressTerms:
                 for term in sum_terms(pending.pop()):
                     if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Subtract):
                         pending += [term.left, term.right]
-                    elif isinstance(term, cst.Name) and (term.value in values or term.value in opaque_names):
+                    elif isinstance(term, cst.Name) and (term.value in values or term.value in opaque_names) \
+                            and term is not roots.get(term.value):
                         if term.value not in seen:
                             seen.add(term.value)
                             pending += values.get(term.value, [])

@@ -25,7 +25,10 @@ ring), ``gl.warp_specialize`` of three partitions:
   the two consumers take turns issuing their wgmmas (`turn` barriers), so that one's softmax overlaps the other's
   tensor-core work.
 The kernel's autotune table gets a (128, 128) config with 4 warps (the autotuner then picks among the ring's configs
-and this one per launch shape). A kernel that does not match keeps the ring, with a TT044 note naming why.
+and this one per launch shape). A kernel launched with fixed tiles (a caller's ``BLOCK_M=128, num_warps=8``, as
+LLM-serving code writes) takes the form at its own tiles: its launcher runs launches with ``BLOCK_M`` = 128 at 4 warps
+(`Dispatch.retile`; the caller's 8 warps become the two consumers, plus the loader warp), the others run the ring.
+A kernel that does not match keeps the ring, with a TT044 note naming why.
 Targets: sm90.
 """
 
@@ -39,7 +42,7 @@ import libcst as cst
 from transpile.analysis.attention import AttentionPlan
 from transpile.analysis.layouts import REDUCTIONS, name_terms
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, is_docstring, names_in,
-                                 product_factors, read_names, unparenthesized)
+                                 product_factors, read_names, sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.lowering.sm90 import TmaCopy
@@ -105,6 +108,8 @@ def attn(q_ptr, k_ptr, v_ptr, o_ptr, scale, s_h, s_n, seq, D: tl.constexpr, BM: 
 '''
 
 
+# The same kernel launched with fixed tiles (a caller's `BM=128, num_warps=8`): the launcher runs its 128-row
+# launches at the form's warps.
 FIXED_TILE = EXAMPLE.replace('''@triton.autotune(
     configs=[triton.Config({"BM": 128, "BN": 64}, num_warps=8, num_stages=3)],
     key=["seq", "D"],
@@ -112,12 +117,21 @@ FIXED_TILE = EXAMPLE.replace('''@triton.autotune(
 ''', "")
 
 
+# A kernel that leaves early: a consumer that returned would stop the other one's turns.
+EARLY_EXIT = EXAMPLE.replace("""    pid = tl.program_id(0)
+""", """    pid = tl.program_id(0)
+    if pid * BM >= seq:
+        return
+""")
+
+
 class HopperAttentionWarpSpecialize(Rule):
     name = "hopper-attention-warp-specialize"
-    matches = ("an attention kernel the cp.async attention ring pipelines, autotuned over its tile, whose rows split "
-               "in two and whose K/V tiles TMA descriptors can read")
+    matches = ("an attention kernel the cp.async attention ring pipelines, autotuned over its tile or launched with "
+               "fixed tiles, whose rows split in two and whose K/V tiles TMA descriptors can read")
     emits = ("one TMA loader warp and two consumer warpgroups of 64 rows each that take turns on the tensor cores "
-             "(`gl.warp_specialize`), for a 128x128-tile, 4-warp config added to the autotune table")
+             "(`gl.warp_specialize`), for a 128x128-tile, 4-warp config added to the autotune table, or for the "
+             "128-row launches of a kernel launched with fixed tiles, which its launcher runs at 4 warps")
     examples = (
         Example(EXAMPLE, (
             "def _attn_ws_consumer(q_ptr, k_ptr, v_ptr, o_ptr, scale, s_h, s_n, seq, D: gl.constexpr, "
@@ -133,10 +147,16 @@ class HopperAttentionWarpSpecialize(Rule):
             "block_shape=[BN, D], layout=k_layout)",
             "], [4, 1], [240, 24])",
         ), "sm90"),
+        # launched with fixed tiles: 128-row launches at the form's 4 warps
+        Example(FIXED_TILE, (
+            "if BM == 128 and gl.num_warps() == 4:",
+            "], [4, 1], [240, 24])",
+            'retile=("BM", 128, 4)',
+        ), "sm90"),
     )
     counterexamples = (
-        # launched with fixed tiles: no autotune table to add the form's config to (the ring stays)
-        Counterexample(FIXED_TILE, ("gl.warp_specialize(",), "TT044", "the kernel has no autotune table", "sm90"),
+        # a consumer that returned early would leave the other waiting for its turn (the ring stays)
+        Counterexample(EARLY_EXIT, ("gl.warp_specialize(",), "TT044", "the kernel returns early", "sm90"),
     )
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -158,10 +178,14 @@ class HopperAttentionWarpSpecialize(Rule):
             ctx.launch_unflagged_at_least = ((head, WS_HEAD_DIM),)
             unflagged = (f"; launches without `{ctx.launch_flag}` run the Gluon kernel too where `{head}` is at "
                          f"least {WS_HEAD_DIM}")
-        ctx.diagnostics.append(ctx.source.diagnostic(ws.plan.loop, "TT044", (
-            f"attention loop: warp-specialised for the {WS_TILE[0]}x{WS_TILE[1]}, {WS_WARPS}-warp config (a TMA "
-            "loader warp, two consumer warpgroups of 64 rows in ping-pong); the kernel's other configs run the ring"
-            + unflagged)))
+        if ctx.launch_retile is not None:
+            what = (f"warp-specialised for launches with `{form.bm}` = {WS_TILE[0]}, which the launcher runs at "
+                    f"{WS_WARPS} warps whatever they ask for (a TMA loader warp, two consumer warpgroups of 64 rows in "
+                    "ping-pong); other launches run the ring")
+        else:
+            what = (f"warp-specialised for the {WS_TILE[0]}x{WS_TILE[1]}, {WS_WARPS}-warp config (a TMA loader warp, "
+                    "two consumer warpgroups of 64 rows in ping-pong); the kernel's other configs run the ring")
+        ctx.diagnostics.append(ctx.source.diagnostic(ws.plan.loop, "TT044", f"attention loop: {what}{unflagged}"))
         return form.function
 
 
@@ -183,8 +207,9 @@ class _Form:
         body = list(self.original.body.body)  # type: ignore[union-attr]
         if plan.loop not in body:
             return "the loop is not a statement of the kernel's body"
-        if not ctx.function.autotune_configs:
-            return "the kernel has no autotune table to add the form's 4-warp config to"
+        if not ctx.function.autotune_configs and not ctx.launch_checked:
+            return ("the kernel has no autotune table to add the form's 4-warp config to, nor a launcher that would "
+                    "run its 128-row launches at 4 warps")
         tile = ring_tile(ctx, plan)
         if tile is None or any(t not in self.constexprs for t in tile):
             return "the scores' tile sizes are not constexpr parameters"
@@ -301,6 +326,31 @@ class _Form:
                     return [*found[0], code(unparenthesized(start)).strip()], found[1]
         return None
 
+    def _scalar(self, term: cst.BaseExpression) -> str | None:
+        """The Gluon text of a scalar address term: arithmetic on names, where a name may be cast to an integer type
+        (`z.to(tl.int64) * stride_z`, the 64-bit offset of a batch); None for anything else."""
+        casts: dict[cst.CSTNode, str] = {}
+        for node in preorder(term):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            dtype = (self.ctx.language(node.args[0].value) or "") if len(node.args) == 1 else ""
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "to" and _elementwise(func.value)
+                    and dtype.rsplit(".", 1)[-1] in ("int32", "int64") and node.args[0].keyword is None):
+                return None
+            value = code(func.value).strip()
+            value = value if isinstance(unparenthesized(func.value), (cst.Name, cst.Integer)) else f"({value})"
+            casts[node] = f"{value}.to(gl.{dtype.rsplit('.', 1)[-1]})"
+        if not casts:
+            return code(term).strip() if _elementwise(term) else None
+
+        class Casts(cst.CSTTransformer):
+            def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+                return cst.parse_expression(casts[original]) if original in casts else updated
+
+        cast = term.visit(Casts())
+        return code(cast).strip() if _elementwise(cast.visit(_NoCasts())) else None
+
     def _tile(self, key: str) -> dict | str:
         """The TMA descriptor of the K (or V) tiles: base, row stride, extent, block and per-iteration coordinates."""
         plan, walk = self.plan, self.ws.walk
@@ -320,10 +370,11 @@ class _Form:
             subs = [f for f in factors if isinstance(f, cst.Subscript)]
             rest = [f for f in factors if not isinstance(f, cst.Subscript)]
             if not subs:
+                scalar = self._scalar(term)
                 if read_names(term) & loop_names:
                     moving.append(term)
-                elif _elementwise(term):
-                    base.append(code(term).strip())
+                elif scalar is not None:
+                    base.append(scalar)
                 else:
                     return f"a term of the {what} address (`{code(term).strip()}`) is not scalar arithmetic"
                 continue
@@ -358,7 +409,8 @@ class _Form:
         if isinstance(found, str):
             return found
         extent = found[0]
-        return {"pointer": pointers[0], "base": " + ".join(base), "stride": stride, "extent": extent,
+        base.remove(pointers[0])
+        return {"pointer": pointers[0], "base": " + ".join([pointers[0], *base]), "stride": stride, "extent": extent,
                 "block": (row[1], col[1]), "coords": (_sum(coords), _sum(col[0])),
                 "reads": set().union(*(read_names(cst.parse_expression(t)) for t in (*base, stride, extent,
                                                                                    *coords, *col[0])))}
@@ -389,9 +441,16 @@ class _Form:
                     vec, bound = inner.left, inner.comparisons[0].comparator
             elif isinstance(node, cst.Comparison) and len(node.comparisons) == 1 \
                     and isinstance(node.comparisons[0].operator, cst.LessThan):
-                left = unparenthesized(node.left)
-                if isinstance(left, cst.Subscript) and broadcast_axis(left) is not None:
-                    axis, vec, bound = broadcast_axis(left), left.value, node.comparisons[0].comparator
+                # `rows[:, None] < n`, or `(start + offs[:, None]) < n`: the rows `start + offs`
+                terms = sum_terms(unparenthesized(node.left))
+                subs = [t for t in terms if isinstance(t, cst.Subscript) and broadcast_axis(t) is not None]
+                if len(subs) == 1 and all(t is subs[0] or _elementwise(t) and not calls_in(t) and not any(
+                        isinstance(n, cst.Subscript) for n in preorder(t)) for t in terms):
+                    axis, bound = broadcast_axis(subs[0]), node.comparisons[0].comparator
+                    vec = subs[0].value
+                    if len(terms) > 1:
+                        vec = cst.BinaryOperation(vec, cst.Add(), cst.parse_expression(
+                            " + ".join(f"({code(t).strip()})" for t in terms if t is not subs[0])))
             found = self._vector(vec) if vec is not None else None
             if found is None or bound is None or not _elementwise(bound):
                 return f"a term of the mask (`{code(node).strip()}`) is not `rows[:, None] < extent`"
@@ -400,8 +459,17 @@ class _Form:
                 if bound_text != col[1] or found[0]:
                     return "the mask bounds the tile's columns by another value than their block"
                 continue
-            if sorted(t for t in found[0] if t != "0") != sorted(t for t in coords if t != "0"):
+            # The mask's rows are the tile's rows less some terms (`start_n + offs_n < end` on rows `seq_start +
+            # start_n + offs_n`): the descriptor's rows end that much further (`seq_start + end`).
+            extra = _terms(coords)
+            for term in _terms(found[0]):
+                if term not in extra:
+                    return f"the mask's rows (`{code(vec).strip()}`) are not the tile's rows"
+                extra.remove(term)
+            if any(t.startswith("-") for t in extra):
                 return f"the mask's rows (`{code(vec).strip()}`) are not the tile's rows"
+            bound_text = _sum([bound_text if _elementwise(cst.parse_expression(bound_text)) and len(
+                sum_terms(cst.parse_expression(bound_text))) == 1 or not extra else f"({bound_text})", *extra])
             if extent is not None and extent != bound_text:
                 return "the mask bounds the tile's rows twice"
             extent = bound_text
@@ -422,7 +490,8 @@ class _Form:
             if bound & tensors or read_names(statement) & tensors - bound:
                 return (f"`{sorted(bound & needed)[0]}`, which the K/V descriptors or the loop range read, is computed "
                         "from tensors")
-            if any(self._language(c) in ("arange", "load", "zeros", "full") for c in calls_in(statement)):
+            # (a scalar `tl.load`, a prompt's start or length, is scalar: its name is no tensor)
+            if any(self._language(c) in ("arange", "zeros", "full") for c in calls_in(statement)):
                 return f"`{sorted(bound & needed)[0]}` is computed by a tensor operation"
             chosen.append(i)
             needed |= {n for n in read_names(statement) - bound if n not in self.params}
@@ -597,8 +666,12 @@ class _Form:
         return self._config()
 
     def _config(self) -> str | None:
-        """One more autotune config: the form's tile and warps."""
+        """One more autotune config: the form's tile and warps; for a kernel launched with fixed tiles, launches of
+        its 128 rows run at the form's warps (`Dispatch.retile`: the caller's 8 warps are the two consumers')."""
         ctx = self.ctx
+        if not ctx.function.autotune_configs:
+            ctx.launch_retile = (self.bm, WS_TILE[0], WS_WARPS)
+            return None
         decorators = list(self.function.decorators)
         for i, (source, decorator) in enumerate(zip(self.original.decorators, decorators)):
             if ctx.source.qualified_name(decorator_target(source)) != TRITON_AUTOTUNE:
@@ -615,6 +688,14 @@ class _Form:
             self.function = self.function.with_changes(decorators=decorators)
             return None
         return "the kernel has no autotune table to add the form's 4-warp config to"
+
+
+class _NoCasts(cst.CSTTransformer):
+    """``(x).to(gl.int64)`` -> ``x``: what is left to check is arithmetic."""
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = updated.func
+        return func.value if isinstance(func, cst.Attribute) and func.attr.value == "to" else updated
 
 
 class _RowSplit(cst.CSTTransformer):
@@ -645,6 +726,17 @@ class _RowSplit(cst.CSTTransformer):
             args[0] = args[0].with_changes(value=cst.Name(self.rows))
             return updated_node.with_changes(args=args)
         return updated_node
+
+
+def _terms(texts: list[str]) -> list[str]:
+    """The terms of a sum of texts, each as written, zeros left out: `["a + b", "c"]` -> `["a", "b", "c"]`."""
+    found = []
+    for text in texts:
+        for term in sum_terms(cst.parse_expression(text)):
+            term_text = code(term).strip()
+            if term_text != "0":
+                found.append(term_text)
+    return found
 
 
 def _sum(terms: list[str]) -> str:
