@@ -27,10 +27,16 @@ Targets: sm90.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import libcst as cst
 
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop, transposed_k, trip_count_axis
+from transpile.analysis.attention import (
+    AttentionPlan,
+    plan_attention_loop,
+    transposed_k,
+    trip_count_axis,
+)
 from transpile.analysis.attention import bare_use as _bare_use
 from transpile.analysis.attention import elementwise as _elementwise
 from transpile.analysis.attention import subscripts as _subscripts
@@ -38,10 +44,25 @@ from transpile.analysis.attention import top_definitions as _definitions
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
 from transpile.analysis.uniform_mask import UniformMask, uniform_masks
-from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, product_factors,
-                                 read_names, single_assign, sum_terms, unparenthesized)
+from transpile.cst_utils import (
+    assigned_names,
+    bound_names,
+    broadcast_axis,
+    calls_in,
+    names_in,
+    product_factors,
+    read_names,
+    single_assign,
+    sum_terms,
+    unparenthesized,
+)
 from transpile.cst_walk import preorder
-from transpile.discover import TRITON_AUTOTUNE, decorator_target, language_alias, language_name
+from transpile.discover import (
+    TRITON_AUTOTUNE,
+    decorator_target,
+    language_alias,
+    language_name,
+)
 from transpile.lowering.sm90 import ATTENTION_STEADY, AttentionStep
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
@@ -869,12 +890,16 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         dot1 = dot1.left if plan.scores_scale[1] is False else dot1.right  # type: ignore[attr-defined]
     zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
     # P's type may be spelt through the K or V tile (`p.to(v.dtype)`): neither is a register tile in this branch.
-    p_text = _text(_value(body[plan.acc_index]).args[0].value.visit(_TileDtype({plan.k.name, plan.v.name}, dtype)))
+    p_operand = _value(body[plan.acc_index]).args[0].value
+    cast = _p_cast(body, plan, softmax_from=plan.scores_index + 1)
+    if cast is not None:  # `p = p.to(v.dtype)` just before the dot: the cast is the operand's, made after PV retires
+        p_operand = _value(body[cast])
+    p_text = _text(p_operand.visit(_TileDtype({plan.k.name, plan.v.name}, dtype)))
     loads = {plan.k.index, plan.v.index}
     producer_only = {i for i in plan.producer
                      if not any(assigned_names(body[i]) & names_in(s) for j, s in enumerate(body)
                                 if j not in plan.producer and j not in loads)}
-    skip = loads | producer_only | {plan.scores_index, plan.acc_index}
+    skip = loads | producer_only | {plan.scores_index, plan.acc_index} | ({cast} if cast is not None else set())
     before = [i for i in range(plan.scores_index) if i not in skip]
     softmax = [i for i in range(plan.scores_index + 1, plan.acc_index) if i not in skip and i not in plan.rescales]
     after = [i for i in range(plan.acc_index + 1, len(body)) if i not in skip]
@@ -1065,6 +1090,35 @@ class _TileDtype(cst.CSTTransformer):
                 original_node.value.value in self.tiles:
             return cst.parse_expression(self.dtype)
         return updated_node
+
+
+def _p_cast(body: Sequence[cst.BaseStatement], plan: AttentionPlan, softmax_from: int) -> int | None:
+    """The statement ``p = p.to(dtype)`` that casts the second dot's A operand last before that dot and that nothing
+    else reads (``p = p.to(v.dtype); acc = tl.dot(p, v, acc)``, lightllm's spelling), else None. The rings make that
+    cast where they convert P to the wgmma A-operand layout, after PV retires: made before, while PV is in flight, it
+    measured 1.25x slower in the warp-specialised form on an H200 (bench/RESULTS.md: sm90: attention, fixed
+    launches)."""
+    operand = unparenthesized(_value(body[plan.acc_index]).args[0].value)
+    if not isinstance(operand, cst.Name):
+        return None
+    name = operand.value
+    for i in range(plan.acc_index - 1, softmax_from - 1, -1):
+        if name not in assigned_names(body[i]):
+            if name in names_in(body[i]):
+                return None  # read between the cast and the dot
+            continue
+        assignment = single_assign(body[i])
+        if assignment is None:
+            return None
+        value = unparenthesized(assignment[1])
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
+                and isinstance(unparenthesized(value.func.value), cst.Name)
+                and unparenthesized(value.func.value).value == name and len(value.args) == 1):
+            return None
+        if any(name in names_in(s) for j, s in enumerate(body) if j > plan.acc_index or j < softmax_from):
+            return None  # the cast P is read after the dot, or the name before the scores
+        return i
+    return None
 
 
 def _value(statement: cst.BaseStatement) -> cst.Call:
