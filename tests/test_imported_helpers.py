@@ -201,3 +201,17 @@ def test_a_name_its_module_binds_twice_is_not_copied(tmp_path: Path) -> None:
     result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
     kernel = next(o for o in result.functions if o.name == "k")
     assert not kernel.translated and "binds more than once" in kernel.kept_reason
+
+
+def test_a_name_its_module_imports_under_try_is_imported_by_the_copy(tmp_path: Path) -> None:
+    """`try: from triton.language.standard import zeros_like` / `except ImportError: pass` (FlagGems' topk, kept
+    for older Tritons): the import of the `try` is what runs, and the copy of a helper that reads the name imports
+    it too; without it the helper stayed imported ("does not define at its top level") and its callers were kept."""
+    lib = HEAD + ("\ntry:\n    from triton.language.standard import zeros_like\nexcept ImportError:\n    pass\n"
+                  "\n\n@triton.jit\ndef mm(acc, a, b):\n    acc += tl.dot(a, b) + zeros_like(acc)\n    return acc\n")
+    root = _package(tmp_path, {"lib.py": lib})
+    text = CALLER.replace("IMPORTS", "lib import mm").replace("CALLS", "acc = mm(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    kernel = next(o for o in result.functions if o.name == "k")
+    assert kernel.translated, kernel.kept_reason
+    assert "from pkg.lib import mm" not in result.text and "def mm(" in result.text

@@ -100,6 +100,13 @@ def _module(path: str, origin: str) -> _Module | None:
                         functions.setdefault(node.name, []).append(node)
                 for name in _bound_at_top(statement):
                     top[name] = statement
+                if isinstance(statement, ast.Try):
+                    # `try: from triton.language.standard import zeros_like` / `except ImportError: pass`: the
+                    # import of the `try` is what runs where the Triton of the variant is at hand
+                    for inner in statement.body:
+                        if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                            for name in _bound_at_top(inner):
+                                top.setdefault(name, inner)
             counts: dict[str, int] = {}
             for statement in tree.body:
                 for bound_name in _module_level_bound(statement):
