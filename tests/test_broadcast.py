@@ -1017,3 +1017,34 @@ def test_a_reduction_axis_every_call_of_its_helper_gives_as_one_integer(monkeypa
     result = translate_source(mixed, "k.py", get_target("gfx950"))
     assert any(d.code == "TT010" and d.line == 8 and "a parameter of a helper that every call passes the same integer"
                in d.message for d in result.diagnostics), [d.format() for d in result.diagnostics]
+
+
+def test_a_program_id_expanded_with_colons_is_a_tensor_of_ones() -> None:
+    """`pid_n[None, :]` of a program id (or a scalar computed from ids and parameters), as torchao's and tritonbench's
+    kernels write it: Triton up to 3.6 reads each `:` of a 0-d tensor as nothing and each None as a new axis (3.9
+    rejects it), so the Gluon kernel fills a tensor of ones; a value the analysis cannot see (what a helper of
+    another module returns) keeps the refusal."""
+    text = HEAD + '''@triton.jit
+def scales(s_ptr, M, N, BLOCK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    groups = tl.cdiv(N, BLOCK)
+    col = pid_n % groups
+    rows = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs = rows[:, None] * N + col[None, :]
+    mask = (rows[:, None] < M) & (col < groups)[None, :]
+    tl.store(s_ptr + offs, 1.0, mask=mask)
+'''
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, "k.py", get_target(target))
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "gl.full([1], col, col.dtype, layout=" in result.text
+        compiled = {c.kernel: c for c in verify(result, {"s_ptr": "*fp32", "BLOCK": 64})}
+        assert compiled["scales"].ok, compiled["scales"].message
+        # (the source kernel, for unaligned launches, is what Triton 3.9 itself rejects)
+        assert "too many indices for tensor of rank 0" in compiled["_scales_triton"].message
+    opaque = text.replace("    col = pid_n % groups\n", "    col = lib.bucket(pid_n, groups)\n").replace(
+        "import triton.language as tl\n", "import triton.language as tl\nimport lib\n")
+    refused = translate_source(opaque, "k.py", get_target("gfx950"))
+    assert not refused.functions[0].translated
+    assert any("`col[None, :]` expands a 0-d value" in d.message for d in refused.diagnostics)

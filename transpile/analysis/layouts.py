@@ -34,13 +34,19 @@ from transpile.analysis.imports import (
     top_bindings,
 )
 from transpile.analysis.layout_calls import LanguageCalls
-from transpile.analysis.layout_values import (
+from transpile.analysis.layout_values import (  # noqa: F401 - read from here by the rules and the stage planner
     _DESCRIPTOR_METHODS,
     _DTYPE_ORDER,
     _IDENT,
     _TYPE_CHAINS,
+    BARRIER_REDUCTIONS,
+    OPAQUE,
+    REDUCTIONS,
     SCALAR,
+    SCANS,
     Descriptor,
+    DescriptorInfo,
+    DotSite,
     LayoutPlan,
     OperandAnchor,
     Refusal,
@@ -60,15 +66,15 @@ from transpile.analysis.layout_values import (
     _with_pointee,
     promote,
 )
-from transpile.analysis.layout_values import (  # noqa: F401 - read from here by the rules and the stage planner
-    BARRIER_REDUCTIONS,
-    OPAQUE,
-    REDUCTIONS,
-    SCANS,
-    DescriptorInfo,
-    DotSite,
+from transpile.cst_utils import (
+    bound_names,
+    call_arguments,
+    calls_in,
+    names_in,
+    substituted,
+    unparenthesized,
 )
-from transpile.cst_utils import bound_names, call_arguments, calls_in, names_in, substituted
+from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.language import NOT_TRITON
 from transpile.source import SourceFile
@@ -637,6 +643,12 @@ class _FunctionWalker(LanguageCalls):
                 # (rules.layouts.CreationLayouts.leave_Subscript)
                 shape = ["1"] * len(indices)
                 return Tensor(self.created(node, rank=len(indices), shape=shape), None, shape=tuple(shape))
+            if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices) \
+                    and self.certainly_0d(node.value):
+                # `pid[None, :]` of a program id: Triton up to 3.6 reads each `:` of a 0-d tensor as nothing and
+                # each None as a new axis (a tensor of ones, as `pid[None]`; 3.9 rejects it)
+                shape = ["1"] * indices.count(None)
+                return Tensor(self.created(node, rank=len(shape), shape=shape), None, shape=tuple(shape))
             if None in indices and isinstance(base, Scalar) and all(i in (None, ":") for i in indices):
                 written = " ".join(self.source.code(node).split())  # (one line: diagnostics become comments)
                 self.refuse(node, "TT010", f"`{written}` expands a 0-d value along an axis it does not have "
@@ -660,6 +672,77 @@ class _FunctionWalker(LanguageCalls):
             shape.append("1" if i is None else next(src_dims, None))
         final_rank = len(indices) if rank is None else rank + indices.count(None)
         return self.expansion(node, "expand", node.value, base, indices, final_rank, shape)
+
+    def certainly_0d(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """`node` is a 0-d tensor for certain: a program id, a scalar (not constexpr) parameter, a name the function
+        binds once to such a value, or arithmetic and comparisons of them with numbers (not a value the analysis
+        cannot see, such as what a helper of another module returns)."""
+        node = unparenthesized(node)
+        if depth > 32:
+            return False
+        if isinstance(node, cst.Call):
+            lang = _strip_module(language_name(self.source.qualified_name(node.func)) or "")
+            if lang in ("program_id", "num_programs"):
+                return True
+            if not (lang in ("cdiv", "minimum", "maximum") or self.source.qualified_name(node.func) == "triton.cdiv"
+                    or isinstance(node.func, cst.Name) and node.func.value in ("min", "max")):
+                return False
+            sides = [a.value for a in node.args if a.keyword is None and not a.star]
+            if len(sides) != len(node.args):
+                return False
+            numbers = [self.compile_time(x, depth + 1) for x in sides]
+            return not all(numbers) and all(n or self.certainly_0d(x, depth + 1) for n, x in zip(numbers, sides))
+        if isinstance(node, cst.Name):
+            if node.value in self.fn.constexpr_names:
+                return False
+            if node.value in {p.name for p in self.fn.params}:
+                return node.value not in bound_names(self.fn.node.body)
+            values = [s.body[0].value for s in self.statements_binding(node.value)]  # type: ignore[attr-defined]
+            return len(values) == 1 and self.certainly_0d(values[0], depth + 1)
+        if isinstance(node, cst.BinaryOperation):
+            sides = [node.left, node.right]
+        elif isinstance(node, cst.Comparison):
+            sides = [node.left, *(c.comparator for c in node.comparisons)]
+        elif isinstance(node, cst.UnaryOperation):
+            sides = [node.expression]
+        else:
+            return False
+        numbers = [self.compile_time(x, depth + 1) for x in sides]  # (`pid < N`, N constexpr)
+        return not all(numbers) and all(n or self.certainly_0d(x, depth + 1) for n, x in zip(numbers, sides))
+
+    def compile_time(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """`node` is a number at compile time: a literal, a constexpr parameter, a name bound once to such a value,
+        or arithmetic of them."""
+        node = unparenthesized(node)
+        if depth > 32:
+            return False
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.Name):
+            if node.value in self.fn.constexpr_names:
+                return node.value not in bound_names(self.fn.node.body)
+            values = [s.body[0].value for s in self.statements_binding(node.value)]  # type: ignore[attr-defined]
+            return len(values) == 1 and self.compile_time(values[0], depth + 1)
+        if isinstance(node, cst.BinaryOperation):
+            return self.compile_time(node.left, depth + 1) and self.compile_time(node.right, depth + 1)
+        return False
+
+    def statements_binding(self, name: str) -> list[cst.SimpleStatementLine]:
+        """The statements of the function that bind `name`: all of them plain `name = value` lines, or none (a
+        name bound in any other way, or never, gives no statement to read its value from)."""
+        found: list[cst.SimpleStatementLine] = []
+        for node in preorder(self.fn.node.body):
+            if isinstance(node, cst.SimpleStatementLine) and name in bound_names(node):
+                small = node.body[0] if len(node.body) == 1 else None
+                if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)):
+                    return []
+                found.append(node)
+            elif isinstance(node, (cst.For, cst.AsName, cst.NamedExpr)) and name in names_in(
+                    node.target if isinstance(node, cst.For) else node.name if isinstance(node, cst.AsName)
+                    else node.target):
+                return []  # a loop variable, `with ... as name`, `(name := ...)`
+        return found
 
     def expansion(self, key: cst.CSTNode, tag: str, operand: cst.BaseExpression, base: Tensor,
                   indices: list[str | None], final_rank: int, shape: list[str | None]) -> Tensor:
@@ -984,3 +1067,4 @@ def name_terms(plan: LayoutPlan) -> dict[str, Term]:
         if root.slice_of is not None:
             terms.append(root.slice_of[1])
     return roots
+

@@ -74,11 +74,15 @@ class CreationLayouts(Rule):
 
     def leave_Subscript(self, ctx: RuleContext, original: cst.Subscript, updated: cst.BaseExpression
                         ) -> cst.BaseExpression:
-        """`s[None]` of a 0-d tensor (the analysis made it a creation): the tensor of ones filled with `s` in its
-        layout, `gl.full` inline for a name, `_expand_scalar` (the value evaluated once) for an expression."""
+        """`s[None]` (or `s[None, :]`) of a 0-d tensor (the analysis made it a creation): the tensor of ones filled
+        with `s` in its layout, `gl.full` inline for a name, `_expand_scalar` (the value evaluated once) for an
+        expression."""
         if original not in ctx.plan.creations or not isinstance(updated, cst.Subscript):
             return updated
-        shape = cst.List([cst.Element(cst.Integer("1")) for _ in updated.slice])
+        # (one axis per None: a `:` of a 0-d value takes no axis, as Triton up to 3.6 reads `pid[None, :]`)
+        shape = cst.List([cst.Element(cst.Integer("1")) for e in updated.slice
+                          if isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name)
+                          and e.slice.value.value == "None"])
         return _filled(ctx, original, updated.value, shape)
 
 
