@@ -54,8 +54,12 @@ from transpile.rules.pipeline_text import code
 #: The warp-specialised form's config: (rows, keys) tile, warps of the kernel (the default partition, consumer 0)
 WS_TILE, WS_WARPS = (128, 128), 4
 CONSUMERS, CONSUMER_REGS, LOADER_REGS = 2, 240, 24
-#: Launches without the kernel's causal flag run the Gluon kernel from this head dimension on (measured: the form's
-#: gain on full attention is there at 128, not at 64)
+#: Three consumers (192 rows) where the head dimension is at most 64 (FA3's d64 form; autotuned kernels only): a
+#: third warpgroup's softmax hides more of the tensor cores' latency where each wgmma is short. Registers per
+#: consumer thread: what three warpgroups and the loader leave of the 64K-register file.
+WS3_TILE, WS3_HEAD_DIM, WS3_CONSUMER_REGS = (192, 128), 64, 160
+#: Launches without the kernel's causal flag run the Gluon kernel from this head dimension on (measured: the
+#: two-consumer form gains on full attention at 128, not at 64 (0.95x); the three-consumer form gains at 64, 1.10x)
 WS_HEAD_DIM = 128
 # Calls that read across rows or move data between them: the consumers would each see half of the rows.
 ACROSS = {"trans", "permute", "reshape", "view", "split", "join", "interleave", "gather", "sort", "flip", "histogram",
@@ -174,17 +178,22 @@ class HopperAttentionWarpSpecialize(Rule):
         unflagged = ""
         if ctx.launch_flag is not None and head in form.constexprs and not ctx.gluon_always:
             # Full attention (without the causal flag) gains from this form at a head dimension of 128 (1.24x the
-            # source on an H200, bench/RESULTS.md: sm90: attention); the ring alone did not (0.96-1.05x).
-            ctx.launch_unflagged_at_least = ((head, WS_HEAD_DIM),)
+            # source on an H200, bench/RESULTS.md: sm90: attention), and at 64 from its three-consumer config
+            # (1.10x); the ring alone did not (0.96-1.05x).
+            least = WS3_HEAD_DIM if form.three else WS_HEAD_DIM
+            ctx.launch_unflagged_at_least = ((head, least),)
             unflagged = (f"; launches without `{ctx.launch_flag}` run the Gluon kernel too where `{head}` is at "
-                         f"least {WS_HEAD_DIM}")
+                         f"least {least}")
         if ctx.launch_retile is not None:
             what = (f"warp-specialised for launches with `{form.bm}` = {WS_TILE[0]}, which the launcher runs at "
                     f"{WS_WARPS} warps whatever they ask for (a TMA loader warp, two consumer warpgroups of 64 rows in "
                     "ping-pong); other launches run the ring")
         else:
             what = (f"warp-specialised for the {WS_TILE[0]}x{WS_TILE[1]}, {WS_WARPS}-warp config (a TMA loader warp, "
-                    "two consumer warpgroups of 64 rows in ping-pong); the kernel's other configs run the ring")
+                    "two consumer warpgroups of 64 rows in ping-pong)"
+                    + (f" and, where `{head}` is at most {WS3_HEAD_DIM}, the {WS3_TILE[0]}x{WS3_TILE[1]} one (three "
+                       "consumer warpgroups)" if form.three else "")
+                    + "; the kernel's other configs run the ring")
         ctx.diagnostics.append(ctx.source.diagnostic(ws.plan.loop, "TT044", f"attention loop: {what}{unflagged}"))
         return form.function
 
@@ -199,6 +208,7 @@ class _Form:
         self.function = updated
         self.params = {p.name: p for p in ctx.function.params}
         self.constexprs = set(ctx.function.constexpr_names)
+        self.three = False  # the three-consumer config too (`_three_consumers`)
 
     # ---- checks ------------------------------------------------------------------------------------------------
 
@@ -609,13 +619,20 @@ class _Form:
         kq_ring, kv_ring, k_ready, k_empty, v_ready, v_empty, turn, q_bufs = (
             w["k_ring"], w["v_ring"], w["k_ready"], w["k_empty"], w["v_ready"], w["v_empty"], w["turn"], w["q_bufs"])
         args = ", ".join(params)
-        condition = " and ".join([f"{bm} == {WS_TILE[0]}", f"gl.num_warps() == {WS_WARPS}",
-                                  *(f"isinstance({s}, int)" for s in self.ws.strides)])
-        setup = [
-            "# Warp-specialised (FA3's schedule): a loader warp fills rings of K and V tiles by TMA; two consumer",
-            f"# warpgroups each run this kernel on {bm} // 2 of its rows and take turns issuing their wgmmas, so that",
-            "# one's softmax overlaps the other's tensor-core work. Other configs run the ring below.",
-            f"{ncons}: gl.constexpr = {CONSUMERS}",
+        strides = [f"isinstance({s}, int)" for s in self.ws.strides]
+        condition = " and ".join([f"{bm} == {WS_TILE[0]}", f"gl.num_warps() == {WS_WARPS}", *strides])
+        self.three = self._three_consumers(q_cols)
+        condition3 = " and ".join([f"{bm} == {WS3_TILE[0]}", f"gl.num_warps() == {WS_WARPS}",
+                                   f"{q_cols} <= {WS3_HEAD_DIM}", *strides])
+
+        def setup(consumers: int, regs: int) -> list[str]:
+            return [
+            "# Warp-specialised (FA3's schedule): a loader warp fills rings of K and V tiles by TMA; "
+            f"{_WORDS[consumers]} consumer",
+            f"# warpgroups each run this kernel on {bm} // {consumers} of its rows and take turns issuing their "
+            "wgmmas, so that",
+            "# one's softmax overlaps the others' tensor-core work. Other configs run the ring below.",
+            f"{ncons}: gl.constexpr = {consumers}",
             *(module.code_for_node(s).strip("\n") for s in self.slice),
             f"{k_layout}: gl.constexpr = gl.NVMMASharedLayout.get_default_for([{bn}, {q_cols}], {dtype})",
             f"{v_layout}: gl.constexpr = gl.NVMMASharedLayout.get_default_for([{bn}, {d}], {dtype})",
@@ -639,31 +656,57 @@ class _Form:
             f"for {s_var} in gl.static_range({stages}):",
             f"    mbarrier.init({k_ready}.index({s_var}), count=1)",
             f"    mbarrier.init({v_ready}.index({s_var}), count=1)",
-            "    # a slot is free again once both consumers are done with it",
+            "    # a slot is free again once every consumer is done with it",
             f"    mbarrier.init({k_empty}.index({s_var}), count={ncons})",
             f"    mbarrier.init({v_empty}.index({s_var}), count={ncons})",
             f"{iters} = {self.ws.count}",
             "gl.warp_specialize([",
-            *(f"    ({consumer}, ({args}, {', '.join(buffers)}, {c}, {ncons}))," for c in range(CONSUMERS)),
+            *(f"    ({consumer}, ({args}, {', '.join(buffers)}, {c}, {ncons}))," for c in range(consumers)),
             f"    ({loader}, ({k_desc}, {v_desc}, {kq_ring}, {kv_ring}, {k_ready}, {k_empty}, {v_ready}, {v_empty}, "
             f"{iters}" + "".join(f", {a}" for a in loader_args) + ")),",
-            f"], [{WS_WARPS}, 1], [{CONSUMER_REGS}, {LOADER_REGS}])",
+            f"], [{', '.join([str(WS_WARPS)] * (consumers - 1))}, 1], "
+            f"[{', '.join([str(regs)] * (consumers - 1))}, {LOADER_REGS}])",
             f"for {s_var} in gl.static_range({stages}):",
             *(f"    mbarrier.invalidate({b}.index({s_var}))" for b in (k_ready, k_empty, v_ready, v_empty)),
-        ]
+            ]
+
+        def block(lines: list[str]) -> str:
+            return "\n".join(f"    {line}" if line else "" for line in "\n".join(lines).splitlines())
+
         kept = [s for s in final if s is not docstring]
-        kernel_body = cst.parse_module(
-            f"if {condition}:\n" + "\n".join(f"    {line}" if line else "" for line in "\n".join(setup).splitlines())
-            + "\nelse:\n    pass\n").body[0]
-        assert isinstance(kernel_body, cst.If) and isinstance(kernel_body.orelse, cst.Else)
-        kernel_body = kernel_body.with_changes(orelse=kernel_body.orelse.with_changes(
-            body=kernel_body.orelse.body.with_changes(body=kept)))
+        text = f"if {condition}:\n{block(setup(CONSUMERS, CONSUMER_REGS))}\n"
+        if self.three:
+            text += f"elif {condition3}:\n{block(setup(3, WS3_CONSUMER_REGS))}\n"
+        text += "else:\n    pass\n"
+        kernel_body = cst.parse_module(text).body[0]
+        assert isinstance(kernel_body, cst.If)
+        if self.three:
+            # (the autotuner skips the three-consumer config where the head dimension is larger: a compile-time
+            # assertion, not a ring of 192 rows, which is no power of two)
+            guard = cst.parse_module(f"gl.static_assert({bm} != {WS3_TILE[0]}, \"the {WS3_TILE[0]}-row config is the "
+                                     f"three-consumer form's, for `{q_cols}` <= {WS3_HEAD_DIM}\")\n").body
+            kept = [*guard, *kept]
+        inner = kernel_body.orelse
+        assert isinstance(inner, (cst.If, cst.Else))
+        last = inner.orelse if isinstance(inner, cst.If) else inner
+        assert isinstance(last, cst.Else)
+        last = last.with_changes(body=last.body.with_changes(body=kept))
+        kernel_body = kernel_body.with_changes(orelse=inner.with_changes(orelse=last) if isinstance(inner, cst.If)
+                                               else last)
         self.function = self.updated.with_changes(body=self.updated.body.with_changes(
             body=[*([docstring] if docstring is not None else []), kernel_body]))
         ctx.module_functions += [consumer_text + "\n", loader_text + "\n"]
         for helper in ("ws_turns", "fit_stages", "tma_aliases", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         return self._config()
+
+    def _three_consumers(self, head: str) -> bool:
+        """Whether the kernel gets the three-consumer config too: autotuned (a fixed launch keeps the caller's rows),
+        its head dimension a constexpr parameter (the form's compile-time test reads it), and no config of its own
+        with 192 rows (which the form's test would take)."""
+        configs = self.ctx.function.autotune_configs
+        return bool(configs) and head in self.constexprs and not any(
+            c.values.get(self.bm) == WS3_TILE[0] for c in configs)
 
     def _config(self) -> str | None:
         """One more autotune config: the form's tile and warps; for a kernel launched with fixed tiles, launches of
@@ -677,17 +720,27 @@ class _Form:
             if ctx.source.qualified_name(decorator_target(source)) != TRITON_AUTOTUNE:
                 continue
             configs = ctx.function.autotune_configs
-            if any(c.values.get(self.bm) == WS_TILE[0] and c.num_warps == WS_WARPS for c in configs):
-                return None  # a config of the kernel's takes the form already
-            added = add_config(ctx, decorator, {self.bm: WS_TILE[0], self.bn: WS_TILE[1]}, WS_WARPS, 3,
-                               "the warp-specialised attention's tile: two 64-row consumer warpgroups and a loader "
-                               "warp")
-            if added is None:
-                return "no config could be added to the kernel's autotune table"
-            decorators[i] = added[0]
+            if not any(c.values.get(self.bm) == WS_TILE[0] and c.num_warps == WS_WARPS for c in configs):
+                added = add_config(ctx, decorator, {self.bm: WS_TILE[0], self.bn: WS_TILE[1]}, WS_WARPS, 3,
+                                   "the warp-specialised attention's tile: two 64-row consumer warpgroups and a "
+                                   "loader warp")
+                if added is None:
+                    return "no config could be added to the kernel's autotune table"
+                decorator = added[0]
+            if self.three:
+                added = add_config(ctx, decorator, {self.bm: WS3_TILE[0], self.bn: WS3_TILE[1]}, WS_WARPS, 3,
+                                   "three 64-row consumer warpgroups and a loader warp, where the head dimension is "
+                                   f"at most {WS3_HEAD_DIM}")
+                if added is None:
+                    return "no config could be added to the kernel's autotune table"
+                decorator = added[0]
+            decorators[i] = decorator
             self.function = self.function.with_changes(decorators=decorators)
             return None
         return "the kernel has no autotune table to add the form's 4-warp config to"
+
+
+_WORDS = {2: "two", 3: "three"}
 
 
 class _NoCasts(cst.CSTTransformer):
