@@ -165,8 +165,9 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     result = _sm90(_kernel(CAUSAL_MASK))
     text = result.text
     assert "def _attn_triton(" in text and 'when=("CAUSAL", None),' in text and "aligned=True" in text
-    # (full launches from a head dimension of 128: the warp-specialised form's, `test_attention_ws.py`)
-    assert ("# `attn` runs as Gluon where (`CAUSAL` is set or `D` >= 128) and its tensors' rows are 16-byte aligned, "
+    # (full launches from a head dimension of 64: the warp-specialised form's three-consumer config,
+    # `test_attention_ws.py`)
+    assert ("# `attn` runs as Gluon where (`CAUSAL` is set or `D` >= 64) and its tensors' rows are 16-byte aligned, "
             "its source kernel (`_attn_triton`) elsewhere") in text
     path = tmp_path / "attn_sm90.py"
     path.write_text(text)
@@ -187,7 +188,7 @@ def test_a_flag_guarded_causal_mask_dispatches_on_the_flag(tmp_path):  # noqa: A
     torch = pytest.importorskip("torch")
     rows = torch.empty(8, 64, dtype=torch.float16)
     launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)
-    launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=False)
+    launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, D=32, CAUSAL=False)
     launcher[(1,)](rows, rows, rows, rows, 64, 100, 0.1, 64, 128, 64, True)  # positional
     launcher[(1,)](None, rows, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)  # not a tensor: K's base pointer is
     launcher[(1,)](rows, None, rows, rows, 64, 100, 0.1, D=64, CAUSAL=True)  # checked (`divisible`)
