@@ -429,15 +429,16 @@ def update(s_ptr, x_ptr, d_ptr, b_ptr, n, m, PER_ROW: tl.constexpr, BM: tl.const
 '''
 
 
-def test_a_name_of_another_rank_in_each_branch_is_refused() -> None:
+def test_a_name_of_another_rank_in_each_branch_is_refused_by_the_analysis() -> None:
     """`db` 2-D under `if PER_ROW:` and 1-D else (Triton compiles the branch taken): one layout per name cannot hold
-    both, so the kernel is kept as Triton, the `if` named (found in a public state-update kernel: the variant did
-    not compile)."""
+    both, so the analysis refuses it, the `if` named (found in a public state-update kernel: the variant did not
+    compile); the translation then gives each branch its own copy of the code after the `if`
+    (`passes/branch_tails.py`, `tests/test_branch_tails.py`), where `db` of the `else` is `db_2`."""
     source, plans = analyse(RANK_BY_BRANCH)
     assert refusals(source, plans["update"]) == [("TT010", line_of(RANK_BY_BRANCH, "if PER_ROW:"), 5)]
     result = translate_source(RANK_BY_BRANCH, "x.py", get_target("gfx950"))
-    assert [f.translated for f in result.functions] == [False]
-    assert "`db` is a rank-2 tensor after this `if` branch and a rank-1 tensor after the other" in result.text
+    assert [f.translated for f in result.functions] == [True]
+    assert "db_2 = b * d_2" in result.text
 
 
 SPLIT_METHOD = '''import triton

@@ -17,6 +17,7 @@ from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
+from transpile.passes.branch_tails import split_branches
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.inline import inline_dot_helpers
@@ -179,8 +180,10 @@ def prepare(text: str, path: str) -> Prepared:
     is copied per kind of call (`transpile.passes.specialise`), as Triton's JIT specialises it, and the file prepared
     again from that text (what kept functions are then written from), where every copy then translates."""
     prepared = _prepare(text, path)
-    if prepared.nested or not kind_conflicts(prepared.plans):
+    if prepared.nested:
         return prepared
+    if not kind_conflicts(prepared.plans):
+        return _with_branch_tails(text, path, prepared)
     excluded: set[str] = set()
     for _ in range(3):
         candidate, copies = _specialised(text, path, frozenset(excluded))
@@ -194,6 +197,33 @@ def prepare(text: str, path: str) -> Prepared:
             return candidate
         excluded |= failed
     return prepared
+
+
+#: the layout analysis's refusal of a name of two ranks after a compile-time `if` (`analysis.layouts`)
+_TWO_RANKS = "tensor after this `if` branch"
+
+
+def _with_branch_tails(text: str, path: str, prepared: Prepared) -> Prepared:
+    """`prepared`, or the file prepared again with the code after each compile-time `if` that leaves a name of two
+    ranks copied into its branches (`transpile.passes.branch_tails`), where that makes every function it touches
+    translatable (a function still refused would be kept as Triton written from the copies)."""
+    sites: dict[str, list[int]] = {}
+    for name, plan in prepared.plans.items():
+        for refusal in plan.refusals:
+            if _TWO_RANKS in refusal.message and isinstance(refusal.node, cst.If):
+                sites.setdefault(name, []).append(prepared.source.position(refusal.node)[0])
+    if not sites:
+        return prepared
+    split = split_branches(text, [line for lines in sites.values() for line in lines])
+    if split is None:
+        return prepared
+    try:
+        candidate = _prepare(text, path, split)
+    except TranspileError:
+        return prepared
+    if any(candidate.plans.get(name) is None or candidate.plans[name].refusals for name in sites):
+        return prepared
+    return candidate
 
 
 def _specialised(text: str, path: str, excluded: frozenset[str]) -> tuple[Prepared | None, dict[str, str]]:

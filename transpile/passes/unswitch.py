@@ -490,3 +490,8 @@ def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If,
            f"{indent}if {test_text}:", *shifted(taken), f"{indent}else:", *shifted(other), *lines[loop.end_lineno:]]
     new_origin = [*origin[:loop.lineno - 1], at, at, *taken_origin, at, *other_origin, *origin[loop.end_lineno:]]
     return new, new_origin
+
+
+#: (for the passes that decide compile-time tests the same way: `branch_tails`)
+constexpr_params = _constexpr_params
+compile_time_test = _compile_time

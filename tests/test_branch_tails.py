@@ -1,0 +1,99 @@
+"""A name of one rank in one branch of a compile-time `if` and of another in the other (`passes/branch_tails.py`):
+the code after the `if` is copied into each branch, the `else` copy's names renamed, so that every name has one
+rank; the engine does it only where the layout analysis refused such a name, and keeps the source otherwise."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from transpile.engine import translate_source
+from transpile.passes.branch_tails import split_branches
+from transpile.targets import get_target
+from transpile.verify import verify
+
+HEAD = "import triton\nimport triton.language as tl\n\n\n"
+
+# aiter's KV-cache style: a flat layout, or pairs of a reshaped tile, chosen by a constexpr flag
+PAIRS = HEAD + '''@triton.jit
+def store_pairs(x_ptr, y_ptr, FLAT: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    x = tl.load(x_ptr + offs)
+    if FLAT:
+        ptrs = y_ptr + offs
+    else:
+        x = tl.reshape(x, (B // 2, 2))
+        ptrs = y_ptr + tl.arange(0, B // 2)[:, None] * 2 + tl.arange(0, 2)[None, :]
+    # the store reads the rank its branch gave
+    tl.store(ptrs, x * 2,
+             mask=x == x)
+'''
+
+# FlagGems' cross-entropy style: a weight of ones where none is given (`w_ptr is None`), else a loaded row
+WEIGHTS = HEAD + '''@triton.jit
+def weighted(x_ptr, w_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    rows = tl.arange(0, 4)
+    x = tl.load(x_ptr + rows[:, None] * BLOCK + offs[None, :])
+    if w_ptr is None:
+        w = tl.full([BLOCK], 1.0, tl.float32)
+    else:
+        w = tl.load(w_ptr + offs)[None, :]
+    tl.store(out_ptr + rows[:, None] * BLOCK + offs[None, :], x * w)
+'''
+
+
+def test_the_code_after_the_if_is_copied_into_each_branch() -> None:
+    text, lines = split_branches(PAIRS, [9])
+    assert text == HEAD + '''@triton.jit
+def store_pairs(x_ptr, y_ptr, FLAT: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    x = tl.load(x_ptr + offs)
+    if FLAT:
+        ptrs = y_ptr + offs
+        # the store reads the rank its branch gave
+        tl.store(ptrs, x * 2,
+                 mask=x == x)
+    else:
+        x_2 = x
+        x_2 = tl.reshape(x_2, (B // 2, 2))
+        ptrs_2 = y_ptr + tl.arange(0, B // 2)[:, None] * 2 + tl.arange(0, 2)[None, :]
+        # the store reads the rank its branch gave
+        tl.store(ptrs_2, x_2 * 2,
+                 mask=x_2 == x_2)
+'''
+    # every line maps to the one it came from: the copies to the tail's lines, the copy of `x` to the `else:`
+    assert lines[11:14] == [14, 15, 16] and lines[14:16] == [11, 11] and lines[18:21] == [14, 15, 16]
+
+
+def test_a_test_decided_at_run_time_is_left_alone() -> None:
+    assert split_branches(PAIRS.replace("if FLAT:", "if tl.load(x_ptr) > 0:"), [9]) is None
+    assert split_branches(PAIRS.replace("FLAT: tl.constexpr", "FLAT"), [9]) is None
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+@pytest.mark.parametrize(("text", "values"), [
+    (PAIRS, {"x_ptr": "*fp32", "y_ptr": "*fp32", "B": 64, "FLAT": False}),
+    (WEIGHTS, {"x_ptr": "*fp32", "w_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": 64}),
+], ids=["pairs", "weights"])
+def test_kernels_whose_names_change_rank_per_branch_translate_and_compile(
+        text: str, values: dict[str, object], target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    result = translate_source(text, "k.py", get_target(target))
+    (kernel,) = result.functions
+    assert kernel.translated, [d.format() for d in result.diagnostics]
+    assert not any("tensor after this `if` branch" in d.message for d in result.diagnostics)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = [c for c in verify(result, values) if c.kernel == kernel.name]
+    assert compiled and all(c.ok for c in compiled), [(c.config, c.message) for c in compiled]
+
+
+def test_a_function_still_refused_keeps_its_own_text() -> None:
+    """Where the copies leave another refusal (`x[0]`, which Triton rejects too), the kernel is kept as written:
+    not as the copies."""
+    text = PAIRS.replace("    tl.store(ptrs, x * 2,", "    tl.store(y_ptr, x[0])\n    tl.store(ptrs, x * 2,")
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert not result.functions[0].translated
+    assert "x_2" not in result.text and "        x = tl.reshape(x, (B // 2, 2))\n" in result.text
+    assert any("tensor after this `if` branch" in d.message and d.line == 9 for d in result.diagnostics)

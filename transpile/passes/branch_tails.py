@@ -1,0 +1,232 @@
+"""A name of one rank in one branch of a compile-time `if` and of another rank in the other: each branch gets its
+own copy of the code after the `if`, and the other branch's names their own names, before anything is analysed.
+
+Public kernels switch a tile's shape on a constexpr flag::
+
+    if FLASH_LAYOUT:
+        k_out_ptrs = key_cache_ptr + d_offs * stride_d            # rank 1
+    else:
+        k_pe = tl.reshape(k_pe, (BLOCK_D // X, X))
+        k_out_ptrs = key_cache_ptr + dx_offs[:, None] * stride_d + x_offs[None, :]   # rank 2
+    tl.store(k_out_ptrs, k_pe)
+
+(aiter's KV-cache kernels, FlagGems' cross-entropy backward with `if w_ptr is None:`, MoE kernels). Triton compiles
+the branch the test takes and the code after it with that rank; a Gluon translation gives each name one layout, and
+the layout analysis refused such a name ("a rank-1 tensor after this `if` branch and a rank-2 tensor after the
+other"). Since the test is decided when the kernel is compiled, the function is the same as::
+
+    if FLASH_LAYOUT:
+        k_out_ptrs = ...
+        tl.store(k_out_ptrs, k_pe)
+    else:
+        k_pe_2 = k_pe
+        k_pe_2 = tl.reshape(k_pe_2, (BLOCK_D // X, X))
+        k_out_ptrs_2 = ...
+        tl.store(k_out_ptrs_2, k_pe_2)
+
+in which every name has one rank. The engine applies this pass only to the `if` statements the layout analysis
+refused so (`engine.prepare`), whose test reads nothing but constexpr parameters, literals and whether a parameter is
+None, and whose `else` is a plain `else:` (no `elif`). The names the `else` branch and its copy of the code after the
+`if` bind are renamed there (`name_2`, or the first free number), those bound before the `if` first copied
+(`k_pe_2 = k_pe`). The rewrite is textual, line by line, so that every line maps back to the one it came from (the
+copies of the code after the `if` to their lines, the copies of names to the `else:` line).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+
+from transpile.passes.unswitch import compile_time_test, constexpr_params
+
+
+def split_branches(text: str, sites: list[int]) -> tuple[str, list[int]] | None:
+    """`text` with each compile-time `if` at a line of `sites` (1-based) given its own copies of the code after it,
+    and the line map (new line -> line of `text`, index 0 unused); None where no site could be split."""
+    lines = text.splitlines(keepends=True)
+    origin = list(range(len(lines) + 1))
+    done = False
+    for site in sorted(set(sites), reverse=True):  # (from the bottom up: a rewrite leaves the lines above it alone)
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            return None
+        at = next((n for n in range(1, len(origin)) if origin[n] == site), None)
+        found = _site(tree, at) if at is not None else None
+        if found is None:
+            continue
+        rewritten = _split(lines, origin, *found)
+        if rewritten is not None:
+            lines, origin = rewritten
+            done = True
+    return ("".join(lines), origin) if done else None
+
+
+def _site(tree: ast.Module, line: int) -> tuple[ast.FunctionDef, ast.If, list[ast.stmt]] | None:
+    """The `if` statement at `line` of a top-level function, its function, and the statements after it in its
+    block; None where there is none, or its test is not decided at compile time, or it has an `elif`."""
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for block in _blocks(function):
+            for i, statement in enumerate(block):
+                if isinstance(statement, ast.If) and statement.lineno == line:
+                    flags = constexpr_params(function)
+                    every = {a.arg for a in [*function.args.posonlyargs, *function.args.args,
+                                             *function.args.kwonlyargs]}
+                    if not statement.orelse or (len(statement.orelse) == 1 and isinstance(statement.orelse[0], ast.If)
+                                                and _is_elif(statement)):
+                        return None
+                    if not compile_time_test(statement.test, flags, every):
+                        return None
+                    return function, statement, block[i + 1:]
+    return None
+
+
+def _is_elif(statement: ast.If) -> bool:
+    """`statement.orelse` is an `elif` clause, not an `else:` block holding an `if` (told by the columns)."""
+    inner = statement.orelse[0]
+    return isinstance(inner, ast.If) and inner.col_offset == statement.col_offset
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """Every statement block under a function (its body, and the bodies of its compound statements), not inside
+    nested functions or classes."""
+    found: list[list[ast.stmt]] = []
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(node, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            found.append(block)
+            for statement in block:
+                if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    found += _blocks(statement)
+    for handler in getattr(node, "handlers", []):
+        found += _blocks(handler)
+    return found
+
+
+def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branch: ast.If, tail: list[ast.stmt]
+           ) -> tuple[list[str], list[int]] | None:
+    else_line = _else_line(lines, branch)
+    if else_line is None:
+        return None
+    for node in ast.walk(function):  # (a string over several lines would be re-indented)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno != node.lineno:
+            if branch.lineno <= node.lineno <= (tail[-1].end_lineno if tail else branch.end_lineno):
+                return None
+    body_start = branch.body[0].lineno
+    step = _indent(lines[body_start - 1]) - _indent(lines[branch.lineno - 1])
+    if step <= 0:
+        return None
+    unit = lines[body_start - 1][_indent(lines[branch.lineno - 1]):_indent(lines[body_start - 1])]
+    end = branch.end_lineno or branch.lineno
+    tail_end = max([end, *(s.end_lineno or s.lineno for s in tail)])
+
+    # The names the `else` branch and the code after the `if` bind, renamed in the `else` copy.
+    bound: set[str] = set()
+    for statement in [*branch.orelse, *tail]:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+    if not bound:
+        return None
+    taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(function)
+                                                                          if isinstance(a, ast.arg)}
+    renames: dict[str, str] = {}
+    for name in sorted(bound):
+        number = 2
+        while f"{name}_{number}" in taken:
+            number += 1
+        renames[name] = f"{name}_{number}"
+        taken.add(renames[name])
+    params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+    before = {node.id for statement in function.body for node in ast.walk(statement)
+              if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+              and (node.lineno < branch.lineno)}
+    before |= {node.id for node in ast.walk(branch.test) if isinstance(node, ast.Name)}
+    copied = sorted(n for n in renames if n in params or n in before)
+
+    else_indent = lines[branch.orelse[0].lineno - 1][:_indent(lines[branch.orelse[0].lineno - 1])]
+    newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
+    tail_lines = list(range(end + 1, tail_end + 1))
+
+    out: list[str] = lines[:end - (end - else_line) - 1]  # up to the line before `else:`
+    out_origin: list[int] = origin[:len(out) + 1]
+    # the first branch, then its copy of the code after the `if`
+    for n in tail_lines:
+        out.append(_indented(lines[n - 1], unit))
+        out_origin.append(origin[n])
+    out.append(lines[else_line - 1])
+    out_origin.append(origin[else_line])
+    for name in copied:  # (the `else` copy starts from the values before the `if`)
+        out.append(f"{else_indent}{renames[name]} = {name}{newline}")
+        out_origin.append(origin[else_line])
+    edits = _rename_edits(lines, {*range(else_line + 1, end + 1), *tail_lines}, renames)
+    for n in range(else_line + 1, end + 1):
+        out.append(_renamed(lines[n - 1], edits.get(n, [])))
+        out_origin.append(origin[n])
+    for n in tail_lines:
+        out.append(_indented(_renamed(lines[n - 1], edits.get(n, [])), unit))
+        out_origin.append(origin[n])
+    rest = lines[tail_end:]
+    out += rest
+    out_origin += origin[tail_end + 1:]
+    return out, out_origin
+
+
+def _indented(line: str, unit: str) -> str:
+    return line if not line.strip() else unit + line
+
+
+def _rename_edits(lines: list[str], rows: set[int], renames: dict[str, str]) -> dict[int, list[tuple[int, int, str]]]:
+    """Per line of `rows` (1-based), the spans of the names of `renames` that are variables there (not attributes,
+    not keyword arguments, not inside strings or comments), read from the tokens of the whole text."""
+    edits: dict[int, list[tuple[int, int, str]]] = {}
+    depth = 0
+    previous: tokenize.TokenInfo | None = None
+    tokens = tokenize.generate_tokens(io.StringIO("".join(lines)).readline)
+    significant: list[tokenize.TokenInfo] = []
+    try:
+        for token in tokens:
+            if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
+                                  tokenize.DEDENT, tokenize.ENDMARKER):
+                significant.append(token)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return {}
+    for i, token in enumerate(significant):
+        if token.type == tokenize.OP and token.string in "([{":
+            depth += 1
+        elif token.type == tokenize.OP and token.string in ")]}":
+            depth -= 1
+        previous = significant[i - 1] if i else None
+        if token.type != tokenize.NAME or token.string not in renames or token.start[0] not in rows:
+            continue
+        following = significant[i + 1] if i + 1 < len(significant) else None
+        if previous is not None and previous.string == ".":
+            continue  # an attribute
+        if following is not None and following.string == "=" and depth > 0:
+            continue  # a keyword argument
+        edits.setdefault(token.start[0], []).append((token.start[1], token.end[1], renames[token.string]))
+    return edits
+
+
+def _renamed(line: str, edits: list[tuple[int, int, str]]) -> str:
+    for start, stop, name in sorted(edits, reverse=True):
+        line = line[:start] + name + line[stop:]
+    return line
+
+
+def _else_line(lines: list[str], branch: ast.If) -> int | None:
+    """The line of the `else:` clause after `branch`'s first block (1-based), else None."""
+    first = branch.orelse[0]
+    for number in range((branch.body[-1].end_lineno or branch.body[-1].lineno) + 1, first.lineno):
+        text = lines[number - 1]
+        if text.strip().startswith("else") and text.strip().rstrip().endswith(":") \
+                and _indent(text) == branch.col_offset:
+            return number
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
