@@ -34,19 +34,13 @@ from transpile.analysis.imports import (
     top_bindings,
 )
 from transpile.analysis.layout_calls import LanguageCalls
-from transpile.analysis.layout_values import (  # noqa: F401 - read from here by the rules and the stage planner
+from transpile.analysis.layout_values import (
     _DESCRIPTOR_METHODS,
     _DTYPE_ORDER,
     _IDENT,
     _TYPE_CHAINS,
-    BARRIER_REDUCTIONS,
-    OPAQUE,
-    REDUCTIONS,
     SCALAR,
-    SCANS,
     Descriptor,
-    DescriptorInfo,
-    DotSite,
     LayoutPlan,
     OperandAnchor,
     Refusal,
@@ -66,14 +60,15 @@ from transpile.analysis.layout_values import (  # noqa: F401 - read from here by
     _with_pointee,
     promote,
 )
-from transpile.cst_utils import (
-    bound_names,
-    call_arguments,
-    calls_in,
-    names_in,
-    substituted,
-    unparenthesized,
+from transpile.analysis.layout_values import (  # noqa: F401 - read from here by the rules and the stage planner
+    BARRIER_REDUCTIONS,
+    OPAQUE,
+    REDUCTIONS,
+    SCANS,
+    DescriptorInfo,
+    DotSite,
 )
+from transpile.cst_utils import bound_names, call_arguments, calls_in, names_in, substituted, unparenthesized
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.language import NOT_TRITON
@@ -1067,4 +1062,3 @@ def name_terms(plan: LayoutPlan) -> dict[str, Term]:
         if root.slice_of is not None:
             terms.append(root.slice_of[1])
     return roots
-
