@@ -22,6 +22,7 @@ from transpile.analysis.pipeline import LoopPlan, operand_anchors
 from transpile.analysis.stages import StagePlan, StageRefusal, plan_stages
 from transpile.discover import discover
 from transpile.engine import translate_source
+from transpile.passes.canonical import canonicalize_text
 from transpile.source import parse_source
 from transpile.targets import get_target
 from transpile.verify import verify
@@ -231,6 +232,67 @@ def test_attention_with_a_column_reduction_is_refused() -> None:
     notes = [d for f in result.functions for d in f.diagnostics if d.code == "TT040"]
     assert [d.line for d in notes] == [line_of(text, "tl.sum(tl.sum(p, axis=0), axis=0)")]
     assert "warp_pipeline_stage" not in result.text
+
+
+LATENT = ATTENTION.replace("def attn(q_ptr, ", "def attn(q_ptr, qpe_ptr, kpe_ptr, ").replace(
+    "    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])\n",
+    "    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])\n"
+    "    q_pe = tl.load(qpe_ptr + offs_m[:, None] * 32 + tl.arange(0, 32)[None, :])\n").replace(
+    "        qk = tl.dot(q, tl.trans(k))\n",
+    "        k_pe = tl.load(kpe_ptr + offs_kv[:, None] * 32 + tl.arange(0, 32)[None, :], mask=offs_kv[:, None] < N_CTX,"
+    " other=0.0)\n        qk = tl.dot(q, tl.trans(k))\n        SUMMED\n").replace("COLUMNS", "pass")
+
+
+@pytest.mark.parametrize("summed", ["qk += tl.dot(q_pe, tl.trans(k_pe))", "qk = tl.dot(q_pe, tl.trans(k_pe), qk)"])
+def test_latent_attention_scores_summed_from_two_products(summed: str) -> None:
+    # multi-head latent attention: the scores are the nope part's product plus the rotary part's, both K tiles loaded
+    # in the loop, both A operands loop-invariant: one more dot chain, adding to the fresh scores, and one more ring
+    text = LATENT.replace("SUMMED", summed)
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.loop.attention
+    assert [(c.fresh, c.acc, c.operands) for c in sp.loop.chains] == [
+        (True, "qk", ("q", "k")), (False, "qk", ("q_pe", "k_pe")), (False, "acc", ("p.to(tl.float16)", "v"))]
+    assert [r.operand for r in sp.rings] == ["k", "k_pe", "v"]
+    variant = translate_source(text, "x.py", get_target("gfx950"), gluon_always=True).text
+    assert variant.count("with gl.amd.warp_pipeline_stage(") == 2
+    # both register operands converted once before the loop, in the scores' MMA layout (the loop makes `qk`)
+    flat = variant.replace("\n", "").replace(" ", "")
+    assert "q_pe_op=gl.convert_layout(q_pe,gl.DotOperandLayout(0,mma_layout" in flat
+    assert "qk=_dot(q_pe_op,k_pe_t,qk)" in flat or "qk=_dot_acc(q_pe_op,k_pe_t,qk)" in flat
+    # sm90's attention rings take two dots only: the loop is none of theirs
+    sm90 = translate_source(text, "x.py", get_target("sm90"))
+    assert "warpgroup_mma" not in sm90.text
+
+
+def test_latent_attention_rotary_part_under_a_flag() -> None:
+    # aiter's extend/decode kernels: the rotary product only `if BLOCK_DPE > 0:` (a constexpr), inside the loop. The
+    # loop has three dots in that copy: unswitching hoists the flag, and that copy pipelines with three chains
+    text = LATENT.replace("BLOCK_N: tl.constexpr, D: tl.constexpr", "BLOCK_N: tl.constexpr, D: tl.constexpr, "
+                          "HAS_PE: tl.constexpr").replace(
+        "        k_pe = tl.load(", "        if HAS_PE:\n            k_pe = tl.load(").replace(
+        "        SUMMED\n", "        if HAS_PE:\n            qk += tl.dot(q_pe, tl.trans(k_pe))\n")
+    result = translate_source(text, "x.py", get_target("gfx950"), gluon_always=True)
+    assert result.text.count("if HAS_PE:") >= 1 and result.text.count("with gl.amd.warp_pipeline_stage(") == 4
+    assert "qk = _dot_acc(q_pe_op, k_pe_t, qk)" in result.text
+
+
+def test_latent_attention_product_of_a_value_made_in_the_loop_is_refused() -> None:
+    text = LATENT.replace("SUMMED", "qk += tl.dot(q_pe * 2.0, tl.trans(k_pe))")
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal)
+    assert "the A operand of a product added to `qk` is not a tensor defined before the loop" in sp.reason
+
+
+def test_accumulator_rescaled_in_the_pv_line() -> None:
+    # `acc = acc * alpha[:, None] + tl.dot(p, v)`: canonically `tl.dot(p, v, acc * alpha[:, None])`, which the
+    # AMD expander writes as it is
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "        acc = acc * alpha[:, None]\n", "").replace(
+        "        acc = tl.dot(p.to(tl.float16), v, acc)\n", "        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)\n")
+    sp = stage_plan(canonicalize_text(text))
+    assert isinstance(sp, StagePlan) and sp.loop.attention
+    variant = translate_source(text, "x.py", get_target("gfx950"), gluon_always=True).text
+    assert "acc = _dot(p.to(gl.float16), v, acc * alpha[:, None])" in variant
 
 
 def test_pipelined_variant_shape_and_idempotence() -> None:

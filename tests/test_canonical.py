@@ -39,6 +39,9 @@ def _canonical(line: str, dtype: str = "tl.float32") -> str:
     ("    acc += tl.dot(a, b, allow_tf32=False)\n", "    acc = tl.dot(a, b, acc, allow_tf32=False)\n"),
     ("    acc += tl.dot(a, b.T)\n", "    acc = tl.dot(a, tl.trans(b), acc)\n"),
     ("    acc = tl.dot(a, tl.trans(b), acc)\n", "    acc = tl.dot(a, tl.trans(b), acc)\n"),
+    # the online softmax's rescale and PV in one line: the rescaled accumulator is the dot's
+    ("    acc = acc * s[:, None] + tl.dot(a, b)\n", "    acc = tl.dot(a, b, acc * s[:, None])\n"),
+    ("    acc = tl.dot(a, b) + s * acc\n", "    acc = tl.dot(a, b, s * acc)\n"),
     ("    acc += tl.dot(\n        a,  # rows\n        b,\n    )\n",
      "    acc = tl.dot(\n        a,  # rows\n        b, acc,\n    )\n"),
 ])
@@ -52,6 +55,8 @@ def test_dot_spellings_become_one(source: str, canonical: str) -> None:
     ("    acc += tl.dot(a, b)\n", "tl.float16"),  # the fp32 dot result would not fit the fp16 accumulator
     ("    acc -= tl.dot(a, b)\n", "tl.float32"),
     ("    acc = other + tl.dot(a, b)\n", "tl.float32"),
+    ("    acc = acc * acc + tl.dot(a, b)\n", "tl.float32"),  # (not a rescale: a product of the accumulator)
+    ("    acc = acc * s + tl.dot(a, b)\n", "tl.float16"),
 ])
 def test_spellings_left_alone(source: str, dtype: str) -> None:
     assert _canonical(source, dtype) == source

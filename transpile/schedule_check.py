@@ -197,6 +197,11 @@ class _Part:
         self.open_group: list[_Copy] = []
         self.acc: dict[str, list] = {}  # carried accumulator -> [updates, trip count at its first update, line]
         self.sequence: dict[tuple[str, str], int] = {}  # (ring, accumulator) -> the last tile number it used
+        # products made afresh since they were last bound otherwise (`qk = _dot(q, k, zeros)`): a dot that adds to one
+        # (`qk = _dot_acc(q_pe, k_pe, qk)`, scores summed from several products) accumulates this iteration's
+        # product, not a carried accumulator
+        self.products: set[str] = set()
+        self.bound_by_dot: str | None = None  # the name the dot just evaluated binds
         self.trips: int | None = None
         # scheduling (warp specialisation): what it waits for, whether it has ended
         self.blocked = None
@@ -363,6 +368,10 @@ class _Machine:
         if not tiles:
             return  # a dot of a loop as translated (no ring): nothing to check
         name = target or f"<dot at line {line}>"
+        carried = carried and name not in part.products
+        if not carried and target is not None:
+            part.products.add(target)
+            part.bound_by_dot = target
         state = part.acc.setdefault(name, [0, part.trips, line, {}]) if carried else None
         for tile in tiles:
             read = self.reads[tile.read]
@@ -921,6 +930,9 @@ class _Runner:
                 value = m.overrides["NUM_STAGES"]  # the ring depth of this case
             if name in self.part.acc and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
                 m.settle(self.part, name)  # the accumulator starts again (a new output tile)
+            if self.part.bound_by_dot != name:
+                self.part.products.discard(name)
+            self.part.bound_by_dot = None
             self.env[name] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             values = value if isinstance(value, tuple) and len(value) == len(target.elts) else None

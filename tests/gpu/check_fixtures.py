@@ -690,9 +690,46 @@ def _varlen_cases():
         )
 
 
+def _mla_inputs(s, device, gen):
+    b, t, h = s["B"], s["T"], s["H"]
+    q_nope = _randn(gen, b, t, h, s["DN"], device=device)
+    q_pe = _randn(gen, b, t, h, s["DR"], device=device)
+    k_nope = _randn(gen, b, t, h, s["DN"], device=device)
+    k_pe = _randn(gen, b, t, s["DR"], device=device)
+    v = _randn(gen, b, t, h, s["DV"], device=device)
+    return q_nope, q_pe, k_nope, k_pe, v, (s["DN"] + s["DR"]) ** -0.5
+
+
+def _ref_mla(q_nope, q_pe, k_nope, k_pe, v, sm_scale):
+    q = torch.cat([q_nope, q_pe], -1).double().transpose(1, 2)  # [B, H, T, DN + DR]
+    k_rope = k_pe[:, :, None, :].expand(-1, -1, k_nope.shape[2], -1)
+    k = torch.cat([k_nope, k_rope], -1).double().transpose(1, 2)
+    scores = (q @ k.transpose(-1, -2)) * sm_scale
+    t = q.shape[2]
+    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return (torch.softmax(scores.masked_fill(future, float("-inf")), -1) @ v.double().transpose(1, 2)).transpose(1, 2)
+
+
+def _mla_flops(s: Shape) -> float:  # causal: half of (T x T x (DN + DR)) + (T x T x DV) per batch and head
+    return 2.0 * s["B"] * s["H"] * s["T"] ** 2 * (s["DN"] + s["DR"] + s["DV"]) * 0.5
+
+
 def _fx_cases():
     """The fx_ fixtures (failure classes of issue 9): ragged sizes."""
     yield from _varlen_cases()
+    for label, size in (("short", dict(B=16, T=512)), ("long", dict(B=2, T=4096))):
+        yield Case(
+            name=f"fx_mla_prefill-{label}",
+            fixture="fx_mla_prefill",
+            wrapper="mla_prefill",
+            make_inputs=_mla_inputs,
+            reference=_ref_mla,
+            shape=dict(B=2, T=1000, H=4, DN=128, DR=64, DV=128),
+            small_shape=dict(B=1, T=150, H=2, DN=128, DR=64, DV=128),
+            atol=5e-3,
+            bench_shape=dict(**size, H=16, DN=128, DR=64, DV=128),
+            flops=_mla_flops,
+        )
     for causal in (False, True):
         for head_dim in (64, 128):
             yield Case(

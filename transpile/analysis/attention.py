@@ -66,6 +66,19 @@ class AttentionPlan:
     # ring copies a K loaded as [HEAD_DIM, BLOCK_N] through its transposed addresses)
     k_definitions: dict[str, cst.BaseExpression] = field(default_factory=dict, repr=False)
     k_swapped: bool = False  # `k` holds the swapped address and mask of a K loaded [HEAD_DIM, BLOCK_N]
+    # Further products added to the scores (`in_order` plans: multi-head latent attention's `qk += tl.dot(q_pe, k_pe)`
+    # beside `qk = tl.dot(q_nope, k_nope)`), in order: each one's statement index, its A operand (loop-invariant, in
+    # registers), its K tile (loaded in the loop) and whether the dot reads that tile transposed
+    summed: list[SummedScores] = field(default_factory=list)
+
+
+@dataclass
+class SummedScores:
+    index: int  # the dot's statement in the loop body
+    q: str  # its A operand, defined before the loop
+    k: TileLoad  # its B operand's tile load
+    k_transposed: bool
+    acc_in_dot: bool  # `qk = tl.dot(q_pe, k_pe, qk)` (else `qk += tl.dot(q_pe, k_pe)`)
 
 
 def _assigned(statement: cst.CSTNode) -> set[str]:
@@ -155,15 +168,24 @@ def _chained(body: list[cst.BaseStatement], first: int, second: int) -> bool:
 
 
 @per_loop
-def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
-                        default_stages: int) -> AttentionPlan | LoopRefusal | None:
-    """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops."""
+def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
+                        in_order: bool = False) -> AttentionPlan | LoopRefusal | None:
+    """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops.
+    `in_order`: the caller (the AMD step expander) writes the loop's statements in their order, the producer slice
+    apart, so it also takes scores that are a sum of several products, each of a loop-invariant A and a K tile loaded
+    in the loop (`AttentionPlan.summed`: the nope and rotary parts of multi-head latent attention), the accumulator
+    rescaled inside the second dot (`acc = tl.dot(p, v, acc * alpha[:, None])`, the canonical form of `acc = acc *
+    alpha[:, None] + tl.dot(p, v)`), and an address computed after an earlier tile's load (the rotary K's, under a
+    flag that unswitching hoisted)."""
     body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
-    if len(dots) != 2 or sum(1 for s in body for c in calls_in(s) if c in plan.dots) != 2:
+    if sum(1 for s in body for c in calls_in(s) if c in plan.dots) != len(dots) or not (
+            len(dots) == 2 or (in_order and len(dots) > 2)):
         return None
-    if not _chained(body, dots[0][0], dots[1][0]):
+    if not _chained(body, dots[0][0], dots[-1][0]):
         return None  # two independent GEMMs (gate and up projections), not attention: the GEMM rules say why not
+    extra = dots[1:-1]
+    dots = [dots[0], dots[-1]]
 
 
     def refuse(node: cst.CSTNode, reason: str) -> LoopRefusal:
@@ -197,8 +219,10 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     second = single_assign(s2)
     call2 = next(c for c in calls_in(s2) if c in plan.dots)
     site2 = plan.dots[call2]
-    if second is None or second[1] is not call2 or not isinstance(site2.acc, cst.Name) or \
-            site2.acc.value != second[0]:
+    carried = second is not None and (
+        (isinstance(site2.acc, cst.Name) and site2.acc.value == second[0])
+        or (in_order and _rescaled(site2.acc, second[0])))
+    if second is None or second[1] is not call2 or not carried:
         return refuse(call2, "the second dot is not `acc = tl.dot(p, v, acc)` with a loop-carried accumulator")
     scores, acc = first[0], second[0]
     if None in site1.shape or None in site2.shape:
@@ -253,6 +277,31 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
                       "shared memory once)")
     if k.index > i1:
         return refuse(body[k.index], "the K tile is loaded after the first dot")
+    summed: list[SummedScores] = []
+    for index, statement in extra:
+        call = next(c for c in calls_in(statement) if c in plan.dots)
+        site = plan.dots[call]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        assigned = single_assign(statement)
+        folded = assigned is not None and assigned == (scores, call) and isinstance(site.acc, cst.Name) \
+            and site.acc.value == scores
+        added = isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+            and isinstance(small.target, cst.Name) and small.target.value == scores and small.value is call \
+            and site.acc is None
+        if not (folded or added) or site.scaled is not None:
+            return refuse(call, f"a dot between the scores and the second dot is not `{scores} += tl.dot(q, k)`: "
+                          "scores summed from several products are taken, nothing else")
+        if not isinstance(site.a, cst.Name) or any(site.a.value in _assigned(s) for s in body):
+            return refuse(site.a, f"the A operand of a product added to `{scores}` is not a tensor defined before the "
+                          "loop")
+        operand = _transposed(source, site.b)
+        tile = tile_load(operand if operand is not None else site.b, f"the B operand of a product added to `{scores}`")
+        if isinstance(tile, LoopRefusal):
+            return tile
+        if tile.index > index:
+            return refuse(body[tile.index], "a K tile is loaded after its dot")
+        summed.append(SummedScores(index, site.a.value, tile, operand is not None, folded))
     if v.index > i2:
         return refuse(body[v.index], "the V tile is loaded after the second dot")
 
@@ -295,7 +344,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
         for name in _assigned(statement):
             assigned_at.setdefault(name, i)
     needed: set[str] = set()
-    for load in (k, v):
+    tiles = [k, *(extra.k for extra in summed), v]
+    for load in tiles:
         needed |= names_in(load.pointer) | (names_in(load.mask) if load.mask is not None else set())
     producer: set[int] = set()
     frontier = set(needed)
@@ -305,9 +355,10 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
         if i is None or i in producer:
             continue
         statement = body[i]
-        if not isinstance(statement, cst.SimpleStatementLine) or i in (k.index, v.index, i1, i2):
+        if not isinstance(statement, cst.SimpleStatementLine) or i in (
+                *(t.index for t in tiles), i1, i2, *(extra.index for extra in summed)):
             return refuse(statement, "a load address depends on control flow or on a dot in the loop")
-        if i > min(k.index, v.index) or (names_in(statement) & ({acc} | derived)):
+        if (i > min(t.index for t in tiles) and not in_order) or (names_in(statement) & ({acc} | derived)):
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
         producer.add(i)
         frontier |= names_in(statement) - needed
@@ -315,7 +366,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan,
     inside = set(assigned_at) | {loop.target.value}
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
-                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale)
+                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed)
 
 
 def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
@@ -335,10 +386,12 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
 
     p = " ".join(cst.Module([]).code_for_node(att.p).split())
     chains = [DotChain(att.scores_index, att.scores, False, (att.q, att.k.name), dot(att.scores_index), fresh=True),
+              *(DotChain(extra.index, att.scores, extra.acc_in_dot, (extra.q, extra.k.name), dot(extra.index),
+                         ) for extra in att.summed),
               DotChain(att.acc_index, att.acc, True, (p, att.v.name), dot(att.acc_index))]
     return LoopPlan(att.loop, att.var, att.range_args, att.num_stages,
-                    [load(att.k, att.k_transposed), load(att.v, False)], att.scores_index, att.acc,
-                    list(att.producer), [], chains, attention=True)
+                    [load(att.k, att.k_transposed), *(load(extra.k, extra.k_transposed) for extra in att.summed),
+                     load(att.v, False)], att.scores_index, att.acc, list(att.producer), [], chains, attention=True)
 
 
 def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan
@@ -360,6 +413,15 @@ def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStat
     if not only_nodes(scale, allowed) or names & bound_names_of(body) or names & set(name_terms(plan)):
         return None
     return scale, left
+
+
+def _rescaled(node: cst.BaseExpression | None, acc: str) -> bool:
+    """`node` is ``acc * x`` or ``x * acc``, `x` not reading `acc`."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+        return False
+    sides = (node.left, node.right)
+    return any(isinstance(side, cst.Name) and side.value == acc and acc not in names_in(other)
+               for side, other in (sides, sides[::-1]))
 
 
 def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:

@@ -914,7 +914,8 @@ def chained_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
             if isinstance(loop_plan, LoopPlan) and loop_plan.chained:
                 from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
 
-                if not isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages), AttentionPlan):
+                if not isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages, in_order=True),
+                                  AttentionPlan):
                     found.setdefault(fn.name, []).append(loop.node)  # (the attention loop: its planner's layouts)
     return found
 

@@ -159,7 +159,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if isinstance(loop_plan, LoopRefusal) or loop_plan.chained:
         # (the flash-attention loop is also a loop of chained dots: its planner, which takes the online softmax's
         # row reductions, comes first)
-        attention = plan_attention_loop(source, loop, plan, requested or MIN_SLOTS)
+        attention = plan_attention_loop(source, loop, plan, requested or MIN_SLOTS, in_order=True)
         if isinstance(attention, AttentionPlan):
             loop_plan = as_loop_plan(attention, plan)
         elif isinstance(loop_plan, LoopRefusal):

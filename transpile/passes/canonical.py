@@ -149,6 +149,12 @@ class _Canonical(cst.CSTTransformer):
                     folded = self._fold(dot_orig, dot_new, name)
                     if folded is not None:
                         return updated_node.with_changes(value=folded)
+                elif _rescaled(other, name):
+                    # `acc = acc * alpha[:, None] + tl.dot(p, v)` (the online softmax's rescale and PV in one
+                    # line): the rescaled accumulator is the dot's, `tl.dot(p, v, acc * alpha[:, None])`
+                    folded = self._fold(dot_orig, dot_new, name, other)
+                    if folded is not None:
+                        return updated_node.with_changes(value=folded)
         return updated_node
 
     def _is_dot(self, node: cst.BaseExpression, name: str = "dot") -> bool:
@@ -156,8 +162,10 @@ class _Canonical(cst.CSTTransformer):
         return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) in (
             name, f"core.{name}")
 
-    def _fold(self, original: cst.BaseExpression, value: cst.BaseExpression, acc: str) -> cst.Call | None:
-        """`tl.dot(a, b[, kw=...])` with `acc` passed as its accumulator, or None when it must stay apart."""
+    def _fold(self, original: cst.BaseExpression, value: cst.BaseExpression, acc: str,
+              start: cst.BaseExpression | None = None) -> cst.Call | None:
+        """`tl.dot(a, b[, kw=...])` with `acc` (or `start`, an expression of it) passed as its accumulator, or None
+        when it must stay apart."""
         if self._is_dot(original, "dot_scaled") and isinstance(value, cst.Call) and not value.lpar:
             # `tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format)`: fp32 products, folded into
             # an fp32 accumulator as its seventh argument
@@ -167,7 +175,7 @@ class _Canonical(cst.CSTTransformer):
                     or not all(a.keyword is None for a in value.args[:6]) \
                     or _tail(self.accumulators.get(acc) or "") not in ("float32", "fp32"):
                 return None
-            return _insert_acc(value, acc, 6)
+            return _insert_acc(value, acc, 6, start)
         if not (self._is_dot(original) and isinstance(value, cst.Call)) or value.lpar:
             return None
         positional = [a for a in value.args if a.keyword is None]
@@ -185,7 +193,7 @@ class _Canonical(cst.CSTTransformer):
                 return None
         elif _tail(dtype) not in _FOLD_DTYPES or (_tail(dtype) in ("float32", "fp32") and self.int8):
             return None
-        return _insert_acc(value, acc)
+        return _insert_acc(value, acc, start=start)
 
 
 _MODULE = cst.Module([])
@@ -195,11 +203,32 @@ def _tail(dtype: str) -> str:
     return dtype.strip().rsplit(".", 1)[-1]
 
 
-def _insert_acc(call: cst.Call, acc: str, at: int = 2) -> cst.Call:
-    """`call` with `acc` as positional argument `at` (after the operands, before any keyword; a dot's third)."""
+def _rescaled(node: cst.BaseExpression, acc: str) -> bool:
+    """`node` is ``acc * x`` or ``x * acc`` (unparenthesised), `x` not reading `acc`."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)) or node.lpar:
+        return False
+    sides = (node.left, node.right)
+    return any(isinstance(side, cst.Name) and side.value == acc and not any(
+        isinstance(n, cst.Name) and n.value == acc for n in _names(other)) for side, other in (sides, sides[::-1]))
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(_Visitor())
+    return found
+
+
+def _insert_acc(call: cst.Call, acc: str, at: int = 2, start: cst.BaseExpression | None = None) -> cst.Call:
+    """`call` with `acc` (or the expression `start`) as positional argument `at` (after the operands, before any
+    keyword; a dot's third)."""
     args = list(call.args)
     last = args[at - 1]
-    new = cst.Arg(cst.Name(acc), comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT
+    new = cst.Arg(cst.Name(acc) if start is None else start, comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT
                   else cst.MaybeSentinel.DEFAULT)
     if len(args) > at and new.comma is cst.MaybeSentinel.DEFAULT:
         new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

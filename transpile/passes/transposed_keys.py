@@ -28,6 +28,8 @@ that is not the same tile transposed). Only the K load and the dot's operand cha
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop, top_definitions, transposed_k
@@ -48,24 +50,34 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
         for loop in dot_loops(facts, fn):
             if not isinstance(loop.node, cst.For):
                 continue
-            att = plan_attention_loop(source, loop.node, plan, 2)
-            if not isinstance(att, AttentionPlan) or att.k_transposed:
+            att = plan_attention_loop(source, loop.node, plan, 2, in_order=True)
+            if not isinstance(att, AttentionPlan):
                 continue
-            view = transposed_k(att, fn.node, plan, "a 16-byte copy")
-            if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view):
-                continue
-            call = att.k.call
-            args = []
-            for i, arg in enumerate(call.args):
-                if arg.value is att.k.pointer:
-                    arg = arg.with_changes(value=_expanded(view.k.pointer, view.k_definitions))
-                elif att.k.mask is not None and arg.value is att.k.mask:
-                    arg = arg.with_changes(value=_expanded(view.k.mask, view.k_definitions))
-                args.append(arg)
-            replacements.append((call, call.with_changes(args=args)))
             body = list(loop.node.body.body)  # type: ignore[union-attr]
-            dot = next(c for c in calls_in(body[att.scores_index]) if c in plan.dots)
-            replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({att.k.name})")))
+            # (the scores' K tile, then those of the products added to the scores: each read as its transpose)
+            tiles = [(att.k, att.k_transposed, att.scores_index),
+                     *((extra.k, extra.k_transposed, extra.index) for extra in att.summed)]
+            found = []
+            for tile, transposed, index in tiles:
+                if transposed:
+                    continue
+                view = transposed_k(dataclasses.replace(att, k=tile), fn.node, plan, "a 16-byte copy")
+                if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view):
+                    found = []
+                    break
+                found.append((tile, view, index))
+            for tile, view, index in found:
+                call = tile.call
+                args = []
+                for arg in call.args:
+                    if arg.value is tile.pointer:
+                        arg = arg.with_changes(value=_expanded(view.k.pointer, view.k_definitions))
+                    elif tile.mask is not None and arg.value is tile.mask:
+                        arg = arg.with_changes(value=_expanded(view.k.mask, view.k_definitions))
+                    args.append(arg)
+                replacements.append((call, call.with_changes(args=args)))
+                dot = next(c for c in calls_in(body[index]) if c in plan.dots)
+                replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({tile.name})")))
     if not replacements:
         return None
     # (in one walk: libcst's `deep_replace` remakes the tree, so a second node would no longer be found in it)

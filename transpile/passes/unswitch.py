@@ -115,10 +115,11 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             if any(t.lineno <= loop.lineno <= t.end_lineno or loop.lineno <= t.lineno <= loop.end_lineno
                    for t in taken):
                 continue
-            # Loops the pipeline rules can take: one dot per copy (a GEMM) or two (attention's QK^T and PV). Others
-            # would be copied for nothing (kept as Triton anyway) and can grow a file severalfold.
+            # Loops the pipeline rules can take: one dot per copy (a GEMM), two (attention's QK^T and PV) or three
+            # (latent attention's scores summed from two products). Others would be copied for nothing (kept as
+            # Triton anyway) and can grow a file severalfold.
             if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= _MAX_HOISTS or not (
-                    1 <= _copy_dots(loop.body, flags) <= 2):
+                    1 <= _copy_dots(loop.body, flags) <= 3):
                 continue
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue

@@ -418,9 +418,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             ctx.need("dot_acc")
             body[chain.index] = _folded(body[chain.index], chain.acc)
 
-    # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot) the dot result's
+    # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot, a dot adding to this
+    # iteration's product: latent attention's `qk = tl.dot(q_pe, k_pe, qk)`, whose `qk` the loop makes) the dot
+    # result's
+    made_in_loop = {chain.acc for chain in plan.chains if chain.fresh}
+
     def chain_mma(chain: DotChain) -> str:
-        if chain.acc_in_dot:
+        if chain.acc_in_dot and chain.acc not in made_in_loop:
             return f"{chain.acc}.type.layout"
         return ctx.plan.layout_expr(ctx.plan.dots[chain.call].result)
 
