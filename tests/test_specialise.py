@@ -177,3 +177,35 @@ def kern(x_ptr, out_ptr, rescale_2d, BLOCK: tl.constexpr):
     assert "def rescale_2d2(x, s):" in result.text and "rescale_2d2(x, f)" in result.text
     compiled = verify(result, {"x_ptr": "*fp32", "out_ptr": "*fp32", "rescale_2d": "fp32", "BLOCK": 64})
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_helper_imported_from_another_module_is_copied_per_kind_too(monkeypatch, tmp_path: Path) -> None:
+    # (aiter's routing kernels import such helpers and call them with a scalar and with a tensor): the helper is copied
+    # into the file first (`transpile.passes.imported_helpers`), then per kind of call, as the file's own helpers are
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "helpers.py").write_text(HEAD + '''@triton.jit
+def _cdiv_pow2(ptr, i, log2_k):
+    n = tl.load(ptr + i)
+    return (n + ((1 << log2_k) - 1)) >> log2_k
+''')
+    kernel = HEAD.rstrip("\n") + "\nfrom pkg.helpers import _cdiv_pow2\n\n\n" + '''@triton.jit
+def blocks(counts_ptr, out_ptr, total, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    per_block = _cdiv_pow2(counts_ptr, offs, 4)
+    first = _cdiv_pow2(counts_ptr, total, 4)
+    tl.store(out_ptr + offs, per_block + first, mask=offs < n)
+'''
+    path = tmp_path / "kernels.py"
+    path.write_text(kernel)
+    values = {"counts_ptr": "*i32", "out_ptr": "*i32", "total": "i32", "n": "i32", "BLOCK": 128}
+    for target in ("gfx950", "sm90"):
+        result = translate_source(kernel, str(path), get_target(target))
+        assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+        assert not [d for d in result.diagnostics if d.code == "TT012"]
+        assert "first = _cdiv_pow2_s(counts_ptr, total, 4)" in result.text
+        assert "def _cdiv_pow2_s(ptr, i, log2_k):" in result.text
+        assert "from pkg" not in result.text  # (self-contained: both copies are in the variant)
+        compiled = verify(result, values)
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

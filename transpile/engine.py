@@ -231,6 +231,12 @@ def _specialised(text: str, path: str, excluded: frozenset[str]) -> tuple[Prepar
     rounds, since a copy's result may change the kinds of a later call (a rank-2 result where the helper returned a
     rank-1 one); (None, {}) where no helper is copied."""
     base: tuple[str, list[int] | None] = (text, None)
+    # (helpers imported from the project's other modules are copied in first: from there they are the file's own,
+    # and are specialised like them)
+    source = parse_source(text, path)
+    brought = bring_in_helpers(source, discover(source))
+    if brought is not None:
+        base = brought
     copies: dict[str, str] = {}
     candidate: Prepared | None = None
     for _ in range(3):

@@ -14,13 +14,14 @@ A Gluon helper's layouts, though, are those of one kind of call: the layout anal
 each other combination of argument kinds (`scalar`, `tensor(rank 2)`, a tuple, a descriptor) the helper gets a copy
 named after the kinds that differ (`u64_to_lohi_s`: scalars; `_compare_and_swap_2d`: rank-2 tensors), written right
 after the helper, and the calls of that combination call the copy. Each copy is then analysed, translated (or kept)
-on its own. The rewrite is made on the text as the user wrote it, before any other pass, so the copy is also what a
+on its own. The rewrite is made on the text as the user wrote it, with only the helpers imported from the project's
+other modules copied in (`transpile.passes.imported_helpers`), before any other pass, so the copy is also what a
 kept kernel calls (as Triton compiles it: one specialisation each); every line of a copy maps back to the helper's
 line it copies, so diagnostics inside it point at the user's line.
 
-Only helpers defined at the top level of the file, called by their own name and translated at their first call's
-kinds are copied (an imported helper, a helper reached through an alias, one refused for another construct, keeps its
-TT012: its copies would be kept as Triton too, and the kept kernels would be written with them).
+Only helpers defined at the top level of the file (or copied in from another module), called by their own name and
+translated at their first call's kinds are copied (a helper reached through an alias, one refused for another
+construct, keeps its TT012: its copies would be kept as Triton too, and the kept kernels would be written with them).
 """
 
 from __future__ import annotations
