@@ -31,6 +31,11 @@ from transpile.targets import all_targets, get_target
 # that they are the fresh translation).
 os.environ["TRANSPILE_CACHE_DIR"] = _SESSION_CACHE = tempfile.mkdtemp(prefix="transpile-test-cache-")
 atexit.register(shutil.rmtree, _SESSION_CACHE, True)
+# Triton's own compile cache, which `transpile verify` bypasses by default (TRITON_ALWAYS_COMPILE): the slow tier
+# compiles many kernels more than once (a golden in test_compile, the same launch in test_isa, test_amd_pipeline and
+# test_sm90_pipeline_goldens), and a cached compile is the same compile (Triton keys it on the source, the signature,
+# the constexprs, the options and its own version; a failed compile is never cached). A quarter off the slow tier.
+os.environ.setdefault("TRITON_ALWAYS_COMPILE", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = ROOT / "fixtures"
