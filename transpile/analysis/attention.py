@@ -498,18 +498,28 @@ def swapped_axes(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
     return None if node is None else node.visit(_SwapAxes())  # type: ignore[return-value]
 
 
-def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: LayoutPlan, ring: str
-                 ) -> AttentionPlan | LoopRefusal:
+def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: LayoutPlan, ring: str,
+                 loop_names: bool = False) -> AttentionPlan | LoopRefusal:
     """The plan of a loop whose K tile is loaded as [HEAD_DIM, BLOCK_N] (``tl.dot(q, k)``), read as if it were loaded
     [BLOCK_N, HEAD_DIM] and transposed: its address and mask with every ``v[:, None]`` and ``v[None, :]`` swapped, and
     so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
     same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
     1-D vectors and scalars before the loop, or one the V addresses read too. `ring`: what copies K, for the
-    refusal."""
+    refusal. `loop_names`: also a 2-D name the loop binds before the K load and the load alone reads (its definition
+    is then the loop's; the caller rewrites it where it is bound: `transpile.passes.transposed_keys`)."""
     terms = name_terms(layouts)
     definitions, counts = top_definitions(function)
     v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))
-    bound_in_loop = set().union(*(assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
+    body = plan.loop.body.body  # type: ignore[union-attr]
+    bound_in_loop = set().union(*(assigned_names(body[i]) for i in plan.producer))
+    # 2-D names the loop binds once, before the K load, from names bound once too (a paged kernel's `off_k =
+    # kv_loc[None, :] * stride + offs_d[:, None]`, `kv_loc` loaded from its page table in the iteration): read at the
+    # load, their swapped definitions give the same tile transposed
+    in_loop: dict[str, cst.BaseExpression] = {}
+    for i in plan.producer:
+        assigned = single_assign(body[i])
+        if loop_names and assigned is not None and i < plan.k.index and counts.get(assigned[0], 0) == 1:
+            in_loop[assigned[0]] = assigned[1]
     swapped: dict[str, cst.BaseExpression] = {}
 
     def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
@@ -528,12 +538,14 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
             term = terms.get(name)
             if term is not None and term.slice_of is not None and bare_use(node, name):
                 return refuse(node, f"the 1-D `{name}` is broadcast here without a subscript")
-            if term is None or term.slice_of is not None or name in swapped:
+            if term is None or term.slice_of is not None or term.find().rank == 1 or name in swapped:
                 continue  # a scalar or a 1-D vector (the swapped broadcasts lay it along the other axis)
-            definition = definitions.get(name)
-            if name in bound_in_loop or definition is None or counts.get(name, 0) != 1 or name in v_names:
+            definition = in_loop.get(name) if name in bound_in_loop else definitions.get(name)
+            if name in bound_in_loop and sum(name in names_in(statement) for statement in body) != 2:
+                definition = None  # (read elsewhere than by the K load: rewritten where it is bound, it must not be)
+            if definition is None or counts.get(name, 0) != 1 or name in v_names:
                 return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
-                              "once, before the loop, and read by the K addresses only)")
+                              "once, before the loop or before the K load, and read by the K addresses only)")
             swapped[name] = swapped_axes(definition)  # type: ignore[assignment]
             pending.append(definition)
     k = dataclasses.replace(plan.k, pointer=swapped_axes(plan.k.pointer), mask=swapped_axes(plan.k.mask))

@@ -35,7 +35,7 @@ import libcst as cst
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop, top_definitions, transposed_k
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
-from transpile.cst_utils import bound_names, calls_in, names_in, substituted
+from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, single_assign, substituted
 from transpile.discover import ModuleFacts, language_alias
 from transpile.source import SourceFile
 
@@ -61,19 +61,28 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
             for tile, transposed, index in tiles:
                 if transposed:
                     continue
-                view = transposed_k(dataclasses.replace(att, k=tile), fn.node, plan, "a 16-byte copy")
+                view = transposed_k(dataclasses.replace(att, k=tile), fn.node, plan, "a 16-byte copy",
+                                    loop_names=True)
                 if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view):
                     found = []
                     break
                 found.append((tile, view, index))
+            in_loop = bound_names(loop.node)
             for tile, view, index in found:
+                # (a 2-D name the loop binds, `off_k = kv_loc[None, :] * stride + ...`, is rewritten where it is bound;
+                # those bound before the loop are expanded into the load)
+                outside = {n: d for n, d in view.k_definitions.items() if n not in in_loop}
+                for statement in body:
+                    assigned = single_assign(statement)
+                    if assigned is not None and assigned[0] in view.k_definitions and assigned[0] in in_loop:
+                        replacements.append((assigned[1], _expanded(view.k_definitions[assigned[0]], outside)))
                 call = tile.call
                 args = []
                 for arg in call.args:
                     if arg.value is tile.pointer:
-                        arg = arg.with_changes(value=_expanded(view.k.pointer, view.k_definitions))
+                        arg = arg.with_changes(value=_expanded(view.k.pointer, outside))
                     elif tile.mask is not None and arg.value is tile.mask:
-                        arg = arg.with_changes(value=_expanded(view.k.mask, view.k_definitions))
+                        arg = arg.with_changes(value=_expanded(view.k.mask, outside))
                     args.append(arg)
                 replacements.append((call, call.with_changes(args=args)))
                 dot = next(c for c in calls_in(body[index]) if c in plan.dots)
@@ -87,15 +96,18 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
 def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionPlan) -> bool:
     """Whether the swapped definitions of the 2-D names K's address reads can be evaluated at the load, in the loop:
     no such name is a parameter, and every name they read (but one another) is bound once in the function, not in
-    the loop, nor a parameter bound again (`offs_n = start_n + offs_n` in the loop, `kt_ptrs = kt_ptrs + ...`)."""
+    the loop, nor a parameter bound again (`offs_n = start_n + offs_n` in the loop, `kt_ptrs = kt_ptrs + ...`), or
+    bound once in the loop by a statement before the load (a paged kernel's `kv_loc = tl.load(...)`)."""
     _, counts = top_definitions(function)
     params = {p.name.value for p in function.params.params}
     in_loop = bound_names(loop)
+    body = list(loop.body.body)  # type: ignore[union-attr]
+    before_load = set().union(*(assigned_names(s) for s in body[:view.k.index]))
     for name, definition in view.k_definitions.items():
         if name in params:
             return False
         for read in names_in(definition) - set(view.k_definitions):
-            if read in in_loop or counts.get(read, 0) + (read in params) > 1:
+            if counts.get(read, 0) + (read in params) > 1 or (read in in_loop and read not in before_load):
                 return False
     return True
 
