@@ -97,3 +97,40 @@ def test_a_function_still_refused_keeps_its_own_text() -> None:
     assert not result.functions[0].translated
     assert "x_2" not in result.text and "        x = tl.reshape(x, (B // 2, 2))\n" in result.text
     assert any("tensor after this `if` branch" in d.message and d.line == 9 for d in result.diagnostics)
+
+
+# A helper that branches on whether a parameter is None (aiter's `_load_fn` with an optional second offset) and is
+# called with a tensor in one place and None in another: refused for its two-rank name, it got no copies per kind of
+# call; its branches take the code after the `if` first, then it is copied per kind (`transpile.passes.specialise`)
+OPTIONAL = HEAD + '''@triton.jit
+def _load_tile(ptr, rows, cols, n_rows):
+    if cols is not None:
+        offs = rows[:, None] * 64 + cols[None, :]
+        mask = rows[:, None] < n_rows
+    else:
+        offs = rows
+        mask = rows < n_rows
+    x = tl.load(ptr + offs, mask=mask, other=0.0)
+    return tl.sum(x * 2.0)
+
+
+@triton.jit
+def sums(x_ptr, out_ptr, n_rows, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    whole = _load_tile(x_ptr, rows, tl.arange(0, 64), n_rows)
+    first = _load_tile(x_ptr, rows, None, n_rows)
+    tl.store(out_ptr + tl.program_id(0), whole + first)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_helper_branching_on_an_optional_argument_is_split_then_specialised(
+        target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = translate_source(OPTIONAL, "k.py", get_target(target))
+    assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+    assert not [d for d in result.diagnostics if d.code in ("TT010", "TT012")]
+    assert "first = _load_tile_s(x_ptr, rows, None, n_rows)" in result.text
+    assert "        offs_2 = rows\n" in result.text  # (the `else` branch's copy of the code after the `if`)
+    compiled = verify(result, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_rows": "i32", "BLOCK": 64})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -187,6 +187,13 @@ def prepare(text: str, path: str) -> Prepared:
     excluded: set[str] = set()
     for _ in range(3):
         candidate, copies = _specialised(text, path, frozenset(excluded))
+        if candidate is None and not excluded:
+            # A helper that is itself refused for a name of two ranks after a compile-time `if` (a branch on whether
+            # a parameter is None, which its calls answer differently) gets no copies: its branches take the code
+            # after the `if` first (`transpile.passes.branch_tails`), then it is copied per kind of call.
+            split = _branch_split(text, prepared)
+            if split is not None:
+                candidate, copies = _specialised(text, path, frozenset(excluded), split)
         if candidate is None:
             return prepared
         # A helper whose copies (or itself) are still refused is left as it was: its copies would only be kept as
@@ -207,14 +214,8 @@ def _with_branch_tails(text: str, path: str, prepared: Prepared) -> Prepared:
     """`prepared`, or the file prepared again with the code after each compile-time `if` that leaves a name of two
     ranks copied into its branches (`transpile.passes.branch_tails`), where that makes every function it touches
     translatable (a function still refused would be kept as Triton written from the copies)."""
-    sites: dict[str, list[int]] = {}
-    for name, plan in prepared.plans.items():
-        for refusal in plan.refusals:
-            if _TWO_RANKS in refusal.message and isinstance(refusal.node, cst.If):
-                sites.setdefault(name, []).append(prepared.source.position(refusal.node)[0])
-    if not sites:
-        return prepared
-    split = split_branches(text, [line for lines in sites.values() for line in lines])
+    sites = _two_rank_sites(prepared)
+    split = _branch_split(text, prepared)
     if split is None:
         return prepared
     try:
@@ -226,17 +227,37 @@ def _with_branch_tails(text: str, path: str, prepared: Prepared) -> Prepared:
     return candidate
 
 
-def _specialised(text: str, path: str, excluded: frozenset[str]) -> tuple[Prepared | None, dict[str, str]]:
-    """`text` with its helpers copied per kind of call (but those `excluded`), prepared, and each copy's helper; in
-    rounds, since a copy's result may change the kinds of a later call (a rank-2 result where the helper returned a
-    rank-1 one); (None, {}) where no helper is copied."""
-    base: tuple[str, list[int] | None] = (text, None)
+def _two_rank_sites(prepared: Prepared) -> dict[str, list[int]]:
+    """Per function, the lines of the compile-time `if`s after which the layout analysis found a name of two ranks."""
+    sites: dict[str, list[int]] = {}
+    for name, plan in prepared.plans.items():
+        for refusal in plan.refusals:
+            if _TWO_RANKS in refusal.message and isinstance(refusal.node, cst.If):
+                sites.setdefault(name, []).append(prepared.source.position(refusal.node)[0])
+    return sites
+
+
+def _branch_split(text: str, prepared: Prepared) -> tuple[str, list[int]] | None:
+    """`text` with the code after each `if` of `_two_rank_sites` copied into its branches, and its line map; None
+    where there is none."""
+    sites = _two_rank_sites(prepared)
+    if not sites:
+        return None
+    return split_branches(text, [line for lines in sites.values() for line in lines])
+
+
+def _specialised(text: str, path: str, excluded: frozenset[str], start: tuple[str, list[int]] | None = None
+                 ) -> tuple[Prepared | None, dict[str, str]]:
+    """`text` (or `start`, a rewrite of it and its line map) with its helpers copied per kind of call (but those
+    `excluded`), prepared, and each copy's helper; in rounds, since a copy's result may change the kinds of a later
+    call (a rank-2 result where the helper returned a rank-1 one); (None, {}) where no helper is copied."""
+    base: tuple[str, list[int] | None] = (text, None) if start is None else start
     # (helpers imported from the project's other modules are copied in first: from there they are the file's own,
     # and are specialised like them)
-    source = parse_source(text, path)
+    source = parse_source(base[0], path)
     brought = bring_in_helpers(source, discover(source))
     if brought is not None:
-        base = brought
+        base = (brought[0], _through(base[1], brought[1]))
     copies: dict[str, str] = {}
     candidate: Prepared | None = None
     for _ in range(3):
