@@ -147,16 +147,7 @@ def test_a_paged_k_address_bound_in_the_loop_is_rewritten_where_it_is_bound() ->
     assert "off_k = kv_loc[:, None]" not in (rewritten(twice) or "")
 
 
-PAGED_RUN = """
-import importlib.util, sys
-import torch
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+PAGED_RUN = RUN.split("for config in")[0] + """
 source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
 torch.manual_seed(0)
 q, k, v = (torch.randn(150, 32, dtype=torch.float16) for _ in range(3))

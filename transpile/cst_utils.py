@@ -451,3 +451,13 @@ def block_statements(statement: cst.CSTNode) -> list[cst.BaseStatement]:
     """The statements of a compound statement's indented body (none for other forms: `match`, one-line suites)."""
     body = getattr(statement, "body", None)
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def rescaled(node: cst.BaseExpression | None, acc: str) -> bool:
+    """`node` is ``acc * x`` or ``x * acc``, `x` not reading `acc` (an accumulator rescaled: the online softmax's
+    ``acc * alpha[:, None]``)."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+        return False
+    sides = (node.left, node.right)
+    return any(isinstance(side, cst.Name) and side.value == acc and acc not in names_in(other)
+               for side, other in (sides, sides[::-1]))

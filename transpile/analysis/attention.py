@@ -27,7 +27,7 @@ import libcst as cst
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, loop_header
 from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes,
-                                 per_loop, read_names, single_assign)
+                                 per_loop, read_names, rescaled, single_assign)
 from transpile.cst_walk import preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -221,7 +221,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     site2 = plan.dots[call2]
     carried = second is not None and (
         (isinstance(site2.acc, cst.Name) and site2.acc.value == second[0])
-        or (in_order and _rescaled(site2.acc, second[0])))
+        or (in_order and rescaled(site2.acc, second[0])))
     if second is None or second[1] is not call2 or not carried:
         return refuse(call2, "the second dot is not `acc = tl.dot(p, v, acc)` with a loop-carried accumulator")
     scores, acc = first[0], second[0]
@@ -413,15 +413,6 @@ def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStat
     if not only_nodes(scale, allowed) or names & bound_names_of(body) or names & set(name_terms(plan)):
         return None
     return scale, left
-
-
-def _rescaled(node: cst.BaseExpression | None, acc: str) -> bool:
-    """`node` is ``acc * x`` or ``x * acc``, `x` not reading `acc`."""
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
-        return False
-    sides = (node.left, node.right)
-    return any(isinstance(side, cst.Name) and side.value == acc and acc not in names_in(other)
-               for side, other in (sides, sides[::-1]))
 
 
 def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:

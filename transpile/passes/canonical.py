@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import module_code, single_definitions
+from transpile.cst_utils import module_code, rescaled, single_definitions
 from transpile.cst_walk import transform
 from transpile.discover import ModuleFacts, discover, language_alias, language_name
 from transpile.source import SourceFile, parse_source
@@ -149,7 +149,7 @@ class _Canonical(cst.CSTTransformer):
                     folded = self._fold(dot_orig, dot_new, name)
                     if folded is not None:
                         return updated_node.with_changes(value=folded)
-                elif _rescaled(other, name):
+                elif rescaled(other, name) and not other.lpar:
                     # `acc = acc * alpha[:, None] + tl.dot(p, v)` (the online softmax's rescale and PV in one
                     # line): the rescaled accumulator is the dot's, `tl.dot(p, v, acc * alpha[:, None])`
                     folded = self._fold(dot_orig, dot_new, name, other)
@@ -201,26 +201,6 @@ _MODULE = cst.Module([])
 
 def _tail(dtype: str) -> str:
     return dtype.strip().rsplit(".", 1)[-1]
-
-
-def _rescaled(node: cst.BaseExpression, acc: str) -> bool:
-    """`node` is ``acc * x`` or ``x * acc`` (unparenthesised), `x` not reading `acc`."""
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)) or node.lpar:
-        return False
-    sides = (node.left, node.right)
-    return any(isinstance(side, cst.Name) and side.value == acc and not any(
-        isinstance(n, cst.Name) and n.value == acc for n in _names(other)) for side, other in (sides, sides[::-1]))
-
-
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class _Visitor(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-    node.visit(_Visitor())
-    return found
 
 
 def _insert_acc(call: cst.Call, acc: str, at: int = 2, start: cst.BaseExpression | None = None) -> cst.Call:
