@@ -283,6 +283,52 @@ def test_latent_attention_product_of_a_value_made_in_the_loop_is_refused() -> No
     assert "the A operand of a product added to `qk` is not a tensor defined before the loop" in sp.reason
 
 
+SHARED_KV = HEAD + '''@triton.jit
+def attn(q_ptr, kv_ptr, o_ptr, N_CTX, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    kv_ptrs = kv_ptr + offs_n[None, :] * D + offs_d[:, None]
+    for start_n in range(0, N_CTX, BLOCK_N):
+        kv = tl.load(kv_ptrs + start_n * D, mask=(start_n + offs_n[None, :]) < N_CTX, other=0.0)
+        qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        qk += tl.dot(q, kv)
+        qk = tl.where((start_n + offs_n[None, :]) < N_CTX, qk, -float("inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))
+        p = tl.exp2(qk - m_ij[:, None])
+        alpha = tl.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        v = tl.trans(kv)
+        acc += tl.dot(p.to(v.dtype), v)
+        m_i = m_ij
+    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], (acc / l_i[:, None]).to(tl.float16))
+'''
+
+
+def test_latent_attention_with_values_that_are_the_keys() -> None:
+    # DeepSeek-style latent attention reads one tile for K and V (`v = tl.trans(kv)`, lightllm's deepseek2 kernels):
+    # loaded as its transpose first (K read [HEAD_DIM, BLOCK_N]), one ring whose slot is read in each form; every warp
+    # holds both forms, so the tile limit counts it twice
+    result = translate_source(SHARED_KV, "x.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "attn"] == [True]
+    text = result.text
+    assert "kv_ring = gl.allocate_shared_memory(" in text and " v_ring" not in text
+    assert "v = kv\n" in text and "_dot(p.to(v.dtype), v, acc)" in text
+    assert "2 * BLOCK_N * D <= 8192" in text and "lambda BLOCK_N, D: 2 * BLOCK_N * D > 8192" in text
+    from transpile.schedule_check import check_source
+
+    report = check_source(text)
+    assert report.cases and report.findings == [], report.findings[:3]
+    compiled = verify(result, {"q_ptr": "*fp16", "kv_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32", "BLOCK_M": 128,
+                               "BLOCK_N": 32, "D": 64, "num_warps": 8})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 def test_accumulator_rescaled_in_the_pv_line() -> None:
     # `acc = acc * alpha[:, None] + tl.dot(p, v)`: canonically `tl.dot(p, v, acc * alpha[:, None])`, which the
     # AMD expander writes as it is

@@ -197,11 +197,12 @@ class _Part:
         self.open_group: list[_Copy] = []
         self.acc: dict[str, list] = {}  # carried accumulator -> [updates, trip count at its first update, line]
         self.sequence: dict[tuple[str, str], int] = {}  # (ring, accumulator) -> the last tile number it used
-        # products made afresh since they were last bound otherwise (`qk = _dot(q, k, zeros)`): a dot that adds to one
-        # (`qk = _dot_acc(q_pe, k_pe, qk)`, scores summed from several products) accumulates this iteration's
-        # product, not a carried accumulator
-        self.products: set[str] = set()
+        # values made afresh in the iteration (a dot's own product, `qk = _dot(q, k, zeros)`, or a value bound in
+        # the loop from other names, `qk = gl.zeros(...)`): a dot that adds to one (`qk = _dot_acc(q_pe, k_pe, qk)`,
+        # scores summed from several products) accumulates this iteration's product, not a carried accumulator
+        self.products: dict[str, int] = {}  # (-> the loop depth it was made at; a dot there adds to this product)
         self.bound_by_dot: str | None = None  # the name the dot just evaluated binds
+        self.depth = 0  # the loops (not static) the walk is in
         self.trips: int | None = None
         # scheduling (warp specialisation): what it waits for, whether it has ended
         self.blocked = None
@@ -368,9 +369,9 @@ class _Machine:
         if not tiles:
             return  # a dot of a loop as translated (no ring): nothing to check
         name = target or f"<dot at line {line}>"
-        carried = carried and name not in part.products
+        carried = carried and part.products.get(name) != part.depth
         if not carried and target is not None:
-            part.products.add(target)
+            part.products[target] = part.depth
             part.bound_by_dot = target
         state = part.acc.setdefault(name, [0, part.trips, line, {}]) if carried else None
         for tile in tiles:
@@ -931,7 +932,10 @@ class _Runner:
             if name in self.part.acc and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
                 m.settle(self.part, name)  # the accumulator starts again (a new output tile)
             if self.part.bound_by_dot != name:
-                self.part.products.discard(name)
+                if self.part.depth and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+                    self.part.products[name] = self.part.depth  # (made in the iteration: `qk = gl.zeros(...)`)
+                else:
+                    self.part.products.pop(name, None)
             self.part.bound_by_dot = None
             self.env[name] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -1025,10 +1029,12 @@ class _Runner:
         if pipelined:
             m.barrier()
             m.phase[1] += 1  # the trailing group's extra barrier: it starts a stage behind
+        self.part.depth += 0 if static else 1
         for value in bounds:
             if isinstance(stmt.target, ast.Name):
                 self.env[stmt.target.id] = value
             self.block(stmt.body)
+        self.part.depth -= 0 if static else 1
         if pipelined:
             m.barrier()
             m.phase[0] += 1  # the leading group's extra barrier: both are level again

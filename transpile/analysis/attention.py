@@ -70,6 +70,9 @@ class AttentionPlan:
     # beside `qk = tl.dot(q_nope, k_nope)`), in order: each one's statement index, its A operand (loop-invariant, in
     # registers), its K tile (loaded in the loop) and whether the dot reads that tile transposed
     summed: list[SummedScores] = field(default_factory=list)
+    # `in_order` plans: V is the K tile itself (multi-head latent attention's shared latent keys and values: `kv`
+    # loaded [HEAD_DIM, BLOCK_N] for the scores, `v = tl.trans(kv)` for PV): the index of the `v = ...` statement
+    shared_v: int | None = None
 
 
 @dataclass
@@ -229,7 +232,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         return refuse(call1, "the dot tile shapes are not known from the source")
 
     # Tile loads of the loop: `x = tl.load(ptr, mask=..., other=0)`.
-    def tile_load(operand: cst.BaseExpression, what: str) -> TileLoad | LoopRefusal:
+    def tile_load(operand: cst.BaseExpression, what: str, also: int | None = None) -> TileLoad | LoopRefusal:
         if not isinstance(operand, cst.Name):
             return refuse(operand, f"{what} is an expression, not a tile loaded in the loop")
         for i, statement in enumerate(body):
@@ -258,7 +261,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
                 return refuse(other, f"the load of `{operand.value}` fills masked elements with a non-zero "
                               "`other` (cp.async fills them with zeros)")
             # (`p.to(v.dtype)`: the tile's element type, which the rings read from Q's, is not a use of the tile)
-            uses = sum(operand.value in _tile_reads(s) for j, s in enumerate(body) if j != i)
+            uses = sum(operand.value in _tile_reads(s) for j, s in enumerate(body) if j not in (i, also))
             if uses != 1:
                 return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined wgmma reads it "
                               "straight from shared memory")
@@ -266,10 +269,12 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         return refuse(operand, f"{what} `{operand.value}` is not loaded in this loop")
 
     k_operand = _transposed(source, site1.b)
-    k = tile_load(k_operand if k_operand is not None else site1.b, "the first dot's B operand")
+    shared = _shared_v(source, body, i2, site2.b, k_operand if k_operand is not None else site1.b,
+                       k_operand is not None) if in_order else None
+    k = tile_load(k_operand if k_operand is not None else site1.b, "the first dot's B operand", shared)
     if isinstance(k, LoopRefusal):
         return k
-    v = tile_load(site2.b, "the second dot's B operand")
+    v = k if shared is not None else tile_load(site2.b, "the second dot's B operand")
     if isinstance(v, LoopRefusal):
         return v
     if not isinstance(site1.a, cst.Name) or any(site1.a.value in _assigned(s) for s in body):
@@ -366,7 +371,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     inside = set(assigned_at) | {loop.target.value}
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
-                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed)
+                         scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed,
+                         shared_v=shared)
 
 
 def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
@@ -385,13 +391,20 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
         return next(c for c in calls_in(body[index]) if c in plan.dots)
 
     p = " ".join(cst.Module([]).code_for_node(att.p).split())
-    chains = [DotChain(att.scores_index, att.scores, False, (att.q, att.k.name), dot(att.scores_index), fresh=True),
+    shared = att.shared_v is not None
+    chains = [DotChain(att.scores_index, att.scores, False, (att.q, att.k.name), dot(att.scores_index), fresh=True,
+                       transposed=(False, att.k_transposed) if shared else (False, False)),
               *(DotChain(extra.index, att.scores, extra.acc_in_dot, (extra.q, extra.k.name), dot(extra.index),
                          ) for extra in att.summed),
-              DotChain(att.acc_index, att.acc, True, (p, att.v.name), dot(att.acc_index))]
+              DotChain(att.acc_index, att.acc, True, (p, att.v.name), dot(att.acc_index),
+                       transposed=(False, not att.k_transposed) if shared else (False, False))]
+    k = load(att.k, att.k_transposed)
+    # (V the K tile itself: one ring, its slot read once in each form, `OperandLoad.twice`)
+    k.twice = shared
     return LoopPlan(att.loop, att.var, att.range_args, att.num_stages,
-                    [load(att.k, att.k_transposed), *(load(extra.k, extra.k_transposed) for extra in att.summed),
-                     load(att.v, False)], att.scores_index, att.acc, list(att.producer), [], chains, attention=True)
+                    [k, *(load(extra.k, extra.k_transposed) for extra in att.summed),
+                     *([] if shared else [load(att.v, False)])], att.scores_index, att.acc, list(att.producer), [],
+                    chains, attention=True)
 
 
 def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan
@@ -413,6 +426,24 @@ def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStat
     if not only_nodes(scale, allowed) or names & bound_names_of(body) or names & set(name_terms(plan)):
         return None
     return scale, left
+
+
+def _shared_v(source: SourceFile, body: list[cst.BaseStatement], before: int, operand: cst.BaseExpression,
+              k: cst.BaseExpression, k_transposed: bool) -> int | None:
+    """The index of the statement that binds the second dot's B operand `operand` to the K tile `k` itself, read in
+    the other orientation (``v = tl.trans(kv)`` where the scores read `kv`; ``v = kv`` where they read
+    ``tl.trans(kv)``), bound once, before the dot at `before`; else None."""
+    if not (isinstance(operand, cst.Name) and isinstance(k, cst.Name)):
+        return None
+    found = [i for i, statement in enumerate(body) if operand.value in assigned_names(statement)]
+    if len(found) != 1 or found[0] >= before:
+        return None
+    assigned = single_assign(body[found[0]])
+    if assigned is None:
+        return None
+    value = assigned[1]
+    read = value if k_transposed else _transposed(source, value)
+    return found[0] if isinstance(read, cst.Name) and read.value == k.value else None
 
 
 def _smalls(statement: cst.CSTNode) -> list[cst.CSTNode]:
@@ -500,7 +531,8 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
     is then the loop's; the caller rewrites it where it is bound: `transpile.passes.transposed_keys`)."""
     terms = name_terms(layouts)
     definitions, counts = top_definitions(function)
-    v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None))
+    v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None)) \
+        if plan.shared_v is None else set()  # (V the K tile itself: transposed with it)
     body = plan.loop.body.body  # type: ignore[union-attr]
     bound_in_loop = set().union(*(assigned_names(body[i]) for i in plan.producer))
     # 2-D names the loop binds once, before the K load, from names bound once too (a paged kernel's `off_k =

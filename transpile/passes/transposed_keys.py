@@ -87,6 +87,9 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                 replacements.append((call, call.with_changes(args=args)))
                 dot = next(c for c in calls_in(body[index]) if c in plan.dots)
                 replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({tile.name})")))
+                if att.shared_v is not None and tile is att.k:
+                    # (V the K tile itself, `v = tl.trans(kv)`: now `kv` as loaded)
+                    replacements.append((single_assign(body[att.shared_v])[1], cst.Name(tile.name)))
     if not replacements:
         return None
     # (in one walk: libcst's `deep_replace` remakes the tree, so a second node would no longer be found in it)

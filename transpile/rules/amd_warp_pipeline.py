@@ -138,7 +138,7 @@ class AMDWarpPipeline(Rule):
                 tests.append((f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))
             if keys in constexprs and head in constexprs:
                 # ... and so do those whose K and V tiles would spill (`ATTENTION_TILE_LIMIT`)
-                tests.append((f"{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
+                tests.append((f"{_tile_factor(stage_plan)}{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
                               tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
         if stage_plan.loop.chained and not stage_plan.loop.attention:
@@ -641,8 +641,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     rows_test = rows_why = ""
     if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
         rows, keys, head = _attention_sizes(ctx, sp)
-        rows_test = (f" and {_factor(rows)} >= 16 * gl.num_warps() and {_factor(keys)} * {_factor(head)} <= "
-                     f"{ATTENTION_TILE_LIMIT[ctx.target.name]}")
+        rows_test = (f" and {_factor(rows)} >= 16 * gl.num_warps() and {_tile_factor(sp)}{_factor(keys)} * "
+                     f"{_factor(head)} <= {ATTENTION_TILE_LIMIT[ctx.target.name]}")
         rows_why = ", the warps do not each own 16 rows, or the K and V tiles each warp holds would spill"
         paragraph += (" Attention: every warp owns rows of its own (the MMA layout puts all warps along M), so the "
                       "softmax's row reductions are lane shuffles and P reaches the second MMA's operand layout in "
@@ -919,6 +919,12 @@ def _attention_sizes(ctx: RuleContext, sp: StagePlan) -> tuple[str, str, str]:
     """An attention loop's rows (the accumulator's), and its K tile's keys and head dimension, as source text."""
     keys, head = (dim.strip() for dim in sp.rings[0].shape)
     return str(ctx.plan.dots[sp.loop.chains[-1].call].shape[0]), keys, head
+
+
+def _tile_factor(sp: StagePlan) -> str:
+    """"2 * " where the attention loop's K ring is read twice (V the K tile itself, `OperandLoad.twice`: every warp
+    holds both forms of the tile), else ""."""
+    return "2 * " if sp.loop.loads[0].twice else ""
 
 
 def _factor(text: str) -> str:
