@@ -259,9 +259,11 @@ def test_latent_attention_scores_summed_from_two_products(summed: str) -> None:
     flat = variant.replace("\n", "").replace(" ", "")
     assert "q_pe_op=gl.convert_layout(q_pe,gl.DotOperandLayout(0,mma_layout" in flat
     assert "qk=_dot(q_pe_op,k_pe_t,qk)" in flat or "qk=_dot_acc(q_pe_op,k_pe_t,qk)" in flat
-    # sm90's attention rings take two dots only: the loop is none of theirs
+    # sm90's attention rings take two dots only: the loop is none of theirs, and the reason says what it is
     sm90 = translate_source(text, "x.py", get_target("sm90"))
     assert "warpgroup_mma" not in sm90.text
+    kept = [d.message for d in sm90.diagnostics if d.code == "TT041"]
+    assert kept and "an attention loop of latent attention's form: its scores are summed from 2 products" in kept[0]
 
 
 def test_latent_attention_rotary_part_under_a_flag() -> None:

@@ -15,6 +15,7 @@ import libcst as cst
 
 from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
+from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.dot_loops import DotLoop, dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.passes.branch_tails import split_branches
@@ -925,6 +926,19 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
     if len(loop.dots) > 1:
         # what the shared planner reads in the loop: the construct it stops at, or the dots it would pipeline
         where = ", ".join(str(line) for line in sorted(set(loop.dots)))
+        attention = plan_attention_loop(ctx.source, loop.node, ctx.plan, 3, in_order=True) \
+            if isinstance(loop.node, cst.For) else None
+        if isinstance(attention, AttentionPlan) and (attention.summed or attention.shared_v is not None):
+            body = list(loop.node.body.body)  # type: ignore[union-attr]
+            scores = ", ".join(str(ctx.source.position(body[i])[0])
+                               for i in (attention.scores_index, *(extra.index for extra in attention.summed)))
+            forms = [f"its scores are summed from {len(attention.summed) + 1} products (lines {scores})"
+                     if attention.summed else "",
+                     f"its V is its K tile itself (line {ctx.source.position(body[attention.shared_v])[0]})"
+                     if attention.shared_v is not None else ""]
+            return (f"an attention loop of latent attention's form: {' and '.join(f for f in forms if f)}; the "
+                    f"{ctx.target.name} attention rings take one QK^T product and a V tile loaded apart (the AMD warp "
+                    "pipeline takes this form)")
         planned = plan_loop(ctx.source, loop.node, ctx.plan, 3, transposed_operands=True, accumulations=True,
                             several_dots=True, computed_operands=True, fresh_dots=True, chained_dots=True)
         if isinstance(planned, LoopRefusal):
