@@ -331,6 +331,26 @@ def test_latent_attention_with_values_that_are_the_keys() -> None:
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
+def test_an_address_advanced_after_its_load_is_not_read_as_this_iteration_s() -> None:
+    # the planner takes an address computed after an earlier tile's load (the rotary K's under a hoisted flag), but
+    # not one a load before it reads: that is the previous iteration's value, carried (`k_ptrs += ...` after the
+    # load), which the copies of a later iteration cannot re-evaluate
+    from transpile.analysis.attention import plan_attention_loop
+    from transpile.analysis.dot_loops import dot_loops
+    from transpile.analysis.pipeline import LoopRefusal
+
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "    for start_n in range(0, N_CTX, BLOCK_N):\n        offs_kv = start_n + offs_n\n",
+        "    offs_kv = offs_n\n    for start_n in range(0, N_CTX, BLOCK_N):\n").replace(
+        "        m_i = m_ij\n", "        m_i = m_ij\n        offs_kv = offs_kv + BLOCK_N\n")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    plans = analyse_layouts(facts)
+    loop = next(iter(dot_loops(facts, facts.functions["attn"])))
+    refusal = plan_attention_loop(source, loop.node, plans["attn"], 2, in_order=True)
+    assert isinstance(refusal, LoopRefusal) and "a value computed after the loads" in refusal.reason
+
+
 def test_accumulator_rescaled_in_the_pv_line() -> None:
     # `acc = acc * alpha[:, None] + tl.dot(p, v)`: canonically `tl.dot(p, v, acc * alpha[:, None])`, which the
     # AMD expander writes as it is

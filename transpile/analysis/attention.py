@@ -363,7 +363,11 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         if not isinstance(statement, cst.SimpleStatementLine) or i in (
                 *(t.index for t in tiles), i1, i2, *(extra.index for extra in summed)):
             return refuse(statement, "a load address depends on control flow or on a dot in the loop")
-        if (i > min(t.index for t in tiles) and not in_order) or (names_in(statement) & ({acc} | derived)):
+        # (an address computed after a load is taken in order, where nothing before it reads what it binds: it is
+        # then this iteration's value, not one carried from the previous iteration, `k_ptrs += BLOCK_N * stride`)
+        carried = any(_assigned(statement) & names_in(earlier) for earlier in body[:i])
+        if (i > min(t.index for t in tiles) and (not in_order or carried)) or (
+                names_in(statement) & ({acc} | derived)):
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
         producer.add(i)
         frontier |= names_in(statement) - needed
