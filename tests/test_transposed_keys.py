@@ -72,14 +72,19 @@ print("SAME")
 """
 
 
+def _run_both(tmp_path: Path, source: str, run: str) -> subprocess.CompletedProcess:
+    """`run` under Triton's interpreter, given the source module's path and its rewritten one's."""
+    (tmp_path / "source.py").write_text(source)
+    (tmp_path / "rewritten.py").write_text(rewritten(source) or "")
+    (tmp_path / "run.py").write_text(run)
+    return subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
+                           str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+
+
 @pytest.mark.slow
 def test_the_rewritten_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
-    (tmp_path / "source.py").write_text(KT)
-    (tmp_path / "rewritten.py").write_text(rewritten(KT) or "")
-    (tmp_path / "run.py").write_text(RUN)
-    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
-                             str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    result = _run_both(tmp_path, KT, RUN)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
 
 
@@ -161,10 +166,5 @@ print("SAME")
 
 @pytest.mark.slow
 def test_the_rewritten_paged_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
-    (tmp_path / "source.py").write_text(PAGED)
-    (tmp_path / "rewritten.py").write_text(rewritten(PAGED) or "")
-    (tmp_path / "run.py").write_text(PAGED_RUN)
-    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
-                             str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    result = _run_both(tmp_path, PAGED, PAGED_RUN)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stdout + result.stderr

@@ -192,7 +192,7 @@ def prepare(text: str, path: str) -> Prepared:
             # A helper that is itself refused for a name of two ranks after a compile-time `if` (a branch on whether
             # a parameter is None, which its calls answer differently) gets no copies: its branches take the code
             # after the `if` first (`transpile.passes.branch_tails`), then it is copied per kind of call.
-            split = _branch_split(text, prepared)
+            split = _branch_split(text, _two_rank_sites(prepared))
             if split is not None:
                 candidate, copies = _specialised(text, path, frozenset(excluded), split)
         if candidate is None:
@@ -216,7 +216,7 @@ def _with_branch_tails(text: str, path: str, prepared: Prepared) -> Prepared:
     ranks copied into its branches (`transpile.passes.branch_tails`), where that makes every function it touches
     translatable (a function still refused would be kept as Triton written from the copies)."""
     sites = _two_rank_sites(prepared)
-    split = _branch_split(text, prepared)
+    split = _branch_split(text, sites)
     if split is None:
         return prepared
     try:
@@ -238,10 +238,9 @@ def _two_rank_sites(prepared: Prepared) -> dict[str, list[int]]:
     return sites
 
 
-def _branch_split(text: str, prepared: Prepared) -> tuple[str, list[int]] | None:
-    """`text` with the code after each `if` of `_two_rank_sites` copied into its branches, and its line map; None
-    where there is none."""
-    sites = _two_rank_sites(prepared)
+def _branch_split(text: str, sites: dict[str, list[int]]) -> tuple[str, list[int]] | None:
+    """`text` with the code after each `if` of `sites` (`_two_rank_sites`) copied into its branches, and its line map;
+    None where there is none."""
     if not sites:
         return None
     return split_branches(text, [line for lines in sites.values() for line in lines])

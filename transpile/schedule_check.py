@@ -929,10 +929,11 @@ class _Runner:
                     self.part.trips = value
             elif _STAGES_NAME.match(name) and not (isinstance(node, ast.Subscript)):
                 value = m.overrides["NUM_STAGES"]  # the ring depth of this case
-            if name in self.part.acc and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+            afresh = not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))  # (not read back)
+            if name in self.part.acc and afresh:
                 m.settle(self.part, name)  # the accumulator starts again (a new output tile)
             if self.part.bound_by_dot != name:
-                if self.part.depth and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+                if self.part.depth and afresh:
                     self.part.products[name] = self.part.depth  # (made in the iteration: `qk = gl.zeros(...)`)
                 else:
                     self.part.products.pop(name, None)

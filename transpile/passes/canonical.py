@@ -208,8 +208,8 @@ def _insert_acc(call: cst.Call, acc: str, at: int = 2, start: cst.BaseExpression
     keyword; a dot's third)."""
     args = list(call.args)
     last = args[at - 1]
-    new = cst.Arg(cst.Name(acc) if start is None else start, comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT
-                  else cst.MaybeSentinel.DEFAULT)
+    new = cst.Arg(cst.Name(acc) if start is None else start,
+                  comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT)
     if len(args) > at and new.comma is cst.MaybeSentinel.DEFAULT:
         new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     args[at - 1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
