@@ -660,11 +660,11 @@ def test_an_accumulation_of_unknown_dtype_is_folded_where_the_types_allow(spelli
     assert "gl.DotOperandLayout(0, mma_layout, _mma_k_width(a_ring.dtype, mma_layout))" in variant
 
 
-def test_a_scaled_accumulation_and_8_bit_integers_are_refused_with_the_reason() -> None:
+def test_a_scaled_accumulation_is_a_scaled_product_and_8_bit_integers_are_refused_with_the_reason() -> None:
     scaled = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b) * 0.5").replace(
         "BODY", "acc = acc * 1.0").replace("NUM", "3")
     sp = stage_plan(scaled)
-    assert isinstance(sp, StageRefusal) and "scaled before it is accumulated" in sp.reason
+    assert isinstance(sp, StagePlan) and sp.loop.chains[0].scaled_product
     int8 = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b)").replace(
         "BODY", "acc = acc * 1.0").replace("NUM", "3").replace("a_ptrs = a_ptr +", "a_ptrs = a_ptr.to(tl.pointer_type(tl.int8)) +")
     sp = stage_plan(int8)
@@ -1315,3 +1315,107 @@ def test_chained_dots_share_one_mma_instruction_shape() -> None:
     result = translate_source(text, "suite_attention_bwd.py", get_target("gfx950"))
     layouts = re.findall(r"mma_layout\w*: gl\.constexpr = _mma_layout\(\s*BLOCK_N,\s*\[([^\]]*)\]", result.text)
     assert layouts and all(set(ns.replace(" ", "").split(",")) == {"BLOCK_M", "HEAD_DIM"} for ns in layouts), layouts
+
+
+# A block-scaled GEMM in the style of serving code (per-row scales of A per K block, per-column-block scales of B),
+# its scale pointers advanced in the loop by a step the kernel computes (`STEP`), the product scaled before it is
+# added (`SCALED`).
+BLOCK_SCALED = HEAD + '''@triton.jit
+def bs_gemm(a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_as_m,
+            stride_as_k, stride_bs_k, stride_bs_n, GROUP_N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = (pid_m * BM + tl.arange(0, BM)) % M
+    offs_n = (pid_n * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    as_ptrs = as_ptr + offs_m * stride_as_m
+    bs_ptrs = bs_ptr + (offs_n // GROUP_N) * stride_bs_n
+    step = BK // 128
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        a_s = tl.load(as_ptrs)
+        b_s = tl.load(bs_ptrs)
+        SCALED
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+        as_ptrs += step * stride_as_k
+        bs_ptrs += step * stride_bs_k
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(tl.bfloat16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+BLOCK_SCALED_VALUES = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": "*bf16", "as_ptr": "*fp32",
+                       "bs_ptr": "*fp32", "GROUP_N": 128, "BM": 128, "BN": 128, "BK": 128}
+
+
+def block_scaled(scaled: str = "acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]") -> str:
+    return BLOCK_SCALED.replace("SCALED", scaled)
+
+
+@pytest.mark.parametrize("scaled", [
+    "acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]",
+    "acc = acc + (tl.dot(a, b) * a_s[:, None]) * b_s[None, :]",
+    "acc += tl.dot(a, b).to(tl.float32) * (a_s[:, None] * b_s[None, :])",
+])
+def test_a_product_scaled_before_it_is_added_is_pipelined(scaled: str) -> None:
+    """`acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]` (DeepSeek-style block-scaled fp8 GEMMs): the MMA starts from
+    zero each iteration, the scales are loaded in the MMA's slice layout (no conversion next to the MMA) by buffer
+    loads whose scalar base the loop advances, and the scaled product is added by one FMA a value."""
+    result = translate_source(block_scaled(scaled), "bs.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert fn.pipelined, fn.kept_reason
+    (schedule,) = fn.schedules
+    (chain,) = schedule.loop.chains
+    assert chain.scaled_product and chain.acc == "acc" and not chain.acc_in_dot and not chain.fresh
+    mma = result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1].split("with gl.amd", 1)[0]
+    assert "acc = gl.fma(" in mma and "_dot_acc" not in mma and "gl.convert_layout" not in mma
+    assert "a_s = _buffer_load(as_ptrs_base, as_ptrs_offs)" in mma
+    assert "as_ptrs_base += step * stride_as_k" in mma and "as_ptrs_offs +=" not in result.text
+    assert "as_ptrs_offs = offs_m * stride_as_m" in result.text
+
+
+@pytest.mark.parametrize("scaled", [
+    "acc += tl.dot(a, b) + a_s[:, None]",   # an addition: not a scaled product
+    "acc += tl.dot(a, b) * acc",            # the scale reads the accumulator
+    "acc += a_s[:, None] / tl.dot(a, b)",   # the product divides
+])
+def test_other_accumulations_around_a_dot_are_not_scaled_products(scaled: str) -> None:
+    result = translate_source(block_scaled(scaled), "bs.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+
+
+def test_scaled_products_keep_their_measured_limits() -> None:
+    """Launches whose accumulator, scaled product and tiles would spill run the source kernel (measured on gfx950 and
+    gfx942); gfx1250 keeps the kernel as Triton, with the measurement; sm90 names the form."""
+    from transpile.rules.base import source_when_holds
+
+    fn = translate_source(block_scaled(), "bs.py", get_target("gfx950")).functions[0]
+    (test,) = [t for t in fn.dispatch.source_when if "BM" in t[0]]
+    assert not source_when_holds(*test, {"BM": 128, "BN": 128, "BK": 128})
+    assert source_when_holds(*test, {"BM": 256, "BN": 128, "BK": 128})
+    assert source_when_holds(*test, {"BM": 64, "BN": 256, "BK": 128})
+    gfx942 = translate_source(block_scaled(), "bs.py", get_target("gfx942")).functions[0]
+    (test,) = [t for t in gfx942.dispatch.source_when if "BM" in t[0]]
+    assert not source_when_holds(*test, {"BM": 64, "BN": 128, "BK": 128})
+    assert source_when_holds(*test, {"BM": 128, "BN": 128, "BK": 128})
+    gfx1250 = translate_source(block_scaled(), "bs.py", get_target("gfx1250")).functions[0]
+    assert not gfx1250.pipelined and "0.86-1.16x" in gfx1250.kept_reason
+    sm90 = translate_source(block_scaled(), "bs.py", get_target("sm90")).functions[0]
+    assert not sm90.pipelined and "scaled before it is accumulated" in sm90.kept_reason
+
+
+@pytest.mark.slow
+def test_block_scaled_variants_compile_with_buffer_loads_of_their_scales() -> None:
+    for target in ("gfx950", "gfx942"):
+        result = translate_source(block_scaled(), "bs.py", get_target(target))
+        values = {**BLOCK_SCALED_VALUES, "BM": 64} if target == "gfx942" else BLOCK_SCALED_VALUES
+        if target == "gfx942":
+            values = {**values, "a_ptr": "*fp8e4b8", "b_ptr": "*fp8e4b8"}
+        compiled = [c for c in verify(result, values) if not c.kept and c.check == "compile"]
+        assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+        asm = compiled[0].asm.get("amdgcn", "")
+        assert "buffer_load_dword" in asm and "v_pk_fma_f32" in asm

@@ -101,6 +101,16 @@ def test_a_scaled_dot_loop_is_unswitched_too() -> None:
     assert new.count('acc += tl.dot_scaled(a, None, "e4m3", b, None, "e4m3")') == 2
 
 
+def test_a_loop_header_written_over_lines_is_unswitched() -> None:
+    """`for k in tl.range(\n    start, stop, num_stages=...\n):` (a formatter's layout of a long header): its closing
+    bracket, at the loop's indentation, does not end the loop for the quick test before parsing."""
+    text = _kernel(EVEN_K).replace("    for k in range(0, tl.cdiv(K, BLOCK_K)):\n",
+                                   "    for k in tl.range(\n        0, tl.cdiv(K, BLOCK_K), num_stages=2\n    ):\n")
+    assert "    ):\n        if EVEN_K:" in text
+    new, _ = _unswitched(text)
+    assert new.count("for k in tl.range(") == 2
+
+
 def test_flag_without_else() -> None:
     """`if not FLAG:` without an else: its statements are in one copy and not in the other."""
     body = ("        a = tl.load(a_ptrs)\n"

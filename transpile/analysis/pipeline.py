@@ -85,6 +85,10 @@ class DotChain:
     # The A operand is computed in the iteration from earlier dots' products (`p.to(v.dtype)` of a fresh dot's
     # scores): it stays in registers, named by its source text in `operands`
     chained: bool = False
+    # The dot's product is scaled in registers before it is added to `acc` (`acc += tl.dot(a, b) * a_s[:, None] *
+    # b_s[None, :]`, block-scaled 8-bit GEMMs): the MMA starts from zero each iteration and the statement adds its
+    # scaled result; `acc` is carried, and its layout is the product's
+    scaled_product: bool = False
 
 
 @dataclass
@@ -343,8 +347,8 @@ def _plain_targets(statement: cst.BaseStatement) -> set[str]:
 def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stages: int,
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
-              scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False
-              ) -> LoopPlan | LoopRefusal | None:
+              scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
+              scaled_products: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -356,7 +360,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     own (`DotChain.scales`); `fresh_dots`: it can take a dot whose result is made afresh each iteration and used there
     (`x = tl.dot(a, b)`, `DotChain.fresh`); `chained_dots`: it can take a dot whose A operand is computed in registers
     from earlier dots' products of the iteration (`DotChain.chained`: attention's backward, `tl.dot(pT.to(do.dtype),
-    do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`)."""
+    do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`); `scaled_products` (with
+    `accumulations`): it can take a dot whose product is scaled before it is added to the accumulator
+    (`DotChain.scaled_product`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -389,7 +395,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     for dot_index, dot_statement in dots:
         products = {c.acc for c in chains if c.fresh} if chained_dots else set()
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations, computed_operands, scale_rings, fresh_dots, products)
+                           accumulations, computed_operands, scale_rings, fresh_dots, products, scaled_products)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -644,7 +650,8 @@ def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> se
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
                computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
-               products: set[str] | None = None) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+               products: set[str] | None = None, scaled_products: bool = False
+               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
     `scale_rings`) those of a scaled dot's scales. `products`: the fresh products of earlier dots of the iteration,
     which an A operand may be computed from in registers (`DotChain.chained`)."""
@@ -652,7 +659,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     acc_in_dot = True
-    fresh = False
+    fresh = scaled = False
     if fresh_dots and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
             and _fresh_value(small.value, dot_call) and len(small.targets) == 1 \
             and isinstance(small.targets[0].target, cst.Name) \
@@ -664,10 +671,13 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
               and isinstance(small.targets[0].target, cst.Name) and isinstance(site.acc, cst.Name)
               and site.acc.value == small.targets[0].target.value):
         added = _accumulation(small, dot_call) if accumulations and site.acc is None else None
+        if added is None and accumulations and scaled_products and site.acc is None and site.scaled is None:
+            added = _scaled_accumulation(small, dot_call)
+            scaled = added is not None
         if added is None:
             return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
                                "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
-        if re.search(r"\bu?int8\b", source.code(plan.function.node)):
+        if not scaled and re.search(r"\bu?int8\b", source.code(plan.function.node)):
             # 8-bit integer operands make an int32 product, which such an accumulator (float32 where the output
             # is not int8, in aiter's `gemm_a8w8`) takes as a separate add per iteration: that form measured 48
             # VGPR spills at 256x128x64 on gfx950 where Triton's own compile has none
@@ -741,7 +751,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     rings = [load for load in scales if load is not None]
     return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
                                          scales=tuple(load.name if load is not None else "" for load in scales),
-                                         transposed=(views[0], views[1]), chained=chained)
+                                         transposed=(views[0], views[1]), chained=chained, scaled_product=scaled)
 
 
 def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:
@@ -843,15 +853,35 @@ def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | 
     return added[0] if added is not None and added[1] is dot else None
 
 
+def _scaled_accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
+    """`acc` of ``acc += tl.dot(a, b) * s`` (or ``acc = acc + ...``): the product, cast or not, multiplied by factors
+    or divided by a divisor (`a_s[:, None] * b_s[None, :]`) that do not read `acc`; else None."""
+    added = _added(small)
+    if added is None:
+        return None
+    acc, node = added
+    if acc in names_in(node):
+        return None
+    scaled = False
+    while node is not dot and not _fresh_value(node, dot):
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            return None
+        inside = [side for side in (node.left, node.right) if any(n is dot for n in preorder(side))]
+        if not inside or (isinstance(node.operator, cst.Divide) and inside[0] is not node.left):
+            return None
+        node, scaled = inside[0], True
+    return acc if scaled else None
+
+
 def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
     added = _added(small)
     scaled = [n for n in preorder(added[1]) if isinstance(n, cst.BinaryOperation) and isinstance(
         n.operator, (cst.Multiply, cst.Divide))] if added is not None else []
     if any(any(m is dot for m in preorder(n)) for n in scaled):
-        return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): no ring takes "
-                "that form (AMD's warp-pipelined one, with the scales in the MMA stage, measured 1.04-1.20x Triton's "
-                "own non-MFMA instructions per MFMA on block-scaled fp8 GEMMs: bench/RESULTS.md)")
+        return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): this target's "
+                "rings take a dot into its accumulator (the AMD warp pipeline takes this form, the scales loaded in "
+                "the MMA's slice layout: bench/RESULTS.md)")
     return ""
 
 
@@ -869,7 +899,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         plan = plans[fn.name]
         loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
                                        accumulations=True, several_dots=True, computed_operands=True,
-                                       fresh_dots=True))
+                                       fresh_dots=True, scaled_products=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
         planned = [(loop, p) for loop, p in loops if isinstance(p, LoopPlan)]
         plain = set().union(*(bound_names(loop) for loop, p in planned if not any(ld.computed for ld in p.loads)))
@@ -899,10 +929,13 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
 
 def chained_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
                   ) -> dict[str, list[cst.For]]:
-    """Per function, its dot loops whose dots read earlier dots' products in registers (`LoopPlan.chained`:
-    attention's backward). Every warp holds whole rows of their MMA tiles there, so a vector loaded in such a loop
-    and broadcast against them (`lse[None, :]`) is loaded straight in the tile's slice layout: a layout of its own
-    (`transpile.passes.vector_loads`) would be converted through shared memory inside the `mma` stage."""
+    """Per function, its dot loops whose products meet other values in registers, in the MMA layout: dots that read
+    earlier dots' products (`LoopPlan.chained`: attention's backward), products made afresh each iteration
+    (`DotChain.fresh`) and products scaled before they are added (`DotChain.scaled_product`: block-scaled GEMMs).
+    A vector loaded in such a loop and broadcast against them (`lse[None, :]`, `a_s[:, None]`) is loaded straight in
+    the tile's slice layout, as Triton's own compile loads a vector of fewer elements than the program has lanes: a
+    layout of its own (`transpile.passes.vector_loads`) would be converted through shared memory inside the `mma`
+    stage. (The flash-attention loop keeps its planner's layouts.)"""
     found: dict[str, list[cst.For]] = {}
     for fn in facts.functions.values():
         for loop in dot_loops(facts, fn):
@@ -910,8 +943,9 @@ def chained_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                 continue
             loop_plan = plan_loop(source, loop.node, plans[fn.name], default_stages, transposed_operands=True,
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
-                                  chained_dots=True)
-            if isinstance(loop_plan, LoopPlan) and loop_plan.chained:
+                                  chained_dots=True, scaled_products=True)
+            if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
+                    chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
                 from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
 
                 if not isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages, in_order=True),

@@ -207,6 +207,13 @@ def _buffer_tile_load(ring, base, offsets, mask=None):
     return BUFFER_OPS.buffer_load(base, offsets, mask=mask)
 
 
+@gluon.jit
+def _buffer_load(base, offsets, mask=None, other=None):
+    """`gl.load(base + offsets, mask=mask, other=other)` as a buffer load: from the scalar base at 32-bit offsets, so
+    that no tensor of 64-bit pointers lives across the loop (masked lanes read `other`, zero where it is None)."""
+    return BUFFER_OPS.buffer_load(base, offsets, mask=mask, other=other)
+
+
 @gluon.constexpr_function
 def _lds_tdm_layout(shape, dtype, operand):
     """Shared layout of a ring slot filled by TDM: rows padded (8 elements after each row of A, 16 after each row

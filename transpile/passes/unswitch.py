@@ -87,8 +87,8 @@ def _if_in_loop(text: str) -> bool:
     loops: list[int] = []  # indentation of the `for` statements around the current line
     for line in text.split("\n"):
         stripped = line.lstrip(" \t")
-        if not stripped or stripped.startswith("#"):
-            continue
+        if not stripped or stripped.startswith(("#", ")", "]", "}")):
+            continue  # (a closing bracket at the statement's indentation ends a header written over lines)
         indent = len(line) - len(stripped)
         while loops and indent <= loops[-1]:
             loops.pop()

@@ -413,10 +413,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
-        if not chain.acc_in_dot and not chain.fresh and ctx.plan.dots[chain.call].scaled is None:
+        if not chain.acc_in_dot and not chain.fresh and not chain.scaled_product \
+                and ctx.plan.dots[chain.call].scaled is None:
             # `acc += tl.dot(a, b)`: the addition folded into the MMA (where the types allow)
             ctx.need("dot_acc")
             body[chain.index] = _folded(body[chain.index], chain.acc)
+        if chain.scaled_product:
+            body[chain.index] = _fused(body[chain.index], chain.acc)
 
     # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot, a dot adding to this
     # iteration's product: latent attention's `qk = tl.dot(q_pe, k_pe, qk)`, whose `qk` the loop makes) the dot
@@ -753,6 +756,13 @@ REGISTER_LIMIT = {"gfx950": 192, "gfx942": 192, "gfx1250": 300}
 # 64x128x64 208 (0 / 47), 32x128x128 240 (8 / 51), 64x128x128 384 (711 / 211); gfx1250 32x128x64 256 (0 / 0),
 # 64x128x64 416 (0 / 0), 32x128x128 480 (122 / 0), 64x128x128 832 (1849 / 24). Launches above run the source kernel.
 CHAINED_REGISTER_LIMIT = {"gfx950": 256, "gfx1250": 448}
+# A loop whose dot's product is scaled before it is added (`DotChain.scaled_product`, block-scaled GEMMs): the same
+# estimate with the product beside the accumulator, a scale per row and column, and the operand tiles four times (each
+# is read whole by the warps along the other axis: 2 or 4 of the 8) and twice more where copied through registers
+# (staged, then stored). Measured on lightllm's block-scaled fp8 GEMM (8 warps, K block 128; the estimate, then the
+# variant's VGPR spills, the source having none): gfx950 32x128 56 (0), 128x64 80 (0), 128x128 129 (0), 64x256 145
+# (15), 256x128 225 (140); gfx942 (e4m3fnuz, buffer loads) 64x128 104 (0), 128x128 161 (18).
+SCALED_PRODUCT_LIMIT = {"gfx950": 136, "gfx942": 136}
 
 
 # The shallowest K block (in values) a scaled MMA takes, by its tiles: (both sides at least 32, either under 32).
@@ -794,11 +804,14 @@ def _scaled_tests(ctx: RuleContext, sp: StagePlan) -> list[tuple[str, tuple[tupl
 
 
 def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
-    """The launch test under which a loop of several accumulators or of a scaled dot runs the source kernel
-    (`REGISTER_LIMIT`). None for another loop, or where its tile sizes are not constexpr parameters."""
+    """The launch test under which a loop of several accumulators, of a scaled dot or of a scaled product runs the
+    source kernel (`REGISTER_LIMIT`, `SCALED_PRODUCT_LIMIT`). None for another loop, or where its tile sizes are not
+    constexpr parameters."""
     chains = [c for c in sp.loop.chains if not c.fresh]
-    scaled = any(ctx.plan.dots[c.call].scaled is not None for c in chains)
-    limit = REGISTER_LIMIT.get(ctx.target.name)
+    products = any(c.scaled_product for c in chains)
+    scaled = products or any(ctx.plan.dots[c.call].scaled is not None for c in chains)
+    limit = SCALED_PRODUCT_LIMIT.get(ctx.target.name) if products else REGISTER_LIMIT.get(ctx.target.name)
+    staged = products and sp.engine == "buffer_loads"
     if sp.loop.attention or sp.loop.chained or limit is None or not (scaled or len(chains) > 1):
         return None
     terms: list[str] = []
@@ -807,9 +820,13 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
         if m is None or n is None:
             return None
         terms.append(f"({m}) * ({n}) * 4")
+        if chain.scaled_product:  # (the product scaled before it is added: beside the accumulator, and the scales,
+            terms.append(f"({m}) * ({n}) * 4 + (({m}) + ({n})) * 4")  # a value per row and per column at least)
+    # (the operand tiles: read from their slots; where copied through registers, also held on their way there)
     for load, ring in zip(sp.loop.loads, sp.rings):
         if sp.loop.use_of(load.name)[1] < 2:  # (a scaled dot's scales are a few bytes a row)
-            terms.append(f"({') * ('.join(ring.shape)}) * {1 if scaled else 2}")
+            factor = (6 if staged else 4) if products else 1 if scaled else 2
+            terms.append(f"({') * ('.join(ring.shape)}) * {factor}")
     return _launch_test(ctx, f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
 
 
@@ -869,6 +886,8 @@ def _form(sp: StagePlan) -> str:
         return f"attention, {copies}"
     if sp.loop.chained and sp.engine != "registers":  # (staged through registers: that ring's policy)
         return f"chained-dot ring, {copies}"
+    if any(chain.scaled_product for chain in sp.loop.chains) and sp.engine != "registers":
+        return f"scaled-product ring, {copies}"  # (block-scaled GEMMs: `acc += tl.dot(a, b) * s`)
     if all(chain.fresh for chain in sp.loop.chains) and sp.engine != "registers" and not any(
             load.computed or load.kind == "descriptor" for load in sp.loop.loads):
         return f"fresh-product ring, {copies}"  # (other fresh rings: as their copies and operands say below)
@@ -1002,6 +1021,26 @@ def _untransposed(statement: cst.BaseStatement, names: dict[str, str]) -> cst.Ba
     """The translated dot statement with `gl.permute(w, [1, 0])` of the transposed operands read as `names[w]` (`w`
     itself, renamed with the slot reads; `w_t` for a tile read in both forms)."""
     return statement.visit(_Untranspose(names))  # type: ignore[return-value]
+
+
+def _fused(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
+    """The translated ``acc += p * s`` (``acc = acc + p * s``; `p` the scaled product) as ``acc = gl.fma(p, s, acc)``:
+    Triton fuses that multiply-add (its default `enable_fp_fusion`), but in the unrolled steady state LLVM's vectoriser
+    packs the three steps' products together first and no longer forms the FMA (three VALU a value instead of two:
+    bench/RESULTS.md). The statement as it was where its last operation is not such a product."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    added = None
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+        added = small.value
+    elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) \
+            and isinstance(small.value.operator, cst.Add):
+        sides = (small.value.left, small.value.right)
+        added = next((b for a, b in (sides, sides[::-1]) if isinstance(a, cst.Name) and a.value == acc), None)
+    if not isinstance(added, cst.BinaryOperation) or not isinstance(added.operator, cst.Multiply):
+        return statement
+    left, right = (side.with_changes(lpar=[], rpar=[]) for side in (added.left, added.right))
+    fused = cst.parse_statement(f"{acc} = gl.fma({code(left)}, {code(right)}, {acc})")
+    return fused.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]
 
 
 def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:

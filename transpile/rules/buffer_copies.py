@@ -16,6 +16,14 @@ copy through pointers is a branch around each copy that writes zeros for the mas
 moved out of the buffer's range, where the hardware reads zeros: no branch. This is how Triton's own AMD backend and
 AMD's hand-written Gluon GEMMs copy. Offsets are 32-bit and unsigned: the variant's launcher runs the Gluon kernel only
 on launches whose tensors span less than 2 GB (`Dispatch.small`), as Triton's launcher specialises them.
+Loads into registers in the warp-pipelined loop's stages take the same form: `gl.load(X + <scalars>, mask=...,
+other=...)` of such a tile `X` (every other use an advance or another such load, one of them in a stage), and
+`gl.load(P + <offsets>, ...)` written in a stage, become `_buffer_load(X_base, X_offs + <scalars>, mask=...,
+other=...)` (the target's `buffer_load`; so do the other loads of `X`: its drain and the loop kept for launches
+whose ring does not fit). A
+block-scaled GEMM's scale vectors (`a_s = tl.load(a_s_ptrs + k * stride)`, held in the MMA's slice layout beside the
+accumulator and its scaled product) otherwise kept two VGPRs an element across the loop and spilled where Triton's
+own compile, which makes them buffer loads, did not (bench/RESULTS.md).
 Targets: gfx942, gfx950, gfx1250.
 """
 
@@ -84,12 +92,15 @@ class BufferCopies(Rule):
             return updated
         pointers = pointer_params(ctx.facts, ctx.function)  # the parameters the kernel addresses memory from
         pointers = pointers | _aliases(updated, pointers)
-        scalars = {p.name for p in ctx.function.params} | _constexpr_names(updated)
-        tiles = _tiles(updated, pointers)
+        scalars = _scalar_names(updated, {p.name for p in ctx.function.params} | _constexpr_names(updated))
+        staged = _staged_calls(updated)
+        tiles = _tiles(updated, pointers, _tensor_names(updated), staged)
         name = namer(names_in(updated))
         names = {tile: (name(f"{tile}_base"), name(f"{tile}_offs")) for tile in tiles}
         wide = _wide_names(updated)
-        rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, _tensor_names(updated)))
+        rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, _tensor_names(updated), staged))
+        if "_buffer_load(" in code(rewritten):
+            ctx.need("buffer_load")
         if rewritten is not updated:
             ctx.launch_small = True
         called = {code(node.func) for node in preorder(rewritten) if isinstance(node, cst.Call)}
@@ -183,6 +194,46 @@ def _wide_names(function: cst.FunctionDef) -> set[str]:
     return _names_made_from(function, lambda value: "int64" in code(value))
 
 
+#: calls whose result is a scalar where their arguments are (a program's index, a count of blocks)
+_SCALAR_CALLS = ("gl.program_id", "gl.num_programs", "gl.cdiv", "gl.minimum", "gl.maximum", "min", "max")
+
+
+def _scalar_names(function: cst.FunctionDef, scalars: set[str]) -> set[str]:
+    """`scalars` and the names the function binds only to arithmetic of them (`offs_ks_step = BLOCK_K // GROUP_K`,
+    `pid_k = gl.program_id(2)`): an advance by such a value moves a buffer load's scalar base."""
+    assignments: dict[str, list[cst.BaseExpression | None]] = {}
+    for node in preorder(function):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                for name in names_in(target):
+                    assignments.setdefault(name, []).append(node.value if isinstance(target, cst.Name) else None)
+        elif isinstance(node, (cst.For, cst.With, cst.Del, cst.Global, cst.Nonlocal)):
+            for name in names_in(node.target) if isinstance(node, cst.For) else ():
+                assignments.setdefault(name, []).append(None)
+
+    def arithmetic(value: cst.BaseExpression | None, known: set[str]) -> bool:
+        if value is None:
+            return False
+        for node in preorder(value):
+            if isinstance(node, cst.Call) and code(node.func) not in _SCALAR_CALLS:
+                return False
+            if isinstance(node, (cst.Subscript, cst.Lambda, cst.NamedExpr, cst.Attribute)) \
+                    and not (isinstance(node, cst.Attribute) and code(node) in _SCALAR_CALLS):
+                return False
+        return names_in(value) - {code(c.func) for c in preorder(value) if isinstance(c, cst.Call)} <= known
+
+    found = set(scalars)
+    changed = True
+    while changed:
+        changed = False
+        for name, values in assignments.items():
+            if name not in found and all(arithmetic(v, found) for v in values):
+                found.add(name)
+                changed = True
+    return found
+
+
 def _constexpr_names(function: cst.FunctionDef) -> set[str]:
     """Names the function declares `name: gl.constexpr = ...` (scalars known at compile time)."""
     found: set[str] = set()
@@ -211,6 +262,24 @@ def _copy_pointer(call: cst.Call) -> str | None:
     return value.value if isinstance(value, cst.Name) else None
 
 
+def _plain_load(call: cst.Call) -> bool:
+    """`call` is `gl.load(address, mask=..., other=...)`, without a cache or eviction hint or `volatile`."""
+    return code(call.func) == "gl.load" and bool(call.args) and call.args[0].keyword is None \
+        and all(a.keyword is None or a.keyword.value in ("mask", "other") for a in call.args[1:])
+
+
+def _load_pointer(call: cst.Call, tensors: set[str]) -> tuple[cst.BaseExpression, list[cst.BaseExpression]] | None:
+    """(the pointer, its scalar terms) of `gl.load(X + <scalars>, mask=..., other=...)`: the first term of the address
+    a name, the others reading no tensor; None for a load with other arguments (a cache or eviction hint, `volatile`)
+    or another address."""
+    if not _plain_load(call):
+        return None
+    terms = sum_terms(call.args[0].value)
+    if not isinstance(terms[0], cst.Name) or any(_tensor_term(t, tensors) for t in terms[1:]):
+        return None
+    return terms[0], terms[1:]
+
+
 def _base_term(value: cst.BaseExpression, pointers: set[str]) -> tuple[str, list[cst.BaseExpression]] | None:
     """`P + t1 + t2` -> ("P", [t1, t2]) where exactly one term is a pointer parameter and no other reads one."""
     terms = sum_terms(value)
@@ -223,17 +292,38 @@ def _base_term(value: cst.BaseExpression, pointers: set[str]) -> tuple[str, list
     return bases[0].value, rest  # type: ignore[attr-defined]
 
 
-def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
-    """The pointer tiles whose every use is a zero-`other` copy or an advance, and whose every assignment splits
-    into the same pointer parameter plus offsets."""
+def _staged_calls(function: cst.FunctionDef) -> set[int]:
+    """The ids of the calls inside the warp-pipelined loop's stages (`with gl.amd.warp_pipeline_stage(...)`)."""
+    found: set[int] = set()
+    for node in preorder(function):
+        if isinstance(node, cst.With) and any(isinstance(item.item, cst.Call) and code(item.item.func).endswith(
+                "warp_pipeline_stage") for item in node.items):
+            found |= {id(n) for n in preorder(node.body) if isinstance(n, cst.Call)}
+    return found
+
+
+def _tiles(function: cst.FunctionDef, pointers: set[str], tensors: set[str], staged: set[int]) -> set[str]:
+    """The pointer tiles whose every use is a zero-`other` copy, a load of it plus scalars (`_load_pointer`) or an
+    advance, one of them a copy or a load in a stage (`staged`), and whose every assignment splits into the same
+    pointer parameter plus offsets, a tensor among them."""
     copies: dict[str, int] = {}
+    in_stage: set[str] = set()
     for node in preorder(function):
         if isinstance(node, cst.Call):
             tile = _copy_pointer(node)
             if tile is not None:
+                in_stage.add(tile)
+            loaded = _load_pointer(node, tensors) if tile is None else None
+            if loaded is not None and loaded[0].value not in pointers:  # type: ignore[attr-defined]
+                tile = loaded[0].value  # type: ignore[attr-defined]
+                if id(node) in staged:
+                    in_stage.add(tile)
+            if tile is not None:
                 copies[tile] = copies.get(tile, 0) + 1
     found: set[str] = set()
     for tile, copy_uses in copies.items():
+        if tile not in in_stage:
+            continue
         bases: set[str] = set()
         writes = 0
         names = 0
@@ -244,7 +334,8 @@ def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
             elif isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == tile
                                                       for t in node.targets):
                 split = _base_term(node.value, pointers) if len(node.targets) == 1 else None
-                ok = ok and split is not None and tile not in names_in(node.value)
+                ok = ok and split is not None and tile not in names_in(node.value) \
+                    and any(_tensor_term(t, tensors) for t in split[1])
                 bases.add(split[0] if split is not None else "")
                 writes += 1
             elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name) \
@@ -259,8 +350,9 @@ def _tiles(function: cst.FunctionDef, pointers: set[str]) -> set[str]:
 
 class _Rewrite(cst.CSTTransformer):
     def __init__(self, names: dict[str, tuple[str, str]], pointers: set[str], scalars: set[str],
-                 wide: set[str], tensors: set[str]) -> None:
+                 wide: set[str], tensors: set[str], staged: set[int]) -> None:
         super().__init__()
+        self.staged = staged
         self.tensors = tensors
         self.names = names
         self.pointers = pointers
@@ -327,6 +419,8 @@ class _Rewrite(cst.CSTTransformer):
         return updated
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if _plain_load(updated):
+            return self.load(updated, _load_pointer(updated, self.tensors), id(original) in self.staged)
         tile = _copy_pointer(updated)
         if tile is None and code(updated.func) in BUFFER_COPIES and len(updated.args) > 1 and _zero_other(updated):
             # the pointers written into the copy: `P + <offsets>`
@@ -345,3 +439,22 @@ class _Rewrite(cst.CSTTransformer):
         args = [updated.args[0], cst.Arg(base), cst.Arg(offsets), *rest]
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)  # (`other` was last: no comma left over)
         return updated.with_changes(func=cst.parse_expression(BUFFER_COPIES[code(updated.func)]), args=args)
+
+    def load(self, call: cst.Call, tile: tuple[cst.Name, list[cst.BaseExpression]] | None, staged: bool) -> cst.Call:
+        """`gl.load(X + <scalars>, ...)` of a tile split into base and offsets (`tile`: X and the scalars), or
+        `gl.load(P + <offsets>, ...)` in a stage (`staged`), as `_buffer_load(base, offsets, ...)`; the load as it
+        was otherwise."""
+        if tile is not None and tile[0].value in self.names:
+            first, scalars = tile
+            base_name, offs_name = self.names[first.value]
+            base: cst.BaseExpression = cst.Name(base_name)
+            wide = [t for t in scalars if names_in(t) & self.wide]  # (64-bit scalars advance the base)
+            for term in wide:
+                base = cst.BinaryOperation(base, cst.Add(), term)
+            offsets = self.offsets([cst.Name(offs_name), *(t for t in scalars if t not in wide)])
+        else:
+            split = _base_term(call.args[0].value, self.pointers) if staged else None
+            if split is None or not any(_tensor_term(t, self.tensors) for t in split[1]):
+                return call
+            base, offsets = self.split(*split)
+        return call.with_changes(func=cst.Name("_buffer_load"), args=[cst.Arg(base), cst.Arg(offsets), *call.args[1:]])
