@@ -1415,7 +1415,11 @@ def test_block_scaled_variants_compile_with_buffer_loads_of_their_scales() -> No
         values = {**BLOCK_SCALED_VALUES, "BM": 64} if target == "gfx942" else BLOCK_SCALED_VALUES
         if target == "gfx942":
             values = {**values, "a_ptr": "*fp8e4b8", "b_ptr": "*fp8e4b8"}
-        compiled = [c for c in verify(result, values) if not c.kept and c.check == "compile"]
-        assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+        from transpile.verify import schedule_checks
+
+        checked = [c for c in verify(result, values) if not c.kept] + schedule_checks(result)
+        assert all(c.ok for c in checked), [c.message for c in checked]
+        assert any(c.check == "schedule" for c in checked)  # (the schedule checker ran the warp-pipelined loop)
+        compiled = [c for c in checked if c.check == "compile"]
         asm = compiled[0].asm.get("amdgcn", "")
         assert "buffer_load_dword" in asm and "v_pk_fma_f32" in asm

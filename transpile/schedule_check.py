@@ -631,7 +631,9 @@ class _Runner:
         if isinstance(node, ast.Name):
             return self.env.get(node.id, _OPAQUE)
         if isinstance(node, ast.BinOp):
-            left, right = self.value(node.left), self.value(node.right)
+            # (a product scaled where it is made, `acc += _dot(a, b, zeros) * s`: the dot is named by the statement's
+            # target, the same in every unrolled copy of the step)
+            left, right = self.value(node.left, target), self.value(node.right, target)
             if _is_int(left) and _is_int(right):
                 try:
                     return _BINOPS[type(node.op)](left, right)
@@ -859,7 +861,8 @@ class _Runner:
             return self.inline(m.functions[leaf], node)
         tiles = frozenset()
         for arg in [*node.args, *(k.value for k in node.keywords)]:
-            tiles |= _tiles(self.value(arg))
+            # (`acc = gl.fma(_dot(a, b, zeros) * s, t, acc)`: as in a binary operation)
+            tiles |= _tiles(self.value(arg, target if leaf == "fma" and arg is node.args[0] else None))
         if isinstance(receiver, _Sym):
             tiles |= receiver.tiles
         return _Sym(tiles)
