@@ -29,7 +29,7 @@ from transpile.analysis.launch_alignment import (
     column_major_access,
 )
 from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, analyse_layouts
-from transpile.analysis.pipeline import LoopRefusal, chained_loops, operand_anchors, plan_loop
+from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop, product_loops
 from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
@@ -456,9 +456,10 @@ def with_operand_layouts(prepared: Prepared) -> Prepared:
     the MMA stage; `prepared` itself where no loop does."""
     if prepared.operand_layouts is None:
         anchors = operand_anchors(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS)
-        # vectors loaded in a loop of chained dots stay in the MMA tile's slice layout (`chained_loops`)
+        # vectors loaded in a loop whose products meet them in registers (chained dots, fresh or scaled products) stay
+        # in the MMA tile's slice layout (`product_loops`)
         own = dict(prepared.own_loads)
-        for fn_name, loops in chained_loops(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS).items():
+        for fn_name, loops in product_loops(prepared.source, prepared.facts, prepared.plans, MIN_SLOTS).items():
             inside = {id(call) for loop in loops for call in calls_in(loop.body)}
             calls = load_calls(prepared.facts, prepared.facts.functions[fn_name])
             own[fn_name] = frozenset(i for i in own.get(fn_name, ()) if id(calls[i]) not in inside)

@@ -927,7 +927,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
     return anchors
 
 
-def chained_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
+def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int
                   ) -> dict[str, list[cst.For]]:
     """Per function, its dot loops whose products meet other values in registers, in the MMA layout: dots that read
     earlier dots' products (`LoopPlan.chained`: attention's backward), products made afresh each iteration
