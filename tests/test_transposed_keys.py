@@ -152,6 +152,20 @@ def test_a_paged_k_address_bound_in_the_loop_is_rewritten_where_it_is_bound() ->
     assert "off_k = kv_loc[:, None]" not in (rewritten(twice) or "")
 
 
+def test_a_name_bound_after_the_loads_like_a_keyword_of_an_address_load_is_no_carried_address() -> None:
+    # (lightllm's llama prefill names its causal mask `mask`, and its page-table load passes `mask=`: a keyword is
+    # not a read of that name, so the mask's statement is not in the addresses' slice, and nothing is carried)
+    text = PAGED.replace("        qk = tl.where((start_n + offs_n[None, :]) < seq_len, qk * sm_scale, -1.0e8)\n",
+                         "        mask = (start_n + offs_n[None, :]) < seq_len\n"
+                         "        qk = tl.where(mask, qk * sm_scale, -1.0e8)\n")
+    assert text != PAGED
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "paged_prefill"] == [True], result.functions[0].kept_reason
+
+
 PAGED_RUN = RUN.split("for config in")[0] + """
 source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
 torch.manual_seed(0)

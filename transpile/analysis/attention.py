@@ -351,7 +351,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     needed: set[str] = set()
     tiles = [k, *(extra.k for extra in summed), v]
     for load in tiles:
-        needed |= names_in(load.pointer) | (names_in(load.mask) if load.mask is not None else set())
+        needed |= read_names(load.pointer) | (read_names(load.mask) if load.mask is not None else set())
     producer: set[int] = set()
     frontier = set(needed)
     while frontier:
@@ -365,13 +365,14 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
             return refuse(statement, "a load address depends on control flow or on a dot in the loop")
         # (an address computed after a load is taken in order, where nothing before it reads what it binds: it is
         # then this iteration's value, not one carried from the previous iteration, `k_ptrs += BLOCK_N * stride`)
-        carried = any(_assigned(statement) & names_in(earlier) for earlier in body[:i])
+        # (the names read: a keyword argument, `mask=`, is not a read of a variable `mask`)
+        carried = any(_assigned(statement) & read_names(earlier) for earlier in body[:i])
         if (i > min(t.index for t in tiles) and (not in_order or carried)) or (
-                names_in(statement) & ({acc} | derived)):
+                read_names(statement) & ({acc} | derived)):
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
         producer.add(i)
-        frontier |= names_in(statement) - needed
-        needed |= names_in(statement)
+        frontier |= read_names(statement) - needed
+        needed |= read_names(statement)
     inside = set(assigned_at) | {loop.target.value}
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
