@@ -1403,7 +1403,7 @@ def test_scaled_products_keep_their_measured_limits() -> None:
     assert not source_when_holds(*test, {"BM": 64, "BN": 128, "BK": 128})
     assert source_when_holds(*test, {"BM": 128, "BN": 128, "BK": 128})
     gfx1250 = translate_source(block_scaled(), "bs.py", get_target("gfx1250")).functions[0]
-    assert not gfx1250.pipelined and "0.86-1.16x" in gfx1250.kept_reason
+    assert not gfx1250.pipelined and "0.78-1.14x" in gfx1250.kept_reason
     sm90 = translate_source(block_scaled(), "bs.py", get_target("sm90")).functions[0]
     assert not sm90.pipelined and "scaled before it is accumulated" in sm90.kept_reason
 
@@ -1423,3 +1423,15 @@ def test_block_scaled_variants_compile_with_buffer_loads_of_their_scales() -> No
         compiled = [c for c in checked if c.check == "compile"]
         asm = compiled[0].asm.get("amdgcn", "")
         assert "buffer_load_dword" in asm and "v_pk_fma_f32" in asm
+
+
+@pytest.mark.slow
+def test_gfx1250_fp8_dots_of_a_128_deep_k_block_take_the_128_deep_wmma() -> None:
+    """As Triton's own compile: fp8 operands with a K block of at least 128 go by `v_wmma_f32_16x16x128_fp8_fp8`
+    (16 bytes of K a lane), half the instructions of the 16x16x64 one."""
+    result = translate_source(block_scaled(), "bs.py", get_target("gfx1250"), gluon_always=True)
+    assert result.functions[0].pipelined
+    compiled = [c for c in verify(result, BLOCK_SCALED_VALUES) if not c.kept and c.check == "compile"]
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+    asm = compiled[0].asm.get("amdgcn", "")
+    assert "v_wmma_f32_16x16x128_fp8_fp8" in asm and "v_wmma_f32_16x16x64_fp8_fp8" not in asm

@@ -15,8 +15,11 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
     16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
     `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp. (`k`,
-    the dot's K block: every K block a dot takes is at least one instruction deep here.)"""
+    the dot's K block: every K block a dot takes is at least one instruction deep here; fp8 operands go by the
+    16x16x128 instruction where it is at least 128, as Triton's own compile does: half the instructions of 16x16x64.)"""
     instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
+    if instr_k == 64 and dtype.is_floating() and k is not None and k >= 128:
+        instr_k = 128
     if warps_along_m and m is not None and m >= 16 * num_warps:
         warp_bases = []
         while (1 << len(warp_bases)) < num_warps:

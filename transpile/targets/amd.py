@@ -112,7 +112,8 @@ GFX1250 = _amd_target(
     {
         "float8_via_fp16": helper("amd", "_float8_via_fp16", FLOAT8_NATIVE='("fp8e4nv", "fp8e5")', arch="gfx1250"),
         "mma_layout": helper("gfx1250", "_mma_layout"),
-        "mma_k_width": helper("amd", "_mma_k_width", K_WIDTHS="{8: 8, 16: 8, 32: 2}", FLOAT8_K_WIDTH="8",
+        "mma_k_width": helper("amd", "_mma_k_width", K_WIDTHS="{8: 8, 16: 8, 32: 2}",
+                              FLOAT8_K_WIDTH="16 if layout is not None and layout.instr_shape[2] >= 128 else 8",
                               arch="gfx1250 WMMA"),
         "dot": helper("amd", "_dot", MMA="wmma", SCALED_FP8=False, instr="WMMA", instr_name="wmma"),
         "scaled_layouts": helper("gfx1250", "_scaled_mma_layout", "_scaled_operand_layout", "_scale_layout"),
