@@ -881,7 +881,7 @@ def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     if any(any(m is dot for m in preorder(n)) for n in scaled):
         return ("the dot's result is scaled before it is accumulated (`acc += tl.dot(a, b) * s`): this target's "
                 "rings take a dot into its accumulator (the AMD warp pipeline takes this form, the scales loaded in "
-                "the MMA's slice layout: bench/RESULTS.md)")
+                "the MMA's slice layout: docs/PIPELINES.md)")
     return ""
 
 
