@@ -453,6 +453,21 @@ def block_statements(statement: cst.CSTNode) -> list[cst.BaseStatement]:
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
 
 
+def added_to(small: cst.BaseSmallStatement | None) -> tuple[str, cst.BaseExpression] | None:
+    """(acc, e) of ``acc += e``, ``acc = acc + e`` or ``acc = e + acc``, else None."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+            and isinstance(small.target, cst.Name):
+        return small.target.value, small.value
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
+        name = small.targets[0].target.value
+        sides = (small.value.left, small.value.right)
+        for side, other in (sides, sides[::-1]):
+            if isinstance(other, cst.Name) and other.value == name:
+                return name, side
+    return None
+
+
 def rescaled(node: cst.BaseExpression | None, acc: str) -> bool:
     """`node` is ``acc * x`` or ``x * acc``, `x` not reading `acc` (an accumulator rescaled: the online softmax's
     ``acc * alpha[:, None]``)."""

@@ -21,7 +21,7 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
-from transpile.cst_utils import (assigned_names, bound_names, calls_in, names_in, per_loop, read_names,
+from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, names_in, per_loop, read_names,
                                  value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
@@ -832,31 +832,16 @@ def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStat
     return load
 
 
-def _added(small: cst.BaseSmallStatement | None) -> tuple[str, cst.BaseExpression] | None:
-    """(acc, e) of ``acc += e``, ``acc = acc + e`` or ``acc = e + acc``, else None."""
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
-            and isinstance(small.target, cst.Name):
-        return small.target.value, small.value
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
-            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add):
-        name = small.targets[0].target.value
-        sides = (small.value.left, small.value.right)
-        for side, other in (sides, sides[::-1]):
-            if isinstance(other, cst.Name) and other.value == name:
-                return name, side
-    return None
-
-
 def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
     """`acc` of ``acc += tl.dot(a, b)``, ``acc = acc + tl.dot(a, b)`` or ``acc = tl.dot(a, b) + acc``, else None."""
-    added = _added(small)
+    added = added_to(small)
     return added[0] if added is not None and added[1] is dot else None
 
 
 def _scaled_accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
     """`acc` of ``acc += tl.dot(a, b) * s`` (or ``acc = acc + ...``): the product, cast or not, multiplied by factors
     or divided by a divisor (`a_s[:, None] * b_s[None, :]`) that do not read `acc`; else None."""
-    added = _added(small)
+    added = added_to(small)
     if added is None:
         return None
     acc, node = added
@@ -875,7 +860,7 @@ def _scaled_accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) ->
 
 def _scaled(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str:
     """Why an accumulation around the dot is not taken: the dot's result scaled (block-scaled 8-bit GEMMs)."""
-    added = _added(small)
+    added = added_to(small)
     scaled = [n for n in preorder(added[1]) if isinstance(n, cst.BinaryOperation) and isinstance(
         n.operator, (cst.Multiply, cst.Divide))] if added is not None else []
     if any(any(m is dot for m in preorder(n)) for n in scaled):

@@ -29,7 +29,7 @@ from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consume
 from transpile.analysis.stages import (PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import assigned_names, broadcast_axis, calls_in, conjuncts, names_in
+from transpile.cst_utils import added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
@@ -1028,14 +1028,8 @@ def _fused(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
     Triton fuses that multiply-add (its default `enable_fp_fusion`), but in the unrolled steady state LLVM's vectoriser
     packs the three steps' products together first and no longer forms the FMA (three VALU a value instead of two:
     bench/RESULTS.md). The statement as it was where its last operation is not such a product."""
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-    added = None
-    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
-        added = small.value
-    elif isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation) \
-            and isinstance(small.value.operator, cst.Add):
-        sides = (small.value.left, small.value.right)
-        added = next((b for a, b in (sides, sides[::-1]) if isinstance(a, cst.Name) and a.value == acc), None)
+    found = added_to(statement.body[0]) if isinstance(statement, cst.SimpleStatementLine) else None
+    added = found[1] if found is not None and found[0] == acc else None
     if not isinstance(added, cst.BinaryOperation) or not isinstance(added.operator, cst.Multiply):
         return statement
     left, right = (side.with_changes(lpar=[], rpar=[]) for side in (added.left, added.right))

@@ -94,11 +94,12 @@ class BufferCopies(Rule):
         pointers = pointers | _aliases(updated, pointers)
         scalars = _scalar_names(updated, {p.name for p in ctx.function.params} | _constexpr_names(updated))
         staged = _staged_calls(updated)
-        tiles = _tiles(updated, pointers, _tensor_names(updated), staged)
+        tensors = _tensor_names(updated)
+        tiles = _tiles(updated, pointers, tensors, staged)
         name = namer(names_in(updated))
         names = {tile: (name(f"{tile}_base"), name(f"{tile}_offs")) for tile in tiles}
         wide = _wide_names(updated)
-        rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, _tensor_names(updated), staged))
+        rewritten = updated.visit(_Rewrite(names, pointers, scalars, wide, tensors, staged))
         if "_buffer_load(" in code(rewritten):
             ctx.need("buffer_load")
         if rewritten is not updated:
@@ -194,13 +195,13 @@ def _wide_names(function: cst.FunctionDef) -> set[str]:
     return _names_made_from(function, lambda value: "int64" in code(value))
 
 
-#: calls whose result is a scalar where their arguments are (a program's index, a count of blocks)
-_SCALAR_CALLS = ("gl.program_id", "gl.num_programs", "gl.cdiv", "gl.minimum", "gl.maximum", "min", "max")
+#: calls whose result is a scalar where their arguments are
+_SCALAR_CALLS = ("min", "max")
 
 
 def _scalar_names(function: cst.FunctionDef, scalars: set[str]) -> set[str]:
-    """`scalars` and the names the function binds only to arithmetic of them (`offs_ks_step = BLOCK_K // GROUP_K`,
-    `pid_k = gl.program_id(2)`): an advance by such a value moves a buffer load's scalar base."""
+    """`scalars` and the names the function binds only to arithmetic of them (`offs_ks_step = BLOCK_K // GROUP_K`):
+    an advance by such a value moves a buffer load's scalar base."""
     assignments: dict[str, list[cst.BaseExpression | None]] = {}
     for node in preorder(function):
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
@@ -208,19 +209,15 @@ def _scalar_names(function: cst.FunctionDef, scalars: set[str]) -> set[str]:
             for target in targets:
                 for name in names_in(target):
                     assignments.setdefault(name, []).append(node.value if isinstance(target, cst.Name) else None)
-        elif isinstance(node, (cst.For, cst.With, cst.Del, cst.Global, cst.Nonlocal)):
-            for name in names_in(node.target) if isinstance(node, cst.For) else ():
+        elif isinstance(node, cst.For):  # (a loop variable: not a value of the function's scalars alone)
+            for name in names_in(node.target):
                 assignments.setdefault(name, []).append(None)
 
     def arithmetic(value: cst.BaseExpression | None, known: set[str]) -> bool:
-        if value is None:
+        if value is None or any(isinstance(node, (cst.Subscript, cst.Lambda, cst.NamedExpr, cst.Attribute))
+                                or (isinstance(node, cst.Call) and code(node.func) not in _SCALAR_CALLS)
+                                for node in preorder(value)):
             return False
-        for node in preorder(value):
-            if isinstance(node, cst.Call) and code(node.func) not in _SCALAR_CALLS:
-                return False
-            if isinstance(node, (cst.Subscript, cst.Lambda, cst.NamedExpr, cst.Attribute)) \
-                    and not (isinstance(node, cst.Attribute) and code(node) in _SCALAR_CALLS):
-                return False
         return names_in(value) - {code(c.func) for c in preorder(value) if isinstance(c, cst.Call)} <= known
 
     found = set(scalars)
