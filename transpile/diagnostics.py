@@ -57,6 +57,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "consumer warpgroups in ping-pong), or why not (the ring stays)"),
     "TT045": (Severity.NOTE, "AMD: a dot loop pipelined for one value of a compile-time test only (a copy of it "
                              "unswitched on a constexpr flag): the source kernel runs the launches for the other"),
+    "TT046": (Severity.NOTE, "sm90: a GEMM kept as Triton runs on a K-major copy of its B operand for launches of "
+              "8-bit or tf32 data read N-contiguous (wgmma reads those K-major only)"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

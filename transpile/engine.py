@@ -22,6 +22,7 @@ from transpile.passes.branch_tails import split_branches
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.inline import inline_dot_helpers
+from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel, kmajor_launch
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
 from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
@@ -82,6 +83,9 @@ class KernelOutcome:
     # variant also keeps the source kernel, and a launcher picks one per launch
     dispatch: Dispatch | None = None
     ws_config: bool = False  # sm90: an autotune config of its compiles the warp-specialised ring (RuleContext)
+    # sm90, kept as Triton: launches with 8-bit or tf32 B read N-contiguous run it on a K-major copy of B
+    # (`transpile.passes.kmajor_copy`)
+    kmajor: KMajorLaunch | None = None
 
     @property
     def status(self) -> str:
@@ -716,7 +720,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
     module_names = _module_names(source.module)
     while True:
         _propagate_kept(facts, outcomes, source, target, inlined)
-        helpers = set()
+        helpers = {"kmajor_copy"} if _kmajor_launches(source, facts, target, outcomes) else set()
         for name, outcome in outcomes.items():
             if outcome.translated:
                 helpers |= translated_helpers[name]
@@ -1164,6 +1168,9 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                     body.extend(_helper_copies(originals, copies[name], copied, name, set(facts.functions)))
                     kept = _renamed(kept, {h: copied[h] for h in copies[name]})
                 body.append(kept)
+                if outcomes[name].kmajor is not None:
+                    renames = {h: copied[h] for h in copies.get(name) or ()}
+                    body.extend(_kmajor_bound(statement, outcomes[name].kmajor, renames))
             continue
         if statement in facts.jit_statements and facts.jit_statements[statement] in rewritten:
             statement = _gluon_jit_call(statement)  # `f = triton.jit(f)` of a translated function
@@ -1436,6 +1443,79 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
             f"{name} = {'_WarpPipelinedOrTriton' if amd else '_TMAOrTriton'}({name}, {copy}, params=({params}), "
             f"tiles=({tiles}{',' if tiles else ''}), persistent={persistent}{when}{amd})\n")
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
+
+
+#: A file that names 8-bit or tf32 data (its kernels' launches may pass such operands: `_kmajor_launches`)
+_NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b", re.I)
+
+
+def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
+                     outcomes: dict[str, KernelOutcome]) -> bool:
+    """sm90: sets `KernelOutcome.kmajor` of each kernel kept as Triton whose dot reads B N-contiguous
+    (`transpile.passes.kmajor_copy`), with its TT046 note, in a file that names 8-bit or tf32 data (elsewhere the
+    launcher would only ever pass 16-bit launches through); whether any has one."""
+    if target.name != "sm90" or not _NARROW_DATA.search(source.text):
+        return False
+    found = False
+    for name, outcome in outcomes.items():
+        fn = facts.functions.get(name)
+        outcome.kmajor = None
+        if outcome.translated or outcome.is_helper or fn is None or fn.jit_decorator is None \
+                or name in facts.jit_statements.values():
+            continue
+        key = ("kmajor_launch", name)
+        if key not in facts.memo:
+            facts.memo[key] = kmajor_launch(source, facts, fn)
+        launch = facts.memo[key]
+        if not isinstance(launch, KMajorLaunch):
+            continue
+        outcome.kmajor = launch
+        found = True
+        note = source.diagnostic(launch.dot, "TT046", (
+            f"`{name}` runs on a K-major copy of `{launch.operand}` for launches whose B is a 2-D tensor with "
+            f"contiguous rows of 8-bit elements{' or fp32 (the dot runs on tf32)' if launch.tf32 else ''}: wgmma "
+            "reads such operands K-major only, and Triton's compile of this loop transposes each N-contiguous tile "
+            "through registers (1.5-5.1x measured on an H200 with the copy, bench/RESULTS.md); other launches run "
+            "it as given"))
+        if note not in outcome.diagnostics:
+            outcome.diagnostics = sorted({*outcome.diagnostics, note})
+    return found
+
+
+def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dict[str, str]) -> list[cst.BaseStatement]:
+    """After a kernel kept as Triton whose B a K-major copy speeds up (`KernelOutcome.kmajor`): the kernel's copy that
+    reads B's columns through a stride parameter, where it writes none, and the launcher its name is bound to."""
+    blank = cst.EmptyLine(indent=False)
+    name, out = launch.kernel, []
+    target = name
+    if launch.added is not None:
+        target = f"_{name}_kmajor"
+        copy = _renamed(kmajor_kernel(statement, launch, target), renames)
+        comments = textwrap.wrap(
+            f"triton-transpile: `{name}` as written but for `{launch.operand}`'s columns, read `{launch.added}` "
+            "elements apart (the launcher below passes a K-major copy of B, its columns that far apart).",
+            width=116, initial_indent="# ", subsequent_indent="# ")
+        out.append(copy.with_changes(leading_lines=[blank, blank, *[
+            cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]]))
+    n_stride = launch.n_stride or launch.added
+    comments = textwrap.wrap(
+        f"triton-transpile: Hopper's wgmma reads 8-bit and tf32 operands K-major only; launches whose "
+        f"`{launch.operand}` is a 2-D tensor with contiguous rows (N-contiguous) of such elements, of at least "
+        f"{LEAST_ELEMENTS} elements, and whose `{launch.rows}` is at least {LEAST_ROWS} (and {LEAST_OUTPUTS} "
+        f"outputs), run `{target}` on a K-major copy of it, made per launch, with `{launch.k_stride}` and "
+        f"`{n_stride}` exchanged; the others run the kernel as given (smaller GEMMs ran slower with the copy).", width=116, initial_indent="# ", subsequent_indent="# ")
+    params = "".join(f'"{p}", ' for p in launch.params)
+    text = (f'{name} = _KMajorCopy({name}, {target}, params=({params}), operand="{launch.operand}", '
+            f'k_stride="{launch.k_stride}"'
+            + (f', n_stride="{launch.n_stride}"' if launch.n_stride else f', added="{launch.added}"')
+            + f", extents=({''.join(f'{chr(34)}{e}{chr(34)}, ' for e in launch.extents)})"
+            + f', rows="{launch.rows}", least_rows={LEAST_ROWS}, least=1 << {LEAST_ELEMENTS.bit_length() - 1}'
+            + f", least_outputs=1 << {LEAST_OUTPUTS.bit_length() - 1}"
+            + (f", unit=({''.join(f'{chr(34)}{u}{chr(34)}, ' for u in launch.unit)})" if launch.unit else "")
+            + ("" if launch.tf32 else ", tf32=False") + ")\n")
+    out.append(cst.parse_statement(text).with_changes(leading_lines=[blank, blank, *[
+        cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]]))
+    return out
 
 
 def _renamed(function: cst.FunctionDef, renames: dict[str, str]) -> cst.FunctionDef:

@@ -633,10 +633,11 @@ def to_cache(item: TranslationResult | Diagnostic) -> dict[str, object]:
 def _outcome_data(outcome: KernelOutcome) -> dict[str, object]:
     """A kernel's outcome as plain data, without its `schedules`: the rules' own objects (an `Sm90Ring` holds libcst
     nodes), which only `explain --timeline` draws, and it translates in its own process, as the worker processes
-    leave them out too (`_translate_file`). A cached outcome reads back with none."""
+    leave them out too (`_translate_file`). A cached outcome reads back with none; nor its `kmajor` (libcst nodes
+    too: its TT046 note says what it was)."""
     data = {f.name: ([dataclasses.asdict(d) for d in outcome.diagnostics] if f.name == "diagnostics"
                      else getattr(outcome, f.name))
-            for f in dataclasses.fields(outcome) if f.name != "schedules"}
+            for f in dataclasses.fields(outcome) if f.name not in ("schedules", "kmajor")}
     if outcome.dispatch is not None:  # (`Dispatch`: tuples of `Tile`s)
         data["dispatch"] = dataclasses.asdict(outcome.dispatch)
     return data

@@ -1346,6 +1346,18 @@ SUITE_CASES: list[Case] = [
                      make_inputs=_int8_gemm_inputs, reference=_ref_int8_matmul_scaled,
                      shape=dict(M=40, N=1100, K=700), small_shape=dict(M=17, N=130, K=100), bench_shape=None,
                      flops=None),
+    # Sizes at which the sm90 variants run the K-major copy of B (`_KMajorCopy`: at least 128 rows of A and 4M
+    # elements of B), ragged; the cases above run the source kernel there (fewer elements).
+    *[_suite_gemm_case(f"{fixture}-kmajor", fixture=fixture, wrapper=wrapper, make_inputs=inputs, reference=reference,
+                       shape=dict(M=1000, N=2100, K=2100), small_shape=dict(M=150, N=130, K=100), bench_shape=None,
+                       flops=None, **tolerance)
+      for fixture, wrapper, inputs, reference, tolerance in (
+          ("matmul_int8", "int8_matmul_scaled", _int8_gemm_inputs, _ref_int8_matmul_scaled, {}),
+          ("suite_int8_rowscale", "int8_matmul_rowscale", _int8_gemm_inputs, _ref_int8_matmul_scaled, {}),
+          ("suite_scaled_mm_carried", "scaled_mm_carried", _int8_gemm_inputs, _ref_int8_matmul_scaled, {}),
+          ("suite_fp8_blockscale", "fp8_blockscale_matmul", _fp8_blockscale_inputs, _ref_fp8_blockscale,
+           dict(atol=5e-2, rtol=2e-2)),
+          ("suite_gemm_tf32", "matmul_tf32", _fp32_gemm_inputs, _ref_matmul, dict(atol=0.3, rtol=1e-2)))],
     _suite_gemm_case("suite_lora", wrapper="lora_linear", make_inputs=_lora_inputs, reference=_ref_lora,
                      shape=dict(M=1000, N=1100, K=700, R=16), small_shape=dict(M=150, N=130, K=100, R=16),
                      bench_shape=dict(M=4096, N=4096, K=4096, R=16), flops=_lora_flops),

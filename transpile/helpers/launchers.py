@@ -308,3 +308,97 @@ class _ConfigSplit:
     def warmup(self, *args, **kwargs):
         fn, kwargs = self.pick(args, kwargs)
         return fn.warmup(*args, **kwargs)
+
+
+@triton.jit
+def _kmajor_copy(src, dst, rows, cols, src_rows, dst_rows, BLOCK: triton.language.constexpr):
+    """dst[c, r] = src[r, c] for the [rows, cols] matrix `src` (its rows `src_rows` apart, columns contiguous):
+    the same matrix column-major, its columns `dst_rows` apart. One [BLOCK, BLOCK] tile a program. (Written with
+    `triton.language` in full: a variant's own name for it may differ.)"""
+    r = triton.language.program_id(0) * BLOCK + triton.language.arange(0, BLOCK)
+    c = triton.language.program_id(1) * BLOCK + triton.language.arange(0, BLOCK)
+    tile = triton.language.load(src + r[:, None].to(triton.language.int64) * src_rows + c[None, :],
+                                mask=(r[:, None] < rows) & (c[None, :] < cols))
+    triton.language.store(dst + c[:, None].to(triton.language.int64) * dst_rows + r[None, :],
+                          triton.language.trans(tile), mask=(c[:, None] < cols) & (r[None, :] < rows))
+
+
+class _KMajorCopy:
+    """`kernel[grid](*args, **kwargs)` for a Triton GEMM whose B operand (the `operand` argument, [K, N]) Hopper's
+    wgmma reads only K-major: 8-bit elements, or 32-bit floats where the dot may use tf32. A launch whose B is a 2-D
+    tensor with contiguous rows (N-contiguous; `k_stride` its row stride, `n_stride` 1), of at least `least`
+    elements, whose masks' `extents` fit in it, whose `rows` (A's, M) are at least `least_rows` and, times B's
+    columns, at least `least_outputs`, and whose `unit` arguments are 1, runs `kmajor_kernel` on a K-major
+    copy of B (`_kmajor_copy`, K rounded up to 16 elements between columns) with the two strides exchanged
+    (`n_stride` None: `added`, the copy kernel's column-stride parameter). Triton compiles such a launch with B's
+    tiles K-contiguous: asynchronous copies straight into the layout wgmma reads, where N-contiguous tiles go through
+    registers to be transposed. Other launches run `kernel` as given."""
+
+    def __init__(self, kernel, kmajor_kernel, params, operand, k_stride, n_stride=None, added=None, extents=(),
+                 rows=None, unit=(), tf32=True, least_rows=128, least=1 << 22, least_outputs=1 << 19):
+        self.kernel = kernel
+        self.kmajor_kernel = kmajor_kernel
+        self.params = params
+        self.operand = operand
+        self.k_stride = k_stride
+        self.n_stride = n_stride
+        self.added = added
+        self.extents = extents
+        self.unit = unit
+        self.tf32 = tf32
+        self.least = least
+        self.rows = rows
+        self.least_rows = least_rows
+        self.least_outputs = least_outputs
+
+    def copied(self, values):
+        """Whether the launch with these arguments (by parameter name) runs on a K-major copy of B."""
+        b = values.get(self.operand)
+        if not (hasattr(b, "stride") and hasattr(b, "element_size")) or b.dim() != 2 or b.numel() < self.least:
+            return False
+        size = b.element_size()
+        if not (size == 1 or (size == 4 and self.tf32 and b.is_floating_point())):
+            return False
+        if b.stride(1) != 1 or values.get(self.k_stride) != b.stride(0) or b.stride(0) < b.shape[1]:
+            return False
+        if self.n_stride is not None and values.get(self.n_stride) != 1:
+            return False
+        if any(values.get(name) != 1 for name in self.unit):
+            return False
+        for name, extent in zip(self.extents, b.shape):
+            if not isinstance(values.get(name), int) or values[name] > extent:
+                return False
+        if self.rows is not None:
+            rows = values.get(self.rows)
+            if not isinstance(rows, int) or rows < self.least_rows or rows * b.shape[1] < self.least_outputs:
+                return False
+        return True
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            values = dict(zip(self.params, args))
+            values.update(kwargs)
+            if not self.copied(values):
+                return self.kernel[grid](*args, **kwargs)
+            import torch  # the launches' tensors are torch tensors
+
+            b = values[self.operand]
+            rows, cols = b.shape
+            columns = (rows + 15) // 16 * 16  # (16-element aligned columns: Triton's loads of them vectorise)
+            copy = torch.empty_strided((rows, cols), (1, columns), dtype=b.dtype, device=b.device)
+            _kmajor_copy[(triton.cdiv(rows, 64), triton.cdiv(cols, 64))](b, copy, rows, cols, b.stride(0), columns,
+                                                                          BLOCK=64)
+            changed = {self.operand: copy, self.k_stride: 1, self.n_stride or self.added: columns}
+            args = tuple(changed.get(name, value) if name in changed else value
+                         for name, value in zip(self.params, args))
+            kwargs = {name: changed.get(name, value) for name, value in kwargs.items()}
+            kwargs.update({name: value for name, value in changed.items()
+                           if name not in self.params[:len(args)] and name not in kwargs})
+            return self.kmajor_kernel[grid](*args, **kwargs)
+
+        return launch
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the kernel's
+        if name.startswith("__") or "kernel" not in self.__dict__:  # (copies made without __init__)
+            raise AttributeError(name)
+        return getattr(self.kernel, name)

@@ -186,6 +186,20 @@ class Conversion:
     dispatch: dict[str, Dispatch] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Operand:
+    """What the analysis found of one dot operand's pointer-tile load (`operand_tiles`)."""
+
+    name: str  # the loaded name
+    statement: int  # its load's index in the loop body
+    param: str  # the pointer parameter the tile is based on
+    strides: tuple[str, str | None]  # (rows, columns): parameter names or integer text; None: unit, not written
+    offsets: tuple[str, ...]  # parameters scaling scalar offsets of the base
+    bounds: tuple[str, str]  # the extent the masks give each dimension (code)
+    advancing: int | None  # the dimension the loop variable moves the tile along (None: none, or both)
+    column_index: cst.CSTNode  # the `cols[None, :]` term of the address (a node of the parsed source)
+
+
 class Refusal(Exception):
     pass
 
@@ -220,6 +234,19 @@ def convert(source: SourceFile, facts: ModuleFacts, refusals: dict[str, str] | N
     return Conversion(text, replaced_line_map(module, source.text, replacements, text), dispatch)
 
 
+def operand_tiles(source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> tuple[list[Operand], cst.Call, bool]:
+    """The analysis `convert` makes of a kernel's one dot loop, whatever the operands' element types: its two
+    operand loads as pointer tiles (in load order), the dot, and whether the dot may run on tf32 (32-bit operands:
+    not `input_precision="ieee"`). Raises `Refusal` where a load is not such a tile (and where there is no such
+    loop, with an empty reason)."""
+    kernel = _Kernel(source, facts, fn)
+    kernel.facts_only = True
+    kernel.rewrite()
+    if len(kernel.operands) != 2 or kernel.dot is None:
+        raise Refusal("")
+    return kernel.operands, kernel.dot, kernel.tf32
+
+
 class _Kernel:
     def __init__(self, source: SourceFile, facts: ModuleFacts, fn: JitFunction, helpers: tuple[str, ...] = ()
                  ) -> None:
@@ -228,6 +255,10 @@ class _Kernel:
         self.loop_assigned: set[str] = set()
         self.assigned_anywhere: set[str] = set()
         self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
+        self.facts_only = False  # `operand_tiles`: the analysis without the 16-bit test, nothing rewritten
+        self.operands: list[Operand] = []
+        self.tf32 = False
+        self.dot: cst.Call | None = None
         self.source = source
         self.fn = fn
         self.params = [p.name for p in fn.params]
@@ -424,7 +455,7 @@ class _Kernel:
             i, sub = vectors[0]
             dim = broadcast_axis(sub)
             rest = [f for j, f in enumerate(factors) if j != i]
-            dims[dim].append(((sub.value, env), rest))  # type: ignore[union-attr]
+            dims[dim].append(((sub.value, env), rest, sub))  # type: ignore[union-attr]
         if len(dims[0]) != 1 or len(dims[1]) != 1:
             raise Refusal("the pointer tile is not `base + rows[:, None] * stride + cols[None, :]` with one index vector per dimension")
         pointers = [f for f in base_terms if len(f) == 1 and isinstance(f[0], cst.Name) and f[0].value in self.params
@@ -443,7 +474,7 @@ class _Kernel:
             offsets.append(stride[0])
         strides = []
         for dim in (0, 1):
-            _vec, rest = dims[dim][0]
+            _vec, rest, _sub = dims[dim][0]
             if not rest:
                 strides.append(None)
             elif len(rest) == 1 and isinstance(rest[0], (cst.Name, cst.Integer)):
@@ -460,7 +491,7 @@ class _Kernel:
         base = " + ".join([param, *[self.source.code(cst.BinaryOperation(*_binop(f))).strip() if len(f) > 1
                                     else self.source.code(f[0]).strip() for f in base_terms if f is not pointers[0]]])
         return {"param": param, "base": base, "offsets": tuple(offsets), "strides": strides,
-                "vectors": [dims[0][0][0], dims[1][0][0]]}
+                "vectors": [dims[0][0][0], dims[1][0][0]], "subscripts": [dims[0][0][2], dims[1][0][2]]}
 
     def deref(self, node: cst.BaseExpression, env: dict) -> tuple[cst.BaseExpression, dict]:
         """`node` without hints and parentheses, names followed to their definitions (with the names bound there)."""
@@ -544,11 +575,18 @@ class _Kernel:
         # int32 accumulator (8-bit integers).
         tf32 = any(a.keyword is not None and (a.keyword.value, self.source.code(a.value).strip()) in (
             ("allow_tf32", "True"), ("input_precision", '"tf32"'), ("input_precision", "'tf32'")) for a in dot.args)
-        if tf32 or any("int32" in self.source.code(c) for c in calls_in(self.fn.node)
-                       if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full")):
+        self.tf32 = tf32 or not any(a.keyword is not None and (a.keyword.value, self.source.code(a.value).strip()) in (
+            ("allow_tf32", "False"), ("input_precision", '"ieee"'), ("input_precision", "'ieee'"),
+            ("input_precision", '"tf32x3"'), ("input_precision", "'tf32x3'")) for a in dot.args)
+        self.dot = dot
+        if self.facts_only:
+            pass
+        elif tf32 or any("int32" in self.source.code(c) for c in calls_in(self.fn.node)
+                         if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full")):
             raise Refusal("operands that are not 16-bit (tf32 asked for, or an int32 accumulator): the TMA ring "
                           "pipelines 16-bit operands")
-        dot_reads = names_in(self.inner[dot_index])
+        # (the facts: the dot's own operands; the rewrite: whatever its statement reads, which it must all follow)
+        dot_reads = names_in(dot if self.facts_only else self.inner[dot_index])
         operand_loads = {i: v for i, v in loads.items() if v[0] in dot_reads and i < dot_index}
         if len(operand_loads) != 2:
             return None
@@ -645,7 +683,11 @@ class _Kernel:
                 f"strides=[{s0}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
             new_statements[i] = f"{name} = {desc}.load([{_lin_code(coords[0], self.constexprs)}, {_lin_code(coords[1], self.constexprs)}])"
             tiles.append(Tile(tile["param"], s0, tile["strides"][1], tile["offsets"], True))
+            self.operands.append(Operand(name, i, tile["param"], (s0, tile["strides"][1]), tile["offsets"],
+                                         (bounds[0], bounds[1]), _moving(coords, self.var), tile["subscripts"][1]))
         self._check_pointers(removed_pointers, new_statements)
+        if self.facts_only:
+            return None
         after = self.body[self.at + 1:]
         store = self._store(after, used_names, self._dot_accumulator(dot_index))
         if wraps:
@@ -772,6 +814,12 @@ class _Kernel:
 
 
 # ---- small helpers ------------------------------------------------------------------------------------------------
+
+def _moving(coords: list[Linear], var: str) -> int | None:
+    """The one dimension whose coordinate the loop variable moves (None: none, or both)."""
+    moving = [d for d, c in enumerate(coords) if any(var in _names(a) for a in _atoms(c))]
+    return moving[0] if len(moving) == 1 else None
+
 
 def jit_callees(facts: ModuleFacts, name: str) -> tuple[str, ...]:
     """The jit functions of the file that `name` calls, directly or through others, in file order."""

@@ -69,5 +69,6 @@ SM90 = Target(
         "persistent_grid": LAUNCHERS["persistent_grid"],
         "tma_or_triton": LAUNCHERS["tma_or_triton"],
         "aligned_or_triton": LAUNCHERS["aligned_or_triton"],
+        "kmajor_copy": LAUNCHERS["kmajor_copy"],
     },
 )

@@ -13,10 +13,12 @@ COMMON = {
 }
 
 #: Host launchers: a kernel without a pipelined loop (`transpile.analysis.launch_alignment`), a persistent kernel's
-#: grid, a kernel reading its tiles through TMA descriptors, an AMD kernel with a warp-pipelined loop
+#: grid, a kernel reading its tiles through TMA descriptors, an AMD kernel with a warp-pipelined loop, an sm90
+#: GEMM of 8-bit or tf32 operands run on a K-major copy of B
 LAUNCHERS = {
     "aligned_or_triton": helper("launchers", "_AlignedOrTriton"),
     "persistent_grid": helper("launchers", "_SM_COUNTS", "_persistent_grid"),
     "tma_or_triton": helper("launchers", "_TMAOrTriton", "_tma_scratch"),
     "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton", "_ConfigSplit"),
+    "kmajor_copy": helper("launchers", "_kmajor_copy", "_KMajorCopy"),
 }
