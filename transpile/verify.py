@@ -342,6 +342,16 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                                                                 pointers)
             kept = not outcome.translated
             kernel = getattr(module, outcome.name)
+            if hasattr(kernel, "kmajor_kernel"):  # sm90 `_KMajorCopy`: the kernel as given, and its K-major launch
+                kmajor, kernel = kernel, kernel.kernel
+                k_signature, k_constexprs = dict(signature), dict(constexprs)
+                k_signature[kmajor.k_stride], k_constexprs[kmajor.k_stride] = "constexpr", 1
+                k_signature[kmajor.n_stride or kmajor.added] = "i32"
+                k_constexprs.pop(kmajor.n_stride or kmajor.added, None)
+                ok, message, asm, shared = compile_kernel(kmajor.kmajor_kernel, result.target, k_signature,
+                                                          k_constexprs, num_warps, triton_kernel=True)
+                outcomes.append(CompiledKernel(outcome.name, f"{label} (K-major copy of `{kmajor.operand}`)", ok,
+                                               message, asm, shared, True))
             other = _other_warps(outcome, values)
             if other is not None and _runs_source_at_other_warps(outcome):
                 # What a launch at the user's warps runs: the source kernel (the launcher's choice), said so.
@@ -657,6 +667,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             in_range = ptrs if result.target.backend == "hip" else ()
             stages = config.num_stages if config is not None and config.num_stages else None
             kernel = getattr(module, outcome.name)
+            kernel = getattr(kernel, "kmajor_kernel", None) and kernel.kernel or kernel  # (sm90 `_KMajorCopy`)
             if outcome.dispatch is not None and outcome.translated:
                 kernel = kernel.gluon_kernel
             figures: list[object | None] = []
