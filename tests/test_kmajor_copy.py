@@ -61,6 +61,7 @@ def test_analysis_finds_b_and_adds_a_column_stride() -> None:
     assert isinstance(launch, KMajorLaunch), launch
     assert (launch.operand, launch.k_stride, launch.n_stride, launch.added) == ("b_ptr", "stride_bk", None, "stride_bn")
     assert launch.extents == ("K", "N") and launch.rows == "M" and launch.unit == () and launch.tf32
+    assert launch.aligned == (("a_ptr", "stride_am"),)
 
 
 def test_analysis_takes_written_strides() -> None:
@@ -171,14 +172,19 @@ def test_launcher_turns_away_what_the_copy_cannot_hold(monkeypatch: pytest.Monke
     _copy_on_cpu(monkeypatch)
     kernel, copy_kernel = _Recorder(), _Recorder()
     launcher = launchers._KMajorCopy(kernel, copy_kernel, PARAMS, operand="b_ptr", k_stride="stride_bk",
-                                     added="stride_bn", extents=("K", "N"), rows="M", tf32=False)
+                                     added="stride_bn", extents=("K", "N"), rows="M", aligned=(("a_ptr", "stride_am"),),
+                                     tf32=False)
     a, c = torch.zeros(1024, 2048, dtype=torch.int8), torch.zeros(1024, 2048)
     b = torch.zeros(2048, 2048, dtype=torch.int8)
     launcher[(1,)](a, b, c, 1024, 2048, 2048, 2048, 2048 + 1, 2048)  # a row stride that is not B's
     launcher[(1,)](a, b, c, 1024, 4096, 2048, 2048, 2048, 2048)  # N past B's columns
     launcher[(1,)](a, b.t(), c, 1024, 2048, 2048, 2048, 2048, 2048)  # B K-major already
     launcher[(1,)](a, b.float(), c, 1024, 2048, 2048, 2048, 2048, 2048)  # fp32 with an ieee dot
-    assert len(kernel.calls) == 4 and not copy_kernel.calls
+    odd = torch.zeros(1024, 2040, dtype=torch.int8)
+    launcher[(1,)](odd, b, c, 1024, 2048, 2040, 2040, 2048, 2048)  # A's rows not 16-byte aligned
+    assert len(kernel.calls) == 5 and not copy_kernel.calls
+    launcher[(1,)](a, b, c, 1024, 2048, 2048, 2048, 2048, 2048)  # the same launch with aligned rows: copied
+    assert len(copy_kernel.calls) == 1
 
 
 @pytest.mark.slow

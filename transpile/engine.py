@@ -1512,6 +1512,7 @@ def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dic
             + f', rows="{launch.rows}", least_rows={LEAST_ROWS}, least=1 << {LEAST_ELEMENTS.bit_length() - 1}'
             + f", least_outputs=1 << {LEAST_OUTPUTS.bit_length() - 1}"
             + (f", unit=({''.join(f'{chr(34)}{u}{chr(34)}, ' for u in launch.unit)})" if launch.unit else "")
+            + f", aligned=({''.join(f'({chr(34)}{p}{chr(34)}, {s if s.isdigit() else chr(34) + s + chr(34)}), ' for p, s in launch.aligned)})"
             + ("" if launch.tf32 else ", tf32=False") + ")\n")
     out.append(cst.parse_statement(text).with_changes(leading_lines=[blank, blank, *[
         cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]]))

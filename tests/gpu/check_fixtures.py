@@ -1346,10 +1346,11 @@ SUITE_CASES: list[Case] = [
                      make_inputs=_int8_gemm_inputs, reference=_ref_int8_matmul_scaled,
                      shape=dict(M=40, N=1100, K=700), small_shape=dict(M=17, N=130, K=100), bench_shape=None,
                      flops=None),
-    # Sizes at which the sm90 variants run the K-major copy of B (`_KMajorCopy`: at least 128 rows of A and 4M
-    # elements of B), ragged; the cases above run the source kernel there (fewer elements).
+    # Sizes at which the sm90 variants run the K-major copy of B (`_KMajorCopy`: at least 128 rows of A, 512K outputs
+    # and 4M elements of B, A's rows 16-byte aligned), ragged (K a multiple of 16 but of no block); the cases above run
+    # the source kernel there (fewer elements).
     *[_suite_gemm_case(f"{fixture}-kmajor", fixture=fixture, wrapper=wrapper, make_inputs=inputs, reference=reference,
-                       shape=dict(M=1000, N=2100, K=2100), small_shape=dict(M=150, N=130, K=100), bench_shape=None,
+                       shape=dict(M=1000, N=2100, K=2096), small_shape=dict(M=150, N=130, K=100), bench_shape=None,
                        flops=None, **tolerance)
       for fixture, wrapper, inputs, reference, tolerance in (
           ("matmul_int8", "int8_matmul_scaled", _int8_gemm_inputs, _ref_int8_matmul_scaled, {}),

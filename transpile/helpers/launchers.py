@@ -328,14 +328,15 @@ class _KMajorCopy:
     wgmma reads only K-major: 8-bit elements, or 32-bit floats where the dot may use tf32. A launch whose B is a 2-D
     tensor with contiguous rows (N-contiguous; `k_stride` its row stride, `n_stride` 1), of at least `least`
     elements, whose masks' `extents` fit in it, whose `rows` (A's, M) are at least `least_rows` and, times B's
-    columns, at least `least_outputs`, and whose `unit` arguments are 1, runs `kmajor_kernel` on a K-major
+    columns, at least `least_outputs`, whose `unit` arguments are 1 and whose `aligned` (pointer, row stride) pairs
+    give 16-byte aligned rows (A's: unaligned, A's loads decide the speed), runs `kmajor_kernel` on a K-major
     copy of B (`_kmajor_copy`, K rounded up to 16 elements between columns) with the two strides exchanged
     (`n_stride` None: `added`, the copy kernel's column-stride parameter). Triton compiles such a launch with B's
     tiles K-contiguous: asynchronous copies straight into the layout wgmma reads, where N-contiguous tiles go through
     registers to be transposed. Other launches run `kernel` as given."""
 
     def __init__(self, kernel, kmajor_kernel, params, operand, k_stride, n_stride=None, added=None, extents=(),
-                 rows=None, unit=(), tf32=True, least_rows=128, least=1 << 22, least_outputs=1 << 19):
+                 rows=None, unit=(), aligned=(), tf32=True, least_rows=128, least=1 << 22, least_outputs=1 << 19):
         self.kernel = kernel
         self.kmajor_kernel = kmajor_kernel
         self.params = params
@@ -345,6 +346,7 @@ class _KMajorCopy:
         self.added = added
         self.extents = extents
         self.unit = unit
+        self.aligned = aligned
         self.tf32 = tf32
         self.least = least
         self.rows = rows
@@ -365,6 +367,11 @@ class _KMajorCopy:
             return False
         if any(values.get(name) != 1 for name in self.unit):
             return False
+        for pointer, stride in self.aligned:
+            tensor, stride = values.get(pointer), values.get(stride) if isinstance(stride, str) else stride
+            if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16 or not isinstance(stride, int) \
+                    or stride * tensor.element_size() % 16:
+                return False
         for name, extent in zip(self.extents, b.shape):
             if not isinstance(values.get(name), int) or values[name] > extent:
                 return False
