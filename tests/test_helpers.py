@@ -28,7 +28,8 @@ def _target_module(target_name: str, tmp_path: Path):  # noqa: ANN202 - a module
     """Every helper of a target, as a variant holds them, in a module of their own (imported from a file: Triton reads
     a jit function's source)."""
     target = get_target(target_name)
-    names = [n for n in target.snippets if "or_triton" not in n and n != "persistent_grid"]
+    names = [n for n in target.snippets if target.snippets[n].module != "launchers"]  # (host code: the variant's
+    # own `import triton` precedes them)
     text = "\n".join([*target.imports, *(target.snippet(n) for n in target.snippet_order(set(names)))])
     path = tmp_path / f"helpers_{target_name}.py"
     path.write_text(text)

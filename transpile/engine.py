@@ -1449,13 +1449,20 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
 _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b", re.I)
 
 
+def _binds_triton(module: cst.Module) -> bool:
+    """The module says `import triton` at its top level."""
+    return any(isinstance(small, cst.Import) and any(a.asname is None and a.name.value == "triton" for a in small.names)
+               for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
+               for small in statement.body)
+
+
 def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
                      outcomes: dict[str, KernelOutcome]) -> bool:
     """sm90: sets `KernelOutcome.kmajor` of each kernel kept as Triton whose dot reads B N-contiguous
     (`transpile.passes.kmajor_copy`), with its TT046 note, in a file that names 8-bit or tf32 data (elsewhere the
     launcher would only ever pass 16-bit launches through); whether any has one."""
-    if target.name != "sm90" or not _NARROW_DATA.search(source.text):
-        return False
+    if target.name != "sm90" or not _NARROW_DATA.search(source.text) or not _binds_triton(source.module):
+        return False  # (the launcher and its copy kernel are written against the module's `import triton`)
     found = False
     for name, outcome in outcomes.items():
         fn = facts.functions.get(name)
