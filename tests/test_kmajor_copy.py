@@ -75,8 +75,6 @@ def test_analysis_takes_written_strides() -> None:
 @pytest.mark.parametrize("change, reason", [
     # the row stride also addresses C: exchanging it would move C's rows
     (("stride_cm + offs_n", "stride_bk + offs_n"), "`stride_bk` addresses more than B's tile"),
-    # B's extent along N is not a parameter
-    (("(offs_n[None, :] < N), other=0)", "(offs_n[None, :] < M + 1), other=0)"), "B's extents in its masks"),
     # ieee dots on fp32 would not take the copy; this one is still 8-bit-capable: a B read K-major is another matter
     (("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, tl.trans(b), acc)"), "the dot's operands are not the loaded tiles"),
 ])
@@ -85,6 +83,76 @@ def test_analysis_refusals_name_the_reason(change: tuple[str, str], reason: str)
     assert text != KERNEL
     launch = _launch(text)
     assert isinstance(launch, str) and reason in launch, launch
+
+
+PERSISTENT = textwrap.dedent('''\
+    """fp8 GEMM, persistent: one loop over this program's tiles and their K steps, the store in a branch."""
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr):
+        k_tiles = tl.cdiv(K, BK)
+        tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+        tile = tl.program_id(0) - tl.num_programs(0)
+        ki = -1
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        offs_m = tl.arange(0, BM)
+        offs_n = tl.arange(0, BN)
+        for _ in range(0, k_tiles * tl.cdiv(tiles, tl.num_programs(0))):
+            ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
+            if ki == 0:
+                tile += tl.num_programs(0)
+                offs_m = (tile // tl.cdiv(N, BN)) * BM + tl.arange(0, BM)
+                offs_n = (tile % tl.cdiv(N, BN)) * BN + tl.arange(0, BN)
+            offs_k = ki * BK + tl.arange(0, BK)
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+            b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K, other=0.0)
+            acc = tl.dot(a, b, acc)
+            if ki == k_tiles - 1:
+                tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(tl.float16),
+                         mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+    ''')
+
+
+def test_addresses_alone_where_the_tiles_cannot_be_followed() -> None:
+    """A loop with branches (a persistent tile walk flattened into the K loop): the addresses give the copy's facts,
+    the extents do not (`whole`: only whole allocations are copied, A's rows from its tensor)."""
+    prepared = prepare(PERSISTENT, "p.py")
+    launch = kmajor_launch(prepared.source, prepared.facts, prepared.facts.functions["gemm"])
+    assert isinstance(launch, KMajorLaunch), launch
+    assert launch.whole and launch.rows is None and launch.extents == ()
+    assert (launch.operand, launch.k_stride, launch.added, launch.aligned) == ("b_ptr", "stride_bk", "stride_bn",
+                                                                               (("a_ptr", "stride_am"),))
+    text = translate_source(PERSISTENT, "p.py", SM90).text
+    assert "whole=True" in text and "(offs_n[None, :] * stride_bn)" in text
+    # masks bounding B by an expression: the same, from the addresses
+    bounded = _launch(KERNEL.replace("(offs_n[None, :] < N), other=0)", "(offs_n[None, :] < M + 1), other=0)"))
+    assert isinstance(bounded, KMajorLaunch) and bounded.whole and bounded.extents == ()
+    # a batch offset of B's base: not a 2-D matrix the copy could hold
+    moved = PERSISTENT.replace("b_ptrs = b_ptr + offs_k", "b_ptrs = b_ptr + tile * stride_cm + offs_k")
+    launch = kmajor_launch(*(lambda p: (p.source, p.facts, p.facts.functions["gemm"]))(prepare(moved, "q.py")))
+    assert isinstance(launch, str) and "offset of the base" in launch, launch
+
+
+def test_whole_allocations_only_where_the_extents_are_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    _copy_on_cpu(monkeypatch)
+    kernel, copy_kernel = _Recorder(), _Recorder()
+    launcher = launchers._KMajorCopy(kernel, copy_kernel, PARAMS, operand="b_ptr", k_stride="stride_bk",
+                                     added="stride_bn", aligned=(("a_ptr", "stride_am"),), whole=True)
+    a, c = torch.zeros(1024, 2048, dtype=torch.int8), torch.zeros(1024, 2048)
+    wide = torch.zeros(2048, 4096, dtype=torch.int8)
+    launcher[(1,)](a, wide[:, :2048], c, 1024, 2048, 2048, 2048, 4096, 2048)  # a view of a wider matrix
+    launcher[(1,)](a[:64], wide, c, 64, 4096, 2048, 2048, 4096, 2048)  # A's tensor has 64 rows
+    assert len(kernel.calls) == 2 and not copy_kernel.calls
+    launcher[(1,)](a, wide, c, 1024, 4096, 2048, 2048, 4096, 2048)  # the whole allocation
+    assert len(copy_kernel.calls) == 1
 
 
 def test_ieee_dot_takes_no_tf32_copy() -> None:
@@ -188,14 +256,17 @@ def test_launcher_turns_away_what_the_copy_cannot_hold(monkeypatch: pytest.Monke
 
 
 @pytest.mark.slow
-def test_kernels_and_copy_compile_for_sm90(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("text, name, operands, out", [(KERNEL, "k8c", "*i8", "*i32"),
+                                                     (PERSISTENT, "k8p", "*fp8e4nv", "*fp16")])
+def test_kernels_and_copy_compile_for_sm90(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
+                                          name: str, operands: str, out: str) -> None:
     import tempfile
 
     from transpile.verify import compile_kernel, verify
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    result, _module = _variant(tmp_path, KERNEL, "k8c")
-    values = {"a_ptr": "*i8", "b_ptr": "*i8", "c_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+    result, _module = _variant(tmp_path, text, name)
+    values = {"a_ptr": operands, "b_ptr": operands, "c_ptr": out, "M": "i32", "N": "i32", "K": "i32",
               "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32", "BM": 128, "BN": 128, "BK": 64,
               "num_warps": 8}
     compiled = verify(result, values)

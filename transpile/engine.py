@@ -1508,15 +1508,17 @@ def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dic
     comments = textwrap.wrap(
         f"triton-transpile: Hopper's wgmma reads 8-bit and tf32 operands K-major only; launches whose "
         f"`{launch.operand}` is a 2-D tensor with contiguous rows (N-contiguous) of such elements, of at least "
-        f"{LEAST_ELEMENTS} elements, and whose `{launch.rows}` is at least {LEAST_ROWS} (and {LEAST_OUTPUTS} "
+        f"{LEAST_ELEMENTS} elements{', a whole allocation' if launch.whole else ''}, and whose "
+        f"{f'`{launch.rows}`' if launch.rows else 'A'} is at least {LEAST_ROWS} rows (and {LEAST_OUTPUTS} "
         f"outputs), run `{target}` on a K-major copy of it, made per launch, with `{launch.k_stride}` and "
         f"`{n_stride}` exchanged; the others run the kernel as given (smaller GEMMs ran slower with the copy).", width=116, initial_indent="# ", subsequent_indent="# ")
     params = "".join(f'"{p}", ' for p in launch.params)
     text = (f'{name} = _KMajorCopy({name}, {target}, params=({params}), operand="{launch.operand}", '
             f'k_stride="{launch.k_stride}"'
             + (f', n_stride="{launch.n_stride}"' if launch.n_stride else f', added="{launch.added}"')
-            + f", extents=({''.join(f'{chr(34)}{e}{chr(34)}, ' for e in launch.extents)})"
-            + f', rows="{launch.rows}", least_rows={LEAST_ROWS}, least=1 << {LEAST_ELEMENTS.bit_length() - 1}'
+            + (f", extents=({''.join(f'{chr(34)}{e}{chr(34)}, ' for e in launch.extents)})" if launch.extents else "")
+            + (f', rows="{launch.rows}"' if launch.rows else "") + (", whole=True" if launch.whole else "")
+            + f', least_rows={LEAST_ROWS}, least=1 << {LEAST_ELEMENTS.bit_length() - 1}'
             + f", least_outputs=1 << {LEAST_OUTPUTS.bit_length() - 1}"
             + (f", unit=({''.join(f'{chr(34)}{u}{chr(34)}, ' for u in launch.unit)})" if launch.unit else "")
             + f", aligned=({''.join(f'({chr(34)}{p}{chr(34)}, {s if s.isdigit() else chr(34) + s + chr(34)}), ' for p, s in launch.aligned)})"

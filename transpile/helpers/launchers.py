@@ -333,10 +333,13 @@ class _KMajorCopy:
     copy of B (`_kmajor_copy`, K rounded up to 16 elements between columns) with the two strides exchanged
     (`n_stride` None: `added`, the copy kernel's column-stride parameter). Triton compiles such a launch with B's
     tiles K-contiguous: asynchronous copies straight into the layout wgmma reads, where N-contiguous tiles go through
-    registers to be transposed. Other launches run `kernel` as given."""
+    registers to be transposed. With `whole` (a kernel whose reads the tool could not bound by its `extents`), only a
+    B that is a whole allocation is copied (a read past its view would read past the allocation either way), and
+    A's rows are its tensor's (the first `aligned` pointer). Other launches run `kernel` as given."""
 
     def __init__(self, kernel, kmajor_kernel, params, operand, k_stride, n_stride=None, added=None, extents=(),
-                 rows=None, unit=(), aligned=(), tf32=True, least_rows=128, least=1 << 22, least_outputs=1 << 19):
+                 rows=None, unit=(), aligned=(), tf32=True, whole=False, least_rows=128, least=1 << 22,
+                 least_outputs=1 << 19):
         self.kernel = kernel
         self.kmajor_kernel = kmajor_kernel
         self.params = params
@@ -347,6 +350,7 @@ class _KMajorCopy:
         self.extents = extents
         self.unit = unit
         self.aligned = aligned
+        self.whole = whole
         self.tf32 = tf32
         self.least = least
         self.rows = rows
@@ -375,10 +379,15 @@ class _KMajorCopy:
         for name, extent in zip(self.extents, b.shape):
             if not isinstance(values.get(name), int) or values[name] > extent:
                 return False
-        if self.rows is not None:
-            rows = values.get(self.rows)
-            if not isinstance(rows, int) or rows < self.least_rows or rows * b.shape[1] < self.least_outputs:
-                return False
+        if self.whole and (not b.is_contiguous() or b.storage_offset()
+                           or b.untyped_storage().nbytes() != b.numel() * size):
+            return False
+        rows = values.get(self.rows) if self.rows is not None else None
+        if self.rows is None and self.aligned:  # (A's rows: its tensor's, where no parameter bounds them)
+            a = values.get(self.aligned[0][0])
+            rows = a.shape[0] if hasattr(a, "shape") and len(a.shape) == 2 else None
+        if not isinstance(rows, int) or rows < self.least_rows or rows * b.shape[1] < self.least_outputs:
+            return False
         return True
 
     def __getitem__(self, grid):

@@ -23,6 +23,11 @@ exchanging the strides changes nothing else). The launcher also wants A's rows 1
 Triton cannot copy A asynchronously either, and B's layout no longer decides the loop's speed (lightllm's int8 GEMM
 at 1000 x 4100 x 2100: 0.88x with the copy).
 
+Where that analysis does not follow the loop (a branch in it, a persistent tile walk around it, masks whose bounds
+move with the loop), the addresses alone are read (`_structural`): the kernel's one dot in a loop reads two loads, B's
+at `P + rows[:, None] * S0 + cols[None, :] (* S1)`, A's contiguous along its columns; the extents unknown, only a B
+that is a whole allocation is copied (`whole`), A's rows read from its tensor.
+
 `kmajor_launch(source, facts, fn)` -> a `KMajorLaunch`, or the reason it does not apply ("" where the kernel has no
 such dot loop); `kmajor_kernel(node, launch)` -> the copy of the kernel that reads a column stride.
 """
@@ -33,7 +38,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, statement_reads
+from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, product_factors, statement_reads,
+                                 sum_terms)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.tma_tiles import Refusal, operand_tiles
@@ -57,16 +63,29 @@ class KMajorLaunch:
     n_stride: str | None  # the parameter of its column stride (None: unit as written; the copy adds `added`)
     added: str | None  # the column-stride parameter the kernel's copy adds
     extents: tuple[str, str]  # the parameters the masks bound B's rows and columns by
-    rows: str  # the parameter the masks bound A's rows by (M)
+    rows: str | None  # the parameter the masks bound A's rows by (M); None: A's tensor's rows (`whole`)
     unit: tuple[str, ...]  # parameters the launch must pass as 1 (A's column stride)
     aligned: tuple[tuple[str, str], ...]  # (pointer, row stride): A's rows, which must start 16-byte aligned
     tf32: bool  # the dot may run 32-bit float operands on tf32
     dot: cst.Call = field(compare=False, repr=False)  # the dot (the note's anchor)
     # B's `cols[None, :]` address term (None where its column stride is a parameter): the kernel's copy scales it
     column_index: cst.CSTNode | None = field(default=None, compare=False, repr=False)
+    # the extents are not known (no masks by parameters, or a loop the pointer-tile analysis does not follow): only
+    # launches whose B is a whole allocation take the copy (a read past its view reads past the allocation either way)
+    whole: bool = False
 
 
 def kmajor_launch(source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> KMajorLaunch | str:
+    """The copy's facts from the pointer-tile analysis (extents from the masks), else from the addresses alone
+    (`_structural`: whole allocations only); else why not, the first analysis's reason first."""
+    found = _from_tiles(source, facts, fn)
+    if isinstance(found, KMajorLaunch):
+        return found
+    structural = _structural(source, fn)
+    return structural if isinstance(structural, KMajorLaunch) else found or structural
+
+
+def _from_tiles(source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> KMajorLaunch | str:
     try:
         operands, dot, tf32 = operand_tiles(source, facts, fn)
     except Refusal as exc:
@@ -162,3 +181,132 @@ def kmajor_kernel(node: cst.FunctionDef, launch: KMajorLaunch, name: str) -> cst
         last[-1] = last[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     params = params.with_changes(params=[*last, added])
     return node.with_changes(name=cst.Name(name), body=body, params=params)
+
+
+def _strip(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` without parentheses and `tl.multiple_of`/`max_contiguous` hints (index hints change no address)."""
+    while True:
+        if getattr(node, "lpar", None):
+            node = node.with_changes(lpar=[], rpar=[])
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.args \
+                and node.func.attr.value in ("multiple_of", "max_contiguous", "max_constancy"):
+            node = node.args[0].value
+        else:
+            return node
+
+
+@dataclass(frozen=True)
+class _Tile:
+    pointer: str
+    row_stride: str
+    column_stride: str | None
+    column_index: cst.CSTNode
+
+
+def _tile(address: cst.BaseExpression, params: dict[str, bool]) -> _Tile | str:
+    """`P + rows[:, None] * S0 + cols[None, :] (* S1)` with P, S0 (and S1) parameters (`params`: name -> constexpr)."""
+    base, axes = [], {0: [], 1: []}
+    for term in sum_terms(address, _strip):
+        factors = product_factors(term, _strip)
+        vectors = [(i, f) for i, f in enumerate(factors) if broadcast_axis(f) is not None]
+        if len(vectors) > 1:
+            return "a term of its address multiplies two index vectors"
+        if not vectors:
+            base.append(factors)
+            continue
+        i, vector = vectors[0]
+        axes[broadcast_axis(vector)].append((vector, [f for j, f in enumerate(factors) if j != i]))  # type: ignore[index]
+    if len(base) != 1 or len(base[0]) != 1 or not isinstance(base[0][0], cst.Name) \
+            or params.get(base[0][0].value) is not False:
+        return "its address is not a pointer parameter plus a row and a column term (an offset of the base, a batch)"
+    if len(axes[0]) != 1 or len(axes[1]) != 1:
+        return "its address has not one row and one column term"
+    strides: list[str | None] = []
+    for axis in (0, 1):
+        rest = axes[axis][0][1]
+        if not rest:
+            strides.append(None)
+        elif len(rest) == 1 and isinstance(rest[0], cst.Name) and params.get(rest[0].value) is False:
+            strides.append(rest[0].value)
+        else:
+            return "a stride of its address is not one parameter"
+    if strides[0] is None:
+        return "its rows are contiguous"
+    return _Tile(base[0][0].value, strides[0], strides[1], axes[1][0][0])  # type: ignore[arg-type]
+
+
+def _load_address(fn: JitFunction, source: SourceFile, name: str) -> cst.BaseExpression | str:
+    """The address expression of the one `name = tl.load(P, ...)` of `fn`, P followed through its one plain
+    assignment (`P += step` advances aside)."""
+    assigns = [n for n in preorder(fn.node.body) if isinstance(n, cst.Assign) and len(n.targets) == 1
+               and isinstance(n.targets[0].target, cst.Name) and n.targets[0].target.value == name]
+    if len(assigns) != 1 or not isinstance(assigns[0].value, cst.Call) \
+            or not source.code(assigns[0].value.func).strip().endswith("load"):
+        return f"`{name}` is not bound once, by a load"
+    call = assigns[0].value
+    pointer = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "pointer"), None)
+    if pointer is None:
+        return f"the load of `{name}` has no pointer"
+    pointer = _strip(pointer)
+    if isinstance(pointer, cst.Name):
+        defined = [n for n in preorder(fn.node.body) if isinstance(n, cst.Assign) and len(n.targets) == 1
+                   and isinstance(n.targets[0].target, cst.Name) and n.targets[0].target.value == pointer.value]
+        if len(defined) != 1:
+            return f"the pointer tile of `{name}` is not assigned once"
+        return defined[0].value
+    return pointer
+
+
+def _structural(source: SourceFile, fn: JitFunction) -> KMajorLaunch | str:
+    """The copy's facts from the addresses alone, where the pointer-tile analysis does not follow the loop (a branch
+    in it, a persistent tile walk around it, masks it cannot read): the kernel's one dot in a loop reads two loads,
+    B's address is `P + rows[:, None] * S0 + cols[None, :] (* S1)`, A's contiguous along its columns; the extents
+    unknown (`whole`: the launcher then takes whole allocations only, and A's rows from its tensor)."""
+    dots = [c for c in preorder(fn.node.body) if isinstance(c, cst.Call)
+            and source.code(c.func).strip().rsplit(".", 1)[-1] == "dot"]
+    in_loops = [d for d in dots if any(isinstance(p, (cst.For, cst.While)) for p in _ancestors(source, d))]
+    if len(dots) != 1 or len(in_loops) != 1:
+        return ""
+    dot = dots[0]
+    positional = [a.value for a in dot.args if a.keyword is None]
+    if len(positional) < 2 or not all(isinstance(p, cst.Name) for p in positional[:2]):
+        return "the dot's operands are not the loaded tiles themselves"
+    params = {p.name: p.is_constexpr for p in fn.params}
+    tiles = []
+    for operand in positional[:2]:
+        address = _load_address(fn, source, operand.value)  # type: ignore[attr-defined]
+        if isinstance(address, str):
+            return address
+        tile = _tile(address, params)
+        if isinstance(tile, str):
+            return f"`{operand.value}`: {tile}"  # type: ignore[attr-defined]
+        tiles.append(tile)
+    a, b = tiles
+    bound = bound_names(fn.node.body)
+    moved = sorted({b.pointer, b.row_stride, *([b.column_stride] if b.column_stride else [])} & bound)
+    if moved:
+        return f"`{moved[0]}` is assigned in the kernel"
+    shared = _read_elsewhere(fn, {b.pointer, b.row_stride, *([b.column_stride] if b.column_stride else [])},
+                             positional[1].value)  # type: ignore[attr-defined]
+    if shared:
+        return f"`{shared}` addresses more than B's tile (exchanging the strides would move the others)"
+    names = [p.name for p in fn.params]
+    added = None
+    if b.column_stride is None:
+        if fn.node.params.star_arg is not cst.MaybeSentinel.DEFAULT or fn.node.params.kwonly_params \
+                or fn.node.params.star_kwarg is not None:
+            return "B's columns are contiguous as written and the kernel takes `*` parameters"
+        added = _fresh(b.row_stride[:-1] + "n" if b.row_stride.endswith("k") else f"{b.row_stride}_n", names)
+    tf32 = not any(a_.keyword is not None and (a_.keyword.value, source.code(a_.value).strip().strip("'\"")) in (
+        ("allow_tf32", "False"), ("input_precision", "ieee"), ("input_precision", "tf32x3")) for a_ in dot.args)
+    return KMajorLaunch(fn.name, tuple(names), b.pointer, b.row_stride, b.column_stride, added, (), None,
+                        tuple(s for s in (a.column_stride,) if s is not None), ((a.pointer, a.row_stride),), tf32,
+                        dot, b.column_index if b.column_stride is None else None, whole=True)
+
+
+def _ancestors(source: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
+    out, parents = [], source.parents
+    while node in parents:
+        node = parents[node]
+        out.append(node)
+    return out
