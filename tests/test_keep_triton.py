@@ -466,3 +466,37 @@ def test_sm90_pointer_gemm_of_another_address_form_is_kept_by_the_policy() -> No
     (kernel,) = [f for f in always.functions if f.name == "fresh_gemm"]
     messages = " ".join(d.message for d in kernel.diagnostics)
     assert "not a loop-carried tile of pointers" in messages and "0.69x-0.96x" not in messages
+
+
+WRAPPED = textwrap.dedent('''\
+    import torch
+    import triton
+    import triton.language as tl
+    from torch.library import wrap_triton
+
+
+    @triton.jit
+    def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+    def scale(x):
+        y = torch.empty_like(x)
+        wrap_triton(scale_kernel)[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+    ''')
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_kernel_handed_to_wrap_triton_keeps_its_triton_object(target: str) -> None:
+    """`wrap_triton(k)[grid](...)` (torch.library) takes only Triton's own kernel objects: a kernel whose Gluon form
+    would run behind a launcher (here the alignment launcher) stays Triton, saying where and why; a plain launch of the
+    same kernel is translated."""
+    result = translate_source(WRAPPED, "w.py", get_target(target))
+    kept = {f.name: f for f in result.functions}["scale_kernel"]
+    assert not kept.translated
+    assert "line 15 uses the kernel other than to launch it (`wrap_triton(scale_kernel)`)" in kept.kept_reason
+    assert "_AlignedOrTriton" not in result.text and "@triton.jit\ndef scale_kernel" in result.text
+    plain = translate_source(WRAPPED.replace("wrap_triton(scale_kernel)", "scale_kernel"), "p.py", get_target(target))
+    assert {f.name: f for f in plain.functions}["scale_kernel"].translated

@@ -180,6 +180,11 @@ def test_variant_binds_the_launcher_and_keeps_the_kernel(tmp_path: Path) -> None
     launcher = module.gemm
     assert isinstance(launcher, module._KMajorCopy) and launcher.kernel.fn.__name__ == "gemm"
     assert launcher.kmajor_kernel.fn.__name__ == "_gemm_kmajor"
+    # a kernel handed to torch's `wrap_triton` stays Triton's own object: no launcher
+    wrapped = translate_source(KERNEL + "\n\ndef run(a, b, c):\n    from torch.library import wrap_triton\n\n"
+                               "    wrap_triton(gemm)[(1, 1)](a, b, c, 1, 1, 1, 1, 1, 1, BM=64, BN=64, BK=64)\n",
+                               "kw.py", SM90)
+    assert "_KMajorCopy" not in wrapped.text and not any(d.code == "TT046" for d in wrapped.diagnostics)
     # a file naming no 8-bit or tf32 data gets no launcher (16-bit launches would only pass through it)
     plain = translate_source(KERNEL.replace('"""int8 GEMM."""', '"""GEMM."""').replace("tl.int32", "tl.float32"),
                              "k16.py", SM90)

@@ -703,6 +703,15 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             _kept(outcome, source, fn.node, fn.name,
                   "its `triton.jit` is applied by a call after the definition, and its Gluon form runs only some "
                   "launches (a launcher picks it per launch), which that call would wrap")
+        passed = _passed_as_value(source, fn.name) if outcome.translated and outcome.dispatch is not None else None
+        if passed is not None:
+            # `wrap_triton(k)[grid](...)` (torch.library), a kernel stored or handed on: the launcher the variant would
+            # bind its name to is not a kernel object of Triton's, which such code (torch's wrappers) insists on
+            _kept(outcome, source, passed, fn.name,
+                  f"its Gluon form runs only some launches (a launcher picks it per launch), and line "
+                  f"{source.position(passed)[0]} uses the kernel other than to launch it (`{_use_text(source, passed)}`): "
+                  "torch's `wrap_triton` and the like take only Triton's own kernel objects (launched as "
+                  f"`{fn.name}[grid](...)` it would run as Gluon)", drop=())
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
@@ -1449,6 +1458,45 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
 _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b", re.I)
 
 
+def _passed_as_value(source: SourceFile, name: str) -> cst.Name | None:
+    """The first use of the kernel `name` in the module (outside its own definition) other than a launch
+    (`name[grid](...)`) or an attribute (`name.best_config`, which the launchers forward): `wrap_triton(name)`, a
+    kernel kept in a table, passed on. None where there is none."""
+    key = ("passed_as_value", name)
+    memo = source.__dict__.setdefault("_memo_passed", {})
+    if key in memo:
+        return memo[key]
+    parents = source.parents
+    found = None
+    for statement in source.module.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            continue
+        for node in cst_walk.preorder(statement):
+            if type(node) is not cst.Name or node.value != name:
+                continue
+            parent = parents.get(node)
+            if isinstance(parent, (cst.Subscript, cst.Attribute)) and parent.value is node:
+                continue
+            if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.ImportAlias, cst.AssignTarget)):
+                continue
+            found = node
+            break
+        if found is not None:
+            break
+    memo[key] = found
+    return found
+
+
+def _use_text(source: SourceFile, node: cst.CSTNode) -> str:
+    """The call or statement around a use of a name, as written (for a reason: up to 60 characters)."""
+    parents = source.parents
+    around = node
+    while around in parents and not isinstance(around, (cst.Call, cst.SimpleStatementLine)):
+        around = parents[around]
+    text = " ".join(source.code(around).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _binds_triton(module: cst.Module) -> bool:
     """The module says `import triton` at its top level."""
     return any(isinstance(small, cst.Import) and any(a.asname is None and a.name.value == "triton" for a in small.names)
@@ -1468,8 +1516,8 @@ def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
         fn = facts.functions.get(name)
         outcome.kmajor = None
         if outcome.translated or outcome.is_helper or fn is None or fn.jit_decorator is None \
-                or name in facts.jit_statements.values():
-            continue
+                or name in facts.jit_statements.values() or _passed_as_value(source, name) is not None:
+            continue  # (a kernel handed to `wrap_triton` and the like must stay Triton's own object)
         key = ("kmajor_launch", name)
         if key not in facts.memo:
             facts.memo[key] = kmajor_launch(source, facts, fn)
