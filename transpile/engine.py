@@ -1459,9 +1459,9 @@ _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b",
 
 
 def _passed_as_value(source: SourceFile, name: str) -> cst.Name | None:
-    """The first use of the kernel `name` in the module (outside its own definition) other than a launch
-    (`name[grid](...)`) or an attribute (`name.best_config`, which the launchers forward): `wrap_triton(name)`, a
-    kernel kept in a table, passed on. None where there is none."""
+    """The first place in the module (outside the kernel's own definition) that hands the kernel `name` to a call:
+    `wrap_triton(name)`, `capture_triton(name)`, any function that may want Triton's own kernel object rather than a
+    launcher. None where there is none (launches, attributes, tables of kernels all take the launchers)."""
     key = ("passed_as_value", name)
     memo = source.__dict__.setdefault("_memo_passed", {})
     if key in memo:
@@ -1471,16 +1471,8 @@ def _passed_as_value(source: SourceFile, name: str) -> cst.Name | None:
     for statement in source.module.body:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
             continue
-        for node in cst_walk.preorder(statement):
-            if type(node) is not cst.Name or node.value != name:
-                continue
-            parent = parents.get(node)
-            if isinstance(parent, (cst.Subscript, cst.Attribute)) and parent.value is node:
-                continue
-            if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.ImportAlias, cst.AssignTarget)):
-                continue
-            found = node
-            break
+        found = next((node for node in cst_walk.preorder(statement) if type(node) is cst.Name and node.value == name
+                      and isinstance(parents.get(node), cst.Arg)), None)
         if found is not None:
             break
     memo[key] = found
