@@ -1523,7 +1523,8 @@ def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
             f"contiguous rows of 8-bit elements{' or fp32 (the dot runs on tf32)' if launch.tf32 else ''}: wgmma "
             "reads such operands K-major only, and Triton's compile of this loop transposes each N-contiguous tile "
             "through registers (1.5-5.1x measured on an H200 with the copy, bench/RESULTS.md); other launches run "
-            "it as given"))
+            f"it as given. Weights stored K-major once (`w.t().contiguous().t()`, `{launch.k_stride}` then 1) take "
+            "that speed without the copy"))
         if note not in outcome.diagnostics:
             outcome.diagnostics = sorted({*outcome.diagnostics, note})
     return found
