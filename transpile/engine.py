@@ -1546,13 +1546,14 @@ def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dic
         out.append(copy.with_changes(leading_lines=[blank, blank, *[
             cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]]))
     n_stride = launch.n_stride or launch.added
+    rows = f" (`{launch.rows}`)" if launch.rows else ""
     comments = textwrap.wrap(
-        f"triton-transpile: Hopper's wgmma reads 8-bit and tf32 operands K-major only; launches whose "
-        f"`{launch.operand}` is a 2-D tensor with contiguous rows (N-contiguous) of such elements, of at least "
-        f"{LEAST_ELEMENTS} elements{', a whole allocation' if launch.whole else ''}, and whose "
-        f"{f'`{launch.rows}`' if launch.rows else 'A'} is at least {LEAST_ROWS} rows (and {LEAST_OUTPUTS} "
-        f"outputs), run `{target}` on a K-major copy of it, made per launch, with `{launch.k_stride}` and "
-        f"`{n_stride}` exchanged; the others run the kernel as given (smaller GEMMs ran slower with the copy).", width=116, initial_indent="# ", subsequent_indent="# ")
+        f"triton-transpile: Hopper's wgmma reads 8-bit and tf32 operands K-major only. Launches whose "
+        f"`{launch.operand}` is a 2-D tensor of such elements with contiguous rows (N-contiguous), at least "
+        f"{LEAST_ELEMENTS} of them{', a whole allocation' if launch.whole else ''}, with at least {LEAST_ROWS} rows "
+        f"of A{rows} and {LEAST_OUTPUTS} outputs, and A's rows 16-byte aligned, run `{target}` on a K-major copy of "
+        f"it made per launch, `{launch.k_stride}` and `{n_stride}` exchanged; the others run the kernel as given "
+        "(smaller GEMMs ran slower with the copy).", width=116, initial_indent="# ", subsequent_indent="# ")
     params = "".join(f'"{p}", ' for p in launch.params)
     text = (f'{name} = _KMajorCopy({name}, {target}, params=({params}), operand="{launch.operand}", '
             f'k_stride="{launch.k_stride}"'
