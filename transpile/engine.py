@@ -1459,24 +1459,18 @@ _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b",
 
 
 def _passed_as_value(source: SourceFile, name: str) -> cst.Name | None:
-    """The first place in the module (outside the kernel's own definition) that hands the kernel `name` to a call:
-    `wrap_triton(name)`, `capture_triton(name)`, any function that may want Triton's own kernel object rather than a
-    launcher. None where there is none (launches, attributes, tables of kernels all take the launchers)."""
-    key = ("passed_as_value", name)
-    memo = source.__dict__.setdefault("_memo_passed", {})
-    if key in memo:
-        return memo[key]
-    parents = source.parents
-    found = None
-    for statement in source.module.body:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-            continue
-        found = next((node for node in cst_walk.preorder(statement) if type(node) is cst.Name and node.value == name
-                      and isinstance(parents.get(node), cst.Arg)), None)
-        if found is not None:
-            break
-    memo[key] = found
-    return found
+    """The first place in the module that hands the kernel `name` to a call: `wrap_triton(name)`,
+    `capture_triton(name)`, any function that may want Triton's own kernel object rather than a launcher. None where
+    there is none (launches, attributes, tables of kernels all take the launchers). One walk of the module per file."""
+    passed = source.__dict__.get("_passed_names")
+    if passed is None:
+        passed = {}
+        parents = source.parents
+        for node in cst_walk.preorder(source.module):
+            if type(node) is cst.Name and isinstance(parents.get(node), cst.Arg):
+                passed.setdefault(node.value, node)
+        source.__dict__["_passed_names"] = passed
+    return passed.get(name)
 
 
 def _use_text(source: SourceFile, node: cst.CSTNode) -> str:
