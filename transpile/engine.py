@@ -22,7 +22,8 @@ from transpile.passes.branch_tails import split_branches
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.inline import inline_dot_helpers
-from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel, kmajor_launch
+from transpile.passes.kmajor_copy import (LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel,
+                                          kmajor_launch)
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
 from transpile.analysis.launch_alignment import (
     REASON as ALIGNMENT_REASON,
@@ -709,7 +710,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             # bind its name to is not a kernel object of Triton's, which such code (torch's wrappers) insists on
             _kept(outcome, source, passed, fn.name,
                   f"its Gluon form runs only some launches (a launcher picks it per launch), and line "
-                  f"{source.position(passed)[0]} uses the kernel other than to launch it (`{_use_text(source, passed)}`): "
+                  f"{source.position(passed)[0]} uses the kernel other than to launch it "
+                  f"(`{_use_text(source, passed)}`): "
                   "torch's `wrap_triton` and the like take only Triton's own kernel objects (launched as "
                   f"`{fn.name}[grid](...)` it would run as Gluon)", drop=())
         outcomes[fn.name] = outcome
@@ -1524,7 +1526,8 @@ def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
     return found
 
 
-def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dict[str, str]) -> list[cst.BaseStatement]:
+def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch,
+                  renames: dict[str, str]) -> list[cst.BaseStatement]:
     """After a kernel kept as Triton whose B a K-major copy speeds up (`KernelOutcome.kmajor`): the kernel's copy that
     reads B's columns through a stride parameter, where it writes none, and the launcher its name is bound to."""
     blank = cst.EmptyLine(indent=False)
@@ -1547,18 +1550,26 @@ def _kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch, renames: dic
         f"{LEAST_ELEMENTS} of them{', a whole allocation' if launch.whole else ''}, with at least {LEAST_ROWS} rows "
         f"of A{rows} and {LEAST_OUTPUTS} outputs, and A's rows 16-byte aligned, run `{target}` on a K-major copy of "
         f"it made per launch, `{launch.k_stride}` and `{n_stride}` exchanged; the others run the kernel as given "
-        "(smaller GEMMs ran slower with the copy).", width=116, initial_indent="# ", subsequent_indent="# ")
-    params = "".join(f'"{p}", ' for p in launch.params)
-    text = (f'{name} = _KMajorCopy({name}, {target}, params=({params}), operand="{launch.operand}", '
-            f'k_stride="{launch.k_stride}"'
-            + (f', n_stride="{launch.n_stride}"' if launch.n_stride else f', added="{launch.added}"')
-            + (f", extents=({''.join(f'{chr(34)}{e}{chr(34)}, ' for e in launch.extents)})" if launch.extents else "")
-            + (f', rows="{launch.rows}"' if launch.rows else "") + (", whole=True" if launch.whole else "")
-            + f', least_rows={LEAST_ROWS}, least=1 << {LEAST_ELEMENTS.bit_length() - 1}'
-            + f", least_outputs=1 << {LEAST_OUTPUTS.bit_length() - 1}"
-            + (f", unit=({''.join(f'{chr(34)}{u}{chr(34)}, ' for u in launch.unit)})" if launch.unit else "")
-            + f", aligned=({''.join(f'({chr(34)}{p}{chr(34)}, {s if s.isdigit() else chr(34) + s + chr(34)}), ' for p, s in launch.aligned)})"
-            + ("" if launch.tf32 else ", tf32=False") + ")\n")
+        "(smaller GEMMs ran slower with the copy).",
+        width=116, initial_indent="# ", subsequent_indent="# ")
+    def quoted(x: str) -> str:
+        return x if x.isdigit() else f'"{x}"'
+
+    def names(xs: tuple[str, ...]) -> str:
+        return "(" + "".join(f"{quoted(x)}, " for x in xs) + ")"
+
+    parts = [name, target, f"params={names(launch.params)}", f"operand={quoted(launch.operand)}",
+             f"k_stride={quoted(launch.k_stride)}",
+             f"n_stride={quoted(launch.n_stride)}" if launch.n_stride else f"added={quoted(launch.added or '')}"]
+    parts += [f"extents={names(launch.extents)}"] if launch.extents else []
+    parts += [f"rows={quoted(launch.rows)}"] if launch.rows else []
+    parts += ["whole=True"] if launch.whole else []
+    parts += [f"least_rows={LEAST_ROWS}", f"least=1 << {LEAST_ELEMENTS.bit_length() - 1}",
+              f"least_outputs=1 << {LEAST_OUTPUTS.bit_length() - 1}"]
+    parts += [f"unit={names(launch.unit)}"] if launch.unit else []
+    parts += ["aligned=(" + "".join(f"({quoted(p)}, {quoted(r)}), " for p, r in launch.aligned) + ")"]
+    parts += [] if launch.tf32 else ["tf32=False"]
+    text = f"{name} = _KMajorCopy({', '.join(parts)})\n"
     out.append(cst.parse_statement(text).with_changes(leading_lines=[blank, blank, *[
         cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in comments]]))
     return out

@@ -62,7 +62,7 @@ class KMajorLaunch:
     k_stride: str  # the parameter of its row (K) stride
     n_stride: str | None  # the parameter of its column stride (None: unit as written; the copy adds `added`)
     added: str | None  # the column-stride parameter the kernel's copy adds
-    extents: tuple[str, str]  # the parameters the masks bound B's rows and columns by
+    extents: tuple[str, ...]  # the parameters the masks bound B's rows and columns by (none: `whole`)
     rows: str | None  # the parameter the masks bound A's rows by (M); None: A's tensor's rows (`whole`)
     unit: tuple[str, ...]  # parameters the launch must pass as 1 (A's column stride)
     aligned: tuple[tuple[str, str], ...]  # (pointer, row stride): A's rows, which must start 16-byte aligned
@@ -110,20 +110,37 @@ def _from_tiles(source: SourceFile, facts: ModuleFacts, fn: JitFunction) -> KMaj
         return f"A's row extent in its mask (`{a.bounds[0]}`) is not a parameter of the kernel"
     if b.offsets:
         return "B's tile starts at an offset of its base (the copy would move it)"
-    exclusive = {b.param, k_stride, *([n_stride] if n_stride else [])}
-    shared = _read_elsewhere(fn, exclusive, b.name)
-    if shared:
-        return f"`{shared}` addresses more than B's tile (exchanging the strides would move the others)"
+    refused = _exclusive(fn, b.param, k_stride, n_stride, b.name)
+    if refused:
+        return refused
     added = None
     if n_stride is None:
-        if fn.node.params.star_arg is not cst.MaybeSentinel.DEFAULT or fn.node.params.kwonly_params \
-                or fn.node.params.star_kwarg is not None:
+        added = _added_stride(fn, k_stride)
+        if added is None:
             return "B's columns are contiguous as written and the kernel takes `*` parameters (a column stride " \
                    "could not be added last)"
-        added = _fresh(k_stride[:-1] + "n" if k_stride.endswith("k") else f"{k_stride}_n", params)
-    return KMajorLaunch(fn.name, tuple(params), b.param, k_stride, n_stride, added, (b.bounds[0], b.bounds[1]), a.bounds[0],
-                        tuple(s for s in (a.strides[1],) if s is not None), ((a.param, a.strides[0]),), tf32, dot,
-                        b.column_index if n_stride is None else None)
+    return KMajorLaunch(fn.name, tuple(params), b.param, k_stride, n_stride, added, extents=b.bounds,
+                        rows=a.bounds[0], unit=tuple(s for s in (a.strides[1],) if s is not None),
+                        aligned=((a.param, a.strides[0]),), tf32=tf32, dot=dot,
+                        column_index=b.column_index if n_stride is None else None)
+
+
+def _exclusive(fn: JitFunction, pointer: str, k_stride: str, n_stride: str | None, loaded: str) -> str:
+    """Why exchanging B's strides (and moving its pointer) could change anything but B's tile; "" where not."""
+    names = {pointer, k_stride, *([n_stride] if n_stride else [])}
+    moved = sorted(names & bound_names(fn.node.body))
+    if moved:
+        return f"`{moved[0]}` is assigned in the kernel"
+    shared = _read_elsewhere(fn, names, loaded)
+    return f"`{shared}` addresses more than B's tile (exchanging the strides would move the others)" if shared else ""
+
+
+def _added_stride(fn: JitFunction, k_stride: str) -> str | None:
+    """The name of the column-stride parameter the kernel's copy takes last; None where it takes `*` parameters."""
+    params = fn.node.params
+    if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg is not None:
+        return None
+    return _fresh(k_stride[:-1] + "n" if k_stride.endswith("k") else f"{k_stride}_n", [p.name for p in fn.params])
 
 
 def _read_elsewhere(fn: JitFunction, names: set[str], loaded: str) -> str | None:
@@ -282,26 +299,21 @@ def _structural(source: SourceFile, fn: JitFunction) -> KMajorLaunch | str:
             return f"`{operand.value}`: {tile}"  # type: ignore[attr-defined]
         tiles.append(tile)
     a, b = tiles
-    bound = bound_names(fn.node.body)
-    moved = sorted({b.pointer, b.row_stride, *([b.column_stride] if b.column_stride else [])} & bound)
-    if moved:
-        return f"`{moved[0]}` is assigned in the kernel"
-    shared = _read_elsewhere(fn, {b.pointer, b.row_stride, *([b.column_stride] if b.column_stride else [])},
-                             positional[1].value)  # type: ignore[attr-defined]
-    if shared:
-        return f"`{shared}` addresses more than B's tile (exchanging the strides would move the others)"
+    refused = _exclusive(fn, b.pointer, b.row_stride, b.column_stride, positional[1].value)  # type: ignore[attr-defined]
+    if refused:
+        return refused
     names = [p.name for p in fn.params]
     added = None
     if b.column_stride is None:
-        if fn.node.params.star_arg is not cst.MaybeSentinel.DEFAULT or fn.node.params.kwonly_params \
-                or fn.node.params.star_kwarg is not None:
+        added = _added_stride(fn, b.row_stride)
+        if added is None:
             return "B's columns are contiguous as written and the kernel takes `*` parameters"
-        added = _fresh(b.row_stride[:-1] + "n" if b.row_stride.endswith("k") else f"{b.row_stride}_n", names)
     tf32 = not any(a_.keyword is not None and (a_.keyword.value, source.code(a_.value).strip().strip("'\"")) in (
         ("allow_tf32", "False"), ("input_precision", "ieee"), ("input_precision", "tf32x3")) for a_ in dot.args)
-    return KMajorLaunch(fn.name, tuple(names), b.pointer, b.row_stride, b.column_stride, added, (), None,
-                        tuple(s for s in (a.column_stride,) if s is not None), ((a.pointer, a.row_stride),), tf32,
-                        dot, b.column_index if b.column_stride is None else None, whole=True)
+    return KMajorLaunch(fn.name, tuple(names), b.pointer, b.row_stride, b.column_stride, added, extents=(), rows=None,
+                        unit=tuple(s for s in (a.column_stride,) if s is not None),
+                        aligned=((a.pointer, a.row_stride),), tf32=tf32, dot=dot,
+                        column_index=b.column_index if b.column_stride is None else None, whole=True)
 
 
 def _ancestors(source: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
