@@ -704,7 +704,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             _kept(outcome, source, fn.node, fn.name,
                   "its `triton.jit` is applied by a call after the definition, and its Gluon form runs only some "
                   "launches (a launcher picks it per launch), which that call would wrap")
-        passed = _passed_as_value(source, fn.name) if outcome.translated and outcome.dispatch is not None else None
+        passed = _passed_as_value(facts, fn.name) if outcome.translated and outcome.dispatch is not None else None
         if passed is not None:
             # `wrap_triton(k)[grid](...)` (torch.library), a kernel stored or handed on: the launcher the variant would
             # bind its name to is not a kernel object of Triton's, which such code (torch's wrappers) insists on
@@ -1460,19 +1460,19 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
 _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b", re.I)
 
 
-def _passed_as_value(source: SourceFile, name: str) -> cst.Name | None:
+def _passed_as_value(facts: ModuleFacts, name: str) -> cst.Name | None:
     """The first place in the module that hands the kernel `name` to a call: `wrap_triton(name)`,
     `capture_triton(name)`, any function that may want Triton's own kernel object rather than a launcher. None where
     there is none (launches, attributes, tables of kernels all take the launchers). One walk of the module per file."""
-    passed = source.__dict__.get("_passed_names")
-    if passed is None:
-        passed = {}
-        parents = source.parents
-        for node in cst_walk.preorder(source.module):
+    key = ("names_passed_to_calls",)
+    if key not in facts.memo:
+        passed: dict[str, cst.Name] = {}
+        parents = facts.source.parents
+        for node in cst_walk.preorder(facts.source.module):
             if type(node) is cst.Name and isinstance(parents.get(node), cst.Arg):
                 passed.setdefault(node.value, node)
-        source.__dict__["_passed_names"] = passed
-    return passed.get(name)
+        facts.memo[key] = passed
+    return facts.memo[key].get(name)
 
 
 def _use_text(source: SourceFile, node: cst.CSTNode) -> str:
@@ -1504,7 +1504,7 @@ def _kmajor_launches(source: SourceFile, facts: ModuleFacts, target: Target,
         fn = facts.functions.get(name)
         outcome.kmajor = None
         if outcome.translated or outcome.is_helper or fn is None or fn.jit_decorator is None \
-                or name in facts.jit_statements.values() or _passed_as_value(source, name) is not None:
+                or name in facts.jit_statements.values() or _passed_as_value(facts, name) is not None:
             continue  # (a kernel handed to `wrap_triton` and the like must stay Triton's own object)
         key = ("kmajor_launch", name)
         if key not in facts.memo:

@@ -667,7 +667,8 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             in_range = ptrs if result.target.backend == "hip" else ()
             stages = config.num_stages if config is not None and config.num_stages else None
             kernel = getattr(module, outcome.name)
-            kernel = getattr(kernel, "kmajor_kernel", None) and kernel.kernel or kernel  # (sm90 `_KMajorCopy`)
+            if hasattr(kernel, "kmajor_kernel"):  # sm90 `_KMajorCopy`: the kernel as given
+                kernel = kernel.kernel
             if outcome.dispatch is not None and outcome.translated:
                 kernel = kernel.gluon_kernel
             figures: list[object | None] = []

@@ -38,11 +38,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, product_factors, statement_reads,
-                                 sum_terms)
+from transpile.cst_utils import assigned_names, bound_names, statement_reads
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts
-from transpile.passes.tma_tiles import Refusal, operand_tiles
+from transpile.passes.tma_tiles import Refusal, dot_may_use_tf32, operand_tiles, tile_terms
 from transpile.source import SourceFile
 
 #: Launches of fewer rows of A, fewer outputs, or whose B holds fewer elements, run the kernel as given: measured on
@@ -222,17 +221,10 @@ class _Tile:
 
 def _tile(address: cst.BaseExpression, params: dict[str, bool]) -> _Tile | str:
     """`P + rows[:, None] * S0 + cols[None, :] (* S1)` with P, S0 (and S1) parameters (`params`: name -> constexpr)."""
-    base, axes = [], {0: [], 1: []}
-    for term in sum_terms(address, _strip):
-        factors = product_factors(term, _strip)
-        vectors = [(i, f) for i, f in enumerate(factors) if broadcast_axis(f) is not None]
-        if len(vectors) > 1:
-            return "a term of its address multiplies two index vectors"
-        if not vectors:
-            base.append(factors)
-            continue
-        i, vector = vectors[0]
-        axes[broadcast_axis(vector)].append((vector, [f for j, f in enumerate(factors) if j != i]))  # type: ignore[index]
+    split = tile_terms(address, _strip)
+    if split is None:
+        return "a term of its address multiplies two index vectors"
+    base, axes = split
     if len(base) != 1 or len(base[0]) != 1 or not isinstance(base[0][0], cst.Name) \
             or params.get(base[0][0].value) is not False:
         return "its address is not a pointer parameter plus a row and a column term (an offset of the base, a batch)"
@@ -308,8 +300,7 @@ def _structural(source: SourceFile, fn: JitFunction) -> KMajorLaunch | str:
         added = _added_stride(fn, b.row_stride)
         if added is None:
             return "B's columns are contiguous as written and the kernel takes `*` parameters"
-    tf32 = not any(a_.keyword is not None and (a_.keyword.value, source.code(a_.value).strip().strip("'\"")) in (
-        ("allow_tf32", "False"), ("input_precision", "ieee"), ("input_precision", "tf32x3")) for a_ in dot.args)
+    tf32 = dot_may_use_tf32(dot, source.code)
     return KMajorLaunch(fn.name, tuple(names), b.pointer, b.row_stride, b.column_stride, added, extents=(), rows=None,
                         unit=tuple(s for s in (a.column_stride,) if s is not None),
                         aligned=((a.pointer, a.row_stride),), tf32=tf32, dot=dot,

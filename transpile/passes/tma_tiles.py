@@ -39,6 +39,7 @@ source's lines) and, per rewritten kernel, what the launcher checks; or None whe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -191,7 +192,6 @@ class Operand:
     """What the analysis found of one dot operand's pointer-tile load (`operand_tiles`)."""
 
     name: str  # the loaded name
-    statement: int  # its load's index in the loop body
     param: str  # the pointer parameter the tile is based on
     strides: tuple[str, str | None]  # (rows, columns): parameter names or integer text; None: unit, not written
     offsets: tuple[str, ...]  # parameters scaling scalar offsets of the base
@@ -442,20 +442,11 @@ class _Kernel:
     def tile(self, pointer: cst.BaseExpression, env: dict) -> dict:
         """`base + rows[:, None] * s0 + cols[None, :] * s1` -> its parts."""
         pointer, env = self.deref(pointer, env)
-        terms = sum_terms(pointer, self.strip)
-        base_terms, dims = [], {0: [], 1: []}
-        for term in terms:
-            factors = product_factors(term, self.strip)
-            vectors = [(i, f) for i, f in enumerate(factors) if broadcast_axis(f) is not None]
-            if not vectors:
-                base_terms.append(factors)
-                continue
-            if len(vectors) != 1:
-                raise Refusal("a term of the pointer tile multiplies two index vectors")
-            i, sub = vectors[0]
-            dim = broadcast_axis(sub)
-            rest = [f for j, f in enumerate(factors) if j != i]
-            dims[dim].append(((sub.value, env), rest, sub))  # type: ignore[union-attr]
+        split = tile_terms(pointer, self.strip)
+        if split is None:
+            raise Refusal("a term of the pointer tile multiplies two index vectors")
+        base_terms, axes = split
+        dims = {d: [((sub.value, env), rest, sub) for sub, rest in axes[d]] for d in (0, 1)}  # type: ignore[attr-defined]
         if len(dims[0]) != 1 or len(dims[1]) != 1:
             raise Refusal("the pointer tile is not `base + rows[:, None] * stride + cols[None, :]` with one index vector per dimension")
         pointers = [f for f in base_terms if len(f) == 1 and isinstance(f[0], cst.Name) and f[0].value in self.params
@@ -575,14 +566,10 @@ class _Kernel:
         # int32 accumulator (8-bit integers).
         tf32 = any(a.keyword is not None and (a.keyword.value, self.source.code(a.value).strip()) in (
             ("allow_tf32", "True"), ("input_precision", '"tf32"'), ("input_precision", "'tf32'")) for a in dot.args)
-        self.tf32 = tf32 or not any(a.keyword is not None and (a.keyword.value, self.source.code(a.value).strip()) in (
-            ("allow_tf32", "False"), ("input_precision", '"ieee"'), ("input_precision", "'ieee'"),
-            ("input_precision", '"tf32x3"'), ("input_precision", "'tf32x3'")) for a in dot.args)
+        self.tf32 = tf32 or dot_may_use_tf32(dot, self.source.code)
         self.dot = dot
-        if self.facts_only:
-            pass
-        elif tf32 or any("int32" in self.source.code(c) for c in calls_in(self.fn.node)
-                         if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full")):
+        if not self.facts_only and (tf32 or any("int32" in self.source.code(c) for c in calls_in(self.fn.node)
+                                                if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full"))):
             raise Refusal("operands that are not 16-bit (tf32 asked for, or an int32 accumulator): the TMA ring "
                           "pipelines 16-bit operands")
         # (the facts: the dot's own operands; the rewrite: whatever its statement reads, which it must all follow)
@@ -683,7 +670,7 @@ class _Kernel:
                 f"strides=[{s0}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
             new_statements[i] = f"{name} = {desc}.load([{_lin_code(coords[0], self.constexprs)}, {_lin_code(coords[1], self.constexprs)}])"
             tiles.append(Tile(tile["param"], s0, tile["strides"][1], tile["offsets"], True))
-            self.operands.append(Operand(name, i, tile["param"], (s0, tile["strides"][1]), tile["offsets"],
+            self.operands.append(Operand(name, tile["param"], (s0, tile["strides"][1]), tile["offsets"],
                                          (bounds[0], bounds[1]), _moving(coords, self.var), tile["subscripts"][1]))
         self._check_pointers(removed_pointers, new_statements)
         if self.facts_only:
@@ -814,6 +801,34 @@ class _Kernel:
 
 
 # ---- small helpers ------------------------------------------------------------------------------------------------
+
+def tile_terms(address: cst.BaseExpression, strip: Callable[[cst.BaseExpression], cst.BaseExpression]
+               ) -> tuple[list[list[cst.BaseExpression]], dict[int, list[tuple[cst.Subscript, list[cst.BaseExpression]]]]
+                          ] | None:
+    """A pointer tile's address as terms: (the factors of each term without an index vector, and per axis each
+    `v[:, None]` (0) or `v[None, :]` (1) with the other factors of its term). None where a term multiplies two index
+    vectors."""
+    base: list[list[cst.BaseExpression]] = []
+    axes: dict[int, list[tuple[cst.Subscript, list[cst.BaseExpression]]]] = {0: [], 1: []}
+    for term in sum_terms(address, strip):
+        factors = product_factors(term, strip)
+        vectors = [(i, f) for i, f in enumerate(factors) if broadcast_axis(f) is not None]
+        if len(vectors) > 1:
+            return None
+        if not vectors:
+            base.append(factors)
+            continue
+        i, vector = vectors[0]
+        axes[broadcast_axis(vector)].append((vector, [f for j, f in enumerate(factors) if j != i]))  # type: ignore[index,arg-type]
+    return base, axes
+
+
+def dot_may_use_tf32(dot: cst.Call, code: Callable[[cst.CSTNode], str]) -> bool:
+    """Whether `tl.dot` may run 32-bit float operands on tf32 (Triton's default): not `allow_tf32=False`, not
+    `input_precision="ieee"` or `"tf32x3"`."""
+    return not any(a.keyword is not None and (a.keyword.value, code(a.value).strip().strip("'\"")) in (
+        ("allow_tf32", "False"), ("input_precision", "ieee"), ("input_precision", "tf32x3")) for a in dot.args)
+
 
 def _moving(coords: list[Linear], var: str) -> int | None:
     """The one dimension whose coordinate the loop variable moves (None: none, or both)."""
