@@ -1435,3 +1435,100 @@ def test_gfx1250_fp8_dots_of_a_128_deep_k_block_take_the_128_deep_wmma() -> None
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
     asm = compiled[0].asm.get("amdgcn", "")
     assert "v_wmma_f32_16x16x128_fp8_fp8" in asm and "v_wmma_f32_16x16x64_fp8_fp8" not in asm
+
+
+# MoE kernels compute their grid from a token count they load (`num_pid_m = tl.cdiv(tl.load(num_tokens_ptr),
+# BM)`), so the block a program takes along N reads memory; but only as `pid_n * BN`, a multiple of the block, which
+# the compiler proves (aiter's `_fused_moe_kernel`): the tiles are still copied direct to LDS 16 bytes a lane.
+LOADED_GRID = HEAD + '''@triton.jit
+def moe_mm(a_ptr, b_ptr, c_ptr, num_tokens_ptr, expert_ids_ptr, N, K, stride_am, stride_be, stride_bk, stride_cm,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(tl.load(num_tokens_ptr), BM)
+    pid_m = pid % num_pid_m
+    pid_n = pid // num_pid_m
+    expert = tl.load(expert_ids_ptr + pid_m)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = (pid_n * BN + tl.arange(0, BN)) % N
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + expert * stride_be + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.slow
+def test_a_block_picked_from_a_loaded_count_is_copied_direct_to_lds(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(LOADED_GRID, "moe_mm.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "async_copy.global_load_to_shared(" in result.text or "buffer_load_to_shared(" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "num_tokens_ptr": "*i32",
+              "expert_ids_ptr": "*i32", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+@pytest.mark.parametrize(("offset", "reason"), [
+    # an offset loaded and added along the contiguous axis: no launch can vouch for its alignment
+    ("offs_n = tl.load(starts_ptr + pid_n) + tl.arange(0, BN)",
+     "the tile `b` at line 21 is addressed along its contiguous axis from loaded offsets"),
+    # the loaded value picks the block: still aligned
+    ("offs_n = tl.load(starts_ptr + pid_n) * BN + tl.arange(0, BN)", None),
+])
+def test_loaded_offsets_along_the_contiguous_axis(offset: str, reason: str | None) -> None:
+    text = LOADED_GRID.replace("starts_ptr", "x").replace(
+        "def moe_mm(a_ptr,", "def moe_mm(starts_ptr, a_ptr,").replace(
+        "    offs_n = (pid_n * BN + tl.arange(0, BN)) % N", f"    {offset}")
+    result = translate_source(text, "moe_mm.py", get_target("gfx950"))
+    assert result.functions[0].pipelined == (reason is None), result.functions[0].kept_reason
+    if reason:
+        assert reason in result.functions[0].kept_reason
+
+
+# A block pointer read transposed (order `(0, 1)`, fla's chunked kernels' K^T tile) is lowered to pointer tiles
+# whose strides are names (`p_k_stride0 = 1`, `p_k_stride1 = H * K`): its vectors run down the first axis, and a
+# direct-to-LDS copy of 16 bytes a lane along the last one does not compile ("can only be vectorized to 1 element").
+TRANSPOSED_BLOCK = HEAD + '''@triton.jit
+def chunk(q, k, o, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    q += i_h * K
+    k += i_h * K
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        p_q = tl.make_block_ptr(q, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0))
+        p_k = tl.make_block_ptr(k, (K, T), (1, H * K), (i_k * BK, i_t * BT), (BK, BT), (0, 1))
+        b_q = tl.load(p_q, boundary_check=(0, 1))
+        b_k = tl.load(p_k, boundary_check=(0, 1))
+        b_A = tl.dot(b_q, b_k, acc=b_A)
+    o_t = i_t * BT + tl.arange(0, BT)
+    tl.store(o + o_t[:, None] * BT + tl.arange(0, BT)[None, :], b_A, mask=o_t[:, None] < T)
+'''
+
+
+def test_a_block_pointer_read_transposed_is_not_copied_direct_to_lds() -> None:
+    result = translate_source(TRANSPOSED_BLOCK, "chunk.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+    assert "the tile `b_k` at line 15 is contiguous along its first axis" in result.functions[0].kept_reason
+
+
+def test_a_last_axis_strided_by_constexprs_is_not_copied_direct_to_lds() -> None:
+    text = TRANSPOSED_BLOCK.replace(
+        "p_k = tl.make_block_ptr(k, (K, T), (1, H * K), (i_k * BK, i_t * BT), (BK, BT), (0, 1))",
+        "p_k = k + (i_k * BK + tl.arange(0, BK))[:, None] * 1 + (i_t * BT + tl.arange(0, BT))[None, :] * (H * K)"
+    ).replace("b_k = tl.load(p_k, boundary_check=(0, 1))", "b_k = tl.load(p_k)")
+    result = translate_source(text, "chunk.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+    assert "contiguous along its first axis" in result.functions[0].kept_reason
+    text = text.replace("[:, None] * 1 +", "[:, None] * 2 +")
+    result = translate_source(text, "chunk.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+    assert "the tile `b_k` at line 15 has its last axis strided by `H * K`" in result.functions[0].kept_reason

@@ -32,6 +32,7 @@ from transpile.cst_utils import (
     node_code,
     product_factors,
     sum_terms,
+    unparenthesized,
 )
 from transpile.discover import JitFunction, ModuleFacts, language_name
 
@@ -376,16 +377,35 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
 def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     """Whether the offsets of a 2-D tile of pointers along its last (contiguous) axis read a value loaded from memory
     (`row_offs[None, :]` with `row_offs = tl.load(starts + pid) + offs`): no launch can make those provably aligned,
-    so the tile cannot be copied 16 bytes a lane (a direct-to-LDS copy of such a tile does not compile)."""
+    so the tile cannot be copied 16 bytes a lane (a direct-to-LDS copy of such a tile does not compile). A loaded
+    value that only picks a block (`pid_n * BLOCK_N`, where `pid_n` is computed from a token count the kernel loads,
+    as MoE kernels compute their grid) keeps the offsets a multiple of the block: the compiler proves that (a
+    product's divisibility is its factors'), so it does not count."""
     definitions = _all_definitions(fn)
+    blocks = _block_extents(fn)
 
-    def loads(node: cst.CSTNode, seen: frozenset[str]) -> bool:
-        for call in calls_in(node):
-            func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "load" or \
-                    isinstance(func, cst.Name) and func.value == "load":
+    def shifts(node: cst.CSTNode, seen: frozenset[str]) -> bool:
+        """`node`, an offset, reads a loaded value other than as a multiple of a block extent."""
+        node = node.value if isinstance(node, cst.Element) else node
+        if isinstance(node, cst.Tuple):  # every value a name is assigned (`_all_definitions`)
+            return any(shifts(element.value, seen) for element in node.elements)
+        for term in sum_terms(node):  # (parentheses off)
+            factors = product_factors(term)
+            if len(factors) > 1 and any(_is_block(f, blocks) for f in factors):
+                continue  # `pid_n * BLOCK_N`: a multiple of the block, whatever `pid_n` is
+            if len(factors) == 1 and isinstance(term, cst.BinaryOperation) \
+                    and isinstance(term.operator, cst.Modulo):
+                if shifts(term.left, seen):  # (`% N`: a launch makes `N` a multiple of 16)
+                    return True
+                continue
+            for call in calls_in(term):
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "load" or \
+                        isinstance(func, cst.Name) and func.value == "load":
+                    return True
+            if any(shifts(definitions[n], seen | {n}) for n in sorted(names_in(term) - seen) if n in definitions):
                 return True
-        return any(loads(definitions[n], seen | {n}) for n in names_in(node) - seen if n in definitions)
+        return False
 
     def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
         if isinstance(node, cst.Tuple):  # every value a name is assigned (`_all_definitions`)
@@ -396,19 +416,93 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
                     return True
                 continue
             factors = product_factors(term)
-            if any(broadcast_axis(f) == 1 for f in factors) and loads(term, seen):
+            if any(broadcast_axis(f) == 1 and shifts(f.value, seen) for f in factors):  # type: ignore[attr-defined]
                 return True
         return False
 
     return walk(tile, frozenset())
 
 
+def _block_extents(fn: JitFunction) -> set[str]:
+    """The constexpr parameters `fn` makes index vectors of (`tl.arange(0, BLOCK_N)`): powers of two the compiler
+    knows, so a product with one is a multiple of it."""
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
+    found: set[str] = set()
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Call) and node_code(_MODULE, node.func).endswith("arange") and len(node.args) == 2 \
+                and isinstance(node.args[1].value, cst.Name) and node.args[1].value.value in constexprs:
+            found.add(node.args[1].value.value)
+    return found
+
+
+def _is_block(node: cst.BaseExpression, blocks: set[str]) -> bool:
+    return isinstance(node, cst.Name) and node.value in blocks
+
+
 def first_axis_contiguous(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     """Whether a 2-D tile of pointers steps by one element along its first axis (`base + offs_d[:, None] +
-    offs_n[None, :] * stride`: a column-major tile, K^T loaded as [HEAD_DIM, BLOCK_N]): its 16-byte vectors would run
-    down the columns, which the copy layouts (16 bytes along the last axis) do not take."""
-    return _some_term(tile, _single_definitions(fn),
-                      lambda factors: len(factors) == 1 and broadcast_axis(factors[0]) == 0)
+    offs_n[None, :] * stride`: a column-major tile, K^T loaded as [HEAD_DIM, BLOCK_N]; a block pointer of order
+    `(0, 1)`, lowered to `offs[:, None] * p_stride0` with `p_stride0 = 1`): its 16-byte vectors would run down the
+    columns, which the copy layouts (16 bytes along the last axis) do not take."""
+    definitions = _single_definitions(fn)
+    return _some_term(tile, definitions, lambda factors: any(broadcast_axis(f) == 0 for f in factors) and all(
+        _is_one(f, definitions) for f in factors if broadcast_axis(f) is None))
+
+
+def fixed_last_axis_stride(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
+    """The stride that scales a 2-D tile of pointers along its last axis where it is known when the kernel is
+    compiled and is not 1 (`offs_t[None, :] * (H * K)`, a block pointer's `p_stride1 = H * K`: literals and products
+    of constexprs; a constexpr alone may be 1), else None. No launch can make it 1, so the tile's vectors along that
+    axis are one element wide."""
+    definitions = _single_definitions(fn)
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
+    found: list[str] = []
+
+    def fixed(node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
+        node = unparenthesized(node)
+        if isinstance(node, cst.Integer):
+            return True
+        if isinstance(node, cst.Name):
+            if node.value in constexprs:
+                return True
+            return node.value in definitions and node.value not in seen and fixed(definitions[node.value],
+                                                                                   seen | {node.value})
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Add)):
+            return fixed(node.left, seen) and fixed(node.right, seen)
+        return False
+
+    def single(node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
+        """`node` is one constexpr (a stride parameter made constexpr, `stride_xk: tl.constexpr`: 1 at launches of
+        contiguous rows), itself or through a name assigned it once."""
+        node = unparenthesized(node)
+        if isinstance(node, cst.Name) and node.value in constexprs:
+            return True
+        return isinstance(node, cst.Name) and node.value in definitions and node.value not in seen and single(
+            definitions[node.value], seen | {node.value})
+
+    def test(factors: list[cst.BaseExpression]) -> bool:
+        if not any(broadcast_axis(f) == 1 for f in factors):
+            return False
+        others = [f for f in factors if broadcast_axis(f) is None]
+        if others and all(fixed(f) for f in others) and not all(_is_one(f, definitions) for f in others) \
+                and not (len(others) == 1 and single(others[0])):
+            found.append(" * ".join(node_code(_MODULE, f) for f in others))
+            return True
+        return False
+
+    _some_term(tile, definitions, test)
+    return found[0] if found else None
+
+
+def _is_one(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression],
+            seen: frozenset[str] = frozenset()) -> bool:
+    """`node` is the literal 1, itself or through the names it is assigned once (`p_stride1 = 1`)."""
+    node = unparenthesized(node)
+    if isinstance(node, cst.Integer):
+        return node.value == "1"
+    if isinstance(node, cst.Name) and node.value in definitions and node.value not in seen:
+        return _is_one(definitions[node.value], definitions, seen | {node.value})
+    return False
 
 
 def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
