@@ -6,6 +6,7 @@ import ast
 import difflib
 import hashlib
 import io
+import os
 import re
 import stat
 import tokenize
@@ -277,8 +278,9 @@ def parse_source(text: str, path: str, line_map: list[int] | None = None,
 
 
 def line_map(old: str, new: str) -> list[int]:
-    """Line of `new` -> line of `old`: equal lines map to themselves, a replaced or inserted block to the first line
-    of what it replaced (or the line it was inserted before)."""
+    """Line of `new` -> line of `old`: equal lines map to themselves, each line of a replaced block to the line of
+    what it replaced that starts most like it (`b_k = tl.load(...)` to `b_k = tl.load(p_k, ...)`, else the first),
+    an inserted block to the line it was inserted before."""
     a, b = old.splitlines(), new.splitlines()
     out = [0] * (len(b) + 2)
     _map_lines(a, b, 0, 0, len(a), out)
@@ -291,7 +293,23 @@ def _map_lines(a: list[str], b: list[str], i0: int, j0: int, total: int, out: li
     (from line `i0 + 1`; `total` lines in all)."""
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         for j in range(j1, j2):
-            out[j0 + j + 1] = (i0 + i1 + (j - j1) + 1) if tag == "equal" else min(i0 + i1 + 1, max(total, 1))
+            if tag == "equal":
+                out[j0 + j + 1] = i0 + i1 + (j - j1) + 1
+            else:  # (a line rewritten: the old line of the hunk it shares the longest start with, `b_k = tl.load(`)
+                out[j0 + j + 1] = min(i0 + _likeliest(a, i1, i2, b[j]) + 1, max(total, 1))
+
+
+def _likeliest(a: list[str], i1: int, i2: int, line: str) -> int:
+    """The index among `a[i1:i2]` of the line that starts most like `line` (indentation aside), `i1` where none
+    shares a character with it."""
+    text = line.lstrip()
+    best, length = i1, 0
+    for i in range(i1, i2):
+        other = a[i].lstrip()
+        common = len(os.path.commonprefix([text, other]))
+        if common > length:
+            best, length = i, common
+    return best
 
 
 def replaced_line_map(module: cst.Module, old: str, replaced: Mapping[cst.CSTNode, cst.CSTNode], new: str
