@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton
 
 from transpile import language
 from transpile.helpers import Helper, helper
@@ -165,6 +166,45 @@ def test_the_aligned_launcher_runs_the_source_kernel_on_unaligned_rows() -> None
     narrow = _AlignedOrTriton(Kernel("gluon"), Kernel("triton"), ("x", "n"), divisible=("x", "n"), narrow=True)
     narrow[(1,)](x.to(torch.float16), 64)
     assert calls.pop() == "gluon"
+
+
+def test_triton_s_own_wrappers_applied_to_a_launcher_keep_its_choice() -> None:
+    """`triton.heuristics(...)(kernel)` and `triton.autotune(...)(kernel)` written after the kernel (aiter's conv
+    kernels, autotuned under a module-level flag) call the kernel's `run`: the launchers' `run` makes the same choice
+    as their launch, for the launch and for a warmup."""
+    import torch
+
+    from transpile.helpers.launchers import _AlignedOrTriton, _WarpPipelinedOrTriton
+
+    calls: list[tuple[str, bool, dict]] = []
+
+    class Kernel:
+        arg_names = ["x", "n", "BLOCK"]
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+        def run(self, *args, grid, warmup, **kwargs):  # noqa: ANN001, ANN201
+            calls.append((self.name, warmup, kwargs))
+
+    x = torch.zeros(64, dtype=torch.float32)
+    for launcher in (_AlignedOrTriton(Kernel("gluon"), Kernel("triton"), ("x", "n"), divisible=("x", "n")),
+                     _WarpPipelinedOrTriton(Kernel("gluon"), Kernel("triton"), ("x", "n"), (), warps=8,
+                                            aligned=True, divisible=("x", "n"))):
+        wrapped = triton.heuristics(values={"BLOCK": lambda args: 32})(launcher)
+        warps = {"num_warps": 8} if isinstance(launcher, _WarpPipelinedOrTriton) else {}
+        for args, kernel in [((x, 64), "gluon"), ((x[1:], 63), "triton")]:
+            wrapped[(1,)](*args, **warps)
+            name, warmup, kwargs = calls.pop()
+            assert (name, warmup, kwargs["BLOCK"]) == (kernel, False, 32), (launcher, args)
+            launcher.warmup(*args, grid=(1,), **warps)
+            assert calls.pop()[:2] == (kernel, True), (launcher, args)
+        if warps:  # (a launch at other warps runs the source kernel)
+            wrapped[(1,)](x, 64, num_warps=4)
+            assert calls.pop()[0] == "triton"
 
 
 def test_the_persistent_grid_is_the_grid_where_the_config_is_not_persistent() -> None:

@@ -500,3 +500,18 @@ def test_kernel_handed_to_wrap_triton_keeps_its_triton_object(target: str) -> No
     assert "_AlignedOrTriton" not in result.text and "@triton.jit\ndef scale_kernel" in result.text
     plain = translate_source(WRAPPED.replace("wrap_triton(scale_kernel)", "scale_kernel"), "p.py", get_target(target))
     assert {f.name: f for f in plain.functions}["scale_kernel"].translated
+
+
+@pytest.mark.parametrize("wrapper", ['triton.autotune(configs=[triton.Config({"BLOCK": 1024})], key=["n"])',
+                                     'triton.heuristics(values={"BLOCK": lambda args: 1024})'])
+def test_triton_s_own_wrappers_applied_by_a_call_take_the_launcher(wrapper: str) -> None:
+    """`k = triton.autotune(...)(k)` after the kernel (aiter, under a module-level flag): Triton's wrappers call the
+    launcher's `run`, which makes the launcher's choice, so the kernel is translated."""
+    text = WRAPPED.replace("from torch.library import wrap_triton\n", "").replace(
+        "\n\ndef scale(x):", f"\n\nif FLAG:\n    scale_kernel = {wrapper}(scale_kernel)\n\n\ndef scale(x):"
+    ).replace("wrap_triton(scale_kernel)", "scale_kernel").replace(", BLOCK=1024)", ")")
+    text = "FLAG = True\n" + text
+    result = translate_source(text, "w.py", get_target("gfx950"))
+    assert {f.name: f for f in result.functions}["scale_kernel"].translated
+    assert "scale_kernel = _AlignedOrTriton(" in result.text
+    assert f"if FLAG:\n    scale_kernel = {wrapper}(scale_kernel)\n" in result.text

@@ -1460,16 +1460,26 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
 _NARROW_DATA = re.compile(r"\b(u?int8|float8\w*|fp8\w*|e4m3\w*|e5m2\w*|tf32)\b", re.I)
 
 
+# Triton's own wrappers applied by a call (`triton.autotune(configs=..., key=...)(k)`, under a module-level flag in
+# aiter): they call the kernel's `run`, which the launchers implement as their launch.
+_TRITON_WRAPPERS = re.compile(r"^(triton\.)?(autotune|heuristics)$")
+
+
 def _passed_as_value(facts: ModuleFacts, name: str) -> cst.Name | None:
     """The first place in the module that hands the kernel `name` to a call: `wrap_triton(name)`,
     `capture_triton(name)`, any function that may want Triton's own kernel object rather than a launcher. None where
-    there is none (launches, attributes, tables of kernels all take the launchers). One walk of the module per file."""
+    there is none (launches, attributes, tables of kernels and Triton's own `autotune`/`heuristics` applied by a call
+    all take the launchers). One walk of the module per file."""
     key = ("names_passed_to_calls",)
     if key not in facts.memo:
         passed: dict[str, cst.Name] = {}
         parents = facts.source.parents
         for node in cst_walk.preorder(facts.source.module):
             if type(node) is cst.Name and isinstance(parents.get(node), cst.Arg):
+                call = parents.get(parents[node])
+                if isinstance(call, cst.Call) and isinstance(call.func, cst.Call) and _TRITON_WRAPPERS.search(
+                        facts.source.code(call.func.func)):
+                    continue  # `triton.autotune(...)(k)`: the launchers take Triton's wrappers (`run`)
                 passed.setdefault(node.value, node)
         facts.memo[key] = passed
     return facts.memo[key].get(name)

@@ -41,6 +41,16 @@ class _AlignedOrTriton:
 
         return launch
 
+    def run(self, *args, grid, warmup=False, **kwargs):
+        """What `triton.autotune(...)(kernel)` and `triton.heuristics(...)(kernel)` call: the same choice."""
+        if not warmup:
+            return self[grid](*args, **kwargs)
+        kernel = self.gluon_kernel if self.aligned(args, kwargs) else self.triton_kernel
+        return kernel.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
     def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
         if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
             raise AttributeError(name)
@@ -184,6 +194,17 @@ class _TMAOrTriton:
             return kernel(*args, **kwargs)
 
         return launch
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        """What `triton.autotune(...)(kernel)` and `triton.heuristics(...)(kernel)` call: the same choice."""
+        if not warmup:
+            return self[grid](*args, **kwargs)
+        chosen = self.addressable(args, kwargs) and self.long_enough(grid, args, kwargs)
+        kernel = self.gluon_kernel if chosen else self.triton_kernel
+        return kernel.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
 
     def __getattr__(self, name):  # `best_config`, `fn`, ...: the Gluon kernel's
         if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
