@@ -1532,3 +1532,46 @@ def test_a_last_axis_strided_by_constexprs_is_not_copied_direct_to_lds() -> None
     result = translate_source(text, "chunk.py", get_target("gfx950"))
     assert not result.functions[0].pipelined
     assert "the tile `b_k` at line 15 has its last axis strided by `H * K`" in result.functions[0].kept_reason
+
+
+# A third compile-time flag choosing loads: the loop is copied for two flags (four copies) and the third stays in
+# each copy, where the refusal names it as a compile-time test (not as a run-time branch); a run-time flag is named as
+# one.
+THREE_FLAGS = HEAD + '''@triton.jit
+def mm3(a_ptr, b_ptr, s_ptr, c_ptr, K, even, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SCALED: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        if EVEN_N:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        if SCALED:
+            a = a * tl.load(s_ptr + k)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize(("flag", "reason"), [
+    ("SCALED", "runs `load` in a branch on `SCALED`, decided at compile time, but the loop was not copied once per "
+               "value"),
+    ("even", "runs `load` in a branch: which loads, stores or MMAs an iteration runs would be decided inside the "
+             "pipelined loop"),
+])
+def test_a_branch_on_flags_the_loop_was_not_copied_for_is_named_so(flag: str, reason: str) -> None:
+    result = translate_source(THREE_FLAGS.replace("if SCALED:", f"if {flag}:"), "mm3.py", get_target("gfx950"))
+    outcome = result.functions[0]
+    assert not outcome.pipelined and reason in outcome.kept_reason, outcome.kept_reason
+    assert f"the `if` at line {line_of(THREE_FLAGS, 'if SCALED:')} inside the main loop" in outcome.kept_reason

@@ -275,11 +275,45 @@ def branch_refusal(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStat
                 what = "dot"
             elif not _BRANCH_EFFECTS.match(what):
                 continue
+            flags = _compile_time_tests(source, plan, statement, node)
+            if flags:
+                return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs "
+                                   f"`{what.split('.')[-1]}` in a branch on `{flags}`, decided at compile "
+                                   "time, but the loop was not copied once per value (the tool copies a dot loop for "
+                                   "at most two such tests, four copies of at most three dots each, each test written "
+                                   "on a line of its own; with fewer such tests in the loop, each copy is planned on "
+                                   "its own)")
             return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs `{what.split('.')[-1]}` in a "
                                "branch: which loads, stores or MMAs an iteration runs would be decided inside the "
                                "pipelined loop (a branch on constexpr parameters alone is hoisted out of the loop "
                                "first; branches of arithmetic only are pipelined)")
     return None
+
+
+def _compile_time_tests(source: SourceFile, plan: LayoutPlan, statement: cst.If, node: cst.CSTNode) -> str:
+    """The tests of the `if`s from `statement` down to `node`, where every one reads only the
+    function's constexpr parameters and literals (Triton decides them when it compiles the kernel); else ""."""
+    constexprs = {p.name for p in plan.function.params if p.is_constexpr}
+
+    def compile_time(test: cst.BaseExpression) -> bool:
+        for inner in preorder(test):
+            if isinstance(inner, (cst.Call, cst.Subscript, cst.Attribute)):
+                return False
+            if isinstance(inner, cst.Name) and inner.value not in constexprs | {"True", "False", "None"}:
+                return False
+        return True
+
+    tests: list[cst.BaseExpression] = []
+    parents = source.parents
+    at = parents.get(node)
+    while at is not None and at is not statement:
+        if isinstance(at, cst.If):
+            tests.append(at.test)
+        at = parents.get(at)
+    tests.append(statement.test)
+    if not all(compile_time(test) for test in tests):
+        return ""
+    return "`, `".join(" ".join(source.code(test).split()) for test in reversed(tests))
 
 
 def _exposed(statements: Sequence[cst.BaseStatement], defined: set[str]) -> tuple[set[str], set[str]]:
