@@ -426,8 +426,7 @@ class _KMajorCopy:
             _kmajor_copy[(triton.cdiv(rows, 64), triton.cdiv(cols, 64))](b, copy, rows, cols, b.stride(0), columns,
                                                                           BLOCK=64)
             changed = {self.operand: copy, self.k_stride: 1, self.n_stride or self.added: columns}
-            args = tuple(changed.get(name, value) if name in changed else value
-                         for name, value in zip(self.params, args))
+            args = tuple(changed.get(name, value) for name, value in zip(self.params, args))
             kwargs = {name: changed.get(name, value) for name, value in kwargs.items()}
             kwargs.update({name: value for name, value in changed.items()
                            if name not in self.params[:len(args)] and name not in kwargs})
