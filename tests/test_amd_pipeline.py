@@ -1575,3 +1575,52 @@ def test_a_branch_on_flags_the_loop_was_not_copied_for_is_named_so(flag: str, re
     outcome = result.functions[0]
     assert not outcome.pipelined and reason in outcome.kept_reason, outcome.kept_reason
     assert f"the `if` at line {line_of(THREE_FLAGS, 'if SCALED:')} inside the main loop" in outcome.kept_reason
+
+
+# Strides written inside the broadcasts (`(stride_am * offs_m)[:, None]`, FlagGems' conv kernels) and masks
+# broadcast as comparisons (`(offs_k < K)[:, None]`) of a vector the other tile lays along its other axis: the layout
+# rule converts the comparison (`gl.convert_layout(offs_k < K, ...)[:, None]`), which the copies re-evaluate without
+# the conversion, in parentheses (without them the broadcast took `K` alone and the variant did not compile).
+INSIDE_BROADCASTS = HEAD + '''@triton.jit
+def mm_masks(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        offs_k = k * BK + tl.arange(0, BK)
+        a = tl.load(a_ptr + (stride_am * offs_m)[:, None] + offs_k[None, :], mask=(offs_k < K)[None, :], other=0.0)
+        b = tl.load(b_ptr + (stride_bk * offs_k)[:, None] + offs_n[None, :], mask=(offs_k < K)[:, None], other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", [True, False], ids=["strides-inside", "strides-outside"])
+def test_strides_inside_broadcasts_and_converted_mask_comparisons_compile(inside: bool, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    text = INSIDE_BROADCASTS if inside else INSIDE_BROADCASTS.replace(
+        "(stride_am * offs_m)[:, None]", "offs_m[:, None] * stride_am").replace(
+        "(stride_bk * offs_k)[:, None]", "offs_k[:, None] * stride_bk")
+    result = translate_source(text, "mm_masks.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "(offs_k < K)[:, None]" in " ".join(result.text.split()).replace("( ", "(").replace(" )", ")")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
+
+
+def test_a_pointer_moved_along_the_last_axis_by_a_strided_vector_is_named() -> None:
+    """FlagGems' conv weights: `weight_pointer += (weight_n_stride * offs_co)[None, :]` before the loop makes the
+    parameter a tile whose columns are `weight_n_stride` apart, which the tile's own address does not show."""
+    text = INSIDE_BROADCASTS.replace(
+        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+        "    b_ptr += (stride_cm * offs_n)[None, :]\n    acc = tl.zeros((BM, BN), dtype=tl.float32)\n").replace(
+        "(stride_bk * offs_k)[:, None] + offs_n[None, :]", "(stride_bk * offs_k)[:, None]")
+    result = translate_source(text, "mm_masks.py", get_target("gfx950"))
+    assert not result.functions[0].pipelined
+    assert ("the tile `b` at line 15 is addressed from a pointer moved along the tile's last axis by a strided vector "
+            "(`b_ptr += (stride_cm * offs_n)[None, :]`)") in result.functions[0].kept_reason

@@ -18,6 +18,7 @@ helper addresses memory with. Ints among them must be multiples of 16, tensors 1
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import libcst as cst
@@ -445,8 +446,18 @@ def first_axis_contiguous(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     `(0, 1)`, lowered to `offs[:, None] * p_stride0` with `p_stride0 = 1`): its 16-byte vectors would run down the
     columns, which the copy layouts (16 bytes along the last axis) do not take."""
     definitions = _single_definitions(fn)
-    return _some_term(tile, definitions, lambda factors: any(broadcast_axis(f) == 0 for f in factors) and all(
+    return _some_term(tile, definitions, lambda factors: any(
+        broadcast_axis(f) == 0 and not _scaled_inside(f.value, definitions) for f in factors) and all(  # type: ignore[attr-defined]
         _is_one(f, definitions) for f in factors if broadcast_axis(f) is None))
+
+
+def _scaled_inside(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression]) -> bool:
+    """Whether the vector `node` broadcast in a tile (`(stride_h * offs_h)[:, None]`) scales its every term by a
+    factor other than 1: the tile's axis is then strided by that factor, not contiguous (FlagGems' conv kernels write
+    their strides inside the broadcast; `pointer_tile_strides` reads them there)."""
+    return all(len(factors) > 1 and not all(_is_one(f, definitions) for f in factors[1:])
+               and not all(_is_one(f, definitions) for f in factors[:-1])
+               for factors in map(product_factors, sum_terms(node)))
 
 
 def fixed_last_axis_stride(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
@@ -492,6 +503,32 @@ def fixed_last_axis_stride(fn: JitFunction, tile: cst.BaseExpression) -> str | N
 
     _some_term(tile, definitions, test)
     return found[0] if found else None
+
+
+def base_moved_along_last_axis(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
+    """The move of a pointer parameter the tile is addressed from that lays a strided vector along the tile's last
+    axis (`weight_pointer += (weight_n_stride * offs_co)[None, :]` before the loop, FlagGems' conv kernels: the
+    parameter becomes a 2-D tile whose columns are `weight_n_stride` apart), as written; else None. The tile's own
+    address then hides that stride, and no launch makes it 1 for real tensors."""
+    params = {p.name for p in fn.params if not p.is_constexpr}
+    definitions = _single_definitions(fn)
+    bases: set[str] = set()
+    pending = list(names_in(tile))
+    while pending:  # (the names the tile reads, through the definitions they are made of)
+        name = pending.pop()
+        if name not in bases:
+            bases.add(name)
+            pending.extend(names_in(definitions[name]) if name in definitions else ())
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
+                and node.target.value in params:
+            for sub in cst_walk.preorder(node.value):
+                if isinstance(sub, cst.Subscript) and broadcast_axis(sub) == 1 and _scaled_inside(sub.value,
+                                                                                                  definitions):
+                    written = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", " ".join(node_code(_MODULE, sub).split())))
+                    text = f"{node.target.value} += {written}"
+                    return text if len(text) <= 80 else text[:77] + "..."
+    return None
 
 
 def _is_one(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression],

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import (divided_stride, first_axis_contiguous, fixed_last_axis_stride,
-                                                 last_axis_reads_memory, pointer_tile_strides, tile_base)
+from transpile.analysis.launch_alignment import (base_moved_along_last_axis, divided_stride, first_axis_contiguous,
+                                                 fixed_last_axis_stride, last_axis_reads_memory, pointer_tile_strides,
+                                                 tile_base)
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
@@ -194,6 +195,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             return f"{at} is addressed along its contiguous axis from loaded offsets"
         if first_axis_contiguous(fn, load.pointer):
             return f"{at} is contiguous along its first axis (a tile read transposed from memory)"
+        moved = base_moved_along_last_axis(fn, load.pointer)
+        if moved:
+            return (f"{at} is addressed from a pointer moved along the tile's last axis by a strided vector "
+                    f"(`{moved}`): its columns are not contiguous")
         fixed = fixed_last_axis_stride(fn, load.pointer)
         if fixed:
             return (f"{at} has its last axis strided by `{fixed}`, known when the kernel is compiled and not 1 (a tile "

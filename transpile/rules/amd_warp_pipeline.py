@@ -997,11 +997,26 @@ class _Invariant(cst.CSTTransformer):
 
 
 class _Unconvert(cst.CSTTransformer):
-    """`gl.convert_layout(x, layout)` -> `x`."""
+    """`gl.convert_layout(x, layout)` -> `x`, in parentheses where `x` is an operation that is not a whole argument
+    (`gl.convert_layout(c < n, ...)[:, None]` -> `(c < n)[:, None]`: bare, the broadcast would take `n` alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrapped: set[int] = set()  # ids of the parenthesised operations this made
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if code(updated.func) == "gl.convert_layout" and updated.args:
-            return updated.args[0].value
+            value = updated.args[0].value
+            if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)) \
+                    and not value.lpar:
+                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                self.wrapped.add(id(value))
+            return value
+        return updated
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        if id(updated.value) in self.wrapped:  # (a whole argument needs none)
+            return updated.with_changes(value=updated.value.with_changes(lpar=[], rpar=[]))
         return updated
 
 

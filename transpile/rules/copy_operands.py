@@ -244,6 +244,11 @@ class _Rewriter:
             axis = _axis(node)
             if axis is not None and context.dim is None:  # `v[None, :]`: v along axis 1, the slice without dim 0
                 inner = self.expression(node.value, Context(context.layout, 1 - axis, context.tag))
+                if isinstance(inner, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation,
+                                      cst.BooleanOperation)) and not inner.lpar:
+                    # (`gl.convert_layout(c < n, ...)[:, None]` re-evaluated as `c < n`: parenthesised, or the
+                    # broadcast would apply to `n` alone)
+                    inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
                 return node.with_changes(value=inner)
             if not (value_names(node) & self._tensors(node)):
                 return node
