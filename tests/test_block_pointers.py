@@ -154,3 +154,58 @@ def test_variants_compile_under_triton_39(tmp_path: Path, monkeypatch: pytest.Mo
     for target in ("sm90", "gfx950"):
         compiled = verify(translate_source(GEMM, str(tmp_path / "k.py"), get_target(target)), values)
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+# A block pointer copied under another name, the copy advanced in a loop while the original moves on: what the inliner
+# writes for a helper called twice with the kernel's block pointers (`_attn_fwd_inner(..., K_block_ptr, ...)`, the
+# Triton tutorial's attention, tritonbench's and applied-ai's kernels): `K_block_ptr_1 = K_block_ptr`.
+COPIED = HEADER + textwrap.dedent('''\
+    @triton.jit
+    def two_halves(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        a_blk = tl.make_block_ptr(a_ptr, (M, K), (sam, sak), (pid_m * BM, 0), (BM, BK), (1, 0))
+        b_blk = tl.make_block_ptr(b_ptr, (K, N), (sbk, sbn), (0, pid_n * BN), (BK, BN), (1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        a_1 = a_blk
+        b_1 = b_blk
+        for k in range(0, K // 2, BK):
+            acc += tl.dot(tl.load(a_1, boundary_check=(0, 1)), tl.load(b_1, boundary_check=(0, 1)))
+            a_1 = tl.advance(a_1, (0, BK))
+            b_1 = tl.advance(b_1, (BK, 0))
+        a_blk = tl.advance(a_blk, (0, K // 2))
+        b_blk = tl.advance(b_blk, (K // 2, 0))
+        a_2 = a_blk
+        b_2 = b_blk
+        for k in range(K // 2, K, BK):
+            acc += tl.dot(tl.load(a_2, boundary_check=(0, 1)), tl.load(b_2, boundary_check=(0, 1)))
+            a_2 = tl.advance(a_2, (0, BK))
+            b_2 = tl.advance(b_2, (BK, 0))
+        c_blk = tl.make_block_ptr(c_ptr, (M, N), (scm, scn), (pid_m * BM, pid_n * BN), (BM, BN), (1, 0))
+        tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+''')
+
+
+def test_a_block_pointer_copied_under_another_name_is_lowered() -> None:
+    text = lowered(COPIED)
+    assert "make_block_ptr" not in text and "tl.advance" not in text
+    # the copy starts from the original's offsets where the copy is made (after the original's advance, the second)
+    assert "a_1 = a_ptr" in text and "a_2 = a_ptr" in text
+    lines = text.splitlines()
+    advanced = next(i for i, line in enumerate(lines) if "a_blk_col = a_blk_col + (K // 2)" in line)
+    copied = next(i for i, line in enumerate(lines) if "a_2_col = a_blk_col" in line)
+    assert advanced < copied
+
+
+@pytest.mark.slow
+def test_a_block_pointer_copied_under_another_name_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transpile.verify import verify
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")} | {"BM": 64, "BN": 64, "BK": 32}
+    for target in ("sm90", "gfx950"):
+        result = translate_source(COPIED, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
+        assert all(d.code != "TT011" for f in result.functions for d in f.diagnostics)
+        compiled = verify(result, values)
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

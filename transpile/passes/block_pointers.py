@@ -29,9 +29,10 @@ becomes
 - ``order`` only guides Triton's layout choice for the tile; the pointer tile's addresses carry the same information.
 
 A function is lowered only where every block pointer is made with literal tuples, advanced by literal tuples, and
-otherwise only loaded, stored, advanced or asked for its ``dtype``/``type``, all in that function: one passed to or
-returned from a function, kept in a tuple, or made under another name is left as written (the kernel then stays
-Triton, TT011, with the reason `refusals` gives).
+otherwise only loaded, stored, advanced, copied under another name (``K_block_ptr_1 = K_block_ptr``: the inliner binds
+a helper's parameter so; the copy starts from the original's offsets where it is made) or asked for its
+``dtype``/``type``, all in that function: one passed to or returned from a function or kept in a tuple is left as
+written (the kernel then stays Triton, TT011, with the reason `refusals` gives).
 
 `lower_block_pointers(source, facts)` returns (the rewritten text, its line map, refusals) or None where no function
 changes; positions map back to the source's lines through the line map.
@@ -247,6 +248,7 @@ class _Function:
         advances: dict[str, list[tuple[cst.Assign, str, list[cst.BaseExpression]]]] = {}
         allowed: set[int] = set()  # ids of Name nodes read where a block pointer may be
         inline: list[cst.Call] = []
+        aliases: list[tuple[cst.Assign, str, cst.Name]] = []
         for node in self.nodes:
             kind = self.lang(node)
             if kind in ("load", "store") and isinstance(node, cst.Call) and node.args:
@@ -276,6 +278,15 @@ class _Function:
                     if isinstance(step, Refusal):
                         return step
                     advances.setdefault(name, []).append((node, *step))
+                elif isinstance(node.value, cst.Name) and node.value.value != name:
+                    aliases.append((node, name, node.value))  # `K_block_ptr_1 = K_block_ptr`: decided below
+        # A copy of a block pointer made here under another name (`K_block_ptr_1 = K_block_ptr`: the inliner binds a
+        # helper's parameter so, `_attn_fwd_inner(..., K_block_ptr, ...)`) is an advance of it by nothing.
+        for node, name, value in aliases:
+            if value.value in makes:
+                rank = len(makes[value.value][0][1]["block_shape"].elements)  # type: ignore[attr-defined]
+                advances.setdefault(name, []).append((node, value.value, [cst.Integer("0")] * rank))
+                allowed.add(id(value))
         # every make_block_ptr / advance call is one of the forms above
         known = {id(a.value) for sites in makes.values() for a, _ in sites}
         known |= {id(a.value) for sites in advances.values() for a, _, _ in sites}
@@ -305,10 +316,11 @@ class _Function:
                     return self.refuse(sites[0][0], f"`{name}` is made by `tl.make_block_ptr` and also advanced "
                                                     "from another block pointer")
                 continue
-            if len(sources) != 1 or next(iter(sources)) not in makes:
+            others = sources - {name}  # (made from one block pointer, then advanced from itself: a copy advanced)
+            if len(others) != 1 or next(iter(others)) not in makes:
                 return self.refuse(sites[0][0], f"`{name}` is advanced from a block pointer not made in this "
                                                 "function (or from several)")
-            src = records[next(iter(sources))]
+            src = records[next(iter(others))]
             records[name] = dataclasses.replace(src, base=name, offsets=self._offset_names(name, src.rank),
                                                 nonneg=list(src.nonneg))
         for name, sites in advances.items():
@@ -547,13 +559,22 @@ class _Rewrite(cst.CSTTransformer):
             return updated
         assign = updated.body[0]
         target = assign.targets[0].target if len(assign.targets) == 1 else None
-        if not isinstance(target, cst.Name) or target.value not in self.records \
-                or not isinstance(assign.value, cst.Call):
+        if not isinstance(target, cst.Name) or target.value not in self.records:
             return updated
-        which = self.fn.lang(original.body[0].value)  # type: ignore[attr-defined]
         name = target.value
         record = self.records[name]
         lines: list[str] = []
+        if isinstance(assign.value, cst.Name) and assign.value.value in self.records:  # a copy: `X_1 = X`
+            src = self.records[assign.value.value]
+            lines.append(f"{name} = {src.base}")
+            lines += [f"{record.offsets[d]} = {src.offsets[d]}" for d in range(record.rank)]
+            statements = list(cst.parse_module("\n".join(lines) + "\n").body)
+            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+            statements[-1] = statements[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)  # type: ignore[call-arg]
+            return cst.FlattenSentinel(statements)
+        if not isinstance(assign.value, cst.Call):
+            return updated
+        which = self.fn.lang(original.body[0].value)  # type: ignore[attr-defined]
         if which == "make_block_ptr":
             args = self.fn._arguments(assign.value, _MAKE_PARAMS)
             assert not isinstance(args, Refusal)
