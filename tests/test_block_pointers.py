@@ -209,3 +209,40 @@ def test_a_block_pointer_copied_under_another_name_compiles(tmp_path: Path, monk
         assert all(d.code != "TT011" for f in result.functions for d in f.diagnostics)
         compiled = verify(result, values)
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+# `X = None` first, then made under a compile-time flag (tritonbench's attention kernels: `K_block_ptr = None`, made
+# under `if not ENABLE_TMA:`): the placeholder names the block pointer in the other branch only; lowered, it is
+# dropped. Under a run-time test it stays refused (the name would be unbound after the `if` on the other path).
+FLAGGED = HEADER + textwrap.dedent('''\
+    @triton.jit
+    def gemm_flag(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, USE_DESC: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        a_blk = None
+        b_blk = None
+        if not USE_DESC:
+            a_blk = tl.make_block_ptr(a_ptr, (M, K), (sam, sak), (pid_m * BM, 0), (BM, BK), (1, 0))
+            b_blk = tl.make_block_ptr(b_ptr, (K, N), (sbk, sbn), (0, pid_n * BN), (BK, BN), (1, 0))
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            if not USE_DESC:
+                acc += tl.dot(tl.load(a_blk, boundary_check=(0, 1)), tl.load(b_blk, boundary_check=(0, 1)))
+                a_blk = tl.advance(a_blk, (0, BK))
+                b_blk = tl.advance(b_blk, (BK, 0))
+        c_blk = tl.make_block_ptr(c_ptr, (M, N), (scm, scn), (pid_m * BM, pid_n * BN), (BM, BN), (1, 0))
+        tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+''')
+
+
+def test_a_none_placeholder_before_a_flag_makes_the_block_pointer_is_dropped() -> None:
+    text = lowered(FLAGGED)
+    assert "make_block_ptr" not in text and "a_blk = None" not in text
+    assert "    if not USE_DESC:\n        a_blk_row = pid_m * BM\n" in text
+    runtime = FLAGGED.replace("if not USE_DESC:\n    a_blk", "if pid_m > 0:\n    a_blk").replace(
+        "    if not USE_DESC:\n        a_blk = tl.make", "    if pid_m > 0:\n        a_blk = tl.make")
+    assert "if pid_m > 0:" in runtime
+    result = translate_source(runtime, "k.py", get_target("gfx950"))
+    messages = [d.message for f in result.functions for d in f.diagnostics if d.code == "TT011"]
+    assert any("holds a block pointer and, elsewhere, another value" in m for m in messages), messages

@@ -31,7 +31,8 @@ becomes
 A function is lowered only where every block pointer is made with literal tuples, advanced by literal tuples, and
 otherwise only loaded, stored, advanced, copied under another name (``K_block_ptr_1 = K_block_ptr``: the inliner binds
 a helper's parameter so; the copy starts from the original's offsets where it is made) or asked for its
-``dtype``/``type``, all in that function: one passed to or returned from a function or kept in a tuple is left as
+``dtype``/``type``, all in that function (a ``X = None`` at the top of the function before compile-time ``if``s
+make ``X`` is a placeholder, dropped): one passed to or returned from a function or kept in a tuple is left as
 written (the kernel then stays Triton, TT011, with the reason `refusals` gives).
 
 `lower_block_pointers(source, facts)` returns (the rewritten text, its line map, refusals) or None where no function
@@ -138,6 +139,7 @@ class _Function:
                     if isinstance(statement, cst.SimpleStatementLine):
                         for small in statement.body:
                             self.statement_loops[id(small)] = (loop, i)
+        self.placeholders: set[int] = set()  # ids of `X = None` statements the lowering drops
         self._scan_bindings()
 
     # -- helpers --------------------------------------------------------------------------------------------------
@@ -159,9 +161,12 @@ class _Function:
 
     def _scan_bindings(self) -> None:
         top = set()
+        self.top_assigns: set[int] = set()  # ids of the assignments that are statements of the body's top level
         for statement in self.node.body.body:  # type: ignore[union-attr]
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        self.top_assigns.add(id(small))
                     if isinstance(small, cst.Assign) and len(small.targets) == 1:
                         target = small.targets[0].target
                         if isinstance(target, cst.Name):
@@ -249,6 +254,7 @@ class _Function:
         allowed: set[int] = set()  # ids of Name nodes read where a block pointer may be
         inline: list[cst.Call] = []
         aliases: list[tuple[cst.Assign, str, cst.Name]] = []
+        nones: dict[str, list[cst.Assign]] = {}
         for node in self.nodes:
             kind = self.lang(node)
             if kind in ("load", "store") and isinstance(node, cst.Call) and node.args:
@@ -278,6 +284,8 @@ class _Function:
                     if isinstance(step, Refusal):
                         return step
                     advances.setdefault(name, []).append((node, *step))
+                elif isinstance(node.value, cst.Name) and node.value.value == "None":
+                    nones.setdefault(name, []).append(node)  # `K_block_ptr = None` before a flag makes it: below
                 elif isinstance(node.value, cst.Name) and node.value.value != name:
                     aliases.append((node, name, node.value))  # `K_block_ptr_1 = K_block_ptr`: decided below
         # A copy of a block pointer made here under another name (`K_block_ptr_1 = K_block_ptr`: the inliner binds a
@@ -341,10 +349,33 @@ class _Function:
                     continue
                 return self.refuse(node, f"the block pointer `{node.value}` is used here other than by `tl.load`, "
                                          "`tl.store`, `tl.advance` or `.dtype`")
+        # `X = None` at the top of the function, where every `make_block_ptr` of `X` stands under compile-time
+        # `if`s (tritonbench's attention: `K_block_ptr = None`, made under `if not ENABLE_TMA:`): a placeholder that
+        # only names `X` in the other branch, which reads it nowhere (only loads, stores and advances read a block
+        # pointer here); the lowering drops it
+        placeholders = {name for name, sites in nones.items() if name in makes and all(
+            id(site) in self.top_assigns for site in sites) and all(self._under_flags(site) for site, _ in makes[name])}
+        self.placeholders = {id(site) for name in placeholders for site in nones[name]}
         for name in sorted(names):  # (in name order: the message names the first, the same in every run)
-            if self.assignments.get(name, 0) != len(makes.get(name, ())) + len(advances.get(name, ())):
+            if self.assignments.get(name, 0) != len(makes.get(name, ())) + len(advances.get(name, ())) + (
+                    len(nones[name]) if name in placeholders else 0):
                 return self.refuse(self.node, f"`{name}` holds a block pointer and, elsewhere, another value")
         return transform(self.node, _Rewrite(self, records, bound))  # type: ignore[return-value]
+
+    def _under_flags(self, node: cst.CSTNode) -> bool:
+        """Every `if` around `node` (in the function) tests constexpr parameters and literals only, and no loop is."""
+        parents = self.source.parents
+        at = parents.get(node)
+        while at is not None and at is not self.node:
+            if isinstance(at, (cst.For, cst.While)):
+                return False
+            if isinstance(at, cst.If) and not all(
+                    n.value in self.constexprs | {"True", "False", "None"} for n in preorder(at.test)
+                    if isinstance(n, cst.Name)) or isinstance(at, cst.If) and any(
+                    isinstance(n, (cst.Call, cst.Subscript, cst.Attribute)) for n in preorder(at.test)):
+                return False
+            at = parents.get(at)
+        return True
 
     def _affine(self, makes: dict, advances: dict, inline: list[cst.Call]) -> dict[str, tuple[cst.For, list]]:
         """Block pointers advanced once per iteration of one loop by amounts the loop does not change, made before
@@ -557,6 +588,8 @@ class _Rewrite(cst.CSTTransformer):
                                   ) -> cst.BaseStatement | cst.FlattenSentinel:
         if len(updated.body) != 1 or not isinstance(updated.body[0], cst.Assign):
             return updated
+        if id(original.body[0]) in self.fn.placeholders:  # `K_block_ptr = None`: dropped (`_Function.lower`)
+            return cst.RemoveFromParent() if not updated.leading_lines else cst.FlattenSentinel([])
         assign = updated.body[0]
         target = assign.targets[0].target if len(assign.targets) == 1 else None
         if not isinstance(target, cst.Name) or target.value not in self.records:
