@@ -240,6 +240,24 @@ def unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
 
 
+_OPERATIONS = (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` in parentheses where it is an operation without its own (the argument of a `gl.convert_layout` taken out
+    of the call, `gl.convert_layout(c < n, ...)[:, None]` -> `(c < n)[:, None]`: bare, the subscript would take `n`)."""
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+        if isinstance(node, _OPERATIONS) and not node.lpar else node
+
+
+def compile_time(test: cst.BaseExpression, constexprs: set[str]) -> bool:
+    """`test` reads only the names `constexprs` and literals, with no call, subscript or attribute: Triton decides it
+    when it compiles the kernel."""
+    allowed = constexprs | {"True", "False", "None"}
+    return not any(isinstance(n, (cst.Call, cst.Subscript, cst.Attribute)) or (
+        isinstance(n, cst.Name) and n.value not in allowed) for n in preorder(test))
+
+
 # The rules build their output from a few hundred distinct snippets of text (`gl.load`, `gl.constexpr`, a layout),
 # parsed thousands of times over a directory: each is parsed once. libcst nodes are immutable (a change makes a new
 # node), so the same parsed node may sit in several trees.

@@ -278,13 +278,7 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
     for statement in advances:
         add(other, statement)
     # A base pointer the kernel moves (`a_ptr += batch * stride_ab`): what moves it must keep it 16-byte aligned.
-    bases: set[str] = set()
-    pending = [n for tile in tiles for n in names_in(tile)]
-    while pending:  # the names the tiles read, through the definitions they are made of
-        name = pending.pop()
-        if name not in bases:
-            bases.add(name)
-            pending.extend(names_in(definitions[name]) if name in definitions else ())
+    bases = set().union(*(_reads(tile, definitions) for tile in tiles))  # (through the definitions they are made of)
     for node in cst_walk.preorder(fn.node):
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
                 and node.target.value in {p.name for p in fn.params}:
@@ -512,13 +506,7 @@ def base_moved_along_last_axis(fn: JitFunction, tile: cst.BaseExpression) -> str
     address then hides that stride, and no launch makes it 1 for real tensors."""
     params = {p.name for p in fn.params if not p.is_constexpr}
     definitions = _single_definitions(fn)
-    bases: set[str] = set()
-    pending = list(names_in(tile))
-    while pending:  # (the names the tile reads, through the definitions they are made of)
-        name = pending.pop()
-        if name not in bases:
-            bases.add(name)
-            pending.extend(names_in(definitions[name]) if name in definitions else ())
+    bases = _reads(tile, definitions)  # (the names the tile reads, through the definitions they are made of)
     for node in cst_walk.preorder(fn.node):
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
                 and node.target.value in params:

@@ -21,7 +21,8 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
-from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, names_in, per_loop, read_names,
+from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, per_loop,
+                                 read_names,
                                  value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
@@ -294,15 +295,6 @@ def _compile_time_tests(source: SourceFile, plan: LayoutPlan, statement: cst.If,
     """The tests of the `if`s from `statement` down to `node`, where every one reads only the
     function's constexpr parameters and literals (Triton decides them when it compiles the kernel); else ""."""
     constexprs = {p.name for p in plan.function.params if p.is_constexpr}
-
-    def compile_time(test: cst.BaseExpression) -> bool:
-        for inner in preorder(test):
-            if isinstance(inner, (cst.Call, cst.Subscript, cst.Attribute)):
-                return False
-            if isinstance(inner, cst.Name) and inner.value not in constexprs | {"True", "False", "None"}:
-                return False
-        return True
-
     tests: list[cst.BaseExpression] = []
     parents = source.parents
     at = parents.get(node)
@@ -311,7 +303,7 @@ def _compile_time_tests(source: SourceFile, plan: LayoutPlan, statement: cst.If,
             tests.append(at.test)
         at = parents.get(at)
     tests.append(statement.test)
-    if not all(compile_time(test) for test in tests):
+    if not all(compile_time(test, constexprs) for test in tests):
         return ""
     return "`, `".join(" ".join(source.code(test).split()) for test in reversed(tests))
 

@@ -46,7 +46,8 @@ import functools
 
 import libcst as cst
 
-from transpile.cst_utils import _token_names, calls_in, expr, module_code, names_in, node_code, unparenthesized
+from transpile.cst_utils import (_token_names, calls_in, compile_time, expr, module_code, names_in, node_code,
+                                 unparenthesized)
 from transpile.cst_walk import preorder, transform
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile, replaced_line_map
@@ -369,10 +370,7 @@ class _Function:
         while at is not None and at is not self.node:
             if isinstance(at, (cst.For, cst.While)):
                 return False
-            if isinstance(at, cst.If) and not all(
-                    n.value in self.constexprs | {"True", "False", "None"} for n in preorder(at.test)
-                    if isinstance(n, cst.Name)) or isinstance(at, cst.If) and any(
-                    isinstance(n, (cst.Call, cst.Subscript, cst.Attribute)) for n in preorder(at.test)):
+            if isinstance(at, cst.If) and not compile_time(at.test, self.constexprs):
                 return False
             at = parents.get(at)
         return True
@@ -597,18 +595,13 @@ class _Rewrite(cst.CSTTransformer):
         name = target.value
         record = self.records[name]
         lines: list[str] = []
+        value = original.body[0].value  # type: ignore[attr-defined]
+        which = self.fn.lang(value) if isinstance(assign.value, cst.Call) else None
         if isinstance(assign.value, cst.Name) and assign.value.value in self.records:  # a copy: `X_1 = X`
             src = self.records[assign.value.value]
             lines.append(f"{name} = {src.base}")
             lines += [f"{record.offsets[d]} = {src.offsets[d]}" for d in range(record.rank)]
-            statements = list(cst.parse_module("\n".join(lines) + "\n").body)
-            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
-            statements[-1] = statements[-1].with_changes(trailing_whitespace=updated.trailing_whitespace)  # type: ignore[call-arg]
-            return cst.FlattenSentinel(statements)
-        if not isinstance(assign.value, cst.Call):
-            return updated
-        which = self.fn.lang(original.body[0].value)  # type: ignore[attr-defined]
-        if which == "make_block_ptr":
+        elif which == "make_block_ptr":
             args = self.fn._arguments(assign.value, _MAKE_PARAMS)
             assert not isinstance(args, Refusal)
             if record.base == name:

@@ -29,7 +29,8 @@ from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consume
 from transpile.analysis.stages import (PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages)
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in
+from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
+                                 parenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
@@ -1006,10 +1007,8 @@ class _Unconvert(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if code(updated.func) == "gl.convert_layout" and updated.args:
-            value = updated.args[0].value
-            if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)) \
-                    and not value.lpar:
-                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            value = parenthesized(updated.args[0].value)
+            if value is not updated.args[0].value:
                 self.wrapped.add(id(value))
             return value
         return updated

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from transpile.cst_utils import METADATA, bound_names, is_docstring, names_in, substituted, value_names
+from transpile.cst_utils import (METADATA, bound_names, is_docstring, names_in, parenthesized, substituted,
+                                 value_names)
 from transpile.cst_walk import preorder
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.pipeline_text import code, namer
@@ -244,12 +245,7 @@ class _Rewriter:
             axis = _axis(node)
             if axis is not None and context.dim is None:  # `v[None, :]`: v along axis 1, the slice without dim 0
                 inner = self.expression(node.value, Context(context.layout, 1 - axis, context.tag))
-                if isinstance(inner, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation,
-                                      cst.BooleanOperation)) and not inner.lpar:
-                    # (`gl.convert_layout(c < n, ...)[:, None]` re-evaluated as `c < n`: parenthesised, or the
-                    # broadcast would apply to `n` alone)
-                    inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-                return node.with_changes(value=inner)
+                return node.with_changes(value=parenthesized(inner))  # (a conversion re-evaluated as `c < n`)
             if not (value_names(node) & self._tensors(node)):
                 return node
             raise Unsupported(f"`{code(node)}` (an index or a broadcast this rule does not follow)")

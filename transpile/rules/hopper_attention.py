@@ -50,6 +50,7 @@ from transpile.cst_utils import (
     broadcast_axis,
     calls_in,
     names_in,
+    parenthesized,
     product_factors,
     read_names,
     single_assign,
@@ -348,10 +349,7 @@ class _Unconvert(cst.CSTTransformer):
         func = updated_node.func  # type: ignore[attr-defined]
         if isinstance(func, cst.Attribute) and func.attr.value == "convert_layout" and isinstance(func.value, cst.Name) \
                 and func.value.value == "gl" and len(updated_node.args) == 2:  # type: ignore[attr-defined]
-            value = updated_node.args[0].value  # type: ignore[attr-defined]
-            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
-                if isinstance(value, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)) \
-                else value
+            return parenthesized(updated_node.args[0].value)  # type: ignore[attr-defined]
         return updated_node
 
 
