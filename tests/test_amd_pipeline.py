@@ -1624,3 +1624,44 @@ def test_a_pointer_moved_along_the_last_axis_by_a_strided_vector_is_named() -> N
     assert not result.functions[0].pipelined
     assert ("the tile `b` at line 15 is addressed from a pointer moved along the tile's last axis by a strided vector "
             "(`b_ptr += (stride_cm * offs_n)[None, :]`)") in result.functions[0].kept_reason
+
+
+# `acc += tl.dot(a, b)` into a float32 accumulator the canonicalisation leaves apart (a bias added first): where the
+# dot may run on 8-bit integers (the kernel names `tl.int8`), the int32 product would be added apart from the MMA,
+# and the loop is kept. A comment that says "int8" (kernl's autotune table, "# good for int8") or an operand cast to
+# a float type before the dot (an int4 weight unpacked into bf16) is not such a dot.
+INTEGER_NAMED = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, bias_ptr, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc += tl.load(bias_ptr + offs_n)[None, :].to(tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc += tl.dot(OPERANDS)
+        a_ptrs += BK
+        b_ptrs += BK * stride_bk
+    OUTPUT
+'''
+_STORE = "tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))"
+
+
+@pytest.mark.parametrize(("operands", "output", "kept"), [
+    # the output's type names int8 (aiter's `acc_dtype = ... if c_ptr.type.element_ty != tl.int8 else ...`): kept
+    ("a, b", f"if c_ptr.dtype.element_ty != tl.int8:\n        {_STORE}", True),
+    # "int8" in a comment only
+    ("a, b", f"{_STORE}  # int8 outputs are not supported", False),
+    # the operands cast to bf16 before the dot, the kernel's other tiles int8
+    ("a.to(tl.bfloat16), b.to(tl.bfloat16)", f"if c_ptr.dtype.element_ty != tl.int8:\n        {_STORE}", False),
+])
+def test_a_dot_on_8_bit_integers_only_where_its_operands_may_be(operands: str, output: str, kept: bool) -> None:
+    text = INTEGER_NAMED.replace("OPERANDS", operands).replace("OUTPUT", output)
+    result = translate_source(text, "mm.py", get_target("gfx950"))
+    assert result.functions[0].pipelined != kept, result.functions[0].kept_reason
+    if kept:
+        assert "on 8-bit integer operands" in result.functions[0].kept_reason

@@ -21,6 +21,7 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
+from transpile.analysis.layout_values import DotSite
 from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, per_loop,
                                  read_names,
                                  value_names)
@@ -673,6 +674,21 @@ def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> se
     return found
 
 
+#: Element types a dot's operands may have where the kernel names an 8-bit integer type (`tl.int8`, `"uint8"`)
+_INT8 = ("int8", "uint8")
+#: Element types that are not integers, as the layout analysis writes an operand's type where it knows it
+_FLOAT_TYPE = re.compile(r"\b(b?float\d*|fp8\w*|float8\w*)\b")
+
+
+def _integer_dot(function: cst.FunctionDef, site: DotSite) -> bool:
+    """The dot may run on 8-bit integer operands: the kernel names an 8-bit integer type in its code (not in a
+    comment: `# good for int8`), and neither operand's element type is known to be a float type (a tile cast
+    `.to(tl.bfloat16)` before the dot; Triton's dot takes operands of one kind)."""
+    named = any(isinstance(n, cst.Attribute) and n.attr.value in _INT8 or isinstance(n, cst.Name) and n.value in _INT8
+                or isinstance(n, cst.SimpleString) and n.evaluated_value in _INT8 for n in preorder(function))
+    return named and not any(t is not None and _FLOAT_TYPE.search(t) for t in (site.operand_dtype, site.b_dtype))
+
+
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
                computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
@@ -703,7 +719,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         if added is None:
             return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
                                "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
-        if not scaled and re.search(r"\bu?int8\b", source.code(plan.function.node)):
+        if not scaled and _integer_dot(plan.function.node, site):
             # 8-bit integer operands make an int32 product, which such an accumulator (float32 where the output
             # is not int8, in aiter's `gemm_a8w8`) takes as a separate add per iteration: that form measured 48
             # VGPR spills at 256x128x64 on gfx950 where Triton's own compile has none
