@@ -246,6 +246,35 @@ def test_sm90_dot_with_fewer_than_4_warps_is_kept_as_triton(configs: str, kept: 
     assert translate_source(text, "k.py", get_target("gfx950")).functions[0].translated
 
 
+FEW_WARPS_LOOP = '''import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BM": 64}, num_warps=w) for w in [2, 4, 8]], key=["K"])
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k * BK + offs_k)[None, :])
+        b = tl.load(b_ptr + (k * BK + offs_k)[:, None] * stride_bk + offs_n[None, :])
+        acc += tl.dot(a, b) * 0.5
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+def test_sm90_few_warps_and_a_loop_kept_at_any_warps_name_the_loop_first() -> None:
+    """A kernel autotuned over 2, 4 and 8 warps whose loop no sm90 ring takes at any warp count: the loop's reason
+    (what a user can change) comes first, the warp count after it."""
+    (outcome,) = translate_source(FEW_WARPS_LOOP, "mm.py", get_target("sm90")).functions
+    assert not outcome.translated
+    loop, _, warps = outcome.kept_reason.partition("; besides, ")
+    assert loop.startswith("the loop at line 12 is not pipelined for sm90 (the dot's result is scaled"), loop
+    assert "runs 2 warps" in warps and "takes a warpgroup of 4 warps" in warps
+
+
 CHOSEN_HELPER = '''import triton
 import triton.language as tl
 

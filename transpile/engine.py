@@ -664,8 +664,15 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
         elif target.backend == "cuda" and (few := _few_warps(fn, facts, plans)) is not None:
-            _kept(outcome, source, fn.node, fn.name, f"{few}, and its dots would run as wgmma, which takes a "
-                  "warpgroup of 4 warps (Triton runs them as mma.sync there)", drop=())
+            warps = (f"{few}, and its dots would run as wgmma, which takes a warpgroup of 4 warps (Triton runs them "
+                     "as mma.sync there)")
+            if not gluon_always and not ctx.pipelined:
+                # (what keeps its loops at 4 warps and more as well: the reason a user can act on comes first)
+                _keep_unpipelined(ctx, outcome)
+            if outcome.translated:
+                _kept(outcome, source, fn.node, fn.name, warps, drop=())
+            else:
+                outcome.kept_reason = f"{outcome.kept_reason}; besides, {warps}"
         elif reserved:
             _kept(outcome, source, fn.node, fn.name, f"it binds `{reserved[0]}`, the name its Gluon translation "
                   "reads the Gluon language by", drop=())
