@@ -246,3 +246,24 @@ def test_a_none_placeholder_before_a_flag_makes_the_block_pointer_is_dropped() -
     result = translate_source(runtime, "k.py", get_target("gfx950"))
     messages = [d.message for f in result.functions for d in f.diagnostics if d.code == "TT011"]
     assert any("holds a block pointer and, elsewhere, another value" in m for m in messages), messages
+
+
+def test_the_advance_method_is_the_advance_function() -> None:
+    """`p.advance(offsets)`, Triton's tensor method (FlagGems' varlen attention loads `tl.load(gQ.advance([m *
+    BLOCK_M, 0]))`), is lowered as `tl.advance(p, offsets)` is: the variants are the same, and a kernel kept as
+    Triton keeps the method as written."""
+    method = GEMM.replace("a_blk = tl.advance(a_blk, (0, BK))", "a_blk = a_blk.advance((0, BK))").replace(
+        "tl.load(b_blk, boundary_check", "tl.load(b_blk.advance([0, 0]), boundary_check")
+    function = GEMM.replace("tl.load(b_blk, boundary_check", "tl.load(tl.advance(b_blk, [0, 0]), boundary_check")
+    assert method != function
+    for target in ("gfx950", "sm90"):
+        ours, theirs = (translate_source(t, "g.py", get_target(target)) for t in (method, function))
+        assert not any(d.code == "TT011" for d in ours.diagnostics), ours.diagnostics
+        body = [line for line in ours.text.splitlines() if not line.startswith("# ")]
+        assert body == [line for line in theirs.text.splitlines() if not line.startswith("# ")]
+    # a block pointer the lowering refuses (returned from the kernel's helper): the method stays as the user wrote it
+    kept = method.replace("def gemm(", "def _ident(p):\n    return p\n\n\n@triton.jit\ndef gemm(").replace(
+        "    acc = tl.zeros(", "    b_blk = _ident(b_blk)\n    acc = tl.zeros(")
+    result = translate_source(kept, "g.py", get_target("gfx950"))
+    assert not next(f for f in result.functions if f.name == "gemm").translated
+    assert "a_blk = a_blk.advance((0, BK))" in result.text and "tl.advance(a_blk" not in result.text

@@ -759,7 +759,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                 candidate = operand_load(source, plan, i, statement, operand.value)
                 if candidate is not None:
                     found = candidate
-            if computed_operands and found is not None and any(
+            if computed_operands and isinstance(found, OperandLoad) and any(
                     operand.value in assigned_names(s) for s in body[found.index + 1:dot_index]):
                 found = None  # (`b = tl.load(...)` then `b = b.to(...)`: computed)
         if found is None and computed_operands and transposed is None:

@@ -49,8 +49,8 @@ import libcst as cst
 from transpile.cst_utils import (_token_names, calls_in, compile_time, expr, module_code, names_in, node_code,
                                  unparenthesized)
 from transpile.cst_walk import preorder, transform
-from transpile.discover import ModuleFacts, language_name
-from transpile.source import SourceFile, replaced_line_map
+from transpile.discover import ModuleFacts, discover, language_alias, language_name
+from transpile.source import SourceFile, parse_source, replaced_line_map
 
 _MAKE_PARAMS = ("base", "shape", "strides", "offsets", "block_shape", "order")
 _AXIS_NAMES = {1: ("off",), 2: ("row", "col")}
@@ -95,6 +95,11 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
     refusals: list[Refusal] = []
     replaced: dict[cst.CSTNode, cst.CSTNode] = {}
     taken = set(_token_names(source.text)[0])
+    written, text = source.module, source.text  # (what the functions left as they are are written from)
+    spelled = _method_advances(source, facts)
+    if spelled is not None:
+        source = parse_source(spelled, source.path, source.line_map, source.inlined)
+        facts = discover(source)
     for fn in facts.functions.values():
         node = fn.node
         if not any(language_name(source.qualified_name(c.func)) in ("make_block_ptr", "core.make_block_ptr")
@@ -112,10 +117,49 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
     if not replaced and not refusals:
         return None
     if not replaced:
-        return source.text, None, refusals
+        return text, None, refusals
     module = source.module
-    text = module_code(module.with_changes(body=[replaced.get(s, s) for s in module.body]))
+    # (the functions not lowered as the user spelled them: `_method_advances` changes nothing but calls, in place)
+    text = module_code(module.with_changes(body=[replaced.get(s, w) for s, w in zip(module.body, written.body)]))
     return text, replaced_line_map(module, source.text, replaced, text), refusals
+
+
+def _method_advances(source: SourceFile, facts: ModuleFacts) -> str | None:
+    """The module text with each block pointer's `advance` method written as the language's function
+    (`gQ.advance([m * BLOCK_M, 0])` -> `tl.advance(gQ, [m * BLOCK_M, 0])`: Triton's tensor method calls it), on the
+    same lines, where a function advances a name it binds to a block pointer so; None where none does."""
+    rewritten: dict[cst.CSTNode, cst.CSTNode] = {}
+    for fn in facts.functions.values():
+        lang = language_alias(source, fn.node)
+        pointers = {t.target.value for n in preorder(fn.node) if isinstance(n, cst.Assign) for t in n.targets
+                    if isinstance(t.target, cst.Name) and isinstance(n.value, cst.Call)
+                    and language_name(source.qualified_name(n.value.func)) in (
+                        "make_block_ptr", "core.make_block_ptr", "advance", "core.advance")}
+        if not lang or not pointers:
+            continue
+        node = transform(fn.node, _AdvanceMethod(pointers, lang))
+        if node is not fn.node:
+            rewritten[fn.node] = node
+    if not rewritten:
+        return None
+    return module_code(source.module.with_changes(body=[rewritten.get(s, s) for s in source.module.body]))
+
+
+class _AdvanceMethod(cst.CSTTransformer):
+    """`p.advance(offsets)` -> `tl.advance(p, offsets)` for the block pointers `pointers`."""
+
+    def __init__(self, pointers: set[str], lang: str) -> None:
+        super().__init__()
+        self.pointers, self.lang = pointers, lang
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = updated.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "advance" and isinstance(func.value, cst.Name)
+                and func.value.value in self.pointers and len(updated.args) == 1 and updated.args[0].keyword is None):
+            return updated
+        return updated.with_changes(func=cst.Attribute(cst.Name(self.lang), cst.Name("advance")), args=[
+            cst.Arg(func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
 
 
 class _Function:
