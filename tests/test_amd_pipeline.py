@@ -1665,3 +1665,53 @@ def test_a_dot_on_8_bit_integers_only_where_its_operands_may_be(operands: str, o
     assert result.functions[0].pipelined != kept, result.functions[0].kept_reason
     if kept:
         assert "on 8-bit integer operands" in result.functions[0].kept_reason
+
+
+# Two dots into one accumulator, each over its own tiles (a GEMM over two halves of K, a fused gate/up backward's
+# `acc = tl.dot(d_gate, w_gate, acc=acc)` then `acc = tl.dot(d_up, w_up, acc=acc)`, Liger-Kernel's MoE): one
+# accumulator chain of two MMAs, each with rings of its own, run in order in the `mma` stage.
+SPLIT_K = HEAD + '''@triton.jit
+def two_halves(a_ptr, b_ptr, c_ptr, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a1 = tl.load(a_ptr + offs_m[:, None] * stride_am + (k + offs_k)[None, :])
+        b1 = tl.load(b_ptr + (k + offs_k)[:, None] * stride_bk + offs_n[None, :])
+        acc = tl.dot(a1, b1, acc=acc)
+        a2 = tl.load(a_ptr + offs_m[:, None] * stride_am + (K + k + offs_k)[None, :])
+        b2 = tl.load(b_ptr + (K + k + offs_k)[:, None] * stride_bk + offs_n[None, :])
+        acc = tl.dot(a2, b2, acc=acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx1250"])
+def test_two_dots_into_one_accumulator_are_one_chain(target: str) -> None:
+    from transpile.schedule_check import check_source
+
+    result = translate_source(SPLIT_K, "halves.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    mma = result.text.split('warp_pipeline_stage("mma"', 1)[1].split("warp_pipeline_stage(", 1)[0]
+    assert mma.index("acc = _dot(a1, b1, acc)") < mma.index("acc = _dot(a2, b2, acc)")
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings
+    # the checker counts each MMA of the chain: the second dot fed the first's tiles again is found
+    broken = result.text.replace("acc = _dot(a2, b2, acc)", "acc = _dot(a1, b1, acc)")
+    assert any("the same tile again" in f.message or "uses tile" in f.message
+               for f in check_source(broken).findings)
+    # a second dot that adds to the accumulator apart from the MMA is still refused, with that reason
+    added = SPLIT_K.replace("acc = tl.dot(a2, b2, acc=acc)", "acc += tl.dot(a2, b2) * 2.0")
+    kept = translate_source(added, "halves.py", get_target(target)).functions[0]
+    assert not kept.pipelined and "two dots accumulate into `acc`" in kept.kept_reason
+
+
+@pytest.mark.slow
+def test_two_dots_into_one_accumulator_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(SPLIT_K, "halves.py", get_target("gfx950"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]

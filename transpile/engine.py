@@ -967,8 +967,11 @@ def _loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
             shape = f"; the loop planner stops at line {ctx.source.position(planned.node)[0]}: {planned.reason}"
         elif planned is not None:
             kinds = "chained (a product feeds the next dot)" if planned.chained else "independent"
-            shape = (f": they are {len(planned.chains)} {kinds} accumulator chains, a form the loop planner reads "
-                     f"and no {ctx.target.name} ring is written for (the AMD warp pipeline takes such loops)")
+            held = len({chain.acc for chain in planned.chains})
+            form = (f"{len(planned.chains)} {kinds} accumulator chains" if held == len(planned.chains) else
+                    f"{len(planned.chains)} dots adding into {held} accumulator{'s' if held > 1 else ''} in turn")
+            shape = (f": they are {form}, a form the loop planner reads and no {ctx.target.name} ring is written for "
+                     "(the AMD warp pipeline takes such loops)")
         else:
             shape = "; no dot of it is fed by a tile loaded in the loop"
         return (f"its {len(loop.dots)} dots (lines {where}) are neither one GEMM nor the two chained dots of "

@@ -195,7 +195,8 @@ class _Part:
         self.wgmmas: list[list[_Read]] = []  # asynchronous wgmmas in flight, oldest first, with the reads they hold
         self.groups: list[list[_Copy]] = []  # committed copy groups in flight, oldest first
         self.open_group: list[_Copy] = []
-        self.acc: dict[str, list] = {}  # carried accumulator -> [updates, trip count at its first update, line]
+        # (carried accumulator, the rings of its operands) -> [updates, trip count at its first update, line, tiles]
+        self.acc: dict[tuple[str, tuple[str, ...]], list] = {}
         self.sequence: dict[tuple[str, str], int] = {}  # (ring, accumulator) -> the last tile number it used
         # values made afresh in the iteration (a dot's own product, `qk = _dot(q, k, zeros)`, or a value bound in
         # the loop from other names, `qk = gl.zeros(...)`): a dot that adds to one (`qk = _dot_acc(q_pe, k_pe, qk)`,
@@ -373,7 +374,11 @@ class _Machine:
         if not carried and target is not None:
             part.products[target] = part.depth
             part.bound_by_dot = target
-        state = part.acc.setdefault(name, [0, part.trips, line, {}]) if carried else None
+        # (per accumulator and the rings its operands come from: two dots into one accumulator, over two halves of K
+        # with rings of their own, `acc = dot(a1, b1, acc)` then `acc = dot(a2, b2, acc)`, each update it once per
+        # iteration)
+        key = (name, tuple(sorted({tile.ring for tile in tiles if tile.number is not None})))
+        state = part.acc.setdefault(key, [0, part.trips, line, {}]) if carried else None
         for tile in tiles:
             read = self.reads[tile.read]
             if read.used_at is None:
@@ -401,8 +406,11 @@ class _Machine:
 
     def settle(self, part: _Part, name: str) -> None:
         """`name` stops being an accumulator (reset, or the kernel ends): it must have had every iteration."""
-        state = part.acc.pop(name, None)
-        if state is None or state[0] == 0 or not isinstance(state[1], int):
+        for key in [key for key in part.acc if key[0] == name]:
+            self._settle(part.acc.pop(key), name)
+
+    def _settle(self, state: list, name: str) -> None:
+        if state[0] == 0 or not isinstance(state[1], int):
             return
         if state[0] != state[1]:
             self.find(state[2], f"`{name}` is updated {state[0]} times by a loop of {state[1]} iterations")
@@ -419,7 +427,7 @@ class _Machine:
             lines = sorted({entry.line for group in part.groups for entry in group})
             self.find(line, f"copies of line(s) {', '.join(map(str, lines))} are still in flight when "
                             f"{'the kernel' if part.name == 'kernel' else 'partition ' + part.name} ends")
-        for name in list(part.acc):
+        for name in dict.fromkeys(name for name, _ in part.acc):
             self.settle(part, name)
 
     # -- mbarriers ------------------------------------------------------------------------------------------------
@@ -927,13 +935,14 @@ class _Runner:
             if trip:
                 value = m.overrides[trip.group(1)]
                 if trip.group(1) in ("num_iters", "ws_iters"):
-                    for acc in list(self.part.acc):  # (a later loop: those of the loop before have had its trips)
+                    # (a later loop: those of the loop before have had its trips)
+                    for acc in dict.fromkeys(name for name, _ in self.part.acc):
                         m.settle(self.part, acc)
                     self.part.trips = value
             elif _STAGES_NAME.match(name) and not (isinstance(node, ast.Subscript)):
                 value = m.overrides["NUM_STAGES"]  # the ring depth of this case
             afresh = not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))  # (not read back)
-            if name in self.part.acc and afresh:
+            if any(held == name for held, _ in self.part.acc) and afresh:
                 m.settle(self.part, name)  # the accumulator starts again (a new output tile)
             if self.part.bound_by_dot != name:
                 if self.part.depth and afresh:

@@ -187,6 +187,13 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         return None
     if not _chained(body, dots[0][0], dots[-1][0]):
         return None  # two independent GEMMs (gate and up projections), not attention: the GEMM rules say why not
+    first_acc = plan.dots[next(c for c in calls_in(dots[0][1]) if c in plan.dots)].acc
+    if isinstance(first_acc, cst.Name) and first_acc.value != "None" and not any(
+            first_acc.value in assigned_names(s) for s in body[:dots[0][0]]):
+        # the first dot adds into a value carried from the last iteration (a GEMM over two halves of K, `acc =
+        # tl.dot(a1, b1, acc)` then `acc = tl.dot(a2, b2, acc)`), not scores made in the iteration: the GEMM rules
+        # say why not
+        return None
     extra = dots[1:-1]
     dots = [dots[0], dots[-1]]
 

@@ -426,7 +426,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
-        if any(other.acc == chain.acc for other in chains):
+        if any(other.acc == chain.acc and not (_continues(other) and _continues(chain)) for other in chains):
+            # (dots that each take the accumulator, `acc = tl.dot(a1, b1, acc)` then `acc = tl.dot(a2, b2, acc)`: a
+            # sum of products over two halves of K, run in order into one MMA accumulator; any other pair is refused)
             return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
         for load in chain_loads:
             position = chain.operands.index(load.name) if load.name in chain.operands \
@@ -687,6 +689,12 @@ def _integer_dot(function: cst.FunctionDef, site: DotSite) -> bool:
     named = any(isinstance(n, cst.Attribute) and n.attr.value in _INT8 or isinstance(n, cst.Name) and n.value in _INT8
                 or isinstance(n, cst.SimpleString) and n.evaluated_value in _INT8 for n in preorder(function))
     return named and not any(t is not None and _FLOAT_TYPE.search(t) for t in (site.operand_dtype, site.b_dtype))
+
+
+def _continues(chain: DotChain) -> bool:
+    """The dot takes the loop-carried accumulator itself (`acc = tl.dot(a, b, acc)`): not a fresh, scaled or chained
+    product, nor a sum the statement adds apart from the MMA."""
+    return chain.acc_in_dot and not (chain.fresh or chain.scaled_product or chain.chained or chain.scales)
 
 
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
