@@ -69,6 +69,15 @@ def test_int8_operands_keep_a_float_accumulator_apart() -> None:
     assert _canonical(line, "tl.int32") == "    acc = tl.dot(a.to(tl.int8), b.to(tl.int8), acc)\n"
 
 
+def test_int8_named_in_a_comment_only_folds() -> None:
+    """A comment that says "int8" (an autotune table's `# good for int8`) names no 8-bit type: the dot is folded; a
+    kernel that names one in code keeps a float32 accumulator apart."""
+    line = "    acc += tl.dot(a, b)  # good for int8 too\n"
+    assert _canonical(line) == "    acc = tl.dot(a, b, acc)  # good for int8 too\n"
+    named = "    acc += tl.dot(a, b)\n    q = b.to(tl.int8)\n"
+    assert _canonical(named) == named
+
+
 def test_out_dtype_must_match_the_accumulator() -> None:
     line = "    acc += tl.dot(a, b, out_dtype=tl.float16)\n"
     assert _canonical(line, "tl.float16") == "    acc = tl.dot(a, b, acc, out_dtype=tl.float16)\n"

@@ -250,6 +250,18 @@ def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
         if isinstance(node, _OPERATIONS) and not node.lpar else node
 
 
+#: 8-bit integer element types, by their names in Triton and torch
+INT8_TYPES = ("int8", "uint8")
+
+
+def names_int8(node: cst.CSTNode) -> bool:
+    """`node` names an 8-bit integer type in its code (`tl.int8`, `torch.uint8`, `"int8"`), not in a comment (an
+    autotune table's `# good for int8`)."""
+    return any(isinstance(n, cst.Attribute) and n.attr.value in INT8_TYPES
+               or isinstance(n, cst.Name) and n.value in INT8_TYPES
+               or isinstance(n, cst.SimpleString) and n.evaluated_value in INT8_TYPES for n in preorder(node))
+
+
 def compile_time(test: cst.BaseExpression, constexprs: set[str]) -> bool:
     """`test` reads only the names `constexprs` and literals, with no call, subscript or attribute: Triton decides it
     when it compiles the kernel."""

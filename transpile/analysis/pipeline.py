@@ -22,9 +22,8 @@ import libcst as cst
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
 from transpile.analysis.layout_values import DotSite
-from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, per_loop,
-                                 read_names,
-                                 value_names)
+from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, names_int8,
+                                 per_loop, read_names, value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -676,8 +675,6 @@ def _nested_loop_dots(source: SourceFile, loop: cst.For, plan: LayoutPlan) -> se
     return found
 
 
-#: Element types a dot's operands may have where the kernel names an 8-bit integer type (`tl.int8`, `"uint8"`)
-_INT8 = ("int8", "uint8")
 #: Element types that are not integers, as the layout analysis writes an operand's type where it knows it
 _FLOAT_TYPE = re.compile(r"\b(b?float\d*|fp8\w*|float8\w*)\b")
 
@@ -686,9 +683,7 @@ def _integer_dot(function: cst.FunctionDef, site: DotSite) -> bool:
     """The dot may run on 8-bit integer operands: the kernel names an 8-bit integer type in its code (not in a
     comment: `# good for int8`), and neither operand's element type is known to be a float type (a tile cast
     `.to(tl.bfloat16)` before the dot; Triton's dot takes operands of one kind)."""
-    named = any(isinstance(n, cst.Attribute) and n.attr.value in _INT8 or isinstance(n, cst.Name) and n.value in _INT8
-                or isinstance(n, cst.SimpleString) and n.evaluated_value in _INT8 for n in preorder(function))
-    return named and not any(t is not None and _FLOAT_TYPE.search(t) for t in (site.operand_dtype, site.b_dtype))
+    return names_int8(function) and not any(t is not None and _FLOAT_TYPE.search(t) for t in (site.operand_dtype, site.b_dtype))
 
 
 def _continues(chain: DotChain) -> bool:

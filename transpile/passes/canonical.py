@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import module_code, rescaled, single_definitions
+from transpile.cst_utils import module_code, names_int8, rescaled, single_definitions
 from transpile.cst_walk import transform
 from transpile.discover import ModuleFacts, discover, language_alias, language_name
 from transpile.source import SourceFile, parse_source
@@ -72,8 +72,7 @@ class _Canonical(cst.CSTTransformer):
         if node in self.functions:
             self.depth += 1
             self.accumulators = _accumulator_dtypes(self.source, node)
-            code = self.source.code(node)
-            self.int8 = "int8" in code
+            self.int8 = names_int8(node)
             self.lang = language_alias(self.source, node)
             self.zero_tiles = _zero_tiles(self.source, node)
         return True
