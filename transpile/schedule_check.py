@@ -210,6 +210,10 @@ class _Part:
         self.done = False
         self.error: BaseException | None = None
 
+    def held(self) -> list[str]:
+        """The accumulators carried now, each once (`acc` holds a state per pair of rings its dots read)."""
+        return list(dict.fromkeys(name for name, _ in self.acc))
+
 
 class _Machine:
     """One abstract run of a kernel for one case: the shared memory, the barriers and the findings."""
@@ -427,7 +431,7 @@ class _Machine:
             lines = sorted({entry.line for group in part.groups for entry in group})
             self.find(line, f"copies of line(s) {', '.join(map(str, lines))} are still in flight when "
                             f"{'the kernel' if part.name == 'kernel' else 'partition ' + part.name} ends")
-        for name in dict.fromkeys(name for name, _ in part.acc):
+        for name in part.held():
             self.settle(part, name)
 
     # -- mbarriers ------------------------------------------------------------------------------------------------
@@ -936,13 +940,13 @@ class _Runner:
                 value = m.overrides[trip.group(1)]
                 if trip.group(1) in ("num_iters", "ws_iters"):
                     # (a later loop: those of the loop before have had its trips)
-                    for acc in dict.fromkeys(name for name, _ in self.part.acc):
+                    for acc in self.part.held():
                         m.settle(self.part, acc)
                     self.part.trips = value
             elif _STAGES_NAME.match(name) and not (isinstance(node, ast.Subscript)):
                 value = m.overrides["NUM_STAGES"]  # the ring depth of this case
             afresh = not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))  # (not read back)
-            if any(held == name for held, _ in self.part.acc) and afresh:
+            if name in self.part.held() and afresh:
                 m.settle(self.part, name)  # the accumulator starts again (a new output tile)
             if self.part.bound_by_dot != name:
                 if self.part.depth and afresh:

@@ -102,8 +102,7 @@ def lower_block_pointers(source: SourceFile, facts: ModuleFacts
         facts = discover(source)
     for fn in facts.functions.values():
         node = fn.node
-        if not any(language_name(source.qualified_name(c.func)) in ("make_block_ptr", "core.make_block_ptr")
-                   for c in calls_in(node)):
+        if not _makes_block_pointers(source, node):
             continue
         lowering = _Function(source, node, taken)
         result = lowering.lower()
@@ -130,6 +129,8 @@ def _method_advances(source: SourceFile, facts: ModuleFacts) -> str | None:
     same lines, where a function advances a name it binds to a block pointer so; None where none does."""
     rewritten: dict[cst.CSTNode, cst.CSTNode] = {}
     for fn in facts.functions.values():
+        if not _makes_block_pointers(source, fn.node):
+            continue  # (the lowering leaves such functions as written: their spelling stays)
         lang = language_alias(source, fn.node)
         pointers = {t.target.value for n in preorder(fn.node) if isinstance(n, cst.Assign) for t in n.targets
                     if isinstance(t.target, cst.Name) and isinstance(n.value, cst.Call)
@@ -143,6 +144,11 @@ def _method_advances(source: SourceFile, facts: ModuleFacts) -> str | None:
     if not rewritten:
         return None
     return module_code(source.module.with_changes(body=[rewritten.get(s, s) for s in source.module.body]))
+
+
+def _makes_block_pointers(source: SourceFile, node: cst.FunctionDef) -> bool:
+    return any(language_name(source.qualified_name(c.func)) in ("make_block_ptr", "core.make_block_ptr")
+               for c in calls_in(node))
 
 
 class _AdvanceMethod(cst.CSTTransformer):
