@@ -683,7 +683,17 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             access = _launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
             vector = (replicated_vector_load(facts, fn, plan) if outcome.translated and not outcome.pipelined
                       and access is None else None)
-            if vector is not None:
+            trip = _round_trip(fn, facts, plans) if outcome.translated and not outcome.pipelined else None
+            if trip is not None:
+                where, node = trip
+                line = source.position(node)[0]
+                _kept(outcome, source, node, fn.name,
+                      f"{where} reshapes a tile back to another tile's shape from another rank at line {line} "
+                      "(a network over a reshaped view, such as a bitonic sort): Triton's compiler derives each "
+                      "reshape's layout from its operand's, where the Gluon translation converts every such result "
+                      "through shared memory (a 256-element argsort on gfx950: 2.3x the instructions, 892 LDS "
+                      "accesses against 48)", drop=(), note=" (--gluon-always translates it)")
+            elif vector is not None:
                 line = source.position(vector)[0]
                 _kept(outcome, source, vector, fn.name,
                       f"the load at line {line} reads a vector in every iteration of a loop, in the layout of a 2-D "
@@ -1063,6 +1073,23 @@ def _kept(outcome: KernelOutcome, source: SourceFile, node: cst.CSTNode, name: s
     kept = source.diagnostic(node, "TT041", f"`{name}` kept as Triton{f' for {target}' if target else ''}: "
                                             f"{reason}{note}")
     outcome.diagnostics = [kept] if alone else sorted({*(d for d in outcome.diagnostics if d.code not in drop), kept})
+
+
+def _round_trip(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan]
+                ) -> tuple[str, cst.CSTNode] | None:
+    """(which function, the reshape) of the first reshape back from another rank (`LayoutPlan.round_trips`) in `fn`
+    or a helper it calls, directly or not; None where there is none."""
+    seen: set[str] = set()
+    todo = [fn.name]
+    while todo:
+        name = todo.pop(0)
+        if name in seen or name not in plans:
+            continue
+        seen.add(name)
+        if plans[name].round_trips:
+            return ("it" if name == fn.name else f"its helper `{name}`"), plans[name].round_trips[0]
+        todo += _callees(facts.functions[name], facts)
+    return None
 
 
 def _callees(fn: JitFunction, facts: ModuleFacts) -> list[str]:

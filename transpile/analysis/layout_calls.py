@@ -194,16 +194,30 @@ class LanguageCalls:
         rank = value.rank
         shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
         if name in ("reshape", "view"):
-            shape_node = self.arg(node, 1, "shape")
-            rank = len(shape_node.elements) if isinstance(shape_node, (cst.List, cst.Tuple)) else None
-            if isinstance(shape_node, (cst.List, cst.Tuple)):
-                shape = tuple(self.shape_text(e.value) for e in shape_node.elements)
+            rank, shape = self.reshaped(node, self.arg(node, 1, "shape"), value.rank)
         if name == "ravel":
             rank = 1
         if name == "join":  # two tensors of one shape -> that shape with a new last dimension of 2
             rank = rank + 1 if rank is not None else None
             shape = (*value.shape, "2") if value.shape else None
         return self.opaque(node, rank, shape, value.elem)
+
+    def reshaped(self, node: cst.Call, shape_node: cst.BaseExpression | None, rank: int | None
+                 ) -> tuple[int | None, tuple[str | None, ...] | None]:
+        """The rank and shape `node`, a reshape of a tensor of `rank` to `shape_node`, gives: a literal list, or
+        another tensor's `y.shape` (a network that reshapes a tile to 3-d and back, `tl.reshape(t3, x.shape)`: the
+        rank the analysis knows for `y`; a reshape back from another rank is noted in `LayoutPlan.round_trips`);
+        (None, None) where neither says."""
+        if isinstance(shape_node, (cst.List, cst.Tuple)):
+            return len(shape_node.elements), tuple(self.shape_text(e.value) for e in shape_node.elements)
+        like_node = _shape_of(shape_node) if shape_node is not None else None
+        if like_node is not None:
+            like = self.env.get(like_node.value) if isinstance(like_node, cst.Name) else None
+            if isinstance(like, Tensor) and like.rank is not None:
+                if rank is not None and rank != like.rank:
+                    self.plan.round_trips.append(node)
+                return like.rank, like.shape
+        return None, None
 
     def expand_dims(self, node: cst.Call) -> Value:
         """`tl.expand_dims(x, axis)`: as `x[:, None]` (the operand in the matching slice layout)."""
@@ -502,9 +516,12 @@ class LanguageCalls:
             rank = base.rank
             shape = tuple(reversed(base.shape)) if method == "trans" and base.shape else None
             if method in ("reshape", "view"):
-                named = self.shape_of_args([a for a in node.args if a.keyword is None])
-                rank = len(named) if named is not None else None
-                shape = named
+                positional = [a.value for a in node.args if a.keyword is None]
+                if len(positional) == 1 and _shape_of(positional[0]) is not None:
+                    rank, shape = self.reshaped(node, positional[0], base.rank)
+                else:
+                    shape = self.shape_of_args([a for a in node.args if a.keyword is None])
+                    rank = len(shape) if shape is not None else None
             return self.opaque(node, rank, shape, base.elem)
         for a in node.args:
             self.eval(a.value)

@@ -240,7 +240,7 @@ def _optional_params(ctx: RuleContext) -> tuple[set[str], set[str]]:
     None: a `None` default, or a call of this file passing `None` or a name the caller binds to `None` somewhere (`b
     = None` when a flag is off); Triton makes such an argument a constexpr None, which `gl.convert_layout` does not
     take; `is not None` is decided at compile time. A number: a name the caller binds to one somewhere (`s = 1.0`
-    where a flag leaves out a scale tensor); whether it is a tensor of a layout is decided at compile time too."""
+    where a flag leaves out a scale tensor; `flip = order`, a constexpr parameter of the caller); whether it is a tensor of a layout is decided at compile time too."""
     function = ctx.function
     names = [p.name for p in function.params]
     optional = {p.name for p in function.params if p.default == "None"}
@@ -256,7 +256,9 @@ def _optional_params(ctx: RuleContext) -> tuple[set[str], set[str]]:
                 for a in s.body:
                     if isinstance(a, cst.Assign) and isinstance(a.value, cst.Name) and a.value.value == "None":
                         none_names |= assigned_names(s)
-                    elif isinstance(a, cst.Assign) and _number(a.value):
+                    elif isinstance(a, cst.Assign) and (_number(a.value) or (
+                            isinstance(a.value, cst.Name) and a.value.value in caller_fn.constexpr_names)):
+                        # (`flip = order` where a constexpr test leaves the bitonic network's direction a number)
                         number_names |= assigned_names(s)
         for node in calls_in(caller_fn.node):
             if ctx.facts.callee(node.func) != function.name:
