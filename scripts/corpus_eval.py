@@ -30,20 +30,23 @@ from transpile.targets import all_targets, get_target
 JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
 
 
-def _kept_category(reason: str) -> str:
-    """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate), source not
-    GPU Triton (a construct Triton's own compiler rejects for GPUs, as other backends' dialects write), dot loop
-    (a loop Triton's own compiler pipelines better than any variant would), call graph (a caller or callee is kept),
-    library helper (a helper other modules import, not called here)."""
+def _kept_category(reason: str, codes: set[str]) -> str:
+    """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate, or a kernel
+    defined below module level where the tool does not translate it: TT007), source not GPU Triton (a construct
+    Triton's own compiler rejects for GPUs, as other backends' dialects write), call graph (a caller or callee is
+    kept), library helper (a helper other modules import, not called here), slower as Gluon (the rest: a dot loop
+    Triton's own compiler pipelines better than an unpipelined variant, or a construct measured slower). `codes`: the
+    codes of the function's diagnostics."""
     if NOT_TRITON in reason:  # (a construct Triton's own compiler rejects for GPUs: another backend's dialect)
         return "source not GPU Triton"
-    if reason.startswith("it is not translated") or "without defining it" in reason or "never defines" in reason:
+    if reason.startswith("it is not translated") or "without defining it" in reason or "never defines" in reason \
+            or "TT007" in codes:
         return "refused"
     if reason.startswith(("it is called by", "it calls the helper")):
         return "call graph"
     if reason.startswith("it is a helper for other modules"):
         return "library helper"
-    return "dot loop"
+    return "slower as Gluon"
 
 
 def _files(dirs: list[Path]) -> list[Path]:
@@ -106,7 +109,7 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
                 status = ("pipelined" if fn.pipelined else "translated") if fn.translated else "kept as Triton"
                 counts[status] += 1
                 if not fn.translated:
-                    kept_why[_kept_category(fn.kept_reason)] += 1
+                    kept_why[_kept_category(fn.kept_reason, {d.code for d in fn.diagnostics})] += 1
                 for d in fn.diagnostics:
                     if d.severity.value == "refusal":
                         listed.append({"file": str(path), "target": name, "function": fn.name, "code": d.code,
