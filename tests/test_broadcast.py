@@ -533,17 +533,50 @@ def center(x_ptr, y_ptr, sums_ptr, BLOCK: tl.constexpr):
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
-def test_expanding_a_zero_dimensional_value_along_an_axis_it_lacks_is_refused() -> None:
-    """`s[:, None]` of a 0-d tensor names an axis `s` does not have (Triton rejects it too): refused at the
-    expression, saying what to write."""
+def test_expanding_a_zero_dimensional_value_along_an_axis_it_lacks(monkeypatch, tmp_path: Path) -> None:
+    """`alpha[:, None]` of a 0-d tensor names an axis `alpha` does not have: Triton up to 3.6 reads the `:` as nothing
+    and the None as a new axis (a tensor of one element; 3.9 rejects it), as paged-attention decode kernels write a
+    running maximum's rescale (`m = float("-inf")`, then `m_new = tl.maximum(tl.max(qk, axis=0), m)` in the loop,
+    `alpha = tl.exp2(m - m_new)`). Where the analysis is sure the value is 0-d (a reduction of a rank-1 tile along its
+    axis, elementwise math of it, a name bound only to such values and numbers) it is translated as 3.6 reads it;
+    where it is not (a loaded scalar: a pointer or a value, as the analysis sees it), refused at the expression,
+    saying what to write."""
     text = HEAD + '''@triton.jit
-def center(x_ptr, y_ptr, BLOCK: tl.constexpr):
+def decode(q_ptr, k_ptr, o_ptr, seq_len, BLOCK_N: tl.constexpr, HEAD: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD)
+    q = tl.load(q_ptr + offs_d)
+    acc = tl.zeros([BLOCK_N, HEAD], dtype=tl.float32)
+    m_i = float("-inf")
+    for start in range(0, seq_len, BLOCK_N):
+        rows = start + offs_n
+        k = tl.load(k_ptr + rows[:, None] * HEAD + offs_d[None, :], mask=rows[:, None] < seq_len, other=0.0)
+        qk = tl.sum((q[None, :] * k).to(tl.float32), axis=1)
+        m_new = tl.maximum(tl.max(qk, axis=0), m_i)
+        alpha = tl.exp2(m_i - m_new)
+        acc *= alpha[:, None]
+        acc += tl.exp2(qk - m_new)[:, None] * k
+        m_i = m_new
+    tl.store(o_ptr + offs_d, tl.sum(acc, axis=0))
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "acc *= gl.full([1], alpha, alpha.dtype, layout=gl.SliceLayout(0, acc_layout))[" in result.text
+        compiled = {c.kernel: c for c in verify(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "o_ptr": "*fp32",
+                                                          "seq_len": "i32", "BLOCK_N": 32, "HEAD": 64})}
+        assert compiled["decode"].ok, compiled["decode"].message
+        # (the source kernel, for unaligned launches, is what Triton 3.9 itself rejects)
+        assert "too many indices for tensor of rank 0" in compiled["_decode_triton"].message
+    opaque = HEAD + '''@triton.jit
+def center(x_ptr, y_ptr, s_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs).to(tl.float32)
-    s = tl.sum(x, 0)
+    s = tl.load(s_ptr)
     tl.store(y_ptr + offs, x - s[:, None])
 '''
-    result = translate_source(text, "k.py", get_target("sm90"))
+    result = translate_source(opaque, "k.py", get_target("sm90"))
     assert not result.functions[0].translated
     assert any(d.code == "TT010" and d.line == 10 and "`s[:, None]` expands a 0-d value along an axis" in d.message
                for d in result.diagnostics), [d.format() for d in result.diagnostics]

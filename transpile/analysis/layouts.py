@@ -668,10 +668,14 @@ class _FunctionWalker(LanguageCalls):
         final_rank = len(indices) if rank is None else rank + indices.count(None)
         return self.expansion(node, "expand", node.value, base, indices, final_rank, shape)
 
-    def certainly_0d(self, node: cst.BaseExpression, depth: int = 0) -> bool:
-        """`node` is a 0-d tensor for certain: a program id, a scalar (not constexpr) parameter, a name the function
-        binds once to such a value, or arithmetic and comparisons of them with numbers (not a value the analysis
-        cannot see, such as what a helper of another module returns)."""
+    def certainly_0d(self, node: cst.BaseExpression, depth: int = 0, visiting: frozenset[str] = frozenset()
+                     ) -> bool:
+        """`node` is a 0-d tensor for certain: a program id, a scalar (not constexpr) parameter, a reduction of a
+        rank-1 tile along its axis (or of any tile along every axis), a name the function binds only to such values
+        and numbers (a running maximum `m = float("-inf")`, then `m = tl.maximum(tl.max(qk, axis=0), m)` in a loop),
+        or elementwise math, arithmetic and comparisons of them with numbers (not a value the analysis cannot see,
+        such as what a helper of another module returns). `visiting`: the names being followed (a name read in its
+        own binding, a loop's running value, is taken for what its other bindings make it)."""
         node = unparenthesized(node)
         if depth > 32:
             return False
@@ -679,21 +683,31 @@ class _FunctionWalker(LanguageCalls):
             lang = _strip_module(language_name(self.source.qualified_name(node.func)) or "")
             if lang in ("program_id", "num_programs"):
                 return True
-            if not (lang in ("cdiv", "minimum", "maximum") or self.source.qualified_name(node.func) == "triton.cdiv"
+            if lang in REDUCTIONS:
+                return self.reduced_to_0d(node)
+            if not (lang in ("cdiv", "minimum", "maximum") or lang in _MATH_0D
+                    or self.source.qualified_name(node.func) == "triton.cdiv"
                     or isinstance(node.func, cst.Name) and node.func.value in ("min", "max")):
                 return False
             sides = [a.value for a in node.args if a.keyword is None and not a.star]
             if len(sides) != len(node.args):
                 return False
             numbers = [self.compile_time(x, depth + 1) for x in sides]
-            return not all(numbers) and all(n or self.certainly_0d(x, depth + 1) for n, x in zip(numbers, sides))
+            return not all(numbers) and all(n or self.certainly_0d(x, depth + 1, visiting)
+                                            for n, x in zip(numbers, sides))
         if isinstance(node, cst.Name):
             if node.value in self.fn.constexpr_names:
                 return False
             if node.value in {p.name for p in self.fn.params}:
                 return node.value not in bound_names(self.fn.node.body)
+            if node.value in visiting:
+                return True
             values = [s.body[0].value for s in self.statements_binding(node.value)]  # type: ignore[attr-defined]
-            return len(values) == 1 and self.certainly_0d(values[0], depth + 1)
+            if len(values) == 1:
+                return self.certainly_0d(values[0], depth + 1, visiting | {node.value})
+            numbers = [self.compile_time(v, depth + 1) or _float_literal(v) for v in values]
+            return len(values) > 1 and not all(numbers) and all(
+                n or self.certainly_0d(v, depth + 1, visiting | {node.value}) for n, v in zip(numbers, values))
         if isinstance(node, cst.BinaryOperation):
             sides = [node.left, node.right]
         elif isinstance(node, cst.Comparison):
@@ -703,7 +717,21 @@ class _FunctionWalker(LanguageCalls):
         else:
             return False
         numbers = [self.compile_time(x, depth + 1) for x in sides]  # (`pid < N`, N constexpr)
-        return not all(numbers) and all(n or self.certainly_0d(x, depth + 1) for n, x in zip(numbers, sides))
+        return not all(numbers) and all(n or self.certainly_0d(x, depth + 1, visiting) for n, x in zip(numbers, sides))
+
+    def reduced_to_0d(self, node: cst.Call) -> bool:
+        """`tl.max(x, axis=0)` of a tile the analysis knows is of rank 1, or a reduction along every axis (no axis
+        given), without `keep_dims`: a 0-d tensor."""
+        if any(a.keyword is not None and a.keyword.value == "keep_dims" for a in node.args):
+            return False
+        operand = self.arg(node, 0, "input")
+        axis = self.arg(node, 1, "axis")
+        if operand is None:
+            return False
+        if axis is None or (isinstance(axis, cst.Name) and axis.value == "None"):
+            return True
+        value = self.env.get(operand.value) if isinstance(operand, cst.Name) else None
+        return isinstance(value, Tensor) and value.rank == 1 and self.source.code(axis).strip() in ("0", "-1")
 
     def compile_time(self, node: cst.BaseExpression, depth: int = 0) -> bool:
         """`node` is a number at compile time: a literal, a constexpr parameter, a name bound once to such a value,
@@ -1062,3 +1090,14 @@ def name_terms(plan: LayoutPlan) -> dict[str, Term]:
         if root.slice_of is not None:
             terms.append(root.slice_of[1])
     return roots
+
+
+# Elementwise math of a 0-d tensor is a 0-d tensor (`alpha = tl.exp2(m - m_new)`)
+_MATH_0D = {"exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "abs", "cos", "sin", "erf", "floor", "ceil",
+            "fma", "fdiv", "div_rn"}
+
+
+def _float_literal(node: cst.BaseExpression) -> bool:
+    """`float("-inf")`, `float("inf")`, `float("nan")`: a number at compile time."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" and \
+        len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString)
