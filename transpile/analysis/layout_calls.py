@@ -193,6 +193,8 @@ class LanguageCalls:
             return SCALAR
         rank = value.rank
         shape = tuple(reversed(value.shape)) if name == "trans" and value.shape else None
+        if name in ("trans", "permute") and len(node.args) > 1:
+            shape = _permuted(value.shape, [a.value for a in node.args[1:] if a.keyword is None])
         if name in ("reshape", "view"):
             rank, shape = self.reshaped(node, self.arg(node, 1, "shape"), value.rank)
         if name == "ravel":
@@ -515,6 +517,8 @@ class LanguageCalls:
                 self.eval(a.value)
             rank = base.rank
             shape = tuple(reversed(base.shape)) if method == "trans" and base.shape else None
+            if method in ("trans", "permute") and node.args:
+                shape = _permuted(base.shape, [a.value for a in node.args if a.keyword is None])
             if method in ("reshape", "view"):
                 positional = [a.value for a in node.args if a.keyword is None]
                 if len(positional) == 1 and _shape_of(positional[0]) is not None:
@@ -647,3 +651,16 @@ class LanguageCalls:
         self.refuse(node, "TT010", f"tensor descriptor method `.{method}` is not supported (load and store are)")
         return SCALAR
 
+
+def _permuted(shape: tuple[str | None, ...] | None, dims: list[cst.BaseExpression]
+              ) -> tuple[str | None, ...] | None:
+    """`shape` permuted as `x.permute((1, 0))`, `tl.permute(x, [1, 0])`, `x.trans(1, 0)` name it (one tuple or list
+    of integer literals, or the integers one by one); None where they are not literals or do not fit the shape."""
+    if len(dims) == 1 and isinstance(dims[0], (cst.Tuple, cst.List)):
+        dims = [e.value for e in dims[0].elements]
+    if shape is None or len(dims) != len(shape) or not all(isinstance(d, cst.Integer) for d in dims):
+        return None
+    order = [int(d.value) for d in dims]  # type: ignore[attr-defined]
+    if sorted(order) != list(range(len(shape))):
+        return None
+    return tuple(shape[d] for d in order)

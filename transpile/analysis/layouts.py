@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 
 import libcst as cst
 
@@ -281,12 +282,17 @@ class _FunctionWalker(LanguageCalls):
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
         self.allowed_shape_names = set(param_names) | analysis.module_names
-        # Constexprs the function binds at its top level (`PACK: tl.constexpr = 2 if FORMAT == "e2m1" else 1`) from
-        # parameters and module names: a shape that reads one is written with its definition (the layouts are
-        # declared before it is bound).
+        # Constexprs the function binds once (`PACK: tl.constexpr = 2 if FORMAT == "e2m1" else 1`, at its top level
+        # or under an `if`: `shape0: tl.constexpr = BLOCK_M * D // BLOCK_R`) from parameters and module names: a shape
+        # that reads one is written with its definition (the layouts are declared before it is bound).
         self.local_constexprs: dict[str, cst.BaseExpression] = {}
-        for statement in self.fn.node.body.body if isinstance(self.fn.node.body, cst.IndentedBlock) else ():
-            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        lines = [n for n in preorder(self.fn.node.body) if isinstance(n, cst.SimpleStatementLine)]
+        bindings = Counter(name for line in lines for name in bound_names(line))
+        for statement in lines:
+            small = statement.body[0] if len(statement.body) == 1 else None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                    and bindings[small.target.value] > 1:
+                continue
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None \
                     and self.source.code(small.annotation.annotation).strip().endswith("constexpr") \
                     and all(n in self.allowed_shape_names or n in self.local_constexprs
@@ -924,15 +930,20 @@ class _FunctionWalker(LanguageCalls):
         plan = self.analysis.analyse(callee, self.in_callee_terms(callee, positional, keywords, kinds_t))
         result = plan.returns
         if isinstance(result, Tensor):
-            return self.opaque(node, result.rank, None, self.caller_elem(result.elem, callee, positional))
+            return self.opaque(node, result.rank, self.caller_shape(result.shape, callee, positional, keywords, kinds_t),
+                               self.caller_elem(result.elem, callee, positional))
         if isinstance(result, Tup) and any(isinstance(i, Tensor) for i in result.items):
             # Each tensor of the tuple arrives in the callee's layout: the caller converts it after unpacking.
-            items = tuple(self.fresh(node, f"item{i}", rank=item.rank, origins={"opaque"}) if isinstance(item, Tensor)
-                          else None for i, item in enumerate(result.items))
+            shapes = [self.caller_shape(item.shape, callee, positional, keywords, kinds_t)
+                      if isinstance(item, Tensor) else None for item in result.items]
+            items = tuple(self.fresh(node, f"item{i}", rank=item.rank, shape=list(shape) if shape else None,
+                                     origins={"opaque"}) if isinstance(item, Tensor)
+                          else None for i, (item, shape) in enumerate(zip(result.items, shapes)))
             self.tuple_calls[node] = name
             return Tup(tuple(
-                Tensor(t, self.caller_elem(item.elem, callee, positional)) if t is not None and isinstance(item, Tensor)
-                else SCALAR for t, item in zip(items, result.items)))
+                Tensor(t, self.caller_elem(item.elem, callee, positional), shape)
+                if t is not None and isinstance(item, Tensor) else SCALAR
+                for t, item, shape in zip(items, result.items, shapes)))
         return result if result is not None else SCALAR
 
     def in_callee_terms(self, callee: JitFunction, positional: list[cst.BaseExpression],
@@ -968,6 +979,70 @@ class _FunctionWalker(LanguageCalls):
             out.append(kind)
         out.extend(kinds[len(out):])
         return tuple(out)
+
+    def caller_shape(self, shape: tuple[str | None, ...] | None, callee: JitFunction,
+                     positional: list[cst.BaseExpression], keywords: dict[str, cst.BaseExpression],
+                     kinds: tuple[Value, ...]) -> tuple[str | None, ...] | None:
+        """A helper result's shape in the caller's terms, as Triton's JIT specialises the helper per call: each of the
+        helper's parameters a dimension reads (`BLOCK_K`, `x.shape[0]`) replaced by what this call passes (its text,
+        where the caller can write it; the shape of the tensor passed); a dimension that reads anything else is
+        unknown."""
+        if not shape:
+            return None
+        params = {p.name: i for i, p in enumerate(callee.params)}
+        passed = {p.name: positional[i] if i < len(positional) else keywords.get(p.name)
+                  for i, p in enumerate(callee.params)}
+        walker = self
+
+        class InCaller(cst.CSTTransformer):
+            """The helper's names in a dimension replaced by the caller's: `x.shape[1]` by the shape of the tensor
+            passed as `x`, a parameter by the text of its argument (or its default); LookupError where one cannot
+            be."""
+
+            @staticmethod
+            def shape_dim(node: cst.Subscript) -> tuple[str, int] | None:
+                value, index = node.value, node.slice
+                if isinstance(value, cst.Attribute) and value.attr.value == "shape" and isinstance(value.value, cst.Name) \
+                        and len(index) == 1 and isinstance(index[0].slice, cst.Index) \
+                        and isinstance(index[0].slice.value, cst.Integer):
+                    return value.value.value, int(index[0].slice.value.value)
+                return None
+
+            def visit_Subscript(self, node: cst.Subscript) -> bool:
+                return self.shape_dim(node) is None  # (`x.shape[1]` is replaced whole)
+
+            def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+                found = self.shape_dim(original)
+                if found is not None:
+                    name, axis = found
+                    kind = kinds[params[name]] if name in params and params[name] < len(kinds) else None
+                    if isinstance(kind, Tensor) and kind.shape and axis < len(kind.shape) \
+                            and kind.shape[axis] is not None:
+                        return _operand(kind.shape[axis])
+                    raise LookupError(name)
+                return updated
+
+            def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+                if original.value in params:
+                    arg = passed[original.value]
+                    text = walker.shape_text(arg) if arg is not None else callee.params[params[original.value]].default
+                    if text is None:
+                        raise LookupError(original.value)
+                    return _operand(text)
+                if original.value not in walker.analysis.module_names:
+                    raise LookupError(original.value)
+                return updated
+
+        out: list[str | None] = []
+        for dim in shape:
+            try:
+                if dim is None:
+                    raise LookupError
+                expression = cst.parse_expression(dim).visit(InCaller())
+                out.append(self.source.code(expression).strip())
+            except (LookupError, cst.ParserSyntaxError):
+                out.append(None)
+        return tuple(out) if any(d is not None for d in out) else None
 
     def caller_elem(self, elem: str | None, callee: JitFunction, positional: list[cst.BaseExpression]) -> str | None:
         """A helper result's element type in the caller's terms: `gl.float16` as is; `p.dtype.element_ty` of the
@@ -1101,3 +1176,11 @@ def _float_literal(node: cst.BaseExpression) -> bool:
     """`float("-inf")`, `float("inf")`, `float("nan")`: a number at compile time."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" and \
         len(node.args) == 1 and isinstance(node.args[0].value, cst.SimpleString)
+
+
+def _operand(text: str) -> cst.BaseExpression:
+    """`text` as an expression to put in another: in parentheses unless a name, a number or a call."""
+    expression = cst.parse_expression(text)
+    if isinstance(expression, (cst.Name, cst.Integer, cst.Call, cst.Attribute, cst.Subscript)):
+        return expression
+    return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
