@@ -125,3 +125,32 @@ def test_the_variants_compile(case: str, target: str, tmp_path: Path, monkeypatc
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(result, values)
     assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]
+
+
+WGRAD = HEAD + '''@triton.jit
+def wgrad_kernel(x_ptr, g_ptr, w_ptr, n, width, pad, stride_x, stride_g, BLOCK_C: tl.constexpr,
+                 BLOCK_O: tl.constexpr, BLOCK_N: tl.constexpr):
+    c = tl.arange(0, BLOCK_C)
+    o = tl.arange(0, BLOCK_O)
+    x_ptr += (c * stride_x)[:, None]
+    g_ptr += o[None, :]
+    acc = tl.zeros((BLOCK_C, BLOCK_O), dtype=tl.float32)
+    for w in range(0, width):
+        shift = c - pad + w
+        for start in range(0, n, BLOCK_N):
+            rows = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_ptr + rows[None, :] + shift[:, None], mask=rows[None, :] < n)
+            g = tl.load(g_ptr + (rows * stride_g)[:, None], mask=rows[:, None] < n)
+            acc += tl.dot(x, g, allow_tf32=False)
+    tl.store(w_ptr + c[:, None] * BLOCK_O + o[None, :], acc)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_tensor_of_pointers_bound_to_a_name_keeps_its_pointee(target: str) -> None:
+    """`x_ptr += offs[:, None]` makes `x_ptr` a tensor of pointers into x; `x_ptr + rows + shift`, where `shift`
+    reads an integer parameter (`c - pad + w`), still points into x (FlagGems' convolution weight gradient: the dot's
+    operand type was lost, TT010)."""
+    result = translate_source(WGRAD, "wgrad.py", get_target(target), gluon_always=True)
+    assert not [d for d in result.diagnostics if d.code == "TT010"], [d.format() for d in result.diagnostics]
+    assert "_mma_layout(BLOCK_C, [BLOCK_O], x_ptr.dtype.element_ty, " in result.text

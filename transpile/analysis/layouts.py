@@ -519,7 +519,8 @@ class _FunctionWalker(LanguageCalls):
                 previous = self.env.get(name)
                 elem = value.elem or (previous.elem if isinstance(previous, Tensor) else None)
                 shape = value.shape or (previous.shape if isinstance(previous, Tensor) else None)
-                self.env[name] = Tensor(self.name_terms[name], elem, shape)
+                # (a tensor of pointers stays one: `x_ptr += offs[:, None]`, then `x_ptr + k * stride` points into x)
+                self.env[name] = Tensor(self.name_terms[name], elem, shape, value.pointer)
             elif isinstance(value, Descriptor):
                 self.env[name] = Descriptor(name, value.info)
                 self.plan.descriptors[name] = value.info
