@@ -209,3 +209,36 @@ def blocks(counts_ptr, out_ptr, total, n, BLOCK: tl.constexpr):
         assert "from pkg" not in result.text  # (self-contained: both copies are in the variant)
         compiled = verify(result, values)
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+ALIASED = HEAD + '''@triton.jit
+def _pow2_above(val, floor: tl.constexpr):
+    bits = tl.cast(val, tl.uint32, bitcast=True)
+    exp = tl.maximum((bits >> 23) & 0xFF, 127 + floor)
+    return tl.cast(exp << 23, tl.float32, bitcast=True), exp
+
+
+pow2_above = _pow2_above
+
+
+@triton.jit
+def scale_rows(x_ptr, s_ptr, e_ptr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * 16 + tl.arange(0, 16)
+    x = tl.load(x_ptr + rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :])
+    one, _ = _pow2_above(1.0, 0)
+    scales, exps = pow2_above(tl.max(tl.abs(x), axis=1) * one, 0)
+    tl.store(s_ptr + rows, scales)
+    tl.store(e_ptr + rows, exps.to(tl.int32))
+'''
+
+
+def test_a_helper_called_through_a_module_alias_is_copied_too(monkeypatch, tmp_path: Path) -> None:
+    """`pow2_above = _pow2_above` at module level, one call by each name with other kinds (gemlite's mxfp scale
+    kernels): the call through the alias names the copy of its kinds (TT012 before)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(ALIASED, str(tmp_path / "k.py"), get_target(target))
+        assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+        assert "scales, exps = _pow2_above_1d(" in result.text
+        compiled = verify(result, {"x_ptr": "*fp32", "s_ptr": "*fp32", "e_ptr": "*i32", "BLOCK": 64})
+        assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]

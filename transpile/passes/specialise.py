@@ -63,15 +63,16 @@ def specialise_helpers(facts: ModuleFacts, plans: dict[str, LayoutPlan], exclude
             if any(r.code != "TT012" for r in own.refusals):
                 continue  # (the helper is not translated at its own kinds either: a copy would only be kept too)
             # (a call of the helper by its name, or the helper passed as a scan's or reduction's combine function)
+            # (or by a module-level alias, `next_power_of_2 = next_power_of_2_bitwise`: the call names the copy)
             named = call.func if isinstance(call, cst.Call) else call
-            if not isinstance(named, cst.Name) or named.value != helper:
+            if not isinstance(named, cst.Name) or (named.value != helper and facts.aliases.get(named.value) != helper):
                 continue
             key = (helper, kinds)
             if key not in copies:
                 copies[key] = _name(helper, own.kinds, kinds, taken)
                 taken.add(copies[key])
             line, column = source.position(named)
-            renames.append((line - 1, column - 1, column - 1 + len(helper), copies[key]))
+            renames.append((line - 1, column - 1, column - 1 + len(named.value), copies[key]))
     if not copies:
         return None
     for line, start, end, new in sorted(renames, reverse=True):  # right to left: earlier columns stay valid
