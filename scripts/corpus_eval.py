@@ -34,7 +34,8 @@ def _kept_category(reason: str, codes: set[str]) -> str:
     """Why a function is kept as Triton, in a word or two: refused (a construct the tool cannot translate, or a kernel
     defined below module level where the tool does not translate it: TT007), source not GPU Triton (a construct
     Triton's own compiler rejects for GPUs, as other backends' dialects write), call graph (a caller or callee is
-    kept), library helper (a helper other modules import, not called here), slower as Gluon (the rest: a dot loop
+    kept), library helper (a helper other modules import, not called here), test's own kernel (one a test function
+    builds for its own checks), slower as Gluon (the rest: a dot loop
     Triton's own compiler pipelines better than an unpipelined variant, or a construct measured slower). `codes`: the
     codes of the function's diagnostics."""
     if NOT_TRITON in reason:  # (a construct Triton's own compiler rejects for GPUs: another backend's dialect)
@@ -44,6 +45,8 @@ def _kept_category(reason: str, codes: set[str]) -> str:
         return "refused"
     if reason.startswith(("it is called by", "it calls the helper")):
         return "call graph"
+    if "it is a test's own kernel" in reason:
+        return "test's own kernel"
     if reason.startswith("it is a helper for other modules"):
         return "library helper"
     return "slower as Gluon"

@@ -868,3 +868,24 @@ def test_translating_needs_no_triton_and_verify_says_how_to_get_it(cli, tmp_path
         assert mine == (tmp_path / "ref" / name).read_text(encoding="utf-8").split("\n", 3)[3]
     result = cli.subprocess("verify", "matmul_grouped.py", "-t", "gfx950", env=env)
     assert result.exit_code == 2 and "TT033" in result.stderr and "triton-transpile[verify]" in result.stderr
+
+
+def test_a_tests_own_kernels_beside_module_kernels_are_kept_with_a_note(tmp_path: Path, cli) -> None:
+    """A test module with kernels of its own at module level and kernels its test functions build for their own
+    checks (FlagGems' `test_libentry.py`): the module's kernel is translated; the test's kernels are kept as written
+    with a note (TT041: a test's own kernel, as a file of nothing else is no kernel module, TT003), not a refusal."""
+    source = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef top(x_ptr, y_ptr, BLOCK: tl.constexpr):\n"
+              "    offs = tl.arange(0, BLOCK)\n    tl.store(y_ptr + offs, tl.load(x_ptr + offs))\n\n\n"
+              "def check_hash():\n    @triton.jit\n    def probe(x_ptr):\n        pass\n\n    return probe\n")
+    (tmp_path / "test_hashing.py").write_text(source, encoding="utf-8")
+    result = cli("test_hashing.py", "-t", "gfx950")
+    assert_clean_exit(result, 0)
+    found = diagnostics(result.stderr)
+    assert [d[:4] for d in found] == [("test_hashing.py", 13, 9, "TT041")], result.stderr
+    assert "`probe` kept as written: it is a test's own kernel, defined inside function `check_hash`" in found[0][4]
+    variant = (tmp_path / "test_hashing_gfx950.py").read_text(encoding="utf-8")
+    assert "@gluon.jit\ndef top(" in variant
+    assert "    @triton.jit\n    def probe(x_ptr):\n        pass\n" in variant
+    # (outside a test module, a function's kernel is the module's own: TT007)
+    (tmp_path / "hashing.py").write_text(source, encoding="utf-8")
+    assert [d[3] for d in diagnostics(cli("hashing.py", "-t", "gfx950").stderr)] == ["TT007"]

@@ -6,6 +6,7 @@ import builtins
 import dataclasses
 from collections.abc import Mapping
 import functools
+import os
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -281,12 +282,20 @@ def _specialised(text: str, path: str, excluded: frozenset[str], start: tuple[st
 
 def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CSTNode]]
                   ) -> list[tuple[str, Diagnostic]]:
-    """(name, TT007) of each kernel defined below module level, which the variant keeps as written."""
-    return [(k.name.value, source.diagnostic(k.name, "TT007", (
-        f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top level of a "
-        "module, and kernels that all stand in module-level blocks, each block holding the jit functions its kernels "
-        "call (define it there, or in a module of its own that this one imports): the variant keeps it as "
-        "written"))) for k, h in nested]
+    """(name, TT007) of each kernel defined below module level, which the variant keeps as written; (name, TT041) of
+    a test's own kernel (defined in a function of a pytest module, or in a `test*` function), kept as written too:
+    a test builds it for its own checks, as a file of nothing else is no kernel module (TT003)."""
+    stem = os.path.basename(source.path)
+    test_module = stem.startswith("test_") or stem.endswith("_test.py")
+    return [(k.name.value, source.diagnostic(k.name, "TT041", (
+        f"`{k.name.value}` kept as written: it is a test's own kernel, defined {_where(source, h)} of a test "
+        "module; the tool translates a module's kernels, not those a test builds for its own checks"))
+             if isinstance(h, cst.FunctionDef) and (test_module or h.name.value.startswith("test")) else
+             source.diagnostic(k.name, "TT007", (
+                 f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top "
+                 "level of a module, and kernels that all stand in module-level blocks, each block holding the jit "
+                 "functions its kernels call (define it there, or in a module of its own that this one imports): the "
+                 "variant keeps it as written"))) for k, h in nested]
 
 
 def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = None) -> Prepared:
