@@ -180,3 +180,47 @@ def test_a_module_level_helper_of_a_kernel_kept_in_a_block_stays_triton() -> Non
     assert not helper.translated and helper.is_helper and "`k`, a kernel the variant keeps as written" in helper.reason
     assert [(d.line, d.code) for d in result.diagnostics] == [(6, "TT041"), (13, "TT007")]
     assert "_AlignedOrTriton" not in result.text and "@triton.jit\ndef offsets(BLOCK: tl.constexpr):" in result.text
+
+
+# FlagGems' style: a helper Triton may lack, bound to Triton's own where it has it, else defined in the `except`
+FALLBACK = '''import triton
+import triton.language as tl
+
+try:
+    box_muller = tl.pair_uniform_to_normal
+except AttributeError:
+
+    @triton.jit
+    def box_muller(u1, u2):
+        u1 = tl.maximum(1.0e-7, u1)
+        r = tl.sqrt(-2.0 * tl.log(u1))
+        return r * tl.cos(6.283185307179586 * u2), r * tl.sin(6.283185307179586 * u2)
+
+
+@triton.jit
+def normal_kernel(u_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    a, b = box_muller(tl.load(u_ptr + offs, mask=m, other=0.5), tl.load(u_ptr + n + offs, mask=m, other=0.5))
+    tl.store(out_ptr + offs, a + b, mask=m)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_an_elementwise_helper_picked_at_import_time_is_kept_with_a_note(target: str, tmp_path, monkeypatch) -> None:
+    """The kernel at module level is translated and calls the helper as written (Gluon compiles a Triton helper of
+    elementwise math, whichever definition the import picked); the fallback definition stays Triton, which the source
+    kernel the launcher keeps also calls: a note (TT041), not a refusal (TT007 before)."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    result = translate_source(FALLBACK, str(tmp_path / "fallback.py"), get_target(target))
+    assert [(d.line, d.code) for d in result.diagnostics if d.code.startswith("TT0")
+            and d.code not in ("TT043",)] == [(9, "TT041")], [d.format() for d in result.diagnostics]
+    assert "of elementwise math only, which Gluon code calls as written" in result.diagnostics[0].message
+    assert next(o for o in result.functions if o.name == "normal_kernel").translated
+    assert "except AttributeError:\n\n    @triton.jit\n    def box_muller(u1, u2):" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"u_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": 256})
+    assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]

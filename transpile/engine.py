@@ -31,7 +31,7 @@ from transpile.analysis.launch_alignment import (
     address_params,
     column_major_access,
 )
-from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, analyse_layouts
+from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, _unseen_functions, analyse_layouts
 from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop, product_loops
 from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
@@ -280,6 +280,10 @@ def _specialised(text: str, path: str, excluded: frozenset[str], start: tuple[st
     return candidate, copies
 
 
+# What the note of a helper a module picks at import time says (its outcome is a helper's, not a kernel's)
+_PICKED_HELPER = "a helper the module picks at import time"
+
+
 def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CSTNode]]
                   ) -> list[tuple[str, Diagnostic]]:
     """(name, TT007) of each kernel defined below module level, which the variant keeps as written; (name, TT041) of
@@ -287,10 +291,23 @@ def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CS
     a test builds it for its own checks, as a file of nothing else is no kernel module (TT003)."""
     stem = os.path.basename(source.path)
     test_module = stem.startswith("test_") or stem.endswith("_test.py")
+    # (helpers in module-level blocks that Gluon code calls as written: elementwise math only, `_unseen_functions`)
+    unseen = _unseen_functions(source.module, set(), source.path) if any(
+        isinstance(h, (cst.If, cst.Try, cst.With)) for _, h in nested) else {}
+    module_level = {id(s) for s in source.module.body}
+    # (and called by the module's own functions: a helper in use, not a kernel left there)
+    called = {n.func.value for s in source.module.body if isinstance(s, cst.FunctionDef)
+              for n in cst_walk.preorder(s) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     return [(k.name.value, source.diagnostic(k.name, "TT041", (
         f"`{k.name.value}` kept as written: it is a test's own kernel, defined {_where(source, h)} of a test "
         "module; the tool translates a module's kernels, not those a test builds for its own checks"))
              if isinstance(h, cst.FunctionDef) and (test_module or h.name.value.startswith("test")) else
+             source.diagnostic(k.name, "TT041", (
+                 f"`{k.name.value}` kept as written: {_PICKED_HELPER}, defined "
+                 f"{_where(source, h)}, of elementwise math only, which Gluon code calls as written (Gluon compiles "
+                 "a Triton helper of elementwise operations), and the Triton code the variant keeps calls too"))
+             if isinstance(h, (cst.If, cst.Try, cst.With)) and id(h) in module_level and k.name.value not in unseen
+             and k.name.value in called else
              source.diagnostic(k.name, "TT007", (
                  f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top "
                  "level of a module, and kernels that all stand in module-level blocks, each block holding the jit "
@@ -500,7 +517,7 @@ def translate_source(text: str, path: str, target: Target, command: str | None =
     result = _translate_source(text, path, target, command, prepared, gluon_always, tma_tiles)
     # kernels below module level beside the module's own: kept as written, each with its note (TT007)
     done = {o.name for o in result.functions}
-    result.functions.extend(KernelOutcome(name, False, False, [d], kept_reason=d.message)
+    result.functions.extend(KernelOutcome(name, _PICKED_HELPER in d.message, False, [d], kept_reason=d.message)
                             for name, d in prepared.below_module if name not in done)
     return result
 
@@ -511,7 +528,8 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
         in_blocks = _translate_in_blocks(text, path, target, command, prepared, gluon_always, tma_tiles)
         if in_blocks is not None:
             return in_blocks
-        outcomes = {name: KernelOutcome(name, False, False, [d], kept_reason=d.message) for name, d in prepared.nested}
+        outcomes = {name: KernelOutcome(name, _PICKED_HELPER in d.message, False, [d], kept_reason=d.message)
+                    for name, d in prepared.nested}
         header = _header(path, sha256_text(text), prepared.source, target, command, outcomes).replace(
             "(the comments above them say why)", "(defined inside a module-level block, a class or a function: not translated)")
         return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)

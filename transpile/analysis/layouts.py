@@ -98,6 +98,7 @@ class LayoutAnalysis:
         self.module_names = _module_level_names(self.source.module)
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
                                                   self.source.path)
+        self.block_tuples = _block_tuple_arities(self.source.module)
 
     def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
         """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
@@ -204,6 +205,21 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
         found.setdefault(bound, f"imported from `{origin}`" + (f" and cannot be copied here ({why})"
                                                                 if isinstance(why, str) else ""))
     return {name: how for name, how in found.items() if name not in jit_names}
+
+
+def _block_tuple_arities(module: cst.Module) -> dict[str, int]:
+    """Functions defined in module-level `if`/`try`/`with` blocks whose every definition returns a tuple of one
+    length (FlagGems' `pair_uniform_to_normal` fallback): that length, by name."""
+    found: dict[str, set[int]] = {}
+    for statement in module.body:
+        if not isinstance(statement, (cst.If, cst.Try, cst.With)):
+            continue
+        for node in ast.walk(ast.parse(cst.Module([statement]).code)):
+            if isinstance(node, ast.FunctionDef):
+                returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
+                found.setdefault(node.name, set()).update(
+                    len(v.elts) if isinstance(v, ast.Tuple) else 0 for v in returns or [None])
+    return {name: next(iter(lengths)) for name, lengths in found.items() if len(lengths) == 1 and 0 not in lengths}
 
 
 def imported_helpers(module: cst.Module, path: str
@@ -870,6 +886,13 @@ class _FunctionWalker(LanguageCalls):
             ranks = [t.rank for t in tensors if t.rank is not None]
             rank = max(ranks) if ranks else None
             shape = next((t.shape for t in tensors if t.rank == rank and t.shape), None)
+            arity = self.analysis.block_tuples.get(func.value) if isinstance(func, cst.Name) else None
+            if arity:
+                # a helper a module-level block defines that returns a tuple (`r * tl.cos(t), r * tl.sin(t)`): each
+                # tensor converted after the line unpacks it, as a translated helper's tuple is
+                self.tuple_calls[node] = func.value  # type: ignore[attr-defined]
+                return Tup(tuple(Tensor(self.fresh(node, f"item{i}", rank=rank, shape=list(shape) if shape else None,
+                                                   origins={"opaque"}), None, shape) for i in range(arity)))
             return self.opaque(node, rank, shape, None)
         return SCALAR
 
