@@ -539,8 +539,7 @@ def test_expanding_a_zero_dimensional_value_along_an_axis_it_lacks(monkeypatch, 
     running maximum's rescale (`m = float("-inf")`, then `m_new = tl.maximum(tl.max(qk, axis=0), m)` in the loop,
     `alpha = tl.exp2(m - m_new)`). Where the analysis is sure the value is 0-d (a reduction of a rank-1 tile along its
     axis, elementwise math of it, a name bound only to such values and numbers) it is translated as 3.6 reads it;
-    where it is not (a loaded scalar: a pointer or a value, as the analysis sees it), refused at the expression,
-    saying what to write."""
+    where it is not (what a function of another module returns), refused at the expression, saying what to write."""
     text = HEAD + '''@triton.jit
 def decode(q_ptr, k_ptr, o_ptr, seq_len, BLOCK_N: tl.constexpr, HEAD: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -569,16 +568,16 @@ def decode(q_ptr, k_ptr, o_ptr, seq_len, BLOCK_N: tl.constexpr, HEAD: tl.constex
         assert compiled["decode"].ok, compiled["decode"].message
         # (the source kernel, for unaligned launches, is what Triton 3.9 itself rejects)
         assert "too many indices for tensor of rank 0" in compiled["_decode_triton"].message
-    opaque = HEAD + '''@triton.jit
-def center(x_ptr, y_ptr, s_ptr, BLOCK: tl.constexpr):
+    opaque = HEAD.replace("import triton.language as tl\n", "import triton.language as tl\nimport lib\n") + '''@triton.jit
+def center(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs).to(tl.float32)
-    s = tl.load(s_ptr)
+    s = lib.scale(n)
     tl.store(y_ptr + offs, x - s[:, None])
 '''
     result = translate_source(opaque, "k.py", get_target("sm90"))
     assert not result.functions[0].translated
-    assert any(d.code == "TT010" and d.line == 10 and "`s[:, None]` expands a 0-d value along an axis" in d.message
+    assert any(d.code == "TT010" and d.line == 11 and "`s[:, None]` expands a 0-d value along an axis" in d.message
                for d in result.diagnostics), [d.format() for d in result.diagnostics]
 
 
@@ -1081,3 +1080,34 @@ def scales(s_ptr, M, N, BLOCK: tl.constexpr):
     refused = translate_source(opaque, "k.py", get_target("gfx950"))
     assert not refused.functions[0].translated
     assert any("`col[None, :]` expands a 0-d value" in d.message for d in refused.diagnostics)
+
+
+def test_a_fill_shaped_like_a_tensor_of_unknown_rank_takes_its_layout(monkeypatch, tmp_path: Path) -> None:
+    """`tl.full(inp.shape, value, dtype=inp.dtype)` in a helper no function of the file calls (the pointwise helpers
+    code generators such as FlagGems' `pointwise_dynamic` wrap): the rank of `inp` is unknown, and the fill takes
+    `inp`'s own layout (`layout=inp.type.layout`); `tl.full(s.shape, ...)` of a 0-d value (a scalar loaded through a
+    pointer parameter, `tl.where` of it) is the value itself in Gluon, no layout. Both were refused (TT010: "needs a
+    literal shape list")."""
+    text = HEAD + '''@triton.jit
+def fill_like(inp, value):
+    return tl.full(inp.shape, value, dtype=inp.dtype)
+
+
+@triton.jit
+def clamp_scale(x_ptr, y_ptr, amax_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    amax = tl.load(amax_ptr)
+    safe = tl.where(amax == 0, 1.0, amax)
+    top = tl.full(safe.shape, 448.0, safe.dtype)
+    tl.store(y_ptr + offs, x * (top / safe), mask=offs < n)
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+        assert not [d for d in result.diagnostics if d.code == "TT010"], [d.format() for d in result.diagnostics]
+        assert "return gl.full(inp.shape, value, dtype=inp.dtype, layout=inp.type.layout)" in result.text
+        assert "top = gl.full(safe.shape, 448.0, safe.dtype)\n" in result.text
+        compiled = {c.kernel: c for c in verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "amax_ptr": "*fp32",
+                                                          "n": "i32", "BLOCK": 256})}
+        assert compiled["clamp_scale"].ok, compiled["clamp_scale"].message

@@ -307,6 +307,16 @@ class LanguageCalls:
             if isinstance(like, Tensor) and like.rank is not None:
                 dims = list(like.shape) if like.shape is not None else [None] * like.rank
                 return Tensor(self.created(node, rank=like.rank, shape=dims), elem, shape=tuple(dims))
+            if isinstance(like_node, cst.Name) and (isinstance(like, Tensor) or isinstance(like, Scalar) and (
+                    like.param == like_node.value and self.fn.node.params.params)):
+                # a tensor of a rank the analysis does not know (a library helper's parameter, `tl.full(inp.shape,
+                # value, inp.dtype)`, pointwise code generators' style): filled in that tensor's own layout
+                # (`layout=inp.type.layout`); a parameter's shape is read only of a tensor
+                self.plan.shaped_like[node] = like_node.value
+                return Tensor(like.term, elem, like.shape) if isinstance(like, Tensor) else Tensor(
+                    self.fresh(node, "like", rank=None, shape=None, origins={"opaque"}), elem)
+            if isinstance(like, Scalar) and self.certainly_0d(like_node):
+                return SCALAR  # (a 0-d tensor's shape is `[]`: Gluon's fill of no shape is the value itself)
         self.refuse(node, "TT010", f"`tl.{name}` needs a literal shape list (e.g. `[BLOCK_M, BLOCK_N]`) so that its "
                     "layout can be chosen")
         return Tensor(self.created(node, rank=None, shape=None))

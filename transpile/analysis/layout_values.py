@@ -217,6 +217,8 @@ class LayoutPlan:
     tuple_converts: dict[cst.Assign, list[tuple[str, Term]]] = field(default_factory=dict)
     # What each `tl.load` of a tensor gives (its layout class, element type and shape)
     loads: dict[cst.Call, Tensor] = field(default_factory=dict)
+    # `tl.full(x.shape, ...)` / `tl.zeros(x.shape, ...)` of a tensor of unknown rank: filled in `x`'s own layout
+    shaped_like: dict[cst.CSTNode, str] = field(default_factory=dict)
     # Reshapes back to another tile's shape from another rank (`tl.reshape(t3, x.shape)` after work on a 3-d view of
     # `x`: a bitonic network): Triton's compiler derives each reshape's layout from its operand's, where the
     # translation converts the result to a layout of its own through shared memory (`engine`: kept as Triton)

@@ -708,6 +708,16 @@ class _FunctionWalker(LanguageCalls):
                 return True
             if lang in REDUCTIONS:
                 return self.reduced_to_0d(node)
+            if lang == "load" and node.args:
+                # a load through one pointer: a parameter, or a parameter plus 0-d offsets (`tl.load(amax_ptr)`,
+                # `tl.load(scale_ptr + pid)`)
+                pointer = unparenthesized(node.args[0].value)
+                terms = [pointer.left, pointer.right] if isinstance(pointer, cst.BinaryOperation) and isinstance(
+                    pointer.operator, (cst.Add, cst.Subtract)) else [pointer]
+                return any(isinstance(t, cst.Name) and t.value in {p.name for p in self.fn.params}
+                           and t.value not in bound_names(self.fn.node.body)
+                           and not isinstance(self.env.get(t.value), Tensor) for t in terms) and all(
+                    self.compile_time(t, depth + 1) or self.certainly_0d(t, depth + 1, visiting) for t in terms)
             if not (lang in ("cdiv", "minimum", "maximum") or lang in _MATH_0D
                     or self.source.qualified_name(node.func) == "triton.cdiv"
                     or isinstance(node.func, cst.Name) and node.func.value in ("min", "max")):
@@ -1193,7 +1203,7 @@ def name_terms(plan: LayoutPlan) -> dict[str, Term]:
 
 # Elementwise math of a 0-d tensor is a 0-d tensor (`alpha = tl.exp2(m - m_new)`)
 _MATH_0D = {"exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "abs", "cos", "sin", "erf", "floor", "ceil",
-            "fma", "fdiv", "div_rn"}
+            "fma", "fdiv", "div_rn", "where"}
 
 
 def _float_literal(node: cst.BaseExpression) -> bool:

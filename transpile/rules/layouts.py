@@ -55,6 +55,9 @@ class CreationLayouts(Rule):
     )
 
     def leave_Call(self, ctx: RuleContext, original: cst.Call, updated: cst.BaseExpression) -> cst.BaseExpression:
+        like = ctx.plan.shaped_like.get(original)
+        if like is not None and isinstance(updated, cst.Call):  # (`tl.full(x.shape, ...)`, x of unknown rank)
+            return with_keyword(updated, "layout", cst.parse_expression(f"{like}.type.layout"))
         if original not in ctx.plan.creations or not isinstance(updated, cst.Call):
             return updated
         lang = ctx.language(original.func)
