@@ -224,3 +224,19 @@ def test_an_elementwise_helper_picked_at_import_time_is_kept_with_a_note(target:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(result, {"u_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": 256})
     assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]
+
+
+def test_elementwise_helpers_a_module_picks_for_other_modules_are_kept_with_a_note() -> None:
+    """A utilities module (aiter's `chunk_delta_attn_utils`): `exp` defined per an environment flag for other modules
+    to import, beside a kernel of its own that does not call it; the helpers are kept as written with a note, while a
+    kernel in such a block (it stores, returns nothing) keeps TT007."""
+    source = ("import os\nimport triton\nimport triton.language as tl\n\nif os.environ.get('FAST') == '1':\n\n"
+              "    @triton.jit\n    def exp(x):\n        return tl.exp2(x * 1.4426950408889634)\n\nelse:\n\n"
+              "    @triton.jit\n    def exp(x):\n        return tl.exp(x)\n\n    @triton.jit\n"
+              "    def fill(y_ptr, BLOCK: tl.constexpr):\n        tl.store(y_ptr + tl.arange(0, BLOCK), 1.0)\n\n\n"
+              "@triton.jit\ndef copy(x_ptr, y_ptr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+              "    tl.store(y_ptr + offs, tl.load(x_ptr + offs))\n")
+    result = translate_source(source, "utils.py", get_target("gfx950"))
+    assert [(d.line, d.code) for d in result.diagnostics if d.code in ("TT007", "TT041")] == [
+        (8, "TT041"), (14, "TT041"), (18, "TT007")], [d.format() for d in result.diagnostics]
+    assert next(o for o in result.functions if o.name == "copy").translated

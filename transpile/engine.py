@@ -295,7 +295,8 @@ def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CS
     unseen = _unseen_functions(source.module, set(), source.path) if any(
         isinstance(h, (cst.If, cst.Try, cst.With)) for _, h in nested) else {}
     module_level = {id(s) for s in source.module.body}
-    # (and called by the module's own functions: a helper in use, not a kernel left there)
+    # (and called by the module's own functions, or by other modules': a helper, not a kernel left there, which
+    # stores; `_unseen_functions` takes no load, store or launch for elementwise math)
     called = {n.func.value for s in source.module.body if isinstance(s, cst.FunctionDef)
               for n in cst_walk.preorder(s) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     return [(k.name.value, source.diagnostic(k.name, "TT041", (
@@ -307,12 +308,20 @@ def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CS
                  f"{_where(source, h)}, of elementwise math only, which Gluon code calls as written (Gluon compiles "
                  "a Triton helper of elementwise operations), and the Triton code the variant keeps calls too"))
              if isinstance(h, (cst.If, cst.Try, cst.With)) and id(h) in module_level and k.name.value not in unseen
-             and k.name.value in called else
+             and (k.name.value in called or k.params.params and not _stores(k)) else
              source.diagnostic(k.name, "TT007", (
                  f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top "
                  "level of a module, and kernels that all stand in module-level blocks, each block holding the jit "
                  "functions its kernels call (define it there, or in a module of its own that this one imports): the "
                  "variant keeps it as written"))) for k, h in nested]
+
+
+def _stores(fn: cst.FunctionDef) -> bool:
+    """`fn` writes memory or has no result (`tl.store`, an atomic, no `return` of a value): a kernel's body."""
+    calls = {n.func.attr.value if isinstance(n.func, cst.Attribute) else getattr(n.func, "value", "")
+             for n in cst_walk.preorder(fn) if isinstance(n, cst.Call)}
+    returns = any(isinstance(n, cst.Return) and n.value is not None for n in cst_walk.preorder(fn))
+    return bool(calls & {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas"}) or not returns
 
 
 def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = None) -> Prepared:
