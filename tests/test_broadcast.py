@@ -537,9 +537,10 @@ def test_expanding_a_zero_dimensional_value_along_an_axis_it_lacks(monkeypatch, 
     """`alpha[:, None]` of a 0-d tensor names an axis `alpha` does not have: Triton up to 3.6 reads the `:` as nothing
     and the None as a new axis (a tensor of one element; 3.9 rejects it), as paged-attention decode kernels write a
     running maximum's rescale (`m = float("-inf")`, then `m_new = tl.maximum(tl.max(qk, axis=0), m)` in the loop,
-    `alpha = tl.exp2(m - m_new)`). Where the analysis is sure the value is 0-d (a reduction of a rank-1 tile along its
-    axis, elementwise math of it, a name bound only to such values and numbers) it is translated as 3.6 reads it;
-    where it is not (what a function of another module returns), refused at the expression, saying what to write."""
+    `alpha = tl.exp2((m - m_new) * log2e)`, `log2e` a local constexpr). Where the analysis is sure the value is 0-d
+    (a reduction of a rank-1 tile along its axis, elementwise math of it, a name bound only to such values and
+    numbers) it is translated as 3.6 reads it; where it is not (what a function of another module returns), refused
+    at the expression, saying what to write."""
     text = HEAD + '''@triton.jit
 def decode(q_ptr, k_ptr, o_ptr, seq_len, BLOCK_N: tl.constexpr, HEAD: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -547,12 +548,13 @@ def decode(q_ptr, k_ptr, o_ptr, seq_len, BLOCK_N: tl.constexpr, HEAD: tl.constex
     q = tl.load(q_ptr + offs_d)
     acc = tl.zeros([BLOCK_N, HEAD], dtype=tl.float32)
     m_i = float("-inf")
+    log2e: tl.constexpr = 1.4426950408889634
     for start in range(0, seq_len, BLOCK_N):
         rows = start + offs_n
         k = tl.load(k_ptr + rows[:, None] * HEAD + offs_d[None, :], mask=rows[:, None] < seq_len, other=0.0)
         qk = tl.sum((q[None, :] * k).to(tl.float32), axis=1)
         m_new = tl.maximum(tl.max(qk, axis=0), m_i)
-        alpha = tl.exp2(m_i - m_new)
+        alpha = tl.exp2((m_i - m_new) * log2e)
         acc *= alpha[:, None]
         acc += tl.exp2(qk - m_new)[:, None] * k
         m_i = m_new

@@ -777,6 +777,8 @@ class _FunctionWalker(LanguageCalls):
         if isinstance(node, cst.Name):
             if node.value in self.fn.constexpr_names:
                 return node.value not in bound_names(self.fn.node.body)
+            if node.value in self.local_constexprs:  # (`log2e: tl.constexpr = 1.4426950408889634`)
+                return True
             values = [s.body[0].value for s in self.statements_binding(node.value)]  # type: ignore[attr-defined]
             return len(values) == 1 and self.compile_time(values[0], depth + 1)
         if isinstance(node, cst.BinaryOperation):
