@@ -226,3 +226,20 @@ def test_a_compile_time_function_of_triton_language_is_called_as_written(monkeyp
     sm90 = translate_source(text, "k.py", get_target("sm90"))
     assert not sm90.functions[0].translated
     assert any(d.code == "TT011" and d.message == f"`tl.standard._log2` {GENERIC}" for d in sm90.diagnostics)
+
+
+def test_the_older_tma_api_is_refused_as_triton_itself_refuses_it() -> None:
+    """Triton's older TMA API (`tl._experimental_descriptor_load`, the device-side tensormap builders) is gone from the
+    installed Triton (and from 3.6): a kernel calling it compiles with neither, and its refusal says so (counted apart
+    from the tool's own refusals, `NOT_TRITON`), with the way to the descriptor API both have."""
+    import triton.language.extra.cuda as cuda
+
+    from transpile.language import EXTRA_REFUSALS, NOT_TRITON, TABLE
+
+    for name in ("_experimental_descriptor_load", "_experimental_descriptor_store",
+                 "_experimental_make_tensor_descriptor"):
+        assert not hasattr(tl, name)
+        assert NOT_TRITON in TABLE[name].text and "tl.make_tensor_descriptor" in TABLE[name].text
+    for name, message in EXTRA_REFUSALS.items():
+        assert not hasattr(cuda, name.rsplit(".", 1)[-1])
+        assert NOT_TRITON in message

@@ -52,19 +52,28 @@ _NO_BLOCK_POINTERS = ("`tl.{}`: Gluon has no block pointers; address the tile wi
 _SPLIT_36 = ("`tl.{}` does not compile under Triton 3.6's Gluon (the sm90 variant must); translated for the AMD "
              "targets only")
 # Triton's older TMA API: a descriptor the host builds (`create_2d_tma_descriptor`) and passes as a pointer.
-_HOST_DESCRIPTORS = ("`tl.{}` reads a TMA descriptor the host built (Triton's older TMA API): the kernel does not say the "
-                     "tensor's base, shape and strides, which the Gluon copies need; make the descriptor in the kernel "
+#: The words every diagnostic of a construct Triton's own compiler rejects for GPUs carries (a tensor indexed by an
+#: integer, `x[0]`; a name `triton.language` does not have, `tl.extra.mlu`): the source is not Triton for the targets
+#: the tool serves (Triton dialects of other backends write them), and `scripts/corpus_eval.py` counts such kernels
+#: apart from the tool's own refusals.
+NOT_TRITON = "which Triton's compiler rejects too"
+
+# Triton removed it before 3.6 (neither 3.6 nor 3.9 has these names): the source compiles with neither either.
+_REMOVED = f"{NOT_TRITON} (removed before Triton 3.6)"
+_HOST_DESCRIPTORS = ("`tl.{}` reads a TMA descriptor the host built (Triton's older TMA API), " + _REMOVED + ": the "
+                     "kernel does not say the tensor's base, shape and strides, which the Gluon copies need; make the "
+                     "descriptor in the kernel "
                      "(`desc = tl.make_tensor_descriptor(base, [M, K], [stride, 1], [BLOCK_M, BLOCK_K])`, then "
                      "`desc.load([off_m, off_k])` / `desc.store(...)`)")
 # Device-side creation of TMA descriptors in global memory, and its fence (`tl.extra.cuda`).
 EXTRA_REFUSALS = {
     **{f"extra.cuda.{n}": (f"`tl.extra.cuda.{n}` builds a TMA descriptor in global memory on the device (Triton's older "
-                           "TMA API); Gluon has no counterpart: make the descriptor with `tl.make_tensor_descriptor(base, "
-                           "shape, strides, block_shape)`, which needs no fence")
+                           f"TMA API), {_REMOVED}; Gluon has no counterpart: make the descriptor with "
+                           "`tl.make_tensor_descriptor(base, shape, strides, block_shape)`, which needs no fence")
        for n in ("experimental_device_tensormap_create1d", "experimental_device_tensormap_create2d")},
     "extra.cuda.experimental_tensormap_fenceproxy_acquire": (
         "`tl.extra.cuda.experimental_tensormap_fenceproxy_acquire` fences a TMA descriptor built in global memory on "
-        "the device (Triton's older TMA API); Gluon has no counterpart: make the descriptor with "
+        f"the device (Triton's older TMA API), {_REMOVED}; Gluon has no counterpart: make the descriptor with "
         "`tl.make_tensor_descriptor(base, shape, strides, block_shape)`, which needs no fence"),
 }
 _SORT = "`tl.{}` (a bitonic network over reshaped tensors) has no Gluon translation in this tool"
@@ -129,8 +138,8 @@ TABLE: dict[str, Spelling] = {
     **{n: Spelling("refuse", _HOST_DESCRIPTORS.format(n)) for n in (
         "_experimental_descriptor_load", "_experimental_descriptor_store")},
     "_experimental_make_tensor_descriptor": Spelling("refuse", "`tl._experimental_make_tensor_descriptor` is the "
-                                                     "older name of `tl.make_tensor_descriptor` (the same "
-                                                     "arguments): write that"),
+                                                     f"older name of `tl.make_tensor_descriptor`, {_REMOVED} (the "
+                                                     "same arguments): write that"),
     "store_tensor_descriptor": Spelling("refuse", "write `desc.store(offsets, value)` instead of "
                                                   "`tl.store_tensor_descriptor`"),
     "tensor_descriptor": Spelling("refuse", "tensor-descriptor parameters (`tl.tensor_descriptor`) are not "
@@ -231,12 +240,6 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return spelling.fallback
     return spelling
 
-
-#: The words every diagnostic of a construct Triton's own compiler rejects for GPUs carries (a tensor indexed by an
-#: integer, `x[0]`; a name `triton.language` does not have, `tl.extra.mlu`): the source is not Triton for the targets
-#: the tool serves (Triton dialects of other backends write them), and `scripts/corpus_eval.py` counts such kernels
-#: apart from the tool's own refusals.
-NOT_TRITON = "which Triton's compiler rejects too"
 
 
 _MISSING = object()
