@@ -243,3 +243,44 @@ def test_the_older_tma_api_is_refused_as_triton_itself_refuses_it() -> None:
     for name, message in EXTRA_REFUSALS.items():
         assert not hasattr(cuda, name.rsplit(".", 1)[-1])
         assert NOT_TRITON in message
+
+
+STAMP = '''import triton
+import triton.language as tl
+
+IS_CUDA = tl.constexpr({flag})
+
+
+@triton.jit
+def stamp_kernel(out_ptr):
+    pid = tl.program_id(0)
+    if IS_CUDA:
+        tl.store(out_ptr + pid, tl.extra.cuda.globaltimer() + tl.extra.cuda.smid())
+    else:
+        tl.store(out_ptr + pid, pid.to(tl.int64))
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_cuda_special_registers(target: str, tmp_path, monkeypatch) -> None:
+    """`tl.extra.cuda.globaltimer()` and `smid()` (tritonbench's profiling helpers, under a platform flag): on sm90
+    the Gluon helpers read the registers with the PTX Triton emits; on an AMD target a helper that fails to compile
+    where it is called, as Triton's compile of PTX there does, and compiles where the flag leaves the call out."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    text = STAMP.format(flag=target == "sm90")
+    result = translate_source(text, str(tmp_path / "stamp.py"), get_target(target))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    if target == "sm90":
+        assert "_globaltimer() + _smid()" in result.text and "%globaltimer" in result.text
+    else:
+        assert "_globaltimer_not_amd() + _smid_not_amd()" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"out_ptr": "*i64"})
+    assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]
+    if target != "sm90":  # (where the flag keeps the call, the variant fails to compile, as Triton's does)
+        live = translate_source(STAMP.format(flag=True), str(tmp_path / "live.py"), get_target(target))
+        failed = [c for c in verify(live, {"out_ptr": "*i64"}) if c.kernel == "stamp_kernel"]
+        assert failed and not failed[0].ok and "not on AMD targets" in failed[0].message

@@ -65,6 +65,8 @@ _HOST_DESCRIPTORS = ("`tl.{}` reads a TMA descriptor the host built (Triton's ol
                      "descriptor in the kernel "
                      "(`desc = tl.make_tensor_descriptor(base, [M, K], [stride, 1], [BLOCK_M, BLOCK_K])`, then "
                      "`desc.load([off_m, off_k])` / `desc.store(...)`)")
+# CUDA's special registers read with inline PTX (`tl.extra.cuda`): Gluon helpers of the same assembly on sm90.
+CUDA_REGISTERS = frozenset({"extra.cuda.globaltimer", "extra.cuda.smid"})
 # Device-side creation of TMA descriptors in global memory, and its fence (`tl.extra.cuda`).
 EXTRA_REFUSALS = {
     **{f"extra.cuda.{n}": (f"`tl.extra.cuda.{n}` builds a TMA descriptor in global memory on the device (Triton's older "
@@ -229,6 +231,10 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         return Spelling("refuse", f"`{lang}` is not a libdevice function of this Triton")
     if spelling is None and lang in EXTRA_REFUSALS:
         return Spelling("refuse", EXTRA_REFUSALS[lang])
+    if spelling is None and lang in CUDA_REGISTERS:
+        # inline PTX, what Triton itself emits for it, on sm90; on AMD targets a helper that fails at compile time
+        # where it is called, as Triton's compile of the PTX does (a branch a platform flag leaves out is not)
+        return Spelling("helper", name if backend == "cuda" else f"{name}_not_amd")
     if spelling is None and name and min_triton >= (3, 9) and compile_time(lang):
         # (Triton 3.6, sm90's, may define it otherwise: a `@jit` function, which a Gluon kernel cannot call)
         return Spelling("compile_time", lang)
@@ -330,6 +336,10 @@ HELPERS = {
     "scalar_operand": ("_scalar_operand",),
     "softmax": ("_softmax",),
     "clamp": ("_clamp",),
+    "globaltimer": ("_globaltimer",),
+    "smid": ("_smid",),
+    "globaltimer_not_amd": ("_globaltimer_not_amd",),
+    "smid_not_amd": ("_smid_not_amd",),
     "index_along": ("_index_along",),
     "argmax": ("_argmax_combine", "_argmax_combine_last", "_argmax"),
     "argmin": ("_argmin_combine", "_argmin_combine_last", "_argmin"),

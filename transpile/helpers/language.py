@@ -38,6 +38,33 @@ def _clamp(x, min, max, propagate_nan: gl.constexpr = None):
 
 
 @gluon.jit
+def _globaltimer():
+    """`tl.extra.cuda.globaltimer()`: the GPU's nanosecond timer (PTX `%globaltimer`), read as Triton reads it."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _smid():
+    """`tl.extra.cuda.smid()`: the multiprocessor the program runs on (PTX `%smid`), read as Triton reads it."""
+    return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _globaltimer_not_amd():
+    """`tl.extra.cuda.globaltimer()` on an AMD target: PTX, which no AMD target takes; compiled only where it is
+    called (a branch a platform flag leaves out, `elif IS_CUDA:`, is not), where Triton's compile fails too."""
+    gl.static_assert(False, "tl.extra.cuda.globaltimer reads a CUDA register: not on AMD targets")
+    return 0
+
+
+@gluon.jit
+def _smid_not_amd():
+    """`tl.extra.cuda.smid()` on an AMD target: as `_globaltimer_not_amd`."""
+    gl.static_assert(False, "tl.extra.cuda.smid reads a CUDA register: not on AMD targets")
+    return 0
+
+
+@gluon.jit
 def _index_along(x, axis: gl.constexpr):
     """int32 tensor of `x`'s shape and layout holding each element's index along `axis` (rank 1 or 2)."""
     gl.static_assert(len(x.shape) <= 2, "argmax/argmin: tensors of rank 1 or 2")
