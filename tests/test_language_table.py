@@ -284,3 +284,33 @@ def test_cuda_special_registers(target: str, tmp_path, monkeypatch) -> None:
         live = translate_source(STAMP.format(flag=True), str(tmp_path / "live.py"), get_target(target))
         failed = [c for c in verify(live, {"out_ptr": "*i64"}) if c.kernel == "stamp_kernel"]
         assert failed and not failed[0].ok and "not on AMD targets" in failed[0].message
+
+
+BITS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def flip_sign_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    idtype = tl.core.get_int_dtype(bitwidth=x.dtype.primitive_bitwidth, signed=True)
+    bits = x.to(idtype, bitcast=True) ^ -1
+    tl.store(y_ptr + offs, bits.to(x.dtype, bitcast=True))
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_a_python_function_of_the_language_core_runs_at_compile_time(target: str, tmp_path, monkeypatch) -> None:
+    """`tl.core.get_int_dtype(bitwidth, signed)` (lightllm's bitonic top-k): a plain Python function that Triton's code
+    generator, and Gluon's, call when the kernel is compiled; kept as written (refused before: no Gluon translation)."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    result = translate_source(BITS, str(tmp_path / "bits.py"), get_target(target))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    assert "idtype = tl.core.get_int_dtype(bitwidth=x.dtype.primitive_bitwidth, signed=True)" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 256})
+    assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from dataclasses import dataclass
 
 # How each spelling is emitted:
@@ -235,8 +236,9 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         # inline PTX, what Triton itself emits for it, on sm90; on AMD targets a helper that fails at compile time
         # where it is called, as Triton's compile of the PTX does (a branch a platform flag leaves out is not)
         return Spelling("helper", name if backend == "cuda" else f"{name}_not_amd")
-    if spelling is None and name and min_triton >= (3, 9) and compile_time(lang):
-        # (Triton 3.6, sm90's, may define it otherwise: a `@jit` function, which a Gluon kernel cannot call)
+    if spelling is None and name and (min_triton >= (3, 9) and compile_time(lang) or python_function(lang)):
+        # (Triton 3.6, sm90's, may define a `constexpr_function` otherwise: a `@jit` function, which a Gluon kernel
+        # cannot call; a plain Python function of the language core, `tl.core.get_int_dtype`, is one in both)
         return Spelling("compile_time", lang)
     if spelling is None and name and not in_triton(lang):
         return Spelling("refuse", _not_triton(lang))
@@ -288,6 +290,14 @@ def compile_time(lang: str) -> bool:
     from triton.runtime.jit import ConstexprFunction
 
     return isinstance(_resolved(lang), ConstexprFunction)
+
+
+def python_function(lang: str) -> bool:
+    """`tl.<lang>` is a plain Python function of `triton.language.core` (`get_int_dtype(bitwidth, signed)`): Triton's
+    code generator, and Gluon's, call it as Python when the kernel is compiled."""
+    found = _resolved(lang)
+    return inspect.isfunction(found) and found.__module__ == "triton.language.core" and not any(
+        getattr(found, flag, False) for flag in ("__triton_builtin__", "__triton_aggregate__"))
 
 
 def refused_on_every_target(lang: str) -> bool:
