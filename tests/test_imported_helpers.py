@@ -215,3 +215,28 @@ def test_a_name_its_module_imports_under_try_is_imported_by_the_copy(tmp_path: P
     kernel = next(o for o in result.functions if o.name == "k")
     assert kernel.translated, kernel.kept_reason
     assert "from pkg.lib import mm" not in result.text and "def mm(" in result.text
+
+
+def test_a_name_its_module_binds_to_tritons_own_under_try_is_imported_by_the_copy(tmp_path: Path) -> None:
+    """`try: to_unit = tl.uint_to_uniform_float` / `except AttributeError:` a jit fallback (FlagGems' random_utils,
+    whose `uniform` its multinomial kernels import): where the installed Triton has the function, the `try` is what
+    runs, and the copy of a helper that reads the name imports Triton's; the callers were kept before ("does not
+    define at its top level")."""
+    lib = HEAD + ("\ntry:\n    to_unit = tl.uint_to_uniform_float\nexcept AttributeError:\n\n    @triton.jit\n"
+                  "    def to_unit(x):\n        return x.to(tl.float32) * 2.3283064e-10\n"
+                  "\n\n@triton.jit\ndef noise(seed, offs):\n    return to_unit(tl.randint(seed, offs))\n")
+    root = _package(tmp_path, {"lib.py": lib})
+    text = HEAD + '''from pkg.lib import noise
+
+
+@triton.jit
+def k(out_ptr, seed, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, noise(seed, offs))
+'''
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, str(root / "kernels.py"), get_target(target))
+        kernel = next(o for o in result.functions if o.name == "k")
+        assert kernel.translated, kernel.kept_reason
+        assert "from triton.language import uint_to_uniform_float as to_unit" in result.text
+        assert "from pkg.lib import noise" not in result.text and "def noise(" in result.text

@@ -225,6 +225,26 @@ def _qualified(binding: tuple[str, str] | None) -> str | None:
     return f"{module}.{attribute}" if attribute else module
 
 
+def _tried_language_alias(module: _Module, name: str) -> str | None:
+    """The `triton.language` attribute a module-level `try:` binds `name` to (`name = tl.attr`, `tl` imported as
+    `triton.language`, the `except` defining a fallback), where the installed Triton has it; else None."""
+    import triton.language as tl
+
+    for statement in module.tree.body:
+        if not isinstance(statement, ast.Try):
+            continue
+        for small in statement.body:
+            if isinstance(small, ast.Assign) and [ast.unparse(t) for t in small.targets] == [name] \
+                    and isinstance(small.value, ast.Attribute) and isinstance(small.value.value, ast.Name):
+                root = module.top.get(small.value.value.id)
+                binding = import_binding(root, small.value.value.id) if isinstance(
+                    root, (ast.Import, ast.ImportFrom)) else None
+                if binding is not None and _qualified(binding) == "triton.language" \
+                        and hasattr(tl, small.value.attr):
+                    return small.value.attr
+    return None
+
+
 def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[str, str] | None]
                    ) -> HelperClosure | str:
     """The statements a copy of the helper `name` of the module `origin` (imported by the file at `path`) needs, or
@@ -241,6 +261,12 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
         statement = module.top.get(wanted)
         where = f"`{module.file.name}`"
         if statement is None:
+            tried = _tried_language_alias(module, wanted)
+            if tried is not None and wanted not in importer:
+                # `try: uint_to_uniform_float = tl.uint_to_uniform_float` / `except AttributeError:` a fallback: the
+                # installed Triton has it, which the copy imports (FlagGems' random_utils)
+                imports[wanted] = f"from triton.language import {tried}" + (f" as {wanted}" if tried != wanted else "")
+                return None
             return None if wanted in _BUILTINS else \
                 f"`{reader}` reads `{wanted}`, which {where} does not define at its top level"
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
