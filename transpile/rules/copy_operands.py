@@ -116,8 +116,16 @@ class CopyOperandLayouts(Rule):
         try:
             rewritten = _Rewriter(updated, ctx.copy_rings).function()
         except Unsupported as exc:
-            ctx.refuse(original, "TT010", f"its pipelined loop copies pointer tiles in 16-byte vectors, "
-                       f"but {exc}: the copies cannot be laid out for 16-byte transactions")
+            why = (f"its pipelined loop would copy pointer tiles in 16-byte vectors, but {exc}: the copies cannot be "
+                   "laid out for 16-byte transactions")
+            if ctx.gluon_always:
+                ctx.refuse(original, "TT010", why)
+                return updated
+            # Not pipelined, then: the kernel stays Triton, whose compiler pipelines the loop (never slower), the
+            # reason said per loop (`engine._keep_unpipelined`), as for a loop no pipeline rule takes
+            for loop in ctx.pipelined:
+                ctx.unprofitable[loop] = why
+            ctx.pipelined.clear()
             return updated
         ctx.need("copy_layout")
         return rewritten
