@@ -87,7 +87,8 @@ def test_a_network_over_reshaped_views_is_kept_as_triton_with_the_figures(target
     kernel = next(o for o in result.functions if o.name == "row_argsort_kernel")
     assert not kernel.translated
     assert kernel.kept_reason.startswith("its helper `_merge` reshapes a tile back to another tile's shape")
-    assert "892 LDS accesses against 48" in kernel.kept_reason
+    assert "10-16x the source's time on an H200" in kernel.kept_reason and "892 LDS accesses against 48" in \
+        kernel.kept_reason
     notes = [d for d in result.diagnostics if d.code == "TT041" and "`row_argsort_kernel`" in d.message]
     assert [(d.line, d.col) for d in notes] == [(27, 16)]  # the reshape in `_merge` that goes back
     assert not any(o.translated for o in result.functions)
