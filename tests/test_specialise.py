@@ -242,3 +242,34 @@ def test_a_helper_called_through_a_module_alias_is_copied_too(monkeypatch, tmp_p
         assert "scales, exps = _pow2_above_1d(" in result.text
         compiled = verify(result, {"x_ptr": "*fp32", "s_ptr": "*fp32", "e_ptr": "*i32", "BLOCK": 64})
         assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]
+
+
+GATED = HEAD + '''@triton.jit
+def _gate(x, USE_EXP2: tl.constexpr):
+    return tl.exp2(x) if USE_EXP2 else tl.exp(x)
+
+
+@triton.jit
+def decay_kernel(g_ptr, h_ptr, n_chunks, BLOCK: tl.constexpr, USE_EXP2: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    h = tl.zeros([BLOCK], dtype=tl.float32)
+    g_last = tl.load(g_ptr)
+    for c in range(n_chunks):
+        g = tl.load(g_ptr + c * BLOCK + offs)
+        h = h * _gate(g_last - g, USE_EXP2) + 1.0
+        g_last = _gate(g_last, USE_EXP2)
+    tl.store(h_ptr + offs, h * g_last)
+'''
+
+
+def test_a_helper_rebinding_a_0d_value_in_a_loop_is_copied_for_it(monkeypatch, tmp_path: Path) -> None:
+    """`g_last = _gate(g_last)` of a 0-d value in a loop, `_gate(g_last - g)` of a tile beside it (aiter's gated delta
+    rule): the scalar call's result is what the helper gives for a scalar, so `g_last` stays 0-d through the loop's
+    second walk and the helper is copied for it (TT012 before: the result was taken for the tile's kind)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(GATED, str(tmp_path / "k.py"), get_target(target))
+        assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+        assert not [d for d in result.diagnostics if d.code == "TT012"]
+        compiled = verify(result, {"g_ptr": "*fp32", "h_ptr": "*fp32", "n_chunks": "i32", "BLOCK": 64, "USE_EXP2": 1})
+        assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]

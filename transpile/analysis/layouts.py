@@ -964,6 +964,17 @@ class _FunctionWalker(LanguageCalls):
             self.refuse(node, "TT010", f"recursive call of `{name}`")
             return SCALAR
         plan = self.analysis.analyse(callee, self.in_callee_terms(callee, positional, keywords, kinds_t))
+        if previous is not None and plan.kinds != tuple(_kind(k) for k in kinds_t) and not any(
+                name in other.called_by for other in self.analysis.facts.functions.values()):
+            # A call of other kinds than the helper's analysis (`b = gate(b)` of a 0-d `b`, `gate(x)` of a tile
+            # elsewhere): its result is what the helper gives for these kinds, so that the names it binds keep their
+            # kind (the specialisation pass then copies the helper for them); a helper that calls no other, analysed
+            # apart and forgotten
+            kept = self.analysis.plans.pop(name)
+            try:
+                plan = self.analysis.analyse(callee, self.in_callee_terms(callee, positional, keywords, kinds_t))
+            finally:
+                self.analysis.plans[name] = kept
         result = plan.returns
         if isinstance(result, Tensor):
             return self.opaque(node, result.rank, self.caller_shape(result.shape, callee, positional, keywords, kinds_t),
