@@ -240,3 +240,17 @@ def k(out_ptr, seed, BLOCK: tl.constexpr):
         assert kernel.translated, kernel.kept_reason
         assert "from triton.language import uint_to_uniform_float as to_unit" in result.text
         assert "from pkg.lib import noise" not in result.text and "def noise(" in result.text
+
+
+def test_a_name_two_modules_import_from_each_other_is_no_crash(tmp_path: Path) -> None:
+    """`a.py: from pkg.b import SCALE`, `b.py: from pkg.a import SCALE` (packages whose `__init__` re-exports what
+    their modules import, FlagGems' normal/randn): following the imports went round until Python's recursion limit
+    (a crash over the corpus). The helper reading the name stays imported, with the reason."""
+    lib = HEAD + "from pkg.b import SCALE\n" + MM.replace("NAME", "mm")
+    other = HEAD + "from pkg.lib import SCALE\n"
+    root = _package(tmp_path, {"lib.py": lib, "b.py": other})
+    text = CALLER.replace("IMPORTS", "lib import mm").replace("CALLS", "acc = mm(acc, a, a)")
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    kernel = next(o for o in result.functions if o.name == "k")
+    assert not kernel.translated
+    assert "`mm` reads `SCALE`, which the modules it is imported from import from each other" in kernel.kept_reason

@@ -289,7 +289,14 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
             other = _module(str(module.file), source)
             if other is None:
                 return f"`{reader}` reads `{wanted}` from `{source}`, which is not found on disk"
-            return visit(other, wanted, reader)
+            hop = (str(module.file), wanted)
+            if hop in following:  # (modules importing the name from each other: no module defines it)
+                return f"`{reader}` reads `{wanted}`, which the modules it is imported from import from each other"
+            following.add(hop)
+            try:
+                return visit(other, wanted, reader)
+            finally:
+                following.discard(hop)  # (the chain being followed only: another reader may follow it again)
         key = (str(module.file), statement.lineno)
         if key in chosen or key in visiting:
             return None
@@ -316,6 +323,7 @@ def helper_closure(path: str, origin: str, name: str, importer: dict[str, tuple[
         return None
 
     visiting: set[tuple[str, int]] = set()
+    following: set[tuple[str, str]] = set()  # (module file, name) of the imports being followed
     why = visit(root, name, name)
     if why is not None:
         return why
