@@ -623,10 +623,12 @@ def test_a_vector_an_if_defines_compiles(amd_target: str, even: bool, tmp_path: 
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
-def test_a_contiguous_axis_an_if_defines_before_the_loop_is_refused() -> None:
-    """The same along B's contiguous axis (`if EVEN_N: offs_n = ... else: offs_n = (...) % N`): a wrapped index
-    proves no 16-byte vectors, which direct-to-LDS copies need (the variant did not compile: "the load can only be
-    vectorized to 1 element"); the kernel is kept as Triton and says why."""
+def test_a_contiguous_axis_an_if_defines_before_the_loop_keeps_the_kernel_as_triton() -> None:
+    """The same along B's contiguous axis (`if EVEN_N: offs_n = ... else: offs_n = (...) % N`, aiter's
+    `gemm_a16w16`, FlagGems' stream-K GEMM): a wrapped index proves no 16-byte vectors, which direct-to-LDS copies
+    need (the variant did not compile: "the load can only be vectorized to 1 element"). The loop is not pipelined,
+    then, and the kernel stays Triton with the reason at the loop (never slower), as a loop no pipeline rule takes; it
+    was refused (TT010), which `--gluon-always` still is."""
     text = INT64_OFFSETS.replace(
         "    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)\n",
         "    if EVEN_N:\n"
@@ -635,10 +637,15 @@ def test_a_contiguous_axis_an_if_defines_before_the_loop_is_refused() -> None:
         "        offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N\n").replace(
         "         BK: tl.constexpr):", "         BK: tl.constexpr, EVEN_N: tl.constexpr):")
     result = translate_source(text, "mm64.py", get_target("gfx950"))
-    assert not result.functions[0].translated
-    (message,) = [d.message for d in result.diagnostics if d.code == "TT010"]
-    assert "`offs_n` is assigned in the branches of an `if` before the loop and indexes the tile's contiguous axis" \
-        in message
+    kernel = result.functions[0]
+    assert not kernel.translated and not kernel.pipelined
+    assert not [d for d in result.diagnostics if d.code.startswith("TT01")], [d.format() for d in result.diagnostics]
+    assert "is not pipelined for gfx950 (its pipelined loop would copy pointer tiles in 16-byte vectors, but " \
+           "`offs_n` is assigned in the branches of an `if` before the loop and indexes the tile's contiguous axis" \
+        in kernel.kept_reason and kernel.kept_reason.endswith("; Triton's compiler pipelines it")
+    always = translate_source(text, "mm64.py", get_target("gfx950"), gluon_always=True)
+    (message,) = [d.message for d in always.diagnostics if d.code == "TT010"]
+    assert "`offs_n` is assigned in the branches of an `if` before the loop" in message
 
 
 # ---- accumulations the kernel writes apart from the dot, transposed operands ----------------------------------------
@@ -1716,47 +1723,3 @@ def test_two_dots_into_one_accumulator_compile(tmp_path: Path, monkeypatch: pyte
     compiled = verify(dataclasses.replace(result), values, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
-
-BRANCHED_COLUMNS = '''import triton
-import triton.language as tl
-
-
-@triton.jit
-def branched_gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, EVEN_N: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    if EVEN_N:
-        offs_bn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    else:
-        offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * stride_bk
-    tl.store(c_ptr + offs_am[:, None] * stride_cm + offs_bn[None, :], acc.to(c_ptr.dtype.element_ty))
-'''
-
-
-def test_a_pipeline_whose_copies_cannot_be_laid_out_keeps_the_kernel_as_triton() -> None:
-    """B's columns are defined in the branches of an `if` before the loop (aiter's `gemm_a16w16`, FlagGems' stream-K
-    GEMM): the pipelined loop's copies cannot prove the 16-byte vectors they need. The kernel is not pipelined, then,
-    and stays Triton with the reason at the loop (never slower), as a loop no pipeline rule takes; it was refused
-    (TT010). `--gluon-always` still says why it cannot give the pipelined Gluon."""
-    result = translate_source(BRANCHED_COLUMNS, "gemm.py", get_target("gfx950"))
-    kernel = result.functions[0]
-    assert not kernel.translated and not kernel.pipelined
-    assert not [d for d in result.diagnostics if d.code.startswith("TT01")], [d.format() for d in result.diagnostics]
-    assert kernel.kept_reason.startswith("the loop at line 19 is not pipelined for gfx950 (its pipelined loop would "
-                                         "copy pointer tiles in 16-byte vectors, but `offs_bn` is assigned in the "
-                                         "branches of an `if` before the loop")
-    assert kernel.kept_reason.endswith("; Triton's compiler pipelines it")
-    always = translate_source(BRANCHED_COLUMNS, "gemm.py", get_target("gfx950"), gluon_always=True)
-    assert [d.code for d in always.diagnostics if d.code.startswith("TT01")] == ["TT010"]
