@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import functools
 import os
 import re
@@ -27,6 +27,7 @@ from transpile.passes.kmajor_copy import (LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_R
                                           kmajor_launch)
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
 from transpile.analysis.launch_alignment import (
+    MEMORY,
     REASON as ALIGNMENT_REASON,
     address_params,
     column_major_access,
@@ -286,34 +287,48 @@ _PICKED_HELPER = "a helper the module picks at import time"
 
 def _below_module(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CSTNode]]
                   ) -> list[tuple[str, Diagnostic]]:
-    """(name, TT007) of each kernel defined below module level, which the variant keeps as written; (name, TT041) of
-    a test's own kernel (defined in a function of a pytest module, or in a `test*` function), kept as written too:
-    a test builds it for its own checks, as a file of nothing else is no kernel module (TT003)."""
+    """(name, note) of each jit function defined below module level, which the variant keeps as written: TT041 for a
+    test's own kernel (defined in a function of a pytest module, or in a `test*` function: a test builds it for its
+    own checks, as a file of nothing else is no kernel module, TT003) and for an elementwise helper a module picks at
+    import time (`_picked_helper`); TT007 for the others."""
     stem = os.path.basename(source.path)
     test_module = stem.startswith("test_") or stem.endswith("_test.py")
-    # (helpers in module-level blocks that Gluon code calls as written: elementwise math only, `_unseen_functions`)
-    unseen = _unseen_functions(source.module, set(), source.path) if any(
-        isinstance(h, (cst.If, cst.Try, cst.With)) for _, h in nested) else {}
+    picked = _picked_helper(source, nested)
+    notes = []
+    for k, h in nested:
+        name, where = k.name.value, _where(source, h)
+        if isinstance(h, cst.FunctionDef) and (test_module or h.name.value.startswith("test")):
+            note = source.diagnostic(k.name, "TT041", (
+                f"`{name}` kept as written: it is a test's own kernel, defined {where} of a test module; the tool "
+                "translates a module's kernels, not those a test builds for its own checks"))
+        elif picked(k, h):
+            note = source.diagnostic(k.name, "TT041", (
+                f"`{name}` kept as written: {_PICKED_HELPER}, defined {where}, of elementwise math only, which Gluon "
+                "code calls as written (Gluon compiles a Triton helper of elementwise operations), and the Triton code "
+                "the variant keeps calls too"))
+        else:
+            note = source.diagnostic(k.name, "TT007", (
+                f"`{name}` is defined {where}; the tool translates kernels defined at the top level of a module, and "
+                "kernels that all stand in module-level blocks, each block holding the jit functions its kernels call "
+                "(define it there, or in a module of its own that this one imports): the variant keeps it as written"))
+        notes.append((name, note))
+    return notes
+
+
+def _picked_helper(source: SourceFile, nested: list[tuple[cst.FunctionDef, cst.CSTNode]]
+                   ) -> Callable[[cst.FunctionDef, cst.CSTNode], bool]:
+    """Whether a jit function `k` defined in `holder` is a helper the module picks at import time that Gluon code
+    calls as written: in a module-level `if`/`try`/`with`, of elementwise math only (`_unseen_functions` does not name
+    it), and called by the module's own functions, or else (for other modules) not storing nor returning nothing."""
+    if not any(isinstance(h, (cst.If, cst.Try, cst.With)) for _, h in nested):
+        return lambda k, holder: False
+    unseen = _unseen_functions(source.module, set(), source.path)
     module_level = {id(s) for s in source.module.body}
-    # (and called by the module's own functions, or by other modules': a helper, not a kernel left there, which
-    # stores; `_unseen_functions` takes no load, store or launch for elementwise math)
     called = {n.func.value for s in source.module.body if isinstance(s, cst.FunctionDef)
               for n in cst_walk.preorder(s) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
-    return [(k.name.value, source.diagnostic(k.name, "TT041", (
-        f"`{k.name.value}` kept as written: it is a test's own kernel, defined {_where(source, h)} of a test "
-        "module; the tool translates a module's kernels, not those a test builds for its own checks"))
-             if isinstance(h, cst.FunctionDef) and (test_module or h.name.value.startswith("test")) else
-             source.diagnostic(k.name, "TT041", (
-                 f"`{k.name.value}` kept as written: {_PICKED_HELPER}, defined "
-                 f"{_where(source, h)}, of elementwise math only, which Gluon code calls as written (Gluon compiles "
-                 "a Triton helper of elementwise operations), and the Triton code the variant keeps calls too"))
-             if isinstance(h, (cst.If, cst.Try, cst.With)) and id(h) in module_level and k.name.value not in unseen
-             and (k.name.value in called or k.params.params and not _stores(k)) else
-             source.diagnostic(k.name, "TT007", (
-                 f"`{k.name.value}` is defined {_where(source, h)}; the tool translates kernels defined at the top "
-                 "level of a module, and kernels that all stand in module-level blocks, each block holding the jit "
-                 "functions its kernels call (define it there, or in a module of its own that this one imports): the "
-                 "variant keeps it as written"))) for k, h in nested]
+    return lambda k, holder: (isinstance(holder, (cst.If, cst.Try, cst.With)) and id(holder) in module_level
+                              and k.name.value not in unseen
+                              and (k.name.value in called or bool(k.params.params) and not _stores(k)))
 
 
 def _stores(fn: cst.FunctionDef) -> bool:
@@ -321,7 +336,7 @@ def _stores(fn: cst.FunctionDef) -> bool:
     calls = {n.func.attr.value if isinstance(n.func, cst.Attribute) else getattr(n.func, "value", "")
              for n in cst_walk.preorder(fn) if isinstance(n, cst.Call)}
     returns = any(isinstance(n, cst.Return) and n.value is not None for n in cst_walk.preorder(fn))
-    return bool(calls & {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas"}) or not returns
+    return bool(calls & (MEMORY - {"load"})) or not returns
 
 
 def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = None) -> Prepared:

@@ -96,9 +96,10 @@ class LayoutAnalysis:
         self.helper_kinds: dict[str, tuple[Value, ...]] = {}
         self._literal_arguments: dict[str, dict[str, str]] = {}
         self.module_names = _module_level_names(self.source.module)
+        blocks = _block_functions(self.source.module)
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
-                                                  self.source.path)
-        self.block_tuples = _block_tuple_arities(self.source.module)
+                                                  self.source.path, blocks)
+        self.block_tuples = _block_tuple_arities(blocks)
 
     def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
         """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
@@ -177,23 +178,29 @@ def _integer(source: SourceFile, node: cst.BaseExpression | None) -> int | None:
         return None
 
 
-def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dict[str, str]:
+def _block_functions(module: cst.Module) -> dict[str, list[ast.FunctionDef]]:
+    """The functions a module defines inside its module-level `if`/`try`/`with` blocks, by name (one per branch)."""
+    local: dict[str, list[ast.FunctionDef]] = {}
+    for statement in module.body:
+        if isinstance(statement, (cst.If, cst.Try, cst.With)):
+            for node in ast.walk(ast.parse(cst.Module([statement]).code)):
+                if isinstance(node, ast.FunctionDef):
+                    local.setdefault(node.name, []).append(node)
+    return local
+
+
+def _unseen_functions(module: cst.Module, jit_names: set[str], path: str,
+                      blocks: dict[str, list[ast.FunctionDef]] | None = None) -> dict[str, str]:
     """Names a module binds to Triton code the tool does not translate and a Gluon kernel cannot call, with where it
     is: a function defined inside a module-level `if`/`try`/`with` (a helper picked by an environment variable), or
     imported from another module of the project (`from fla.ops.utils.op import safe_dot`, the file found on disk),
     whose body does more than elementwise math (a `tl.dot`: the Gluon kernel calling it did not compile). Helpers
     that only compute elementwise (`exp2`), aliases, and modules not found stay callable, as before."""
     found: dict[str, str] = {}
-    local: dict[str, list[ast.FunctionDef]] = {}
+    local = _block_functions(module) if blocks is None else blocks  # (`blocks`: that of `module`, read once already)
     imports = ast.parse(cst.Module([s for s in module.body if isinstance(s, cst.SimpleStatementLine)
                                     and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]).code)
     math_modules = language_modules(imports)
-    for statement in module.body:
-        if isinstance(statement, (cst.If, cst.Try, cst.With)):
-            tree = ast.parse(cst.Module([statement]).code)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.FunctionDef):
-                    local.setdefault(node.name, []).append(node)
     for name, defs in local.items():
         if any(_beyond_elementwise(d, math_modules) for d in defs):
             found[name] = "defined under a module-level `if`/`try`/`with`"
@@ -207,18 +214,15 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str) -> dic
     return {name: how for name, how in found.items() if name not in jit_names}
 
 
-def _block_tuple_arities(module: cst.Module) -> dict[str, int]:
-    """Functions defined in module-level `if`/`try`/`with` blocks whose every definition returns a tuple of one
-    length (FlagGems' `pair_uniform_to_normal` fallback): that length, by name."""
+def _block_tuple_arities(blocks: dict[str, list[ast.FunctionDef]]) -> dict[str, int]:
+    """Functions defined in module-level `if`/`try`/`with` blocks (`_block_functions`) whose every definition returns
+    a tuple of one length (FlagGems' `pair_uniform_to_normal` fallback): that length, by name."""
     found: dict[str, set[int]] = {}
-    for statement in module.body:
-        if not isinstance(statement, (cst.If, cst.Try, cst.With)):
-            continue
-        for node in ast.walk(ast.parse(cst.Module([statement]).code)):
-            if isinstance(node, ast.FunctionDef):
-                returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
-                found.setdefault(node.name, set()).update(
-                    len(v.elts) if isinstance(v, ast.Tuple) else 0 for v in returns or [None])
+    for name, defs in blocks.items():
+        for node in defs:
+            returns = [r.value for r in ast.walk(node) if isinstance(r, ast.Return)]
+            found.setdefault(name, set()).update(len(v.elts) if isinstance(v, ast.Tuple) else 0
+                                                 for v in returns or [None])
     return {name: next(iter(lengths)) for name, lengths in found.items() if len(lengths) == 1 and 0 not in lengths}
 
 
