@@ -601,6 +601,29 @@ def test_verify_values_file_all_configs(repo_cli) -> None:
     assert kept == ["config 0", "config 1"], result.stdout
 
 
+@pytest.mark.slow
+def test_verify_a_kernel_of_a_package_with_relative_imports(cli) -> None:  # noqa: ANN001
+    """A kernel file inside a package (`mylib/ops/scale.py`) calling a jit helper of the package through a relative
+    import (`from ..common import twice`) and an absolute one (`from mylib.common import ...`): `transpile verify`
+    imports the variant and its source as modules of that package, so both compile."""
+    root = cli.cwd / "src" / "mylib"
+    (root / "ops").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "ops" / "__init__.py").write_text("")
+    (root / "common.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef twice(x):\n    return x * 2\n\n\n"
+        "SCALE = tl.constexpr(3)\n")
+    (root / "ops" / "scale.py").write_text(
+        "import triton\nimport triton.language as tl\n\nfrom ..common import twice\nfrom mylib.common import SCALE\n\n\n"
+        "@triton.jit\ndef scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n"
+        "    tl.store(y_ptr + offs, twice(tl.load(x_ptr + offs, mask=mask)) * SCALE, mask=mask)\n")
+    result = cli.subprocess("verify", "src/mylib/ops/scale.py", "-t", "gfx950", "-v", "x_ptr=*fp32",
+                            "-v", "y_ptr=*fp32", "-v", "BLOCK=256")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"gfx950\s+│ scale_kernel\s+│ given values \(aligned\s+│ compiles", result.stdout), result.stdout
+
+
 def test_verify_missing_pointer_type(repo_cli) -> None:
     result = repo_cli.subprocess("verify", "fixtures/vector_add.py", "-t", "gfx942", "-v", "x_ptr=*fp32",
                                  "-v", "BLOCK_SIZE=1024")

@@ -174,7 +174,7 @@ def test_the_older_tma_api_is_refused_with_what_to_write(target: str) -> None:
 def test_a_name_triton_does_not_have_is_refused_as_not_triton(tmp_path) -> None:
     """`tl.empty`, `tl.cidv`, `tl.extra.mlu.libdevice` (other backends' dialects, misspellings: found in public operator
     libraries) are refused saying Triton's compiler rejects them too, which it does (compiled here for gfx950); a name
-    Triton has but the table does not (`tl.standard._log2` for sm90, whose Triton 3.6 may define it otherwise) keeps
+    Triton has but the table does not (for sm90, a `constexpr_function` of Triton 3.9 that Triton 3.6 lacks) keeps
     the generic refusal."""
     import importlib.util
 
@@ -187,7 +187,8 @@ def test_a_name_triton_does_not_have_is_refused_as_not_triton(tmp_path) -> None:
         assert spelling.text.startswith(f"`tl.{name}` is not a name of `triton.language`, {language.NOT_TRITON}")
     assert language.lookup("extra.mlu.libdevice.philox", "hip", (3, 9)).text.startswith(  # (Cambricon's libdevice)
         f"`tl.extra.mlu.libdevice` is not a name of `triton.language`, {language.NOT_TRITON}")
-    assert language.lookup("standard._log2", "cuda", (3, 6)).text == f"`tl.standard._log2` {GENERIC}"
+    assert language.lookup("standard._softmax_keep_dims_warning", "cuda", (3, 6)).text == (
+        f"`tl.standard._softmax_keep_dims_warning` {GENERIC}")
     assert language.in_triton("extra.cuda.libdevice") and language.in_triton("math.exp")
     text = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(y_ptr, BLOCK: tl.constexpr):\n"
             "    tl.store(y_ptr + tl.arange(0, BLOCK), tl.empty([BLOCK], dtype=tl.float32))\n")
@@ -206,8 +207,9 @@ def test_a_name_triton_does_not_have_is_refused_as_not_triton(tmp_path) -> None:
 
 def test_a_compile_time_function_of_triton_language_is_called_as_written(monkeypatch, tmp_path) -> None:
     """`tl.standard._log2(BLOCK)` (a `constexpr_function` of Triton's, which public kernels call) runs when the kernel
-    is compiled, in a Gluon kernel as in a Triton one: the AMD variants call it as the source spells it, and compile.
-    sm90 keeps the generic refusal (Triton 3.6, which its variants must compile under, may define it otherwise)."""
+    is compiled, in a Gluon kernel as in a Triton one: the variants call it as the source spells it, and compile. For
+    sm90 only the ones Triton 3.6 (which its variants must compile under) defines as such too: each is one in the
+    installed Triton."""
     import tempfile
 
     from transpile.verify import verify
@@ -223,9 +225,12 @@ def test_a_compile_time_function_of_triton_language_is_called_as_written(monkeyp
     assert "STEPS: gl.constexpr = tl.standard._log2(BLOCK)" in result.text
     compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 256})
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
-    sm90 = translate_source(text, "k.py", get_target("sm90"))
-    assert not sm90.functions[0].translated
-    assert any(d.code == "TT011" and d.message == f"`tl.standard._log2` {GENERIC}" for d in sm90.diagnostics)
+    sm90 = translate_source(text, str(tmp_path / "k.py"), get_target("sm90"))
+    assert sm90.functions[0].translated, [d.format() for d in sm90.diagnostics]
+    assert "STEPS: gl.constexpr = tl.standard._log2(BLOCK)" in sm90.text
+    compiled = verify(sm90, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 256})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    assert all(language.compile_time(f"standard.{name}") for name in language.CONSTEXPR_36)
 
 
 def test_the_older_tma_api_is_refused_as_triton_itself_refuses_it() -> None:

@@ -50,8 +50,6 @@ def _gl(names: str) -> dict[str, Spelling]:
 
 _NO_BLOCK_POINTERS = ("`tl.{}`: Gluon has no block pointers; address the tile with pointers or "
                       "`tl.make_tensor_descriptor`")
-_SPLIT_36 = ("`tl.{}` does not compile under Triton 3.6's Gluon (the sm90 variant must); translated for the AMD "
-             "targets only")
 # Triton's older TMA API: a descriptor the host builds (`create_2d_tma_descriptor`) and passes as a pointer.
 #: The words every diagnostic of a construct Triton's own compiler rejects for GPUs carries (a tensor indexed by an
 #: integer, `x[0]`; a name `triton.language` does not have, `tl.extra.mlu`): the source is not Triton for the targets
@@ -104,9 +102,9 @@ TABLE: dict[str, Spelling] = {
     "atomic_load": Spelling("gl39", "atomic_load", Spelling("refuse", "`tl.atomic_load` needs Triton 3.9")),
     "atomic_store": Spelling("gl39", "atomic_store", Spelling("refuse", "`tl.atomic_store` needs Triton 3.9")),
     "atomic_poll": Spelling("gl39", "atomic_poll", Spelling("refuse", "`tl.atomic_poll` needs Triton 3.9")),
-    "split": Spelling("gl39", "split", Spelling("refuse", _SPLIT_36.format("split"))),
-    "join": Spelling("gl39", "join", Spelling("refuse", _SPLIT_36.format("join"))),
-    "interleave": Spelling("std", "interleave", Spelling("refuse", _SPLIT_36.format("interleave"))),
+    "split": Spelling("gl", "split"),
+    "join": Spelling("gl", "join"),
+    "interleave": Spelling("std", "interleave"),
     "to_tensor": Spelling("gl39", "to_tensor", Spelling("refuse", "`tl.to_tensor` needs Triton 3.9")),
     "expect_zero": Spelling("gl39", "expect_zero", Spelling("refuse", "`tl.expect_zero` needs Triton 3.9")),
     "aggregate_replace": Spelling("gl39", "aggregate_replace",
@@ -236,9 +234,9 @@ def lookup(lang: str, backend: str, min_triton: tuple[int, int]) -> Spelling | N
         # inline PTX, what Triton itself emits for it, on sm90; on AMD targets a helper that fails at compile time
         # where it is called, as Triton's compile of the PTX does (a branch a platform flag leaves out is not)
         return Spelling("helper", name if backend == "cuda" else f"{name}_not_amd")
-    if spelling is None and name and (min_triton >= (3, 9) and compile_time(lang) or python_function(lang)):
-        # (Triton 3.6, sm90's, may define a `constexpr_function` otherwise: a `@jit` function, which a Gluon kernel
-        # cannot call; a plain Python function of the language core, `tl.core.get_int_dtype`, is one in both)
+    if spelling is None and name and (compile_time(lang) and (min_triton >= (3, 9) or name in CONSTEXPR_36)
+                                      or python_function(lang)):
+        # (a plain Python function of the language core, `tl.core.get_int_dtype`, is one in both versions)
         return Spelling("compile_time", lang)
     if spelling is None and name and not in_triton(lang):
         return Spelling("refuse", _not_triton(lang))
@@ -282,6 +280,11 @@ def _not_triton(lang: str) -> str:
 def in_triton(lang: str) -> bool:
     """`tl.<lang>` names something in the installed `triton.language`."""
     return _resolved(lang) is not _MISSING
+
+
+#: The `constexpr_function`s of `triton.language.standard` Triton 3.6 (sm90's version) defines as such too (read in
+#: its wheel); another Triton 3.9 one may be a `@jit` function there, which a Gluon kernel cannot call.
+CONSTEXPR_36 = frozenset({"_get_flip_dim", "_get_int_dtype", "_is_power_of_two", "_log2", "_pick_sum_dtype"})
 
 
 def compile_time(lang: str) -> bool:

@@ -97,9 +97,11 @@ def _added_configs(module, name: str, known: int) -> list[tuple[str, AutotuneCon
     """The autotune configs the variant added after the source's `known` ones (a rule's own tile, listed in the
     variant's header), so that they are compiled too."""
     obj = getattr(module, name, None)
-    while obj is not None and not isinstance(getattr(obj, "configs", None), list):
+    for _ in range(8):  # (decorators of decorators: a few levels at most)
+        if obj is None or isinstance(getattr(obj, "configs", None), list):
+            break
         obj = getattr(obj, "fn", None)  # @triton.heuristics wraps the autotuner's function, or is wrapped by it
-    if obj is None or not known:
+    if obj is None or not isinstance(getattr(obj, "configs", None), list) or not known:
         return []
     return [(f"config {i} (added)", AutotuneConfig(dict(c.kwargs), c.num_warps, c.num_stages, None))  # type: ignore[arg-type]
             for i, c in enumerate(obj.configs) if i >= known]
@@ -167,11 +169,13 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     # The variant sits next to its source when written: modules the source imports from its own directory
-    # (`from combine_utils import add`) are found there.
-    here = str(Path(result.source_path).resolve().parent)
-    added = here not in sys.path
-    if added:
-        sys.path.insert(0, here)
+    # (`from combine_utils import add`) are found there, and those of its package (`from .utils import add`,
+    # `from mylib.utils import add`) from the package's.
+    package, root = package_of(Path(result.source_path))
+    added = [d for d in (str(Path(result.source_path).resolve().parent), root) if d and d not in sys.path]
+    sys.path[:0] = added
+    if package:
+        module.__package__ = package
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the variant's own import failed: report, do not crash
@@ -179,9 +183,21 @@ def load_variant(result: TranslationResult, directory: Path | None = None):  # n
                                         f"the {result.target.name} variant does not import: {type(exc).__name__}: {exc}")
                              ) from None
     finally:
-        if added:
-            sys.path.remove(here)
+        for directory in added:
+            sys.path.remove(directory)
     return module
+
+
+def package_of(path: Path) -> tuple[str, str]:
+    """The dotted package a source file is a module of, and the directory its top package sits in (("", "") outside
+    any package): from the outermost directory above it holding an `__init__.py`, through namespace packages (a
+    directory without one) below it."""
+    directory = path.resolve().parent
+    parts = directory.parts
+    top = next((i for i in range(1, len(parts)) if (Path(*parts[:i + 1]) / "__init__.py").exists()), None)
+    if top is None:
+        return "", ""
+    return ".".join(parts[top:]), str(Path(*parts[:top]))
 
 
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
