@@ -86,9 +86,11 @@ def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(t
     result = translate_source(MX_LOOP, "mx.py", get_target(target))
     (fn,) = result.functions
     assert not fn.translated
-    (diagnostic,) = [d for d in result.diagnostics if d.code == "TT011"]
+    assert not [d for d in result.diagnostics if d.code == "TT011"]  # (kept with the reason, not refused)
+    (diagnostic,) = [d for d in result.diagnostics if d.code == "TT041"]
     assert diagnostic.line == 20  # the `tl.dot_scaled` call
-    assert f"`tl.dot_scaled`: {target} " in diagnostic.message and "kept as Triton" in diagnostic.message
+    assert diagnostic.message.startswith(f"`mx` kept as Triton: `tl.dot_scaled` at line 20: {target} has no ")
+    assert "upcasts the operands to bf16 in software" in diagnostic.message
     assert "tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)" in result.text  # the source kernel, as written
 
 
@@ -97,14 +99,15 @@ def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(t
     ('tl.dot_scaled(a, a_s, "bf16", b, b_s, FMT)', '"bf16"'),
     ('tl.dot_scaled(a, a_s, FMT, b, b_s, FMT, rhs_k_pack=False)', "rhs_k_pack"),
 ])
-def test_formats_and_packings_the_scaled_mfma_does_not_take_are_refused(change: str, names: str | None) -> None:
+def test_formats_and_packings_the_scaled_mfma_does_not_take_keep_the_kernel(change: str, names: str | None) -> None:
     source = MX_LOOP.replace("tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)", change)
     result = translate_source(source, "mx.py", get_target("gfx950"))
-    refusals = [d for d in result.diagnostics if d.code == "TT011"]
+    assert not [d for d in result.diagnostics if d.code == "TT011"]
+    kept = [d for d in result.diagnostics if d.code == "TT041" and "dot_scaled" in d.message]
     if names is None:
-        assert not refusals
+        assert not kept
         return
-    (diagnostic,) = refusals
+    (diagnostic,) = kept
     assert names in diagnostic.message and diagnostic.line == 20
     assert not result.functions[0].translated
 

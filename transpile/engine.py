@@ -714,6 +714,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         elif refusals:
             outcome.translated = False
             outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
+        elif ctx.keep is not None:
+            _kept(outcome, source, ctx.keep[0], fn.name, ctx.keep[1], drop=())
         elif target.backend == "cuda" and (few := _few_warps(fn, facts, plans)) is not None:
             warps = (f"{few}, and its dots would run as wgmma, which takes a warpgroup of 4 warps (Triton runs them "
                      "as mma.sync there)")

@@ -72,6 +72,9 @@ class RuleContext:
     # what `transpile explain --timeline` draws.
     schedules: list[object] = field(default_factory=list)
     unprofitable: dict[cst.For, str] = field(default_factory=dict)  # loops left alone by the profitability policy
+    # A construct this target has no Gluon form of, where the source kernel is what the target runs best (sm90's
+    # `tl.dot_scaled`: no microscaled MMA): (node, reason); the kernel is kept as Triton with the reason (TT041)
+    keep: tuple[cst.CSTNode, str] | None = None
     # Module-level functions a rule emits right before this function (a warp-specialised loop's loader partition).
     module_functions: list[str] = field(default_factory=list)
     # The operand tile shapes (constexpr names, A then B) of a warp-specialised ring: its tile becomes a config.
