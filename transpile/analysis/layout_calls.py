@@ -75,6 +75,8 @@ class LanguageCalls:
             return Tup((value, value))
         if name == "split":
             return self.split(node, self.arg(node, 0, "a"))
+        if name == "join" and len(node.args) == 2:
+            return self.join(node)
         if name == "gather":
             source = self.eval(self.arg(node, 0, "src"))
             index = self.eval(self.arg(node, 1, "index"))
@@ -491,10 +493,36 @@ class LanguageCalls:
         self.unify_or_convert(whole, operand, value.term)  # type: ignore[arg-type]
         rank = value.rank - 1 if value.rank is not None else None
         shape = value.shape[:-1] if value.shape else None
-        # Like a helper returning two tensors: `a, b = tl.split(x)`, each name converted after the line.
-        self.tuple_calls[node] = "tl.split"
-        return Tup(tuple(Tensor(self.fresh(node, f"item{i}", rank=rank, origins={"opaque"}), value.elem, shape)
-                         for i in range(2)))
+        # Gluon gives both halves the slice of the operand's layout along its last axis (in Triton 3.6 and 3.9): as
+        # a reduction along that axis would, with no conversion
+        half = self.fresh(node, "half", rank=rank, shape=list(shape) if shape else None,
+                          slice_of=(value.rank - 1, whole), origins={"slice"}) if rank is not None else None
+        if half is None:  # (a rank the analysis does not know: converted after the line, as a helper's tuple)
+            self.tuple_calls[node] = "tl.split"
+        return Tup(tuple(Tensor(half or self.fresh(node, f"item{i}", rank=rank, origins={"opaque"}), value.elem,
+                                shape) for i in range(2)))
+
+    def join(self, node: cst.Call) -> Value:
+        """`tl.join(a, b)`: both operands in the slice, along the new last axis, of the result's layout (a blocked
+        layout whose threads hold that axis of 2 whole), which Gluon then gives the result, with no conversion."""
+        first, second = self.arg(node, 0, "a"), self.arg(node, 1, "b")
+        values = [self.eval(first), self.eval(second)]
+        tensors = [v for v in values if isinstance(v, Tensor)]
+        if len(tensors) != 2 or tensors[0].rank is None or tensors[0].rank != tensors[1].rank:
+            value = tensors[0] if tensors else None
+            if value is None:
+                return SCALAR
+            rank = value.rank + 1 if value.rank is not None else None
+            return self.opaque(node, rank, (*value.shape, "2") if value.shape else None, value.elem)
+        rank = tensors[0].rank
+        shape = (*tensors[0].shape, "2") if tensors[0].shape else None
+        joined = self.fresh(node, "join", rank=rank + 1, shape=list(shape) if shape else None, origins={"join"},
+                            plain=True, whole_last=True)
+        half = self.fresh(node, "half", rank=rank, shape=list(tensors[0].shape) if tensors[0].shape else None,
+                          slice_of=(rank, joined), origins={"slice"})
+        for operand, value in zip((first, second), tensors):
+            self.unify_or_convert(half, operand, value.term)  # type: ignore[arg-type]
+        return Tensor(joined, tensors[0].elem, shape)
 
     def eval_method(self, node: cst.Call, base: Tensor, method: str) -> Value:
         if method == "split" and not node.args:  # `x.split()`: as `tl.split(x)`
