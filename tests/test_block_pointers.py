@@ -267,3 +267,33 @@ def test_the_advance_method_is_the_advance_function() -> None:
     result = translate_source(kept, "g.py", get_target("gfx950"))
     assert not next(f for f in result.functions if f.name == "gemm").translated
     assert "a_blk = a_blk.advance((0, BK))" in result.text and "tl.advance(a_blk" not in result.text
+
+
+SCORES = HEADER + textwrap.dedent('''\
+    @triton.jit
+    def scores(Q, K, S, n_keys, stride_qm, stride_kn, stride_sm,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+        start_m = tl.program_id(0) * BLOCK_M
+        Q_block_ptr = tl.make_block_ptr(Q, (BLOCK_M, D), (stride_qm, 1), (start_m, 0), (BLOCK_M, D), (1, 0))
+        K_block_ptr = tl.make_block_ptr(K, (n_keys, D), (stride_kn, 1), (0, 0), (BLOCK_N, D), (1, 0))
+        q = tl.load(Q_block_ptr)
+        qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            k = tl.load(K_block_ptr)
+            qk += tl.dot(q, tl.trans(k))
+            K_block_ptr = tl.advance(K_block_ptr, (BLOCK_N, 0))
+        rows = start_m + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        tl.store(S + rows[:, None] * stride_sm + cols[None, :], qk)
+''')
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_dot_operands_loaded_through_block_pointers_have_their_pointees_type(target: str) -> None:
+    """`q = tl.load(Q_block_ptr)` then `qk += tl.dot(q, tl.trans(k))` (attorch's attention: "cannot tell the element
+    type of this dot's operands"): the lowered loads read the block pointers' base pointers, whose pointee is the
+    operands' type, which the matrix-core layout is declared with."""
+    result = translate_source(SCORES, "scores.py", get_target(target), gluon_always=True)
+    assert not [d for d in result.diagnostics if d.code in ("TT010", "TT011")], [d.format() for d in result.diagnostics]
+    assert all(f.translated for f in result.functions)
+    assert "_mma_layout(BLOCK_M, [BLOCK_N], Q.dtype.element_ty" in result.text

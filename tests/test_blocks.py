@@ -90,11 +90,26 @@ def test_a_guarded_block_is_translated_where_it_stands() -> None:
     assert translate_source(GUARDED, "guarded.py", get_target("gfx950")).text == text
 
 
+def test_a_kernel_under_try_is_translated_where_it_stands() -> None:
+    """The same block as a `try:` (a kernel defined where the import may fail, `except ImportError:` a fallback):
+    translated in place, the `except` branch as written."""
+    tried = GUARDED.replace("from torch.utils._triton import has_triton\n\nif has_triton():", "\ntry:").replace(
+        "else:\n\n    def scale(x, s):", "except ImportError:\n\n    def scale(x, s):")
+    assert "try:\n    import triton" in tried and "except ImportError:" in tried
+    result = translate_source(tried, "tried.py", get_target("gfx950"))
+    assert [o.name for o in result.functions if o.translated] == ["scale_kernel"]
+    assert result.diagnostics == []
+    text = result.text
+    assert text.index("try:\n    import triton\n") < text.index("    @gluon.jit\n    def scale_kernel(") < text.index(
+        "except ImportError:\n\n    def scale(x, s):\n        return x * s\n")
+    compile(text, "tried.py", "exec")
+
+
 def test_a_diagnostic_in_a_block_points_at_the_users_line() -> None:
     """A construct the translator refuses inside the block is reported at its line and column in the file."""
-    source = GUARDED.replace("        m = offs < n\n", "        m = offs < n\n        t = tl.sort(offs)\n")
+    source = GUARDED.replace("        m = offs < n\n", "        m = offs < n\n        t = tl.cat(offs, offs)\n")
     result = translate_source(source, "guarded.py", get_target("gfx950"))
-    line = source.splitlines().index("        t = tl.sort(offs)") + 1
+    line = source.splitlines().index("        t = tl.cat(offs, offs)") + 1
     found = [d for d in result.diagnostics if d.code.startswith("TT01")]
     assert found and {(d.line, d.col) for d in found} == {(line, 13)}, [(d.line, d.col, d.code) for d in found]
 

@@ -262,6 +262,34 @@ def test_in_place_update_of_the_lower_rank_side_is_refused() -> None:
     assert any("`v` (rank 1) is updated in place with a rank-2 tensor" in d.message for d in result.diagnostics)
 
 
+RANK3_SCORES = HEAD + '''@triton.jit
+def scores(q_ptr, r_ptr, o_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, D)
+    q = tl.load(q_ptr + rows[:, None] * D + dims[None, :])
+    r = tl.load(r_ptr + cols[:, None] * D + dims[None, :])
+    qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    qk += tl.sum(q[:, None, :] * r[None, :, :], 2)
+    tl.store(o_ptr + rows[:, None] * BLOCK_N + cols[None, :], qk)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_scores_accumulated_from_a_rank3_broadcast(target: str) -> None:
+    """`qk += <rank-3 broadcast>` (kernl's attention): summed over the third axis first, as kernels write it, the
+    update translates; the rank-3 product itself added to the rank-2 `qk` is refused at its line, saying what to
+    write (Gluon gives a name one layout)."""
+    result = translate(RANK3_SCORES, target)
+    assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+    assert "qk += gl.sum(" in "\n".join(body(result))
+    unsummed = RANK3_SCORES.replace("tl.sum(q[:, None, :] * r[None, :, :], 2)", "q[:, None, :] * r[None, :, :]")
+    result = translate(unsummed, target)
+    (refusal,) = [d for d in result.diagnostics if d.code == "TT010"]
+    assert refusal.line == 13 and refusal.message.startswith(
+        "`qk` (rank 2) is updated in place with a rank-3 tensor; assign the broadcast result to a new name")
+
+
 def test_dot_operand_types_come_from_computed_values() -> None:
     result = translate(DTYPES)
     assert all(f.translated for f in result.functions), result.diagnostics
@@ -425,14 +453,15 @@ def test_a_scan_of_a_reduced_row_is_scanned_in_a_blocked_layout() -> None:
     assert len(scanned) == 3 and all("_cvt" in line for line in scanned), scanned
 
 
-def test_a_split_operand_holds_its_last_dimension_whole_in_each_thread() -> None:
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+def test_a_split_operand_holds_its_last_dimension_whole_in_each_thread(target: str) -> None:
     """`tl.split` needs both halves of the last dimension in one thread ("SplitOp requires at least 2 elements per
     thread"); a [BLOCK, 2] tile of 64 rows gave each thread one element on AMD (found by compiling public code; the
     kernel compiles below). The loaded pair tile and a `tl.join` result are laid out so. The halves a split gives
     are in the slice of its operand's layout along the last axis, which is what a join takes to give that layout
     back: no conversion on the way (Triton 3.6 and 3.9 alike; a conversion per split cost the sm90 variant 17% of
     a pair swap's time on an H200)."""
-    lines = body(translate(SPLITS, "gfx942"))
+    lines = body(translate(SPLITS, target))
     assert "x_layout: gl.constexpr = _blocked_layout([0, 2], gl.num_warps())" in lines
     assert "# thread holds its last dimension whole (which split needs)." in lines
     assert "a, b = gl.split(x)" in lines and "c, d = gl.split(gl.join(a, b * 2))" in lines, lines

@@ -160,6 +160,23 @@ def test_a_scalar_atomic_operand_is_broadcast_to_the_pointers():
     assert "def _scalar_operand(" in result.text
 
 
+@pytest.mark.slow
+def test_a_reduced_atomic_operand_is_broadcast_to_the_pointers(monkeypatch, tmp_path):  # noqa: ANN001
+    """The 0-d result of a reduction added through a one-element tile of pointers (`tl.atomic_add(out_ptr +
+    tl.arange(0, 1), tl.sum(x))`, tritonbench's sum kernels): broadcast too, and the variant compiles (it did not:
+    "expected expand_dims input to be a distributed_type")."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    text = _elementwise("    tl.atomic_add(y_ptr + tl.arange(0, 1), tl.sum(x, axis=0))")
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert "_scalar_operand(y_ptr + gl.arange(0, 1, layout=" in " ".join(result.text.split())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 256})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 OPTIONAL_BIAS = '''import triton
 import triton.language as tl
 

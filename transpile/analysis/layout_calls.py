@@ -53,6 +53,14 @@ class LanguageCalls:
         spelling = language.lookup(full, "cuda", (3, 9))  # the form of the result; the rule spells it per target
         if spelling is not None and spelling.kind == "libdevice":
             return self.elementwise(node)
+        if spelling is not None and spelling.kind == "keep":
+            # (the function is kept as Triton: its result read as a tile of the operand's rank, for what follows)
+            value = self.eval(self.arg(node, 0, "x"))
+            for a in node.args[1:]:
+                self.eval(a.value)
+            if not isinstance(value, Tensor):
+                return SCALAR
+            return self.opaque(node, value.rank, value.shape if name != "topk" else None, value.elem)
         if spelling is None or spelling.kind == "refuse":
             if spelling is not None and language.refused_on_every_target(full):
                 self.refuse(node, "TT011", spelling.text)
@@ -145,6 +153,9 @@ class LanguageCalls:
             for key, index in keys:
                 arg = self.arg(node, index, key)
                 value = self.eval(arg)
+                if key == "val" and name != "atomic_cas" and isinstance(pointer, Tensor) and arg is not None \
+                        and not isinstance(value, Tensor):
+                    self.plan.scalar_operands.add(arg)
                 if isinstance(pointer, Tensor) and isinstance(value, Tensor) and arg is not None:
                     value = self.operand_of_access(node, pointer, arg, value, key)
                     if anchored and key == "value":  # (`StoreAnchor`: the pointers follow the value)

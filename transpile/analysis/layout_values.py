@@ -223,6 +223,9 @@ class LayoutPlan:
     # `x`: a bitonic network): Triton's compiler derives each reshape's layout from its operand's, where the
     # translation converts the result to a layout of its own through shared memory (`engine`: kept as Triton)
     round_trips: list[cst.CSTNode] = field(default_factory=list)
+    # the operands of atomics that are scalars (a number, a scalar argument, a 0-d reduction) on a tile of pointers:
+    # broadcast to the pointers' shape by the rule (Triton 3.6's Gluon does not broadcast them)
+    scalar_operands: set[cst.CSTNode] = field(default_factory=set)
     refusals: list[Refusal] = field(default_factory=list)
     returns: Value | None = None
     # filled by `solve`

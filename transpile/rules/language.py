@@ -76,7 +76,7 @@ class LanguageNames(Rule):
         Example(
             "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr, B: tl.constexpr):\n"
             "    x = tl.load(x_ptr + tl.arange(0, B))\n    tl.store(x_ptr + tl.arange(0, B), tl.sort(x))\n",
-            ("x.py:7:39: TT011 `tl.sort` (a bitonic network over reshaped tensors) has no Gluon translation",),
+            ("# triton-transpile: the kernel `k` is kept as Triton for gfx942: `tl.sort` at line 7: a bitonic network over",),
         ),
     )
     counterexamples = (
@@ -100,6 +100,10 @@ class LanguageNames(Rule):
         if spelling.kind == "refuse":
             if not language.refused_on_every_target(lang):  # else the layout analysis refused it already
                 ctx.refuse(original, "TT011", spelling.text)
+            return updated
+        if spelling.kind == "keep":
+            if ctx.keep is None:
+                ctx.keep = (original, f"`tl.{lang}` at line {ctx.source.position(original)[0]}: {spelling.text}")
             return updated
         key = language.snippet_key(spelling)
         if key is not None:
@@ -141,11 +145,14 @@ class LanguageNames(Rule):
                 ctx.need(f"{short}_with_indices")
                 return indexed
         if short.startswith("atomic_") and short not in ("atomic_cas",):
-            # `tl.atomic_add(ptrs, 1, mask=m)`: a scalar value broadcast to the pointers (Triton 3.6's Gluon does not)
+            # `tl.atomic_add(ptrs, 1, mask=m)`, `tl.atomic_add(ptrs, tl.sum(x))`: a scalar value broadcast to the
+            # pointers (Triton 3.6's Gluon does not)
             positional = [a for a in updated.args if a.keyword is None]
             value = keywords.get("val") or (positional[1] if len(positional) > 1 else None)
             pointer = keywords.get("pointer") or (positional[0] if positional else None)
-            if value is not None and pointer is not None and _scalar_literal(value.value):
+            index = list(updated.args).index(value) if value is not None else -1
+            scalar = 0 <= index < len(original.args) and original.args[index].value in ctx.plan.scalar_operands
+            if value is not None and pointer is not None and (_scalar_literal(value.value) or scalar):
                 ctx.need("scalar_operand")
                 wrapped = cst.Call(cst.Name("_scalar_operand"), [cst.Arg(pointer.value), cst.Arg(value.value)])
                 updated = updated.with_changes(args=[a.with_changes(value=wrapped) if a is value else a
