@@ -193,7 +193,7 @@ def candidate_files(paths: list[str], sample: int | None) -> list[Path]:
     return files
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+")
     parser.add_argument("-t", "--target", required=True)
@@ -202,7 +202,7 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=None, help="files per repository (directory argument)")
     parser.add_argument("--json", dest="json_out", default=None)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.paths[0], args.target)))
         return 0
