@@ -35,7 +35,8 @@ def _kept_category(reason: str, codes: set[str]) -> str:
     defined below module level where the tool does not translate it: TT007), source not GPU Triton (a construct
     Triton's own compiler rejects for GPUs, as other backends' dialects write), call graph (a caller or callee is
     kept), library helper (a helper other modules import, not called here), test's own kernel (one a test function
-    builds for its own checks), slower as Gluon (the rest: a dot loop
+    builds for its own checks), no scaled MMA for it (`tl.dot_scaled` where the target has no microscaled MMA for
+    its formats: Triton upcasts in software), slower as Gluon (the rest: a dot loop
     Triton's own compiler pipelines better than an unpipelined variant, or a construct measured slower). `codes`: the
     codes of the function's diagnostics."""
     if NOT_TRITON in reason:  # (a construct Triton's own compiler rejects for GPUs: another backend's dialect)
@@ -49,6 +50,8 @@ def _kept_category(reason: str, codes: set[str]) -> str:
         return "test's own kernel"
     if reason.startswith("it is a helper for other modules"):
         return "library helper"
+    if reason.startswith("`tl.dot_scaled"):
+        return "no scaled MMA for it"
     return "slower as Gluon"
 
 
