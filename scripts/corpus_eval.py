@@ -79,7 +79,11 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
     undefined: list[dict[str, str]] = []
     seconds: list[float] = []
     listed: list[dict[str, object]] = []  # every refusal, located
+    # per directory given (a repository): functions x targets, and those refused
+    per_dir: dict[str, collections.Counter[str]] = {str(d): collections.Counter() for d in dirs}
     for path in files:
+        home = next((str(d) for d in dirs if d == path or d in path.parents), str(path.parent))
+        per_dir.setdefault(home, collections.Counter())
         text = path.read_text(encoding="utf-8", errors="replace")
         start = time.perf_counter()
         try:
@@ -114,8 +118,11 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
                 counts["helpers" if fn.is_helper else "kernels"] += 1
                 status = ("pipelined" if fn.pipelined else "translated") if fn.translated else "kept as Triton"
                 counts[status] += 1
+                per_dir[home]["functions"] += 1
                 if not fn.translated:
-                    kept_why[_kept_category(fn.kept_reason, {d.code for d in fn.diagnostics})] += 1
+                    category = _kept_category(fn.kept_reason, {d.code for d in fn.diagnostics})
+                    kept_why[category] += 1
+                    per_dir[home]["refused"] += category == "refused"
                 for d in fn.diagnostics:
                     if d.severity.value == "refusal":
                         listed.append({"file": str(path), "target": name, "function": fn.name, "code": d.code,
@@ -129,6 +136,9 @@ def evaluate(dirs: list[Path], targets: list[str]) -> dict[str, object]:
         "kept_as_triton_pct": round(100.0 * counts["kept as Triton"] / functions, 1) if functions else 0.0,
         "kept_why": dict(kept_why), "refused_pct": round(100.0 * kept_why["refused"] / functions, 1) if functions else 0.0,
         "refusal_codes": dict(refusals), "top_reasons": reasons.most_common(),
+        "per_directory": {d: {"functions": c["functions"], "refused": c["refused"],
+                              "refused_pct": round(100.0 * c["refused"] / c["functions"], 1) if c["functions"] else 0.0}
+                          for d, c in per_dir.items()},
         "crashes": crashes, "invalid_python": invalid, "undefined_names": undefined,
         "ms_per_file": round(1000.0 * sum(seconds) / len(seconds), 1) if seconds else 0.0,
         "refusals": listed,
@@ -161,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{c.get('kept as Triton', 0)} ({report['kept_as_triton_pct']}%), {report['ms_per_file']} ms per file")  # type: ignore[union-attr]
         print("kept as Triton because: " + ", ".join(f"{k} {v}" for k, v in sorted(report["kept_why"].items()))  # type: ignore[union-attr]
               + f" (refused: {report['refused_pct']}% of functions x targets)")
+        if len(args.dirs) > 1:
+            for d, c in report["per_directory"].items():  # type: ignore[union-attr]
+                print(f"  {d}: functions x targets {c['functions']}, refused {c['refused']} ({c['refused_pct']}%)")
         for reason, n in report["top_reasons"][:args.top]:  # type: ignore[index]
             print(f"  {n:5d}  {reason}")
         for crash in report["crashes"]:  # type: ignore[union-attr]

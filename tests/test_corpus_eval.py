@@ -48,6 +48,18 @@ def test_report_counts_statuses_and_reasons(tmp_path: Path, capsys: pytest.Captu
     assert report["top_reasons"][0][1] == 2 and report["top_reasons"][0][0].startswith("TT011")
     assert report["kept_as_triton_pct"] == 50.0
     assert report["kept_why"] == {"refused": 2} and report["refused_pct"] == 50.0
+    assert report["per_directory"] == {str(tmp_path): {"functions": 4, "refused": 2, "refused_pct": 50.0}}
+
+
+def test_per_repository_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each directory given (a repository) is counted apart: its functions x targets and those refused."""
+    for repo, text in (("one", KERNELS), ("two", KERNELS.split("@triton.jit\ndef gate")[0])):
+        (tmp_path / repo).mkdir()
+        (tmp_path / repo / "k.py").write_text(text, encoding="utf-8")
+    assert corpus_eval.main([str(tmp_path / "one"), str(tmp_path / "two"), "-t", "gfx950"]) == 0
+    out = capsys.readouterr().out
+    assert f"  {tmp_path / 'one'}: functions x targets 2, refused 1 (50.0%)" in out
+    assert f"  {tmp_path / 'two'}: functions x targets 1, refused 0 (0.0%)" in out
 
 
 def test_text_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
