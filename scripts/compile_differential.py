@@ -8,7 +8,8 @@ paths, so a rerun takes the same ones), the file is translated for the target an
 compiled twice, as `transpile verify --isa` does it (`transpile.verify.isa_compare`): the source `@triton.jit` kernel
 and the variant's kernel (Gluon, or the source kept as Triton), with the same argument types, constexprs and warps.
 Nobody gives the arguments here, so they are guessed: pointers (the parameters a kernel addresses memory from, and
-`*_ptr` names) `*fp16`, other runtime arguments `i32`; constexprs from their default or the autotune configs, else by
+`*_ptr` names) `*fp16`, or `*i32` where the name says they hold indices, lengths or counts, other runtime arguments
+`i32`; constexprs from their default or the autotune configs, else by
 name (block sizes 64, group sizes 8, flags False, stages 2, anything else 64). A kernel whose source does not compile
 with the guess says nothing and is counted apart; a variant that fails where its source compiles is a bug of the tool.
 
@@ -36,6 +37,11 @@ from pathlib import Path
 
 JIT = re.compile(r"@(triton\.)?jit\b|triton\.jit\(")
 _FLAG = re.compile(r"^(IS|HAS|USE|ENABLE|EVEN|DO|APPLY|WITH|NEED|SAVE|RETURN|CAUSAL|FUSE|SHOULD)(_|$)|_FLAG$", re.I)
+
+
+#: pointers to indices, lengths and counts (`indices_ptr`, `cu_seqlens`, `expert_ids_ptr`, `token_counts`): int32
+_INDEX = re.compile(r"(^|_)(idx|index|indices|ids?|offsets?|offs|table|tables|lens?|lengths?|seqlens?|starts?|ends?|"
+                    r"counts?|num|loc|locs|sorted|expert|experts|slots?|mapping|positions?|pos|batch)(_|$)", re.I)
 
 
 def guess_constexpr(name: str) -> object:
@@ -71,7 +77,7 @@ def guessed_values(path: Path, result) -> dict[str, object]:  # noqa: ANN001 - e
                 if param.default is None:
                     values[name] = guess_constexpr(name)
             elif _is_pointer_name(name) or name in pointers:
-                values[name] = "*fp16"
+                values[name] = "*i32" if _INDEX.search(name) else "*fp16"
     return values
 
 
