@@ -1541,6 +1541,28 @@ def test_a_last_axis_strided_by_constexprs_is_not_copied_direct_to_lds() -> None
     assert "the tile `b_k` at line 15 has its last axis strided by `H * K`" in result.functions[0].kept_reason
 
 
+@pytest.mark.slow
+def test_a_constexpr_inner_stride_runs_the_source_kernel_where_it_is_not_1(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stride_bn: tl.constexpr` (Liger's fused MoE kernels pass their inner strides so, 1 at every launch they make):
+    the Gluon kernel copies the B tile direct to LDS, which needs that stride 1; a launch of another value runs the
+    source kernel (the variant did not compile at 64: "can only be vectorized to 1 element(s)")."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "matmul_grouped.py").read_text().replace(
+        "    stride_bn,\n", "    stride_bn: tl.constexpr,\n", 1)
+    result = translate_source(text, "mg.py", get_target("gfx950"))
+    (kernel,) = [f for f in result.functions if f.name == "matmul_kernel"]
+    assert kernel.pipelined and ("stride_bn != 1", (("stride_bn", None),)) in kernel.dispatch.source_when
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64,
+              "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
+    for stride, gluon in ((1, True), (64, False)):
+        compiled = [c for c in verify(result, {**values, "stride_bn": stride}, all_configs=False)
+                    if c.kernel == "matmul_kernel"]
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+        assert all(("`stride_bn != 1`: the source kernel runs it" in c.config) != gluon for c in compiled)
+        assert all((c.check == "compile") == gluon for c in compiled), [(c.config, c.check) for c in compiled]
+
+
 # A third compile-time flag choosing loads: the loop is copied for two flags (four copies) and the third stays in
 # each copy, where the refusal names it as a compile-time test (not as a run-time branch); a run-time flag is named as
 # one.

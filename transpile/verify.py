@@ -416,6 +416,13 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 outcomes.append(CompiledKernel(outcome.name, label, True, "the autotuner skips this config at these "
                                                f"values ({message})", {}, None, kept, check="not run"))
                 continue
+            if not ok and when and not kept:
+                # a launch the launcher gives the source kernel (compiled above) for a reason of this kind: the Gluon
+                # kernel's copies need these values (an inner stride of 1) and never run with others
+                outcomes.append(CompiledKernel(outcome.name, label, True, "the launcher runs the source kernel at "
+                                               f"these values; its Gluon kernel does not compile for them ({message})",
+                                               {}, None, kept, check="not run"))
+                continue
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
     return outcomes
 

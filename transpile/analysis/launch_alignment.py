@@ -198,14 +198,15 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
     return found
 
 
-def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advances: list[cst.BaseStatement]
-                         ) -> tuple[list[str], list[str]]:
+def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advances: list[cst.BaseStatement],
+                         constexprs: bool = False) -> tuple[list[str], list[str]]:
     """The integer parameters that scale the addresses of 2-D pointer tiles (`a_ptr + offs_m[:, None] * stride_am +
     offs_k[None, :] * stride_ak`, through the local names they are made of) and of the statements that advance them
     (`a_ptrs += BLOCK_K * stride_ak`): (the strides of the last axis, the others). A launch where the first are 1 and
     the others multiples of 16 (with 16-byte aligned tensors) has Triton compile rows of 16-byte aligned vectors,
-    which direct-to-LDS copies need."""
-    params = {p.name for p in fn.params if not p.is_constexpr}
+    which direct-to-LDS copies need. With `constexprs`, the constexpr parameters in those places instead
+    (`stride_ak: tl.constexpr`: each launch compiles its own value in)."""
+    params = {p.name for p in fn.params if p.is_constexpr == constexprs}
     definitions = _single_definitions(fn)
     unit: list[str] = []
     other: list[str] = []

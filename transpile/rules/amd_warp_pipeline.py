@@ -164,6 +164,12 @@ class AMDWarpPipeline(Rule):
             # 16-byte buffer loads are 16-byte loads only there: the variant's launcher runs the source kernel on the
             # other launches.
             unit, divisible = tile_strides(ctx, stage_plan.loop)
+            # an inner stride that is a constexpr (`stride_ak: tl.constexpr`, 1 at the launches real code makes):
+            # launches of another value run the source kernel (its tile cannot be copied direct to LDS)
+            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
+                (f"{name} != 1", ((name, constexprs[name]),))
+                for name in tile_strides(ctx, stage_plan.loop, constexprs=True)[0]))))
             masks = [load.mask for load in stage_plan.loop.loads if load.kind == "pointer" and load.mask is not None]
             divisible += [n for n in last_axis_mask_params(ctx.function, masks) if n not in divisible + unit]
             ctx.launch_checked = True  # (a kernel with several such loops: what each needs)
@@ -916,12 +922,12 @@ def _k_indexed(plan: LoopPlan) -> cst.Subscript | None:
     return None
 
 
-def tile_strides(ctx: RuleContext, plan: LoopPlan) -> tuple[list[str], list[str]]:
+def tile_strides(ctx: RuleContext, plan: LoopPlan, constexprs: bool = False) -> tuple[list[str], list[str]]:
     """The parameters of the loop's pointer tiles that the launcher requires to be 1 (inner strides) and multiples of
-    16 (the others) before it runs the Gluon kernel."""
+    16 (the others) before it runs the Gluon kernel (with `constexprs`, the constexpr parameters in those places)."""
     body = loop_body(plan.loop)
     tiles = [load.pointer for load in plan.loads if load.kind == "pointer" and load.pointer is not None]
-    return pointer_tile_strides(ctx.function, tiles, [body[i] for i in plan.producer_after()])
+    return pointer_tile_strides(ctx.function, tiles, [body[i] for i in plan.producer_after()], constexprs)
 
 
 def _read(slot: str, relaxed: bool) -> str:
