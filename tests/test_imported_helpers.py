@@ -254,3 +254,43 @@ def test_a_name_two_modules_import_from_each_other_is_no_crash(tmp_path: Path) -
     kernel = next(o for o in result.functions if o.name == "k")
     assert not kernel.translated
     assert "`mm` reads `SCALE`, which the modules it is imported from import from each other" in kernel.kept_reason
+
+
+ROTATE = HEAD + '''
+
+@triton.jit
+def _rotate(x, mask, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr):
+    x_rotated = tl.where(mask, x, -x)
+    x_rotated = tl.reshape(x_rotated, (BLOCK_T, 2, HALF))
+    x_rotated = tl.flip(x_rotated, 2)
+    x_rotated = tl.reshape(x_rotated, (BLOCK_T, BLOCK_D))
+    return tl.flip(x_rotated, 1)
+'''
+
+
+@pytest.mark.slow
+def test_a_helper_its_module_re_exports_is_copied_from_where_it_is_defined(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`from pkg.rope import _rotate` where `pkg/rope.py` only imports it from `pkg/_kernels.py` (aiter's rope
+    helpers): the helper, which reshapes and flips (more than elementwise math), is copied in and translated. Called as
+    written, it mixed its mask's layout with the tile's (the variant did not compile: "Layout mismatch in
+    broadcast")."""
+    root = _package(tmp_path, {"_kernels.py": ROTATE, "rope.py": "from pkg._kernels import _rotate  # noqa: F401\n"})
+    text = HEAD + '''from pkg.rope import _rotate
+
+
+@triton.jit
+def rope_kernel(x_ptr, y_ptr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    rows = tl.arange(0, BLOCK_T)
+    dims = tl.arange(0, BLOCK_D)
+    x = tl.load(x_ptr + rows[:, None] * BLOCK_D + dims[None, :])
+    mask = (dims < BLOCK_D // 2)[None, :]
+    tl.store(y_ptr + rows[:, None] * BLOCK_D + dims[None, :], _rotate(x, mask, BLOCK_T, BLOCK_D, BLOCK_D // 2))
+'''
+    result = translate_source(text, str(root / "kernels.py"), get_target("gfx950"))
+    assert "from pkg.rope import _rotate" not in result.text and "def _rotate(" in result.text
+    assert all(f.translated for f in result.functions), [(f.name, f.kept_reason) for f in result.functions]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.syspath_prepend(str(root))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK_T": 16, "BLOCK_D": 64})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -123,6 +123,23 @@ def _module(path: str, origin: str) -> _Module | None:
     return found
 
 
+def defining_functions(path: str, origin: str, name: str, depth: int = 0
+                       ) -> tuple[list[ast.FunctionDef], frozenset[str]]:
+    """The definitions of `name` that the module `origin` (imported by the file at `path`) gives, following the
+    modules that only import it in turn (`from ._kernels.rope import _rotate` re-exported), and the defining module's
+    names for libdevice/math modules; ([], frozenset()) where none is found on disk."""
+    found = _module(path, origin)
+    if found is None or depth > 8:
+        return [], frozenset()
+    if name in found.functions:
+        return found.functions[name], found.math_modules
+    statement = found.top.get(name)
+    binding = import_binding(statement, name) if isinstance(statement, ast.ImportFrom) else None
+    if binding is None or binding[1] != name or binding[0].split(".")[0] in _EXTERNAL:
+        return [], frozenset()
+    return defining_functions(str(found.file), binding[0], name, depth + 1)
+
+
 def module_functions(path: str, origin: str) -> tuple[dict[str, list[ast.FunctionDef]], frozenset[str]]:
     """The functions (by name; top level and under module-level `if`/`try`) of the module `origin` imported by the
     file at `path`, and that module's names for libdevice/math modules: a relative import from the file's package, an

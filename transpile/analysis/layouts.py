@@ -29,6 +29,7 @@ from collections import Counter
 import libcst as cst
 
 from transpile.analysis.imports import (
+    defining_functions,
     helper_closure,
     language_modules,
     module_functions,
@@ -246,8 +247,9 @@ def imported_helpers(module: cst.Module, path: str
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 imported = cst.Module([]).code_for_node(alias.name)
-                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d, their_math)
-                                                       for d in defs.get(imported, [])):
+                found, math = (defs[imported], their_math) if imported in defs else \
+                    defining_functions(path, origin, imported)  # (a name the module re-exports)
+                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d, math) for d in found):
                     out.append((statement, alias, bound.value, origin, imported))
     return out
 
