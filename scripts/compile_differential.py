@@ -123,7 +123,7 @@ class _Lenient(importlib.abc.MetaPathFinder):
         head = name.split(".")[0]
         if head != self.top and (spec is not None or head in sys.stdlib_module_names):
             return None  # (another library, installed here, or Python's own: imported as usual)
-        return importlib.util.spec_from_loader(name, _LenientLoader(spec, name.split(".")[0] == self.top))
+        return importlib.util.spec_from_loader(name, _LenientLoader(spec, head == self.top))
 
 
 class _LenientLoader(importlib.abc.Loader):
@@ -155,9 +155,7 @@ def run_one(path: str, target_name: str) -> dict[str, object]:
     from transpile.diagnostics import TranspileError
     from transpile.engine import translate_file
     from transpile.targets import get_target
-    from transpile.verify import isa_compare
-
-    from transpile.verify import package_of
+    from transpile.verify import isa_compare, package_of
 
     record: dict[str, object] = {"file": path, "target": target_name, "kernels": []}
     package, _root = package_of(Path(path))

@@ -142,6 +142,12 @@ class RuleContext:
     def refuse(self, node: cst.CSTNode, code: str, message: str) -> None:
         self.diagnostics.append(self.source.diagnostic(node, code, message))
 
+    def keep_kernel(self, node: cst.CSTNode, construct: str, reason: str) -> None:
+        """Keep the function as Triton (TT041, `RuleContext.keep`) for `construct` at `node`: the first such call
+        gives the reason, "`construct` at line N: reason"."""
+        if self.keep is None:
+            self.keep = (node, f"{construct} at line {self.source.position(node)[0]}: {reason}")
+
     def need(self, helper: str) -> None:
         self.helpers.add(helper)
 

@@ -87,9 +87,7 @@ class Dot(Rule):
         """`tl.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format[, acc])` ->
         `_dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc)`: the target's microscaled MMA."""
         if ctx.target.scaled_mma:
-            if ctx.keep is None:
-                ctx.keep = (original, f"`tl.dot_scaled` at line {ctx.source.position(original)[0]}: "
-                                      f"{ctx.target.name} {ctx.target.scaled_mma}")
+            ctx.keep_kernel(original, "`tl.dot_scaled`", f"{ctx.target.name} {ctx.target.scaled_mma}")
             return updated
         args = [a for a in updated.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in updated.args if a.keyword is not None}
@@ -100,17 +98,15 @@ class Dot(Rule):
         for key, index in (("lhs_k_pack", 8), ("rhs_k_pack", 9)):
             packed = arg(index, key)
             if packed is not None and not (isinstance(packed, cst.Name) and packed.value == "True"):
-                if ctx.keep is None:
-                    ctx.keep = (original, f"`tl.dot_scaled(..., {key}=...)` at line {ctx.source.position(original)[0]}: "
-                                          "only fp4 packed along K (the default) is translated")
+                ctx.keep_kernel(original, f"`tl.dot_scaled(..., {key}=...)`",
+                                "only fp4 packed along K (the default) is translated")
                 return updated
         for key, index in (("lhs_format", 2), ("rhs_format", 5)):
             fmt = arg(index, key)
             if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value not in SCALED_FORMATS:
-                if ctx.keep is None:
-                    ctx.keep = (fmt, f"`tl.dot_scaled` with {key} {fmt.value} at line {ctx.source.position(fmt)[0]}: "
-                                     f"the microscaled MMA takes {', '.join(SCALED_FORMATS)} operands, and Triton's own "
-                                     "compile upcasts a 16-bit one in software as a Gluon form would")
+                ctx.keep_kernel(fmt, f"`tl.dot_scaled` with {key} {fmt.value}",
+                                f"the microscaled MMA takes {', '.join(SCALED_FORMATS)} operands, and Triton's own "
+                                "compile upcasts a 16-bit one in software as a Gluon form would")
                 return updated
         a, a_scale, a_format = arg(0, "lhs"), arg(1, "lhs_scale"), arg(2, "lhs_format")
         b, b_scale, b_format = arg(3, "rhs"), arg(4, "rhs_scale"), arg(5, "rhs_format")

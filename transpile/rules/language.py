@@ -102,8 +102,7 @@ class LanguageNames(Rule):
                 ctx.refuse(original, "TT011", spelling.text)
             return updated
         if spelling.kind == "keep":
-            if ctx.keep is None:
-                ctx.keep = (original, f"`tl.{lang}` at line {ctx.source.position(original)[0]}: {spelling.text}")
+            ctx.keep_kernel(original, f"`tl.{lang}`", spelling.text)
             return updated
         key = language.snippet_key(spelling)
         if key is not None:
