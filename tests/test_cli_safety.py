@@ -24,6 +24,9 @@ INTERRUPT = textwrap.dedent('''\
     import os, signal, sys, tempfile
 
     SIGNAL = getattr(signal, sys.argv[1])
+    # A shell starts a background job with SIGINT ignored (CI runs one test shard with `&`), and Python then leaves
+    # it ignored: put back the handler Python installs in a terminal, where Ctrl-C reaches the run.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     real = tempfile.mkstemp
 
 
