@@ -215,6 +215,52 @@ def test_attention_stage_plan() -> None:
     assert "(start_n + offs_n_cvt)[None, :] < N_CTX" in variant
 
 
+def test_decode_style_attention_over_block_indices_with_an_augmented_rescale() -> None:
+    # lightllm's decode style: the loop runs over block indices (`offs_kv = start_n * BLOCK_N + offs_n`) and the
+    # accumulator is rescaled by `acc *= alpha[:, None]`. The rescale is the attention's (its augmented spelling), and
+    # the mask's conversion of `start_n * BLOCK_N + offs_n` is made once, of `offs_n`, before the loop.
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "for start_n in range(0, N_CTX, BLOCK_N):", "for start_n in range(0, tl.cdiv(N_CTX, BLOCK_N)):").replace(
+        "offs_kv = start_n + offs_n", "offs_kv = start_n * BLOCK_N + offs_n").replace(
+        "acc = acc * alpha[:, None]", "acc *= alpha[:, None]")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.loop.attention, sp
+    assert line_of(text, "acc *= alpha") in sp.stages[0].lines
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "attn"] == [True]
+    variant = result.text
+    assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant
+    assert "(start_n * BLOCK_N + offs_n_cvt)[None, :] < N_CTX" in variant
+    assert "acc *= alpha[:, None]" in variant
+    from transpile.schedule_check import check_source
+
+    report = check_source(variant)
+    assert report.cases and report.findings == [], report.findings[:3]
+    values = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32", "BLOCK_M": 128,
+              "BLOCK_N": 32, "D": 64, "num_warps": 8}
+    compiled = verify(result, values)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    # sm90's attention ring takes the same rescale: after the wait for the PV wgmma, on the accumulator converted back
+    hopper = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
+    lines = [line.strip() for line in hopper.text.splitlines()]
+    at = lines.index("acc *= alpha[:, None]")
+    assert lines[at - 2].startswith("acc, _ = warpgroup_mma_wait(0, deps=[acc,") and \
+        lines[at - 1] == "acc = gl.convert_layout(acc, mma_layout)", lines[at - 3:at + 1]
+    compiled = verify(hopper, {**values, "BLOCK_N": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+@pytest.mark.parametrize("offsets", ["start_n * BLOCK_N + offs_n * N_CTX", "start_n * offs_m[0] + offs_n"])
+def test_mask_offsets_from_tensors_are_not_read_as_a_scalar_sum(offsets: str) -> None:
+    # `x = <scalar> + offs` is hoisted only where `<scalar>` is integer arithmetic of the loop variable and scalar
+    # parameters: a product with a tensor on either side is converted where it is made (refused in the stage)
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "for start_n in range(0, N_CTX, BLOCK_N):", "for start_n in range(0, tl.cdiv(N_CTX, BLOCK_N)):").replace(
+        "offs_kv = start_n + offs_n", f"offs_kv = {offsets}")
+    sp = stage_plan(text)
+    assert isinstance(sp, StageRefusal) and "a layout conversion of `offs_kv`" in sp.reason, sp
+
+
 def test_attention_mask_offsets_bound_twice_are_not_hoisted() -> None:
     # `offs_kv` rebound after `start_n + offs_n`: its conversion is not that of `start_n + offs_n`
     text = ATTENTION.replace("COLUMNS", "pass").replace(

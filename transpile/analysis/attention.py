@@ -58,7 +58,7 @@ class AttentionPlan:
     acc_index: int
     p: cst.BaseExpression = field(repr=False)  # the second dot's A operand (registers)
     producer: list[int]  # statement indices the loads' addresses and masks depend on
-    rescales: list[int]  # `acc = acc * ...` statements between the dots
+    rescales: list[int]  # `acc = acc * ...` (or `acc *= ...`) statements between the dots
     invariants: list[str] = field(default_factory=list)  # names from outside the loop the addresses use
     # `s = tl.dot(q, k) * scale` (or `scale * tl.dot(...)`): the scalar factor, and whether it stands on the left
     scores_scale: tuple[cst.BaseExpression, bool] | None = field(default=None, repr=False)
@@ -339,9 +339,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     for i, statement in enumerate(body):
         if i == i2 or acc not in names_in(statement):
             continue
-        assigned = single_assign(statement)
-        if i1 < i < i2 and assigned is not None and assigned[0] == acc and \
-                isinstance(assigned[1], cst.BinaryOperation) and isinstance(assigned[1].operator, cst.Multiply):
+        if i1 < i < i2 and _rescale(statement, acc):
             rescales.append(i)
             continue
         return refuse(statement, f"`{acc}` is used here; in the pipelined loop it is available only after the "
@@ -385,6 +383,20 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
                          scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed,
                          shared_v=shared)
+
+
+def _rescale(statement: cst.BaseStatement, acc: str) -> bool:
+    """`statement` rescales the accumulator: ``acc = acc * alpha[:, None]`` (a product on a line of its own) or its
+    augmented spelling ``acc *= alpha[:, None]``, with a factor that does not read `acc`."""
+    assigned = single_assign(statement)
+    if assigned is not None:
+        return assigned[0] == acc and isinstance(assigned[1], cst.BinaryOperation) \
+            and isinstance(assigned[1].operator, cst.Multiply)
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return False
+    small = statement.body[0]
+    return isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.MultiplyAssign) \
+        and isinstance(small.target, cst.Name) and small.target.value == acc and acc not in names_in(small.value)
 
 
 def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:

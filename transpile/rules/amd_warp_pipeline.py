@@ -305,13 +305,15 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Conversions of `<loop variable> + offsets` in the consumer (an attention mask's key offsets, laid along the
     # other axis of the scores) become `<loop variable> + <offsets converted once, before the loop>`.
     hoisted: list[str] = []
-    converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (loop variable, converted offsets)
+    converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (scalar sum, converted offsets)
     loads_at = {load.index for load in plan.loads}
+    params = {p.name for p in ctx.function.params}
     for facts in sp.dataflow.statements:
         if facts.index in loads_at or facts.index in plan.producer:
             continue  # (the producer's copies are laid out per tile: `copy_operands`)
         for node, what in facts.barriers:
-            found = hoistable_convert(node, plan.loop, sp.dataflow) if what == "layout conversion" else None
+            found = hoistable_convert(node, plan.loop, sp.dataflow, params) if what == "layout conversion" \
+                else None
             layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
             if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]
                 var, offsets = found
@@ -959,8 +961,9 @@ def _factor(text: str) -> str:
 
 
 class _Hoisted(cst.CSTTransformer):
-    """`gl.convert_layout(x, layout)` of an `x = <loop variable> + offsets` -> `(<loop variable> + <offsets converted
-    before the loop>)`."""
+    """`gl.convert_layout(x, layout)` of an `x = <scalar> + offsets` (`<scalar>`: the loop variable, or integer
+    arithmetic of it and scalar parameters; `hoistable_convert`) -> `(<scalar> + <offsets converted before the
+    loop>)`."""
 
     def __init__(self, converts: dict[tuple[str, str], tuple[str, str]]) -> None:
         super().__init__()
