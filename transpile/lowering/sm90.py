@@ -131,27 +131,52 @@ class CpAsyncCopy:
 
 
 @dataclass(frozen=True)
+class Product:
+    """One dot of an iteration with several (a gated GEMM's gate and up products): its accumulator, the accumulator
+    the dot adds to, and its two operands as the wgmma reads them, for a slot."""
+
+    acc: str
+    acc_in: str
+    views: Callable[[str], tuple[str, str]]
+
+
+@dataclass(frozen=True)
 class Wgmma:
-    """MMA engine: asynchronous wgmma from ring slots, `in_flight` of them left running at each retire."""
+    """MMA engine: asynchronous wgmma from ring slots, `in_flight` iterations' wgmmas left running at each retire.
+    A loop of one dot issues one wgmma an iteration (`views`, on `LoopText.acc`); one of several (`products`) issues
+    each in order, and its retire leaves `in_flight` times as many wgmmas running (a wait counts wgmmas, not
+    iterations)."""
 
     in_flight: int
     views: Callable[[str], tuple[str, str]]  # the two operands as the wgmma reads them, for a slot
     rings: tuple[str, ...] = ()  # the rings whose slots a retire names as its dependencies ((): the accumulator only)
+    products: tuple[Product, ...] = ()  # several dots an iteration ((): the loop's one dot)
 
     def issue(self, loop: LoopText, slot: str) -> list[str]:
+        if self.products:
+            return [f"{p.acc} = warpgroup_mma({', '.join(p.views(slot))}, {p.acc_in}, is_async=True)"
+                    for p in self.products]
         a, b = self.views(slot)
         return [f"{loop.acc} = warpgroup_mma({a}, {b}, {loop.acc_in}, is_async=True)"]
 
+    def _accs(self, acc: str) -> list[str]:
+        return list(dict.fromkeys(p.acc for p in self.products)) if self.products else [acc]
+
     def retire(self, acc: str, slot: str) -> list[str]:
+        accs = self._accs(acc)
+        count = self.in_flight * max(1, len(self.products))
         if not self.rings:
-            return [f"{acc} = warpgroup_mma_wait({self.in_flight}, deps=[{acc}])"]
+            return [f"{', '.join(accs)} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}])"]
         deps = ", ".join(f"{ring}.index({slot})" for ring in self.rings)
-        return ["# The previous wgmma has now finished reading its slot: refill that slot below (with two",
+        kept = ", ".join(accs + ["_"] * len(self.rings))
+        which = "iteration's wgmmas have" if len(self.products) > 1 else "wgmma has"
+        return [f"# The previous {which} now finished reading its slot: refill that slot below (with two",
                 "# warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
-                f"{acc}, _, _ = warpgroup_mma_wait({self.in_flight}, deps=[{acc}, {deps}])"]
+                f"{kept} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}, {deps}])"]
 
     def drain(self, acc: str) -> list[str]:
-        return [f"{acc} = warpgroup_mma_wait(0, deps=[{acc}])"]
+        accs = ", ".join(self._accs(acc))
+        return [f"{accs} = warpgroup_mma_wait(0, deps=[{accs}])"]
 
 
 def _block(lines: Sequence[str], pad: str = "    ") -> list[str]:

@@ -175,7 +175,8 @@ class RuleContext:
 UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     ("sm90", "cp.async"): (
         "only the cp.async pointer ring would pipeline it, and on an H100 that ring ran GEMMs at 0.69x-0.96x the "
-        "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy: bench/RESULTS.md"),
+        "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy (on an H200 0.81x "
+        "with B read transposed, 0.92x for a gated GEMM's two products): bench/RESULTS.md"),
     ("sm90", "cp.async, address form"): (
         "{construct}a pointer-tile GEMM, which Triton 3.6's own pipeliner builds as the tool's cp.async ring would; "
         "where that ring takes such loops (16-bit operands) it ran GEMMs at 0.69x-0.96x the speed of Triton's own "

@@ -1,8 +1,11 @@
 """sm90: pipeline a pointer GEMM main loop with a cp.async ring and asynchronous wgmma.
 
-Matches: ``for k in range(...)`` whose body loads the two operands of one ``acc = tl.dot(a, b, acc)`` with
+Matches: ``for k in range(...)`` whose body loads the operands of ``acc = tl.dot(a, b, acc)`` with
 ``tl.load(ptrs, mask=..., other=0)`` (the pointer plan of `transpile.analysis.pipeline`), the pointer tiles built
-before the loop as ``base + rows[:, None] * stride + cols[None, :] * stride`` sums.
+before the loop as ``base + rows[:, None] * stride + cols[None, :] * stride`` sums; B may be read transposed
+(``tl.dot(x, tl.trans(w), acc)``: its ring holds the tile as loaded and the wgmma reads a transposed view of the slot),
+and there may be several such dots written one after the other (a gated GEMM's gate and up products from one A tile:
+one ring per tile, the wgmmas of an iteration issued in order and retired together).
 Emits, under a test that is partly compile-time (16-bit operands) and partly run-time (16-byte alignment): a ring of
 ``NUM_STAGES`` shared-memory slots per operand filled ``NUM_STAGES - 1`` iterations ahead with cp.async (16 bytes per
 thread copy, one commit group per iteration, masks kept and past-the-end iterations masked off); per iteration
@@ -35,9 +38,11 @@ Targets: sm90.
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
+from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -46,7 +51,7 @@ from transpile.cst_utils import (
     product_factors,
     sum_terms,
 )
-from transpile.lowering.sm90 import CpAsyncCopy, LoopText, RingNames, Wgmma, gemm_ring
+from transpile.lowering.sm90 import CpAsyncCopy, LoopText, Product, RingNames, Wgmma, gemm_ring
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -85,6 +90,21 @@ EXAMPLE = (
     "    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))\n"
 )
 
+# A gated GEMM (SwiGLU's gate and up products from one A tile), its weights read transposed ([N, K] rows, `x @ w.T`):
+# three rings, two wgmmas an iteration, each reading a transposed view of its weight slot.
+GATED = EXAMPLE.replace("b_ptr, c_ptr", "g_ptr, u_ptr, c_ptr").replace(
+    "    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]\n",
+    "    g_ptrs = g_ptr + offs_n[:, None] * stride_bk + offs_k[None, :]\n"
+    "    u_ptrs = u_ptr + offs_n[:, None] * stride_bk + offs_k[None, :]\n"
+    "    up = tl.zeros((BM, BN), dtype=tl.float32)\n").replace(
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, b, acc)\n        a_ptrs += BK\n        b_ptrs += BK * stride_bk\n",
+    "        g = tl.load(g_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n"
+    "        u = tl.load(u_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, tl.trans(g), acc)\n        up = tl.dot(a, tl.trans(u), up)\n"
+    "        a_ptrs += BK\n        g_ptrs += BK\n        u_ptrs += BK\n").replace(
+    "acc.to(tl.float16)", "(acc * up).to(tl.float16)")
+
 # cp.async copy widths the ring is emitted for, widest first: (16-bit elements per copy, bytes per copy). The 8-byte
 # copies take rows and sizes that are multiples of 4 elements but not of 8 (K = 3900, say): half the width, but still
 # pipelined, where plain loads of such rows are not vectorised at all.
@@ -116,6 +136,15 @@ class HopperCpAsyncPipeline(Rule):
             "a_ptrs_next += BK",
             "acc = warpgroup_mma_wait(0, deps=[acc])",
         ), "sm90"),
+        # a gated GEMM, its weights read transposed: two wgmmas an iteration, retired together
+        Example(GATED, (
+            "g_smem = gl.allocate_shared_memory(g_ptr.dtype.element_ty, [NUM_STAGES, BN, BK],",
+            "acc = warpgroup_mma(a_smem.index(slot), g_smem.index(slot).permute((1, 0)), acc, is_async=True)",
+            "up = warpgroup_mma(a_smem.index(slot), u_smem.index(slot).permute((1, 0)), up, is_async=True)",
+            "acc, up, _, _, _ = warpgroup_mma_wait(2, deps=[acc, up, a_smem.index(slot), g_smem.index(slot), "
+            "u_smem.index(slot)])",
+            "acc, up = warpgroup_mma_wait(0, deps=[acc, up])",
+        ), "sm90"),
     )
     counterexamples = (
         # the `a` tile addressed afresh each iteration (no loop-carried tile of pointers): kept, with the measurement
@@ -129,7 +158,7 @@ class HopperCpAsyncPipeline(Rule):
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or 3
-        plan = plan_loop(ctx.source, original, ctx.plan, default)
+        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
         emitted = _Emitter(ctx, plan, original, updated).emit()
@@ -196,17 +225,33 @@ class _Emitter:
 
     def emit(self) -> _Emitted | str:
         ctx, plan = self.ctx, self.plan
-        site = next(s for call, s in ctx.plan.dots.items() if call in _calls(self.original.body.body[plan.dot_index]))
-        if site.out_dtype is not None and "int" in code(site.out_dtype):
-            # Measured (bench/RESULTS.md: Profitability): a ring staged through registers, B stored K-major, ran as fast as the
-            # translated loop at 4096^3 and 5x slower on unaligned sizes, so the loop stays as translated.
-            return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
-                    "N-contiguous tile does not write")
-        if not site.operand_dtype or not site.b_dtype or not site.a_shape or not site.b_shape \
-                or len(site.a_shape) != 2 or len(site.b_shape) != 2 or None in site.a_shape + site.b_shape:
-            return "the operand tiles' element types or 2-D block shapes are not known"
-        dtypes = {plan.loads[0].name: site.operand_dtype, plan.loads[1].name: site.b_dtype}
-        shapes = {plan.loads[0].name: ", ".join(site.a_shape), plan.loads[1].name: ", ".join(site.b_shape)}
+        # Several dots (a gated GEMM's gate and up products from one A tile, or two products into one accumulator in
+        # turn): each is a wgmma of its own from the iteration's slots; they are written one after the other.
+        indices = [chain.index for chain in plan.chains]
+        if any(not chain.acc_in_dot for chain in plan.chains):
+            return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
+        if indices != list(range(indices[0], indices[0] + len(indices))):
+            return (f"statements between its {len(indices)} dots (the wgmmas of an iteration are issued one after the "
+                    "other)")
+        dtypes: dict[str, str] = {}
+        shapes: dict[str, str] = {}
+        for chain in plan.chains:
+            site = ctx.plan.dots[chain.call]
+            if site.out_dtype is not None and "int" in code(site.out_dtype):
+                # Measured (bench/RESULTS.md: Profitability): a ring staged through registers, B stored K-major, ran
+                # as fast as the translated loop at 4096^3 and 5x slower on unaligned sizes, so the loop stays as
+                # translated.
+                return ("8-bit integer operands: wgmma reads B K-major from shared memory, which a cp.async copy of an "
+                        "N-contiguous tile does not write")
+            if not site.operand_dtype or not site.b_dtype or not site.a_shape or not site.b_shape \
+                    or len(site.a_shape) != 2 or len(site.b_shape) != 2 or None in site.a_shape + site.b_shape:
+                return "the operand tiles' element types or 2-D block shapes are not known"
+            for name, dtype, shape, transposed in zip(chain.operands, (site.operand_dtype, site.b_dtype),
+                                                      (site.a_shape, site.b_shape), chain.transposed):
+                # (a tile the dot reads transposed, `tl.trans(w)`: its ring holds it as loaded, [N, K], and the
+                # wgmma reads a transposed view of the slot)
+                dtypes.setdefault(name, dtype)
+                shapes.setdefault(name, ", ".join(shape[::-1] if transposed else shape))
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
                 return _AddressForm(f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements "
@@ -325,13 +370,17 @@ class _Emitter:
         count, index = span.count, span.value
 
         renames = next_names(plan.var, plan.producer, body, name)
+        dots = {chain.index for chain in plan.chains}
         consumer = [i for i in consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
-                    if i != plan.dot_index]
-        before = [i for i in consumer if i < plan.dot_index]
-        after = [i for i in consumer if i > plan.dot_index]
+                    if i not in dots]
+        before = [i for i in consumer if i < min(dots)]
+        after = [i for i in consumer if i > max(dots)]
         uses_var = any(plan.var in names_in(body[i]) for i in consumer)
-        dot_call = body[plan.dot_index].body[0].value  # type: ignore[union-attr]
-        acc_in = code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 else plan.acc
+
+        def acc_in(chain: DotChain) -> str:
+            dot_call = body[chain.index].body[0].value  # type: ignore[union-attr]
+            return code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 \
+                else chain.acc
 
         def copy(load: OperandLoad, iteration: str, slot_expr: str, vec: int, width: int) -> str:
             call = body[load.index].body[0].value  # type: ignore[union-attr]
@@ -348,13 +397,23 @@ class _Emitter:
             return (f"{head}{smem[load.name]}.index({slot_expr}), gl.max_contiguous(gl.multiple_of({pointer}, "
                     f"[1, {width}]), [1, {vec}]),\n{' ' * len(head)}mask={mask})")
 
-        loop = LoopText(plan.var, index, plan.acc, acc_in, [code(body[i]) for i in before],
+        first = plan.chains[0]
+        loop = LoopText(plan.var, index, first.acc, acc_in(first), [code(body[i]) for i in before],
                         [code(body[i]) for i in after], renames[plan.var],
                         [rename(body[i], renames) for i in plan.producer_before()],
                         [rename(body[i], renames) for i in plan.producer_after()], uses_var)
-        a, b = plan.loads
-        mma = Wgmma(schedule.mma_in_flight, lambda s: (f"{smem[a.name]}.index({s})", f"{smem[b.name]}.index({s})"),
-                    (smem[a.name], smem[b.name]))
+        transposed = {load.name: load.transposed for load in plan.loads}
+
+        def views(operands: tuple[str, ...], slot_expr: str) -> tuple[str, str]:
+            """The dot's two operands as the wgmma reads them from the slot (a transposed view where the dot reads
+            the tile transposed)."""
+            a, b = (f"{smem[n]}.index({slot_expr})" + (".permute((1, 0))" if transposed[n] else "") for n in operands)
+            return a, b
+
+        mma = Wgmma(schedule.mma_in_flight, functools.partial(views, first.operands),
+                    tuple(smem[load.name] for load in plan.loads),
+                    tuple(Product(chain.acc, acc_in(chain), functools.partial(views, chain.operands))
+                          for chain in plan.chains) if len(plan.chains) > 1 else ())
 
         def ring(vec: int, width: int) -> str:
             engine = CpAsyncCopy(
