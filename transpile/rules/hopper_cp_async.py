@@ -147,6 +147,11 @@ class HopperCpAsyncPipeline(Rule):
         ), "sm90"),
     )
     counterexamples = (
+        # a statement of the consumer between two dots: the wgmmas of an iteration are issued one after the other
+        Counterexample(GATED.replace("        up = tl.dot(a, tl.trans(u), up)\n",
+                                     "        acc = acc * 0.5\n        up = tl.dot(a, tl.trans(u), up)\n"),
+                       ("_cp_async_load(", "warpgroup_mma_wait(2"), "TT040",
+                       "the statement at line 19 between its 2 dots", "sm90", gluon_always=True),
         # the `a` tile addressed afresh each iteration (no loop-carried tile of pointers): kept, with the measurement
         Counterexample(EXAMPLE.replace(
             "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n",
@@ -230,9 +235,13 @@ class _Emitter:
         indices = [chain.index for chain in plan.chains]
         if any(not chain.acc_in_dot for chain in plan.chains):
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
-        if indices != list(range(indices[0], indices[0] + len(indices))):
-            return (f"statements between its {len(indices)} dots (the wgmmas of an iteration are issued one after the "
-                    "other)")
+        # (the copies' statements between the dots, a second B tile's load, go to the ring's producer)
+        between = [i for i in consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
+                   if min(indices) < i < max(indices) and i not in indices]
+        if between:
+            line = ctx.source.position(self.original.body.body[between[0]])[0]  # type: ignore[union-attr]
+            return (f"the statement at line {line} between its {len(indices)} dots (the wgmmas of an iteration are "
+                    "issued one after the other)")
         dtypes: dict[str, str] = {}
         shapes: dict[str, str] = {}
         for chain in plan.chains:
