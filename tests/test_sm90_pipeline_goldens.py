@@ -152,3 +152,26 @@ def test_gated_and_transposed_pointer_gemms_get_the_cp_async_ring(goldens, verif
     assert report.cases and report.findings == [], report.findings[:3]
     compiled = verify(result, verify_values[f"{gemm}.py"], all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_tile_also_read_after_the_dot_is_read_from_its_slot() -> None:
+    """The A tile summed by rows after the dot: the ring reads it from this iteration's slot into registers once the
+    wgmma is issued (the slot is refilled only after that wgmma retired); the ring compiles and the schedule checker
+    finds no read of a slot before its copy landed nor a refill of a slot still read."""
+    from transpile.rules.hopper_cp_async import ROW_SUMS
+    from transpile.schedule_check import check_source
+    from transpile.verify import verify
+
+    result = translate_source(ROW_SUMS, "x.py", get_target("sm90"), gluon_always=True)
+    loop = _main_loop(result.text)
+    _assert_async_wgmma(loop)
+    lines = loop.splitlines()
+    read = next(i for i, line in enumerate(lines) if line.strip().startswith("a = a_smem.index(slot).load("))
+    assert read > next(i for i, line in enumerate(lines) if "warpgroup_mma_wait(" in line)
+    assert read < next(i for i, line in enumerate(lines) if "_cp_async_load(" in line)
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings[:3]
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "K": "i32", "N": "i32",
+                               "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
+                               "num_warps": 4}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

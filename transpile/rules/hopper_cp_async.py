@@ -105,6 +105,13 @@ GATED = EXAMPLE.replace("b_ptr, c_ptr", "g_ptr, u_ptr, c_ptr").replace(
     "        a_ptrs += BK\n        g_ptrs += BK\n        u_ptrs += BK\n").replace(
     "acc.to(tl.float16)", "(acc * up).to(tl.float16)")
 
+# The A tile also read after the dot (row sums of A beside the product): read from its slot in registers there.
+ROW_SUMS = EXAMPLE.replace("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+                           "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    rows = tl.zeros((BM,), dtype=tl.float32)\n").replace(
+    "        acc = tl.dot(a, b, acc)\n",
+    "        acc = tl.dot(a, b, acc)\n        rows += tl.sum(a.to(tl.float32), axis=1)\n").replace(
+    "acc.to(tl.float16))", "(acc / rows[:, None]).to(tl.float16))")
+
 # cp.async copy widths the ring is emitted for, widest first: (16-bit elements per copy, bytes per copy). The 8-byte
 # copies take rows and sizes that are multiples of 4 elements but not of 8 (K = 3900, say): half the width, but still
 # pipelined, where plain loads of such rows are not vectorised at all.
@@ -145,8 +152,19 @@ class HopperCpAsyncPipeline(Rule):
             "u_smem.index(slot)])",
             "acc, up = warpgroup_mma_wait(0, deps=[acc, up])",
         ), "sm90"),
+        # the A tile also read after the dot: from its slot, in the layout the translated code gives it
+        Example(ROW_SUMS, (
+            "a = a_smem.index(slot).load(mma_layout)",
+            "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
+        ), "sm90"),
     )
     counterexamples = (
+        # the A tile read before the dot: the ring reads it from its slot only after the wait, with the wgmma
+        Counterexample(ROW_SUMS.replace(
+            "        acc = tl.dot(a, b, acc)\n        rows += tl.sum(a.to(tl.float32), axis=1)\n",
+            "        rows += tl.sum(a.to(tl.float32), axis=1)\n        acc = tl.dot(a, b, acc)\n"),
+            ("_cp_async_load(", "a_smem.index(slot).load("), "TT040",
+            "`a` is read outside the dot before it, at line 16", "sm90", gluon_always=True),
         # a statement of the consumer between two dots: the wgmmas of an iteration are issued one after the other
         Counterexample(GATED.replace("        up = tl.dot(a, tl.trans(u), up)\n",
                                      "        acc = acc * 0.5\n        up = tl.dot(a, tl.trans(u), up)\n"),
@@ -163,7 +181,8 @@ class HopperCpAsyncPipeline(Rule):
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or 3
-        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True)
+        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True,
+                         computed_operands=True)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
         emitted = _Emitter(ctx, plan, original, updated).emit()
@@ -235,9 +254,22 @@ class _Emitter:
         indices = [chain.index for chain in plan.chains]
         if any(not chain.acc_in_dot for chain in plan.chains):
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
+        consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
+        original_body = list(self.original.body.body)  # type: ignore[union-attr]
+        for load in plan.loads:
+            if not load.computed:
+                continue
+            line = ctx.source.position(original_body[load.index])[0]
+            if load.prep or not any(load.name in chain.operands for chain in plan.chains):
+                return (f"a dot operand is computed from the tile `{load.name}` loaded at line {line} (the wgmma reads "
+                        "its operands as copied into shared memory)")
+            early = [i for i in consumer if i < min(indices) and load.name in names_in(original_body[i])]
+            if early:
+                return (f"`{load.name}` is read outside the dot before it, at line "
+                        f"{ctx.source.position(original_body[early[0]])[0]} (the ring reads the tile from its slot "
+                        "after the copies' wait, where the wgmma is issued)")
         # (the copies' statements between the dots, a second B tile's load, go to the ring's producer)
-        between = [i for i in consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
-                   if min(indices) < i < max(indices) and i not in indices]
+        between = [i for i in consumer if min(indices) < i < max(indices) and i not in indices]
         if between:
             line = ctx.source.position(self.original.body.body[between[0]])[0]  # type: ignore[union-attr]
             return (f"the statement at line {line} between its {len(indices)} dots (the wgmmas of an iteration are "
@@ -407,8 +439,14 @@ class _Emitter:
                     f"[1, {width}]), [1, {vec}]),\n{' ' * len(head)}mask={mask})")
 
         first = plan.chains[0]
+        # A tile the loop also reads outside the dot (after it): read from this iteration's slot, in the layout the
+        # translated code gives the loaded tile, once the wgmmas are issued (the slot stays valid until the wgmma
+        # that reads it has retired and the copy NUM_STAGES - 1 iterations later refills it).
+        reads = [f"{load.name} = {smem[load.name]}.index({slot}).load("
+                 f"{self.ctx.plan.layout_expr(self.ctx.plan.loads[load.call].term)})"
+                 for load in plan.loads if load.computed]
         loop = LoopText(plan.var, index, first.acc, acc_in(first), [code(body[i]) for i in before],
-                        [code(body[i]) for i in after], renames[plan.var],
+                        [*reads, *(code(body[i]) for i in after)], renames[plan.var],
                         [rename(body[i], renames) for i in plan.producer_before()],
                         [rename(body[i], renames) for i in plan.producer_after()], uses_var)
         transposed = {load.name: load.transposed for load in plan.loads}
