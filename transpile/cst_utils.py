@@ -209,6 +209,13 @@ def single_assign(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression] | No
     return None
 
 
+#: The nodes of integer arithmetic (+, -, *, //) of names and integers, parentheses and whitespace included: with
+#: `only_nodes`, an expression of scalars when its names are (`start_n * BLOCK_N`)
+INTEGER_ARITHMETIC = (cst.Name, cst.Integer, cst.BinaryOperation, cst.LeftParen, cst.RightParen, cst.Add, cst.Subtract,
+                      cst.Multiply, cst.FloorDivide, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline,
+                      cst.TrailingWhitespace, cst.EmptyLine, cst.Comment)
+
+
 def only_nodes(node: cst.CSTNode, allowed: tuple[type, ...]) -> bool:
     """Whether `node` and every node below it (whitespace and punctuation included) is one of the `allowed` types."""
     return all(isinstance(n, allowed) for n in preorder(node))

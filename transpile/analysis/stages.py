@@ -26,7 +26,6 @@ loop as it is and reports TT040.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -38,7 +37,7 @@ from transpile.analysis.launch_alignment import (base_moved_along_last_axis, div
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import broadcast_axis, calls_in, names_in
+from transpile.cst_utils import INTEGER_ARITHMETIC, broadcast_axis, calls_in, names_in, only_nodes, read_names
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -274,10 +273,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # the offsets, before the loop.
     skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
                *(chain.index for chain in loop_plan.chains)}
-    scalars = {p.name for p in fn.params}
     for facts in body:
         for node, what in facts.barriers:
-            if what == "layout conversion" and (hoistable_convert(node, loop, flow, scalars) is not None or (
+            if what == "layout conversion" and (hoistable_convert(node, loop, flow, fn) is not None or (
                     isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow))):
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
             if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
@@ -467,12 +465,12 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
     return True
 
 
-def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, scalars: Collection[str] = ()
+def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction
                       ) -> tuple[str, str] | None:
     """For a layout conversion of `x`, where this iteration computes ``x = <scalar> + offs`` with `offs` from
-    outside the loop and `<scalar>` the loop variable or integer arithmetic of it and of `scalars` (the kernel's
-    scalar parameters: ``start_n * BLOCK_N + offs_n``): (the scalar's text, offs). The conversion of `offs` can then
-    be made once before the loop, and `x` is that sum in the converted layout."""
+    outside the loop and `<scalar>` the loop variable or integer arithmetic of it and of the parameters of `fn` (its
+    scalars: ``start_n * BLOCK_N + offs_n``): (the scalar's text, offs). The conversion of `offs` can then be made
+    once before the loop, and `x` is that sum in the converted layout."""
     if not isinstance(node, cst.Name) or not isinstance(loop.target, cst.Name):
         return None
     var = loop.target.value
@@ -480,6 +478,7 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, scal
     if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
         return None
     defined = {name for f in flow.statements for name in f.defines}
+    scalars = {var, *(p.name for p in fn.params)}
     for facts in flow.statements:
         if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
             continue
@@ -491,19 +490,9 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, scal
         for position, offsets in enumerate(sides):
             scalar = sides[1 - position]
             if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var \
-                    and _scalar_arithmetic(scalar, {var, *scalars} - defined) and var in names_in(scalar):
+                    and only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar) \
+                    and read_names(scalar) <= scalars - defined:
                 return " ".join(cst.Module([]).code_for_node(scalar).split()), offsets.value
         return None
     return None
 
-
-def _scalar_arithmetic(node: cst.BaseExpression, scalars: set[str]) -> bool:
-    """`node` is integer arithmetic (+, -, *, //) of integers and of the names `scalars`."""
-    if isinstance(node, cst.Name):
-        return node.value in scalars
-    if isinstance(node, cst.Integer):
-        return True
-    if isinstance(node, cst.BinaryOperation):
-        return isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)) \
-            and _scalar_arithmetic(node.left, scalars) and _scalar_arithmetic(node.right, scalars)
-    return False

@@ -21,12 +21,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from transpile.cst_utils import bound_names, only_nodes, read_names, single_assign, unparenthesized
+from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, only_nodes, read_names, single_assign, unparenthesized
 
 _OPS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
-_ARITH = (cst.Name, cst.Integer, cst.BinaryOperation, cst.LeftParen, cst.RightParen, cst.Add, cst.Subtract,
-          cst.Multiply, cst.FloorDivide, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline,
-          cst.TrailingWhitespace, cst.EmptyLine, cst.Comment)
 
 
 @dataclass
@@ -249,7 +246,7 @@ class _Resolver:
     def scalar(self, node: cst.BaseExpression) -> str:
         """`node` as code, when it is scalar arithmetic on names the loop does not change (or its variable)."""
         node = unparenthesized(node)
-        ok = only_nodes(node, _ARITH)
+        ok = only_nodes(node, INTEGER_ARITHMETIC)
         names = read_names(node)
         # Scalars the loop does not change (parameters, values computed before the loop), or its variable; never
         # a value the loop computes (its test would be read before its definition).

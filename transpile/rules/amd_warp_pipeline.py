@@ -307,12 +307,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     hoisted: list[str] = []
     converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (scalar sum, converted offsets)
     loads_at = {load.index for load in plan.loads}
-    params = {p.name for p in ctx.function.params}
     for facts in sp.dataflow.statements:
         if facts.index in loads_at or facts.index in plan.producer:
             continue  # (the producer's copies are laid out per tile: `copy_operands`)
         for node, what in facts.barriers:
-            found = hoistable_convert(node, plan.loop, sp.dataflow, params) if what == "layout conversion" \
+            found = hoistable_convert(node, plan.loop, sp.dataflow, ctx.function) if what == "layout conversion" \
                 else None
             layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
             if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]

@@ -271,7 +271,7 @@ class _Emitter:
         # (the copies' statements between the dots, a second B tile's load, go to the ring's producer)
         between = [i for i in consumer if min(indices) < i < max(indices) and i not in indices]
         if between:
-            line = ctx.source.position(self.original.body.body[between[0]])[0]  # type: ignore[union-attr]
+            line = ctx.source.position(original_body[between[0]])[0]
             return (f"the statement at line {line} between its {len(indices)} dots (the wgmmas of an iteration are "
                     "issued one after the other)")
         dtypes: dict[str, str] = {}
