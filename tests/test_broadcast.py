@@ -636,6 +636,43 @@ def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
                    for d in result.diagnostics), [d.format() for d in result.diagnostics]
 
 
+def test_dots_of_two_types_under_a_constexpr_flag_get_the_layout_of_the_compiled_branch(monkeypatch,
+                                                                                        tmp_path: Path) -> None:
+    """The operands cast to fp32 under a flag (`if CAST_FP32: x = x.to(tl.float32)`, Liger-Kernel's mHC matmul): the
+    loop is copied per value of the flag, and the two copies' dots, of two operand types, add into one accumulator.
+    The matrix-core layout is declared for the type of the branch the compile takes (`(gl.float32 if CAST_FP32 else
+    x_ptr.dtype.element_ty)`), and both compiles of the variant build, where the kernel was refused before. Dots of
+    two types outside such a branch are still refused (the test above)."""
+    text = HEAD + '''@triton.jit
+def mm_cast(x_ptr, w_ptr, out_ptr, N, K, M, stride_xn, stride_wk, stride_on,
+            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr, CAST_FP32: tl.constexpr):
+    n_offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_offs = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_offs = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + n_offs[:, None] * stride_xn + k_offs[None, :],
+                    mask=(n_offs[:, None] < N) & (k_offs[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + k_offs[:, None] * stride_wk + m_offs[None, :],
+                    mask=(k_offs[:, None] < K) & (m_offs[None, :] < M), other=0.0)
+        if CAST_FP32:
+            x = x.to(tl.float32)
+            w = w.to(tl.float32)
+        acc += tl.dot(x, w)
+    tl.store(out_ptr + n_offs[:, None] * stride_on + m_offs[None, :], acc,
+             mask=(n_offs[:, None] < N) & (m_offs[None, :] < M))
+'''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "(gl.float32 if CAST_FP32 else x_ptr.dtype.element_ty)" in result.text
+        for flag in (True, False):
+            compiled = verify(result, {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "BLOCK_N": 64,
+                                       "BLOCK_K": 32, "BLOCK_M": 64, "CAST_FP32": flag})
+            assert compiled and all(c.ok for c in compiled), [(flag, c.label, c.message) for c in compiled]
+
+
 def test_an_expanded_expression_written_over_several_lines(monkeypatch, tmp_path: Path) -> None:
     """`(pid * stride)[None]` written over several lines (public conv2d kernels; its refusal note once crashed the
     emitter): the expression is evaluated once, in `_expand_scalar`, and the variant compiles."""

@@ -81,6 +81,11 @@ class Target:
         dtype = next((d.operand_dtype for d in dots if d.operand_dtype is not None), None)
         types = {d.operand_dtype for d in dots if d.operand_dtype is not None}
         # (`gl.float16` beside `q_ptr.dtype.element_ty` is one type in the launches that matter: attention's PV)
+        split = _split_by_flag(ctx, dots) if len(types) > 1 else None
+        if split is not None:
+            # (the dots of each type in their own branch of one constexpr `if`, as an unswitched loop's copies are:
+            # one of them runs in any compile, and the layout is chosen for its type when the kernel is compiled)
+            dtype, types = split, {split}
         other = next((d for d in dots if d.operand_dtype not in (None, dtype)), None) \
             if len(types) > 1 and "gl.float32" in types else None
         if other is not None:
@@ -101,6 +106,28 @@ class Target:
         ks = {d.a_shape[1] if d.a_shape is not None and len(d.a_shape) == 2 else None for d in dots}
         depth = f", k={ks.pop()}" if len(ks) == 1 and None not in ks and self.backend == "hip" else ""
         return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps(){rows}{depth})"
+
+
+def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 - the root's dot sites
+    """`(T if FLAG else U)` where the dots of known operand type `T` are all in one branch of a compile-time `if`
+    (`if CAST_FP32:`, a test of constexpr parameters alone) and those of `U` all in the other, else None."""
+    import libcst as cst
+
+    from transpile.cst_utils import compile_time
+    from transpile.cst_walk import preorder
+
+    typed = {id(d.node): d.operand_dtype for d in dots if d.operand_dtype is not None}
+    constexprs = set(ctx.function.constexpr_names) | set(ctx.function.heuristics)
+    for node in preorder(ctx.function.node):
+        if not (isinstance(node, cst.If) and isinstance(node.orelse, cst.Else)
+                and compile_time(node.test, constexprs)):
+            continue
+        sides = [{id(n) for n in preorder(block) if id(n) in typed} for block in (node.body, node.orelse.body)]
+        kinds = [{typed[i] for i in side} for side in sides]
+        if sides[0] | sides[1] == set(typed) and all(len(k) == 1 for k in kinds) and kinds[0] != kinds[1]:
+            test = cst.Module([]).code_for_node(node.test)
+            return f"({kinds[0].pop()} if {test} else {kinds[1].pop()})"
+    return None
 
 
 # Snippets that call other snippets.
