@@ -1609,9 +1609,9 @@ def test_a_constexpr_inner_stride_runs_the_source_kernel_where_it_is_not_1(tmp_p
         assert all((c.check == "compile") == gluon for c in compiled), [(c.config, c.check) for c in compiled]
 
 
-# A third compile-time flag choosing loads: the loop is copied for two flags (four copies) and the third stays in
-# each copy, where the refusal names it as a compile-time test (not as a run-time branch); a run-time flag is named as
-# one.
+# A fourth compile-time flag choosing loads: a loop of one dot is copied for three flags (eight copies) and the fourth
+# stays in each copy, where the refusal names it as a compile-time test (not as a run-time branch); a run-time flag is
+# named as one.
 THREE_FLAGS = HEAD + '''@triton.jit
 def mm3(a_ptr, b_ptr, s_ptr, c_ptr, K, even, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SCALED: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
@@ -1639,17 +1639,33 @@ def mm3(a_ptr, b_ptr, s_ptr, c_ptr, K, even, EVEN_K: tl.constexpr, EVEN_N: tl.co
 '''
 
 
-@pytest.mark.parametrize(("flag", "reason"), [
-    ("SCALED", "runs `load` in a branch on `SCALED`, decided at compile time, but the loop was not copied once per "
-               "value"),
-    ("even", "runs `load` in a branch: which loads, stores or MMAs an iteration runs would be decided inside the "
-             "pipelined loop"),
+FOUR_FLAGS = THREE_FLAGS.replace(" SCALED: tl.constexpr,", " SCALED: tl.constexpr, SHIFTED: tl.constexpr,").replace(
+    "        acc = tl.dot(a, b, acc)\n", "        if SHIFTED:\n            b = b + tl.load(s_ptr + k + 1)\n"
+    "        acc = tl.dot(a, b, acc)\n")
+
+
+@pytest.mark.parametrize(("text", "flag", "reason"), [
+    (FOUR_FLAGS, "SHIFTED", "runs `load` in a branch on `SHIFTED`, decided at compile time, but the loop was not "
+                            "copied once per value"),
+    (THREE_FLAGS, "even", "runs `load` in a branch: which loads, stores or MMAs an iteration runs would be decided "
+                          "inside the pipelined loop"),
 ])
-def test_a_branch_on_flags_the_loop_was_not_copied_for_is_named_so(flag: str, reason: str) -> None:
-    result = translate_source(THREE_FLAGS.replace("if SCALED:", f"if {flag}:"), "mm3.py", get_target("gfx950"))
+def test_a_branch_on_flags_the_loop_was_not_copied_for_is_named_so(text: str, flag: str, reason: str) -> None:
+    test = "if SHIFTED:" if "SHIFTED" in text else "if SCALED:"
+    result = translate_source(text.replace(test, f"if {flag}:"), "mm3.py", get_target("gfx950"))
     outcome = result.functions[0]
     assert not outcome.pipelined and reason in outcome.kept_reason, outcome.kept_reason
-    assert f"the `if` at line {line_of(THREE_FLAGS, 'if SCALED:')} inside the main loop" in outcome.kept_reason
+    assert f"the `if` at line {line_of(text, test)} inside the main loop" in outcome.kept_reason
+
+
+def test_a_gemm_loop_is_copied_for_three_flags() -> None:
+    """Three compile-time flags choosing a GEMM's loads: the loop (one dot) is copied once per value of each, eight
+    copies, each planned on its own (the copies where `SCALED` holds compute A from a loaded scale)."""
+    result = translate_source(THREE_FLAGS, "mm3.py", get_target("gfx950"))
+    assert result.text.count("the loop, once for each value of") == 7  # (one `if` of copies per hoist: 1 + 2 + 4)
+    assert result.text.count("warp-pipelined by triton-transpile") == 4  # (the four copies where `SCALED` fails)
+    assert result.functions[0].pipelined
+    assert any(d.code == "TT045" and "except where `SCALED` holds" in d.message for d in result.diagnostics)
 
 
 # Strides written inside the broadcasts (`(stride_am * offs_m)[:, None]`, FlagGems' conv kernels) and masks

@@ -308,3 +308,97 @@ def test_a_constexpr_local_is_a_flag() -> None:
     assert _unswitched(twice) is None
     runtime = text.replace("scale_ptr is not None", "M > 0")
     assert _unswitched(runtime) is None
+
+
+# Masks named `None` under flags (`mask_a = None` where a tile needs no bound), three flags deep, the row bound made
+# under an `if` before the loop (`if not EVEN_N: mask_n = ...`): FlagGems' batched GEMM on four backends writes this.
+NONE_MASKS = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def bmm_flags(x_ptr, y_ptr, out_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    batch = tl.program_id(2)
+    x_ptr += batch * M * K
+    y_ptr += batch * K * N
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    ks = tl.arange(0, BK)
+    if not EVEN_M:
+        row_ok = rows < M
+    if not EVEN_N:
+        col_ok = cols < N
+    x_ptrs = x_ptr + rows[:, None] * K + ks[None, :]
+    y_ptrs = y_ptr + ks[:, None] * N + cols[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for step in range(tl.cdiv(K, BK)):
+        if EVEN_K:
+            if EVEN_M:
+                x_mask = None
+            else:
+                x_mask = row_ok[:, None]
+            if EVEN_N:
+                y_mask = None
+            else:
+                y_mask = col_ok[None, :]
+        else:
+            k_ok = ks < K - step * BK
+            if EVEN_M:
+                x_mask = k_ok[None, :]
+            else:
+                x_mask = row_ok[:, None] & k_ok[None, :]
+            if EVEN_N:
+                y_mask = k_ok[:, None]
+            else:
+                y_mask = k_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_ptrs, x_mask)
+        y = tl.load(y_ptrs, y_mask)
+        acc += tl.dot(x, y)
+        x_ptrs += BK
+        y_ptrs += BK * N
+    out = out_ptr + batch * M * N + rows[:, None] * N + cols[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+'''
+
+
+def test_masks_named_none_are_left_out_of_the_loads_that_read_them() -> None:
+    """After the flags are hoisted, a copy reads `x_mask = None` then `tl.load(x_ptrs, x_mask)`: the load is written
+    without the mask, on the same line (the binding stays, dead); a name rebound between is left alone."""
+    from transpile.passes.none_masks import drop_none_masks
+
+    text = NONE_MASKS.replace("EVEN_K: tl.constexpr", "EVEN_K: tl.constexpr, HALF: tl.constexpr")
+    source = parse_source(text, "k.py")
+    assert drop_none_masks(source, discover(source)) is None  # (before unswitching, no binding is certain)
+    unswitched, _ = _unswitched(NONE_MASKS)
+    source = parse_source(unswitched, "k.py")
+    dropped = drop_none_masks(source, discover(source))
+    assert dropped is not None and dropped.count("\n") == unswitched.count("\n")
+    assert dropped.count("x = tl.load(x_ptrs)\n") == 2 and dropped.count("y = tl.load(y_ptrs)\n") == 2
+    assert dropped.count("x = tl.load(x_ptrs, x_mask)\n") == 6  # (the copies whose masks are tiles)
+    rebound = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(p, q, n, FLAG: tl.constexpr):
+    m = None
+    if FLAG:
+        m = tl.arange(0, 16) < n
+    tl.store(q + tl.arange(0, 16), tl.load(p + tl.arange(0, 16), m))
+'''
+    source = parse_source(rebound, "k.py")
+    assert drop_none_masks(source, discover(source)) is None
+
+
+@pytest.mark.slow
+def test_three_flag_gemm_with_masks_named_none_is_pipelined_and_compiles(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(NONE_MASKS, str(tmp_path / "k.py"), get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert result.text.count("warp-pipelined by triton-transpile") == 8
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16", "BM": 128, "BN": 128, "BK": 64}
+    for flags in ((True, True, True), (False, True, False), (True, False, True), (False, False, False)):
+        compiled = verify(dataclasses.replace(result), {**values, **dict(zip(("EVEN_M", "EVEN_N", "EVEN_K"), flags))})
+        assert compiled and all(c.ok for c in compiled), [(flags, c.message) for c in compiled if not c.ok]

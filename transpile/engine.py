@@ -38,6 +38,7 @@ from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
+from transpile.passes.none_masks import drop_none_masks
 from transpile.passes.transposed_keys import transpose_key_tiles
 from transpile.passes.vector_loads import load_calls, own_layout_loads, replicated_vector_load
 from transpile.cst_utils import (
@@ -428,6 +429,14 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         if original is None:
             original = source
         source = parse_source(unswitched_text, path, _through(source.line_map, lines), inlined)
+        facts = discover(source)
+    # Masks bound to `None` by name (`mask_a = None`, as an unswitched copy binds them) left out of the loads that
+    # read them (`transpile.passes.none_masks`): a load without a mask, as the pipeline analyses read it.
+    unmasked = drop_none_masks(source, facts)
+    if unmasked is not None:
+        if original is None:
+            original = source
+        source = parse_source(unmasked, path, source.line_map, inlined)  # (the rewrite keeps lines)
         facts = discover(source)
     plans = analyse_layouts(facts)
     # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.passes.vector_loads`)

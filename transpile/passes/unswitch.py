@@ -28,7 +28,7 @@ is computed from (`mask_a = ...` under `if EVEN_K:`) or an operand of a dot (`a 
 is not None:`), are hoisted; so are tests of the element types of tiles the loop loads (`if a.dtype != b.dtype:`),
 read before the loop as their pointers' (`a_ptr.dtype.element_ty`). Another branch of arithmetic only (a causal mask
 under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted
-out of one loop (four copies).
+out of one loop (four copies), three out of a loop of one dot (eight copies of a GEMM's loop).
 
 The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
 (`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
@@ -47,6 +47,7 @@ _EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$"
 # Memory operations: a branch that computes what their addresses or masks read is hoisted too.
 _MEMORY = re.compile(r"(^|\.)(load|store|atomic_\w+|async_\w+)$")
 _MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
+_MAX_GEMM_HOISTS = 7  # ... of a loop of one dot (a GEMM's, small): three flags, eight copies
 _MAX_ROUNDS = 32  # loops rewritten per file
 # A file indented by tabs: every line's indentation is tabs, then (continuation lines) spaces
 _TAB_INDENTS = re.compile(r"(?:\t*(?: *)(?:[^ \t\n][^\n]*)?(?:\n|$))*")
@@ -117,9 +118,11 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
                 continue
             # Loops the pipeline rules can take: one dot per copy (a GEMM), two (attention's QK^T and PV) or three
             # (latent attention's scores summed from two products). Others would be copied for nothing (kept as
-            # Triton anyway) and can grow a file severalfold.
-            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= _MAX_HOISTS or not (
-                    1 <= _copy_dots(loop.body, flags) <= 3):
+            # Triton anyway) and can grow a file severalfold. A GEMM's loop (one dot) is copied for up to three
+            # flags (FlagGems' `bmm` masks its tiles by `DIVISIBLE_K`, `DIVISIBLE_M` and `DIVISIBLE_N`).
+            dots = _copy_dots(loop.body, flags)
+            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
+                    _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS) or not 1 <= dots <= 3:
                 continue
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue

@@ -191,6 +191,13 @@ class _Rewriter:
         # names an `if`/`with` before the ring binds (`if EVEN_MN: offs_am = ... else: offs_am = ... % M`): no one
         # value to re-evaluate, so the copies convert the value itself, once, before the loop
         self.branched = _branch_values(before, set(self.outside))
+        # (a name the function binds once, in one branch (`if not DIVISIBLE_N: mask_n = offs_n < N`), holds that value
+        # wherever the loop reads it: a compile that skips the branch cannot read it)
+        parameters = {p.name.value for p in self.function_node.params.params}
+        for name, values in list(self.branched.items()):
+            if len(values) == 1 and name not in parameters:
+                self.outside[name] = values[0]
+                del self.branched[name]
         self.inside = _same_definitions(branch)
         # Tensors the loop carries from one iteration to the next (`offsets_k += BLOCK_K`) other than the pointer
         # tiles: their values per iteration cannot be re-evaluated in another layout from a definition.
@@ -466,14 +473,17 @@ def _branch_values(statements: list[cst.BaseStatement], known: set[str]) -> dict
     """Names (not in `known`) whose last binding among `statements` is inside an `if`/`with`, with every value the
     statement's branches assign them (plain `name = value`); a name also bound otherwise there maps to nothing."""
     found: dict[str, list[cst.BaseExpression]] = {}
+    earlier: set[str] = set()  # names bound before the statement at hand
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for name in bound_names(statement):
                 found.pop(name, None)
+            earlier |= bound_names(statement)
             continue
         if not isinstance(statement, (cst.If, cst.With)):
             for name in bound_names(statement):
                 found.pop(name, None)
+            earlier |= bound_names(statement)
             continue
         values: dict[str, list[cst.BaseExpression]] = {}
         other: set[str] = set()
@@ -487,7 +497,12 @@ def _branch_values(statements: list[cst.BaseStatement], known: set[str]) -> dict
         for name in bound_names(statement):
             found.pop(name, None)
             if name in values and name not in other:
-                found[name] = values[name]
+                # (a value bound before the `if` is one more it may hold after it: `a = None`, then `if X: a = ...`)
+                found[name] = values[name] + ([cst.Name("None")] if name in earlier else [])
+        for name, v in found.items():  # (a value reading a name bound again since held another one there)
+            if name not in bound_names(statement) and any(names_in(value) & bound_names(statement) for value in v):
+                v.append(cst.Name("None"))
+        earlier |= bound_names(statement)
     return {name: v for name, v in found.items() if name not in known}
 
 
