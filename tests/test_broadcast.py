@@ -636,6 +636,7 @@ def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
                    for d in result.diagnostics), [d.format() for d in result.diagnostics]
 
 
+@pytest.mark.slow
 def test_dots_of_two_types_under_a_constexpr_flag_get_the_layout_of_the_compiled_branch(monkeypatch,
                                                                                         tmp_path: Path) -> None:
     """The operands cast to fp32 under a flag (`if CAST_FP32: x = x.to(tl.float32)`, Liger-Kernel's mHC matmul): the
@@ -671,6 +672,79 @@ def mm_cast(x_ptr, w_ptr, out_ptr, N, K, M, stride_xn, stride_wk, stride_on,
             compiled = verify(result, {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "BLOCK_N": 64,
                                        "BLOCK_K": 32, "BLOCK_M": 64, "CAST_FP32": flag})
             assert compiled and all(c.ok for c in compiled), [(flag, c.label, c.message) for c in compiled]
+
+
+SOFTMAX_ROWS = HEAD + '''@triton.jit
+def _normalised(x):
+    x = x - tl.max(x, axis=1)[:, None]
+    e = tl.exp(x)
+    return e / tl.sum(e, axis=1)[:, None]
+
+
+@triton.jit
+def softmax_rows(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+    z = x - tl.max(x, axis=1)[:, None]
+    num = tl.exp(z)
+    y = num / tl.sum(num, axis=1)[:, None]
+    tl.store(y_ptr + rows[:, None] * N + cols[None, :], y + _normalised(x), mask=mask)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_reductions_expanded_with_none_indices_translate_in_kernels_and_helpers(target: str, tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """`x - tl.max(x, axis=1)[:, None]`, as every softmax writes it, in the kernel and in a helper it calls: both are
+    translated (the reduction's slice layout expanded back to the tile's) and compile."""
+    result = translate_source(SOFTMAX_ROWS, str(tmp_path / "k.py"), get_target(target))
+    assert all(o.translated for o in result.functions), [d.format() for d in result.diagnostics]
+    assert not any(d.code in ("TT010", "TT011", "TT012") for d in result.diagnostics)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"x_ptr": "*fp16", "y_ptr": "*fp32", "BM": 16, "BN": 128})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+FP8_UNDER_A_FLAG = HEAD + '''@triton.jit
+def attn_fp8(Q, K, V, Out, n_keys, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+             USE_FP8: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    for start_n in range(0, n_keys, BLOCK_N):
+        k = tl.load(K + (start_n + offs_n)[None, :] * D + offs_d[:, None])
+        v = tl.load(V + (start_n + offs_n)[:, None] * D + offs_d[None, :])
+        qk = tl.dot(q, k)
+        p = tl.exp(qk - tl.max(qk, axis=1)[:, None])
+        if USE_FP8:
+            p = p.to(tl.float8e5)
+            v = v.to(tl.float8e5)
+        else:
+            p = p.to(tl.float16)
+        acc += tl.dot(p, v)
+    tl.store(Out + offs_m[:, None] * D + offs_d[None, :], acc)
+'''
+
+
+@pytest.mark.slow
+def test_a_dot_on_fp8_under_a_flag_beside_fp16_gets_the_layout_of_the_compiled_branch(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """PV on fp8 where a flag holds and fp16 where it does not (kernl's attention): the copies of the loop hold dots of
+    two operand types, and the matrix-core layout is declared for the branch the compile takes; both compile."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp32", "BLOCK_M": 64, "BLOCK_N": 64, "D": 64}
+    for target, flags in (("sm90", (True, False)), ("gfx950", (True, False))):
+        result = translate_source(FP8_UNDER_A_FLAG, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "(gl.float8e5 if USE_FP8 else gl.float16)" in result.text
+        for flag in flags:
+            compiled = verify(result, {**values, "USE_FP8": flag})
+            assert compiled and all(c.ok for c in compiled), [(target, flag, c.label, c.message) for c in compiled]
 
 
 def test_an_expanded_expression_written_over_several_lines(monkeypatch, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from transpile.cst_utils import (
     module_code,
     names_in,
     node_code,
+    parenthesized,
     read_names,
     substituted,
 )
@@ -45,12 +46,14 @@ from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile, pieces_line_map
 
 _DOTS = ("dot", "core.dot", "dot_scaled", "core.dot_scaled")
+_BLOCK_POINTERS = ("make_block_ptr", "core.make_block_ptr", "advance", "core.advance")
 _ROUNDS = 4  # helpers calling helpers: inlined from the outside in, this deep
 
 
 def inline_dot_helpers(source: SourceFile, facts: ModuleFacts
                        ) -> tuple[str, list[int], dict[str, frozenset[str]]] | None:
-    dotted = _dot_helpers(source, facts)
+    dots = _dot_helpers(source, facts)
+    dotted = dots | _block_pointer_helpers(source, facts)
     if not dotted:
         return None
     functions = {fn.name: fn.node for fn in facts.functions.values()}
@@ -59,7 +62,7 @@ def inline_dot_helpers(source: SourceFile, facts: ModuleFacts
     for _ in range(_ROUNDS):
         progress = False
         for name, node in list(functions.items()):
-            inliner = _Inliner(facts, functions, dotted, name)
+            inliner = _Inliner(facts, functions, dotted, name, dots)
             new = node.visit(inliner)
             if inliner.inlined:
                 functions[name] = new  # type: ignore[assignment]
@@ -105,6 +108,32 @@ def _dot_helpers(source: SourceFile, facts: ModuleFacts) -> set[str]:
     return found
 
 
+def _block_pointer_helpers(source: SourceFile, facts: ModuleFacts) -> set[str]:
+    """The jit functions that make or advance a block pointer (`return tl.make_block_ptr(...)`), or that a caller
+    passes one (`x = _load_tile(p_x)`): Gluon has no block pointers, and the lowering to pointer tiles follows one
+    within a function."""
+    def block_calls(node: cst.CSTNode) -> list[cst.Call]:
+        return [c for c in calls_in(node) if language_name(source.qualified_name(c.func)) in _BLOCK_POINTERS
+                or isinstance(c.func, cst.Attribute) and c.func.attr.value == "advance"]
+
+    found = {fn.name for fn in facts.functions.values() if block_calls(fn.node)}
+    grew = True
+    while grew:  # (a block pointer a helper returns, `src = _rows(...)`, passed on to another: `_read(src)`)
+        grew = False
+        for fn in facts.functions.values():
+            made = {node.targets[0].target.value for node in preorder(fn.node) if isinstance(node, cst.Assign)
+                    and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                    and isinstance(node.value, cst.Call) and (node.value in block_calls(node.value)
+                                                              or facts.callee(node.value.func) in found)}
+            for call in calls_in(fn.node):
+                callee = facts.callee(call.func)
+                if callee is not None and callee != fn.name and callee not in found and any(
+                        isinstance(a.value, cst.Name) and a.value.value in made for a in call.args):
+                    found.add(callee)
+                    grew = True
+    return found
+
+
 def _returns_last_only(fn: cst.FunctionDef) -> bool:
     """Its only `return` is its body's last statement (or it has none), and it defines nothing inside."""
     tree = ast.parse(cst.Module([fn.with_changes(decorators=[], leading_lines=[])]).code).body[0]
@@ -116,14 +145,16 @@ def _returns_last_only(fn: cst.FunctionDef) -> bool:
 
 
 class _Inliner(cst.CSTTransformer):
-    """Replaces the call statements of dot helpers in one function by the helpers' bodies."""
+    """Replaces the call statements of dot helpers (and block-pointer helpers) in one function by the helpers'
+    bodies. `dots`: the helpers that run a dot."""
 
     def __init__(self, facts: ModuleFacts, functions: dict[str, cst.FunctionDef], dotted: set[str],
-                 caller: str) -> None:
+                 caller: str, dots: set[str]) -> None:
         super().__init__()
         self.facts = facts
         self.functions = functions
         self.dotted = dotted
+        self.dots = dots
         self.caller = caller
         self.taken = names_in(functions[caller])  # names the caller uses (grows with each inlined body)
         self.inlined = 0
@@ -154,11 +185,52 @@ class _Inliner(cst.CSTTransformer):
         if statements is None:
             return updated
         self.inlined += 1
-        note = cst.EmptyLine(comment=cst.Comment(f"# `{helper}(...)`, inlined (the pipeline rules read its loop "
-                                                 "where it runs)"))
+        why = "the pipeline rules read its loop where it runs" if helper in self.dots else \
+            "its block pointers are lowered to pointer tiles where they are made and read"
+        note = cst.EmptyLine(comment=cst.Comment(f"# `{helper}(...)`, inlined ({why})"))
         statements[0] = statements[0].with_changes(
             leading_lines=[*updated.leading_lines, note, *statements[0].leading_lines])
         return cst.FlattenSentinel(statements)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """A block-pointer helper whose body is one `return <expression>` (`return tl.load(p, boundary_check=...)`),
+        called inside an expression: the expression, its parameters read as the arguments."""
+        helper = self.facts.callee(updated.func)
+        if helper is None or helper in self.dots or helper not in self.dotted or helper == self.caller \
+                or helper not in self.functions:
+            return updated
+        fn = self.functions[helper]
+        body = [s for s in fn.body.body if not is_docstring(s)]  # type: ignore[attr-defined]
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1 \
+                or not isinstance(body[0].body[0], cst.Return) or body[0].body[0].value is None:
+            return updated
+        returned = body[0].body[0].value
+        params = list(fn.params.params)
+        if fn.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or fn.params.kwonly_params \
+                or fn.params.star_kwarg is not None or fn.params.posonly_params or any(a.star for a in updated.args):
+            return updated
+        args: dict[str, cst.BaseExpression] = {}
+        for position, arg in enumerate(updated.args):
+            name = arg.keyword.value if arg.keyword is not None else (
+                params[position].name.value if position < len(params) else None)
+            if name is None or name in args:
+                return updated
+            args[name] = arg.value
+        for p in params:
+            if p.name.value not in args:
+                if p.default is None:
+                    return updated
+                args[p.name.value] = p.default
+        reads = [n.value for n in preorder(returned) if isinstance(n, cst.Name)]
+        if any(reads.count(name) > 1 and not (isinstance(arg, cst.Name) or _literal(arg))
+               for name, arg in args.items()):
+            return updated  # (an expression read twice would be evaluated twice)
+        # The helper's globals (`SCALE`, `tl`) must mean the same in the caller: not a name the caller assigns.
+        if (read_names(returned) - set(args)) & bound_names(self.functions[self.caller]):
+            return updated
+        self.inlined += 1
+        values = {name: parenthesized(arg) for name, arg in args.items()}
+        return parenthesized(substituted(returned, values))
 
     def inline(self, fn: cst.FunctionDef, call: cst.Call, targets: cst.BaseExpression | None
                ) -> list[cst.BaseStatement] | None:
