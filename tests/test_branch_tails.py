@@ -134,3 +134,55 @@ def test_a_helper_branching_on_an_optional_argument_is_split_then_specialised(
     assert "        offs_2 = rows\n" in result.text  # (the `else` branch's copy of the code after the `if`)
     compiled = verify(result, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_rows": "i32", "BLOCK": 64})
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+# An `elif` chain without `else` (flash-attention's bias: a vector per key, or a matrix, chosen by a string flag)
+CHAIN = HEAD + '''@triton.jit
+def biased(x_ptr, b_ptr, y_ptr, stride, KIND: tl.constexpr, B: tl.constexpr):
+    rows = tl.arange(0, B)
+    x = tl.load(x_ptr + rows[:, None] * B + rows[None, :])
+    if KIND == "vector":
+        b_ptrs = b_ptr + rows
+    elif KIND == "matrix":
+        b_ptrs = b_ptr + rows[:, None] * stride + rows[None, :]
+    bias = tl.load(b_ptrs)
+    tl.store(y_ptr + rows[:, None] * B + rows[None, :], x + bias)
+'''
+
+
+def test_an_elif_chain_gives_every_clause_and_a_new_else_the_code_after_it() -> None:
+    """Each clause of `if`/`elif` gets its copy of the code after the chain, its names renamed, and so does an `else:`
+    the chain lacked (the code after it runs when no test holds), where a name only the clauses bind is `None` (the
+    source cannot compile a read of it there either); every line maps back to its own, the new `else:` to the
+    `if`."""
+    text, lines = split_branches(CHAIN, [9])
+    assert text == HEAD + '''@triton.jit
+def biased(x_ptr, b_ptr, y_ptr, stride, KIND: tl.constexpr, B: tl.constexpr):
+    rows = tl.arange(0, B)
+    x = tl.load(x_ptr + rows[:, None] * B + rows[None, :])
+    if KIND == "vector":
+        b_ptrs = b_ptr + rows
+        bias = tl.load(b_ptrs)
+        tl.store(y_ptr + rows[:, None] * B + rows[None, :], x + bias)
+    elif KIND == "matrix":
+        b_ptrs_2 = b_ptr + rows[:, None] * stride + rows[None, :]
+        bias_2 = tl.load(b_ptrs_2)
+        tl.store(y_ptr + rows[:, None] * B + rows[None, :], x + bias_2)
+    else:
+        b_ptrs_3 = None
+        bias_3 = tl.load(b_ptrs_3)
+        tl.store(y_ptr + rows[:, None] * B + rows[None, :], x + bias_3)
+'''
+    assert lines[9:] == [9, 10, 13, 14, 11, 12, 13, 14, 9, 9, 13, 14]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_kernel_with_an_elif_chain_of_two_ranks_translates_and_compiles(target: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(CHAIN, str(tmp_path / "k.py"), get_target(target))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for kind in ("vector", "matrix"):
+        compiled = verify(result, {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "B": 32, "KIND": kind})
+        assert compiled and all(c.ok for c in compiled), [(kind, c.label, c.message) for c in compiled]

@@ -75,11 +75,15 @@ def _site(tree: ast.Module, line: int) -> tuple[ast.FunctionDef, ast.If, list[as
                     flags = constexpr_params(function)
                     every = {a.arg for a in [*function.args.posonlyargs, *function.args.args,
                                              *function.args.kwonlyargs]}
-                    if not statement.orelse or (len(statement.orelse) == 1 and isinstance(statement.orelse[0], ast.If)
-                                                and _is_elif(statement)):
+                    if not statement.orelse:
                         return None
-                    if not compile_time_test(statement.test, flags, every):
-                        return None
+                    clause: ast.If = statement
+                    while True:  # (every test of an `elif` chain decided at compile time)
+                        if not compile_time_test(clause.test, flags, every):
+                            return None
+                        if not (clause.orelse and _is_elif(clause)):
+                            break
+                        clause = clause.orelse[0]  # type: ignore[assignment]
                     return function, statement, block[i + 1:]
     return None
 
@@ -108,9 +112,10 @@ def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
 
 def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branch: ast.If, tail: list[ast.stmt]
            ) -> tuple[list[str], list[int]] | None:
-    else_line = _else_line(lines, branch)
-    if else_line is None:
+    found = _clauses(lines, branch)
+    if found is None:
         return None
+    clauses, has_else = found
     for node in ast.walk(function):  # (a string over several lines would be re-indented)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno != node.lineno:
             if branch.lineno <= node.lineno <= (tail[-1].end_lineno if tail else branch.end_lineno):
@@ -122,57 +127,112 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
     unit = lines[body_start - 1][_indent(lines[branch.lineno - 1]):_indent(lines[body_start - 1])]
     end = branch.end_lineno or branch.lineno
     tail_end = max([end, *(s.end_lineno or s.lineno for s in tail)])
+    tail_lines = list(range(end + 1, tail_end + 1))
+    if_indent = lines[branch.lineno - 1][:_indent(lines[branch.lineno - 1])]
+    newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
+    if not has_else:  # (an `if`/`elif` chain without `else`: the code after it runs there too)
+        clauses.append((None, None, None))
 
-    # The names the `else` branch and the code after the `if` bind, renamed in the `else` copy.
-    bound: set[str] = set()
-    for statement in [*branch.orelse, *tail]:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                bound.add(node.id)
-    if not bound:
-        return None
     taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(function)
                                                                           if isinstance(a, ast.arg)}
-    renames: dict[str, str] = {}
-    for name in sorted(bound):
-        number = 2
-        while f"{name}_{number}" in taken:
-            number += 1
-        renames[name] = f"{name}_{number}"
-        taken.add(renames[name])
     params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
     before = {node.id for statement in function.body for node in ast.walk(statement)
               if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
               and (node.lineno < branch.lineno)}
     before |= {node.id for node in ast.walk(branch.test) if isinstance(node, ast.Name)}
-    copied = sorted(n for n in renames if n in params or n in before)
 
-    else_indent = lines[branch.orelse[0].lineno - 1][:_indent(lines[branch.orelse[0].lineno - 1])]
-    newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
-    tail_lines = list(range(end + 1, tail_end + 1))
+    chain_bound = {n.id for n in ast.walk(branch) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    tail_reads = {n.id for statement in tail for n in ast.walk(statement)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
-    out: list[str] = lines[:end - (end - else_line) - 1]  # up to the line before `else:`
+    out: list[str] = lines[:branch.lineno - 1]
     out_origin: list[int] = origin[:len(out) + 1]
-    # the first branch, then its copy of the code after the `if`
-    for n in tail_lines:
-        out.append(_indented(lines[n - 1], unit))
-        out_origin.append(origin[n])
-    out.append(lines[else_line - 1])
-    out_origin.append(origin[else_line])
-    for name in copied:  # (the `else` copy starts from the values before the `if`)
-        out.append(f"{else_indent}{renames[name]} = {name}{newline}")
-        out_origin.append(origin[else_line])
-    edits = _rename_edits(lines, {*range(else_line + 1, end + 1), *tail_lines}, renames)
-    for n in range(else_line + 1, end + 1):
-        out.append(_renamed(lines[n - 1], edits.get(n, [])))
-        out_origin.append(origin[n])
-    for n in tail_lines:
-        out.append(_indented(_renamed(lines[n - 1], edits.get(n, [])), unit))
-        out_origin.append(origin[n])
-    rest = lines[tail_end:]
-    out += rest
+    renamed_any = False
+    for index, (header, first, last) in enumerate(clauses):
+        rows = list(range(first, last + 1)) if first is not None else []
+        if index == 0:  # the first branch as written, then its copy of the code after the `if`
+            for n in [*range(header, first), *rows]:
+                out.append(lines[n - 1])
+                out_origin.append(origin[n])
+            for n in tail_lines:
+                out.append(_indented(lines[n - 1], unit))
+                out_origin.append(origin[n])
+            continue
+        # Another branch: the names it and its copy of the code after the `if` bind, renamed there, and the names the
+        # code after the `if` reads that only other clauses bind (`None` here: read where this branch leaves them
+        # unbound, the source fails to compile too; the copy may read them only under a test that fails here).
+        bound: set[str] = set()
+        for n_node in ast.walk(function):
+            if isinstance(n_node, ast.Name) and isinstance(n_node.ctx, ast.Store) and (
+                    (first is not None and first <= n_node.lineno <= last) or end < n_node.lineno <= tail_end):
+                bound.add(n_node.id)
+        unbound = sorted((tail_reads & chain_bound) - bound - before - params)
+        bound |= set(unbound)
+        renames: dict[str, str] = {}
+        for name in sorted(bound):
+            number = 2
+            while f"{name}_{number}" in taken:
+                number += 1
+            renames[name] = f"{name}_{number}"
+            taken.add(renames[name])
+        renamed_any = renamed_any or bool(renames)
+        copied = sorted(n for n in renames if n in params or n in before)
+        edits = _rename_edits(lines, {*rows, *tail_lines}, renames)
+        if header is None:  # (the `else:` the chain lacked)
+            out.append(f"{if_indent}else:{newline}")
+            out_origin.append(origin[branch.lineno])
+            body_indent = if_indent + unit
+            at = branch.lineno
+        else:
+            for n in range(header, first):
+                out.append(lines[n - 1])
+                out_origin.append(origin[n])
+            body_indent = lines[first - 1][:_indent(lines[first - 1])]
+            at = header
+        for name in copied:  # (each copy starts from the values before the `if`)
+            out.append(f"{body_indent}{renames[name]} = {name}{newline}")
+            out_origin.append(origin[at])
+        for name in unbound:
+            out.append(f"{body_indent}{renames[name]} = None{newline}")
+            out_origin.append(origin[at])
+        for n in rows:
+            out.append(_renamed(lines[n - 1], edits.get(n, [])))
+            out_origin.append(origin[n])
+        for n in tail_lines:
+            out.append(_indented(_renamed(lines[n - 1], edits.get(n, [])), unit))
+            out_origin.append(origin[n])
+    if not renamed_any:
+        return None
+    out += lines[tail_end:]
     out_origin += origin[tail_end + 1:]
     return out, out_origin
+
+
+def _clauses(lines: list[str], branch: ast.If
+             ) -> tuple[list[tuple[int | None, int | None, int | None]], bool] | None:
+    """The clauses of `branch` (`if`, each `elif`, then `else`): per clause its header's first line, and the first and
+    last lines of its block (to the line before the next clause; 1-based), and whether the last is an `else`; None
+    where a clause is not found."""
+    found: list[tuple[int, int]] = [(branch.lineno, branch.body[0].lineno)]
+    clause = branch
+    has_else = False
+    while clause.orelse:
+        if _is_elif(clause):
+            clause = clause.orelse[0]  # type: ignore[assignment]
+            found.append((clause.lineno, clause.body[0].lineno))
+            continue
+        else_line = _else_line(lines, clause)
+        if else_line is None:
+            return None
+        found.append((else_line, clause.orelse[0].lineno))
+        has_else = True
+        break
+    end = branch.end_lineno or branch.lineno
+    out: list[tuple[int | None, int | None, int | None]] = []
+    for i, (header, first) in enumerate(found):
+        last = found[i + 1][0] - 1 if i + 1 < len(found) else end
+        out.append((header, first, last))
+    return out, has_else
 
 
 def _indented(line: str, unit: str) -> str:
