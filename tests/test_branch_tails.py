@@ -186,3 +186,74 @@ def test_a_kernel_with_an_elif_chain_of_two_ranks_translates_and_compiles(target
     for kind in ("vector", "matrix"):
         compiled = verify(result, {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "B": 32, "KIND": kind})
         assert compiled and all(c.ok for c in compiled), [(kind, c.label, c.message) for c in compiled]
+
+
+# The same flag tested again after the chain, inside the loop (flash-attention's Triton kernels: a bias per key or a
+# matrix, chosen by `BIAS_TYPE` before the loop and loaded under the same tests in it)
+BIAS = HEAD + '''@triton.jit
+def scores_bias(Q, K, Bias, Out, n_keys, stride_bm, BIAS_TYPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    if BIAS_TYPE == "vector":
+        b_ptrs = Bias + offs_n
+    elif BIAS_TYPE == "matrix":
+        b_ptrs = Bias + (offs_m[:, None] * stride_bm + offs_n[None, :])
+    q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start_n in range(0, n_keys, BLOCK_N):
+        k = tl.load(K + (start_n + offs_n)[:, None] * D + offs_d[None, :])
+        qk = tl.dot(q, tl.trans(k))
+        if BIAS_TYPE != "none":
+            if BIAS_TYPE == "vector":
+                bias = tl.load(b_ptrs + start_n).to(tl.float32)
+                bias = bias[None, :]
+            elif BIAS_TYPE == "matrix":
+                bias = tl.load(b_ptrs + start_n).to(tl.float32)
+            qk = qk + bias
+        acc += qk
+    tl.store(Out + offs_m[:, None] * BLOCK_N + offs_n[None, :], acc)
+'''
+
+
+def test_the_flags_a_clause_decides_are_decided_in_its_copy() -> None:
+    """In each clause's copy, an `if` its test decides is replaced by the branch it takes (dedented); one that fails
+    with no `else` by `None` for the names only it binds (where the source reads them, it cannot compile either);
+    undecided tests stay."""
+    text, lines = split_branches(BIAS, [11])
+    copies = text.split("    elif BIAS_TYPE == \"matrix\":\n")[1].split("    else:\n")
+    vector = text.split("    elif BIAS_TYPE == \"matrix\":\n")[0]
+    assert "            bias = tl.load(b_ptrs + start_n).to(tl.float32)\n            bias = bias[None, :]\n" \
+           "            qk = qk + bias\n" in vector and "BIAS_TYPE != " not in vector.split("for start_n")[1]
+    assert "            bias_2 = tl.load(b_ptrs_2 + start_n_2).to(tl.float32)\n            qk_2 = qk_2 + bias_2\n" \
+        in copies[0] and "bias_2[None, :]" not in copies[0]
+    assert "            if BIAS_TYPE != \"none\":\n                bias_3 = None\n                qk_3 = qk_3 + bias_3\n" \
+        in copies[1] and "        b_ptrs_3 = None\n" in copies[1]
+    assert len(lines) == text.count("\n") + 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_kernel_testing_its_flag_again_after_the_chain_translates_and_compiles(
+        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(BIAS, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"Q": "*fp16", "K": "*fp16", "Bias": "*fp16", "Out": "*fp32", "BLOCK_M": 64, "BLOCK_N": 64, "D": 64}
+    for kind in ("vector", "matrix", "none"):
+        compiled = verify(result, {**values, "BIAS_TYPE": kind})
+        assert compiled and all(c.ok for c in compiled), [(kind, c.label, c.message) for c in compiled]
+
+
+def test_a_function_the_copies_leave_refused_does_not_keep_the_others_from_splitting() -> None:
+    """Two kernels with a name of two ranks per branch; the second is refused for another construct too (an argument
+    of `tl.dot` Triton no longer has): the first is split and translated all the same, the second kept with its
+    reasons."""
+    second = BIAS.split("@triton.jit\n")[1].replace("def scores_bias(", "def scores_bias_old(").replace(
+        "tl.dot(q, tl.trans(k))", "tl.dot(q, k, trans_b=True)")
+    result = translate_source(BIAS + "\n\n@triton.jit\n" + second, "k.py", get_target("gfx950"), gluon_always=True)
+    outcomes = {o.name: o for o in result.functions}
+    assert outcomes["scores_bias"].translated, [d.format() for d in result.diagnostics]
+    assert not outcomes["scores_bias_old"].translated
+    assert any("trans_b=" in d.message for d in outcomes["scores_bias_old"].diagnostics)

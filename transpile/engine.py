@@ -224,16 +224,21 @@ def _with_branch_tails(text: str, path: str, prepared: Prepared) -> Prepared:
     ranks copied into its branches (`transpile.passes.branch_tails`), where that makes every function it touches
     translatable (a function still refused would be kept as Triton written from the copies)."""
     sites = _two_rank_sites(prepared)
-    split = _branch_split(text, sites)
-    if split is None:
-        return prepared
-    try:
-        candidate = _prepare(text, path, split)
-    except TranspileError:
-        return prepared
-    if any(candidate.plans.get(name) is None or candidate.plans[name].refusals for name in sites):
-        return prepared
-    return candidate
+    for _ in range(2):  # (a function the copies leave refused for another reason keeps its `if`; the others split)
+        split = _branch_split(text, sites)
+        if split is None:
+            return prepared
+        try:
+            candidate = _prepare(text, path, split)
+        except TranspileError:
+            return prepared
+        refused = {name for name in sites if candidate.plans.get(name) is None or candidate.plans[name].refusals}
+        if not refused:
+            return candidate
+        sites = {name: lines for name, lines in sites.items() if name not in refused}
+        if not sites:
+            return prepared
+    return prepared
 
 
 def _two_rank_sites(prepared: Prepared) -> dict[str, list[int]]:

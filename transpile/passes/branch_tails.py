@@ -25,8 +25,12 @@ other"). Since the test is decided when the kernel is compiled, the function is 
         tl.store(k_out_ptrs_2, k_pe_2)
 
 in which every name has one rank. The engine applies this pass only to the `if` statements the layout analysis
-refused so (`engine.prepare`), whose test reads nothing but constexpr parameters, literals and whether a parameter is
-None, and whose `else` is a plain `else:` (no `elif`). The names the `else` branch and its copy of the code after the
+refused so (`engine.prepare`), whose tests read nothing but constexpr parameters, literals and whether a parameter is
+None, with an `else` or an `elif` chain: every clause gets its copy, and a chain without `else` gets one (the code
+after it runs when no test holds; a name only the clauses bind is `None` there, where the source could not read it
+either). In each copy, an `if` the clause's own tests decide (`if KIND == "vector":` tested again inside the loop,
+flash-attention's bias) is replaced by the branch it takes; one that fails with no `else` by `None` for the names only
+it binds. The names the `else` branch and its copy of the code after the
 `if` bind are renamed there (`name_2`, or the first free number), those bound before the `if` first copied
 (`k_pe_2 = k_pe`). The rewrite is textual, line by line, so that every line maps back to the one it came from (the
 copies of the code after the `if` to their lines, the copies of names to the `else:` line).
@@ -130,8 +134,10 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
     tail_lines = list(range(end + 1, tail_end + 1))
     if_indent = lines[branch.lineno - 1][:_indent(lines[branch.lineno - 1])]
     newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
+    tests, bodies = _chain(branch)
     if not has_else:  # (an `if`/`elif` chain without `else`: the code after it runs there too)
         clauses.append((None, None, None))
+        bodies.append([])
 
     taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(function)
                                                                           if isinstance(a, ast.arg)}
@@ -150,13 +156,23 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
     renamed_any = False
     for index, (header, first, last) in enumerate(clauses):
         rows = list(range(first, last + 1)) if first is not None else []
+        # Tests of the flags this clause decides, where the copy tests them again (`if KIND == "vector":` inside the
+        # loop after the chain): the branch this clause takes, in place of the `if`.
+        fold = _Fold(lines, _facts(tests, index), function)
+        fold.block(bodies[index])
+        fold.block(tail)
         if index == 0:  # the first branch as written, then its copy of the code after the `if`
-            for n in [*range(header, first), *rows]:
+            for n in range(header, first):
                 out.append(lines[n - 1])
                 out_origin.append(origin[n])
+            for n in rows:
+                if n not in fold.drop:
+                    out.append(fold.line(n, lines[n - 1]))
+                    out_origin.append(origin[n])
             for n in tail_lines:
-                out.append(_indented(lines[n - 1], unit))
-                out_origin.append(origin[n])
+                if n not in fold.drop:
+                    out.append(_indented(fold.line(n, lines[n - 1]), unit))
+                    out_origin.append(origin[n])
             continue
         # Another branch: the names it and its copy of the code after the `if` bind, renamed there, and the names the
         # code after the `if` reads that only other clauses bind (`None` here: read where this branch leaves them
@@ -196,16 +212,167 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
             out.append(f"{body_indent}{renames[name]} = None{newline}")
             out_origin.append(origin[at])
         for n in rows:
-            out.append(_renamed(lines[n - 1], edits.get(n, [])))
-            out_origin.append(origin[n])
+            if n not in fold.drop:
+                out.append(fold.line(n, _renamed(lines[n - 1], edits.get(n, [])), renames))
+                out_origin.append(origin[n])
         for n in tail_lines:
-            out.append(_indented(_renamed(lines[n - 1], edits.get(n, [])), unit))
-            out_origin.append(origin[n])
+            if n not in fold.drop:
+                out.append(_indented(fold.line(n, _renamed(lines[n - 1], edits.get(n, [])), renames), unit))
+                out_origin.append(origin[n])
     if not renamed_any:
         return None
     out += lines[tail_end:]
     out_origin += origin[tail_end + 1:]
     return out, out_origin
+
+
+def _chain(branch: ast.If) -> tuple[list[ast.expr], list[list[ast.stmt]]]:
+    """The tests of `branch`'s `if`/`elif` clauses, and the blocks of its clauses (the `else` block last, if any)."""
+    tests: list[ast.expr] = [branch.test]
+    bodies: list[list[ast.stmt]] = [branch.body]
+    clause = branch
+    while clause.orelse:
+        if _is_elif(clause):
+            clause = clause.orelse[0]  # type: ignore[assignment]
+            tests.append(clause.test)
+            bodies.append(clause.body)
+            continue
+        bodies.append(clause.orelse)
+        break
+    return tests, bodies
+
+
+def _facts(tests: list[ast.expr], index: int) -> dict[str, tuple[bool, set[object]]]:
+    """What the clause at `index` of a chain of `tests` knows of the flags: its own test holds and the earlier ones
+    fail. Per flag, (True, {value}) where it equals a literal, (False, {values}) where it equals none of them."""
+    facts: dict[str, tuple[bool, set[object]]] = {}
+    for i, test in enumerate(tests[:index + 1]):
+        holds = i == index
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and isinstance(test.comparators[0], ast.Constant) and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+            name, value = test.left.id, test.comparators[0].value
+            equal = holds == isinstance(test.ops[0], ast.Eq)
+        elif isinstance(test, ast.Name):
+            name, value, equal = test.id, True, holds
+        else:
+            continue
+        known = facts.get(name)
+        if known is not None and known[0]:
+            continue
+        facts[name] = (True, {value}) if equal else (False, (known[1] if known else set()) | {value})
+    return facts
+
+
+def _decide(test: ast.expr, facts: dict[str, tuple[bool, set[object]]]) -> bool | None:
+    """`test` under `facts` (`_facts`): True, False, or None where they do not decide it."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _decide(test.operand, facts)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        values = [_decide(v, facts) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in values else None if None in values else True
+        return True if True in values else None if None in values else False
+    if isinstance(test, ast.Name) and test.id in facts:
+        equal, values = facts[test.id]
+        if equal:
+            return bool(next(iter(values)))
+        return False if True in values and values >= {True} else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        left, right = test.left, test.comparators[0]
+        if isinstance(right, ast.Name) and isinstance(left, ast.Constant):
+            left, right = right, left
+        if not (isinstance(left, ast.Name) and left.id in facts and isinstance(right, ast.Constant)):
+            return None
+        equal, values = facts[left.id]
+        if equal:
+            same: bool | None = right.value in values
+        else:
+            same = False if right.value in values else None
+        if same is None:
+            return None
+        return same if isinstance(test.ops[0], ast.Eq) else not same
+    return None
+
+
+class _Fold:
+    """The lines of a clause's copy with the `if` statements its facts decide replaced by the branch they take: the
+    lines dropped, and per kept line the indentation removed and a keyword rewritten (`elif` -> `if`, a test that
+    fails with no `else` -> `pass`)."""
+
+    def __init__(self, lines: list[str], facts: dict[str, tuple[bool, set[object]]], function: ast.FunctionDef
+                 ) -> None:
+        self.lines = lines
+        self.function = function
+        self.facts = facts
+        self.drop: set[int] = set()
+        self.dedent: dict[int, int] = {}
+        self.keyword: dict[int, str] = {}
+
+    def block(self, statements: list[ast.stmt], dedent: int = 0) -> None:
+        for statement in statements:
+            self.statement(statement, dedent)
+
+    def statement(self, statement: ast.stmt, dedent: int, head: int | None = None) -> None:
+        """`head`: where the `if` starts whose failing tests led here (an `elif` clause's, its chain's `if`)."""
+        end = statement.end_lineno or statement.lineno
+        head = statement.lineno if head is None else head
+        if isinstance(statement, ast.If) and self.facts:
+            taken = _decide(statement.test, self.facts)
+            if taken is not None:
+                column = _indent(self.lines[statement.lineno - 1])
+                if taken:
+                    chosen, start = statement.body, statement.body[0].lineno
+                    stop = statement.body[-1].end_lineno or statement.body[-1].lineno
+                elif statement.orelse and _is_elif(statement):
+                    inner = statement.orelse[0]
+                    self.drop |= set(range(statement.lineno, inner.lineno))
+                    self.keyword[inner.lineno] = "if"
+                    self.statement(inner, dedent, head)
+                    return
+                elif statement.orelse:
+                    chosen, start = statement.orelse, statement.orelse[0].lineno
+                    stop = end
+                else:
+                    # (a name only this `if` binds, read after it, is None there: where the source reads it, it
+                    # cannot compile either; elsewhere the copy reads it under a test that fails)
+                    stores = [n for n in ast.walk(self.function) if isinstance(n, ast.Name)
+                              and isinstance(n.ctx, ast.Store)]
+                    only = sorted({n.id for n in stores if head <= n.lineno <= end}
+                                  - {n.id for n in stores if not head <= n.lineno <= end})
+                    self.drop |= set(range(statement.lineno + 1, end + 1))
+                    self.keyword[statement.lineno] = "none:" + ",".join(only) if only else "pass"
+                    self.dedent[statement.lineno] = dedent
+                    return
+                self.drop |= set(range(statement.lineno, start)) | set(range(stop + 1, end + 1))
+                inner_dedent = dedent + _indent(self.lines[start - 1]) - column
+                for n in range(start, stop + 1):
+                    self.dedent[n] = inner_dedent
+                self.block(chosen, inner_dedent)
+                return
+        for n in range(statement.lineno, end + 1):
+            self.dedent.setdefault(n, dedent)
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(statement, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                self.block(inner, dedent)
+        for handler in getattr(statement, "handlers", []):
+            self.block(handler.body, dedent)
+
+    def line(self, number: int, text: str, renames: dict[str, str] | None = None) -> str:
+        keyword = self.keyword.get(number)
+        newline = "\r\n" if text.endswith("\r\n") else "\n"
+        if keyword == "if":
+            at = _indent(text)
+            text = text[:at] + "if" + text[at + len("elif"):]
+        elif keyword == "pass":
+            text = text[:_indent(text)] + "pass" + newline
+        elif keyword is not None and keyword.startswith("none:"):
+            names = [(renames or {}).get(n, n) for n in keyword[len("none:"):].split(",")]
+            text = text[:_indent(text)] + " = ".join(names) + " = None" + newline
+        cut = self.dedent.get(number, 0)
+        return text[cut:] if cut and text[:cut].strip() == "" else text.lstrip(" \t") if cut and not text.strip() \
+            else text
 
 
 def _clauses(lines: list[str], branch: ast.If
