@@ -257,3 +257,44 @@ def test_a_function_the_copies_leave_refused_does_not_keep_the_others_from_split
     assert outcomes["scores_bias"].translated, [d.format() for d in result.diagnostics]
     assert not outcomes["scores_bias_old"].translated
     assert any("trans_b=" in d.message for d in outcomes["scores_bias_old"].diagnostics)
+
+
+# A name rebound to another rank under an `if` without `else` (kernl's attention mask: a vector, made a matrix under
+# `if IS_MATRIX_MASK:`)
+NO_ELSE = HEAD + '''@triton.jit
+def doubled(x_ptr, n, MATRIX: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    ptrs = x_ptr + offs
+    if MATRIX:
+        ptrs = x_ptr + offs[:, None] * B + offs[None, :]
+    v = tl.load(ptrs)
+    tl.store(ptrs + n, v * 2)
+'''
+
+
+def test_an_if_without_else_gets_an_else_with_the_code_after_it() -> None:
+    text, _ = split_branches(NO_ELSE, [9])
+    assert text == HEAD + '''@triton.jit
+def doubled(x_ptr, n, MATRIX: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    ptrs = x_ptr + offs
+    if MATRIX:
+        ptrs = x_ptr + offs[:, None] * B + offs[None, :]
+        v = tl.load(ptrs)
+        tl.store(ptrs + n, v * 2)
+    else:
+        v_2 = tl.load(ptrs)
+        tl.store(ptrs + n, v_2 * 2)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_kernel_rebinding_a_rank_under_an_if_without_else_compiles(target: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(NO_ELSE, str(tmp_path / "k.py"), get_target(target))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for flag in (True, False):
+        compiled = verify(result, {"x_ptr": "*fp32", "n": "i32", "B": 32, "MATRIX": flag})
+        assert compiled and all(c.ok for c in compiled), [(flag, c.label, c.message) for c in compiled]

@@ -26,7 +26,7 @@ other"). Since the test is decided when the kernel is compiled, the function is 
 
 in which every name has one rank. The engine applies this pass only to the `if` statements the layout analysis
 refused so (`engine.prepare`), whose tests read nothing but constexpr parameters, literals and whether a parameter is
-None, with an `else` or an `elif` chain: every clause gets its copy, and a chain without `else` gets one (the code
+None, with or without `else` or `elif` clauses: every clause gets its copy, and a chain without `else` gets one (the code
 after it runs when no test holds; a name only the clauses bind is `None` there, where the source could not read it
 either). In each copy, an `if` the clause's own tests decide (`if KIND == "vector":` tested again inside the loop,
 flash-attention's bias) is replaced by the branch it takes; one that fails with no `else` by `None` for the names only
@@ -79,8 +79,6 @@ def _site(tree: ast.Module, line: int) -> tuple[ast.FunctionDef, ast.If, list[as
                     flags = constexpr_params(function)
                     every = {a.arg for a in [*function.args.posonlyargs, *function.args.args,
                                              *function.args.kwonlyargs]}
-                    if not statement.orelse:
-                        return None
                     clause: ast.If = statement
                     while True:  # (every test of an `elif` chain decided at compile time)
                         if not compile_time_test(clause.test, flags, every):
