@@ -294,3 +294,31 @@ def rope_kernel(x_ptr, y_ptr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     monkeypatch.syspath_prepend(str(root))
     compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK_T": 16, "BLOCK_D": 64})
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_helper_from_a_module_not_found_called_for_its_effects_is_refused(tmp_path: Path) -> None:
+    """A function imported from a module the tool cannot find is taken for elementwise math where its value is used;
+    called as a statement (its value discarded: a helper that stores, aiter's `_write_zeros_to_output` outside its
+    tree), it is refused with its line (the variant called the Triton helper from Gluon, which did not compile)."""
+    text = '''import triton
+import triton.language as tl
+
+from somepkg.helpers import zero_fill
+
+
+@triton.jit
+def k(x_ptr, y_ptr, n, FLAG: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    if FLAG:
+        zero_fill(y_ptr, offs, n, B)
+        return
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+'''
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    result = translate_source(text, str(path), get_target("gfx950"))
+    assert not result.functions[0].translated
+    assert any(d.code == "TT010" and d.line == 11 and "`zero_fill` is imported from `somepkg.helpers`, which the "
+               "tool cannot read, and called for its effects" in d.message for d in result.diagnostics)
+    used = text.replace("        zero_fill(y_ptr, offs, n, B)\n", "        tl.store(y_ptr + offs, zero_fill(offs))\n")
+    assert translate_source(used, str(path), get_target("gfx950")).functions[0].translated

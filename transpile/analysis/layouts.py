@@ -101,6 +101,9 @@ class LayoutAnalysis:
         self.unseen_functions = _unseen_functions(self.source.module, set(facts.functions) | set(facts.aliases),
                                                   self.source.path, blocks)
         self.block_tuples = _block_tuple_arities(blocks)
+        # names imported from modules other than Triton's and torch's (`from pkg.utils import zero_fill`): where the
+        # module is not found, such a function is taken for elementwise math, unless a kernel calls it for its effects
+        self.imported_names = _imported_names(self.source.module)
 
     def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
         """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
@@ -213,6 +216,26 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str,
         found.setdefault(bound, f"imported from `{origin}`" + (f" and cannot be copied here ({why})"
                                                                 if isinstance(why, str) else ""))
     return {name: how for name, how in found.items() if name not in jit_names}
+
+
+def _imported_names(module: cst.Module) -> dict[str, str]:
+    """Names the module's top-level `from X import name` statements bind, X neither Triton nor torch: name -> X."""
+    found: dict[str, str] = {}
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                continue
+            origin = "." * len(small.relative) + (cst.Module([]).code_for_node(small.module)
+                                                  if small.module is not None else "")
+            if origin == "triton" or origin.startswith(("triton.", "torch")):
+                continue
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(bound, cst.Name):
+                    found[bound.value] = origin
+    return found
 
 
 def _block_tuple_arities(blocks: dict[str, list[ast.FunctionDef]]) -> dict[str, int]:
@@ -874,6 +897,13 @@ class _FunctionWalker(LanguageCalls):
                         if how.startswith("imported") else
                         f"`{func.value}` is {how}, where the tool cannot read it: if it is Triton code, a Gluon kernel "
                         "cannot call it (bring the helper into this file at module level)")
+        elif isinstance(func, cst.Name) and func.value in self.analysis.imported_names \
+                and isinstance(self.source.parents.get(node), cst.Expr):
+            # (its value unused: not elementwise math, but a helper run for what it stores)
+            self.refuse(node, "TT010", f"`{func.value}` is imported from `{self.analysis.imported_names[func.value]}`, "
+                        "which the tool cannot read, and called for its effects (its value is not used): a Gluon "
+                        "kernel cannot call a Triton helper unless it is translated beside it (define it at the top "
+                        "level of this file, or of a module of the project the tool can read)")
         if isinstance(func, cst.Attribute):
             base = self.eval(func.value)
             method = func.attr.value
