@@ -298,3 +298,24 @@ def test_a_kernel_rebinding_a_rank_under_an_if_without_else_compiles(target: str
     for flag in (True, False):
         compiled = verify(result, {"x_ptr": "*fp32", "n": "i32", "B": 32, "MATRIX": flag})
         assert compiled and all(c.ok for c in compiled), [(flag, c.label, c.message) for c in compiled]
+
+
+def test_what_a_clause_knows_decides_only_what_follows_from_it() -> None:
+    """A bare flag that failed is falsy (`if FLAG:` and `not FLAG` decided); `FLAG == True` failing says nothing of
+    `if FLAG:` (FLAG may be 2); a string flag equal to one literal decides every comparison with literals, and one
+    that equals none of two literals decides only those."""
+    import ast
+
+    from transpile.passes.branch_tails import _decide, _facts
+
+    def decided(tests: list[str], index: int, test: str) -> bool | None:
+        return _decide(ast.parse(test, mode="eval").body,
+                       _facts([ast.parse(t, mode="eval").body for t in tests], index))
+
+    assert decided(["FLAG"], 1, "FLAG") is False and decided(["FLAG"], 1, "not FLAG") is True
+    assert decided(["FLAG == True"], 1, "FLAG") is None
+    assert decided(["K == 'v'", "K == 'm'"], 0, "K != 'none'") is True
+    assert decided(["K == 'v'", "K == 'm'"], 1, "K == 'v'") is False
+    assert decided(["K == 'v'", "K == 'm'"], 2, "K == 'm' or K == 'v'") is False
+    assert decided(["K == 'v'", "K == 'm'"], 2, "K != 'none'") is None
+    assert decided(["K == 'v'"], 0, "K == 'v' and OTHER") is None

@@ -240,28 +240,27 @@ def _chain(branch: ast.If) -> tuple[list[ast.expr], list[list[ast.stmt]]]:
     return tests, bodies
 
 
-def _facts(tests: list[ast.expr], index: int) -> dict[str, tuple[bool, set[object]]]:
+def _facts(tests: list[ast.expr], index: int) -> dict[str, tuple[str, set[object]]]:
     """What the clause at `index` of a chain of `tests` knows of the flags: its own test holds and the earlier ones
-    fail. Per flag, (True, {value}) where it equals a literal, (False, {values}) where it equals none of them."""
-    facts: dict[str, tuple[bool, set[object]]] = {}
+    fail. Per flag: ("eq", {value}) where it equals a literal, ("ne", {values}) where it equals none of them, "truthy"
+    or "falsy" where it was tested bare (`if FLAG:`)."""
+    facts: dict[str, tuple[str, set[object]]] = {}
     for i, test in enumerate(tests[:index + 1]):
         holds = i == index
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
                 and isinstance(test.comparators[0], ast.Constant) and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
             name, value = test.left.id, test.comparators[0].value
             equal = holds == isinstance(test.ops[0], ast.Eq)
-        elif isinstance(test, ast.Name):
-            name, value, equal = test.id, True, holds
-        else:
-            continue
-        known = facts.get(name)
-        if known is not None and known[0]:
-            continue
-        facts[name] = (True, {value}) if equal else (False, (known[1] if known else set()) | {value})
+            known = facts.get(name)
+            if known is not None and known[0] != "ne":
+                continue
+            facts[name] = ("eq", {value}) if equal else ("ne", (known[1] if known else set()) | {value})
+        elif isinstance(test, ast.Name) and test.id not in facts:
+            facts[test.id] = ("truthy" if holds else "falsy", set())
     return facts
 
 
-def _decide(test: ast.expr, facts: dict[str, tuple[bool, set[object]]]) -> bool | None:
+def _decide(test: ast.expr, facts: dict[str, tuple[str, set[object]]]) -> bool | None:
     """`test` under `facts` (`_facts`): True, False, or None where they do not decide it."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = _decide(test.operand, facts)
@@ -272,21 +271,21 @@ def _decide(test: ast.expr, facts: dict[str, tuple[bool, set[object]]]) -> bool 
             return False if False in values else None if None in values else True
         return True if True in values else None if None in values else False
     if isinstance(test, ast.Name) and test.id in facts:
-        equal, values = facts[test.id]
-        if equal:
-            return bool(next(iter(values)))
-        return False if True in values and values >= {True} else None
+        kind, values = facts[test.id]
+        return {"truthy": True, "falsy": False}.get(kind, bool(next(iter(values))) if kind == "eq" else None)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
         left, right = test.left, test.comparators[0]
         if isinstance(right, ast.Name) and isinstance(left, ast.Constant):
             left, right = right, left
         if not (isinstance(left, ast.Name) and left.id in facts and isinstance(right, ast.Constant)):
             return None
-        equal, values = facts[left.id]
-        if equal:
+        kind, values = facts[left.id]
+        if kind == "eq":
             same: bool | None = right.value in values
-        else:
+        elif kind == "ne":
             same = False if right.value in values else None
+        else:
+            return None
         if same is None:
             return None
         return same if isinstance(test.ops[0], ast.Eq) else not same
@@ -298,7 +297,7 @@ class _Fold:
     lines dropped, and per kept line the indentation removed and a keyword rewritten (`elif` -> `if`, a test that
     fails with no `else` -> `pass`)."""
 
-    def __init__(self, lines: list[str], facts: dict[str, tuple[bool, set[object]]], function: ast.FunctionDef
+    def __init__(self, lines: list[str], facts: dict[str, tuple[str, set[object]]], function: ast.FunctionDef
                  ) -> None:
         self.lines = lines
         self.function = function
