@@ -103,7 +103,7 @@ class LayoutAnalysis:
         self.block_tuples = _block_tuple_arities(blocks)
         # names imported from modules other than Triton's and torch's (`from pkg.utils import zero_fill`): where the
         # module is not found, such a function is taken for elementwise math, unless a kernel calls it for its effects
-        self.imported_names = _imported_names(self.source.module)
+        self.imported_names = _imported_names(self.source.module, self.source.path)
 
     def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
         """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
@@ -218,8 +218,9 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str,
     return {name: how for name, how in found.items() if name not in jit_names}
 
 
-def _imported_names(module: cst.Module) -> dict[str, str]:
-    """Names the module's top-level `from X import name` statements bind, X neither Triton nor torch: name -> X."""
+def _imported_names(module: cst.Module, path: str) -> dict[str, str]:
+    """Names the module's top-level `from X import name` statements bind, X neither Triton nor torch, where the tool
+    finds no definition of the name on disk (a module of another project): name -> X."""
     found: dict[str, str] = {}
     for statement in module.body:
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -233,7 +234,8 @@ def _imported_names(module: cst.Module) -> dict[str, str]:
                 continue
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
-                if isinstance(bound, cst.Name):
+                if isinstance(bound, cst.Name) and not defining_functions(
+                        path, origin, cst.Module([]).code_for_node(alias.name))[0]:
                     found[bound.value] = origin
     return found
 
