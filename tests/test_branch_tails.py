@@ -176,18 +176,6 @@ def biased(x_ptr, b_ptr, y_ptr, stride, KIND: tl.constexpr, B: tl.constexpr):
     assert lines[9:] == [9, 10, 13, 14, 11, 12, 13, 14, 9, 9, 13, 14]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["gfx950", "sm90"])
-def test_a_kernel_with_an_elif_chain_of_two_ranks_translates_and_compiles(target: str, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    result = translate_source(CHAIN, str(tmp_path / "k.py"), get_target(target))
-    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    for kind in ("vector", "matrix"):
-        compiled = verify(result, {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "B": 32, "KIND": kind})
-        assert compiled and all(c.ok for c in compiled), [(kind, c.label, c.message) for c in compiled]
-
-
 # The same flag tested again after the chain, inside the loop (flash-attention's Triton kernels: a bias per key or a
 # matrix, chosen by `BIAS_TYPE` before the loop and loaded under the same tests in it)
 BIAS = HEAD + '''@triton.jit
@@ -233,19 +221,6 @@ def test_the_flags_a_clause_decides_are_decided_in_its_copy() -> None:
     assert len(lines) == text.count("\n") + 1
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["gfx950", "sm90"])
-def test_a_kernel_testing_its_flag_again_after_the_chain_translates_and_compiles(
-        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = translate_source(BIAS, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
-    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    values = {"Q": "*fp16", "K": "*fp16", "Bias": "*fp16", "Out": "*fp32", "BLOCK_M": 64, "BLOCK_N": 64, "D": 64}
-    for kind in ("vector", "matrix", "none"):
-        compiled = verify(result, {**values, "BIAS_TYPE": kind})
-        assert compiled and all(c.ok for c in compiled), [(kind, c.label, c.message) for c in compiled]
-
-
 def test_a_function_the_copies_leave_refused_does_not_keep_the_others_from_splitting() -> None:
     """Two kernels with a name of two ranks per branch; the second is refused for another construct too (an argument
     of `tl.dot` Triton no longer has): the first is split and translated all the same, the second kept with its
@@ -288,18 +263,6 @@ def doubled(x_ptr, n, MATRIX: tl.constexpr, B: tl.constexpr):
 '''
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["gfx950", "sm90"])
-def test_a_kernel_rebinding_a_rank_under_an_if_without_else_compiles(target: str, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    result = translate_source(NO_ELSE, str(tmp_path / "k.py"), get_target(target))
-    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    for flag in (True, False):
-        compiled = verify(result, {"x_ptr": "*fp32", "n": "i32", "B": 32, "MATRIX": flag})
-        assert compiled and all(c.ok for c in compiled), [(flag, c.label, c.message) for c in compiled]
-
-
 def test_what_a_clause_knows_decides_only_what_follows_from_it() -> None:
     """A bare flag that failed is falsy (`if FLAG:` and `not FLAG` decided); `FLAG == True` failing says nothing of
     `if FLAG:` (FLAG may be 2); a string flag equal to one literal decides every comparison with literals, and one
@@ -319,3 +282,34 @@ def test_what_a_clause_knows_decides_only_what_follows_from_it() -> None:
     assert decided(["K == 'v'", "K == 'm'"], 2, "K == 'm' or K == 'v'") is False
     assert decided(["K == 'v'", "K == 'm'"], 2, "K != 'none'") is None
     assert decided(["K == 'v'"], 0, "K == 'v' and OTHER") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+@pytest.mark.parametrize(("case", "values", "flag", "settings"), [
+    ("chain", {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "B": 32}, "KIND", ("vector", "matrix")),
+    ("bias", {"Q": "*fp16", "K": "*fp16", "Bias": "*fp16", "Out": "*fp32", "BLOCK_M": 64, "BLOCK_N": 64, "D": 64},
+     "BIAS_TYPE", ("vector", "matrix", "none")),
+    ("no_else", {"x_ptr": "*fp32", "n": "i32", "B": 32}, "MATRIX", (True, False)),
+])
+def test_split_kernels_translate_and_compile_for_every_value_of_the_flag(
+        case: str, values: dict, flag: str, settings: tuple, target: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `elif` chain, a flag tested again after the chain (`--gluon-always`: its loop is kept as Triton by
+    default), and an `if` without `else`: translated, and compiled for each value of the flag."""
+    text = {"chain": CHAIN, "bias": BIAS, "no_else": NO_ELSE}[case]
+    result = translate_source(text, str(tmp_path / "k.py"), get_target(target), gluon_always=case == "bias")
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for setting in settings:
+        compiled = verify(result, {**values, flag: setting})
+        assert compiled and all(c.ok for c in compiled), [(setting, c.label, c.message) for c in compiled]
+
+
+def test_a_blank_line_in_a_decided_branch_keeps_its_line() -> None:
+    """Dedenting the branch a clause's test decides keeps its blank lines: one line out per line in, as the line map
+    counts them."""
+    text = BIAS.replace("                bias = bias[None, :]\n", "\n                bias = bias[None, :]\n")
+    out, lines = split_branches(text, [11])
+    assert out.count("\n") == len(lines) - 1
+    assert "            bias = tl.load(b_ptrs + start_n).to(tl.float32)\n\n            bias = bias[None, :]\n" in out

@@ -159,28 +159,16 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
         fold = _Fold(lines, _facts(tests, index), function)
         fold.block(bodies[index])
         fold.block(tail)
-        if index == 0:  # the first branch as written, then its copy of the code after the `if`
-            for n in range(header, first):
-                out.append(lines[n - 1])
-                out_origin.append(origin[n])
-            for n in rows:
-                if n not in fold.drop:
-                    out.append(fold.line(n, lines[n - 1]))
-                    out_origin.append(origin[n])
-            for n in tail_lines:
-                if n not in fold.drop:
-                    out.append(_indented(fold.line(n, lines[n - 1]), unit))
-                    out_origin.append(origin[n])
-            continue
-        # Another branch: the names it and its copy of the code after the `if` bind, renamed there, and the names the
-        # code after the `if` reads that only other clauses bind (`None` here: read where this branch leaves them
-        # unbound, the source fails to compile too; the copy may read them only under a test that fails here).
+        # The first branch keeps its names. Another: the names it and its copy of the code after the `if` bind,
+        # renamed there, and the names the code after the `if` reads that only other clauses bind (`None` here: read
+        # where this branch leaves them unbound, the source fails to compile too; the copy may read them only under a
+        # test that fails here).
         bound: set[str] = set()
-        for n_node in ast.walk(function):
+        for n_node in ast.walk(function) if index else ():
             if isinstance(n_node, ast.Name) and isinstance(n_node.ctx, ast.Store) and (
                     (first is not None and first <= n_node.lineno <= last) or end < n_node.lineno <= tail_end):
                 bound.add(n_node.id)
-        unbound = sorted((tail_reads & chain_bound) - bound - before - params)
+        unbound = sorted((tail_reads & chain_bound) - bound - before - params) if index else []
         bound |= set(unbound)
         renames: dict[str, str] = {}
         for name in sorted(bound):
@@ -191,7 +179,7 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
             taken.add(renames[name])
         renamed_any = renamed_any or bool(renames)
         copied = sorted(n for n in renames if n in params or n in before)
-        edits = _rename_edits(lines, {*rows, *tail_lines}, renames)
+        edits = _rename_edits(lines, {*rows, *tail_lines}, renames) if renames else {}
         if header is None:  # (the `else:` the chain lacked)
             out.append(f"{if_indent}else:{newline}")
             out_origin.append(origin[branch.lineno])
@@ -368,8 +356,9 @@ class _Fold:
             names = [(renames or {}).get(n, n) for n in keyword[len("none:"):].split(",")]
             text = text[:_indent(text)] + " = ".join(names) + " = None" + newline
         cut = self.dedent.get(number, 0)
-        return text[cut:] if cut and text[:cut].strip() == "" else text.lstrip(" \t") if cut and not text.strip() \
-            else text
+        if not text.strip() or not cut or text[:cut].strip():
+            return text  # (a blank line keeps its newline: one line out per line in, as the line map counts them)
+        return text[cut:]
 
 
 def _clauses(lines: list[str], branch: ast.If
