@@ -221,7 +221,14 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str,
 def _imported_names(module: cst.Module, path: str) -> dict[str, str]:
     """Names the module's top-level `from X import name` statements bind, X neither Triton nor torch, where the tool
     finds no definition of the name on disk (a module of another project): name -> X."""
-    found: dict[str, str] = {}
+    return {bound: origin for _statement, _alias, bound, origin, imported in _imports_from(module)
+            if not defining_functions(path, origin, imported)[0]}
+
+
+def _imports_from(module: cst.Module) -> list[tuple[cst.SimpleStatementLine, cst.ImportAlias, str, str, str]]:
+    """The module's top-level `from X import name [as bound]`, X neither Triton nor torch: (statement, alias, bound,
+    X as written, name) each."""
+    out = []
     for statement in module.body:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
@@ -234,10 +241,9 @@ def _imported_names(module: cst.Module, path: str) -> dict[str, str]:
                 continue
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
-                if isinstance(bound, cst.Name) and not defining_functions(
-                        path, origin, cst.Module([]).code_for_node(alias.name))[0]:
-                    found[bound.value] = origin
-    return found
+                if isinstance(bound, cst.Name):
+                    out.append((statement, alias, bound.value, origin, cst.Module([]).code_for_node(alias.name)))
+    return out
 
 
 def _block_tuple_arities(blocks: dict[str, list[ast.FunctionDef]]) -> dict[str, int]:
@@ -258,24 +264,12 @@ def imported_helpers(module: cst.Module, path: str
     elementwise math, which a Gluon kernel cannot call: (import statement, alias, name bound here, module as
     imported, name there) each."""
     out = []
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
-                continue
-            origin = "." * len(small.relative) + (cst.Module([]).code_for_node(small.module)
-                                                  if small.module is not None else "")
-            if origin == "triton" or origin.startswith(("triton.", "torch")):
-                continue
-            defs, their_math = module_functions(path, origin)
-            for alias in small.names:
-                bound = alias.asname.name if alias.asname is not None else alias.name
-                imported = cst.Module([]).code_for_node(alias.name)
-                found, math = (defs[imported], their_math) if imported in defs else \
-                    defining_functions(path, origin, imported)  # (a name the module re-exports)
-                if isinstance(bound, cst.Name) and any(_beyond_elementwise(d, math) for d in found):
-                    out.append((statement, alias, bound.value, origin, imported))
+    for statement, alias, bound, origin, imported in _imports_from(module):
+        defs, their_math = module_functions(path, origin)
+        found, math = (defs[imported], their_math) if imported in defs else \
+            defining_functions(path, origin, imported)  # (a name the module re-exports)
+        if any(_beyond_elementwise(d, math) for d in found):
+            out.append((statement, alias, bound, origin, imported))
     return out
 
 
