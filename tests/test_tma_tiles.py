@@ -144,9 +144,6 @@ def test_a_split_k_range_bounds_the_descriptor_by_the_range_end() -> None:
     # Rows gathered through an index tensor: not a rectangle of the tensor.
     (("offs_m = pid_m * BM + tl.arange(0, BM)", "offs_m = tl.load(c_ptr + pid_m * BM + tl.arange(0, BM))"),
      "not a sum of a start and `tl.arange(0, BLOCK)`"),
-    # A column-major A (unit stride along the rows).
-    (("offs_m[:, None] * stride_am + kk[None, :] * stride_ak", "offs_m[:, None] + kk[None, :] * stride_ak"),
-     "column-major"),
     # Rows neither masked nor wrapped: the descriptor would not know the tensor's extent.
     (("(offs_m[:, None] < M) & (kk[None, :] < K)", "kk[None, :] < K"), "neither masked nor wrapped"),
     # A mask that is not a bound.

@@ -35,7 +35,7 @@ from transpile.analysis.launch_alignment import (
 from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan, _unseen_functions, analyse_layouts
 from transpile.analysis.pipeline import LoopRefusal, operand_anchors, plan_loop, product_loops
 from transpile.analysis.stages import MIN_SLOTS
-from transpile.passes.tma_tiles import Dispatch, jit_callees, convert as convert_tma_tiles
+from transpile.passes.tma_tiles import Dispatch, Tile, jit_callees, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.none_masks import drop_none_masks
@@ -57,6 +57,7 @@ from transpile.discover import JitFunction, ModuleFacts, discover, language_name
 from transpile.formatting import FormatError, FormatStyle, format_texts
 from transpile.rules.base import Rule, RuleContext
 from transpile.rules.hoist import is_hoisted
+from transpile.rules.hopper_schedule import Sm90Ring
 from transpile.rules.layouts import convert, expand
 from transpile.source import SourceFile, parse_source, read_text, replaced_line_map, set_location, sha256_text
 from transpile.targets import Target
@@ -583,8 +584,11 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
         # A kernel read through TMA descriptors pays where its ring is warp-specialised (a 128x256 tile with 8 warps,
         # which an autotuned kernel gets as one more config); with only the single-partition ring it ran at 0.79-1.04x
         # its source on an H100 (bench/RESULTS.md: Profitability): such a kernel is translated as written.
+        # A block-scaled GEMM's ring (each step's product scaled before it is added: `Sm90Ring.product`) pays as it
+        # is: its wgmmas overlap the scaling of the previous product, which Triton's own compile waits for.
         failed = {o.name for o in result.functions
-                  if o.name in dispatch and not (o.translated and o.pipelined and o.ws_config)}
+                  if o.name in dispatch and not (o.translated and o.pipelined and (o.ws_config or any(
+                      isinstance(ring, Sm90Ring) and ring.product for ring in o.schedules)))}
         unused |= {o.name for o in result.functions if o.name in failed and o.translated and o.pipelined}
         if not failed:
             _tma_notes(result, prepared, refusals, unused)
@@ -655,7 +659,8 @@ def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str
             stores = [f"`{t.param}`" for t in outcome.dispatch.tiles if not t.load]
             message = (f"`{outcome.name}` reads its pointer tiles of {loads} through TMA descriptors"
                        f"{' and stores ' + stores[0] + ' through one' if stores else ''}; launches they cannot "
-                       "address (operands not 16-bit, an inner stride not 1, rows or addresses not 16-byte aligned) "
+                       "address (operands not 16-bit, or 8-bit but not K-major, an inner stride not 1, rows or "
+                       "addresses not 16-byte aligned) "
                        f"run the source kernel, kept as `_{outcome.name}_triton`")
         elif not outcome.translated and outcome.name in unused:
             message = (f"`{outcome.name}`: its pointer tiles could be read through TMA descriptors, but none of its "
@@ -1492,7 +1497,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
     helpers = _helper_copies(originals, list(dispatch.helpers), copied, copy, {copy})
     statement = _renamed(originals[name], {h: copied[h] for h in dispatch.helpers})
     if dispatch.tiles:
-        why = "its TMA descriptors need 16-bit operands, a unit inner stride and 16-byte aligned addresses and row strides"
+        why = (f"its TMA descriptors need 16-bit operands{' (or 8-bit floats, read K-major)' if any(t.fp8 for t in dispatch.tiles) else ''}, "
+               "a unit inner stride and 16-byte aligned addresses and row strides")
         checks = "each launch's tensors and strides"
     else:
         unflagged = " and ".join(f"`{n}` is at least {v}" for n, v in dispatch.unflagged_at_least)
@@ -1523,8 +1529,11 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
     def value(x: str | None) -> str:
         return "None" if x is None else x if x.isdigit() else f'"{x}"'
 
+    def operand(tile: Tile) -> str:  # (an operand 16-bit, or "fp8": 8-bit floats too; False: the store)
+        return '"fp8"' if tile.fp8 else str(tile.load)
+
     tiles = ", ".join(f"({value(t.param)}, {value(t.row_stride)}, {value(t.unit_stride)}, "
-                      f"({''.join(value(o) + ', ' for o in t.offsets)}), {t.load})" for t in dispatch.tiles)
+                      f"({''.join(value(o) + ', ' for o in t.offsets)}), {operand(t)})" for t in dispatch.tiles)
     params = "".join(f'"{p}", ' for p in dispatch.params)
     persistent = f"lambda meta: {outcome.persistent_grid}" if outcome.persistent_grid else "None"
     when = f', when=("{dispatch.when[0]}", {dispatch.when[1]})' if dispatch.when else ""
@@ -1539,6 +1548,7 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
         when += f", grid_at_least={dispatch.grid_at_least}"
     if dispatch.retile is not None:
         when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
+
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""

@@ -83,7 +83,8 @@ class _TMAOrTriton:
     """`kernel[grid](*args, **kwargs)` for a kernel whose Gluon variant reads its pointer tiles through TMA
     descriptors: runs the variant where the descriptors can address every tile of the launch (16-bit operands, a unit
     inner stride, 16-byte aligned base addresses, row strides and offsets), else the source's Triton kernel. `tiles`:
-    (pointer, row stride, unit stride or None, offset strides, operand) per tile, parameter names or numbers.
+    (pointer, row stride, unit stride or None, offset strides, operand: True, "fp8" where 8-bit floats may come
+    too, or False for the epilogue's store) per tile, parameter names or numbers.
     `when`: (a constexpr parameter, its default): only launches that set it run the variant (a form that is faster
     than the source only then), unless the `unflagged_at_least` (constexpr parameter, value) pairs hold; `at_least`:
     (constexpr parameter, value) pairs, the same from a value on; `grid_at_least`: (grid axis, count), only launches
@@ -150,7 +151,10 @@ class _TMAOrTriton:
             if not hasattr(tensor, "data_ptr") or tensor.data_ptr() % 16:
                 return False
             size = tensor.element_size()
-            if (operand and size != 2) or (unit_stride is not None and values.get(unit_stride) != 1):
+            # ("fp8": an operand read K-major, as wgmma reads 8-bit floats, so those pass too)
+            fp8 = operand == "fp8" and size == 1 and str(tensor.dtype).startswith("torch.float8_e") \
+                and not str(tensor.dtype).endswith("fnuz")
+            if (operand and size != 2 and not fp8) or (unit_stride is not None and values.get(unit_stride) != 1):
                 return False
             for stride in (row_stride, *offsets):
                 stride = values.get(stride) if isinstance(stride, str) else stride

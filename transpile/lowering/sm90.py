@@ -151,13 +151,18 @@ class Wgmma:
     views: Callable[[str], tuple[str, str]]  # the two operands as the wgmma reads them, for a slot
     rings: tuple[str, ...] = ()  # the rings whose slots a retire names as its dependencies ((): the accumulator only)
     products: tuple[Product, ...] = ()  # several dots an iteration ((): the loop's one dot)
+    # False: each wgmma starts from zero (`use_acc=False`) into a product of the iteration, which the loop's own
+    # statement then adds to its accumulator (`acc += tl.dot(a, b) * scales`, block-scaled GEMMs); `in_flight` is
+    # then 0, the product being read right after its wait
+    use_acc: bool = True
 
     def issue(self, loop: LoopText, slot: str) -> list[str]:
+        fresh = "" if self.use_acc else "use_acc=False, "
         if self.products:
-            return [f"{p.acc} = warpgroup_mma({', '.join(p.views(slot))}, {p.acc_in}, is_async=True)"
+            return [f"{p.acc} = warpgroup_mma({', '.join(p.views(slot))}, {p.acc_in}, {fresh}is_async=True)"
                     for p in self.products]
         a, b = self.views(slot)
-        return [f"{loop.acc} = warpgroup_mma({a}, {b}, {loop.acc_in}, is_async=True)"]
+        return [f"{loop.acc} = warpgroup_mma({a}, {b}, {loop.acc_in}, {fresh}is_async=True)"]
 
     def _accs(self, acc: str) -> list[str]:
         return list(dict.fromkeys(p.acc for p in self.products)) if self.products else [acc]
@@ -170,11 +175,17 @@ class Wgmma:
         deps = ", ".join(f"{ring}.index({slot})" for ring in self.rings)
         kept = ", ".join(accs + ["_"] * len(self.rings))
         which = "iteration's wgmmas have" if len(self.products) > 1 else "wgmma has"
+        if self.in_flight == 0:
+            return ["# This iteration's product is complete (the loop reads it below), and its slot free: refill that",
+                    "# slot below (with two warpgroups, once both are done with it: the barrier).",
+                    f"{kept} = warpgroup_mma_wait(0, deps=[{', '.join(accs)}, {deps}])"]
         return [f"# The previous {which} now finished reading its slot: refill that slot below (with two",
                 "# warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
                 f"{kept} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}, {deps}])"]
 
     def drain(self, acc: str) -> list[str]:
+        if self.in_flight == 0:
+            return []  # every wgmma was waited for in its iteration (its product may not even exist: no iteration)
         accs = ", ".join(self._accs(acc))
         return [f"{accs} = warpgroup_mma_wait(0, deps=[{accs}])"]
 

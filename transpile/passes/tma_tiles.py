@@ -39,13 +39,16 @@ source's lines) and, per rewritten kernel, what the launcher checks; or None whe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile.analysis.pipeline import scaled_accumulation
 from transpile.cst_utils import (assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in, names_in,
                                  product_factors, statement_reads, sum_terms)
+from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts, language_alias, language_name
 from transpile.source import SourceFile, replaced_line_map
 
@@ -122,6 +125,9 @@ class Tile:
     unit_stride: str | None  # parameter that must be 1 at launch (None: the source writes no stride there)
     offsets: tuple[str, ...] = ()  # parameters scaling scalar offsets of the base (multiples of 16 bytes)
     load: bool = True  # an operand load (16-bit elements for the ring) or the epilogue's store
+    # an operand of a dot whose A tile is read row-major and whose B tile through a descriptor of its transposed
+    # view: both K-major in shared memory, as wgmma reads 8-bit operands, so the launcher lets fp8 elements through
+    fp8: bool = False
 
 
 @dataclass
@@ -256,6 +262,7 @@ class _Kernel:
         self.assigned_anywhere: set[str] = set()
         self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
         self.facts_only = False  # `operand_tiles`: the analysis without the 16-bit test, nothing rewritten
+        self.opaque: set[str] = set()
         self.operands: list[Operand] = []
         self.tf32 = False
         self.dot: cst.Call | None = None
@@ -301,6 +308,17 @@ class _Kernel:
         # rewrite evaluates it (coordinates in the loop, bounds before it).
         self.loop_assigned = {n for s in inner for n in bound_names(s)}
         self.assigned_anywhere = {n for s in self.body for n in bound_names(s)}
+        # Scalars a jit helper returns, unpacked once before the loop (`pid_m, pid_n = grouped_launch(pid, ...)`):
+        # opaque values that do not change, read as themselves.
+        counts: dict[str, int] = {}
+        for s in self.body:
+            for n in bound_names(s):
+                counts[n] = counts.get(n, 0) + 1
+        self.opaque = {n for s in self.body[:at] if isinstance(s, cst.SimpleStatementLine)
+                       for small in s.body if isinstance(small, cst.Assign) and len(small.targets) == 1
+                       and isinstance(small.targets[0].target, cst.Tuple) and isinstance(small.value, cst.Call)
+                       and isinstance(small.value.func, cst.Name) and small.value.func.value in self.helpers
+                       for n in names_in(small.targets[0].target) if counts.get(n) == 1}
         self.before_env = self._env(self.body[:at])
         self.inner = inner
         self.loop = loop
@@ -378,6 +396,8 @@ class _Kernel:
             return {(f"@arange:{self.source.code(args[1]).strip()}",): 1}
         if isinstance(node, cst.Name):
             name = node.value
+            if name in self.opaque:
+                return {(name,): 1}
             if name in env:
                 binding = env[name]
                 if binding is None:
@@ -439,8 +459,12 @@ class _Kernel:
 
     # -- tiles ----------------------------------------------------------------------------------------------------
 
-    def tile(self, pointer: cst.BaseExpression, env: dict) -> dict:
-        """`base + rows[:, None] * s0 + cols[None, :] * s1` -> its parts."""
+    def tile(self, pointer: cst.BaseExpression, env: dict, k_major_b: bool = False) -> dict:
+        """`base + rows[:, None] * s0 + cols[None, :] * s1` -> its parts. `unit`: the axis whose stride is 1 (written
+        so, not written, or a parameter the launcher checks is 1): the columns', or, for a tile contiguous along its
+        first axis (a weight [N, K] read as a [BLOCK_K, BLOCK_N] B tile), the rows', read through a descriptor of
+        the transposed view. `k_major_b`: the tile is the B operand of a dot that wants it K-major (8-bit operands,
+        which wgmma reads K-major only): with both strides parameters, the first axis's is the one checked to be 1."""
         pointer, env = self.deref(pointer, env)
         split = tile_terms(pointer, self.strip)
         if split is None:
@@ -477,11 +501,14 @@ class _Kernel:
                 raise Refusal("a stride of the pointer tile is not one parameter or integer")
         if strides[1] == "1":
             strides[1] = None  # `cols[None, :] * 1`
-        if strides[0] is None or strides[0] == "1":
-            raise Refusal("the pointer tile is contiguous along its rows (column-major): a descriptor reads row-major tiles")  # the unit stride is in dimension 0: a transposed descriptor
+        if strides[0] == "1":
+            strides[0] = None
+        if strides[0] is None and (self.facts_only or strides[1] is None):
+            raise Refusal("the pointer tile is contiguous along its rows (column-major): a descriptor reads row-major tiles")
+        unit = 0 if strides[0] is None or (k_major_b and strides[1] is not None and not self.facts_only) else 1
         base = " + ".join([param, *[self.source.code(cst.BinaryOperation(*_binop(f))).strip() if len(f) > 1
                                     else self.source.code(f[0]).strip() for f in base_terms if f is not pointers[0]]])
-        return {"param": param, "base": base, "offsets": tuple(offsets), "strides": strides,
+        return {"param": param, "base": base, "offsets": tuple(offsets), "strides": strides, "unit": unit,
                 "vectors": [dims[0][0][0], dims[1][0][0]], "subscripts": [dims[0][0][2], dims[1][0][2]]}
 
     def deref(self, node: cst.BaseExpression, env: dict) -> tuple[cst.BaseExpression, dict]:
@@ -572,14 +599,20 @@ class _Kernel:
                                                 if (self.lang(c) or "").rsplit(".", 1)[-1] in ("zeros", "full"))):
             raise Refusal("operands that are not 16-bit (tf32 asked for, or an int32 accumulator): the TMA ring "
                           "pipelines 16-bit operands")
-        # (the facts: the dot's own operands; the rewrite: whatever its statement reads, which it must all follow)
-        dot_reads = names_in(dot if self.facts_only else self.inner[dot_index])
+        # (the facts: the dot's own operands; the rewrite: whatever its statement reads, which it must all follow,
+        # but the scales a block-scaled GEMM multiplies the product by, `acc += tl.dot(a, b) * a_s[:, None] * b_s`,
+        # which stay loads of their own)
+        small = self.inner[dot_index].body[0] if isinstance(self.inner[dot_index], cst.SimpleStatementLine) else None
+        scaled = scaled_accumulation(small, dot) is not None
+        b_operand = dot.args[1].value.value if len(dot.args) > 1 and isinstance(dot.args[1].value, cst.Name) else None
+        transposed: set[str] = set()  # operands read through a descriptor of their transposed view
+        dot_reads = names_in(dot if self.facts_only or scaled else self.inner[dot_index])
         operand_loads = {i: v for i, v in loads.items() if v[0] in dot_reads and i < dot_index}
         if len(operand_loads) != 2:
             return None
         wraps = False
         wrapped_names: set[str] = set()  # index vectors that wrap (`% M`): read as zeros past the bound
-        new_statements: dict[int, str | None] = {}  # index in the loop body -> replacement text (None: removed)
+        new_statements: dict[int, str | cst.BaseStatement | None] = {}  # index in the loop body -> replacement text (None: removed)
         creations: list[str] = []
         tiles: list[Tile] = []
         used_names = names_in(self.fn.node)
@@ -609,7 +642,7 @@ class _Kernel:
                 self.advancing.add(pname)  # (its advance is read below, not as a change of its value)
             elif pname is not None and len(advances) > 1:
                 raise Refusal("the pointer tile is assigned more than once in the loop")
-            tile = self.tile(pointer, env)
+            tile = self.tile(pointer, env, k_major_b=scaled and b_operand == name)
             if advanced:
                 small = self.inner[advances[0]].body[0]  # type: ignore[attr-defined]
                 if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
@@ -629,9 +662,9 @@ class _Kernel:
                         factors.remove(stride)
                         break
                 if advance_dim is None:
-                    if tile["strides"][1] is not None:
+                    if tile["strides"][tile["unit"]] is not None:
                         raise Refusal("the pointer tile advances by a step that names neither of its strides")
-                    advance_dim = 1
+                    advance_dim = tile["unit"]
                 advance = self.lin(cst.parse_expression(" * ".join(factors) or "1"), self.before_env)
                 if self.var in _atoms(advance) or names_in(step) & bound_names_of(self.inner):
                     raise Refusal("the pointer tile advances by a step that depends on the loop variable")
@@ -664,17 +697,29 @@ class _Kernel:
                     raise Refusal(f"the {('rows', 'columns')[dim]} of `{name}` are neither masked nor wrapped: a descriptor needs the tensor's extent")
             desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
             used_names.add(desc)
-            s0 = tile["strides"][0]
+            # (a tile contiguous along its first axis: the descriptor of the transposed view, [cols, rows], and the
+            # dot reads the loaded tile transposed back)
+            order = (0, 1) if tile["unit"] == 1 else (1, 0)
+            row_stride, unit_stride = tile["strides"][order[0]], tile["strides"][order[1]]
             creations.append(
-                f"{desc} = {self.tl}.make_tensor_descriptor({tile['base']}, shape=[{bounds[0]}, {bounds[1]}], "
-                f"strides=[{s0}, 1], block_shape=[{blocks[0]}, {blocks[1]}])")
-            new_statements[i] = f"{name} = {desc}.load([{_lin_code(coords[0], self.constexprs)}, {_lin_code(coords[1], self.constexprs)}])"
-            tiles.append(Tile(tile["param"], s0, tile["strides"][1], tile["offsets"], True))
+                f"{desc} = {self.tl}.make_tensor_descriptor({tile['base']}, shape=[{bounds[order[0]]}, "
+                f"{bounds[order[1]]}], strides=[{row_stride}, 1], block_shape=[{blocks[order[0]]}, {blocks[order[1]]}])")
+            new_statements[i] = (f"{name} = {desc}.load([{_lin_code(coords[order[0]], self.constexprs)}, "
+                                 f"{_lin_code(coords[order[1]], self.constexprs)}])")
+            if tile["unit"] == 0:
+                transposed.add(name)
+            tiles.append(Tile(tile["param"], row_stride, unit_stride, tile["offsets"], True))
+            s0 = tile["strides"][0]
             self.operands.append(Operand(name, tile["param"], (s0, tile["strides"][1]), tile["offsets"],
                                          (bounds[0], bounds[1]), _moving(coords, self.var), tile["subscripts"][1]))
         self._check_pointers(removed_pointers, new_statements)
         if self.facts_only:
             return None
+        if transposed:
+            new_statements[dot_index] = self._transposed_operands(dot_index, dot, transposed)
+            a_operand = dot.args[0].value.value if isinstance(dot.args[0].value, cst.Name) else None
+            if b_operand in transposed and a_operand not in transposed:
+                tiles = [dataclasses.replace(t, fp8=True) for t in tiles]
         after = self.body[self.at + 1:]
         store = self._store(after, used_names, self._dot_accumulator(dot_index))
         if wraps:
@@ -694,6 +739,8 @@ class _Kernel:
             text = new_statements[j]
             if text is None:
                 del inner[j]
+            elif isinstance(text, cst.BaseStatement):
+                inner[j] = text
             else:
                 inner[j] = inner[j].with_changes(body=[cst.parse_statement(text).body[0]])  # type: ignore[attr-defined]
         loop = self.loop.with_changes(body=self.loop.body.with_changes(body=inner))
@@ -714,6 +761,25 @@ class _Kernel:
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
         return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
 
+    def _transposed_operands(self, dot_index: int, dot: cst.Call, names: set[str]) -> cst.BaseStatement:
+        """The dot's statement reading the tiles `names` (loaded through descriptors of their transposed views)
+        transposed back (`tl.dot(a, tl.trans(b))`); refused where such a tile is read anywhere but as the dot's operand."""
+        statement = self.inner[dot_index]
+
+        def reads(node: cst.CSTNode, name: str) -> int:
+            return sum(1 for n in preorder(node) if isinstance(n, cst.Name) and n.value == name)
+
+        for name in names:
+            elsewhere = [s for j, s in enumerate(self.inner) if j != dot_index and name not in assigned_names(s)]
+            direct = sum(1 for a in dot.args[:2] if isinstance(a.value, cst.Name) and a.value.value == name)
+            if any(reads(s, name) for s in [*elsewhere, *self.body[self.at + 1:]]) or reads(statement, name) != direct:
+                raise Refusal(f"`{name}`, read through a descriptor of its transposed view, is read outside the dot")
+        trans = cst.parse_expression(f"{self.tl}.trans")
+        args = [a.with_changes(value=cst.Call(trans, [cst.Arg(a.value)])) if i < 2 and isinstance(a.value, cst.Name)
+                and a.value.value in names else a for i, a in enumerate(dot.args)]
+        # (the statement itself, not its text: the dot's `tl.dot` keeps its node, which the names are resolved by)
+        return statement.deep_replace(dot, dot.with_changes(args=args))
+
     def _check_pointers(self, removed: set[str], replaced: dict[int, str | None]) -> None:
         """The pointer tiles the rewrite drops must have no other reader."""
         for j, s in enumerate(self.inner):
@@ -730,6 +796,8 @@ class _Kernel:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
             return small.targets[0].target.value
+        if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+            return small.target.value  # `acc += tl.dot(a, b) * scales`
         return None
 
     def _store(self, after: list[cst.BaseStatement], used: set[str], acc: str | None

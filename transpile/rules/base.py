@@ -177,6 +177,12 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "only the cp.async pointer ring would pipeline it, and on an H100 that ring ran GEMMs at 0.69x-0.96x the "
         "speed of Triton 3.6's own pipeliner, which builds the same ring with better occupancy (on an H200 0.81x "
         "with B read transposed, 0.92x for a gated GEMM's two products): bench/RESULTS.md"),
+    ("sm90", "TMA ring, scaled product"): (
+        "the dot's product is scaled before it is added to the accumulator (`acc += tl.dot(a, b) * s`, a block-scaled "
+        "GEMM): the TMA ring that takes it (each step's wgmma from zero, waited for, then scaled and added) ran "
+        "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
+        "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows; a warp-specialised form and one "
+        "that scales a product while the next wgmma runs were no faster (bench/RESULTS.md)"),
     ("sm90", "cp.async, address form"): (
         "{construct}a pointer-tile GEMM, which Triton 3.6's own pipeliner builds as the tool's cp.async ring would; "
         "where that ring takes such loops (16-bit operands) it ran GEMMs at 0.69x-0.96x the speed of Triton's own "

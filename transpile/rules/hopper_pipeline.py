@@ -75,7 +75,8 @@ class HopperTMAPipeline(Rule):
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or 3
-        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, inline_loads=True)
+        plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, inline_loads=True,
+                         accumulations=True, scaled_products=True)
         if plan is None:
             return updated
         if isinstance(plan, LoopRefusal):
@@ -90,6 +91,14 @@ class HopperTMAPipeline(Rule):
                 original, "TT040", "main loop not pipelined: one operand is a pointer tile, the other a tensor "
                 "descriptor's tile"))
             return updated
+        if not plan.acc_in_dot and not plan.chains[0].scaled_product:
+            # (`acc += tl.dot(a, b)` that canonicalisation could not fold: Triton runs it as a dot into `acc`)
+            ctx.diagnostics.append(ctx.source.diagnostic(
+                plan.chains[0].call, "TT040", "main loop not pipelined: the dot is not `acc = tl.dot(a, b, acc)` "
+                "with a loop-carried accumulator"))
+            return updated
+        if not plan.acc_in_dot and ctx.slower_than_triton(original, "TMA ring, scaled product"):
+            return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         texts, ring = self._emit(ctx, plan, updated, original)
         ctx.pipelined_loop(original, ring)
         statement = cst.parse_statement(texts[0])
@@ -161,18 +170,31 @@ class HopperTMAPipeline(Rule):
                                     for op, smem in ((a, a_smem), (b, b_smem))))
 
         ctx.need("tma_aliases")
-        dot_call = _dot_call(body[plan.dot_index])
-        acc_in = code(dot_call.args[2].value) if dot_call is not None and len(dot_call.args) > 2 else plan.acc
         consumer = consumer_indices(plan.producer, {op.index for op in plan.loads}, body)
         before = [body[i] for i in consumer if i < plan.dot_index]
         after = [body[i] for i in consumer if i > plan.dot_index]
+        after_text = [code(s) for s in after]
+        if plan.acc_in_dot:
+            dot_call = _dot_call(body[plan.dot_index])
+            acc_in = code(dot_call.args[2].value) if dot_call is not None and len(dot_call.args) > 2 else plan.acc
+            product = plan.acc
+        else:
+            # `acc += tl.dot(a, b) * scales` (block-scaled GEMMs) or an accumulation the canonical form could not
+            # fold: each wgmma makes the iteration's product from zero, waited for at once, and the loop's own
+            # statement adds it (scaled) to the accumulator, the translated dot replaced by the product.
+            product = name("product")
+            dot_call = _translated_dot(body[plan.dot_index])
+            acc_in = code(dot_call.args[2].value)
+            after_text.insert(0, code(body[plan.dot_index].deep_replace(dot_call, cst.Name(product))))
+            ring.mma_in_flight, ring.product = 0, True
         loop_text = LoopText(
-            plan.var, index, plan.acc, acc_in, [code(s) for s in before], [code(s) for s in after], renames[plan.var],
+            plan.var, index, product, acc_in, [code(s) for s in before], after_text, renames[plan.var],
             [rename(body[i], renames) for i in plan.producer_before()],
             [rename(body[i], renames) for i in plan.producer_after()],
-            uses_var=any(plan.var in names_in(s) for s in [*before, *after]))
+            uses_var=any(plan.var in names_in(s) for s in [*before, *after, *([] if plan.acc_in_dot else
+                                                                                 [body[plan.dot_index]])]))
         mma = Wgmma(ring.mma_in_flight, lambda s: (_view(a, f"{a_smem}.index({s})"), _view(b, f"{b_smem}.index({s})")),
-                    (a_smem, b_smem))
+                    (a_smem, b_smem), use_acc=plan.acc_in_dot)
 
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -195,10 +217,14 @@ class HopperTMAPipeline(Rule):
                           mma, [(renames[c], c) for c in plan.carried])
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
-        ring.ws = _ws_decision(ctx, plan, body, before or after, name)
+        # (the warp-specialised consumer runs only the wgmmas into the accumulator: no statement of the loop's own)
+        ring.ws = _ws_decision(ctx, plan, body, before or after or not plan.acc_in_dot, name)
         ws = _warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, acc_in, (a_smem, b_smem, ready),
                                coords_of) if ring.ws is not None else []
         condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
+        k_major = not a.transposed and b.transposed  # A's slot [M, K], B's [N, K]: both K-major, as 8-bit wgmma reads
+        if k_major:
+            condition = f"({condition}) or ({' and '.join(f'{op.descriptor}.dtype.is_fp8()' for op in plan.loads)})"
         original = indent(code(updated), "    ")
 
         def assemble(body_lines: list[str]) -> str:
@@ -209,8 +235,9 @@ class HopperTMAPipeline(Rule):
                 f"if {condition}:",
                 indent("\n".join(body_lines), "    "),
                 "else:",
-                "    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
-                "    # the loop runs as translated, unpipelined.",
+                *(["    # Other operand types (8-bit integers, 32-bit): the loop runs as translated, unpipelined."] if k_major
+                  else ["    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
+                        "    # the loop runs as translated, unpipelined."]),
                 original,
             ]) + "\n"
 
@@ -246,6 +273,11 @@ def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
     value = statement.body[0].value  # type: ignore[union-attr]
     # after DescriptorsAsTMA: `_tma_load(desc, coords, layout)`
     return value.args[1].value
+
+
+def _translated_dot(statement: cst.BaseStatement) -> cst.Call:
+    """The translated dot (`_dot(a, b, zeros)`) inside the statement that adds its product to the accumulator."""
+    return next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
 
 
 def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
@@ -331,6 +363,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
     args = ", ".join(free)
     # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
     flags = ", " + ", ".join(str(op.transposed) for op in (a, b)) if a.transposed or b.transposed else ""
+    consumer = f"({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags}))"
     return [
         f"if {ws.condition}:",
         "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back",
@@ -339,7 +372,7 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
         f"    for {s_var} in gl.static_range({stages}):",
         f"        mbarrier.init({empty}.index({s_var}), count=1)",
         f"    {plan.acc} = gl.warp_specialize([",
-        f"        ({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags})),",
+        f"        {consumer},",
         f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
         f"    ], [{ws.warps}], [{ws.registers}])[0]",
         f"    for {s_var} in gl.static_range({stages}):",

@@ -138,6 +138,9 @@ class Sm90Ring:
     ws: WarpSpecialised | None = None
     configs: list[RingConfig] = field(default_factory=list)
     q: str = ""  # attention: the loop-invariant operand kept in shared memory
+    # each wgmma makes the iteration's product from zero, which the loop's own statement adds to the accumulator
+    # (`acc += tl.dot(a, b) * a_s[:, None] * b_s`: block-scaled GEMMs); `mma_in_flight` is then 0
+    product: bool = False
     # The ops of one steady-state iteration, in the order the expander writes them (`transpile.lowering.sm90`:
     # GEMM_STEADY for the GEMM rings, ATTENTION_STEADY for flash attention).
     steady: tuple[str, ...] = GEMM_STEADY
