@@ -182,3 +182,49 @@ print("SAME")
 def test_the_rewritten_paged_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
     result = _run_both(tmp_path, PAGED, PAGED_RUN)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stdout + result.stderr
+
+
+# Latent attention's shared keys and values, V written in the second dot itself (`tl.dot(p, tl.trans(kv))`, lightllm's
+# deepseek2 decoding): one tile, read transposed by the scores once loaded as its transpose, as loaded by PV.
+SHARED_INLINE = PAGED.replace(
+    "        v = tl.load(V + kv_loc[:, None] * stride_vt + offs_d[None, :], mask=(start_n + offs_n[:, None]) < seq_len,\n"
+    "                    other=0.0)\n"
+    "        acc = tl.dot(p.to(v.dtype), v, acc)\n",
+    "        acc = tl.dot(p.to(k.dtype), tl.trans(k), acc)\n")
+
+
+def test_v_written_as_the_k_tile_transposed_in_the_dot_is_the_k_tile() -> None:
+    from transpile.analysis.attention import AttentionPlan, plan_attention_loop
+    from transpile.analysis.dot_loops import dot_loops
+
+    assert SHARED_INLINE != PAGED
+    prepared = prepare(SHARED_INLINE, "k.py")
+    fn = prepared.facts.functions["paged_prefill"]
+    (loop,) = dot_loops(prepared.facts, fn)
+    plan = plan_attention_loop(prepared.source, loop.node, prepared.plans[fn.name], 2, in_order=True)
+    assert isinstance(plan, AttentionPlan) and plan.v is plan.k and plan.shared_v == plan.acc_index
+    text = rewritten(SHARED_INLINE)
+    assert text is not None
+    loop_text = text.split("for start_n in range(0, seq_len, BLOCK_N):")[1]
+    assert "qk = tl.dot(q, tl.trans(k))" in loop_text
+    assert "acc = tl.dot(p.to(k.dtype), k, acc)" in loop_text  # as loaded now: [BLOCK_N, D]
+    assert rewritten(text) is None  # idempotent
+
+
+# The same loop in both branches of a flag (as the branch-splitting pass copies a loop): `off_k` and `kv_loc` are
+# bound twice in the function, once in each copy of the loop, each copy's value its own.
+def test_a_paged_address_bound_in_each_copy_of_the_loop_is_rewritten_in_each() -> None:
+    head, loop = PAGED.split("    for start_n in range(0, seq_len, BLOCK_N):\n")
+    loop, tail = loop.split("    tl.store(")
+    body = "    for start_n in range(0, seq_len, BLOCK_N):\n" + loop
+    split = (head.replace("BLOCK_N: tl.constexpr):", "BLOCK_N: tl.constexpr, FLAG: tl.constexpr):")
+             + "    if FLAG:\n" + "\n".join("    " + line if line else line for line in body.splitlines()) + "\n"
+             + "    else:\n" + "\n".join("    " + line if line else line for line in body.splitlines()) + "\n"
+             + "    tl.store(" + tail)
+    text = rewritten(split)
+    assert text is not None
+    assert text.count("off_k = kv_loc[:, None] * stride_kt + offs_d[None, :]") == 2
+    assert text.count("qk = tl.dot(q, tl.trans(k))") == 2
+    # read after the loops too, the name is no temporary of theirs: left alone
+    after = split.replace("    tl.store(", "    acc += tl.sum(off_k, 0)[None, :] * 0\n    tl.store(", 1)
+    assert "off_k = kv_loc[:, None]" not in (rewritten(after) or "")

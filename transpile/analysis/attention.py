@@ -456,9 +456,15 @@ def _shared_v(source: SourceFile, body: list[cst.BaseStatement], before: int, op
               k: cst.BaseExpression, k_transposed: bool) -> int | None:
     """The index of the statement that binds the second dot's B operand `operand` to the K tile `k` itself, read in
     the other orientation (``v = tl.trans(kv)`` where the scores read `kv`; ``v = kv`` where they read
-    ``tl.trans(kv)``), bound once, before the dot at `before`; else None."""
-    if not (isinstance(operand, cst.Name) and isinstance(k, cst.Name)):
+    ``tl.trans(kv)``), bound once, before the dot at `before`; `before` itself where the dot reads it so
+    (``tl.dot(p, tl.trans(kv))``); else None."""
+    if not isinstance(k, cst.Name):
         return None
+    if not isinstance(operand, cst.Name) or (k_transposed and operand.value == k.value):
+        # written in the dot itself, `tl.dot(p, tl.trans(kv))` (or `tl.dot(p, kv)` where the scores read
+        # `tl.trans(kv)`): the index is the dot's own statement
+        read = operand if k_transposed else _transposed(source, operand)
+        return before if isinstance(read, cst.Name) and read.value == k.value else None
     found = [i for i, statement in enumerate(body) if operand.value in assigned_names(statement)]
     if len(found) != 1 or found[0] >= before:
         return None
@@ -565,7 +571,8 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
     in_loop: dict[str, cst.BaseExpression] = {}
     for i in plan.producer:
         assigned = single_assign(body[i])
-        if loop_names and assigned is not None and i < plan.k.index and counts.get(assigned[0], 0) == 1:
+        if loop_names and assigned is not None and i < plan.k.index and (
+                counts.get(assigned[0], 0) == 1 or loop_local(function, assigned[0])):
             in_loop[assigned[0]] = assigned[1]
     swapped: dict[str, cst.BaseExpression] = {}
 
@@ -590,7 +597,7 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
             definition = in_loop.get(name) if name in bound_in_loop else definitions.get(name)
             if name in bound_in_loop and sum(name in names_in(statement) for statement in body) != 2:
                 definition = None  # (read elsewhere than by the K load: rewritten where it is bound, it must not be)
-            if definition is None or counts.get(name, 0) != 1 or name in v_names:
+            if definition is None or (counts.get(name, 0) != 1 and name not in in_loop) or name in v_names:
                 return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
                               "once, before the loop or before the K load, and read by the K addresses only)")
             swapped[name] = swapped_axes(definition)  # type: ignore[assignment]
@@ -621,6 +628,30 @@ def bare_use(node: cst.CSTNode, name: str) -> bool:
 
     node.visit(_Visit())
     return bare
+
+
+def loop_local(function: cst.FunctionDef, name: str) -> bool:
+    """`name` is a temporary of loops: every loop body that binds it does so at its top level before any statement
+    there reads it, and nothing outside those loops reads or binds it (the copies of one loop that unswitching or
+    branch splitting made, each binding `off_k` for its own load: each copy's value is its own)."""
+    owners: list[cst.CSTNode] = []
+    for node in preorder(function):
+        if not isinstance(node, (cst.For, cst.While)) or not isinstance(node.body, cst.IndentedBlock):
+            continue
+        statements = list(node.body.body)
+        first = next((i for i, st in enumerate(statements) if name in names_in(st) or name in assigned_names(st)),
+                     None)
+        if first is None:
+            continue
+        assigned = single_assign(statements[first])
+        if assigned is None or assigned[0] != name or name in names_in(assigned[1]):
+            continue
+        if any(name in assigned_names(st) for st in statements[first + 1:]):
+            continue
+        owners.append(node)
+    inside = {id(n) for owner in owners for n in preorder(owner)}
+    return bool(owners) and all(id(n) in inside for n in preorder(function) if isinstance(n, cst.Name)
+                                and n.value == name)
 
 
 def top_definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:

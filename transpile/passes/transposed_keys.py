@@ -32,7 +32,8 @@ import dataclasses
 
 import libcst as cst
 
-from transpile.analysis.attention import AttentionPlan, plan_attention_loop, top_definitions, transposed_k
+from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attention_loop, top_definitions,
+                                          transposed_k)
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
 from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, single_assign, substituted
@@ -88,8 +89,12 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                 dot = next(c for c in calls_in(body[index]) if c in plan.dots)
                 replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({tile.name})")))
                 if att.shared_v is not None and tile is att.k:
-                    # (V the K tile itself, `v = tl.trans(kv)`: now `kv` as loaded)
-                    replacements.append((single_assign(body[att.shared_v])[1], cst.Name(tile.name)))
+                    # (V the K tile itself, `v = tl.trans(kv)` or `tl.dot(p, tl.trans(kv))`: now `kv` as loaded)
+                    if att.shared_v == att.acc_index:
+                        second = next(c for c in calls_in(body[att.acc_index]) if c in plan.dots)
+                        replacements.append((plan.dots[second].b, cst.Name(tile.name)))
+                    else:
+                        replacements.append((single_assign(body[att.shared_v])[1], cst.Name(tile.name)))
     if not replacements:
         return None
     # (in one walk: libcst's `deep_replace` remakes the tree, so a second node would no longer be found in it)
@@ -110,6 +115,8 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
         if name in params:
             return False
         for read in names_in(definition) - set(view.k_definitions):
+            if read in in_loop and read in before_load and loop_local(function, read):
+                continue  # (bound before the load in each copy of the loop that binds it: this copy's value)
             if counts.get(read, 0) + (read in params) > 1 or (read in in_loop and read not in before_load):
                 return False
     return True
