@@ -228,3 +228,39 @@ def test_a_paged_address_bound_in_each_copy_of_the_loop_is_rewritten_in_each() -
     # read after the loops too, the name is no temporary of theirs: left alone
     after = split.replace("    tl.store(", "    acc += tl.sum(off_k, 0)[None, :] * 0\n    tl.store(", 1)
     assert "off_k = kv_loc[:, None]" not in (rewritten(after) or "")
+
+
+def test_a_key_mask_shared_by_the_copies_and_the_scores_is_recomputed_in_the_scores_layout() -> None:
+    # (lightllm's deepseek2 decoding: `seq_n_mask = offs_n_new < cur_batch_end_index` masks the K load and the scores;
+    # the copies and the scores lay the keys out differently, and a conversion between them would need a cross-warp
+    # barrier inside the `mma` stage): the offsets are converted once before the loop, the bound applied to them
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    text = PAGED.replace("    for start_n in range(0, seq_len, BLOCK_N):\n",
+                         "    seq_end = tl.minimum(seq_len, 1 << 20)\n"
+                         "    for start_n in range(0, seq_len, BLOCK_N):\n"
+                         "        keys = start_n + offs_n\n"
+                         "        key_mask = keys < seq_end\n").replace(
+        "        k = tl.load(K + off_k, mask=(start_n + offs_n[None, :]) < seq_len, other=0.0)\n",
+        "        k = tl.load(K + off_k, mask=key_mask[None, :], other=0.0)\n").replace(
+        "        qk = tl.where((start_n + offs_n[None, :]) < seq_len, qk * sm_scale, -1.0e8)\n",
+        "        qk = tl.where(key_mask[None, :], qk * sm_scale, -1.0e8)\n")
+    assert text.count("key_mask[None, :]") == 2
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    outcome = next(f for f in result.functions if f.name == "paged_prefill")
+    assert outcome.pipelined, outcome.kept_reason
+    assert "offs_n_cvt = gl.convert_layout(offs_n, " in result.text
+    assert "((start_n + offs_n_cvt) < seq_end)" in result.text
+    from transpile.verify import verify
+
+    values = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Page_table": "*i32", "sm_scale": "fp32",
+              "D": 128, "BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8}
+    compiled = [c for c in verify(result, values, all_configs=False) if not c.kept and c.check == "compile"]
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+    # a bound the loop computes is no scalar made once: the conversion stays, and so does the refusal
+    moving = text.replace("        key_mask = keys < seq_end\n", "        key_mask = keys < seq_end - start_n * 0\n")
+    assert moving != text
+    outcome = next(f for f in translate_source(moving, "k.py", get_target("gfx950")).functions
+                   if f.name == "paged_prefill")
+    assert not outcome.pipelined

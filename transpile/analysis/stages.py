@@ -34,10 +34,10 @@ from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (base_moved_along_last_axis, divided_stride, first_axis_contiguous,
                                                  fixed_last_axis_stride, last_axis_reads_memory, pointer_tile_strides,
                                                  tile_base)
-from transpile.analysis.layouts import LayoutPlan
+from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import INTEGER_ARITHMETIC, broadcast_axis, calls_in, names_in, only_nodes, read_names
+from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, names_in, only_nodes, read_names
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -271,11 +271,12 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # (M): its row reductions are lane shuffles inside a warp, and the probabilities reach the second dot's operand
     # layout in registers. A conversion of `<loop variable> + offsets` (`start_n * BLOCK_N + offs_n`) is made once, of
     # the offsets, before the loop.
+    scalars = scalar_names(plan, fn)
     skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
         for node, what in facts.barriers:
-            if what == "layout conversion" and (hoistable_convert(node, loop, flow, fn) is not None or (
+            if what == "layout conversion" and (hoistable_convert(node, loop, flow, fn, scalars) is not None or (
                     isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow))):
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
             if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
@@ -465,14 +466,58 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
     return True
 
 
-def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction
-                      ) -> tuple[str, str] | None:
+def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
+    """Names `fn` binds that the layout plan did not bind to tensors: its scalars (`cur_end = tl.minimum(...)`)."""
+    return frozenset(bound_names(fn.node) - set(name_terms(plan)))
+
+
+#: Where the converted offsets stand in the expression `hoistable_convert` gives.
+OFFSETS = "@offsets@"
+_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+
+
+def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction,
+                      scalar_names: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """For a layout conversion of `x`, where this iteration computes ``x = <scalar> + offs`` with `offs` from
     outside the loop and `<scalar>` the loop variable or integer arithmetic of it and of the parameters of `fn` (its
-    scalars: ``start_n * BLOCK_N + offs_n``): (the scalar's text, offs). The conversion of `offs` can then be made
-    once before the loop, and `x` is that sum in the converted layout."""
+    scalars: ``start_n * BLOCK_N + offs_n``): (that sum with `OFFSETS` in place of `offs`, offs). The conversion of
+    `offs` can then be made once before the loop, and `x` is that sum in the converted layout. Likewise a bound of
+    such a sum, ``mask = x < bound`` (`bound` integer arithmetic of parameters and of `scalar_names`, scalars bound
+    before the loop): the comparison of the converted sum."""
     if not isinstance(node, cst.Name) or not isinstance(loop.target, cst.Name):
         return None
+    var = loop.target.value
+    # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
+    if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
+        return None
+    defined = {name for f in flow.statements for name in f.defines}
+    scalars = {var, *(p.name for p in fn.params)}
+    for facts in flow.statements:
+        if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
+            continue
+        small = facts.node.body[0]
+        if isinstance(small, cst.Assign) and isinstance(small.value, cst.Comparison) \
+                and len(small.value.comparisons) == 1 and isinstance(small.value.comparisons[0].operator, _COMPARISONS):
+            comparison = small.value.comparisons[0]
+            bound = comparison.comparator
+            inner = hoistable_convert(small.value.left, loop, flow, fn, scalar_names)
+            if inner is None or not only_nodes(bound, INTEGER_ARITHMETIC) or not read_names(bound) <= (
+                    (scalars | scalar_names) - defined - {var}):
+                return None
+            operator = cst.Module([]).code_for_node(comparison.operator).strip()
+            return f"({inner[0]}) {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
+        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
+                and isinstance(small.value.operator, cst.Add)):
+            return None
+        sides = [small.value.left, small.value.right]
+        for position, offsets in enumerate(sides):
+            scalar = sides[1 - position]
+            if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var \
+                    and only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar) \
+                    and read_names(scalar) <= scalars - defined:
+                return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", offsets.value
+        return None
+    return None
     var = loop.target.value
     # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
     if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):

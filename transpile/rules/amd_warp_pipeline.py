@@ -26,8 +26,8 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consumer_indices, loop_body
-from transpile.analysis.stages import (PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
-                                      StageRefusal, hoistable_convert, plan_stages)
+from transpile.analysis.stages import (OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
+                                      StageRefusal, hoistable_convert, plan_stages, scalar_names)
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
                                  parenthesized)
@@ -307,18 +307,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     hoisted: list[str] = []
     converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (scalar sum, converted offsets)
     loads_at = {load.index for load in plan.loads}
+    scalars = scalar_names(ctx.plan, ctx.function)
     for facts in sp.dataflow.statements:
         if facts.index in loads_at or facts.index in plan.producer:
             continue  # (the producer's copies are laid out per tile: `copy_operands`)
         for node, what in facts.barriers:
-            found = hoistable_convert(node, plan.loop, sp.dataflow, ctx.function) if what == "layout conversion" \
-                else None
+            found = hoistable_convert(node, plan.loop, sp.dataflow, ctx.function, scalars) \
+                if what == "layout conversion" else None
             layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
             if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]
-                var, offsets = found
+                expression, offsets = found
                 target = name(f"{offsets}_cvt")
                 hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
-                converts[(node.value, layout)] = (var, target)  # type: ignore[attr-defined]
+                converts[(node.value, layout)] = (expression, target)  # type: ignore[attr-defined]
     if converts:
         body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
     # Conversions of values the loop does not change (`shifter[:, None]`, `exp2(g)` of loop-invariant vectors:
@@ -961,8 +962,8 @@ def _factor(text: str) -> str:
 
 class _Hoisted(cst.CSTTransformer):
     """`gl.convert_layout(x, layout)` of an `x = <scalar> + offsets` (`<scalar>`: the loop variable, or integer
-    arithmetic of it and scalar parameters; `hoistable_convert`) -> `(<scalar> + <offsets converted before the
-    loop>)`."""
+    arithmetic of it and scalar parameters; `hoistable_convert`), or of a bound of such a sum (`x < bound`) -> that
+    expression of the offsets converted before the loop."""
 
     def __init__(self, converts: dict[tuple[str, str], tuple[str, str]]) -> None:
         super().__init__()
@@ -974,7 +975,7 @@ class _Hoisted(cst.CSTTransformer):
         arg, layout = updated.args[0].value, " ".join(code(updated.args[1].value).split())
         found = self.converts.get((arg.value, layout)) if isinstance(arg, cst.Name) else None
         if found is not None:
-            return cst.parse_expression(f"({found[0]} + {found[1]})")
+            return cst.parse_expression(f"({found[0].replace(OFFSETS, found[1])})")
         return updated
 
 
