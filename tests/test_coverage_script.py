@@ -63,5 +63,5 @@ def test_table_names_reasons_without_lines(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "| r | 0 / 1 (0) |" in out
     # the construct, without the line or the names (the column reduction `tl.max(s, axis=0)` between the chained
-    # dots crosses warps)
-    assert "reduction `…` in the loop body would fall inside the `…` stage" in out and "line 1" not in out
+    # dots crosses warps; V is the K tile itself, `tl.trans(kt)`: an attention loop)
+    assert "reduction `…` inside the attention loop needs a cross-warp barrier" in out and "line 1" not in out
