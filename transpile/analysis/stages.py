@@ -518,26 +518,4 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
                 return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", offsets.value
         return None
     return None
-    var = loop.target.value
-    # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
-    if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
-        return None
-    defined = {name for f in flow.statements for name in f.defines}
-    scalars = {var, *(p.name for p in fn.params)}
-    for facts in flow.statements:
-        if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
-            continue
-        small = facts.node.body[0]
-        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
-                and isinstance(small.value.operator, cst.Add)):
-            return None
-        sides = [small.value.left, small.value.right]
-        for position, offsets in enumerate(sides):
-            scalar = sides[1 - position]
-            if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var \
-                    and only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar) \
-                    and read_names(scalar) <= scalars - defined:
-                return " ".join(cst.Module([]).code_for_node(scalar).split()), offsets.value
-        return None
-    return None
 

@@ -29,12 +29,12 @@ from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consume
 from transpile.analysis.stages import (OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, scalar_names)
 from transpile.analysis.tile_bounds import tail_peel
-from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
+from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in,
                                  parenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
-from transpile.rules.dot import SCALED_FORMATS
+from transpile.rules.dot import SCALED_FORMATS, translated_dot
 from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
                                            rename, statements)
 from transpile.source import SourceFile
@@ -1062,6 +1062,6 @@ def _fused(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
 
 def _folded(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
     """The translated ``acc += _dot(a, b, <zeros>)`` (or ``acc = acc + ...``) as ``acc = _dot_acc(a, b, acc)``."""
-    dot = next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
+    dot = translated_dot(statement)
     folded = cst.parse_statement(f"{acc} = _dot_acc({code(dot.args[0].value)}, {code(dot.args[1].value)}, {acc})")
     return folded.with_changes(leading_lines=statement.leading_lines)  # type: ignore[union-attr]

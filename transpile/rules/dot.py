@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.layouts import DotSite
+from transpile.cst_utils import calls_in
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bare, call, expr
 
 # The operand formats of the microscaled MMAs (`tl.dot_scaled`'s "bf16"/"fp16" operands are upcast by Triton)
@@ -125,3 +126,8 @@ class Dot(Rule):
         none = cst.Name("None")
         return call("_dot_scaled", *(bare(v) for v in (a, a_scale or none, a_format, b, b_scale or none, b_format,
                                                        acc)))
+
+
+def translated_dot(statement: cst.CSTNode) -> cst.Call:
+    """The translated dot (`_dot(a, b, acc)`, written by `Dot`) in `statement`, which holds one."""
+    return next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")

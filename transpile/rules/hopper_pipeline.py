@@ -31,6 +31,7 @@ from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
+from transpile.rules.dot import translated_dot
 from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
                                      partition_loop)
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
@@ -183,7 +184,7 @@ class HopperTMAPipeline(Rule):
             # fold: each wgmma makes the iteration's product from zero, waited for at once, and the loop's own
             # statement adds it (scaled) to the accumulator, the translated dot replaced by the product.
             product = name("product")
-            dot_call = _translated_dot(body[plan.dot_index])
+            dot_call = translated_dot(body[plan.dot_index])
             acc_in = code(dot_call.args[2].value)
             after_text.insert(0, code(body[plan.dot_index].deep_replace(dot_call, cst.Name(product))))
             ring.mma_in_flight, ring.product = 0, True
@@ -273,11 +274,6 @@ def _load_coords(statement: cst.BaseStatement) -> cst.BaseExpression:
     value = statement.body[0].value  # type: ignore[union-attr]
     # after DescriptorsAsTMA: `_tma_load(desc, coords, layout)`
     return value.args[1].value
-
-
-def _translated_dot(statement: cst.BaseStatement) -> cst.Call:
-    """The translated dot (`_dot(a, b, zeros)`) inside the statement that adds its product to the accumulator."""
-    return next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
 
 
 def _dot_call(statement: cst.BaseStatement) -> cst.Call | None:
