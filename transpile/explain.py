@@ -117,7 +117,11 @@ def _stage_rows(source, fn, plan, target: Target, outcome) -> list[tuple[str, st
             rows.append(("stage plan", line, f"not pipelined ({source.position(sp.node)[0]}): {sp.reason}"))
             continue
         used = "as emitted" if any(sp is e for e in emitted) else "planned; the variant does not emit it"
-        rows.append(("stage plan", line, f"{len(sp.stages)} stages on 2 warp groups (num_warps=8); copies: "
+        groups = ("2 warp groups (num_warps=8)" + (f"; every warp along M, so that the row reductions stay inside "
+                                                     f"a warp ({sp.row_reduction})" if sp.warps_along_m else "")
+                  if sp.groups == 2 else f"1 warp group, every wave in step (the kernel's warps; {sp.barrier_op} "
+                  "needs a CTA-wide barrier)")
+        rows.append(("stage plan", line, f"{len(sp.stages)} stages on {groups}; copies: "
                      f"{ENGINES[sp.engine]}; ring of {sp.slots} slots, {sp.distance} iteration(s) ahead ({used})"))
         for i, stage in enumerate(sp.stages):
             rows.append((f"stage {i}", ", ".join(map(str, stage.lines)),

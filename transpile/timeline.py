@@ -73,15 +73,17 @@ class Panel:
 
 
 def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel:
-    """The cells of `iterations` iterations of the loop `sp` plans, on its two warp groups."""
+    """The cells of `iterations` iterations of the loop `sp` plans, on its two warp groups (one, every wave in step,
+    where an op of the loop needs a CTA-wide barrier: `StagePlan.groups`)."""
+    groups = sp.groups
     labels = tuple(s.label for s in sp.stages)
     count = len(labels)
     copy_stage = next((i for i, s in enumerate(sp.stages) if s.label.startswith("copy") or s.label == "mem"), None)
     wait_stage = count - 1 if labels[0] == "mma" else 0  # a GEMM waits before its MMA: after the previous `mem`
     cells: list[Cell] = []
-    steps = iterations * count + GROUPS - 1
+    steps = iterations * count + groups - 1
     for step in range(steps):
-        for group in range(GROUPS):
+        for group in range(groups):
             local = step - group
             if local < 0:
                 continue
@@ -97,7 +99,8 @@ def plan_panel(sp: StagePlan, title: str, iterations: int = ITERATIONS) -> Panel
                 notes.append(f"fills slot {(iteration + sp.distance) % sp.slots} (it {iteration + sp.distance})")
             wait = sp.wait if sp.wait and stage == wait_stage else None
             cells.append(Cell(step, group, stage, label, iteration, "; ".join(notes), wait))
-    return Panel(title, tuple(cells), steps, labels, line=sp.line)
+    return Panel(title, tuple(cells), steps, labels, line=sp.line,
+                 **({} if groups == GROUPS else {"rows": ("all waves",)}))
 
 
 # --------------------------------------------------------------------------------------------------------------------

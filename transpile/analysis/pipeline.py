@@ -488,7 +488,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             if accumulators & names_in(body[i]) or i in dot_indices:
                 return LoopRefusal(body[i], "a load depends on this iteration's MMA result")
             producer.add(i)
-            new = names_in(body[i]) - needed
+            new = read_names(body[i]) - needed  # (not `mask` of `tl.load(..., mask=m)`: a keyword, not a read)
             frontier |= new
             needed |= new
     if accumulators & needed:
@@ -510,7 +510,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     # address recomputed from the loop variable between two loads (`w_ptrs = base + k_idx[:, None] * ...`) is not.
     reads: dict[str, int] = {}  # name -> first statement index reading it (loads and producer statements)
     for i in sorted(producer | load_indices):
-        for name in names_in(body[i]):
+        for name in read_names(body[i]):
             reads.setdefault(name, i)
     carried: list[str] = []
     for i in sorted(producer):
@@ -523,7 +523,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     # The carried state must advance from producer values alone (it is re-run ahead of the consumer).
     for i in producer:
         if assigned_names(body[i]) & set(carried):
-            for name in names_in(body[i]):
+            for name in read_names(body[i]):
                 for j in assigned_at.get(name, []):
                     if j not in producer and name not in carried:
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")

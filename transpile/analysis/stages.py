@@ -119,6 +119,23 @@ class StagePlan:
     # Why the pointer tiles' copies go through registers, naming the first tile no launch can copy 16 bytes a lane
     # ("" where they do not, or for another reason: the target has no direct-to-LDS copy)
     staged: str = ""
+    # The warp groups that run the stages: 2, one stage apart (the warp pipeline: `warp_pipeline_stage` blocks, 8
+    # warps); 1 where an op of the loop body needs a CTA-wide barrier that would fall inside a stage (`barrier_op`
+    # says which, with its line): every wave then runs the whole step in order, at the kernel's own warps, the ring
+    # and its copies as before, one CTA barrier after each step's wait.
+    groups: int = 2
+    barrier_op: str = ""
+    # Every warp along M in the MMA layout (a GEMM loop whose row reductions, `tl.sum(x, axis=1)` of its accumulator
+    # or of its A tiles, then stay inside a warp: no barrier in the `mma` stage); launches with fewer rows than 16 a
+    # warp run the source kernel
+    row_reduction: str = ""  # the first such reduction, with its line ("" where none)
+    # Whether one of the ops `barrier_op` names is a layout conversion or a transpose (else they are reductions): the
+    # profitability policy tells the two apart (UNPROFITABLE_RINGS)
+    barrier_converts: bool = False
+
+    @property
+    def warps_along_m(self) -> bool:
+        return bool(self.row_reduction)
 
     @property
     def prologue(self) -> str:
@@ -266,12 +283,17 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         engine = "registers"
     flow = loop_dataflow(source, loop, plan)
     body = flow.statements
+    barrier_op = ""  # the first op that needs a CTA-wide barrier inside the `mma` stage ("" where none)
+    converts = False  # one of them is a layout conversion or a transpose
     # Barrier-needing ops may only start a stage; in a GEMM loop the consumer after the dot is one stage, so any such
     # op there would sit inside `mma` next to the MMA. An attention loop's MMA layout puts every warp along the rows
     # (M): its row reductions are lane shuffles inside a warp, and the probabilities reach the second dot's operand
     # layout in registers. A conversion of `<loop variable> + offsets` (`start_n * BLOCK_N + offs_n`) is made once, of
     # the offsets, before the loop.
     scalars = scalar_names(plan, fn)
+    row_reduction = ""  # the first row reduction every warp along M keeps inside a warp
+    row_scalars = set(scalars) | {p.name for p in fn.params}
+    rows = _row_family(source, loop_plan, body, row_scalars) if not (loop_plan.attention or loop_plan.chained) else set()
     skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
@@ -281,15 +303,22 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
             if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
                 continue  # a row reduction: warp-local with all warps along M
+            if not loop_plan.attention and not loop_plan.chained and what.startswith("reduction") \
+                    and _row_reduction_of(source, node, rows, row_scalars):
+                # (a row reduction of the accumulator or of an A tile: warp-local so)
+                row_reduction = row_reduction or f"{what} at line {facts.line}"
+                continue
             if facts.index in skipped:
                 continue
             if what == "layout conversion":  # (of what, where: the analysis inserted it, the source shows none)
                 what = f"a layout conversion of `{' '.join(source.code(node).split())}` at line {facts.line}"
-            if loop_plan.attention:
-                return StageRefusal(node, f"{what} inside the attention loop needs a cross-warp barrier in the middle "
-                                    "of the `mma` stage (only row reductions, `axis=1`, stay inside a warp)")
-            return StageRefusal(node, f"{what} in the loop body would fall inside the `mma` stage, next to the "
-                                "MMA: its internal barrier breaks the warp-group schedule (move it out of the loop)")
+            # (an op whose CTA-wide barrier would fall inside the `mma` stage, which the other warp group runs a
+            # stage apart: the loop is pipelined on one warp group, every wave running each step in order)
+            converts = converts or not what.startswith("reduction")
+            if "at line" not in what:
+                what = f"{what} at line {facts.line}"
+            barrier_op = barrier_op or (f"{what} inside the attention loop" if loop_plan.attention
+                                        else f"{what} in the loop body")
         if facts.nested_loop and loop_plan.attention:
             return StageRefusal(facts.node, "a loop inside the main loop")
         # A store of a product made afresh each iteration (`x = tl.dot(a, b)`, a tile of the output) runs in the
@@ -383,8 +412,14 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             f"the tile `{load.name}` at line {source.position(load.call)[0]} is read through a tensor descriptor, "
             "which this target copies through registers (it has no TDM)" for load in loop_plan.loads
             if load.kind == "descriptor"), "")
+    if barrier_op and engine == "tdm":
+        # (the fused TDM copy moves one tile per half of the 8 warps of the two warp groups)
+        return StageRefusal(loop_plan.loop, f"{barrier_op} needs a CTA-wide barrier, which would fall inside the "
+                            "`mma` stage of the warp pipeline (two warp groups one stage apart), and the TDM ring "
+                            "runs only as that pipeline (its fused copy moves one tile per group)")
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
-                     lds_limit, configs, shapes, staged)
+                     lds_limit, configs, shapes, staged, 1 if barrier_op else 2, barrier_op,
+                     "" if barrier_op else row_reduction, converts)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:
@@ -428,6 +463,67 @@ def _no_prefetch(source: SourceFile, loop: cst.For, fn: JitFunction) -> bool:
             if any(a.keyword is not None and a.keyword.value == "num_stages" and low(a.value) for a in call.args):
                 return True
     return False
+
+
+def _row_family(source: SourceFile, loop_plan: LoopPlan, body: list, scalars: set[str]) -> set[str]:
+    """Names whose rows lie where the accumulators' do: the accumulators, the A tiles of the dots (read as loaded,
+    not transposed), and the names the loop computes from them elementwise with scalars (`xf = x.to(tl.float32)`).
+    With every warp along M in the MMA layout, each warp holds whole rows of all of them."""
+    family = {chain.acc for chain in loop_plan.chains}
+    family |= {chain.operands[0] for chain in loop_plan.chains if not chain.transposed[0]}
+    loads = {load.name: load for load in loop_plan.loads}
+    family |= {load.name for load in loop_plan.loads if loop_plan.use_of(load.name)[1] == 0}  # (A tiles computed on)
+    family = {name for name in family if name not in loads or not loads[name].transposed}
+    for facts in body:
+        statement = facts.node
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        small = statement.body[0]
+        if not isinstance(small, (cst.Assign, cst.AugAssign)) or small.value is None:
+            continue
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        if len(targets) != 1 or not isinstance(targets[0], cst.Name):
+            continue
+        reads = _variables(source, small.value)
+        if reads & family and reads - family <= scalars and not any(
+                isinstance(n, (cst.Subscript, cst.Call)) and not _elementwise(n) for n in preorder(small.value)):
+            family.add(targets[0].value)
+    return family
+
+
+def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:
+    """The variables `expression` reads: not the modules it names (`tl` of `tl.float32`)."""
+    modules = {n.value.value for n in preorder(expression) if isinstance(n, cst.Attribute)
+               and isinstance(n.value, cst.Name) and language_name(source.qualified_name(n)) is not None}
+    return read_names(expression) - modules
+
+
+def _elementwise(node: cst.CSTNode) -> bool:
+    """`node`, a call or a subscript, keeps its operand's rows: `x.to(...)`, a language function of one element."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        return node.func.attr.value in ("to", "cast") or node.func.attr.value in PURE_CALLS
+    return False
+
+
+def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str]) -> bool:
+    """`node` reduces along axis 1 a value computed elementwise from names of `family` (and scalars): with every warp
+    along M, a reduction inside each warp (`scalars`: names bound to no tensor)."""
+    if not isinstance(node, cst.Call):
+        return False
+    if isinstance(node.func, cst.Attribute) and language_name(source.qualified_name(node.func)) is None:
+        operand, axis_args = node.func.value, node.args  # (`acc.max(1)`, `x.sum(axis=1)`)
+    elif node.args:
+        operand, axis_args = node.args[0].value, node.args[1:]
+    else:
+        return False
+    axis = next((a.value for a in axis_args if a.keyword is None or a.keyword.value == "axis"), None)
+    if axis is None or source.code(axis).strip() not in ("1", "-1"):
+        return False
+    if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n))
+           for n in preorder(operand)):
+        return False
+    names = _variables(source, operand)
+    return bool(names & family) and names <= family | scalars
 
 
 def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:

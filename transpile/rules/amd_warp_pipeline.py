@@ -83,12 +83,18 @@ class AMDWarpPipeline(Rule):
         ), "gfx942"),
     )
     counterexamples = (
-        # a row reduction of the accumulator each iteration: its barrier would sit in the MMA stage, which the other
-        # warp group runs a stage apart
+        # a row reduction of the accumulator each iteration: inside a warp with every warp along M, a form kept as
+        # Triton by the profitability policy (measured)
         Counterexample(EXAMPLE.replace("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n"
                                        "        acc = acc - tl.max(acc, 1)[:, None]\n"),
-                       ("warp_pipeline_stage",), "TT041", "reduction `tl.max` in the loop body would fall inside the "
-                       "`mma` stage", "gfx950"),
+                       ("warp_pipeline_stage",), "TT041", "reduction `tl.max` at line 16; a row reduction each "
+                       "iteration stays inside a warp only with every warp along M", "gfx950"),
+        # a column reduction: it crosses warps whatever their split, so only one warp group could run the ring
+        Counterexample(EXAMPLE.replace("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n"
+                                       "        acc = acc - tl.max(acc, 0)[None, :]\n"),
+                       ("warp_pipeline_stage", "_cta_barrier()"), "TT041", "reduction `tl.max` at line 16 in the loop "
+                       "body; it needs a CTA-wide barrier inside the step that runs the MMA, so the ring would be run "
+                       "by one warp group", "gfx950"),
     )
 
     def __init__(self, engine: str = "registers", pointer_copy: str | None = None) -> None:
@@ -119,6 +125,10 @@ class AMDWarpPipeline(Rule):
         along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
         construct = f"here `{code(along_k)}` at line {ctx.source.position(along_k)[0]}" if along_k is not None \
             else stage_plan.staged if stage_plan.engine == "registers" else ""
+        if stage_plan.groups == 1:
+            construct = stage_plan.barrier_op
+        elif stage_plan.warps_along_m:
+            construct = stage_plan.row_reduction
         if ctx.slower_than_triton(original, _form(stage_plan), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
@@ -126,8 +136,10 @@ class AMDWarpPipeline(Rule):
             ctx.need("lds_copy")
         elif stage_plan.engine == "tdm":
             ctx.need("lds_tdm")
-        ctx.num_warps = PIPELINE_WARPS
-        if stage_plan.loop.attention:
+        one_group = stage_plan.groups == 1  # (the kernel's own warps, every wave running each step in order)
+        if not one_group:
+            ctx.num_warps = PIPELINE_WARPS
+        if stage_plan.loop.attention and not one_group:
             # every warp along M: the softmax's row reductions stay inside a warp, so no stage holds a barrier
             ctx.mma_warps_along_m = True
             constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
@@ -142,7 +154,16 @@ class AMDWarpPipeline(Rule):
                 tests.append((f"{_tile_factor(stage_plan)}{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
                               tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
-        if stage_plan.loop.chained and not stage_plan.loop.attention:
+        if stage_plan.warps_along_m:
+            # every warp along M: the loop's row reductions (of the accumulator, of its A tiles) stay inside a warp,
+            # so the `mma` stage holds no barrier; with fewer rows than 16 a warp the source kernel runs
+            ctx.mma_warps_along_m = True
+            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+            rows = str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0])
+            if rows in constexprs:
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+                    f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))))
+        if stage_plan.loop.chained and not stage_plan.loop.attention and not one_group:
             # every warp along M: the products a later dot reads (`pT`, `dsT`) keep their rows in their warps and
             # reach that dot's operand layout in registers; with fewer rows than 16 a warp the source kernel runs
             ctx.mma_warps_along_m = True
@@ -176,13 +197,16 @@ class AMDWarpPipeline(Rule):
             ctx.launch_unit = tuple(dict.fromkeys((*ctx.launch_unit, *unit)))
             ctx.launch_divisible = tuple(n for n in dict.fromkeys((*ctx.launch_divisible, *divisible))
                                          if n not in ctx.launch_unit)
-            ctx.launch_warps = PIPELINE_WARPS
+            if not one_group:
+                ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_no_agprs = True
             slow = SLOW_DTYPES.get(ctx.target.name, ())
             if any(load.computed for load in stage_plan.loop.loads):
                 slow += tuple(t for t in COMPUTED_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
             ctx.launch_lds = _lds_check(ctx, stage_plan)
+        if one_group:
+            ctx.need("cta_barrier")
         ctx.pipelined_loop(original, stage_plan)
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
                                                     self.pointer_copy),
@@ -575,8 +599,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         the slot this one was read from. `staged`: in the two warp-pipeline stages, with no copy past the end (the
         steady state); else plain statements, copies past the end masked off (the last iterations)."""
         lines = [f"{pad}" + wait.format(n=f"{stages} - 2")] if wait is not None else []
-        work = consume(iteration, pad + "    " if staged else pad)
-        inner = pad + "    " if staged else pad
+        grouped = staged and sp.groups == 2  # (in `warp_pipeline_stage` blocks)
+        if staged and sp.groups == 1:
+            # (every wave's copies of the next iteration have landed, and every wave has read the slot refilled below)
+            lines.append(f"{pad}_cta_barrier()")
+        work = consume(iteration, pad + "    " if grouped else pad)
+        inner = pad + "    " if grouped else pad
         next_operands = reads(next_slot, inner)
         if prep and staged:  # (the steady state never reaches the last iteration)
             next_operands += [f"{inner}if {in_mem}:", *prepare(f"({iteration} + 1)", inner + "    ")]
@@ -603,17 +631,26 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             raise ValueError(f"unknown op {op!r} in a warp-pipeline stage")
 
         for stage in sp.stages:  # the stages in the plan's order, each running its ops in order
-            if staged:
+            if grouped:
                 lines.append(f'{pad}with gl.amd.warp_pipeline_stage("{stage.label}", priority={stage.priority}):')
             lines += [line for op in stage.ops for line in run(op)]
         return lines
 
     rounds = name("num_rounds")
-    loop = [
+    top = ([
         "# Steady state, unrolled by the ring depth so that every slot index is a constant; the wait at the top of each",
         "# step precedes the barrier at that stage boundary, so both warp groups' copies of the next iteration have",
-        "# landed. Its copies are never past the end"
+    ] if sp.groups == 2 else [
+        "# Steady state, unrolled by the ring depth so that every slot index is a constant; the wait and the barrier at",
+        "# the top of each step: every wave's copies of the next iteration have landed, and no wave still reads the",
+        "# slot this step refills. Its copies are never past the end"
         + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below.",
+    ])
+    loop = [
+        *top,
+        *(["# landed. Its copies are never past the end"
+           + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below."] if sp.groups == 2
+          else []),
         # (prefetching, the last step's loads are of iteration (round + 1) * NUM_STAGES: one iteration fewer)
         f"{rounds} = ({full if peel is not None else iters} - 1) // {stages} - 1" if prefetch else
         f"{rounds} = {full if peel is not None else iters} // {stages} - 1",
@@ -649,9 +686,21 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         "The operands of each iteration are read from a ring of NUM_STAGES LDS slots one step ahead: `mma` runs "
         f"iteration it's MMA on operands already in registers; `mem` reads iteration it + 1's operands and {how}. "
         "Tiles past the end read as zeros and are never used."
+    ) if sp.groups == 2 else (
+        "Main loop, software-pipelined by triton-transpile over a ring of NUM_STAGES LDS slots, its copies issued "
+        f"NUM_STAGES iterations ahead. Every wave runs each step in order (one warp group: {sp.barrier_op} needs a "
+        "CTA-wide barrier, which two groups a stage apart could not share): the MMA (and the rest of the body) on "
+        f"operands already in registers, then iteration it + 1's operands from the ring, then the step {how}. Tiles "
+        "past the end read as zeros and are never used."
     )
     rows_test = rows_why = ""
-    if plan.attention:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
+    if sp.warps_along_m:  # (the row reductions inside a warp: 16 rows a warp at least, the MMA instruction's)
+        rows = str(ctx.plan.dots[plan.chains[0].call].shape[0])
+        rows_test = f" and {_factor(rows)} >= 16 * gl.num_warps()"
+        rows_why = ", or the warps do not each own 16 rows (the loop's row reductions would cross warps)"
+        paragraph += (" Every warp owns rows of its own (the MMA layout puts all warps along M), so the loop's row "
+                      "reductions are lane shuffles inside a warp: the `mma` stage needs no barrier.")
+    if plan.attention and sp.groups == 2:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
         rows, keys, head = _attention_sizes(ctx, sp)
         rows_test = (f" and {_factor(rows)} >= 16 * gl.num_warps() and {_tile_factor(sp)}{_factor(keys)} * "
                      f"{_factor(head)} <= {ATTENTION_TILE_LIMIT[ctx.target.name]}")
@@ -661,8 +710,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                       "registers: the `mma` stage needs no barrier.")
     header = [
         *textwrap.wrap(paragraph, 114, initial_indent="# ", subsequent_indent="# "),
-        f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
-        f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")',
+        *([f'gl.static_assert(gl.num_warps() == {PIPELINE_WARPS}, "the warp-pipelined main loop needs num_warps='
+           f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")']
+          if sp.groups == 2 else []),
         f"{stages}: gl.constexpr = {slots}",
         f"if {stages} >= 2{rows_test}:",
         pipelined,
@@ -891,6 +941,10 @@ ENGINE_FORMS = {"registers": "register-staged ring", "buffer_loads": "buffer-loa
 def _form(sp: StagePlan) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
     copies = ENGINE_FORMS[sp.engine]
+    if sp.warps_along_m:  # (every warp along M, so that the loop's row reductions stay inside a warp)
+        return f"row-reduction ring, {copies}"
+    if sp.groups == 1:  # (every wave running each step in order: its own policy, by what needs the barriers)
+        return f"one warp group, {'layout conversions' if sp.barrier_converts else 'reductions'}, {copies}"
     if sp.loop.attention:
         return f"attention, {copies}"
     if sp.loop.chained and sp.engine != "registers":  # (staged through registers: that ring's policy)

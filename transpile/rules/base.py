@@ -252,6 +252,36 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "Triton's own non-MFMA instructions per loop iteration on the attention fixtures (128x64 tiles, 8 warps): "
         "under the 0.8x a machine-code measure must show before a form is emitted without the GPU to time it "
         "(bench/RESULTS.md)"),
+    # A loop whose body holds an op that needs a CTA-wide barrier (a reduction, a layout conversion, a transpose) that
+    # would fall inside the `mma` stage: pipelined over the same ring by one warp group (`StagePlan.groups`), every
+    # wave running each step in order at the kernel's own warps.
+    **{(target, f"one warp group, {kind}, {copies}"): (
+        "{construct}it needs a CTA-wide barrier inside the step that runs the MMA, so the ring would be run by one "
+        "warp group (every wave in step, no warp pipeline), and that form's hot loop measured "
+        + ("1.29-1.99x Triton's own non-MFMA instructions per loop iteration on gfx950 (aiter's four paged MQA-logits "
+           "kernels, K's scales transposed each iteration), 3.17x with 384 VGPR spills (aiter's preshuffled "
+           "block-scale GEMM, its weight tile reshaped and permuted each iteration)" if kind == "layout conversions"
+           else "0.79x and 0.92x Triton's own non-MFMA instructions per loop iteration on gfx950, 0.65x on gfx1250, "
+           "0.71x and 0.97x with 1 and 18 VGPR spills on gfx942 (a GEMM that subtracts its accumulator's row maxima "
+           "each iteration; an RMS norm fused into a GEMM, summing the squares of its A tile: 128x128x64, bf16, 4 "
+           "warps)")
+        + ": not under the 0.8x, free of spills, that a machine-code measure must show before a form is emitted "
+        "without the GPU to time it (bench/RESULTS.md)")
+       for target in ("gfx942", "gfx950", "gfx1250") for kind in ("reductions", "layout conversions")
+       for copies in ("register-staged ring", "buffer-load ring", "direct-to-LDS ring")},
+    # A GEMM loop whose row reductions (of its accumulator, of its A tiles) stay inside a warp with every warp along M:
+    # warp-pipelined so, launches with fewer rows than 16 a warp running the source kernel. gfx1250 is not listed: 0.58x,
+    # 0.69x and 0.62x on the three kernels below.
+    **{(target, f"row-reduction ring, {copies}"): (
+        "{construct}a row reduction each iteration stays inside a warp only with every warp along M, and the "
+        "warp-pipelined ring so laid out measured 0.77x and 0.84x (gfx950), 0.63x and 0.81x (gfx942) Triton's own "
+        "non-MFMA instructions per loop iteration on a GEMM that subtracts its accumulator's row maxima and on one "
+        "that sums its A tile's squares (128x128x64, bf16, 8 warps), but 2.30x (gfx950) and 1.98x (gfx942) on aiter's "
+        "split-K mHC kernel (128x32x64 tiles: each of 8 warps computes 16 rows of 32 columns): not under the 0.8x "
+        "(gfx950), nor never heavier (gfx942), that a machine-code measure must show before a form is emitted without "
+        "the GPU to time it (bench/RESULTS.md)")
+       for target in ("gfx942", "gfx950")
+       for copies in ("register-staged ring", "buffer-load ring", "direct-to-LDS ring")},
     # ("gfx950", "attention, direct-to-LDS ring") and ("gfx942", "attention, buffer-load ring") are not listed: the
     # attention loop warp-pipelined as a GEMM loop of two dot chains (K and V rings copied as the GEMM rings are, all
     # warps along M) measured 0.53-0.72x (gfx950) and 0.44-0.73x (gfx942) Triton's own non-MFMA instructions per loop
