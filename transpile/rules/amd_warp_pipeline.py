@@ -159,10 +159,14 @@ class AMDWarpPipeline(Rule):
             # so the `mma` stage holds no barrier; with fewer rows than 16 a warp the source kernel runs
             ctx.mma_warps_along_m = True
             constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
-            rows = str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0])
+            rows, cols = (str(d) for d in ctx.plan.dots[stage_plan.loop.chains[0].call].shape)
             if rows in constexprs:
                 ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
                     f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))))
+            fewest = ROW_FORM_MIN_COLUMNS.get(ctx.target.name)
+            if fewest is not None and cols in constexprs:  # (each warp's 16 x N share too small)
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+                    f"{cols} < {fewest}", ((cols, constexprs[cols]),)))))
         if stage_plan.loop.chained and not stage_plan.loop.attention and not one_group:
             # every warp along M: the products a later dot reads (`pT`, `dsT`) keep their rows in their warps and
             # reach that dot's operand layout in registers; with fewer rows than 16 a warp the source kernel runs
@@ -695,9 +699,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     )
     rows_test = rows_why = ""
     if sp.warps_along_m:  # (the row reductions inside a warp: 16 rows a warp at least, the MMA instruction's)
-        rows = str(ctx.plan.dots[plan.chains[0].call].shape[0])
+        rows, cols = (str(d) for d in ctx.plan.dots[plan.chains[0].call].shape)
         rows_test = f" and {_factor(rows)} >= 16 * gl.num_warps()"
         rows_why = ", or the warps do not each own 16 rows (the loop's row reductions would cross warps)"
+        fewest = ROW_FORM_MIN_COLUMNS.get(ctx.target.name)
+        if fewest is not None:
+            rows_test += f" and {_factor(cols)} >= {fewest}"
+            rows_why += f" or their {fewest} columns at least"
         paragraph += (" Every warp owns rows of its own (the MMA layout puts all warps along M), so the loop's row "
                       "reductions are lane shuffles inside a warp: the `mma` stage needs no barrier.")
     if plan.attention and sp.groups == 2:  # (every warp along M: 16 rows a warp at least, the MMA instruction's)
@@ -797,6 +805,12 @@ SEVERAL_DOTS_HEAVIER = {
 #: gfx942 (whose copies are staged through registers too) 64x64 none, 64x128 148-248 (attention_fwd, fx_attention_kt
 #: at head dimension 128). Launches and autotune configs above the limit run the source kernel.
 ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
+# A GEMM loop with every warp along M for its row reductions (`StagePlan.warps_along_m`): the fewest accumulator
+# columns for which each warp's share (16 rows x N) gives its MMAs work enough to hide the B tile every warp reads in
+# full. Measured at 128 rows, 8 warps, bf16: N 32 1.92x (gfx950) and 1.39x (gfx942) Triton's own non-MFMA
+# instructions per loop iteration, N 64 0.76x and 0.48x, N 128 0.77-0.84x and 0.63-0.81x; aiter's mHC kernel at N 32
+# 2.30x and 1.98x (gfx1250: 0.58-0.69x at any N, no limit). Launches with fewer columns run the source kernel.
+ROW_FORM_MIN_COLUMNS = {"gfx950": 64, "gfx942": 64}
 # A loop holding several accumulators (a gated MLP's gate and up products) or a scaled dot: the most 32-bit registers
 # a lane may hold for its accumulators ([M, N] fp32 each) and one step of its operand tiles (the `mem` stage reads the
 # next step's while the `mma` stage uses this one's: 2 bytes an element, 1 for a scaled dot's) before the pipelined

@@ -270,17 +270,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
        for target in ("gfx942", "gfx950", "gfx1250") for kind in ("reductions", "layout conversions")
        for copies in ("register-staged ring", "buffer-load ring", "direct-to-LDS ring")},
     # A GEMM loop whose row reductions (of its accumulator, of its A tiles) stay inside a warp with every warp along M:
-    # warp-pipelined so, launches with fewer rows than 16 a warp running the source kernel. gfx1250 is not listed: 0.58x,
-    # 0.69x and 0.62x on the three kernels below.
-    **{(target, f"row-reduction ring, {copies}"): (
+    # warp-pipelined so, launches with fewer rows than 16 a warp, or (gfx950, gfx942) fewer than 64 columns
+    # (ROW_FORM_MIN_COLUMNS in rules/amd_warp_pipeline.py), running the source kernel. gfx942 (0.48-0.81x from 64
+    # columns, no spills) and gfx1250 (0.58-0.69x) are not listed.
+    **{("gfx950", f"row-reduction ring, {copies}"): (
         "{construct}a row reduction each iteration stays inside a warp only with every warp along M, and the "
-        "warp-pipelined ring so laid out measured 0.77x and 0.84x (gfx950), 0.63x and 0.81x (gfx942) Triton's own "
-        "non-MFMA instructions per loop iteration on a GEMM that subtracts its accumulator's row maxima and on one "
-        "that sums its A tile's squares (128x128x64, bf16, 8 warps), but 2.30x (gfx950) and 1.98x (gfx942) on aiter's "
-        "split-K mHC kernel (128x32x64 tiles: each of 8 warps computes 16 rows of 32 columns): not under the 0.8x "
-        "(gfx950), nor never heavier (gfx942), that a machine-code measure must show before a form is emitted without "
-        "the GPU to time it (bench/RESULTS.md)")
-       for target in ("gfx942", "gfx950")
+        "warp-pipelined ring so laid out measured 0.76x, 0.77x and 0.84x Triton's own non-MFMA instructions per loop "
+        "iteration on gfx950 (GEMMs that subtract their accumulator's row maxima, 128x64x64 and 128x128x64, and one "
+        "that sums its A tile's squares, 128x128x64; bf16, 8 warps): not under the 0.8x a machine-code measure must "
+        "show in every case before a form is emitted without the GPU to time it (bench/RESULTS.md)")
        for copies in ("register-staged ring", "buffer-load ring", "direct-to-LDS ring")},
     # ("gfx950", "attention, direct-to-LDS ring") and ("gfx942", "attention, buffer-load ring") are not listed: the
     # attention loop warp-pipelined as a GEMM loop of two dot chains (K and V rings copied as the GEMM rings are, all
