@@ -194,6 +194,11 @@ def _ref_matmul(a, b, split_k=1):
     return a.double() @ b.double()
 
 
+def _ref_rms_linear(x, w):
+    xd = x.double()
+    return (xd * torch.rsqrt((xd * xd).mean(dim=1, keepdim=True) + 1e-6)) @ w.double()
+
+
 def _ref_matmul_bias_act(a, b, bias, activation="leaky_relu"):
     c = a.double() @ b.double() + bias.double()
     return F.leaky_relu(c, 0.01) if activation == "leaky_relu" else c
@@ -1299,6 +1304,8 @@ SUITE_CASES: list[Case] = [
                      reference=_ref_swiglu_gemm, flops=lambda s: 2 * _gemm_flops(s)),
     _suite_gemm_case("suite_gated_linear", wrapper="gated_linear", make_inputs=_gated_linear_inputs,
                      reference=_ref_gated_linear, flops=lambda s: 2 * _gemm_flops(s)),
+    # A row reduction beside the dot each iteration (the RMS norm of x, fused)
+    _suite_gemm_case("suite_rms_linear", wrapper="rms_linear", reference=_ref_rms_linear),
     # A K loop per segment inside a loop over the segments: the innermost loop is the one pipelined.
     _suite_gemm_case("suite_segment_gemm", wrapper="segment_gemm", make_inputs=_segment_inputs,
                      reference=_ref_segment_gemm, shape=dict(G=3, M=1000, N=1100, K=704),
