@@ -231,9 +231,15 @@ def test_a_row_reduction_puts_every_warp_along_m(body: str) -> None:
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
-def test_a_row_reduction_of_another_tile_is_not_taken_as_warp_local() -> None:
-    # the reduced value reads a tile the loop loads besides the dot's (its rows are not the accumulator's)
-    text = gemm("acc = acc * tl.sum(b.to(tl.float32), axis=1)[None, :]")
+@pytest.mark.parametrize("body", [
+    # the reduced value reads the B tile (its rows are not the accumulator's)
+    "acc = acc * tl.sum(b.to(tl.float32), axis=1)[None, :]",
+    # the accumulator rebound by a transpose or a reshape before it is reduced: its rows lie elsewhere
+    "x2 = tl.trans(acc)\n        acc = acc + tl.sum(x2, axis=1)[None, :]",
+    "acc = tl.reshape(acc, (BN, BM))\n        s = tl.sum(acc, axis=1)\n        acc = tl.reshape(acc, (BM, BN))",
+])
+def test_a_row_reduction_of_another_tile_is_not_taken_as_warp_local(body: str) -> None:
+    text = gemm(body)
     sp = stage_plan(text)
     assert not (isinstance(sp, StagePlan) and sp.warps_along_m), sp
 
@@ -350,6 +356,9 @@ def test_attention_with_a_column_reduction_runs_on_one_warp_group() -> None:
     assert result.functions[0].pipelined and "warp_pipeline_stage" not in result.text
     report = check_source(result.text)
     assert report.cases and not report.findings, report
+    compiled = verify(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32",
+                               "BLOCK_M": 128, "BLOCK_N": 64, "D": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
 LATENT = ATTENTION.replace("def attn(q_ptr, ", "def attn(q_ptr, qpe_ptr, kpe_ptr, ").replace(

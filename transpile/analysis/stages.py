@@ -474,21 +474,38 @@ def _row_family(source: SourceFile, loop_plan: LoopPlan, body: list, scalars: se
     loads = {load.name: load for load in loop_plan.loads}
     family |= {load.name for load in loop_plan.loads if loop_plan.use_of(load.name)[1] == 0}  # (A tiles computed on)
     family = {name for name in family if name not in loads or not loads[name].transposed}
+    own = {chain.index for chain in loop_plan.chains} | {load.index for load in loop_plan.loads}
     for facts in body:
+        if facts.index in own:
+            continue  # (the dots and the tile loads bind the names above)
         statement = facts.node
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            continue
-        small = statement.body[0]
-        if not isinstance(small, (cst.Assign, cst.AugAssign)) or small.value is None:
-            continue
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-        if len(targets) != 1 or not isinstance(targets[0], cst.Name):
-            continue
-        reads = _variables(source, small.value)
-        if reads & family and reads - family <= scalars and not any(
-                isinstance(n, (cst.Subscript, cst.Call)) and not _elementwise(n) for n in preorder(small.value)):
-            family.add(targets[0].value)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign) else
+                   [small.target] if isinstance(small, cst.AugAssign) else [])
+        if len(targets) == 1 and isinstance(targets[0], cst.Name) and small.value is not None:
+            reads = _variables(source, small.value)
+            if reads & family and reads - family <= scalars and not any(
+                    isinstance(n, (cst.Subscript, cst.Call)) and not _elementwise(n) for n in preorder(small.value)):
+                family.add(targets[0].value)
+                continue
+        if not isinstance(statement, cst.SimpleStatementLine) or any(
+                isinstance(n, cst.Call) and _call_name(source, n) in _REARRANGING for n in preorder(statement)):
+            family -= facts.defines  # (rebound by a reshape, a transpose, in a branch: its rows may lie elsewhere)
     return family
+
+
+#: Calls that move a tile's elements to other rows or columns
+_REARRANGING = frozenset({"trans", "permute", "reshape", "view", "join", "split", "interleave", "expand_dims",
+                          "broadcast_to", "cat", "flip", "gather", "T"})
+
+
+def _call_name(source: SourceFile, call: cst.Call) -> str | None:
+    """The language function or tensor method `call` makes (`tl.trans(x)`, `x.reshape(...)`), by its last name."""
+    name = language_name(source.qualified_name(call.func))
+    if name is None and isinstance(call.func, cst.Attribute):
+        name = call.func.attr.value
+    return name.split(".")[-1] if name else None
 
 
 def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:
