@@ -294,6 +294,24 @@ def test_attention_stage_plan() -> None:
     assert "(start_n + offs_n_cvt)[None, :] < N_CTX" in variant
 
 
+@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def test_key_offsets_made_in_the_loop_from_a_range_are_made_before_it(target: str) -> None:
+    # `offs_kv = start_n + tl.arange(0, BLOCK_N)` (the range written in the sum, as public attention kernels write it):
+    # the range is made once before the loop, in the layout the score mask reads it in, instead of converting the
+    # offsets in the `mma` stage each iteration
+    text = ATTENTION.replace("COLUMNS", "pass").replace("offs_kv = start_n + offs_n",
+                                                        "offs_kv = start_n + tl.arange(0, BLOCK_N)")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.groups == 2 and not sp.barrier_op, sp
+    result = translate_source(text, "x.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    variant = " ".join(result.text.split())
+    assert "offs_kv_offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))" in variant
+    assert "(start_n + offs_kv_offs)[None, :]" in variant
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+
+
 def test_decode_style_attention_over_block_indices_with_an_augmented_rescale() -> None:
     # lightllm's decode style: the loop runs over block indices (`offs_kv = start_n * BLOCK_N + offs_n`) and the
     # accumulator is rescaled by `acc *= alpha[:, None]`. The rescale is the attention's (its augmented spelling), and

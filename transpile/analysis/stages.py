@@ -586,6 +586,23 @@ def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
 
 #: Where the converted offsets stand in the expression `hoistable_convert` gives.
 OFFSETS = "@offsets@"
+#: The offsets `hoistable_convert` gives for `tl.arange(a, b)` written in the sum: ARANGE + "a, b" (the rule makes the
+#: range before the loop, in the layout the conversion would give it).
+ARANGE = "@arange@"
+
+
+def _arange_bounds(node: cst.BaseExpression, scalars: set[str]) -> str | None:
+    """"a, b" of `tl.arange(a, b)` (any module alias; `arange` as the last name of the call), its bounds integer
+    arithmetic of `scalars` and literals; else None."""
+    if not isinstance(node, cst.Call) or len(node.args) != 2 or any(a.keyword is not None for a in node.args):
+        return None
+    func = node.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if last != "arange":
+        return None
+    if not all(only_nodes(a.value, INTEGER_ARITHMETIC) and read_names(a.value) <= scalars for a in node.args):
+        return None
+    return ", ".join(" ".join(cst.Module([]).code_for_node(a.value).split()) for a in node.args)
 _COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
 
 
@@ -625,10 +642,14 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
         sides = [small.value.left, small.value.right]
         for position, offsets in enumerate(sides):
             scalar = sides[1 - position]
-            if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var \
-                    and only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar) \
-                    and read_names(scalar) <= scalars - defined:
+            if not (only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar)
+                    and read_names(scalar) <= scalars - defined):
+                continue
+            if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var:
                 return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", offsets.value
+            bounds = _arange_bounds(offsets, scalars - defined - {var})
+            if bounds is not None:  # (`start_n + tl.arange(0, BLOCK_N)`: the offsets made before the loop, laid out)
+                return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", ARANGE + bounds
         return None
     return None
 

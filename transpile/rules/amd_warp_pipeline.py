@@ -26,7 +26,7 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consumer_indices, loop_body
-from transpile.analysis.stages import (OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
+from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, scalar_names)
 from transpile.analysis.tile_bounds import tail_peel
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in,
@@ -345,8 +345,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
             if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]
                 expression, offsets = found
-                target = name(f"{offsets}_cvt")
-                hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
+                if offsets.startswith(ARANGE):  # (the range made before the loop, in the layout it is read in)
+                    target = name(f"{node.value}_offs")  # type: ignore[attr-defined]
+                    hoisted.append(f"{target} = gl.arange({offsets[len(ARANGE):]}, layout={layout})")
+                else:
+                    target = name(f"{offsets}_cvt")
+                    hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
                 converts[(node.value, layout)] = (expression, target)  # type: ignore[attr-defined]
     if converts:
         body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
