@@ -301,7 +301,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             if what == "layout conversion" and (hoistable_convert(node, loop, flow, fn, scalars) is not None or (
                     isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow))):
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
-            if loop_plan.attention and what.startswith("reduction") and _reduction_axis(source, node) == 1:
+            if loop_plan.attention and what.startswith("reduction") \
+                    and (_reduction(source, node) or (None, None))[1] == 1:
                 continue  # a row reduction: warp-local with all warps along M
             if not loop_plan.attention and not loop_plan.chained and what.startswith("reduction") \
                     and _row_reduction_of(source, node, rows, row_scalars):
@@ -522,37 +523,35 @@ def _elementwise(node: cst.CSTNode) -> bool:
     return False
 
 
-def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str]) -> bool:
-    """`node` reduces along axis 1 a value computed elementwise from names of `family` (and scalars): with every warp
-    along M, a reduction inside each warp (`scalars`: names bound to no tensor)."""
+def _reduction(source: SourceFile, node: cst.CSTNode) -> tuple[cst.BaseExpression, int | None] | None:
+    """The operand of the reduction `node` and its axis (None where not a literal), in either spelling: the language
+    function (`tl.max(x, 1)`, `tl.sum(x, axis=1)`) or the tensor method (`x.max(1)`, `x.sum(axis=1)`). An axis of -1
+    is 1: the tiles reduced in a dot loop are 2-D."""
     if not isinstance(node, cst.Call):
-        return False
+        return None
     if isinstance(node.func, cst.Attribute) and language_name(source.qualified_name(node.func)) is None:
-        operand, axis_args = node.func.value, node.args  # (`acc.max(1)`, `x.sum(axis=1)`)
+        operand, axis_args = node.func.value, node.args  # the method: its first argument is the axis
     elif node.args:
         operand, axis_args = node.args[0].value, node.args[1:]
     else:
-        return False
+        return None
     axis = next((a.value for a in axis_args if a.keyword is None or a.keyword.value == "axis"), None)
-    if axis is None or source.code(axis).strip() not in ("1", "-1"):
+    text = source.code(axis).strip() if axis is not None else ""
+    return operand, {"0": 0, "1": 1, "-1": 1}.get(text)
+
+
+def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str]) -> bool:
+    """`node` reduces along axis 1 a value computed elementwise from names of `family` (and scalars): with every warp
+    along M, a reduction inside each warp (`scalars`: names bound to no tensor)."""
+    reduction = _reduction(source, node)
+    if reduction is None or reduction[1] != 1:
         return False
+    operand = reduction[0]
     if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n))
            for n in preorder(operand)):
         return False
     names = _variables(source, operand)
     return bool(names & family) and names <= family | scalars
-
-
-def _reduction_axis(source: SourceFile, node: cst.CSTNode) -> int | None:
-    if not isinstance(node, cst.Call):
-        return None
-    for i, arg in enumerate(node.args):
-        if (arg.keyword is not None and arg.keyword.value == "axis") or (arg.keyword is None and i == 1):
-            try:
-                return int(source.code(arg.value).strip())
-            except ValueError:
-                return None
-    return None
 
 
 #: Elementwise language functions a loop-invariant value may be computed with and still be converted once, before the

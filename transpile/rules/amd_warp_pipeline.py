@@ -144,29 +144,23 @@ class AMDWarpPipeline(Rule):
             ctx.mma_warps_along_m = True
             constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
             rows, keys, head = _attention_sizes(ctx, stage_plan)
-            tests = []
-            if rows in constexprs:
-                # With fewer rows than 16 a warp the loop runs as translated: such launches (and autotune
-                # configs) run the source kernel
-                tests.append((f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))
+            # With fewer rows than 16 a warp the loop runs as translated: such launches (and autotune configs) run
+            # the source kernel
+            _source_below(ctx, rows, 16 * PIPELINE_WARPS)
             if keys in constexprs and head in constexprs:
                 # ... and so do those whose K and V tiles would spill (`ATTENTION_TILE_LIMIT`)
-                tests.append((f"{_tile_factor(stage_plan)}{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
-                              tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))
-            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *tests)))
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+                    f"{_tile_factor(stage_plan)}{keys} * {head} > {ATTENTION_TILE_LIMIT[ctx.target.name]}",
+                    tuple(dict.fromkeys(((keys, constexprs[keys]), (head, constexprs[head]))))))))
         if stage_plan.warps_along_m:
             # every warp along M: the loop's row reductions (of the accumulator, of its A tiles) stay inside a warp,
             # so the `mma` stage holds no barrier; with fewer rows than 16 a warp the source kernel runs
             ctx.mma_warps_along_m = True
-            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
             rows, cols = (str(d) for d in ctx.plan.dots[stage_plan.loop.chains[0].call].shape)
-            if rows in constexprs:
-                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
-                    f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))))
+            _source_below(ctx, rows, 16 * PIPELINE_WARPS)
             fewest = ROW_FORM_MIN_COLUMNS.get(ctx.target.name)
-            if fewest is not None and cols in constexprs:  # (each warp's 16 x N share too small)
-                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
-                    f"{cols} < {fewest}", ((cols, constexprs[cols]),)))))
+            if fewest is not None:  # (each warp's 16 x N share too small)
+                _source_below(ctx, cols, fewest)
         if stage_plan.loop.chained and not stage_plan.loop.attention and not one_group:
             # every warp along M: the products a later dot reads (`pT`, `dsT`) keep their rows in their warps and
             # reach that dot's operand layout in registers; with fewer rows than 16 a warp the source kernel runs
@@ -174,11 +168,7 @@ class AMDWarpPipeline(Rule):
             sites = [ctx.plan.dots[chain.call] for chain in stage_plan.loop.chains]
             joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
             ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
-            constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
-            rows = str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0])
-            if rows in constexprs:
-                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
-                    f"{rows} < {16 * PIPELINE_WARPS}", ((rows, constexprs[rows]),)))))
+            _source_below(ctx, str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0]), 16 * PIPELINE_WARPS)
         registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
@@ -905,6 +895,15 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
             factor = (6 if staged else 4) if products else 1 if scaled else 2
             terms.append(f"({') * ('.join(ring.shape)}) * {factor}")
     return _launch_test(ctx, f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
+
+
+def _source_below(ctx: RuleContext, size: str, bound: int) -> None:
+    """Launches whose constexpr `size` (a tile dimension) is below `bound` run the source kernel; nothing where `size`
+    is not a constexpr parameter (a literal the form was checked against already)."""
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    if size in constexprs:
+        ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+            f"{size} < {bound}", ((size, constexprs[size]),)))))
 
 
 def _chained_register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
