@@ -175,3 +175,39 @@ def test_a_tile_also_read_after_the_dot_is_read_from_its_slot() -> None:
                                "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
                                "num_warps": 4}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+@pytest.mark.parametrize(("weights", "warps"), [("*i8", 4), ("*i8", 8), ("*i32", 4)])
+def test_an_operand_computed_from_its_slot_is_staged_for_the_wgmma(weights: str, warps: int) -> None:
+    """Dequantised weights (`b = (w.to(tl.float32) * scales[None, :]).to(tl.float16)`): the ring copies the raw tile,
+    reads it from its slot into registers only after the copies' wait, computes the operand there and stores it into
+    one of two staging buffers (by iteration parity: the wgmma left in flight still reads the other), fenced and
+    barriered before the wgmma; the ring is at least 3 slots deep. It compiles for int8 and int32 weights, at one and
+    two warpgroups, and the schedule checker finds no read of a slot before its copy landed nor a refill or restage
+    of a buffer a wgmma still reads. By default the kernel is kept as Triton with the measurement."""
+    import re
+
+    from transpile.rules.hopper_cp_async import DEQUANT
+    from transpile.schedule_check import check_source
+    from transpile.verify import verify
+
+    kept = translate_source(DEQUANT, "x.py", get_target("sm90"))
+    assert "w_staged" not in kept.text and "1.40-1.42x" in kept.text
+    result = translate_source(DEQUANT, "x.py", get_target("sm90"), gluon_always=True)
+    loop = _main_loop(result.text)
+    _assert_async_wgmma(loop)
+    lines = [line.strip() for line in loop.splitlines()]
+
+    def first(prefix: str) -> int:
+        return next(i for i, line in enumerate(lines) if line.startswith(prefix))
+
+    assert first("async_copy.wait_group(") < first("w = w_smem.index(slot).load(") < first("b = (")
+    assert first("b = (") < first("w_staged.index(stage).store(b)") < first("fence_async_shared()") \
+        < first("acc = warpgroup_mma(") < first("acc, _, _, _ = warpgroup_mma_wait(1")
+    assert re.search(r"NUM_STAGES: gl.constexpr = 3\b", result.text)
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings[:3]
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": weights, "s_ptr": "*fp32", "c_ptr": "*fp16", "K": "i32",
+                               "N": "i32", "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
+                               "num_warps": warps}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

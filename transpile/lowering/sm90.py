@@ -31,6 +31,11 @@ from transpile.rules.pipeline_text import code, indent
 #: finished reading its slot; barrier — with two warpgroups, both have (so neither refills a slot the other reads);
 #: refill — the copies of iteration `it + NUM_STAGES - 1` into the slot just retired.
 GEMM_STEADY = ("index", "consumer_before", "slot", "wait", "mma", "retire", "barrier", "consumer_after", "refill")
+#: ... with an operand computed in registers from a ring slot (`Wgmma.staged`: dequantised weights): the consumer's
+#: statements before the dot run after the wait (they read the slot), and stage — the computed operands are stored
+#: to shared memory, where the wgmma reads them — comes before the wgmma.
+GEMM_STEADY_STAGED = ("index", "slot", "wait", "consumer_before", "stage", "mma", "retire", "barrier",
+                      "consumer_after", "refill")
 #: The ops of one steady-state iteration of a flash-attention ring (`AttentionStep`), in order: index,
 #: consumer_before; acquire — pick the K slot and the previous iteration's V slot and wait until their tiles have
 #: landed (the form's own lines); qk — the QK^T wgmma; pv — the previous iteration's PV wgmma; issued — the form's
@@ -141,6 +146,16 @@ class Product:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """A wgmma operand computed in registers each iteration (from a ring slot read into registers: dequantised
+    weights, a cast tile): stored into one of two shared-memory buffers (`buffer`, by iteration parity) and read by
+    the wgmma from there. Two buffers, because the wgmma left in flight still reads the previous iteration's."""
+
+    value: str  # the operand as the loop computes it
+    buffer: str  # the two-slot shared-memory buffer
+
+
+@dataclass(frozen=True)
 class Wgmma:
     """MMA engine: asynchronous wgmma from ring slots, `in_flight` iterations' wgmmas left running at each retire.
     A loop of one dot issues one wgmma an iteration (`views`, on `LoopText.acc`); one of several (`products`) issues
@@ -155,6 +170,19 @@ class Wgmma:
     # statement then adds to its accumulator (`acc += tl.dot(a, b) * scales`, block-scaled GEMMs); `in_flight` is
     # then 0, the product being read right after its wait
     use_acc: bool = True
+    staged: tuple[Staged, ...] = ()  # operands computed in registers, stored for the wgmma (`stage`)
+    stage_index: str = "stage"  # the name of the staging buffers' slot in an iteration (`it % 2`)
+
+    def stage(self, it: str) -> list[str]:
+        """Store the computed operands into this iteration's staging slot (the wgmma that read that slot two
+        iterations ago has retired: `retire` leaves one in flight), fence them for the wgmma's async proxy, and make
+        every thread's stores visible before any warpgroup reads the whole tile."""
+        if not self.staged:
+            return []
+        return [f"{self.stage_index} = {it} % 2",
+                *(f"{s.buffer}.index({self.stage_index}).store({s.value})" for s in self.staged),
+                "fence_async_shared()",
+                "_cta_barrier()"]
 
     def issue(self, loop: LoopText, slot: str) -> list[str]:
         fresh = "" if self.use_acc else "use_acc=False, "
@@ -172,8 +200,10 @@ class Wgmma:
         count = self.in_flight * max(1, len(self.products))
         if not self.rings:
             return [f"{', '.join(accs)} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}])"]
-        deps = ", ".join(f"{ring}.index({slot})" for ring in self.rings)
-        kept = ", ".join(accs + ["_"] * len(self.rings))
+        held = [f"{ring}.index({slot})" for ring in self.rings]
+        held += [f"{s.buffer}.index({self.stage_index})" for s in self.staged]
+        deps = ", ".join(held)
+        kept = ", ".join(accs + ["_"] * len(held))
         which = "iteration's wgmmas have" if len(self.products) > 1 else "wgmma has"
         if self.in_flight == 0:
             return ["# This iteration's product is complete (the loop reads it below), and its slot free: refill that",
@@ -226,6 +256,8 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
             body.append(f"{n.slot} = {n.it} % {n.stages}")
         elif op == "wait":
             body += copy.wait(n.slot, f"({n.it} // {n.stages}) & 1")
+        elif op == "stage":
+            body += mma.stage(n.it)
         elif op == "mma":
             body += mma.issue(loop, n.slot)
         elif op == "retire":

@@ -51,7 +51,8 @@ from transpile.cst_utils import (
     product_factors,
     sum_terms,
 )
-from transpile.lowering.sm90 import CpAsyncCopy, LoopText, Product, RingNames, Wgmma, gemm_ring
+from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, CpAsyncCopy, LoopText, Product, RingNames, Staged, Wgmma,
+                                     gemm_ring)
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -112,6 +113,17 @@ ROW_SUMS = EXAMPLE.replace("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
     "        acc = tl.dot(a, b, acc)\n        rows += tl.sum(a.to(tl.float32), axis=1)\n").replace(
     "acc.to(tl.float16))", "(acc / rows[:, None]).to(tl.float16))")
 
+# Weight-only quantised GEMM: int8 weights dequantised by per-column scales in the loop, right before the dot. The
+# ring copies the int8 tile; the operand is computed from the slot in registers and staged for the wgmma.
+DEQUANT = EXAMPLE.replace("b_ptr, c_ptr", "b_ptr, s_ptr, c_ptr").replace(
+    "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+    "    scales = tl.load(s_ptr + offs_n)\n    acc = tl.zeros((BM, BN), dtype=tl.float32)\n").replace(
+    "        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)\n"
+    "        acc = tl.dot(a, b, acc)\n",
+    "        w = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0)\n"
+    "        b = (w.to(tl.float32) * scales[None, :]).to(tl.float16)\n"
+    "        acc = tl.dot(a, b, acc)\n")
+
 # cp.async copy widths the ring is emitted for, widest first: (16-bit elements per copy, bytes per copy). The 8-byte
 # copies take rows and sizes that are multiples of 4 elements but not of 8 (K = 3900, say): half the width, but still
 # pipelined, where plain loads of such rows are not vectorised at all.
@@ -152,6 +164,17 @@ class HopperCpAsyncPipeline(Rule):
             "u_smem.index(slot)])",
             "acc, up = warpgroup_mma_wait(0, deps=[acc, up])",
         ), "sm90"),
+        # an operand computed from its slot (dequantised weights): the slot read into registers after the wait, the
+        # operand stored into one of two staging buffers and fenced, the wgmma reading the A slot and that buffer
+        Example(DEQUANT, (
+            "w_smem = gl.allocate_shared_memory(b_ptr.dtype.element_ty, [NUM_STAGES, BK, BN]",
+            "w_staged = gl.allocate_shared_memory(gl.float16, [2, BK, BN]",
+            "w = w_smem.index(slot).load(",
+            "w_staged.index(stage).store(b)",
+            "fence_async_shared()",
+            "acc = warpgroup_mma(a_smem.index(slot), w_staged.index(stage), acc, is_async=True)",
+            "deps=[acc, a_smem.index(slot), w_smem.index(slot), w_staged.index(stage)]",
+        ), "sm90"),
         # the A tile also read after the dot: from its slot, in the layout the translated code gives it
         Example(ROW_SUMS, (
             "a = a_smem.index(slot).load(mma_layout)",
@@ -170,6 +193,14 @@ class HopperCpAsyncPipeline(Rule):
                                      "        acc = acc * 0.5\n        up = tl.dot(a, tl.trans(u), up)\n"),
                        ("_cp_async_load(", "warpgroup_mma_wait(2"), "TT040",
                        "the statement at line 19 between its 2 dots", "sm90", gluon_always=True),
+        # an operand computed from its slot: kept by default, with the measurement (UNPROFITABLE_RINGS)
+        Counterexample(DEQUANT, ("_cp_async_load(", "w_staged"), "TT041",
+                       "with the dot operand computed from its slot in registers and stored for the wgmma", "sm90"),
+        # ... and not staged where the loop has a second dot (the ring stages a computed operand for one dot)
+        Counterexample(DEQUANT.replace("        acc = tl.dot(a, b, acc)\n",
+                                       "        acc = tl.dot(a, b, acc)\n        acc = tl.dot(a, b, acc)\n"),
+                       ("w_staged",), "TT040", "in a loop of several dots or read transposed", "sm90",
+                       gluon_always=True),
         # the `a` tile addressed afresh each iteration (no loop-carried tile of pointers): kept, with the measurement
         Counterexample(EXAMPLE.replace(
             "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n",
@@ -191,7 +222,8 @@ class HopperCpAsyncPipeline(Rule):
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
-        if ctx.slower_than_triton(original, "cp.async"):
+        if ctx.slower_than_triton(original, "cp.async, computed operand" if emitted.ring.steady == GEMM_STEADY_STAGED
+                                  else "cp.async"):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         ctx.pipelined_loop(original, emitted.ring)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
@@ -226,6 +258,12 @@ class HopperCpAsyncPipeline(Rule):
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
 
+#: The least depth of a ring with an operand computed in registers (`Staged`). On an H200 (Triton 3.6) the GPTQ-style
+#: 4-bit GEMM fixture at its autotuned num_stages=2 ran 0.96x its source at M = 16-128 (N = K = 4096) and 0.65x at
+#: 4096^3; with 3 slots, 1.40-1.42x and 0.84x (bench/RESULTS.md: Profitability).
+STAGED_DEPTH = 3
+
+
 class _AddressForm(str):
     """Why the ring does not take the loop, where the reason is the form of its tiles' addresses or loads (not their
     element types): a loop the profitability policy keeps as Triton whatever its form."""
@@ -256,13 +294,27 @@ class _Emitter:
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
         consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
         original_body = list(self.original.body.body)  # type: ignore[union-attr]
+        self.staged: dict[str, int] = {}  # loads a dot operand is computed from -> the operand's position
         for load in plan.loads:
             if not load.computed:
                 continue
             line = ctx.source.position(original_body[load.index])[0]
-            if load.prep or not any(load.name in chain.operands for chain in plan.chains):
+            users = [chain for chain in plan.chains if load.name in chain.operands]
+            if not users:
                 return (f"a dot operand is computed from the tile `{load.name}` loaded at line {line} (the wgmma reads "
                         "its operands as copied into shared memory)")
+            chain = users[0]
+            position = chain.operands.index(load.name)
+            site = ctx.plan.dots[chain.call]
+            operand = site.a if position == 0 else site.b
+            if load.prep or not (isinstance(operand, cst.Name) and operand.value == load.name):
+                # The operand is computed from the slot in registers and stored for the wgmma (`Staged`).
+                if len(plan.chains) > 1 or load.transposed or load.twice or len(users) > 1 \
+                        or chain.operands.count(load.name) > 1:
+                    return (f"a dot operand is computed from the tile `{load.name}` loaded at line {line}, in a loop "
+                            "of several dots or read transposed (the ring stages a computed operand for one dot)")
+                self.staged[load.name] = position
+                continue
             early = [i for i in consumer if i < min(indices) and load.name in names_in(original_body[i])]
             if early:
                 return (f"`{load.name}` is read outside the dot before it, at line "
@@ -276,6 +328,7 @@ class _Emitter:
                     "issued one after the other)")
         dtypes: dict[str, str] = {}
         shapes: dict[str, str] = {}
+        self.operand_types: dict[str, tuple[str, str]] = {}  # staged operands: (dtype, shape) of the wgmma operand
         for chain in plan.chains:
             site = ctx.plan.dots[chain.call]
             if site.out_dtype is not None and "int" in code(site.out_dtype):
@@ -291,8 +344,18 @@ class _Emitter:
                                                       (site.a_shape, site.b_shape), chain.transposed):
                 # (a tile the dot reads transposed, `tl.trans(w)`: its ring holds it as loaded, [N, K], and the
                 # wgmma reads a transposed view of the slot)
+                if name in self.staged:  # the operand's type and shape are its staging buffer's
+                    self.operand_types[name] = (dtype, ", ".join(shape))
+                    continue
                 dtypes.setdefault(name, dtype)
                 shapes.setdefault(name, ", ".join(shape[::-1] if transposed else shape))
+        for load in plan.loads:
+            if load.name in self.staged:  # its ring holds the tile as loaded: the load's own type and shape
+                tile = ctx.plan.loads.get(load.call)
+                if tile is None or tile.elem is None or tile.shape is None or None in tile.shape \
+                        or len(tile.shape) != 2:
+                    return f"the element type or 2-D block shape of the tile `{load.name}` is not known"
+                dtypes[load.name], shapes[load.name] = tile.elem, ", ".join(tile.shape)  # type: ignore[arg-type]
         for load in plan.loads:
             if load.other is not None and code(load.other) not in ZEROS:
                 return _AddressForm(f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements "
@@ -398,9 +461,12 @@ class _Emitter:
         plan, body = self.plan, self.body
         # One commit group per iteration; at the top of an iteration all but the NUM_STAGES - 2 youngest have landed.
         schedule = Sm90Ring("cp.async", self.ctx.function.name, self.ctx.source.position(plan.loop)[0],
-                            ring_depth(self.ctx, plan.loop, plan.num_stages),
+                            # (an operand computed in registers: 3 slots at least, so that two iterations' copies
+                            # are in flight while one is read and computed: measured, see STAGED_DEPTH)
+                            ring_depth(self.ctx, plan.loop, plan.num_stages, STAGED_DEPTH if self.staged else 2),
                             tuple(RingOperand(load.name, "cp.async") for load in plan.loads),
-                            wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function))
+                            wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function),
+                            **({"steady": GEMM_STEADY_STAGED} if self.staged else {}))
         name = loop_namer(self.ctx, plan.loop)
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
@@ -442,25 +508,39 @@ class _Emitter:
         # A tile the loop also reads outside the dot (after it): read from this iteration's slot, in the layout the
         # translated code gives the loaded tile, once the wgmmas are issued (the slot stays valid until the wgmma
         # that reads it has retired and the copy NUM_STAGES - 1 iterations later refills it).
-        reads = [f"{load.name} = {smem[load.name]}.index({slot}).load("
-                 f"{self.ctx.plan.layout_expr(self.ctx.plan.loads[load.call].term)})"
-                 for load in plan.loads if load.computed]
-        loop = LoopText(plan.var, index, first.acc, acc_in(first), [code(body[i]) for i in before],
-                        [*reads, *(code(body[i]) for i in after)], renames[plan.var],
+        reads = {load.name: f"{load.name} = {smem[load.name]}.index({slot}).load("
+                            f"{self.ctx.plan.layout_expr(self.ctx.plan.loads[load.call].term)})"
+                 for load in plan.loads if load.computed}
+        # A tile a dot operand is computed from (`Staged`): read from the slot once its copies have landed, before
+        # the statements that compute the operand (GEMM_STEADY_STAGED runs them after the wait).
+        staged_reads = [text for name, text in reads.items() if name in self.staged]
+        loop = LoopText(plan.var, index, first.acc, acc_in(first),
+                        [*staged_reads, *(code(body[i]) for i in before)],
+                        [*(text for name, text in reads.items() if name not in self.staged),
+                         *(code(body[i]) for i in after)], renames[plan.var],
                         [rename(body[i], renames) for i in plan.producer_before()],
                         [rename(body[i], renames) for i in plan.producer_after()], uses_var)
         transposed = {load.name: load.transposed for load in plan.loads}
+        stage_index = name("stage")
+        buffers = {n: name(f"{n}_staged") for n in self.staged}
 
         def views(operands: tuple[str, ...], slot_expr: str) -> tuple[str, str]:
             """The dot's two operands as the wgmma reads them from the slot (a transposed view where the dot reads
-            the tile transposed)."""
-            a, b = (f"{smem[n]}.index({slot_expr})" + (".permute((1, 0))" if transposed[n] else "") for n in operands)
+            the tile transposed), or from their staging buffer (an operand computed in registers)."""
+            a, b = (f"{buffers[n]}.index({stage_index})" if n in buffers else
+                    f"{smem[n]}.index({slot_expr})" + (".permute((1, 0))" if transposed[n] else "") for n in operands)
             return a, b
+
+        def computed(load_name: str) -> str:
+            """The operand computed from `load_name`'s tile, as the translated dot reads it."""
+            dot_call = body[first.index].body[0].value  # type: ignore[union-attr]
+            return code(dot_call.args[self.staged[load_name]].value)  # type: ignore[union-attr]
 
         mma = Wgmma(schedule.mma_in_flight, functools.partial(views, first.operands),
                     tuple(smem[load.name] for load in plan.loads),
                     tuple(Product(chain.acc, acc_in(chain), functools.partial(views, chain.operands))
-                          for chain in plan.chains) if len(plan.chains) > 1 else ())
+                          for chain in plan.chains) if len(plan.chains) > 1 else (),
+                    staged=tuple(Staged(computed(n), buffers[n]) for n in self.staged), stage_index=stage_index)
 
         def ring(vec: int, width: int) -> str:
             engine = CpAsyncCopy(
@@ -474,6 +554,9 @@ class _Emitter:
                 *(f"{smem[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
                   f"{shapes[load.name]}], gl.NVMMASharedLayout.get_default_for([{shapes[load.name]}], "
                   f"{dtypes[load.name]}))" for load in plan.loads),
+                *(f"{buffers[n]} = gl.allocate_shared_memory({dtype}, [2, {shape}], "
+                  f"gl.NVMMASharedLayout.get_default_for([{shape}], {dtype}))"
+                  for n, (dtype, shape) in self.operand_types.items()),
                 f"{iters} = {count}",
                 "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
                 *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
@@ -483,7 +566,9 @@ class _Emitter:
 
         # `a_ptrs_next = a_ptrs` becomes a copy of the translated definition of `a_ptrs` (leave_FunctionDef).
         self.ctx.fresh_tiles.update({renames[c]: c for c in plan.carried if c in definitions})
-        widths = [f"{dtypes[load.name]}.primitive_bitwidth == 16" for load in plan.loads]
+        # (16-bit operands; a tile an operand is computed from may hold any type, its operand must be 16-bit)
+        widths = [f"{self.operand_types[load.name][0] if load.name in self.staged else dtypes[load.name]}"
+                  ".primitive_bitwidth == 16" for load in plan.loads]
         condition = " and ".join(dict.fromkeys(widths))
         (vec16, width16), (vec8, width8) = TIERS
         header = [

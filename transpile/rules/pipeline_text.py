@@ -226,8 +226,11 @@ class RingDepth:
         return next((row[-1] for row in self.rows if list(row[:-1]) == key), self.stages)
 
 
-def ring_depth(ctx, loop: cst.For, stages: int) -> RingDepth:  # noqa: ANN001 - RuleContext (import cycle)
-    """The ring depth of `loop` (see `RingDepth`). Depths below 2 become 2."""
+def ring_depth(ctx, loop: cst.For, stages: int, least: int = 2  # noqa: ANN001 - RuleContext (import cycle)
+               ) -> RingDepth:
+    """The ring depth of `loop` (see `RingDepth`). Depths below `least` (2: one slot filled while one is read) become
+    `least`."""
+    stages = max(stages, least)
     explicit = isinstance(loop.iter, cst.Call) and any(
         a.keyword is not None and a.keyword.value == "num_stages" for a in loop.iter.args)
     configs = ctx.function.autotune_configs
@@ -242,7 +245,7 @@ def ring_depth(ctx, loop: cst.For, stages: int) -> RingDepth:  # noqa: ANN001 - 
     found = [[c.values[k] for k in keys] + ([c.num_warps] if warps else []) for c in configs]
     if len({tuple(f) for f in found}) < len(found):
         return RingDepth(stages)  # two configs that differ only in num_stages cannot be told apart when compiled
-    rows = tuple(tuple([*f, max(depth, 2)]) for f, depth in zip(found, depths))
+    rows = tuple(tuple([*f, max(depth, least)]) for f, depth in zip(found, depths))
     names = keys + (["gl.num_warps()"] if warps else [])
     ctx.need("autotune_stages")
     return RingDepth(stages, tuple(names), rows)  # type: ignore[arg-type]
