@@ -5,7 +5,9 @@ Matches: ``for k in range(...)`` whose body loads the operands of ``acc = tl.dot
 before the loop as ``base + rows[:, None] * stride + cols[None, :] * stride`` sums; B may be read transposed
 (``tl.dot(x, tl.trans(w), acc)``: its ring holds the tile as loaded and the wgmma reads a transposed view of the slot),
 and there may be several such dots written one after the other (a gated GEMM's gate and up products from one A tile:
-one ring per tile, the wgmmas of an iteration issued in order and retired together).
+one ring per tile, the wgmmas of an iteration issued in order and retired together). A dot operand computed from a
+loaded tile (dequantised weights, a cast tile) has its raw tile copied: the slot is read into registers after the
+copies' wait, the operand computed there and stored into one of two staging buffers for the wgmma (`Staged`).
 Emits, under a test that is partly compile-time (16-bit operands) and partly run-time (16-byte alignment): a ring of
 ``NUM_STAGES`` shared-memory slots per operand filled ``NUM_STAGES - 1`` iterations ahead with cp.async (16 bytes per
 thread copy, one commit group per iteration, masks kept and past-the-end iterations masked off); per iteration
