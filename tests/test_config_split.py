@@ -16,7 +16,11 @@ import pytest
 from transpile.targets import get_target
 
 LAUNCHER = get_target("gfx950").snippet("tma_or_triton")
-WARP_PIPELINED_LAUNCHER = get_target("gfx950").snippet("warp_pipelined_or_triton")
+WARP_PIPELINED_LAUNCHER = get_target("gfx950").snippet("warp_pipelined_or_triton") \
+    + get_target("gfx950").snippet("config_split")
+SM90 = get_target("sm90")
+ONE_WAVE_LAUNCHER = "".join(SM90.snippet(n) for n in ("persistent_grid", "tma_or_triton", "one_wave_or_triton",
+                                                       "config_split"))
 
 RUN = '''
 import torch
@@ -57,3 +61,52 @@ def test_autotune_configs_run_where_the_gluon_kernel_pipelines_them(tmp_path: Pa
     result = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and "SPLIT" in result.stdout, result.stderr[-3000:]
+
+
+ONE_WAVE_RUN = '''
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def gluon_stand_in(out_ptr, M, BLOCK_M: tl.constexpr):
+    tl.store(out_ptr + tl.program_id(0) + tl.arange(0, 1), tl.full([1], 1, tl.int32))
+
+@triton.jit
+def source_kernel(out_ptr, M, BLOCK_M: tl.constexpr):
+    tl.store(out_ptr + tl.program_id(0) + tl.arange(0, 1), tl.full([1], 2, tl.int32))
+''' + ONE_WAVE_LAUNCHER + '''
+_sm_count = lambda: 4  # (a device of 4 SMs: the interpreter has none)
+
+def grid(meta):
+    return (triton.cdiv(meta["M"], meta["BLOCK_M"]),)
+
+def launch(M, configs=None, block=None):
+    out = torch.zeros(64, dtype=torch.int32)
+    if configs is None:  # fixed launch
+        kernel = _OneWaveOrTriton(gluon_stand_in, source_kernel, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+        kernel[grid](out, M, BLOCK_M=block)
+    else:
+        gluon = triton.autotune(configs=configs, key=["M"])(gluon_stand_in)
+        source = triton.autotune(configs=configs, key=["M"])(source_kernel)
+        kernel = _OneWaveOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+        kernel[grid](out, M)
+    return int(out[0])
+
+assert launch(64, block=16) == 1   # 4 programs on 4 SMs: the Gluon kernel
+assert launch(80, block=16) == 2   # 5 programs: the source kernel
+one = [triton.Config({"BLOCK_M": 32}, num_warps=4)]
+assert launch(128, configs=one) == 1  # the config's grid, 4 programs: Gluon
+assert launch(256, configs=one) == 2  # 8: the source
+print("ONE WAVE")
+'''
+
+
+@pytest.mark.slow
+def test_one_wave_launcher_runs_the_gluon_kernel_only_for_grids_of_one_wave(tmp_path: Path) -> None:
+    """`_OneWaveOrTriton` (an sm90 ring with an operand staged from registers): a fixed launch, and each autotune
+    config, runs the Gluon kernel where its grid has at most one program per SM, else the source kernel."""
+    (tmp_path / "run.py").write_text(ONE_WAVE_RUN)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "ONE WAVE" in result.stdout, result.stderr[-3000:]

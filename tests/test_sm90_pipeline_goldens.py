@@ -184,15 +184,18 @@ def test_an_operand_computed_from_its_slot_is_staged_for_the_wgmma(weights: str,
     one of two staging buffers (by iteration parity: the wgmma left in flight still reads the other), fenced and
     barriered before the wgmma; the ring is at least 3 slots deep. It compiles for int8 and int32 weights, at one and
     two warpgroups, and the schedule checker finds no read of a slot before its copy landed nor a refill or restage
-    of a buffer a wgmma still reads. By default the kernel is kept as Triton with the measurement."""
+    of a buffer a wgmma still reads. By default the variant binds the kernel's name to the one-wave launcher, which
+    runs the source kernel for grids of more than one program per SM."""
     import re
 
     from transpile.rules.hopper_cp_async import DEQUANT
     from transpile.schedule_check import check_source
     from transpile.verify import verify
 
-    kept = translate_source(DEQUANT, "x.py", get_target("sm90"))
-    assert "w_staged" not in kept.text and "1.40-1.42x" in kept.text
+    default = translate_source(DEQUANT, "x.py", get_target("sm90"))
+    assert "w_staged.index(stage).store(b)" in default.text
+    assert "k = _OneWaveOrTriton(k, _k_triton, params=(" in default.text
+    assert "class _OneWaveOrTriton(_TMAOrTriton):" in default.text and "class _ConfigSplit:" in default.text
     result = translate_source(DEQUANT, "x.py", get_target("sm90"), gluon_always=True)
     loop = _main_loop(result.text)
     _assert_async_wgmma(loop)
@@ -211,3 +214,17 @@ def test_an_operand_computed_from_its_slot_is_staged_for_the_wgmma(weights: str,
                                "N": "i32", "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
                                "num_warps": warps}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+TUPLE_HELPER = 'import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _prep(x):\n    return x.to(tl.float16), tl.max(x, axis=1)\n\n\n@triton.jit\ndef k(a_ptr, b_ptr, c_ptr, m_ptr, K, N, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n    offs_m = tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n    offs_k = tl.arange(0, BK)\n    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]\n    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]\n    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    mx = tl.zeros((BM,), dtype=tl.float32)\n    for k in range(0, tl.cdiv(K, BK)):\n        x = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n        a, m = _prep(x)\n        acc = tl.dot(a, b, acc)\n        mx = tl.maximum(mx, m)\n        a_ptrs += BK\n        b_ptrs += BK * stride_bk\n    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))\n    tl.store(m_ptr + offs_m, mx)\n'
+
+
+def test_a_loop_the_translation_adds_statements_to_is_refused_not_crashed() -> None:
+    """`a, m = _prep(x)`, a jit helper returning a tuple, gets a conversion of each result after it in the translation:
+    the loop body's statements no longer line up with the loop plan's (the source's), so the cp.async ring refuses
+    the loop with that reason (it used to index the translated body with the plan's indices: a KeyError on aiter's
+    fp4 GEMMs)."""
+    result = translate_source(TUPLE_HELPER, "x.py", get_target("sm90"), gluon_always=True)
+    assert any(d.code == "TT040" and "layout conversions of a helper's results" in d.message
+               for d in result.diagnostics), [d.message for d in result.diagnostics]
+    assert "_cp_async_load(" not in result.text

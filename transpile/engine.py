@@ -832,6 +832,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                     if outcome.dispatch.warps is not None or outcome.dispatch.small or outcome.dispatch.no_agprs \
                             or outcome.dispatch.slow_dtypes:
                         helpers.add("warp_pipelined_or_triton")
+                    if outcome.dispatch.one_wave:
+                        helpers.add("one_wave_or_triton")
             else:
                 rewritten.pop(name, None)
         shadowed = _shadowed_builtins(target, helpers, module_names)
@@ -1196,6 +1198,9 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
                 flag = f"({flag} or {' and '.join(f'`{n}` >= {v}' for n, v in o.dispatch.unflagged_at_least)})"
             where = " and ".join([*([flag] if flag else []),
                                   *([f"`{n}` >= {v}" for n, v in o.dispatch.at_least]),
+                                  *([f"its grid has at least {o.dispatch.grid_at_least[1]} programs along axis "
+                                     f"{o.dispatch.grid_at_least[0]}"] if o.dispatch.grid_at_least else []),
+                                  *(["its grid has at most one program per SM"] if o.dispatch.one_wave else []),
                                   *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else []),
                                   *(["their elements 32-bit or wider"] if o.dispatch.reason == ALIGNMENT_REASON
                                     and not o.dispatch.narrow else [])])
@@ -1340,7 +1345,7 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
                     no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds,
                     source_when=ctx.launch_source_when, grid_at_least=ctx.launch_grid_at_least,
-                    retile=ctx.launch_retile)
+                    retile=ctx.launch_retile, one_wave=ctx.launch_one_wave)
 
 
 def _alignment_dispatch(facts: ModuleFacts, fn: JitFunction, narrow: bool) -> Dispatch:
@@ -1510,13 +1515,15 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
                             *([f"it is faster than this kernel only where the grid has at least "
                                f"{dispatch.grid_at_least[1]} programs along axis {dispatch.grid_at_least[0]}"]
                               if dispatch.grid_at_least is not None else []),
+                            *(["it is faster than this kernel only where its grid fits in one wave (at most one "
+                               "program per SM)"] if dispatch.one_wave else []),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
         checks = (f"its tensors' alignment{'' if dispatch.narrow else ' and element size'} and that of the arguments "
                   "its addresses read") if dispatch.reason else \
             " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
                                *([f"`{n}`" for n, _ in dispatch.at_least]),
-                               *(["its grid"] if dispatch.grid_at_least is not None else []),
+                               *(["its grid"] if dispatch.grid_at_least is not None or dispatch.one_wave else []),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
@@ -1567,7 +1574,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
                                        f"{', narrow=True' if dispatch.narrow else ''})\n")
     else:
         launcher = cst.parse_statement(
-            f"{name} = {'_WarpPipelinedOrTriton' if amd else '_TMAOrTriton'}({name}, {copy}, params=({params}), "
+            f"{name} = {'_WarpPipelinedOrTriton' if amd else '_OneWaveOrTriton' if dispatch.one_wave else '_TMAOrTriton'}"
+            f"({name}, {copy}, params=({params}), "
             f"tiles=({tiles}{',' if tiles else ''}), persistent={persistent}{when}{amd})\n")
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
 

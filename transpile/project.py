@@ -660,7 +660,8 @@ def _dispatch(data: dict | None) -> Dispatch | None:
                     source_when=tuple((test, tuple((n, d) for n, d in names))
                                       for test, names in data.get("source_when", ())),
                     grid_at_least=tuple(data["grid_at_least"]) if data.get("grid_at_least") else None,
-                    retile=tuple(data["retile"]) if data.get("retile") else None)  # type: ignore[arg-type]
+                    retile=tuple(data["retile"]) if data.get("retile") else None,  # type: ignore[arg-type]
+                    one_wave=bool(data.get("one_wave", False)))
 
 
 def _lds_of(value: object) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:

@@ -191,6 +191,9 @@ def _forms(ring: Sm90Ring) -> list[_Form]:
                          f"warpgroup_mma_wait({ring.mma_in_flight}) leaves {ring.mma_in_flight} in flight; after the "
                          "loop warpgroup_mma_wait(0)" + ("; async_copy.wait_group(0)" if ring.form == "cp.async"
                                                          else ""))
+        if "stage" in ring.steady:
+            notes.append("a dot operand is computed in registers from its slot after the copies' wait and stored into "
+                         "one of two staging buffers (by iteration parity), fenced, before the wgmma reads it")
         if ring.form == "cp.async":
             notes.append("under a run-time test: 16-byte copies (rows 16-byte aligned); the same ring with 8-byte "
                          "copies under a weaker one; else the translated loop")

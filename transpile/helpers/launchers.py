@@ -61,6 +61,15 @@ class _AlignedOrTriton:
 _SM_COUNTS = {}
 
 
+def _sm_count():
+    """The number of SMs of the current device (asked of the driver once per device)."""
+    driver = triton.runtime.driver.active
+    device = driver.get_current_device()
+    if device not in _SM_COUNTS:
+        _SM_COUNTS[device] = driver.utils.get_device_properties(device)["multiprocessor_count"]
+    return _SM_COUNTS[device]
+
+
 def _persistent_grid(grid, persistent):
     """The launch grid of a kernel in its persistent form: one program per SM (at most one per tile of `grid`) for
     the configs `persistent(meta)` selects, else `grid` itself. The kernel walks the tiles of `grid` either way."""
@@ -71,11 +80,7 @@ def _persistent_grid(grid, persistent):
         tiles = 1
         for d in dims:
             tiles *= d
-        driver = triton.runtime.driver.active
-        device = driver.get_current_device()
-        if device not in _SM_COUNTS:
-            _SM_COUNTS[device] = driver.utils.get_device_properties(device)["multiprocessor_count"]
-        return (max(1, min(tiles, _SM_COUNTS[device])),)
+        return (max(1, min(tiles, _sm_count())),)
     return launch_grid
 
 
@@ -251,6 +256,11 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
             source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
             gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
 
+    def config_runs_gluon(self, values):
+        """An autotune config runs the Gluon kernel where that kernel pipelines its loop at the config's values, with
+        8 warps (two warp groups of 4)."""
+        return values.get("num_warps") == 8 and self.pipelines(values)
+
     def pipelines(self, values):
         """Whether the Gluon kernel pipelines its loop at these launch (or config) values: no test of `source_when`
         holds, and two slots of each ring fit the LDS; True where a block size is not known yet."""
@@ -309,10 +319,53 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         return run
 
 
+class _OneWaveOrTriton(_TMAOrTriton):
+    """`_TMAOrTriton` for a Gluon kernel that is faster than its source only while its grid fits in one wave, at most
+    one program per SM (a GEMM whose operand is computed in registers, with few tiles: there its deeper ring hides
+    the copies; with more programs the source kernel, more of whose programs stay resident, is faster). An autotuned
+    kernel is split per config: the autotuner runs each config on the Gluon kernel where that config's grid fits in
+    one wave, else on the source kernel. A grid that cannot be evaluated runs the source kernel."""
+
+    def __init__(self, gluon_kernel, triton_kernel, params, tiles, **checks):
+        super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
+        if hasattr(gluon_kernel, "configs"):
+            source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
+            gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
+
+    def config_runs_gluon(self, values):
+        """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
+        SM."""
+        grid = values.get("grid")
+        try:
+            dims = grid(values) if callable(grid) else grid
+        except (KeyError, TypeError):
+            return False
+        programs = 1
+        for d in dims if isinstance(dims, (tuple, list)) else (dims,):
+            if not isinstance(d, int):
+                return False
+            programs *= d
+        return programs <= _sm_count()
+
+    def __getitem__(self, grid):
+        launch = super().__getitem__(grid)
+        if hasattr(self.gluon_kernel, "configs"):
+            return launch  # (each config is split by `_ConfigSplit`, in the autotuner)
+
+        def run(*args, **kwargs):
+            values = self.arguments(args, kwargs)
+            values["grid"] = grid
+            if not self.config_runs_gluon(values):
+                return self.triton_kernel[grid](*args, **kwargs)
+            return launch(*args, **kwargs)
+
+        return run
+
+
 class _ConfigSplit:
-    """What an autotuner of a warp-pipelined Gluon kernel runs: each config on the Gluon kernel where that kernel
-    pipelines its loop at the config's values (8 warps), else on the source kernel (the same arguments, the config's
-    own warps)."""
+    """What an autotuner of a Gluon kernel that runs only some configs runs: each config on the Gluon kernel where
+    its launcher's `config_runs_gluon` takes the config's values (and the launch's grid), else on the source kernel
+    (the same arguments, the config's own warps)."""
 
     def __init__(self, gluon_fn, triton_fn, launcher):
         self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
@@ -321,8 +374,7 @@ class _ConfigSplit:
         self.launcher = launcher
 
     def pick(self, args, kwargs):
-        values = self.launcher.arguments(args, kwargs)
-        if values.get("num_warps") == 8 and self.launcher.pipelines(values):  # (two warp groups of 4)
+        if self.launcher.config_runs_gluon(self.launcher.arguments(args, kwargs)):
             return self.fn, kwargs
         return self.triton_fn, {k: v for k, v in kwargs.items() if k != "llvm_fn_attrs"}
 

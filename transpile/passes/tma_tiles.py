@@ -184,6 +184,9 @@ class Dispatch:
     # (constexpr parameter, value, warps): launches that set the parameter to the value run the Gluon kernel with
     # that many warps (the warp-specialised attention of a kernel launched with fixed tiles: its form's warps)
     retile: tuple[str, int, int] | None = None
+    # only launches (or autotune configs) whose grid has at most one program per SM run the Gluon kernel (a form
+    # measured faster than the source only with few tiles: an operand computed in registers and staged for the wgmma)
+    one_wave: bool = False
 
 
 @dataclass

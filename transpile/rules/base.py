@@ -110,6 +110,7 @@ class RuleContext:
     launch_unflagged_at_least: tuple[tuple[str, int], ...] = ()
     # ... and (constexpr parameter, value, warps): launches with that value run the Gluon kernel at those warps
     launch_retile: tuple[str, int, int] | None = None
+    launch_one_wave: bool = False  # `Dispatch.one_wave`: the Gluon kernel runs only grids of one wave
     # the Gluon kernel reads tiles through 32-bit buffer offsets: launches with a tensor spanning 2 GB or more run
     # the source kernel (`Dispatch.small`)
     launch_small: bool = False
@@ -183,12 +184,6 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
         "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows; a warp-specialised form and one "
         "that scales a product while the next wgmma runs were no faster (bench/RESULTS.md)"),
-    ("sm90", "cp.async, computed operand"): (
-        "only the cp.async pointer ring would pipeline it, with the dot operand computed from its slot in registers and "
-        "stored for the wgmma (dequantised weights, a cast tile); on an H200 that ring ran a GPTQ-style 4-bit GEMM at "
-        "1.40-1.42x its source with one wave of tiles (M = 16-128, N = K = 4096), 1.08x at M = 512 and 1.18x at "
-        "1000x1024x1024, but 0.84x at 4096^3; no launcher picks the form by the number of tiles yet, so it stays as Triton (bench/RESULTS.md: "
-        "Profitability)"),
     ("sm90", "cp.async, address form"): (
         "{construct}a pointer-tile GEMM, which Triton 3.6's own pipeliner builds as the tool's cp.async ring would; "
         "where that ring takes such loops (16-bit operands) it ran GEMMs at 0.69x-0.96x the speed of Triton's own "

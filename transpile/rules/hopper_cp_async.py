@@ -7,7 +7,9 @@ before the loop as ``base + rows[:, None] * stride + cols[None, :] * stride`` su
 and there may be several such dots written one after the other (a gated GEMM's gate and up products from one A tile:
 one ring per tile, the wgmmas of an iteration issued in order and retired together). A dot operand computed from a
 loaded tile (dequantised weights, a cast tile) has its raw tile copied: the slot is read into registers after the
-copies' wait, the operand computed there and stored into one of two staging buffers for the wgmma (`Staged`).
+copies' wait, the operand computed there and stored into one of two staging buffers for the wgmma (`Staged`); that
+form is faster than the source only with few tiles, so its variant's launcher runs it for grids of one wave (at most
+one program per SM, per autotune config) and the source kernel for the others (`STAGED_DEPTH`).
 Emits, under a test that is partly compile-time (16-bit operands) and partly run-time (16-byte alignment): a ring of
 ``NUM_STAGES`` shared-memory slots per operand filled ``NUM_STAGES - 1`` iterations ahead with cp.async (16 bytes per
 thread copy, one commit group per iteration, masks kept and past-the-end iterations masked off); per iteration
@@ -195,9 +197,6 @@ class HopperCpAsyncPipeline(Rule):
                                      "        acc = acc * 0.5\n        up = tl.dot(a, tl.trans(u), up)\n"),
                        ("_cp_async_load(", "warpgroup_mma_wait(2"), "TT040",
                        "the statement at line 19 between its 2 dots", "sm90", gluon_always=True),
-        # an operand computed from its slot: kept by default, with the measurement (UNPROFITABLE_RINGS)
-        Counterexample(DEQUANT, ("_cp_async_load(", "w_staged"), "TT041",
-                       "with the dot operand computed from its slot in registers and stored for the wgmma", "sm90"),
         # ... and not staged where the loop has a second dot (the ring stages a computed operand for one dot)
         Counterexample(DEQUANT.replace("        acc = tl.dot(a, b, acc)\n",
                                        "        acc = tl.dot(a, b, acc)\n        acc = tl.dot(a, b, acc)\n"),
@@ -224,9 +223,14 @@ class HopperCpAsyncPipeline(Rule):
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
-        if ctx.slower_than_triton(original, "cp.async, computed operand" if emitted.ring.steady == GEMM_STEADY_STAGED
-                                  else "cp.async"):
+        staged = emitted.ring.steady == GEMM_STEADY_STAGED
+        if not staged and ctx.slower_than_triton(original, "cp.async"):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
+        if staged and not ctx.gluon_always:
+            # Faster than the source only with few tiles (STAGED_DEPTH): the launcher runs the Gluon kernel for grids
+            # of one wave, the source kernel for the others (per config where the kernel is autotuned).
+            ctx.launch_checked = True
+            ctx.launch_one_wave = True
         ctx.pipelined_loop(original, emitted.ring)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
         return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
@@ -262,7 +266,9 @@ class HopperCpAsyncPipeline(Rule):
 
 #: The least depth of a ring with an operand computed in registers (`Staged`). On an H200 (Triton 3.6) the GPTQ-style
 #: 4-bit GEMM fixture at its autotuned num_stages=2 ran 0.96x its source at M = 16-128 (N = K = 4096) and 0.65x at
-#: 4096^3; with 3 slots, 1.40-1.42x and 0.84x (bench/RESULTS.md: Profitability).
+#: 4096^3; with 3 slots (GPU time, CUDA graphs) 1.27-1.32x at M = 16-128, 1.21x at 512, but 0.84-0.88x from
+#: M = 1024 (8 x 32 tiles of 128 x 128 and more): the launcher runs the form only for grids of one wave
+#: (`_OneWaveOrTriton`; bench/RESULTS.md: Profitability).
 STAGED_DEPTH = 3
 
 
@@ -289,6 +295,11 @@ class _Emitter:
 
     def emit(self) -> _Emitted | str:
         ctx, plan = self.ctx, self.plan
+        if len(self.body) != len(self.original.body.body):  # type: ignore[union-attr]
+            # (the plan's statement indices are the source's: `a, s = helper(x)` is followed in the translation by a
+            # conversion of each result, `a = gl.convert_layout(a, ...)`)
+            return ("the translated loop body has statements the source's has not (layout conversions of a helper's "
+                    "results), which the ring's plan does not place")
         # Several dots (a gated GEMM's gate and up products from one A tile, or two products into one accumulator in
         # turn): each is a wgmma of its own from the iteration's slots; they are written one after the other.
         indices = [chain.index for chain in plan.chains]

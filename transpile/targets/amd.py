@@ -56,6 +56,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "persistent_grid": LAUNCHERS["persistent_grid"],
         "tma_or_triton": LAUNCHERS["tma_or_triton"],
         "warp_pipelined_or_triton": LAUNCHERS["warp_pipelined_or_triton"],
+        "config_split": LAUNCHERS["config_split"],
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
                   copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy),

@@ -68,6 +68,8 @@ SM90 = Target(
         "fit_stages": helper("hopper", "_fit_stages"),
         "persistent_grid": LAUNCHERS["persistent_grid"],
         "tma_or_triton": LAUNCHERS["tma_or_triton"],
+        "one_wave_or_triton": LAUNCHERS["one_wave_or_triton"],
+        "config_split": LAUNCHERS["config_split"],
         "aligned_or_triton": LAUNCHERS["aligned_or_triton"],
         "kmajor_copy": LAUNCHERS["kmajor_copy"],
     },

@@ -17,8 +17,10 @@ COMMON = {
 #: GEMM of 8-bit or tf32 operands run on a K-major copy of B
 LAUNCHERS = {
     "aligned_or_triton": helper("launchers", "_AlignedOrTriton"),
-    "persistent_grid": helper("launchers", "_SM_COUNTS", "_persistent_grid"),
+    "persistent_grid": helper("launchers", "_SM_COUNTS", "_sm_count", "_persistent_grid"),
     "tma_or_triton": helper("launchers", "_TMAOrTriton", "_tma_scratch"),
-    "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton", "_ConfigSplit"),
+    "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton"),
+    "one_wave_or_triton": helper("launchers", "_OneWaveOrTriton"),
+    "config_split": helper("launchers", "_ConfigSplit"),
     "kmajor_copy": helper("launchers", "_kmajor_copy", "_KMajorCopy"),
 }
