@@ -81,15 +81,17 @@ _sm_count = lambda: 4  # (a device of 4 SMs: the interpreter has none)
 def grid(meta):
     return (triton.cdiv(meta["M"], meta["BLOCK_M"]),)
 
-def launch(M, configs=None, block=None):
+def launch(M, configs=None, block=None, rows=8):
     out = torch.zeros(64, dtype=torch.int32)
+    least = (("BLOCK_M", rows),)  # (the wgmma's rows: fewer run the source kernel)
     if configs is None:  # fixed launch
-        kernel = _OneWaveOrTriton(gluon_stand_in, source_kernel, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+        kernel = _OneWaveOrTriton(gluon_stand_in, source_kernel, params=("out_ptr", "M", "BLOCK_M"), tiles=(),
+                                  at_least=least)
         kernel[grid](out, M, BLOCK_M=block)
     else:
         gluon = triton.autotune(configs=configs, key=["M"])(gluon_stand_in)
         source = triton.autotune(configs=configs, key=["M"])(source_kernel)
-        kernel = _OneWaveOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+        kernel = _OneWaveOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(), at_least=least)
         kernel[grid](out, M)
     return int(out[0])
 
@@ -98,6 +100,8 @@ assert launch(80, block=16) == 2   # 5 programs: the source kernel
 one = [triton.Config({"BLOCK_M": 32}, num_warps=4)]
 assert launch(128, configs=one) == 1  # the config's grid, 4 programs: Gluon
 assert launch(256, configs=one) == 2  # 8: the source
+assert launch(64, block=16, rows=32) == 2  # one wave, but fewer rows than the form takes: the source
+assert launch(128, configs=one, rows=64) == 2  # the config's 32 rows: the source
 print("ONE WAVE")
 '''
 

@@ -195,6 +195,7 @@ def test_an_operand_computed_from_its_slot_is_staged_for_the_wgmma(weights: str,
     default = translate_source(DEQUANT, "x.py", get_target("sm90"))
     assert "w_staged.index(stage).store(b)" in default.text
     assert "k = _OneWaveOrTriton(k, _k_triton, params=(" in default.text
+    assert 'at_least=(("BM", 64), )' in default.text  # (a wgmma's 64 rows a warpgroup: narrower launches, the source)
     assert "class _OneWaveOrTriton(_TMAOrTriton):" in default.text and "class _ConfigSplit:" in default.text
     result = translate_source(DEQUANT, "x.py", get_target("sm90"), gluon_always=True)
     loop = _main_loop(result.text)

@@ -1510,7 +1510,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
         why = (dispatch.reason.split(" and, on aligned rows,")[0] if dispatch.narrow else dispatch.reason) or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"
                                + (f" or {unflagged}" if unflagged else "")]
                               if dispatch.when else []),
-                            *([f"it is faster than this kernel only where `{n}` is at least {v}"
+                            *([f"its wgmma needs `{n}` of at least {v} rows" if dispatch.one_wave else
+                               f"it is faster than this kernel only where `{n}` is at least {v}"
                                for n, v in dispatch.at_least]),
                             *([f"it is faster than this kernel only where the grid has at least "
                                f"{dispatch.grid_at_least[1]} programs along axis {dispatch.grid_at_least[0]}"]

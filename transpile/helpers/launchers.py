@@ -324,17 +324,22 @@ class _OneWaveOrTriton(_TMAOrTriton):
     one program per SM (a GEMM whose operand is computed in registers, with few tiles: there its deeper ring hides
     the copies; with more programs the source kernel, more of whose programs stay resident, is faster). An autotuned
     kernel is split per config: the autotuner runs each config on the Gluon kernel where that config's grid fits in
-    one wave, else on the source kernel. A grid that cannot be evaluated runs the source kernel."""
+    one wave, else on the source kernel. A grid that cannot be evaluated runs the source kernel. `at_least` is checked
+    against the launch's or the config's values with the grid (a config's block sizes are known only there)."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, **checks):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
+        self.config_at_least, self.at_least = self.at_least, ()
         if hasattr(gluon_kernel, "configs"):
             source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
             gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
 
     def config_runs_gluon(self, values):
         """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
-        SM."""
+        SM, and the `at_least` sizes hold (the wgmma's 64 rows a warpgroup)."""
+        for name, least in self.config_at_least:
+            if not isinstance(values.get(name), int) or values[name] < least:
+                return False
         grid = values.get("grid")
         try:
             dims = grid(values) if callable(grid) else grid

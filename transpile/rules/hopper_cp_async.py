@@ -228,9 +228,12 @@ class HopperCpAsyncPipeline(Rule):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         if staged and not ctx.gluon_always:
             # Faster than the source only with few tiles (STAGED_DEPTH): the launcher runs the Gluon kernel for grids
-            # of one wave, the source kernel for the others (per config where the kernel is autotuned).
+            # of one wave, the source kernel for the others (per config where the kernel is autotuned), and for
+            # launches of fewer rows than a warpgroup's wgmma takes (`STAGED_ROWS`).
             ctx.launch_checked = True
             ctx.launch_one_wave = True
+            if emitted.rows[0]:
+                ctx.launch_at_least = tuple(dict.fromkeys((*ctx.launch_at_least, emitted.rows)))
         ctx.pipelined_loop(original, emitted.ring)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
         return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
@@ -270,6 +273,9 @@ class HopperCpAsyncPipeline(Rule):
 #: M = 1024 (8 x 32 tiles of 128 x 128 and more): the launcher runs the form only for grids of one wave
 #: (`_OneWaveOrTriton`; bench/RESULTS.md: Profitability).
 STAGED_DEPTH = 3
+#: The least rows of such a ring's dot tile: a wgmma's M is 64 rows a warpgroup (Triton runs a narrower dot as
+#: mma.sync; Gluon's wgmma refuses it). Launches with fewer run the source kernel.
+STAGED_ROWS = 64
 
 
 class _AddressForm(str):
@@ -279,10 +285,11 @@ class _AddressForm(str):
 
 class _Emitted:
     """The emitted source of a pipelined loop and the schedule it was written from (a plain `str` from
-    `_Emitter.emit` is the reason it was not)."""
+    `_Emitter.emit` is the reason it was not); `rows`: (the constexpr parameter that sizes the dot's rows, the least
+    value a launch of the Gluon kernel needs), for a ring with a staged operand."""
 
-    def __init__(self, text: str, ring: Sm90Ring) -> None:
-        self.text, self.ring = text, ring
+    def __init__(self, text: str, ring: Sm90Ring, rows: tuple[str, int] = ("", 0)) -> None:
+        self.text, self.ring, self.rows = text, ring, rows
 
 
 class _Emitter:
@@ -362,6 +369,16 @@ class _Emitter:
                     continue
                 dtypes.setdefault(name, dtype)
                 shapes.setdefault(name, ", ".join(shape[::-1] if transposed else shape))
+        rows: tuple[str, int] = ("", 0)
+        if self.staged:
+            # A wgmma takes 64 rows a warpgroup (Triton runs a narrower dot as mma.sync): the dot's rows must be a
+            # constexpr the launcher can test (a literal is tested here).
+            size = str(ctx.plan.dots[plan.chains[0].call].shape[0])
+            constexprs = {p.name for p in ctx.function.params if p.is_constexpr}
+            if size.isdigit() and int(size) < STAGED_ROWS or not size.isdigit() and size not in constexprs:
+                return (f"the dot's tile has `{size}` rows: the ring's wgmma takes {STAGED_ROWS} rows a warpgroup, "
+                        "which the launch must be known to give")
+            rows = (size, STAGED_ROWS) if size in constexprs else rows
         for load in plan.loads:
             if load.name in self.staged:  # its ring holds the tile as loaded: the load's own type and shape
                 tile = ctx.plan.loads.get(load.call)
@@ -394,7 +411,7 @@ class _Emitter:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
         ctx.need("cp_async")
         ctx.need("cta_barrier")
-        return _Emitted(*self._text(tests, definitions, dtypes, shapes))
+        return _Emitted(*self._text(tests, definitions, dtypes, shapes), rows=rows)
 
     def _definition(self, name: str) -> cst.BaseExpression | None:
         """The value of the one assignment `name = ...` among the function's statements outside the loop (and
