@@ -128,12 +128,10 @@ class _TMAOrTriton:
     def addressable(self, args, kwargs):
         values = self.arguments(args, kwargs)
         if self.when is not None and not values.get(*self.when):
-            if not self.unflagged_at_least or any(not isinstance(values.get(name), int) or values[name] < least
-                                                  for name, least in self.unflagged_at_least):
+            if not self.unflagged_at_least or not self.sizes_at_least(self.unflagged_at_least, values):
                 return False
-        for name, least in self.at_least:
-            if not isinstance(values.get(name), int) or values[name] < least:
-                return False
+        if not self.sizes_at_least(self.at_least, values):
+            return False
         if self.aligned:
             for value in values.values():
                 if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
@@ -166,6 +164,11 @@ class _TMAOrTriton:
                 if not isinstance(stride, int) or stride <= 0 or stride * size % 16:
                     return False
         return True
+
+    @staticmethod
+    def sizes_at_least(pairs, values):
+        """Every (parameter, least value) of `pairs` is an int of at least that value in `values`."""
+        return all(isinstance(values.get(name), int) and values[name] >= least for name, least in pairs)
 
     def long_enough(self, grid, args, kwargs):
         """The launch's grid has at least `grid_at_least` programs along its axis (a grid function is called with
@@ -253,8 +256,7 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         if hasattr(gluon_kernel, "configs") and (source_when or lds is not None):
             # Autotuned: the autotuner runs each config on the Gluon kernel where it pipelines that config's
             # loop (8 warps, the tests below), else on the source kernel at the config's own warps.
-            source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
-            gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
+            _ConfigSplit.install(self)
 
     def config_runs_gluon(self, values):
         """An autotune config runs the Gluon kernel where that kernel pipelines its loop at the config's values, with
@@ -331,15 +333,13 @@ class _OneWaveOrTriton(_TMAOrTriton):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
         self.config_at_least, self.at_least = self.at_least, ()
         if hasattr(gluon_kernel, "configs"):
-            source = triton_kernel.fn if hasattr(triton_kernel, "configs") else triton_kernel
-            gluon_kernel.fn = _ConfigSplit(gluon_kernel.fn, source, self)
+            _ConfigSplit.install(self)
 
     def config_runs_gluon(self, values):
         """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
         SM, and the `at_least` sizes hold (the wgmma's 64 rows a warpgroup)."""
-        for name, least in self.config_at_least:
-            if not isinstance(values.get(name), int) or values[name] < least:
-                return False
+        if not self.sizes_at_least(self.config_at_least, values):
+            return False
         grid = values.get("grid")
         try:
             dims = grid(values) if callable(grid) else grid
@@ -371,6 +371,14 @@ class _ConfigSplit:
     """What an autotuner of a Gluon kernel that runs only some configs runs: each config on the Gluon kernel where
     its launcher's `config_runs_gluon` takes the config's values (and the launch's grid), else on the source kernel
     (the same arguments, the config's own warps)."""
+
+    @staticmethod
+    def install(launcher):
+        """Make the autotuner of `launcher`'s Gluon kernel run each config through a split: the source kernel's
+        function (the autotuned one's, where the source copy is autotuned too) for the configs it turns away."""
+        source = launcher.triton_kernel
+        source = source.fn if hasattr(source, "configs") else source
+        launcher.gluon_kernel.fn = _ConfigSplit(launcher.gluon_kernel.fn, source, launcher)
 
     def __init__(self, gluon_fn, triton_fn, launcher):
         self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
