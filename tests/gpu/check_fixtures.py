@@ -1333,6 +1333,12 @@ SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_desc_linear", wrapper="linear", make_inputs=_linear_nk_inputs(torch.float16),
                      reference=_ref_linear_nk, shape=dict(M=1000, N=1096, K=712),
                      small_shape=dict(M=150, N=136, K=104)),
+    # Decode batches: the launch sizes the row block to the batch (16, 32, then 64 rows).
+    *(_suite_gemm_case(f"suite_decode_linear{suffix}", fixture="suite_decode_linear", wrapper="decode_linear",
+                       make_inputs=_linear_nk_inputs(torch.float16), reference=_ref_linear_nk,
+                       shape=dict(M=m, N=1096, K=712), small_shape=dict(M=m, N=136, K=104),
+                       bench_shape=dict(M=bench, N=8192, K=8192))
+      for suffix, m, bench in (("", 13, 16), ("-32rows", 29, 32), ("-64rows", 200, 128))),
     _suite_gemm_case("suite_linear_trans_b", wrapper="linear",
                      make_inputs=_linear_nk_inputs(torch.float16, with_bias=True), reference=_ref_linear_nk),
     # TF32 keeps 10 mantissa bits: errors of about 1e-3 relative on sums of 700 products.

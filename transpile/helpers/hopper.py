@@ -4,7 +4,7 @@ warp-specialised consumers. Copied into variants from here (`transpile.helpers`)
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from transpile.helpers.common import _cta_barrier  # noqa: F401
@@ -13,14 +13,44 @@ from transpile.helpers.common import _cta_barrier  # noqa: F401
 @gluon.constexpr_function
 def _mma_layout(m, ns, dtype, num_warps):
     """wgmma accumulator layout for [m, n] tiles of `dtype` operands: warps stacked along M (a warpgroup per 64 rows),
-    the instruction as wide in N as every dot of this layout allows (at most 256), K = 32 bytes of `dtype`."""
+    the instruction as wide in N as every dot of this layout allows (at most 256), K = 32 bytes of `dtype`. A tile of
+    fewer than 64 rows (a warpgroup's wgmma takes 64) gets the mma.sync layout instead, as Triton's own compile
+    gives it: 16 x 8 instructions, warps split between M and N as Triton splits them (`_mma_sync_warps`)."""
     widths = [n for n in ns if n is not None] or [128]
     rows = 128 if m is None else m
+    if rows < 64:
+        return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=_mma_sync_warps(rows, min(widths), num_warps),
+                                         instr_shape=[16, 8])
     warps_m = max(4, min(num_warps, rows // 16))
     warps_n = num_warps // warps_m
     instr_n = min(256, min(widths) // warps_n)  # warps side by side in N split the tile's columns
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, warps_n],
                                      instr_shape=[16, instr_n, 256 // dtype.primitive_bitwidth])
+
+
+@gluon.constexpr_function
+def _mma_sync_warps(m, n, num_warps):
+    """Warps of an mma.sync accumulator of [m, n]: doubled along M while M has more 16-row instructions per warp than
+    N has pairs of 8-column ones (and M has rows left for another warp), else along N (Triton's `warpsPerTileV2`)."""
+    warps = [1, 1]
+    while warps[0] * warps[1] < num_warps:
+        if m // 16 // warps[0] >= n // 16 // warps[1] and warps[0] < m // 16:
+            warps[0] *= 2
+        else:
+            warps[1] *= 2
+    return warps
+
+
+@gluon.constexpr_function
+def _is_mma_sync(layout):
+    """True for an mma.sync (version 2) accumulator layout (`_mma_layout` of fewer than 64 rows)."""
+    return layout.version[0] == 2
+
+
+@gluon.constexpr_function
+def _mma_sync_operand(layout, index, dtype):
+    """Register layout of operand `index` (0: A, 1: B) of an mma.sync into `layout`, 32 bits of `dtype` per register."""
+    return gl.DotOperandLayout(operand_index=index, parent=layout, k_width=32 // dtype.primitive_bitwidth)
 
 
 @gluon.constexpr_function
@@ -33,12 +63,19 @@ def _mma_k_width(shape, dtype, k_major):
 @gluon.jit
 def _dot(a, b, acc):
     """`tl.dot(a, b, acc)` as one wgmma: both operands are staged through shared memory in the NVMMA layouts the
-    tensor cores read, fenced so that the async proxy sees the stores, and the result is waited for at once."""
-    a_smem = gl.allocate_shared_memory(a.dtype, a.shape, _mma_k_width(a.shape, a.dtype, False), a)
-    b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
-    fence_async_shared()
-    acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
-    return warpgroup_mma_wait(0, deps=[acc])
+    tensor cores read, fenced so that the async proxy sees the stores, and the result is waited for at once. An
+    accumulator of fewer than 64 rows (`_mma_layout`) takes mma.sync instead, its operands in registers."""
+    if _is_mma_sync(acc.type.layout):
+        a = gl.convert_layout(a, _mma_sync_operand(acc.type.layout, 0, a.dtype))
+        b = gl.convert_layout(b, _mma_sync_operand(acc.type.layout, 1, b.dtype))
+        acc = mma_v2(a, b, acc)
+    else:
+        a_smem = gl.allocate_shared_memory(a.dtype, a.shape, _mma_k_width(a.shape, a.dtype, False), a)
+        b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
+        fence_async_shared()
+        acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    return acc
 
 
 @gluon.constexpr_function

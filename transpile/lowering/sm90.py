@@ -51,6 +51,21 @@ LOADER_STEPS = ("index", "producer_before", "slot", "wait_empty", "copy", "produ
 CONSUMER_STEPS = ("slot", "wait", "mma", "retire", "barrier", "release")
 
 
+#: The rows of a warpgroup's wgmma. A dot tile of fewer rows gets the mma.sync layout (`_mma_layout`), whose operands
+#: are registers, not shared-memory slots: every wgmma form tests its tile's rows at compile time
+#: (`wgmma_rows`) and runs the translated loop, unpipelined, for narrower tiles (decode-shaped GEMMs of 16 or 32 rows).
+WGMMA_ROWS = 64
+
+
+def wgmma_rows(rows: str, least: int | None = None) -> str | None:
+    """The compile-time test that a dot tile of `rows` rows (an expression the kernel can evaluate where the test
+    goes: `acc.shape[0]`, a descriptor's block shape) takes wgmma; None where every launch is known to give enough
+    (`least`: the fewest rows a launch can have, where known: `hopper_schedule.least_value`)."""
+    if least is not None and least >= WGMMA_ROWS:
+        return None
+    return f"{rows} >= {WGMMA_ROWS}"
+
+
 @dataclass(frozen=True)
 class LoopText:
     """The source pieces of the loop being pipelined, as text: what the expander needs besides the schedule."""

@@ -64,7 +64,7 @@ from transpile.discover import (
     language_alias,
     language_name,
 )
-from transpile.lowering.sm90 import ATTENTION_STEADY, AttentionStep
+from transpile.lowering.sm90 import ATTENTION_STEADY, WGMMA_ROWS, AttentionStep, wgmma_rows
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.hopper_schedule import (
     ATTENTION_CONFIG,
@@ -73,6 +73,7 @@ from transpile.rules.hopper_schedule import (
     WaitGroups,
     add_config,
     kernel_configs,
+    least_value,
 )
 from transpile.rules.pipeline_text import (
     LoopRange,
@@ -263,12 +264,12 @@ class HopperAttentionPipeline(Rule):
                 "check only (0.91-1.05x measured on an H100, bench/RESULTS.md)" if flag else ""))))
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
-        if not strides and len(ctx.plan.dots) == 2:  # no translated copy of the loop keeps a `_dot` call
-            ctx.helpers.discard("dot")
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
         with_ws = bool(masks) and pays  # (the warp-specialised form, `hopper_attention_ws`, builds on such rings)
         text, ring, ws_loop = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks,
                                     copy_nodes, with_ws)
+        if len(ctx.plan.dots) == 2 and "_dot(" not in text:  # no translated copy of the loop keeps a `_dot` call
+            ctx.helpers.discard("dot")
         ctx.pipelined_loop(original, ring)
         if masks:
             ctx.attention_tile = ring_tile(ctx, plan)
@@ -1000,7 +1001,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         ws_loop = (_ws_consumer_loop(step, stages, w, count=count, dtype=dtype, m=m, n=n, d=d), w, count, index)
     pipelined = indent("\n".join(lines), "    ")
     original = indent(_text(updated), "    ")
-    condition = " and ".join(f"isinstance({s}, int)" for s in strides) or "True"
+    rows = wgmma_rows(f"{plan.acc}.shape[0]", least_value(ctx.function, m))  # (a narrower query block runs as mma.sync: the translated loop)
+    condition = " and ".join([*(f"isinstance({s}, int)" for s in strides), *([rows] if rows else [])])
     header = [
         "# Main loop, pipelined by triton-transpile (flash-attention shape: S = Q K^T, online softmax, acc += P V):",
         "# Q sits in shared memory for the whole loop; K and V tiles stream through a ring of NUM_STAGES slots",
@@ -1013,8 +1015,11 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
             "constants when they",
             "# are 1 (and then `isinstance(..., int)` holds at compile time); other strides keep the translated loop.",
         ]
+    if condition:
+        why = [*(["rows with a stride"] if strides else []),
+               *([f"a query block of fewer than {WGMMA_ROWS} rows (its dots run as mma.sync)"] if rows else [])]
         text = "\n".join([*header, f"if {condition}:", pipelined, "else:",
-                          "    # Rows with a stride: the loop runs as translated, unpipelined.", original])
+                          f"    # {' or '.join(why).capitalize()}: the loop runs as translated, unpipelined.", original])
     else:
         text = "\n".join([*header, "\n".join(ln[4:] for ln in pipelined.splitlines())])
     return text + "\n", schedule, ws_loop

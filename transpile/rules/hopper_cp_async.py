@@ -56,7 +56,7 @@ from transpile.cst_utils import (
     sum_terms,
 )
 from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, CpAsyncCopy, LoopText, Product, RingNames, Staged, Wgmma,
-                                     gemm_ring)
+                                     gemm_ring, wgmma_rows)
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -68,6 +68,7 @@ from transpile.rules.hopper_schedule import (
     Sm90Ring,
     WaitGroups,
     kernel_configs,
+    least_value,
 )
 from transpile.rules.pipeline_text import (
     LoopRange,
@@ -599,7 +600,10 @@ class _Emitter:
         # (16-bit operands; a tile an operand is computed from may hold any type, its operand must be 16-bit)
         widths = [f"{self.operand_types[load.name][0] if load.name in self.staged else dtypes[load.name]}"
                   ".primitive_bitwidth == 16" for load in plan.loads]
-        condition = " and ".join(dict.fromkeys(widths))
+        # (and accumulators of the rows a wgmma takes: a narrower dot runs as mma.sync, from registers)
+        rows = [wgmma_rows(f"{chain.acc}.shape[0]", least_value(self.ctx.function, getattr(
+            self.ctx.plan.dots.get(chain.call), "shape", (None,))[0])) for chain in plan.chains]
+        condition = " and ".join(dict.fromkeys([*widths, *(r for r in rows if r is not None)]))
         (vec16, width16), (vec8, width8) = TIERS
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -616,7 +620,8 @@ class _Emitter:
             ring(vec8, width8),
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
-            "    # runs as translated, unpipelined.",
+            "    # runs as translated, unpipelined."
+            + (" So does a tile of fewer rows than a warpgroup's wgmma takes (mma.sync)." if any(rows) else ""),
             indent(code(self.updated.with_changes(leading_lines=[])), "    "),
         ]
         return "\n".join(header) + "\n", schedule

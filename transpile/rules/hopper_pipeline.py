@@ -33,9 +33,10 @@ from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.dot import translated_dot
 from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
-                                     partition_loop)
+                                     partition_loop, wgmma_rows)
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
-                                             RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs)
+                                             RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs,
+                                             least_value)
 from transpile.rules.pipeline_text import LoopRange, code, indent, loop_namer, next_names, rename, ring_depth
 
 EXAMPLE = (
@@ -226,6 +227,10 @@ class HopperTMAPipeline(Rule):
         k_major = not a.transposed and b.transposed  # A's slot [M, K], B's [N, K]: both K-major, as 8-bit wgmma reads
         if k_major:
             condition = f"({condition}) or ({' and '.join(f'{op.descriptor}.dtype.is_fp8()' for op in plan.loads)})"
+        rows = wgmma_rows(f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]",
+                          least_value(ctx.function, getattr(ctx.plan.dots.get(plan.chains[0].call), "shape", (None,))[0]))
+        if rows is not None:
+            condition = f"({condition}) and {rows}"
         original = indent(code(updated), "    ")
 
         def assemble(body_lines: list[str]) -> str:
@@ -239,6 +244,8 @@ class HopperTMAPipeline(Rule):
                 *(["    # Other operand types (8-bit integers, 32-bit): the loop runs as translated, unpipelined."] if k_major
                   else ["    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
                         "    # the loop runs as translated, unpipelined."]),
+                *(["    # So does a tile of fewer rows than a warpgroup's wgmma takes (its dot runs as mma.sync)."]
+                  if rows is not None else []),
                 original,
             ]) + "\n"
 

@@ -151,6 +151,19 @@ def kernel_configs(function) -> list[RingConfig]:  # noqa: ANN001 - JitFunction
     return [RingConfig(f"config {i}", dict(c.values), c.num_warps) for i, c in enumerate(function.autotune_configs)]
 
 
+def least_value(function, size: object) -> int | None:  # noqa: ANN001 - JitFunction
+    """The least value a tile size takes in the kernel: `size` itself where it is a literal, the least of the values
+    every autotune config sets it to where it is a constexpr they all set (launches outside the autotuner do not
+    happen), else None (each launch passes its own)."""
+    text = str(size) if size is not None else ""
+    if text.isdigit():
+        return int(text)
+    values = [c.values.get(text) for c in function.autotune_configs]
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return min(values)  # type: ignore[type-var]
+    return None
+
+
 def add_config(ctx,  # noqa: ANN001 - RuleContext (an import cycle)
                decorator: cst.Decorator, sizes: dict[str, int], warps: int, depth: int, why: str
                ) -> tuple[cst.Decorator, RingConfig] | None:

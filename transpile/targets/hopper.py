@@ -29,7 +29,7 @@ IMPORTS = (
     "from triton.experimental.gluon import language as gl",
     "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
     "warpgroup_mma, warpgroup_mma_wait",
-    "from triton.experimental.gluon.language.nvidia.ampere import async_copy",
+    "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2",
     # Only where a variant uses them (`tl.sigmoid` as Triton's own code, `tl.PropagateNan` values).
     "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
@@ -52,9 +52,9 @@ SM90 = Target(
         "acc_dtype": COMMON["acc_dtype"],
         "cta_barrier": COMMON["cta_barrier"],
         "expand_scalar": COMMON["expand_scalar"],
-        "mma_layout": helper("hopper", "_mma_layout"),
+        "mma_layout": helper("hopper", "_mma_layout", "_mma_sync_warps"),
         "mma_k_width": helper("hopper", "_mma_k_width"),
-        "dot": helper("hopper", "_dot"),
+        "dot": helper("hopper", "_is_mma_sync", "_mma_sync_operand", "_dot"),
         "register_a_layout": helper("hopper", "_register_a_layout"),
         "tma_aliases": helper("hopper", "_tma_async_load", "_tma_async_store"),
         "ws_wgmma_consumer": helper("hopper", "_ws_wgmma_consumer"),
