@@ -2,9 +2,10 @@
 
 A warpgroup's wgmma takes 64 rows. Triton's own compile runs a narrower dot as mma.sync; so do the variants:
 `_mma_layout` gives such a tile the mma.sync layout, `_dot` multiplies from registers there, and every wgmma ring
-(TMA, cp.async, attention) tests its tile's rows at compile time and runs the translated loop for narrower ones.
-Each form is compiled here at 16 and 32 rows (and at 64, where the ring is taken), and its PTX checked for the
-instruction it runs.
+(TMA, cp.async, attention) tests its tile's rows at compile time.
+The GEMM rings bind a constexpr `WGMMA` to that test and multiply narrow tiles with mma.sync from the same slots
+(their copies stay pipelined); the attention ring runs the translated loop. Each form is compiled here at 16 and 32
+rows (and at 64), and its PTX checked for the instruction it runs.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ POINTER_GEMM = (
     "    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]\n"
     "    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))\n"
 )
-POINTER_VALUES = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
-                  "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32", "BLOCK_N": 64, "BLOCK_K": 64}
+# (sizes and strides as constants of 16-byte multiples: the ring's alignment test holds at compile time)
+POINTER_VALUES = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": 4096, "K": 4096,
+                  "stride_am": 4096, "stride_bk": 4096, "stride_cm": 4096, "BLOCK_N": 64, "BLOCK_K": 64}
 
 
 def _compile(result, values: dict[str, object], monkeypatch: pytest.MonkeyPatch, tmp_path) -> list:
@@ -74,30 +76,69 @@ def test_a_dot_of_fewer_than_64_rows_runs_as_mma_sync(dtype: str, rows: int, mon
 
 
 @pytest.mark.parametrize("rows", [16, 32, 64])
-def test_the_cp_async_ring_tests_its_rows(rows: int, monkeypatch, tmp_path) -> None:
-    """The cp.async ring (--gluon-always) is taken from 64 rows; narrower tiles run the translated loop."""
+def test_the_cp_async_ring_multiplies_narrow_tiles_with_mma_sync(rows: int, monkeypatch, tmp_path) -> None:
+    """The cp.async ring (--gluon-always) binds `WGMMA` to its tile's rows test: from 64 rows it issues wgmmas from
+    its slots, below that mma.sync from the same slots (read into registers, then a barrier before the refill); the
+    copies stay pipelined either way."""
+    from transpile.schedule_check import check_source
+
     result = translate_source(POINTER_GEMM, "x.py", get_target("sm90"), gluon_always=True)
-    assert "and acc.shape[0] >= 64" in result.text
+    assert "WGMMA: gl.constexpr = acc.shape[0] >= 64" in result.text
+    assert "acc = _mma_sync_slots(a_smem.index(slot), b_smem.index(slot), acc)" in result.text
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings[:3]
     (kernel,) = _compile(result, {**POINTER_VALUES, "BLOCK_M": rows}, monkeypatch, tmp_path)
-    sync, wgmma = _instructions(kernel.asm["ptx"])
+    ptx = kernel.asm["ptx"]
+    sync, wgmma = _instructions(ptx)
     assert (sync > 0, wgmma > 0) == ((True, False) if rows < 64 else (False, True)), (sync, wgmma)
-    if rows >= 64:
-        assert "cp.async" in kernel.asm["ptx"]
+    assert "cp.async.commit_group" in ptx and "cp.async.wait_group" in ptx
 
 
 @pytest.mark.parametrize("rows", [16, 32])
-def test_the_tma_ring_tests_its_rows(rows: int, monkeypatch, tmp_path) -> None:
-    """A descriptor GEMM whose launch passes 16 or 32 rows: its TMA rings (and their warp-specialised and persistent
-    forms) are not taken; the translated loop multiplies with mma.sync."""
+def test_the_tma_ring_multiplies_narrow_tiles_with_mma_sync(rows: int, goldens, monkeypatch, tmp_path) -> None:
+    """suite_decode_linear launches 16- and 32-row tiles: its TMA ring runs mma.sync from its slots for them (the
+    warp-specialised form is not taken: its condition tests the rows too), the copies still TMA."""
+    from tests.conftest import VERIFY_VALUES
+
+    golden = goldens.read("suite_decode_linear", "sm90")
+    assert "WGMMA: gl.constexpr = x_desc.block_type.shape[0] >= 64" in golden
+    assert "x_desc.block_type.shape[0] >= 64\n            and x_desc.block_type.shape[0] * w_desc" in golden
+    result = translate_source((FIXTURES / "suite_decode_linear.py").read_text(), "suite_decode_linear.py",
+                              get_target("sm90"))
+    values = {**VERIFY_VALUES["suite_decode_linear.py"], "BLOCK_M": rows}
+    for kernel in _compile(result, values, monkeypatch, tmp_path):
+        ptx = kernel.asm["ptx"]
+        sync, wgmma = _instructions(ptx)
+        assert sync > 0 and wgmma == 0, (kernel.label, sync, wgmma)
+        assert "cp.async.bulk.tensor" in ptx and "mbarrier.try_wait" in ptx
+
+
+def test_the_checker_finds_a_narrow_ring_without_its_barrier(goldens) -> None:
+    """The mma.sync branch reads the slots into registers in every warp: without the barrier after it, a warp may
+    refill a slot another still reads, and the schedule checker says so."""
+    from transpile.schedule_check import check_source
+
+    golden = goldens.read("suite_decode_linear", "sm90")
+    assert check_source(golden).findings == []
+    start = golden.index("acc = _mma_sync_slots(")
+    barrier = golden.index("_cta_barrier()", start)
+    broken = golden[:barrier] + "pass" + golden[barrier + len("_cta_barrier()"):]
+    findings = check_source(broken).findings
+    assert findings and all("while another wave may still be reading it" in f.message for f in findings), findings
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_a_descriptor_gemm_launched_narrow_compiles(rows: int, monkeypatch, tmp_path) -> None:
+    """An autotuned descriptor GEMM whose configs set 32 rows: its rings (single-partition, warp-specialised and
+    persistent) compile at 16 and 32 rows, with mma.sync."""
     from tests.conftest import VERIFY_VALUES
 
     source = (FIXTURES / "suite_desc_linear.py").read_text()
     source = source.replace('configs=[triton.Config({"BLOCK_M": 128,', 'configs=[triton.Config({"BLOCK_M": 32,')
     result = translate_source(source, "suite_desc_linear.py", get_target("sm90"))
-    assert "and x_desc.block_type.shape[0] >= 64" in result.text
+    assert "x_desc.block_type.shape[0] >= 64" in result.text
     values = {**VERIFY_VALUES["suite_desc_linear.py"], "BLOCK_M": rows}
-    compiled = _compile(result, values, monkeypatch, tmp_path)
-    for kernel in compiled:
+    for kernel in _compile(result, values, monkeypatch, tmp_path):
         sync, wgmma = _instructions(kernel.asm["ptx"])
         assert sync > 0 and wgmma == 0, (kernel.label, sync, wgmma)
 

@@ -62,6 +62,9 @@ class JitFunction:
     autotune_keys: list[str]
     heuristics: list[str]  # constexpr names computed by @triton.heuristics
     called_by: set[str] = field(default_factory=set)  # other jit functions of the file that call this one
+    # the `num_stages` every launch of the file passes (`kernel[grid](..., num_stages=4)`, a literal), where it has
+    # launches and they agree: the ring depth a kernel without autotune configs asks for
+    launch_stages: int | None = None
 
     @property
     def is_helper(self) -> bool:
@@ -293,7 +296,25 @@ def discover(source: SourceFile) -> ModuleFacts:
     for helper, callers in source.inlined.items():  # called where it was inlined (the code kept as written calls it)
         if helper in functions:
             functions[helper].called_by |= {c for c in callers if c in functions}
+    for name, stages in _launch_stages(source.module, functions).items():
+        functions[name].launch_stages = stages
     return facts
+
+
+def _launch_stages(module: cst.Module, functions: dict[str, JitFunction]) -> dict[str, int]:
+    """The `num_stages` literal of each kernel whose launches in the module (`kernel[grid](...)`) all pass the same
+    one."""
+    found: dict[str, set[int | None]] = {}
+    for node in cst_walk.preorder(module):
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Subscript)
+                and isinstance(node.func.value, cst.Name) and node.func.value.value in functions):
+            continue
+        arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "num_stages"), None)
+        value = arg.value if arg is not None else None
+        found.setdefault(node.func.value.value, set()).add(
+            int(value.value) if isinstance(value, cst.Integer) and value.value.isdigit() else None)
+    return {name: next(iter(values)) for name, values in found.items()  # type: ignore[misc]
+            if len(values) == 1 and None not in values}
 
 
 def _chosen_aliases(module: cst.Module, functions: dict[str, JitFunction]) -> dict[str, set[str]]:

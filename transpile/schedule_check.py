@@ -600,9 +600,9 @@ def _leaf(node: ast.AST) -> str:
 
 # the calls the model gives a meaning (by the last part of their name), besides module functions that make them
 _MODEL_CALLS = {"store", "load", "wait_group", "commit_group", "load_shared_relaxed", _STAGE_CALL, "_buffer_tile_load",
-                "init", "expect", "arrive", "wait", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared",
-                "_tma_async_load", "_cp_async_load", "warp_specialize", "_cta_barrier", "allocate_shared_memory",
-                *_COPIES, *_DOTS}
+                "init", "expect", "arrive", "wait", "warpgroup_mma", "warpgroup_mma_wait", "_mma_sync_slots",
+                "fence_async_shared", "_tma_async_load", "_cp_async_load", "warp_specialize", "_cta_barrier",
+                "allocate_shared_memory", *_COPIES, *_DOTS}
 
 
 def _mentions(node: ast.AST, functions: dict | None = None, seen: frozenset = frozenset()) -> bool:
@@ -836,6 +836,17 @@ class _Runner:
                 for read in reads:
                     read.inflight = True
                 part.wgmmas.append(reads)
+            return _OPAQUE
+        if leaf == "_mma_sync_slots":
+            # mma.sync of two slots (a tile of fewer rows than a wgmma takes): each warp reads them into registers,
+            # done when it returns; another warp may still be reading until a barrier
+            operands = []
+            for arg in node.args[:2]:
+                ref = self.slot(arg)
+                operands.append(m.read(part, ref, line, relaxed=False) if ref is not None else self.value(arg))
+            acc = node.args[2] if len(node.args) > 2 else None
+            self.value(acc) if acc is not None else None
+            m.dot(part, target, isinstance(acc, ast.Name) and acc.id == target, operands, line)
             return _OPAQUE
         if leaf == "warpgroup_mma_wait":
             count = self.value(node.args[0]) if node.args else self.value(self.keyword(node, "num_outstanding"))

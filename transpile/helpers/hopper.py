@@ -78,6 +78,16 @@ def _dot(a, b, acc):
     return acc
 
 
+@gluon.jit
+def _mma_sync_slots(a, b, acc):
+    """mma.sync of two tiles in shared memory (ring slots, or views of them) into `acc` (an mma.sync layout: tiles of
+    fewer than 64 rows): each is read into the registers the instruction takes, then multiplied. The read is done
+    when this returns: the caller's barrier is all that keeps a slot from being refilled while another warp reads."""
+    a_regs = a.load(_mma_sync_operand(acc.type.layout, 0, a.dtype))
+    b_regs = b.load(_mma_sync_operand(acc.type.layout, 1, b.dtype))
+    return mma_v2(a_regs, b_regs, acc)
+
+
 @gluon.constexpr_function
 def _register_a_layout(mma_layout, dtype):
     """Layout of a wgmma A operand held in registers: the dot-operand layout of the accumulator layout, 32 bits of

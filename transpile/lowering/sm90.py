@@ -187,6 +187,9 @@ class Wgmma:
     use_acc: bool = True
     staged: tuple[Staged, ...] = ()  # operands computed in registers, stored for the wgmma (`stage`)
     stage_index: str = "stage"  # the name of the staging buffers' slot in an iteration (`it % 2`)
+    # A constexpr the ring binds to its tile's rows test (`wgmma_rows`), where a launch may give fewer rows than a
+    # wgmma takes: the ring then multiplies with mma.sync when it is false (`narrow`), from the same slots
+    wgmma_flag: str = ""
 
     def stage(self, it: str) -> list[str]:
         """Store the computed operands into this iteration's staging slot (the wgmma that read that slot two
@@ -228,11 +231,26 @@ class Wgmma:
                 "# warpgroups, once both have: the barrier keeps one from refilling a slot the other still reads).",
                 f"{kept} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}, {deps}])"]
 
+    def barrier(self) -> list[str]:
+        return ["if gl.num_warps() > 4:\n    _cta_barrier()"]
+
+    def narrow(self, loop: LoopText, slot: str) -> list[str]:
+        """`mma`, `retire` and `barrier` of a tile of fewer rows than a wgmma takes: mma.sync from the slots, read
+        into registers (done once it returns), then a barrier: no warp refills the slot (below) while another still
+        reads it."""
+        pairs = [(p.acc, p.acc_in, p.views(slot)) for p in self.products] if self.products \
+            else [(loop.acc, loop.acc_in, self.views(slot))]
+        return ["# Fewer rows than a warpgroup's wgmma takes: mma.sync, its operands read from the slot into",
+                "# registers; every warp has read the slot before any refills it (the barrier).",
+                *(f"{acc} = _mma_sync_slots({a}, {b}, {acc_in})" for acc, acc_in, (a, b) in pairs),
+                "_cta_barrier()"]
+
     def drain(self, acc: str) -> list[str]:
         if self.in_flight == 0:
             return []  # every wgmma was waited for in its iteration (its product may not even exist: no iteration)
         accs = ", ".join(self._accs(acc))
-        return [f"{accs} = warpgroup_mma_wait(0, deps=[{accs}])"]
+        wait = f"{accs} = warpgroup_mma_wait(0, deps=[{accs}])"
+        return [f"if {self.wgmma_flag}:\n    {wait}" if self.wgmma_flag else wait]
 
 
 def _block(lines: Sequence[str], pad: str = "    ") -> list[str]:
@@ -273,12 +291,22 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
             body += copy.wait(n.slot, f"({n.it} // {n.stages}) & 1")
         elif op == "stage":
             body += mma.stage(n.it)
+        elif op == "mma" and mma.wgmma_flag:
+            # (a launch may give fewer rows than a wgmma takes: the three ops, or mma.sync in their place)
+            following = tuple(steady[steady.index(op):steady.index(op) + 3])
+            if following != ("mma", "retire", "barrier"):
+                raise ValueError(f"a ring with mma.sync for narrow tiles needs mma, retire, barrier in a row: {steady}")
+            wgmma = [*mma.issue(loop, n.slot), *mma.retire(loop.acc, n.slot), *mma.barrier()]
+            body.append("\n".join([f"if {mma.wgmma_flag}:", *_block(wgmma), "else:",
+                                   *_block(mma.narrow(loop, n.slot))]))
+        elif op in ("retire", "barrier") and mma.wgmma_flag:
+            pass  # (written with the mma above)
         elif op == "mma":
             body += mma.issue(loop, n.slot)
         elif op == "retire":
             body += mma.retire(loop.acc, n.slot)
         elif op == "barrier":
-            body.append("if gl.num_warps() > 4:\n    _cta_barrier()")
+            body += mma.barrier()
         elif op == "refill":
             body += [f"{n.next_it} = {n.it} + {n.stages} - 1", f"{n.next_slot} = {n.next_it} % {n.stages}",
                      *producer(loop, copy, n.next_it, n.next_slot, n.iters)]

@@ -213,7 +213,7 @@ class HopperCpAsyncPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        default = ctx.function.num_stages or 3
+        default = ctx.function.num_stages or ctx.function.launch_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True,
                          computed_operands=True)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
@@ -567,11 +567,21 @@ class _Emitter:
             dot_call = body[first.index].body[0].value  # type: ignore[union-attr]
             return code(dot_call.args[self.staged[load_name]].value)  # type: ignore[union-attr]
 
+        # A launch may give fewer rows than a wgmma takes: the ring multiplies them with mma.sync, from the same
+        # slots (an operand computed in registers takes the translated loop instead: the launcher's row test keeps
+        # such launches on the source kernel)
+        rows = " and ".join(dict.fromkeys(
+            r for r in (wgmma_rows(f"{chain.acc}.shape[0]", least_value(self.ctx.function, getattr(
+                self.ctx.plan.dots.get(chain.call), "shape", (None,))[0])) for chain in plan.chains) if r))
+        flag = name("WGMMA") if rows and not self.staged else ""
+        if flag:
+            self.ctx.need("mma_sync_slots")
         mma = Wgmma(schedule.mma_in_flight, functools.partial(views, first.operands),
                     tuple(smem[load.name] for load in plan.loads),
                     tuple(Product(chain.acc, acc_in(chain), functools.partial(views, chain.operands))
                           for chain in plan.chains) if len(plan.chains) > 1 else (),
-                    staged=tuple(Staged(computed(n), buffers[n]) for n in self.staged), stage_index=stage_index)
+                    staged=tuple(Staged(computed(n), buffers[n]) for n in self.staged), stage_index=stage_index,
+                    wgmma_flag=flag)
 
         def ring(vec: int, width: int) -> str:
             engine = CpAsyncCopy(
@@ -600,10 +610,8 @@ class _Emitter:
         # (16-bit operands; a tile an operand is computed from may hold any type, its operand must be 16-bit)
         widths = [f"{self.operand_types[load.name][0] if load.name in self.staged else dtypes[load.name]}"
                   ".primitive_bitwidth == 16" for load in plan.loads]
-        # (and accumulators of the rows a wgmma takes: a narrower dot runs as mma.sync, from registers)
-        rows = [wgmma_rows(f"{chain.acc}.shape[0]", least_value(self.ctx.function, getattr(
-            self.ctx.plan.dots.get(chain.call), "shape", (None,))[0])) for chain in plan.chains]
-        condition = " and ".join(dict.fromkeys([*widths, *(r for r in rows if r is not None)]))
+        # (and, for a staged operand, accumulators of the rows a wgmma takes)
+        condition = " and ".join(dict.fromkeys([*widths, *([rows] if rows and not flag else [])]))
         (vec16, width16), (vec8, width8) = TIERS
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -613,6 +621,7 @@ class _Emitter:
             "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true;",
             "# the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
             *schedule.depth.lines(stages),
+            *([f"{flag}: gl.constexpr = {rows}  # (fewer rows: mma.sync)"] if flag else []),
             "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
             ring(vec16, width16),
             "\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
@@ -621,7 +630,7 @@ class _Emitter:
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined."
-            + (" So does a tile of fewer rows than a warpgroup's wgmma takes (mma.sync)." if any(rows) else ""),
+            + (" So does a tile of fewer rows than a warpgroup's wgmma takes (mma.sync)." if rows and not flag else ""),
             indent(code(self.updated.with_changes(leading_lines=[])), "    "),
         ]
         return "\n".join(header) + "\n", schedule

@@ -76,7 +76,7 @@ class HopperTMAPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
-        default = ctx.function.num_stages or 3
+        default = ctx.function.num_stages or ctx.function.launch_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, inline_loads=True,
                          accumulations=True, scaled_products=True)
         if plan is None:
@@ -195,8 +195,15 @@ class HopperTMAPipeline(Rule):
             [rename(body[i], renames) for i in plan.producer_after()],
             uses_var=any(plan.var in names_in(s) for s in [*before, *after, *([] if plan.acc_in_dot else
                                                                                  [body[plan.dot_index]])]))
+        # A launch may give fewer rows than a wgmma takes: the ring multiplies them with mma.sync (a product made
+        # from zero each iteration, block-scaled, runs the translated loop instead)
+        rows = wgmma_rows(f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]",
+                          least_value(ctx.function, getattr(ctx.plan.dots.get(plan.chains[0].call), "shape", (None,))[0]))
+        flag = name("WGMMA") if rows is not None and plan.acc_in_dot else ""
         mma = Wgmma(ring.mma_in_flight, lambda s: (_view(a, f"{a_smem}.index({s})"), _view(b, f"{b_smem}.index({s})")),
-                    (a_smem, b_smem), use_acc=plan.acc_in_dot)
+                    (a_smem, b_smem), use_acc=plan.acc_in_dot, wgmma_flag=flag)
+        if flag:
+            ctx.need("mma_sync_slots")
 
         header = [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
@@ -206,6 +213,7 @@ class HopperTMAPipeline(Rule):
         ]
         # The ring, its `ready` barriers and the trip count serve both forms (the warp-specialised one, below).
         shared = [
+            *([f"{flag}: gl.constexpr = {rows}  # (fewer rows: mma.sync)"] if flag else []),
             *ring.depth.lines(stages),
             f"{a_smem} = gl.allocate_shared_memory({a.descriptor}.dtype, [{stages}, "
             f"{', '.join(infos[a.descriptor].block_shape)}], {a.descriptor}.layout)",
@@ -221,15 +229,17 @@ class HopperTMAPipeline(Rule):
         ctx.need("cta_barrier")
         # (the warp-specialised consumer runs only the wgmmas into the accumulator: no statement of the loop's own)
         ring.ws = _ws_decision(ctx, plan, body, before or after or not plan.acc_in_dot, name)
+        if ring.ws is not None and flag:
+            ring.ws = replace(ring.ws, rows_test=rows)
         ws = _warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, acc_in, (a_smem, b_smem, ready),
                                coords_of) if ring.ws is not None else []
-        condition = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
+        sixteen = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
+        condition = sixteen
         k_major = not a.transposed and b.transposed  # A's slot [M, K], B's [N, K]: both K-major, as 8-bit wgmma reads
-        if k_major:
-            condition = f"({condition}) or ({' and '.join(f'{op.descriptor}.dtype.is_fp8()' for op in plan.loads)})"
-        rows = wgmma_rows(f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]",
-                          least_value(ctx.function, getattr(ctx.plan.dots.get(plan.chains[0].call), "shape", (None,))[0]))
-        if rows is not None:
+        eight = " and ".join(f"{op.descriptor}.dtype.is_fp8()" for op in plan.loads) if k_major else ""
+        if eight:
+            condition = f"({sixteen}) or ({eight})"
+        if rows is not None and not flag:
             condition = f"({condition}) and {rows}"
         original = indent(code(updated), "    ")
 
@@ -245,7 +255,7 @@ class HopperTMAPipeline(Rule):
                   else ["    # 8- and 32-bit operands: wgmma wants B K-major in shared memory, which this ring does not lay out;",
                         "    # the loop runs as translated, unpipelined."]),
                 *(["    # So does a tile of fewer rows than a warpgroup's wgmma takes (its dot runs as mma.sync)."]
-                  if rows is not None else []),
+                  if rows is not None and not flag else []),
                 original,
             ]) + "\n"
 
@@ -254,8 +264,16 @@ class HopperTMAPipeline(Rule):
             return [plain], ring
         # the warp-specialised form for large tiles, the ring below for the others
         texts = [assemble([*ws, "else:", indent("\n".join(lines), "    ")]), plain]
+        # The persistent form's kernel test: 16-bit operands take it at every tile and number of warps (under the
+        # source's grid, where the launch's tile is below WS_MIN_TILE: one tile per program), which measured faster
+        # than the single-partition ring on small GEMMs (H200, bench/RESULTS.md: 1.11x against 0.83x at 512^3, the
+        # same from 2048^3); 8-bit ones only from WS_MIN_TILE with 8 warps (not measured below).
+        wide = f" and {rows}" if flag else ""
+        kernel_test = f"({sixteen}{wide})" + (f" or ({eight} and {ring.ws.condition})" if eight else "")
+        if rows is not None and not flag:
+            kernel_test = f"({kernel_test}) and {rows}"
         ctx.persistent = _persistent_form(ctx, plan, original_loop, body, name, stages, ready, index, acc_in,
-                                          (a_smem, b_smem), coords_of, count, f"{condition} and {ring.ws.condition}")
+                                          (a_smem, b_smem), coords_of, count, kernel_test)
         return texts, ring
 
 

@@ -80,11 +80,14 @@ class WarpSpecialised:
     # kernel's own default-partition function instead of WS_CONSUMER.
     persistent: bool = False
     consumer: str = ""
+    # the test that the tile has a wgmma's rows, where a launch may give fewer (`lowering.sm90.wgmma_rows`)
+    rows_test: str = ""
 
     @property
     def condition(self) -> str:
         """The emitted compile-time test."""
-        return f"{self.rows} * {self.cols} >= {self.min_tile} and gl.num_warps() >= {self.min_warps}"
+        rows = f"{self.rows_test} and " if self.rows_test else ""
+        return f"{rows}{self.rows} * {self.cols} >= {self.min_tile} and gl.num_warps() >= {self.min_warps}"
 
     def selects(self, values: dict[str, object], num_warps: int | None) -> bool | None:
         """Whether a config with these constexpr values and warps compiles this form (None: not known here)."""
@@ -97,7 +100,9 @@ class WarpSpecialised:
                 return None
         if num_warps is None:
             return None
-        return sizes[0] * sizes[1] >= self.min_tile and num_warps >= self.min_warps
+        # (a rows test: the first dimension is the tile's rows, which a wgmma takes 64 of a warpgroup)
+        wide = not self.rows_test or sizes[0] >= 64
+        return wide and sizes[0] * sizes[1] >= self.min_tile and num_warps >= self.min_warps
 
 
 @dataclass(frozen=True)
