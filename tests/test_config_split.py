@@ -1,6 +1,7 @@
 """The AMD launcher of an autotuned warp-pipelined kernel splits its autotune configs (transpile/passes/tma_tiles.py,
 `_ConfigSplit`): a config at 8 warps whose values pass the kernel's `source_when` tests and leave room for two ring
-slots runs on the Gluon kernel, every other config on the source kernel at its own warps. Run by Triton's
+slots runs on the Gluon kernel, every other config on the source kernel at its own warps; and every launcher's
+autotuner times each config's source twin against it, keeping the source where it is faster. Run by Triton's
 interpreter, with two Triton kernels standing for the two (each writes its own mark), so that what each config
 launched is read from memory."""
 
@@ -35,12 +36,24 @@ def gluon_stand_in(out_ptr, x_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr)
 def source_kernel(out_ptr, x_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.store(out_ptr + tl.arange(0, 4), tl.full([4], 2, tl.int32))
 ''' + LAUNCHER + WARP_PIPELINED_LAUNCHER + '''
+# The interpreter has no benchmarker: each autotuner times a config by the mark its run leaves (1: the Gluon kernel,
+# 1.0; 2: the source kernel, SOURCE_TIME), so that the split and the source twins can be told apart.
+SOURCE_TIME = [2.0]
+OUT = [None]
+
+def timer(kernel_call, quantiles=None, **kwargs):
+    OUT[0].zero_()
+    kernel_call()
+    t = 1.0 if int(OUT[0][0]) == 1 else SOURCE_TIME[0]
+    return [t, t, t]
+
 def launch(config, lds=None, source_when=(lambda BLOCK_M: BLOCK_M < 128,)):
     gluon = triton.autotune(configs=[config], key=[])(gluon_stand_in)
+    gluon._do_bench = timer
     source = triton.autotune(configs=[triton.Config(config.kwargs, num_warps=4)], key=[])(source_kernel)
     kernel = _WarpPipelinedOrTriton(gluon, source, params=("out_ptr", "x_ptr", "BLOCK_M", "BLOCK_N"), tiles=(),
                                     source_when=source_when, lds=lds)
-    out = torch.zeros(4, dtype=torch.int32)
+    out = OUT[0] = torch.zeros(4, dtype=torch.int32)
     kernel[(1,)](out, torch.zeros(16, dtype=torch.float16))
     return int(out[0])
 
@@ -51,6 +64,9 @@ assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4)) == 2 
 rings = (65536, ((("BLOCK_M", "BLOCK_N"), "x_ptr"),))
 assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8), lds=rings, source_when=()) == 1
 assert launch(triton.Config({"BLOCK_M": 256, "BLOCK_N": 256}, num_warps=8), lds=rings, source_when=()) == 2
+# each config's source twin is timed against it: where the source runs faster, the autotuner keeps the twin
+SOURCE_TIME[0] = 0.5
+assert launch(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8)) == 2
 print("SPLIT")
 '''
 
@@ -77,12 +93,22 @@ def source_kernel(out_ptr, M, BLOCK_M: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0) + tl.arange(0, 1), tl.full([1], 2, tl.int32))
 ''' + ONE_WAVE_LAUNCHER + '''
 _sm_count = lambda: 4  # (a device of 4 SMs: the interpreter has none)
+# The interpreter has no benchmarker: each autotuner times a config by the mark its run leaves (1: the Gluon kernel,
+# 1.0; 2: the source kernel, SOURCE_TIME), so that the split and the source twins can be told apart.
+SOURCE_TIME = [2.0]
+OUT = [None]
+
+def timer(kernel_call, quantiles=None, **kwargs):
+    OUT[0].zero_()
+    kernel_call()
+    t = 1.0 if int(OUT[0][0]) == 1 else SOURCE_TIME[0]
+    return [t, t, t]
 
 def grid(meta):
     return (triton.cdiv(meta["M"], meta["BLOCK_M"]),)
 
 def launch(M, configs=None, block=None, rows=8):
-    out = torch.zeros(64, dtype=torch.int32)
+    out = OUT[0] = torch.zeros(64, dtype=torch.int32)
     least = (("BLOCK_M", rows),)  # (the wgmma's rows: fewer run the source kernel)
     if configs is None:  # fixed launch
         kernel = _OneWaveOrTriton(gluon_stand_in, source_kernel, params=("out_ptr", "M", "BLOCK_M"), tiles=(),
@@ -90,6 +116,7 @@ def launch(M, configs=None, block=None, rows=8):
         kernel[grid](out, M, BLOCK_M=block)
     else:
         gluon = triton.autotune(configs=configs, key=["M"])(gluon_stand_in)
+        gluon._do_bench = timer
         source = triton.autotune(configs=configs, key=["M"])(source_kernel)
         kernel = _OneWaveOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(), at_least=least)
         kernel[grid](out, M)
@@ -102,6 +129,29 @@ assert launch(128, configs=one) == 1  # the config's grid, 4 programs: Gluon
 assert launch(256, configs=one) == 2  # 8: the source
 assert launch(64, block=16, rows=32) == 2  # one wave, but fewer rows than the form takes: the source
 assert launch(128, configs=one, rows=64) == 2  # the config's 32 rows: the source
+SOURCE_TIME[0] = 0.5
+assert launch(128, configs=one) == 2  # one wave, but the source twin is timed faster: the source
+
+# A persistent launcher (one program per SM for the configs `persistent` selects): a source twin, timed faster,
+# runs the source kernel on the source's grid, every program of it (8 here, on 4 SMs)
+gluon = triton.autotune(configs=one, key=["M"])(gluon_stand_in)
+gluon._do_bench = timer
+source = triton.autotune(configs=one, key=["M"])(source_kernel)
+kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(), persistent=lambda meta: True)
+out = OUT[0] = torch.zeros(64, dtype=torch.int32)
+kernel[grid](out, 256)
+out.zero_()
+kernel[grid](out, 256)  # (tuned: the chosen config alone runs)
+assert out[:8].tolist() == [2] * 8 and out[8:].eq(0).all(), out.tolist()
+SOURCE_TIME[0] = 2.0
+gluon = triton.autotune(configs=one, key=["M"])(gluon_stand_in)
+gluon._do_bench = timer
+kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(), persistent=lambda meta: True)
+out = OUT[0] = torch.zeros(64, dtype=torch.int32)
+kernel[grid](out, 256)
+out.zero_()
+kernel[grid](out, 256)
+assert out[:4].tolist() == [1] * 4 and out[4:].eq(0).all(), out.tolist()  # the Gluon kernel: one program per SM
 print("ONE WAVE")
 '''
 

@@ -1589,7 +1589,10 @@ def _prepare_autotuners(module, config_index: int | None, interpret: bool) -> No
 
 
 def _config_count(module) -> int:
-    return max((len(autotuner.configs) for autotuner in _autotuners(module)), default=1)
+    """The autotune configs of the module's kernels, leaving out the source twins a variant's launcher adds
+    (`_ConfigSplit.SOURCE`: they run the source kernel)."""
+    return max((len([c for c in autotuner.configs if "_transpile_source" not in c.kwargs])
+                for autotuner in _autotuners(module)), default=1)
 
 
 def _outputs(result) -> tuple[torch.Tensor, ...]:

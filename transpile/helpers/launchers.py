@@ -21,6 +21,19 @@ class _AlignedOrTriton:
         self.divisible = divisible
         self.narrow = narrow
         self.checked = tuple((params.index(name), name) for name in divisible)
+        if hasattr(gluon_kernel, "configs"):
+            # Autotuned: the autotuner times each config on the Gluon kernel and on the source kernel.
+            _ConfigSplit.install(self)
+
+    def arguments(self, args, kwargs):
+        """A launch's arguments by parameter name."""
+        values = dict(zip(self.params, args))
+        values.update(kwargs)
+        return values
+
+    def config_runs_gluon(self, values):
+        """Every autotune config may run the Gluon kernel (its source twin is timed against it)."""
+        return True
 
     def aligned(self, args, kwargs):
         for index, name in self.checked:
@@ -81,6 +94,8 @@ def _persistent_grid(grid, persistent):
         for d in dims:
             tiles *= d
         return (max(1, min(tiles, _sm_count())),)
+    # (what a config run on the source kernel launches: `_ConfigSplit.pick`)
+    launch_grid.source = grid
     return launch_grid
 
 
@@ -118,6 +133,14 @@ class _TMAOrTriton:
         self.unit = unit
         self.at_least = at_least
         self.unflagged_at_least = unflagged_at_least
+        if hasattr(gluon_kernel, "configs"):
+            # Autotuned: the autotuner times each config on the Gluon kernel (where `config_runs_gluon` takes it)
+            # and on the source kernel, and keeps the fastest.
+            _ConfigSplit.install(self)
+
+    def config_runs_gluon(self, values):
+        """Whether an autotune config (its values, with the launch's) may run the Gluon kernel: every one here."""
+        return True
 
     def arguments(self, args, kwargs):
         """A launch's arguments by parameter name."""
@@ -253,14 +276,13 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         self.no_agprs = no_agprs
         self.slow_dtypes = slow_dtypes
         self.lds = lds
-        if hasattr(gluon_kernel, "configs") and (source_when or lds is not None):
-            # Autotuned: the autotuner runs each config on the Gluon kernel where it pipelines that config's
-            # loop (8 warps, the tests below), else on the source kernel at the config's own warps.
-            _ConfigSplit.install(self)
 
     def config_runs_gluon(self, values):
         """An autotune config runs the Gluon kernel where that kernel pipelines its loop at the config's values, with
-        8 warps (two warp groups of 4)."""
+        8 warps (two warp groups of 4): tested where the kernel has launches its loop is not pipelined for
+        (`source_when`, `lds`)."""
+        if not (self.source_when or self.lds is not None):
+            return True
         return values.get("num_warps") == 8 and self.pipelines(values)
 
     def pipelines(self, values):
@@ -332,8 +354,6 @@ class _OneWaveOrTriton(_TMAOrTriton):
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, **checks):
         super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
         self.config_at_least, self.at_least = self.at_least, ()
-        if hasattr(gluon_kernel, "configs"):
-            _ConfigSplit.install(self)
 
     def config_runs_gluon(self, values):
         """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
@@ -368,17 +388,32 @@ class _OneWaveOrTriton(_TMAOrTriton):
 
 
 class _ConfigSplit:
-    """What an autotuner of a Gluon kernel that runs only some configs runs: each config on the Gluon kernel where
-    its launcher's `config_runs_gluon` takes the config's values (and the launch's grid), else on the source kernel
-    (the same arguments, the config's own warps)."""
+    """What the autotuner of a launcher's Gluon kernel runs. Each config has a twin that runs the source kernel (the
+    same arguments, block sizes, warps and stages), so the autotuner times the two kernels against each other at
+    every key and a launch runs the faster: the Gluon kernel is never kept where, at the launch's sizes, the source
+    runs faster on this GPU. A config the launcher's `config_runs_gluon` turns away runs the source kernel too."""
+
+    SOURCE = "_transpile_source"  # (the twin's mark among its config values: no kernel parameter has this name)
 
     @staticmethod
     def install(launcher):
-        """Make the autotuner of `launcher`'s Gluon kernel run each config through a split: the source kernel's
-        function (the autotuned one's, where the source copy is autotuned too) for the configs it turns away."""
+        """Give the autotuner of `launcher`'s Gluon kernel the source twins of its configs and make it run each
+        config through the split: the source kernel's function (the autotuned one's, where the source copy is
+        autotuned too) for the twins and the configs the launcher turns away."""
+        import copy  # (the standard library's: configs are copied, not rebuilt, whatever Triton's `Config` takes)
+
+        autotuner = launcher.gluon_kernel
+        if isinstance(autotuner.fn, _ConfigSplit):
+            return
         source = launcher.triton_kernel
         source = source.fn if hasattr(source, "configs") else source
-        launcher.gluon_kernel.fn = _ConfigSplit(launcher.gluon_kernel.fn, source, launcher)
+        autotuner.fn = _ConfigSplit(autotuner.fn, source, launcher)
+        twins = []
+        for config in autotuner.configs:
+            twin = copy.copy(config)
+            twin.kwargs = {**config.kwargs, _ConfigSplit.SOURCE: True}
+            twins.append(twin)
+        autotuner.configs = [*autotuner.configs, *twins]
 
     def __init__(self, gluon_fn, triton_fn, launcher):
         self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
@@ -387,9 +422,12 @@ class _ConfigSplit:
         self.launcher = launcher
 
     def pick(self, args, kwargs):
-        if self.launcher.config_runs_gluon(self.launcher.arguments(args, kwargs)):
+        if not kwargs.get(self.SOURCE) and self.launcher.config_runs_gluon(self.launcher.arguments(args, kwargs)):
             return self.fn, kwargs
-        return self.triton_fn, {k: v for k, v in kwargs.items() if k != "llvm_fn_attrs"}
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("llvm_fn_attrs", self.SOURCE)}
+        if hasattr(kwargs.get("grid"), "source"):  # a persistent grid (`_persistent_grid`): the source's own
+            kwargs["grid"] = kwargs["grid"].source
+        return self.triton_fn, kwargs
 
     def run(self, *args, **kwargs):
         fn, kwargs = self.pick(args, kwargs)

@@ -277,6 +277,9 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
     lines.append(f"for {n.prologue} in gl.static_range({n.stages} - 1):\n"
                  + "\n".join(_block(producer(loop, copy, n.prologue, n.prologue, n.iters))))
     body: list[str] = []
+    # mma, retire and barrier one after the other (as GEMM_STEADY has them), with mma.sync for narrow tiles: one test
+    grouped = bool(mma.wgmma_flag) and "mma" in steady and \
+        tuple(steady[steady.index("mma"):steady.index("mma") + 3]) == ("mma", "retire", "barrier")
     for op in steady:
         if op == "index":
             if loop.uses_var:
@@ -291,16 +294,21 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
             body += copy.wait(n.slot, f"({n.it} // {n.stages}) & 1")
         elif op == "stage":
             body += mma.stage(n.it)
-        elif op == "mma" and mma.wgmma_flag:
+        elif op == "mma" and grouped:
             # (a launch may give fewer rows than a wgmma takes: the three ops, or mma.sync in their place)
-            following = tuple(steady[steady.index(op):steady.index(op) + 3])
-            if following != ("mma", "retire", "barrier"):
-                raise ValueError(f"a ring with mma.sync for narrow tiles needs mma, retire, barrier in a row: {steady}")
             wgmma = [*mma.issue(loop, n.slot), *mma.retire(loop.acc, n.slot), *mma.barrier()]
             body.append("\n".join([f"if {mma.wgmma_flag}:", *_block(wgmma), "else:",
                                    *_block(mma.narrow(loop, n.slot))]))
-        elif op in ("retire", "barrier") and mma.wgmma_flag:
+        elif op in ("retire", "barrier") and grouped:
             pass  # (written with the mma above)
+        elif op in ("mma", "retire", "barrier") and mma.wgmma_flag:
+            # (the three apart, in an order the schedule gives: each in its own test; mma.sync's read is done with
+            # the mma, its barrier stands in the barrier's place)
+            sync = {"mma": mma.narrow(loop, n.slot)[2:-1], "retire": [], "barrier": ["_cta_barrier()"]}[op]
+            own = {"mma": mma.issue, "retire": lambda lp, s: mma.retire(lp.acc, s),
+                   "barrier": lambda lp, s: mma.barrier()}[op](loop, n.slot)
+            body.append("\n".join([f"if {mma.wgmma_flag}:", *_block(own),
+                                   *(["else:", *_block(sync)] if sync else [])]))
         elif op == "mma":
             body += mma.issue(loop, n.slot)
         elif op == "retire":

@@ -124,7 +124,7 @@ class HopperAttentionPipeline(Rule):
              "across the softmax")
     examples = (
         Example(EXAMPLE, (
-            "if isinstance(stride_d, int):",
+            "if isinstance(stride_d, int) and acc.shape[0] >= 64:",
             "k_ptrs_ring = k_ptr + offs_n_ring[:, None] * stride_n + offs_d_ring[None, :] * stride_d",
             "offs_m_stage = gl.convert_layout(offs_m, gl.SliceLayout(1, q_layout_))",
             "q_smem = gl.allocate_shared_memory(q.dtype, q.shape, gl.NVMMASharedLayout.get_default_for(q.shape, "

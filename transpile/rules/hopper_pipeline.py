@@ -62,7 +62,11 @@ class HopperTMAPipeline(Rule):
             "acc = warpgroup_mma(a_smem.index(slot), b_smem.index(slot), acc, is_async=True)",
             "acc, _, _ = warpgroup_mma_wait(1, deps=[acc, a_smem.index(slot), b_smem.index(slot)])",
             "acc = warpgroup_mma_wait(0, deps=[acc])",
-            "if a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768 and gl.num_warps() >= 8:",
+            # (BM, a constexpr each launch passes, may be fewer than a wgmma's 64 rows: mma.sync from the slots)
+            "WGMMA: gl.constexpr = a_desc.block_type.shape[0] >= 64  # (fewer rows: mma.sync)",
+            "acc = _mma_sync_slots(a_smem.index(slot), b_smem.index(slot), acc)",
+            "a_desc.block_type.shape[0] >= 64",
+            "and a_desc.block_type.shape[0] * b_desc.block_type.shape[1] >= 32768",
             "(_ws_wgmma_consumer, (a_smem, b_smem, ready, empty, num_iters, acc)),",
             "(_k_tma_loader, (a_desc, b_desc, BK, a_smem, b_smem, ready, empty, num_iters)),",
             "def _k_tma_loader(a_desc, b_desc, BK: gl.constexpr, a_ring, b_ring, ready, empty, num_iters):",
@@ -264,12 +268,14 @@ class HopperTMAPipeline(Rule):
             return [plain], ring
         # the warp-specialised form for large tiles, the ring below for the others
         texts = [assemble([*ws, "else:", indent("\n".join(lines), "    ")]), plain]
-        # The persistent form's kernel test: 16-bit operands take it at every tile and number of warps (under the
-        # source's grid, where the launch's tile is below WS_MIN_TILE: one tile per program), which measured faster
-        # than the single-partition ring on small GEMMs (H200, bench/RESULTS.md: 1.11x against 0.83x at 512^3, the
-        # same from 2048^3); 8-bit ones only from WS_MIN_TILE with 8 warps (not measured below).
+        # The persistent form's kernel test: from WS_MIN_TILE with 8 warps (`ring.ws.condition`); but where B is read
+        # K-major (both slots K-major: fp8 may come too), 16-bit operands take it at every tile and number of warps,
+        # under the source's grid where the launch's tile is below WS_MIN_TILE (one tile per program), which measured
+        # faster than the single-partition ring on small GEMMs (H200, bench/RESULTS.md: 1.11x against 0.83x at
+        # 512^3, the same from 2048^3; not measured with B read N-major).
         wide = f" and {rows}" if flag else ""
-        kernel_test = f"({sixteen}{wide})" + (f" or ({eight} and {ring.ws.condition})" if eight else "")
+        kernel_test = (f"({sixteen}{wide}) or ({eight} and {ring.ws.condition})" if eight
+                       else f"{sixteen} and {ring.ws.condition}")
         if rows is not None and not flag:
             kernel_test = f"({kernel_test}) and {rows}"
         ctx.persistent = _persistent_form(ctx, plan, original_loop, body, name, stages, ready, index, acc_in,

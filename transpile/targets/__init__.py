@@ -145,6 +145,8 @@ SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls 
     "mma_layout": ("float8_via_fp16", "f8f6f4"),
     "mma_k_width": ("float8_via_fp16", "f8f6f4"),
     "tma_load": ("tma_aliases",),
+    "tma_or_triton": ("config_split",),
+    "aligned_or_triton": ("config_split",),
     "warp_pipelined_or_triton": ("tma_or_triton", "config_split"),
     "one_wave_or_triton": ("tma_or_triton", "persistent_grid", "config_split"),
     "tma_store": ("tma_aliases",),
