@@ -152,6 +152,12 @@ kernel[grid](out, 256)
 out.zero_()
 kernel[grid](out, 256)
 assert out[:4].tolist() == [1] * 4 and out[4:].eq(0).all(), out.tolist()  # the Gluon kernel: one program per SM
+# twins are made of the source's own configs, not of those the variant added for its Gluon forms
+added = triton.Config({"BLOCK_M": 192}, num_warps=12)
+gluon = triton.autotune(configs=one + [added], key=["M"])(gluon_stand_in)
+kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+marks = [c.kwargs.get("_transpile_source", False) for c in gluon.configs]
+assert marks == [False, False, True] and gluon.configs[2].kwargs["BLOCK_M"] == 32, gluon.configs
 print("ONE WAVE")
 '''
 

@@ -388,10 +388,11 @@ class _OneWaveOrTriton(_TMAOrTriton):
 
 
 class _ConfigSplit:
-    """What the autotuner of a launcher's Gluon kernel runs. Each config has a twin that runs the source kernel (the
-    same arguments, block sizes, warps and stages), so the autotuner times the two kernels against each other at
-    every key and a launch runs the faster: the Gluon kernel is never kept where, at the launch's sizes, the source
-    runs faster on this GPU. A config the launcher's `config_runs_gluon` turns away runs the source kernel too."""
+    """What the autotuner of a launcher's Gluon kernel runs. Each of the source's own configs has a twin among the
+    Gluon kernel's that runs the source kernel (the same arguments, block sizes, warps and stages), so the autotuner
+    times the two kernels against each other at every key and a launch runs the faster: the Gluon kernel is never
+    kept where, at the launch's sizes, the source runs faster on this GPU. A config the launcher's
+    `config_runs_gluon` turns away runs the source kernel too."""
 
     SOURCE = "_transpile_source"  # (the twin's mark among its config values: no kernel parameter has this name)
 
@@ -409,7 +410,8 @@ class _ConfigSplit:
         source = source.fn if hasattr(source, "configs") else source
         autotuner.fn = _ConfigSplit(autotuner.fn, source, launcher)
         twins = []
-        for config in autotuner.configs:
+        # (the source's own configs: not those the variant added for its Gluon forms, which the source may not take)
+        for config in getattr(launcher.triton_kernel, "configs", autotuner.configs):
             twin = copy.copy(config)
             twin.kwargs = {**config.kwargs, _ConfigSplit.SOURCE: True}
             twins.append(twin)
