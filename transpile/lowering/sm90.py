@@ -52,8 +52,9 @@ CONSUMER_STEPS = ("slot", "wait", "mma", "retire", "barrier", "release")
 
 
 #: The rows of a warpgroup's wgmma. A dot tile of fewer rows gets the mma.sync layout (`_mma_layout`), whose operands
-#: are registers, not shared-memory slots: every wgmma form tests its tile's rows at compile time
-#: (`wgmma_rows`) and runs the translated loop, unpipelined, for narrower tiles (decode-shaped GEMMs of 16 or 32 rows).
+#: are registers, not shared-memory slots: every wgmma form tests its tile's rows at compile time (`wgmma_rows`); the
+#: GEMM rings then multiply narrower tiles (decode-shaped GEMMs of 16 or 32 rows) with mma.sync from their slots
+#: (`Wgmma.wgmma_flag`), the other forms run the translated loop.
 WGMMA_ROWS = 64
 
 
