@@ -103,8 +103,9 @@ def _added_configs(module, name: str, known: int) -> list[tuple[str, AutotuneCon
         obj = getattr(obj, "fn", None)  # @triton.heuristics wraps the autotuner's function, or is wrapped by it
     if obj is None or not isinstance(getattr(obj, "configs", None), list) or not known:
         return []
+    # (not the source twins a launcher adds, `_ConfigSplit`: they run the source kernel, compiled as such)
     return [(f"config {i} (added)", AutotuneConfig(dict(c.kwargs), c.num_warps, c.num_stages, None))  # type: ignore[arg-type]
-            for i, c in enumerate(obj.configs) if i >= known]
+            for i, c in enumerate(obj.configs) if i >= known and "_transpile_source" not in c.kwargs]
 
 
 def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dict[str, object], path: str,
