@@ -235,16 +235,19 @@ class Wgmma:
     def barrier(self) -> list[str]:
         return ["if gl.num_warps() > 4:\n    _cta_barrier()"]
 
-    def narrow(self, loop: LoopText, slot: str) -> list[str]:
-        """`mma`, `retire` and `barrier` of a tile of fewer rows than a wgmma takes: mma.sync from the slots, read
-        into registers (done once it returns), then a barrier: no warp refills the slot (below) while another still
-        reads it."""
+    def sync_issue(self, loop: LoopText, slot: str) -> list[str]:
+        """mma.sync from the slots (a tile of fewer rows than a wgmma takes), read into registers: done once it
+        returns."""
         pairs = [(p.acc, p.acc_in, p.views(slot)) for p in self.products] if self.products \
             else [(loop.acc, loop.acc_in, self.views(slot))]
+        return [f"{acc} = _mma_sync_slots({a}, {b}, {acc_in})" for acc, acc_in, (a, b) in pairs]
+
+    def narrow(self, loop: LoopText, slot: str) -> list[str]:
+        """`mma`, `retire` and `barrier` of a tile of fewer rows than a wgmma takes: `sync_issue`, then a barrier:
+        no warp refills the slot (below) while another still reads it."""
         return ["# Fewer rows than a warpgroup's wgmma takes: mma.sync, its operands read from the slot into",
                 "# registers; every warp has read the slot before any refills it (the barrier).",
-                *(f"{acc} = _mma_sync_slots({a}, {b}, {acc_in})" for acc, acc_in, (a, b) in pairs),
-                "_cta_barrier()"]
+                *self.sync_issue(loop, slot), "_cta_barrier()"]
 
     def drain(self, acc: str) -> list[str]:
         if self.in_flight == 0:
@@ -305,7 +308,7 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
         elif op in ("mma", "retire", "barrier") and mma.wgmma_flag:
             # (the three apart, in an order the schedule gives: each in its own test; mma.sync's read is done with
             # the mma, its barrier stands in the barrier's place)
-            sync = {"mma": mma.narrow(loop, n.slot)[2:-1], "retire": [], "barrier": ["_cta_barrier()"]}[op]
+            sync = {"mma": mma.sync_issue(loop, n.slot), "retire": [], "barrier": ["_cta_barrier()"]}[op]
             own = {"mma": mma.issue, "retire": lambda lp, s: mma.retire(lp.acc, s),
                    "barrier": lambda lp, s: mma.barrier()}[op](loop, n.slot)
             body.append("\n".join([f"if {mma.wgmma_flag}:", *_block(own),

@@ -56,7 +56,7 @@ from transpile.cst_utils import (
     sum_terms,
 )
 from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, CpAsyncCopy, LoopText, Product, RingNames, Staged, Wgmma,
-                                     gemm_ring, wgmma_rows)
+                                     WGMMA_ROWS, gemm_ring, wgmma_rows)
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -68,7 +68,7 @@ from transpile.rules.hopper_schedule import (
     Sm90Ring,
     WaitGroups,
     kernel_configs,
-    least_value,
+    least_rows,
 )
 from transpile.rules.pipeline_text import (
     LoopRange,
@@ -276,7 +276,7 @@ class HopperCpAsyncPipeline(Rule):
 STAGED_DEPTH = 3
 #: The least rows of such a ring's dot tile: a wgmma's M is 64 rows a warpgroup (Triton runs a narrower dot as
 #: mma.sync; Gluon's wgmma refuses it). Launches with fewer run the source kernel.
-STAGED_ROWS = 64
+STAGED_ROWS = WGMMA_ROWS
 
 
 class _AddressForm(str):
@@ -571,8 +571,8 @@ class _Emitter:
         # slots (an operand computed in registers takes the translated loop instead: the launcher's row test keeps
         # such launches on the source kernel)
         rows = " and ".join(dict.fromkeys(
-            r for r in (wgmma_rows(f"{chain.acc}.shape[0]", least_value(self.ctx.function, getattr(
-                self.ctx.plan.dots.get(chain.call), "shape", (None,))[0])) for chain in plan.chains) if r))
+            r for r in (wgmma_rows(f"{chain.acc}.shape[0]", least_rows(self.ctx, chain.call)) for chain in plan.chains)
+            if r))
         flag = name("WGMMA") if rows and not self.staged else ""
         if flag:
             self.ctx.need("mma_sync_slots")

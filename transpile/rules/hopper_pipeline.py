@@ -36,7 +36,7 @@ from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, Rin
                                      partition_loop, wgmma_rows)
 from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
                                              RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs,
-                                             least_value)
+                                             least_rows)
 from transpile.rules.pipeline_text import LoopRange, code, indent, loop_namer, next_names, rename, ring_depth
 
 EXAMPLE = (
@@ -202,7 +202,7 @@ class HopperTMAPipeline(Rule):
         # A launch may give fewer rows than a wgmma takes: the ring multiplies them with mma.sync (a product made
         # from zero each iteration, block-scaled, runs the translated loop instead)
         rows = wgmma_rows(f"{a.descriptor}.block_type.shape[{1 if a.transposed else 0}]",
-                          least_value(ctx.function, getattr(ctx.plan.dots.get(plan.chains[0].call), "shape", (None,))[0]))
+                          least_rows(ctx, plan.chains[0].call))
         flag = name("WGMMA") if rows is not None and plan.acc_in_dot else ""
         mma = Wgmma(ring.mma_in_flight, lambda s: (_view(a, f"{a_smem}.index({s})"), _view(b, f"{b_smem}.index({s})")),
                     (a_smem, b_smem), use_acc=plan.acc_in_dot, wgmma_flag=flag)

@@ -169,6 +169,12 @@ def least_value(function, size: object) -> int | None:  # noqa: ANN001 - JitFunc
     return None
 
 
+def least_rows(ctx, call: cst.Call) -> int | None:  # noqa: ANN001 - RuleContext (an import cycle)
+    """The least rows of the dot `call`'s tile in the kernel (`least_value` of its first dimension), or None."""
+    site = ctx.plan.dots.get(call)
+    return least_value(ctx.function, site.shape[0] if site is not None else None)
+
+
 def add_config(ctx,  # noqa: ANN001 - RuleContext (an import cycle)
                decorator: cst.Decorator, sizes: dict[str, int], warps: int, depth: int, why: str
                ) -> tuple[cst.Decorator, RingConfig] | None:
