@@ -751,7 +751,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         elif not gluon_always:
             _keep_unpipelined(ctx, outcome)
             if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
-                outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when)
+                outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when,
+                                                       amd=ctx.target.backend == "hip")
             access = _launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
             vector = (replicated_vector_load(facts, fn, plan) if outcome.translated and not outcome.pipelined
                       and access is None else None)
@@ -1344,7 +1345,8 @@ def _launch_dispatch(facts: ModuleFacts, fn: JitFunction, ctx: RuleContext) -> D
                     unflagged_at_least=ctx.launch_unflagged_at_least if param is not None else (),
                     small=ctx.launch_small, warps=ctx.launch_warps if not fn.autotune_configs else None,
                     no_agprs=ctx.launch_no_agprs, slow_dtypes=ctx.launch_slow_dtypes, lds=ctx.launch_lds,
-                    source_when=ctx.launch_source_when, grid_at_least=ctx.launch_grid_at_least,
+                    source_when=ctx.launch_source_when, amd=ctx.target.backend == "hip",
+                    grid_at_least=ctx.launch_grid_at_least,
                     retile=ctx.launch_retile, one_wave=ctx.launch_one_wave)
 
 
@@ -1518,6 +1520,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
                               if dispatch.grid_at_least is not None else []),
                             *(["it is faster than this kernel only where its grid fits in one wave (at most one "
                                "program per SM)"] if dispatch.one_wave else []),
+                            *([f"it is slower where `{'` or `'.join(test for test, _ in dispatch.source_when)}`"]
+                              if dispatch.source_when and not dispatch.amd else []),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
         checks = (f"its tensors' alignment{'' if dispatch.narrow else ' and element size'} and that of the arguments "
@@ -1525,6 +1529,8 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
             " and ".join([*([f"each launch's `{dispatch.when[0]}`"] if dispatch.when else []),
                                *([f"`{n}`" for n, _ in dispatch.at_least]),
                                *(["its grid"] if dispatch.grid_at_least is not None or dispatch.one_wave else []),
+                               *([f"`{'`, `'.join(sorted({n for _, names in dispatch.source_when for n, _ in names}))}`"]
+                                 if dispatch.source_when and not dispatch.amd else []),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
     comments = textwrap.wrap(
         f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
@@ -1565,7 +1571,10 @@ def _dispatched(originals: dict[str, cst.FunctionDef], outcome: KernelOutcome,
     if dispatch.source_when:
         tests = ", ".join(f"lambda {', '.join(n if d is None else f'{n}={d}' for n, d in names)}: {test}"
                           for test, names in dispatch.source_when)
-        amd += f", source_when=({tests},)"
+        if dispatch.amd:  # (the AMD launcher's own arguments, then these)
+            amd += f", source_when=({tests},)"
+        else:
+            when += f", source_when=({tests},)"
     if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
         amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r})"
     if dispatch.reason == ALIGNMENT_REASON:

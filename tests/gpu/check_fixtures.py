@@ -1321,6 +1321,11 @@ SUITE_CASES: list[Case] = [
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),
          small_shape=dict(BH=2, T=150), bench_shape=dict(BH=32, T=4096), atol=3e-2, rtol=3e-2,
          flops=lambda s: 4 * 2.0 * s["BH"] * s["T"] * s["T"] * 64),
+    # ... at sizes the sm90 launcher runs the Gluon kernel for (aligned rows, 16 query blocks or more), and one it
+    # does not (8 query blocks: the source kernel)
+    Case(name="suite_attention_bwd-aligned", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
+         make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1024),
+         small_shape=dict(BH=2, T=256), bench_shape=None, atol=3e-2, rtol=3e-2),
     # Rows of each expert from tables in memory: data-dependent row starts and bounds, per-expert base offsets.
     _suite_gemm_case("suite_moe_grouped_rows", wrapper="moe_grouped_rows", make_inputs=_moe_rows_inputs,
                      reference=_ref_moe_rows, shape=dict(E=6, T=1000, N=1100, K=700),

@@ -88,6 +88,16 @@ def _mma_sync_slots(a, b, acc):
     return mma_v2(a_regs, b_regs, acc)
 
 
+@gluon.jit
+def _wgmma_a_regs(a, b, acc):
+    """An asynchronous wgmma of `a` in registers (converted to the dot-operand layout of the accumulator's) and `b` in
+    shared memory (a ring slot, or a view of one) into `acc`. The caller waits for it (`warpgroup_mma_wait`) before
+    it reads the result or lets `b` be overwritten."""
+    a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
+                                                 k_width=32 // a.dtype.primitive_bitwidth))
+    return warpgroup_mma(a, b, acc, is_async=True)
+
+
 @gluon.constexpr_function
 def _register_a_layout(mma_layout, dtype):
     """Layout of a wgmma A operand held in registers: the dot-operand layout of the accumulator layout, 32 bits of

@@ -119,7 +119,9 @@ class _TMAOrTriton:
     (`triton.set_allocator`), one that allocates with torch is set."""
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
-                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None):
+                 divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None,
+                 source_when=()):
+        self.source_when = source_when
         self.grid_at_least = grid_at_least
         self.retile = retile
         self.gluon_kernel = gluon_kernel
@@ -142,6 +144,19 @@ class _TMAOrTriton:
         """Whether an autotune config (its values, with the launch's) may run the Gluon kernel: every one here."""
         return True
 
+    def source_wanted(self, values):
+        """A test of `source_when` (functions of the kernel's parameters: launches for which the Gluon kernel measured
+        slower, or does not pipeline its loop) holds at these launch (or config) values; so does a test reading a
+        parameter the launch neither passes nor has a default for."""
+        for test in self.source_when:
+            names = test.__code__.co_varnames[: test.__code__.co_argcount]
+            try:
+                if test(**{n: values[n] for n in names if n in values}):
+                    return True
+            except TypeError:
+                return True
+        return False
+
     def arguments(self, args, kwargs):
         """A launch's arguments by parameter name."""
         values = dict(zip(self.params, args))
@@ -153,7 +168,7 @@ class _TMAOrTriton:
         if self.when is not None and not values.get(*self.when):
             if not self.unflagged_at_least or not self.sizes_at_least(self.unflagged_at_least, values):
                 return False
-        if not self.sizes_at_least(self.at_least, values):
+        if not self.sizes_at_least(self.at_least, values) or self.source_wanted(values):
             return False
         if self.aligned:
             for value in values.values():
@@ -269,8 +284,7 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, warps=None, small=False, no_agprs=False,
                  slow_dtypes=(), lds=None, source_when=(), **checks):
-        super().__init__(gluon_kernel, triton_kernel, params, tiles, **checks)
-        self.source_when = source_when
+        super().__init__(gluon_kernel, triton_kernel, params, tiles, source_when=source_when, **checks)
         self.warps = warps
         self.small = small
         self.no_agprs = no_agprs
@@ -288,15 +302,8 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     def pipelines(self, values):
         """Whether the Gluon kernel pipelines its loop at these launch (or config) values: no test of `source_when`
         holds, and two slots of each ring fit the LDS; True where a block size is not known yet."""
-        if self.source_when:
-            # (a test reading a constexpr the launch neither passes nor has a default for: the source kernel)
-            for test in self.source_when:
-                names = test.__code__.co_varnames[: test.__code__.co_argcount]
-                try:
-                    if test(**{n: values[n] for n in names if n in values}):
-                        return False
-                except TypeError:
-                    return False
+        if self.source_wanted(values):
+            return False
         if self.lds is not None:
             limit, rings = self.lds
             need = 0

@@ -21,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import libcst as cst
+
 from transpile.analysis.attention import AttentionPlan
+from transpile.cst_utils import assigned_names, read_names
 from transpile.rules.pipeline_text import code, indent
 
 #: The ops of one steady-state iteration of a GEMM ring, in order (`Sm90Ring.steady`):
@@ -36,6 +39,11 @@ GEMM_STEADY = ("index", "consumer_before", "slot", "wait", "mma", "retire", "bar
 #: to shared memory, where the wgmma reads them — comes before the wgmma.
 GEMM_STEADY_STAGED = ("index", "slot", "wait", "consumer_before", "stage", "mma", "retire", "barrier",
                       "consumer_after", "refill")
+#: ... of a loop whose dots run in its own order (`IN_ORDER`: a dot made afresh each iteration, or one whose A operand
+#: the iteration computes from earlier products, attention's backward): once the slot's copies have landed, the
+#: refill of the slot the previous iteration read (every warp is past that iteration: the wait's barrier), then the
+#: loop's statements as written (consumer_before), each dot a wgmma from the slots waited for at once.
+IN_ORDER_STEADY = ("index", "slot", "wait", "refill", "consumer_before")
 #: The ops of one steady-state iteration of a flash-attention ring (`AttentionStep`), in order: index,
 #: consumer_before; acquire — pick the K slot and the previous iteration's V slot and wait until their tiles have
 #: landed (the form's own lines); qk — the QK^T wgmma; pv — the previous iteration's PV wgmma; issued — the form's
@@ -462,3 +470,133 @@ class AttentionStep:
                 yield from self.after
             else:
                 raise ValueError(f"unknown op {op!r} in a flash-attention ring's steady state")
+
+
+#: The calls that issue an asynchronous wgmma in a loop pipelined in order (`IN_ORDER_STEADY`): A from shared memory,
+#: or from registers through `_wgmma_a_regs` (transpile/helpers/hopper.py).
+WGMMA_ISSUES = ("warpgroup_mma", "_wgmma_a_regs")
+
+
+@dataclass
+class _Unit:
+    statement: cst.BaseStatement
+    token: str = ""  # an issued wgmma: the name its (asynchronous) result is bound to
+    acc: str = ""  # ... and the accumulator it adds to, where that is a name (a chain on one accumulator)
+
+    @property
+    def reads(self) -> set[str]:
+        statement = self.statement
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return read_names(statement)  # (a compound statement: what it binds counts as read too)
+        names: set[str] = set()
+        for small in statement.body:
+            if isinstance(small, cst.Assign):
+                names |= read_names(small.value)
+                names |= {n for t in small.targets if not isinstance(t.target, (cst.Name, cst.Tuple))
+                          for n in read_names(t.target)}
+            elif isinstance(small, cst.AugAssign):
+                names |= read_names(small.value) | read_names(small.target)
+            elif isinstance(small, cst.AnnAssign):
+                names |= read_names(small.value) if small.value is not None else set()
+            else:
+                names |= read_names(small)
+        return names
+
+    @property
+    def writes(self) -> set[str]:
+        return assigned_names(self.statement)
+
+
+def wgmmas_in_order(statements: Sequence[cst.BaseStatement], name: Callable[[str], str],
+                    retire_deps: Sequence[str] = ()) -> list[str]:
+    """The statements of one iteration of a loop pipelined in order, each wgmma issued as early as its operands allow
+    and waited for where its result is first read (the MMA engine of `IN_ORDER_STEADY`).
+
+    A statement that issues a wgmma (`WGMMA_ISSUES`, asynchronous) is split where the wgmma is part of an expression
+    (`d = warpgroup_mma(v, ...).to(gl.float32)`: the wgmma is bound to a name of its own, `name("d_mma")`, and the
+    statement reads that). Each wgmma moves up past the statements it does not depend on (it neither reads what they
+    bind nor binds what they read), and after the wgmmas whose operands are ready as early (so the issue order is the
+    loop's among wgmmas ready together, and a wait for one result leaves the ones issued after it in flight:
+    `warpgroup_mma_wait(n)` waits until at most n are). Before a
+    statement that reads or rebinds an outstanding result, one wait retires it and every earlier one; a wgmma into an
+    accumulator still in flight is chained on it without a wait (the tensor cores run a chain in order). The last
+    wait, at the end of the iteration, retires the rest: with `retire_deps` (the iteration's ring slots) among its
+    dependencies, no slot is refilled while a wgmma reads it."""
+    units: list[_Unit] = []
+    for statement in statements:
+        call = _issue(statement)
+        if call is None:
+            units.append(_Unit(statement))
+            continue
+        small = statement.body[0]  # type: ignore[union-attr]
+        target = small.targets[0].target.value  # type: ignore[union-attr]
+        acc = call.args[2].value if len(call.args) > 2 else None
+        acc_name = acc.value if isinstance(acc, cst.Name) else ""
+        if small.value is call:  # (`x = warpgroup_mma(...)`)
+            units.append(_Unit(statement, target, acc_name))
+            continue
+        token = name(f"{target}_mma")
+        units.append(_Unit(cst.parse_statement(f"{token} = {code(call)}\n"), token, acc_name))
+        units.append(_Unit(statement.visit(_Replace(call, cst.Name(token)))))  # type: ignore[arg-type]
+    order: list[_Unit] = []
+    ready: dict[int, int] = {}  # an issued wgmma (id of its unit) -> the place in `units` of the last unit it needs
+    for index, unit in enumerate(units):
+        if not unit.token:
+            order.append(unit)
+            continue
+        needs = [i for i, placed in enumerate(order) if _depends(unit, placed)]
+        at = needs[-1] + 1 if needs else 0
+        ready[id(unit)] = max((units.index(order[i]) for i in needs), default=-1)
+        # (a wgmma placed already whose operands were ready no later than this one's stays before it)
+        before = [i for i in range(at, len(order)) if order[i].token and ready[id(order[i])] <= ready[id(unit)]]
+        order.insert(before[-1] + 1 if before else at, unit)
+    lines: list[str] = []
+    outstanding: list[str] = []
+    for unit in order:
+        touched = (unit.reads | unit.writes) - ({unit.acc} if unit.token else set())
+        needed = [i for i, token in enumerate(outstanding) if token in touched]
+        if needed:
+            last = max(needed)
+            retired = outstanding[:last + 1]
+            lines.append(f"{', '.join(retired)} = warpgroup_mma_wait({len(outstanding) - last - 1}, "
+                         f"deps=[{', '.join(retired)}])")
+            outstanding = outstanding[last + 1:]
+        lines.append(code(unit.statement))
+        if unit.token:
+            outstanding = [t for t in outstanding if t != unit.token] + [unit.token]
+    if outstanding:
+        kept = ", ".join(outstanding + ["_"] * len(retire_deps))
+        lines += ["# Every wgmma of the iteration has finished (and read its slots) before the next refills one.",
+                  f"{kept} = warpgroup_mma_wait(0, deps=[{', '.join([*outstanding, *retire_deps])}])"]
+    return lines
+
+
+def _issue(statement: cst.BaseStatement) -> cst.Call | None:
+    """The wgmma call a statement `name = ...` issues (one at most), else None."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
+            and isinstance(statement.body[0].targets[0].target, cst.Name)):
+        return None
+    calls = [n for n in _preorder(statement.body[0].value) if isinstance(n, cst.Call)
+             and isinstance(n.func, cst.Name) and n.func.value in WGMMA_ISSUES]
+    return calls[0] if len(calls) == 1 else None
+
+
+def _preorder(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _preorder(child)
+
+
+def _depends(unit: _Unit, before: _Unit) -> bool:
+    """`unit` cannot move above `before`: it reads what `before` binds, or binds what `before` reads or binds."""
+    return bool(unit.reads & before.writes or unit.writes & (before.reads | before.writes))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, old: cst.CSTNode, new: cst.BaseExpression) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        return self.new if original is self.old else updated

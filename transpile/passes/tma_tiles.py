@@ -173,10 +173,14 @@ class Dispatch:
     # element type they hold)): launches whose two ring slots would not fit run the source kernel (the Gluon kernel
     # would run its loop as translated, unpipelined)
     lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
-    # AMD: compile-time tests (Python source over constexpr parameters) and (parameter, its default as code or None)
-    # for each name a test reads: launches for which a test holds run the source kernel (the Gluon kernel pipelines
-    # the copy of its loop for the other value only: `if AB_DTYPE is not None:` casting the operands before the dot)
+    # tests (Python source over the kernel's parameters) and (parameter, its default as code or None) for each name a
+    # test reads: launches for which a test holds run the source kernel (AMD: the Gluon kernel pipelines the copy of
+    # its loop for the other value only, `if AB_DTYPE is not None:` casting the operands before the dot; sm90: a loop
+    # pipelined in order runs too few iterations)
     source_when: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...] = ()
+    # the target is AMD's (the launcher is then `_WarpPipelinedOrTriton` where any of its own arguments, or
+    # `source_when`, is given)
+    amd: bool = False
     # (grid axis, least count): only launches whose grid has at least that many programs along the axis run the
     # Gluon kernel (a causal attention loop whose key blocks end at its query block `program_id(axis)`: a short
     # grid there means short prompts, for which the ring measured slower than the source kernel)

@@ -43,9 +43,11 @@ Targets: sm90.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import libcst as cst
 
+from transpile.analysis.attention import plan_attention_loop
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.cst_utils import (
     assigned_names,
@@ -55,8 +57,8 @@ from transpile.cst_utils import (
     product_factors,
     sum_terms,
 )
-from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, CpAsyncCopy, LoopText, Product, RingNames, Staged, Wgmma,
-                                     WGMMA_ROWS, gemm_ring, wgmma_rows)
+from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, IN_ORDER_STEADY, WGMMA_ROWS, CpAsyncCopy, LoopText, Product,
+                                     RingNames, Staged, Wgmma, gemm_ring, wgmma_rows, wgmmas_in_order)
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.copy_layouts import (
     FreshTiles,
@@ -69,6 +71,7 @@ from transpile.rules.hopper_schedule import (
     WaitGroups,
     kernel_configs,
     least_rows,
+    least_value,
 )
 from transpile.rules.pipeline_text import (
     LoopRange,
@@ -215,17 +218,34 @@ class HopperCpAsyncPipeline(Rule):
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or ctx.function.launch_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True,
-                         computed_operands=True)
+                         computed_operands=True, fresh_dots=True, chained_dots=True)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
-        emitted = _Emitter(ctx, plan, original, updated).emit()
-        if isinstance(emitted, _AddressForm) and ctx.slower_than_triton(original, "cp.async, address form", emitted):
+        in_order = any(chain.fresh or chain.chained for chain in plan.chains)
+        if in_order and plan_attention_loop(ctx.source, original, ctx.plan, default) is not None:
+            return updated  # flash attention's two dots: the attention rules' loop, and their measurements
+        emitter = _Emitter(ctx, plan, original, updated)
+        emitted = emitter.emit()
+        if isinstance(emitted, _AddressForm) and not in_order \
+                and ctx.slower_than_triton(original, "cp.async, address form", emitted):
             return updated  # the policy keeps such GEMMs as Triton whatever their address form (rules/base.py)
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
         staged = emitted.ring.steady == GEMM_STEADY_STAGED
-        if not staged and ctx.slower_than_triton(original, "cp.async"):
+        in_order = emitted.ring.steady == IN_ORDER_STEADY
+        if in_order and not ctx.gluon_always:
+            # Faster than Triton's own pipeliner at 8 warps (attention's backward: 1.0-1.3x at head dimension 64,
+            # 1.1-1.25x at 128), slower at 4 with large accumulators (0.64-0.76x at head dimension 128;
+            # bench/RESULTS.md): the launcher runs the Gluon kernel for launches of 8 warps or more (`IN_ORDER_WARPS`).
+            ctx.launch_checked = True
+            ctx.launch_at_least = tuple(dict.fromkeys((*ctx.launch_at_least, ("num_warps", IN_ORDER_WARPS))))
+            # ... and loops of IN_ORDER_LEAST_ITERATIONS iterations or more (fewer: the ring's fill and the shared
+            # copies of the tiles the loop does not change are not paid back; 0.93-0.96x at 2-8 iterations)
+            short = _trip_count_test(ctx, original, IN_ORDER_LEAST_ITERATIONS)
+            if short is not None:
+                ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, short)))
+        elif not staged and ctx.slower_than_triton(original, "cp.async"):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         if staged and not ctx.gluon_always:
             # Faster than the source only with few tiles (STAGED_DEPTH): the launcher runs the Gluon kernel for grids
@@ -274,6 +294,14 @@ class HopperCpAsyncPipeline(Rule):
 #: M = 1024 (8 x 32 tiles of 128 x 128 and more): the launcher runs the form only for grids of one wave
 #: (`_OneWaveOrTriton`; bench/RESULTS.md: Profitability).
 STAGED_DEPTH = 3
+#: The fewest warps a launch of a loop pipelined in order (`IN_ORDER_STEADY`) runs the Gluon kernel with. On an
+#: H200 (Triton 3.6), suite_attention_bwd's dK/dV loop (32 or 64 x 128 tiles) against Triton's own compile of the
+#: source: 1.00-1.31x at 8 warps and head dimension 64, 1.11-1.24x at 128; at 4 warps 0.94-1.10x (64) and
+#: 0.64-0.76x (128: two 128 x 128 fp32 accumulators a warpgroup), 2.8-3.5x where the source spills (64 x 128 x 64).
+IN_ORDER_WARPS = 8
+#: ... and the fewest iterations of its loop: at 2-8 iterations (128-256 queries of 32 or 64 rows) the same kernel ran
+#: 0.93-0.96x at head dimension 128 and 0.93-1.00x at 64, from 16 on 1.04-1.42x.
+IN_ORDER_LEAST_ITERATIONS = 16
 #: The least rows of such a ring's dot tile: a wgmma's M is 64 rows a warpgroup (Triton runs a narrower dot as
 #: mma.sync; Gluon's wgmma refuses it). Launches with fewer run the source kernel.
 STAGED_ROWS = WGMMA_ROWS
@@ -311,13 +339,17 @@ class _Emitter:
         # Several dots (a gated GEMM's gate and up products from one A tile, or two products into one accumulator in
         # turn): each is a wgmma of its own from the iteration's slots; they are written one after the other.
         indices = [chain.index for chain in plan.chains]
-        if any(not chain.acc_in_dot for chain in plan.chains):
+        # A dot made afresh each iteration (`s = tl.dot(q, tl.trans(k))`) or one whose A operand the iteration
+        # computes from earlier products (attention's backward): the loop's statements run in order, each such dot a
+        # wgmma waited for at once, from the slots (`in_order`).
+        self.in_order = any(chain.fresh or chain.chained for chain in plan.chains)
+        if any(not chain.acc_in_dot and not chain.fresh for chain in plan.chains):
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
         consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
         original_body = list(self.original.body.body)  # type: ignore[union-attr]
         self.staged: dict[str, int] = {}  # loads a dot operand is computed from -> the operand's position
         for load in plan.loads:
-            if not load.computed:
+            if not load.computed or self.in_order:  # (in order: the tile is read from its slot where it is used)
                 continue
             line = ctx.source.position(original_body[load.index])[0]
             users = [chain for chain in plan.chains if load.name in chain.operands]
@@ -343,7 +375,7 @@ class _Emitter:
                         "after the copies' wait, where the wgmma is issued)")
         # (the copies' statements between the dots, a second B tile's load, go to the ring's producer)
         between = [i for i in consumer if min(indices) < i < max(indices) and i not in indices]
-        if between:
+        if between and not self.in_order:
             line = ctx.source.position(original_body[between[0]])[0]
             return (f"the statement at line {line} between its {len(indices)} dots (the wgmmas of an iteration are "
                     "issued one after the other)")
@@ -371,6 +403,21 @@ class _Emitter:
                 dtypes.setdefault(name, dtype)
                 shapes.setdefault(name, ", ".join(shape[::-1] if transposed else shape))
         rows: tuple[str, int] = ("", 0)
+        self.in_order_rows: list[str] = []
+        if self.in_order:
+            # Every dot a wgmma, 64 rows a warpgroup: a launch of fewer runs the translated loop (the rows test in
+            # the ring's condition), a tile known to have fewer is not taken.
+            for chain in plan.chains:
+                size = ctx.plan.dots[chain.call].shape[0]
+                if size is None:
+                    return "the rows of a dot's tile are not known (a wgmma takes 64 rows a warpgroup)"
+                test = wgmma_rows(str(size) if str(size).isidentifier() else f"({size})",
+                                  least_value(ctx.function, size))
+                if test is not None and str(size).isdigit():
+                    return (f"the dot's tile has {size} rows: the wgmmas of a loop pipelined in order take "
+                            f"{WGMMA_ROWS} rows a warpgroup")
+                if test is not None:
+                    self.in_order_rows.append(test)
         if self.staged:
             # A wgmma takes 64 rows a warpgroup (Triton runs a narrower dot as mma.sync): the dot's rows must be a
             # constexpr the launcher can test (a literal is tested here).
@@ -381,7 +428,7 @@ class _Emitter:
                         "which the launch must be known to give")
             rows = (size, STAGED_ROWS) if size in constexprs else rows
         for load in plan.loads:
-            if load.name in self.staged:  # its ring holds the tile as loaded: the load's own type and shape
+            if load.name in self.staged or self.in_order:  # its ring holds the tile as loaded: its own type and shape
                 tile = ctx.plan.loads.get(load.call)
                 if tile is None or tile.elem is None or tile.shape is None or None in tile.shape \
                         or len(tile.shape) != 2:
@@ -497,7 +544,8 @@ class _Emitter:
                             ring_depth(self.ctx, plan.loop, plan.num_stages, STAGED_DEPTH if self.staged else 2),
                             tuple(RingOperand(load.name, "cp.async") for load in plan.loads),
                             wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function),
-                            **({"steady": GEMM_STEADY_STAGED} if self.staged else {}))
+                            **({"steady": GEMM_STEADY_STAGED} if self.staged else
+                               {"steady": IN_ORDER_STEADY, "mma_in_flight": 0} if self.in_order else {}))
         name = loop_namer(self.ctx, plan.loop)
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
@@ -545,12 +593,37 @@ class _Emitter:
         # A tile a dot operand is computed from (`Staged`): read from the slot once its copies have landed, before
         # the statements that compute the operand (GEMM_STEADY_STAGED runs them after the wait).
         staged_reads = [text for name, text in reads.items() if name in self.staged]
-        loop = LoopText(plan.var, index, first.acc, acc_in(first),
-                        [*staged_reads, *(code(body[i]) for i in before)],
-                        [*(text for name, text in reads.items() if name not in self.staged),
-                         *(code(body[i]) for i in after)], renames[plan.var],
-                        [rename(body[i], renames) for i in plan.producer_before()],
-                        [rename(body[i], renames) for i in plan.producer_after()], uses_var)
+        held: dict[str, tuple[str, bool]] = {}
+        if self.in_order:
+            # Every statement of the iteration in order (the dots among them), after the slot's copies have landed:
+            # a dot reading a ring tile, or a tile the loop does not change, is an asynchronous wgmma from shared
+            # memory, issued as early as its operands allow and waited for where its result is read
+            # (`wgmmas_in_order`); a ring tile read otherwise too is read from its slot in the translated layout.
+            assigned = set().union(*(assigned_names(statement) for statement in body)) | {plan.var}
+            slot_dots = _SlotDots(smem, slot, invariant_tiles(self.ctx, self.original) - assigned - set(smem), name)
+            statements = [slot_dots.rewrite(body[i])
+                          for i in consumer_indices(plan.producer, {load.index for load in plan.loads}, body)]
+            held = slot_dots.held
+            used = set().union(*(names_in(statement) for statement in statements)) if statements else set()
+            read = [f"{load.name} = {smem[load.name]}.index({slot}).load("
+                    f"{self.ctx.plan.layout_expr(self.ctx.plan.loads[load.call].term)})"
+                    for load in plan.loads if load.name in used]
+            lines = wgmmas_in_order(statements, name, [f"{smem[load.name]}.index({slot})" for load in plan.loads])
+            uses_var = plan.var in used
+            loop = LoopText(plan.var, index, first.acc, first.acc, [*read, *lines], [], renames[plan.var],
+                            [rename(body[i], renames) for i in plan.producer_before()],
+                            [rename(body[i], renames) for i in plan.producer_after()], uses_var)
+            if any("_wgmma_a_regs(" in line for line in lines):
+                self.ctx.need("wgmma_a_regs")
+            if held:
+                self.ctx.need("mma_k_width")
+        else:
+            loop = LoopText(plan.var, index, first.acc, acc_in(first),
+                            [*staged_reads, *(code(body[i]) for i in before)],
+                            [*(text for name, text in reads.items() if name not in self.staged),
+                             *(code(body[i]) for i in after)], renames[plan.var],
+                            [rename(body[i], renames) for i in plan.producer_before()],
+                            [rename(body[i], renames) for i in plan.producer_after()], uses_var)
         transposed = {load.name: load.transposed for load in plan.loads}
         stage_index = name("stage")
         buffers = {n: name(f"{n}_staged") for n in self.staged}
@@ -573,6 +646,7 @@ class _Emitter:
         rows = " and ".join(dict.fromkeys(
             r for r in (wgmma_rows(f"{chain.acc}.shape[0]", least_rows(self.ctx, chain.call)) for chain in plan.chains)
             if r))
+        rows = "" if self.in_order else rows  # (in order: `in_order_rows`, in the ring's test)
         flag = name("WGMMA") if rows and not self.staged else ""
         if flag:
             self.ctx.need("mma_sync_slots")
@@ -598,6 +672,9 @@ class _Emitter:
                 *(f"{buffers[n]} = gl.allocate_shared_memory({dtype}, [2, {shape}], "
                   f"gl.NVMMASharedLayout.get_default_for([{shape}], {dtype}))"
                   for n, (dtype, shape) in self.operand_types.items()),
+                *([*(f"{buffer} = gl.allocate_shared_memory({tile}.dtype, {tile}.shape, _mma_k_width({tile}.shape, "
+                     f"{tile}.dtype, {as_b}), {tile})" for tile, (buffer, as_b) in held.items()),
+                   "fence_async_shared()", "_cta_barrier()"] if held else []),
                 f"{iters} = {count}",
                 "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
                 *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
@@ -610,16 +687,31 @@ class _Emitter:
         # (16-bit operands; a tile an operand is computed from may hold any type, its operand must be 16-bit)
         widths = [f"{self.operand_types[load.name][0] if load.name in self.staged else dtypes[load.name]}"
                   ".primitive_bitwidth == 16" for load in plan.loads]
-        # (and, for a staged operand, accumulators of the rows a wgmma takes)
-        condition = " and ".join(dict.fromkeys([*widths, *([rows] if rows and not flag else [])]))
+        # (and, for a staged operand, accumulators of the rows a wgmma takes; in order, every dot's: the tiles the
+        # loop does not change are 16-bit too)
+        widths += [f"{tile}.dtype.primitive_bitwidth == 16" for tile in held]
+        condition = " and ".join(dict.fromkeys([*widths, *([rows] if rows and not flag else []),
+                                                *(self.in_order_rows if self.in_order else [])]))
         (vec16, width16), (vec8, width8) = TIERS
         header = [
+            "# Main loop, pipelined by triton-transpile: the tiles it loads stream through a ring of NUM_STAGES",
+            "# shared-memory slots filled by cp.async (16 bytes per thread copy) NUM_STAGES - 1 iterations ahead; the",
+            "# tiles it does not change are stored into shared memory once, before it. Its statements run in order,",
+            "# each dot an asynchronous wgmma from shared memory (A from registers where the loop computes it), issued",
+            "# as early as its operands allow and waited for where its result is read; all have finished before the",
+            "# next iteration refills a slot. The test below (16-bit tiles, dots of 64 rows or more; rows on 16-byte",
+            "# boundaries, contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment",
+            "# hints true; the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
+        ] if self.in_order else [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
             "# shared-memory slots filled by cp.async (16 bytes per thread copy) NUM_STAGES - 1 iterations ahead; each",
             "# wgmma reads its slot directly and runs asynchronously, one stays in flight, and a slot is refilled only",
             "# once the wgmma that read it has completed. The test below (16-bit operands; rows on 16-byte boundaries,",
             "# contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment hints true;",
             "# the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
+        ]
+        header = [
+            *header,
             *schedule.depth.lines(stages),
             *([f"{flag}: gl.constexpr = {rows}  # (fewer rows: mma.sync)"] if flag else []),
             "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
@@ -630,10 +722,114 @@ class _Emitter:
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined."
-            + (" So does a tile of fewer rows than a warpgroup's wgmma takes (mma.sync)." if rows and not flag else ""),
+            + (" So does a tile of fewer rows than a warpgroup's wgmma takes (mma.sync)."
+               if rows and not flag or self.in_order_rows else ""),
             indent(code(self.updated.with_changes(leading_lines=[])), "    "),
         ]
         return "\n".join(header) + "\n", schedule
+
+
+class _SlotDots(cst.CSTTransformer):
+    """A statement of a loop pipelined in order, its dots turned into asynchronous wgmmas from shared memory: a
+    translated `_dot(a, b, acc)` whose B is a ring tile (or its transpose, `gl.permute(t, [1, 0])`) or a tile the loop
+    does not change (`invariant`: stored into shared memory once, before the loop) becomes `warpgroup_mma` of the
+    slot (or view) where A is such a tile too, else `_wgmma_a_regs` (A in registers). A dot whose B is computed in
+    the iteration keeps the translated `_dot` (its ring tiles are read from their slots into registers: the rule
+    reads every tile a statement still names). `held` collects the invariant tiles read from shared memory."""
+
+    def __init__(self, rings: dict[str, str], slot: str, invariant: set[str], name: Callable[[str], str]) -> None:
+        super().__init__()
+        self.rings, self.slot, self.invariant, self.name = rings, slot, invariant, name
+        self.held: dict[str, tuple[str, bool]] = {}  # invariant tile -> (its shared-memory copy, read as B)
+
+    def rewrite(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+        return statement.visit(self)  # type: ignore[return-value]
+
+    def _buffer(self, tile: str, as_b: bool) -> str | None:
+        if tile in self.rings:
+            return f"{self.rings[tile]}.index({self.slot})"
+        if tile in self.invariant:
+            buffer, b = self.held.get(tile, (None, False))
+            buffer = buffer or self.name(f"{tile}_smem")
+            self.held[tile] = (buffer, b or as_b)
+            return buffer
+        return None
+
+    def _view(self, node: cst.BaseExpression, as_b: bool) -> cst.BaseExpression | None:
+        if isinstance(node, cst.Name):
+            buffer = self._buffer(node.value, as_b)
+            return cst.parse_expression(buffer) if buffer else None
+        if isinstance(node, cst.Call) and code(node.func) == "gl.permute" and len(node.args) == 2 \
+                and isinstance(node.args[0].value, cst.Name) \
+                and code(node.args[1].value).replace(" ", "") in ("[1,0]", "(1,0)"):
+            buffer = self._buffer(node.args[0].value.value, not as_b)
+            return cst.parse_expression(f"{buffer}.permute((1, 0))") if buffer else None
+        return None
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not (isinstance(updated.func, cst.Name) and updated.func.value == "_dot") or len(updated.args) != 3 \
+                or any(arg.keyword is not None for arg in updated.args):
+            return updated
+        held = dict(self.held)
+        b = self._view(updated.args[1].value, True)
+        if b is None:
+            self.held = held
+            return updated
+        a = self._view(updated.args[0].value, False)
+        acc = code(updated.args[2].value)
+        if a is not None:
+            return cst.parse_expression(f"warpgroup_mma({code(a)}, {code(b)}, {acc}, is_async=True)")
+        return cst.parse_expression(f"_wgmma_a_regs({code(updated.args[0].value)}, {code(b)}, {acc})")
+
+
+def _trip_count_test(ctx: RuleContext, loop: cst.For, least: int) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The launch test (`RuleContext.launch_source_when`) that `loop`, `for x in range(...)`, runs fewer than `least`
+    iterations, where its bounds are the kernel's parameters, integers and their sums, differences, products and
+    `cdiv`s; None otherwise."""
+    params = {p.name: p.default if p.is_constexpr else None for p in ctx.function.params}
+    call = loop.iter
+    if not (isinstance(call, cst.Call) and code(call.func) in ("range", "tl.range", "gl.range", "triton.language.range")
+            and 1 <= len(call.args) <= 3 and all(arg.keyword is None for arg in call.args)):
+        return None
+
+    def host(node: cst.BaseExpression) -> str | None:
+        if isinstance(node, cst.Name):
+            return node.value if node.value in params else None
+        if isinstance(node, cst.Integer):
+            return node.value
+        if isinstance(node, cst.BinaryOperation) and isinstance(
+                node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
+            left, right = host(node.left), host(node.right)
+            return f"({left} {code(node.operator).strip()} {right})" if left and right else None
+        if isinstance(node, cst.Call) and code(node.func).endswith("cdiv") and len(node.args) == 2:
+            a, b = host(node.args[0].value), host(node.args[1].value)
+            return f"(-(-{a} // {b}))" if a and b else None
+        return None
+
+    parts = [host(arg.value) for arg in call.args]
+    if any(part is None for part in parts):
+        return None
+    start, stop, step = ("0", parts[0], "1") if len(parts) == 1 else (*parts, "1") if len(parts) == 2 else parts
+    span = stop if start == "0" else f"({stop} - {start})"
+    test = f"-(-{span} // {step}) < {least}" if step != "1" else f"{span} < {least}"
+    names = sorted(names_in(cst.parse_expression(test)) & set(params))
+    return (test, tuple((n, params[n]) for n in names)) if names else None
+
+
+def invariant_tiles(ctx: RuleContext, loop: cst.For) -> set[str]:
+    """Names the kernel binds outside `loop` (the candidates for a dot operand the loop does not change: the caller
+    takes away what the loop binds)."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_For(self, node: cst.For) -> bool:
+            return node is not loop
+
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            found.update(assigned_names(node))
+
+    ctx.function.node.body.visit(Visitor())
+    return found
 
 
 def _calls(statement: cst.CSTNode) -> list[cst.Call]:

@@ -57,6 +57,7 @@ SM90 = Target(
         "mma_sync": helper("hopper", "_is_mma_sync", "_mma_sync_operand"),
         "dot": helper("hopper", "_dot"),
         "mma_sync_slots": helper("hopper", "_mma_sync_slots"),
+        "wgmma_a_regs": helper("hopper", "_wgmma_a_regs"),
         "register_a_layout": helper("hopper", "_register_a_layout"),
         "tma_aliases": helper("hopper", "_tma_async_load", "_tma_async_store"),
         "ws_wgmma_consumer": helper("hopper", "_ws_wgmma_consumer"),
