@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from html import escape
 
 from transpile.analysis.stages import StagePlan
+from transpile.lowering.sm90 import IN_ORDER_STEADY
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 
 GROUPS = 2
@@ -186,6 +187,11 @@ def _forms(ring: Sm90Ring) -> list[_Form]:
             notes.append(f"`{ring.q}` stays in shared memory; each iteration issues QK^T and the previous iteration's "
                          f"PV and waits for QK^T only (warpgroup_mma_wait({ring.mma_in_flight})): PV runs during the "
                          "softmax; after the loop the last PV")
+        elif ring.steady == IN_ORDER_STEADY:
+            notes.append("copies run NUM_STAGES - 1 iterations ahead; the loop's statements run in order, each dot an "
+                         "asynchronous wgmma issued as early as its operands allow and waited for where its result is "
+                         "read; all are done by the end of the iteration, and the next refills a slot only after its "
+                         "copies' wait and barrier; after the loop async_copy.wait_group(0)")
         else:
             notes.append(f"copies run NUM_STAGES - 1 iterations ahead; each wgmma is asynchronous and "
                          f"warpgroup_mma_wait({ring.mma_in_flight}) leaves {ring.mma_in_flight} in flight; after the "
@@ -265,14 +271,22 @@ def _program(ring: Sm90Ring, form: _Form, iterations: int) -> tuple[list[list[_O
             elif step == "mma":
                 ops.append(_Op(0, "mma", it, f"wgmma reads slot {slot} (async)", wait or None,
                                needs=(("landed", it),), blocked=f"{engine} it {it}", reads=(it,)))
+                wait = ""
+            elif step == "consumer_before" and ring.steady == IN_ORDER_STEADY:
+                ops.append(_Op(0, "mma", it, f"the loop's wgmmas read slot {slot}, each waited for where read",
+                               wait or None, needs=(("landed", it),), blocked=f"{engine} it {it}", reads=(it,)))
+                ops.append(_Op(0, "mma_wait", it, f"wgmmas of it {it} done: slot {slot} free",
+                               "warpgroup_mma_wait(0)", gives=(("free", it),), frees=(it,)))
+                wait = ""
             elif step == "retire":  # (with the barrier after it in its text)
                 ops.append(retire(it, 0, False))
             elif step == "refill":
                 nxt = it + ahead
                 fill = copy.format(slot=nxt % S)
                 commit = "; commit_group" if engine == "cp.async" else ""
-                ops.append(_Op(0, "refill", it, f"{fill} it {nxt} -> slot {nxt % S}{commit}", None,
+                ops.append(_Op(0, "refill", it, f"{fill} it {nxt} -> slot {nxt % S}{commit}", wait or None,
                                gives=(("landed", nxt),), issues=(nxt,)))
+                wait = ""
     return [ops], [f"kernel ({warp_text}, one partition)"], engine
 
 
