@@ -132,6 +132,27 @@ DEQUANT = EXAMPLE.replace("b_ptr, c_ptr", "b_ptr, s_ptr, c_ptr").replace(
     "        b = (w.to(tl.float32) * scales[None, :]).to(tl.float16)\n"
     "        acc = tl.dot(a, b, acc)\n")
 
+# Chained dots (a backward pass in the style of attention's dK/dV loop): a product made afresh from a tile the loop
+# does not change and a ring tile read transposed, then two dots whose A the iteration computes from it, each into a
+# carried accumulator. Pipelined in order: B from the ring, the unchanged tile in shared memory once, A from registers.
+CHAINED = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def k(q_ptr, k_ptr, o_ptr, T, stride, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):\n"
+    "    offs_n = tl.program_id(0) * BN + tl.arange(0, BN)\n    offs_m = tl.arange(0, BM)\n"
+    "    offs_d = tl.arange(0, D)\n"
+    "    kt = tl.load(k_ptr + offs_n[:, None] * stride + offs_d[None, :])\n"
+    "    q_ptrs = q_ptr + offs_m[:, None] * stride + offs_d[None, :]\n"
+    "    acc = tl.zeros((BN, D), dtype=tl.float32)\n    acc2 = tl.zeros((BN, D), dtype=tl.float32)\n"
+    "    for start in range(0, T, BM):\n"
+    "        q = tl.load(q_ptrs, mask=(start + offs_m)[:, None] < T, other=0.0)\n"
+    "        s = tl.dot(kt, tl.trans(q))\n"
+    "        p = tl.exp2(s)\n"
+    "        acc = tl.dot(p.to(tl.float16), q, acc)\n"
+    "        acc2 = tl.dot((p * p).to(tl.float16), q, acc2)\n"
+    "        q_ptrs += BM * stride\n"
+    "    tl.store(o_ptr + offs_n[:, None] * stride + offs_d[None, :], (acc + acc2).to(tl.float16))\n"
+)
+
 # cp.async copy widths the ring is emitted for, widest first: (16-bit elements per copy, bytes per copy). The 8-byte
 # copies take rows and sizes that are multiples of 4 elements but not of 8 (K = 3900, say): half the width, but still
 # pipelined, where plain loads of such rows are not vectorised at all.
@@ -183,6 +204,18 @@ class HopperCpAsyncPipeline(Rule):
             "acc = warpgroup_mma(a_smem.index(slot), w_staged.index(stage), acc, is_async=True)",
             "deps=[acc, a_smem.index(slot), w_smem.index(slot), w_staged.index(stage)]",
         ), "sm90"),
+        # chained dots, pipelined in order: the unchanged tile stored into shared memory once, each dot an
+        # asynchronous wgmma waited for where it is read (by default the launcher runs the Gluon kernel at 8 warps
+        # and 16 iterations or more: tests/test_sm90_in_order.py)
+        Example(CHAINED, (
+            "kt_smem = gl.allocate_shared_memory(kt.dtype, kt.shape, _mma_k_width(kt.shape, kt.dtype, False), kt)",
+            "s = warpgroup_mma(kt_smem, q_smem.index(slot).permute((1, 0)),",
+            "s = warpgroup_mma_wait(0, deps=[s])",
+            "acc = _wgmma_a_regs(p.to(gl.float16), q_smem.index(slot), acc)",
+            "acc2 = _wgmma_a_regs((p * p).to(gl.float16), q_smem.index(slot), acc2)",
+            "acc, acc2, _ = warpgroup_mma_wait(0, deps=[acc, acc2, q_smem.index(slot)])",
+            "and BN >= 64",
+        ), "sm90"),
         # the A tile also read after the dot: from its slot, in the layout the translated code gives it
         Example(ROW_SUMS, (
             "a = a_smem.index(slot).load(mma_layout)",
@@ -190,6 +223,10 @@ class HopperCpAsyncPipeline(Rule):
         ), "sm90"),
     )
     counterexamples = (
+        # chained dots whose tile has fewer rows than a warpgroup's wgmma takes: not pipelined in order
+        Counterexample(CHAINED.replace("BN: tl.constexpr", "BN_: tl.constexpr").replace(
+            "    offs_n = tl.program_id(0) * BN", "    BN: tl.constexpr = 32\n    offs_n = tl.program_id(0) * BN"),
+            ("_wgmma_a_regs(",), "TT040", "the dot's tile has 32 rows", "sm90", gluon_always=True),
         # the A tile read before the dot: the ring reads it from its slot only after the wait, with the wgmma
         Counterexample(ROW_SUMS.replace(
             "        acc = tl.dot(a, b, acc)\n        rows += tl.sum(a.to(tl.float32), axis=1)\n",
