@@ -153,3 +153,19 @@ def test_the_trip_count_test_reads_the_loops_bounds(loop: str, test: str | None)
 
     found = hopper_cp_async._trip_count_test(Ctx, loop_node, 16)  # type: ignore[arg-type]
     assert (found[0] if found else None) == test
+
+
+def test_only_a_statement_of_one_dot_issues_it_asynchronously() -> None:
+    """`name = <one dot>` becomes a wgmma from shared memory (its wait placed per statement); a dot inside an `if`,
+    or one of two in a statement, stays the translated synchronous `_dot`."""
+    dots = hopper_cp_async._SlotDots({"q": "q_smem"}, "slot", {"k"}, namer(set()))
+
+    def rewritten(text: str) -> str:
+        return cst.Module([dots.rewrite(cst.parse_statement(text))]).code.strip()
+
+    assert rewritten("y = _dot(a, q, z)\n") == "y = _wgmma_a_regs(a, q_smem.index(slot), z)"
+    assert rewritten("y = _dot(k, gl.permute(q, [1, 0]), z)\n") == (
+        "y = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), z, is_async=True)")
+    assert rewritten("y = _dot(a, b, z)\n") == "y = _dot(a, b, z)"  # (B computed in the iteration)
+    for text in ("if FLAG:\n    y = _dot(a, q, z)\n", "y = _dot(a, q, z) + _dot(b, q, z)\n"):
+        assert rewritten(text) == text.strip()

@@ -50,6 +50,7 @@ import libcst as cst
 from transpile.analysis.attention import plan_attention_loop
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.cst_utils import (
+    calls_in,
     assigned_names,
     bound_names,
     broadcast_axis,
@@ -780,7 +781,15 @@ class _SlotDots(cst.CSTTransformer):
         self.held: dict[str, tuple[str, bool]] = {}  # invariant tile -> (its shared-memory copy, read as B)
 
     def rewrite(self, statement: cst.BaseStatement) -> cst.BaseStatement:
-        return statement.visit(self)  # type: ignore[return-value]
+        """`statement` with its dot as a wgmma from shared memory, where it is `name = <expression with one dot>`
+        (a dot in a compound statement, or one of two in a statement, stays the translated, synchronous `_dot`: the
+        waits are placed per statement, `wgmmas_in_order`)."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
+                and isinstance(statement.body[0].targets[0].target, cst.Name)):
+            return statement
+        dots = [n for n in calls_in(statement) if isinstance(n.func, cst.Name) and n.func.value == "_dot"]
+        return statement.visit(self) if len(dots) == 1 else statement  # type: ignore[return-value]
 
     def _buffer(self, tile: str, as_b: bool) -> str | None:
         if tile in self.rings:
