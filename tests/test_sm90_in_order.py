@@ -169,3 +169,20 @@ def test_only_a_statement_of_one_dot_issues_it_asynchronously() -> None:
     assert rewritten("y = _dot(a, b, z)\n") == "y = _dot(a, b, z)"  # (B computed in the iteration)
     for text in ("if FLAG:\n    y = _dot(a, q, z)\n", "y = _dot(a, q, z) + _dot(b, q, z)\n"):
         assert rewritten(text) == text.strip()
+
+
+def test_a_tile_addressed_afresh_is_copied_from_its_address_and_kept_by_default() -> None:
+    """A tile the loop addresses afresh each iteration (`v_ptr + o_t[:, None] * V + (i * BV + arange)[None, :]`):
+    with --gluon-always the in-order ring copies it from the address re-evaluated for a later iteration, under the
+    test that its contiguous offsets start on a copy's boundary (`BV % 8 == 0`); by default the kernel is kept as
+    Triton with the measurement (the copies take the translated layouts: 0.44-0.56x)."""
+    path = ROOT / "fixtures" / "suite_chunk_products.py"
+    always = translate_file(path, SM90, gluon_always=True).text
+    flat = re.sub(r"\s+", " ", always)
+    assert "(BV % 8 == 0)" in flat and "(V % 8 == 0)" in flat
+    assert "gl.multiple_of(v_ptr + o_t[:, None] * V + o_v_next[None, :], [1, 16])" in flat
+    assert re.search(r"b_u = warpgroup_mma\(b_a_smem, b_v_smem\.index\(slot\)", flat)
+    assert check_source(always).findings == []
+    kept = translate_file(path, SM90)
+    reason = next(fn.kept_reason for fn in kept.functions if fn.name == "chunk_products_kernel")
+    assert "`b_v` is addressed afresh each iteration" in reason and "0.44-0.56x" in reason

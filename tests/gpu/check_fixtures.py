@@ -1316,6 +1316,11 @@ SUITE_CASES: list[Case] = [
          make_inputs=_chunk_products_inputs, reference=_ref_chunk_products, shape=dict(T=1000, V=304),
          small_shape=dict(T=100, V=80), bench_shape=dict(T=1 << 16, V=1024),
          flops=lambda s: 2.0 * s["T"] * 64 * s["V"]),
+    # ... at sizes the sm90 ring pipelined in order takes (aligned rows, 16 column blocks: a `--gluon-always` variant's
+    # launcher runs its Gluon kernel there; by default the kernel is kept as Triton, measured slower)
+    Case(name="suite_chunk_products-aligned", fixture="suite_chunk_products", wrapper="chunk_products",
+         make_inputs=_chunk_products_inputs, reference=_ref_chunk_products, shape=dict(T=1000, V=1024),
+         small_shape=dict(T=100, V=80)),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

@@ -184,6 +184,11 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
         "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows; a warp-specialised form and one "
         "that scales a product while the next wgmma runs were no faster (bench/RESULTS.md)"),
+    ("sm90", "cp.async in order, fresh addresses"): (
+        "{construct}the cp.async ring that pipelines its loop in order copies such tiles in the layouts the "
+        "translation gives their addresses (4 bytes a copy where the dot's layout holds 2 elements a thread), and "
+        "ran suite_chunk_products (a product made afresh each iteration from such a tile, and stored) on an H200 at "
+        "0.44-0.56x Triton 3.6's own pipeliner (bench/RESULTS.md: Attention's backward)"),
     ("sm90", "cp.async, address form"): (
         "{construct}a pointer-tile GEMM, which Triton 3.6's own pipeliner builds as the tool's cp.async ring would; "
         "where that ring takes such loops (16-bit operands) it ran GEMMs at 0.69x-0.96x the speed of Triton's own "

@@ -272,6 +272,10 @@ class HopperCpAsyncPipeline(Rule):
             return updated
         staged = emitted.ring.steady == GEMM_STEADY_STAGED
         in_order = emitted.ring.steady == IN_ORDER_STEADY
+        if in_order and emitter.fresh and ctx.slower_than_triton(
+                original, "cp.async in order, fresh addresses", f"`{emitter.fresh[0]}` is addressed afresh each "
+                "iteration (no loop-carried tile of pointers)"):
+            return updated  # (the copies of such tiles take the translated layouts: narrow; rules/base.py)
         if in_order and not ctx.gluon_always:
             # Faster than Triton's own pipeliner at 8 warps (attention's backward: 1.0-1.3x at head dimension 64,
             # 1.1-1.25x at 128), slower at 4 with large accumulators (0.64-0.76x at head dimension 128;
@@ -381,6 +385,7 @@ class _Emitter:
         # computes from earlier products (attention's backward): the loop's statements run in order, each such dot a
         # wgmma waited for at once, from the slots (`in_order`).
         self.in_order = any(chain.fresh or chain.chained for chain in plan.chains)
+        self.fresh: list[str] = []  # (in order) tiles addressed afresh each iteration, not through carried pointers
         if any(not chain.acc_in_dot and not chain.fresh for chain in plan.chains):
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
         consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
@@ -480,18 +485,30 @@ class _Emitter:
         tests: dict[int, list[str]] = {vec: [] for vec, _ in TIERS}
         definitions: dict[str, cst.BaseExpression] = {}
         for load in plan.loads:
-            if not isinstance(load.pointer, cst.Name) or load.pointer.value not in plan.carried:
+            carried = isinstance(load.pointer, cst.Name) and load.pointer.value in plan.carried
+            if not carried and not self.in_order:
                 return _AddressForm(f"the pointer tile of `{load.name}` is not a loop-carried tile of pointers")
-            definition = self._definition(load.pointer.value)
+            # (in order, a tile addressed afresh each iteration, `base + rows[:, None] * s + (i * BV + arange)[None,
+            # :]`: its copies re-evaluate the address for a later iteration; its contiguous offsets must start on a
+            # copy's boundary, `_contiguous_tests`)
+            definition = self._definition(load.pointer.value) if carried else self._fresh_definition(load)
             if definition is None:
-                return _AddressForm(f"`{load.pointer.value}` is not assigned exactly once before the loop")
+                return _AddressForm(f"`{load.pointer.value}` is not assigned exactly once before the loop" if carried
+                                    else f"the pointer tile of `{load.name}` is not a loop-carried tile of pointers "
+                                    "nor an address made in the loop from the kernel's arguments")
             mask_params = sorted(self._mask_params(load))
             for vec, width in TIERS:
                 test = self._alignment_tests(definition, vec, width)
                 if isinstance(test, str):
                     return _AddressForm(test)
-                tests[vec] += test + [f"({name} % {vec} == 0)" for name in mask_params]
-            definitions[load.pointer.value] = definition
+                contiguous = [] if carried else self._contiguous_tests(definition, vec)
+                if isinstance(contiguous, str):
+                    return _AddressForm(contiguous)
+                tests[vec] += test + contiguous + [f"({name} % {vec} == 0)" for name in mask_params]
+            if carried:
+                definitions[load.pointer.value] = definition
+            else:
+                self.fresh.append(load.name)
         tests = {vec: list(dict.fromkeys(t)) for vec, t in tests.items()}
         for load in plan.loads:
             ctx.copy_tiles.setdefault(shapes[load.name], dtypes[load.name])
@@ -535,6 +552,79 @@ class _Emitter:
 
         self.ctx.function.node.body.visit(Visitor(self.original))
         return found[0] if len(found) == 1 else None
+
+    def _loop_value(self, name: str) -> cst.BaseExpression | None:
+        """The value of the one assignment `name = ...` among the loop body's top-level statements, else None."""
+        found = [small.value for statement in self.original.body.body  # type: ignore[union-attr]
+                 if isinstance(statement, cst.SimpleStatementLine) for small in statement.body
+                 if isinstance(small, cst.Assign) and len(small.targets) == 1
+                 and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == name]
+        others = [statement for statement in self.original.body.body  # type: ignore[union-attr]
+                  if name in assigned_names(statement)]
+        return found[0] if len(found) == 1 and len(others) == 1 else None
+
+    def _fresh_definition(self, load: OperandLoad) -> cst.BaseExpression | None:
+        """The address of a tile the loop addresses afresh each iteration: the load's pointer expression, or the one
+        value the loop assigns the name it loads through; None where it is neither (a name bound before the loop and
+        not advanced, or rebound in the loop more than once)."""
+        pointer = load.pointer
+        if isinstance(pointer, cst.Name):
+            return self._loop_value(pointer.value)
+        return pointer
+
+    def _contiguous_tests(self, definition: cst.BaseExpression, vec: int) -> list[str] | str:
+        """Compile-time tests under which the offsets along the last axis of the address `definition` run from a
+        multiple of `vec`, contiguous (`start + arange(0, n)`, `start` a multiple of a block size the tests check or
+        the loop's own variable stepping by one), else the reason they are not known to."""
+        tests: list[str] = []
+        constexprs = {p.name for p in self.ctx.function.params if p.is_constexpr}
+        loop = LoopRange.of(self.original)
+
+        def resolve(node: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
+            while isinstance(node, cst.BaseExpression) and node.lpar and hasattr(node, "with_changes"):
+                node = node.with_changes(lpar=[], rpar=[])
+            if isinstance(node, cst.Name) and depth < 4 and node.value != self.plan.var:
+                value = self._loop_value(node.value)
+                if value is None and not any(node.value in assigned_names(s)
+                                             for s in self.original.body.body):  # type: ignore[union-attr]
+                    value = self._definition(node.value)
+                return resolve(value, depth + 1) if value is not None else None
+            return node
+
+        def aligned(node: cst.BaseExpression, depth: int = 0) -> bool:
+            """`node` is a multiple of `vec` (under the tests)."""
+            node = resolve(node, depth) or node
+            if isinstance(node, cst.Integer):
+                return int(node.value, 0) % vec == 0
+            if isinstance(node, cst.Name) and node.value == self.plan.var:  # (lo, lo + step, ...)
+                return aligned(cst.parse_expression(loop.lo), depth + 1) \
+                    and aligned(cst.parse_expression(loop.step), depth + 1)
+            if isinstance(node, cst.Name) and node.value in constexprs:
+                tests.append(f"({node.value} % {vec} == 0)")
+                return True
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                return aligned(node.left, depth + 1) or aligned(node.right, depth + 1)
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+                return aligned(node.left, depth + 1) and aligned(node.right, depth + 1)
+            return False
+
+        def arange_based(node: cst.BaseExpression) -> bool:
+            node = resolve(node) or node
+            if isinstance(node, cst.Call) and code(node.func).endswith("arange") and node.args \
+                    and code(node.args[0].value) == "0":
+                return True
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+                return arange_based(node.left) and aligned(node.right) or \
+                    arange_based(node.right) and aligned(node.left)
+            return False
+
+        for term in sum_terms(definition)[1:]:
+            for factor in product_factors(term):
+                if _broadcast_dim(factor) == "last" and isinstance(factor, cst.Subscript) \
+                        and not arange_based(factor.value):
+                    return (f"the offsets `{code(factor)}` along the contiguous axis of `{code(definition)}` are not "
+                            "known to start on a copy's boundary")
+        return list(dict.fromkeys(tests))
 
     def _alignment_tests(self, definition: cst.BaseExpression, vec: int, width: int) -> list[str] | str:
         """Run-time conditions under which every row of `base + rows[:, None] * s0 + cols[None, :] * s1` starts on a
@@ -714,7 +804,8 @@ class _Emitter:
                      f"{tile}.dtype, {as_b}), {tile})" for tile, (buffer, as_b) in held.items()),
                    "fence_async_shared()", "_cta_barrier()"] if held else []),
                 f"{iters} = {count}",
-                "# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values.",
+                *(["# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values."]
+                  if plan.carried else []),
                 *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
                            engine, mma, [(renames[carried], carried) for carried in plan.carried]),
             ]
