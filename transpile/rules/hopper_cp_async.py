@@ -830,7 +830,7 @@ class _Emitter:
             "# as early as its operands allow and waited for where its result is read; all have finished before the",
             "# next iteration refills a slot. The test below (16-bit tiles, dots of 64 rows or more; rows on 16-byte",
             "# boundaries, contiguous, and sizes the masks compare against multiples of 8) makes the copies' alignment",
-            "# hints true; the second ring takes 8-byte copies where rows and sizes are multiples of 4 elements only.",
+            "# hints true (the launcher lets through launches with aligned rows only).",
         ] if self.in_order else [
             "# Main loop, pipelined by triton-transpile: the tiles of A and B stream through a ring of NUM_STAGES",
             "# shared-memory slots filled by cp.async (16 bytes per thread copy) NUM_STAGES - 1 iterations ahead; each",
@@ -845,9 +845,12 @@ class _Emitter:
             *([f"{flag}: gl.constexpr = {rows}  # (fewer rows: mma.sync)"] if flag else []),
             "\n".join(["if (", f"    {condition}", *(f"    and {t}" for t in tests[vec16]), "):"]),
             ring(vec16, width16),
-            "\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
-                       f"{width8}-byte copies", f"    {condition}", *(f"    and {t}" for t in tests[vec8]), "):"]),
-            ring(vec8, width8),
+            # (a second ring of 8-byte copies for rows and sizes that are multiples of 4 elements only: not for a loop
+            # pipelined in order, whose launcher lets through aligned launches only; one ring a loop keeps the
+            # schedule checker's branches of a kernel of several such loops, attention's backward, few)
+            *(["\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
+                          f"{width8}-byte copies", f"    {condition}", *(f"    and {t}" for t in tests[vec8]), "):"]),
+               ring(vec8, width8)] if not self.in_order else []),
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined."
