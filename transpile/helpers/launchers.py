@@ -168,7 +168,10 @@ class _TMAOrTriton:
         if self.when is not None and not values.get(*self.when):
             if not self.unflagged_at_least or not self.sizes_at_least(self.unflagged_at_least, values):
                 return False
-        if not self.sizes_at_least(self.at_least, values) or self.source_wanted(values):
+        if not self.sizes_at_least(self.at_least, values):
+            return False
+        # (an autotuned Gluon kernel: its configs' values are tested per config, `config_runs_gluon`)
+        if not hasattr(self.gluon_kernel, "configs") and self.source_wanted(values):
             return False
         if self.aligned:
             for value in values.values():

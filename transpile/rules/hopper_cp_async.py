@@ -280,7 +280,9 @@ class HopperCpAsyncPipeline(Rule):
             # Faster than Triton's own pipeliner at 8 warps (attention's backward: 1.0-1.3x at head dimension 64,
             # 1.1-1.25x at 128), slower at 4 with large accumulators (0.64-0.76x at head dimension 128;
             # bench/RESULTS.md): the launcher runs the Gluon kernel for launches of 8 warps or more (`IN_ORDER_WARPS`).
+            # (An autotuned kernel: the autotuner times each config against its source twin and keeps the faster.)
             ctx.launch_checked = True
+        if in_order and not ctx.gluon_always and not ctx.function.autotune_configs:
             ctx.launch_at_least = tuple(dict.fromkeys((*ctx.launch_at_least, ("num_warps", IN_ORDER_WARPS))))
             # ... and loops of IN_ORDER_LEAST_ITERATIONS iterations or more (fewer: the ring's fill and the shared
             # copies of the tiles the loop does not change are not paid back; 0.93-0.96x at 2-8 iterations)
