@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from transpile.analysis.attention import AttentionPlan
-from transpile.cst_utils import assigned_names, read_names
+from transpile.cst_utils import assigned_names, calls_in, read_names
 from transpile.rules.pipeline_text import code, indent
 
 #: The ops of one steady-state iteration of a GEMM ring, in order (`Sm90Ring.steady`):
@@ -537,16 +537,17 @@ def wgmmas_in_order(statements: Sequence[cst.BaseStatement], name: Callable[[str
             continue
         token = name(f"{target}_mma")
         units.append(_Unit(cst.parse_statement(f"{token} = {code(call)}\n"), token, acc_name))
-        units.append(_Unit(statement.visit(_Replace(call, cst.Name(token)))))  # type: ignore[arg-type]
+        units.append(_Unit(statement.deep_replace(call, cst.Name(token))))  # type: ignore[arg-type]
     order: list[_Unit] = []
+    place = {id(unit): i for i, unit in enumerate(units)}
     ready: dict[int, int] = {}  # an issued wgmma (id of its unit) -> the place in `units` of the last unit it needs
-    for index, unit in enumerate(units):
+    for unit in units:
         if not unit.token:
             order.append(unit)
             continue
         needs = [i for i, placed in enumerate(order) if _depends(unit, placed)]
         at = needs[-1] + 1 if needs else 0
-        ready[id(unit)] = max((units.index(order[i]) for i in needs), default=-1)
+        ready[id(unit)] = max((place[id(order[i])] for i in needs), default=-1)
         # (a wgmma placed already whose operands were ready no later than this one's stays before it)
         before = [i for i in range(at, len(order)) if order[i].token and ready[id(order[i])] <= ready[id(unit)]]
         order.insert(before[-1] + 1 if before else at, unit)
@@ -577,26 +578,11 @@ def _issue(statement: cst.BaseStatement) -> cst.Call | None:
             and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
             and isinstance(statement.body[0].targets[0].target, cst.Name)):
         return None
-    calls = [n for n in _preorder(statement.body[0].value) if isinstance(n, cst.Call)
-             and isinstance(n.func, cst.Name) and n.func.value in WGMMA_ISSUES]
+    calls = [n for n in calls_in(statement.body[0].value)
+             if isinstance(n.func, cst.Name) and n.func.value in WGMMA_ISSUES]
     return calls[0] if len(calls) == 1 else None
-
-
-def _preorder(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _preorder(child)
 
 
 def _depends(unit: _Unit, before: _Unit) -> bool:
     """`unit` cannot move above `before`: it reads what `before` binds, or binds what `before` reads or binds."""
     return bool(unit.reads & before.writes or unit.writes & (before.reads | before.writes))
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, old: cst.CSTNode, new: cst.BaseExpression) -> None:
-        super().__init__()
-        self.old, self.new = old, new
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        return self.new if original is self.old else updated

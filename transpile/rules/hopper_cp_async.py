@@ -271,11 +271,12 @@ class HopperCpAsyncPipeline(Rule):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
         staged = emitted.ring.steady == GEMM_STEADY_STAGED
-        in_order = emitted.ring.steady == IN_ORDER_STEADY
         if in_order and emitter.fresh and ctx.slower_than_triton(
                 original, "cp.async in order, fresh addresses", f"`{emitter.fresh[0]}` is addressed afresh each "
                 "iteration (no loop-carried tile of pointers)"):
             return updated  # (the copies of such tiles take the translated layouts: narrow; rules/base.py)
+        if not in_order and not staged and ctx.slower_than_triton(original, "cp.async"):
+            return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         if in_order and not ctx.gluon_always:
             # Faster than Triton's own pipeliner at 8 warps (attention's backward: 1.0-1.3x at head dimension 64,
             # 1.1-1.25x at 128), slower at 4 with large accumulators (0.64-0.76x at head dimension 128;
@@ -289,8 +290,6 @@ class HopperCpAsyncPipeline(Rule):
             short = _trip_count_test(ctx, original, IN_ORDER_LEAST_ITERATIONS)
             if short is not None:
                 ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, short)))
-        elif not staged and ctx.slower_than_triton(original, "cp.async"):
-            return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         if staged and not ctx.gluon_always:
             # Faster than the source only with few tiles (STAGED_DEPTH): the launcher runs the Gluon kernel for grids
             # of one wave, the source kernel for the others (per config where the kernel is autotuned), and for
@@ -912,10 +911,8 @@ class _SlotDots(cst.CSTTransformer):
         if not (isinstance(updated.func, cst.Name) and updated.func.value == "_dot") or len(updated.args) != 3 \
                 or any(arg.keyword is not None for arg in updated.args):
             return updated
-        held = dict(self.held)
         b = self._view(updated.args[1].value, True)
         if b is None:
-            self.held = held
             return updated
         a = self._view(updated.args[0].value, False)
         acc = code(updated.args[2].value)
