@@ -231,3 +231,36 @@ def test_only_reads_of_a_parameter_take_its_value(tmp_path: Path, monkeypatch) -
         helpers._module.cache_clear()
         helpers._text.cache_clear()
     assert "def f(x, size=64):\n    return g(SIZE=x, other=64, more=64 + 1)\n" in text
+
+
+def test_the_sm90_dot_reads_a_16_bit_a_from_registers(tmp_path: Path) -> None:
+    """`_dot` of the translated loop of tests/gpu/dot_chain.py (scores [128, 32] at BM=32, BN=128, then those scores
+    times a [32, 64] block) compiled for sm90 at 4 warps: each wgmma takes a 16-bit A in registers (a staged A of
+    [128, 32] faulted on an H200 under Triton 3.6: tests/gpu/check_dot_chain.py runs the variant there), its B from
+    shared memory; with 8-bit operands, A is staged through shared memory as before."""
+    from transpile.engine import translate_source
+    from transpile.verify import compile_kernel
+
+    source = Path(__file__).parent / "gpu" / "dot_chain.py"
+    result = translate_source(source.read_text(), str(source), get_target("sm90"), gluon_always=True)
+    assert "_dot_a_in_registers" in result.text and "def chain_kernel" in result.text
+    path = tmp_path / "dot_chain_sm90.py"
+    path.write_text(result.text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    signature = {"q_ptr": "*fp16", "k_ptr": "*fp16", "o_ptr": "*fp32", "T": "i32"}
+    ok, error, asm, _ = compile_kernel(module.chain_kernel, get_target("sm90"), signature,
+                                       {"BM": 32, "BN": 128, "D": 64}, 4)
+    assert ok, error
+    a_types = re.findall(r"ttng\.warp_group_dot [^\n]*?\} : (\S+)", asm["ttgir"])
+    assert len(a_types) == 2, asm["ttgir"]
+    assert all(kind.startswith("tensor<") for kind in a_types), a_types  # (A a register tensor, not a memdesc)
+    helpers = _target_module("sm90", tmp_path)
+    from triton.experimental.gluon import language as gl
+
+    layout = helpers._mma_layout(128, [64], gl.float16, 4)
+    assert helpers._dot_a_in_registers(layout, gl.float16)
+    assert not helpers._dot_a_in_registers(layout, gl.float8e4nv)
+    split = helpers._mma_layout(64, [256], gl.float16, 8)  # (8 warps on 64 rows: two warpgroups side by side in N)
+    assert helpers._dot_a_in_registers(split, gl.float16) == (split.warps_per_cta[1] == 1)

@@ -60,15 +60,31 @@ def _mma_k_width(shape, dtype, k_major):
     return gl.NVMMASharedLayout.get_default_for(shape, dtype, transposed=transposed)
 
 
+@gluon.constexpr_function
+def _dot_a_in_registers(layout, dtype):
+    """The wgmma of `_dot` reads a 16-bit A from registers when the accumulator's warps all lie along M. (Staged
+    through shared memory instead, a [128, 32] 16-bit A, 64-byte swizzled, read by the two m64 steps of one
+    warpgroup, made the kernel fault with an illegal address under Triton 3.6 on an H200; from registers it is exact
+    and as fast: tests/test_helpers.py.)"""
+    return dtype.primitive_bitwidth == 16 and layout.warps_per_cta[1] == 1
+
+
 @gluon.jit
 def _dot(a, b, acc):
-    """`tl.dot(a, b, acc)` as one wgmma: both operands are staged through shared memory in the NVMMA layouts the
-    tensor cores read, fenced so that the async proxy sees the stores, and the result is waited for at once. An
-    accumulator of fewer than 64 rows (`_mma_layout`) takes mma.sync instead, its operands in registers."""
+    """`tl.dot(a, b, acc)` as one wgmma, the result waited for at once: B staged through shared memory in the NVMMA
+    layout the tensor cores read (fenced, so that the async proxy sees the stores), a 16-bit A from registers in the
+    accumulator's operand layout (`_dot_a_in_registers`; another A staged as B is). An accumulator of fewer than 64
+    rows (`_mma_layout`) takes mma.sync instead, its operands in registers."""
     if _is_mma_sync(acc.type.layout):
         a = gl.convert_layout(a, _mma_sync_operand(acc.type.layout, 0, a.dtype))
         b = gl.convert_layout(b, _mma_sync_operand(acc.type.layout, 1, b.dtype))
         acc = mma_v2(a, b, acc)
+    elif _dot_a_in_registers(acc.type.layout, a.dtype):
+        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+        b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
+        fence_async_shared()
+        acc = warpgroup_mma(a, b_smem, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
     else:
         a_smem = gl.allocate_shared_memory(a.dtype, a.shape, _mma_k_width(a.shape, a.dtype, False), a)
         b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)

@@ -55,7 +55,7 @@ SM90 = Target(
         "mma_layout": helper("hopper", "_mma_layout", "_mma_sync_warps"),
         "mma_k_width": helper("hopper", "_mma_k_width"),
         "mma_sync": helper("hopper", "_is_mma_sync", "_mma_sync_operand"),
-        "dot": helper("hopper", "_dot"),
+        "dot": helper("hopper", "_dot_a_in_registers", "_dot"),
         "mma_sync_slots": helper("hopper", "_mma_sync_slots"),
         "wgmma_a_regs": helper("hopper", "_wgmma_a_regs"),
         "register_a_layout": helper("hopper", "_register_a_layout"),
