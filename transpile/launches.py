@@ -262,7 +262,7 @@ def binds_triton(module: cst.Module) -> bool:
 
 def kmajor_bound(statement: cst.FunctionDef, launch: KMajorLaunch,
                   renames: dict[str, str]) -> list[cst.BaseStatement]:
-    """After a kernel kept as Triton whose B a K-major copy speeds up (`transpile.engine.KernelOutcome.kmajor`): the kernel's copy that
+    """After a kernel kept as Triton whose B a K-major copy speeds up (`KernelOutcome.kmajor`): the kernel's copy that
     reads B's columns through a stride parameter, where it writes none, and the launcher its name is bound to."""
     blank = cst.EmptyLine(indent=False)
     name, out = launch.kernel, []

@@ -428,7 +428,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
     return outcomes
 
 
-def _other_warps(outcome, values: dict[str, object]) -> int | None:  # noqa: ANN001 - engine.KernelOutcome
+def _other_warps(outcome, values: dict[str, object]) -> int | None:  # noqa: ANN001 - outcomes.KernelOutcome
     """The user's `num_warps` (`-v num_warps=4`) where the variant's Gluon kernel runs at other warps only (AMD's
     warp-pipelined loops: 8), else None. Never replaced by the kernel's: a launch at the user's warps runs what the
     launcher gives it, or fails."""
@@ -441,12 +441,12 @@ def _other_warps(outcome, values: dict[str, object]) -> int | None:  # noqa: ANN
     return warps if warps != outcome.num_warps else None
 
 
-def _runs_source_at_other_warps(outcome) -> bool:  # noqa: ANN001 - engine.KernelOutcome
+def _runs_source_at_other_warps(outcome) -> bool:  # noqa: ANN001 - outcomes.KernelOutcome
     """Whether the variant's launcher runs the source kernel for launches at other warps than the Gluon kernel's."""
     return outcome.dispatch is not None and outcome.dispatch.warps == outcome.num_warps
 
 
-def _wrong_warps(outcome, warps: int, autotuned: bool) -> str:  # noqa: ANN001 - engine.KernelOutcome
+def _wrong_warps(outcome, warps: int, autotuned: bool) -> str:  # noqa: ANN001 - outcomes.KernelOutcome
     how = (f"its autotune configs launch it with {outcome.num_warps}" if autotuned
            else f"it asserts `num_warps() == {outcome.num_warps}`")
     return (f"the variant's kernel runs at num_warps={outcome.num_warps} only ({how}): num_warps={warps} is not a "
@@ -535,7 +535,7 @@ class IsaComparison:
                 "ratio": self.ratio, "message": self.message}
 
 
-def _source_tests(outcome, constexprs: dict[str, object]) -> list[str]:  # noqa: ANN001 - engine.KernelOutcome
+def _source_tests(outcome, constexprs: dict[str, object]) -> list[str]:  # noqa: ANN001 - outcomes.KernelOutcome
     """The tests of a translated kernel's `Dispatch.source_when` that hold at these constexprs: a launch for which any
     does runs the source kernel."""
     if outcome.dispatch is None or not outcome.translated:

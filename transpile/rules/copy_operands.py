@@ -122,7 +122,7 @@ class CopyOperandLayouts(Rule):
                 ctx.refuse(original, "TT010", why)
                 return updated
             # Not pipelined, then: the kernel stays Triton, whose compiler pipelines the loop (never slower), the
-            # reason said per loop (`engine._keep_unpipelined`), as for a loop no pipeline rule takes
+            # reason said per loop (`policy.keep_unpipelined`), as for a loop no pipeline rule takes
             for loop in ctx.pipelined:
                 ctx.unprofitable[loop] = why
             ctx.pipelined.clear()
