@@ -122,8 +122,16 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     return None
 
 
+#: `_single_definitions` per function node (the launch checks ask for them many times over one function)
+_SINGLE_CACHE: dict[cst.FunctionDef, dict[str, cst.BaseExpression]] = {}
+
+
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
-    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body). The
+    callers read it, never change it: one dict per function node serves them all."""
+    cached = _SINGLE_CACHE.get(fn.node)
+    if cached is not None:
+        return cached
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
     for node in cst_walk.preorder(fn.node):
@@ -131,7 +139,10 @@ def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
             name = node.targets[0].target.value
             counts[name] = counts.get(name, 0) + 1
             values[name] = node.value
-    return {name: value for name, value in values.items() if counts[name] == 1}
+    if len(_SINGLE_CACHE) > 10_000:
+        _SINGLE_CACHE.clear()
+    found = _SINGLE_CACHE[fn.node] = {name: value for name, value in values.items() if counts[name] == 1}
+    return found
 
 
 def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str], keyword: str = "pointer"

@@ -291,12 +291,37 @@ def _module_level_names(module: cst.Module) -> set[str]:
     return names
 
 
+def _binding_statements(function: cst.FunctionDef) -> tuple[dict[str, list[cst.SimpleStatementLine]], set[str]]:
+    """For `_FunctionWalker.statements_binding`: per name, the plain `name = value` lines of `function` that bind it
+    (in order), and the names bound any other way (a statement of several parts, a tuple or augmented target, a loop
+    variable, `with ... as name`, `(name := ...)`), which give no statement to read a value from."""
+    plain: dict[str, list[cst.SimpleStatementLine]] = {}
+    other: set[str] = set()
+    for node in preorder(function.body):
+        if isinstance(node, cst.SimpleStatementLine):
+            names = bound_names(node)
+            if not names:
+                continue
+            small = node.body[0] if len(node.body) == 1 else None
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                for name in names:
+                    plain.setdefault(name, []).append(node)
+            else:
+                other |= names
+        elif isinstance(node, (cst.For, cst.AsName, cst.NamedExpr)):
+            other |= names_in(node.target if isinstance(node, cst.For) else node.name if isinstance(node, cst.AsName)
+                              else node.target)
+    return plain, other
+
+
 class _FunctionWalker(LanguageCalls):
     def __init__(self, analysis: LayoutAnalysis, plan: LayoutPlan, arg_kinds: tuple[Value, ...] | None) -> None:
         self.analysis = analysis
         self.source = analysis.source
         self.plan = plan
         self.fn = plan.function
+        self._bindings: dict[cst.FunctionDef, tuple[dict[str, list[cst.SimpleStatementLine]], set[str]]] = {}
         self.env: dict[str, Value] = {}
         self.name_terms: dict[str, Term] = {}
         self.memo: dict[tuple[cst.CSTNode, str], Term] = {}
@@ -812,20 +837,13 @@ class _FunctionWalker(LanguageCalls):
 
     def statements_binding(self, name: str) -> list[cst.SimpleStatementLine]:
         """The statements of the function that bind `name`: all of them plain `name = value` lines, or none (a
-        name bound in any other way, or never, gives no statement to read its value from)."""
-        found: list[cst.SimpleStatementLine] = []
-        for node in preorder(self.fn.node.body):
-            if isinstance(node, cst.SimpleStatementLine) and name in bound_names(node):
-                small = node.body[0] if len(node.body) == 1 else None
-                if not (isinstance(small, cst.Assign) and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)):
-                    return []
-                found.append(node)
-            elif isinstance(node, (cst.For, cst.AsName, cst.NamedExpr)) and name in names_in(
-                    node.target if isinstance(node, cst.For) else node.name if isinstance(node, cst.AsName)
-                    else node.target):
-                return []  # a loop variable, `with ... as name`, `(name := ...)`
-        return found
+        name bound in any other way, or never, gives no statement to read its value from). One walk of the
+        function's body indexes every name (`_bindings`): the analysis asks for names again and again."""
+        index = self._bindings.get(self.fn.node)
+        if index is None:
+            index = self._bindings[self.fn.node] = _binding_statements(self.fn.node)
+        plain, other = index
+        return [] if name in other else list(plain.get(name, ()))
 
     def expansion(self, key: cst.CSTNode, tag: str, operand: cst.BaseExpression, base: Tensor,
                   indices: list[str | None], final_rank: int, shape: list[str | None]) -> Tensor:
