@@ -326,9 +326,22 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
     return found
 
 
+_ALL_CACHE: dict[cst.FunctionDef, dict[str, cst.BaseExpression]] = {}
+
+
 def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """Every value `fn` assigns to each name (plain, augmented or annotated), as one tuple expression per name: what
-    reads a name may read any of them."""
+    reads a name may read any of them. (Read, never changed, by its callers: one dict per function node.)"""
+    cached = _ALL_CACHE.get(fn.node)
+    if cached is None:
+        if len(_ALL_CACHE) > 10_000:
+            _ALL_CACHE.clear()
+        cached = _ALL_CACHE[fn.node] = _definitions_of(fn)
+    return cached
+
+
+def _definitions_of(fn: JitFunction) -> dict[str, cst.BaseExpression]:
+    """`_all_definitions`, computed."""
     values: dict[str, list[cst.BaseExpression]] = {}
     for node in cst_walk.preorder(fn.node):
         if isinstance(node, cst.Assign):
