@@ -80,7 +80,7 @@ def _dot(a, b, acc):
         b = gl.convert_layout(b, _mma_sync_operand(acc.type.layout, 1, b.dtype))
         acc = mma_v2(a, b, acc)
     elif _dot_a_in_registers(acc.type.layout, a.dtype):
-        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+        a = gl.convert_layout(a, _register_a_layout(acc.type.layout, a.dtype))
         b_smem = gl.allocate_shared_memory(b.dtype, b.shape, _mma_k_width(b.shape, b.dtype, True), b)
         fence_async_shared()
         acc = warpgroup_mma(a, b_smem, acc, is_async=True)
