@@ -18,8 +18,10 @@ helper addresses memory with. Ints among them must be multiples of 16, tensors 1
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
+from typing import TypeVar
 
 import libcst as cst
 
@@ -122,16 +124,29 @@ def column_major_access(facts: ModuleFacts, fn: JitFunction) -> cst.Call | None:
     return None
 
 
-#: `_single_definitions` per function node (the launch checks ask for them many times over one function)
-_SINGLE_CACHE: dict[cst.FunctionDef, dict[str, cst.BaseExpression]] = {}
+T = TypeVar("T")
 
 
+def _per_function(compute: Callable[[JitFunction], T]) -> Callable[[JitFunction], T]:
+    """Memoise a pure reading of a function's definitions, by its node (identity): the launch checks ask for the same
+    function's many times. Results are shared: read them, never change them."""
+    cache: dict[cst.FunctionDef, T] = {}
+
+    @functools.wraps(compute)
+    def cached(fn: JitFunction) -> T:
+        found = cache.get(fn.node)
+        if found is None:
+            if len(cache) > 10_000:
+                cache.clear()
+            found = cache[fn.node] = compute(fn)
+        return found
+
+    return cached
+
+
+@_per_function
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
-    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body). The
-    callers read it, never change it: one dict per function node serves them all."""
-    cached = _SINGLE_CACHE.get(fn.node)
-    if cached is not None:
-        return cached
+    """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
     for node in cst_walk.preorder(fn.node):
@@ -139,10 +154,7 @@ def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
             name = node.targets[0].target.value
             counts[name] = counts.get(name, 0) + 1
             values[name] = node.value
-    if len(_SINGLE_CACHE) > 10_000:
-        _SINGLE_CACHE.clear()
-    found = _SINGLE_CACHE[fn.node] = {name: value for name, value in values.items() if counts[name] == 1}
-    return found
+    return {name: value for name, value in values.items() if counts[name] == 1}
 
 
 def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str], keyword: str = "pointer"
@@ -326,22 +338,10 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
     return found
 
 
-_ALL_CACHE: dict[cst.FunctionDef, dict[str, cst.BaseExpression]] = {}
-
-
+@_per_function
 def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """Every value `fn` assigns to each name (plain, augmented or annotated), as one tuple expression per name: what
-    reads a name may read any of them. (Read, never changed, by its callers: one dict per function node.)"""
-    cached = _ALL_CACHE.get(fn.node)
-    if cached is None:
-        if len(_ALL_CACHE) > 10_000:
-            _ALL_CACHE.clear()
-        cached = _ALL_CACHE[fn.node] = _definitions_of(fn)
-    return cached
-
-
-def _definitions_of(fn: JitFunction) -> dict[str, cst.BaseExpression]:
-    """`_all_definitions`, computed."""
+    reads a name may read any of them."""
     values: dict[str, list[cst.BaseExpression]] = {}
     for node in cst_walk.preorder(fn.node):
         if isinstance(node, cst.Assign):

@@ -321,7 +321,7 @@ class _FunctionWalker(LanguageCalls):
         self.source = analysis.source
         self.plan = plan
         self.fn = plan.function
-        self._bindings: dict[cst.FunctionDef, tuple[dict[str, list[cst.SimpleStatementLine]], set[str]]] = {}
+        self._bindings: tuple[dict[str, list[cst.SimpleStatementLine]], set[str]] | None = None  # (of `fn`)
         self.env: dict[str, Value] = {}
         self.name_terms: dict[str, Term] = {}
         self.memo: dict[tuple[cst.CSTNode, str], Term] = {}
@@ -839,10 +839,9 @@ class _FunctionWalker(LanguageCalls):
         """The statements of the function that bind `name`: all of them plain `name = value` lines, or none (a
         name bound in any other way, or never, gives no statement to read its value from). One walk of the
         function's body indexes every name (`_bindings`): the analysis asks for names again and again."""
-        index = self._bindings.get(self.fn.node)
-        if index is None:
-            index = self._bindings[self.fn.node] = _binding_statements(self.fn.node)
-        plain, other = index
+        if self._bindings is None:
+            self._bindings = _binding_statements(self.fn.node)
+        plain, other = self._bindings
         return [] if name in other else list(plain.get(name, ()))
 
     def expansion(self, key: cst.CSTNode, tag: str, operand: cst.BaseExpression, base: Tensor,
