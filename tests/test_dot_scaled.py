@@ -1,6 +1,7 @@
 """`tl.dot_scaled` (microscaled fp4/fp8 MMA): gfx950 issues its scaled MFMAs, gfx1250 its scaled WMMAs (and both
-warp-pipeline the loop, the scale tiles in rings of their own); the targets without a translation (gfx942, sm90) keep
-the kernel as Triton and say why, at the call."""
+warp-pipeline the loop, the scale tiles in rings of their own); sm90, which has no microscaled MMA, upcasts the
+operands in registers as Triton's own compile does (the cp.async ring copies the packed tiles, B is staged for the
+wgmma, A read from registers); gfx942 keeps the kernel as Triton and says why, at the call."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_gfx950_pipelines_the_scaled_dot_loop_with_rings_for_the_scales() -> Non
     assert "mfma_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)" in text
 
 
-@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+@pytest.mark.parametrize("target", ["gfx942"])
 def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(target: str) -> None:
     result = translate_source(MX_LOOP, "mx.py", get_target(target))
     (fn,) = result.functions
@@ -92,6 +93,55 @@ def test_targets_without_a_translation_keep_the_kernel_and_say_why_at_the_call(t
     assert diagnostic.message.startswith(f"`mx` kept as Triton: `tl.dot_scaled` at line 20: {target} has no ")
     assert "upcasts the operands to bf16 in software" in diagnostic.message
     assert "tl.dot_scaled(a, a_s, FMT, b, b_s, FMT)" in result.text  # the source kernel, as written
+
+
+def test_sm90_rings_the_packed_tiles_and_upcasts_them_for_the_wgmma() -> None:
+    result = translate_source(MX_LOOP, "mx.py", get_target("sm90"), gluon_always=True)
+    (fn,) = result.functions
+    assert fn.translated and fn.pipelined, result.diagnostics
+    text = result.text
+    # the packed bytes in the ring, as loaded (K // 2 bytes a row for e2m1); B's upcast tile staged in two buffers of
+    # the compute type, at the unpacked depth; A upcast into the wgmma's register operand layout
+    assert "[NUM_STAGES, BM, BK // 2]" in text and "[NUM_STAGES, BK // 2, BN]" in text
+    assert "b_staged = gl.allocate_shared_memory(\n" in text or "b_staged = gl.allocate_shared_memory(" in text
+    assert '(BK // 2) * (2 if FMT == "e2m1" else 1)' in text and "a_staged" not in text
+    assert '_upcast_scaled(a, a_s, FMT, 1, _scaled_compute_type(FMT, FMT), False)' in " ".join(text.split())
+    assert "_register_a_layout(acc.type.layout, _scaled_compute_type(FMT, FMT))" in " ".join(text.split())
+    assert '_upcast_scaled(b, b_s, FMT, 0, _scaled_compute_type(FMT, FMT), False)' in " ".join(text.split())
+    # the ring runs where its shared memory fits; one ring (16-byte copies), then the translated loop
+    assert "_tiles_fit(" in text and "elif (" not in text.split("def mx(")[1]
+    # the translated loop and a dot outside a loop: the upcasting `_dot_scaled`, the plain MMA of bf16
+    assert "acc = _dot_scaled(a, a_s, FMT, b, b_s, FMT, acc)" in text
+    assert "_mma_layout(BM, [BN], gl.bfloat16, gl.num_warps())" in text
+    one = translate_source(ONE_SHOT, "mx1.py", get_target("sm90"))
+    assert one.functions[0].translated, one.diagnostics
+    assert '_dot_scaled(a, None, "e4m3", b, None, "e5m2",' in " ".join(one.text.split())
+    # by default the ring, untimed on a GPU, is not emitted: the source kernel runs, and the reason says so
+    kept = translate_source(MX_LOOP, "mx.py", get_target("sm90"))
+    assert not kept.functions[0].translated
+    (diagnostic,) = [d for d in kept.diagnostics if d.code == "TT041"]
+    assert "no GPU timing against Triton's own decomposition" in diagnostic.message and diagnostic.line == 15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, kind", [("e2m1", "u8"), ("e4m3", "fp8e4nv")])
+def test_scaled_dots_compile_to_wgmma_on_sm90(fmt: str, kind: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "suite_mx_gemm.py"
+    loop = translate_source(fixture.read_text(encoding="utf-8"), "suite_mx_gemm.py", get_target("sm90"),
+                            gluon_always=True)
+    assert loop.functions[0].pipelined, loop.diagnostics
+    values = {"a_ptr": f"*{kind}", "b_ptr": f"*{kind}", "a_scale_ptr": "*u8", "b_scale_ptr": "*u8",
+              "c_ptr": "*bf16", "FORMAT": fmt}
+    (gluon,) = _compile(loop, values, tmp_path, monkeypatch)
+    ptx = gluon.asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "cp.async" in ptx
+    assert gluon.shared <= 227 * 1024
+    one = translate_source(ONE_SHOT, "mx1.py", get_target("sm90"))
+    values = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e5", "c_ptr": "*fp32", "BM": 64, "BN": 64, "BK": 128,
+              "num_warps": 4}
+    (gluon,) = _compile(one, values, tmp_path, monkeypatch)
+    assert "wgmma.mma_async" in gluon.asm["ptx"]
 
 
 @pytest.mark.parametrize("change, names", [

@@ -94,6 +94,59 @@ def _dot(a, b, acc):
     return acc
 
 
+@gluon.constexpr_function
+def _scaled_compute_type(a_format, b_format):
+    """The type a `tl.dot_scaled`'s operands are upcast to where there is no microscaled MMA: fp16 if either operand
+    is fp16, else bf16 (as Triton's own compile decomposes the dot, `DecomposeScaledBlocked`)."""
+    return gl.float16 if a_format == "fp16" or b_format == "fp16" else gl.bfloat16
+
+
+@gluon.jit
+def _upcast_scaled(x, scale, fmt: gl.constexpr, k_axis: gl.constexpr, dtype: gl.constexpr,
+                   fast_math: gl.constexpr):
+    """A `tl.dot_scaled` operand as the `dtype` tile it stands for: e2m1 values (two a byte, packed along K, axis
+    `k_axis`) unpacked, other formats converted, then each run of values along K multiplied by its e8m0 scale
+    (`scale` [rows, K // group] for A and B alike, the group 32 for MX formats: the byte put in a float's exponent,
+    2^(s - 127)); a scale byte of 0xFF makes its values NaN unless `fast_math`. A scale of `None` is 1. B ([K, N])
+    is scaled as its transpose."""
+    if fmt == "e2m1":
+        x = gl.fp4_to_fp(x, dtype, k_axis)
+    else:
+        x = x.to(dtype)
+    if scale is not None:
+        if k_axis == 0:
+            x = gl.permute(x, (1, 0))
+        rows: gl.constexpr = x.shape[0]
+        k: gl.constexpr = x.shape[1]
+        groups: gl.constexpr = scale.shape[1]
+        x3 = gl.reshape(x, (rows, groups, k // groups))
+        if dtype == gl.bfloat16:
+            factor = (scale.to(gl.int16) << 7).to(gl.bfloat16, bitcast=True)
+        else:
+            factor = (scale.to(gl.int32) << 23).to(gl.float32, bitcast=True).to(dtype)
+        factor = gl.expand_dims(gl.convert_layout(factor, gl.SliceLayout(2, x3.type.layout)), 2)
+        x3 = x3 * factor
+        if not fast_math:
+            nan = gl.expand_dims(gl.convert_layout(scale == 255, gl.SliceLayout(2, x3.type.layout)), 2)
+            x3 = gl.where(nan, float("nan"), x3)
+        x = gl.reshape(x3, (rows, k))
+        if k_axis == 0:
+            x = gl.permute(x, (1, 0))
+    return x
+
+
+@gluon.jit
+def _dot_scaled(a, a_scale, a_format: gl.constexpr, b, b_scale, b_format: gl.constexpr, acc,
+                fast_math: gl.constexpr = False):
+    """`tl.dot_scaled(a, a_scale, a_format, b, b_scale, b_format, acc)` on Hopper, which has no microscaled MMA: both
+    operands upcast in registers to bf16 (fp16 where either is fp16) with their scales applied (`_upcast_scaled`),
+    then the wgmma of `_dot`, as Triton's own compile decomposes the dot."""
+    dtype: gl.constexpr = _scaled_compute_type(a_format, b_format)
+    a = _upcast_scaled(a, a_scale, a_format, 1, dtype, fast_math)
+    b = _upcast_scaled(b, b_scale, b_format, 0, dtype, fast_math)
+    return _dot(a, b, acc)
+
+
 @gluon.jit
 def _mma_sync_slots(a, b, acc):
     """mma.sync of two tiles in shared memory (ring slots, or views of them) into `acc` (an mma.sync layout: tiles of
@@ -240,6 +293,19 @@ def _fit_stages(depth, stage_bytes, reserved_bytes):
     1 KiB for the barriers); at least 2."""
     fit = (227 * 1024 - 1024 - reserved_bytes) // stage_bytes
     return max(2, min(depth, fit))
+
+
+@gluon.constexpr_function
+def _tiles_fit(*tiles):
+    """Whether shared-memory tiles fit in an SM's 227 KiB (less 1 KiB for barriers and scratch): `tiles` as
+    (count, shape, dtype) triples in turn."""
+    bits = 0
+    for count, shape, dtype in zip(tiles[0::3], tiles[1::3], tiles[2::3]):
+        elements = count
+        for dim in shape:
+            elements *= dim
+        bits += elements * dtype.primitive_bitwidth
+    return bits // 8 <= 227 * 1024 - 1024
 
 
 @gluon.jit

@@ -39,6 +39,11 @@ GEMM_STEADY = ("index", "consumer_before", "slot", "wait", "mma", "retire", "bar
 #: to shared memory, where the wgmma reads them — comes before the wgmma.
 GEMM_STEADY_STAGED = ("index", "slot", "wait", "consumer_before", "stage", "mma", "retire", "barrier",
                       "consumer_after", "refill")
+#: ... with the operands of a scaled dot upcast in registers (`tl.dot_scaled` on Hopper): the loop's statements that
+#: read no ring tile (its loads of the scales) run before the wait (consumer_early), so that their loads are in flight
+#: while the copies land; those that read a slot after it.
+GEMM_STEADY_SCALED = ("index", "slot", "consumer_early", "wait", "consumer_before", "stage", "mma", "retire",
+                      "barrier", "consumer_after", "refill")
 #: ... of a loop whose dots run in its own order (`IN_ORDER`: a dot made afresh each iteration, or one whose A operand
 #: the iteration computes from earlier products, attention's backward): once the slot's copies have landed, the
 #: refill of the slot the previous iteration read (every warp is past that iteration: the wait's barrier), then the
@@ -89,6 +94,7 @@ class LoopText:
     producer_before: Sequence[str] = ()  # the copies' producer slice, renamed for a later iteration
     producer_after: Sequence[str] = ()  # loop-carried producer state advanced after the copies (`off_k += BK`)
     uses_var: bool = False  # whether the consumer statements read the loop variable
+    consumer_early: Sequence[str] = ()  # (GEMM_STEADY_SCALED) statements before the dot that read no ring slot
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,10 @@ class Staged:
     the wgmma from there. Two buffers, because the wgmma left in flight still reads the previous iteration's."""
 
     value: str  # the operand as the loop computes it
-    buffer: str  # the two-slot shared-memory buffer
+    buffer: str  # the two-slot shared-memory buffer (`in_registers`: the name the operand is bound to)
+    # an A operand the wgmma reads from registers (`value` in the accumulator's operand layout): bound to a name,
+    # not stored
+    in_registers: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,7 +216,8 @@ class Wgmma:
         if not self.staged:
             return []
         return [f"{self.stage_index} = {it} % 2",
-                *(f"{s.buffer}.index({self.stage_index}).store({s.value})" for s in self.staged),
+                *(f"{s.buffer} = {s.value}" if s.in_registers else f"{s.buffer}.index({self.stage_index}).store({s.value})"
+                  for s in self.staged),
                 "fence_async_shared()",
                 "_cta_barrier()"]
 
@@ -228,7 +238,7 @@ class Wgmma:
         if not self.rings:
             return [f"{', '.join(accs)} = warpgroup_mma_wait({count}, deps=[{', '.join(accs)}])"]
         held = [f"{ring}.index({slot})" for ring in self.rings]
-        held += [f"{s.buffer}.index({self.stage_index})" for s in self.staged]
+        held += [f"{s.buffer}.index({self.stage_index})" for s in self.staged if not s.in_registers]
         deps = ", ".join(held)
         kept = ", ".join(accs + ["_"] * len(held))
         which = "iteration's wgmmas have" if len(self.products) > 1 else "wgmma has"
@@ -298,6 +308,8 @@ def gemm_ring(steady: Sequence[str], loop: LoopText, names: RingNames, copy: Tma
                 body.append(f"{loop.var} = {loop.index(n.it)}")
         elif op == "consumer_before":
             body += loop.consumer_before
+        elif op == "consumer_early":
+            body += loop.consumer_early
         elif op == "consumer_after":
             body += loop.consumer_after
         elif op == "slot":

@@ -125,4 +125,11 @@ class FreshTiles(cst.CSTTransformer):
         if isinstance(target, cst.Name) and target.value in self.fresh and isinstance(value, cst.Name) \
                 and value.value == self.fresh[target.value] and value.value in self.values:
             return updated_node.with_changes(value=self.values[value.value])
+        # (`a_ptrs_next = gl.convert_layout(a_ptrs, <copy layout>)`: a tile whose layout gives a thread too few
+        # contiguous bytes for a copy, converted once)
+        if isinstance(target, cst.Name) and target.value in self.fresh and isinstance(value, cst.Call) \
+                and code(value.func) == "gl.convert_layout" and isinstance(value.args[0].value, cst.Name) \
+                and value.args[0].value.value == self.fresh[target.value] and value.args[0].value.value in self.values:
+            first = value.args[0].with_changes(value=self.values[value.args[0].value.value])
+            return updated_node.with_changes(value=value.with_changes(args=[first, *value.args[1:]]))
         return updated_node

@@ -18,6 +18,8 @@ from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bar
 
 # The operand formats of the microscaled MMAs (`tl.dot_scaled`'s "bf16"/"fp16" operands are upcast by Triton)
 SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
+# what a target that upcasts the operands of `tl.dot_scaled` (`Target.scaled_upcast`) takes besides
+UPCAST_FORMATS = ("bf16", "fp16")
 
 MATMUL = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -104,7 +106,8 @@ class Dot(Rule):
                 return updated
         for key, index in (("lhs_format", 2), ("rhs_format", 5)):
             fmt = arg(index, key)
-            if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value not in SCALED_FORMATS:
+            if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value not in SCALED_FORMATS \
+                    and not (ctx.target.scaled_upcast and fmt.evaluated_value in UPCAST_FORMATS):
                 ctx.keep_kernel(fmt, f"`tl.dot_scaled` with {key} {fmt.value}",
                                 f"the microscaled MMA takes {', '.join(SCALED_FORMATS)} operands, and Triton's own "
                                 "compile upcasts a 16-bit one in software as a Gluon form would")
@@ -124,10 +127,55 @@ class Dot(Rule):
                 return updated
             acc = call("gl.zeros", f"[{m}, {n}]", expr("gl.float32"), layout=ctx.plan.layout_expr(site.result))
         none = cst.Name("None")
+        fast_math = arg(7, "fast_math")
+        # (an upcasting target masks the values of a 0xFF scale to NaN unless `fast_math`; a microscaled MMA reads
+        # the scales itself)
+        extra = {"fast_math": bare(fast_math)} if fast_math is not None and ctx.target.scaled_upcast else {}
         return call("_dot_scaled", *(bare(v) for v in (a, a_scale or none, a_format, b, b_scale or none, b_format,
-                                                       acc)))
+                                                       acc)), **extra)
 
 
 def translated_dot(statement: cst.CSTNode) -> cst.Call:
     """The translated dot (`_dot(a, b, acc)`, written by `Dot`) in `statement`, which holds one."""
     return next(c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot")
+
+
+def translated_scaled_dot(statement: cst.CSTNode) -> cst.Call | None:
+    """The translated `tl.dot_scaled` (`_dot_scaled(a, a_scale, a_format, b, b_scale, b_format, acc[, fast_math=])`,
+    written by `Dot`) in `statement`, if it holds one."""
+    return next((c for c in calls_in(statement) if isinstance(c.func, cst.Name) and c.func.value == "_dot_scaled"),
+                None)
+
+
+def _scaled_args(dot: cst.Call) -> tuple[list[str], str]:
+    """The seven positional arguments of a translated `_dot_scaled`, as text, and its `fast_math` (`False` unless
+    given)."""
+    code = cst.Module([]).code_for_node
+    args = [code(a.value) for a in dot.args if a.keyword is None]
+    fast = next((code(a.value) for a in dot.args if a.keyword is not None and a.keyword.value == "fast_math"), "False")
+    return args, fast
+
+
+def upcast_text(dot: cst.Call, position: int) -> str:
+    """Operand `position` (0: A, 1: B) of a translated `_dot_scaled` upcast with its scale, as the Hopper helper
+    `_upcast_scaled` computes it for its plain MMA (`Target.scaled_upcast`)."""
+    args, fast = _scaled_args(dot)
+    value, scale, fmt = args[3 * position: 3 * position + 3]
+    return (f"_upcast_scaled({value}, {scale}, {fmt}, {1 - position}, _scaled_compute_type({args[2]}, {args[5]}), "
+            f"{fast})")
+
+
+def scaled_operand_type(dot: cst.Call, position: int, shape: list[str]) -> tuple[str, str]:
+    """Element type and shape (as text) of operand `position` of a translated `_dot_scaled` once upcast
+    (`upcast_text`), from the shape of the tile loaded for it: an e2m1 tile holds two values a byte along K."""
+    args, _ = _scaled_args(dot)
+    fmt = args[3 * position + 2]
+    axis = 1 - position
+    k = shape[axis]
+    if fmt == '"e2m1"' or fmt == "'e2m1'":
+        k = f"2 * ({k})" if not k.isidentifier() else f"2 * {k}"
+    elif not (fmt.startswith(("'", '"'))):
+        k = f"({k}) * (2 if {fmt} == \"e2m1\" else 1)"
+    dims = list(shape)
+    dims[axis] = k
+    return f"_scaled_compute_type({args[2]}, {args[5]})", ", ".join(dims)

@@ -58,9 +58,11 @@ from transpile.cst_utils import (
     product_factors,
     sum_terms,
 )
-from transpile.lowering.sm90 import (GEMM_STEADY_STAGED, IN_ORDER_STEADY, WGMMA_ROWS, CpAsyncCopy, LoopText, Product,
-                                     RingNames, Staged, Wgmma, gemm_ring, wgmma_rows, wgmmas_in_order)
+from transpile.lowering.sm90 import (GEMM_STEADY_SCALED, GEMM_STEADY_STAGED, IN_ORDER_STEADY, WGMMA_ROWS, CpAsyncCopy,
+                                     LoopText, Product, RingNames, Staged, Wgmma, gemm_ring, wgmma_rows,
+                                     wgmmas_in_order)
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
+from transpile.rules.dot import scaled_operand_type, translated_scaled_dot, upcast_text
 from transpile.rules.copy_layouts import (
     FreshTiles,
     blocked_tile_layouts,
@@ -264,13 +266,15 @@ class HopperCpAsyncPipeline(Rule):
             return updated  # flash attention's two dots: the attention rules' loop, and their measurements
         emitter = _Emitter(ctx, plan, original, updated)
         emitted = emitter.emit()
-        if isinstance(emitted, _AddressForm) and not in_order \
+        if isinstance(emitted, _AddressForm) and not in_order and emitter.scaled is None \
                 and ctx.slower_than_triton(original, "cp.async, address form", emitted):
             return updated  # the policy keeps such GEMMs as Triton whatever their address form (rules/base.py)
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
-        staged = emitted.ring.steady == GEMM_STEADY_STAGED
+        staged = emitted.ring.steady in (GEMM_STEADY_STAGED, GEMM_STEADY_SCALED)
+        if emitter.scaled is not None and ctx.slower_than_triton(original, "cp.async, scaled dot"):
+            return updated  # (rules/base.py: UNPROFITABLE_RINGS)
         if in_order and emitter.fresh and ctx.slower_than_triton(
                 original, "cp.async in order, fresh addresses", f"`{emitter.fresh[0]}` is addressed afresh each "
                 "iteration (no loop-carried tile of pointers)"):
@@ -371,6 +375,7 @@ class _Emitter:
         self.ctx, self.plan, self.original, self.updated = ctx, plan, original, updated
         self.body = list(updated.body.body)  # type: ignore[union-attr]
         self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
+        self.scaled: cst.Call | None = None  # a `tl.dot_scaled`, translated (`_dot_scaled(a, a_scale, ...)`)
 
     def emit(self) -> _Emitted | str:
         ctx, plan = self.ctx, self.plan
@@ -392,9 +397,12 @@ class _Emitter:
         consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
         original_body = list(self.original.body.body)  # type: ignore[union-attr]
         self.staged: dict[str, int] = {}  # loads a dot operand is computed from -> the operand's position
+        scaled = [chain for chain in plan.chains if ctx.plan.dots[chain.call].scaled is not None]
         for load in plan.loads:
             if not load.computed or self.in_order:  # (in order: the tile is read from its slot where it is used)
                 continue
+            if scaled and load.name in scaled[0].operands:
+                continue  # (a scaled dot's operands are upcast from their slots below, computed or not)
             line = ctx.source.position(original_body[load.index])[0]
             users = [chain for chain in plan.chains if load.name in chain.operands]
             if not users:
@@ -417,6 +425,25 @@ class _Emitter:
                 return (f"`{load.name}` is read outside the dot before it, at line "
                         f"{ctx.source.position(original_body[early[0]])[0]} (the ring reads the tile from its slot "
                         "after the copies' wait, where the wgmma is issued)")
+        if scaled:
+            # Hopper has no microscaled MMA: both operands are upcast in registers from their slots, with their
+            # scales (loaded by the loop's own statements), and staged for the wgmma (`Staged`), as Triton's own
+            # compile decomposes the dot. An operand the loop computes from its tile (a preshuffled tile put back
+            # in order by reshapes) is computed from the slot first, after the copies' wait.
+            line = ctx.source.position(scaled[0].call)[0]
+            if len(plan.chains) > 1 or self.in_order or self.staged:
+                return (f"the `tl.dot_scaled` at line {line} is one of several dots, or beside an operand computed in "
+                        "registers (the ring stages the upcast operands of one scaled dot)")
+            loaded = {load.name: load for load in plan.loads}
+            for position, operand in enumerate(scaled[0].operands):
+                load = loaded.get(operand)
+                if load is None or load.transposed or scaled[0].operands.count(operand) > 1:
+                    return (f"an operand of the `tl.dot_scaled` at line {line} is not a tile loaded in the loop "
+                            "as the dot reads it (the ring upcasts each operand from its slot)")
+                self.staged[operand] = position
+            self.scaled = translated_scaled_dot(self.body[scaled[0].index])
+            if self.scaled is None:
+                return f"the `tl.dot_scaled` at line {line} was not translated"
         # (the copies' statements between the dots, a second B tile's load, go to the ring's producer)
         between = [i for i in consumer if min(indices) < i < max(indices) and i not in indices]
         if between and not self.in_order:
@@ -441,6 +468,9 @@ class _Emitter:
                                                       (site.a_shape, site.b_shape), chain.transposed):
                 # (a tile the dot reads transposed, `tl.trans(w)`: its ring holds it as loaded, [N, K], and the
                 # wgmma reads a transposed view of the slot)
+                if name in self.staged and self.scaled is not None:  # (upcast: its staging buffer's)
+                    self.operand_types[name] = scaled_operand_type(self.scaled, chain.operands.index(name), shape)
+                    continue
                 if name in self.staged:  # the operand's type and shape are its staging buffer's
                     self.operand_types[name] = (dtype, ", ".join(shape))
                     continue
@@ -673,7 +703,8 @@ class _Emitter:
                             ring_depth(self.ctx, plan.loop, plan.num_stages, STAGED_DEPTH if self.staged else 2),
                             tuple(RingOperand(load.name, "cp.async") for load in plan.loads),
                             wait_groups=WaitGroups(1, 2), configs=kernel_configs(self.ctx.function),
-                            **({"steady": GEMM_STEADY_STAGED} if self.staged else
+                            **({"steady": GEMM_STEADY_SCALED} if self.scaled is not None else
+                               {"steady": GEMM_STEADY_STAGED} if self.staged else
                                {"steady": IN_ORDER_STEADY, "mma_in_flight": 0} if self.in_order else {}))
         name = loop_namer(self.ctx, plan.loop)
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
@@ -694,7 +725,8 @@ class _Emitter:
 
         def acc_in(chain: DotChain) -> str:
             dot_call = body[chain.index].body[0].value  # type: ignore[union-attr]
-            return code(dot_call.args[2].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > 2 \
+            at = 6 if self.scaled is not None else 2  # (`_dot_scaled(a, a_scale, a_format, b, ..., acc)`)
+            return code(dot_call.args[at].value) if isinstance(dot_call, cst.Call) and len(dot_call.args) > at \
                 else chain.acc
 
         def copy(load: OperandLoad, iteration: str, slot_expr: str, vec: int, width: int) -> str:
@@ -718,7 +750,7 @@ class _Emitter:
         # that reads it has retired and the copy NUM_STAGES - 1 iterations later refills it).
         reads = {load.name: f"{load.name} = {smem[load.name]}.index({slot}).load("
                             f"{self.ctx.plan.layout_expr(self.ctx.plan.loads[load.call].term)})"
-                 for load in plan.loads if load.computed}
+                 for load in plan.loads if load.computed or load.name in self.staged}
         # A tile a dot operand is computed from (`Staged`): read from the slot once its copies have landed, before
         # the statements that compute the operand (GEMM_STEADY_STAGED runs them after the wait).
         staged_reads = [text for name, text in reads.items() if name in self.staged]
@@ -746,6 +778,22 @@ class _Emitter:
                 self.ctx.need("wgmma_a_regs")
             if held:
                 self.ctx.need("mma_k_width")
+        elif self.scaled is not None:
+            # (the statements before the dot that read no ring tile, the scales' loads, before the copies' wait)
+            early: list[int] = []
+            late: set[str] = set(smem)  # (the ring tiles, and what the statements left after the wait bind)
+            for i in before:
+                if names_in(body[i]) & late:
+                    late |= assigned_names(body[i])
+                else:
+                    early.append(i)
+            loop = LoopText(plan.var, index, first.acc, acc_in(first),
+                            [*staged_reads, *(code(body[i]) for i in before if i not in early)],
+                            [*(text for name, text in reads.items() if name not in self.staged),
+                             *(code(body[i]) for i in after)], renames[plan.var],
+                            [rename(body[i], renames) for i in plan.producer_before()],
+                            [rename(body[i], renames) for i in plan.producer_after()], uses_var,
+                            consumer_early=[code(body[i]) for i in early])
         else:
             loop = LoopText(plan.var, index, first.acc, acc_in(first),
                             [*staged_reads, *(code(body[i]) for i in before)],
@@ -756,16 +804,25 @@ class _Emitter:
         transposed = {load.name: load.transposed for load in plan.loads}
         stage_index = name("stage")
         buffers = {n: name(f"{n}_staged") for n in self.staged}
+        # A scaled dot's A operand, upcast, goes to the wgmma from registers (in the accumulator's operand layout):
+        # no staging buffer, no shared-memory round trip (`Staged.in_registers`)
+        in_registers = {n: name(f"{n}_upcast") for n, position in self.staged.items()
+                        if self.scaled is not None and position == 0}
+        if in_registers:
+            self.ctx.need("register_a_layout")
 
         def views(operands: tuple[str, ...], slot_expr: str) -> tuple[str, str]:
             """The dot's two operands as the wgmma reads them from the slot (a transposed view where the dot reads
             the tile transposed), or from their staging buffer (an operand computed in registers)."""
-            a, b = (f"{buffers[n]}.index({stage_index})" if n in buffers else
+            a, b = (in_registers[n] if n in in_registers else
+                    f"{buffers[n]}.index({stage_index})" if n in buffers else
                     f"{smem[n]}.index({slot_expr})" + (".permute((1, 0))" if transposed[n] else "") for n in operands)
             return a, b
 
         def computed(load_name: str) -> str:
             """The operand computed from `load_name`'s tile, as the translated dot reads it."""
+            if self.scaled is not None:
+                return upcast_text(self.scaled, self.staged[load_name])
             dot_call = body[first.index].body[0].value  # type: ignore[union-attr]
             return code(dot_call.args[self.staged[load_name]].value)  # type: ignore[union-attr]
 
@@ -783,10 +840,24 @@ class _Emitter:
                     tuple(smem[load.name] for load in plan.loads),
                     tuple(Product(chain.acc, acc_in(chain), functools.partial(views, chain.operands))
                           for chain in plan.chains) if len(plan.chains) > 1 else (),
-                    staged=tuple(Staged(computed(n), buffers[n]) for n in self.staged), stage_index=stage_index,
+                    staged=tuple(Staged(f"gl.convert_layout({computed(n)}, _register_a_layout({first.acc}.type.layout, "
+                                        f"{self.operand_types[n][0]}))", in_registers[n], in_registers=True)
+                                 if n in in_registers else Staged(computed(n), buffers[n]) for n in self.staged),
+                    stage_index=stage_index,
                     wgmma_flag=flag)
 
         def ring(vec: int, width: int) -> str:
+            # The raw tiles of a scaled dot (bytes) take the layout their translated pointers have, which the scale
+            # tiles may have set (a few bytes a thread: shorter than a copy): their pointer tiles are converted to
+            # copy layouts of `vec` elements a thread once, before the loop (unmasked tiles only: the masks stay in
+            # the translated layouts).
+            converted = {load.pointer.value: f"gl.convert_layout({{}}, _copy_layout([{shapes[load.name]}], "
+                                             f"{dtypes[load.name]}, gl.num_warps(), {vec} * "
+                                             f"{dtypes[load.name]}.primitive_bitwidth))"
+                         for load in plan.loads if self.scaled is not None and load.name in self.staged
+                         and isinstance(load.pointer, cst.Name) and not _masked(body[load.index])}
+            if converted:
+                self.ctx.need("copy_layout")
             engine = CpAsyncCopy(
                 lambda iteration, slot_expr: [copy(load, iteration, slot_expr, vec, width) for load in plan.loads],
                 schedule.wait_groups.text(stages),  # type: ignore[union-attr]
@@ -800,7 +871,7 @@ class _Emitter:
                   f"{dtypes[load.name]}))" for load in plan.loads),
                 *(f"{buffers[n]} = gl.allocate_shared_memory({dtype}, [2, {shape}], "
                   f"gl.NVMMASharedLayout.get_default_for([{shape}], {dtype}))"
-                  for n, (dtype, shape) in self.operand_types.items()),
+                  for n, (dtype, shape) in self.operand_types.items() if n not in in_registers),
                 *([*(f"{buffer} = gl.allocate_shared_memory({tile}.dtype, {tile}.shape, _mma_k_width({tile}.shape, "
                      f"{tile}.dtype, {as_b}), {tile})" for tile, (buffer, as_b) in held.items()),
                    "fence_async_shared()", "_cta_barrier()"] if held else []),
@@ -808,7 +879,8 @@ class _Emitter:
                 *(["# Fresh pointer tiles: the alignment hints on the copies mark the ops that define these values."]
                   if plan.carried else []),
                 *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
-                           engine, mma, [(renames[carried], carried) for carried in plan.carried]),
+                           engine, mma, [(renames[carried], converted.get(carried, "{}").format(carried))
+                                         for carried in plan.carried]),
             ]
             return indent("\n".join(lines), "    ")
 
@@ -820,6 +892,14 @@ class _Emitter:
         # (and, for a staged operand, accumulators of the rows a wgmma takes; in order, every dot's: the tiles the
         # loop does not change are 16-bit too)
         widths += [f"{tile}.dtype.primitive_bitwidth == 16" for tile in held]
+        if self.scaled is not None:
+            # (the rings of the raw tiles, the staged B operands and the register A operand's conversion scratch
+            # must fit in shared memory: a larger tile runs the loop as translated)
+            tiles = [*(f"{stages}, [{shapes[load.name]}], {dtypes[load.name]}" for load in plan.loads),
+                     *(f"{1 if n in in_registers else 2}, [{shape}], {dtype}"
+                       for n, (dtype, shape) in self.operand_types.items())]
+            widths.append(f"_tiles_fit({', '.join(tiles)})")
+            self.ctx.need("tiles_fit")
         condition = " and ".join(dict.fromkeys([*widths, *([rows] if rows and not flag else []),
                                                 *(self.in_order_rows if self.in_order else [])]))
         (vec16, width16), (vec8, width8) = TIERS
@@ -848,10 +928,11 @@ class _Emitter:
             ring(vec16, width16),
             # (a second ring of 8-byte copies for rows and sizes that are multiples of 4 elements only: not for a loop
             # pipelined in order, whose launcher lets through aligned launches only; one ring a loop keeps the
-            # schedule checker's branches of a kernel of several such loops, attention's backward, few)
+            # schedule checker's branches of a kernel of several such loops, attention's backward, few; nor for a
+            # scaled dot: the compiler gives each ring branch its own shared memory, which two of its rings overrun)
             *(["\n".join([f"elif (  # rows on {width8}-byte boundaries, sizes multiples of {vec8}: the same ring, "
                           f"{width8}-byte copies", f"    {condition}", *(f"    and {t}" for t in tests[vec8]), "):"]),
-               ring(vec8, width8)] if not self.in_order else []),
+               ring(vec8, width8)] if not self.in_order and self.scaled is None else []),
             "else:",
             "    # 8- and 32-bit operands (wgmma wants B K-major in shared memory) or unaligned rows and sizes: the loop",
             "    # runs as translated, unpipelined."
@@ -986,3 +1067,9 @@ def _broadcast_dim(node: cst.BaseExpression) -> str | None:
     """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
     return {0: "first", 1: "last"}.get(broadcast_axis(node))  # type: ignore[arg-type]
 
+
+def _masked(statement: cst.BaseStatement) -> bool:
+    """The tile load of `statement` (`x = tl.load(ptrs, ...)`, translated) takes a mask."""
+    call = statement.body[0].value  # type: ignore[union-attr]
+    return any(a.keyword is not None and a.keyword.value == "mask" for a in call.args) \
+        or len([a for a in call.args if a.keyword is None]) > 1

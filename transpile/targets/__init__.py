@@ -35,6 +35,12 @@ class Target:
     # `tl.dot_scaled`: "" where the target's `_dot_scaled` snippet issues its microscaled MMA, else why the kernel
     # is kept as Triton
     scaled_mma: str = "has no translation of `tl.dot_scaled`"
+    # `tl.dot_scaled` without a microscaled MMA: the `_dot_scaled` snippet upcasts both operands in registers (bf16,
+    # or fp16 where one is fp16), applies the scales and runs the target's plain MMA, as Triton's own compile
+    # decomposes the dot there; its MMA layout is the plain one of that type
+    scaled_upcast: bool = False
+    # snippets of this target that call others besides those SNIPPET_DEPENDENCIES lists for every target
+    snippet_needs: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def gpu_target(self):  # noqa: ANN201 - triton.backends.compiler.GPUTarget, imported lazily (slow import)
         from triton.backends.compiler import GPUTarget
@@ -54,7 +60,8 @@ class Target:
         closure = set(needed)
         for name in list(needed):
             # (a dependency on a snippet the target does not define is another target's: `float8_via_fp16`)
-            closure |= {d for d in SNIPPET_DEPENDENCIES.get(name, ()) if d in self.snippets}
+            closure |= {d for d in (*SNIPPET_DEPENDENCIES.get(name, ()), *self.snippet_needs.get(name, ()))
+                        if d in self.snippets}
             closure |= set(language.HELPER_NEEDS.get(name, ()))
         own = [name for name in self.snippets if name in closure]
         # Language helpers (`tl.argmax`, `tl.sigmoid`, ...) after the target's, callees first, then by name.
@@ -71,27 +78,27 @@ class Target:
                 ns.append(d.shape[1])
         for d in dots:  # (chained dots: the N sizes of every dot of the chain, `RuleContext.mma_joint_ns`)
             ns += [n for n in ctx.mma_joint_ns.get(id(d.node), ()) if n not in ns]
-        if any(d.scaled is not None for d in dots):
+        if any(d.scaled is not None for d in dots) and not self.scaled_upcast:
             # `tl.dot_scaled`: the instructions of the microscaled formats, whatever the operands' storage type
             # (packed fp4 bytes, fp8 as uint8)
             ctx.need("scaled_layouts")
             m = next((d.shape[0] for d in dots if d.shape[0] is not None), "None")
             rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
             return f"_scaled_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], gl.num_warps(){rows})"
-        dtype = next((d.operand_dtype for d in dots if d.operand_dtype is not None), None)
-        types = {d.operand_dtype for d in dots if d.operand_dtype is not None}
+        dtype = next((_operand_dtype(d) for d in dots if _operand_dtype(d) is not None), None)
+        types = {_operand_dtype(d) for d in dots if _operand_dtype(d) is not None}
         # (`gl.float16` beside `q_ptr.dtype.element_ty` is one type in the launches that matter: attention's PV)
         split = _split_by_flag(ctx, dots) if len(types) > 1 else None
         if split is not None:
             # (the dots of each type in their own branch of one constexpr `if`, as an unswitched loop's copies are:
             # one of them runs in any compile, and the layout is chosen for its type when the kernel is compiled)
             dtype, types = split, {split}
-        other = next((d for d in dots if d.operand_dtype not in (None, dtype)), None) \
+        other = next((d for d in dots if _operand_dtype(d) not in (None, dtype)), None) \
             if len(types) > 1 and "gl.float32" in types else None
         if other is not None:
             # one MMA layout is laid out for one operand type (its instruction's K depth): an fp32 dot beside an
             # fp16 one asked for an fp32 MFMA of fp16's shape, which does not exist (found by compiling public code)
-            ctx.refuse(other.node, "TT010", f"this dot's operands are `{other.operand_dtype}` and another dot whose "
+            ctx.refuse(other.node, "TT010", f"this dot's operands are `{_operand_dtype(other)}` and another dot whose "
                        f"result meets this one's has `{dtype}` operands: one matrix-core layout cannot serve both (cast "
                        "the operands to one type)")
         if dtype is None:
@@ -106,6 +113,15 @@ class Target:
         ks = {d.a_shape[1] if d.a_shape is not None and len(d.a_shape) == 2 else None for d in dots}
         depth = f", k={ks.pop()}" if len(ks) == 1 and None not in ks and self.backend == "hip" else ""
         return f"_mma_layout({m}, [{', '.join(ns) if ns else 'None'}], {dtype}, gl.num_warps(){rows}{depth})"
+
+
+def _operand_dtype(site) -> str | None:  # noqa: ANN001 - a dot site
+    """The type a dot's MMA reads: its A operand's, or for a `tl.dot_scaled` (upcast, `Target.scaled_upcast`) the
+    type its formats are upcast to (fp16 where one is fp16, else bf16)."""
+    if site.scaled is None:
+        return site.operand_dtype
+    formats = [f.evaluated_value if hasattr(f, "evaluated_value") else None for f in (site.scaled[1], site.scaled[3])]
+    return "gl.float16" if "fp16" in formats else "gl.bfloat16"
 
 
 def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 - the root's dot sites
