@@ -142,6 +142,16 @@ def test_scaled_dots_compile_to_wgmma_on_sm90(fmt: str, kind: str, tmp_path: Pat
               "num_warps": 4}
     (gluon,) = _compile(one, values, tmp_path, monkeypatch)
     assert "wgmma.mma_async" in gluon.asm["ptx"]
+    # an operand the loop computes from its tile (a preshuffled B put back in order by reshapes): computed from
+    # the slot after the copies' wait, then upcast
+    shuffled = MX_LOOP.replace("        b = tl.load(b_ptrs)\n",
+                               "        b = tl.load(b_ptrs)\n        b = b.reshape(BK // 4, 2, BN).reshape(BK // 2, BN)\n")
+    ring = translate_source(shuffled, "mx.py", get_target("sm90"), gluon_always=True)
+    assert ring.functions[0].pipelined, ring.diagnostics
+    values = {"a_ptr": "*u8", "b_ptr": "*u8", "as_ptr": "*u8", "bs_ptr": "*u8", "c_ptr": "*fp32", "K": "i32",
+              "stride_am": "i32", "stride_s": "i32", "BM": 128, "BN": 128, "BK": 128, "FMT": "e2m1", "num_warps": 8}
+    (gluon,) = _compile(ring, values, tmp_path, monkeypatch)
+    assert "wgmma.mma_async" in gluon.asm["ptx"] and "cp.async" in gluon.asm["ptx"]
 
 
 @pytest.mark.parametrize("change, names", [
