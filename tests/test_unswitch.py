@@ -402,3 +402,18 @@ def test_three_flag_gemm_with_masks_named_none_is_pipelined_and_compiles(tmp_pat
     for flags in ((True, True, True), (False, True, False), (True, False, True), (False, False, False)):
         compiled = verify(dataclasses.replace(result), {**values, **dict(zip(("EVEN_M", "EVEN_N", "EVEN_K"), flags))})
         assert compiled and all(c.ok for c in compiled), [(flags, c.message) for c in compiled if not c.ok]
+
+
+def test_a_tile_loaded_only_under_a_flag_names_the_flag_copy_that_reads_it_unbound() -> None:
+    """`if EVEN_K: a = tl.load(...)` with no `else` (aiter's preshuffled GEMMs): the loop's copy for `EVEN_K` false
+    reads `a` and `b` unbound, as the source does at such a launch; the kernel is kept with that reason, not with
+    "a limit of the tool's rewrite"."""
+    body = ("        if EVEN_K:\n"
+            "            a = tl.load(a_ptrs)\n"
+            "            b = tl.load(b_ptrs)")
+    result = translate_source(_kernel(body), "k.py", get_target("gfx950"))
+    (fn,) = result.functions
+    assert not fn.translated
+    (kept,) = [d for d in result.diagnostics if d.code == "TT041"]
+    assert "binds only under a branch on a compile-time flag" in kept.message, kept.message
+    assert "limit of the tool" not in kept.message

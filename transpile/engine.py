@@ -734,9 +734,15 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
         from transpile.names import undefined_names
 
         in_source = {(u.function, u.name) for u in undefined_names(text)}  # the source's own undefined names
+        # ... and those of the rewritten Triton (`transpile.passes`): a name the source binds only under a branch on
+        # a compile-time flag (`if EVEN_K: a = tl.load(...)`) is unbound in the loop's copy for the flag's other value
+        in_copies = {(u.function, u.name) for u in undefined_names(source.text)} - in_source
         for name, missing in broken.items():
             keep_as_triton(outcomes[name], source, facts.functions[name].node, name,
                            f"it reads `{missing}`, which its source never defines" if (name, missing) in in_source else
+                           f"it reads `{missing}`, which its source binds only under a branch on a compile-time flag: "
+                           "the copy of its loop for the flag's other value reads it unbound (a launch with that value "
+                           "does not compile from the source either)" if (name, missing) in in_copies else
                            f"its Gluon translation for {target.name} reads `{missing}` without defining it (a limit of the "
                            "tool's rewrite)")
 
