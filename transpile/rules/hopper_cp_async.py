@@ -778,11 +778,12 @@ class _Emitter:
                 self.ctx.need("wgmma_a_regs")
             if held:
                 self.ctx.need("mma_k_width")
-        elif self.scaled is not None:
-            # (the statements before the dot that read no ring tile, the scales' loads, before the copies' wait)
+        else:
+            # (a scaled dot's ring: the statements before the dot that read no ring tile, the scales' loads, run
+            # before the copies' wait, `GEMM_STEADY_SCALED`)
             early: list[int] = []
             late: set[str] = set(smem)  # (the ring tiles, and what the statements left after the wait bind)
-            for i in before:
+            for i in before if self.scaled is not None else ():
                 if names_in(body[i]) & late:
                     late |= assigned_names(body[i])
                 else:
@@ -794,13 +795,6 @@ class _Emitter:
                             [rename(body[i], renames) for i in plan.producer_before()],
                             [rename(body[i], renames) for i in plan.producer_after()], uses_var,
                             consumer_early=[code(body[i]) for i in early])
-        else:
-            loop = LoopText(plan.var, index, first.acc, acc_in(first),
-                            [*staged_reads, *(code(body[i]) for i in before)],
-                            [*(text for name, text in reads.items() if name not in self.staged),
-                             *(code(body[i]) for i in after)], renames[plan.var],
-                            [rename(body[i], renames) for i in plan.producer_before()],
-                            [rename(body[i], renames) for i in plan.producer_after()], uses_var)
         transposed = {load.name: load.transposed for load in plan.loads}
         stage_index = name("stage")
         buffers = {n: name(f"{n}_staged") for n in self.staged}
@@ -855,7 +849,7 @@ class _Emitter:
                                              f"{dtypes[load.name]}, gl.num_warps(), {vec} * "
                                              f"{dtypes[load.name]}.primitive_bitwidth))"
                          for load in plan.loads if self.scaled is not None and load.name in self.staged
-                         and isinstance(load.pointer, cst.Name) and not _masked(body[load.index])}
+                         and isinstance(load.pointer, cst.Name) and load.mask is None}
             if converted:
                 self.ctx.need("copy_layout")
             engine = CpAsyncCopy(
@@ -1066,10 +1060,3 @@ def _calls(statement: cst.CSTNode) -> list[cst.Call]:
 def _broadcast_dim(node: cst.BaseExpression) -> str | None:
     """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
     return {0: "first", 1: "last"}.get(broadcast_axis(node))  # type: ignore[arg-type]
-
-
-def _masked(statement: cst.BaseStatement) -> bool:
-    """The tile load of `statement` (`x = tl.load(ptrs, ...)`, translated) takes a mask."""
-    call = statement.body[0].value  # type: ignore[union-attr]
-    return any(a.keyword is not None and a.keyword.value == "mask" for a in call.args) \
-        or len([a for a in call.args if a.keyword is None]) > 1

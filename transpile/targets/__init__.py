@@ -39,7 +39,8 @@ class Target:
     # or fp16 where one is fp16), applies the scales and runs the target's plain MMA, as Triton's own compile
     # decomposes the dot there; its MMA layout is the plain one of that type
     scaled_upcast: bool = False
-    # snippets of this target that call others besides those SNIPPET_DEPENDENCIES lists for every target
+    # snippets of this target that call others besides those SNIPPET_DEPENDENCIES lists for every target (each
+    # brings its own SNIPPET_DEPENDENCIES)
     snippet_needs: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def gpu_target(self):  # noqa: ANN201 - triton.backends.compiler.GPUTarget, imported lazily (slow import)
@@ -59,9 +60,12 @@ class Target:
         """Needed snippets plus what they call, in the target's fixed (dependency) order."""
         closure = set(needed)
         for name in list(needed):
+            # (a snippet this target's own needs add brings what it calls: `_dot_scaled` -> `_dot` -> its helpers)
+            own_needs = self.snippet_needs.get(name, ())
+            calls = [*SNIPPET_DEPENDENCIES.get(name, ()), *own_needs,
+                     *(d for extra in own_needs for d in SNIPPET_DEPENDENCIES.get(extra, ()))]
             # (a dependency on a snippet the target does not define is another target's: `float8_via_fp16`)
-            closure |= {d for d in (*SNIPPET_DEPENDENCIES.get(name, ()), *self.snippet_needs.get(name, ()))
-                        if d in self.snippets}
+            closure |= {d for d in calls if d in self.snippets}
             closure |= set(language.HELPER_NEEDS.get(name, ()))
         own = [name for name in self.snippets if name in closure]
         # Language helpers (`tl.argmax`, `tl.sigmoid`, ...) after the target's, callees first, then by name.
