@@ -264,3 +264,34 @@ def test_a_key_mask_shared_by_the_copies_and_the_scores_is_recomputed_in_the_sco
     outcome = next(f for f in translate_source(moving, "k.py", get_target("gfx950")).functions
                    if f.name == "paged_prefill")
     assert not outcome.pipelined
+
+
+def test_sm90_ring_loads_a_paged_kernels_page_rows_in_its_copy_layout() -> None:
+    # (sm90 makes the swap itself: its cp.async ring re-evaluates the loop's address statements for the iteration it
+    # copies ahead; the page-table load is one of them, made again with its index vectors in the copies' layout, and
+    # the 2-D address the loop binds is bound transposed there, V's address, bound after the softmax, beside it)
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    path = FIXTURES / "suite_paged_prefill.py"
+    result = translate_source(path.read_text(encoding="utf-8"), "fixtures/suite_paged_prefill.py", get_target("sm90"))
+    assert [f.pipelined for f in result.functions if f.name == "paged_prefill_kernel"] == [True]
+    text = " ".join(result.text.split())
+    refill = text.split("next_it = it + NUM_STAGES - 1")[1].split("_cp_async_load(v_smem")[0]
+    assert ("kv_loc_next = gl.load( Req_to_tokens + cur_batch * stride_req + start_n_next_ + "
+            "(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout))), mask=(start_n_next_ + "
+            "(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kv_layout)))) < block_end, other=0, )") in refill
+    assert "off_k_next = kv_loc_next[:, None] * stride_kt + cur_kv_head * stride_kh + offs_d_ring[None, :]" in refill
+    assert "off_v_next = kv_loc_next[:, None] * stride_vt" in refill
+    assert "_cp_async_load(k_smem.index(prev_slot), K + off_k_next, mask=(start_n_next_ + offs_n_ring[:, None]) " \
+        "< block_end)" in refill
+    # a page-table row that depends on the softmax's running maximum cannot be loaded ahead: refused, and named
+    other = path.read_text(encoding="utf-8").replace(
+        "        kv_loc = tl.load(\n            Req_to_tokens + cur_batch * stride_req + start_n + offs_n,",
+        "        kv_loc = tl.load(\n            Req_to_tokens + cur_batch * stride_req + start_n + offs_n + "
+        "(tl.max(m_i, 0) > 1e30).to(tl.int32),")
+    assert other != path.read_text(encoding="utf-8")
+    kept = translate_source(other, "fixtures/suite_paged_prefill.py", get_target("sm90"))
+    reason = next(f.kept_reason for f in kept.functions if f.name == "paged_prefill_kernel")
+    assert reason is not None and "a load address depends on a value computed after the loads or on the softmax" \
+        in reason, reason

@@ -1467,6 +1467,56 @@ SUITE_CASES: list[Case] = [
 ]
 CASES += SUITE_CASES
 
+
+def _paged_inputs(s, device, gen):
+    """Requests of `T` tokens (ragged: each `RAGGED` x 37 tokens shorter than the one before, at least 1) with their
+    keys and values at shuffled rows of a pool; `H` query heads over `HKV` key/value heads of `D`."""
+    b, t, h, hkv, d = s["B"], s["T"], s["H"], s["HKV"], s["D"]
+    lens = [max(1, t - (i * 37 * s.get("RAGGED", 1)) % max(1, t // 2)) for i in range(b)]
+    total = sum(lens)
+    pool = total + 64  # (rows no request uses)
+    rows = torch.randperm(pool, generator=gen)[:total].to(torch.int32)
+    table = torch.zeros(b, -(-max(lens) // 64) * 64, dtype=torch.int32)  # (a serving table: rows of a padded width)
+    start = 0
+    for i, n in enumerate(lens):
+        table[i, :n] = rows[start:start + n]
+        start += n
+    q = _randn(gen, total, h, d, device=device)
+    k_pool = _randn(gen, pool, hkv, d, device=device)
+    v_pool = _randn(gen, pool, hkv, d, device=device)
+    return (q, k_pool, v_pool, table.to(device), torch.tensor(lens, dtype=torch.int32, device=device), max(lens),
+            d ** -0.5)
+
+
+def _ref_paged_prefill(q, k_pool, v_pool, req_to_tokens, seq_lens, max_len, sm_scale):
+    out = torch.empty_like(q, dtype=torch.float64)
+    group = q.shape[1] // k_pool.shape[1]
+    start = 0
+    for i, n in enumerate(seq_lens.tolist()):
+        rows = req_to_tokens[i, :n].long()
+        qi = q[start:start + n].double().transpose(0, 1)  # [H, n, D]
+        ki = k_pool[rows].double().repeat_interleave(group, 1).transpose(0, 1)
+        vi = v_pool[rows].double().repeat_interleave(group, 1).transpose(0, 1)
+        scores = (qi @ ki.transpose(-1, -2)) * sm_scale
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        out[start:start + n] = (torch.softmax(scores.masked_fill(future, float("-inf")), -1) @ vi).transpose(0, 1)
+        start += n
+    return out
+
+
+def _paged_flops(s: Shape) -> float:  # causal: half of two T x T x D GEMMs per request and head
+    return 2.0 * s["B"] * s["H"] * s["T"] ** 2 * s["D"]
+
+
+# Paged prefill at the sequence mixes of serving (many short prompts ... few long ones), equal lengths on the bench.
+PAGED_MIXES = {"64x256": (64, 256), "32x512": (32, 512), "16x1024": (16, 1024), "4x2048": (4, 2048),
+               "4x4096": (4, 4096), "2x8192": (2, 8192)}
+for _mix, (_b, _t) in PAGED_MIXES.items():
+    CASES.append(Case(name=f"suite_paged_prefill-{_mix}", fixture="suite_paged_prefill", wrapper="paged_prefill",
+                      make_inputs=_paged_inputs, reference=_ref_paged_prefill,
+                      shape=dict(B=min(_b, 4), T=min(_t, 2048) + 3, H=4, HKV=2, D=128), small_shape=dict(B=2, T=150, H=2, HKV=1, D=128),
+                      atol=5e-3, bench_shape=dict(B=_b, T=_t, H=32, HKV=8, D=128, RAGGED=0), flops=_paged_flops))
+
 # Realistic sizes for the cases without a dot loop (elementwise, row-wise, reductions), so that the benchmark times
 # every translated kernel against its original too: a translated kernel that is memory-bound must not lose
 # bandwidth to its explicit layouts ("never slower" holds for them as for the pipelined loops). No flop count:

@@ -259,6 +259,9 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
                     mask = a.value
                 elif a.keyword.value == "other":
                     other = a.value
+                elif a.keyword.value in ("cache_modifier", "eviction_policy") and isinstance(a.value, cst.SimpleString) \
+                        and a.value.evaluated_value in (".cg", ".ca", "", "evict_last", "evict_first", "evict_normal"):
+                    continue  # (a caching hint: the ring's 16-byte cp.async copies keep their own, through L2)
                 else:
                     return refuse(a, f"`{a.keyword.value}=` on the load of `{operand.value}` (cp.async copies "
                                   "take a mask only)")
@@ -372,7 +375,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         # then this iteration's value, not one carried from the previous iteration, `k_ptrs += BLOCK_N * stride`)
         # (the names read: a keyword argument, `mask=`, is not a read of a variable `mask`)
         carried = any(_assigned(statement) & read_names(earlier) for earlier in body[:i])
-        if (i > min(t.index for t in tiles) and (not in_order or carried)) or (
+        if (i > min(t.index for t in tiles) and carried) or (
                 read_names(statement) & ({acc} | derived)):
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
         producer.add(i)

@@ -162,7 +162,7 @@ class HopperAttentionPipeline(Rule):
             # K read as [HEAD_DIM, BLOCK_N] (keys along the columns, the head dimension contiguous down the rows):
             # the ring's cp.async copies move 16-byte vectors along a tile's last dimension, so it copies K through
             # its transposed addresses into [BLOCK_N, HEAD_DIM] slots, which QK^T reads as a transposed view.
-            view = transposed_k(plan, ctx.function.node, ctx.plan, "the cp.async ring")
+            view = transposed_k(plan, ctx.function.node, ctx.plan, "the cp.async ring", loop_names=True)
             if isinstance(view, LoopRefusal):
                 ctx.diagnostics.append(ctx.source.diagnostic(view.node, "TT040",
                                                              f"main loop not pipelined: {view.reason}"))
@@ -170,7 +170,9 @@ class HopperAttentionPipeline(Rule):
             # Its 2-D address names are re-evaluated transposed from their 1-D parts: converting one as it is would
             # read K untransposed.
             probe = _Relayout(ctx, name_terms(ctx.plan), str, [], view.k_definitions)
-            stuck = sorted(n for n in view.k_definitions if probe.expression_of(n) is None)
+            # (a name the loop binds before the K load is bound again, transposed, by the ring's copies)
+            in_loop = set().union(*(assigned_names(original.body.body[i]) for i in view.producer))  # type: ignore[union-attr]
+            stuck = sorted(n for n in view.k_definitions if n not in in_loop and probe.expression_of(n) is None)
             if stuck:
                 ctx.diagnostics.append(ctx.source.diagnostic(plan.k.call, "TT040", (
                     "main loop not pipelined: attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N], which the "
@@ -193,7 +195,8 @@ class HopperAttentionPipeline(Rule):
         loop_body = list(original.body.body)  # type: ignore[union-attr]
         created = next((c for i in plan.producer for c in calls_in(loop_body[i])
                         if ctx.language(c.func) in ("arange", "core.arange")
-                        and _ring_vector(ctx, plan, loop_body[i]) is None), None)
+                        and _ring_vector(ctx, plan, loop_body[i]) is None
+                        and _index_load(ctx, plan, loop_body[i]) is None), None)
         if created is not None:
             # The ring re-evaluates the K/V addresses for later iterations in its copy layout from the loop's
             # producer statements; an index vector made in the loop has the layout of its uses in the softmax.
@@ -392,6 +395,55 @@ def _ring_vector(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseState
     if bare or axes not in ({0}, {1}):
         return None
     return target, start, arange.args[1].value, axes.pop()
+
+
+def _index_load(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatement) -> tuple[str, int] | None:
+    """A producer statement that loads a 1-D index vector the K/V addresses are gathered by (a paged kernel's
+    ``kv_loc = tl.load(req_to_tokens + start_n + tl.arange(0, BLOCK_N), mask=...)``), read by the copies along one
+    axis only: (its name, that axis), for the ring's copies to load it again in their own layout ahead of use. Its
+    own addresses are arithmetic on scalars and `tl.arange` (no other tensor: its vectors are made in the copies'
+    layout); else None."""
+    assigned = single_assign(statement)
+    if assigned is None or not isinstance(assigned[1], cst.Call) \
+            or ctx.language(assigned[1].func) not in ("load", "core.load"):
+        return None
+    target, value = assigned
+    terms = set(name_terms(ctx.plan))
+    for call in calls_in(value):
+        if call is not value and ctx.language(call.func) not in ("arange", "core.arange"):
+            return None
+    if read_names(value) & terms - {plan.var} or any(a.keyword is not None and a.keyword.value not in
+                                                     ("mask", "other") for a in value.args):
+        return None
+    uses: list[cst.CSTNode] = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
+    for i in plan.producer:
+        other = single_assign(plan.loop.body.body[i])  # type: ignore[union-attr]
+        if other is not None and other[0] != target:
+            uses.append(plan.k_definitions.get(other[0], other[1]))
+    if any(_bare_use(node, target) for node in uses):
+        return None
+    axis = _axis_of(uses, target)
+    return None if axis is None else (target, axis)
+
+
+class _InLayout(cst.CSTTransformer):
+    """An index load's `tl.load`/`tl.arange` calls as Gluon's, its vectors made in a slice of the copies' layout."""
+
+    def __init__(self, ctx: RuleContext, axis: int, layout: str) -> None:
+        super().__init__()
+        self.ctx, self.axis, self.layout = ctx, axis, layout
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        name = self.ctx.language(original.func) or ""
+        if name.rsplit(".", 1)[-1] == "arange":
+            layout = cst.parse_expression(f"gl.SliceLayout({self.axis}, {self.layout})")
+            args = [*updated.args[:-1], updated.args[-1].with_changes(comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(layout, keyword=cst.Name("layout"), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))]
+            return updated.with_changes(func=cst.parse_expression("gl.arange"), args=args)
+        if name.rsplit(".", 1)[-1] == "load":
+            return updated.with_changes(func=cst.parse_expression("gl.load"))
+        return updated
 
 
 def _copy_axis(plan: AttentionPlan, uses: list[cst.CSTNode], name: str, seen: frozenset[str] = frozenset()
@@ -765,9 +817,15 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
         return None
 
     for i in plan.producer:
-        if _ring_vector(ctx, plan, source_body[i]) is not None:
-            continue
+        if _ring_vector(ctx, plan, source_body[i]) is not None or _index_load(ctx, plan, source_body[i]) is not None:
+            continue  # (made again in the copy layout by the copies themselves)
         assignment = single_assign(source_body[i])
+        if assignment is not None and assignment[0] in plan.k_definitions:
+            # (a 2-D address name the loop binds for a K read as [HEAD_DIM, BLOCK_N], `off_k = kv_loc[None, :] *
+            # stride + offs_d[:, None]`: the copies bind it transposed, as the K copy reads it)
+            nodes[i] = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(assignment[0]))],
+                                                           plan.k_definitions[assignment[0]])])
+            continue
         if assignment is not None and _elementwise(assignment[1]):
             nodes[i] = source_body[i]
             continue
@@ -864,8 +922,20 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
         for i in plan.producer:
             vector = _ring_vector(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
+            gathered = _index_load(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
+            if gathered is not None:
+                # an index vector loaded in the loop (a page table's rows): loaded again, ahead, in the copy layout
+                target, axis = gathered
+                layout = k_layout if target in k_reads else v_layout
+                value = single_assign(plan.loop.body.body[i])[1]  # type: ignore[index,union-attr]
+                text = " ".join(_text(value.visit(_InLayout(ctx, axis, layout)), renames).split())
+                lines.append(f"{indent}{renames.get(target, target)} = {text}")
+                continue
             if vector is None:
-                lines.append(f"{indent}{_text(copy_nodes[i], renames)}")  # type: ignore[arg-type]
+                statement = copy_nodes[i]  # (its comments stay with the loop's own copy of it)
+                if isinstance(statement, cst.SimpleStatementLine):
+                    statement = statement.with_changes(leading_lines=[])
+                lines.append(f"{indent}{_text(statement, renames)}")  # type: ignore[arg-type]
                 continue
             # an index vector made in the loop: made again in the copy layout, along the axis the addresses use
             target, start, block, axis = vector
