@@ -305,3 +305,28 @@ def test_short_prompts_run_the_source_kernel() -> None:
     ]:
         launcher[grid](0, **kwargs)
         assert calls.pop() == kernel, (grid, kwargs)
+
+
+PADDED = ROOT / "fixtures" / "suite_padded_head_attention.py"
+
+
+def test_a_head_dimension_bounded_by_a_runtime_value_is_copied_whole_by_launches_it_divides() -> None:
+    """A head dimension padded to a power of two, every load masking it by the runtime `head_dim` (`offs_d < head_dim`):
+    the ring copies 16 bytes along it, which compiles where the launch proves the bound a multiple of 16 (the mask is
+    then constant over each 16-byte vector): the launcher tests `head_dim` with the strides. Another bound of the head
+    dimension (`head_dim - 8`) is refused at the load, with the form named."""
+    text = PADDED.read_text(encoding="utf-8")
+    result = translate_source(text, "fixtures/suite_padded_head_attention.py", get_target("sm90"))
+    assert [f.pipelined for f in result.functions if f.name == "padded_head_attn_kernel"] == [True]
+    flat = " ".join(result.text.split())
+    assert "mask=((start_n_next_ + offs_n_ring[:, None]) < seq_len) & (offs_d_ring[None, :] < head_dim))" in flat
+    divisible = flat.split("divisible=(")[-1].split(")")[0]
+    assert '"head_dim"' in divisible and '"stride_kn"' in divisible, divisible
+    other = text.replace("& (offs_d[:, None] < head_dim),\n            other=0.0,\n        )\n        qk",
+                         "& (offs_d[:, None] < head_dim - 8),\n            other=0.0,\n        )\n        qk")
+    assert other != text
+    kept = translate_source(other, "fixtures/suite_padded_head_attention.py", get_target("sm90"))
+    reason = next(f.kept_reason for f in kept.functions if f.name == "padded_head_attn_kernel")
+    assert reason is not None and "the loop at line 47" in reason and (
+        "the mask bounds the contiguous index by `head_dim`, a runtime value, other than by `offs < bound`") in reason, \
+        reason

@@ -1508,6 +1508,17 @@ def _paged_flops(s: Shape) -> float:  # causal: half of two T x T x D GEMMs per 
     return 2.0 * s["B"] * s["H"] * s["T"] ** 2 * s["D"]
 
 
+# Causal attention at a head dimension padded to a power of two (the loads mask it by the runtime `head_dim`).
+for _d in (96, 80):
+    for _z, _n in ((16, 512), (4, 2048), (4, 4096), (2, 8192)):
+        CASES.append(Case(name=f"suite_padded_head_attention-d{_d}-{_z}x{_n}", fixture="suite_padded_head_attention",
+                          wrapper="attention", make_inputs=_attention_inputs, reference=_ref_attention,
+                          shape=dict(Z=2, H=3, N_CTX=min(_n, 2048) + 5, HEAD_DIM=_d),
+                          small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=_d),
+                          options=dict(causal=True, sm_scale=_d**-0.5), atol=5e-3,
+                          bench_shape=dict(Z=_z, H=32, N_CTX=_n, HEAD_DIM=_d), flops=_attention_flops(True)))
+
+
 # Paged prefill at the sequence mixes of serving (many short prompts ... few long ones), equal lengths on the bench.
 PAGED_MIXES = {"64x256": (64, 256), "32x512": (32, 512), "16x1024": (16, 1024), "4x2048": (4, 2048),
                "4x4096": (4, 4096), "2x8192": (2, 8192)}

@@ -242,7 +242,8 @@ class HopperAttentionPipeline(Rule):
         # (they would not compile), with --gluon-always too; so do those without the flag, if any, by default.
         ctx.launch_checked = True
         ctx.launch_unit = tuple(strides)
-        ctx.launch_divisible = _divisible_strides(walk, strides)
+        ctx.launch_divisible = (*_divisible_strides(walk, strides),
+                                *(b for b in walk.bounds if b not in _divisible_strides(walk, strides)))
         if not ctx.gluon_always:
             ctx.launch_at_least = at_least
             flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
@@ -494,6 +495,7 @@ class _AddressTerms:
         self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
         values: dict[str, list[cst.BaseExpression]] = {}
         self.opaque: set[str] = set()
+        self.bounds: list[str] = []  # runtime bounds of the contiguous index in the masks (`_inner_strides`)
         opaque_names: dict[str, set[str]] = {}
         roots: dict[str, cst.Name] = {}  # parameters moved in place, as they were passed
         for statement in ctx.function.node.body.body:  # type: ignore[union-attr]
@@ -630,8 +632,53 @@ def _inner_strides(ctx: RuleContext, plan: AttentionPlan, walk: _AddressTerms) -
             elif isinstance(node, cst.Comparison) and any(broadcast_axis(sub) == 1 for sub in _subscripts(node)):
                 reads |= _resolved_reads(walk, node)
         runtime = sorted(reads & walk.params)
-        if runtime:
-            return refuse(load.mask, f"the mask bounds the contiguous index by `{runtime[0]}`, a runtime value")
+        bounded = _runtime_bounds(walk, load.mask, index_vector)
+        if runtime and (bounded is None or set(runtime) - set(bounded)):
+            return refuse(load.call, f"the mask bounds the contiguous index by `{runtime[0]}`, a runtime value, other "
+                          "than by `offs < bound` (which a launch with the bound a multiple of 16 keeps whole over "
+                          "every 16-byte copy)")
+        for bound in bounded or ():
+            if bound not in walk.bounds:
+                walk.bounds.append(bound)
+    return found
+
+
+def _runtime_bounds(walk: _AddressTerms, mask: cst.BaseExpression, index_vector) -> list[str] | None:  # noqa: ANN001
+    """The runtime parameters a K/V mask bounds the contiguous index by, where each such term is `offs < bound`
+    (`offs` an index vector, `bound` a parameter; through a one-value name, `d_mask = offs_d < head_dim` read as
+    `d_mask[None, :]`): a launch whose bound is a multiple of 16 masks whole 16-byte vectors, which the aligned
+    launch tells the compiler (the copies then stay 16 bytes wide). None where a term over that index is otherwise."""
+    found: list[str] = []
+
+    def comparison(node: cst.BaseExpression, depth: int = 0) -> bool:
+        node = unparenthesized(node)
+        if isinstance(node, cst.Name) and depth < 8:
+            definition = walk.definition(node.value)
+            return definition is not None and comparison(definition, depth + 1)
+        if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
+                and isinstance(node.comparisons[0].operator, cst.LessThan)):
+            return False
+        bound = unparenthesized(node.comparisons[0].comparator)
+        if not (isinstance(bound, cst.Name) and bound.value in walk.params and index_vector(node.left)):
+            return False
+        found.append(bound.value)
+        return True
+
+    for node in preorder(mask):
+        if isinstance(node, cst.Subscript) and broadcast_axis(node) == 1:
+            if _resolved_reads(walk, node.value) & walk.params and not comparison(node.value):
+                return None
+        elif isinstance(node, cst.Comparison) and any(broadcast_axis(sub) == 1 for sub in _subscripts(node)):
+            # (`offs_d[None, :] < head_dim`: the broadcast compared)
+            left = unparenthesized(node.left)
+            if not (isinstance(left, cst.Subscript) and broadcast_axis(left) == 1 and len(node.comparisons) == 1
+                    and isinstance(node.comparisons[0].operator, cst.LessThan) and index_vector(left.value)):
+                return None
+            bound = unparenthesized(node.comparisons[0].comparator)
+            if isinstance(bound, cst.Name) and bound.value in walk.params:
+                found.append(bound.value)
+            elif _resolved_reads(walk, bound) & walk.params:
+                return None
     return found
 
 
