@@ -327,6 +327,28 @@ def test_a_head_dimension_bounded_by_a_runtime_value_is_copied_whole_by_launches
     assert other != text
     kept = translate_source(other, "fixtures/suite_padded_head_attention.py", get_target("sm90"))
     reason = next(f.kept_reason for f in kept.functions if f.name == "padded_head_attn_kernel")
-    assert reason is not None and "the loop at line 47" in reason and (
+    assert reason is not None and "the loop at line 48" in reason and (
         "the mask bounds the contiguous index by `head_dim`, a runtime value, other than by `offs < bound`") in reason, \
         reason
+
+
+def test_an_accumulator_rescaled_in_the_statement_that_adds_pv_is_rescaled_where_the_rescales_go() -> None:
+    """`acc = acc * alpha[:, None] + tl.dot(p, v)` (canonically `tl.dot(p, v, acc * alpha[:, None])`): the ring's PV
+    reads the accumulator itself, and `acc = acc * alpha[:, None]` runs after the previous PV's wait, as a rescale on
+    a line of its own does; the rest of the loop is the same as for that spelling."""
+    text = PADDED.read_text(encoding="utf-8")
+    assert "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)" in text
+    apart = text.replace("        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n",
+                         "        acc = acc * alpha[:, None]\n        acc = tl.dot(p.to(v.dtype), v, acc)\n")
+    fused = translate_source(text, "k.py", get_target("sm90")).text
+    split = translate_source(apart, "k.py", get_target("sm90")).text
+
+    def ring(variant: str) -> str:
+        loop = variant.split("for it in range(num_iters):")[1].split("\n    else:")[0]
+        return "\n".join(line for line in loop.splitlines() if "acc" in line)
+
+    assert ring(fused) == ring(split)
+    assert "acc, _ = warpgroup_mma_wait(0, deps=[acc, v_smem.index(prev_slot)])" in ring(fused)
+    lines = [line.strip() for line in ring(fused).splitlines()]
+    assert lines.index("acc = acc * alpha[:, None]") > lines.index(
+        "acc, _ = warpgroup_mma_wait(0, deps=[acc, v_smem.index(prev_slot)])")

@@ -73,6 +73,10 @@ class AttentionPlan:
     # `in_order` plans: V is the K tile itself (multi-head latent attention's shared latent keys and values: `kv`
     # loaded [HEAD_DIM, BLOCK_N] for the scores, `v = tl.trans(kv)` for PV): the index of the `v = ...` statement
     shared_v: int | None = None
+    # The accumulator rescaled inside the second dot (`acc = tl.dot(p, v, acc * alpha[:, None])`, the canonical form
+    # of `acc = acc * alpha[:, None] + tl.dot(p, v)`): the factor (`alpha[:, None]`), which the sm90 rings apply where
+    # the rescales go (after the previous PV's wait), the dot then reading the accumulator itself
+    pv_rescale: cst.BaseExpression | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -176,10 +180,10 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     """The plan of a two-dot attention loop, a refusal naming what does not fit, or None for other loops.
     `in_order`: the caller (the AMD step expander) writes the loop's statements in their order, the producer slice
     apart, so it also takes scores that are a sum of several products, each of a loop-invariant A and a K tile loaded
-    in the loop (`AttentionPlan.summed`: the nope and rotary parts of multi-head latent attention), the accumulator
-    rescaled inside the second dot (`acc = tl.dot(p, v, acc * alpha[:, None])`, the canonical form of `acc = acc *
-    alpha[:, None] + tl.dot(p, v)`), and an address computed after an earlier tile's load (the rotary K's, under a
-    flag that unswitching hoisted)."""
+    in the loop (`AttentionPlan.summed`: the nope and rotary parts of multi-head latent attention), and an address
+    computed after an earlier tile's load that an earlier statement reads (the rotary K's, under a flag that
+    unswitching hoisted). Every plan takes the accumulator rescaled inside the second dot (`acc = tl.dot(p, v, acc *
+    alpha[:, None])`, the canonical form of `acc = acc * alpha[:, None] + tl.dot(p, v)`: `AttentionPlan.pv_rescale`)."""
     body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if sum(1 for s in body for c in calls_in(s) if c in plan.dots) != len(dots) or not (
@@ -231,7 +235,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     site2 = plan.dots[call2]
     carried = second is not None and (
         (isinstance(site2.acc, cst.Name) and site2.acc.value == second[0])
-        or (in_order and rescaled(site2.acc, second[0])))
+        or rescaled(site2.acc, second[0]))
     if second is None or second[1] is not call2 or not carried:
         return refuse(call2, "the second dot is not `acc = tl.dot(p, v, acc)` with a loop-carried accumulator")
     scores, acc = first[0], second[0]
@@ -385,7 +389,15 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
                          scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed,
-                         shared_v=shared)
+                         shared_v=shared, pv_rescale=_factor(site2.acc, acc))
+
+
+def _factor(node: cst.BaseExpression | None, acc: str) -> cst.BaseExpression | None:
+    """`x` of an accumulator rescaled in the dot, `acc * x` or `x * acc` (`rescaled`); None for `acc` itself."""
+    if not rescaled(node, acc):
+        return None
+    assert isinstance(node, cst.BinaryOperation)
+    return node.right if isinstance(node.left, cst.Name) and node.left.value == acc else node.left
 
 
 def _rescale(statement: cst.BaseStatement, acc: str) -> bool:

@@ -53,6 +53,7 @@ from transpile.cst_utils import (
     parenthesized,
     product_factors,
     read_names,
+    rescaled,
     single_assign,
     sum_terms,
     unparenthesized,
@@ -798,6 +799,19 @@ def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) ->
                          set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang}, stable, outside)
 
 
+def _inline_rescale(plan: AttentionPlan, statement: cst.BaseStatement) -> list[str]:
+    """The accumulator's rescale written inside the second dot (`acc = tl.dot(p, v, acc * alpha[:, None])`,
+    `AttentionPlan.pv_rescale`) as a statement of its own, `acc = acc * alpha[:, None]`, from the translated dot: the
+    ring runs it where the rescales go, after the previous iteration's PV is waited for, and PV reads `acc`."""
+    if plan.pv_rescale is None:
+        return []
+    for node in preorder(statement):
+        if isinstance(node, cst.BinaryOperation) and rescaled(node, plan.acc):
+            factor = node.right if isinstance(node.left, cst.Name) and node.left.value == plan.acc else node.left
+            return [f"    {plan.acc} = {plan.acc} * {_text(factor)}"]
+    raise AssertionError("the planned rescale is not in the translated dot")
+
+
 def _head_dims(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str]:
     """The head dimensions of Q/K and of V as source text (Q's own columns, the first dot's A operand: its layout
     class may be shared with the accumulator, whose head dimension is V's)."""
@@ -1086,7 +1100,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     step = AttentionStep(plan, schedule.steady, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
                      p_prev=p_prev, zeros=zeros, p_text=p_text, pv_layout=pv_layout, p_layout=p_layout,
                      acc_layout=acc_layout, before=statements(before), softmax=softmax_statements(),
-                     rescales=statements(plan.rescales), after=statements(after))
+                     rescales=statements(plan.rescales) + _inline_rescale(plan, body[plan.acc_index]),
+                     after=statements(after))
     loop = list(step.lines(q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
