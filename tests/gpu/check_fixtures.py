@@ -1290,6 +1290,10 @@ def _suite_gemm_case(name, wrapper="matmul", **kw):
 SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_gemm_kaddr"),
     _suite_gemm_case("suite_gemm_evenk"),
+    _suite_gemm_case("suite_gemm_peeled_tail"),
+    # (rows 16-byte aligned, K not a multiple of the block: the launch the Gluon kernel runs, with its tail peeled)
+    _suite_gemm_case("suite_gemm_peeled_tail-aligned", fixture="suite_gemm_peeled_tail", shape=dict(M=1000, N=1104,
+                     K=720), bench_shape=None),
     _suite_gemm_case("suite_gemm_acc_type", wrapper="matmul_acc_type"),
     _suite_gemm_case("suite_gemm_flag_masks"),
     _suite_gemm_case("suite_gemm_evenk-even", fixture="suite_gemm_evenk", shape=dict(M=1000, N=1100, K=704),

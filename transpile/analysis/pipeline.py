@@ -110,6 +110,10 @@ class LoopPlan:
     # operand and a loaded K, an online softmax of its result (row reductions), and a second dot of the
     # probabilities and a loaded V into the carried accumulator
     attention: bool = False
+    # Carried pointers the loop advances by a loop-invariant step (`w_ptrs += BLOCK_K * stride_wk`) that the code after
+    # the loop reads (a peeled last K block): (name, step). The pipelined copies advance a copy of their own, so the
+    # expander binds each after the loop to its value there, `w_ptrs + iterations * step` (`advance_after`)
+    advanced: list[tuple[str, cst.BaseExpression]] = field(default_factory=list, repr=False)
 
     @property
     def chained(self) -> bool:
@@ -375,7 +379,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
               scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
-              scaled_products: bool = False) -> LoopPlan | LoopRefusal | None:
+              scaled_products: bool = False, advances_after: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -389,7 +393,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     from earlier dots' products of the iteration (`DotChain.chained`: attention's backward, `tl.dot(pT.to(do.dtype),
     do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`); `scaled_products` (with
     `accumulations`): it can take a dot whose product is scaled before it is added to the accumulator
-    (`DotChain.scaled_product`)."""
+    (`DotChain.scaled_product`); `advances_after`: it binds the carried pointers the code after the loop reads to
+    their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -528,12 +533,56 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                     if j not in producer and name not in carried:
                         return LoopRefusal(body[i], f"the pointer advance reads `{name}`, which the consumer computes")
     carried.sort(key=lambda name: assigned_at[name][0])
-    escaped = _carried_out(source, plan.function.node, loop, _stale_after(body, sorted(producer), load_indices),
-                           carried)
+    stale = _stale_after(body, sorted(producer), load_indices)
+    steps = _invariant_steps(body, loop, stale & set(carried)) if advances_after else {}
+    advanced: list[tuple[str, cst.BaseExpression]] = []
+    for name in sorted(steps):  # (those the code after the loop reads: the others need no value there)
+        if _carried_out(source, plan.function.node, loop, {name}, carried) is not None:
+            advanced.append((name, steps[name]))
+    escaped = _carried_out(source, plan.function.node, loop, stale - {n for n, _ in advanced}, carried)
     if escaped is not None:
         return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
-                    carried, chains)
+                    carried, chains, advanced=advanced)
+
+
+def _invariant_steps(body: list[cst.BaseStatement], loop: cst.For, names: set[str]) -> dict[str, cst.BaseExpression]:
+    """The step of each of `names` that the loop advances by a loop-invariant value only: every statement of the body
+    that binds it is `p += step` (or `p = p + step`, `p = step + p`), `step` reading nothing the loop binds."""
+    bound = set().union(*(assigned_names(s) for s in body)) | {loop.target.value}
+    steps: dict[str, cst.BaseExpression] = {}
+    for name in names:
+        found: list[cst.BaseExpression] = []
+        for statement in body:
+            if name not in assigned_names(statement):
+                continue
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                else None
+            step = None
+            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+                    and isinstance(small.target, cst.Name) and small.target.value == name:
+                step = small.value
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target,
+                                                                                        cst.Name) \
+                    and small.targets[0].target.value == name and isinstance(small.value, cst.BinaryOperation) \
+                    and isinstance(small.value.operator, cst.Add):
+                left, right = small.value.left, small.value.right
+                step = right if isinstance(left, cst.Name) and left.value == name else \
+                    left if isinstance(right, cst.Name) and right.value == name else None
+            if step is None or read_names(step) & bound:
+                found = []
+                break
+            found.append(step)
+        if len(found) == 1:
+            steps[name] = found[0]
+    return steps
+
+
+def advance_after(plan: LoopPlan, iterations: str) -> list[str]:
+    """Gluon statements that advance each of `LoopPlan.advanced` to its value after the loop: `p += iterations *
+    (step)`, `iterations` the loop's trip count (none where it is not positive)."""
+    code = cst.Module([]).code_for_node
+    return [f"{name} += gl.maximum({iterations}, 0) * ({code(step)})" for name, step in plan.advanced]
 
 
 def consumer_indices(producer: Sequence[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:

@@ -25,7 +25,7 @@ import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan
-from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, consumer_indices, loop_body
+from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, scalar_names)
 from transpile.analysis.tile_bounds import tail_peel
@@ -666,6 +666,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     if wait is not None:
         tail.append(wait.format(n="0") + "  # no copy is left in flight after the loop")
     lines.append("\n".join(tail))
+    if plan.advanced:
+        lines += ["# The pointers the code after the loop reads, where the loop leaves them (the copies advanced their "
+                  "own).", *advance_after(plan, iters)]
     pipelined = indent("\n".join(lines), "    ")
     original = indent(code(updated), "    ")
     how = {

@@ -118,7 +118,16 @@ class FreshTiles(cst.CSTTransformer):
                 if len(node.targets) == 1 and isinstance(target, cst.Name) and target.value in wanted:
                     values[target.value] = node.value
 
+            def visit_AugAssign(self, node: cst.AugAssign) -> None:
+                # (advanced outside the loops, as a pipelined loop leaves a pointer the code after it reads: its
+                # definition is no longer its value everywhere, so its copies start from its value)
+                if isinstance(node.target, cst.Name) and node.target.value in wanted:
+                    advanced.add(node.target.value)
+
+        advanced: set[str] = set()
         function.body.visit(Definitions())
+        for name in advanced:
+            values.pop(name, None)
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         target, value = updated_node.targets[0].target, updated_node.value

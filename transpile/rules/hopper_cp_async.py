@@ -48,7 +48,8 @@ from collections.abc import Callable
 import libcst as cst
 
 from transpile.analysis.attention import plan_attention_loop
-from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
+from transpile.analysis.pipeline import (DotChain, LoopPlan, LoopRefusal, OperandLoad, advance_after, consumer_indices,
+                                         plan_loop)
 from transpile.cst_utils import (
     calls_in,
     assigned_names,
@@ -258,7 +259,7 @@ class HopperCpAsyncPipeline(Rule):
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         default = ctx.function.num_stages or ctx.function.launch_stages or 3
         plan = plan_loop(ctx.source, original, ctx.plan, default, transposed_operands=True, several_dots=True,
-                         computed_operands=True, fresh_dots=True, chained_dots=True)
+                         computed_operands=True, fresh_dots=True, chained_dots=True, advances_after=True)
         if plan is None or isinstance(plan, LoopRefusal) or plan.kind != "pointer":
             return updated  # no dot, refused (HopperTMAPipeline reports it), or descriptor tiles (the TMA ring)
         in_order = any(chain.fresh or chain.chained for chain in plan.chains)
@@ -875,6 +876,8 @@ class _Emitter:
                 *gemm_ring(schedule.steady, loop, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i),
                            engine, mma, [(renames[carried], converted.get(carried, "{}").format(carried))
                                          for carried in plan.carried]),
+                *(["# The pointers the code after the loop reads, where the loop leaves them (the copies advanced "
+                   "their own).", *advance_after(plan, iters)] if plan.advanced else []),
             ]
             return indent("\n".join(lines), "    ")
 
