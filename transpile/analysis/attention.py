@@ -389,10 +389,10 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
                          scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed,
-                         shared_v=shared, pv_rescale=_factor(site2.acc, acc))
+                         shared_v=shared, pv_rescale=rescale_factor(site2.acc, acc))
 
 
-def _factor(node: cst.BaseExpression | None, acc: str) -> cst.BaseExpression | None:
+def rescale_factor(node: cst.BaseExpression | None, acc: str) -> cst.BaseExpression | None:
     """`x` of an accumulator rescaled in the dot, `acc * x` or `x * acc` (`rescaled`); None for `acc` itself."""
     if not rescaled(node, acc):
         return None

@@ -34,6 +34,7 @@ import libcst as cst
 from transpile.analysis.attention import (
     AttentionPlan,
     plan_attention_loop,
+    rescale_factor,
     transposed_k,
     trip_count_axis,
 )
@@ -53,7 +54,6 @@ from transpile.cst_utils import (
     parenthesized,
     product_factors,
     read_names,
-    rescaled,
     single_assign,
     sum_terms,
     unparenthesized,
@@ -806,8 +806,8 @@ def _inline_rescale(plan: AttentionPlan, statement: cst.BaseStatement) -> list[s
     if plan.pv_rescale is None:
         return []
     for node in preorder(statement):
-        if isinstance(node, cst.BinaryOperation) and rescaled(node, plan.acc):
-            factor = node.right if isinstance(node.left, cst.Name) and node.left.value == plan.acc else node.left
+        factor = rescale_factor(node, plan.acc) if isinstance(node, cst.BinaryOperation) else None
+        if factor is not None:
             return [f"    {plan.acc} = {plan.acc} * {_text(factor)}"]
     raise AssertionError("the planned rescale is not in the translated dot")
 
