@@ -177,3 +177,31 @@ def test_a_tensor_of_pointers_bound_to_a_name_keeps_its_pointee(target: str) -> 
     result = translate_source(WGRAD, "wgrad.py", get_target(target), gluon_always=True)
     assert not [d for d in result.diagnostics if d.code == "TT010"], [d.format() for d in result.diagnostics]
     assert "_mma_layout(BLOCK_C, [BLOCK_O], x_ptr.dtype.element_ty, " in result.text
+
+
+UNIT_DIVISOR = HEAD + '''@triton.jit
+def packed_rows_kernel(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    M_DIVISOR: tl.constexpr = 1
+    PACKED_M: tl.constexpr = BLOCK_M // M_DIVISOR
+    rows = tl.arange(0, PACKED_M)
+    cols = tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([PACKED_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rows[:, None] * K + (k + ks)[None, :])
+        b = tl.load(b_ptr + (k + ks)[:, None] * BLOCK_N + cols[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * BLOCK_N + cols[None, :], acc)
+'''
+
+
+def test_a_shape_through_local_constexprs_of_one_is_folded() -> None:
+    """`PACKED_M: tl.constexpr = BLOCK_M // M_DIVISOR` with `M_DIVISOR: tl.constexpr = 1` (aiter's MoE GEMMs): the
+    tile has `BLOCK_M` rows, not `(BLOCK_M // 1)`, so a rule that tests the rows at launch finds the parameter."""
+    from transpile.engine import prepare
+
+    prepared = prepare(UNIT_DIVISOR, "k.py")
+    site = next(iter(prepared.plans["packed_rows_kernel"].dots.values()))
+    assert [str(d) for d in site.shape] == ["BLOCK_M", "BLOCK_N"]
+    text = translate_source(UNIT_DIVISOR, "k.py", get_target("gfx950")).text
+    assert "// 1" not in text

@@ -445,7 +445,7 @@ class _FunctionWalker(LanguageCalls):
         names = names_in(node)
         if self.local_constexprs and names & self.local_constexprs.keys() and all(
                 n in self.allowed_shape_names or n in self.local_constexprs for n in names):
-            return self.source.code(substituted(node, self.local_constexprs)).strip()
+            return self.source.code(_unit_folded(substituted(node, self.local_constexprs))).strip()
         return None
 
     # ---- statements -----------------------------------------------------------------------------------------------
@@ -1280,3 +1280,30 @@ def _operand(text: str) -> cst.BaseExpression:
     if isinstance(expression, (cst.Name, cst.Integer, cst.Call, cst.Attribute, cst.Subscript)):
         return expression
     return expression.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+class _UnitFolds(cst.CSTTransformer):
+    """`x // 1`, `x * 1`, `1 * x` -> `x` (a shape written through local constexprs that are 1: `BLOCK_M //
+    X_M_DIVISOR` with `X_M_DIVISOR: tl.constexpr = 1`), and a lone name's parentheses dropped."""
+
+    def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BinaryOperation
+                              ) -> cst.BaseExpression:
+        def one(node: cst.BaseExpression) -> bool:
+            node = node.with_changes(lpar=[], rpar=[]) if isinstance(node, cst.Integer) else node
+            return isinstance(node, cst.Integer) and node.value == "1"
+
+        if isinstance(updated.operator, (cst.FloorDivide, cst.Multiply)) and one(updated.right):
+            return _bare(updated.left)
+        if isinstance(updated.operator, cst.Multiply) and one(updated.left):
+            return _bare(updated.right)
+        return updated
+
+
+def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=[], rpar=[]) if isinstance(node, cst.Name) else node
+
+
+def _unit_folded(node: cst.BaseExpression) -> cst.BaseExpression:
+    folded = node.visit(_UnitFolds())
+    return _bare(folded) if isinstance(folded, cst.BaseExpression) else node
+
