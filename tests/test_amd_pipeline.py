@@ -728,12 +728,12 @@ def test_a_carried_offset_tensor_is_read_from_the_loop_variable() -> None:
 
 
 def test_a_carried_offset_tensor_read_after_the_loop_is_refused() -> None:
-    """Read after the loop, the carried tensor's last value matters: the pipelined copies advance a copy of it, so
-    the loop is not pipelined; the kernel is kept as Triton and says why."""
+    """Read after the loop, the carried tensor's last value matters: it is not read from the loop variable then, and
+    a carried tensor cannot be laid out for the 16-byte copies; the kernel is kept as Triton and says why."""
     text = _carried_offsets().replace("    tl.store(c_ptr + offs_m", "    tl.store(c_ptr + offs_k[:, None] + offs_m")
     result = translate_source(text, "mm64.py", get_target("gfx950"))
     assert not result.functions[0].translated  # kept as Triton
-    assert "`offs_k`, which the loop computes for its loads, is read after it" in result.functions[0].kept_reason
+    assert "`offs_k` is a tensor the loop carries from one iteration to the next" in result.functions[0].kept_reason
 
 
 BRANCHED_ROWS = INT64_OFFSETS.replace(
@@ -1153,17 +1153,24 @@ def test_the_innermost_dot_loop_is_pipelined_and_the_loop_around_it_is_not_refus
     assert "+ i * K * stride_bk" in result.text.split("b_ptrs_next_offs = ", 1)[1].split("\n", 1)[0]
 
 
-@pytest.mark.parametrize("reset,after,needle", [
-    ("pass", "pass", "`a_ptrs`, which the loop computes for its loads, is carried into the next iteration of the loop at line 15"),
-    (A_PTRS, "tl.store(c_ptr + offs_m, tl.sum(tl.load(a_ptrs), axis=1))",
-     "`a_ptrs`, which the loop computes for its loads, is read after it"),
-])
-def test_state_the_loop_advances_and_something_reads_after_it_is_refused(reset: str, after: str, needle: str) -> None:
-    """The pipelined copies advance their own copy of a carried pointer: where the value it ends with is read after
-    the loop (later in the kernel, or by the next pass of a loop around it), the kernel is kept, saying so."""
-    result = translate_source(passes(reset, after), "x.py", get_target("gfx950"))
+def test_a_pointer_a_loop_around_carries_into_the_next_run_is_refused() -> None:
+    """The pipelined copies start from the carried pointer's definition: where a loop around the pipelined loop
+    carries the value it ends with into its next run (assigned once, before both), the kernel is kept, saying so."""
+    result = translate_source(passes("pass"), "x.py", get_target("gfx950"))
     assert not result.functions[0].translated
-    assert needle in result.functions[0].kept_reason
+    assert "`a_ptrs`, which the loop computes for its loads, is carried into the next iteration of the loop at " \
+        "line 15" in result.functions[0].kept_reason
+
+
+def test_a_pointer_read_after_the_loop_is_advanced_after_it_by_the_trip_count() -> None:
+    """A carried pointer that the code after the loop reads, advanced by a loop-invariant step: the copies advance
+    their own copy, and the variant advances the pointer by the trip count after the loop (inside the loop around)."""
+    result = translate_source(passes(A_PTRS, "tl.store(c_ptr + offs_m, tl.sum(tl.load(a_ptrs), axis=1))"), "x.py",
+                              get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    gluon = result.text.split("@gluon.jit", 1)[1]
+    advance = gluon.index("a_ptrs += gl.maximum(num_iters, 0) * (BK)")
+    assert gluon.index("async_copy.wait_group(0)") < advance < gluon.index("gl.sum(gl.load(a_ptrs)")
 
 
 def test_an_operand_computed_with_the_other_operands_dtype_is_computed_from_one_tile() -> None:
@@ -1329,23 +1336,18 @@ def test_fresh_product_loops_the_ring_cannot_take_are_kept(edit: tuple, reason: 
 
 def test_values_only_the_copies_compute_are_not_read_stale_after_the_loop() -> None:
     """A name the loop's producer assigns plainly (`k_left = K - k * BK`) and the consumer never reads is computed by
-    the pipelined copies only: read after the loop it would hold its value from before. So would a carried pointer
-    read at the top of the next pass of a loop around it, before it is made afresh."""
+    the pipelined copies only: read after the loop it would hold its value from before."""
     text = gemm().replace("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
                           "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    k_left = 0\n").replace(
         "acc.to(tl.float16))", "acc.to(tl.float16) + k_left)")
     fn = translate_source(text, "x.py", get_target("gfx950")).functions[0]
     assert not fn.pipelined and "`k_left`, which the loop computes for its loads, is read after it" in fn.kept_reason
-    top = passes("x = tl.load(a_ptrs)\n        " + A_PTRS).replace("    pass\n    acc = tl.zeros", "    " + A_PTRS
-                                                                    + "\n    acc = tl.zeros")
-    fn = translate_source(top, "x.py", get_target("gfx950")).functions[0]
-    assert not fn.pipelined and "`a_ptrs`, which the loop computes for its loads, is carried into the next" \
-        in fn.kept_reason
-    # `x = f(x)` reads the stale value before assigning it: not afresh
+    # `x = f(x)` in a loop around reads the value the last run left before assigning it: not afresh
     wrapped = passes("a_ptrs = a_ptrs + 0").replace("    pass\n    acc = tl.zeros", "    " + A_PTRS + "\n    acc = tl.zeros")
     fn = translate_source(wrapped, "x.py", get_target("gfx950")).functions[0]
     assert not fn.pipelined and "`a_ptrs`, which the loop computes for its loads, is carried into the next" \
         in fn.kept_reason
+
 
 
 def test_a_value_the_copies_compute_read_in_another_branch_of_an_if_around_the_loop_is_refused() -> None:

@@ -1529,7 +1529,8 @@ PAGED_MIXES = {"64x256": (64, 256), "32x512": (32, 512), "16x1024": (16, 1024), 
 for _mix, (_b, _t) in PAGED_MIXES.items():
     CASES.append(Case(name=f"suite_paged_prefill-{_mix}", fixture="suite_paged_prefill", wrapper="paged_prefill",
                       make_inputs=_paged_inputs, reference=_ref_paged_prefill,
-                      shape=dict(B=min(_b, 4), T=min(_t, 2048) + 3, H=4, HKV=2, D=128), small_shape=dict(B=2, T=150, H=2, HKV=1, D=128),
+                      shape=dict(B=min(_b, 4), T=min(_t, 2048) + 3, H=4, HKV=2, D=128, RAGGED=1),
+                      small_shape=dict(B=2, T=150, H=2, HKV=1, D=128, RAGGED=1),
                       atol=5e-3, bench_shape=dict(B=_b, T=_t, H=32, HKV=8, D=128, RAGGED=0), flops=_paged_flops))
 
 # Realistic sizes for the cases without a dot loop (elementwise, row-wise, reductions), so that the benchmark times

@@ -539,7 +539,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     for name in sorted(steps):  # (those the code after the loop reads: the others need no value there)
         if _carried_out(source, plan.function.node, loop, {name}, carried) is not None:
             advanced.append((name, steps[name]))
-    escaped = _carried_out(source, plan.function.node, loop, stale - {n for n, _ in advanced}, carried)
+    escaped = _carried_out(source, plan.function.node, loop, stale, carried, {n for n, _ in advanced})
     if escaped is not None:
         return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
@@ -615,11 +615,14 @@ def _stale_after(body: list[cst.BaseStatement], producer: Sequence[int], loads: 
 
 
 def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, stale: set[str],
-                 carried: Sequence[str]) -> LoopRefusal | None:
+                 carried: Sequence[str], advanced: set[str] | frozenset[str] = frozenset()) -> LoopRefusal | None:
     """A refusal where a value only the pipelined copies compute (`a_ptrs += BLOCK_K`, `k0 = k * BLOCK_K`: `stale`)
     is read after the loop: later in the function, in another branch of an `if` around it that a loop around that
     runs again, or by the next iteration of a loop around it (its test, or its body before it assigns the name
-    afresh). The copies compute their own copy of that value, so the name keeps the value it had before the loop."""
+    afresh). The copies compute their own copy of that value, so the name keeps the value it had before the loop.
+    `advanced`: those of `stale` advanced after the loop by its trip count (`advance_after`), which hold their value
+    wherever read after it; a loop around that carries one into this loop's next run is still refused, as the copies
+    start from the pointer's definition, not from the value a previous run left."""
     path = _block_path(function, loop)
     if path is None or not stale:
         return None
@@ -628,7 +631,7 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
     for level in range(len(path) - 1, -1, -1):
         owner, block, index = path[level]
         for statement in block[index + 1:]:
-            for name in sorted(live & _exposed([statement], set())[0]):
+            for name in sorted((live - advanced) & _exposed([statement], set())[0]):
                 return LoopRefusal(statement, f"`{name}`, which the loop computes for its loads, is read after it: the "
                                    "pipelined copies compute a copy of it, so after the loop it would keep the value "
                                    "it had before")
@@ -641,7 +644,7 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                                     for st in path[j][1][:path[j][2]]))
             for other_owner, other in _if_branches(branch):
                 reads = _exposed(other, set())[0] if other_owner is not owner else set()
-                for name in sorted((live & reads) - renewed):
+                for name in sorted((live & reads) - renewed - advanced):
                     return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is read in another "
                                        f"branch of the `if` at line {source.position(branch)[0]}, which a loop around "
                                        "runs again: the pipelined copies compute a copy of it, so there it would keep "
@@ -655,8 +658,8 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                 # (the loop itself reads what a name it carries holds when it starts: a value only its copies advanced
                 # is stale there unless assigned afresh; a name it assigns before reading matters only where read)
                 first = next((i for i, st in enumerate(block[:index]) if name in _fresh_targets(st)), index)
-                read_first = name in read_names(test) or (name in carried and name not in fresh) or any(
-                    name in _exposed([st], set())[0] for st in block[:first])
+                read_first = (name in carried and name not in fresh) or name not in advanced and (
+                    name in read_names(test) or any(name in _exposed([st], set())[0] for st in block[:first]))
                 if read_first:
                     return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is carried into the "
                                        f"next iteration of the loop at line {line} around it, which does not assign "

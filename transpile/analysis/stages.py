@@ -207,7 +207,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         tile's row stride is never unit), its rows not a run-time integer divided apart."""
         at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
         if load.pointer is None or tile_base(fn, load.pointer, params) is None:
-            return f"{at} is addressed from pointers the kernel loads"
+            return (f"{at} is addressed from a pointer not traced to one pointer parameter (one the kernel loads, "
+                    "or a name assigned more than once before the loop)")
         if last_axis_reads_memory(fn, load.pointer):
             return f"{at} is addressed along its contiguous axis from loaded offsets"
         if first_axis_contiguous(fn, load.pointer):
