@@ -1937,3 +1937,111 @@ def test_a_keyword_argument_is_not_a_read_of_the_name_it_spells() -> None:
     result = translate_source(GATHER_THEN_MASK, "x.py", get_target("gfx950"), gluon_always=True)
     assert result.functions[0].pipelined, result.functions[0].kept_reason
     assert "mask_next" not in result.text
+
+
+# A decode kernel's dequantised KV cache (aiter's paged-attention style): K and V are computed from their loaded tiles
+# (`k = k_0.to(tl.float32) * k_scale if k_0.dtype.is_fp8() else k_0`), and the scores' dot reads K transposed.
+DEQUANT_KV = HEAD + '''@triton.jit
+def attn(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, k_scale, v_scale, compute_type: tl.constexpr, BLOCK_M: tl.constexpr,
+         BLOCK_N: tl.constexpr, D: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :]).to(compute_type)
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    for start_n in range(0, N_CTX, BLOCK_N):
+        offs_kv = start_n + offs_n
+        k_0 = tl.load(k_ptr + offs_kv[:, None] * D + offs_d[None, :], mask=offs_kv[:, None] < N_CTX, other=0.0)
+        KEYS
+        qk = tl.dot(q, k.T)
+        qk = tl.where(offs_kv[None, :] < N_CTX, qk, -float("inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))
+        p = tl.exp2(qk - m_ij[:, None])
+        alpha = tl.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        v_0 = tl.load(v_ptr + offs_kv[:, None] * D + offs_d[None, :], mask=offs_kv[:, None] < N_CTX, other=0.0)
+        v = v_0.to(tl.float32) * v_scale if v_0.dtype.is_fp8() else v_0
+        v = v.to(compute_type)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], (acc / l_i[:, None]).to(tl.float16))
+'''
+DEQUANT_K = "k = k_0.to(tl.float32) * k_scale if k_0.dtype.is_fp8() else k_0\n        k = k.to(compute_type)"
+
+
+def anchored_stage_plan(text: str) -> StagePlan | StageRefusal | None:
+    """The stage plan with the layouts the AMD targets translate with (computed operands in their MMA layouts)."""
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    plans = analyse_layouts(facts, operand_anchors=operand_anchors(source, facts, analyse_layouts(facts), 3))
+    fn = next(iter(facts.functions.values()))
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    return plan_stages(source, fn, loop, plans[fn.name], "async_copy", 160 * 1024)
+
+
+def test_attention_keys_and_values_computed_from_their_tiles_are_pipelined() -> None:
+    # each ring holds its tile as loaded; V's computation runs in the MMA operand's layout (an operand anchor), K's on
+    # the slot read transposed, straight in the B operand's layout, where the dot then takes `k` as it is
+    text = DEQUANT_KV.replace("KEYS", DEQUANT_K)
+    sp = anchored_stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.loop.attention, sp
+    k, v = sp.loop.loads
+    assert (k.name, k.transposed, k.computed, k.computed_as) == ("k_0", True, True, "k")
+    assert (v.name, v.transposed, v.computed, v.computed_as) == ("v_0", False, True, "")
+    assert [r.shape for r in sp.rings] == [["BLOCK_N", "D"], ["BLOCK_N", "D"]]
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "attn"] == [True]
+    variant = result.text
+    assert "k_0_t = async_copy.load_shared_relaxed(k_0_ring.index(0).permute([1, 0]), gl.DotOperandLayout(1," \
+        in variant
+    assert "k = k_0_t.to(gl.float32) * k_scale if k_0_t.dtype.is_fp8() else k_0_t" in variant
+    assert variant.count("qk = _dot(q_op, k, ") == 2  # (the steady state's and the last iterations')
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings[:3]
+
+
+@pytest.mark.parametrize(("keys", "reason"), [
+    ("k = (k_0 * k_scale).to(compute_type) + k_0[:1, :]", "is not elementwise"),
+    ("k = (k_0 * offs_d[None, :]).to(compute_type)", "is not elementwise"),
+    ("k = (k_0 * kv_bias).to(compute_type)", "it reads the tensor `kv_bias`"),
+])
+def test_keys_computed_otherwise_than_elementwise_are_refused(keys: str, reason: str) -> None:
+    text = DEQUANT_KV.replace("KEYS", keys).replace(  # (a loop-invariant tile for the computation to read)
+        "    for start_n", "    kv_bias = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :])\n    for start_n")
+    sp = anchored_stage_plan(text)
+    assert isinstance(sp, StageRefusal) and "the dot reads `k` transposed, computed from the tile `k_0`" in sp.reason \
+        and reason in sp.reason, sp
+
+
+def test_keys_computed_with_a_value_the_loop_assigns_are_refused() -> None:
+    # (a computed K or V may be computed a stage early, for the next iteration: from its tile and values from before
+    # the loop only; here a value the loop carries and updates)
+    from transpile.analysis.attention import plan_attention_loop
+
+    text = DEQUANT_KV.replace("KEYS", "k = (k_0 * alpha_k).to(compute_type)").replace(
+        "    for start_n", "    alpha_k = tl.zeros([BLOCK_N, D], dtype=tl.float32)\n    for start_n").replace(
+        "        m_i = m_ij\n", "        m_i = m_ij\n        alpha_k = alpha_k + l_i[0]\n")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = next(iter(facts.functions.values()))
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    refusal = plan_attention_loop(source, loop, analyse_layouts(facts)[fn.name], 3, in_order=True)
+    assert "the tile `k_0` is computed with `alpha_k`, which the loop assigns" in refusal.reason, refusal
+    assert source.position(refusal.node)[0] == line_of(text, "k = (k_0 * alpha_k)")
+
+
+@pytest.mark.slow
+def test_attention_with_a_dequantised_kv_cache_compiles_and_is_lighter_than_its_source() -> None:
+    from transpile.verify import isa_compare
+
+    result = translate_source(DEQUANT_KV.replace("KEYS", DEQUANT_K), "x.py", get_target("gfx950"))
+    values = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp16", "N_CTX": "i32",
+              "k_scale": "fp32", "v_scale": "fp32", "compute_type": "tl.bfloat16", "BLOCK_M": 128, "BLOCK_N": 64,
+              "D": 128, "num_warps": 8}
+    (comparison,) = isa_compare(dataclasses.replace(result), values, all_configs=False)
+    assert comparison.status == "pipelined" and comparison.variant is not None, comparison.message
+    assert comparison.variant.spills == 0 and comparison.ratio is not None and comparison.ratio <= 0.8, \
+        (comparison.ratio, comparison.variant)

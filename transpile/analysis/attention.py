@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
-from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, loop_header
+from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, computed_from, loop_header
 from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes,
                                  per_loop, read_names, rescaled, single_assign)
 from transpile.cst_walk import preorder
@@ -40,6 +40,12 @@ class TileLoad:
     call: cst.Call = field(repr=False)  # the `tl.load(...)`
     pointer: cst.BaseExpression = field(repr=False)
     mask: cst.BaseExpression | None = field(repr=False)
+    # (`in_order` plans) the dot reads a tile computed from this one in the iteration (`k = k_0.to(tl.bfloat16)`, a
+    # dequantised KV cache): the ring holds the tile as loaded and `prep`, the statements of that computation (indices
+    # in the loop body), run where the dot reads it (`OperandLoad.computed`)
+    computed: bool = False
+    prep: tuple[int, ...] = ()
+    computed_as: str = ""  # ... the computed tile's name, where the dot reads it transposed (`tl.dot(q, k.T)`)
 
 
 @dataclass
@@ -243,7 +249,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         return refuse(call1, "the dot tile shapes are not known from the source")
 
     # Tile loads of the loop: `x = tl.load(ptr, mask=..., other=0)`.
-    def tile_load(operand: cst.BaseExpression, what: str, also: int | None = None) -> TileLoad | LoopRefusal:
+    def tile_load(operand: cst.BaseExpression, what: str, also: int | None = None, dot: int | None = None,
+                  transposed: bool = False) -> TileLoad | LoopRefusal:
         if not isinstance(operand, cst.Name):
             return refuse(operand, f"{what} is an expression, not a tile loaded in the loop")
         for i, statement in enumerate(body):
@@ -253,27 +260,13 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
             call = assigned[1]
             if not (isinstance(call, cst.Call) and language_name(source.qualified_name(call.func)) in ("load",
                                                                                                        "core.load")):
+                if in_order and dot is not None and shared is None:
+                    return computed_tile(operand, what, statement, dot, transposed)
                 return refuse(statement, f"{what} `{operand.value}` is not a `tl.load` of a pointer tile")
-            pointer = next((a.value for a in call.args if a.keyword is None), None)
-            mask = other = None
-            for a in call.args:
-                if a.keyword is None:
-                    continue
-                if a.keyword.value == "mask":
-                    mask = a.value
-                elif a.keyword.value == "other":
-                    other = a.value
-                elif a.keyword.value in ("cache_modifier", "eviction_policy") and isinstance(a.value, cst.SimpleString) \
-                        and a.value.evaluated_value in (".cg", ".ca", "", "evict_last", "evict_first", "evict_normal"):
-                    continue  # (a caching hint: the ring's 16-byte cp.async copies keep their own, through L2)
-                else:
-                    return refuse(a, f"`{a.keyword.value}=` on the load of `{operand.value}` (cp.async copies "
-                                  "take a mask only)")
-            if pointer is None or len([a for a in call.args if a.keyword is None]) != 1:
-                return refuse(call, f"the load of `{operand.value}` passes more than a pointer positionally")
-            if other is not None and not _is_zero(source, other):
-                return refuse(other, f"the load of `{operand.value}` fills masked elements with a non-zero "
-                              "`other` (cp.async fills them with zeros)")
+            checked = load_form(call, operand.value)
+            if isinstance(checked, LoopRefusal):
+                return checked
+            pointer, mask = checked
             # (`p.to(v.dtype)`: the tile's element type, which the rings read from Q's, is not a use of the tile)
             uses = sum(operand.value in _tile_reads(s) for j, s in enumerate(body) if j not in (i, also))
             if uses != 1:
@@ -282,13 +275,64 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
             return TileLoad(i, operand.value, call, pointer, mask)
         return refuse(operand, f"{what} `{operand.value}` is not loaded in this loop")
 
+    def load_form(call: cst.Call, name: str) -> tuple[cst.BaseExpression, cst.BaseExpression | None] | LoopRefusal:
+        """The pointer and mask of the tile load `call` of `name`, or why a pipelined copy cannot make it."""
+        pointer = next((a.value for a in call.args if a.keyword is None), None)
+        mask = other = None
+        for a in call.args:
+            if a.keyword is None:
+                continue
+            if a.keyword.value == "mask":
+                mask = a.value
+            elif a.keyword.value == "other":
+                other = a.value
+            elif a.keyword.value in ("cache_modifier", "eviction_policy") and isinstance(a.value, cst.SimpleString) \
+                    and a.value.evaluated_value in (".cg", ".ca", "", "evict_last", "evict_first", "evict_normal"):
+                continue  # (a caching hint: the ring's 16-byte cp.async copies keep their own, through L2)
+            else:
+                return refuse(a, f"`{a.keyword.value}=` on the load of `{name}` (cp.async copies "
+                              "take a mask only)")
+        if pointer is None or len([a for a in call.args if a.keyword is None]) != 1:
+            return refuse(call, f"the load of `{name}` passes more than a pointer positionally")
+        if other is not None and not _is_zero(source, other):
+            return refuse(other, f"the load of `{name}` fills masked elements with a non-zero "
+                          "`other` (cp.async fills them with zeros)")
+        return pointer, mask
+
+    def computed_tile(operand: cst.Name, what: str, statement: cst.BaseStatement, dot: int, transposed: bool
+                      ) -> TileLoad | LoopRefusal:
+        """The tile load a dot operand is computed from in the iteration (a cast, a dequantisation of a KV cache):
+        one 2-D pointer tile, the computation in simple statements before the dot that read nothing of the softmax,
+        and neither the tile nor what the computation binds read anywhere else."""
+        found = computed_from(source, plan, body, dot, operand)
+        if isinstance(found, LoopRefusal):
+            return refuse(found.node, found.reason)
+        if found is None or found.descriptor or found.pointer is None:
+            return refuse(statement, f"{what} `{operand.value}` is not a `tl.load` of a pointer tile, nor computed "
+                          "from one")
+        checked = load_form(found.call, found.name)
+        if isinstance(checked, LoopRefusal):
+            return checked
+        prep = tuple(j for j in found.prep if j < dot)
+        if len(prep) != len(found.prep) or not prep:
+            return refuse(statement, f"{what} `{operand.value}` is not computed from its tile before the dot")
+        bound = {found.name} | {n for j in prep for n in _assigned(body[j])}
+        inside = {found.index, *prep, dot}
+        for j, other in enumerate(body):
+            if j not in inside and _tile_reads(other) & bound:
+                return refuse(other, f"`{sorted(_tile_reads(other) & bound)[0]}`, which {what} is computed from, is "
+                              "used outside that computation and its dot")
+        return TileLoad(found.index, found.name, found.call, checked[0], checked[1], computed=True, prep=prep,
+                        computed_as=operand.value if transposed else "")
+
     k_operand = _transposed(source, site1.b)
     shared = _shared_v(source, body, i2, site2.b, k_operand if k_operand is not None else site1.b,
                        k_operand is not None) if in_order else None
-    k = tile_load(k_operand if k_operand is not None else site1.b, "the first dot's B operand", shared)
+    k = tile_load(k_operand if k_operand is not None else site1.b, "the first dot's B operand", shared, i1,
+                  k_operand is not None)
     if isinstance(k, LoopRefusal):
         return k
-    v = k if shared is not None else tile_load(site2.b, "the second dot's B operand")
+    v = k if shared is not None else tile_load(site2.b, "the second dot's B operand", dot=i2)
     if isinstance(v, LoopRefusal):
         return v
     if not isinstance(site1.a, cst.Name) or any(site1.a.value in _assigned(s) for s in body):
@@ -338,6 +382,15 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     if not reduced:
         return refuse(call1, f"`{scores}` feeds no reduction (tl.max/tl.sum) before the second dot: not the "
                       "online-softmax shape")
+    # (a computation may run a stage early, for the next iteration: it reads its tile and values from before the loop)
+    in_loop = {name for statement in body for name in _assigned(statement)} | {loop.target.value}
+    for tile in (k, v):
+        own = {tile.name} | {name for j in tile.prep for name in _assigned(body[j])}
+        for j in tile.prep:
+            late = sorted((_tile_reads(body[j]) & in_loop) - own)
+            if late:
+                return refuse(body[j], f"the tile `{tile.name}` is computed with `{late[0]}`, which the loop assigns "
+                              "(a computed K or V reads its tile and values from before the loop)")
     if not (names_in(site2.a) & derived):
         return refuse(site2.a, f"the second dot's A operand is not computed from `{scores}`")
 
@@ -424,7 +477,8 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
 
     def load(tile: TileLoad, transposed: bool) -> OperandLoad:
         other = next((a.value for a in tile.call.args if a.keyword is not None and a.keyword.value == "other"), None)
-        return OperandLoad(tile.index, tile.name, "", tile.call, tile.pointer, tile.mask, other, transposed=transposed)
+        return OperandLoad(tile.index, tile.name, "", tile.call, tile.pointer, tile.mask, other, transposed=transposed,
+                           computed=tile.computed, prep=tile.prep, computed_as=tile.computed_as)
 
     def dot(index: int) -> cst.Call:
         return next(c for c in calls_in(body[index]) if c in plan.dots)

@@ -53,6 +53,10 @@ class OperandLoad:
     computed: bool = False
     # ... the statements of that computation (indices in the loop body, the load's excluded)
     prep: tuple[int, ...] = ()
+    # ... and, where the dot reads that computed tile transposed (`k = k_0.to(tl.bfloat16)`, `tl.dot(q, k.T)`: an
+    # attention loop's dequantised K), its name: the slot is read transposed, straight in the MMA operand's layout, and
+    # the computation, elementwise, runs on that view (`transpile.analysis.stages` checks it is elementwise)
+    computed_as: str = ""
     # The tile feeds dots both as loaded and transposed (attention's backward reads Q and dO each way: `tl.dot(k, qT)`
     # and `tl.dot(ds, tl.trans(qT))`): one ring, its slot read once in each form. `transposed` is the first dot's form.
     twice: bool = False
@@ -819,7 +823,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                     operand.value in assigned_names(s) for s in body[found.index + 1:dot_index]):
                 found = None  # (`b = tl.load(...)` then `b = b.to(...)`: computed)
         if found is None and computed_operands and transposed is None:
-            found = _computed_from(source, plan, body, dot_index, operand)
+            found = computed_from(source, plan, body, dot_index, operand)
         elif not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         if isinstance(found, LoopRefusal):
@@ -886,7 +890,7 @@ def _last_assignment(body: list[cst.BaseStatement], name: str, before: int) -> i
     return max((i for i in range(before) if name in assigned_names(body[i])), default=None)
 
 
-def _computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
+def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                    operand: cst.BaseExpression) -> OperandLoad | LoopRefusal | None:
     """The one tile load of this iteration that the dot operand `operand` is computed from (through the statements
     before the dot), marked `computed`; a refusal where the computation reads several tiles or runs in a compound
@@ -986,6 +990,12 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
                                        accumulations=True, several_dots=True, computed_operands=True,
                                        fresh_dots=True, scaled_products=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
+        from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop  # (imports this)
+
+        # (a flash-attention loop, which the AMD expander pipelines in order: its K or V computed from a loaded tile)
+        loops = [(loop, p) if isinstance(p, LoopPlan) else (loop, attention) for loop, p in loops
+                 for attention in [plan_attention_loop(source, loop, plan, default_stages, in_order=True)]]
+        loops = [(loop, as_loop_plan(p, plan) if isinstance(p, AttentionPlan) else p) for loop, p in loops]
         planned = [(loop, p) for loop, p in loops if isinstance(p, LoopPlan)]
         plain = set().union(*(bound_names(loop) for loop, p in planned if not any(ld.computed for ld in p.loads)))
         found: list[OperandAnchor | StoreAnchor] = []
@@ -999,8 +1009,8 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
                 continue
             in_loop = {name for statement in body for name in assigned_names(statement)}
             for load in loop_plan.loads:
-                if not load.computed or load.descriptor:
-                    continue
+                if not load.computed or load.descriptor or load.computed_as:
+                    continue  # (a computed tile read transposed: computed on the slot's transposed view as read)
                 chain, position = loop_plan.use_of(load.name)
                 site = plan.dots[chain.call]
                 parts = [*(body[i] for i in load.prep), site.a if position == 0 else site.b]

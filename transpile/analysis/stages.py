@@ -340,6 +340,15 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for load in loop_plan.loads:
         if not load.computed:
             continue
+        if load.computed_as:
+            # (read transposed from its slot in the MMA operand's layout: its computation runs on that view, which
+            # only an elementwise computation with scalars allows)
+            why = _not_elementwise(source, loop_plan, load, plan, fn)
+            if why:
+                return StageRefusal(load.call, f"the dot reads `{load.computed_as}` transposed, computed from the tile "
+                                    f"`{load.name}`, and {why}: only an elementwise computation with scalars is run "
+                                    "on the slot's transposed view")
+            continue
         chain, position = loop_plan.use_of(load.name)
         value = plan.loads.get(load.call)
         operand = value.term.find().operand if value is not None else None
@@ -363,7 +372,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for load in loop_plan.loads:
         chain, position = loop_plan.use_of(load.name)
         shape = plan.dots[chain.call].operand_shape(position)
-        if load.computed:  # (the tile as loaded)
+        if load.computed and not load.computed_as:  # (the tile as loaded; a transposed one's ring holds it so below)
             shape = plan.loads[load.call].shape
         if not shape or any(dim is None for dim in shape):
             return StageRefusal(load.call, f"the shape of the `{load.name}` tile is not known from the source "
@@ -508,6 +517,43 @@ def _call_name(source: SourceFile, call: cst.Call) -> str | None:
     if name is None and isinstance(call.func, cst.Attribute):
         name = call.func.attr.value
     return name.split(".")[-1] if name else None
+
+
+def _not_elementwise(source: SourceFile, loop_plan: LoopPlan, load: OperandLoad, plan: LayoutPlan,
+                     fn: JitFunction) -> str:
+    """Why the computation of a tile computed from `load` and read by its dot transposed is not elementwise with
+    scalars (assignments of one name, `.to` casts, arithmetic and comparisons, conditional expressions, language
+    functions of one element, the tile's `.dtype`), or "" where it is."""
+    body = list(loop_plan.loop.body.body)  # type: ignore[union-attr]
+    scalars = set(scalar_names(plan, fn)) | {p.name for p in fn.params if p.name not in name_terms(plan)}
+    tiles = {load.name}
+    for i in load.prep:
+        statement = body[i]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)):
+            return f"line {source.position(statement)[0]} is not an assignment of one name"
+        for node in preorder(small.value):
+            if isinstance(node, cst.Subscript) or (isinstance(node, cst.Call) and not _elementwise(node)
+                                                   and not _dtype_test(node)):
+                return f"`{source.code(node).strip()}` at line {source.position(node)[0]} is not elementwise"
+        dtype_only = {id(n.value) for n in preorder(small.value) if isinstance(n, cst.Attribute)
+                      and n.attr.value == "dtype"}
+        reads = {n.value for n in preorder(small.value) if isinstance(n, cst.Name) and id(n) not in dtype_only}
+        reads &= _variables(source, small.value)
+        others = reads - tiles - scalars
+        if others:
+            return f"it reads the tensor `{sorted(others)[0]}` at line {source.position(statement)[0]}"
+        tiles.add(small.targets[0].target.value)
+    return ""
+
+
+def _dtype_test(node: cst.Call) -> bool:
+    """`x.dtype.is_fp8()` and the like: a test of a tile's element type, decided at compile time."""
+    func = node.func
+    return isinstance(func, cst.Attribute) and func.attr.value.startswith("is_") and isinstance(func.value, cst.Attribute) \
+        and func.value.attr.value == "dtype" and not node.args
 
 
 def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:

@@ -440,7 +440,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # A tile fed to dots both as loaded and transposed (`OperandLoad.twice`) is read from its slot once in each form:
     # as loaded under its own name, transposed under `<name>_t`, which the dots that transpose it take.
     twice = {load.name: name(f"{load.name}_t") for load in plan.loads if load.twice}
-    transposed = {load.name: load.name for load in plan.loads if load.transposed and not load.twice} | twice
+    # (a computed tile the dot reads transposed, `tl.dot(q, k.T)` with `k = k_0.to(...)`: the slot is read transposed
+    # under `k_0_t`, the computation runs on that view, and the dot takes `k` as it is)
+    transposed = {load.computed_as or load.name: load.computed_as or load.name for load in plan.loads
+                  if load.transposed and not load.twice} | twice
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
@@ -487,7 +490,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     def read_layout(load: OperandLoad, feed: tuple[DotChain, int] | None = None) -> str:
         """The layout a slot is read in: the MMA operand's (a computed operand's: the one its computation runs in,
         for the operand's element type, `LayoutAnalysis.operand_anchors`)."""
-        if load.computed:
+        if load.computed and not load.computed_as:
             return ctx.plan.layout_expr(ctx.plan.loads[load.call].term)
         if feed is not None:  # (a tile read in two forms: each in the layout of the dot that reads it so)
             mma = chain_mma(feed[0])
