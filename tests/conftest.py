@@ -79,14 +79,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: item.path.name != "test_snapshots.py")
     shard = config.getoption("--shard")
     if shard:
-        # Every N-th test, so that each shard gets its share of every slow parametrization (they sit together).
         index, _, count = shard.partition("/")
         if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
             raise pytest.UsageError(f"--shard takes I/N with 0 <= I < N, not {shard!r}")
-        kept = items[int(index)::int(count)]
+        kept = [item for position, item in enumerate(items) if _shard_of(item, position, int(count)) == int(index)]
         chosen = {id(item) for item in kept}
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
         items[:] = kept
+
+
+def _shard_of(item: pytest.Item, position: int, count: int) -> int:
+    """The shard that runs `item`: every test of one fixture and target in the same one (its translation, cached per
+    process by `translate_fixture`, is then made once in the run), the fixture and target pairs dealt out in turn so
+    that each shard gets its share of every slow parametrization; any other test by its position, every N-th."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    fixture, target = params.get("fixture_name"), params.get("target_name")
+    if fixture in _FIXTURE_INDEX:
+        # (fixture i and target j in shard (i + j) mod N: every target's pairs spread over the shards)
+        return (_FIXTURE_INDEX[fixture] + (TARGET_NAMES.index(target) if target in TARGET_NAMES else 0)) % count
+    return position % count
+
+
+_FIXTURE_INDEX = {name: i for i, name in enumerate(FIXTURE_NAMES)}
 
 
 # --------------------------------------------------------------------------------------------------------------------

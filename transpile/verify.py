@@ -283,17 +283,20 @@ def _error_summary(exc: BaseException, stderr: str) -> str:
     return (f"{message} [{mlir}]" if mlir else message)[:600]
 
 
-def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True) -> list[CompiledKernel]:
+def verify(result: TranslationResult, values: dict[str, object], all_configs: bool = True,
+           source_configs: bool = True) -> list[CompiledKernel]:
     """Compile every kernel of a variant (each autotune config, or the first): translated kernels as Gluon, kernels
     the variant keeps as Triton as Triton kernels. A name the variant reads without defining it (`transpile.names`)
-    is a failure of the function that reads it, found before compiling."""
+    is a failure of the function that reads it, found before compiling. Without `source_configs`, the source's own
+    kernels in the variant (kept as Triton, a launcher's source twin) compile at the first config only: their text is
+    the source's, the configs the Gluon kernels run at all compile."""
     from transpile.names import undefined_names
 
     undefined = [CompiledKernel(u.function, "names", False, f"line {u.line}: `{u.name}` is not defined", {})
                  for u in undefined_names(result.text)]
     directory = Path(tempfile.mkdtemp(prefix="transpile-verify-"))
     try:
-        compiled = _verify(result, values, all_configs, load_variant(result, directory))
+        compiled = _verify(result, values, all_configs, load_variant(result, directory), source_configs)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return undefined + compiled
@@ -333,7 +336,8 @@ def _not_defined(source: SourceFile, fn: JitFunction) -> str:
             "when the variant was imported here (its test is false on this machine)")
 
 
-def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module) -> list[CompiledKernel]:  # noqa: ANN001
+def _verify(result: TranslationResult, values: dict[str, object], all_configs: bool, module,  # noqa: ANN001
+            source_configs: bool = True) -> list[CompiledKernel]:
     kernels = _kernel_facts(result)
     outcomes: list[CompiledKernel] = []
     seen: set[str] = set()
@@ -354,10 +358,12 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         configs = configs if all_configs else configs[:1]
         line = source.position(fn.node.name)[0]
         pointers = pointer_params(facts, fn)
-        for label, config in configs:
+        for position, (label, config) in enumerate(configs):
+            kept = not outcome.translated
+            if kept and position and not source_configs:
+                continue  # (the source's text: compiled at its first config)
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
-            kept = not outcome.translated
             kernel = getattr(module, outcome.name)
             if hasattr(kernel, "kmajor_kernel"):  # sm90 `_KMajorCopy`: the kernel as given, and its K-major launch
                 kmajor, kernel = kernel, kernel.kernel
@@ -389,7 +395,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
-                if "(added)" not in label:
+                if "(added)" not in label and (source_configs or not position):
                     # (the source's copy keeps the source's autotune table: the configs the variant added are the
                     # Gluon kernel's alone)
                     ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature,
