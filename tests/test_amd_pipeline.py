@@ -2045,3 +2045,43 @@ def test_attention_with_a_dequantised_kv_cache_compiles_and_is_lighter_than_its_
     assert comparison.status == "pipelined" and comparison.variant is not None, comparison.message
     assert comparison.variant.spills == 0 and comparison.ratio is not None and comparison.ratio <= 0.8, \
         (comparison.ratio, comparison.variant)
+
+
+def test_key_offsets_from_a_block_index_the_iteration_computes_are_converted_before_the_loop() -> None:
+    # aiter's paged decode: `kv_blk_idx = kv_blk_start + b`, `blk_seq_offs = kv_blk_idx * KV_BLK_SZ + blk_offs`, read
+    # by the scores' mask in the MMA layout: the offsets are converted once, before the loop, and the sum is made of
+    # the iteration's block index where the mask reads it
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "for start_n in range(0, N_CTX, BLOCK_N):", "first = tl.program_id(1) * 4\n    for start_n in range(0, 4):").replace(
+        "offs_kv = start_n + offs_n", "blk = first + start_n\n        offs_kv = blk * BLOCK_N + offs_n")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "attn"] == [True]
+    assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in result.text
+    assert "(blk * BLOCK_N + offs_n_cvt)[None, :] < N_CTX" in result.text
+
+
+def test_a_block_index_carried_from_the_last_iteration_is_not_read_as_this_one_s() -> None:
+    # `blk` read by the offsets before the iteration binds it holds the last iteration's: no sum of this iteration's
+    text = ATTENTION.replace("COLUMNS", "blk = first + start_n + 1").replace(
+        "for start_n in range(0, N_CTX, BLOCK_N):", "first = tl.program_id(1) * 4\n    blk = first\n"
+        "    for start_n in range(0, 4):").replace("offs_kv = start_n + offs_n", "offs_kv = blk * BLOCK_N + offs_n")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert "(blk * BLOCK_N + offs_n_cvt)" not in result.text
+
+
+def test_an_alibi_bias_of_the_key_offsets_is_made_from_offsets_converted_before_the_loop() -> None:
+    # an ALiBi bias reads the key distance in the scores' layout, `(offs_kv - N_CTX + 1)[None, :]`: the offsets are
+    # converted once before the loop (shared with the mask's), the distance made of them where the bias reads it
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "m_ij = tl.maximum(m_i, tl.max(qk, axis=1))",
+        "qk += (slope[:, None] * (offs_kv - N_CTX + 1)[None, :]).to(tl.float32)\n"
+        "        m_ij = tl.maximum(m_i, tl.max(qk, axis=1))").replace(
+        "    for start_n in", "    slope = tl.load(q_ptr + offs_m).to(tl.float32)\n    for start_n in")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert [f.pipelined for f in result.functions if f.name == "attn"] == [True]
+    kernel = result.text[result.text.index("def attn("):]
+    kernel = kernel[:kernel.index("\n@")] if "\n@" in kernel else kernel
+    assert kernel.count("gl.convert_layout(offs_n, ") == 1
+    assert "((start_n + offs_n_cvt) - N_CTX + 1))[None, :]" in kernel  # (written as the mask's sum is)
+    report = check_source(result.text)
+    assert report.cases and report.findings == [], report.findings[:3]

@@ -630,6 +630,54 @@ def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
     return frozenset(bound_names(fn.node) - set(name_terms(plan)))
 
 
+def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction,
+                          scalar_names: frozenset[str]) -> tuple[str, str] | None:
+    """For a layout conversion of integer arithmetic of one hoistable sum `x` and scalars (an ALiBi bias's key
+    distance, `(blk_seq_offs - seq_len + 1)`): that arithmetic with `x` written as its sum (`hoistable_convert`)."""
+    if not isinstance(node, cst.BaseExpression) or not only_nodes(node, INTEGER_ARITHMETIC):
+        return None
+    var = loop.target.value  # type: ignore[attr-defined]
+    defined = {name for f in flow.statements for name in f.defines}
+    scalars = ({var, *(p.name for p in fn.params)} | scalar_names) - defined
+    scalars |= _iteration_scalars(flow, var, scalars)
+    sums = [name for name in read_names(node) if name not in scalars]
+    if len(sums) != 1:
+        return None
+    inner = hoistable_convert(cst.Name(sums[0]), loop, flow, fn, scalar_names)
+    if inner is None or inner[0].startswith("("):  # (a sum, not a bound of one)
+        return None
+
+    marker = "_hoisted_sum_"
+
+    class _Sum(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            return cst.Name(marker) if updated.value == sums[0] else updated
+
+    text = " ".join(cst.Module([]).code_for_node(node.visit(_Sum())).split())  # type: ignore[arg-type]
+    return text.replace(marker, f"({inner[0]})"), inner[1]
+
+
+def _iteration_scalars(flow: LoopDataflow, var: str, outside: set[str]) -> set[str]:
+    """Names the iteration binds once, before any other use, to integer arithmetic of the loop variable, of
+    `outside` (scalars from before the loop) and of earlier such names: scalars of this iteration."""
+    made: set[str] = set()
+    counts: dict[str, int] = {}
+    read: set[str] = set()  # names read so far in the iteration (one read before its binding is carried)
+    for facts in flow.statements:
+        for name in facts.defines:
+            counts[name] = counts.get(name, 0) + 1
+    for facts in flow.statements:
+        small = facts.node.body[0] if isinstance(facts.node, cst.SimpleStatementLine) and len(facts.node.body) == 1 \
+            else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            name = small.targets[0].target.value
+            if counts.get(name) == 1 and name not in read and only_nodes(small.value, INTEGER_ARITHMETIC) \
+                    and read_names(small.value) <= outside | made | {var}:
+                made.add(name)
+        read |= read_names(facts.node)
+    return made
+
+
 #: Where the converted offsets stand in the expression `hoistable_convert` gives.
 OFFSETS = "@offsets@"
 #: The offsets `hoistable_convert` gives for `tl.arange(a, b)` written in the sum: ARANGE + "a, b" (the rule makes the
@@ -660,14 +708,18 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
     `offs` can then be made once before the loop, and `x` is that sum in the converted layout. Likewise a bound of
     such a sum, ``mask = x < bound`` (`bound` integer arithmetic of parameters and of `scalar_names`, scalars bound
     before the loop): the comparison of the converted sum."""
-    if not isinstance(node, cst.Name) or not isinstance(loop.target, cst.Name):
+    if not isinstance(loop.target, cst.Name):
         return None
+    if not isinstance(node, cst.Name):
+        return _hoistable_expression(node, loop, flow, fn, scalar_names)
     var = loop.target.value
     # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
     if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
         return None
     defined = {name for f in flow.statements for name in f.defines}
     scalars = {var, *(p.name for p in fn.params)}
+    # (scalars the iteration computes from the loop variable, `kv_blk_idx = kv_blk_start + b`: read where they are)
+    made = _iteration_scalars(flow, var, (scalars | scalar_names) - defined)
     for facts in flow.statements:
         if facts.defines != {node.value} or not isinstance(facts.node, cst.SimpleStatementLine):
             continue
@@ -688,8 +740,8 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
         sides = [small.value.left, small.value.right]
         for position, offsets in enumerate(sides):
             scalar = sides[1 - position]
-            if not (only_nodes(scalar, INTEGER_ARITHMETIC) and var in names_in(scalar)
-                    and read_names(scalar) <= scalars - defined):
+            if not (only_nodes(scalar, INTEGER_ARITHMETIC) and ({var} | made) & names_in(scalar)
+                    and read_names(scalar) <= (scalars - defined) | made):
                 continue
             if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var:
                 return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", offsets.value

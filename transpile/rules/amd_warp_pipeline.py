@@ -324,6 +324,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # other axis of the scores) become `<loop variable> + <offsets converted once, before the loop>`.
     hoisted: list[str] = []
     converts: dict[tuple[str, str], tuple[str, str]] = {}  # (name, layout) -> (scalar sum, converted offsets)
+    made: dict[tuple[str, str], str] = {}  # (offsets, layout) -> the name they are converted to before the loop
     loads_at = {load.index for load in plan.loads}
     scalars = scalar_names(ctx.plan, ctx.function)
     for facts in sp.dataflow.statements:
@@ -333,15 +334,21 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             found = hoistable_convert(node, plan.loop, sp.dataflow, ctx.function, scalars) \
                 if what == "layout conversion" else None
             layout = ctx.plan.layout_expr(ctx.plan.converts[node]) if found is not None else ""
-            if found is not None and (node.value, layout) not in converts:  # type: ignore[attr-defined]
+            # (a name, or integer arithmetic of one: by its text, as the translated statement writes it)
+            key = _convert_key(node)  # type: ignore[arg-type]
+            if found is not None and (key, layout) not in converts:
                 expression, offsets = found
-                if offsets.startswith(ARANGE):  # (the range made before the loop, in the layout it is read in)
-                    target = name(f"{node.value}_offs")  # type: ignore[attr-defined]
+                target = made.get((offsets, layout), "")
+                if target:
+                    pass  # (the same offsets in the same layout: converted once)
+                elif offsets.startswith(ARANGE):  # (the range made before the loop, in the layout it is read in)
+                    target = name(f"{key if isinstance(node, cst.Name) else 'keys'}_offs")
                     hoisted.append(f"{target} = gl.arange({offsets[len(ARANGE):]}, layout={layout})")
                 else:
                     target = name(f"{offsets}_cvt")
                     hoisted.append(f"{target} = gl.convert_layout({offsets}, {layout})")
-                converts[(node.value, layout)] = (expression, target)  # type: ignore[attr-defined]
+                made[(offsets, layout)] = target
+                converts[(key, layout)] = (expression, target)
     if converts:
         body = [s if i in loads_at or i in plan.producer else s.visit(_Hoisted(converts)) for i, s in enumerate(body)]
     # Conversions of values the loop does not change (`shifter[:, None]`, `exp2(g)` of loop-invariant vectors:
@@ -1037,6 +1044,13 @@ def _factor(text: str) -> str:
     return text if text.isidentifier() or text.isdigit() else f"({text})"
 
 
+def _convert_key(node: cst.BaseExpression) -> str:
+    """A converted value's key: its name, or the text of its arithmetic without outer parentheses."""
+    if isinstance(node, cst.Name):
+        return node.value
+    return " ".join(code(node.with_changes(lpar=[], rpar=[])).split())
+
+
 class _Hoisted(cst.CSTTransformer):
     """`gl.convert_layout(x, layout)` of an `x = <scalar> + offsets` (`<scalar>`: the loop variable, or integer
     arithmetic of it and scalar parameters; `hoistable_convert`), or of a bound of such a sum (`x < bound`) -> that
@@ -1050,7 +1064,7 @@ class _Hoisted(cst.CSTTransformer):
         if code(updated.func) != "gl.convert_layout" or len(updated.args) != 2:
             return updated
         arg, layout = updated.args[0].value, " ".join(code(updated.args[1].value).split())
-        found = self.converts.get((arg.value, layout)) if isinstance(arg, cst.Name) else None
+        found = self.converts.get((_convert_key(arg), layout))
         if found is not None:
             return cst.parse_expression(f"({found[0].replace(OFFSETS, found[1])})")
         return updated
