@@ -2085,3 +2085,16 @@ def test_an_alibi_bias_of_the_key_offsets_is_made_from_offsets_converted_before_
     assert "((start_n + offs_n_cvt) - N_CTX + 1))[None, :]" in kernel  # (written as the mask's sum is)
     report = check_source(result.text)
     assert report.cases and report.findings == [], report.findings[:3]
+
+
+def test_a_loop_counted_in_64_bits_is_refused_naming_the_cast() -> None:
+    # lightllm's decoding: `sm_id = tl.program_id(0).to(tl.int64)` reaches the trip count; the ring's slot indices and
+    # iteration counts are 32-bit, so the loop is kept, the cast named
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "for start_n in range(0, N_CTX, BLOCK_N):",
+        "first = tl.program_id(1).to(tl.int64)\n    count = first * 0 + 4\n    for start_n in range(0, count):").replace(
+        "offs_kv = start_n + offs_n", "offs_kv = start_n * BLOCK_N + offs_n")
+    sp = stage_plan(text, "async_copy")
+    line = line_of(text, "first = tl.program_id(1)")
+    assert isinstance(sp, StageRefusal) and "the loop's trip count is computed from a 64-bit integer " \
+        f"(`tl.program_id(1).to(tl.int64)`, line {line})" in sp.reason, sp

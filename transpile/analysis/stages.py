@@ -192,6 +192,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # `async_copy.global_to_shared`: a loop of pointer tiles only).
     if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
+    wide = _wide_trip_count(source, fn, loop)
+    if wide is not None:
+        return StageRefusal(wide, f"the loop's trip count is computed from a 64-bit integer (`{source.code(wide).strip()}`"
+                            f", line {source.position(wide)[0]}): the pipelined loop indexes its ring slots and counts its "
+                            "iterations in 32 bits")
     params = {p.name for p in fn.params if not p.is_constexpr}
     # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
     # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
@@ -628,6 +633,35 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
 def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
     """Names `fn` binds that the layout plan did not bind to tensors: its scalars (`cur_end = tl.minimum(...)`)."""
     return frozenset(bound_names(fn.node) - set(name_terms(plan)))
+
+
+def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.CSTNode | None:
+    """A value cast to a 64-bit integer (`tl.program_id(0).to(tl.int64)`) that the loop's range bounds are computed
+    from, through the function's assignments of the names they read; None where there is none."""
+    definitions: dict[str, list[cst.BaseExpression]] = {}
+
+    class _Definitions(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                for bound in names_in(target.target):
+                    definitions.setdefault(bound, []).append(node.value)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            for bound in names_in(node.target):
+                definitions.setdefault(bound, []).append(node.value)
+
+    fn.node.body.visit(_Definitions())
+    work = [a.value for a in loop.iter.args] if isinstance(loop.iter, cst.Call) else [loop.iter]
+    seen: set[str] = set()
+    while work:
+        value = work.pop()
+        for node in preorder(value):
+            if isinstance(node, cst.Attribute) and node.attr.value in ("int64", "uint64"):
+                return value
+        for name in read_names(value) - seen:
+            seen.add(name)
+            work += definitions.get(name, [])
+    return None
 
 
 def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction,
