@@ -2096,5 +2096,8 @@ def test_a_loop_counted_in_64_bits_is_refused_naming_the_cast() -> None:
         "offs_kv = start_n + offs_n", "offs_kv = start_n * BLOCK_N + offs_n")
     sp = stage_plan(text, "async_copy")
     line = line_of(text, "first = tl.program_id(1)")
+    # (a count loaded through a 64-bit index is the pointer's element type: not refused)
+    loaded = text.replace("count = first * 0 + 4", "count = tl.load(k_ptr + first).to(tl.int32)")
+    assert isinstance(stage_plan(loaded, "async_copy"), StagePlan)
     assert isinstance(sp, StageRefusal) and "the loop's trip count is computed from a 64-bit integer " \
         f"(`tl.program_id(1).to(tl.int64)`, line {line})" in sp.reason, sp

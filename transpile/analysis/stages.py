@@ -655,10 +655,13 @@ def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.
     seen: set[str] = set()
     while work:
         value = work.pop()
-        for node in preorder(value):
-            if isinstance(node, cst.Attribute) and node.attr.value in ("int64", "uint64"):
-                return value
-        for name in read_names(value) - seen:
+        # (a value loaded from memory has the pointer's element type, whatever its address is computed from)
+        loaded = {id(n) for call in preorder(value) if isinstance(call, cst.Call)
+                  and language_name(source.qualified_name(call.func)) in ("load", "core.load") for n in preorder(call)}
+        nodes = [n for n in preorder(value) if id(n) not in loaded]
+        if any(isinstance(n, cst.Attribute) and n.attr.value in ("int64", "uint64") for n in nodes):
+            return value
+        for name in {n.value for n in nodes if isinstance(n, cst.Name)} - seen:
             seen.add(name)
             work += definitions.get(name, [])
     return None
