@@ -1,9 +1,9 @@
 """Every golden variant compiles for its target with Triton, on the CPU (no GPU needed).
 
 Argument types and constexpr values come from fixtures/verify.json; every `@triton.autotune` config of a Gluon kernel
-is compiled (the source's own kernels in a variant, kept as Triton or a launcher's source twin, at the first config:
-their text is the source's). The text compiled is the golden file itself (tests/test_snapshots.py checks that it is
-what the tool writes today).
+and of a K-major copy the variant makes is compiled (the source's own kernels in a variant, kept as Triton or a
+launcher's source twin, at the first config: their text is the source's). The text compiled is the golden file
+itself (tests/test_snapshots.py checks that it is what the tool writes today).
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def verify(result: TranslationResult, values: dict[str, object], all_configs: bo
     the variant keeps as Triton as Triton kernels. A name the variant reads without defining it (`transpile.names`)
     is a failure of the function that reads it, found before compiling. Without `source_configs`, the source's own
     kernels in the variant (kept as Triton, a launcher's source twin) compile at the first config only: their text is
-    the source's, the configs the Gluon kernels run at all compile."""
+    the source's; the Gluon kernels and the K-major copies the variant makes (`_KMajorCopy`) compile at every one."""
     from transpile.names import undefined_names
 
     undefined = [CompiledKernel(u.function, "names", False, f"line {u.line}: `{u.name}` is not defined", {})
@@ -360,11 +360,11 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
         pointers = pointer_params(facts, fn)
         for position, (label, config) in enumerate(configs):
             kept = not outcome.translated
-            if kept and position and not source_configs:
-                continue  # (the source's text: compiled at its first config)
+            kernel = getattr(module, outcome.name)
+            if kept and position and not source_configs and not hasattr(kernel, "kmajor_kernel"):
+                continue  # (the source's text: compiled at its first config; a K-major copy is the tool's, at each)
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
-            kernel = getattr(module, outcome.name)
             if hasattr(kernel, "kmajor_kernel"):  # sm90 `_KMajorCopy`: the kernel as given, and its K-major launch
                 kmajor, kernel = kernel, kernel.kernel
                 k_signature, k_constexprs = dict(signature), dict(constexprs)
