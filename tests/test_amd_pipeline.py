@@ -58,13 +58,29 @@ def line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
-def stage_plan(text: str, engine: str = "registers", lds: int = 64 * 1024) -> StagePlan | StageRefusal | None:
+def stage_plan(text: str, engine: str = "registers", lds: int = 64 * 1024, anchored: bool = False
+               ) -> StagePlan | StageRefusal | None:
+    """The first loop's stage plan; `anchored`: with the layouts the AMD targets translate with (computed operands in
+    their MMA layouts, `operand_anchors`)."""
     source = parse_source(text, "x.py")
     facts = discover(source)
     plans = analyse_layouts(facts)
+    if anchored:
+        plans = analyse_layouts(facts, operand_anchors=operand_anchors(source, facts, plans, 3))
     fn = next(iter(facts.functions.values()))
     loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
     return plan_stages(source, fn, loop, plans[fn.name], engine, lds)
+
+
+def attention_plan(text: str):  # noqa: ANN201 - (SourceFile, AttentionPlan | LoopRefusal | None)
+    """The source and the in-order attention plan (the AMD expander's) of the first loop of `text`'s kernel."""
+    from transpile.analysis.attention import plan_attention_loop
+
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = next(iter(facts.functions.values()))
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    return source, plan_attention_loop(source, loop, analyse_layouts(facts)[fn.name], 2, in_order=True)
 
 
 def test_dataflow_of_a_gemm_loop() -> None:
@@ -480,19 +496,13 @@ def test_an_address_advanced_after_its_load_is_not_read_as_this_iteration_s() ->
     # the planner takes an address computed after an earlier tile's load (the rotary K's under a hoisted flag), but
     # not one a load before it reads: that is the previous iteration's value, carried (`k_ptrs += ...` after the
     # load), which the copies of a later iteration cannot re-evaluate
-    from transpile.analysis.attention import plan_attention_loop
-    from transpile.analysis.dot_loops import dot_loops
     from transpile.analysis.pipeline import LoopRefusal
 
     text = ATTENTION.replace("COLUMNS", "pass").replace(
         "    for start_n in range(0, N_CTX, BLOCK_N):\n        offs_kv = start_n + offs_n\n",
         "    offs_kv = offs_n\n    for start_n in range(0, N_CTX, BLOCK_N):\n").replace(
         "        m_i = m_ij\n", "        m_i = m_ij\n        offs_kv = offs_kv + BLOCK_N\n")
-    source = parse_source(text, "x.py")
-    facts = discover(source)
-    plans = analyse_layouts(facts)
-    loop = next(iter(dot_loops(facts, facts.functions["attn"])))
-    refusal = plan_attention_loop(source, loop.node, plans["attn"], 2, in_order=True)
+    _, refusal = attention_plan(text)
     assert isinstance(refusal, LoopRefusal) and "a value computed after the loads" in refusal.reason
 
 
@@ -1972,21 +1982,11 @@ def attn(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, k_scale, v_scale, compute_type: tl.c
 DEQUANT_K = "k = k_0.to(tl.float32) * k_scale if k_0.dtype.is_fp8() else k_0\n        k = k.to(compute_type)"
 
 
-def anchored_stage_plan(text: str) -> StagePlan | StageRefusal | None:
-    """The stage plan with the layouts the AMD targets translate with (computed operands in their MMA layouts)."""
-    source = parse_source(text, "x.py")
-    facts = discover(source)
-    plans = analyse_layouts(facts, operand_anchors=operand_anchors(source, facts, analyse_layouts(facts), 3))
-    fn = next(iter(facts.functions.values()))
-    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
-    return plan_stages(source, fn, loop, plans[fn.name], "async_copy", 160 * 1024)
-
-
 def test_attention_keys_and_values_computed_from_their_tiles_are_pipelined() -> None:
     # each ring holds its tile as loaded; V's computation runs in the MMA operand's layout (an operand anchor), K's on
     # the slot read transposed, straight in the B operand's layout, where the dot then takes `k` as it is
     text = DEQUANT_KV.replace("KEYS", DEQUANT_K)
-    sp = anchored_stage_plan(text)
+    sp = stage_plan(text, "async_copy", 160 * 1024, anchored=True)
     assert isinstance(sp, StagePlan) and sp.loop.attention, sp
     k, v = sp.loop.loads
     assert (k.name, k.transposed, k.computed, k.computed_as) == ("k_0", True, True, "k")
@@ -2011,7 +2011,7 @@ def test_attention_keys_and_values_computed_from_their_tiles_are_pipelined() -> 
 def test_keys_computed_otherwise_than_elementwise_are_refused(keys: str, reason: str) -> None:
     text = DEQUANT_KV.replace("KEYS", keys).replace(  # (a loop-invariant tile for the computation to read)
         "    for start_n", "    kv_bias = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :])\n    for start_n")
-    sp = anchored_stage_plan(text)
+    sp = stage_plan(text, "async_copy", 160 * 1024, anchored=True)
     assert isinstance(sp, StageRefusal) and "the dot reads `k` transposed, computed from the tile `k_0`" in sp.reason \
         and reason in sp.reason, sp
 
@@ -2019,16 +2019,10 @@ def test_keys_computed_otherwise_than_elementwise_are_refused(keys: str, reason:
 def test_keys_computed_with_a_value_the_loop_assigns_are_refused() -> None:
     # (a computed K or V may be computed a stage early, for the next iteration: from its tile and values from before
     # the loop only; here a value the loop carries and updates)
-    from transpile.analysis.attention import plan_attention_loop
-
     text = DEQUANT_KV.replace("KEYS", "k = (k_0 * alpha_k).to(compute_type)").replace(
         "    for start_n", "    alpha_k = tl.zeros([BLOCK_N, D], dtype=tl.float32)\n    for start_n").replace(
         "        m_i = m_ij\n", "        m_i = m_ij\n        alpha_k = alpha_k + l_i[0]\n")
-    source = parse_source(text, "x.py")
-    facts = discover(source)
-    fn = next(iter(facts.functions.values()))
-    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
-    refusal = plan_attention_loop(source, loop, analyse_layouts(facts)[fn.name], 3, in_order=True)
+    source, refusal = attention_plan(text)
     assert "the tile `k_0` is computed with `alpha_k`, which the loop assigns" in refusal.reason, refusal
     assert source.position(refusal.node)[0] == line_of(text, "k = (k_0 * alpha_k)")
 

@@ -113,7 +113,7 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
     return names
 
 
-def _tile_reads(node: cst.CSTNode) -> set[str]:
+def tile_reads(node: cst.CSTNode) -> set[str]:
     """The names `node` reads, but those read only for their element type (``v.dtype``)."""
     dtype_only = {id(n.value) for n in preorder(node) if isinstance(n, cst.Attribute) and n.attr.value == "dtype"
                   and isinstance(n.value, cst.Name)}
@@ -268,7 +268,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
                 return checked
             pointer, mask = checked
             # (`p.to(v.dtype)`: the tile's element type, which the rings read from Q's, is not a use of the tile)
-            uses = sum(operand.value in _tile_reads(s) for j, s in enumerate(body) if j not in (i, also))
+            uses = sum(operand.value in tile_reads(s) for j, s in enumerate(body) if j not in (i, also))
             if uses != 1:
                 return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined wgmma reads it "
                               "straight from shared memory")
@@ -319,8 +319,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         bound = {found.name} | {n for j in prep for n in _assigned(body[j])}
         inside = {found.index, *prep, dot}
         for j, other in enumerate(body):
-            if j not in inside and _tile_reads(other) & bound:
-                return refuse(other, f"`{sorted(_tile_reads(other) & bound)[0]}`, which {what} is computed from, is "
+            if j not in inside and tile_reads(other) & bound:
+                return refuse(other, f"`{sorted(tile_reads(other) & bound)[0]}`, which {what} is computed from, is "
                               "used outside that computation and its dot")
         return TileLoad(found.index, found.name, found.call, checked[0], checked[1], computed=True, prep=prep,
                         computed_as=operand.value if transposed else "")
@@ -387,7 +387,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     for tile in (k, v):
         own = {tile.name} | {name for j in tile.prep for name in _assigned(body[j])}
         for j in tile.prep:
-            late = sorted((_tile_reads(body[j]) & in_loop) - own)
+            late = sorted((tile_reads(body[j]) & in_loop) - own)
             if late:
                 return refuse(body[j], f"the tile `{tile.name}` is computed with `{late[0]}`, which the loop assigns "
                               "(a computed K or V reads its tile and values from before the loop)")

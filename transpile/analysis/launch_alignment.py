@@ -239,7 +239,7 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
             if name not in into:
                 into.append(name)
 
-    every = _all_definitions(fn)  # (`offs = tl.max_contiguous(tl.multiple_of(offs, B), B)` assigns twice)
+    every = all_definitions(fn)  # (`offs = tl.max_contiguous(tl.multiple_of(offs, B), B)` assigns twice)
 
     def is_vector(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
         """`node` reads an index vector (a `tl.arange`, through the names it is made of)."""
@@ -315,7 +315,7 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
     `offs_n[None, :] < N`): where they are multiples of 16, every vector of 8 (16-bit) elements along that axis is
     masked as a whole, which a copy that moves a lane's vector at once (direct-to-LDS) needs. Row bounds are not."""
     params = {p.name for p in fn.params if not p.is_constexpr}
-    definitions = _all_definitions(fn)  # (`k_left = K - k * BLOCK_K` in each of two loops: both values)
+    definitions = all_definitions(fn)  # (`k_left = K - k * BLOCK_K` in each of two loops: both values)
     found: list[str] = []
 
     def last_axis(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
@@ -339,7 +339,7 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
 
 
 @_per_function
-def _all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
+def all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """Every value `fn` assigns to each name (plain, augmented or annotated), as one tuple expression per name: what
     reads a name may read any of them."""
     values: dict[str, list[cst.BaseExpression]] = {}
@@ -401,13 +401,13 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     value that only picks a block (`pid_n * BLOCK_N`, where `pid_n` is computed from a token count the kernel loads,
     as MoE kernels compute their grid) keeps the offsets a multiple of the block: the compiler proves that (a
     product's divisibility is its factors'), so it does not count."""
-    definitions = _all_definitions(fn)
+    definitions = all_definitions(fn)
     blocks = _block_extents(fn)
 
     def shifts(node: cst.CSTNode, seen: frozenset[str]) -> bool:
         """`node`, an offset, reads a loaded value other than as a multiple of a block extent."""
         node = node.value if isinstance(node, cst.Element) else node
-        if isinstance(node, cst.Tuple):  # every value a name is assigned (`_all_definitions`)
+        if isinstance(node, cst.Tuple):  # every value a name is assigned (`all_definitions`)
             return any(shifts(element.value, seen) for element in node.elements)
         for term in sum_terms(node):  # (parentheses off)
             factors = product_factors(term)
@@ -428,7 +428,7 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
         return False
 
     def walk(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
-        if isinstance(node, cst.Tuple):  # every value a name is assigned (`_all_definitions`)
+        if isinstance(node, cst.Tuple):  # every value a name is assigned (`all_definitions`)
             return any(walk(element.value, seen) for element in node.elements)
         for term in sum_terms(node):
             if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import (base_moved_along_last_axis, divided_stride, first_axis_contiguous,
-                                                 fixed_last_axis_stride, last_axis_reads_memory, pointer_tile_strides,
-                                                 tile_base)
+from transpile.analysis.launch_alignment import (all_definitions, base_moved_along_last_axis, divided_stride,
+                                                 first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
+                                                 pointer_tile_strides, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop
+from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
 from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, names_in, only_nodes, read_names
 from transpile.cst_walk import preorder
@@ -194,9 +194,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
     wide = _wide_trip_count(source, fn, loop)
     if wide is not None:
-        return StageRefusal(wide, f"the loop's trip count is computed from a 64-bit integer (`{source.code(wide).strip()}`"
-                            f", line {source.position(wide)[0]}): the pipelined loop indexes its ring slots and counts its "
-                            "iterations in 32 bits")
+        return StageRefusal(wide, "the loop's trip count is computed from a 64-bit integer "
+                            f"(`{source.code(wide).strip()}`, line {source.position(wide)[0]}): the pipelined loop "
+                            "indexes its ring slots and counts its iterations in 32 bits")
     params = {p.name for p in fn.params if not p.is_constexpr}
     # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
     # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
@@ -543,10 +543,7 @@ def _not_elementwise(source: SourceFile, loop_plan: LoopPlan, load: OperandLoad,
             if isinstance(node, cst.Subscript) or (isinstance(node, cst.Call) and not _elementwise(node)
                                                    and not _dtype_test(node)):
                 return f"`{source.code(node).strip()}` at line {source.position(node)[0]} is not elementwise"
-        dtype_only = {id(n.value) for n in preorder(small.value) if isinstance(n, cst.Attribute)
-                      and n.attr.value == "dtype"}
-        reads = {n.value for n in preorder(small.value) if isinstance(n, cst.Name) and id(n) not in dtype_only}
-        reads &= _variables(source, small.value)
+        reads = tile_reads(small.value) & _variables(source, small.value)  # (`k_0.dtype` is no read of the tile)
         others = reads - tiles - scalars
         if others:
             return f"it reads the tensor `{sorted(others)[0]}` at line {source.position(statement)[0]}"
@@ -557,8 +554,8 @@ def _not_elementwise(source: SourceFile, loop_plan: LoopPlan, load: OperandLoad,
 def _dtype_test(node: cst.Call) -> bool:
     """`x.dtype.is_fp8()` and the like: a test of a tile's element type, decided at compile time."""
     func = node.func
-    return isinstance(func, cst.Attribute) and func.attr.value.startswith("is_") and isinstance(func.value, cst.Attribute) \
-        and func.value.attr.value == "dtype" and not node.args
+    return isinstance(func, cst.Attribute) and func.attr.value.startswith("is_") and not node.args \
+        and isinstance(func.value, cst.Attribute) and func.value.attr.value == "dtype"
 
 
 def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:
@@ -638,23 +635,14 @@ def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
 def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.CSTNode | None:
     """A value cast to a 64-bit integer (`tl.program_id(0).to(tl.int64)`) that the loop's range bounds are computed
     from, through the function's assignments of the names they read; None where there is none."""
-    definitions: dict[str, list[cst.BaseExpression]] = {}
-
-    class _Definitions(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                for bound in names_in(target.target):
-                    definitions.setdefault(bound, []).append(node.value)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            for bound in names_in(node.target):
-                definitions.setdefault(bound, []).append(node.value)
-
-    fn.node.body.visit(_Definitions())
+    definitions = all_definitions(fn)  # (every value of each name, one tuple expression a name)
     work = [a.value for a in loop.iter.args] if isinstance(loop.iter, cst.Call) else [loop.iter]
     seen: set[str] = set()
     while work:
         value = work.pop()
+        if isinstance(value, cst.Tuple):  # (a name's values, one of them the cast)
+            work += [element.value for element in value.elements]
+            continue
         # (a value loaded from memory has the pointer's element type, whatever its address is computed from)
         loaded = {id(n) for call in preorder(value) if isinstance(call, cst.Call)
                   and language_name(source.qualified_name(call.func)) in ("load", "core.load") for n in preorder(call)}
@@ -663,7 +651,8 @@ def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.
             return value
         for name in {n.value for n in nodes if isinstance(n, cst.Name)} - seen:
             seen.add(name)
-            work += definitions.get(name, [])
+            if name in definitions:
+                work.append(definitions[name])
     return None
 
 
