@@ -38,14 +38,29 @@ def test_k_is_loaded_transposed_and_transposed_in_the_dot() -> None:
 
 
 def test_left_alone_where_k_is_not_the_transposed_tile() -> None:
-    # a 2-D address assigned twice cannot be re-evaluated transposed; a K loaded [BLOCK_N, HEAD_DIM] needs nothing
-    twice = KT.replace("    q = tl.load(q_ptrs", "    kt_ptrs = kt_ptrs + 0\n    q = tl.load(q_ptrs")
-    assert rewritten(twice) is None
+    # a 2-D address bound again in a branch has no one value at the loop to re-evaluate transposed (moved on a line
+    # of its own it has: `test_a_tile_moved_before_the_loop`); a K loaded [BLOCK_N, HEAD_DIM] needs nothing
+    twice = KT.replace("    q = tl.load(q_ptrs", "    if seqlen > 64:\n        kt_ptrs = kt_ptrs + 0\n    q = tl.load(q_ptrs")
+    assert twice != KT and rewritten(twice) is None
+    # nor where a scalar the move reads is bound again after it
+    moved = KT.replace("    q = tl.load(q_ptrs", "    kt_ptrs += nheads * stride_kn\n    nheads = 1\n    q = tl.load(q_ptrs")
+    assert moved != KT and rewritten(moved) is None
     assert rewritten((FIXTURES / "attention_fwd.py").read_text(encoding="utf-8")) is None
     # a vector the address's definition reads is bound again in the loop: read at the load, it would hold another
     # value than where the address was made
     rebound = KT.replace("        offs_n = start_n + cols\n", "        offs_n = start_n + cols\n        cols = offs_n - start_n\n")
     assert rebound != KT and rewritten(rebound) is None
+
+
+def test_a_tile_moved_before_the_loop() -> None:
+    # `kt_ptrs = ...` then `kt_ptrs += ...` on a line of its own, as an inlined helper moves the tile its caller made
+    # (FlagGems' `K_block_ptr += lo * stride_k_seqlen`): re-evaluated transposed as one sum at the load
+    moved = KT.replace("    q = tl.load(q_ptrs", "    kt_ptrs += 0 * stride_kn\n    q = tl.load(q_ptrs")
+    text = rewritten(moved)
+    assert text is not None
+    loop = text.split("for start_n in range(0, end_n, BLOCK_N):")[1]
+    assert ("k = tl.load(((K + off_b * stride_kb + off_h * stride_kh + cols[:, None] * stride_kn + offs_d[None, :]) "
+            "+ (0 * stride_kn)) + start_n * stride_kn, mask=offs_n[:, None] < seqlen, other=0.0)") in loop
 
 
 RUN = """

@@ -750,6 +750,21 @@ def _fx_cases():
                 bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=head_dim),
                 flops=_attention_flops(causal),
             )
+    for causal in (False, True):
+        for head_dim in (64, 128):
+            yield Case(
+                name=f"fx_attention_moved_ptrs-{'causal' if causal else 'full'}-d{head_dim}",
+                fixture="fx_attention_moved_ptrs",
+                wrapper="attention",
+                make_inputs=_attention_inputs,
+                reference=_ref_attention,
+                shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=head_dim),
+                small_shape=dict(Z=1, H=2, N_CTX=150, HEAD_DIM=head_dim),
+                options=dict(causal=causal, sm_scale=head_dim**-0.5),
+                atol=5e-3,
+                bench_shape=dict(Z=4, H=16, N_CTX=4096, HEAD_DIM=head_dim),
+                flops=_attention_flops(causal),
+            )
     yield Case(
         name="fx_attention_v_late",
         fixture="fx_attention_v_late",

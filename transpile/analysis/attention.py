@@ -26,9 +26,9 @@ import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, computed_from, loop_header
-from transpile.cst_utils import (assigned_names, bound_names_of, broadcast_axis, calls_in, names_in, only_nodes,
-                                 per_loop, read_names, rescaled, single_assign)
-from transpile.cst_walk import preorder
+from transpile.cst_utils import (added_to, assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in,
+                                 names_in, only_nodes, parenthesized, per_loop, read_names, rescaled, single_assign)
+from transpile.cst_walk import parent_map, preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
 
@@ -72,6 +72,9 @@ class AttentionPlan:
     # ring copies a K loaded as [HEAD_DIM, BLOCK_N] through its transposed addresses)
     k_definitions: dict[str, cst.BaseExpression] = field(default_factory=dict, repr=False)
     k_swapped: bool = False  # `k` holds the swapped address and mask of a K loaded [HEAD_DIM, BLOCK_N]
+    # Names bound more than once whose value when the loop starts `k_definitions` gives (`value_at_loop`: a tile an
+    # inlined helper moved, and the scalars its moves read), which a rule may read as if bound once
+    k_settled: frozenset[str] = frozenset()
     # Further products added to the scores (`in_order` plans: multi-head latent attention's `qk += tl.dot(q_pe, k_pe)`
     # beside `qk = tl.dot(q_nope, k_nope)`), in order: each one's statement index, its A operand (loop-invariant, in
     # registers), its K tile (loaded in the loop) and whether the dot reads that tile transposed
@@ -644,6 +647,7 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
                 counts.get(assigned[0], 0) == 1 or loop_local(function, assigned[0])):
             in_loop[assigned[0]] = assigned[1]
     swapped: dict[str, cst.BaseExpression] = {}
+    settled_names: set[str] = set()
 
     def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
         return LoopRefusal(node, "attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N] (keys along its "
@@ -652,7 +656,7 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
     pending = [n for n in (plan.k.pointer, plan.k.mask) if n is not None]
     while pending:
         node = pending.pop()
-        if not elementwise(node):
+        if not elementwise(_scalar_calls_named(node, terms)):
             return refuse(node, "this address or mask is not arithmetic on index vectors and scalars")
         bad = next((sub for sub in subscripts(node) if broadcast_axis(sub) is None), None)
         if bad is not None:
@@ -666,13 +670,43 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
             definition = in_loop.get(name) if name in bound_in_loop else definitions.get(name)
             if name in bound_in_loop and sum(name in names_in(statement) for statement in body) != 2:
                 definition = None  # (read elsewhere than by the K load: rewritten where it is bound, it must not be)
-            if definition is None or (counts.get(name, 0) != 1 and name not in in_loop) or name in v_names:
+            settled = False
+            if name not in bound_in_loop and (definition is None or counts.get(name, 0) != 1):
+                # (bound before the loop in several lines or in a block around it: an inlined helper moves the
+                # tile its caller made, `K_ptrs_1 = K_ptrs`, `K_ptrs_1 += lo * stride_kn`)
+                definition = value_at_loop(function, plan.loop, name, counts)
+                settled = definition is not None
+                if settled:
+                    settled_names |= {name} | names_in(definition)
+            if definition is None or (counts.get(name, 0) != 1 and name not in in_loop and not settled) \
+                    or name in v_names:
                 return refuse(node, f"`{name}` is a 2-D tile it cannot re-evaluate transposed (it must be defined "
                               "once, before the loop or before the K load, and read by the K addresses only)")
             swapped[name] = swapped_axes(definition)  # type: ignore[assignment]
             pending.append(definition)
     k = dataclasses.replace(plan.k, pointer=swapped_axes(plan.k.pointer), mask=swapped_axes(plan.k.mask))
-    return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True)
+    return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True,
+                               k_settled=frozenset(settled_names))
+
+
+class _ScalarCalls(cst.CSTTransformer):
+    """Each call that reads scalars only (`tl.cast(start_n, tl.int64)` in an induction's offset) named `_`: the same
+    value in every element, whichever axis the tile's broadcasts lay along."""
+
+    def __init__(self, terms: dict) -> None:
+        super().__init__()
+        self.terms = terms
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        for name in names_in(original_node):
+            term = self.terms.get(name)
+            if term is not None and term.slice_of is None and term.find().rank:
+                return updated_node
+        return cst.Name("_", lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+
+def _scalar_calls_named(node: cst.CSTNode, terms: dict) -> cst.CSTNode:
+    return node.visit(_ScalarCalls(terms)) if calls_in(node) else node
 
 
 def subscripts(node: cst.CSTNode) -> list[cst.Subscript]:
@@ -721,6 +755,60 @@ def loop_local(function: cst.FunctionDef, name: str) -> bool:
     inside = {id(n) for owner in owners for n in preorder(owner)}
     return bool(owners) and all(id(n) in inside for n in preorder(function) if isinstance(n, cst.Name)
                                 and n.value == name)
+
+
+def loop_prefix(function: cst.FunctionDef, loop: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements that have run when `loop` starts, in order: in each block from the function's body down to the
+    loop, those before the statement that holds the loop (compound ones whole)."""
+    parents = parent_map(function)
+    levels: list[list[cst.BaseStatement]] = []
+    node: cst.CSTNode = loop
+    while node is not function:
+        parent = parents.get(node)
+        if parent is None:
+            return []
+        if isinstance(parent, cst.IndentedBlock):
+            statements = list(parent.body)
+            levels.append(statements[:next(i for i, s in enumerate(statements) if s is node)])
+        node = parent
+    return [statement for level in reversed(levels) for statement in level]
+
+
+def value_at_loop(function: cst.FunctionDef, loop: cst.CSTNode, name: str, counts: dict[str, int]
+                  ) -> cst.BaseExpression | None:
+    """The value `name` holds when `loop` starts, as one expression, where every binding of it is a line of the
+    statements run before the loop (`loop_prefix`): the first `name = value`, the others `name += delta` (a pointer
+    tile its caller made, moved by an inlined helper: `K_ptrs_1 = K_ptrs`, `K_ptrs_1 += lo * stride_kn`), and no
+    name those read is bound again before the loop or in it (so the expression, evaluated at the loop, is that
+    value). None otherwise."""
+    prefix = loop_prefix(function, loop)
+    lines = [(i, s) for i, s in enumerate(prefix) if name in assigned_names(s)]
+    if not lines or len(lines) != counts.get(name, 0):
+        return None
+    value: cst.BaseExpression | None = None
+    parts: list[tuple[int, cst.BaseExpression]] = []
+    for i, statement in lines:
+        assigned = single_assign(statement)
+        if value is None:
+            if assigned is None or name in names_in(assigned[1]):
+                return None
+            value = parenthesized(assigned[1])
+            parts.append((i, assigned[1]))
+            continue
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        added = added_to(small)
+        if added is None or added[0] != name or name in names_in(added[1]):
+            return None
+        value = cst.BinaryOperation(value, cst.Add(whitespace_before=cst.SimpleWhitespace(" "),
+                                                   whitespace_after=cst.SimpleWhitespace(" ")), parenthesized(added[1]))
+        parts.append((i, added[1]))
+    in_loop = bound_names(loop)
+    for i, part in parts:
+        later = set().union(*(assigned_names(s) for s in prefix[i + 1:])) if i + 1 < len(prefix) else set()
+        if names_in(part) & (later | in_loop):
+            return None
+    return value
 
 
 def top_definitions(function: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], dict[str, int]]:

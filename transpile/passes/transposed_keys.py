@@ -115,6 +115,8 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
         if name in params:
             return False
         for read in names_in(definition) - set(view.k_definitions):
+            if read in view.k_settled:
+                continue  # (its value when the loop starts, which the definition reads: `value_at_loop`)
             if read in in_loop and read in before_load and loop_local(function, read):
                 continue  # (bound before the load in each copy of the loop that binds it: this copy's value)
             if counts.get(read, 0) + (read in params) > 1 or (read in in_loop and read not in before_load):

@@ -373,8 +373,8 @@ class _Rewrite(cst.CSTTransformer):
                     scalar.append(part)
         if not tensor:
             tensor, scalar = terms, []
-        tensor += [t for t in scalar if not names_in(t) & self.wide]
-        scalar = [t for t in scalar if names_in(t) & self.wide]
+        tensor += [t for t in scalar if not self.is_wide(t)]
+        scalar = [t for t in scalar if self.is_wide(t)]
         pointer: cst.BaseExpression = cst.Name(base)
         for term in scalar:
             pointer = cst.BinaryOperation(pointer, cst.Add(), term)
@@ -386,9 +386,14 @@ class _Rewrite(cst.CSTTransformer):
         total = terms[0]
         for term in terms[1:]:
             total = cst.BinaryOperation(total, cst.Add(), term)
-        if any(names_in(t) & self.wide for t in terms):
+        if any(self.is_wide(t) for t in terms):
             return cst.parse_expression(f"({code(total)}).to(gl.int32)")
         return total
+
+    def is_wide(self, term: cst.BaseExpression) -> bool:
+        """`term` is a 64-bit value: it reads a 64-bit name or casts to 64 bits itself (an induction's
+        `gl.cast(start_n, gl.int64)`)."""
+        return bool(names_in(term) & self.wide) or "int64" in code(term)
 
     def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
                                   ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:

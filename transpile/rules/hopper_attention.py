@@ -35,6 +35,7 @@ from transpile.analysis.attention import (
     AttentionPlan,
     plan_attention_loop,
     rescale_factor,
+    swapped_axes,
     transposed_k,
     trip_count_axis,
 )
@@ -170,7 +171,7 @@ class HopperAttentionPipeline(Rule):
                 return updated
             # Its 2-D address names are re-evaluated transposed from their 1-D parts: converting one as it is would
             # read K untransposed.
-            probe = _Relayout(ctx, name_terms(ctx.plan), str, [], view.k_definitions)
+            probe = _Relayout(ctx, name_terms(ctx.plan), str, [], view.k_definitions, view.k_settled)
             # (a name the loop binds before the K load is bound again, transposed, by the ring's copies)
             in_loop = set().union(*(assigned_names(original.body.body[i]) for i in view.producer))  # type: ignore[union-attr]
             stuck = sorted(n for n in view.k_definitions if n not in in_loop and probe.expression_of(n) is None)
@@ -701,10 +702,13 @@ class _Relayout:
     re-evaluated from its 1-D parts in the new layout; any other 2-D tensor is converted."""
 
     def __init__(self, ctx: RuleContext, terms: dict[str, Term], name, lines: list[str],  # noqa: ANN001
-                 overrides: dict[str, cst.BaseExpression] | None = None) -> None:
+                 overrides: dict[str, cst.BaseExpression] | None = None, settled: frozenset[str] = frozenset()
+                 ) -> None:
         self.ctx, self.terms, self.name, self.lines = ctx, terms, name, lines
         self.definitions, self.counts = _definitions(ctx.function.node)
         self.definitions.update(overrides or {})  # (the transposed K addresses: `AttentionPlan.k_definitions`)
+        # (names bound more than once whose value at the loop those definitions give: `AttentionPlan.k_settled`)
+        self.counts.update({n: 1 for n in settled})
         self.done: dict[tuple[str, str], str] = {}
 
     def name_in(self, tensor: str, layout: str, suffix: str, axis: int | None = None) -> str:
@@ -900,6 +904,10 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
             nodes[key] = (load.pointer, load.mask)
             continue
         pointer, mask = (_unconverted(n) for n in _load_args(body[load.index]))
+        if key == "k" and plan.k_swapped:
+            # (K read [HEAD_DIM, BLOCK_N]: its translated address and mask swapped as the source's were, `kv_mask[None,
+            # :]` -> `kv_mask[:, None]`; `transposed_k` proved the swap reads the same tile transposed)
+            pointer, mask = swapped_axes(pointer), swapped_axes(mask)
         refusal = translated([n for n in (load.pointer, load.mask) if n is not None], [pointer, mask])
         if refusal is not None:
             return refusal
@@ -957,7 +965,7 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     terms = name_terms(ctx.plan)
     renames = next_names(plan.var, plan.producer, body, name)
     conversions: list[str] = []
-    in_layout = _Relayout(ctx, terms, name, conversions, plan.k_definitions)
+    in_layout = _Relayout(ctx, terms, name, conversions, plan.k_definitions, plan.k_settled)
     for invariant in plan.invariants:
         term = terms.get(invariant)
         if term is None:
