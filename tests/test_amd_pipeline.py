@@ -1647,6 +1647,12 @@ def test_a_block_picked_from_a_loaded_count_is_copied_direct_to_lds(tmp_path: Pa
      "the tile `b` at line 21 is addressed along its contiguous axis from loaded offsets"),
     # the loaded value picks the block: still aligned
     ("offs_n = tl.load(starts_ptr + pid_n) * BN + tl.arange(0, BN)", None),
+    # a select clamps the columns: the compiler cannot prove them contiguous (a direct-to-LDS copy would not compile)
+    ("offs_n = pid_n * BN + tl.arange(0, BN)\n    offs_n = tl.where(offs_n < N, offs_n, 0)",
+     "the tile `b` at line 22 is addressed along its contiguous axis by `offs_n`, which a `where` makes"),
+    # ... unless a contiguity hint follows it, as the persistent-matmul tutorial writes it
+    ("offs_n = pid_n * BN + tl.arange(0, BN)\n    offs_n = tl.where(offs_n < N, offs_n, 0)\n"
+     "    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BN), BN)", None),
 ])
 def test_loaded_offsets_along_the_contiguous_axis(offset: str, reason: str | None) -> None:
     text = LOADED_GRID.replace("starts_ptr", "x").replace(

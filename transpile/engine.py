@@ -24,6 +24,7 @@ from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.inline import inline_dot_helpers
 from transpile.passes.kmajor_copy import KMajorLaunch, kmajor_launch
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
+from transpile.passes.tile_loops import split_tile_loops
 from transpile.analysis.launch_alignment import MEMORY, REASON as ALIGNMENT_REASON
 from transpile.analysis.layouts import LayoutPlan, _unseen_functions, analyse_layouts
 from transpile.analysis.pipeline import operand_anchors, product_loops
@@ -371,6 +372,16 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             if lowered_text != source.text:
                 source = parse_source(lowered_text, path, _through(source.line_map, lowered_lines), inlined)
                 facts = discover(source)
+    # A persistent GEMM's one loop over tiles and K steps, as a tile loop around its K loop
+    # (`transpile.passes.tile_loops`): the store at a tile's end is then outside the loop the pipeline takes.
+    split = split_tile_loops(source, facts)
+    if split is not None:
+        split_text, replaced = split
+        if original is None:
+            original = source
+        lines = replaced_line_map(source.module, source.text, replaced, split_text)
+        source = parse_source(split_text, path, _through(source.line_map, lines), inlined)
+        facts = discover(source)
     canonical = canonicalize(source, facts)
     if canonical != source.text:
         original = source

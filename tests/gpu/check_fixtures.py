@@ -1316,6 +1316,8 @@ SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_alias_gemm", wrapper="matmul_relu_squared", make_inputs=_scaled_gemm_inputs,
                      reference=lambda a, b: torch.relu(a.double() @ b.double()) ** 2),
     _suite_gemm_case("suite_gemm_persistent", wrapper="matmul_persistent"),
+    # the same walk in one flat loop over tiles x K steps (`transpile.passes.tile_loops` nests it)
+    _suite_gemm_case("suite_gemm_persistent_flat", wrapper="matmul_persistent_flat"),
     _suite_gemm_case("suite_blockptr_gemm"),
     _suite_gemm_case("suite_gemm_bias_gelu", wrapper="linear_gelu", make_inputs=_scaled_bias_gemm_inputs,
                      reference=_ref_linear_gelu),

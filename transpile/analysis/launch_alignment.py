@@ -443,6 +443,52 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
     return walk(tile, frozenset())
 
 
+def last_axis_selected(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
+    """The name of a vector along a 2-D tile of pointers' last (contiguous) axis that a select makes without a
+    contiguity hint after it (`cols = tl.where(cols < N, cols, 0)`, no `tl.max_contiguous(...)` among its values): the
+    compiler cannot prove such offsets contiguous, so the tile is not copied 16 bytes a lane (a direct-to-LDS copy of
+    it does not compile). None where no such vector is read."""
+    definitions = all_definitions(fn)
+
+    def call_names(value: cst.BaseExpression) -> set[str]:
+        value = value.value if isinstance(value, cst.Element) else value
+        return {node_code(_MODULE, c.func).rsplit(".", 1)[-1] for c in calls_in(value)}
+
+    def selected(name: str, seen: frozenset[str]) -> str | None:
+        values = definitions.get(name)
+        if values is None:
+            return None
+        calls = [call_names(v) for v in values.elements]  # type: ignore[attr-defined]
+        if any("max_contiguous" in c for c in calls):
+            return None  # (the kernel vouches for its contiguity)
+        if any("where" in c for c in calls):
+            return name
+        for value in values.elements:  # type: ignore[attr-defined]
+            for read in sorted(names_in(value.value) - seen):
+                found = selected(read, seen | {read})
+                if found is not None:
+                    return found
+        return None
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> str | None:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                for value in definitions[term.value].elements:  # type: ignore[attr-defined]
+                    found = walk(value.value, seen | {term.value})
+                    if found is not None:
+                        return found
+                continue
+            for factor in product_factors(term):
+                if broadcast_axis(factor) == 1:
+                    for name in sorted(names_in(factor.value)):  # type: ignore[attr-defined]
+                        found = selected(name, frozenset({name}))
+                        if found is not None:
+                            return found
+        return None
+
+    return walk(tile, frozenset())
+
+
 def _block_extents(fn: JitFunction) -> set[str]:
     """The constexpr parameters `fn` makes index vectors of (`tl.arange(0, BLOCK_N)`): powers of two the compiler
     knows, so a product with one is a multiple of it."""

@@ -33,6 +33,7 @@ import libcst as cst
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (all_definitions, base_moved_along_last_axis, divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
+                                                 last_axis_selected,
                                                  pointer_tile_strides, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
@@ -216,6 +217,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                     "or a name assigned more than once before the loop)")
         if last_axis_reads_memory(fn, load.pointer):
             return f"{at} is addressed along its contiguous axis from loaded offsets"
+        selected = last_axis_selected(fn, load.pointer)
+        if selected:
+            return (f"{at} is addressed along its contiguous axis by `{selected}`, which a `where` makes with no "
+                    f"`tl.max_contiguous` hint after it: the compiler cannot prove its columns contiguous")
         if first_axis_contiguous(fn, load.pointer):
             return f"{at} is contiguous along its first axis (a tile read transposed from memory)"
         moved = base_moved_along_last_axis(fn, load.pointer)
