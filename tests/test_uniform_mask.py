@@ -432,8 +432,9 @@ def test_a_k_tile_loaded_transposed_is_copied_through_its_transposed_addresses()
 @pytest.mark.parametrize("kt_ptrs, mask, why", [
     ("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]", "tl.broadcast_to(cols[None, :], (D, BLOCK_N)) < N_CTX",
      "not arithmetic on index vectors"),
-    ("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]\n    kt_ptrs += stride_n", "cols[None, :] < N_CTX",
-     "`kt_ptrs` is a 2-D tile it cannot re-evaluate transposed"),
+    # bound again in a branch: no one value at the loop (moved on a line of its own, it has one: `value_at_loop`)
+    ("k_ptr + offs_n[None, :] * stride_n + offs_d[:, None]\n    if N_CTX > 64:\n        kt_ptrs += stride_n",
+     "cols[None, :] < N_CTX", "`kt_ptrs` is a 2-D tile it cannot re-evaluate transposed"),
 ])
 def test_a_k_tile_loaded_transposed_that_cannot_be_read_transposed_is_refused(kt_ptrs: str, mask: str, why: str):
     result = _sm90(_kt_kernel(kt_ptrs, mask))

@@ -700,8 +700,8 @@ class _ScalarCalls(cst.CSTTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         for name in names_in(original_node):
             term = self.terms.get(name)
-            if term is not None and term.slice_of is None and term.find().rank:
-                return updated_node
+            if term is not None and (term.slice_of is not None or term.find().rank):
+                return updated_node  # (reads a tensor)
         return cst.Name("_", lpar=updated_node.lpar, rpar=updated_node.rpar)
 
 
