@@ -217,6 +217,59 @@ def test_an_operand_computed_from_its_slot_is_staged_for_the_wgmma(weights: str,
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
+@pytest.mark.parametrize("cast", [
+    # the operand cast to the other operand's type, which the wgmma reads from its slot (lightllm's
+    # `tl.dot(a, b.to(a.dtype))`): the type is the slot's, `a_smem.dtype` (no register `a` exists)
+    ("        b = (w.to(tl.float32) * scales[None, :]).to(tl.float16)\n        acc = tl.dot(a, b, acc)\n",
+     "        b = w.to(tl.float32) * scales[None, :]\n        acc = tl.dot(a, b.to(a.dtype), acc)\n"),
+    ("        b = (w.to(tl.float32) * scales[None, :]).to(tl.float16)\n",
+     "        b = (w.to(tl.float32) * scales[None, :]).to(a.dtype)\n"),
+])
+def test_an_operand_cast_to_the_type_of_a_slot_operand_reads_the_slot_type(cast: tuple[str, str]) -> None:
+    from transpile.rules.hopper_cp_async import DEQUANT
+    from transpile.verify import verify
+
+    text = DEQUANT.replace(*cast)
+    assert text != DEQUANT
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
+    loop = _main_loop(result.text)
+    assert "a_smem.dtype)" in loop and "a.dtype" not in loop
+    assert not any(d.code == "TT041" for d in result.diagnostics), [d.message for d in result.diagnostics]
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*i8", "s_ptr": "*fp32", "c_ptr": "*fp16", "K": "i32",
+                               "N": "i32", "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
+                               "num_warps": 4}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_ring_in_a_copy_of_an_unswitched_loop_leaves_the_fallback_loop_in_its_layouts() -> None:
+    """A dot loop unswitched on a compile-time flag puts each ring in a block of its own (`if EVEN_K:`): only the
+    ring's branches are rebuilt in copy layouts, so the fallback loop beside each ring reads the blocked names it
+    was translated with (a mask made before the loop, `a_mask`, not the ring's `a_mask_ring`), and it compiles."""
+    from transpile.rules.hopper_cp_async import EXAMPLE
+    from transpile.verify import verify
+
+    text = EXAMPLE.replace("def k(a_ptr,", "def k(M, a_ptr,").replace(
+        ", BK: tl.constexpr):", ", BK: tl.constexpr, EVEN_K: tl.constexpr):").replace(
+        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    a_mask = offs_m[:, None] < M\n").replace(
+        "        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)\n",
+        "        if EVEN_K:\n            a = tl.load(a_ptrs, mask=a_mask, other=0.0)\n        else:\n"
+        "            a = tl.load(a_ptrs, mask=a_mask & (offs_k[None, :] < K - k * BK), other=0.0)\n")
+    result = translate_source(text, "x.py", get_target("sm90"), gluon_always=True)
+    kernel = result.text.split("\ndef k(")[1].split("\ndef ")[0]
+    copies = kernel.split("if EVEN_K:", 1)[1]
+    assert "a_mask_ring = " in copies  # (each ring rebuilds the mask in its copy layout)
+    fallback_loops = [part.split("for k in ", 1)[1] for part in copies.split("else:") if "for k in " in part
+                      and "gl.load(a_ptrs" in part]
+    assert fallback_loops and all("a_mask_ring" not in loop.split("tl.store")[0].split("gl.store")[0]
+                                  for loop in fallback_loops)
+    for even in (True, False):
+        compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "K": "i32",
+                                   "N": "i32", "stride_am": "i32", "stride_bk": "i32", "BM": 128, "BN": 128, "BK": 64,
+                                   "EVEN_K": even}, all_configs=False)
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 TUPLE_HELPER = 'import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _prep(x):\n    return x.to(tl.float16), tl.max(x, axis=1)\n\n\n@triton.jit\ndef k(a_ptr, b_ptr, c_ptr, m_ptr, K, N, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n    offs_m = tl.arange(0, BM)\n    offs_n = tl.arange(0, BN)\n    offs_k = tl.arange(0, BK)\n    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]\n    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]\n    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    mx = tl.zeros((BM,), dtype=tl.float32)\n    for k in range(0, tl.cdiv(K, BK)):\n        x = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n        a, m = _prep(x)\n        acc = tl.dot(a, b, acc)\n        mx = tl.maximum(mx, m)\n        a_ptrs += BK\n        b_ptrs += BK * stride_bk\n    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16))\n    tl.store(m_ptr + offs_m, mx)\n'
 
 

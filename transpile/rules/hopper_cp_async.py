@@ -318,21 +318,45 @@ class HopperCpAsyncPipeline(Rule):
         layouts = blocked_tile_layouts(updated, ctx.copy_tiles)
         if not layouts:
             return updated
-        body = list(updated.body.body)
         taken = names_in(updated)
-        for i, statement in enumerate(body):
-            if isinstance(statement, cst.If) and bound_names(statement.body) & set(ctx.fresh_tiles):
-                # The 16-byte ring, then the 8-byte one (`elif`): the same names serve both branches, whose values
-                # do not leave them.
-                (_, width16), (_, width8) = TIERS
-                ring = in_copy_layouts(body[:i], statement, layouts, namer(set(taken)), 8 * width16)
-                tier = statement.orelse
-                if ring is not None and isinstance(tier, cst.If) and bound_names(tier.body) & set(ctx.fresh_tiles):
-                    tier = in_copy_layouts(body[:i], tier, layouts, namer(set(taken)), 8 * width8)
-                    ring = ring.with_changes(orelse=tier) if tier is not None else None
-                if ring is not None:
-                    body[i] = ring
-                    ctx.need("copy_layout")
+        fresh = set(ctx.fresh_tiles)
+
+        def binds_fresh(block: cst.BaseSuite) -> bool:
+            """The block's own statements bind a ring's fresh tiles: it is a ring's branch."""
+            return isinstance(block, cst.IndentedBlock) and any(assigned_names(s) & fresh for s in block.body
+                                                                 if isinstance(s, cst.SimpleStatementLine))
+
+        def rings_in(statements: list[cst.BaseStatement], outer: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+            """`statements` (a block; `outer`: the statements run before it) with each ring rebuilt in copy layouts.
+            A ring may stand in a block of its own (a copy of the loop that unswitching made, `if not NO_GROUPS:`):
+            only the ring's branches are rebuilt, never the blocks around it, which hold the fallback loops."""
+            body = list(statements)
+            for i, statement in enumerate(body):
+                if isinstance(statement, cst.If) and binds_fresh(statement.body):
+                    # The 16-byte ring, then the 8-byte one (`elif`): the same names serve both branches, whose
+                    # values do not leave them.
+                    (_, width16), (_, width8) = TIERS
+                    ring = in_copy_layouts([*outer, *body[:i]], statement, layouts, namer(set(taken)), 8 * width16)
+                    tier = statement.orelse
+                    if ring is not None and isinstance(tier, cst.If) and binds_fresh(tier.body):
+                        tier = in_copy_layouts([*outer, *body[:i]], tier, layouts, namer(set(taken)), 8 * width8)
+                        ring = ring.with_changes(orelse=tier) if tier is not None else None
+                    if ring is not None:
+                        body[i] = ring
+                        ctx.need("copy_layout")
+                elif isinstance(statement, cst.If) and bound_names(statement) & fresh \
+                        and isinstance(statement.body, cst.IndentedBlock):
+                    new = statement.with_changes(body=statement.body.with_changes(
+                        body=rings_in(list(statement.body.body), [*outer, *body[:i]])))
+                    orelse = statement.orelse
+                    if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) \
+                            and bound_names(orelse) & fresh:
+                        new = new.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(
+                            body=rings_in(list(orelse.body.body), [*outer, *body[:i]]))))
+                    body[i] = new
+            return body
+
+        body = rings_in(list(updated.body.body), [])
         return updated.with_changes(body=updated.body.with_changes(body=body))
 
 
@@ -789,13 +813,17 @@ class _Emitter:
                     late |= assigned_names(body[i])
                 else:
                     early.append(i)
+            # (a ring tile the wgmma reads from its slot, never loaded into registers: its element type read where
+            # the loop's statements ask for it, `b.to(a.dtype)`, is its slot's)
+            slot_types = {n: f"{smem[n]}" for n in smem if n not in reads}
             loop = LoopText(plan.var, index, first.acc, acc_in(first),
-                            [*staged_reads, *(code(body[i]) for i in before if i not in early)],
+                            [*staged_reads, *(_slot_dtypes(code(body[i]), slot_types) for i in before
+                                              if i not in early)],
                             [*(text for name, text in reads.items() if name not in self.staged),
-                             *(code(body[i]) for i in after)], renames[plan.var],
+                             *(_slot_dtypes(code(body[i]), slot_types) for i in after)], renames[plan.var],
                             [rename(body[i], renames) for i in plan.producer_before()],
                             [rename(body[i], renames) for i in plan.producer_after()], uses_var,
-                            consumer_early=[code(body[i]) for i in early])
+                            consumer_early=[_slot_dtypes(code(body[i]), slot_types) for i in early])
         transposed = {load.name: load.transposed for load in plan.loads}
         stage_index = name("stage")
         buffers = {n: name(f"{n}_staged") for n in self.staged}
@@ -819,7 +847,8 @@ class _Emitter:
             if self.scaled is not None:
                 return upcast_text(self.scaled, self.staged[load_name])
             dot_call = body[first.index].body[0].value  # type: ignore[union-attr]
-            return code(dot_call.args[self.staged[load_name]].value)  # type: ignore[union-attr]
+            return _slot_dtypes(code(dot_call.args[self.staged[load_name]].value),  # type: ignore[union-attr]
+                                {n: f"{smem[n]}" for n in smem if n not in reads})
 
         # A launch may give fewer rows than a wgmma takes: the ring multiplies them with mma.sync, from the same
         # slots (an operand computed in registers takes the translated loop instead: the launcher's row test keeps
@@ -1063,3 +1092,24 @@ def _calls(statement: cst.CSTNode) -> list[cst.Call]:
 def _broadcast_dim(node: cst.BaseExpression) -> str | None:
     """"last" for `x[None, :]`, "first" for `x[:, None]`, else None."""
     return {0: "first", 1: "last"}.get(broadcast_axis(node))  # type: ignore[arg-type]
+
+
+class _SlotDtype(cst.CSTTransformer):
+    def __init__(self, slots: dict[str, str]) -> None:
+        super().__init__()
+        self.slots = slots
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if isinstance(updated_node.value, cst.Name) and updated_node.value.value in self.slots \
+                and updated_node.attr.value == "dtype":
+            return updated_node.with_changes(value=cst.Name(self.slots[updated_node.value.value]))
+        return updated_node
+
+
+def _slot_dtypes(text: str, slots: dict[str, str]) -> str:
+    """`text` (statements of the loop) with `x.dtype` of each ring tile `x` in `slots` read from its shared-memory
+    ring instead (`x_smem.dtype`): the wgmma reads such a tile from its slot, so no register value `x` exists."""
+    if not slots or not any(f"{n}.dtype" in text for n in slots):
+        return text
+    return cst.parse_module(text).visit(_SlotDtype(slots)).code
+
