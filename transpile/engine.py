@@ -21,6 +21,7 @@ from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lowe
 from transpile.passes.branch_tails import split_branches
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
+from transpile.passes.invariant_operands import hoist_invariant_operands
 from transpile.passes.inline import inline_dot_helpers
 from transpile.passes.kmajor_copy import KMajorLaunch, kmajor_launch
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
@@ -381,6 +382,16 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             original = source
         lines = replaced_line_map(source.module, source.text, replaced, split_text)
         source = parse_source(split_text, path, _through(source.line_map, lines), inlined)
+        facts = discover(source)
+    # A dot operand computed the same way every iteration (`tl.dot(q.to(tl.float16), k)`), made once before its loop
+    # (`transpile.passes.invariant_operands`): the rules read it as a tile made before the loop.
+    hoisted = hoist_invariant_operands(source, facts)
+    if hoisted is not None:
+        hoisted_text, replaced = hoisted
+        if original is None:
+            original = source
+        lines = replaced_line_map(source.module, source.text, replaced, hoisted_text)
+        source = parse_source(hoisted_text, path, _through(source.line_map, lines), inlined)
         facts = discover(source)
     canonical = canonicalize(source, facts)
     if canonical != source.text:

@@ -1,0 +1,152 @@
+"""A dot operand computed the same way every iteration, made once before the loop.
+
+Kernels often cast or transpose a tile they hold for the whole loop inside the dot that reads it::
+
+    q = tl.load(q_ptrs)
+    q = q * qk_scale
+    for start_n in range(0, seq_len, BLOCK_N):
+        k = tl.load(k_ptrs)
+        qk = tl.dot(q.to(tl.float16), k.T)
+
+(applied-ai's `stay_attention`). The operand is the same value in every iteration; the pipeline rules read a dot's
+loop-invariant operand as a tile made before the loop (attention's Q, staged in shared memory once), and Triton's own
+compiler hoists the computation out of the loop anyway. This pass writes it that way::
+
+    # triton-transpile: the dot operand `q.to(tl.float16)`, the same every iteration, made once before the loop.
+    q_dot = q.to(tl.float16)
+    for start_n in range(0, seq_len, BLOCK_N):
+        ...
+        qk = tl.dot(q_dot, k.T)
+
+Only an operand (a dot's first two arguments) that reads names the loop never binds, and calls nothing but casts,
+transposes and reshapes (`x.to(...)`, `tl.trans`, `tl.permute`, `tl.reshape`, `.T`), in a loop's own statements (not
+under a branch of it), is moved; the same expression read by several dots of the loop is made once.
+
+`hoist_invariant_operands(source, facts)` returns the new module text and the functions it replaced (old node ->
+new), or None when nothing changes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.dot_loops import is_dot_call
+from transpile.cst_utils import bound_names, module_code, names_in
+from transpile.cst_walk import semantic_preorder, transform
+from transpile.discover import ModuleFacts, language_name
+from transpile.source import SourceFile
+
+#: language calls that only rearrange or convert a tile (and the method `x.to(...)`)
+_PURE = ("trans", "permute", "reshape", "view", "cast", "core.trans", "core.permute", "core.reshape", "core.view",
+         "core.cast")
+
+
+def hoist_invariant_operands(source: SourceFile, facts: ModuleFacts
+                             ) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
+    if ".to(" not in source.text and "trans" not in source.text and ".T" not in source.text \
+            and "permute" not in source.text and "reshape" not in source.text:
+        return None
+    functions = {fn.node for fn in facts.functions.values()}
+    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
+    body = []
+    for statement in source.module.body:
+        new = None
+        if statement in functions:
+            rewriter = _Loops(source, statement)  # type: ignore[arg-type]
+            candidate = transform(statement, rewriter)
+            new = candidate if rewriter.changed else None
+        if new is not None:
+            replaced[statement] = new
+        body.append(new or statement)
+    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+class _Loops(cst.CSTTransformer):
+    def __init__(self, source: SourceFile, fn: cst.FunctionDef) -> None:
+        super().__init__()
+        self.source = source
+        self.changed = False
+        self.taken = names_in(fn)
+
+    def pure(self, node: cst.BaseExpression) -> bool:
+        for sub in semantic_preorder(node):
+            if isinstance(sub, cst.Call):
+                func = sub.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "to" \
+                        and language_name(self.source.qualified_name(func)) is None:
+                    continue  # (the method `x.to(dtype)`)
+                if language_name(self.source.qualified_name(func)) in _PURE:
+                    continue
+                return False
+            if isinstance(sub, (cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield)):
+                return False
+        return True
+
+    def fresh(self, base: str) -> str:
+        candidate, i = f"{base}_dot", 1
+        while candidate in self.taken:
+            i += 1
+            candidate = f"{base}_dot{i}"
+        self.taken.add(candidate)
+        return candidate
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+                            ) -> cst.IndentedBlock:
+        statements: list[cst.BaseStatement] = []
+        for statement in updated_node.body:
+            if isinstance(statement, cst.For) and isinstance(statement.body, cst.IndentedBlock):
+                hoisted, loop = self.hoist(statement)
+                statements.extend(hoisted)
+                statements.append(loop)
+            else:
+                statements.append(statement)
+        return updated_node.with_changes(body=statements) if len(statements) != len(updated_node.body) \
+            else updated_node
+
+    def hoist(self, loop: cst.For) -> tuple[list[cst.BaseStatement], cst.For]:
+        bound = bound_names(loop.body) | names_in(loop.target)
+        made: dict[str, str] = {}  # expression text -> its name
+        lines: list[cst.BaseStatement] = []
+        replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
+        for statement in loop.body.body:  # type: ignore[union-attr]
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for call in (n for n in semantic_preorder(statement) if isinstance(n, cst.Call)):
+                if not is_dot_call(self.source, call):
+                    continue
+                for arg in [a for a in call.args if a.keyword is None][:2]:
+                    operand = arg.value
+                    reads = names_in(operand)
+                    if isinstance(operand, cst.Name) or not reads or reads & bound or not self.pure(operand):
+                        continue
+                    text = " ".join(_code(operand).split())
+                    if text not in made:
+                        root = next((n.value for n in semantic_preorder(operand) if isinstance(n, cst.Name)), "x")
+                        made[text] = self.fresh(root)
+                        note = (f"# triton-transpile: the dot operand `{text}`, the same every iteration, made once "
+                                "before the loop.")
+                        lines.append(cst.SimpleStatementLine(
+                            [cst.Assign([cst.AssignTarget(cst.Name(made[text]))], operand)],
+                            leading_lines=[cst.EmptyLine(comment=cst.Comment(note))]))
+                    replacements[operand] = cst.Name(made[text])
+        if not replacements:
+            return [], loop
+        self.changed = True
+        body = loop.body.visit(_Replace(replacements))  # type: ignore[union-attr]
+        if lines:  # (the loop's own leading comments stay above the first new line)
+            lines[0] = lines[0].with_changes(leading_lines=[*loop.leading_lines, *lines[0].leading_lines])
+        return lines, loop.with_changes(body=body, leading_lines=[])
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.CSTNode, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        new = self.replacements.get(original_node)
+        return new if new is not None else updated_node
