@@ -123,6 +123,19 @@ def test_sm90_rings_the_packed_tiles_and_upcasts_them_for_the_wgmma() -> None:
     assert "0.89-0.94x Triton 3.6's own compile" in diagnostic.message and diagnostic.line == 15
 
 
+def test_sm90_keeps_a_scaled_dot_whose_tiles_are_addressed_afresh_with_the_scaled_rings_figures() -> None:
+    # `a` addressed afresh each iteration (no loop-carried tile of pointers, aiter's `_gemm_a8wfp4_kernel`): the ring
+    # would not take that form, and would be kept anyway, being the scaled dot's ring measured slower; both said
+    text = MX_LOOP.replace("        a = tl.load(a_ptrs)\n",
+                           "        a = tl.load(a_ptr + rm[:, None] * stride_am + (k // 2 + rk)[None, :])\n")
+    assert text != MX_LOOP
+    kept = translate_source(text, "mx.py", get_target("sm90"))
+    assert not kept.functions[0].translated
+    (diagnostic,) = [d for d in kept.diagnostics if d.code == "TT041"]
+    assert "the pointer tile of `a` is not a loop-carried tile of pointers" in diagnostic.message
+    assert "0.89-0.94x Triton 3.6's own compile" in diagnostic.message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt, kind", [("e2m1", "u8"), ("e4m3", "fp8e4nv")])
 def test_scaled_dots_compile_to_wgmma_on_sm90(fmt: str, kind: str, tmp_path: Path,

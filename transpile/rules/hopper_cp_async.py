@@ -270,6 +270,9 @@ class HopperCpAsyncPipeline(Rule):
         if isinstance(emitted, _AddressForm) and not in_order and emitter.scaled is None \
                 and ctx.slower_than_triton(original, "cp.async, address form", emitted):
             return updated  # the policy keeps such GEMMs as Triton whatever their address form (rules/base.py)
+        if isinstance(emitted, _AddressForm) and not in_order and emitter.scaled is not None \
+                and ctx.slower_than_triton(original, "cp.async, scaled dot", emitted):
+            return updated  # ... and scaled dots, whose ring was measured slower whatever its tiles' addresses
         if isinstance(emitted, str):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {emitted}"))
             return updated
