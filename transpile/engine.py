@@ -34,6 +34,7 @@ from transpile.passes.tma_tiles import Dispatch, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.none_masks import drop_none_masks
+from transpile.passes.operand_aliases import drop_operand_aliases
 from transpile.passes.transposed_keys import transpose_key_tiles
 from transpile.passes.vector_loads import load_calls, own_layout_loads
 from transpile.cst_utils import (
@@ -417,6 +418,16 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         if original is None:
             original = source
         source = parse_source(unswitched_text, path, _through(source.line_map, lines), inlined)
+        facts = discover(source)
+    # Dot operands read through a name that renames or transposes a tile (`arg1 = a` or `arg1 = a.T`, as an
+    # unswitched copy binds them) read as the tile (`transpile.passes.operand_aliases`).
+    aliased = drop_operand_aliases(source, facts)
+    if aliased is not None:
+        aliased_text, replaced = aliased
+        if original is None:
+            original = source
+        lines = replaced_line_map(source.module, source.text, replaced, aliased_text)
+        source = parse_source(aliased_text, path, _through(source.line_map, lines), inlined)
         facts = discover(source)
     # Masks bound to `None` by name (`mask_a = None`, as an unswitched copy binds them) left out of the loads that
     # read them (`transpile.passes.none_masks`): a load without a mask, as the pipeline analyses read it.

@@ -201,6 +201,10 @@ class LayoutPlan:
     param_converts: dict[str, Term] = field(default_factory=dict)  # helpers: convert a tensor parameter on entry
     dots: dict[cst.Call, DotSite] = field(default_factory=dict)
     descriptors: dict[str, DescriptorInfo] = field(default_factory=dict)
+    # every `tl.make_tensor_descriptor` call, by node (a name made in both branches of a constexpr `if`, `if
+    # TRANSPOSE_A: a_desc = ...` / `else: a_desc = ...`, holds the last in `descriptors`; each call is made here)
+    descriptor_calls: dict[cst.Call, DescriptorInfo] = field(default_factory=dict)
+    descriptor_makes: dict[str, list[DescriptorInfo]] = field(default_factory=dict)  # ... by the name bound to
     descriptor_ops: dict[cst.Call, tuple[str, DescriptorInfo]] = field(default_factory=dict)  # desc.load/.store
     transposes: set[cst.CSTNode] = field(default_factory=set)  # `x.T` and `x.trans()` on tensors
     # `x.argmax(1)` and other tensor methods whose Triton body Gluon cannot compile: the rule calls the function form.

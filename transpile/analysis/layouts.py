@@ -590,6 +590,8 @@ class _FunctionWalker(LanguageCalls):
             elif isinstance(value, Descriptor):
                 self.env[name] = Descriptor(name, value.info)
                 self.plan.descriptors[name] = value.info
+                self.plan.descriptor_calls[value.info.node] = value.info
+                self.plan.descriptor_makes.setdefault(name, []).append(value.info)
             else:
                 previous = self.env.get(name)
                 self.env[name] = previous if isinstance(previous, Tensor) else value

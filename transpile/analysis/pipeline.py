@@ -203,6 +203,13 @@ def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cs
     op = plan.descriptor_ops.get(call)
     if op is not None and op[0] == "load" and isinstance(call.func, cst.Attribute) \
             and isinstance(call.func.value, cst.Name):
+        shapes = {tuple(" ".join(b.split()) for b in info.block_shape)
+                  for info in plan.descriptor_makes.get(call.func.value.value, [])}
+        if len(shapes) > 1:
+            # (`if TRANSPOSE_A: a_desc = ...[BK, BM]... else: a_desc = ...[BM, BK]...`: the ring's slots would take
+            # one of the blocks for every copy of the loop)
+            return LoopRefusal(call, f"the descriptor `{call.func.value.value}` is made with {len(shapes)} block "
+                               "shapes (in the branches of an `if`); a ring's slots take one")
         return OperandLoad(index, name, call.func.value.value, call)
     if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
         return None

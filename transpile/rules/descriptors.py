@@ -197,6 +197,9 @@ def _coords(offsets: list[cst.BaseExpression]) -> cst.BaseExpression:
 
 
 def _info(ctx: RuleContext, original: cst.Call) -> DescriptorInfo | None:
+    info = ctx.plan.descriptor_calls.get(original)
+    if info is not None:
+        return info
     for info in ctx.plan.descriptors.values():
         if info.node is original:
             return info

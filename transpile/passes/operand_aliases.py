@@ -1,0 +1,118 @@
+"""A dot operand read through a name that only renames (or transposes) a tile, read as that tile.
+
+Kernels that choose an operand's orientation at compile time name the choice, then multiply the name::
+
+    for ki in range(k_tiles):
+        a = a_desc.load([offs_am, offs_k])
+        arg1 = a                        # or `arg1 = a.T` where the tile is stored transposed
+        ...
+        accumulator = tl.dot(arg1, arg2, accumulator)
+
+(tritonbench's `matmul_kernel_descriptor_persistent`, once `transpile.passes.unswitch` has made a loop per flag
+value). The pipeline rules look for the loaded tile in the dot's operand; this pass writes the dot on it
+(`tl.dot(a, ...)`, or `tl.dot(tl.trans(a), ...)`) and drops the renaming line. Only where the name is a temporary of
+the loops that bind it (bound at the top of each before any read, read nowhere else: each unswitched copy of a loop
+binds its own), bound in this loop by a line of its own as `x = y`, `x = y.T` or `x = tl.trans(y)` of a name `y`,
+read in it by that dot alone, and `y` is not bound again between that line and the dot.
+
+`drop_operand_aliases(source, facts)` returns the new module text and the functions it replaced (old node -> new),
+or None when nothing changes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from transpile.analysis.attention import loop_local
+from transpile.analysis.dot_loops import is_dot_call
+from transpile.cst_utils import assigned_names, module_code, single_assign
+from transpile.cst_walk import semantic_preorder, transform
+from transpile.discover import ModuleFacts, language_alias, language_name
+from transpile.source import SourceFile
+
+
+def drop_operand_aliases(source: SourceFile, facts: ModuleFacts
+                         ) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
+    if "dot" not in source.text:
+        return None
+    functions = {fn.node for fn in facts.functions.values()}
+    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
+    body = []
+    for statement in source.module.body:
+        new = None
+        if statement in functions:
+            lang = language_alias(source, statement)  # type: ignore[arg-type]
+            if lang:
+                rewriter = _Loops(source, statement, lang)  # type: ignore[arg-type]
+                candidate = transform(statement, rewriter)
+                new = candidate if rewriter.changed else None
+        if new is not None:
+            replaced[statement] = new
+        body.append(new or statement)
+    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
+
+
+def _uses(node: cst.CSTNode, name: str) -> int:
+    return sum(1 for n in semantic_preorder(node) if isinstance(n, cst.Name) and n.value == name)
+
+
+class _Loops(cst.CSTTransformer):
+    def __init__(self, source: SourceFile, fn: cst.FunctionDef, lang: str) -> None:
+        super().__init__()
+        self.source = source
+        self.fn = fn
+        self.lang = lang
+        self.changed = False
+
+    def aliased(self, value: cst.BaseExpression) -> tuple[str, bool] | None:
+        """(y, transposed) of `y`, `y.T` or `tl.trans(y)`."""
+        if isinstance(value, cst.Name):
+            return value.value, False
+        if isinstance(value, cst.Attribute) and value.attr.value == "T" and isinstance(value.value, cst.Name):
+            return value.value.value, True
+        if isinstance(value, cst.Call) and language_name(self.source.qualified_name(value.func)) in (
+                "trans", "core.trans") and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name):
+            return value.args[0].value.value, True
+        return None
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        if not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        statements = list(updated_node.body.body)
+        drop: set[int] = set()
+        operands: dict[cst.CSTNode, cst.BaseExpression] = {}
+        for d, statement in enumerate(statements):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for call in (n for n in semantic_preorder(statement) if isinstance(n, cst.Call)):
+                if not is_dot_call(self.source, call):
+                    continue
+                for arg in [a for a in call.args if a.keyword is None][:2]:
+                    name = arg.value
+                    if not isinstance(name, cst.Name) or _uses(updated_node.body, name.value) != 2 \
+                            or _uses(statement, name.value) != 1 or not loop_local(self.fn, name.value):
+                        continue  # (read elsewhere, or bound elsewhere than at the top of the loops that read it)
+                    line = next((i for i in range(d) if name.value in assigned_names(statements[i])), None)
+                    assigned = single_assign(statements[line]) if line is not None else None
+                    alias = self.aliased(assigned[1]) if assigned is not None else None
+                    if alias is None or alias[0] == name.value or any(
+                            alias[0] in assigned_names(s) for s in statements[line + 1:d + 1]):  # type: ignore[operator]
+                        continue
+                    operands[name] = cst.parse_expression(f"{self.lang}.trans({alias[0]})") if alias[1] \
+                        else cst.Name(alias[0])
+                    drop.add(line)  # type: ignore[arg-type]
+        if not operands:
+            return updated_node
+        self.changed = True
+        kept = [s.visit(_Replace(operands)) for i, s in enumerate(statements) if i not in drop]
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=kept))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.CSTNode, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        new = self.replacements.get(original_node)
+        return new if new is not None else updated_node
