@@ -1650,6 +1650,8 @@ def test_a_block_picked_from_a_loaded_count_is_copied_direct_to_lds(tmp_path: Pa
     # a select clamps the columns: the compiler cannot prove them contiguous (a direct-to-LDS copy would not compile)
     ("offs_n = pid_n * BN + tl.arange(0, BN)\n    offs_n = tl.where(offs_n < N, offs_n, 0)",
      "the tile `b` at line 22 is addressed along its contiguous axis by `offs_n`, which a `where` makes"),
+    # a select of the block index, a scalar, leaves the columns contiguous (FlagGems' `bmm`)
+    ("pid_n = tl.where(pid_n < 0, 0, pid_n)\n    offs_n = pid_n * BN + tl.arange(0, BN)", None),
     # ... unless a contiguity hint follows it, as the persistent-matmul tutorial writes it
     ("offs_n = pid_n * BN + tl.arange(0, BN)\n    offs_n = tl.where(offs_n < N, offs_n, 0)\n"
      "    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BN), BN)", None),

@@ -454,9 +454,21 @@ def last_axis_selected(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
         value = value.value if isinstance(value, cst.Element) else value
         return {node_code(_MODULE, c.func).rsplit(".", 1)[-1] for c in calls_in(value)}
 
+    vectors: dict[str, bool] = {}
+
+    def vector(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        """`name` holds a vector (made from an `arange`, through the values it is assigned), not a scalar: a select
+        of scalars (a block index `pid_n = tl.where(...)`) leaves `pid_n * BLOCK_N + tl.arange(...)` contiguous."""
+        if name not in vectors:
+            values = definitions.get(name)
+            vectors[name] = values is not None and any(
+                "arange" in call_names(v) or any(vector(n, seen | {name}) for n in names_in(v.value) - seen - {name})
+                for v in values.elements)  # type: ignore[attr-defined]
+        return vectors[name]
+
     def selected(name: str, seen: frozenset[str]) -> str | None:
         values = definitions.get(name)
-        if values is None:
+        if values is None or not vector(name):
             return None
         calls = [call_names(v) for v in values.elements]  # type: ignore[attr-defined]
         if any("max_contiguous" in c for c in calls):
