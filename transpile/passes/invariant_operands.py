@@ -31,9 +31,10 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.dot_loops import is_dot_call
-from transpile.cst_utils import bound_names, module_code, names_in
-from transpile.cst_walk import semantic_preorder, transform
+from transpile.cst_utils import bound_names, names_in
+from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_name
+from transpile.passes import replaced, rewrite_functions
 from transpile.source import SourceFile
 
 #: language calls that only rearrange or convert a tile (and the method `x.to(...)`)
@@ -46,19 +47,8 @@ def hoist_invariant_operands(source: SourceFile, facts: ModuleFacts
     if ".to(" not in source.text and "trans" not in source.text and ".T" not in source.text \
             and "permute" not in source.text and "reshape" not in source.text:
         return None
-    functions = {fn.node for fn in facts.functions.values()}
-    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
-    body = []
-    for statement in source.module.body:
-        new = None
-        if statement in functions:
-            rewriter = _Loops(source, statement)  # type: ignore[arg-type]
-            candidate = transform(statement, rewriter)
-            new = candidate if rewriter.changed else None
-        if new is not None:
-            replaced[statement] = new
-        body.append(new or statement)
-    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
+    return rewrite_functions(source.module, {fn.node for fn in facts.functions.values()},
+                             lambda fn: _Loops(source, fn))
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -136,17 +126,7 @@ class _Loops(cst.CSTTransformer):
         if not replacements:
             return [], loop
         self.changed = True
-        body = loop.body.visit(_Replace(replacements))  # type: ignore[union-attr]
+        body = replaced(loop.body, replacements)  # type: ignore[arg-type]
         if lines:  # (the loop's own leading comments stay above the first new line)
             lines[0] = lines[0].with_changes(leading_lines=[*loop.leading_lines, *lines[0].leading_lines])
         return lines, loop.with_changes(body=body, leading_lines=[])
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.CSTNode, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        new = self.replacements.get(original_node)
-        return new if new is not None else updated_node

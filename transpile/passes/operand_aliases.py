@@ -25,9 +25,10 @@ import libcst as cst
 
 from transpile.analysis.attention import loop_local
 from transpile.analysis.dot_loops import is_dot_call
-from transpile.cst_utils import assigned_names, module_code, single_assign
-from transpile.cst_walk import semantic_preorder, transform
+from transpile.cst_utils import assigned_names, single_assign
+from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_alias, language_name
+from transpile.passes import replaced, rewrite_functions
 from transpile.source import SourceFile
 
 
@@ -35,21 +36,12 @@ def drop_operand_aliases(source: SourceFile, facts: ModuleFacts
                          ) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
     if "dot" not in source.text:
         return None
-    functions = {fn.node for fn in facts.functions.values()}
-    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
-    body = []
-    for statement in source.module.body:
-        new = None
-        if statement in functions:
-            lang = language_alias(source, statement)  # type: ignore[arg-type]
-            if lang:
-                rewriter = _Loops(source, statement, lang)  # type: ignore[arg-type]
-                candidate = transform(statement, rewriter)
-                new = candidate if rewriter.changed else None
-        if new is not None:
-            replaced[statement] = new
-        body.append(new or statement)
-    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
+
+    def rewriter(fn: cst.FunctionDef) -> cst.CSTTransformer | None:
+        lang = language_alias(source, fn)
+        return _Loops(source, fn, lang) if lang else None
+
+    return rewrite_functions(source.module, {fn.node for fn in facts.functions.values()}, rewriter)
 
 
 def _uses(node: cst.CSTNode, name: str) -> int:
@@ -104,15 +96,5 @@ class _Loops(cst.CSTTransformer):
         if not operands:
             return updated_node
         self.changed = True
-        kept = [s.visit(_Replace(operands)) for i, s in enumerate(statements) if i not in drop]
+        kept = [replaced(s, operands) for i, s in enumerate(statements) if i not in drop]  # type: ignore[arg-type]
         return updated_node.with_changes(body=updated_node.body.with_changes(body=kept))
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.CSTNode, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        new = self.replacements.get(original_node)
-        return new if new is not None else updated_node

@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, module_code, names_in, read_names, single_assign
-from transpile.cst_walk import semantic_preorder, transform
+from transpile.cst_utils import assigned_names, names_in, read_names, single_assign
+from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_name
+from transpile.passes import rewrite_functions
 from transpile.source import SourceFile
 
 NOTE = "# triton-transpile: the tiles x K steps loop as a tile loop around its K loop (the same iterations, in order)."
@@ -57,19 +58,8 @@ NOTE = "# triton-transpile: the tiles x K steps loop as a tile loop around its K
 def split_tile_loops(source: SourceFile, facts: ModuleFacts) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
     if "where(" not in source.text and "%" not in source.text:
         return None
-    functions = {fn.node for fn in facts.functions.values()}
-    replaced: dict[cst.CSTNode, cst.CSTNode] = {}
-    body = []
-    for statement in source.module.body:
-        new = None
-        if statement in functions:
-            rewriter = _Blocks(source, statement)  # type: ignore[arg-type]
-            candidate = transform(statement, rewriter)
-            new = candidate if rewriter.changed else None
-        if new is not None:
-            replaced[statement] = new
-        body.append(new or statement)
-    return (module_code(source.module.with_changes(body=body)), replaced) if replaced else None
+    return rewrite_functions(source.module, {fn.node for fn in facts.functions.values()},
+                             lambda fn: _Blocks(source, fn))
 
 
 class _Blocks(cst.CSTTransformer):

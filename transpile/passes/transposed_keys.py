@@ -38,6 +38,7 @@ from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
 from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, single_assign, substituted
 from transpile.discover import ModuleFacts, language_alias
+from transpile.passes import Replace
 from transpile.source import SourceFile
 
 
@@ -98,7 +99,7 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
     if not replacements:
         return None
     # (in one walk: libcst's `deep_replace` remakes the tree, so a second node would no longer be found in it)
-    return source.module.visit(_Replace({id(old): new for old, new in replacements})).code
+    return source.module.visit(Replace({id(old): new for old, new in replacements})).code
 
 
 def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionPlan) -> bool:
@@ -131,14 +132,3 @@ def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpressio
     values = {name: _expanded(definitions[name], definitions, seen | {name}).with_changes(
         lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) for name in names_in(node) & set(definitions) - seen}
     return substituted(node, values)
-
-
-class _Replace(cst.CSTTransformer):
-    """Each node whose id is a key of `replacements` replaced by its value."""
-
-    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # noqa: ANN201
-        return self.replacements.get(id(original), updated)
