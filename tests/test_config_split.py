@@ -158,6 +158,26 @@ gluon = triton.autotune(configs=one + [added], key=["M"])(gluon_stand_in)
 kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=())
 marks = [c.kwargs.get("_transpile_source", False) for c in gluon.configs]
 assert marks == [False, False, True] and gluon.configs[2].kwargs["BLOCK_M"] == 32, gluon.configs
+
+# Fewer warps than a wgmma's warpgroup (`rules.base.WARPGROUP_TEST`): each config or launch of 2 warps runs the
+# source kernel, those of 4 and more the Gluon kernel, through either launcher
+warpgroup = (lambda num_warps=4: num_warps < 4,)
+for launcher in (_TMAOrTriton, _OneWaveOrTriton):
+    for warps, mark in ((2, 2), (4, 1), (8, 1)):
+        config = [triton.Config({"BLOCK_M": 32}, num_warps=warps)]
+        gluon = triton.autotune(configs=config, key=["M"])(gluon_stand_in)
+        gluon._do_bench = timer
+        source = triton.autotune(configs=config, key=["M"])(source_kernel)
+        kernel = launcher(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(), source_when=warpgroup)
+        out = OUT[0] = torch.zeros(64, dtype=torch.int32)
+        kernel[grid](out, 128)
+        assert int(out[0]) == mark, (launcher, warps, out.tolist())
+    kernel = launcher(gluon_stand_in, source_kernel, params=("out_ptr", "M", "BLOCK_M"), tiles=(),
+                      source_when=warpgroup)
+    for extra, mark in (({"num_warps": 2}, 2), ({"num_warps": 4}, 1), ({}, 1)):
+        out = OUT[0] = torch.zeros(64, dtype=torch.int32)
+        kernel[grid](out, 64, BLOCK_M=16, **extra)
+        assert int(out[0]) == mark, (launcher, extra, out.tolist())
 print("ONE WAVE")
 '''
 

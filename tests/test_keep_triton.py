@@ -3,6 +3,7 @@ Triton in the variant (byte for byte, under a comment and a TT041 note); `--gluo
 
 from __future__ import annotations
 
+import re
 import tempfile
 import textwrap
 from pathlib import Path
@@ -10,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from transpile.engine import translate_source
+from transpile.rules.base import WARPGROUP_TEST
 from transpile.targets import get_target
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # A dot in a `tl.static_range` loop: no pipeline rule takes it, on any target.
 UNROLLED = textwrap.dedent('''\
@@ -273,6 +277,20 @@ def test_sm90_few_warps_and_a_loop_kept_at_any_warps_name_the_loop_first() -> No
     loop, _, warps = outcome.kept_reason.partition("; besides, ")
     assert loop.startswith("the loop at line 12 is not pipelined for sm90 (the dot's result is scaled"), loop
     assert "runs 2 warps" in warps and "takes a warpgroup of 4 warps" in warps
+
+
+def test_sm90_pipelined_kernel_with_some_2_warp_configs_runs_those_on_the_source() -> None:
+    """A descriptor GEMM (pipelined on sm90) whose autotune table also has 2-warp configs: translated, its launcher
+    tests each config's and launch's warps (`num_warps < 4` runs the source kernel); with every config under 4 warps
+    nothing could run the wgmma and the kernel is kept, the warps named."""
+    text = (FIXTURES / "suite_gemm_small_warps.py").read_text(encoding="utf-8")
+    (outcome,) = translate_source(text, "k.py", get_target("sm90")).functions
+    assert outcome.translated and outcome.pipelined
+    assert WARPGROUP_TEST in outcome.dispatch.source_when
+    few = re.sub(r"num_warps=[48]", "num_warps=2", text)
+    (outcome,) = translate_source(few, "k.py", get_target("sm90")).functions
+    assert not outcome.translated and "runs 2 warps" in outcome.kept_reason
+    assert "takes a warpgroup of 4 warps" in outcome.kept_reason
 
 
 CHOSEN_HELPER = '''import triton

@@ -49,7 +49,7 @@ from transpile.diagnostics import Diagnostic, Severity, TranspileError
 from transpile.blocks import KernelBlock, kernel_block_texts, translate_blocks
 from transpile.discover import ModuleFacts, discover, nested_kernels
 from transpile.formatting import FormatError, FormatStyle, format_texts
-from transpile.rules.base import Rule, RuleContext
+from transpile.rules.base import WARPGROUP_TEST, Rule, RuleContext
 from transpile.rules.hoist import is_hoisted
 from transpile.rules.hopper_schedule import Sm90Ring
 from transpile.rules.layouts import convert, expand
@@ -908,6 +908,7 @@ def _header(path: str, sha256: str, source: SourceFile, target: Target, command:
                                   *([f"its grid has at least {o.dispatch.grid_at_least[1]} programs along axis "
                                      f"{o.dispatch.grid_at_least[0]}"] if o.dispatch.grid_at_least else []),
                                   *(["its grid has at most one program per SM"] if o.dispatch.one_wave else []),
+                                  *(["it runs 4 warps or more"] if WARPGROUP_TEST in o.dispatch.source_when else []),
                                   *(["its tensors' rows are 16-byte aligned"] if o.dispatch.aligned else []),
                                   *(["their elements 32-bit or wider"] if o.dispatch.reason == ALIGNMENT_REASON
                                     and not o.dispatch.narrow else [])])

@@ -16,7 +16,7 @@ from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, addr
 from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel
 from transpile.passes.tma_tiles import Dispatch, Tile, jit_callees
-from transpile.rules.base import RuleContext
+from transpile.rules.base import WARPGROUP_TEST, RuleContext
 from transpile.source import SourceFile
 
 
@@ -137,6 +137,9 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
         checks = "each launch's tensors and strides"
     else:
         unflagged = " and ".join(f"`{n}` is at least {v}" for n, v in dispatch.unflagged_at_least)
+        tests = [test for test, _ in dispatch.source_when] if dispatch.source_when and not dispatch.amd else []
+        warpgroup = WARPGROUP_TEST[0] in tests  # (fewer warps than a wgmma's warpgroup: `rules.base.WARPGROUP_TEST`)
+        slower = [test for test in tests if test != WARPGROUP_TEST[0]]
         why = (dispatch.reason.split(" and, on aligned rows,")[0] if dispatch.narrow else dispatch.reason) or " and ".join([*([f"it is faster than this kernel only where `{dispatch.when[0]}` is set"
                                + (f" or {unflagged}" if unflagged else "")]
                               if dispatch.when else []),
@@ -148,8 +151,8 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
                               if dispatch.grid_at_least is not None else []),
                             *(["it is faster than this kernel only where its grid fits in one wave (at most one "
                                "program per SM)"] if dispatch.one_wave else []),
-                            *([f"it is slower where `{'` or `'.join(test for test, _ in dispatch.source_when)}`"]
-                              if dispatch.source_when and not dispatch.amd else []),
+                            *([f"it is slower where `{'` or `'.join(slower)}`"] if slower else []),
+                            *(["its wgmma needs a warpgroup of 4 warps (`num_warps < 4`)"] if warpgroup else []),
                             *(["its copies move 16 bytes: they need tensors with 16-byte aligned rows"]
                               if dispatch.aligned else [])])
         checks = (f"its tensors' alignment{'' if dispatch.narrow else ' and element size'} and that of the arguments "

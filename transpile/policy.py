@@ -23,7 +23,7 @@ from transpile.launches import alignment_dispatch, launch_facts, passed_as_value
 from transpile.outcomes import KernelOutcome
 from transpile.passes.tma_tiles import Dispatch, jit_callees
 from transpile.passes.vector_loads import replicated_vector_load
-from transpile.rules.base import RuleContext
+from transpile.rules.base import WARPGROUP_TEST, RuleContext
 from transpile.source import SourceFile
 from transpile.targets import Target
 
@@ -70,7 +70,10 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
     elif ctx.keep is not None:
         keep_as_triton(outcome, source, ctx.keep[0], fn.name, ctx.keep[1], drop=())
-    elif target.backend == "cuda" and (few := few_warps(fn, facts, plans)) is not None:
+    elif target.backend == "cuda" and (few := few_warps(fn, facts, plans, all_few=bool(
+            ctx.pipelined and not gluon_always))) is not None:
+        # (a pipelined kernel with configs or launches of 4 warps or more as well: its launcher runs the others on
+        # the source kernel, below)
         warps = (f"{few}, and its dots would run as wgmma, which takes a warpgroup of 4 warps (Triton runs them "
                  "as mma.sync there)")
         if not gluon_always and not ctx.pipelined:
@@ -88,6 +91,14 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
             outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when,
                                                    amd=ctx.target.backend == "hip")
+        if target.backend == "cuda" and outcome.translated and few_warps(fn, facts, plans) is not None:
+            # A pipelined kernel some of whose configs or launches run fewer than 4 warps: its launcher runs those
+            # on the source kernel (tested per launch and per autotune config), the others on the pipelined one
+            outcome.dispatch = dataclasses.replace(
+                outcome.dispatch, source_when=tuple(dict.fromkeys((*outcome.dispatch.source_when, WARPGROUP_TEST)))
+            ) if outcome.dispatch is not None else Dispatch(fn.name, tuple(p.name for p in fn.params), (),
+                                                            helpers=jit_callees(facts, fn.name),
+                                                            source_when=(WARPGROUP_TEST,))
         access = launch_facts(facts, fn)[0] if outcome.translated and not outcome.pipelined else None
         vector = (replicated_vector_load(facts, fn, plan) if outcome.translated and not outcome.pipelined
                   and access is None else None)
@@ -389,9 +400,10 @@ def transformed_in_place(source: SourceFile, statement: cst.CSTNode) -> set[str]
     return kept - dropped
 
 
-def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:
+def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan], all_few: bool = False) -> str | None:
     """Where `fn` (or a helper it calls) has a dot, an autotune config or launch of it in the file with fewer than 4
-    warps (`num_warps=2`, or `num_warps=w` over `for w in [1, 2, 4]`), said in words; else None."""
+    warps (`num_warps=2`, or `num_warps=w` over `for w in [1, 2, 4]`), said in words; else None. With `all_few`, only
+    where every config or launch the file writes with a warp count has fewer than 4 (none could run a wgmma)."""
     if not any(plans[name].dots for name in [fn.name, *jit_callees(facts, fn.name)] if name in plans):
         return None
     key = ("num_warps_texts",)
@@ -414,14 +426,17 @@ def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan])
     assigned, launches = facts.memo[key]
     texts = [facts.source.code(d) for d in fn.node.decorators]
     texts += [assigned[n] for d in fn.node.decorators for n in names_in(d) if n in assigned]
+    counts = []
     for text in [*texts, *launches.get(fn.name, [])]:
         for value in _NUM_WARPS.findall(text):
-            counts = [int(value)] if value.isdigit() else [
+            counts += [int(value)] if value.isdigit() else [
                 int(n) for m in re.finditer(rf"\bfor\s+{value}\s+in\s+[\[(]([\d,\s]+)[\])]", text)
                 for n in re.findall(r"\d+", m.group(1))]
-            few = [n for n in counts if n < 4]
-            if few:
-                return f"a config or launch of it in this file runs {min(few)} warp{'s' if min(few) > 1 else ''}"
+    few = [n for n in counts if n < 4]
+    if not few:
+        return None
+    if not all_few or len(few) == len(counts):
+        return f"a config or launch of it in this file runs {min(few)} warp{'s' if min(few) > 1 else ''}"
     return None
 
 

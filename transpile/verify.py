@@ -388,7 +388,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
                 outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
                 continue
-            when = _source_tests(outcome, constexprs)
+            when = _source_tests(outcome, {**constexprs, "num_warps": num_warps})
             if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel (both
                 # compile below: the Gluon kernel's code for these values too)
                 label += f" (`{when[0]}`: the source kernel runs it)"
@@ -687,7 +687,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 gluon = False  # (the launcher gives it the source kernel)
                 status = (f"source kernel at this launch (two ring slots need {2 * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
-            when = _source_tests(outcome, constexprs)
+            when = _source_tests(outcome, {**constexprs, "num_warps": num_warps})
             if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)
                 gluon = False
                 status = f"source kernel at this launch (`{when[0]}`)"

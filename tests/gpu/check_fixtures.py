@@ -1318,6 +1318,8 @@ SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_gemm_persistent", wrapper="matmul_persistent"),
     # the same walk in one flat loop over tiles x K steps (`transpile.passes.tile_loops` nests it)
     _suite_gemm_case("suite_gemm_persistent_flat", wrapper="matmul_persistent_flat"),
+    # an autotune table with 2-warp configs beside 4- and 8-warp ones: the launcher gives those to the source kernel
+    _suite_gemm_case("suite_gemm_small_warps"),
     _suite_gemm_case("suite_blockptr_gemm"),
     _suite_gemm_case("suite_gemm_bias_gelu", wrapper="linear_gelu", make_inputs=_scaled_bias_gemm_inputs,
                      reference=_ref_linear_gelu),

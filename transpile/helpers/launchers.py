@@ -141,8 +141,9 @@ class _TMAOrTriton:
             _ConfigSplit.install(self)
 
     def config_runs_gluon(self, values):
-        """Whether an autotune config (its values, with the launch's) may run the Gluon kernel: every one here."""
-        return True
+        """Whether an autotune config (its values, with the launch's and its `num_warps`) may run the Gluon kernel:
+        every one for which no test of `source_when` holds."""
+        return not self.source_wanted(values)
 
     def source_wanted(self, values):
         """A test of `source_when` (functions of the kernel's parameters: launches for which the Gluon kernel measured
@@ -367,8 +368,8 @@ class _OneWaveOrTriton(_TMAOrTriton):
 
     def config_runs_gluon(self, values):
         """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
-        SM, and the `at_least` sizes hold (the wgmma's 64 rows a warpgroup)."""
-        if not self.sizes_at_least(self.config_at_least, values):
+        SM, and the `at_least` sizes hold (the wgmma's 64 rows a warpgroup), and no test of `source_when` holds."""
+        if not self.sizes_at_least(self.config_at_least, values) or self.source_wanted(values):
             return False
         grid = values.get("grid")
         try:

@@ -417,6 +417,11 @@ def positional_or_keyword(node: cst.Call, index: int, key: str) -> cst.Arg | Non
     return positional[index] if index < len(positional) else None
 
 
+#: The launcher's test (`RuleContext.launch_source_when`) for launches and autotune configs of fewer than 4 warps, which
+#: a wgmma cannot run on (a warpgroup is 4 warps): they run the source kernel.
+WARPGROUP_TEST = ("num_warps < 4", (("num_warps", "4"),))
+
+
 def evaluate(text: str, values: dict[str, object]) -> object | None:
     """The value of the source text `text` (a constexpr expression: `BLOCK_M < 128`, `BLOCK_N * HEAD_DIM`) at these
     constexpr `values`, or None where it reads another name or fails."""
