@@ -159,6 +159,26 @@ kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=(
 marks = [c.kwargs.get("_transpile_source", False) for c in gluon.configs]
 assert marks == [False, False, True] and gluon.configs[2].kwargs["BLOCK_M"] == 32, gluon.configs
 
+# A pruner that builds its configs anew (GPTQ-triton's shrinks the block sizes to the problem) drops the twins' mark:
+# the pruning runs apart on the twins, which keep it, so the source kernel is still timed against the Gluon kernel
+def rebuild(configs, named_args, **kwargs):
+    return [triton.Config({"BLOCK_M": c.kwargs["BLOCK_M"]}, num_warps=c.num_warps) for c in configs]
+
+for source_time, mark in ((0.5, 2), (2.0, 1)):
+    SOURCE_TIME[0] = source_time
+    two = [triton.Config({"BLOCK_M": 32}, num_warps=4), triton.Config({"BLOCK_M": 16}, num_warps=4)]
+    gluon = triton.autotune(configs=two, key=["M"], prune_configs_by={"early_config_prune": rebuild})(gluon_stand_in)
+    gluon._do_bench = timer
+    source = triton.autotune(configs=two, key=["M"])(source_kernel)
+    kernel = _TMAOrTriton(gluon, source, params=("out_ptr", "M", "BLOCK_M"), tiles=())
+    out = OUT[0] = torch.zeros(64, dtype=torch.int32)
+    kernel[grid](out, 64)
+    out.zero_()
+    kernel[grid](out, 64)
+    assert int(out[0]) == mark, (source_time, out.tolist())
+    assert len(gluon.configs) == 4  # (restored after each pruning: two configs and their twins)
+SOURCE_TIME[0] = 2.0
+
 # Fewer warps than a wgmma's warpgroup (`rules.base.WARPGROUP_TEST`): each config or launch of 2 warps runs the
 # source kernel, those of 4 and more the Gluon kernel, through either launcher
 warpgroup = (lambda num_warps=4: num_warps < 4,)

@@ -427,6 +427,36 @@ class _ConfigSplit:
             twin.kwargs = {**config.kwargs, _ConfigSplit.SOURCE: True}
             twins.append(twin)
         autotuner.configs = [*autotuner.configs, *twins]
+        prune = getattr(autotuner, "prune_configs", None)
+        if callable(prune):
+            autotuner.prune_configs = lambda *args, **kwargs: _ConfigSplit.prune(autotuner, prune, args, kwargs)
+
+    @staticmethod
+    def prune(autotuner, prune, args, kwargs):
+        """The autotuner's pruning, run apart on its Gluon configs and on the source twins (unmarked, as the source's
+        own configs): a pruner that builds configs anew (an `early_config_prune` that shrinks block sizes to the
+        problem, GPTQ-triton's) would drop the twins' mark, and with it the source kernel's timings."""
+        import copy
+
+        configs = autotuner.configs
+        marked = [c for c in configs if c.kwargs.get(_ConfigSplit.SOURCE)]
+        unmarked = []
+        for config in marked:
+            plain = copy.copy(config)
+            plain.kwargs = {k: v for k, v in config.kwargs.items() if k != _ConfigSplit.SOURCE}
+            unmarked.append(plain)
+        try:
+            autotuner.configs = [c for c in configs if not c.kwargs.get(_ConfigSplit.SOURCE)]
+            gluon = list(prune(*args, **kwargs))
+            autotuner.configs = unmarked
+            source = list(prune(*args, **kwargs)) if unmarked else []
+        finally:
+            autotuner.configs = configs
+        for config in source:
+            twin = copy.copy(config)
+            twin.kwargs = {**config.kwargs, _ConfigSplit.SOURCE: True}
+            gluon.append(twin)
+        return gluon
 
     def __init__(self, gluon_fn, triton_fn, launcher):
         self.fn = gluon_fn  # (the autotuner reads the kernel's name and cache key through `fn`)
