@@ -395,9 +395,9 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
             if not kept:
                 num_warps = outcome.num_warps or num_warps  # the variant's autotune configs say so too
             if outcome.dispatch is not None and not kept:  # the launcher: its Gluon kernel, then the source's copy
-                if "(added)" not in label and (source_configs or not position):
+                if "(added)" not in label and (source_configs or not position or when):
                     # (the source's copy keeps the source's autotune table: the configs the variant added are the
-                    # Gluon kernel's alone)
+                    # Gluon kernel's alone; a config the launcher gives the source kernel compiles it in any case)
                     ok, message, asm, shared = compile_kernel(kernel.triton_kernel, result.target, signature,
                                                               constexprs, num_warps, triton_kernel=True)
                     outcomes.append(CompiledKernel(f"_{outcome.name}_triton", label, ok, message, asm, shared, True))
