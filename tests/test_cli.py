@@ -551,6 +551,15 @@ def test_explain_shows_the_copy_engine_the_variant_uses(repo_cli) -> None:
     assert "16-byte buffer loads" not in result.stdout
 
 
+def test_explain_names_the_configs_the_launcher_gives_the_source_kernel(repo_cli) -> None:
+    """An sm90 ring whose autotune table also has 2-warp configs: those rows say the source kernel runs them."""
+    result = repo_cli("explain", "fixtures/suite_gemm_small_warps.py", "-t", "sm90")
+    assert_clean_exit(result, 0)
+    out = " ".join(result.stdout.replace("│", " ").split())
+    assert "num_warps=2: the source kernel (the launcher's `num_warps < 4`)" in out, out
+    assert "num_warps=4: single partition; ring depth 4" in out, out
+
+
 def test_explain_shows_refusals(tmp_path: Path, cli) -> None:
     (tmp_path / "mixed.py").write_text(MIXED, encoding="utf-8")
     result = cli("explain", "mixed.py", "-t", "sm90")

@@ -12,6 +12,7 @@ from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
 from transpile.engine import KernelOutcome, for_amd, prepare, prepare_blocks, translate_source
 from transpile.lowering.sm90 import CONSUMER_STEPS, LOADER_STEPS
+from transpile.rules.base import evaluate, source_when_holds
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text
 from transpile.targets import Target
@@ -171,7 +172,15 @@ def _ring_rows(outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001 - KernelO
                          "slot's `empty`" + ("; both walk the program's tiles (persistent)" if ws.persistent else "")
                          + f"; loader: {' -> '.join(LOADER_STEPS)}; consumer: {' -> '.join(CONSUMER_STEPS)}"
                          + "; else one partition (the iteration above)"))
+        tests = outcome.dispatch.source_when if outcome.dispatch is not None else ()
         for config in ring.configs:
+            # (a config a test of the launcher holds at runs the source kernel: `num_warps < 4`, a loop too short)
+            held = [test for test, names in tests if source_when_holds(
+                test, names, {**{n: evaluate(d, {}) for n, d in names if d is not None}, **config.values,
+                              "num_warps": config.num_warps})]
+            if held:
+                rows.append(("config", config.label, f"{config.text}: the source kernel (the launcher's `{held[0]}`)"))
+                continue
             form = ("" if ws is None else
                     {True: "warp-specialised; ", False: "single partition; ", None: "form decided at launch; "}[
                         ws.selects(config.values, config.num_warps)])
