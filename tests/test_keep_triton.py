@@ -293,6 +293,21 @@ def test_sm90_pipelined_kernel_with_some_2_warp_configs_runs_those_on_the_source
     assert "takes a warpgroup of 4 warps" in outcome.kept_reason
 
 
+def test_sm90_configs_built_by_a_function_are_read_for_their_warps() -> None:
+    """The matmul tutorial builds its table in a function (`configs=get_autotune_config()`): its 2-warp configs are
+    seen there too, and run the source kernel; with only 2-warp configs the kernel is kept."""
+    text = (FIXTURES / "suite_gemm_small_warps.py").read_text(encoding="utf-8")
+    start, end = text.index("@triton.autotune("), text.index('    key=["M", "N", "K"],\n)')
+    table = text[start:end].replace("@triton.autotune(\n    configs=[", "def get_autotune_config():\n    return [")
+    text = (text[:start] + table.rstrip().rstrip(",") + "\n\n\n@triton.autotune(\n    configs=get_autotune_config(),\n"
+            + text[end:])
+    (outcome,) = translate_source(text, "k.py", get_target("sm90")).functions
+    assert outcome.translated and outcome.pipelined
+    assert WARPGROUP_TEST in outcome.dispatch.source_when
+    (outcome,) = translate_source(re.sub(r"num_warps=[48]", "num_warps=2", text), "k.py", get_target("sm90")).functions
+    assert not outcome.translated and "runs 2 warps" in outcome.kept_reason
+
+
 CHOSEN_HELPER = '''import triton
 import triton.language as tl
 

@@ -402,7 +402,8 @@ def transformed_in_place(source: SourceFile, statement: cst.CSTNode) -> set[str]
 
 def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan], all_few: bool = False) -> str | None:
     """Where `fn` (or a helper it calls) has a dot, an autotune config or launch of it in the file with fewer than 4
-    warps (`num_warps=2`, or `num_warps=w` over `for w in [1, 2, 4]`), said in words; else None. With `all_few`, only
+    warps (`num_warps=2`, or `num_warps=w` over `for w in [1, 2, 4]`; in the decorator, or in a module-level list or
+    function it reads), said in words; else None. With `all_few`, only
     where every config or launch the file writes with a warp count has fewer than 4 (none could run a wgmma)."""
     if not any(plans[name].dots for name in [fn.name, *jit_callees(facts, fn.name)] if name in plans):
         return None
@@ -411,6 +412,9 @@ def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         assigned: dict[str, str] = {}
         launches: dict[str, list[str]] = {}
         for statement in facts.source.module.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value not in facts.functions:
+                # a function that builds the config table (`configs=get_autotune_config()`, the matmul tutorial's)
+                assigned[statement.name.value] = facts.source.code(statement)
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
                     if isinstance(small, cst.Assign):
@@ -425,7 +429,12 @@ def few_warps(fn: JitFunction, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         facts.memo[key] = (assigned, launches)
     assigned, launches = facts.memo[key]
     texts = [facts.source.code(d) for d in fn.node.decorators]
-    texts += [assigned[n] for d in fn.node.decorators for n in names_in(d) if n in assigned]
+    # the module-level names the decorators read, and those their definitions read (a table built by a function
+    # from another list, two levels at most)
+    names = [n for d in fn.node.decorators for n in names_in(d) if n in assigned]
+    for _ in range(2):
+        names += [n for m in list(names) for n in re.findall(r"\b\w+\b", assigned[m]) if n in assigned and n not in names]
+    texts += [assigned[n] for n in dict.fromkeys(names)]
     counts = []
     for text in [*texts, *launches.get(fn.name, [])]:
         for value in _NUM_WARPS.findall(text):
