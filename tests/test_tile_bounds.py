@@ -156,3 +156,85 @@ def test_count_text_reads_the_kernels_names() -> None:
     assert peel.count == "gl.maximum(K, 0) // BK"
     _, peel = peel_of(kernel(*CASES["split_k"]))
     assert peel.count == "gl.maximum(K + BK * SPLIT - BK - BK * pid_k, 0) // (BK * SPLIT)"
+
+
+# ---- the scores' masks of a flash-attention loop (`leading_iterations`, over `loop_uniform_masks`) -----------------
+ATTENTION = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn(q_ptr, k_ptr, o_ptr, N_CTX, start_m, lo, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+         CAUSAL: tl.constexpr):
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = tl.load(q_ptr + offs_m[:, None] * 16 + tl.arange(0, 16)[None, :])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start_n in range(RANGE):
+        k = tl.load(k_ptr + (start_n + offs_n)[None, :] * 16 + tl.arange(0, 16)[:, None])
+        qk = tl.dot(q, k)
+MASK
+        acc += qk
+    tl.store(o_ptr + offs_m[:, None] * BLOCK_N + offs_n[None, :], acc)
+'''
+
+# (range, the statements that mask the scores): the spellings of flash-attention kernels
+ATTENTION_CASES = {
+    "tutorial": ("0, N_CTX, BLOCK_N", "valid = (start_n + offs_n)[None, :] < N_CTX\nif CAUSAL:\n"
+                 "    valid = valid & (offs_m[:, None] >= (start_n + offs_n)[None, :])\n"
+                 "qk = tl.where(valid, qk * 2.0, -float('inf'))"),
+    "inline_causal": ("0, (start_m + 1) * BLOCK_M, BLOCK_N",
+                      "qk = tl.where(offs_m[:, None] >= (start_n + offs_n[None, :]), qk, -1.0e8)"),
+    "from_lo": ("lo, N_CTX, BLOCK_N", "qk = tl.where((start_n + offs_n[None, :]) < N_CTX, qk, -1.0e8)"),
+}
+
+
+def _attention_masks(span: str, mask: str):  # noqa: ANN202
+    from transpile.analysis.layouts import name_terms
+    from transpile.analysis.tile_bounds import leading_iterations
+    from transpile.analysis.uniform_mask import loop_uniform_masks
+
+    text = ATTENTION.replace("RANGE", span).replace("MASK", "\n".join(f"        {line}" for line in mask.splitlines()))
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = facts.functions["attn"]
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    plan = types.SimpleNamespace(loop=loop, var="start_n")  # (what the proof reads of a loop plan)
+    masks = loop_uniform_masks(source, fn, set(name_terms(analyse_layouts(facts)["attn"])), loop, "start_n",
+                               list(range(len(loop.body.body))))
+    assert len(masks) == 1
+    guards = list(dict.fromkeys(g for g, _ in masks[0].terms))
+    return {g: leading_iterations(fn, plan, [t for h, t in masks[0].terms if h == g]) for g in guards}
+
+
+@pytest.mark.parametrize("case", sorted(ATTENTION_CASES))
+def test_the_masks_hold_on_the_iterations_the_steady_state_runs(case: str) -> None:
+    """The count of leading iterations a score mask holds on, for every tile element, equals the truth: the AMD
+    steady state leaves the mask out on those iterations (`rules/amd_warp_pipeline._steady_masks`)."""
+    span, mask = ATTENTION_CASES[case]
+    counts = _attention_masks(span, mask)
+    assert all(c is not None for c in counts.values()), counts
+    checked = 0
+    for N_CTX, start_m, BLOCK_M, BLOCK_N, lo_blocks, causal in itertools.product(
+            (1, 63, 64, 65, 200, 256, 1000), (0, 1, 2, 5), (16, 64, 128), (16, 32, 64), (0, 1, 3), (False, True)):
+        values = {"N_CTX": N_CTX, "start_m": start_m, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
+                  "lo": lo_blocks * BLOCK_N, "CAUSAL": causal}
+        scope = {**values, "tl": _TL, "gl": _GL}
+        iterations = list(eval(f"range({span})", scope))  # noqa: S307
+        claimed = len(iterations)
+        for guard, count in counts.items():
+            if guard is None or scope[guard]:
+                claimed = min(claimed, eval(count, scope))  # noqa: S307
+        truth = len(iterations)
+        offs_m = start_m * BLOCK_M + torch.arange(0, BLOCK_M)
+        for j, start_n in enumerate(iterations):
+            qk = torch.ones(BLOCK_M, BLOCK_N)
+            local = {**scope, "offs_m": offs_m, "offs_n": torch.arange(0, BLOCK_N), "start_n": start_n, "qk": qk,
+                     "tl": types.SimpleNamespace(where=torch.where)}
+            exec(mask.replace("float('inf')", "1.0e30"), local)  # noqa: S102
+            if not bool(torch.all(local["qk"] == qk * (2.0 if "2.0" in mask else 1.0))):
+                truth = j
+                break
+        assert claimed == truth, (case, values, counts)
+        checked += 1
+    assert checked == 7 * 4 * 3 * 3 * 3 * 2

@@ -53,12 +53,10 @@ class TailPeel:
 def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
     """The mask terms of `plan`'s pointer loads that a steady state of full tiles may drop, or None."""
     algebra = _Algebra(fn, plan)
-    span = [a.value for a in plan.loop.iter.args if a.keyword is None]  # type: ignore[attr-defined]
-    lo, step = (span[0], span[2] if len(span) > 2 else None) if len(span) > 1 else (None, None)
-    lo_poly = algebra.scalar(lo) if lo is not None else {}
-    step_poly = algebra.scalar(step) if step is not None else {(): 1}
-    if lo_poly is None or step_poly is None:
+    span = _span(algebra, plan)
+    if span is None:
         return None
+    lo_poly, step_poly = span
     dropped: dict[int, tuple[int, ...]] = {}
     expanded: dict[int, tuple[cst.BaseExpression, ...]] = {}
     counts: list[str] = []
@@ -81,6 +79,41 @@ def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
     if not dropped:
         return None
     return TailPeel(_nested_minimum(counts), dropped, expanded)
+
+
+def leading_iterations(fn: JitFunction, plan: LoopPlan, tests: list[str]) -> str | None:
+    """How many leading iterations of `plan`'s loop every one of `tests` holds on, as text: scalar comparisons of the
+    loop variable with invariant scalars (a uniform mask's terms, `transpile.analysis.uniform_mask`, whose tests
+    bound a whole tile: `start_n + (BLOCK_N - 1) < N_CTX`, causal `start_m * BLOCK_M >= start_n + (BLOCK_N - 1)`).
+    None where a test does not read the loop variable, does not fall as the loop goes on, or the proof does not
+    take it."""
+    algebra = _Algebra(fn, plan)
+    span = _span(algebra, plan)
+    if span is None or not tests:
+        return None
+    counts: list[str] = []
+    for test in tests:
+        try:
+            node = cst.parse_expression(test)
+        except cst.ParserSyntaxError:
+            return None
+        count = algebra.holds_for(node, 0, *span)
+        if count is None:
+            return None
+        if count not in counts:
+            counts.append(count)
+    return _nested_minimum(counts)
+
+
+def _span(algebra: _Algebra, plan: LoopPlan) -> tuple[Poly, Poly] | None:
+    """The affine forms of the loop's start and step (`range(lo, hi, step)`), or None."""
+    span = [a.value for a in plan.loop.iter.args if a.keyword is None]  # type: ignore[attr-defined]
+    lo, step = (span[0], span[2] if len(span) > 2 else None) if len(span) > 1 else (None, None)
+    lo_poly = algebra.scalar(lo) if lo is not None else {}
+    step_poly = algebra.scalar(step) if step is not None else {(): 1}
+    if lo_poly is None or step_poly is None:
+        return None
+    return lo_poly, step_poly
 
 
 def _nested_minimum(values: list[str]) -> str:

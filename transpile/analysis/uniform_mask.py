@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, only_nodes, read_names, single_assign, unparenthesized
+from transpile.discover import JitFunction, language_alias
+from transpile.source import SourceFile
 
 _OPS = {cst.LessThan: "<", cst.LessThanEqual: "<=", cst.GreaterThan: ">", cst.GreaterThanEqual: ">="}
 
@@ -71,6 +73,25 @@ def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, o
         if mask is not None:
             found.append(mask)
     return found
+
+
+def loop_uniform_masks(source: SourceFile, function: JitFunction, tensors: set[str], loop: cst.For, var: str,
+                       indices: list[int]) -> list[UniformMask]:
+    """`uniform_masks` over the statements `indices` of `loop` in the jit function `function` (`tensors`: the names
+    the layout analysis binds to tensors), with the names the tests may read taken from the function."""
+    from transpile.analysis.attention import top_definitions  # (attention's analysis reads this module's facts)
+
+    definitions, counts = top_definitions(function.node)
+    outer = {n: v for n, v in definitions.items() if counts.get(n) == 1}
+    lang = language_alias(source, function.node)
+    if not lang:
+        return []
+    params = {p.name for p in function.params}
+    stable = {n for n in params if not counts.get(n)} | {n for n, c in counts.items() if c == 1 and n not in params}
+    # (names read or bound: not keyword names, `tl.load(..., mask=...)` does not read a variable `mask`)
+    outside = set().union(*(read_names(s) for s in function.node.body.body if s is not loop))
+    return uniform_masks(list(loop.body.body), indices, var, outer,  # type: ignore[union-attr]
+                         tensors, set(function.constexpr_names), {lang}, stable, outside)
 
 
 def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:

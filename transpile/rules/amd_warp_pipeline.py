@@ -24,11 +24,12 @@ import textwrap
 import libcst as cst
 
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
-from transpile.analysis.layouts import LayoutPlan
+from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, scalar_names)
-from transpile.analysis.tile_bounds import tail_peel
+from transpile.analysis.tile_bounds import leading_iterations, tail_peel
+from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in,
                                  parenthesized)
 from transpile.cst_walk import preorder
@@ -377,6 +378,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # of the steady state's copies, which copy no later iteration.
     peel = tail_peel(ctx.function, plan)
     full = name("num_full")
+    # Masks the consumer selects through (`qk = tl.where(valid, qk * scale, -inf)`: a flash-attention loop's key
+    # bound and causal mask) that hold on every element of the leading iterations' tiles (`uniform_mask`,
+    # `leading_iterations`): the steady state stops before the first iteration that needs one and leaves the where
+    # and the statements building its mask out; the last iterations run them as written.
+    uniform = _steady_masks(ctx, plan, consumer)
+    steady_statements = {m.where_index: _unmasked(body[m.where_index]) for m, _ in uniform}
+    unmasked = {i for m, _ in uniform for i in m.mask_indices}
+    bounded = peel is not None or bool(uniform)
     # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
     # into their slot, so that the global loads' latency is hidden behind a step of the other warp group's MMAs.
     prefetch = engine in PREFETCHING_ENGINES
@@ -538,11 +547,16 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if prep_uses_var else []
         return lines + [consumed(i, pad) for i in prep]
 
-    def consume(iteration: str, pad: str) -> list[str]:
+    def consume(iteration: str, pad: str, steady: bool = False) -> list[str]:
+        """The consumer's statements for `iteration`; `steady`: with the masks that hold on the steady state's
+        iterations left out."""
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
         run: list[str] = []  # consecutive statements of the computation, run here where it is not in `mem`
         for i in consumer:
-            statement = consumed(i, pad)
+            if steady and i in unmasked:
+                continue
+            statement = consumed(i, pad) if not (steady and i in steady_statements) else indent(
+                rename(steady_statements[i], op_renames) if op_renames else code(steady_statements[i]), pad)
             if i in prep:
                 run.append(indent(statement, "    "))
                 continue
@@ -588,6 +602,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         f"{iters} = {count}",
         *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
+        *_steady_bound(uniform, full, full if peel is not None else iters, peel.count if peel is not None else ""),
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the copies of the first NUM_STAGES iterations, one slot each"
         + (", then the loads of the next one." if prefetch else "."),
@@ -611,7 +626,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         if staged and sp.groups == 1:
             # (every wave's copies of the next iteration have landed, and every wave has read the slot refilled below)
             lines.append(f"{pad}_cta_barrier()")
-        work = consume(iteration, pad + "    " if grouped else pad)
+        work = consume(iteration, pad + "    " if grouped else pad, steady=staged)
         inner = pad + "    " if grouped else pad
         next_operands = reads(next_slot, inner)
         if prep and staged:  # (the steady state never reaches the last iteration)
@@ -652,16 +667,18 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         "# Steady state, unrolled by the ring depth so that every slot index is a constant; the wait and the barrier at",
         "# the top of each step: every wave's copies of the next iteration have landed, and no wave still reads the",
         "# slot this step refills. Its copies are never past the end"
-        + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below.",
+        + (" nor in the K tail" if peel is not None else "")
+        + (", and none needs the masks it leaves out" if uniform else "") + ": the last rounds run below.",
     ])
     loop = [
         *top,
         *(["# landed. Its copies are never past the end"
-           + (" nor in the K tail" if peel is not None else "") + ": the last rounds run below."] if sp.groups == 2
-          else []),
+           + (" nor in the K tail" if peel is not None else "")
+           + (", and none needs the masks it leaves out" if uniform else "") + ": the last rounds run below."]
+          if sp.groups == 2 else []),
         # (prefetching, the last step's loads are of iteration (round + 1) * NUM_STAGES: one iteration fewer)
-        f"{rounds} = ({full if peel is not None else iters} - 1) // {stages} - 1" if prefetch else
-        f"{rounds} = {full if peel is not None else iters} // {stages} - 1",
+        f"{rounds} = ({full if bounded else iters} - 1) // {stages} - 1" if prefetch else
+        f"{rounds} = {full if bounded else iters} // {stages} - 1",
         f"for {rnd} in range({rounds}):",
         f"    for {step_} in gl.static_range({stages}):",
         f"        {it} = {rnd} * {stages} + {step_}",
@@ -669,7 +686,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     ]
     lines.append("\n".join(loop))
     tail = [
-        "# The last iterations (NUM_STAGES to 2 * NUM_STAGES - 1 of them), their copies past the end masked off.",
+        "# The last iterations (NUM_STAGES to 2 * NUM_STAGES - 1 of them"
+        + (", and those that need the masks" if uniform else "") + "), their copies past the end masked off.",
         f"for {it} in range(gl.maximum({rounds}, 0) * {stages}, {iters}):",
         *step(it, f"{it} % {stages}", f"({it} + 1) % {stages}", "    ", staged=False),
     ]
@@ -737,6 +755,48 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int]) -> list[tuple[UniformMask, list[str]]]:
+    """The consumer's uniform masks (`loop_uniform_masks`) whose every term holds on a number of leading iterations
+    (`leading_iterations`), each with the lines that bound the steady state by it: `num_full = gl.minimum(num_full,
+    <count>)`, under `if FLAG:` for a term a constexpr flag adds."""
+    found = []
+    for mask in loop_uniform_masks(ctx.source, ctx.function, set(name_terms(ctx.plan)), plan.loop, plan.var,
+                                   consumer):
+        guards = list(dict.fromkeys(g for g, _ in mask.terms))
+        counts = {g: leading_iterations(ctx.function, plan, [t for h, t in mask.terms if h == g]) for g in guards}
+        if any(c is None for c in counts.values()):
+            continue
+        lines = [f"{{full}} = gl.minimum({{full}}, {counts[None]})"] if None in counts else []
+        for guard in guards:
+            if guard is not None:
+                lines += [f"if {guard}:", f"    {{full}} = gl.minimum({{full}}, {counts[guard]})"]
+        found.append((mask, lines))
+    return found
+
+
+def _steady_bound(uniform: list[tuple[UniformMask, list[str]]], full: str, start: str, peeled: str) -> list[str]:
+    """The lines that bound the steady state (`full` iterations, `start` before the masks) by the uniform masks
+    (`peeled`: the K-tail peel's count, which bounds it already)."""
+    if not uniform:
+        return []
+    targets = ", ".join(f"`{mask.target}`" for mask, _ in uniform)
+    lines = [f"# The masks of {targets} hold on every element of the first {full} iterations' tiles: the steady state",
+             "# leaves them out, and the iterations that need them run below."]
+    if start != full:
+        lines.append(f"{full} = {start}")
+    for _, bound in uniform:
+        lines += [line.format(full=full) for line in bound if not (peeled and line.endswith(f", {peeled})")
+                                                                and not line.startswith(" "))]
+    return lines
+
+
+def _unmasked(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """`x = tl.where(mask, value, other)` as `x = value`."""
+    small = statement.body[0]  # type: ignore[attr-defined]
+    call = small.value
+    return statement.with_changes(body=[small.with_changes(value=call.args[1].value)])
 
 
 def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],

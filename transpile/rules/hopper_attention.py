@@ -45,7 +45,7 @@ from transpile.analysis.attention import subscripts as _subscripts
 from transpile.analysis.attention import top_definitions as _definitions
 from transpile.analysis.layouts import Term, name_terms
 from transpile.analysis.pipeline import LoopRefusal
-from transpile.analysis.uniform_mask import UniformMask, uniform_masks
+from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
 from transpile.cst_utils import (
     assigned_names,
     bound_names,
@@ -63,7 +63,6 @@ from transpile.cst_walk import preorder
 from transpile.discover import (
     TRITON_AUTOTUNE,
     decorator_target,
-    language_alias,
     language_name,
 )
 from transpile.lowering.sm90 import ATTENTION_STEADY, WGMMA_ROWS, AttentionStep, wgmma_rows
@@ -790,17 +789,7 @@ class _Relayout:
 def _uniform_masks(ctx: RuleContext, plan: AttentionPlan, indices: list[int]) -> list[UniformMask]:
     """The score masks among the softmax statements `indices` that a scalar test shows all true on a tile
     (`transpile.analysis.uniform_mask`)."""
-    definitions, counts = _definitions(ctx.function.node)
-    outer = {n: v for n, v in definitions.items() if counts.get(n) == 1}
-    lang = language_alias(ctx.source, ctx.function.node)
-    if not lang:
-        return []
-    params = {p.name for p in ctx.function.params}
-    stable = {n for n in params if not counts.get(n)} | {n for n, c in counts.items() if c == 1 and n not in params}
-    # (names read or bound: not keyword names, `tl.load(..., mask=...)` does not read a variable `mask`)
-    outside = set().union(*(read_names(s) for s in ctx.function.node.body.body if s is not plan.loop))
-    return uniform_masks(list(plan.loop.body.body), indices, plan.var, outer,  # type: ignore[union-attr]
-                         set(name_terms(ctx.plan)), set(ctx.function.constexpr_names), {lang}, stable, outside)
+    return loop_uniform_masks(ctx.source, ctx.function, set(name_terms(ctx.plan)), plan.loop, plan.var, indices)
 
 
 def _inline_rescale(plan: AttentionPlan, statement: cst.BaseStatement) -> list[str]:
