@@ -35,6 +35,7 @@ from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.none_masks import drop_none_masks
 from transpile.passes.operand_aliases import drop_operand_aliases
+from transpile.passes.operand_names import name_dot_operands
 from transpile.passes.transposed_keys import transpose_key_tiles
 from transpile.passes.vector_loads import load_calls, own_layout_loads
 from transpile.cst_utils import (
@@ -399,6 +400,16 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         original = source
         # (canonicalisation keeps lines: the lowering's line map, if any, still holds)
         source = parse_source(canonical, path, source.line_map, inlined)
+        facts = discover(source)
+    # A dot operand computed in the loop from a tile it loads (`tl.dot(q, k.to(T))`), named on a line of its own
+    # before the dot (`transpile.passes.operand_names`): the planners read it as a computed operand.
+    named = name_dot_operands(source, facts)
+    if named is not None:
+        named_text, replaced = named
+        if original is None:
+            original = source
+        lines = replaced_line_map(source.module, source.text, replaced, named_text)
+        source = parse_source(named_text, path, _through(source.line_map, lines), inlined)
         facts = discover(source)
     # Index tensors a dot loop advances by a constant, read as functions of the loop variable
     # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.

@@ -1,0 +1,92 @@
+"""`transpile.passes.operand_names`: a dot operand computed in the loop from a tile the loop loads (a cast, a cast of a
+transpose) is named on a line of its own before the dot, the dot reading the name (transposed where the operand
+was); operands that are names, transposes of names, computed from tiles the loop does not load, or through calls
+other than casts and rearrangements are left as written. Through the engine, an attention loop whose scores' dot
+reads such an operand is pipelined on gfx950, and the new line maps to the dot's."""
+
+from __future__ import annotations
+
+import pytest
+
+from transpile.discover import discover
+from transpile.passes.operand_names import name_dot_operands
+from transpile.source import parse_source
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(q_ptr, k_ptr, o_ptr, T, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for start in range(0, T, BN):
+        kt = tl.load(k_ptr + (start + offs_n)[:, None] * D + offs_d[None, :])
+        # the scores of this key block
+        acc += tl.dot(q, OPERAND)
+    tl.store(o_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+def rewritten(text: str) -> str | None:
+    source = parse_source(text, "k.py")
+    result = name_dot_operands(source, discover(source))
+    return None if result is None else result[0]
+
+
+@pytest.mark.parametrize("operand, named, dot", [
+    ("tl.trans(kt.to(q.dtype))", "kt_op = kt.to(q.dtype)", "acc += tl.dot(q, tl.trans(kt_op))"),
+    ("kt.to(q.dtype).T", "kt_op = kt.to(q.dtype)", "acc += tl.dot(q, tl.trans(kt_op))"),
+    # a cast of a transpose: the cast named, the dot reading its transpose
+    ("tl.trans(kt).to(q.dtype)", "kt_op = kt.to(q.dtype)", "acc += tl.dot(q, tl.trans(kt_op))"),
+    ("kt.trans(1, 0).to(tl.float16)", "kt_op = kt.to(tl.float16)", "acc += tl.dot(q, tl.trans(kt_op))"),
+    ("(kt * 2.0).to(tl.float16).T", "kt_op = (kt * 2.0).to(tl.float16)", "acc += tl.dot(q, tl.trans(kt_op))"),
+])
+def test_a_computed_operand_gets_a_line_of_its_own(operand: str, named: str, dot: str) -> None:
+    text = rewritten(KERNEL.replace("OPERAND", operand))
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    at = lines.index(named)
+    assert lines[at - 1] == "# the scores of this key block"  # (the dot's comment stays above what it computes)
+    assert lines[at + 1] == dot
+    assert rewritten(text) is None  # idempotent
+
+
+@pytest.mark.parametrize("operand", [
+    "tl.trans(kt)",  # the transpose of a name: the planners read it as it is
+    "tl.trans(q.to(kt.dtype))",  # computed from a tile made before the loop (`kt` read for its type only)
+    "tl.trans(tl.exp(kt))",  # through a call other than a cast or a rearrangement
+    "tl.trans(tl.where(kt > 0, kt, 0.0))",
+])
+def test_other_operands_are_left_as_written(operand: str) -> None:
+    assert rewritten(KERNEL.replace("OPERAND", operand)) is None
+
+
+def test_an_operand_under_a_branch_of_the_loop_is_left_as_written() -> None:
+    text = KERNEL.replace("        acc += tl.dot(q, OPERAND)\n",
+                          "        if start > 0:\n            acc += tl.dot(q, tl.trans(kt.to(q.dtype)))\n")
+    assert rewritten(text) is None
+
+
+def test_the_attention_loop_is_pipelined_and_the_new_line_maps_to_the_dot(tmp_path) -> None:
+    from pathlib import Path
+
+    from transpile.engine import prepare, translate_source
+    from transpile.targets import get_target
+
+    fixture = (Path(__file__).resolve().parent.parent / "fixtures" / "attention_fwd.py").read_text()
+    assert "qk = tl.dot(q, tl.trans(k))" in fixture
+    text = fixture.replace("qk = tl.dot(q, tl.trans(k))", "qk = tl.dot(q, k.to(q.dtype).T)")
+    prepared = prepare(text, "attention_fwd.py")
+    lines = prepared.source.text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "k_op = k.to(q.dtype)")
+    assert lines[at + 1].strip() == "qk = tl.dot(q, tl.trans(k_op))"
+    dot_line = text.splitlines().index("        qk = tl.dot(q, k.to(q.dtype).T)") + 1
+    assert prepared.source.line_map[at + 1] == dot_line and prepared.source.line_map[at + 2] == dot_line
+    result = translate_source(text, "attention_fwd.py", get_target("gfx950"), prepared=prepared)
+    assert "warp_pipeline_stage" in result.text and "k_op = " in result.text
+    # the kernel as written is what the variant keeps for launches the Gluon kernel does not take
+    assert "qk = tl.dot(q, k.to(q.dtype).T)" in result.text
