@@ -377,24 +377,11 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
                 facts = discover(source)
     # A persistent GEMM's one loop over tiles and K steps, as a tile loop around its K loop
     # (`transpile.passes.tile_loops`): the store at a tile's end is then outside the loop the pipeline takes.
-    split = split_tile_loops(source, facts)
-    if split is not None:
-        split_text, replaced = split
-        if original is None:
-            original = source
-        lines = replaced_line_map(source.module, source.text, replaced, split_text)
-        source = parse_source(split_text, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _rewritten(source, facts, original, split_tile_loops(source, facts), path, inlined)
     # A dot operand computed the same way every iteration (`tl.dot(q.to(tl.float16), k)`), made once before its loop
     # (`transpile.passes.invariant_operands`): the rules read it as a tile made before the loop.
-    hoisted = hoist_invariant_operands(source, facts)
-    if hoisted is not None:
-        hoisted_text, replaced = hoisted
-        if original is None:
-            original = source
-        lines = replaced_line_map(source.module, source.text, replaced, hoisted_text)
-        source = parse_source(hoisted_text, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _rewritten(source, facts, original, hoist_invariant_operands(source, facts), path,
+                                         inlined)
     canonical = canonicalize(source, facts)
     if canonical != source.text:
         original = source
@@ -403,24 +390,10 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         facts = discover(source)
     # A dot operand computed in the loop from a tile it loads (`tl.dot(q, k.to(T))`), named on a line of its own
     # before the dot (`transpile.passes.operand_names`): the planners read it as a computed operand.
-    named = name_dot_operands(source, facts)
-    if named is not None:
-        named_text, replaced = named
-        if original is None:
-            original = source
-        lines = replaced_line_map(source.module, source.text, replaced, named_text)
-        source = parse_source(named_text, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
     # Index tensors a dot loop advances by a constant, read as functions of the loop variable
     # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.
-    inducted = rewrite_inductions(source, facts)
-    if inducted is not None:
-        inducted, replaced = inducted
-        if original is None:
-            original = source
-        lines = replaced_line_map(source.module, source.text, replaced, inducted)
-        source = parse_source(inducted, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _rewritten(source, facts, original, rewrite_inductions(source, facts), path, inlined)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
     unswitched = unswitch(source.text, facts)
@@ -432,14 +405,7 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         facts = discover(source)
     # Dot operands read through a name that renames or transposes a tile (`arg1 = a` or `arg1 = a.T`, as an
     # unswitched copy binds them) read as the tile (`transpile.passes.operand_aliases`).
-    aliased = drop_operand_aliases(source, facts)
-    if aliased is not None:
-        aliased_text, replaced = aliased
-        if original is None:
-            original = source
-        lines = replaced_line_map(source.module, source.text, replaced, aliased_text)
-        source = parse_source(aliased_text, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _rewritten(source, facts, original, drop_operand_aliases(source, facts), path, inlined)
     # Masks bound to `None` by name (`mask_a = None`, as an unswitched copy binds them) left out of the loads that
     # read them (`transpile.passes.none_masks`): a load without a mask, as the pipeline analyses read it.
     unmasked = drop_none_masks(source, facts)
@@ -465,6 +431,21 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         original = rewritten
     return Prepared(text, source, facts, plans, original, block_pointers=refusals, own_loads=own_loads,
                     below_module=below)
+
+
+def _rewritten(source: SourceFile, facts: ModuleFacts, original: SourceFile | None,
+               rewrite: tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None, path: str,
+               inlined: Mapping[str, frozenset[str]]
+               ) -> tuple[SourceFile, ModuleFacts, SourceFile | None]:
+    """The source, facts and original after a pass that replaced whole top-level statements (`rewrite`: its new text
+    and the statements it replaced, or None where it changed nothing): the new text parsed with a line map through
+    the replaced statements, the text before the first such pass kept as the original."""
+    if rewrite is None:
+        return source, facts, original
+    text, replaced = rewrite
+    lines = replaced_line_map(source.module, source.text, replaced, text)
+    new = parse_source(text, path, _through(source.line_map, lines), inlined)
+    return new, discover(new), original if original is not None else source
 
 
 def _through(earlier: list[int] | None, lines: list[int]) -> list[int]:

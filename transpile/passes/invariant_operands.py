@@ -51,6 +51,21 @@ def hoist_invariant_operands(source: SourceFile, facts: ModuleFacts
                              lambda fn: _Loops(source, fn))
 
 
+def only_rearranges(source: SourceFile, node: cst.BaseExpression, methods: tuple[str, ...] = ("to",)) -> bool:
+    """`node` calls nothing but language calls that convert or rearrange a tile (`_PURE`) and the tensor `methods`
+    (`x.to(dtype)`), and holds no lambda, walrus, await or yield."""
+    for sub in semantic_preorder(node):
+        if isinstance(sub, cst.Call):
+            func = sub.func
+            name = language_name(source.qualified_name(func))
+            if name in _PURE or (isinstance(func, cst.Attribute) and func.attr.value in methods and name is None):
+                continue
+            return False
+        if isinstance(sub, (cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield)):
+            return False
+    return True
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
@@ -63,18 +78,7 @@ class _Loops(cst.CSTTransformer):
         self.taken = names_in(fn)
 
     def pure(self, node: cst.BaseExpression) -> bool:
-        for sub in semantic_preorder(node):
-            if isinstance(sub, cst.Call):
-                func = sub.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "to" \
-                        and language_name(self.source.qualified_name(func)) is None:
-                    continue  # (the method `x.to(dtype)`)
-                if language_name(self.source.qualified_name(func)) in _PURE:
-                    continue
-                return False
-            if isinstance(sub, (cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield)):
-                return False
-        return True
+        return only_rearranges(self.source, node)
 
     def fresh(self, base: str) -> str:
         candidate, i = f"{base}_dot", 1

@@ -37,11 +37,9 @@ from transpile.cst_utils import names_in, single_assign
 from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_alias, language_name
 from transpile.passes import replaced, rewrite_functions
+from transpile.passes.invariant_operands import only_rearranges
 from transpile.source import SourceFile
 
-#: language calls that only rearrange or convert a tile
-_PURE = ("trans", "permute", "reshape", "view", "cast", "core.trans", "core.permute", "core.reshape", "core.view",
-         "core.cast")
 #: tensor methods that only rearrange or convert a tile
 _PURE_METHODS = ("to", "trans", "permute", "reshape", "view")
 #: the 2-D transpose as a language call
@@ -74,18 +72,10 @@ class _Loops(cst.CSTTransformer):
         return language_name(self.source.qualified_name(func))
 
     def pure(self, node: cst.BaseExpression) -> bool:
-        for sub in semantic_preorder(node):
-            if isinstance(sub, cst.Call):
-                func = sub.func
-                if self.language(func) in _PURE:
-                    continue
-                if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS \
-                        and self.language(func) is None:
-                    continue  # (a tensor's method: `x.to(dtype)`, `x.trans(1, 0)`)
-                return False
-            if isinstance(sub, (cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield, cst.Subscript, cst.IfExp)):
-                return False
-        return True
+        """Casts and rearrangements only (`invariant_operands.only_rearranges`, the methods too: `x.trans(1, 0)`),
+        with no subscript or conditional expression."""
+        return only_rearranges(self.source, node, _PURE_METHODS) and not any(
+            isinstance(sub, (cst.Subscript, cst.IfExp)) for sub in semantic_preorder(node))
 
     def transposed(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
         """The tile `node` transposes (2-D: `tl.trans(x)`, `x.T`, `x.trans(1, 0)`, `x.permute(1, 0)`), or None."""

@@ -538,9 +538,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             lines.append(f"{pad}{operand[load.name]} = {_read(_view(slot, load), relaxed)}{read_layout(load)})")
         return lines
 
-    def consumed(i: int, pad: str) -> str:
-        """Statement `i` of the body as the consumer runs it (operands under their slot-read names)."""
-        return indent(rename(body[i], op_renames) if op_renames else code(body[i]), pad)
+    def consumed(i: int, pad: str, steady: bool = False) -> str:
+        """Statement `i` of the body as the consumer runs it (operands under their slot-read names; `steady`: a where
+        whose mask holds there without it)."""
+        statement = steady_statements.get(i, body[i]) if steady else body[i]
+        return indent(rename(statement, op_renames) if op_renames else code(statement), pad)
 
     def prepare(iteration: str, pad: str) -> list[str]:
         """The computed operands of `iteration`, from its tiles just read."""
@@ -555,8 +557,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         for i in consumer:
             if steady and i in unmasked:
                 continue
-            statement = consumed(i, pad) if not (steady and i in steady_statements) else indent(
-                rename(steady_statements[i], op_renames) if op_renames else code(steady_statements[i]), pad)
+            statement = consumed(i, pad, steady)
             if i in prep:
                 run.append(indent(statement, "    "))
                 continue
@@ -602,7 +603,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         f"{iters} = {count}",
         *([f"# The first {full} iterations' tiles lie wholly inside the bounds their masks test along K: the",
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
-        *_steady_bound(uniform, full, full if peel is not None else iters, peel.count if peel is not None else ""),
+        *_steady_bound(uniform, full, full if peel is not None else iters, peel.count if peel is not None else None),
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the copies of the first NUM_STAGES iterations, one slot each"
         + (", then the loads of the next one." if prefetch else "."),
@@ -757,27 +758,24 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     return "\n".join(header) + "\n"
 
 
-def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int]) -> list[tuple[UniformMask, list[str]]]:
+def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int]
+                  ) -> list[tuple[UniformMask, list[tuple[str | None, str]]]]:
     """The consumer's uniform masks (`loop_uniform_masks`) whose every term holds on a number of leading iterations
-    (`leading_iterations`), each with the lines that bound the steady state by it: `num_full = gl.minimum(num_full,
-    <count>)`, under `if FLAG:` for a term a constexpr flag adds."""
+    (`leading_iterations`), each with those counts: (the constexpr flag that adds the terms, or None; the count)."""
     found = []
     for mask in loop_uniform_masks(ctx.source, ctx.function, set(name_terms(ctx.plan)), plan.loop, plan.var,
                                    consumer):
         guards = list(dict.fromkeys(g for g, _ in mask.terms))
-        counts = {g: leading_iterations(ctx.function, plan, [t for h, t in mask.terms if h == g]) for g in guards}
-        if any(c is None for c in counts.values()):
-            continue
-        lines = [f"{{full}} = gl.minimum({{full}}, {counts[None]})"] if None in counts else []
-        for guard in guards:
-            if guard is not None:
-                lines += [f"if {guard}:", f"    {{full}} = gl.minimum({{full}}, {counts[guard]})"]
-        found.append((mask, lines))
+        counts = [(g, leading_iterations(ctx.function, plan, [t for h, t in mask.terms if h == g])) for g in guards]
+        if all(count is not None for _, count in counts):
+            found.append((mask, counts))  # type: ignore[arg-type]
     return found
 
 
-def _steady_bound(uniform: list[tuple[UniformMask, list[str]]], full: str, start: str, peeled: str) -> list[str]:
-    """The lines that bound the steady state (`full` iterations, `start` before the masks) by the uniform masks
+def _steady_bound(uniform: list[tuple[UniformMask, list[tuple[str | None, str]]]], full: str, start: str,
+                  peeled: str | None) -> list[str]:
+    """The lines that bound the steady state (`full` iterations, `start` before the masks) by the uniform masks'
+    counts, `num_full = gl.minimum(num_full, <count>)`, under `if FLAG:` for the terms a constexpr flag adds
     (`peeled`: the K-tail peel's count, which bounds it already)."""
     if not uniform:
         return []
@@ -786,9 +784,12 @@ def _steady_bound(uniform: list[tuple[UniformMask, list[str]]], full: str, start
              "# leaves them out, and the iterations that need them run below."]
     if start != full:
         lines.append(f"{full} = {start}")
-    for _, bound in uniform:
-        lines += [line.format(full=full) for line in bound if not (peeled and line.endswith(f", {peeled})")
-                                                                and not line.startswith(" "))]
+    for _, counts in uniform:
+        for guard, count in counts:
+            if guard is None and count != peeled:
+                lines.append(f"{full} = gl.minimum({full}, {count})")
+            elif guard is not None:
+                lines += [f"if {guard}:", f"    {full} = gl.minimum({full}, {count})"]
     return lines
 
 
