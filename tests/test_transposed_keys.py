@@ -310,3 +310,37 @@ def test_sm90_ring_loads_a_paged_kernels_page_rows_in_its_copy_layout() -> None:
     reason = next(f.kept_reason for f in kept.functions if f.name == "paged_prefill_kernel")
     assert reason is not None and "a load address depends on a value computed after the loads or on the softmax" \
         in reason, reason
+
+
+# K computed from its tile before the dot (a cast, a scale by a scalar): the computation is elementwise, so it runs the
+# same on the tile loaded transposed, and the dot reads the computed name transposed
+COMPUTED = KT.replace("        qk = tl.dot(q, k)\n",
+                      "        k_op = (k * 0.5).to(tl.float16)\n        qk = tl.dot(q, k_op)\n")
+
+
+def test_a_k_computed_elementwise_from_its_tile_is_read_transposed_where_the_dot_reads_it() -> None:
+    assert COMPUTED != KT
+    text = rewritten(COMPUTED)
+    assert text is not None
+    loop = text.split("for start_n in range(0, end_n, BLOCK_N):")[1]
+    assert "mask=offs_n[:, None] < seqlen, other=0.0)" in loop.split("k_op =")[0]  # (the tile loaded transposed)
+    assert "k_op = (k * 0.5).to(tl.float16)\n        qk = tl.dot(q, tl.trans(k_op))" in loop
+    assert rewritten(text) is None  # idempotent
+    # the cast spelled in the dot is named first (`passes.operand_names`), then read transposed the same way
+    cast = rewritten(KT.replace("qk = tl.dot(q, k)", "qk = tl.dot(q, k.to(tl.float16))"))
+    assert cast is not None and "qk = tl.dot(q, tl.trans(k_op))" in cast
+
+
+def test_a_k_computed_with_a_vector_is_left_as_written() -> None:
+    # a scale per head-dimension element broadcast along the tile's rows would meet the transposed tile along its
+    # columns
+    scaled = KT.replace("        qk = tl.dot(q, k)\n",
+                        "        k_op = (k * offs_d[:, None].to(tl.float16)).to(tl.float16)\n"
+                        "        qk = tl.dot(q, k_op)\n")
+    assert scaled != KT and rewritten(scaled) is None
+
+
+@pytest.mark.slow
+def test_the_rewritten_kernel_with_a_computed_k_computes_what_the_source_computes(tmp_path: Path) -> None:
+    result = _run_both(tmp_path, COMPUTED, RUN)
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

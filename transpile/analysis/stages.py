@@ -353,7 +353,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if load.computed_as:
             # (read transposed from its slot in the MMA operand's layout: its computation runs on that view, which
             # only an elementwise computation with scalars allows)
-            why = _not_elementwise(source, loop_plan, load, plan, fn)
+            why = not_elementwise(source, list(loop_plan.loop.body.body), load.name, load.prep,  # type: ignore[union-attr]
+                                  plan, fn)
             if why:
                 return StageRefusal(load.call, f"the dot reads `{load.computed_as}` transposed, computed from the tile "
                                     f"`{load.name}`, and {why}: only an elementwise computation with scalars is run "
@@ -529,15 +530,15 @@ def _call_name(source: SourceFile, call: cst.Call) -> str | None:
     return name.split(".")[-1] if name else None
 
 
-def _not_elementwise(source: SourceFile, loop_plan: LoopPlan, load: OperandLoad, plan: LayoutPlan,
-                     fn: JitFunction) -> str:
-    """Why the computation of a tile computed from `load` and read by its dot transposed is not elementwise with
-    scalars (assignments of one name, `.to` casts, arithmetic and comparisons, conditional expressions, language
-    functions of one element, the tile's `.dtype`), or "" where it is."""
-    body = list(loop_plan.loop.body.body)  # type: ignore[union-attr]
+def not_elementwise(source: SourceFile, body: list[cst.BaseStatement], tile: str, prep: tuple[int, ...],
+                    plan: LayoutPlan, fn: JitFunction) -> str:
+    """Why the computation `prep` (statement indices in the loop `body`) of a tile computed from the loaded `tile`
+    is not elementwise with scalars (assignments of one name, `.to` casts, arithmetic and comparisons, conditional
+    expressions, language functions of one element, the tile's `.dtype`), or "" where it is: a computation that runs
+    the same on the tile's transpose."""
     scalars = set(scalar_names(plan, fn)) | {p.name for p in fn.params if p.name not in name_terms(plan)}
-    tiles = {load.name}
-    for i in load.prep:
+    tiles = {tile}
+    for i in prep:
         statement = body[i]
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             else None

@@ -36,6 +36,7 @@ from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attent
                                           transposed_k)
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.layouts import LayoutPlan
+from transpile.analysis.stages import not_elementwise
 from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, single_assign, substituted
 from transpile.discover import ModuleFacts, language_alias
 from transpile.passes import Replace
@@ -65,7 +66,11 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                     continue
                 view = transposed_k(dataclasses.replace(att, k=tile), fn.node, plan, "a 16-byte copy",
                                     loop_names=True)
-                if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view):
+                # (a K the dot reads computed from its tile, `k_op = k.to(T)`: the same computation on the tile's
+                # transpose gives the operand transposed only where it is elementwise with scalars)
+                if not isinstance(view, AttentionPlan) or not _readable_in_loop(fn.node, loop.node, view) or (
+                        tile.computed and (not_elementwise(source, body, tile.name, tile.prep, plan, fn)
+                                           or (att.shared_v is not None and tile is att.k))):
                     found = []
                     break
                 found.append((tile, view, index))
@@ -88,7 +93,9 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                     args.append(arg)
                 replacements.append((call, call.with_changes(args=args)))
                 dot = next(c for c in calls_in(body[index]) if c in plan.dots)
-                replacements.append((plan.dots[dot].b, cst.parse_expression(f"{lang}.trans({tile.name})")))
+                operand = plan.dots[dot].b
+                read = operand.value if tile.computed and isinstance(operand, cst.Name) else tile.name
+                replacements.append((operand, cst.parse_expression(f"{lang}.trans({read})")))
                 if att.shared_v is not None and tile is att.k:
                     # (V the K tile itself, `v = tl.trans(kv)` or `tl.dot(p, tl.trans(kv))`: now `kv` as loaded)
                     if att.shared_v == att.acc_index:
