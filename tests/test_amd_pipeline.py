@@ -778,29 +778,40 @@ def test_a_vector_an_if_defines_compiles(amd_target: str, even: bool, tmp_path: 
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
-def test_a_contiguous_axis_an_if_defines_before_the_loop_keeps_the_kernel_as_triton() -> None:
+BRANCHED_COLUMNS = INT64_OFFSETS.replace(
+    "    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)\n",
+    "    if EVEN_N:\n"
+    "        offs_n = tl.program_id(1) * BN + tl.arange(0, BN)\n"
+    "    else:\n"
+    "        offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N\n").replace(
+    "         BK: tl.constexpr):", "         BK: tl.constexpr, EVEN_N: tl.constexpr):")
+
+
+def test_a_contiguous_axis_an_if_defines_before_the_loop_is_read_in_a_copy_of_the_loop_per_branch() -> None:
     """The same along B's contiguous axis (`if EVEN_N: offs_n = ... else: offs_n = (...) % N`, aiter's
-    `gemm_a16w16`, FlagGems' stream-K GEMM): a wrapped index proves no 16-byte vectors, which direct-to-LDS copies
-    need (the variant did not compile: "the load can only be vectorized to 1 element"). The loop is not pipelined,
-    then, and the kernel stays Triton with the reason at the loop (never slower), as a loop no pipeline rule takes; it
-    was refused (TT010), which `--gluon-always` still is."""
-    text = INT64_OFFSETS.replace(
-        "    offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)\n",
-        "    if EVEN_N:\n"
-        "        offs_n = tl.program_id(1) * BN + tl.arange(0, BN)\n"
-        "    else:\n"
-        "        offs_n = (tl.program_id(1) * BN + tl.arange(0, BN)) % N\n").replace(
-        "         BK: tl.constexpr):", "         BK: tl.constexpr, EVEN_N: tl.constexpr):")
-    result = translate_source(text, "mm64.py", get_target("gfx950"))
+    `gemm_a16w16`): one value converted before the loop proves no 16-byte vectors, which direct-to-LDS copies need
+    (such a variant did not compile: "the load can only be vectorized to 1 element"). The code after the `if` is
+    copied into its branches (`passes.branch_tails.contiguous_axis_sites`), so each copy of the loop re-evaluates its
+    one definition in the copy layout, wrapped or not (the launch makes `N` a multiple of 16)."""
+    assert BRANCHED_COLUMNS != INT64_OFFSETS
+    result = translate_source(BRANCHED_COLUMNS, "mm64.py", get_target("gfx950"))
     kernel = result.functions[0]
-    assert not kernel.translated and not kernel.pipelined
-    assert not [d for d in result.diagnostics if d.code.startswith("TT01")], [d.format() for d in result.diagnostics]
-    assert "is not pipelined for gfx950 (its pipelined loop would copy pointer tiles in 16-byte vectors, but " \
-           "`offs_n` is assigned in the branches of an `if` before the loop and indexes the tile's contiguous axis" \
-        in kernel.kept_reason and kernel.kept_reason.endswith("; Triton's compiler pipelines it")
-    always = translate_source(text, "mm64.py", get_target("gfx950"), gluon_always=True)
-    (message,) = [d.message for d in always.diagnostics if d.code == "TT010"]
-    assert "`offs_n` is assigned in the branches of an `if` before the loop" in message
+    assert kernel.pipelined, kernel.kept_reason
+    flat = " ".join(result.text.split())
+    assert flat.count("gl.amd.warp_pipeline_stage(\"mem\"") == 2  # (one pipelined loop per branch)
+    assert "% N" in flat and "gl.convert_layout(offs_n" not in flat
+    assert "N" in kernel.dispatch.divisible  # (the launcher runs the source kernel where N is not a multiple of 16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("even", [True, False])
+def test_a_contiguous_axis_an_if_defines_compiles_with_direct_copies(even: bool, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(BRANCHED_COLUMNS, "mm64.py", get_target("gfx950"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64, "EVEN_N": even}
+    compiled = verify(dataclasses.replace(result), values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled if not c.ok]
 
 
 # ---- accumulations the kernel writes apart from the dot, transposed operands ----------------------------------------

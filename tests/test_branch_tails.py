@@ -313,3 +313,90 @@ def test_a_blank_line_in_a_decided_branch_keeps_its_line() -> None:
     out, lines = split_branches(text, [11])
     assert out.count("\n") == len(lines) - 1
     assert "            bias = tl.load(b_ptrs + start_n).to(tl.float32)\n\n            bias = bias[None, :]\n" in out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Names a dot loop's tiles read along their last axis (`contiguous_axis_sites`): aiter's basic GEMM picks its column
+# offsets by a flag before the loop, which no one definition of the name proves 16-byte copies for.
+
+EVEN_MN = (Path(__file__).resolve().parents[1] / "fixtures" / "suite_gemm_even_mn.py").read_text(encoding="utf-8")
+
+
+def test_an_if_that_picks_a_tiles_last_axis_before_the_loop_is_a_site() -> None:
+    from transpile.passes.branch_tails import contiguous_axis_sites
+
+    line = next(i for i, text in enumerate(EVEN_MN.splitlines(), 1) if text.strip() == "if EVEN_MN:")
+    assert contiguous_axis_sites(EVEN_MN, {"gemm_even_mn_kernel"}) == [line]
+    assert contiguous_axis_sites(EVEN_MN, set()) == []
+    # rows alone (A's `offs_am[:, None]`): one definition per branch is converted along the rows as it is; no site
+    rows = EVEN_MN.replace("        offs_bn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)\n", "").replace(
+        "        offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N\n", "").replace(
+        "    offs_k = tl.arange(0, BLOCK_SIZE_K)\n",
+        "    offs_k = tl.arange(0, BLOCK_SIZE_K)\n    offs_bn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)\n")
+    assert rows != EVEN_MN and contiguous_axis_sites(rows, {"gemm_even_mn_kernel"}) == []
+    # a pointer tile chosen in the branches is read along both axes
+    pointers = EVEN_MN.replace("    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)\n",
+                               "    if ADD_BIAS:\n        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :]\n"
+                               "    else:\n        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :]\n")
+    assert pointers != EVEN_MN and contiguous_axis_sites(pointers, {"gemm_even_mn_kernel"}) == []  # (two: none)
+    one = rows.replace("    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)\n",
+                       "    if ADD_BIAS:\n        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :]\n"
+                       "    else:\n        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :]\n")
+    line = next(i for i, text in enumerate(one.splitlines(), 1) if text.strip() == "if ADD_BIAS:")
+    assert one != rows and contiguous_axis_sites(one, {"gemm_even_mn_kernel"}) == [line]
+
+
+def test_the_loop_after_such_an_if_is_copied_into_its_branches_and_pipelined() -> None:
+    from transpile.engine import prepare
+
+    prepared = prepare(EVEN_MN, "fixtures/suite_gemm_even_mn.py")
+    text = prepared.source.text
+    assert text.count(" in range(tl.cdiv(K, BLOCK_SIZE_K)):") == 4  # (EVEN_MN's branches, then EVEN_K's)
+    assert "offs_bn_2 = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N" in text
+    result = translate_source(EVEN_MN, "fixtures/suite_gemm_even_mn.py", get_target("gfx950"))
+    assert [f.name for f in result.functions if f.pipelined] == ["gemm_even_mn_kernel"]
+    # a test decided at run time: the code after it is not copied (and the loop is kept as Triton, as before)
+    runtime = EVEN_MN.replace("    if EVEN_MN:\n        offs_am", "    if M > 0:\n        offs_am")
+    assert runtime != EVEN_MN
+    assert prepare(runtime, "k.py").source.text.count(" in range(tl.cdiv(K, BLOCK_SIZE_K)):") == 2
+
+
+SAME = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+source, split = load(sys.argv[1], "source"), load(sys.argv[2], "split")
+torch.manual_seed(0)
+for M, N, K in ((256, 256, 128), (200, 136, 100)):  # EVEN_MN and EVEN_K, then neither
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    bias = torch.randn(N)
+    for with_bias in (None, bias):
+        expected = source.matmul(a, b, with_bias)
+        got = split.matmul(a, b, with_bias)
+        assert torch.equal(expected, got), (M, N, K, (expected - got).abs().max())
+print("SAME")
+"""
+
+
+@pytest.mark.slow
+def test_the_split_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
+    """The copies run by Triton's interpreter give the source's outputs bit for bit, for both values of each flag."""
+    import os
+    import subprocess
+    import sys
+
+    from transpile.engine import prepare
+
+    (tmp_path / "source.py").write_text(EVEN_MN)
+    (tmp_path / "split.py").write_text(prepare(EVEN_MN, "k.py").source.text)
+    (tmp_path / "run.py").write_text(SAME)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
+                             str(tmp_path / "split.py")], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

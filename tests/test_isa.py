@@ -139,7 +139,8 @@ PIPELINED = ["attention_fwd", "fx_attention_two_loops", "fx_attention_v_late", "
              "suite_gemm_persistent_flat", "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
              "suite_desc_persistent", "suite_cast_operand_gemm", "suite_mx_gemm", "suite_segment_gemm",
              "suite_chunk_products", "suite_attention_bwd", "fx_mla_prefill", "suite_fp8_blockscale",
-             "suite_rms_linear", "suite_paged_prefill", "suite_padded_head_attention", "suite_gemm_peeled_tail"]
+             "suite_rms_linear", "suite_paged_prefill", "suite_padded_head_attention", "suite_gemm_peeled_tail",
+             "suite_gemm_even_mn"]
 # Fixtures whose dot reads an operand computed from a loaded tile (a cast, a dequantisation): the computation's
 # arithmetic, the same in both, dilutes the ring's gain, so their bar is "never heavier" (at most 1.0x) on every target
 # (bench/RESULTS.md: computed operands).

@@ -18,7 +18,7 @@ from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
 from transpile.analysis.dot_loops import dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
-from transpile.passes.branch_tails import split_branches
+from transpile.passes.branch_tails import contiguous_axis_sites, split_branches
 from transpile.passes.canonical import canonicalize
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.invariant_operands import hoist_invariant_operands
@@ -394,6 +394,16 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
     # Index tensors a dot loop advances by a constant, read as functions of the loop variable
     # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.
     source, facts, original = _rewritten(source, facts, original, rewrite_inductions(source, facts), path, inlined)
+    # The code after a compile-time `if` that assigns a name a dot loop's tile load reads along the tile's last axis
+    # (`if EVEN_MN: offs_bn = ... else: offs_bn = (...) % N`), copied into its branches
+    # (`transpile.passes.branch_tails.contiguous_axis_sites`): the copies of a pipelined loop move 16 bytes a lane
+    # along that axis, which one definition of the name proves.
+    split = split_branches(source.text, contiguous_axis_sites(source.text, set(facts.functions)))
+    if split is not None:
+        if original is None:
+            original = source
+        source = parse_source(split[0], path, _through(source.line_map, split[1]), inlined)
+        facts = discover(source)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
     unswitched = unswitch(source.text, facts)

@@ -1311,6 +1311,11 @@ SUITE_CASES: list[Case] = [
                      K=720), bench_shape=None),
     _suite_gemm_case("suite_gemm_acc_type", wrapper="matmul_acc_type"),
     _suite_gemm_case("suite_gemm_flag_masks"),
+    # column offsets picked by a flag before the loop (aiter's basic GEMM): wrapped, then M, N and K multiples of the
+    # blocks (the `EVEN_MN` and `EVEN_K` copies)
+    _suite_gemm_case("suite_gemm_even_mn"),
+    _suite_gemm_case("suite_gemm_even_mn-even", fixture="suite_gemm_even_mn", shape=dict(M=1024, N=1152, K=704),
+                     small_shape=dict(M=256, N=128, K=128), bench_shape=None, flops=None),
     _suite_gemm_case("suite_gemm_evenk-even", fixture="suite_gemm_evenk", shape=dict(M=1000, N=1100, K=704),
                      small_shape=dict(M=150, N=130, K=96), bench_shape=None, flops=None),
     _suite_gemm_case("suite_alias_gemm", wrapper="matmul_relu_squared", make_inputs=_scaled_gemm_inputs,

@@ -67,6 +67,115 @@ def split_branches(text: str, sites: list[int]) -> tuple[str, list[int]] | None:
     return ("".join(lines), origin) if done else None
 
 
+def contiguous_axis_sites(text: str, functions: set[str]) -> list[int]:
+    """The lines of the `if` statements of `functions` before a dot loop, in the loop's block or one around it, whose
+    branches assign a name that a tile load of the loop reads along the tile's last axis (`offs_bn[None, :]` in the
+    pointer's definitions, aiter's `if EVEN_MN: offs_bn = ... else: offs_bn = (...) % N`). The AMD rings copy 16 bytes
+    a lane along that axis, which only one definition of the name can prove; with the code after such an `if` copied
+    into its branches (`split_branches`: the names of the copies after the first renamed, so that each is bound once)
+    each copy of the loop reads one. `split_branches` passes over those whose tests are not decided at compile
+    time. A function with two or more such `if`s gives none (their copies would multiply the function's tail)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    sites: list[int] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or function.name not in functions:
+            continue
+        values: dict[str, list[ast.expr]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        values.setdefault(target.id, []).append(node.value)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) \
+                    and node.value is not None:
+                values.setdefault(node.target.id, []).append(node.value)
+        found = []
+        for block in _blocks(function):
+            for i, statement in enumerate(block):
+                if not isinstance(statement, ast.If):
+                    continue
+                bound = _branch_bound(statement)
+                axes = set().union(*(_last_axis_names(loop, values) for later in block[i + 1:]
+                                     for loop in ast.walk(later) if isinstance(loop, ast.For) and _dots(loop)))
+                if bound & axes:
+                    found.append(statement.lineno)
+        if len(found) == 1:  # (two would make four copies of the function's tail, before any loop is unswitched)
+            sites += found
+    return sites
+
+
+def _branch_bound(statement: ast.If) -> set[str]:
+    """The names a clause of the `if` (its `elif`s and `else`) assigns at its own level."""
+    bound: set[str] = set()
+    for block in [statement.body, statement.orelse]:
+        for inner in block:
+            if isinstance(inner, ast.Assign):
+                bound |= {t.id for t in inner.targets if isinstance(t, ast.Name)}
+            elif isinstance(inner, ast.If) and block is statement.orelse:
+                bound |= _branch_bound(inner)
+    return bound
+
+
+def _dots(loop: ast.For) -> bool:
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == "dot" for n in ast.walk(loop))
+
+
+def _last_axis_names(loop: ast.For, values: dict[str, list[ast.expr]]) -> set[str]:
+    """The names the pointers of the loop's tile loads read along the tile's last axis (`v[None, :]`), through the
+    definitions (`values`) of the names they read, and what those names are computed from."""
+    pending = [call.args[0] for call in ast.walk(loop) if isinstance(call, ast.Call) and call.args
+               and ast.unparse(call.func).split(".")[-1] == "load"]
+    seen: set[str] = set()
+    # (a pointer tile itself, `b_ptrs`, is read along both axes)
+    pointers = {n.id for expression in pending for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    seeds: set[str] = set()
+    while pending:
+        expression = pending.pop()
+        for node in ast.walk(expression):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2 \
+                    and isinstance(node.slice.elts[0], ast.Constant) and node.slice.elts[0].value is None \
+                    and isinstance(node.slice.elts[1], ast.Slice):
+                seeds |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+            if isinstance(node, ast.Name) and node.id not in seen:
+                seen.add(node.id)
+                pending += values.get(node.id, [])
+    axes: set[str] = set()
+    pending_names = sorted(seeds)
+    while pending_names:
+        name = pending_names.pop()
+        if name in axes:
+            continue
+        axes.add(name)
+        for value in values.get(name, []):
+            pending_names += [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
+    # (a scalar such as `pid_n` only moves the tile by whole blocks: one value per branch of it changes no vector)
+    return (axes | pointers) & _tensors(values)
+
+
+def _tensors(values: dict[str, list[ast.expr]]) -> set[str]:
+    """The names some definition of which makes a tensor: reads `tl.arange`, a load, a broadcast (`v[:, None]`) or
+    another such name."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, definitions in values.items():
+            if name in found:
+                continue
+            for value in definitions:
+                if any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] in ("arange", "load", "zeros",
+                                                                                            "full")
+                       or isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Tuple)
+                       or isinstance(n, ast.Name) and n.id in found for n in ast.walk(value)):
+                    found.add(name)
+                    changed = True
+                    break
+    return found
+
+
 def _site(tree: ast.Module, line: int) -> tuple[ast.FunctionDef, ast.If, list[ast.stmt]] | None:
     """The `if` statement at `line` of a top-level function, its function, and the statements after it in its
     block; None where there is none, or its test is not decided at compile time, or it has an `elif`."""
