@@ -67,3 +67,19 @@ def test_table_names_reasons_without_lines(tmp_path: Path, capsys: pytest.Captur
     # dots crosses warps, so only one warp group could run the ring; V is the K tile itself, `tl.trans(kt)`: an
     # attention loop)
     assert "reduction `…` at line N inside the attention loop" in out and "line 1" not in out
+
+
+def test_kernels_whose_source_triton_rejects_are_counted_apart(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "old"
+    repo.mkdir()
+    # Triton's older TMA API, removed before Triton 3.6: the source compiles under no Triton the tool serves
+    (repo / "tma.py").write_text(TWO_DOTS.replace(
+        "        kt = tl.load(k_ptr + n[None, :] * D + d[:, None])\n",
+        "        kt = tl._experimental_descriptor_load(k_ptr, [start, 0], [D, BN], tl.float16)\n"), encoding="utf-8")
+    shutil.copy(ROOT / "fixtures" / "matmul_grouped.py", repo / "mm.py")  # pipelined for gfx950
+    assert coverage.main([str(repo), "-t", "gfx950", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["table"]["old"]["gfx950"]
+    assert row["dot-loop kernels"] == 2 and row["pipelined"] == 1 and row["source not Triton"] == 1
+    assert coverage.main([str(repo), "-t", "gfx950"]) == 0
+    assert "| **all Triton kernels** | 1 / 1 (100%; covered 100%; 1 not Triton) |" in capsys.readouterr().out
