@@ -108,15 +108,20 @@ def contiguous_axis_sites(text: str, functions: set[str]) -> list[int]:
 
 
 def _branch_bound(statement: ast.If) -> set[str]:
-    """The names a clause of the `if` (its `elif`s and `else`) assigns at its own level."""
-    bound: set[str] = set()
+    """The names every clause of the `if` (its `elif`s and its `else`, which it must have) assigns at its own
+    level: one definition per branch (a name one branch alone binds keeps its value from before the `if` in the
+    other)."""
+    if not statement.orelse:
+        return set()
+    clauses: list[set[str]] = []
     for block in [statement.body, statement.orelse]:
-        for inner in block:
-            if isinstance(inner, ast.Assign):
-                bound |= {t.id for t in inner.targets if isinstance(t, ast.Name)}
-            elif isinstance(inner, ast.If) and block is statement.orelse:
-                bound |= _branch_bound(inner)
-    return bound
+        if block is statement.orelse and len(block) == 1 and isinstance(block[0], ast.If) \
+                and block[0].col_offset == statement.col_offset:  # (an `elif`)
+            clauses.append(_branch_bound(block[0]))
+            continue
+        clauses.append({t.id for inner in block if isinstance(inner, ast.Assign)
+                        for t in inner.targets if isinstance(t, ast.Name)})
+    return set.intersection(*clauses)
 
 
 def _dots(loop: ast.For) -> bool:
@@ -124,10 +129,16 @@ def _dots(loop: ast.For) -> bool:
 
 
 def _last_axis_names(loop: ast.For, values: dict[str, list[ast.expr]]) -> set[str]:
-    """The names the pointers of the loop's tile loads read along the tile's last axis (`v[None, :]`), through the
-    definitions (`values`) of the names they read, and what those names are computed from."""
-    pending = [call.args[0] for call in ast.walk(loop) if isinstance(call, ast.Call) and call.args
-               and ast.unparse(call.func).split(".")[-1] == "load"]
+    """The names the pointers of the tile loads of the loop's dot operands read along the tile's last axis
+    (`v[None, :]`), through the definitions (`values`) of the names they read, and what those names are computed
+    from."""
+    # (the loads of the dots' operand tiles: `a = tl.load(a_ptrs)` and `tl.dot(a, b.to(T))`)
+    operands = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and ast.unparse(call.func).split(".")[-1]
+                in ("dot", "dot_scaled") for arg in call.args[:2] for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    pending = [node.value.args[0] for node in ast.walk(loop) if isinstance(node, ast.Assign)
+               and isinstance(node.value, ast.Call) and node.value.args
+               and ast.unparse(node.value.func).split(".")[-1] == "load"
+               and any(isinstance(t, ast.Name) and t.id in operands for t in node.targets)]
     seen: set[str] = set()
     # (a pointer tile itself, `b_ptrs`, is read along both axes)
     pointers = {n.id for expression in pending for n in ast.walk(expression) if isinstance(n, ast.Name)}
