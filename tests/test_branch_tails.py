@@ -400,3 +400,94 @@ def test_the_split_kernel_computes_what_the_source_computes(tmp_path: Path) -> N
                              str(tmp_path / "split.py")], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+# The `if` inside a block whose values live on after it: a persistent GEMM's tile loop (its next iteration reads
+# `tile_id`, which the copy after the `if` advances) and a block that fills an accumulator the function stores after
+# it. The else copy's renamed names are given back at its end (`tile_id = tile_id_2`).
+PERSISTENT = HEAD + '''@triton.jit
+def persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                      EVEN_MN: tl.constexpr, NUM_SMS: tl.constexpr):
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_tiles = tl.cdiv(M, BLOCK_SIZE_M) * num_pid_n
+    tile_id = tl.program_id(0)
+    for _ in range(0, tl.cdiv(num_tiles - tl.program_id(0), NUM_SMS)):
+        pid_m = tile_id // num_pid_n
+        pid_n = tile_id % num_pid_n
+        offs_k = tl.arange(0, BLOCK_SIZE_K)
+        if EVEN_MN:
+            offs_am = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            offs_bn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        else:
+            offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+            offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+        a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+        b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+        accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for k in range(tl.cdiv(K, BLOCK_SIZE_K)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+            accumulator = tl.dot(a, b, acc=accumulator)
+            a_ptrs += BLOCK_SIZE_K * stride_ak
+            b_ptrs += BLOCK_SIZE_K * stride_bk
+        offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        tl.store(c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :], accumulator,
+                 mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+        tile_id += NUM_SMS
+
+
+def matmul(a, b, bias=None):
+    import torch
+
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.zeros((M, N), dtype=a.dtype)
+    persistent_kernel[(2,)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                            c.stride(1), BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32,
+                            EVEN_MN=(M % 32 == 0 and N % 32 == 0), NUM_SMS=2)
+    return c + (bias if bias is not None else 0)
+'''
+
+NESTED = EVEN_MN.replace(
+    "    if EVEN_MN:\n        offs_am", "    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)\n"
+    "    if K > 0:\n      if EVEN_MN:\n        offs_am").replace(
+    "    else:\n        offs_am", "      else:\n        offs_am").replace(
+    "    a_ptrs = a_ptr", "      a_ptrs = a_ptr").replace("    b_ptrs = b_ptr", "      b_ptrs = b_ptr").replace(
+    "    if ADD_BIAS:\n        accumulator = tl.load(bias_ptr + offs_bn).to(dtype=tl.float32)\n"
+    "        accumulator = tl.broadcast_to(accumulator[None, :], (BLOCK_SIZE_M, BLOCK_SIZE_N))\n"
+    "    else:\n        accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)\n",
+    "      if ADD_BIAS:\n        accumulator += tl.load(bias_ptr + offs_bn).to(dtype=tl.float32)[None, :]\n").replace(
+    "    for k in range(tl.cdiv(K, BLOCK_SIZE_K)):", "      for k in range(tl.cdiv(K, BLOCK_SIZE_K)):")
+
+
+def test_an_if_in_a_block_whose_names_live_on_gives_them_back_in_each_copy() -> None:
+    from transpile.engine import prepare
+
+    assert NESTED != EVEN_MN and "    if K > 0:\n      if EVEN_MN:" in NESTED
+    text = prepare(PERSISTENT, "k.py").source.text
+    assert "tile_id = tile_id_2" in text  # (the tile loop's next iteration reads it)
+    assert "accumulator = accumulator_2" in prepare(NESTED, "k.py").source.text  # (the store after the block does)
+    for kernel in (PERSISTENT, NESTED):
+        result = translate_source(kernel, "k.py", get_target("gfx950"))
+        assert all(f.pipelined for f in result.functions), [f.kept_reason for f in result.functions]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["persistent", "nested"])
+def test_the_split_kernel_with_names_living_on_computes_what_the_source_computes(kernel: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from transpile.engine import prepare
+
+    text = {"persistent": PERSISTENT, "nested": NESTED}[kernel]
+    (tmp_path / "source.py").write_text(text)
+    (tmp_path / "split.py").write_text(prepare(text, "k.py").source.text)
+    (tmp_path / "run.py").write_text(SAME)
+    result = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
+                             str(tmp_path / "split.py")], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

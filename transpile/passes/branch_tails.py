@@ -257,6 +257,13 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
         clauses.append((None, None, None))
         bodies.append([])
 
+    # The copies end where the `if`'s block ends, and what a later clause's copy binds under new names would be lost
+    # there: a name read after the block (an accumulator the block fills), or bound before the `if` inside a loop
+    # around it (whose next iteration reads it: a persistent GEMM's `tile_id += NUM_SMS`), is given back its value at
+    # the end of that copy (`tile_id = tile_id_2`).
+    in_loop = any(isinstance(node, (ast.For, ast.While)) and node.lineno < branch.lineno <= (node.end_lineno or 0)
+                  for node in ast.walk(function))
+    later = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and n.lineno > tail_end}
     taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(function)
                                                                           if isinstance(a, ast.arg)}
     params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
@@ -297,6 +304,7 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
                 number += 1
             renames[name] = f"{name}_{number}"
             taken.add(renames[name])
+        given_back = sorted(n for n in renames if n in later or (in_loop and (n in before or n in params)))
         renamed_any = renamed_any or bool(renames)
         copied = sorted(n for n in renames if n in params or n in before)
         edits = _rename_edits(lines, {*rows, *tail_lines}, renames) if renames else {}
@@ -325,6 +333,9 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
             if n not in fold.drop:
                 out.append(_indented(fold.line(n, _renamed(lines[n - 1], edits.get(n, [])), renames), unit))
                 out_origin.append(origin[n])
+        for name in given_back:
+            out.append(f"{body_indent}{name} = {renames[name]}{newline}")
+            out_origin.append(origin[tail_end])
     if not renamed_any:
         return None
     out += lines[tail_end:]
