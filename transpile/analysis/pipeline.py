@@ -792,8 +792,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
             # VGPR spills at 256x128x64 on gfx950 where Triton's own compile has none
             return LoopRefusal(dot_call, "`acc += tl.dot(a, b)` on 8-bit integer operands into an accumulator whose "
                                "type the kernel does not name: the int32 product would be added to it apart from "
-                               "the MMA each iteration, which measured 48 VGPR spills (gfx950, 256x128x64) where "
-                               "Triton's own compile has none")
+                               "the MMA each iteration, which spilled where Triton's own compile does not")
         acc, acc_in_dot = added, False
     else:
         acc = site.acc.value  # type: ignore[union-attr]
