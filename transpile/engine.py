@@ -398,21 +398,11 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
     # (`if EVEN_MN: offs_bn = ... else: offs_bn = (...) % N`), copied into its branches
     # (`transpile.passes.branch_tails.contiguous_axis_sites`): the copies of a pipelined loop move 16 bytes a lane
     # along that axis, which one definition of the name proves.
-    split = split_branches(source.text, contiguous_axis_sites(source.text, set(facts.functions)))
-    if split is not None:
-        if original is None:
-            original = source
-        source = parse_source(split[0], path, _through(source.line_map, split[1]), inlined)
-        facts = discover(source)
+    source, facts, original = _remapped(source, facts, original, split_branches(
+        source.text, contiguous_axis_sites(source.text, set(facts.functions))), path, inlined)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
-    unswitched = unswitch(source.text, facts)
-    if unswitched is not None:
-        unswitched_text, lines = unswitched
-        if original is None:
-            original = source
-        source = parse_source(unswitched_text, path, _through(source.line_map, lines), inlined)
-        facts = discover(source)
+    source, facts, original = _remapped(source, facts, original, unswitch(source.text, facts), path, inlined)
     # Dot operands read through a name that renames or transposes a tile (`arg1 = a` or `arg1 = a.T`, as an
     # unswitched copy binds them) read as the tile (`transpile.passes.operand_aliases`).
     source, facts, original = _rewritten(source, facts, original, drop_operand_aliases(source, facts), path, inlined)
@@ -453,7 +443,19 @@ def _rewritten(source: SourceFile, facts: ModuleFacts, original: SourceFile | No
     if rewrite is None:
         return source, facts, original
     text, replaced = rewrite
-    lines = replaced_line_map(source.module, source.text, replaced, text)
+    return _remapped(source, facts, original, (text, replaced_line_map(source.module, source.text, replaced, text)),
+                     path, inlined)
+
+
+def _remapped(source: SourceFile, facts: ModuleFacts, original: SourceFile | None,
+              rewrite: tuple[str, list[int]] | None, path: str, inlined: Mapping[str, frozenset[str]]
+              ) -> tuple[SourceFile, ModuleFacts, SourceFile | None]:
+    """The source, facts and original after a pass that gives its new text with a line map (`rewrite`: new line ->
+    line of the text before it, or None where it changed nothing), the text before the first pass kept as the
+    original."""
+    if rewrite is None:
+        return source, facts, original
+    text, lines = rewrite
     new = parse_source(text, path, _through(source.line_map, lines), inlined)
     return new, discover(new), original if original is not None else source
 

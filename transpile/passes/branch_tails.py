@@ -92,14 +92,18 @@ def contiguous_axis_sites(text: str, functions: set[str]) -> list[int]:
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) \
                     and node.value is not None:
                 values.setdefault(node.target.id, []).append(node.value)
+        tensors = _tensors(values)
+        # (per dot loop, the names its tiles read along their last axis: a loop after several `if`s is read once)
+        loop_axes = {id(loop): _last_axis_names(loop, values, tensors) for loop in ast.walk(function)
+                     if isinstance(loop, ast.For) and _dots(loop)}
         found = []
         for block in _blocks(function):
             for i, statement in enumerate(block):
                 if not isinstance(statement, ast.If):
                     continue
                 bound = _branch_bound(statement)
-                axes = set().union(*(_last_axis_names(loop, values) for later in block[i + 1:]
-                                     for loop in ast.walk(later) if isinstance(loop, ast.For) and _dots(loop)))
+                axes = set().union(*(loop_axes.get(id(loop), set()) for later in block[i + 1:]
+                                     for loop in ast.walk(later) if isinstance(loop, ast.For)))
                 if bound & axes:
                     found.append(statement.lineno)
         if len(found) == 1:  # (two would make four copies of the function's tail, before any loop is unswitched)
@@ -128,10 +132,10 @@ def _dots(loop: ast.For) -> bool:
     return any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == "dot" for n in ast.walk(loop))
 
 
-def _last_axis_names(loop: ast.For, values: dict[str, list[ast.expr]]) -> set[str]:
+def _last_axis_names(loop: ast.For, values: dict[str, list[ast.expr]], tensors: set[str]) -> set[str]:
     """The names the pointers of the tile loads of the loop's dot operands read along the tile's last axis
     (`v[None, :]`), through the definitions (`values`) of the names they read, and what those names are computed
-    from."""
+    from; tensors only (`tensors`, `_tensors(values)`)."""
     # (the loads of the dots' operand tiles: `a = tl.load(a_ptrs)` and `tl.dot(a, b.to(T))`)
     operands = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and ast.unparse(call.func).split(".")[-1]
                 in ("dot", "dot_scaled") for arg in call.args[:2] for n in ast.walk(arg) if isinstance(n, ast.Name)}
@@ -163,7 +167,7 @@ def _last_axis_names(loop: ast.For, values: dict[str, list[ast.expr]]) -> set[st
         for value in values.get(name, []):
             pending_names += [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
     # (a scalar such as `pid_n` only moves the tile by whole blocks: one value per branch of it changes no vector)
-    return (axes | pointers) & _tensors(values)
+    return (axes | pointers) & tensors
 
 
 def _tensors(values: dict[str, list[ast.expr]]) -> set[str]:
