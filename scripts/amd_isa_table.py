@@ -7,6 +7,7 @@ the hot loop's non-MFMA instructions per 16x16x32 MFMA of work for the source an
 the variant's direct-to-LDS copies. Extra constexprs (`--set BLOCK_M=256`) apply to every file that has them.
 
     python scripts/amd_isa_table.py [FILE ...] [-t gfx950,gfx942,gfx1250] [--set NAME=VALUE ...] [--json OUT]
+                                    [--gluon-always] [--unaligned]
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ def _rows(job: tuple[str, str, dict]) -> list[dict]:
     from transpile.targets import get_target
     from transpile.verify import isa_compare_file
 
-    path, target, values = job
+    path, target, values, gluon_always, aligned = job
     display = os.path.relpath(path, ROOT)
     try:
-        comparisons = isa_compare_file(Path(path), get_target(target), values, display)
+        comparisons = isa_compare_file(Path(path), get_target(target), values, display, gluon_always=gluon_always,
+                                       aligned=aligned)
     except Exception as exc:  # a file the comparison cannot compile at these values: say so, go on
         return [{"file": display, "target": target, "error": f"{type(exc).__name__}: {exc}"[:300]}]
     return [{"file": display, "target": target, **c.as_dict()} for c in comparisons]
@@ -42,6 +44,10 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], help="NAME=VALUE for every file that has NAME")
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--gluon-always", action="store_true",
+                        help="compile the Gluon form of loops the profitability policy keeps as Triton (to measure it)")
+    parser.add_argument("--unaligned", action="store_true",
+                        help="compile both without the aligned-launch specialisation (as `verify --isa --unaligned`)")
     args = parser.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from transpile.verify import parse_values
@@ -56,7 +62,7 @@ def main() -> int:
         text = Path(path).read_text()
         values.update({k: v for k, v in extra.items() if k in text})
         for target in args.targets.split(","):
-            jobs.append((path, target, values))
+            jobs.append((path, target, values, args.gluon_always, not args.unaligned))
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = [row for rows in pool.map(_rows, jobs) for row in rows]
     print("| file | kernel [config] | target | status | source | variant | ratio | spills src/var | direct-to-LDS |")

@@ -26,6 +26,7 @@ _MMA = re.compile(r"v_(?:mfma|wmma|smfmac)\w*?_(\d+)x(\d+)x(\d+)")
 _MMA_OP = re.compile(r"v_mfma|v_wmma|v_smfmac")
 _BRANCH = re.compile(r"s_cbranch_\w+\s+(\.LBB\d+_\d+)|s_branch\s+(\.LBB\d+_\d+)")
 _LABEL = re.compile(r"^(\.LBB\d+_\d+):")
+_IN_LOOP = re.compile(r"in Loop: Header=(BB\d+_\d+)\b")
 UNIT_MACS = 16 * 16 * 32  # one 16x16x32 MFMA
 
 
@@ -97,17 +98,19 @@ def hot_loop(asm: str) -> list[str]:
     headers are taken first, then any header, then any label, so that a backward jump into a block two paths share
     (a layout of the control flow, not a loop) is not taken for a loop."""
     lines = asm.splitlines()
+    # (a rotated loop's latch may jump back to a block of the loop laid out before its header, `.LBB0_25: ; in Loop:
+    # Header=BB0_26`: such a block counts as its loop's header would)
+    inner = {m.group(1) for i, line in enumerate(lines) if (m := _LABEL.match(line))
+             and any("Inner Loop Header" in x for x in _marks(lines, i))}
     for kinds in (("Inner Loop Header",), ("Loop Header",), None):
         labels: dict[str, int] = {}
         best = (0, 0, 0)
         for i, line in enumerate(lines):
             match = _LABEL.match(line)
-            marks = line
-            j = i + 1
-            while match and j < len(lines) and lines[j].strip().startswith(";"):  # the marks continue below
-                marks += lines[j]
-                j += 1
-            if match and (kinds is None or any(k in marks for k in kinds)):
+            marks = "".join(_marks(lines, i)) if match else line
+            member = _IN_LOOP.search(marks) if match else None
+            if match and (kinds is None or any(k in marks for k in kinds) or (
+                    kinds == ("Inner Loop Header",) and member is not None and f".L{member.group(1)}" in inner)):
                 labels[match.group(1)] = i
             match = _BRANCH.search(line)
             if match:
@@ -120,6 +123,14 @@ def hot_loop(asm: str) -> list[str]:
         if best[0]:
             return _instructions(lines[best[1]:best[2] + 1])
     return []
+
+
+def _marks(lines: list[str], i: int) -> list[str]:
+    """The label line `i` with the comment lines that continue its marks below it."""
+    j = i + 1
+    while j < len(lines) and lines[j].strip().startswith(";"):
+        j += 1
+    return lines[i:j]
 
 
 def _instructions(lines: list[str]) -> list[str]:
