@@ -161,6 +161,67 @@ def test_descriptor_tiles_use_the_targets_copy_engine(engine: str, wait: str) ->
     assert sp.wait == wait
 
 
+def test_descriptor_tiles_staged_through_registers_are_buffer_loads_a_step_ahead() -> None:
+    """gfx942 has no TDM and no direct-to-LDS copy of 16 bytes a lane: a loop of descriptor tiles is staged through
+    registers, as buffer loads 16 bytes a lane in the copy layout (a descriptor vouches for 16-byte rows), issued a
+    step before they are stored into their slot. Launches with output tiles under 64 x 64, with rings that do not fit
+    twice in the LDS, or with other warps than the pipeline's run the source kernel; the buffer loads' 32-bit
+    offsets need tensors under 2 GB. The variant compiles for gfx942 and its schedule holds."""
+    sp = stage_plan(DESCRIPTOR_GEMM, "registers")
+    assert isinstance(sp, StagePlan) and sp.engine == "registers"
+    assert [op for stage in sp.stages for op in stage.ops] == ["consume", "operands", "store_staged", "refill"]
+    result = translate_source(DESCRIPTOR_GEMM, "x.py", get_target("gfx942"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    text = result.text
+    assert "a_copy_layout: gl.constexpr = _copy_layout([BM, BK], a_ptr.dtype.element_ty, gl.num_warps())" in text
+    assert "b_copy_layout: gl.constexpr = _copy_layout([BK, BN], b_ptr.dtype.element_ty, gl.num_warps(), 2)" in text
+    loop = text.split("for round_ in range(num_rounds):", 1)[1].split("# The last iterations", 1)[0]
+    mem = loop.split('warp_pipeline_stage("mem"', 1)[1]
+    # (the tiles loaded a step ago stored first, then the loads of the next iteration, in the copy layout)
+    assert mem.index("a_ring.index(step).store(a_staged)") < mem.index("a_staged = _desc_buffer_load(")
+    # (in the steady state the bound test along K is left out: its tiles lie inside the shape)
+    assert "a_staged = _desc_buffer_load(a_desc, 0, k_next * BK, BM, BK, a_copy_layout, 1)" in mem, mem
+    assert "b_staged = _desc_buffer_load(b_desc, k_next * BK, 0, BK, BN, b_copy_layout, 0)" in mem, mem
+    assert "_desc_load(" not in loop
+    assert "source_when=(lambda BM, BN: BM * BN < 4096,)" in text and "small=True" in text
+    assert "lds=(65536, ((('BM', 'BK'), 'a_ptr'), (('BK', 'BN'), 'b_ptr')))" in text
+    report = check_source(text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "BM": 64, "BN": 64, "BK": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_descriptor_tiles_copied_direct_to_lds_on_gfx950() -> None:
+    """gfx950 copies descriptor tiles straight into LDS by buffer copies from the descriptor's base, 16 bytes a lane
+    (`_desc_buffer_copy`); the steady state leaves out the bound test along K (its tiles lie inside the shape:
+    `descriptor_peel`), the prologue and the last iterations keep it. Launches whose row strides and last dimensions
+    are not multiples of 16 (a vector cut by the shape), or with output tiles under 32 x 64, run the source kernel.
+    It compiles for gfx950 and its schedule holds."""
+    result = translate_source(DESCRIPTOR_GEMM, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    text = result.text
+    steady = text.split("for round_ in range(num_rounds):", 1)[1].split("# The last iterations", 1)[0]
+    tail = text.split("# The last iterations", 1)[1]
+    assert "_desc_buffer_copy(a_desc, 0, k_next * BK, a_ring.index(step), 1)" in steady
+    assert "_desc_buffer_copy(b_desc, k_next * BK, 0, b_ring.index(step), 0)" in steady
+    assert "_desc_buffer_copy(a_desc, 0, k_next * BK, a_ring.index(it % NUM_STAGES))" in tail
+    assert "num_full = gl.minimum(num_iters, gl.maximum(K, 0) // BK)" in text
+    assert 'divisible=("K", "N", )' in text and "source_when=(lambda BM, BN: BM * BN < 2048,)" in text
+    report = check_source(text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "BM": 64, "BN": 64, "BK": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_descriptor_whose_row_stride_the_kernel_computes_is_not_copied_direct_to_lds() -> None:
+    text = DESCRIPTOR_GEMM.replace("strides=[K, 1], block_shape=[BM, BK]", "strides=[K * 2, 1], block_shape=[BM, BK]")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert not fn.pipelined
+    assert "the descriptor `a_desc` of the tile `a` (line 11) has a row stride or last dimension `K * 2`" \
+        in fn.kept_reason, fn.kept_reason
+
+
 @pytest.mark.parametrize(("body", "needle", "reason"), [
     ("a_ptrs += tl.max(tl.max(acc, axis=1), axis=0).to(tl.int32)", "a_ptrs += tl.max",
      "a load depends on this iteration's MMA result"),
@@ -538,8 +599,7 @@ SPLIT = {  # the warp-group split the lowering adds: extra barriers behind a bra
     "gfx950": ("s_barrier", "s_cbranch_execz"),
     "gfx1250": ("s_barrier_signal -1", "s_barrier_wait -1"),
 }
-ENGINE_INSTRUCTIONS = {("matmul_descriptor", "gfx950"): "global_load_lds_dwordx4",
-                       ("matmul_descriptor", "gfx1250"): "tensor_load_to_lds"}
+ENGINE_INSTRUCTIONS = {("matmul_descriptor", "gfx1250"): "tensor_load_to_lds"}
 
 
 @pytest.mark.slow
@@ -608,7 +668,7 @@ def test_gemm_variant_is_warp_pipelined_in_the_code_object(fixture: str, amd_tar
         if least is not None:
             assert c.shared >= least, f"{c.label}: LDS {c.shared} B is less than the ring's {least} B"
         instruction = ENGINE_INSTRUCTIONS.get((fixture, target_name))
-        if target_name == "gfx950" and sp.loop.kind == "pointer" and sp.engine == "async_copy":
+        if target_name == "gfx950" and sp.loop.kind in ("pointer", "descriptor") and sp.engine == "async_copy":
             instruction = "buffer_load_dwordx4"  # direct to LDS: `buffer_load_dwordx4 v, s[..], 0 offen lds`
             assert re.search(r"buffer_load_dwordx4 .* lds", asm), f"{c.label}: no direct-to-LDS buffer copy"
         if instruction:
@@ -893,7 +953,7 @@ def test_several_dots_with_shared_tiles_get_one_ring_per_tile() -> None:
 def test_gfx1250_direct_to_lds_pointer_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gfx1250's ring copies pointer tiles straight into LDS with its own async copy, from a scalar base at 32-bit
     offsets (`_lds_tile_copy`: no tile of 64-bit pointers lives across the loop), one commit group per iteration,
-    slots read with a plain `.load` (gfx1250's async_copy has no `load_shared_relaxed`) and no cdna4 `_desc_copy`;
+    slots read with a plain `.load` (gfx1250's async_copy has no `load_shared_relaxed`) and no cdna4 `_desc_buffer_copy`;
     it compiles, the schedule checker follows it, and its hot loop is lighter than Triton's own at 128x128x64."""
     from transpile.schedule_check import check_source
     from transpile.verify import isa_compare
@@ -903,7 +963,7 @@ def test_gfx1250_direct_to_lds_pointer_copies(tmp_path: Path, monkeypatch: pytes
     text = " ".join(result.text.split())
     assert "_lds_tile_copy(a_ring.index(" in text and "async_copy.commit_group()" in text
     assert "async_copy.global_to_shared(dest, base + offsets, mask=mask)" in text
-    assert "load_shared_relaxed" not in text and "_desc_copy" not in text and "_buffer_tile_load" not in text
+    assert "load_shared_relaxed" not in text and "_desc_buffer_copy" not in text and "_buffer_tile_load" not in text
     report = check_source(result.text)
     assert report.cases and report.findings == [], report.findings
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

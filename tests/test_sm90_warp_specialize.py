@@ -109,8 +109,8 @@ LINEAR_NT = PLAIN.replace("b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N
 def test_transposed_operand_of_a_linear_layer_is_read_through_a_transposed_view() -> None:
     """`tl.dot(x, w.T)` with w loaded as [N, K] (a linear layer's weights): the ring holds w's tiles as loaded and the
     wgmma reads `slot.permute((1, 0))`; the warp-specialised form gets TRANS_B and takes N from w's first dimension.
-    On gfx950 the ring would read the same transposed view, but its descriptor copies are the form the profitability
-    policy keeps as Triton: the kernel stays Triton there, and the reason names the copies, not the transpose."""
+    On gfx950 the ring reads the same transposed view of w's slots, which its buffer copies fill from the
+    descriptor as loaded ([N, K], K along the rows' 16-byte vectors)."""
     assert "w.T" in LINEAR_NT
     text = _sm90(LINEAR_NT)
     assert "acc = warpgroup_mma(a_smem.index(slot), w_smem.index(slot).permute((1, 0)), acc, is_async=True)" in text
@@ -121,7 +121,8 @@ def test_transposed_operand_of_a_linear_layer_is_read_through_a_transposed_view(
         "if a_desc.block_type.shape[0] >= 64 and a_desc.block_type.shape[0] * w_desc.block_type.shape[0] >= 32768 and gl.num_warps() >= 8:" \
         in text
     amd = translate_source(LINEAR_NT, "x.py", get_target("gfx950")).text
-    assert "@triton.jit\ndef gemm" in amd and "its tiles are read through tensor descriptors" in amd
+    assert "_desc_buffer_copy(w_desc, off_n, k_next, w_ring.index(step), 1)" in amd
+    assert "w_t = async_copy.load_shared_relaxed(w_ring.index((step + 1) % NUM_STAGES).permute([1, 0])," in amd
 
 
 INLINE = PLAIN.replace("        a = a_desc.load([off_m, k])\n        b = b_desc.load([k, off_n])\n        acc += tl.dot(a, b)\n",

@@ -238,3 +238,81 @@ def test_the_masks_hold_on_the_iterations_the_steady_state_runs(case: str) -> No
         assert claimed == truth, (case, values, counts)
         checked += 1
     assert checked == 7 * 4 * 3 * 3 * 3 * 2
+
+
+# ---- tensor-descriptor tiles (`descriptor_peel`): the bound along the axis the loop moves ----------------------------
+
+DESC_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, M, N, K, pid_k, SPLIT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(RANGE):
+DEFS
+        a = a_desc.load([0, OFFSET])
+        b = b_desc.load([OFFSET, 0])
+        acc = tl.dot(a, b, acc)
+    a_desc.store([0, 0], acc.to(tl.float16))
+'''
+
+# (range, in-loop definitions, the K offset of both loads)
+DESC_CASES = {
+    "block_index": ("0, tl.cdiv(K, BK)", "", "k * BK"),
+    "k_is_offset": ("0, K, BK", "", "k"),
+    "offset_in_loop": ("0, tl.cdiv(K, BK)", "off_k = k * BK", "off_k"),
+    "split_k": ("0, tl.cdiv(K, BK * SPLIT)", "", "(k * SPLIT + pid_k) * BK"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DESC_CASES))
+def test_descriptor_tiles_inside_their_shape_for_the_count(case: str) -> None:
+    """The count of leading iterations whose descriptor tiles lie inside the shape along K equals the truth (the
+    offset plus the block within K), over many sizes; the axis is K's in each tile."""
+    from transpile.analysis.tile_bounds import descriptor_peel
+
+    span, defs, offset = DESC_CASES[case]
+    text = (DESC_KERNEL.replace("RANGE", span).replace("DEFS", f"        {defs}" if defs else "")
+            .replace("OFFSET", offset))
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = facts.functions["mm"]
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    plan = plan_loop(source, loop, analyse_layouts(facts)["mm"], 3, transposed_operands=True)
+    assert isinstance(plan, LoopPlan), plan
+    found = descriptor_peel(fn, plan)
+    assert found is not None, case
+    count, axes = found
+    assert sorted(axes.values()) == [0, 1]  # (K is A's columns and B's rows)
+    for K, BK, SPLIT, pid_k in itertools.product((1, 15, 16, 33, 64, 127, 128, 129, 4097), (16, 64), (1, 2, 4),
+                                                  (0, 1, 3)):
+        if pid_k >= SPLIT:
+            continue
+        scope = {"tl": _TL, "K": K, "BK": BK, "SPLIT": SPLIT, "pid_k": pid_k}
+        iterations = list(eval(f"range({span})", scope))  # noqa: S307
+        claimed = min(len(iterations), eval(count, {**scope, "gl": _GL}))  # noqa: S307
+        truth = len(iterations)
+        for j, k in enumerate(iterations):
+            scope["k"] = k
+            if defs:
+                exec(defs, scope)  # noqa: S102
+            if eval(offset, scope) + BK > K:  # noqa: S307
+                truth = j
+                break
+        assert claimed == truth, (case, K, BK, SPLIT, pid_k, count)
+
+
+def test_a_descriptor_offset_not_moved_by_the_loop_is_not_taken() -> None:
+    from transpile.analysis.tile_bounds import descriptor_peel
+
+    text = DESC_KERNEL.replace("RANGE", "0, tl.cdiv(K, BK)").replace("DEFS", "").replace("OFFSET", "pid_k * BK")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = facts.functions["mm"]
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    plan = plan_loop(source, loop, analyse_layouts(facts)["mm"], 3, transposed_operands=True)
+    assert isinstance(plan, LoopPlan)
+    assert descriptor_peel(fn, plan) is None

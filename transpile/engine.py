@@ -742,8 +742,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                 if outcome.dispatch is not None:
                     helpers |= ({"aligned_or_triton"} if outcome.dispatch.reason == ALIGNMENT_REASON
                                 else {"tma_or_triton", "persistent_grid"})
-                    if outcome.dispatch.warps is not None or outcome.dispatch.small or outcome.dispatch.no_agprs \
-                            or outcome.dispatch.slow_dtypes:
+                    if outcome.dispatch.warp_pipelined or outcome.dispatch.warps is not None \
+                            or outcome.dispatch.small or outcome.dispatch.no_agprs or outcome.dispatch.slow_dtypes:
                         helpers.add("warp_pipelined_or_triton")
                     if outcome.dispatch.one_wave:
                         helpers.add("one_wave_or_triton")

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 __all__ = ["Finding", "Report", "check_source", "pipelined_kernels"]
 
 # The calls the model gives a meaning; any other call passes the tiles of its arguments on to its result.
-_COPIES = {"buffer_load_to_shared", "global_load_to_shared", "global_to_shared", "_desc_copy"}
+_COPIES = {"buffer_load_to_shared", "global_load_to_shared", "global_to_shared", "_desc_buffer_copy"}
 _DOTS = {"_dot", "_dot_acc", "mfma", "mfma_scaled", "wmma", "wmma_scaled", "dot"}
 # the loop trip counts the emitter binds (a second loop's names end in `_`), overridden by each case the checker runs
 _TRIP_NAME = re.compile(r"^(num_iters|num_full|ws_iters)_*$")
@@ -758,7 +758,7 @@ class _Runner:
                 return m.read(part, ref, line, relaxed=True)
         if leaf in _COPIES or leaf == "_cp_async_load" or dotted in ("async_copy.async_load",
                                                                       "async_copy.async_copy_global_to_shared"):
-            position = 3 if leaf == "_desc_copy" else 0  # `_desc_copy(desc, off0, off1, dest)`
+            position = 3 if leaf == "_desc_buffer_copy" else 0  # `_desc_buffer_copy(desc, off0, off1, dest)`
             dest = node.args[position] if len(node.args) > position else None
             ref = self.slot(dest) if dest is not None else None
             if ref is not None:

@@ -81,6 +81,69 @@ def tail_peel(fn: JitFunction, plan: LoopPlan) -> TailPeel | None:
     return TailPeel(_nested_minimum(counts), dropped, expanded)
 
 
+@dataclass(frozen=True)
+class DescriptorTile:
+    """A tensor descriptor a loop's tiles are read through, as the kernel makes it
+    (`tl.make_tensor_descriptor(base, shape=[...], strides=[...], block_shape=[...])`): source texts."""
+
+    shape: tuple[str, ...]
+    strides: tuple[str, ...]
+    block: tuple[str, ...]
+
+
+def descriptor_tile(fn: JitFunction, name: str) -> DescriptorTile | None:
+    """How the kernel `fn` makes the descriptor `name` (assigned once, by `tl.make_tensor_descriptor` with list
+    arguments), or None."""
+    found = [node for node in cst_walk.preorder(fn.node) if isinstance(node, cst.Assign) and any(
+        isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)]
+    if len(found) != 1 or not isinstance(found[0].value, cst.Call):
+        return None
+    call = found[0].value
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "make_tensor_descriptor"):
+        return None
+    positional = [a.value for a in call.args if a.keyword is None]
+    keyword = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    lists = []
+    for i, key in ((1, "shape"), (2, "strides"), (3, "block_shape")):
+        value = keyword.get(key, positional[i] if i < len(positional) else None)
+        if not isinstance(value, (cst.List, cst.Tuple)):
+            return None
+        lists.append(tuple(cst.Module([]).code_for_node(e.value).strip() for e in value.elements))
+    if not len(lists[0]) == len(lists[1]) == len(lists[2]) == 2:
+        return None
+    return DescriptorTile(*lists)
+
+
+def descriptor_peel(fn: JitFunction, plan: LoopPlan) -> tuple[str, dict[int, int]] | None:
+    """For a loop of 2-D tensor-descriptor tiles: how many leading iterations each tile lies wholly inside its
+    descriptor's shape along the axis its offset moves with the loop (`k * BLOCK_K + (BLOCK_K - 1) < K`), and that
+    axis per load (by statement index); None where no tile's bound is proven."""
+    algebra = _Algebra(fn, plan)
+    span = _span(algebra, plan)
+    if span is None:
+        return None
+    axes: dict[int, int] = {}
+    counts: list[str] = []
+    for load in plan.loads:
+        tile = descriptor_tile(fn, load.descriptor) if load.kind == "descriptor" else None
+        offsets = load.call.args[0].value if tile is not None and load.call.args else None
+        if not isinstance(offsets, (cst.List, cst.Tuple)) or len(offsets.elements) != 2:
+            continue
+        for axis, element in enumerate(offsets.elements):
+            offset = cst.Module([]).code_for_node(element.value).strip()
+            test = f"({offset}) + ({tile.block[axis]} - 1) < ({tile.shape[axis]})"  # type: ignore[union-attr]
+            count = algebra.holds_for(cst.parse_expression(test), load.index, *span)
+            if count is not None:
+                axes[load.index] = axis
+                if count not in counts:
+                    counts.append(count)
+                break
+    if not counts:
+        return None
+    return _nested_minimum(counts), axes
+
+
 def leading_iterations(fn: JitFunction, plan: LoopPlan, tests: list[str]) -> str | None:
     """How many leading iterations of `plan`'s loop every one of `tests` holds on, as text: scalar comparisons of the
     loop variable with invariant scalars (a uniform mask's terms, `transpile.analysis.uniform_mask`, whose tests

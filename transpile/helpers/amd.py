@@ -161,27 +161,24 @@ def _copy_layout(shape, dtype, num_warps, rows=1):
 
 
 @gluon.jit
-def _desc_copy(desc, off0, off1, dest):
-    """`desc.load([off0, off1])` straight into the LDS slot `dest`; elements outside the descriptor's shape read as
-    zero. A tile whose columns all lie inside the shape goes by direct-to-LDS async copies (16 bytes a lane: a tensor
-    descriptor's base and row stride are 16-byte aligned, a requirement of `tl.make_tensor_descriptor`, which the
-    hints pass on); a tile cut by the last column (or at a column offset not a multiple of the vector) goes through
-    registers, since a direct-to-LDS copy moves a lane's
-    whole vector or nothing. The caller closes the commit group."""
+def _desc_buffer_copy(desc, off0, off1, dest, INSIDE: gl.constexpr = -1):
+    """`desc.load([off0, off1])` straight into the LDS slot `dest` by buffer copies 16 bytes a lane, from the
+    descriptor's scalar base at 32-bit offsets (a descriptor's base and row stride are 16-byte aligned, a requirement
+    of `tl.make_tensor_descriptor`; the launcher runs this kernel where its shape's last dimension is a multiple of
+    16 too, so that no lane's vector is cut by it). Elements outside the shape read as zero (masked lanes, without a
+    branch); `INSIDE` (0 or 1): an axis along which the caller knows the tile lies inside the shape (a steady state
+    of full K tiles), whose test is left out. The caller closes the commit group."""
     base, size0, size1, stride0, stride1 = desc
     layout: gl.constexpr = _copy_layout(dest.shape, dest.dtype, gl.num_warps())
-    vec: gl.constexpr = 128 // dest.dtype.primitive_bitwidth
     rows = off0 + gl.arange(0, dest.shape[0], layout=gl.SliceLayout(1, layout))
     cols = off1 + gl.arange(0, dest.shape[1], layout=gl.SliceLayout(0, layout))
-    if (off1 % vec == 0) and (off1 + dest.shape[1] <= size1):
-        row_offsets = gl.multiple_of(rows * stride0, vec)
-        ptrs = base + (row_offsets[:, None] + cols[None, :] * stride1)
-        ptrs = gl.max_contiguous(gl.multiple_of(ptrs, [1, 16]), [1, vec])  # 16 bytes: pointer hints count bytes
-        in_rows = gl.full(dest.shape, 1, gl.int1, layout) & (rows[:, None] < size0)
-        async_copy.global_load_to_shared(dest, ptrs, mask=in_rows, other=0.0)
+    if INSIDE == 0:
+        mask = gl.full(dest.shape, 1, gl.int1, layout) & (cols[None, :] < size1)
+    elif INSIDE == 1:
+        mask = gl.full(dest.shape, 1, gl.int1, layout) & (rows[:, None] < size0)
     else:
         mask = (rows[:, None] < size0) & (cols[None, :] < size1)
-        dest.store(gl.load(base + rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask, other=0))
+    async_copy.buffer_load_to_shared(dest, base, rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask)
 
 
 @gluon.jit
@@ -205,6 +202,27 @@ def _buffer_tile_load(ring, base, offsets, mask=None):
     """A tile for a slot of `ring`, loaded into registers by a buffer load from the scalar base at 32-bit offsets
     (16 bytes a lane; masked lanes read zeros, without a branch); the caller stores it into its slot a step later."""
     return BUFFER_OPS.buffer_load(base, offsets, mask=mask)
+
+
+@gluon.jit
+def _desc_buffer_load(desc, off0, off1, BLOCK0: gl.constexpr, BLOCK1: gl.constexpr, layout: gl.constexpr,
+                      INSIDE: gl.constexpr = -1):
+    """`desc.load([off0, off1])` as one buffer load into registers, in `layout` (`_copy_layout`: 16 bytes a lane, a
+    descriptor's base and row stride being 16-byte aligned): from the descriptor's scalar base at 32-bit offsets, so
+    that no tile of 64-bit addresses is computed each step; elements outside the descriptor's shape read as zero
+    (masked lanes, without a branch); `INSIDE` (0 or 1): an axis along which the caller knows the tile lies inside
+    the shape (a steady state of full K tiles), whose test is left out. The caller stores the tile into its ring slot
+    a step later."""
+    base, size0, size1, stride0, stride1 = desc
+    rows = off0 + gl.arange(0, BLOCK0, layout=gl.SliceLayout(1, layout))
+    cols = off1 + gl.arange(0, BLOCK1, layout=gl.SliceLayout(0, layout))
+    if INSIDE == 0:
+        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (cols[None, :] < size1)
+    elif INSIDE == 1:
+        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (rows[:, None] < size0)
+    else:
+        mask = (rows[:, None] < size0) & (cols[None, :] < size1)
+    return BUFFER_OPS.buffer_load(base, rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask)
 
 
 @gluon.jit

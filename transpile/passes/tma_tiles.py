@@ -192,6 +192,13 @@ class Dispatch:
     # measured faster than the source only with few tiles: an operand computed in registers and staged for the wgmma)
     one_wave: bool = False
 
+    @property
+    def warp_pipelined(self) -> bool:
+        """Whether the launcher is `_WarpPipelinedOrTriton`: an AMD launcher given any of that class's own arguments
+        (warps, the 2 GB test, VGPR-only accumulators, slow element types, the LDS test) or a `source_when` test."""
+        return self.amd and (self.warps is not None or self.small or self.no_agprs or bool(self.slow_dtypes)
+                             or self.lds is not None or bool(self.source_when))
+
 
 @dataclass
 class Conversion:

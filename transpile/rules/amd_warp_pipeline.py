@@ -26,9 +26,9 @@ import libcst as cst
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
-from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PREFETCHING_ENGINES, PURE_CALLS, WAITS, StagePlan,
-                                      StageRefusal, hoistable_convert, plan_stages, scalar_names)
-from transpile.analysis.tile_bounds import leading_iterations, tail_peel
+from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
+                                      StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
+from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in,
                                  parenthesized)
@@ -120,7 +120,7 @@ class AMDWarpPipeline(Rule):
             return updated
         several = SEVERAL_DOTS_HEAVIER.get(ctx.target.name)
         if several is not None and len(stage_plan.loop.chains) > 1 and not stage_plan.loop.attention \
-                and not stage_plan.loop.chained:  # (chained dots: a form of their own in the policy)
+                and not stage_plan.loop.chained and not ctx.gluon_always:  # (chained dots: a form of their own)
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {several}"))
             return updated
         along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
@@ -170,6 +170,26 @@ class AMDWarpPipeline(Rule):
             joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
             ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
             _source_below(ctx, str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0]), 16 * PIPELINE_WARPS)
+        descriptor_launch: list[str] | None = None
+        if stage_plan.engine == "async_copy" and stage_plan.loop.kind == "descriptor":
+            found = _descriptor_divisible(ctx, stage_plan)
+            if isinstance(found, str):
+                ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {found}"))
+                return updated
+            descriptor_launch = found
+        if descriptor_launch is not None or _form(stage_plan) == "register-staged ring, descriptor tiles":
+            # Launches with output tiles under DESCRIPTOR_RING_MIN_TILE elements run the source kernel (their 8 warps
+            # hold too little MMA work a step for the copies' address and mask arithmetic), and so do those whose
+            # block sizes leave no room for two slots of each ring (the loop would run unpipelined), or that ask for
+            # other warps than the pipeline's
+            _source_tile_below(ctx, stage_plan, DESCRIPTOR_RING_MIN_TILE[ctx.target.name])
+            ctx.launch_checked = True
+            ctx.launch_small = True  # (its buffer loads address the tensors at 32-bit offsets: under 2 GB)
+            # (direct-to-LDS copies move a lane's 16 bytes whole: rows and the shape's last dimension multiples of 16)
+            ctx.launch_divisible = tuple(dict.fromkeys((*ctx.launch_divisible, *(descriptor_launch or ()))))
+            if not one_group:
+                ctx.launch_warps = PIPELINE_WARPS
+            ctx.launch_lds = _lds_check(ctx, stage_plan)
         registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
@@ -257,7 +277,7 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
     for load, ring in zip(sp.loop.loads, sp.rings):
         dtype = ring_dtype(ctx, sp.loop, load)
         match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
-        if load.kind != "pointer" or match is None or match.group(1) not in params:
+        if load.kind not in ("pointer", "descriptor") or match is None or match.group(1) not in params:
             return None
         shape: list[str | int] = []
         for dim in ring.shape:
@@ -377,6 +397,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # The K tail peeled: mask terms that hold on every tile of the first `full` iterations (`tail_peel`) are left out
     # of the steady state's copies, which copy no later iteration.
     peel = tail_peel(ctx.function, plan)
+    # (buffer copies or loads of descriptor tiles: the axis along which the steady state's tiles lie inside the
+    # descriptor's shape, per load, whose bound test `_desc_buffer_copy` / `_desc_buffer_load` then leaves out)
+    inside: dict[int, int] = {}
+    if engine in ("async_copy", "registers") and plan.kind == "descriptor" and peel is None:
+        desc_peel = descriptor_peel(ctx.function, plan)
+        if desc_peel is not None:
+            peel, inside = TailPeel(desc_peel[0], {}), desc_peel[1]
     full = name("num_full")
     # Masks the consumer selects through (`qk = tl.where(valid, qk * scale, -inf)`: a flash-attention loop's key
     # bound and causal mask) that hold on every element of the leading iterations' tiles (`uniform_mask`,
@@ -388,8 +415,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     bounded = peel is not None or bool(uniform)
     # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
     # into their slot, so that the global loads' latency is hidden behind a step of the other warp group's MMAs.
-    prefetch = engine in PREFETCHING_ENGINES
+    prefetch = prefetches(engine, plan.kind)
     staged = {load.name: name(f"{load.name}_staged") for load in plan.loads}
+    # The tiles of a loop of descriptor tiles staged through registers (gfx942) are buffer loads 16 bytes a lane
+    # (`_desc_buffer_load` in `_copy_layout`: a descriptor's base and row stride are 16-byte aligned, a requirement
+    # of `tl.make_tensor_descriptor`), as Triton's own AMD backend loads them, not masked pointer loads in the
+    # translation's layout of 4 elements a lane (twice the loads and LDS stores, and 64-bit addresses each step).
+    desc_copy_layouts = {load.name: name(f"{load.name}_copy_layout") for load in plan.loads
+                         if engine == "registers" and plan.kind == "descriptor"}
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
@@ -397,7 +430,16 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         if not guard and peel is not None and load.index in peel.dropped:
             statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
         if engine == "registers":
-            return f"{pad}{dest}.store({later_load(statement, renames, iteration, iters, load, guard)})"
+            loaded = later_load(statement, renames, iteration, iters, load, guard)
+            if load.name in desc_copy_layouts:
+                # (a buffer load of the tile in its 16-byte copy layout, not the translation's masked pointer load)
+                call = cst.parse_expression(loaded)
+                axis = [cst.Arg(cst.Integer(str(inside[load.index])))] if not guard and load.index in inside else []
+                loaded = code(call.with_changes(func=cst.Name("_desc_buffer_load"), args=[  # type: ignore
+                    *call.args[:-1], call.args[-1].with_changes(value=cst.Name(desc_copy_layouts[load.name])), *axis]))
+            if prefetch:  # into registers now, into the slot one step later
+                return f"{pad}{staged[load.name]} = {loaded}"
+            return f"{pad}{dest}.store({loaded})"
         if load.kind == "pointer":  # a copy call: the load's own arguments, the slot (or the ring) first
             # (a load converted to or from another layout, a name's layout in the other branch: the copies lay
             # their operands out themselves, `copy_operands`)
@@ -416,8 +458,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         call = body[load.index].body[0].value  # type: ignore[union-attr]  # `_desc_load(desc, off0, off1, ...)`
         offsets = [rename(a.value, renames) for a in call.args[1:3]]
         if engine == "async_copy":
-            ctx.need("desc_copy")
-            return f"{pad}_desc_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest})"
+            ctx.need("desc_buffer_copy")
+            axis = f", {inside[load.index]}" if not guard and load.index in inside else ""
+            return f"{pad}_desc_buffer_copy({load.descriptor}, {offsets[0]}, {offsets[1]}, {dest}{axis})"
         return (f"{pad}{tdm_at[load.name]} = tdm.update_tensor_descriptor({tdm_descs[load.name]}, "
                 f"add_offsets=[{offsets[0]}, {offsets[1]}], clamp_bounds=True)")
 
@@ -577,6 +620,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     layouts = {load.name: f"{layout_fn}([{', '.join(shapes[load.name])}], {dtypes[load.name]}, "
                           f"{0 if load.transposed else feeds[load.name][1]})"
                for load in plan.loads}
+    for load in plan.loads:
+        if load.name in desc_copy_layouts:
+            # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs)
+            rows = 2 if feeds[load.name][1] == 1 and not load.transposed and ctx.target.warp_size == 64 else 1
+            ctx.need("copy_layout")
+            ctx.need("desc_buffer_load")
+            hoisted.insert(0, f"{desc_copy_layouts[load.name]}: gl.constexpr = _copy_layout([{', '.join(shapes[load.name])}], "
+                              f"{dtypes[load.name]}, gl.num_warps(){', 2' if rows == 2 else ''})")
     if engine in POINTER_COPIES:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
         # (`transpile.rules.copy_operands`, after the layout declarations).
@@ -980,6 +1031,52 @@ def _source_below(ctx: RuleContext, size: str, bound: int) -> None:
             f"{size} < {bound}", ((size, constexprs[size]),)))))
 
 
+#: The fewest output elements (BLOCK_M * BLOCK_N) a launch of a descriptor GEMM needs for its ring, per target
+#: (8 warps; non-MFMA instructions per MFMA against Triton's own compile, every fixture kernel and config, and
+#: suite_decode_linear's decode tiles, K blocks of 128). gfx942 (buffer loads a step ahead): from 64 x 64 up
+#: 0.20-0.75x; below, 0.46-0.62x (64 x 32, 32 x 64 with 2 warps) but 1.17x and 2.23x (32 and 16 decode rows).
+#: gfx950 (buffer copies direct to LDS): from 32 x 64 up 0.34-0.72x; 0.99x at 16 x 64. Fewer outputs leave the
+#: 8 warps of the warp pipeline too little MMA work a step for their copies.
+DESCRIPTOR_RING_MIN_TILE = {"gfx942": 64 * 64, "gfx950": 32 * 64, "gfx1250": 64 * 64}
+
+
+def _descriptor_divisible(ctx: RuleContext, sp: StagePlan) -> list[str] | str:
+    """The parameters a launch must give as multiples of 16 for the direct-to-LDS copies of a loop's descriptor tiles
+    (each descriptor's row stride and last dimension: a lane's 16-byte vector is copied whole or not at all), or
+    why no launch can vouch for them (a descriptor made otherwise, a stride or size computed in the kernel)."""
+    params = {p.name for p in ctx.function.params if not p.is_constexpr}
+    names: list[str] = []
+    for load in sp.loop.loads:
+        tile = descriptor_tile(ctx.function, load.descriptor)
+        at = f"the descriptor `{load.descriptor}` of the tile `{load.name}` (line {ctx.source.position(load.call)[0]})"
+        if tile is None:
+            return f"{at} is not made once by `tl.make_tensor_descriptor` with list arguments"
+        if tile.strides[1] != "1":
+            return f"{at} has its last stride `{tile.strides[1]}`, not 1"
+        for value in (tile.strides[0], tile.shape[1]):
+            if value.isdigit() and int(value) % 16 == 0:
+                continue
+            if value not in params:
+                return (f"{at} has a row stride or last dimension `{value}` that is not a parameter of the kernel: "
+                        "no launch can vouch for its rows as 16-byte vectors, which its direct-to-LDS copies move "
+                        "whole")
+            names.append(value)
+    return list(dict.fromkeys(names))
+
+
+def _source_tile_below(ctx: RuleContext, sp: StagePlan, bound: int) -> None:
+    """Launches whose output tile (the first dot's M x N, constexpr parameters or numbers) holds fewer than `bound`
+    elements run the source kernel."""
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    shape = [str(d) for d in ctx.plan.dots[sp.loop.chains[0].call].shape]
+    if len(shape) != 2 or not all(d in constexprs or d.isdigit() for d in shape):
+        return
+    names = tuple((d, constexprs[d]) for d in dict.fromkeys(shape) if d in constexprs)
+    if names:
+        ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
+            f"{_factor(shape[0])} * {_factor(shape[1])} < {bound}", names))))
+
+
 def _chained_register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
     """The launch test under which a loop of chained dots runs the source kernel (`CHAINED_REGISTER_LIMIT`); None
     where its sizes are not all known or not constexpr parameters."""
@@ -1045,6 +1142,8 @@ def _form(sp: StagePlan) -> str:
     if all(chain.fresh for chain in sp.loop.chains) and sp.engine != "registers" and not any(
             load.computed or load.kind == "descriptor" for load in sp.loop.loads):
         return f"fresh-product ring, {copies}"  # (other fresh rings: as their copies and operands say below)
+    if sp.engine == "registers" and sp.loop.kind == "descriptor" and not any(load.computed for load in sp.loop.loads):
+        return f"{copies}, descriptor tiles"  # (16-byte loads a step ahead: a descriptor vouches for its rows)
     if any(load.computed for load in sp.loop.loads):
         return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) is not None else "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):

@@ -220,7 +220,8 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "loads, or along its contiguous axis from loaded offsets, read transposed from memory, or with rows a run-time "
         "integer divides apart, `K // 2`): they would be staged through registers by plain "
         "loads, and that ring's hot loop measured heavier than Triton's own in 46 of 48 fixture kernels and configs "
-        "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them): "
+        "(1.2-5.9x the non-MFMA instructions per MFMA; each step waits for its global loads before storing them; "
+        "loaded a step ahead instead, an element a lane, the tiles held in registers spilled 6-1,865 VGPRs): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
     # ("gfx942", "buffer-load ring") and ("gfx1250", "direct-to-LDS ring") are not listed: 16-byte buffer loads into
@@ -240,10 +241,6 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "measured 1.26-2.10x (gfx950) and 1.06-1.51x (gfx942) Triton's own non-MFMA instructions per MFMA on a public "
         "GPTQ GEMM (64x64x64 to 128x128x64, 8 warps), whose compile unpacks in a blocked layout: bench/RESULTS.md")
        for target in ("gfx942", "gfx950")},
-    ("gfx950", "direct-to-LDS ring, descriptor tiles"): (
-        "its tiles are read through tensor descriptors, whose copies (`_desc_copy`, a run-time choice between a "
-        "direct-to-LDS copy and a register copy for tiles cut by the last column) measured 2.1-5.0x Triton's own "
-        "non-MFMA instructions per MFMA in 6 of 8 fixture kernels and configs on gfx950: bench/RESULTS.md"),
     **{(target, "attention, register-staged ring"): (
         "its K or V tile cannot be copied 16 bytes a lane (addressed from loaded pointers, or K read as [HEAD_DIM, "
         "BLOCK_N] through addresses that are not the transposed tile's), so the warp-pipelined attention ring would "

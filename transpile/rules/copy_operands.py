@@ -79,7 +79,7 @@ EXAMPLE = (
 
 
 # A GEMM whose tiles are read through tensor descriptors made in the kernel (the counterexample of the pointer-tile
-# copy rules: with `--gluon-always` its ring copies by `_desc_copy`)
+# copy rules: its ring copies by `_desc_buffer_copy`)
 DESCRIPTOR_GEMM = (
     "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
     "def k(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
@@ -105,7 +105,7 @@ class CopyOperandLayouts(Rule):
         ), "gfx950"),
     )
     counterexamples = (
-        # tiles read through tensor descriptors (`_desc_copy`): no pointer tile to lay out for the copies
+        # tiles read through tensor descriptors (`_desc_buffer_copy`): no pointer tile to lay out for the copies
         Counterexample(DESCRIPTOR_GEMM, ("_ring_copy_layout",), target="gfx950", gluon_always=True),
     )
 

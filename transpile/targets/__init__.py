@@ -159,7 +159,7 @@ SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls 
     "scaled_layouts": ("mma_layout", "float8_via_fp16", "f8f6f4"),
     "lds_ring": ("mma_k_width", "float8_via_fp16", "f8f6f4"),
     "lds_copy": ("copy_layout",),
-    "desc_copy": ("copy_layout",),
+    "desc_buffer_copy": ("copy_layout",),
     "register_copy": ("copy_layout",),
     "buffer_register_copy": ("copy_layout",),
     "mma_layout": ("float8_via_fp16", "f8f6f4"),
