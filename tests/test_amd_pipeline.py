@@ -206,11 +206,48 @@ def test_descriptor_tiles_copied_direct_to_lds_on_gfx950() -> None:
     assert "_desc_buffer_copy(b_desc, k_next * BK, 0, b_ring.index(step), 0)" in steady
     assert "_desc_buffer_copy(a_desc, 0, k_next * BK, a_ring.index(it % NUM_STAGES))" in tail
     assert "num_full = gl.minimum(num_iters, gl.maximum(K, 0) // BK)" in text
-    assert 'divisible=("K", "N", )' in text and "source_when=(lambda BM, BN: BM * BN < 2048,)" in text
+    assert 'divisible=("K", "N", )' in text
+    # (A's column offset `k * BK`: launches whose K block is not a multiple of 16 run the source kernel)
+    assert "source_when=(lambda BM, BN: BM * BN < 2048, lambda BK: BK % 16 != 0,)" in text
     report = check_source(text)
     assert report.cases and not report.findings, report
     compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "BM": 64, "BN": 64, "BK": 64}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    # a column offset from a parameter: the launcher checks it too
+    (("a = a_desc.load([0, k * BK])", "a = a_desc.load([0, k_start + k * BK])"), 'divisible=("K", "k_start", "N", )'),
+    # ... computed in the kernel otherwise: no launch can vouch for it
+    (("a = a_desc.load([0, k * BK])", "a = a_desc.load([0, k * BK + tl.program_id(0) * 3])"),
+     "is read at a column offset `k * BK + tl.program_id(0) * 3` that no launch can vouch for"),
+])
+def test_descriptor_copies_direct_to_lds_only_where_a_launch_vouches_for_whole_vectors(change, needle) -> None:
+    text = DESCRIPTOR_GEMM.replace("def mm(a_ptr, b_ptr, M, N, K,", "def mm(a_ptr, b_ptr, M, N, K, k_start,")
+    text = text.replace(*change)
+    assert change[1] in text
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert needle in (result.text if fn.pipelined else fn.kept_reason), fn.kept_reason
+
+
+def test_a_loop_of_pointer_and_descriptor_tiles_is_not_copied_direct_to_lds() -> None:
+    text = DESCRIPTOR_GEMM.replace("def mm(a_ptr, b_ptr, M, N, K,", "def mm(a_ptr, b_ptr, M, N, K, stride_bk,").replace(
+        "        b = b_desc.load([k * BK, 0])\n",
+        "        b = tl.load(b_ptr + (k * BK + tl.arange(0, BK))[:, None] * stride_bk + tl.arange(0, BN)[None, :])\n")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert not fn.pipelined and "read through both pointers and tensor descriptors" in fn.kept_reason, fn.kept_reason
+
+
+def test_gfx942_descriptor_buffer_loads_are_launch_checked_in_every_ring_form() -> None:
+    """The row-reduction ring reads descriptor tiles by the same 32-bit buffer loads: its launcher checks the 2 GB
+    bound and the tile size too."""
+    text = DESCRIPTOR_GEMM.replace("        acc = tl.dot(a, b, acc)\n",
+                                   "        acc = tl.dot(a, b, acc)\n        acc = acc - tl.max(acc, axis=1)[:, None]\n")
+    result = translate_source(text, "x.py", get_target("gfx942"), gluon_always=True)
+    assert result.functions[0].pipelined and "_desc_buffer_load(" in result.text
+    assert "small=True" in result.text and "BM * BN < 4096" in result.text
 
 
 def test_a_descriptor_whose_row_stride_the_kernel_computes_is_not_copied_direct_to_lds() -> None:

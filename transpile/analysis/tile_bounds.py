@@ -86,6 +86,7 @@ class DescriptorTile:
     """A tensor descriptor a loop's tiles are read through, as the kernel makes it
     (`tl.make_tensor_descriptor(base, shape=[...], strides=[...], block_shape=[...])`): source texts."""
 
+    base: str
     shape: tuple[str, ...]
     strides: tuple[str, ...]
     block: tuple[str, ...]
@@ -112,7 +113,10 @@ def descriptor_tile(fn: JitFunction, name: str) -> DescriptorTile | None:
         lists.append(tuple(cst.Module([]).code_for_node(e.value).strip() for e in value.elements))
     if not len(lists[0]) == len(lists[1]) == len(lists[2]) == 2:
         return None
-    return DescriptorTile(*lists)
+    base = keyword.get("base", positional[0] if positional else None)
+    if base is None:
+        return None
+    return DescriptorTile(cst.Module([]).code_for_node(base).strip(), *lists)
 
 
 def descriptor_peel(fn: JitFunction, plan: LoopPlan) -> tuple[str, dict[int, int]] | None:
@@ -133,7 +137,11 @@ def descriptor_peel(fn: JitFunction, plan: LoopPlan) -> tuple[str, dict[int, int
         for axis, element in enumerate(offsets.elements):
             offset = cst.Module([]).code_for_node(element.value).strip()
             test = f"({offset}) + ({tile.block[axis]} - 1) < ({tile.shape[axis]})"  # type: ignore[union-attr]
-            count = algebra.holds_for(cst.parse_expression(test), load.index, *span)
+            try:
+                node = cst.parse_expression(test)
+            except cst.ParserSyntaxError:
+                continue
+            count = algebra.holds_for(node, load.index, *span)
             if count is not None:
                 axes[load.index] = axis
                 if count not in counts:

@@ -30,7 +30,7 @@ from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CAL
                                       StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
-from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in,
+from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in, product_factors, sum_terms,
                                  parenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
@@ -130,6 +130,17 @@ class AMDWarpPipeline(Rule):
             construct = stage_plan.barrier_op
         elif stage_plan.warps_along_m:
             construct = stage_plan.row_reduction
+        # Direct-to-LDS copies of descriptor tiles (gfx950) move each lane's 16 bytes whole: the launcher must vouch
+        # for 16-byte rows and column offsets (`_descriptor_divisible`), or the loop is left as it is
+        descriptor_launch: tuple[list[str], list[tuple[str, tuple[tuple[str, str | None], ...]]]] | None = None
+        if stage_plan.engine == "async_copy" and any(load.kind == "descriptor" for load in stage_plan.loop.loads):
+            found = _descriptor_divisible(ctx, stage_plan) if stage_plan.loop.kind == "descriptor" else (
+                "its tiles are read through both pointers and tensor descriptors, whose direct-to-LDS copies need "
+                "launch tests of their own (a ring copies one kind)")
+            if isinstance(found, str):
+                ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {found}"))
+                return updated
+            descriptor_launch = found
         if ctx.slower_than_triton(original, _form(stage_plan), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
@@ -170,14 +181,7 @@ class AMDWarpPipeline(Rule):
             joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
             ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
             _source_below(ctx, str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0]), 16 * PIPELINE_WARPS)
-        descriptor_launch: list[str] | None = None
-        if stage_plan.engine == "async_copy" and stage_plan.loop.kind == "descriptor":
-            found = _descriptor_divisible(ctx, stage_plan)
-            if isinstance(found, str):
-                ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {found}"))
-                return updated
-            descriptor_launch = found
-        if descriptor_launch is not None or _form(stage_plan) == "register-staged ring, descriptor tiles":
+        if descriptor_launch is not None or (stage_plan.engine == "registers" and stage_plan.loop.kind == "descriptor"):
             # Launches with output tiles under DESCRIPTOR_RING_MIN_TILE elements run the source kernel (their 8 warps
             # hold too little MMA work a step for the copies' address and mask arithmetic), and so do those whose
             # block sizes leave no room for two slots of each ring (the loop would run unpipelined), or that ask for
@@ -186,7 +190,9 @@ class AMDWarpPipeline(Rule):
             ctx.launch_checked = True
             ctx.launch_small = True  # (its buffer loads address the tensors at 32-bit offsets: under 2 GB)
             # (direct-to-LDS copies move a lane's 16 bytes whole: rows and the shape's last dimension multiples of 16)
-            ctx.launch_divisible = tuple(dict.fromkeys((*ctx.launch_divisible, *(descriptor_launch or ()))))
+            ctx.launch_divisible = tuple(dict.fromkeys((*ctx.launch_divisible, *(descriptor_launch or ([], ()))[0])))
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
+                descriptor_launch or ([], ()))[1])))
             if not one_group:
                 ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_lds = _lds_check(ctx, stage_plan)
@@ -1003,7 +1009,7 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
     products = any(c.scaled_product for c in chains)
     scaled = products or any(ctx.plan.dots[c.call].scaled is not None for c in chains)
     limit = SCALED_PRODUCT_LIMIT.get(ctx.target.name) if products else REGISTER_LIMIT.get(ctx.target.name)
-    staged = products and sp.engine == "buffer_loads"
+    staged = products and prefetches(sp.engine, sp.loop.kind)  # (tiles held in registers a step: buffer loads)
     if sp.loop.attention or sp.loop.chained or limit is None or not (scaled or len(chains) > 1):
         return None
     terms: list[str] = []
@@ -1040,17 +1046,24 @@ def _source_below(ctx: RuleContext, size: str, bound: int) -> None:
 DESCRIPTOR_RING_MIN_TILE = {"gfx942": 64 * 64, "gfx950": 32 * 64, "gfx1250": 64 * 64}
 
 
-def _descriptor_divisible(ctx: RuleContext, sp: StagePlan) -> list[str] | str:
-    """The parameters a launch must give as multiples of 16 for the direct-to-LDS copies of a loop's descriptor tiles
-    (each descriptor's row stride and last dimension: a lane's 16-byte vector is copied whole or not at all), or
-    why no launch can vouch for them (a descriptor made otherwise, a stride or size computed in the kernel)."""
+def _descriptor_divisible(ctx: RuleContext, sp: StagePlan
+                          ) -> tuple[list[str], list[tuple[str, tuple[tuple[str, str | None], ...]]]] | str:
+    """What a launch must vouch for before the direct-to-LDS copies of a loop's descriptor tiles (a lane's 16-byte
+    vector is copied whole or not at all): the parameters to be multiples of 16 (each descriptor's row stride and last
+    dimension, and parameters its column offsets add), and tests under which the source kernel runs (a constexpr
+    factor of a column offset not a multiple of 16); or why no launch can (a descriptor made otherwise, its base not
+    a pointer parameter, a stride, size or column offset computed in the kernel)."""
     params = {p.name for p in ctx.function.params if not p.is_constexpr}
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
     names: list[str] = []
+    tests: list[tuple[str, tuple[tuple[str, str | None], ...]]] = []
     for load in sp.loop.loads:
         tile = descriptor_tile(ctx.function, load.descriptor)
         at = f"the descriptor `{load.descriptor}` of the tile `{load.name}` (line {ctx.source.position(load.call)[0]})"
         if tile is None:
             return f"{at} is not made once by `tl.make_tensor_descriptor` with list arguments"
+        if tile.base not in params:
+            return f"{at} has the base `{tile.base}`, not a pointer parameter: no launch can vouch for its alignment"
         if tile.strides[1] != "1":
             return f"{at} has its last stride `{tile.strides[1]}`, not 1"
         for value in (tile.strides[0], tile.shape[1]):
@@ -1061,7 +1074,67 @@ def _descriptor_divisible(ctx: RuleContext, sp: StagePlan) -> list[str] | str:
                         "no launch can vouch for its rows as 16-byte vectors, which its direct-to-LDS copies move "
                         "whole")
             names.append(value)
-    return list(dict.fromkeys(names))
+        offsets = load.call.args[0].value if load.call.args else None
+        column = offsets.elements[1].value if isinstance(offsets, (cst.List, cst.Tuple)) \
+            and len(offsets.elements) == 2 else None
+        found = _multiple_of_16(ctx, sp, column, params, constexprs, 3) if column is not None else None
+        if found is None:
+            return (f"{at} is read at a column offset{f' `{code(column)}`' if column is not None else ''} that no "
+                    "launch can vouch for as a multiple of 16 elements (a sum of a loop variable stepped by a block "
+                    "size, block-size multiples and parameters)")
+        names += found[0]
+        tests += found[1]
+    return list(dict.fromkeys(names)), list(dict.fromkeys(tests))
+
+
+def _multiple_of_16(ctx: RuleContext, sp: StagePlan, node: cst.BaseExpression, params: set[str],
+                    constexprs: dict[str, str | None], depth: int
+                    ) -> tuple[list[str], list[tuple[str, tuple[tuple[str, str | None], ...]]]] | None:
+    """Whether the offset `node` is a multiple of 16 at launches a launcher can check: each of its terms a product
+    with a constexpr factor (launches where that factor is not a multiple of 16 run the source kernel), a
+    parameter (to be a multiple of 16), a literal multiple of 16, the loop variable of a `range` from such a start
+    by such a step, or a name assigned once to such an offset. (The parameters, the tests), or None."""
+    names: list[str] = []
+    tests: list[tuple[str, tuple[tuple[str, str | None], ...]]] = []
+    loop = sp.loop.loop
+    for term in sum_terms(node):
+        factors = product_factors(term)
+        block = next((f.value for f in factors if isinstance(f, cst.Name) and f.value in constexprs), None)
+        if block is not None:
+            tests.append((f"{block} % 16 != 0", ((block, constexprs[block]),)))
+            continue
+        if isinstance(term, cst.Integer) and int(term.value) % 16 == 0:
+            continue
+        if isinstance(term, cst.Name) and term.value in params:
+            names.append(term.value)
+            continue
+        if isinstance(term, cst.Name) and isinstance(loop.target, cst.Name) and term.value == loop.target.value:
+            span = [a.value for a in loop.iter.args if a.keyword is None] if isinstance(loop.iter, cst.Call) else []
+            if len(span) != 3:
+                return None
+            for part in (span[0], span[2]):
+                found = _multiple_of_16(ctx, sp, part, params, constexprs, depth - 1) if depth else None
+                if found is None:
+                    return None
+                names += found[0]
+                tests += found[1]
+            continue
+        definitions = [n.value for n in preorder(ctx.function.node) if isinstance(n, cst.Assign)
+                       and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
+                       and isinstance(term, cst.Name) and n.targets[0].target.value == term.value]
+        # (a name advanced in place, `off_k += BLOCK_K`: each increment a multiple as well)
+        updates = [n for n in preorder(ctx.function.node) if isinstance(n, cst.AugAssign)
+                   and isinstance(n.target, cst.Name) and isinstance(term, cst.Name) and n.target.value == term.value]
+        if depth and len(definitions) == 1 and all(isinstance(n.operator, (cst.AddAssign, cst.SubtractAssign))
+                                                   for n in updates):
+            found = [_multiple_of_16(ctx, sp, value, params, constexprs, depth - 1)
+                     for value in (definitions[0], *(n.value for n in updates))]
+            if all(f is not None for f in found):
+                names += [n for f in found for n in f[0]]  # type: ignore[index]
+                tests += [t for f in found for t in f[1]]  # type: ignore[index]
+                continue
+        return None
+    return names, tests
 
 
 def _source_tile_below(ctx: RuleContext, sp: StagePlan, bound: int) -> None:
