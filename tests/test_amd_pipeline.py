@@ -165,8 +165,8 @@ def test_descriptor_tiles_staged_through_registers_are_buffer_loads_a_step_ahead
     """gfx942 has no TDM and no direct-to-LDS copy of 16 bytes a lane: a loop of descriptor tiles is staged through
     registers, as buffer loads 16 bytes a lane in the copy layout (a descriptor vouches for 16-byte rows), issued a
     step before they are stored into their slot. Launches with output tiles under 64 x 64, with rings that do not fit
-    twice in the LDS, or with other warps than the pipeline's run the source kernel; the buffer loads' 32-bit
-    offsets need tensors under 2 GB. The variant compiles for gfx942 and its schedule holds."""
+    twice in the LDS, with other warps than the pipeline's, or with sizes that are not multiples of 16 (loads of
+    fewer bytes a lane) run the source kernel; the buffer loads' 32-bit offsets need tensors under 2 GB. The variant compiles for gfx942 and its schedule holds."""
     sp = stage_plan(DESCRIPTOR_GEMM, "registers")
     assert isinstance(sp, StagePlan) and sp.engine == "registers"
     assert [op for stage in sp.stages for op in stage.ops] == ["consume", "operands", "store_staged", "refill"]
@@ -183,7 +183,8 @@ def test_descriptor_tiles_staged_through_registers_are_buffer_loads_a_step_ahead
     assert "a_staged = _desc_buffer_load(a_desc, 0, k_next * BK, BM, BK, a_copy_layout, 1)" in mem, mem
     assert "b_staged = _desc_buffer_load(b_desc, k_next * BK, 0, BK, BN, b_copy_layout, 0)" in mem, mem
     assert "_desc_load(" not in loop
-    assert "source_when=(lambda BM, BN: BM * BN < 4096,)" in text and "small=True" in text
+    assert "source_when=(lambda BM, BN: BM * BN < 4096, lambda BK: BK % 16 != 0,)" in text and "small=True" in text
+    assert 'divisible=("K", "N", )' in text  # (16 bytes a lane, as measured, where the sizes are multiples of 16)
     assert "lds=(65536, ((('BM', 'BK'), 'a_ptr'), (('BK', 'BN'), 'b_ptr')))" in text
     report = check_source(text)
     assert report.cases and not report.findings, report

@@ -141,6 +141,12 @@ class AMDWarpPipeline(Rule):
                 ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {found}"))
                 return updated
             descriptor_launch = found
+        elif stage_plan.engine == "registers" and stage_plan.loop.kind == "descriptor":
+            # (gfx942's buffer loads of descriptor tiles are correct at any launch, but 16 bytes a lane, as measured,
+            # only where those sizes are multiples of 16: the other launches run the source kernel where the
+            # launcher can tell)
+            found = _descriptor_divisible(ctx, stage_plan)
+            descriptor_launch = found if not isinstance(found, str) else None
         if ctx.slower_than_triton(original, _form(stage_plan), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
