@@ -161,6 +161,24 @@ def _copy_layout(shape, dtype, num_warps, rows=1):
 
 
 @gluon.jit
+def _desc_tile(desc, off0, off1, BLOCK0: gl.constexpr, BLOCK1: gl.constexpr, layout: gl.constexpr,
+               INSIDE: gl.constexpr):
+    """The tile `desc.load([off0, off1])` reads, in `layout`: its 32-bit offsets from the descriptor's base, and the
+    mask of its elements inside the descriptor's shape; `INSIDE` (0 or 1): an axis along which the caller knows the
+    tile lies inside the shape (a steady state of full K tiles), whose test is left out."""
+    base, size0, size1, stride0, stride1 = desc
+    rows = off0 + gl.arange(0, BLOCK0, layout=gl.SliceLayout(1, layout))
+    cols = off1 + gl.arange(0, BLOCK1, layout=gl.SliceLayout(0, layout))
+    if INSIDE == 0:
+        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (cols[None, :] < size1)
+    elif INSIDE == 1:
+        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (rows[:, None] < size0)
+    else:
+        mask = (rows[:, None] < size0) & (cols[None, :] < size1)
+    return rows[:, None] * stride0 + cols[None, :] * stride1, mask
+
+
+@gluon.jit
 def _desc_buffer_copy(desc, off0, off1, dest, INSIDE: gl.constexpr = -1):
     """`desc.load([off0, off1])` straight into the LDS slot `dest` by buffer copies 16 bytes a lane, from the
     descriptor's scalar base at 32-bit offsets (a descriptor's base and row stride are 16-byte aligned, a requirement
@@ -168,17 +186,9 @@ def _desc_buffer_copy(desc, off0, off1, dest, INSIDE: gl.constexpr = -1):
     16 too, so that no lane's vector is cut by it). Elements outside the shape read as zero (masked lanes, without a
     branch); `INSIDE` (0 or 1): an axis along which the caller knows the tile lies inside the shape (a steady state
     of full K tiles), whose test is left out. The caller closes the commit group."""
-    base, size0, size1, stride0, stride1 = desc
     layout: gl.constexpr = _copy_layout(dest.shape, dest.dtype, gl.num_warps())
-    rows = off0 + gl.arange(0, dest.shape[0], layout=gl.SliceLayout(1, layout))
-    cols = off1 + gl.arange(0, dest.shape[1], layout=gl.SliceLayout(0, layout))
-    if INSIDE == 0:
-        mask = gl.full(dest.shape, 1, gl.int1, layout) & (cols[None, :] < size1)
-    elif INSIDE == 1:
-        mask = gl.full(dest.shape, 1, gl.int1, layout) & (rows[:, None] < size0)
-    else:
-        mask = (rows[:, None] < size0) & (cols[None, :] < size1)
-    async_copy.buffer_load_to_shared(dest, base, rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask)
+    offsets, mask = _desc_tile(desc, off0, off1, dest.shape[0], dest.shape[1], layout, INSIDE)
+    async_copy.buffer_load_to_shared(dest, desc[0], offsets, mask=mask)
 
 
 @gluon.jit
@@ -213,16 +223,8 @@ def _desc_buffer_load(desc, off0, off1, BLOCK0: gl.constexpr, BLOCK1: gl.constex
     (masked lanes, without a branch); `INSIDE` (0 or 1): an axis along which the caller knows the tile lies inside
     the shape (a steady state of full K tiles), whose test is left out. The caller stores the tile into its ring slot
     a step later."""
-    base, size0, size1, stride0, stride1 = desc
-    rows = off0 + gl.arange(0, BLOCK0, layout=gl.SliceLayout(1, layout))
-    cols = off1 + gl.arange(0, BLOCK1, layout=gl.SliceLayout(0, layout))
-    if INSIDE == 0:
-        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (cols[None, :] < size1)
-    elif INSIDE == 1:
-        mask = gl.full([BLOCK0, BLOCK1], 1, gl.int1, layout) & (rows[:, None] < size0)
-    else:
-        mask = (rows[:, None] < size0) & (cols[None, :] < size1)
-    return BUFFER_OPS.buffer_load(base, rows[:, None] * stride0 + cols[None, :] * stride1, mask=mask)
+    offsets, mask = _desc_tile(desc, off0, off1, BLOCK0, BLOCK1, layout, INSIDE)
+    return BUFFER_OPS.buffer_load(desc[0], offsets, mask=mask)
 
 
 @gluon.jit
