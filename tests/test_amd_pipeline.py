@@ -494,6 +494,32 @@ def test_attention_with_a_column_reduction_runs_on_one_warp_group() -> None:
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
+SOFT_CAP = ATTENTION.replace("@triton.jit\ndef attn(", """@triton.jit
+def _tanh(x):
+    return 2 * tl.sigmoid(2 * x) - 1
+
+
+@triton.jit
+def attn(""").replace("        qk = tl.dot(q, tl.trans(k))\n",
+                      "        qk = tl.dot(q, tl.trans(k))\n        qk = 30.0 * _tanh(qk / 30.0)\n").replace("COLUMNS", "pass")
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def test_attention_with_scores_capped_by_an_elementwise_helper_is_pipelined(target: str) -> None:
+    """Logit soft-capping through a jit helper (`qk = cap * _tanh(qk / cap)`, aiter's extend attention): the helper is
+    elementwise in its argument, so its result stays in the scores' MMA layout (no conversion, which would need a
+    CTA-wide barrier in the `mma` stage); the loop is warp-pipelined, compiles, and its schedule holds."""
+    result = translate_source(SOFT_CAP, "x.py", get_target(target))
+    (kernel,) = [f for f in result.functions if f.name == "attn"]
+    assert kernel.pipelined, kernel.kept_reason
+    assert "qk = 30.0 * _tanh(qk / 30.0)" in result.text and "convert_layout(_tanh" not in result.text
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32",
+                               "BLOCK_M": 128, "BLOCK_N": 64, "D": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 LATENT = ATTENTION.replace("def attn(q_ptr, ", "def attn(q_ptr, qpe_ptr, kpe_ptr, ").replace(
     "    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])\n",
     "    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])\n"

@@ -292,6 +292,31 @@ def test_helper_tensor_parameter_is_converted_on_entry_and_its_result_at_the_cal
     assert refusals(source, helper) == [] and refusals(source, plans["k"]) == []
 
 
+ELEMENTWISE_HELPER = HEAD + '''@triton.jit
+def _tanh(x):
+    return 2 * tl.sigmoid(2 * x) - 1
+
+
+@triton.jit
+def k(x_ptr, y_ptr, N, BLOCK_N: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + offs, mask=offs < N)
+    y = 30.0 * _tanh(x / 30.0)
+    tl.store(y_ptr + offs, y, mask=offs < N)
+'''
+
+
+def test_an_elementwise_helpers_result_stays_in_its_arguments_layout() -> None:
+    """A helper whose result is elementwise in a tensor parameter it leaves as given (no conversion on entry) returns
+    that argument's layout (Gluon gives it at the call): the caller neither converts the result nor names a layout
+    for it; a helper that converts its parameter on entry still has its result converted (the test above)."""
+    source, plans = analyse(ELEMENTWISE_HELPER)
+    assert plans["_tanh"].param_converts == {}
+    assert converts(source, plans["k"]) == []
+    text = translate_source(ELEMENTWISE_HELPER, "x.py", get_target("gfx950")).text
+    assert "y = 30.0 * _tanh(x / 30.0)" in text and "convert_layout" not in text
+
+
 def test_plan_is_keyed_by_nodes_of_the_source_tree() -> None:
     source, plans = analyse(MATMUL)
     nodes = set()

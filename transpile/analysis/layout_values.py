@@ -199,6 +199,7 @@ class LayoutPlan:
     creations: dict[cst.CSTNode, Term] = field(default_factory=dict)  # arange/zeros/full/desc.load: `layout=`
     converts: dict[cst.CSTNode, Term] = field(default_factory=dict)  # wrap the node in convert_layout(node, ...)
     param_converts: dict[str, Term] = field(default_factory=dict)  # helpers: convert a tensor parameter on entry
+    param_terms: dict[str, Term] = field(default_factory=dict)  # helpers: the class of each tensor parameter
     dots: dict[cst.Call, DotSite] = field(default_factory=dict)
     descriptors: dict[str, DescriptorInfo] = field(default_factory=dict)
     # every `tl.make_tensor_descriptor` call, by node (a name made in both branches of a constexpr `if`, `if

@@ -1028,8 +1028,14 @@ class _FunctionWalker(LanguageCalls):
                 self.analysis.plans[name] = kept
         result = plan.returns
         if isinstance(result, Tensor):
-            return self.opaque(node, result.rank, self.caller_shape(result.shape, callee, positional, keywords, kinds_t),
-                               self.caller_elem(result.elem, callee, positional))
+            shape = self.caller_shape(result.shape, callee, positional, keywords, kinds_t)
+            elem = self.caller_elem(result.elem, callee, positional)
+            argument = _passed_through(plan, result, callee, kinds_t)
+            if argument is not None:
+                # elementwise in that argument (`2 * tl.sigmoid(2 * x) - 1`): the helper computes its result in the
+                # argument's own layout, which Gluon gives it at the call, so the caller keeps it there
+                return Tensor(argument.term, elem, shape)
+            return self.opaque(node, result.rank, shape, elem)
         if isinstance(result, Tup) and any(isinstance(i, Tensor) for i in result.items):
             # Each tensor of the tuple arrives in the callee's layout: the caller converts it after unpacking.
             shapes = [self.caller_shape(item.shape, callee, positional, keywords, kinds_t)
@@ -1177,6 +1183,7 @@ class _FunctionWalker(LanguageCalls):
         for node, use, value in self.lazy_uses.values():
             self.unify_or_convert(use, node, value)
         plan.returns = self.returns[0] if self.returns else None
+        plan.param_terms = dict(self.param_terms)
         for call_node, name in self.tuple_calls.items():
             if call_node not in self.unpacked:
                 what = f"`{name}`" if name.startswith("tl.") else f"helper `{name}`"
@@ -1187,6 +1194,19 @@ class _FunctionWalker(LanguageCalls):
             if root.slice_of is not None or root.dots is not None or root.origins - {f"param:{name}"}:
                 plan.param_converts[name] = term
 
+
+
+def _passed_through(plan: LayoutPlan, result: Tensor, callee: JitFunction, kinds: tuple[Value, ...]) -> Tensor | None:
+    """The tensor argument of a helper call whose layout the helper's result has: the helper's plan puts its returned
+    tensor in the class of that parameter, which the helper leaves in the layout the call gives it (no conversion on
+    entry: nothing in the helper fixes that class's layout); else None."""
+    root = result.term.find()
+    for param, kind in zip(callee.params, kinds):
+        term = plan.param_terms.get(param.name)
+        if isinstance(kind, Tensor) and term is not None and term.find() is root \
+                and param.name not in plan.param_converts:
+            return kind
+    return None
 
 
 # --------------------------------------------------------------------------------------------------------------------
