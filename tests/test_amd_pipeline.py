@@ -1566,6 +1566,38 @@ def test_chained_dots_read_earlier_products_in_registers_and_a_tile_in_both_form
     assert "> 524288" in result.text  # (CHAINED_REGISTER_LIMIT: 256 registers a lane on gfx950)
 
 
+def test_chained_operand_masked_under_a_constexpr_flag() -> None:
+    """Attention's backward as the serving libraries write it: the probabilities masked under a constexpr flag
+    (`if CAUSAL: pT = tl.where(...)`, a branch of arithmetic the pipeline stages whole) still feed the next dot as a
+    chained A operand; the loop is pipelined for gfx950, compiles, and its schedule holds. A dot operand computed
+    from a loaded tile through such a branch is still refused, naming the branch."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    text = text.replace("HEAD_DIM: tl.constexpr):", "HEAD_DIM: tl.constexpr,\n"
+                        "                         CAUSAL: tl.constexpr):")
+    text = text.replace("        pT = tl.math.exp2(qkT - m[None, :])\n",
+                        "        pT = tl.math.exp2(qkT - m[None, :])\n        if CAUSAL:\n"
+                        "            pT = tl.where(rows[None, :] >= offs_n[:, None], pT, 0.0)\n")
+    assert text.count("if CAUSAL:") == 1
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = next(f for f in result.functions if f.name == "attn_bwd_dkdv_kernel")
+    assert fn.translated and fn.pipelined, fn.kept_reason
+    (schedule,) = fn.schedules
+    assert schedule.loop.chained and [c.chained for c in schedule.loop.chains] == [False, True, False, True]
+    assert "if CAUSAL:" in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):', 1)[1]
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "DO": "*fp16", "M": "*fp32",
+                               "Delta": "*fp32", "DK": "*fp16", "DV": "*fp16", "sm_scale": "fp32", "N_CTX": "i32",
+                               "BLOCK_M": 32, "BLOCK_N": 128, "HEAD_DIM": 64, "CAUSAL": True}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    # (a computed operand of a loaded tile, through the branch: `dv += tl.dot(q2.to(...), do)`, `q2` masked under it)
+    computed = text.replace("        dv += tl.dot(pT.to(tl.float16), do)\n",
+                            "        q2 = q * 2.0\n        if CAUSAL:\n            q2 = tl.where(q2 > 0, q2, 0.0)\n"
+                            "        dv += tl.dot(tl.trans(q2).to(tl.float16), do)\n")
+    fn = translate_source(computed, "x.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined
+
+
 def test_chained_dots_are_kept_where_measured_heavier() -> None:
     text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
     for target, figures in (("gfx942", "0.70-0.99x"), ("gfx1250", "0.91-1.08x")):

@@ -805,7 +805,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         if fresh and isinstance(operand, cst.Name) and operand.value not in assigned_in_body:
             names.append(operand.value)  # (a tile made before the loop, held in registers: `tl.dot(b_A, b_v)`)
             continue
-        if products and position == 0 and _reads_products(body, dot_index, operand, products):
+        if products and position == 0 and _reads_products(source, plan, body, dot_index, operand, products):
             # (`tl.dot(pT.to(do.dtype), do)`: the probabilities of this iteration's scores, in registers; the rows of
             # the product stay in their warps)
             names.append(" ".join(source.code(operand).split()))
@@ -872,10 +872,11 @@ def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:
         and value.func.attr.value in ("to", "cast")
 
 
-def _reads_products(body: list[cst.BaseStatement], dot_index: int, operand: cst.BaseExpression,
-                    products: set[str]) -> bool:
-    """`operand` of the dot at `dot_index` is computed in the iteration, through plain assignments before the dot,
-    from one of `products` (earlier dots' fresh results)."""
+def _reads_products(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
+                    operand: cst.BaseExpression, products: set[str]) -> bool:
+    """`operand` of the dot at `dot_index` is computed in the iteration, through plain assignments before the dot (or
+    branches of arithmetic: `if MASK: pT = tl.where(mask, pT, 0.0)`), from one of `products` (earlier dots' fresh
+    results)."""
     seen: set[tuple[str, int]] = set()
     work = [(name, dot_index) for name in value_names(operand)]  # (a name, as read before statement `index`)
     while work:
@@ -886,7 +887,8 @@ def _reads_products(body: list[cst.BaseStatement], dot_index: int, operand: cst.
             continue
         seen.add((name, upto))
         at = _last_assignment(body, name, upto)
-        if at is not None and isinstance(body[at], cst.SimpleStatementLine):
+        if at is not None and (isinstance(body[at], cst.SimpleStatementLine)
+                               or _arithmetic_branch(source, plan, body[at])):
             work += [(n, at) for n in value_names(body[at])]
     return False
 
@@ -905,6 +907,7 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
     tiles: dict[int, OperandLoad] = {}
     prep: set[int] = set()
     seen: set[tuple[str, int]] = set()
+    compound: tuple[cst.BaseStatement, str] | None = None  # an arithmetic branch the computation reads a name from
     work = [(name, dot_index) for name in value_names(operand)]  # (`b.to(a.dtype)` computes from `b` alone)
     while work:
         name, before = work.pop()
@@ -916,8 +919,14 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
             continue  # defined before the loop, or carried from the previous iteration
         statement = body[at]
         if not isinstance(statement, cst.SimpleStatementLine):
-            return LoopRefusal(statement, f"the dot operand is computed from `{name}`, which this compound statement "
-                               "assigns")
+            if not _arithmetic_branch(source, plan, statement):
+                return LoopRefusal(statement, f"the dot operand is computed from `{name}`, which this compound "
+                                   "statement assigns")
+            # (a mask under a constexpr flag, `if MASK: pT = tl.where(mask, pT, 0.0)`: followed through; it stays
+            # where it is, so an operand computed from a loaded tile through it is refused below)
+            compound = compound or (statement, name)
+            work += [(n, at) for n in value_names(statement)]
+            continue
         load = operand_load(source, plan, at, statement, name)
         if isinstance(load, OperandLoad) and not load.descriptor:
             value = plan.loads.get(load.call)
@@ -929,6 +938,9 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
             continue
         prep.add(at)
         work += [(n, at) for n in value_names(statement)]
+    if tiles and compound is not None:
+        return LoopRefusal(compound[0], f"the dot operand is computed from `{compound[1]}`, which this compound "
+                           "statement assigns")
     if len(tiles) > 1:
         names = ", ".join(f"`{t.name}`" for t in sorted(tiles.values(), key=lambda t: t.index))
         return LoopRefusal(operand, f"the dot operand is computed from {len(tiles)} tiles loaded in the loop ({names}); "
@@ -939,6 +951,21 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
     load.computed = True
     load.prep = tuple(sorted(i for i in prep if i > load.index))
     return load
+
+
+def _arithmetic_branch(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStatement) -> bool:
+    """`statement` is an `if` whose branches are simple statements of arithmetic: no load, store, atomic or dot, no
+    loop or other compound statement inside."""
+    if not isinstance(statement, cst.If):
+        return False
+    for node in preorder(statement):
+        if node is not statement and isinstance(node, (cst.For, cst.While, cst.With, cst.Try, cst.Break, cst.Continue,
+                                                       cst.Return, cst.FunctionDef)):
+            return False
+        if isinstance(node, cst.Call) and (node in plan.dots or _BRANCH_EFFECTS.match(
+                language_name(source.qualified_name(node.func)) or "")):
+            return False
+    return True
 
 
 def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:
