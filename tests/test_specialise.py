@@ -53,8 +53,10 @@ def test_a_helper_called_with_scalars_and_tensors_is_copied_per_kind(monkeypatch
         assert "c0, c1 = u64_to_lohi(seed.to(gl.uint64))" in text
         assert "lo, hi = u64_to_lohi_1d(offs.to(gl.uint64) * 3)" in text
         assert "def u64_to_lohi_1d(x):" in text
-        # (the inner call of `_scale` is analysed first: rank-1 and a number; the others are rank 2)
-        assert "_scale_2d2d(x, gl.convert_layout(_scale(rows, 2), " in text
+        # (the inner call of `_scale` is analysed first: rank-1 and a number; the others are rank 2. Elementwise in
+        # `rows`, its result keeps rows' layout, which is made where the broadcast needs it: no conversion)
+        assert "_scale_2d2d(x, _scale(rows, 2)[:, None].to(gl.float32))" in text
+        assert "rows = gl.arange(0, 16, layout=gl.SliceLayout(1, x_layout))" in text
         assert "_scale_2d(x, 0.5)" in text
         # the kept source kernel the launcher runs calls the Triton copies of the same helpers
         assert "lo, hi = _u64_to_lohi_1d_triton(offs.to(tl.uint64) * 3)" in text
