@@ -1598,6 +1598,31 @@ def test_chained_operand_masked_under_a_constexpr_flag() -> None:
     assert not fn.pipelined
 
 
+def test_attention_backward_loop_unswitched_on_a_load_flag_pipelines_both_copies() -> None:
+    """A load switched on a compile-time flag (`if EVEN_M: do = tl.load(do_ptrs)`) in attention's backward loop (four
+    dots): the loop is copied per value, and both copies are pipelined on gfx950, their per-row vectors loaded
+    straight in the scores' slice layout (the names each copy binds once, `rows = start_m + offs_m`, are one
+    definition). They compile and their schedules hold."""
+    text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
+    text = text.replace("HEAD_DIM: tl.constexpr):", "HEAD_DIM: tl.constexpr,\n"
+                        "                         EVEN_M: tl.constexpr):")
+    text = text.replace("        do = tl.load(do_ptrs, mask=rows[:, None] < N_CTX, other=0.0)\n",
+                        "        if EVEN_M:\n            do = tl.load(do_ptrs)\n        else:\n"
+                        "            do = tl.load(do_ptrs, mask=rows[:, None] < N_CTX, other=0.0)\n")
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    fn = next(f for f in result.functions if f.name == "attn_bwd_dkdv_kernel")
+    assert fn.translated and fn.pipelined, fn.kept_reason
+    assert len(fn.schedules) == 2 and all(s.loop.chained for s in fn.schedules)
+    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
+        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "DO": "*fp16", "M": "*fp32",
+                               "Delta": "*fp32", "DK": "*fp16", "DV": "*fp16", "sm_scale": "fp32", "N_CTX": "i32",
+                               "BLOCK_M": 32, "BLOCK_N": 128, "HEAD_DIM": 64, "EVEN_M": False}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 def test_chained_dots_are_kept_where_measured_heavier() -> None:
     text = (FIXTURES_DIR / "suite_attention_bwd.py").read_text(encoding="utf-8")
     for target, figures in (("gfx942", "0.70-0.99x"), ("gfx1250", "0.91-1.08x")):

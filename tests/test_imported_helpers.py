@@ -322,3 +322,32 @@ def k(x_ptr, y_ptr, n, FLAG: tl.constexpr, B: tl.constexpr):
                "tool cannot read, and called for its effects" in d.message for d in result.diagnostics)
     used = text.replace("        zero_fill(y_ptr, offs, n, B)\n", "        tl.store(y_ptr + offs, zero_fill(offs))\n")
     assert translate_source(used, str(path), get_target("gfx950")).functions[0].translated
+
+
+ELEMENTWISE_KERNEL = '''import triton
+import triton.language as tl
+
+from pkg.common import fast_exp
+
+
+@triton.jit
+def k(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < N)
+    y = fast_exp(x * 2.0) + x
+    tl.store(y_ptr + offs, y, mask=offs < N)
+'''
+
+
+def test_an_imported_elementwise_helper_keeps_its_arguments_layout(project: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """An elementwise helper the file imports (`fast_exp`, left imported: a Gluon kernel calls it as it is) returns
+    its tensor argument's layout, as a language op does: no conversion around the call. The variant compiles."""
+    path = str(project / "kernels.py")
+    result = translate_source(ELEMENTWISE_KERNEL, path, get_target("gfx950"))
+    assert all(o.translated for o in result.functions)
+    kernel = result.text.split("def k(", 1)[1].split("\nclass ", 1)[0]
+    assert "y = fast_exp(x * 2.0) + x" in kernel and "convert_layout" not in kernel
+    monkeypatch.setattr(tempfile, "tempdir", str(project))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "N": "i32", "BLOCK": 256}, all_configs=True)
+    assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]

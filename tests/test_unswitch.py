@@ -417,3 +417,33 @@ def test_a_tile_loaded_only_under_a_flag_names_the_flag_copy_that_reads_it_unbou
     (kept,) = [d for d in result.diagnostics if d.code == "TT041"]
     assert "binds only under a branch on a compile-time flag" in kept.message, kept.message
     assert "limit of the tool" not in kept.message
+
+
+def test_a_name_each_copy_binds_once_is_one_definition() -> None:
+    """`bindings` counts along a path: the copies of an unswitched loop (the two branches of an `if` with an `else`)
+    each binding `rows = start_m + offs_m` and looping over `start_m` bind them once, as the source did; a name the
+    branches bind to different values, or one bound again after them, is rebound."""
+    import libcst as cst
+
+    from transpile.cst_utils import bindings
+
+    fn = cst.parse_module(textwrap.dedent('''
+        def f(offs_m, N):
+            if EVEN:
+                for start_m in range(0, N, 16):
+                    rows = start_m + offs_m
+            else:
+                for start_m in range(0, N, 16):
+                    rows = start_m + offs_m
+            if FLAG:
+                y = 1
+            else:
+                y = 2
+            z = 0
+            z = 1
+    ''')).body[0]
+    single, rebound = bindings(fn)
+    assert cst.Module(body=[]).code_for_node(single["rows"]) == "start_m + offs_m"
+    assert "start_m" not in rebound and "rows" not in rebound
+    assert {"y", "z"} <= rebound and not {"y", "z"} & set(single)
+

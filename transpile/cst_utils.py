@@ -434,53 +434,90 @@ def single_definitions(fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
 
 def bindings(fn: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], set[str]]:
     """`single_definitions`, and the names `fn` binds more than once other than as `for` targets (`start = 0`, then
-    `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere."""
-    values: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
-    loop_targets: dict[str, int] = {}  # name -> `for` loops that bind it
+    `start += BLOCK` in the loop): their value where a definition reads them may not be their value elsewhere.
 
-    def bind(target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
+    Bindings are counted along a path: the two branches of an `if` with an `else` are alternatives, so a name each
+    binds once (with the same value text, the same loop target) is bound once. Those are the copies of a loop that
+    the unswitch pass writes per value of a compile-time flag (`rows = start_m + offs_m` in each)."""
+
+    class Tally:
+        def __init__(self) -> None:
+            self.counts: dict[str, int] = {}
+            self.loops: dict[str, int] = {}  # name -> `for` loops that bind it
+            self.values: dict[str, cst.BaseExpression] = {}
+            self.mixed: set[str] = set()  # names the alternatives bind to different values
+
+        def then(self, other: "Tally") -> None:  # `other`'s statements run after these
+            for name, count in other.counts.items():
+                self.counts[name] = self.counts.get(name, 0) + count
+            for name, count in other.loops.items():
+                self.loops[name] = self.loops.get(name, 0) + count
+            self.values.update(other.values)
+            self.mixed |= other.mixed
+
+        def either(self, other: "Tally") -> None:  # `other`'s statements run instead of these
+            for name, count in other.counts.items():
+                self.counts[name] = max(self.counts.get(name, 0), count)
+            for name, count in other.loops.items():
+                self.loops[name] = max(self.loops.get(name, 0), count)
+            for name, value in other.values.items():
+                if name in self.values and not self.values[name].deep_equals(value):
+                    self.mixed.add(name)
+                self.values.setdefault(name, value)
+            self.mixed |= other.mixed
+
+    def bind(tally: Tally, target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
         if isinstance(target, cst.Name):
             if loop:
-                loop_targets[target.value] = loop_targets.get(target.value, 0) + 1
+                tally.loops[target.value] = tally.loops.get(target.value, 0) + 1
             else:
-                counts[target.value] = counts.get(target.value, 0) + weight
+                tally.counts[target.value] = tally.counts.get(target.value, 0) + weight
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
-                bind(element.value, 2, loop)
+                bind(tally, element.value, 2, loop)
 
-    def walk(statements) -> None:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
+    def walk(statements) -> Tally:  # noqa: ANN001 - statements only, not their expressions (cheap on big kernels)
+        tally = Tally()
         for statement in statements:
             if isinstance(statement, cst.SimpleStatementLine):
                 for node in statement.body:
                     if isinstance(node, cst.Assign):
                         for target in node.targets:
-                            bind(target.target, 1)
+                            bind(tally, target.target, 1)
                             if len(node.targets) == 1 and isinstance(target.target, cst.Name):
-                                values[target.target.value] = node.value
+                                tally.values[target.target.value] = node.value
                     elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                        bind(node.target, 2)
+                        bind(tally, node.target, 2)
                     elif any(isinstance(n, (cst.NamedExpr, cst.CompFor)) for n in preorder(node)):
                         for n in preorder(node):  # (rare: walrus and comprehension targets)
                             if isinstance(n, (cst.NamedExpr, cst.CompFor)):
-                                bind(n.target, 2)
+                                bind(tally, n.target, 2)
+            elif isinstance(statement, cst.If) and statement.orelse is not None:
+                branch = walk(block_statements(statement))
+                orelse = statement.orelse
+                branch.either(walk([orelse] if isinstance(orelse, cst.If) else block_statements(orelse)))
+                tally.then(branch)
             elif isinstance(statement, cst.BaseCompoundStatement):
                 if isinstance(statement, cst.For):
-                    bind(statement.target, 2, loop=True)
+                    bind(tally, statement.target, 2, loop=True)
                 if isinstance(statement, cst.With):
                     for item in statement.items:
                         if item.asname is not None:
-                            bind(item.asname.name, 2)
-                walk(block_statements(statement))
+                            bind(tally, item.asname.name, 2)
+                tally.then(walk(block_statements(statement)))
                 orelse = getattr(statement, "orelse", None)
                 while orelse is not None:
-                    walk(block_statements(orelse))
+                    tally.then(walk(block_statements(orelse)))
                     orelse = getattr(orelse, "orelse", None)
+        return tally
 
-    walk(fn.body.body)  # type: ignore[union-attr]
-    single = {name: value for name, value in values.items() if counts.get(name) == 1 and name not in loop_targets}
+    tally = walk(fn.body.body)  # type: ignore[union-attr]
+    counts, loop_targets = tally.counts, tally.loops
+    single = {name: value for name, value in tally.values.items()
+              if counts.get(name) == 1 and name not in loop_targets and name not in tally.mixed}
     rebound = {name for name, count in counts.items() if count > 1 or (count and name in loop_targets)}
     rebound |= {name for name, loops in loop_targets.items() if loops > 1}  # (two loops over `k`)
+    rebound |= tally.mixed
     return single, rebound
 
 

@@ -104,6 +104,7 @@ class LayoutAnalysis:
         # names imported from modules other than Triton's and torch's (`from pkg.utils import zero_fill`): where the
         # module is not found, such a function is taken for elementwise math, unless a kernel calls it for its effects
         self.imported_names = _imported_names(self.source.module, self.source.path)
+        self.elementwise_imports = _elementwise_imports(self.source.module, self.source.path)
 
     def literal_arguments(self, fn: JitFunction) -> dict[str, str]:
         """The parameters of the helper `fn` that every call of it from the module's jit functions gives the same
@@ -216,6 +217,20 @@ def _unseen_functions(module: cst.Module, jit_names: set[str], path: str,
         found.setdefault(bound, f"imported from `{origin}`" + (f" and cannot be copied here ({why})"
                                                                 if isinstance(why, str) else ""))
     return {name: how for name, how in found.items() if name not in jit_names}
+
+
+def _elementwise_imports(module: cst.Module, path: str) -> set[str]:
+    """Names the module imports from modules of its project (found on disk) bound to Triton helpers of elementwise
+    math alone, on their parameters as given (no broadcast: no subscript), which stay imported and which a Gluon
+    kernel calls as they are: their result has the layout of their tensor arguments (`_tanh(x)` returning
+    `2 * tl.sigmoid(2 * x) - 1`)."""
+    found = set()
+    for _statement, _alias, bound, origin, imported in _imports_from(module):
+        defs, math = defining_functions(path, origin, imported)
+        if defs and not any(_beyond_elementwise(d, math) or any(isinstance(n, ast.Subscript) for n in ast.walk(d))
+                            for d in defs):
+            found.add(bound)
+    return found
 
 
 def _imported_names(module: cst.Module, path: str) -> dict[str, str]:
@@ -940,6 +955,10 @@ class _FunctionWalker(LanguageCalls):
                 if isinstance(target, cst.Call) and (language_name(self.source.qualified_name(target.func)) or ""
                                                      ).endswith("pointer_type") and target.args:
                     return Scalar(pointee=self.dtype_text(target.args[0].value))
+        if isinstance(func, cst.Name) and func.value in self.analysis.elementwise_imports:
+            # (its tensor arguments and result in one layout, as a language op's; the element type unknown: a cast)
+            result = self.elementwise(node)
+            return Tensor(result.term, None, result.shape) if isinstance(result, Tensor) else result
         values = [self.eval(arg.value) for arg in node.args]
         tensors = [v for v in values if isinstance(v, Tensor)]
         if tensors:

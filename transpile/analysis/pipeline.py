@@ -296,7 +296,7 @@ def branch_refusal(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStat
                 return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs "
                                    f"`{what.split('.')[-1]}` in a branch on `{flags}`, decided at compile "
                                    "time, but the loop was not copied once per value (the tool copies a dot loop for "
-                                   "at most two such tests, four copies of at most three dots each (three tests, eight copies, for a "
+                                   "at most two such tests, four copies of at most four dots each (three tests, eight copies, for a "
                                    "loop of one dot), each test written "
                                    "on a line of its own; with fewer such tests in the loop, each copy is planned on "
                                    "its own)")

@@ -28,7 +28,8 @@ is computed from (`mask_a = ...` under `if EVEN_K:`) or an operand of a dot (`a 
 is not None:`), are hoisted; so are tests of the element types of tiles the loop loads (`if a.dtype != b.dtype:`),
 read before the loop as their pointers' (`a_ptr.dtype.element_ty`). Another branch of arithmetic only (a causal mask
 under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted
-out of one loop (four copies), three out of a loop of one dot (eight copies of a GEMM's loop).
+out of one loop (four copies, of at most four dots each), three out of a loop of one dot (eight copies of a GEMM's
+loop).
 
 The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
 (`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
@@ -116,13 +117,13 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             if any(t.lineno <= loop.lineno <= t.end_lineno or loop.lineno <= t.lineno <= loop.end_lineno
                    for t in taken):
                 continue
-            # Loops the pipeline rules can take: one dot per copy (a GEMM), two (attention's QK^T and PV) or three
-            # (latent attention's scores summed from two products). Others would be copied for nothing (kept as
-            # Triton anyway) and can grow a file severalfold. A GEMM's loop (one dot) is copied for up to three
+            # Loops the pipeline rules can take: one dot per copy (a GEMM), two (attention's QK^T and PV), three
+            # (latent attention's scores summed from two products) or four (attention's backward dK/dV: S^T, dV,
+            # dP^T, dK). Others would be copied for nothing (kept as Triton anyway) and can grow a file severalfold. A GEMM's loop (one dot) is copied for up to three
             # flags (FlagGems' `bmm` masks its tiles by `DIVISIBLE_K`, `DIVISIBLE_M` and `DIVISIBLE_N`).
             dots = _copy_dots(loop.body, flags)
             if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
-                    _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS) or not 1 <= dots <= 3:
+                    _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS) or not 1 <= dots <= 4:
                 continue
             if _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue
