@@ -315,6 +315,24 @@ def test_an_elementwise_helpers_result_stays_in_its_arguments_layout() -> None:
     assert converts(source, plans["k"]) == []
     text = translate_source(ELEMENTWISE_HELPER, "x.py", get_target("gfx950")).text
     assert "y = 30.0 * _tanh(x / 30.0)" in text and "convert_layout" not in text
+    # (a helper whose `return`s give different parameters, by a compile-time flag: its result is still converted)
+    picked = HEAD + '''@triton.jit
+def pick(x, y, FLAG: tl.constexpr):
+    if FLAG:
+        return x
+    return y
+
+
+@triton.jit
+def kern(a_ptr, out_ptr, N, FLAG: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
+    x = tl.sum(a, axis=0)
+    y = tl.sum(a, axis=1)
+    r = pick(x, y, FLAG)
+    tl.store(out_ptr + offs, r + x)
+'''
+    assert "r = gl.convert_layout(pick(x, y, FLAG), " in translate_source(picked, "x.py", get_target("gfx950")).text
 
 
 def test_plan_is_keyed_by_nodes_of_the_source_tree() -> None:

@@ -351,3 +351,44 @@ def test_an_imported_elementwise_helper_keeps_its_arguments_layout(project: Path
     monkeypatch.setattr(tempfile, "tempdir", str(project))
     compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "N": "i32", "BLOCK": 256}, all_configs=True)
     assert compiled and all(c.ok for c in compiled), [c.message for c in compiled]
+
+
+def test_an_imported_helper_that_transposes_or_mixes_ranks_is_converted(tmp_path: Path) -> None:
+    """Helpers imported from the project that transpose (`x.T`) or are called with tensors of two ranks are not taken
+    for elementwise ops: a transposed result is converted at the call, as before; the mixed ranks are refused, as
+    before (rather than the rank-1 argument silently broadcast to the other's rank)."""
+    (tmp_path / "ops.py").write_text('''import triton
+import triton.language as tl
+
+
+@triton.jit
+def scaled_t(x, s):
+    return x.T * s
+
+
+@triton.jit
+def cast_like(x, like):
+    return x.to(like.dtype)
+''')
+    head = "import triton\nimport triton.language as tl\nfrom ops import cast_like, scaled_t\n\n\n"
+    transposed = head + '''@triton.jit
+def k(a_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    t = scaled_t(a, 2.0)
+    tl.store(out_ptr + offs[:, None] * BLOCK + offs[None, :], t)
+'''
+    (tmp_path / "k.py").write_text(transposed)
+    variant = translate_source(transposed, str(tmp_path / "k.py"), get_target("gfx950")).text
+    assert "t = gl.convert_layout(scaled_t(a, 2.0), " in variant
+    mixed = head + '''@triton.jit
+def k(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+    b = tl.load(b_ptr + offs)
+    c = cast_like(b, a)
+    tl.store(out_ptr + offs, c)
+'''
+    (tmp_path / "k.py").write_text(mixed)
+    result = translate_source(mixed, str(tmp_path / "k.py"), get_target("gfx950"))
+    assert not result.functions[0].translated and "cast_like(b[None, :]" not in result.text

@@ -446,4 +446,20 @@ def test_a_name_each_copy_binds_once_is_one_definition() -> None:
     assert cst.Module(body=[]).code_for_node(single["rows"]) == "start_m + offs_m"
     assert "start_m" not in rebound and "rows" not in rebound
     assert {"y", "z"} <= rebound and not {"y", "z"} & set(single)
+    # (one value text in both branches that reads a name one branch binds, `offs = s + 1`, is not one value; nor is a
+    # name one branch binds by a chained assignment, whose value the count does not record)
+    fn = cst.parse_module(textwrap.dedent('''
+        def f(s, P):
+            if A:
+                s = tl.arange(0, 16)
+                offs = s + 1
+            else:
+                offs = s + 1
+            if P:
+                fill = other = tl.full([1], -1.0, tl.float32)
+            else:
+                fill = tl.zeros([1], dtype=tl.float32)
+    ''')).body[0]
+    single, rebound = bindings(fn)
+    assert {"offs", "fill"} <= rebound and not {"offs", "fill"} & set(single)
 

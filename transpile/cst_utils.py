@@ -456,15 +456,30 @@ def bindings(fn: cst.FunctionDef) -> tuple[dict[str, cst.BaseExpression], set[st
             self.mixed |= other.mixed
 
         def either(self, other: "Tally") -> None:  # `other`'s statements run instead of these
+            names = set(self.counts) | set(other.counts)
+            # bound by one alternative only: after the `if`, the value the name had before it on the other path
+            one_sided = {n for n in names if bool(self.counts.get(n)) != bool(other.counts.get(n))}
+            for name in names - one_sided:
+                mine, theirs = self.values.get(name), other.values.get(name)
+                if mine is None or theirs is None or not mine.deep_equals(theirs):
+                    self.mixed.add(name)  # (two values, or one the walk does not record: `x = y = e`)
             for name, count in other.counts.items():
                 self.counts[name] = max(self.counts.get(name, 0), count)
             for name, count in other.loops.items():
                 self.loops[name] = max(self.loops.get(name, 0), count)
             for name, value in other.values.items():
-                if name in self.values and not self.values[name].deep_equals(value):
-                    self.mixed.add(name)
                 self.values.setdefault(name, value)
             self.mixed |= other.mixed
+            # one value text in both alternatives, but reading a name they bind differently (`offs = s + 1`, `s`
+            # bound in one of them): not one value
+            changed = True
+            while changed:  # (through chains of such values)
+                changed = False
+                for name in names - one_sided - self.mixed:
+                    value = self.values.get(name)
+                    if value is not None and names_in(value) & (one_sided | self.mixed):
+                        self.mixed.add(name)
+                        changed = True
 
     def bind(tally: Tally, target: cst.BaseExpression, weight: int, loop: bool = False) -> None:
         if isinstance(target, cst.Name):

@@ -233,6 +233,7 @@ class LayoutPlan:
     scalar_operands: set[cst.CSTNode] = field(default_factory=set)
     refusals: list[Refusal] = field(default_factory=list)
     returns: Value | None = None
+    all_returns: tuple[Value, ...] = ()  # every `return`'s value, in the order the walk met them
     # filled by `solve`
     names: dict[int, str] = field(default_factory=dict)  # root id -> declared layout constant name
     declarations: list[tuple[str, str, Term]] = field(default_factory=list)  # (name, kind, root)

@@ -227,8 +227,9 @@ def _elementwise_imports(module: cst.Module, path: str) -> set[str]:
     found = set()
     for _statement, _alias, bound, origin, imported in _imports_from(module):
         defs, math = defining_functions(path, origin, imported)
-        if defs and not any(_beyond_elementwise(d, math) or any(isinstance(n, ast.Subscript) for n in ast.walk(d))
-                            for d in defs):
+        if defs and not any(_beyond_elementwise(d, math) or any(
+                isinstance(n, ast.Subscript) or (isinstance(n, ast.Attribute) and n.attr == "T")
+                or isinstance(n, (ast.Tuple, ast.List)) for n in ast.walk(d)) for d in defs):
             found.add(bound)
     return found
 
@@ -955,12 +956,18 @@ class _FunctionWalker(LanguageCalls):
                 if isinstance(target, cst.Call) and (language_name(self.source.qualified_name(target.func)) or ""
                                                      ).endswith("pointer_type") and target.args:
                     return Scalar(pointee=self.dtype_text(target.args[0].value))
-        if isinstance(func, cst.Name) and func.value in self.analysis.elementwise_imports:
-            # (its tensor arguments and result in one layout, as a language op's; the element type unknown: a cast)
-            result = self.elementwise(node)
-            return Tensor(result.term, None, result.shape) if isinstance(result, Tensor) else result
         values = [self.eval(arg.value) for arg in node.args]
         tensors = [v for v in values if isinstance(v, Tensor)]
+        if isinstance(func, cst.Name) and func.value in self.analysis.elementwise_imports and tensors \
+                and tensors[0].rank is not None and all(t.rank == tensors[0].rank for t in tensors):
+            # (its tensor arguments, of one rank, and its result in one layout, as a language op's; the element type
+            # unknown: a cast)
+            result, result_node = None, None
+            for arg, value in zip(node.args, values):
+                if isinstance(value, Tensor):
+                    result = value if result is None else self.binary(result, result_node, value, arg.value)
+                    result_node = result_node or arg.value
+            return Tensor(result.term, None, result.shape)  # type: ignore[union-attr]
         if tensors:
             # A function the tool cannot read (an imported `exp = tl.exp`, chosen at import time) called with tensors:
             # taken for elementwise, its result converted to the layout its uses give it (Gluon lays out the result
@@ -1202,6 +1209,7 @@ class _FunctionWalker(LanguageCalls):
         for node, use, value in self.lazy_uses.values():
             self.unify_or_convert(use, node, value)
         plan.returns = self.returns[0] if self.returns else None
+        plan.all_returns = tuple(self.returns)
         plan.param_terms = dict(self.param_terms)
         for call_node, name in self.tuple_calls.items():
             if call_node not in self.unpacked:
@@ -1218,8 +1226,10 @@ class _FunctionWalker(LanguageCalls):
 def _passed_through(plan: LayoutPlan, result: Tensor, callee: JitFunction, kinds: tuple[Value, ...]) -> Tensor | None:
     """The tensor argument of a helper call whose layout the helper's result has: the helper's plan puts its returned
     tensor in the class of that parameter, which the helper leaves in the layout the call gives it (no conversion on
-    entry: nothing in the helper fixes that class's layout); else None."""
+    entry: nothing in the helper fixes that class's layout), whichever of its `return`s runs; else None."""
     root = result.term.find()
+    if not all(isinstance(value, Tensor) and value.term.find() is root for value in plan.all_returns):
+        return None  # (`if FLAG: return x` then `return y`: the layout depends on the path)
     for param, kind in zip(callee.params, kinds):
         term = plan.param_terms.get(param.name)
         if isinstance(kind, Tensor) and term is not None and term.find() is root \
