@@ -962,11 +962,7 @@ class _FunctionWalker(LanguageCalls):
                 and tensors[0].rank is not None and all(t.rank == tensors[0].rank for t in tensors):
             # (its tensor arguments, of one rank, and its result in one layout, as a language op's; the element type
             # unknown: a cast)
-            result, result_node = None, None
-            for arg, value in zip(node.args, values):
-                if isinstance(value, Tensor):
-                    result = value if result is None else self.binary(result, result_node, value, arg.value)
-                    result_node = result_node or arg.value
+            result = self.combined([arg.value for arg in node.args], values)
             return Tensor(result.term, None, result.shape)  # type: ignore[union-attr]
         if tensors:
             # A function the tool cannot read (an imported `exp = tl.exp`, chosen at import time) called with tensors:
@@ -997,11 +993,16 @@ class _FunctionWalker(LanguageCalls):
         return positional[index] if index < len(positional) else None
 
     def elementwise(self, node: cst.Call, skip: int = 10**9) -> Value:
-        result: Value = SCALAR
-        result_node: cst.BaseExpression | None = None
         positional, keywords = self.args(node)
         nodes = [*positional, *keywords.values()]
-        values = [self.eval(arg) for arg in nodes]
+        return self.combined(nodes, [self.eval(arg) for arg in nodes], skip)
+
+    def combined(self, nodes: list[cst.BaseExpression], values: list[Value], skip: int = 10**9) -> Value:
+        """The result of an elementwise op of the arguments `nodes`, evaluated to `values` (those from `skip` on take
+        no part): the tensors broadcast to one rank and in one layout."""
+        result: Value = SCALAR
+        result_node: cst.BaseExpression | None = None
+        values = list(values)
         values[:skip] = self.broadcast_args(nodes[:skip], values[:skip])
         for i, (arg, value) in enumerate(zip(nodes, values)):
             if i >= skip:

@@ -954,18 +954,8 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
 
 
 def _arithmetic_branch(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStatement) -> bool:
-    """`statement` is an `if` whose branches are simple statements of arithmetic: no load, store, atomic or dot, no
-    loop or other compound statement inside."""
-    if not isinstance(statement, cst.If):
-        return False
-    for node in preorder(statement):
-        if node is not statement and isinstance(node, (cst.For, cst.While, cst.With, cst.Try, cst.Break, cst.Continue,
-                                                       cst.Return, cst.FunctionDef)):
-            return False
-        if isinstance(node, cst.Call) and (node in plan.dots or _BRANCH_EFFECTS.match(
-                language_name(source.qualified_name(node.func)) or "")):
-            return False
-    return True
+    """`statement` is an `if` of arithmetic only, which the pipeline stages whole (`branch_refusal`)."""
+    return isinstance(statement, cst.If) and branch_refusal(source, plan, statement) is None
 
 
 def _accumulation(small: cst.BaseSmallStatement | None, dot: cst.Call) -> str | None:

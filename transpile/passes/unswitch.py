@@ -119,8 +119,9 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
                 continue
             # Loops the pipeline rules can take: one dot per copy (a GEMM), two (attention's QK^T and PV), three
             # (latent attention's scores summed from two products) or four (attention's backward dK/dV: S^T, dV,
-            # dP^T, dK). Others would be copied for nothing (kept as Triton anyway) and can grow a file severalfold. A GEMM's loop (one dot) is copied for up to three
-            # flags (FlagGems' `bmm` masks its tiles by `DIVISIBLE_K`, `DIVISIBLE_M` and `DIVISIBLE_N`).
+            # dP^T, dK). Others would be copied for nothing (kept as Triton anyway) and can grow a file severalfold.
+            # A GEMM's loop (one dot) is copied for up to three flags (FlagGems' `bmm` masks its tiles by
+            # `DIVISIBLE_K`, `DIVISIBLE_M` and `DIVISIBLE_N`).
             dots = _copy_dots(loop.body, flags)
             if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
                     _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS) or not 1 <= dots <= 4:
