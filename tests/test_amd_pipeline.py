@@ -402,11 +402,50 @@ def test_attention_stage_plan() -> None:
     assert "warps_along_m=True" in variant
     # Q converted to its operand layout once, before the loop; the rows test beside the ring's
     assert "q_op = gl.convert_layout(q, gl.DotOperandLayout(0, mma_layout" in variant.replace("\n", "")
-    assert "if NUM_STAGES >= 2 and BLOCK_M >= 16 * gl.num_warps() and BLOCK_N * D <= 8192:" in variant
+    # (gfx1250 reads V in `mma`: three slots at least, `test_gfx1250_attention_reads_v_right_before_its_dot`)
+    assert "if NUM_STAGES >= 3 and BLOCK_M >= 16 * gl.num_warps() and BLOCK_N * D <= 8192:" in variant
     assert "lambda BLOCK_M: BLOCK_M < 128" in variant and "lambda BLOCK_N, D: BLOCK_N * D > 8192" in variant
     # the conversion of `start_n + offs_n` for the score mask is made once, before the loop, on `offs_n`
     assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant
     assert "(start_n + offs_n_cvt)[None, :] < N_CTX" in variant
+
+
+def test_gfx1250_attention_reads_v_right_before_its_dot() -> None:
+    """gfx1250's 32-lane waves would hold the next iteration's K and V, each warp the whole tile, across the stage
+    boundary: its attention ring reads V in `mma`, from the iteration's own slot, right before the P V dot
+    (`StagePlan.late`). The other warp group, a stage behind, still reads that slot while this one refills, so the
+    refill goes into the slot read a step earlier, the copies run NUM_STAGES - 1 iterations ahead with a slot more, and
+    the waits leave one group fewer in flight. The schedule checker proves it, and finds the race in the same loop
+    refilling the slot it reads; gfx950 (64-lane waves) still reads K and V a step ahead. It compiles for gfx1250."""
+    text = ATTENTION.replace("COLUMNS", "pass")
+    source = parse_source(text, "x.py")
+    facts = discover(source)
+    fn = next(iter(facts.functions.values()))
+    loop = next(n for n in fn.node.body.body if isinstance(n, cst.For))
+    sp = plan_stages(source, fn, loop, analyse_layouts(facts)[fn.name], "async_copy", 320 * 1024, late_reads=True)
+    assert isinstance(sp, StagePlan) and sp.late == ("v",), sp
+    assert (sp.slots, sp.distance, sp.wait) == (4, 3, "async_copy.wait_group(1)")
+    assert "`v` from its own slot right before the dot that reads it" in sp.stages[0].role
+    variant = translate_source(text, "x.py", get_target("gfx1250"), gluon_always=True).text
+    flat = " ".join(variant.split())
+    steady = flat.split("for round_ in range(num_rounds):", 1)[1].split("# The last iterations", 1)[0]
+    mma, mem = steady.split('with gl.amd.warp_pipeline_stage("mem", priority=1):')
+    assert "v = v_ring.index(step).load(" in mma and mma.index("v = v_ring.index(step)") < mma.index("_dot(p")
+    assert "v_ring.index((step + 1)" not in flat and "k_t = k_ring.index((step + 1) % NUM_STAGES)" in mem
+    assert "k_ring.index((step + NUM_STAGES - 1) % NUM_STAGES)" in mem and "(it + NUM_STAGES - 1) * BLOCK_N" in mem
+    assert "async_copy.wait_group(NUM_STAGES - 3)" in steady and "for i in gl.static_range(NUM_STAGES - 1):" in flat
+    assert "_ring_slots(327680, 4," in flat and "if NUM_STAGES >= 3 and" in flat
+    report = check_source(variant)
+    assert report.cases and not report.findings, report
+    racy = check_source(variant.replace("k_ring.index((step + NUM_STAGES - 1) % NUM_STAGES)", "k_ring.index(step)")
+                        .replace("v_ring.index((step + NUM_STAGES - 1) % NUM_STAGES)", "v_ring.index(step)"))
+    assert any("overwritten" in f.message for f in racy.findings), racy
+    gfx950 = " ".join(translate_source(text, "x.py", get_target("gfx950")).text.split())
+    assert "v_ring.index((step + 1) % NUM_STAGES)" in gfx950 and "_ring_slots(163840, 3," in gfx950
+    compiled = verify(translate_source(text, "x.py", get_target("gfx1250"), gluon_always=True),
+                      {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "BLOCK_M": 128,
+                       "BLOCK_N": 64, "D": 64, "num_warps": 8}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
 @pytest.mark.parametrize("target", ["gfx950", "gfx942"])

@@ -142,6 +142,11 @@ class StagePlan:
     # Whether one of the ops `barrier_op` names is a layout conversion or a transpose (else they are reductions): the
     # profitability policy tells the two apart (UNPROFITABLE_RINGS)
     barrier_converts: bool = False
+    # Tiles read in the `mma` stage of their own iteration, right before the first dot that reads them, instead of in
+    # the `mem` stage a step ahead (`late_reads`: attention's V on gfx1250, whose 32-lane waves would otherwise hold
+    # the next iteration's K and V, each warp the whole tile, across the stage boundary). The refill then writes the
+    # slot read a step earlier, `distance = slots - 1` iterations ahead, and 3 slots are the fewest.
+    late: tuple[str, ...] = ()
 
     @property
     def warps_along_m(self) -> bool:
@@ -174,10 +179,12 @@ class StageRefusal:
 
 
 def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, engine: str,
-                lds_limit: int, pointer_engine: str | None = None) -> StagePlan | StageRefusal | None:
+                lds_limit: int, pointer_engine: str | None = None, late_reads: bool = False
+                ) -> StagePlan | StageRefusal | None:
     """The stage plan of `loop` for an AMD copy engine, a refusal, or None when the loop has no dot fed by loads.
     `pointer_engine`: "async_copy" where the target copies pointer tiles direct to LDS with another engine than its
-    descriptor tiles' (gfx1250)."""
+    descriptor tiles' (gfx1250). `late_reads`: an attention loop's tiles that only its second dot reads (V) are read
+    in the `mma` stage, just before that dot (`StagePlan.late`)."""
     requested = fn.num_stages
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
                           several_dots=True, computed_operands=True, scale_rings=True, fresh_dots=True,
@@ -402,9 +409,19 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         rings.append(Ring(load.name, dims[::-1] if load.transposed else dims, {}))
     slots = max(MIN_SLOTS, loop_plan.num_stages)
     distance = slots  # the copies of iteration it + NUM_STAGES go into the slot iteration it was read from
+    late: tuple[str, ...] = ()
+    if late_reads and loop_plan.attention and not barrier_op and not prefetches(engine, loop_plan.kind) \
+            and engine == "async_copy":
+        # (V: a tile no dot before the second reads, read as loaded; the other warp group, a stage behind, reads it
+        # in its `mma` stage while this one refills: the refill goes into the slot read a step earlier, one slot more)
+        late = tuple(load.name for load in loop_plan.loads if not load.computed and not load.twice
+                     and loop_plan.chains.index(loop_plan.use_of(load.name)[0]) > 0)
+        if late:
+            slots += 1
+            distance = slots - 1
     wait = WAITS[engine]
     if wait is not None:  # one commit group (async_copy) or one fused TDM operation (tdm) per iteration
-        wait = wait.format(n=slots - 2)
+        wait = wait.format(n=distance - 2)
     producer_lines = [body[i].line for i in loop_plan.producer]
     load_lines = [body[load.index].line for load in loop_plan.loads]
     consumer_lines = [f.line for f in body if f.index not in loop_plan.producer
@@ -414,9 +431,16 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
               "buffer_loads": "16-byte buffer loads into registers, stored into the slot just read",
               "async_copy": "direct-to-LDS copies into the slot just read, one commit group",
               "tdm": "one fused TDM copy into the slot just read (warps 0-3: A, warps 4-7: B)"}[engine]
+    refill_note = ""
+    if late:
+        copies = copies.replace("the slot just read", "the slot read a step earlier")
+        refill_note = f" (not {', '.join(f'`{n}`' for n in late)}, which `mma` reads)"
     twice = [load.name for load in loop_plan.loads if load.twice]
     mma = ("S = Q K^T, the online softmax (row reductions inside each warp: every warp owns rows of its own) and "
-           "acc += P V on this iteration's K and V, read from the rings one step ahead" if loop_plan.attention else
+           "acc += P V on this iteration's K and V, " + (
+               f"K read from its ring one step ahead, {' and '.join(f'`{n}`' for n in late)} from its own slot right "
+               "before the dot that reads it" if late else "read from the rings one step ahead")
+           if loop_plan.attention else
            f"the {len(loop_plan.chains)} dots in order, each product reaching the dot that reads it in registers "
            "(every warp owns rows of its own), on this iteration's tiles read from the rings one step ahead"
            + (f" ({', '.join(f'`{n}`' for n in twice)} read both as loaded and transposed)" if twice else "")
@@ -425,8 +449,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     stages = [
         Stage("mma", 0, sorted(consumer_lines), mma, MMA_OPS),
         Stage("mem", 1, sorted(producer_lines + load_lines),
-              f"the next iteration's operands from the ring; addresses and masks of iteration it + {distance}, "
-              f"{copies}", mem_ops(engine, loop_plan.kind)),
+              f"the next iteration's operands from the ring{refill_note}; addresses and masks of iteration it + "
+              f"{distance}, {copies}", mem_ops(engine, loop_plan.kind)),
     ]
     configs = [dict(c.values) for c in fn.autotune_configs] or [{}]
     shapes = []
@@ -451,7 +475,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                             "runs only as that pipeline (its fused copy moves one tile per group)")
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes, staged, 1 if barrier_op else 2, barrier_op,
-                     "" if barrier_op else row_reduction, converts)
+                     "" if barrier_op else row_reduction, converts, late)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

@@ -98,17 +98,21 @@ class AMDWarpPipeline(Rule):
                        "by one warp group", "gfx950"),
     )
 
-    def __init__(self, engine: str = "registers", pointer_copy: str | None = None) -> None:
+    def __init__(self, engine: str = "registers", pointer_copy: str | None = None, late_reads: bool = False) -> None:
         self.engine = engine  # the target's copy engine for tensor-descriptor tiles (ENGINES in analysis.stages)
         # the target's direct-to-LDS copy of a pointer tile, where it is another engine than the descriptor tiles'
         # (gfx1250: TDM for descriptors, `async_copy.global_to_shared` for pointer tiles); None: as `engine` says
         self.pointer_copy = pointer_copy
+        # whether an attention loop's V is read in the `mma` stage, right before its dot (`StagePlan.late`): gfx1250,
+        # whose 32-lane waves held the next K and V across the stage boundary (317-512 VGPRs against the source's
+        # 169-254, bench/RESULTS.md)
+        self.late_reads = late_reads
 
     def stage_plan(self, source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, lds_limit: int
                    ) -> StagePlan | StageRefusal | None:
         """The stage plan of `loop` with this target's copy engines (the one `explain` and the tables show)."""
         return plan_stages(source, fn, loop, plan, self.engine, lds_limit,
-                           pointer_engine="async_copy" if self.pointer_copy else None)
+                           pointer_engine="async_copy" if self.pointer_copy else None, late_reads=self.late_reads)
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
         stage_plan = self.stage_plan(ctx.source, ctx.function, original, ctx.plan, ctx.target.shared_memory_bytes)
@@ -432,6 +436,14 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
     # into their slot, so that the global loads' latency is hidden behind a step of the other warp group's MMAs.
     prefetch = prefetches(engine, plan.kind)
+    # Tiles read in the `mma` stage of their own iteration, right before the dot that reads them (`StagePlan.late`):
+    # the copies then run NUM_STAGES - 1 iterations ahead, and the waits leave one group fewer in flight.
+    late = set(sp.late)
+    ahead = f"{stages} - 1" if late else stages
+
+    def minus(n: int) -> str:
+        """NUM_STAGES less `n` copy groups, less one more with late reads (the copies run one iteration less ahead)."""
+        return f"{stages} - {n + 1 if late else n}"
     staged = {load.name: name(f"{load.name}_staged") for load in plan.loads}
     # The tiles of a loop of descriptor tiles staged through registers (gfx942) are buffer loads 16 bytes a lane
     # (`_desc_buffer_load` in `_copy_layout`: a descriptor's base and row stride are 16-byte aligned, a requirement
@@ -586,7 +598,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         tiles of computed operands, or only the others)."""
         lines = []
         for load in plan.loads:
-            if computed is not None and load.computed != computed:
+            if computed is not None and load.computed != computed or load.name in late:
                 continue
             slot = f"{rings[load.name]}.index({slot_expr})"
             if load.twice:
@@ -608,14 +620,19 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if prep_uses_var else []
         return lines + [consumed(i, pad) for i in prep]
 
-    def consume(iteration: str, pad: str, steady: bool = False) -> list[str]:
-        """The consumer's statements for `iteration`; `steady`: with the masks that hold on the steady state's
-        iterations left out."""
+    def consume(iteration: str, pad: str, slot_expr: str, steady: bool = False) -> list[str]:
+        """The consumer's statements for `iteration`, whose tiles are in slot `slot_expr`; `steady`: with the masks
+        that hold on the steady state's iterations left out."""
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
         run: list[str] = []  # consecutive statements of the computation, run here where it is not in `mem`
+        pending = [load for load in plan.loads if load.name in late]  # (read right before their first reader)
         for i in consumer:
             if steady and i in unmasked:
                 continue
+            for load in [load for load in pending if {load.name, operand[load.name]} & names_in(body[i])]:
+                pending.remove(load)
+                lines.append(f"{pad}{operand[load.name]} = "
+                             f"{_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}{read_layout(load)})")
             statement = consumed(i, pad, steady)
             if i in prep:
                 run.append(indent(statement, "    "))
@@ -674,12 +691,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
         "# Prologue: the copies of the first NUM_STAGES iterations, one slot each"
         + (", then the loads of the next one." if prefetch else "."),
-        f"for {prologue_i} in gl.static_range({stages}):\n" + "\n".join(
+        f"for {prologue_i} in gl.static_range({ahead}):\n" + "\n".join(
             producer(prologue_i, prologue_i, "    ") + (store_staged(prologue_i, "    ") if prefetch else [])),
         *(producer(stages, "", "") if prefetch else []),
     ]
     if wait is not None:
-        lines.append(wait.format(n=f"{stages} - 1") + "  # the first iteration's copies have landed")
+        lines.append(wait.format(n=minus(1)) + "  # the first iteration's copies have landed")
     lines += reads("0", "")
     if prep:
         lines += [f"if {in_mem}:", *prepare("0", "    ")]
@@ -689,12 +706,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         in registers, then the next iteration's operands from the ring and the copies of iteration + NUM_STAGES into
         the slot this one was read from. `staged`: in the two warp-pipeline stages, with no copy past the end (the
         steady state); else plain statements, copies past the end masked off (the last iterations)."""
-        lines = [f"{pad}" + wait.format(n=f"{stages} - 2")] if wait is not None else []
+        lines = [f"{pad}" + wait.format(n=minus(2))] if wait is not None else []
         grouped = staged and sp.groups == 2  # (in `warp_pipeline_stage` blocks)
         if staged and sp.groups == 1:
             # (every wave's copies of the next iteration have landed, and every wave has read the slot refilled below)
             lines.append(f"{pad}_cta_barrier()")
-        work = consume(iteration, pad + "    " if grouped else pad, steady=staged)
+        work = consume(iteration, pad + "    " if grouped else pad, slot, steady=staged)
         inner = pad + "    " if grouped else pad
         next_operands = reads(next_slot, inner)
         if prep and staged:  # (the steady state never reaches the last iteration)
@@ -708,7 +725,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                              *reads(next_slot, inner + "    ", computed=True)]
         # (prefetching: the tiles of iteration + NUM_STAGES, loaded a step ago, are stored; then the loads of the
         # one after)
-        later = f"({iteration} + {stages} + 1)" if prefetch else f"({iteration} + {stages})"
+        later = f"({iteration} + {stages} + 1)" if prefetch else f"({iteration} + {ahead})"
+        # (with late reads the other warp group, a stage behind, still reads this iteration's slot: the refill goes
+        # into the slot read a step earlier)
+        refilled = (f"({slot} + {ahead}) % {stages}" if staged else f"({iteration} + {ahead}) % {stages}") if late \
+            else slot
 
         def run(op: str) -> list[str]:
             if op == "consume":
@@ -718,7 +739,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             if op == "store_staged":
                 return store_staged(slot, inner) if prefetch else []
             if op == "refill":
-                return producer(later, slot, inner, guard=not staged)
+                return producer(later, refilled, inner, guard=not staged)
             raise ValueError(f"unknown op {op!r} in a warp-pipeline stage")
 
         for stage in sp.stages:  # the stages in the plan's order, each running its ops in order
@@ -777,6 +798,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         "tdm": "starts one fused TDM copy of the tiles of iteration it + NUM_STAGES into the slot iteration it was "
                "read from (warps 0-3 copy A, warps 4-7 copy B)",
     }[engine]
+    if late:
+        how = how.replace("it + NUM_STAGES into the slot iteration it was", "it + NUM_STAGES - 1 into the slot iteration "
+                          "it - 1 was")
     paragraph = (
         "Main loop, warp-pipelined by triton-transpile: two warp groups of 4 warps run the two stages below one stage "
         "apart, so that one group's memory traffic overlaps the other's MMAs (s_setprio favours the memory stage). "
@@ -790,6 +814,12 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         f"operands already in registers, then iteration it + 1's operands from the ring, then the step {how}. Tiles "
         "past the end read as zeros and are never used."
     )
+    if late:
+        names = " and ".join(f"`{n}`" for n in sorted(late))
+        paragraph += (f" {names} {'is' if len(late) == 1 else 'are'} read "
+                      "in `mma` instead, from the slot of the iteration itself, right before the dot that reads it: "
+                      "held from one step to the next across the stage boundary, the next iteration's tiles would "
+                      "double the registers each 32-lane wave needs.")
     rows_test = rows_why = ""
     if sp.warps_along_m:  # (the row reductions inside a warp: 16 rows a warp at least, the MMA instruction's)
         rows, cols = (str(d) for d in ctx.plan.dots[plan.chains[0].call].shape)
@@ -815,10 +845,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
            f'{PIPELINE_WARPS}: "\n                 "two warp groups of 4 warps alternate between its stages")']
           if sp.groups == 2 else []),
         f"{stages}: gl.constexpr = {slots}",
-        f"if {stages} >= 2{rows_test}:",
+        f"if {stages} >= {3 if late else 2}{rows_test}:",
         pipelined,
         "else:",
-        f"    # Two slots per operand do not fit the {sp.lds_limit // 1024} KiB of LDS with these block sizes"
+        f"    # {'Three' if late else 'Two'} slots per operand do not fit the {sp.lds_limit // 1024} KiB of LDS with "
+        "these block sizes"
         f"{rows_why}: the loop runs as translated.",
         original,
     ]

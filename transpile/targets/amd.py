@@ -22,16 +22,19 @@ GLUON_IMPORTS = (
     "from triton.language import PropagateNan, random as tl_random, standard as tl_standard",
 )
 
-def _rules(engine: str, pointer_copy: str | None = None) -> tuple:
+def _rules(engine: str, pointer_copy: str | None = None, late_reads: bool = False) -> tuple:
     """The rules in the order they apply to each node; `engine` copies tensor-descriptor tiles into LDS,
-    `pointer_copy` pointer tiles where it is another engine (AMDWarpPipeline)."""
+    `pointer_copy` pointer tiles where it is another engine, `late_reads`: attention's V read right before its dot
+    (AMDWarpPipeline)."""
     return (JitDecorator(), LanguageNames(), Barrier(), Ranges(), Transpose(), CreationLayouts(),
-            HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(), AMDWarpPipeline(engine, pointer_copy),
-            LayoutDeclarations(), CopyOperandLayouts(), BufferCopies())
+            HelperTupleConversions(), Dot(), HoistConversions(), DescriptorsAsPointers(),
+            AMDWarpPipeline(engine, pointer_copy, late_reads), LayoutDeclarations(), CopyOperandLayouts(),
+            BufferCopies())
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
                 mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str,
-                buffer_ops: str, pointer_copy: str | None = None, scaled_mma: str = "") -> Target:
+                buffer_ops: str, pointer_copy: str | None = None, scaled_mma: str = "", late_reads: bool = False
+                ) -> Target:
     """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...); `pointer_copy`: its direct-to-LDS
     copy of a pointer tile where the descriptor tiles go by another engine (gfx1250)."""
     snippets = {
@@ -61,7 +64,7 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
         "config_split": LAUNCHERS["config_split"],
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
-                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy),
+                  copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy, late_reads),
                   imports=(*GLUON_IMPORTS, *imports), snippets=snippets, scaled_mma=scaled_mma)
 
 
@@ -129,4 +132,7 @@ GFX1250 = _amd_target(
     ("from triton.experimental.gluon.language.amd.gfx1250 import async_copy, get_wmma_scale_layout, tdm, wmma, "
      "wmma_scaled",), "{8: 8, 16: 8, 32: 2}",
     "tdm", "gl.amd.gfx1250", pointer_copy=GFX1250_POINTER_COPY,
+    # An attention loop's V is read from its slot right before the P V dot, not a step ahead beside K: its 32-lane
+    # waves would hold both of the next iteration's tiles across the stage boundary (bench/RESULTS.md)
+    late_reads=True,
 )
