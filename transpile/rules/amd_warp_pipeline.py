@@ -23,6 +23,7 @@ import textwrap
 
 import libcst as cst
 
+from transpile.analysis.dataflow import Effect
 from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
@@ -155,7 +156,16 @@ class AMDWarpPipeline(Rule):
             # launcher can tell)
             found = _descriptor_divisible(ctx, stage_plan)
             descriptor_launch = found if not isinstance(found, str) else None
-        if ctx.slower_than_triton(original, _form(stage_plan), construct):
+        masks_left_out, gathered = True, False
+        if stage_plan.loop.attention:
+            # (whether the steady state leaves out score masks the source evaluates every iteration, and whether the
+            # copies' addresses read offsets the producer loads each iteration: a paged KV cache's block table)
+            plan_ = stage_plan.loop
+            consumer = consumer_indices(plan_.producer, {load.index for load in plan_.loads}, loop_body(original))
+            masks_left_out = bool(_steady_masks(ctx, plan_, consumer))
+            gathered = any(Effect.GLOBAL_LOAD in facts.effects for facts in stage_plan.dataflow.statements
+                           if facts.index in plan_.producer)
+        if ctx.slower_than_triton(original, _form(stage_plan, masks_left_out, gathered), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
         if stage_plan.engine == "async_copy":
@@ -1244,14 +1254,22 @@ ENGINE_FORMS = {"registers": "register-staged ring", "buffer_loads": "buffer-loa
                 "async_copy": "direct-to-LDS ring", "tdm": "tdm ring"}
 
 
-def _form(sp: StagePlan) -> str:
-    """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS)."""
+def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) -> str:
+    """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS); `masks_left_out`: an attention
+    loop's steady state leaves out score masks the source evaluates every iteration (`_steady_masks`); `gathered`: its
+    K and V rows are addressed from offsets the loop loads (a paged KV cache)."""
     copies = ENGINE_FORMS[sp.engine]
     if sp.warps_along_m:  # (every warp along M, so that the loop's row reductions stay inside a warp)
         return f"row-reduction ring, {copies}"
     if sp.groups == 1:  # (every wave running each step in order: its own policy, by what needs the barriers)
         return f"one warp group, {'layout conversions' if sp.barrier_converts else 'reductions'}, {copies}"
     if sp.loop.attention:
+        if sp.engine != "registers" and len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)
+            return f"attention, scores of several products, {copies}"
+        if sp.engine != "registers" and gathered:
+            return f"attention, rows gathered from loaded offsets, {copies}"
+        if sp.engine != "registers" and not masks_left_out:
+            return f"attention, no mask left out, {copies}"
         return f"attention, {copies}"
     if sp.loop.chained and sp.engine != "registers":  # (staged through registers: that ring's policy)
         return f"chained-dot ring, {copies}"
