@@ -9,7 +9,7 @@ import re
 import libcst as cst
 import pytest
 
-from transpile.analysis.uniform_mask import uniform_masks
+from transpile.analysis.uniform_mask import uniform_masks, unmasked
 from transpile.engine import translate_source
 from transpile.targets import get_target
 
@@ -58,7 +58,7 @@ def _kernel(mask: str) -> str:
     return KERNEL.replace("MASK", mask)
 
 
-def _masks(mask: str):  # noqa: ANN202
+def _masks(mask: str, additive: bool = False):  # noqa: ANN202
     module = cst.parse_module(_kernel(mask))
     fn = next(s for s in module.body if isinstance(s, cst.FunctionDef))
     loop = next(s for s in fn.body.body if isinstance(s, cst.For))
@@ -69,7 +69,8 @@ def _masks(mask: str):  # noqa: ANN202
     body = list(loop.body.body)
     tensors = {"offs_m", "offs_n", "offs_d", "cols", "q", "k", "v", "qk", "valid", "keep", "m_i", "l_i", "acc", "p",
                "alpha", "m_ij", "k_ptrs", "v_ptrs", "bound"}
-    return uniform_masks(body, list(range(3, len(body))), "start_n", outer, tensors, {"CAUSAL"}, {"tl"})
+    return uniform_masks(body, list(range(3, len(body))), "start_n", outer, tensors, {"CAUSAL"}, {"tl"},
+                         additive=additive)
 
 
 def test_causal_mask_gives_the_tile_test_term_by_term():
@@ -87,6 +88,25 @@ def test_inline_mask_and_a_vector_defined_before_the_loop():
     assert mask.mask_indices == []
     assert mask.test_lines("u") == ["u = ((start_m * BLOCK_M) >= start_n + BLOCK_N - 1) & (start_n + BLOCK_N - 1 < "
                                     "N_CTX)"]
+
+
+@pytest.mark.parametrize("mask, steady", [
+    ('        qk += tl.where(cols[None, :] < N_CTX, 0, -float("inf"))', "qk += 0"),
+    ('        qk = qk * qk_scale + tl.where(offs_m[:, None] >= cols[None, :], 0, -1.0e6)', "qk = qk * qk_scale + 0"),
+    ('        qk = tl.where(cols[None, :] < N_CTX, 0.0, -1.0e6) + qk', "qk = 0.0 + qk"),
+])
+def test_a_mask_added_to_the_scores_is_all_true_under_the_same_test(mask: str, steady: str) -> None:
+    """`qk += tl.where(valid, 0, -inf)` (and `qk = e + tl.where(valid, 0, other)`, e reading `qk`) is the select form
+    written as an addition: where the tile test holds it adds the where's zero, as the source does (the same
+    arithmetic, no compare nor select). Only where asked (`additive`); a where adding a nonzero is left alone."""
+    assert _masks(mask) == []
+    [found] = _masks(mask, additive=True)
+    assert found.target == "qk" and found.terms
+    statement = cst.parse_module(_kernel(mask)).body[-1]
+    loop = next(s for s in statement.body.body if isinstance(s, cst.For))  # type: ignore[attr-defined]
+    text = cst.Module([]).code_for_node(unmasked(loop.body.body[found.where_index])).strip()
+    assert text == steady
+    assert _masks(mask.replace(", 0, ", ", 1, ").replace("0.0, -1", "1.0, -1"), additive=True) == []
 
 
 @pytest.mark.parametrize("mask, why", [

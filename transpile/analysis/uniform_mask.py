@@ -12,7 +12,9 @@ does not, the statements run as written.
 
 `uniform_masks(body, index, ...)` finds, in a loop body, each ``where`` statement whose mask is built that way, with
 the statements that build the mask (``valid = ...``, ``if FLAG: valid = valid & ...``), which are read by nothing else
-and move into the branch that still needs them. `UniformMask.test_lines` is the scalar test as code.
+and move into the branch that still needs them. `UniformMask.test_lines` is the scalar test as code. With
+``additive``, a mask added to the scores (``qk += tl.where(valid, 0, -inf)``, ``qk = qk * scale + tl.where(valid, 0,
+-1.0e6)``) counts too: where the test holds, the statement adds the where's zero (`unmasked`), as the source does.
 """
 
 from __future__ import annotations
@@ -56,18 +58,20 @@ class _NotUniform(Exception):
 
 def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, outer: dict[str, cst.BaseExpression],
                   tensors: set[str], flags: set[str], lang: set[str], stable: set[str] | None = None,
-                  outside: set[str] = frozenset()) -> list[UniformMask]:  # type: ignore[assignment]
+                  outside: set[str] = frozenset(), additive: bool = False  # type: ignore[assignment]
+                  ) -> list[UniformMask]:
     """The where statements among `indices` of the loop `body` (loop variable `var`) whose masks are all true under
     a scalar test. `outer`: ``name = value`` definitions before the loop of names bound once in the kernel (and
     never in the loop); `tensors`: names bound to tensors (the rest of the names a test reads must be scalars);
     `flags`: constexpr parameters (guards of mask terms); `lang`: the module names of triton.language (``tl``);
     `stable`: the names a test may read besides the loop variable (parameters never assigned, names assigned once in
     the function: a test reads them at the where, a vector was made from them before); `outside`: names read or
-    bound outside the loop (a mask among them is not moved into a branch)."""
+    bound outside the loop (a mask among them is not moved into a branch); `additive`: masks added to the scores
+    count too (`unmasked`)."""
     found = []
     for i in indices:
         try:
-            mask = _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside)
+            mask = _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside, additive)
         except _NotUniform:
             continue
         if mask is not None:
@@ -76,7 +80,7 @@ def uniform_masks(body: list[cst.BaseStatement], indices: list[int], var: str, o
 
 
 def loop_uniform_masks(source: SourceFile, function: JitFunction, tensors: set[str], loop: cst.For, var: str,
-                       indices: list[int]) -> list[UniformMask]:
+                       indices: list[int], additive: bool = False) -> list[UniformMask]:
     """`uniform_masks` over the statements `indices` of `loop` in the jit function `function` (`tensors`: the names
     the layout analysis binds to tensors), with the names the tests may read taken from the function."""
     from transpile.analysis.attention import top_definitions  # (attention's analysis reads this module's facts)
@@ -91,7 +95,49 @@ def loop_uniform_masks(source: SourceFile, function: JitFunction, tensors: set[s
     # (names read or bound: not keyword names, `tl.load(..., mask=...)` does not read a variable `mask`)
     outside = set().union(*(read_names(s) for s in function.node.body.body if s is not loop))
     return uniform_masks(list(loop.body.body), indices, var, outer,  # type: ignore[union-attr]
-                         tensors, set(function.constexpr_names), {lang}, stable, outside)
+                         tensors, set(function.constexpr_names), {lang}, stable, outside, additive)
+
+
+def _zero(node: cst.BaseExpression) -> bool:
+    """A literal zero (`0`, `0.0`)."""
+    return isinstance(node, (cst.Integer, cst.Float)) and float(node.value) == 0.0
+
+
+def _added_where(statement: cst.BaseStatement, lang: set[str]) -> tuple[str, cst.Call, cst.BaseExpression] | None:
+    """``x += tl.where(mask, 0, other)`` or ``x = e + tl.where(mask, 0, other)`` (either order) with `x` read by `e`:
+    (x, the where call, what it is added to: `x`, or `e`)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+            and isinstance(small.target, cst.Name):
+        call = _lang_call(small.value, lang, "where")
+        return (small.target.value, call, small.target) if call is not None else None
+    assign = single_assign(statement)
+    if assign is None or not isinstance(assign[1], cst.BinaryOperation) or not isinstance(assign[1].operator, cst.Add):
+        return None
+    for call_side, other_side in ((assign[1].right, assign[1].left), (assign[1].left, assign[1].right)):
+        call = _lang_call(call_side, lang, "where")
+        if call is not None and assign[0] in read_names(other_side):
+            return assign[0], call, other_side
+    return None
+
+
+def unmasked(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """The statement of a `UniformMask` as it runs where its test holds: `x = tl.where(mask, value, other)` as
+    `x = value`; an added mask, `x += tl.where(mask, 0, other)` / `x = e + tl.where(mask, 0, other)`, with the where
+    replaced by its zero (the same arithmetic as the source's where the mask holds)."""
+    small = statement.body[0]  # type: ignore[attr-defined]
+    if isinstance(small, cst.AugAssign):
+        return statement.with_changes(body=[small.with_changes(value=small.value.args[1].value)])  # type: ignore
+    value = small.value
+    if isinstance(value, cst.Call):
+        return statement.with_changes(body=[small.with_changes(value=value.args[1].value)])
+    if isinstance(value.right, cst.Call) and isinstance(value.right.func, cst.Attribute) \
+            and value.right.func.attr.value == "where":
+        return statement.with_changes(body=[small.with_changes(value=value.with_changes(
+            right=value.right.args[1].value))])
+    return statement.with_changes(body=[small.with_changes(value=value.with_changes(left=value.left.args[1].value))])
 
 
 def _lang_call(node: cst.CSTNode, lang: set[str], name: str) -> cst.Call | None:
@@ -113,15 +159,22 @@ def _hint_of(statement: cst.BaseStatement, var: str, lang: set[str]) -> bool:
     return call is not None and bool(call.args) and _is_name(call.args[0].value, var)
 
 
-def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside) -> UniformMask | None:  # noqa: ANN001
+def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside,  # noqa: ANN001
+           additive=False) -> UniformMask | None:  # noqa: ANN001
     assign = single_assign(body[i])
     call = _lang_call(assign[1], lang, "where") if assign else None
+    added = _added_where(body[i], lang) if additive and call is None else None
+    if added is not None:  # (`qk += tl.where(valid, 0, -inf)`: the where's zero, added where the mask holds)
+        call = added[1]
+        if len(call.args) != 3 or any(a.keyword is not None for a in call.args) or not _zero(call.args[1].value):
+            return None
     if call is None or len(call.args) != 3 or any(a.keyword is not None for a in call.args):
         return None
-    target, mask, value = assign[0], call.args[0].value, call.args[1].value
+    target, mask, value = (added[0] if added else assign[0]), call.args[0].value, call.args[1].value  # type: ignore
     # `x = value` in the branch must have the where's type and shape: the value is computed from the tensor masked
-    # (`qk = tl.where(valid, qk * scale, -inf)`), not a constant or a tensor of its own shape (`tl.where(m, 0.0, b)`).
-    if target not in read_names(value):
+    # (`qk = tl.where(valid, qk * scale, -inf)`), not a constant or a tensor of its own shape (`tl.where(m, 0.0, b)`);
+    # an added mask's zero is added to the tensor masked
+    if added is None and target not in read_names(value):
         return None
     # The loop's own definitions before the where, of names bound once in the loop (by `name = value`).
     counts: dict[str, int] = {}

@@ -30,9 +30,9 @@ from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
-from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
-from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, conjuncts, names_in, product_factors, sum_terms,
-                                 parenthesized)
+from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
+from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
+                                 parenthesized, product_factors, sum_terms)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
@@ -163,8 +163,11 @@ class AMDWarpPipeline(Rule):
             plan_ = stage_plan.loop
             consumer = consumer_indices(plan_.producer, {load.index for load in plan_.loads}, loop_body(original))
             masks_left_out = bool(_steady_masks(ctx, plan_, consumer))
-            gathered = any(Effect.GLOBAL_LOAD in facts.effects for facts in stage_plan.dataflow.statements
-                           if facts.index in plan_.producer)
+            # (a call of a jit helper there may load: `_effects` does not look into helpers)
+            helpers = set(ctx.facts.functions)
+            gathered = any(Effect.GLOBAL_LOAD in facts.effects or any(
+                isinstance(call.func, cst.Name) and call.func.value in helpers for call in calls_in(facts.node))
+                for facts in stage_plan.dataflow.statements if facts.index in plan_.producer)
         if ctx.slower_than_triton(original, _form(stage_plan, masks_left_out, gathered), construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
         ctx.need("lds_ring")
@@ -440,7 +443,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # `leading_iterations`): the steady state stops before the first iteration that needs one and leaves the where
     # and the statements building its mask out; the last iterations run them as written.
     uniform = _steady_masks(ctx, plan, consumer)
-    steady_statements = {m.where_index: _unmasked(body[m.where_index]) for m, _ in uniform}
+    steady_statements = {m.where_index: unmasked_statement(body[m.where_index]) for m, _ in uniform}
     unmasked = {i for m, _ in uniform for i in m.mask_indices}
     bounded = peel is not None or bool(uniform)
     # Copies through registers are prefetched: the tiles of an iteration are loaded one step before they are stored
@@ -699,7 +702,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
            "# steady state copies them unmasked.", f"{full} = gl.minimum({iters}, {peel.count})"] if peel is not None else []),
         *_steady_bound(uniform, full, full if peel is not None else iters, peel.count if peel is not None else None),
         *(f"{renames[name_]} = {name_}" for name_ in plan.carried),
-        "# Prologue: the copies of the first NUM_STAGES iterations, one slot each"
+        f"# Prologue: the copies of the first {'NUM_STAGES - 1' if late else 'NUM_STAGES'} iterations, one slot each"
         + (", then the loads of the next one." if prefetch else "."),
         f"for {prologue_i} in gl.static_range({ahead}):\n" + "\n".join(
             producer(prologue_i, prologue_i, "    ") + (store_staged(prologue_i, "    ") if prefetch else [])),
@@ -872,7 +875,7 @@ def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int]
     (`leading_iterations`), each with those counts: (the constexpr flag that adds the terms, or None; the count)."""
     found = []
     for mask in loop_uniform_masks(ctx.source, ctx.function, set(name_terms(ctx.plan)), plan.loop, plan.var,
-                                   consumer):
+                                   consumer, additive=True):
         guards = list(dict.fromkeys(g for g, _ in mask.terms))
         counts = [(g, leading_iterations(ctx.function, plan, [t for h, t in mask.terms if h == g])) for g in guards]
         if all(count is not None for _, count in counts):
@@ -899,13 +902,6 @@ def _steady_bound(uniform: list[tuple[UniformMask, list[tuple[str | None, str]]]
             elif guard is not None:
                 lines += [f"if {guard}:", f"    {full} = gl.minimum({full}, {count})"]
     return lines
-
-
-def _unmasked(statement: cst.BaseStatement) -> cst.BaseStatement:
-    """`x = tl.where(mask, value, other)` as `x = value`."""
-    small = statement.body[0]  # type: ignore[attr-defined]
-    call = small.value
-    return statement.with_changes(body=[small.with_changes(value=call.args[1].value)])
 
 
 def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],
@@ -983,8 +979,10 @@ SEVERAL_DOTS_HEAVIER = {
 #: K and V tiles of the next iteration into registers (all warps lie along M), so larger tiles spill. Measured on the
 #: fixtures (8 warps, 128 rows, fp16, no AGPRs): gfx950 64x128 none, 128x128 350 VGPR spills (fx_attention_varlen);
 #: gfx942 (whose copies are staged through registers too) 64x64 none, 64x128 148-248 (attention_fwd, fx_attention_kt
-#: at head dimension 128). Launches and autotune configs above the limit run the source kernel.
-ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 8192}
+#: at head dimension 128); gfx1250 64x64 0.55-0.74x Triton's own non-MFMA instructions per loop iteration, 64x128
+#: 0.80-0.82x without a causal mask (356-510 VGPRs against 234-246: 2 waves a SIMD against 4). Launches and autotune
+#: configs above the limit run the source kernel.
+ATTENTION_TILE_LIMIT = {"gfx950": 8192, "gfx942": 4096, "gfx1250": 4096}
 # A GEMM loop with every warp along M for its row reductions (`StagePlan.warps_along_m`): the fewest accumulator
 # columns for which each warp's share (16 rows x N) gives its MMAs work enough to hide the B tile every warp reads in
 # full. Measured at 128 rows, 8 warps, bf16: N 32 1.92x (gfx950) and 1.39x (gfx942) Triton's own non-MFMA
@@ -1265,9 +1263,9 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
         return f"one warp group, {'layout conversions' if sp.barrier_converts else 'reductions'}, {copies}"
     if sp.loop.attention:
         if sp.engine != "registers" and len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)
-            return f"attention, scores of several products, {copies}"
+            return f"attention, more than two dots, {copies}"
         if sp.engine != "registers" and gathered:
-            return f"attention, rows gathered from loaded offsets, {copies}"
+            return f"attention, copies reading loaded values, {copies}"
         if sp.engine != "registers" and not masks_left_out:
             return f"attention, no mask left out, {copies}"
         return f"attention, {copies}"

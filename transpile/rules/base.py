@@ -265,16 +265,18 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "(a tutorial-style loop of the blocks before the diagonal, a pointer a helper moves, a paged prefill; 128x64 "
         "tiles, 8 warps): not under the 0.8x a machine-code measure must show before a form is emitted without the "
         "GPU to time it (bench/RESULTS.md)"),
-    ("gfx1250", "attention, rows gathered from loaded offsets, direct-to-LDS ring"): (
-        "only the warp-pipelined attention ring would pipeline it, its K and V rows are addressed from offsets the "
-        "loop loads (a paged KV cache's block table), and on gfx1250 that ring's hot loop measured 0.84x Triton's own "
-        "non-MFMA instructions per loop iteration (suite_paged_prefill, 128x64 tiles, 8 warps; the address work of "
-        "the gathered copies outweighs the masks it leaves out): not under the 0.8x a machine-code measure must show "
-        "before a form is emitted without the GPU to time it (bench/RESULTS.md)"),
-    ("gfx1250", "attention, scores of several products, direct-to-LDS ring"): (
-        "only the warp-pipelined attention ring would pipeline it, its scores are summed from several products "
-        "(latent attention's rotary part), and on gfx1250 that ring spilled 40 VGPRs at 192-wide keys where "
-        "Triton's own compile spills none (fx_mla_prefill, 128x64 tiles, 8 warps; bench/RESULTS.md)"),
+    ("gfx1250", "attention, copies reading loaded values, direct-to-LDS ring"): (
+        "only the warp-pipelined attention ring would pipeline it, the addresses or masks of its K and V copies read "
+        "values the loop loads each iteration (or a helper it calls may: a paged KV cache's block table), and on "
+        "gfx1250 such a ring's hot loop measured 0.84x Triton's own non-MFMA instructions per loop iteration "
+        "(suite_paged_prefill, 128x64 tiles, 8 warps; the address work of the gathered copies outweighs the masks "
+        "it leaves out), 0.90x with the block table loaded in a helper: not under the 0.8x a machine-code measure "
+        "must show before a form is emitted without the GPU to time it (bench/RESULTS.md)"),
+    ("gfx1250", "attention, more than two dots, direct-to-LDS ring"): (
+        "only the warp-pipelined attention ring would pipeline it, its loop runs more than two dots, and on gfx1250 "
+        "the one such loop measured (latent attention, its scores summed with a rotary product) spilled 40 VGPRs "
+        "at 192-wide keys where Triton's own compile spills none (fx_mla_prefill, 128x64 tiles, 8 warps; "
+        "bench/RESULTS.md)"),
     # A loop whose body holds an op that needs a CTA-wide barrier (a reduction, a layout conversion, a transpose) that
     # would fall inside the `mma` stage: pipelined over the same ring by one warp group (`StagePlan.groups`), every
     # wave running each step in order at the kernel's own warps.
