@@ -450,9 +450,10 @@ def test_gfx1250_attention_reads_v_right_before_its_dot() -> None:
 
 @pytest.mark.parametrize("change, form", [
     (None, ""),
-    # the mask added to the scores: left out of the steady state too (`qk += 0` there)
+    # the mask added to the scores: left out of the steady state (`qk += 0` there) on gfx950; on gfx1250 the add
+    # it leaves measured 0.80x
     (("        qk = tl.where(offs_kv[None, :] < N_CTX, qk, -float(\"inf\"))\n",
-      "        qk += tl.where(offs_kv[None, :] < N_CTX, 0, -float(\"inf\"))\n"), ""),
+      "        qk += tl.where(offs_kv[None, :] < N_CTX, 0, -float(\"inf\"))\n"), "a mask added to the scores leaves"),
     # no mask to leave out: the scores are taken whole (a loop of the blocks before the diagonal)
     (("        qk = tl.where(offs_kv[None, :] < N_CTX, qk, -float(\"inf\"))\n", ""), "would leave out no score mask"),
     # K and V rows from a block table the loop loads (a paged KV cache)
@@ -481,8 +482,12 @@ def test_gfx1250_pipelines_attention_where_its_steady_state_leaves_masks_out(cha
         assert report.cases and not report.findings, report
     else:
         assert not function.pipelined and form in function.kept_reason, function.kept_reason
-        assert "0.84" in function.kept_reason
-    assert translate_source(text, "x.py", get_target("gfx950")).functions[0].pipelined
+        assert "0.8" in function.kept_reason
+    gfx950 = translate_source(text, "x.py", get_target("gfx950"))
+    assert gfx950.functions[0].pipelined
+    if "qk += tl.where" in text:  # (the steady state adds the where's zero; the last iterations the where)
+        steady = gfx950.text.split("for round_ in range(num_rounds):", 1)[1].split("# The last iterations", 1)[0]
+        assert "qk += 0\n" in steady and "gl.where" not in steady
 
 
 def test_gfx1250_keeps_attention_whose_copies_read_a_helpers_load_as_triton() -> None:

@@ -162,7 +162,9 @@ class AMDWarpPipeline(Rule):
             # copies' addresses read offsets the producer loads each iteration: a paged KV cache's block table)
             plan_ = stage_plan.loop
             consumer = consumer_indices(plan_.producer, {load.index for load in plan_.loads}, loop_body(original))
-            masks_left_out = bool(_steady_masks(ctx, plan_, consumer))
+            # (a mask added to the scores leaves its add in the steady state: measured at 0.80x on gfx1250, it does
+            # not count here)
+            masks_left_out = bool(_steady_masks(ctx, plan_, consumer, additive=False))
             # (a call of a jit helper there may load: `_effects` does not look into helpers)
             helpers = set(ctx.facts.functions)
             gathered = any(Effect.GLOBAL_LOAD in facts.effects or any(
@@ -869,13 +871,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     return "\n".join(header) + "\n"
 
 
-def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int]
+def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int], additive: bool = True
                   ) -> list[tuple[UniformMask, list[tuple[str | None, str]]]]:
     """The consumer's uniform masks (`loop_uniform_masks`) whose every term holds on a number of leading iterations
     (`leading_iterations`), each with those counts: (the constexpr flag that adds the terms, or None; the count)."""
     found = []
     for mask in loop_uniform_masks(ctx.source, ctx.function, set(name_terms(ctx.plan)), plan.loop, plan.var,
-                                   consumer, additive=True):
+                                   consumer, additive=additive):
         guards = list(dict.fromkeys(g for g, _ in mask.terms))
         counts = [(g, leading_iterations(ctx.function, plan, [t for h, t in mask.terms if h == g])) for g in guards]
         if all(count is not None for _, count in counts):

@@ -260,9 +260,10 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # there is no such mask, nor for latent attention:
     ("gfx1250", "attention, no mask left out, direct-to-LDS ring"): (
         "only the warp-pipelined attention ring would pipeline it, its steady state would leave out no score mask "
-        "(the source evaluates none each iteration, or none the ring can prove holds on its leading iterations), and "
-        "on gfx1250 such a ring's hot loop measured 0.84-1.11x Triton's own non-MFMA instructions per loop iteration "
-        "(a tutorial-style loop of the blocks before the diagonal, a pointer a helper moves, a paged prefill; 128x64 "
+        "selected through `tl.where` (the source evaluates none each iteration, or none the ring can prove holds on "
+        "its leading iterations; a mask added to the scores leaves its add), and on gfx1250 such a ring's hot loop "
+        "measured 0.80-1.11x Triton's own non-MFMA instructions per loop iteration (a tutorial-style loop of the "
+        "blocks before the diagonal, a pointer a helper moves, a sequence-end mask added to the scores; 128x64 "
         "tiles, 8 warps): not under the 0.8x a machine-code measure must show before a form is emitted without the "
         "GPU to time it (bench/RESULTS.md)"),
     ("gfx1250", "attention, copies reading loaded values, direct-to-LDS ring"): (
