@@ -410,8 +410,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     slots = max(MIN_SLOTS, loop_plan.num_stages)
     distance = slots  # the copies of iteration it + NUM_STAGES go into the slot iteration it was read from
     late: tuple[str, ...] = ()
-    if late_reads and loop_plan.attention and not barrier_op and not prefetches(engine, loop_plan.kind) \
-            and engine == "async_copy":
+    if late_reads and loop_plan.attention and not barrier_op and engine == "async_copy":  # (no prefetching engine)
         # (V: a tile no dot before the second reads, read as loaded; the other warp group, a stage behind, reads it
         # in its `mma` stage while this one refills: the refill goes into the slot read a step earlier, one slot more)
         late = tuple(load.name for load in loop_plan.loads if not load.computed and not load.twice

@@ -166,9 +166,9 @@ def _where(body, i, indices, var, outer, tensors, flags, lang, stable, outside, 
     added = _added_where(body[i], lang) if additive and call is None else None
     if added is not None:  # (`qk += tl.where(valid, 0, -inf)`: the where's zero, added where the mask holds)
         call = added[1]
-        if len(call.args) != 3 or any(a.keyword is not None for a in call.args) or not _zero(call.args[1].value):
-            return None
     if call is None or len(call.args) != 3 or any(a.keyword is not None for a in call.args):
+        return None
+    if added is not None and not _zero(call.args[1].value):
         return None
     target, mask, value = (added[0] if added else assign[0]), call.args[0].value, call.args[1].value  # type: ignore
     # `x = value` in the branch must have the where's type and shape: the value is computed from the tensor masked

@@ -608,6 +608,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         return (f"gl.DotOperandLayout({feeds[load.name][1]}, {mma_of(load)}, _mma_k_width({rings[load.name]}.dtype, "
                 f"{mma_of(load)}))")
 
+    def read_line(load: OperandLoad, slot_expr: str, pad: str) -> str:
+        """The tile `load` read from slot `slot_expr` into its operand name, in the layout its dot reads it in."""
+        return f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}" \
+               f"{read_layout(load)})"
+
     def reads(slot_expr: str, pad: str, computed: bool | None = None) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts (`computed`: only the
         tiles of computed operands, or only the others)."""
@@ -621,7 +626,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                           f"{pad}{twice[load.name]} = {_read(f'{slot}.permute([1, 0])', relaxed)}"
                           f"{read_layout(load, form_feed(load, True))})"]
                 continue
-            lines.append(f"{pad}{operand[load.name]} = {_read(_view(slot, load), relaxed)}{read_layout(load)})")
+            lines.append(read_line(load, slot_expr, pad))
         return lines
 
     def consumed(i: int, pad: str, steady: bool = False) -> str:
@@ -646,8 +651,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 continue
             for load in [load for load in pending if {load.name, operand[load.name]} & names_in(body[i])]:
                 pending.remove(load)
-                lines.append(f"{pad}{operand[load.name]} = "
-                             f"{_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}{read_layout(load)})")
+                lines.append(read_line(load, slot_expr, pad))
             statement = consumed(i, pad, steady)
             if i in prep:
                 run.append(indent(statement, "    "))
@@ -1256,20 +1260,21 @@ ENGINE_FORMS = {"registers": "register-staged ring", "buffer_loads": "buffer-loa
 
 def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) -> str:
     """The ring's form, as the profitability policy names it (UNPROFITABLE_RINGS); `masks_left_out`: an attention
-    loop's steady state leaves out score masks the source evaluates every iteration (`_steady_masks`); `gathered`: its
-    K and V rows are addressed from offsets the loop loads (a paged KV cache)."""
+    loop's steady state leaves out score masks the source evaluates every iteration (`_steady_masks`); `gathered`: the
+    addresses or masks of its K and V copies read a value the loop loads, or call a jit helper (a paged KV cache)."""
     copies = ENGINE_FORMS[sp.engine]
     if sp.warps_along_m:  # (every warp along M, so that the loop's row reductions stay inside a warp)
         return f"row-reduction ring, {copies}"
     if sp.groups == 1:  # (every wave running each step in order: its own policy, by what needs the barriers)
         return f"one warp group, {'layout conversions' if sp.barrier_converts else 'reductions'}, {copies}"
     if sp.loop.attention:
-        if sp.engine != "registers" and len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)
-            return f"attention, more than two dots, {copies}"
-        if sp.engine != "registers" and gathered:
-            return f"attention, copies reading loaded values, {copies}"
-        if sp.engine != "registers" and not masks_left_out:
-            return f"attention, no mask left out, {copies}"
+        if sp.engine != "registers":  # (staged through registers: that ring's policy, whatever the form)
+            if len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)
+                return f"attention, more than two dots, {copies}"
+            if gathered:
+                return f"attention, copies reading loaded values, {copies}"
+            if not masks_left_out:
+                return f"attention, no mask left out, {copies}"
         return f"attention, {copies}"
     if sp.loop.chained and sp.engine != "registers":  # (staged through registers: that ring's policy)
         return f"chained-dot ring, {copies}"
