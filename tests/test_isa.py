@@ -340,6 +340,21 @@ def test_the_warp_pipelined_launcher_runs_the_source_kernel_where_two_ring_slots
     assert calls.pop()[0] == "triton"  # 16-bit A: 96 KiB
 
 
+def test_the_warp_pipelined_launcher_counts_three_slots_where_the_ring_reads_a_tile_late() -> None:
+    """A ring that reads a tile in its own iteration's `mma` stage (gfx1250's attention V, `StagePlan.late`) needs
+    three slots to pipeline (`lds`'s third figure): a launch where two fit and three do not runs the source kernel,
+    not the Gluon kernel's loop unpipelined."""
+    calls: list = []
+    rings = ((("BN", "D"), "k"), (("BN", "D"), "v"))
+    launcher = _launcher()(_Kernel("gluon", calls), _Kernel("triton", calls), params=("k", "v"), tiles=(),
+                           persistent=None, warps=8, lds=(65536, rings, 3))
+    k = v = _Tensor((4096, 128), (128, 1), size=2)
+    for sizes, kernel in (({"BN": 64, "D": 64}, "gluon"),  # 16 KiB a slot of both rings: 48 KiB
+                          ({"BN": 64, "D": 128}, "triton")):  # 32 KiB: two slots fit, three do not
+        launcher[(1,)](k, v, num_warps=8, **sizes)
+        assert calls.pop()[0] == kernel, sizes
+
+
 def test_the_warp_pipelined_launcher_runs_the_gluon_kernel_only_where_it_compiles_and_pays() -> None:
     """Aligned tensors under 2 GB, unit inner strides, 8 warps: the Gluon kernel, with accumulators kept out of
     AGPRs. Another warp count (or none: Triton's default 4, from another module), an unaligned row, a tensor of 2 GB

@@ -207,7 +207,8 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
         else:
             when += f", source_when=({tests},)"
     if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
-        amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r})"
+        least = f", {dispatch.lds[2]}" if len(dispatch.lds) > 2 else ""  # (the fewest slots, where not two)
+        amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r}{least})"
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"

@@ -668,8 +668,9 @@ def _lds_of(value: object) -> tuple[int, tuple[tuple[tuple[str | int, ...], str]
     """`Dispatch.lds` from its JSON form (lists for tuples)."""
     if not value:
         return None
-    limit, rings = value  # type: ignore[misc]
-    return int(limit), tuple((tuple(shape), str(pointer)) for shape, pointer in rings)
+    limit, rings, *least = value  # type: ignore[misc]
+    found = int(limit), tuple((tuple(shape), str(pointer)) for shape, pointer in rings)
+    return (*found, int(least[0])) if least else found  # type: ignore[return-value]
 
 
 def from_cache(value: dict, text: str, target: Target) -> TranslationResult | Diagnostic:

@@ -683,9 +683,11 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 status = f"source kernel at this launch (`{slow[0][1:]}` tensors)"
             need = _ring_bytes(outcome.dispatch.lds, signature, constexprs) \
                 if outcome.dispatch is not None and outcome.dispatch.lds and outcome.translated else None
-            if need is not None and 2 * need > outcome.dispatch.lds[0] and gluon:  # type: ignore[union-attr]
+            least = outcome.dispatch.lds[2] if need is not None and len(outcome.dispatch.lds) > 2 else 2  # type: ignore
+            if need is not None and least * need > outcome.dispatch.lds[0] and gluon:  # type: ignore[union-attr]
                 gluon = False  # (the launcher gives it the source kernel)
-                status = (f"source kernel at this launch (two ring slots need {2 * need // 1024} KiB of LDS, "
+                status = (f"source kernel at this launch ({('two', 'three')[least - 2]} ring slots need "
+                          f"{least * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
             when = _source_tests(outcome, {**constexprs, "num_warps": num_warps})
             if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)

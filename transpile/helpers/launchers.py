@@ -305,11 +305,12 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
 
     def pipelines(self, values):
         """Whether the Gluon kernel pipelines its loop at these launch (or config) values: no test of `source_when`
-        holds, and two slots of each ring fit the LDS; True where a block size is not known yet."""
+        holds, and the fewest slots of each ring the loop pipelines with fit the LDS (two, or the third figure of
+        `lds`); True where a block size is not known yet."""
         if self.source_wanted(values):
             return False
         if self.lds is not None:
-            limit, rings = self.lds
+            limit, rings, least = (*self.lds, 2)[:3]
             need = 0
             for shape, pointer in rings:
                 sizes = [values.get(n) if isinstance(n, str) else n for n in shape]
@@ -320,7 +321,7 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
                     elements *= n
                 need += elements * values[pointer].element_size()
             else:
-                if 2 * need > limit:
+                if least * need > limit:
                     return False
         return True
 

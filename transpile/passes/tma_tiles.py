@@ -129,6 +129,10 @@ class Tile:
     # view: both K-major in shared memory, as wgmma reads 8-bit operands, so the launcher lets fp8 elements through
     fp8: bool = False
 
+#: `Dispatch.lds`: the LDS bytes, the rings (shape, pointer parameter), and the fewest slots where not two
+LdsNeed = tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] \
+    | tuple[int, tuple[tuple[tuple[str | int, ...], str], ...], int]
+
 
 @dataclass
 class Dispatch:
@@ -170,9 +174,9 @@ class Dispatch:
     # converts them for its matrix cores (gfx942's OCP fp8, through fp16), where the Gluon kernel measured heavier
     slow_dtypes: tuple[str, ...] = ()
     # AMD: (the target's LDS bytes, the rings as (shape as parameter names or numbers, the pointer parameter whose
-    # element type they hold)): launches whose two ring slots would not fit run the source kernel (the Gluon kernel
-    # would run its loop as translated, unpipelined)
-    lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
+    # element type they hold)[, the fewest slots where not two]): launches whose fewest ring slots would not fit run
+    # the source kernel (the Gluon kernel would run its loop as translated, unpipelined)
+    lds: LdsNeed | None = None
     # tests (Python source over the kernel's parameters) and (parameter, its default as code or None) for each name a
     # test reads: launches for which a test holds run the source kernel (AMD: the Gluon kernel pipelines the copy of
     # its loop for the other value only, `if AB_DTYPE is not None:` casting the operands before the dot; sm90: a loop

@@ -35,6 +35,7 @@ from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls
                                  parenthesized, product_factors, sum_terms)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
+from transpile.passes.tma_tiles import LdsNeed
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
 from transpile.rules.dot import SCALED_FORMATS, translated_dot
 from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
@@ -302,11 +303,13 @@ def _assigned_outside(function: cst.FunctionDef, loop: cst.CSTNode) -> set[str]:
     return found
 
 
-def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None:
-    """What the launcher needs to tell a launch whose block sizes leave no room for two slots of each ring (the Gluon
-    kernel's `_ring_slots` is then 0 and its loop runs unpipelined, heavier than Triton's own compile): each ring's
-    shape as parameter names or numbers and the pointer parameter whose element type it holds; None where a shape or
-    an element type is not that (the kernel's own check still holds)."""
+def _lds_check(ctx: RuleContext, sp: StagePlan) -> LdsNeed | None:
+    """What the launcher needs to tell a launch whose block sizes leave no room for the fewest slots of each ring the
+    loop pipelines with (two; three where a tile is read in its own iteration's `mma` stage, `StagePlan.late`: the
+    Gluon kernel's guard then fails and its loop runs unpipelined, heavier than Triton's own compile): the LDS bytes,
+    each ring's shape as parameter names or numbers and the pointer parameter whose element type it holds, and the
+    fewest slots where not two; None where a shape or an element type is not that (the kernel's own check still
+    holds)."""
     params = {p.name for p in ctx.function.params}
     rings = []
     for load, ring in zip(sp.loop.loads, sp.rings):
@@ -326,7 +329,7 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> tuple[int, tuple[tuple[tuple[
         rings.append((tuple(shape), match.group(1)))
     if ctx.launch_lds is not None and ctx.launch_lds[1] != tuple(rings):
         return None  # (several pipelined loops with other rings: each loop's own check holds)
-    return sp.lds_limit, tuple(rings)
+    return (sp.lds_limit, tuple(rings), 3) if sp.late else (sp.lds_limit, tuple(rings))
 
 
 class _ConfigWarps(cst.CSTTransformer):

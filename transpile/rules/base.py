@@ -12,6 +12,7 @@ from transpile.cst_utils import expr, statement  # noqa: F401 - the rules' snipp
 from transpile.cst_utils import unparenthesized as bare  # noqa: F401 - re-exported for the rules
 from transpile.diagnostics import Diagnostic
 from transpile.discover import JitFunction, ModuleFacts, language_name
+from transpile.passes.tma_tiles import LdsNeed
 
 if TYPE_CHECKING:
     from transpile.targets import Target
@@ -121,8 +122,8 @@ class RuleContext:
     launch_no_agprs: bool = False
     # AMD: launches with tensors of these element types run the source kernel (`Dispatch.slow_dtypes`)
     launch_slow_dtypes: tuple[str, ...] = ()
-    # AMD: the LDS a launch needs for two slots of each ring (`Dispatch.lds`)
-    launch_lds: tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] | None = None
+    # AMD: the LDS a launch needs for the fewest slots of each ring (`Dispatch.lds`)
+    launch_lds: LdsNeed | None = None
     # Autotune configs a rule added to this kernel's table (described for the variant's header).
     added_configs: list[str] = field(default_factory=list)
     # `HoistConversions`' plan for this function, made once (`hoist._plan`): the converted names -> (hoisted
