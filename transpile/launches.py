@@ -200,8 +200,10 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     amd += ", no_agprs=True" if dispatch.no_agprs else ""
     amd += f", slow_dtypes=({''.join(repr(t) + ', ' for t in dispatch.slow_dtypes)})" if dispatch.slow_dtypes else ""
     if dispatch.source_when:
-        tests = ", ".join(f"lambda {', '.join(n if d is None else f'{n}={d}' for n, d in names)}: {test}"
-                          for test, names in dispatch.source_when)
+        # (the launcher passes a test its names by keyword: those with a default after the others, as Python wants)
+        tests = ", ".join(
+            f"lambda {', '.join(n if d is None else f'{n}={d}' for n, d in _defaults_last(names))}: {test}"
+            for test, names in dispatch.source_when)
         if dispatch.amd:  # (the AMD launcher's own arguments, then these)
             amd += f", source_when=({tests},)"
         else:
@@ -224,6 +226,11 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
 
 # Triton's own wrappers applied by a call (`triton.autotune(configs=..., key=...)(k)`, under a module-level flag in
 # aiter): they call the kernel's `run`, which the launchers implement as their launch.
+def _defaults_last(names: tuple[tuple[str, str | None], ...]) -> list[tuple[str, str | None]]:
+    """A launcher test's (name, default) pairs, those with a default after the others (a lambda's parameters)."""
+    return sorted(names, key=lambda pair: pair[1] is not None)
+
+
 _TRITON_WRAPPERS = re.compile(r"^(triton\.)?(autotune|heuristics)$")
 
 

@@ -23,16 +23,13 @@ from transpile.launches import alignment_dispatch, launch_facts, passed_as_value
 from transpile.outcomes import KernelOutcome
 from transpile.passes.tma_tiles import Dispatch, jit_callees
 from transpile.passes.vector_loads import replicated_vector_load
-from transpile.rules.base import WARPGROUP_TEST, RuleContext
+from transpile.rules.base import WARPGROUP_TEST, RuleContext, branch_path, launch_evaluable, launch_terms
 from transpile.source import SourceFile
 from transpile.targets import Target
 
 
 #: Names the Gluon translation of a function reads the language and the runtime by.
 RESERVED_NAMES = frozenset({"gl", "gluon"})
-
-
-_ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")  # a pointer's element type, `A.dtype.element_ty`
 
 
 _NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
@@ -200,44 +197,43 @@ def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
 
 def launch_switched(ctx: RuleContext, loops: list[DotLoop]
                      ) -> list[tuple[str, tuple[tuple[str, str | None], ...]]] | None:
-    """Per loop of `loops`, the compile-time test under which it runs, as a test a launcher can evaluate (Python
-    source over the kernel's constexpr parameters, and each with its default), where every loop sits in a branch of
-    an `if` on constexpr parameters whose other branch holds a pipelined copy of it and the variant has a launcher
-    for its warp-pipelined loop; else None."""
+    """Per loop of `loops`, a test under which the launch may run it, as a launcher can evaluate it (Python source
+    over the kernel's parameters, and each name with its default): the conjunction of the tests of the `if`s around
+    it that read parameters alone (`EVEN_K`, `not (PREQUANT)`; a copy of a loop unswitched on several flags sits under
+    one `if` per flag), less those the copies that run it share. None unless every such loop stands under such `if`s
+    (in no other loop) and some pipelined loop takes, at one of those `if`s, the other branch than each of them (so
+    that the launches that run it pass none of the tests), and the variant has a launcher for its warp-pipelined
+    loop."""
     if not ctx.launch_checked or not ctx.launch_warps or not ctx.pipelined:
         return None
-    fn = ctx.function
-    params = {p.name: p for p in fn.params if p.is_constexpr and p.name not in fn.heuristics}
-    pointer_params = {p.name for p in fn.params if not p.is_constexpr}
-    parents = ctx.source.parents
+
+    def term(node: cst.If, taken: bool) -> tuple[str, bool]:
+        return ctx.source.code(node.test).strip(), taken  # (a copy of the `if` in another copy: the same test)
+
+    around = [branch_path(ctx, loop.node) for loop in loops]
+    if any(p is None for p in around):
+        return None
+    tests = [[(node, taken) for node, taken in p if launch_evaluable(ctx, node.test)]  # type: ignore[union-attr]
+             for p in around]
+    done = [{term(node, taken) for node, taken in p} for p in (branch_path(ctx, n) for n in ctx.pipelined)
+            if p is not None]
+
+    def excludes(t: list[tuple[cst.If, bool]], p: set[tuple[str, bool]]) -> bool:
+        """A launch that runs the pipelined loop of `if`s `p` fails the test `t`."""
+        return any((code, not taken) in p for code, taken in (term(n, k) for n, k in t))
+
+    # the pipelined loops the launches still reach: where each test fails
+    reached = [p for p in done if all(excludes(t, p) for t in tests)]
+    if any(not t for t in tests) or not reached:
+        return None
     found = []
-    for loop in loops:
-        branch: cst.CSTNode = loop.node
-        parent = parents.get(branch)
-        while parent is not None and not isinstance(parent, cst.If):  # (the loop's block, the `else` clause)
-            branch, parent = parent, parents.get(parent)
-            if isinstance(branch, (cst.For, cst.While, cst.FunctionDef)):
-                return None
-        if not isinstance(parent, cst.If):
-            return None
-        taken = parent.body is branch  # the loop runs where the test holds
-        other = parent.orelse.body if isinstance(parent.orelse, cst.Else) else None  # type: ignore[union-attr]
-        if other is None or parent.body is not branch and parent.orelse is not branch:
-            return None
-        twin = other if taken else parent.body
-        if not any(done is node for done in ctx.pipelined for node in cst_walk.preorder(twin)):
-            return None
-        # a tile's element type read as its pointer's (`A.dtype.element_ty`, unswitched from `a.dtype`): the launch's
-        # tensor's `A.dtype`
-        test = ctx.source.code(parent.test).strip()
-        pointers = set(_ELEMENT_TY.findall(test)) & pointer_params
-        test = _ELEMENT_TY.sub(lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
-        names = names_in(parent.test) - {"None", "True", "False", "dtype", "element_ty"}
-        if not names or not names <= params.keys() | pointers:
-            return None
-        found.append((test if taken else f"not ({test})",
-                      tuple((n, params[n].default if n in params else None) for n in sorted(names))))
-    return found
+    for t in tests:
+        for i in range(len(t) - 1, -1, -1):  # (the outermost `if` first: `branch_path` lists the innermost first)
+            fewer = t[:i] + t[i + 1:]
+            if fewer and all(excludes(fewer, p) for p in reached):
+                t = fewer  # (a flag the copies share: `EVEN_K` above `if CAST:`, when `CAST` alone tells them apart)
+        found.append(launch_terms(ctx, t))
+    return found  # type: ignore[return-value]
 
 
 def loop_reason(ctx: RuleContext, loop: DotLoop) -> str:

@@ -388,7 +388,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
                 outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
                 continue
-            when = _source_tests(outcome, {**constexprs, "num_warps": num_warps})
+            when = _source_tests(outcome, {**constexprs, **_tensors(signature), "num_warps": num_warps})
             if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel (both
                 # compile below: the Gluon kernel's code for these values too)
                 label += f" (`{when[0]}`: the source kernel runs it)"
@@ -549,6 +549,19 @@ def _source_tests(outcome, constexprs: dict[str, object]) -> list[str]:  # noqa:
     return [test for test, names in outcome.dispatch.source_when if _test_holds(test, names, constexprs)]
 
 
+class _TensorType:
+    """What a launcher's test reads of a tensor argument (`A.dtype != B.dtype`): its element type, here the
+    signature's name of it (`bf16`)."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+
+def _tensors(signature: dict[str, str]) -> dict[str, _TensorType]:
+    """Stand-ins for the pointer arguments of a launch of this signature (`*bf16`), for the launcher's tests."""
+    return {name: _TensorType(kind[1:]) for name, kind in signature.items() if kind.startswith("*")}
+
+
 def _test_holds(test: str, names: tuple, constexprs: dict[str, object]) -> bool:
     """Whether a `Dispatch.source_when` test holds at these constexprs (their defaults where not given), as the
     launcher's test (a function with those defaults) decides."""
@@ -689,7 +702,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 status = (f"source kernel at this launch ({('two', 'three')[least - 2]} ring slots need "
                           f"{least * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
-            when = _source_tests(outcome, {**constexprs, "num_warps": num_warps})
+            when = _source_tests(outcome, {**constexprs, **_tensors(signature), "num_warps": num_warps})
             if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)
                 gluon = False
                 status = f"source kernel at this launch (`{when[0]}`)"

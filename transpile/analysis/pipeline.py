@@ -1029,7 +1029,11 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
                 # the tiles of products made afresh each iteration, stored in the loop (`StoreAnchor`)
                 found += [StoreAnchor(call) for statement in body for call in calls_in(statement)
                           if language_name(source.qualified_name(call.func)) in ("store", "core.store")]
-            if bound_names(loop) & plain and any(load.computed for load in loop_plan.loads):
+            # (the names of the computed tiles and of their computations: the loaded tile `a`, `a = a.to(T)`; the
+            # unswitch pass gives a copy's own computations names of their own, `a_2`)
+            computing = {name for load in loop_plan.loads if load.computed
+                         for name in (load.name, *(n for i in load.prep for n in assigned_names(body[i])))}
+            if computing & plain:
                 continue
             in_loop = {name for statement in body for name in assigned_names(statement)}
             for load in loop_plan.loads:

@@ -37,7 +37,10 @@ def _float8_via_fp16(dtype):
 @gluon.constexpr_function
 def _mma_k_width(dtype, layout=None):
     """Consecutive K elements each lane holds of a {arch} MFMA operand of `dtype` (for the accumulator `layout`,
-    where given: its instruction's depth decides for fp8)."""
+    where given: its instruction's depth decides for fp8). None (an element type a constexpr parameter leaves unset,
+    `AB_DTYPE=None`: the layouts of a loop's copy that casts to it are declared, but read only where it is set): any."""
+    if dtype is None:
+        return K_WIDTHS[16]
     if _float8_via_fp16(dtype):
         return K_WIDTHS[16]
     if dtype.is_floating() and dtype.primitive_bitwidth == 8:

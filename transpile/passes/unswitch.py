@@ -81,7 +81,134 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
         changed = True
     if not changed:
         return None
+    lines = _renamed_copies(lines, origin, names, {key[1] for key in hoisted})
     return "\n".join(lines), [0, *origin, origin[-1] if origin else 1]
+
+
+def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied: set[int]) -> list[str]:
+    """`lines` with the names bound in the copies of a loop renamed in the copies that compute a tile another copy
+    loads as it is: `a = tl.load(a_ptrs)` in one copy, `a = a.to(AB_DTYPE)` after it in another. A name has one layout
+    in a function, and a computed operand is laid out as its dot reads it (the tile it is computed from, and what its
+    load's address and mask read in the loop, `mask_k`), a loaded tile as its copies write it: the copies that compute
+    take names of their own, each copy its own (`a_2`, `mask_k_2`: the first number free), read only there. Only
+    names private to the copies are renamed (`_private`: each copy binds them before reading them, and the code
+    after the copies binds them again before reading them), so no value changes. `copied`: the lines (of the source) of the loops that were copied."""
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:  # (not expected: every rewrite keeps the text valid)
+        return lines
+    edits: list[tuple[ast.Name, str]] = []
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef) or function.name not in names:
+            continue
+        groups: dict[int, list[ast.For]] = {}
+        for loop in _loops(function):
+            if origin[loop.lineno - 1] in copied:
+                groups.setdefault(origin[loop.lineno - 1], []).append(loop)
+        taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | _param_names(function)
+        for group in groups.values():
+            group = sorted(group, key=lambda loop: loop.lineno)
+            if len(group) < 2:
+                continue
+            targets = {n.id for loop in group for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+            local = sorted(n for n in {n.id for loop in group for n in ast.walk(loop) if isinstance(n, ast.Name)
+                                       and isinstance(n.ctx, ast.Store)} - _param_names(function) - targets
+                           if _private(function, group, n))
+            kinds = {name: [_binding_kind(loop, name) for loop in group] for name in local}
+            computing = [any(kinds[name][i] == "computed" and "loaded" in kinds[name] for name in local)
+                         for i in range(len(group))]
+            if not any(computing):
+                continue
+            for loop, computes in zip(group, computing):
+                if not computes:
+                    continue
+                renames: dict[str, str] = {}  # (each copy its own: its anchors are its own tiles)
+                for name in local:
+                    number = 2
+                    while f"{name}_{number}" in taken:
+                        number += 1
+                    renames[name] = f"{name}_{number}"
+                    taken.add(renames[name])
+                edits += [(n, renames[n.id]) for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in renames]
+    if not edits:
+        return lines
+    lines = list(lines)
+    # (right to left in each line: the offsets of the names before an edit stay valid; ast counts UTF-8 bytes)
+    for node, new in sorted(edits, key=lambda edit: (edit[0].lineno, edit[0].col_offset), reverse=True):
+        raw = lines[node.lineno - 1].encode("utf-8")
+        lines[node.lineno - 1] = (raw[:node.col_offset] + new.encode() + raw[node.end_col_offset:]).decode("utf-8")
+    return lines
+
+
+def _private(function: ast.FunctionDef, group: list[ast.For], name: str) -> bool:
+    """The copies `group` of a loop hold `name` for themselves: each binds it, at its top level, before any read of
+    it (`a = tl.load(...)`: not carried from an iteration to the next, nor read from before the loop), and after the
+    statement that holds them the first mention of it binds it again, by a statement beside that one that does not
+    read it (a peeled K tail: `a = tl.load(...)` after the loop). Not inside another loop of the function."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+
+    def fresh(statement: ast.stmt) -> bool:
+        """`statement` binds `name` by a plain assignment that does not read it."""
+        return isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in statement.targets) and not any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(statement.value))
+
+    def mentions(node: ast.AST) -> list[ast.Name]:
+        return sorted((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name),
+                      key=lambda n: (n.lineno, n.col_offset))
+
+    for loop in group:
+        first = mentions(loop)
+        if first and not any(statement is parents.get(id(first[0])) for statement in loop.body
+                             if fresh(statement)):
+            return False
+    # the statement holding every copy (the unswitched `if`s), and the block it stands in
+    chains = []
+    for loop in group:
+        chain, node = [], parents.get(id(loop))
+        while node is not None and node is not function:
+            chain.append(node)
+            node = parents.get(id(node))
+        chains.append(chain)
+    common = [n for n in chains[0] if all(any(n is m for m in chain) for chain in chains[1:])]
+    holder = next((n for n in common if isinstance(n, ast.stmt)), None)
+    if holder is None or any(isinstance(n, (ast.For, ast.While)) for n in common):
+        return False
+    block = next((b for b in (getattr(parents.get(id(holder)), f, None) for f in ("body", "orelse", "finalbody"))
+                  if isinstance(b, list) and any(s is holder for s in b)), None)
+    if block is None:
+        return False
+    inside = {id(n) for loop in group for n in ast.walk(loop)}
+    later = [n for n in mentions(function) if id(n) not in inside and (n.lineno, n.col_offset) > (
+        holder.end_lineno or holder.lineno, holder.end_col_offset or 0)]
+    if not later:
+        return True
+    after = block[next(i for i, s in enumerate(block) if s is holder) + 1:]
+    return any(statement is parents.get(id(later[0])) and fresh(statement) for statement in after)
+
+
+def _param_names(function: ast.FunctionDef) -> set[str]:
+    """The names of the function's parameters."""
+    return {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+
+
+def _binding_kind(loop: ast.For, name: str) -> str:
+    """How the loop binds `name`: "loaded" (its last binding a load: `a = tl.load(...)`, `a = desc.load(...)`, once or
+    in both branches of a mask's choice), "computed" (otherwise: `a = a.to(T)` after the load), or "absent"."""
+    bindings = [n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
+                and any(isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Store)
+                        for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                        for t in ast.walk(target))]
+    if not bindings:
+        return "absent"
+    last = max(bindings, key=lambda n: (n.lineno, n.col_offset))
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
+            and isinstance(last.value, ast.Call) and re.search(r"(^|\.)load$", _dotted(last.value.func)):
+        return "loaded"
+    return "computed"
 
 
 def _if_in_loop(text: str) -> bool:

@@ -36,7 +36,8 @@ from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
-from transpile.rules.base import Counterexample, Example, Rule, RuleContext, source_when_holds
+from transpile.rules.base import (Counterexample, Example, Rule, RuleContext, branch_path, launch_evaluable,
+                                  launch_terms, source_when_holds)
 from transpile.rules.dot import SCALED_FORMATS, translated_dot
 from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
                                            rename, statements)
@@ -229,6 +230,9 @@ class AMDWarpPipeline(Rule):
         registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
+        computed = _computed_tile_test(ctx, stage_plan, original)
+        if computed is not None:  # ... and so do those of larger tiles than a dot of two computed operands pays at
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, computed)))
         # ... and launches the scaled MMA does not take (a format, a K block, scale rows it cannot copy)
         ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *_scaled_tests(ctx, stage_plan))))
         if stage_plan.engine in POINTER_COPIES and any(load.kind == "pointer" for load in stage_plan.loop.loads):
@@ -255,6 +259,10 @@ class AMDWarpPipeline(Rule):
             if any(load.computed for load in stage_plan.loop.loads):
                 slow += tuple(t for t in COMPUTED_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
+            # ... and so do those that cast the dots' operands to such a type through a constexpr parameter
+            # (`a.to(AB_DTYPE)`, an unswitched copy's: gfx942's OCP fp8 converted through fp16 measured 1.31x)
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *_cast_type_tests(
+                ctx, stage_plan, SLOW_DTYPES.get(ctx.target.name, ())))))
             ctx.launch_lds = _lds_check(ctx, stage_plan)
         if one_group:
             ctx.need("cta_barrier")
@@ -278,6 +286,22 @@ class AMDWarpPipeline(Rule):
                                         "two groups of 4 warps."))])
             decorators.append(changed)
         return updated.with_changes(decorators=decorators)
+
+
+#: Triton's names of torch's element types (`Dispatch.slow_dtypes` holds torch's; a constexpr type holds Triton's)
+_TRITON_TYPE_NAMES = {"float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "float8_e4m3fnuz": "fp8e4b8",
+                      "float8_e5m2fnuz": "fp8e5b16", "int8": "int8", "uint8": "uint8"}
+
+
+def _cast_type_tests(ctx: RuleContext, sp: StagePlan, slow: tuple[str, ...]
+                     ) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
+    """Launcher tests (`RuleContext.launch_source_when`) for the dots whose operands the loop casts to a type a
+    constexpr parameter names (`a = a.to(AB_DTYPE)`): the launches that name one of the `slow` types (torch's names)."""
+    names = tuple(_TRITON_TYPE_NAMES[t] for t in slow if t in _TRITON_TYPE_NAMES)
+    constexprs = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    cast = sorted({t for chain in sp.loop.chains for position in (0, 1)
+                   for t in [ctx.plan.dots[chain.call].operand_type(position)] if t in constexprs})
+    return [(f"{p} is not None and {p}.name in {names!r}", ((p, constexprs[p]),)) for p in cast] if names else []
 
 
 def ring_dtype(ctx: RuleContext, plan: LoopPlan, load: OperandLoad) -> str | None:
@@ -1090,6 +1114,36 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
     return _launch_test(ctx, f"{' + '.join(terms)} > {limit * 4 * PIPELINE_WARPS * ctx.target.warp_size}")
 
 
+#: The most output elements (M * N) a launch of a dot whose two operands are computed from their loaded tiles
+#: (`a = a.to(T)`, `b = b.to(T)`: a copy of the loop for mixed input types, FlagGems' `mm_kernel_general`) pipelines
+#: at: each step casts both tiles in the MMA operand layouts, which at 256x128 cost more than the ring saves.
+#: Non-MFMA instructions per loop iteration against Triton's own compile, 8 warps, 16-bit casts: gfx950 0.55-0.91x
+#: up to 128x128, 1.02-1.29x at 256x128x32; gfx942 0.72-0.98x up to 128x64, 0.96-1.02x at 128x128, 1.13-1.21x at
+#: 256x128x32 (bench/RESULTS.md, "Computed operands").
+COMPUTED_PAIR_TILE_LIMIT = {"gfx950": 128 * 128, "gfx942": 128 * 64}
+
+
+def _computed_tile_test(ctx: RuleContext, sp: StagePlan, loop: cst.For
+                        ) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The launch test under which a loop with a dot of two computed operands runs the source kernel
+    (`COMPUTED_PAIR_TILE_LIMIT`), and only where the loop runs: with the tests of the `if`s that choose it (an
+    unswitched copy's flags) where a launcher can read them. None for another loop, or where the tile sizes are not
+    constexpr parameters."""
+    limit = COMPUTED_PAIR_TILE_LIMIT.get(ctx.target.name)
+    computed = {load.name for load in sp.loop.loads if load.computed}
+    pair = next((chain for chain in sp.loop.chains if set(chain.operands[:2]) <= computed), None) \
+        if limit is not None else None
+    if pair is None:
+        return None
+    m, n = ctx.plan.dots[pair.call].shape
+    tile = _launch_test(ctx, f"{m} * {n} > {limit}") if m is not None and n is not None else None
+    path = branch_path(ctx, loop)
+    where = launch_terms(ctx, [(node, taken) for node, taken in path or [] if launch_evaluable(ctx, node.test)])
+    if tile is None or where is None:
+        return tile
+    return f"({where[0]}) and {tile[0]}", tuple(dict.fromkeys((*where[1], *tile[1])))
+
+
 def _source_below(ctx: RuleContext, size: str, bound: int) -> None:
     """Launches whose constexpr `size` (a tile dimension) is below `bound` run the source kernel; nothing where `size`
     is not a constexpr parameter (a literal the form was checked against already)."""
@@ -1289,10 +1343,21 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
     if sp.engine == "registers" and sp.loop.kind == "descriptor" and not any(load.computed for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"  # (16-byte loads a step ahead: a descriptor vouches for its rows)
     if any(load.computed for load in sp.loop.loads):
-        return "computed-operand ring, K-indexed vector" if _k_indexed(sp.loop) is not None else "computed-operand ring"
+        if _k_indexed(sp.loop) is not None:
+            return "computed-operand ring, K-indexed vector"
+        return "computed-operand ring, loaded factor" if _loads_in_computation(sp.loop) else "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"
     return copies
+
+
+def _loads_in_computation(plan: LoopPlan) -> bool:
+    """A computed operand's computation loads from memory itself (`a = a * tl.load(s_ptr + k)`: a factor loaded in
+    the stage that runs the MMA, where the ring's copies do not hide its latency)."""
+    body = loop_body(plan.loop)
+    return any(isinstance(call.func, (cst.Attribute, cst.Name)) and (
+        call.func.attr.value if isinstance(call.func, cst.Attribute) else call.func.value) == "load"
+        for load in plan.loads if load.computed for i in load.prep for call in calls_in(body[i]))
 
 
 def _k_indexed(plan: LoopPlan) -> cst.Subscript | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -9,6 +10,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
 from transpile.cst_utils import expr, statement  # noqa: F401 - the rules' snippet parsers, re-exported
+from transpile.cst_utils import names_in
 from transpile.cst_utils import unparenthesized as bare  # noqa: F401 - re-exported for the rules
 from transpile.diagnostics import Diagnostic
 from transpile.discover import JitFunction, ModuleFacts, language_name
@@ -234,7 +236,14 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "a dot operand is computed from a loaded tile (dequantised, cast), and on gfx1250 that ring's hot loop "
         "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
         "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
-       for form in ("computed-operand ring", "computed-operand ring, K-indexed vector")},
+       for form in ("computed-operand ring", "computed-operand ring, K-indexed vector",
+                    "computed-operand ring, loaded factor")},
+    **{(target, "computed-operand ring, loaded factor"): (
+        "a dot operand is computed from a loaded tile and a value the computation loads itself each iteration "
+        "(`a = a * tl.load(s_ptr + k)`), a load the stage running the MMA waits for: that ring measured 1.24x (gfx950) "
+        "and 1.30x (gfx942) Triton's own non-MFMA instructions per loop iteration (128x128x64, fp16, 8 warps): "
+        "bench/RESULTS.md")
+       for target in ("gfx942", "gfx950")},
     **{(target, "computed-operand ring, K-indexed vector"): (
         "a dot operand is computed from a loaded tile with a vector laid along K ({construct}GPTQ's `shifter[:, "
         "None]`: packed 4-bit weights unpacked by per-row shifts), which the MMA operand layout makes per-element "
@@ -445,6 +454,54 @@ def evaluate(text: str, values: dict[str, object]) -> object | None:
         return eval(compile(text, "<constexpr>", "eval"), {"__builtins__": {}}, dict(values))  # noqa: S307
     except Exception:  # noqa: BLE001 - an expression of values these do not fix
         return None
+
+
+_ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")  # a pointer's element type, `A.dtype.element_ty`
+
+
+def branch_path(ctx: RuleContext, node: cst.CSTNode) -> list[tuple[cst.If, bool]] | None:
+    """The `if`s around `node` up to its function, innermost first, each with whether `node` runs where its test holds
+    (the `else` clause or an `elif`: where it fails); None where a loop holds it."""
+    found: list[tuple[cst.If, bool]] = []
+    parents = ctx.source.parents
+    branch, parent = node, parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, (cst.For, cst.While)):
+            return None
+        if isinstance(parent, cst.If):
+            found.append((parent, parent.body is branch))
+        branch, parent = parent, parents.get(parent)
+    return found
+
+
+def launch_evaluable(ctx: RuleContext, test: cst.BaseExpression) -> bool:
+    """A launcher can evaluate `test`: it reads parameters alone (constexprs that no heuristic computes, and the
+    others: a pointer's element type, `A.dtype.element_ty`, as the launch's tensor's `A.dtype`)."""
+    fn = ctx.function
+    names = names_in(test) - {"None", "True", "False", "dtype", "element_ty"}
+    params = {p.name for p in fn.params if not (p.is_constexpr and p.name in fn.heuristics)}
+    return bool(names) and names <= params
+
+
+def launch_terms(ctx: RuleContext, path: list[tuple[cst.If, bool]]
+                 ) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The conjunction of the `if`s of `path` (as `branch_path` gives them) as a launcher test, with each name it reads
+    and its default (None for a parameter that is not a constexpr); None where `path` is empty."""
+    if not path:
+        return None
+    pointers = {p.name for p in ctx.function.params if not p.is_constexpr}
+    defaults = {p.name: p.default for p in ctx.function.params if p.is_constexpr}
+    terms, names = [], set()
+    for node, taken in reversed(path):  # (the outermost `if` first)
+        test = ctx.source.code(node.test).strip()
+        test = _ELEMENT_TY.sub(lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
+        if not taken:
+            test = f"not ({test})"
+        elif len(path) > 1 and not test.isidentifier():
+            test = f"({test})"
+        terms.append(test)
+        names |= names_in(node.test) - {"None", "True", "False", "dtype", "element_ty"}
+    return " and ".join(terms), tuple((n, defaults.get(n)) for n in sorted(names))
 
 
 def source_when_holds(test: str, names: tuple[tuple[str, str | None], ...], values: dict[str, object]) -> bool:

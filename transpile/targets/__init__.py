@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -129,24 +130,52 @@ def _operand_dtype(site) -> str | None:  # noqa: ANN001 - a dot site
 
 
 def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 - the root's dot sites
-    """`(T if FLAG else U)` where the dots of known operand type `T` are all in one branch of a compile-time `if`
-    (`if CAST_FP32:`, a test of constexpr parameters alone) and those of `U` all in the other, else None."""
+    """`(T if TEST else U)` where the dots of known operand type `T` all run where a compile-time test (of constexpr
+    parameters alone: `if CAST_FP32:`) holds and those of `U` all where it fails, else None. The test may be written
+    in several `if`s, each copy of a loop unswitched on another flag first (`if EVEN_K:` around `if AB_DTYPE is not
+    None:` in each of its branches): the `if`s of one text decide alike."""
     import libcst as cst
 
     from transpile.cst_utils import compile_time
-    from transpile.cst_walk import preorder
 
     typed = {id(d.node): d.operand_dtype for d in dots if d.operand_dtype is not None}
     constexprs = set(ctx.function.constexpr_names) | set(ctx.function.heuristics)
-    for node in preorder(ctx.function.node):
-        if not (isinstance(node, cst.If) and isinstance(node.orelse, cst.Else)
-                and compile_time(node.test, constexprs)):
-            continue
-        sides = [{id(n) for n in preorder(block) if id(n) in typed} for block in (node.body, node.orelse.body)]
-        kinds = [{typed[i] for i in side} for side in sides]
-        if sides[0] | sides[1] == set(typed) and all(len(k) == 1 for k in kinds) and kinds[0] != kinds[1]:
-            test = cst.Module([]).code_for_node(node.test)
-            return f"({kinds[0].pop()} if {test} else {kinds[1].pop()})"
+    params = {p.name for p in ctx.function.params}
+    code = cst.Module([]).code_for_node
+
+    def decided(test: cst.BaseExpression) -> bool:
+        """Triton decides `test` when it compiles the kernel: it reads constexprs, literals and the element types of
+        pointer parameters (`a_ptr.dtype.element_ty != b_ptr.dtype.element_ty`, a test the unswitch pass hoists)."""
+        text = re.sub(r"(?<![\w.])(\w+)\.dtype\.element_ty\b",
+                      lambda m: "True" if m.group(1) in params else m.group(0), code(test))
+        return compile_time(cst.parse_expression(text), constexprs)
+    paths: dict[int, set[tuple[str, bool]]] = {}  # dot -> (test, whether it holds there) of the `if`s around it
+
+    def walk(node: cst.CSTNode, around: frozenset[tuple[str, bool]]) -> None:
+        if id(node) in typed:
+            paths[id(node)] = set(around)
+        if isinstance(node, cst.If) and decided(node.test):
+            test = code(node.test)
+            walk(node.body, around | {(test, True)})
+            if node.orelse is not None:
+                walk(node.orelse, around | {(test, False)})
+            return
+        for child in node.children:
+            walk(child, around)
+
+    walk(ctx.function.node, frozenset())
+    if set(paths) != set(typed):
+        return None
+    for test in sorted({t for path in paths.values() for t, _ in path}):
+        sides: list[set[str]] = [set(), set()]
+        for i, path in paths.items():
+            held = {holds for t, holds in path if t == test}
+            if len(held) != 1:
+                break  # (a dot outside that test's `if`s)
+            sides[0 if held.pop() else 1].add(typed[i])
+        else:
+            if all(len(side) == 1 for side in sides) and sides[0] != sides[1]:
+                return f"({sides[0].pop()} if {test} else {sides[1].pop()})"
     return None
 
 
