@@ -1117,10 +1117,10 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
 #: The most output elements (M * N) a launch of a dot whose two operands are computed from their loaded tiles
 #: (`a = a.to(T)`, `b = b.to(T)`: a copy of the loop for mixed input types, FlagGems' `mm_kernel_general`) pipelines
 #: at: each step casts both tiles in the MMA operand layouts, which at 256x128 cost more than the ring saves.
-#: Non-MFMA instructions per loop iteration against Triton's own compile, 8 warps, 16-bit casts: gfx950 0.55-0.91x
-#: up to 128x128, 1.02-1.29x at 256x128x32; gfx942 0.72-0.98x up to 128x64, 0.96-1.02x at 128x128, 1.13-1.21x at
-#: 256x128x32 (bench/RESULTS.md, "Computed operands").
-COMPUTED_PAIR_TILE_LIMIT = {"gfx950": 128 * 128, "gfx942": 128 * 64}
+#: Non-MFMA instructions per loop iteration against Triton's own compile, 8 warps: gfx950 0.43-0.91x up to 128x128
+#: (16-bit casts, fp32 tiles cast to fp16), 1.02-1.29x at 256x128x32 (bench/RESULTS.md, "Copies of a loop that cast
+#: their operands"). gfx942 keeps the form as Triton (UNPROFITABLE_RINGS: 0.62-1.31x, heavier at every tile size).
+COMPUTED_PAIR_TILE_LIMIT = {"gfx950": 128 * 128}
 
 
 def _computed_tile_test(ctx: RuleContext, sp: StagePlan, loop: cst.For
@@ -1345,7 +1345,12 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
     if any(load.computed for load in sp.loop.loads):
         if _k_indexed(sp.loop) is not None:
             return "computed-operand ring, K-indexed vector"
-        return "computed-operand ring, loaded factor" if _loads_in_computation(sp.loop) else "computed-operand ring"
+        if _loads_in_computation(sp.loop):
+            return "computed-operand ring, loaded factor"
+        computed = {load.name for load in sp.loop.loads if load.computed}
+        if any(set(chain.operands[:2]) <= computed for chain in sp.loop.chains):
+            return "computed-operand ring, both operands"
+        return "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"
     return copies

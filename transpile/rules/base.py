@@ -237,7 +237,12 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
         "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
        for form in ("computed-operand ring", "computed-operand ring, K-indexed vector",
-                    "computed-operand ring, loaded factor")},
+                    "computed-operand ring, loaded factor", "computed-operand ring, both operands")},
+    ("gfx942", "computed-operand ring, both operands"): (
+        "both operands of a dot are computed from their loaded tiles (`a = a.to(T)`, `b = b.to(T)`), cast each step in "
+        "the MMA operand layouts, and on gfx942 that ring measured 0.62-1.31x Triton's own non-MFMA instructions per "
+        "loop iteration, heavier at every tile size for some types (fp32 tiles cast to fp16 1.14x at 64x64x64, 16-bit "
+        "casts 1.00-1.21x from 128x128, fp16 cast to fp8 1.31x; 8 warps): bench/RESULTS.md"),
     **{(target, "computed-operand ring, loaded factor"): (
         "a dot operand is computed from a loaded tile and a value the computation loads itself each iteration "
         "(`a = a * tl.load(s_ptr + k)`), a load the stage running the MMA waits for: that ring measured 1.24x (gfx950) "
