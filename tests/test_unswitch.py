@@ -331,6 +331,37 @@ def test_a_name_read_after_the_copies_keeps_its_name() -> None:
     assert "a_2 = a_2.to(AB_DTYPE)" in new and "\n    a = tl.load(a_ptrs)\n" in new
 
 
+def test_copies_inside_another_copied_loop_keep_a_name_it_reads_after_them() -> None:
+    """A dot loop copied for `CAST` inside a tile loop copied for `HAS_S`: the tile loop reads `a` after the dot loop
+    (the last tile), inside the statement that holds the copies, so no copy renames `a`."""
+    text = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, s_ptr, M, K, BLOCK: tl.constexpr, HAS_S: tl.constexpr, CAST: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.zeros((BLOCK, BLOCK), dtype=tl.float16)
+    for m in range(0, M):
+        if HAS_S:
+            s = tl.load(s_ptr + m)
+        else:
+            s = 1.0
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for kk in range(0, K):
+            a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+            b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])
+            if CAST:
+                a = a.to(tl.float16)
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + m + offs[:, None] * BLOCK + offs[None, :], acc * s + a.to(tl.float32))
+'''
+    unswitched = _unswitched(text)
+    assert unswitched is None or "a_2" not in unswitched[0]
+    (fn,) = translate_source(text, "k.py", get_target("gfx950")).functions
+    assert not fn.pipelined or not fn.translated
+
+
 def test_a_computed_operand_with_a_factor_loaded_each_iteration_is_kept() -> None:
     """`a = a * tl.load(s_ptr + k)`: the factor is loaded in the stage that runs the MMA, which measured 1.24x
     (gfx950) and 1.30x (gfx942) Triton's own instructions per iteration: kept as Triton, the reason naming it."""

@@ -132,6 +132,8 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
                 edits += [(n, renames[n.id]) for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in renames]
     if not edits:
         return lines
+    edits = list({id(node): (node, new) for node, new in reversed(edits)}.values())  # (a name once: its innermost
+    # group's copy, whose loops `_loops` lists first)
     lines = list(lines)
     # (right to left in each line: the offsets of the names before an edit stay valid; ast counts UTF-8 bytes)
     for node, new in sorted(edits, key=lambda edit: (edit[0].lineno, edit[0].col_offset), reverse=True):
@@ -177,11 +179,16 @@ def _private(function: ast.FunctionDef, group: list[ast.For], name: str) -> bool
     holder = next((n for n in common if isinstance(n, ast.stmt)), None)
     if holder is None or any(isinstance(n, (ast.For, ast.While)) for n in common):
         return False
+    # (between each copy and the holder only the `if`s of the copies: not a loop around a copy, copied itself)
+    if any(isinstance(n, (ast.For, ast.While)) for chain in chains for n in chain[:chain.index(holder)]):
+        return False
+    inside = {id(n) for loop in group for n in ast.walk(loop)}
+    if any(id(n) not in inside for n in mentions(holder)):
+        return False  # (read or bound beside the copies, inside the statement holding them)
     block = next((b for b in (getattr(parents.get(id(holder)), f, None) for f in ("body", "orelse", "finalbody"))
                   if isinstance(b, list) and any(s is holder for s in b)), None)
     if block is None:
         return False
-    inside = {id(n) for loop in group for n in ast.walk(loop)}
     later = [n for n in mentions(function) if id(n) not in inside and (n.lineno, n.col_offset) > (
         holder.end_lineno or holder.lineno, holder.end_col_offset or 0)]
     if not later:

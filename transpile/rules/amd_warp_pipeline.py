@@ -353,7 +353,9 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> LdsNeed | None:
         rings.append((tuple(shape), match.group(1)))
     if ctx.launch_lds is not None and ctx.launch_lds[1] != tuple(rings):
         return None  # (several pipelined loops with other rings: each loop's own check holds)
-    return (sp.lds_limit, tuple(rings), 3) if sp.late else (sp.lds_limit, tuple(rings))
+    # (several loops with the same rings: the most slots any needs)
+    late = sp.late or (ctx.launch_lds is not None and len(ctx.launch_lds) > 2)
+    return (sp.lds_limit, tuple(rings), 3) if late else (sp.lds_limit, tuple(rings))
 
 
 class _ConfigWarps(cst.CSTTransformer):
