@@ -1121,7 +1121,8 @@ def _register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[st
 #: at: each step casts both tiles in the MMA operand layouts, which at 256x128 cost more than the ring saves.
 #: Non-MFMA instructions per loop iteration against Triton's own compile, 8 warps: gfx950 0.43-0.91x up to 128x128
 #: (16-bit casts, fp32 tiles cast to fp16), 1.02-1.29x at 256x128x32 (bench/RESULTS.md, "Copies of a loop that cast
-#: their operands"). gfx942 keeps the form as Triton (UNPROFITABLE_RINGS: 0.62-1.31x, heavier at every tile size).
+#: their operands"). gfx942 keeps the form as Triton (UNPROFITABLE_RINGS: 0.62-1.31x, heavier at some tile for
+#: every type measured).
 COMPUTED_PAIR_TILE_LIMIT = {"gfx950": 128 * 128}
 
 
@@ -1132,9 +1133,7 @@ def _computed_tile_test(ctx: RuleContext, sp: StagePlan, loop: cst.For
     unswitched copy's flags) where a launcher can read them. None for another loop, or where the tile sizes are not
     constexpr parameters."""
     limit = COMPUTED_PAIR_TILE_LIMIT.get(ctx.target.name)
-    computed = {load.name for load in sp.loop.loads if load.computed}
-    pair = next((chain for chain in sp.loop.chains if set(chain.operands[:2]) <= computed), None) \
-        if limit is not None else None
+    pair = _computed_pair(sp.loop) if limit is not None else None
     if pair is None:
         return None
     m, n = ctx.plan.dots[pair.call].shape
@@ -1349,13 +1348,22 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
             return "computed-operand ring, K-indexed vector"
         if _loads_in_computation(sp.loop):
             return "computed-operand ring, loaded factor"
-        computed = {load.name for load in sp.loop.loads if load.computed}
-        if any(set(chain.operands[:2]) <= computed for chain in sp.loop.chains):
+        if _computed_pair(sp.loop) is not None:
             return "computed-operand ring, both operands"
         return "computed-operand ring"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"
     return copies
+
+
+def _computed_pair(plan: LoopPlan) -> DotChain | None:
+    """The first dot both of whose operands are computed from loaded tiles (`a = a.to(T)`, `b = (w * s).to(T)`)."""
+    for chain in plan.chains:
+        positions = {position for load in plan.loads if load.computed
+                     for used, position in [plan.use_of(load.name)] if used is chain}
+        if {0, 1} <= positions:
+            return chain
+    return None
 
 
 def _loads_in_computation(plan: LoopPlan) -> bool:
