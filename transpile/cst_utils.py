@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import re
 import sys
 import tokenize
 from collections.abc import Callable, Sequence
@@ -267,6 +268,10 @@ def names_int8(node: cst.CSTNode) -> bool:
     return any(isinstance(n, cst.Attribute) and n.attr.value in INT8_TYPES
                or isinstance(n, cst.Name) and n.value in INT8_TYPES
                or isinstance(n, cst.SimpleString) and n.evaluated_value in INT8_TYPES for n in preorder(node))
+
+
+#: A pointer's element type read in a test, `A.dtype.element_ty` (group 1: the pointer's name)
+ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")
 
 
 def compile_time(test: cst.BaseExpression, constexprs: set[str]) -> bool:

@@ -224,13 +224,13 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
 
 
-# Triton's own wrappers applied by a call (`triton.autotune(configs=..., key=...)(k)`, under a module-level flag in
-# aiter): they call the kernel's `run`, which the launchers implement as their launch.
 def _defaults_last(names: tuple[tuple[str, str | None], ...]) -> list[tuple[str, str | None]]:
     """A launcher test's (name, default) pairs, those with a default after the others (a lambda's parameters)."""
     return sorted(names, key=lambda pair: pair[1] is not None)
 
 
+# Triton's own wrappers applied by a call (`triton.autotune(configs=..., key=...)(k)`, under a module-level flag in
+# aiter): they call the kernel's `run`, which the launchers implement as their launch.
 _TRITON_WRAPPERS = re.compile(r"^(triton\.)?(autotune|heuristics)$")
 
 

@@ -129,6 +129,7 @@ class Tile:
     # view: both K-major in shared memory, as wgmma reads 8-bit operands, so the launcher lets fp8 elements through
     fp8: bool = False
 
+
 #: `Dispatch.lds`: the LDS bytes, the rings (shape, pointer parameter), and the fewest slots where not two
 LdsNeed = tuple[int, tuple[tuple[tuple[str | int, ...], str], ...]] \
     | tuple[int, tuple[tuple[tuple[str | int, ...], str], ...], int]

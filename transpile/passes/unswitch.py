@@ -92,7 +92,8 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
     load's address and mask read in the loop, `mask_k`), a loaded tile as its copies write it: the copies that compute
     take names of their own, each copy its own (`a_2`, `mask_k_2`: the first number free), read only there. Only
     names private to the copies are renamed (`_private`: each copy binds them before reading them, and the code
-    after the copies binds them again before reading them), so no value changes. `copied`: the lines (of the source) of the loops that were copied."""
+    after the copies binds them again before reading them), so no value changes. `copied`: the lines (of the source)
+    of the loops that were copied."""
     try:
         tree = ast.parse("\n".join(lines))
     except SyntaxError:  # (not expected: every rewrite keeps the text valid)
@@ -105,15 +106,17 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
         for loop in _loops(function):
             if origin[loop.lineno - 1] in copied:
                 groups.setdefault(origin[loop.lineno - 1], []).append(loop)
-        taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | _param_names(function)
+        params = _param_names(function)
+        taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | params
+        parents = {id(child): node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
         for group in groups.values():
             group = sorted(group, key=lambda loop: loop.lineno)
             if len(group) < 2:
                 continue
             targets = {n.id for loop in group for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
             local = sorted(n for n in {n.id for loop in group for n in ast.walk(loop) if isinstance(n, ast.Name)
-                                       and isinstance(n.ctx, ast.Store)} - _param_names(function) - targets
-                           if _private(function, group, n))
+                                       and isinstance(n.ctx, ast.Store)} - params - targets
+                           if _private(function, parents, group, n))
             kinds = {name: [_binding_kind(loop, name) for loop in group] for name in local}
             computing = [any(kinds[name][i] == "computed" and "loaded" in kinds[name] for name in local)
                          for i in range(len(group))]
@@ -142,15 +145,12 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
     return lines
 
 
-def _private(function: ast.FunctionDef, group: list[ast.For], name: str) -> bool:
+def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list[ast.For], name: str) -> bool:
     """The copies `group` of a loop hold `name` for themselves: each binds it, at its top level, before any read of
     it (`a = tl.load(...)`: not carried from an iteration to the next, nor read from before the loop), and after the
     statement that holds them the first mention of it binds it again, by a statement beside that one that does not
-    read it (a peeled K tail: `a = tl.load(...)` after the loop). Not inside another loop of the function."""
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
+    read it (a peeled K tail: `a = tl.load(...)` after the loop). Not inside another loop of the function.
+    `parents`: each node's parent in the function, by id."""
 
     def fresh(statement: ast.stmt) -> bool:
         """`statement` binds `name` by a plain assignment that does not read it."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -10,7 +9,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
 from transpile.cst_utils import expr, statement  # noqa: F401 - the rules' snippet parsers, re-exported
-from transpile.cst_utils import names_in
+from transpile.cst_utils import ELEMENT_TY, names_in
 from transpile.cst_utils import unparenthesized as bare  # noqa: F401 - re-exported for the rules
 from transpile.diagnostics import Diagnostic
 from transpile.discover import JitFunction, ModuleFacts, language_name
@@ -461,7 +460,8 @@ def evaluate(text: str, values: dict[str, object]) -> object | None:
         return None
 
 
-_ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")  # a pointer's element type, `A.dtype.element_ty`
+#: Names a launcher test reads that are not the kernel's parameters (`A.dtype.element_ty`, `X is not None`)
+_NOT_PARAMETERS = frozenset({"None", "True", "False", "dtype", "element_ty"})
 
 
 def branch_path(ctx: RuleContext, node: cst.CSTNode) -> list[tuple[cst.If, bool]] | None:
@@ -483,7 +483,7 @@ def launch_evaluable(ctx: RuleContext, test: cst.BaseExpression) -> bool:
     """A launcher can evaluate `test`: it reads parameters alone (constexprs that no heuristic computes, and the
     others: a pointer's element type, `A.dtype.element_ty`, as the launch's tensor's `A.dtype`)."""
     fn = ctx.function
-    names = names_in(test) - {"None", "True", "False", "dtype", "element_ty"}
+    names = names_in(test) - _NOT_PARAMETERS
     params = {p.name for p in fn.params if not (p.is_constexpr and p.name in fn.heuristics)}
     return bool(names) and names <= params
 
@@ -499,13 +499,13 @@ def launch_terms(ctx: RuleContext, path: list[tuple[cst.If, bool]]
     terms, names = [], set()
     for node, taken in reversed(path):  # (the outermost `if` first)
         test = ctx.source.code(node.test).strip()
-        test = _ELEMENT_TY.sub(lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
+        test = ELEMENT_TY.sub(lambda m: f"{m.group(1)}.dtype" if m.group(1) in pointers else m.group(0), test)
         if not taken:
             test = f"not ({test})"
         elif len(path) > 1 and not test.isidentifier():
             test = f"({test})"
         terms.append(test)
-        names |= names_in(node.test) - {"None", "True", "False", "dtype", "element_ty"}
+        names |= names_in(node.test) - _NOT_PARAMETERS
     return " and ".join(terms), tuple((n, defaults.get(n)) for n in sorted(names))
 
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -136,7 +135,7 @@ def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 
     None:` in each of its branches): the `if`s of one text decide alike."""
     import libcst as cst
 
-    from transpile.cst_utils import compile_time
+    from transpile.cst_utils import ELEMENT_TY, compile_time
 
     typed = {id(d.node): d.operand_dtype for d in dots if d.operand_dtype is not None}
     constexprs = set(ctx.function.constexpr_names) | set(ctx.function.heuristics)
@@ -146,9 +145,9 @@ def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 
     def decided(test: cst.BaseExpression) -> bool:
         """Triton decides `test` when it compiles the kernel: it reads constexprs, literals and the element types of
         pointer parameters (`a_ptr.dtype.element_ty != b_ptr.dtype.element_ty`, a test the unswitch pass hoists)."""
-        text = re.sub(r"(?<![\w.])(\w+)\.dtype\.element_ty\b",
-                      lambda m: "True" if m.group(1) in params else m.group(0), code(test))
+        text = ELEMENT_TY.sub(lambda m: "True" if m.group(1) in params else m.group(0), code(test))
         return compile_time(cst.parse_expression(text), constexprs)
+
     paths: dict[int, set[tuple[str, bool]]] = {}  # dot -> (test, whether it holds there) of the `if`s around it
 
     def walk(node: cst.CSTNode, around: frozenset[tuple[str, bool]]) -> None:
