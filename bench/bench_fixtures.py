@@ -30,7 +30,7 @@ import statistics
 import sys
 import traceback
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,12 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms (default 25)")
     parser.add_argument("--rep", type=int, default=100, help="do_bench measurement time, ms (default 100)")
     parser.add_argument("--repeats", type=int, default=1, help="alternate original/variant timings R times")
+    parser.add_argument("--shape", action="append", metavar="KEY=N", default=[],
+                        help="time at these sizes instead of each case's bench_shape (repeatable: --shape M=512 "
+                             "--shape N=512; keys a case's shape does not have are left out for it)")
     args = parser.parse_args(argv)
     args.variant_dir = args.variant_dir.resolve()
     args.interpret = False  # check_fixtures.load_fixture reads it
 
     checks = load_checks()
     cases = bench_cases(checks, args.case)
+    if args.shape:  # (small shapes: where a pipeline's fill and drain show)
+        sizes = dict((key, int(value)) for key, _, value in (item.partition("=") for item in args.shape))
+        cases = [replace(c, bench_shape={k: sizes.get(k, v) for k, v in c.bench_shape.items()}) for c in cases]
     if args.dry_run:
         return dry_run(checks, cases, args)
 

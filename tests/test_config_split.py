@@ -16,12 +16,13 @@ import pytest
 
 from transpile.targets import get_target
 
-LAUNCHER = get_target("gfx950").snippet("tma_or_triton")
+LAUNCHER = get_target("gfx950").snippet("launch_values") + get_target("gfx950").snippet("tma_or_triton") \
+    + get_target("gfx950").snippet("tma_scratch")
 WARP_PIPELINED_LAUNCHER = get_target("gfx950").snippet("warp_pipelined_or_triton") \
     + get_target("gfx950").snippet("config_split")
 SM90 = get_target("sm90")
-ONE_WAVE_LAUNCHER = "".join(SM90.snippet(n) for n in ("persistent_grid", "tma_or_triton", "one_wave_or_triton",
-                                                       "config_split"))
+ONE_WAVE_LAUNCHER = "".join(SM90.snippet(n) for n in ("launch_values", "persistent_grid", "tma_or_triton",
+                                                       "one_wave_or_triton", "config_split"))
 
 RUN = '''
 import torch

@@ -284,7 +284,8 @@ def test_short_prompts_run_the_source_kernel() -> None:
     assert f"whose grid has at least {GRID_LEAST} programs along axis 0" in note.message
 
     namespace: dict = {"triton": None, "_persistent_grid": None}
-    exec(get_target("sm90").snippet("tma_or_triton"), namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    launcher = get_target("sm90").snippet("launch_values") + get_target("sm90").snippet("tma_or_triton")
+    exec(launcher, namespace)  # noqa: S102 - the launcher's own text, as variants hold it
     calls: list = []
 
     class Kernel:

@@ -319,7 +319,8 @@ def _launcher():  # noqa: ANN202
     target = get_target("gfx950")
 
     namespace: dict = {"triton": None, "_persistent_grid": None}
-    exec(target.snippet("tma_or_triton") + target.snippet("warp_pipelined_or_triton"), namespace)  # noqa: S102 - the launcher's own text, as variants hold it
+    exec(target.snippet("launch_values") + target.snippet("tma_or_triton") + target.snippet("warp_pipelined_or_triton"),
+         namespace)  # noqa: S102 - the launcher's own text, as variants hold it
     return namespace["_WarpPipelinedOrTriton"]
 
 

@@ -20,6 +20,7 @@ from transpile.analysis.dot_loops import dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.passes.branch_tails import contiguous_axis_sites, split_branches
 from transpile.passes.canonical import canonicalize
+from transpile.passes.host_descriptors import HostDescriptors, host_descriptors, make_host_descriptors
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.invariant_operands import hoist_invariant_operands
 from transpile.passes.inline import inline_dot_helpers
@@ -388,6 +389,11 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         # (canonicalisation keeps lines: the lowering's line map, if any, still holds)
         source = parse_source(canonical, path, source.line_map, inlined)
         facts = discover(source)
+    # Tensor descriptors the host builds, made in the kernel from parts the launcher passes
+    # (`transpile.passes.host_descriptors`): the rules translate the in-kernel form for every target. (After the
+    # passes whose text a kept function is written from: a kept kernel takes the host's descriptors, as written.)
+    source, facts, original = _rewritten(source, facts, original, make_host_descriptors(source, facts), path,
+                                         inlined)
     # A dot operand computed in the loop from a tile it loads (`tl.dot(q, k.to(T))`), named on a line of its own
     # before the dot (`transpile.passes.operand_names`): the planners read it as a computed operand.
     source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
@@ -943,6 +949,11 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     """The variant as a module; `original` is the parse of `text` where the caller has it (`Prepared`)."""
     module = source.module
     dispatched = {name for name in rewritten if outcomes[name].dispatch is not None}
+    # kernels whose source takes tensor descriptors the host builds (`transpile.passes.host_descriptors`): their
+    # Gluon kernels take the descriptors' parts, bound under the source's signature (`_HostDescriptors`)
+    host = _host_descriptor_kernels(facts, rewritten, text, original)
+    if host:
+        helpers.add("host_descriptors")
     originals = ({} if len(rewritten) == len(facts.functions) and not dispatched
                  else _original_functions(text) if original is None else _functions(original))
     copies = {name: _triton_copies(facts, outcomes, name) for name, o in outcomes.items() if not o.translated}
@@ -957,9 +968,10 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                 for function_text in outcomes[name].module_functions:  # e.g. a warp-specialised loader partition
                     function = cst.parse_statement(function_text)
                     body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
-                body.append(rewritten[name])
+                body.append(_with_host_descriptors(rewritten[name], host[name]) if name in host else rewritten[name])
                 if name in dispatched:
-                    body.extend(dispatch_statements(originals, name, outcomes[name].dispatch, outcomes[name].persistent_grid, copied))
+                    body.extend(dispatch_statements(originals, name, outcomes[name].dispatch,
+                                                    outcomes[name].persistent_grid, copied, host.get(name)))
             else:
                 kept = _kept_function(originals.get(name, statement), outcomes[name], target)
                 if copies.get(name):
@@ -1044,6 +1056,40 @@ def _gluon_jit_call(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLi
     call = assign.value  # type: ignore[attr-defined]
     return statement.with_changes(body=[assign.with_changes(value=call.with_changes(  # type: ignore[attr-defined]
         func=cst.Attribute(cst.Name("gluon"), cst.Name("jit"))))])
+
+
+def _host_descriptor_kernels(facts: ModuleFacts, rewritten: dict[str, cst.FunctionDef], text: str,
+                             original: cst.Module | None) -> dict[str, HostDescriptors]:
+    """The translated kernels whose source parameters include tensor descriptors the host builds, which the rules
+    saw in parts (`transpile.passes.host_descriptors`): name -> (the source's parameters, (descriptor, rank)...)."""
+    found: dict[str, HostDescriptors] = {}
+    candidates = [n for n in rewritten if n in facts.functions and any(
+        p.name.endswith("_base") for p in facts.functions[n].params)]
+    if not candidates:
+        return found
+    originals = _original_functions(text) if original is None else _functions(original)
+    for name in candidates:
+        if name not in originals:
+            continue
+        params = [p.name.value for p in originals[name].params.params]
+        descriptors = host_descriptors(params, [p.name for p in facts.functions[name].params])
+        if descriptors:
+            found[name] = HostDescriptors(tuple(params), descriptors)
+    return found
+
+
+def _with_host_descriptors(function: cst.FunctionDef, host: HostDescriptors) -> cst.FunctionDef:
+    """A Gluon kernel that takes host descriptors in parts, bound under the source's parameters: the decorator
+    `@_HostDescriptors.of(...)` right above `@gluon.jit` (under any `@triton.autotune`, whose `pre_hook`s set the
+    descriptors' block shapes before it runs)."""
+    params = "".join(f'"{p}", ' for p in host.params)
+    descriptors = "".join(f'("{n}", {rank}), ' for n, rank in host.descriptors)
+    decorator = cst.Decorator(cst.parse_expression(f"_HostDescriptors.of(({params}), ({descriptors}))"))
+    decorators = list(function.decorators)
+    at = next((i for i, d in enumerate(decorators) if "gluon" in cst.Module([]).code_for_node(d.decorator)),
+              len(decorators))
+    decorators.insert(at, decorator)
+    return function.with_changes(decorators=decorators)
 
 
 @functools.lru_cache(maxsize=8)

@@ -12,6 +12,7 @@ import textwrap
 import libcst as cst
 
 from transpile import cst_walk
+from transpile.passes.host_descriptors import HostDescriptors
 from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
 from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel
@@ -120,7 +121,7 @@ def helper_copies(originals: dict[str, cst.FunctionDef], helpers: list[str], cop
 
 
 def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispatch: Dispatch, persistent_grid: str | None,
-               copied: dict[str, str] | None = None) -> list[cst.BaseStatement]:
+               copied: dict[str, str] | None = None, host: HostDescriptors | None = None) -> list[cst.BaseStatement]:
     """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
     set a flag (`Dispatch.when`) or have aligned tensors (`Dispatch.aligned`): the source kernel, unchanged but for
     its name (and those of the jit helpers it calls, copied too, since the variant's own are Gluon), and the launcher
@@ -179,7 +180,9 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
 
     tiles = ", ".join(f"({value(t.param)}, {value(t.row_stride)}, {value(t.unit_stride)}, "
                       f"({''.join(value(o) + ', ' for o in t.offsets)}), {operand(t)})" for t in dispatch.tiles)
-    params = "".join(f'"{p}", ' for p in dispatch.params)
+    # (a kernel taking host descriptors: the launcher takes the source's arguments, and the descriptors' parts that
+    # its checks read by the Gluon kernel's names, `_launch_values`)
+    params = "".join(f'"{p}", ' for p in (host.params if host is not None else dispatch.params))
     persistent = f"lambda meta: {persistent_grid}" if persistent_grid else "None"
     when = f', when=("{dispatch.when[0]}", {dispatch.when[1]})' if dispatch.when else ""
     when += ", aligned=True" if dispatch.aligned else ""
@@ -194,6 +197,8 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     if dispatch.retile is not None:
         when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
 
+    if host is not None:
+        when += f", descriptors=({''.join(f'({value(n)}, {rank}), ' for n, rank in host.descriptors)})"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""
@@ -211,10 +216,11 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
         least = f", {dispatch.lds[2]}" if len(dispatch.lds) > 2 else ""  # (the fewest slots, where not two)
         amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r}{least})"
+    when_host = when[when.index(", descriptors="):] if host is not None else ""
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"
-                                       f"{f', divisible=({divisible})' if divisible else ''}"
+                                       f"{f', divisible=({divisible})' if divisible else ''}{when_host}"
                                        f"{', narrow=True' if dispatch.narrow else ''})\n")
     else:
         launcher = cst.parse_statement(

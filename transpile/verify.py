@@ -31,6 +31,7 @@ from transpile.discover import AutotuneConfig, JitFunction, ModuleFacts, discove
 from transpile.engine import TranslationResult
 from transpile.formatting import FormatStyle
 from transpile.rules.base import evaluate, source_when_holds
+from transpile.passes.host_descriptors import descriptor_rank, parts as _descriptor_names
 from transpile.source import SourceFile, parse_source
 from transpile.targets import Target
 
@@ -140,10 +141,14 @@ def kernel_signature(fn: JitFunction, config: AutotuneConfig | None, values: dic
                     signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
             else:
                 signature[name] = str(value)
+        elif descriptor_rank(fn.node, name) is not None:
+            missing.append(f"tensor descriptor `{name}` (give its type, e.g. {name}=tensordesc<fp16[BLOCK_M,BLOCK_K]>)")
         elif _is_pointer_name(name) or name in pointers:
             missing.append(f"pointer `{name}` (give its type, e.g. {name}=*fp16)")
         else:
             signature[name] = "i32"
+    for name, kind in signature.items():  # (a descriptor's block sizes given by constexpr names)
+        signature[name] = _resolved_descriptor(kind, constexprs)
     if missing:
         raise TranspileError(Diagnostic(path, line, 1, "TT030",
                                         f"`{fn.name}`: no type or value for " + ", ".join(missing)))
@@ -201,6 +206,40 @@ def package_of(path: Path) -> tuple[str, str]:
     return ".".join(parts[top:]), str(Path(*parts[:top]))
 
 
+#: a tensor descriptor's type in a signature, as Triton spells it: `tensordesc<fp16[128,64]>`
+_DESCRIPTOR_TYPE = re.compile(r"tensordesc<([^\[>]+)\[([^\]]*)\]>")
+
+
+def descriptor_parts(signature: dict[str, str], constexprs: dict[str, object]
+                     ) -> tuple[dict[str, str], dict[str, object]]:
+    """The signature and constexprs of a Gluon kernel that takes each tensor descriptor of `signature` (a host
+    descriptor parameter, `tensordesc<fp16[128,64]>`) in parts (`transpile.passes.host_descriptors`): its base
+    pointer, its shape and strides but the last (ints), its block shape (constexprs). Others are unchanged."""
+    out_signature: dict[str, str] = {}
+    out_constexprs = dict(constexprs)
+    for name, kind in signature.items():
+        found = _DESCRIPTOR_TYPE.fullmatch(kind.replace(" ", ""))
+        if found is None:
+            out_signature[name] = kind
+            continue
+        block = [int(n) for n in found.group(2).split(",")]
+        shape, strides, blocks, base = _descriptor_names(name, len(block))
+        out_signature[base] = f"*{found.group(1)}"
+        out_signature.update({n: "i32" for n in (*shape, *strides)})
+        for part, size in zip(blocks, block):
+            out_signature[part], out_constexprs[part] = "constexpr", size
+    return out_signature, out_constexprs
+
+
+def _resolved_descriptor(kind: str, constexprs: dict[str, object]) -> str:
+    """`tensordesc<fp16[BLOCK_M,BLOCK_K]>` with its block sizes' constexpr names replaced by their values."""
+    found = _DESCRIPTOR_TYPE.fullmatch(kind.replace(" ", ""))
+    if found is None:
+        return kind
+    sizes = [str(constexprs.get(n, n)) for n in found.group(2).split(",")]
+    return f"tensordesc<{found.group(1)}[{','.join(sizes)}]>"
+
+
 def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs: dict[str, object],  # noqa: ANN001
                    num_warps: int, triton_kernel: bool = False, divisible: tuple[str, ...] = (),
                    pointer_range: tuple[str, ...] = (), num_stages: int | None = None,
@@ -219,12 +258,16 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
 
     fn = jit_fn
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
+        if type(fn).__name__ == "_HostDescriptors":  # (the Gluon kernel takes the host's descriptors in parts)
+            signature, constexprs = descriptor_parts(signature, constexprs)
+            divisible = (*divisible, *(f"{name}_base" for name, _ in fn.descriptors))  # (16-byte aligned, always)
         fn = fn.fn
     kind = ASTSource if triton_kernel else GluonASTSource
     attrs: dict[tuple[int], list[list[object]]] = {}
-    for name in divisible:
+    # (names of the other form of a kernel taking host descriptors, whole or in parts, are not its parameters)
+    for name in (n for n in divisible if n in fn.arg_names or n in signature):
         attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.divisibility", 16])
-    for name in pointer_range:
+    for name in (n for n in pointer_range if n in fn.arg_names or n in signature):
         attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.pointer_range", 32])
     source = kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     options: dict[str, object] = {"num_warps": num_warps}
@@ -365,6 +408,8 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 continue  # (the source's text: compiled at its first config; a K-major copy is the tool's, at each)
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
+            # (what the launcher's tests read: host descriptors in the parts the Gluon kernel takes)
+            parts = descriptor_parts(signature, constexprs)
             if hasattr(kernel, "kmajor_kernel"):  # sm90 `_KMajorCopy`: the kernel as given, and its K-major launch
                 kmajor, kernel = kernel, kernel.kernel
                 k_signature, k_constexprs = dict(signature), dict(constexprs)
@@ -388,7 +433,7 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                 wrong = _wrong_warps(outcome, other, bool(fn.autotune_configs))
                 outcomes.append(CompiledKernel(outcome.name, label, False, wrong, {}))
                 continue
-            when = _source_tests(outcome, {**constexprs, **_tensors(signature), "num_warps": num_warps})
+            when = _source_tests(outcome, {**parts[1], **_tensors(parts[0]), "num_warps": num_warps})
             if when:  # a launch (or config) the launcher, or the autotuner's split, runs on the source kernel (both
                 # compile below: the Gluon kernel's code for these values too)
                 label += f" (`{when[0]}`: the source kernel runs it)"
@@ -669,6 +714,8 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
         for label, config in configs:
             signature, constexprs, num_warps = kernel_signature(fn, config, values, result.source_path, line,
                                                                 pointers)
+            # (what the launcher's tests read: host descriptors in the parts the Gluon kernel takes)
+            parts = descriptor_parts(signature, constexprs)
             status = outcome.status
             gluon = outcome.translated
             other = _other_warps(outcome, values)
@@ -694,7 +741,7 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             if slow and gluon:  # a launch the launcher gives the source kernel: that is the variant
                 gluon = False
                 status = f"source kernel at this launch (`{slow[0][1:]}` tensors)"
-            need = _ring_bytes(outcome.dispatch.lds, signature, constexprs) \
+            need = _ring_bytes(outcome.dispatch.lds, *parts) \
                 if outcome.dispatch is not None and outcome.dispatch.lds and outcome.translated else None
             least = outcome.dispatch.lds[2] if need is not None and len(outcome.dispatch.lds) > 2 else 2  # type: ignore
             if need is not None and least * need > outcome.dispatch.lds[0] and gluon:  # type: ignore[union-attr]
@@ -702,13 +749,15 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                 status = (f"source kernel at this launch ({('two', 'three')[least - 2]} ring slots need "
                           f"{least * need // 1024} KiB of LDS, "
                           f"{result.target.name} has {outcome.dispatch.lds[0] // 1024})")  # type: ignore[union-attr]
-            when = _source_tests(outcome, {**constexprs, **_tensors(signature), "num_warps": num_warps})
+            when = _source_tests(outcome, {**parts[1], **_tensors(parts[0]), "num_warps": num_warps})
             if when and gluon:  # (the launcher, or the autotuner's split, gives it the source kernel)
                 gluon = False
                 status = f"source kernel at this launch (`{when[0]}`)"
                 num_warps = config.num_warps if config is not None and config.num_warps else num_warps
-            ptrs = tuple(n for n, t in signature.items() if t.startswith("*")) if aligned else ()
-            ints = tuple(n for n, t in signature.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
+            # (a host descriptor's parts too: the Gluon kernel's own parameters, `compile_kernel`)
+            both = {**signature, **parts[0]}
+            ptrs = tuple(n for n, t in both.items() if t.startswith("*")) if aligned else ()
+            ints = tuple(n for n, t in both.items() if re.fullmatch(r"[iu](32|64)", t)) if aligned else ()
             in_range = ptrs if result.target.backend == "hip" else ()
             stages = config.num_stages if config is not None and config.num_stages else None
             kernel = getattr(module, outcome.name)

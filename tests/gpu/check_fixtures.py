@@ -69,6 +69,11 @@ def _gemm_inputs(s, device, gen):
     return _randn(gen, s["M"], s["K"], device=device), _randn(gen, s["K"], s["N"], device=device)
 
 
+def _linear_weight_inputs(s, device, gen):
+    # an `nn.Linear` weight: [N, K], K-contiguous
+    return _randn(gen, s["M"], s["K"], device=device), _randn(gen, s["N"], s["K"], device=device)
+
+
 def _bias_gemm_inputs(s, device, gen):
     a, b = _gemm_inputs(s, device, gen)
     return a, b, _randn(gen, s["N"], device=device)
@@ -192,6 +197,10 @@ def _bc_layer_norm_inputs(s, device, gen):
 
 def _ref_matmul(a, b, split_k=1):
     return a.double() @ b.double()
+
+
+def _ref_linear_weight(a, w):
+    return a.double() @ w.double().T
 
 
 def _ref_rms_linear(x, w):
@@ -872,6 +881,19 @@ CASES: list[Case] = [
         reference=_ref_matmul,
         shape=dict(M=1000, N=1100, K=700),
         small_shape=dict(M=150, N=130, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
+    ),
+    Case(
+        # tensor descriptors the host builds, block shapes set by the autotune configs' pre_hook; rows 16-byte
+        # aligned, as the host's descriptors require
+        name="host_descriptor_gemm",
+        fixture="host_descriptor_gemm",
+        wrapper="linear",
+        make_inputs=_linear_weight_inputs,
+        reference=_ref_linear_weight,
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
         bench_shape=GEMM_BENCH,
         flops=_gemm_flops,
     ),

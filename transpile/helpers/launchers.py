@@ -5,6 +5,98 @@ kernel on the launches it covers and the source's Triton kernel on the others. C
 import triton
 
 
+#: the key of a launch's values (`_launch_values`) where a host descriptor cannot be passed in parts, and why
+_UNPASSABLE = "_transpile_unpassable"
+
+
+def _launch_values(params, args, kwargs, descriptors=()):
+    """A launch's arguments by parameter name; with `descriptors` (`_HostDescriptors.named`), the parts of those host
+    descriptors too (`_HostDescriptors.add_parts`)."""
+    values = dict(zip(params, args))
+    values.update(kwargs)
+    if descriptors:
+        _HostDescriptors.add_parts(values, descriptors)
+    return values
+
+
+class _HostDescriptors:
+    """A Gluon kernel whose source takes tensor descriptors the host builds (`TensorDescriptor` of
+    `triton.tools.tensor_descriptor`): called with the source kernel's arguments, it passes each descriptor's base,
+    shape, strides and block shape, which the Gluon kernel takes in its place and makes the descriptor from. It sits
+    under the source's `@triton.autotune`, whose configs' `pre_hook`s set block shapes before it runs, as they do for
+    the source kernel. `descriptors`: (parameter, rank) of each."""
+
+    def __init__(self, fn, params, descriptors):
+        self.fn = fn  # (an autotuner reads the kernel's name and cache key through `fn`)
+        self.arg_names = list(params)
+        self.descriptors = _HostDescriptors.named(descriptors)
+
+    @classmethod
+    def of(cls, params, descriptors):
+        """The decorator: `@_HostDescriptors.of(params, descriptors)` above `@gluon.jit`."""
+        return lambda fn: cls(fn, params, descriptors)
+
+    @staticmethod
+    def parts(name, rank):
+        """The Gluon kernel's parameters that take the parts of the host descriptor `name`: its shape, its strides
+        but the last (which is 1), its block shape, its base (`transpile.passes.host_descriptors` names them)."""
+        return (["%s_shape_%d" % (name, i) for i in range(rank)],
+                ["%s_stride_%d" % (name, i) for i in range(rank - 1)],
+                ["%s_block_%d" % (name, i) for i in range(rank)], name + "_base")
+
+    @staticmethod
+    def named(descriptors):
+        """(parameter, rank, its parts' names) of each (parameter, rank): worked out once, not per launch."""
+        return tuple((name, rank, *_HostDescriptors.parts(name, rank)) for name, rank in descriptors)
+
+    @staticmethod
+    def add_parts(values, named):
+        """Add to `values` (a launch's arguments by name) the parts of each descriptor of `named`, by the Gluon
+        kernel's names. A descriptor the Gluon kernel cannot make from its parts (NaN padding, fp32 rounded to tf32,
+        another rank) sets `_UNPASSABLE` to the reason."""
+        for name, rank, shape, strides, blocks, base in named:
+            desc = values.get(name)
+            block = getattr(desc, "block_shape", None)
+            if block is None or not hasattr(desc, "base") or len(block) != rank or len(desc.shape) != rank:
+                values[_UNPASSABLE] = "`%s` is not a tensor descriptor of rank %d (`TensorDescriptor`)" % (name, rank)
+                continue
+            if getattr(desc, "padding", "zero") != "zero" or getattr(desc, "round_f32_to_tf32", False):
+                values[_UNPASSABLE] = ("`%s` pads with NaN or rounds fp32 to tf32, which the Gluon kernel does not"
+                                       % name)
+                continue
+            values[base] = desc.base
+            values.update(zip(shape, desc.shape))
+            values.update(zip(strides, desc.strides))  # (all but the last: `strides` names one fewer)
+            values.update(zip(blocks, block))
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        values = _launch_values(self.arg_names, args, kwargs, self.descriptors)
+        if _UNPASSABLE in values:
+            raise ValueError(f"{self.fn.__name__}: {values[_UNPASSABLE]}; launch the source kernel instead")
+        for named in self.descriptors:
+            del values[named[0]]
+        try:
+            return self.fn.run(grid=grid, warmup=warmup, **values)
+        except RuntimeError as exc:
+            # (sm90: a descriptor made in the kernel lives in a global scratch buffer that Triton allocates per
+            # launch through `triton.set_allocator`, which a kernel taking the host's descriptors never needed)
+            if "no allocator was set" not in str(exc):
+                raise
+        triton.set_allocator(_tma_scratch)
+        return self.fn.run(grid=grid, warmup=warmup, **values)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def __getattr__(self, name):  # `__name__`, `cache_key`, ...: the Gluon kernel's
+        if name.startswith("__") and name != "__name__" or "fn" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+
 class _AlignedOrTriton:
     """`kernel[grid](*args, **kwargs)`: the Gluon kernel for launches whose rows are 16-byte aligned (the `divisible`
     arguments, which its addresses read: tensors 16-byte aligned, ints multiples of 16; None, an absent optional
@@ -14,30 +106,32 @@ class _AlignedOrTriton:
     elements per thread. With `narrow` (a kernel whose column reductions its layouts keep inside each thread, which
     Triton's do not) the Gluon kernel also takes aligned launches of 8- and 16-bit data."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False):
+    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False, descriptors=()):
+        self.descriptors = _HostDescriptors.named(descriptors) if descriptors else ()
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
         self.divisible = divisible
         self.narrow = narrow
-        self.checked = tuple((params.index(name), name) for name in divisible)
         if hasattr(gluon_kernel, "configs"):
             # Autotuned: the autotuner times each config on the Gluon kernel and on the source kernel.
             _ConfigSplit.install(self)
 
     def arguments(self, args, kwargs):
-        """A launch's arguments by parameter name."""
-        values = dict(zip(self.params, args))
-        values.update(kwargs)
-        return values
+        """A launch's arguments by parameter name (and the parts of its host descriptors: `_launch_values`)."""
+        return _launch_values(self.params, args, kwargs, self.descriptors)
 
     def config_runs_gluon(self, values):
-        """Every autotune config may run the Gluon kernel (its source twin is timed against it)."""
-        return True
+        """Every autotune config may run the Gluon kernel (its source twin is timed against it), unless a host
+        descriptor cannot be passed in parts."""
+        return _UNPASSABLE not in values
 
     def aligned(self, args, kwargs):
-        for index, name in self.checked:
-            value = args[index] if index < len(args) else kwargs.get(name)
+        values = self.arguments(args, kwargs)
+        if _UNPASSABLE in values:
+            return False
+        for name in self.divisible:
+            value = values.get(name)
             if hasattr(value, "data_ptr"):
                 if value.data_ptr() % 16:
                     return False
@@ -120,7 +214,8 @@ class _TMAOrTriton:
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
                  divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None,
-                 source_when=()):
+                 source_when=(), descriptors=()):
+        self.descriptors = _HostDescriptors.named(descriptors) if descriptors else ()
         self.source_when = source_when
         self.grid_at_least = grid_at_least
         self.retile = retile
@@ -142,8 +237,8 @@ class _TMAOrTriton:
 
     def config_runs_gluon(self, values):
         """Whether an autotune config (its values, with the launch's and its `num_warps`) may run the Gluon kernel:
-        every one for which no test of `source_when` holds."""
-        return not self.source_wanted(values)
+        every one for which no test of `source_when` holds (and whose host descriptors pass in parts)."""
+        return _UNPASSABLE not in values and not self.source_wanted(values)
 
     def source_wanted(self, values):
         """A test of `source_when` (functions of the kernel's parameters: launches for which the Gluon kernel measured
@@ -159,13 +254,13 @@ class _TMAOrTriton:
         return False
 
     def arguments(self, args, kwargs):
-        """A launch's arguments by parameter name."""
-        values = dict(zip(self.params, args))
-        values.update(kwargs)
-        return values
+        """A launch's arguments by parameter name (and the parts of its host descriptors: `_launch_values`)."""
+        return _launch_values(self.params, args, kwargs, self.descriptors)
 
     def addressable(self, args, kwargs):
         values = self.arguments(args, kwargs)
+        if _UNPASSABLE in values:
+            return False
         if self.when is not None and not values.get(*self.when):
             if not self.unflagged_at_least or not self.sizes_at_least(self.unflagged_at_least, values):
                 return False
@@ -299,6 +394,8 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         """An autotune config runs the Gluon kernel where that kernel pipelines its loop at the config's values, with
         8 warps (two warp groups of 4): tested where the kernel has launches its loop is not pipelined for
         (`source_when`, `lds`)."""
+        if _UNPASSABLE in values:
+            return False
         if not (self.source_when or self.lds is not None):
             return True
         return values.get("num_warps") == 8 and self.pipelines(values)
@@ -331,7 +428,7 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         values = self.arguments(args, kwargs)
         if not hasattr(self.gluon_kernel, "configs") and not self.pipelines(values):
             return False
-        for value in [*args, *kwargs.values()]:
+        for value in [*args[len(self.params):], *values.values()]:  # (a descriptor's base: its parts)
             if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                 continue
             if self.slow_dtypes and str(getattr(value, "dtype", "")).rpartition(".")[2] in self.slow_dtypes:
@@ -370,7 +467,8 @@ class _OneWaveOrTriton(_TMAOrTriton):
     def config_runs_gluon(self, values):
         """The grid (`values["grid"]`, a function of the launch's arguments and config) has at most one program per
         SM, and the `at_least` sizes hold (the wgmma's 64 rows a warpgroup), and no test of `source_when` holds."""
-        if not self.sizes_at_least(self.config_at_least, values) or self.source_wanted(values):
+        if _UNPASSABLE in values or not self.sizes_at_least(self.config_at_least, values) \
+                or self.source_wanted(values):
             return False
         grid = values.get("grid")
         try:

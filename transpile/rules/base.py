@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import libcst as cst
 
 from transpile.analysis.layouts import LayoutPlan
+from transpile.passes.host_descriptors import host_descriptor_names
 from transpile.cst_utils import expr, statement  # noqa: F401 - the rules' snippet parsers, re-exported
 from transpile.cst_utils import ELEMENT_TY, names_in
 from transpile.cst_utils import unparenthesized as bare  # noqa: F401 - re-exported for the rules
@@ -166,6 +167,9 @@ class RuleContext:
         and its kernel kept as Triton, with the measurement as the reason (`construct`: what in this loop makes it
         that form, where the reason names one)."""
         reason = UNPROFITABLE_RINGS.get((self.target.name, copy_engine))
+        if self.target.name == "sm90" and host_descriptor_names(self.function):
+            # (its descriptors made in the kernel from the host's parts: `transpile.passes.host_descriptors`)
+            reason = UNPROFITABLE_RINGS[("sm90", "host descriptors")]
         if reason is None or self.gluon_always:
             return False
         self.unprofitable[original] = reason.replace("{construct}", f"{construct}; " if construct else "")
@@ -176,6 +180,12 @@ class RuleContext:
 #: By default such a loop is not rewritten: its kernel is kept as Triton (TT041). `--gluon-always` emits the ring.
 #: The measurements are in bench/RESULTS.md ("Profitability"); keyed on the copy engine, never on kernel names.
 UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
+    ("sm90", "host descriptors"): (
+        "{construct}its tensor descriptors are the host's (`TensorDescriptor` arguments), which the Gluon kernel makes "
+        "in the kernel from their parts: on an H200 the TMA ring ran the host-descriptor GEMM fixture at 1.07x "
+        "Triton 3.6's own compile at 4096^3, but each launch costs the host 15-25 us more (a descriptor scratch "
+        "buffer, the parts passed as 15 more arguments), 0.57-0.80x where launches are host-bound (512^3 to "
+        "2048^3): bench/RESULTS.md"),
     ("sm90", "cp.async, scaled dot"): (
         "{construct}the cp.async ring that takes it (the packed tiles copied, both operands upcast in registers as "
         "Triton's own compile decomposes the dot, B staged for the wgmma and A read from registers) ran the MX GEMM "

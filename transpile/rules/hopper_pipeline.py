@@ -105,6 +105,8 @@ class HopperTMAPipeline(Rule):
             return updated
         if not plan.acc_in_dot and ctx.slower_than_triton(original, "TMA ring, scaled product"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
+        if ctx.slower_than_triton(original, "TMA ring"):  # (a form no measure keeps but host descriptors)
+            return updated
         texts, ring = self._emit(ctx, plan, updated, original)
         ctx.pipelined_loop(original, ring)
         statement = cst.parse_statement(texts[0])

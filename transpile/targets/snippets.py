@@ -16,9 +16,12 @@ COMMON = {
 #: grid, a kernel reading its tiles through TMA descriptors, an AMD kernel with a warp-pipelined loop, an sm90
 #: GEMM of 8-bit or tf32 operands run on a K-major copy of B
 LAUNCHERS = {
+    "launch_values": helper("launchers", "_UNPASSABLE", "_launch_values"),
+    "host_descriptors": helper("launchers", "_HostDescriptors"),
     "aligned_or_triton": helper("launchers", "_AlignedOrTriton"),
     "persistent_grid": helper("launchers", "_SM_COUNTS", "_sm_count", "_persistent_grid"),
-    "tma_or_triton": helper("launchers", "_TMAOrTriton", "_tma_scratch"),
+    "tma_scratch": helper("launchers", "_tma_scratch"),
+    "tma_or_triton": helper("launchers", "_TMAOrTriton"),
     "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton"),
     "one_wave_or_triton": helper("launchers", "_OneWaveOrTriton"),
     "config_split": helper("launchers", "_ConfigSplit"),
