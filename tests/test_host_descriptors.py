@@ -86,6 +86,58 @@ def caller(a_desc, b_desc, c_desc, K):
     assert text is None or "def gemm(a_desc," in text  # a helper takes what its caller hands it
 
 
+SLICED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def bmm(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    batch = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = a_desc.load([batch, 0, k])
+        a = tl.reshape(a, [BM, BK])
+        b = b_desc.load([batch, k, 0])
+        b = b.reshape(BK, BN)
+        acc = tl.dot(a, b, acc)
+    c = tl.reshape(acc.to(tl.float16), [1, BM, BN])
+    c_desc.store([batch, 0, 0], c)
+'''
+
+
+def test_a_rank3_descriptor_read_one_slice_at_a_time_is_made_as_that_slice() -> None:
+    text = _rewritten(SLICED)
+    assert text is not None
+    # after the statement that binds the slice's offset, as a rank-2 descriptor; the copies and reshapes follow
+    assert ("    batch = tl.program_id(1)\n"
+            "    # triton-transpile: the slices of the host's tensor descriptors this program reads, made here\n"
+            "    a_desc = tl.make_tensor_descriptor(a_desc_base + (batch) * a_desc_stride_0, [a_desc_shape_1, "
+            "a_desc_shape_2], [a_desc_stride_1, 1], [a_desc_block_1, a_desc_block_2])\n") in text
+    assert "        a = a_desc.load([0, k])\n        b = b_desc.load([k, 0])\n        acc = tl.dot(a, b, acc)" in text
+    assert "    c_desc.store([0, 0], (acc.to(tl.float16)))" in text and "reshape" not in text
+    source = parse_source(text, "k.py")
+    kernel = discover(source).functions["bmm"]
+    from transpile.passes.host_descriptors import host_descriptors
+    original = ["a_desc", "b_desc", "c_desc", "K", "BM", "BN", "BK"]
+    assert host_descriptors(original, [p.name for p in kernel.params], kernel.node) == (
+        ("a_desc", 3, True), ("b_desc", 3, True), ("c_desc", 3, True))
+
+
+@pytest.mark.parametrize("change, replacement, whole", [
+    ("        a = tl.reshape(a, [BM, BK])\n", "", "a_desc"),  # a load not reshaped to 2-D next
+    ("        b = b.reshape(BK, BN)\n", "        b = b.reshape(BK, BN)\n        b2 = b_desc.load([batch + 1, k, 0])\n"
+     "        b2 = b2.reshape(BK, BN)\n", "b_desc"),  # two first offsets
+    ("    c_desc.store([batch, 0, 0], c)\n", "    c_desc.store([batch, 0, 0], c)\n    tl.store(None, c)\n",
+     "c_desc"),  # the 3-D tile read again after its store
+    ("    batch = tl.program_id(1)\n", "    batch = tl.program_id(1)\n    batch = batch + 0\n", "a_desc"),
+])
+def test_a_rank3_descriptor_read_otherwise_stays_rank3(change: str, replacement: str, whole: str) -> None:
+    text = _rewritten(SLICED.replace(change, replacement))
+    assert text is not None and "def bmm(a_desc_base" in text
+    made = f"{whole} = tl.make_tensor_descriptor({whole}_base, [{whole}_shape_0, {whole}_shape_1, {whole}_shape_2],"
+    assert made in text, text
+
+
 def test_the_pass_and_the_launcher_agree_on_the_parts_names() -> None:
     for rank in range(1, 6):
         assert parts("x_desc", rank) == launchers._HostDescriptors.parts("x_desc", rank)
@@ -178,6 +230,19 @@ assert launch(TensorDescriptor.from_tensor(x, [16, 8]), 16) == 1
 assert launch(TensorDescriptor.from_tensor(x, [8, 8]), 8) == 2  # `x_desc_block_0 < 16`: the source kernel
 assert launch(TensorDescriptor.from_tensor(x, [16, 8], padding="nan"), 16) == 2
 assert launch(TensorDescriptor.from_tensor(x, [16, 8]), 16, warps=4) == 2
+# a descriptor the kernel reads one slice of: its block along the first axis must be 1
+x3 = torch.full((2, 48, 40), 7.0)
+sliced = _WarpPipelinedOrTriton(_HostDescriptors(gluon_stand_in, PARAMS, (("x_desc", 3, True),)), source_kernel,
+                                params=PARAMS, tiles=(), descriptors=(("x_desc", 3, True),), warps=8)
+def launch3(block):
+    out = torch.zeros(8, dtype=torch.int32)
+    try:
+        sliced[(1,)](out, TensorDescriptor.from_tensor(x3, block), BLOCK=16, num_warps=8)
+    except TypeError:  # (the stand-in takes rank-2 parts: the Gluon kernel was chosen)
+        return 1
+    return int(out[0])
+assert launch3([1, 16, 8]) == 1
+assert launch3([2, 16, 8]) == 2
 print("PARTS")
 '''
 

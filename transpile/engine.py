@@ -20,7 +20,7 @@ from transpile.analysis.dot_loops import dot_loops
 from transpile.passes.block_pointers import Refusal as BlockPointerRefusal, lower_block_pointers
 from transpile.passes.branch_tails import contiguous_axis_sites, split_branches
 from transpile.passes.canonical import canonicalize
-from transpile.passes.host_descriptors import HostDescriptors, host_descriptors, make_host_descriptors
+from transpile.passes.host_descriptors import HostDescriptors, descriptor_tuples, host_descriptors, make_host_descriptors
 from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.invariant_operands import hoist_invariant_operands
 from transpile.passes.inline import inline_dot_helpers
@@ -1072,7 +1072,8 @@ def _host_descriptor_kernels(facts: ModuleFacts, rewritten: dict[str, cst.Functi
         if name not in originals:
             continue
         params = [p.name.value for p in originals[name].params.params]
-        descriptors = host_descriptors(params, [p.name for p in facts.functions[name].params])
+        descriptors = host_descriptors(params, [p.name for p in facts.functions[name].params],
+                                       facts.functions[name].node)
         if descriptors:
             found[name] = HostDescriptors(tuple(params), descriptors)
     return found
@@ -1083,7 +1084,7 @@ def _with_host_descriptors(function: cst.FunctionDef, host: HostDescriptors) -> 
     `@_HostDescriptors.of(...)` right above `@gluon.jit` (under any `@triton.autotune`, whose `pre_hook`s set the
     descriptors' block shapes before it runs)."""
     params = "".join(f'"{p}", ' for p in host.params)
-    descriptors = "".join(f'("{n}", {rank}), ' for n, rank in host.descriptors)
+    descriptors = descriptor_tuples(host)
     decorator = cst.Decorator(cst.parse_expression(f"_HostDescriptors.of(({params}), ({descriptors}))"))
     decorators = list(function.decorators)
     at = next((i for i, d in enumerate(decorators) if "gluon" in cst.Module([]).code_for_node(d.decorator)),

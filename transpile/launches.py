@@ -12,7 +12,7 @@ import textwrap
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.passes.host_descriptors import HostDescriptors
+from transpile.passes.host_descriptors import HostDescriptors, descriptor_tuples
 from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
 from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel
@@ -198,7 +198,7 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
         when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
 
     if host is not None:
-        when += f", descriptors=({''.join(f'({value(n)}, {rank}), ' for n, rank in host.descriptors)})"
+        when += f", descriptors=({descriptor_tuples(host)})"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""

@@ -74,6 +74,10 @@ def _linear_weight_inputs(s, device, gen):
     return _randn(gen, s["M"], s["K"], device=device), _randn(gen, s["N"], s["K"], device=device)
 
 
+def _batched_gemm_inputs(s, device, gen):
+    return _randn(gen, s["B"], s["M"], s["K"], device=device), _randn(gen, s["B"], s["K"], s["N"], device=device)
+
+
 def _bias_gemm_inputs(s, device, gen):
     a, b = _gemm_inputs(s, device, gen)
     return a, b, _randn(gen, s["N"], device=device)
@@ -201,6 +205,10 @@ def _ref_matmul(a, b, split_k=1):
 
 def _ref_linear_weight(a, w):
     return a.double() @ w.double().T
+
+
+def _ref_bmm(a, b):
+    return torch.bmm(a.double(), b.double())
 
 
 def _ref_rms_linear(x, w):
@@ -896,6 +904,18 @@ CASES: list[Case] = [
         small_shape=dict(M=150, N=136, K=104),
         bench_shape=GEMM_BENCH,
         flops=_gemm_flops,
+    ),
+    Case(
+        # rank-3 host descriptors read one matrix of the batch at a time (a unit block along the batch axis)
+        name="host_descriptor_bmm",
+        fixture="host_descriptor_bmm",
+        wrapper="bmm",
+        make_inputs=_batched_gemm_inputs,
+        reference=_ref_bmm,
+        shape=dict(B=3, M=1000, N=1096, K=712),
+        small_shape=dict(B=2, M=150, N=136, K=104),
+        bench_shape=dict(B=8, M=2048, N=2048, K=2048),
+        flops=lambda s: 2.0 * s["B"] * s["M"] * s["N"] * s["K"],
     ),
     *(
         Case(

@@ -4,6 +4,7 @@ descriptors): a part of the function walker of `transpile.analysis.layouts`, whi
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 
 import libcst as cst
@@ -686,7 +687,11 @@ class LanguageCalls:
             shape = [t if all(n in self.allowed_shape_names for n in _IDENT.findall(t)) else None
                      for t in desc.info.block_shape]
             base = desc.info.base
-            elem = f"{base}.dtype.element_ty" if base in self.allowed_shape_names else None
+            # (a pointer parameter, or one plus an offset: `x_base + b * x_stride_0`, a slice of a host descriptor)
+            pointer = _IDENT.match(base)
+            pointer = pointer.group(0) if pointer is not None and re.fullmatch(
+                rf"{re.escape(pointer.group(0))}( \+ .*)?", base) else None
+            elem = f"{pointer}.dtype.element_ty" if pointer in self.allowed_shape_names else None
             return Tensor(self.created(node, rank=len(shape), shape=shape), elem, tuple(shape))
         if method == "store":
             self.plan.descriptor_ops[node] = ("store", desc.info)

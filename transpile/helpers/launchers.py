@@ -46,19 +46,23 @@ class _HostDescriptors:
 
     @staticmethod
     def named(descriptors):
-        """(parameter, rank, its parts' names) of each (parameter, rank): worked out once, not per launch."""
-        return tuple((name, rank, *_HostDescriptors.parts(name, rank)) for name, rank in descriptors)
+        """(parameter, rank, sliced, its parts' names) of each (parameter, rank[, sliced]), worked out once, not per
+        launch. `sliced`: the kernel reads one slice of the descriptor along its first axis (its block there 1)."""
+        return tuple((d[0], d[1], len(d) > 2 and d[2], *_HostDescriptors.parts(d[0], d[1])) for d in descriptors)
 
     @staticmethod
     def add_parts(values, named):
         """Add to `values` (a launch's arguments by name) the parts of each descriptor of `named`, by the Gluon
         kernel's names. A descriptor the Gluon kernel cannot make from its parts (NaN padding, fp32 rounded to tf32,
         another rank) sets `_UNPASSABLE` to the reason."""
-        for name, rank, shape, strides, blocks, base in named:
+        for name, rank, sliced, shape, strides, blocks, base in named:
             desc = values.get(name)
             block = getattr(desc, "block_shape", None)
             if block is None or not hasattr(desc, "base") or len(block) != rank or len(desc.shape) != rank:
                 values[_UNPASSABLE] = "`%s` is not a tensor descriptor of rank %d (`TensorDescriptor`)" % (name, rank)
+                continue
+            if sliced and block[0] != 1:
+                values[_UNPASSABLE] = "`%s` has blocks of more than one along its first axis" % name
                 continue
             if getattr(desc, "padding", "zero") != "zero" or getattr(desc, "round_f32_to_tf32", False):
                 values[_UNPASSABLE] = ("`%s` pads with NaN or rounds fp32 to tf32, which the Gluon kernel does not"

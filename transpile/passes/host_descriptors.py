@@ -48,10 +48,11 @@ from transpile.discover import JitFunction, ModuleFacts, language_alias
 from transpile.source import SourceFile
 
 class HostDescriptors(NamedTuple):
-    """A translated kernel's host descriptors: the source's parameters, and (descriptor parameter, rank) each."""
+    """A translated kernel's host descriptors: the source's parameters, and (descriptor parameter, rank) each (and
+    True where the kernel reads one slice of it: `host_descriptors`)."""
 
     params: tuple[str, ...]
-    descriptors: tuple[tuple[str, int], ...]
+    descriptors: tuple[tuple[str, int] | tuple[str, int, bool], ...]
 
 
 #: what a kernel may read of a host descriptor for this pass to make it in the kernel
@@ -68,18 +69,35 @@ def parts(name: str, rank: int) -> tuple[list[str], list[str], list[str], str]:
             [f"{name}_block_{i}" for i in range(rank)], f"{name}_base")
 
 
-def host_descriptors(original: list[str], translated: list[str]) -> tuple[tuple[str, int], ...]:
+def host_descriptors(original: list[str], translated: list[str], fn: cst.FunctionDef | None = None
+                     ) -> tuple[tuple[str, int] | tuple[str, int, bool], ...]:
     """The host descriptors of a kernel whose source parameters are `original` and whose rewritten ones are
-    `translated`: (parameter, rank) for each source parameter this pass replaced by its parts."""
-    found = []
+    `translated`: (parameter, rank) for each source parameter this pass replaced by its parts; (parameter, rank,
+    True) for one `fn` (the rewritten kernel) reads one slice of (`_slice`: its block must be 1 along the first
+    axis, which the launcher checks)."""
+    made = [_assign(s) for s in fn.body.body] if fn is not None and isinstance(fn.body, cst.IndentedBlock) else []
+    sliced = {pair[0] for pair in made if pair is not None and _sliced_made(*pair)}
+    found: list[tuple[str, int] | tuple[str, int, bool]] = []
     for name in original:
         if name in translated or f"{name}_base" not in translated:
             continue
         rank = sum(1 for p in translated if p.startswith(f"{name}_shape_") and p[len(name) + 7:].isdigit())
         shape, strides, block, base = parts(name, rank)
         if rank and all(p in translated for p in (*shape, *strides, *block, base)):
-            found.append((name, rank))
+            found.append((name, rank, True) if name in sliced else (name, rank))
     return tuple(found)
+
+
+def descriptor_tuples(host: HostDescriptors) -> str:
+    """The descriptors as the launcher and `_HostDescriptors` take them: `("a_desc", 2), ("x_desc", 3, True), `."""
+    return "".join(f"({', '.join([f'{chr(34)}{d[0]}{chr(34)}', *map(str, d[1:])])}), " for d in host.descriptors)
+
+
+def _sliced_made(name: str, value: cst.BaseExpression) -> bool:
+    """`value` makes the descriptor `name` as the slice of the host's at an offset (`name_base + (i) * ...`)."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and \
+        value.func.attr.value == "make_tensor_descriptor" and bool(value.args) and isinstance(
+            value.args[0].value, cst.BinaryOperation) and _code(value.args[0].value).startswith(f"{name}_base + ")
 
 
 def host_descriptor_names(fn: JitFunction) -> frozenset[str]:
@@ -160,8 +178,18 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
         descriptors[param.name] = rank
     if not descriptors:
         return None
+    # rank-3 descriptors read one slice at a time (a unit block along the first axis, at one first offset):
+    # rank-2 descriptors of that slice, made once its offset is known
+    sliced: dict[str, tuple[str, int]] = {}  # name -> (first offset, top-level statement it follows, -1: none)
+    for name in [n for n, rank in descriptors.items() if rank == 3]:
+        found = _slice(node, name, alias)
+        if found is not None:
+            sliced[name] = found
+    if sliced:
+        node = node.with_changes(body=_Sliced(set(sliced), alias).visit_block(node.body))
     params: list[cst.Param] = []
     made: list[cst.BaseStatement] = []
+    later: list[tuple[int, cst.BaseStatement]] = []  # (top-level statement index to follow, statement)
     constexpr = cst.Annotation(cst.parse_expression(f"{alias}.constexpr"))
     for param in node.params.params:
         name = param.name.value
@@ -172,6 +200,12 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         params.extend(cst.Param(cst.Name(n), comma=comma) for n in (base, *shape, *strides))
         params.extend(cst.Param(cst.Name(n), annotation=constexpr, comma=comma) for n in block)
+        if name in sliced:  # (the slice at the first offset: `block_0` is 1, which the launcher checks)
+            offset, after = sliced[name]
+            later.append((after, cst.parse_statement(
+                f"{name} = {alias}.make_tensor_descriptor({base} + ({offset}) * {strides[0]}, [{shape[1]}, "
+                f"{shape[2]}], [{strides[1]}, 1], [{block[1]}, {block[2]}])\n")))
+            continue
         made.append(cst.parse_statement(
             f"{name} = {alias}.make_tensor_descriptor({base}, [{', '.join(shape)}], [{', '.join([*strides, '1'])}], "
             f"[{', '.join(block)}])\n"))
@@ -181,10 +215,200 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
     at = 1 if statements and _is_docstring(statements[0]) else 0
     comment = cst.EmptyLine(comment=cst.Comment(
         "# triton-transpile: the host's tensor descriptors, made here from the parts the launcher passes"))
-    made[0] = made[0].with_changes(leading_lines=[comment])
-    statements[at:at] = made
+    for after in sorted({a for a, _ in later}, reverse=True):  # (from the last, so that indices hold)
+        group = [statement for a, statement in later if a == after]
+        group[0] = group[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# triton-transpile: the slices of the host's tensor descriptors this program reads, made here"))])
+        statements[max(after + 1, at):max(after + 1, at)] = group
+    if made:
+        made[0] = made[0].with_changes(leading_lines=[comment])
+        statements[at:at] = made
     return node.with_changes(params=node.params.with_changes(params=params),
                              body=node.body.with_changes(body=statements))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _copy_call(node: cst.CSTNode, name: str) -> cst.Call | None:
+    """`node` as a call `name.load([...])` or `name.store([...], v)` of the descriptor `name`, else None."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+            and node.func.value.value == name and node.func.attr.value in _COPIES:
+        return node
+    return None
+
+
+def _reshape_of(node: cst.BaseExpression, alias: str) -> tuple[cst.BaseExpression, list[str]] | None:
+    """`tl.reshape(x, [a, b])` or `x.reshape(a, b)` (or a tuple of sizes): (x, the sizes' texts), else None."""
+    if not isinstance(node, cst.Call):
+        return None
+    func = node.func
+    args = [a.value for a in node.args if a.keyword is None]
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == alias \
+            and func.attr.value == "reshape" and len(args) == 2 and isinstance(args[1], (cst.List, cst.Tuple)):
+        return args[0], [_code(e.value) for e in args[1].elements]
+    if isinstance(func, cst.Attribute) and func.attr.value == "reshape" and args:
+        sizes = args[0].elements if len(args) == 1 and isinstance(args[0], (cst.List, cst.Tuple)) else None
+        return func.value, [_code(e.value) for e in sizes] if sizes is not None else [_code(a) for a in args]
+    return None
+
+
+def _assign(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
+    """`x = value` on a line of its own: (x, value)."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+            statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 and isinstance(
+            statement.body[0].targets[0].target, cst.Name):
+        return statement.body[0].targets[0].target.value, statement.body[0].value
+    return None
+
+
+def _store(statement: cst.BaseStatement, name: str) -> cst.Call | None:
+    """`name.store([...], v)` on a line of its own."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+            statement.body[0], cst.Expr):
+        call = _copy_call(statement.body[0].value, name)
+        return call if call is not None and call.func.attr.value == "store" else None  # type: ignore[union-attr]
+    return None
+
+
+def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None:
+    """Where the rank-3 descriptor `name` is read one slice at a time: each load's tile reshaped to 2-D by the next
+    statement (`x = name.load([i, m, k])`, `x = tl.reshape(x, [BM, BK])`), each store's value reading a name the
+    statement before made by a reshape with a unit first size (`y = tl.reshape(acc, [1, BM, BN])`,
+    `name.store([i, m, n], y.to(T))`), every first offset `i` the same, its names bound once, at the top level of
+    the kernel, before any copy. Returns (`i`, the top-level statement the slice can be made after, -1 for the
+    start), else None."""
+    offsets: set[str] = set()
+    copies = 0
+    matched = 0
+    for block in (n for n in semantic_preorder(fn.body) if isinstance(n, cst.IndentedBlock)):
+        body = list(block.body)
+        for i, statement in enumerate(body):
+            assigned = _assign(statement)
+            call = _copy_call(assigned[1], name) if assigned is not None else None
+            if call is not None and call.func.attr.value == "load":  # type: ignore[union-attr]
+                reshaped = _assign(body[i + 1]) if i + 1 < len(body) else None
+                shape = _reshape_of(reshaped[1], alias) if reshaped is not None else None
+                if reshaped is None or reshaped[0] != assigned[0] or shape is None or not isinstance(
+                        shape[0], cst.Name) or shape[0].value != assigned[0] or len(shape[1]) != 2:
+                    return None
+                offsets.add(_code(call.args[0].value.elements[0].value))  # type: ignore[attr-defined]
+                matched += 1
+            store = _store(statement, name)
+            if store is not None:
+                made = _assign(body[i - 1]) if i else None
+                shape = _reshape_of(made[1], alias) if made is not None else None
+                value = store.args[1].value if len(store.args) > 1 else None
+                if made is None or shape is None or len(shape[1]) != 3 or shape[1][0] != "1" or value is None \
+                        or made[0] not in names_in(value) or block is not fn.body \
+                        or any(made[0] in names_in(later) for later in body[i + 1:]):
+                    return None  # (the reshape goes: nothing after the store, at the kernel's top level, reads it)
+                offsets.add(_code(store.args[0].value.elements[0].value))  # type: ignore[attr-defined]
+                matched += 1
+    copies = sum(1 for n in semantic_preorder(fn.body) if _copy_call(n, name) is not None)
+    if len(offsets) != 1 or matched != copies:
+        return None
+    offset = offsets.pop()
+    # the offset's names: parameters, or bound once at the kernel's top level before the first copy
+    top = list(fn.body.body)  # type: ignore[union-attr]
+    params = {p.name.value for p in fn.params.params}
+    after = -1
+    reads = names_in(cst.parse_expression(offset))
+    for read in reads - params:
+        binds = [i for i, s in enumerate(top) if read in _bound(s)]
+        nested = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, (cst.AssignTarget, cst.AugAssign))
+                     and read in names_in(n.target))
+        if len(binds) != 1 or nested != 1:
+            return None
+        after = max(after, binds[0])
+    first = next((i for i, s in enumerate(top) if any(_copy_call(n, name) for n in semantic_preorder(s))), None)
+    if first is None or after >= first:
+        return None
+    return offset, after
+
+
+def _bound(statement: cst.BaseStatement) -> set[str]:
+    """The names a top-level statement binds (`x = ...`, `a, b = ...`, a loop's variable)."""
+    out: set[str] = set()
+    for node in semantic_preorder(statement):
+        if isinstance(node, cst.AssignTarget):
+            out |= names_in(node.target)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            out |= names_in(node.target)
+        elif isinstance(node, cst.For):
+            out |= names_in(node.target)
+    return out
+
+
+class _Sliced:
+    """The copies of sliced rank-3 descriptors (`_slice`) as copies of their rank-2 slices: a load and its reshape
+    become a load of the slice; a store reads the reshape's operand, and the reshape goes (nothing else reads it)."""
+
+    def __init__(self, names: set[str], alias: str) -> None:
+        self.names = names
+        self.alias = alias
+
+    def visit_block(self, block: cst.BaseSuite) -> cst.BaseSuite:
+        return block.visit(_SlicedBlocks(self))
+
+
+class _SlicedBlocks(cst.CSTTransformer):
+    def __init__(self, sliced: _Sliced) -> None:
+        super().__init__()
+        self.sliced = sliced
+        self.reads: dict[str, int] = {}
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return True
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        body = list(updated.body)
+        out: list[cst.BaseStatement] = []
+        skip = False
+        for i, statement in enumerate(body):
+            if skip:
+                skip = False
+                continue
+            assigned = _assign(statement)
+            for name in self.sliced.names:
+                call = _copy_call(assigned[1], name) if assigned is not None else None
+                if call is not None and call.func.attr.value == "load":  # type: ignore[union-attr]
+                    offsets = call.args[0].value  # type: ignore[attr-defined]
+                    kept = offsets.with_changes(elements=[e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                                          if j == len(offsets.elements) - 1 else e
+                                                          for j, e in enumerate(offsets.elements) if j])
+                    load = call.with_changes(args=[call.args[0].with_changes(value=kept), *call.args[1:]])
+                    statement = statement.with_changes(body=[statement.body[0].with_changes(value=load)])
+                    skip = True  # (the reshape to 2-D: the slice's tile is 2-D)
+                    break
+                store = _store(statement, name)
+                if store is not None and out:
+                    made = _assign(out[-1])
+                    operand = _reshape_of(made[1], self.sliced.alias)[0]  # type: ignore[index]
+                    operand = operand if isinstance(operand, cst.Name) else cst.parse_expression(f"({_code(operand)})")
+                    value = store.args[1].value.visit(_Renamed(made[0], operand))  # type: ignore[index]
+                    offsets = store.args[0].value
+                    kept = offsets.with_changes(elements=[e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                                          if j == len(offsets.elements) - 1 else e
+                                                          for j, e in enumerate(offsets.elements) if j])
+                    new = store.with_changes(args=[store.args[0].with_changes(value=kept),
+                                                   store.args[1].with_changes(value=value), *store.args[2:]])
+                    statement = statement.with_changes(body=[statement.body[0].with_changes(value=new)])
+                    out.pop()  # (the reshape to 3-D: nothing else reads it, `_slice`)
+                    break
+            out.append(statement)
+        return updated.with_changes(body=out)
+
+
+class _Renamed(cst.CSTTransformer):
+    def __init__(self, name: str, value: cst.BaseExpression) -> None:
+        super().__init__()
+        self.name = name
+        self.value = value
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.value if updated.value == self.name else updated
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

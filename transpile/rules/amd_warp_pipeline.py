@@ -1179,7 +1179,12 @@ def _descriptor_divisible(ctx: RuleContext, sp: StagePlan
         at = f"the descriptor `{load.descriptor}` of the tile `{load.name}` (line {ctx.source.position(load.call)[0]})"
         if tile is None:
             return f"{at} is not made once by `tl.make_tensor_descriptor` with list arguments"
-        if tile.base not in params:
+        # (a pointer parameter, or the slice of one at `(i) * stride`, as a sliced host descriptor is made
+        # (`transpile.passes.host_descriptors`): the stride then a multiple of 16 too)
+        sliced = re.fullmatch(r"(\w+) \+ \((.+)\) \* (\w+)", tile.base)
+        if sliced is not None and sliced.group(1) in params and sliced.group(3) in params:
+            names.append(sliced.group(3))
+        elif tile.base not in params:
             return f"{at} has the base `{tile.base}`, not a pointer parameter: no launch can vouch for its alignment"
         if tile.strides[1] != "1":
             return f"{at} has its last stride `{tile.strides[1]}`, not 1"
