@@ -140,7 +140,7 @@ def test_a_rank3_descriptor_read_otherwise_stays_rank3(change: str, replacement:
 
 def test_the_pass_and_the_launcher_agree_on_the_parts_names() -> None:
     for rank in range(1, 6):
-        assert parts("x_desc", rank) == launchers._HostDescriptors.parts("x_desc", rank)
+        assert parts("x_desc", rank) == launchers._DescriptorParts.parts("x_desc", rank)
 
 
 def test_the_variant_binds_the_gluon_kernel_under_the_source_signature() -> None:
@@ -220,7 +220,8 @@ except ValueError as exc:
 # the launcher: its checks read the parts by the Gluon kernel's names; NaN padding runs the source kernel
 def launcher(configs_hook=None):
     gluon = _HostDescriptors(gluon_stand_in, PARAMS, DESCRIPTORS)
-    return _WarpPipelinedOrTriton(gluon, source_kernel, params=PARAMS, tiles=(), descriptors=DESCRIPTORS, warps=8,
+    return _WarpPipelinedOrTriton(gluon, source_kernel, params=PARAMS, tiles=(), warps=8,
+                                  descriptors=_DescriptorParts(DESCRIPTORS),
                                   source_when=(lambda x_desc_block_0: x_desc_block_0 < 16,))
 def launch(desc, block, warps=8):
     out = torch.zeros(8, dtype=torch.int32)
@@ -233,7 +234,8 @@ assert launch(TensorDescriptor.from_tensor(x, [16, 8]), 16, warps=4) == 2
 # a descriptor the kernel reads one slice of: its block along the first axis must be 1
 x3 = torch.full((2, 48, 40), 7.0)
 sliced = _WarpPipelinedOrTriton(_HostDescriptors(gluon_stand_in, PARAMS, (("x_desc", 3, True),)), source_kernel,
-                                params=PARAMS, tiles=(), descriptors=(("x_desc", 3, True),), warps=8)
+                                params=PARAMS, tiles=(), warps=8,
+                                descriptors=_DescriptorParts((("x_desc", 3, True),)))
 def launch3(block):
     out = torch.zeros(8, dtype=torch.int32)
     try:

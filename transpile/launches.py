@@ -198,7 +198,7 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
         when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
 
     if host is not None:
-        when += f", descriptors=({descriptor_tuples(host)})"
+        when += f", descriptors=_DescriptorParts(({descriptor_tuples(host)}))"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""

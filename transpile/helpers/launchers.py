@@ -9,32 +9,25 @@ import triton
 _UNPASSABLE = "_transpile_unpassable"
 
 
-def _launch_values(params, args, kwargs, descriptors=()):
-    """A launch's arguments by parameter name; with `descriptors` (`_HostDescriptors.named`), the parts of those host
-    descriptors too (`_HostDescriptors.add_parts`)."""
+def _launch_values(params, args, kwargs, descriptors=None):
+    """A launch's arguments by parameter name; with `descriptors` (`_DescriptorParts`), the parts of those host
+    descriptors too."""
     values = dict(zip(params, args))
     values.update(kwargs)
-    if descriptors:
-        _HostDescriptors.add_parts(values, descriptors)
+    if descriptors is not None:
+        descriptors.add(values)
     return values
 
 
-class _HostDescriptors:
-    """A Gluon kernel whose source takes tensor descriptors the host builds (`TensorDescriptor` of
-    `triton.tools.tensor_descriptor`): called with the source kernel's arguments, it passes each descriptor's base,
-    shape, strides and block shape, which the Gluon kernel takes in its place and makes the descriptor from. It sits
-    under the source's `@triton.autotune`, whose configs' `pre_hook`s set block shapes before it runs, as they do for
-    the source kernel. `descriptors`: (parameter, rank) of each."""
+class _DescriptorParts:
+    """The tensor descriptors the host builds that a Gluon kernel takes in parts: (parameter, rank) each, and True
+    third where the kernel reads one slice of it along its first axis (its block there must be 1)."""
 
-    def __init__(self, fn, params, descriptors):
-        self.fn = fn  # (an autotuner reads the kernel's name and cache key through `fn`)
-        self.arg_names = list(params)
-        self.descriptors = _HostDescriptors.named(descriptors)
-
-    @classmethod
-    def of(cls, params, descriptors):
-        """The decorator: `@_HostDescriptors.of(params, descriptors)` above `@gluon.jit`."""
-        return lambda fn: cls(fn, params, descriptors)
+    def __init__(self, descriptors):
+        self.names = [d[0] for d in descriptors]
+        # (parameter, rank, sliced, the names of its parts), worked out once, not per launch
+        self.descriptors = [(d[0], d[1], len(d) > 2 and d[2], *_DescriptorParts.parts(d[0], d[1]))
+                            for d in descriptors]
 
     @staticmethod
     def parts(name, rank):
@@ -44,18 +37,11 @@ class _HostDescriptors:
                 ["%s_stride_%d" % (name, i) for i in range(rank - 1)],
                 ["%s_block_%d" % (name, i) for i in range(rank)], name + "_base")
 
-    @staticmethod
-    def named(descriptors):
-        """(parameter, rank, sliced, its parts' names) of each (parameter, rank[, sliced]), worked out once, not per
-        launch. `sliced`: the kernel reads one slice of the descriptor along its first axis (its block there 1)."""
-        return tuple((d[0], d[1], len(d) > 2 and d[2], *_HostDescriptors.parts(d[0], d[1])) for d in descriptors)
-
-    @staticmethod
-    def add_parts(values, named):
-        """Add to `values` (a launch's arguments by name) the parts of each descriptor of `named`, by the Gluon
-        kernel's names. A descriptor the Gluon kernel cannot make from its parts (NaN padding, fp32 rounded to tf32,
-        another rank) sets `_UNPASSABLE` to the reason."""
-        for name, rank, sliced, shape, strides, blocks, base in named:
+    def add(self, values):
+        """Add to `values` (a launch's arguments by name) the parts of each descriptor, by the Gluon kernel's names.
+        A descriptor the Gluon kernel cannot make from its parts (NaN padding, fp32 rounded to tf32, another rank, a
+        slice's block of more than one) sets `_UNPASSABLE` to the reason."""
+        for name, rank, sliced, shape, strides, blocks, base in self.descriptors:
             desc = values.get(name)
             block = getattr(desc, "block_shape", None)
             if block is None or not hasattr(desc, "base") or len(block) != rank or len(desc.shape) != rank:
@@ -73,12 +59,30 @@ class _HostDescriptors:
             values.update(zip(strides, desc.strides))  # (all but the last: `strides` names one fewer)
             values.update(zip(blocks, block))
 
+
+class _HostDescriptors:
+    """A Gluon kernel whose source takes tensor descriptors the host builds (`TensorDescriptor` of
+    `triton.tools.tensor_descriptor`): called with the source kernel's arguments, it passes each descriptor's base,
+    shape, strides and block shape, which the Gluon kernel takes in its place and makes the descriptor from. It sits
+    under the source's `@triton.autotune`, whose configs' `pre_hook`s set block shapes before it runs, as they do for
+    the source kernel. `descriptors`: as `_DescriptorParts` takes them."""
+
+    def __init__(self, fn, params, descriptors):
+        self.fn = fn  # (an autotuner reads the kernel's name and cache key through `fn`)
+        self.arg_names = list(params)
+        self.descriptors = _DescriptorParts(descriptors)
+
+    @classmethod
+    def of(cls, params, descriptors):
+        """The decorator: `@_HostDescriptors.of(params, descriptors)` above `@gluon.jit`."""
+        return lambda fn: cls(fn, params, descriptors)
+
     def run(self, *args, grid, warmup=False, **kwargs):
         values = _launch_values(self.arg_names, args, kwargs, self.descriptors)
         if _UNPASSABLE in values:
             raise ValueError(f"{self.fn.__name__}: {values[_UNPASSABLE]}; launch the source kernel instead")
-        for named in self.descriptors:
-            del values[named[0]]
+        for name in self.descriptors.names:
+            del values[name]
         try:
             return self.fn.run(grid=grid, warmup=warmup, **values)
         except RuntimeError as exc:
@@ -110,8 +114,8 @@ class _AlignedOrTriton:
     elements per thread. With `narrow` (a kernel whose column reductions its layouts keep inside each thread, which
     Triton's do not) the Gluon kernel also takes aligned launches of 8- and 16-bit data."""
 
-    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False, descriptors=()):
-        self.descriptors = _HostDescriptors.named(descriptors) if descriptors else ()
+    def __init__(self, gluon_kernel, triton_kernel, params, divisible=(), narrow=False, descriptors=None):
+        self.descriptors = descriptors
         self.gluon_kernel = gluon_kernel
         self.triton_kernel = triton_kernel
         self.params = params
@@ -218,8 +222,8 @@ class _TMAOrTriton:
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
                  divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None,
-                 source_when=(), descriptors=()):
-        self.descriptors = _HostDescriptors.named(descriptors) if descriptors else ()
+                 source_when=(), descriptors=None):
+        self.descriptors = descriptors
         self.source_when = source_when
         self.grid_at_least = grid_at_least
         self.retile = retile

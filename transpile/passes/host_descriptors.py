@@ -64,7 +64,7 @@ _COPIES = ("load", "store")
 def parts(name: str, rank: int) -> tuple[list[str], list[str], list[str], str]:
     """The parameters a descriptor parameter `name` of `rank` dimensions becomes: its shape, its strides but the
     last (which is 1), its block shape (constexprs), and its base pointer. The launcher passes them by these names
-    (`_HostDescriptors.parts` in `transpile/helpers/launchers.py`, which variants carry: the same names, tested)."""
+    (`_DescriptorParts.parts` in `transpile/helpers/launchers.py`, which variants carry: the same names, tested)."""
     return ([f"{name}_shape_{i}" for i in range(rank)], [f"{name}_stride_{i}" for i in range(rank - 1)],
             [f"{name}_block_{i}" for i in range(rank)], f"{name}_base")
 

@@ -17,7 +17,7 @@ COMMON = {
 #: GEMM of 8-bit or tf32 operands run on a K-major copy of B
 LAUNCHERS = {
     "launch_values": helper("launchers", "_UNPASSABLE", "_launch_values"),
-    "host_descriptors": helper("launchers", "_HostDescriptors"),
+    "host_descriptors": helper("launchers", "_DescriptorParts", "_HostDescriptors"),
     "aligned_or_triton": helper("launchers", "_AlignedOrTriton"),
     "persistent_grid": helper("launchers", "_SM_COUNTS", "_sm_count", "_persistent_grid"),
     "tma_scratch": helper("launchers", "_tma_scratch"),
