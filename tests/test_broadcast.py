@@ -959,14 +959,16 @@ def host_desc(a_desc, b_desc, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     tl.store(c_ptr + rows[:, None] * BLOCK_N + cols[None, :], acc)
+    tl.store(c_ptr + rows, a_desc.gather(rows, 0))
 '''
 
 
 @pytest.mark.parametrize("target", ["gfx950", "sm90"])
 def test_a_tensor_descriptor_the_host_built_is_named_with_its_line(target: str) -> None:
-    """`a_desc.load([...])` on a kernel parameter (a `TensorDescriptor` the host made): its element type, block shape
-    and layout are the launch's. The refusal names the call, its line and the in-kernel form to write instead (it
-    said only that the dot's element type was unknown)."""
+    """`a_desc.load([...])` on a kernel parameter (a `TensorDescriptor` the host made) that the kernel also reads
+    otherwise than as the pass makes in the kernel (`gather`): its element type, block shape and layout are the
+    launch's. The refusal names the call, its line and the in-kernel form to write instead (it said only that the
+    dot's element type was unknown)."""
     result = translate_source(HOST_DESCRIPTOR, "k.py", get_target(target))
     assert not result.functions[0].translated
     first = result.diagnostics[0]

@@ -260,7 +260,7 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
         if type(fn).__name__ == "_HostDescriptors":  # (the Gluon kernel takes the host's descriptors in parts)
             signature, constexprs = descriptor_parts(signature, constexprs)
-            divisible = (*divisible, *(f"{d[0]}_base" for d in fn.descriptors))  # (16-byte aligned, always)
+            divisible = (*divisible, *(f"{name}_base" for name in fn.descriptors.names))  # (16-byte aligned)
         fn = fn.fn
     kind = ASTSource if triton_kernel else GluonASTSource
     attrs: dict[tuple[int], list[list[object]]] = {}

@@ -91,6 +91,7 @@ HOST_DESCRIPTOR = (
     "def k(a_desc, c_ptr, BM: tl.constexpr, BK: tl.constexpr):\n"
     "    a = a_desc.load([tl.program_id(0) * BM, 0])\n"
     "    tl.store(c_ptr + tl.arange(0, BM)[:, None] * BK + tl.arange(0, BK)[None, :], a)\n"
+    "    tl.store(c_ptr + tl.arange(0, BM), a_desc.gather(tl.arange(0, BM), 0))\n"
 )
 HOST_BUILT = "`a_desc.load(...)` reads a tensor descriptor the host built"
 
@@ -108,7 +109,8 @@ class DescriptorsAsPointers(_DescriptorDispatch, Rule):
                  "(BM, BN)[1] + (M, N)[0], ",), "gfx950"),
     )
     counterexamples = (
-        # a descriptor the host built: its block shape and element type are the launch's, not the source's
+        # a descriptor the host built and read otherwise than as `transpile.passes.host_descriptors` makes in the
+        # kernel (a gather): its block shape and element type are the launch's, not the source's
         Counterexample(HOST_DESCRIPTOR, ("_desc_load(",), "TT010", HOST_BUILT, "gfx950"),
     )
 
