@@ -75,6 +75,9 @@ def test_a_descriptor_read_other_than_as_one_is_left_as_written(change: str, why
 
 def test_helpers_constexprs_and_taken_names_are_left_as_written() -> None:
     assert _rewritten(KERNEL.replace("c_desc, K,", "c_desc: tl.constexpr, K,")).count("c_desc_base") == 0
+    # (a default: left as written, and the file still rewritten; it was an internal error, found in review)
+    assert "c_desc_base" not in _rewritten(KERNEL.replace("c_desc, K, BLOCK_K: tl.constexpr", "K, BLOCK_K: "
+                                                          "tl.constexpr = 64, c_desc=None"))
     assert "a_desc_base" not in _rewritten(KERNEL.replace("    acc = tl.zeros", "    a_desc_shape_0 = 1\n    acc = tl.zeros"))
     helper = KERNEL + '''
 
@@ -130,9 +133,17 @@ def test_a_rank3_descriptor_read_one_slice_at_a_time_is_made_as_that_slice() -> 
     ("    c_desc.store([batch, 0, 0], c)\n", "    c_desc.store([batch, 0, 0], c)\n    tl.store(None, c)\n",
      "c_desc"),  # the 3-D tile read again after its store
     ("    batch = tl.program_id(1)\n", "    batch = tl.program_id(1)\n    batch = batch + 0\n", "a_desc"),
+    # a shape read: the rank-3 descriptor's index (review: `b_desc.shape[1]` read as the slice's N)
+    ("    acc = tl.zeros", "    K = b_desc.shape[1]\n    acc = tl.zeros", "b_desc"),
+    # a parameter offset the kernel rebinds (review: the slice made from its first value)
+    ("def bmm(a_desc, b_desc, c_desc, K,", "def bmm(a_desc, b_desc, c_desc, K, first,", "a_desc"),
 ])
 def test_a_rank3_descriptor_read_otherwise_stays_rank3(change: str, replacement: str, whole: str) -> None:
-    text = _rewritten(SLICED.replace(change, replacement))
+    source = SLICED.replace(change, replacement)
+    if "first," in replacement:
+        source = source.replace("    batch = tl.program_id(1)\n", "    first += tl.program_id(1)\n").replace(
+            "[batch, ", "[first, ")
+    text = _rewritten(source)
     assert text is not None and "def bmm(a_desc_base" in text
     made = f"{whole} = tl.make_tensor_descriptor({whole}_base, [{whole}_shape_0, {whole}_shape_1, {whole}_shape_2],"
     assert made in text, text

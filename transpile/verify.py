@@ -265,9 +265,9 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     kind = ASTSource if triton_kernel else GluonASTSource
     attrs: dict[tuple[int], list[list[object]]] = {}
     # (names of the other form of a kernel taking host descriptors, whole or in parts, are not its parameters)
-    for name in (n for n in divisible if n in fn.arg_names or n in signature):
+    for name in (n for n in divisible if n in fn.arg_names):
         attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.divisibility", 16])
-    for name in (n for n in pointer_range if n in fn.arg_names or n in signature):
+    for name in (n for n in pointer_range if n in fn.arg_names):
         attrs.setdefault((fn.arg_names.index(name),), []).append(["tt.pointer_range", 32])
     source = kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     options: dict[str, object] = {"num_warps": num_warps}

@@ -167,8 +167,8 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
     taken = names_in(node)
     descriptors: dict[str, int] = {}
     for param in fn.params:
-        if param.is_constexpr or param.node.star:
-            continue
+        if param.is_constexpr or param.node.star or param.default is not None:
+            continue  # (a default: its parts would need defaults too)
         rank = descriptor_rank(node, param.name)
         if rank is None:
             continue
@@ -307,14 +307,21 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
                 offsets.add(_code(store.args[0].value.elements[0].value))  # type: ignore[attr-defined]
                 matched += 1
     copies = sum(1 for n in semantic_preorder(fn.body) if _copy_call(n, name) is not None)
-    if len(offsets) != 1 or matched != copies:
-        return None
+    reads = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, cst.Attribute)
+                and isinstance(n.value, cst.Name) and n.value.value == name)
+    if len(offsets) != 1 or matched != copies or reads != copies:
+        return None  # (a `.shape`, `.strides` or `.block_shape` read is the rank-3 descriptor's: left rank 3)
     offset = offsets.pop()
     # the offset's names: parameters, or bound once at the kernel's top level before the first copy
     top = list(fn.body.body)  # type: ignore[union-attr]
     params = {p.name.value for p in fn.params.params}
     after = -1
     reads = names_in(cst.parse_expression(offset))
+    assigned = {n for node in semantic_preorder(fn.body)
+                if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For))
+                for n in names_in(node.target)}
+    if reads & params & assigned:
+        return None  # (a parameter the kernel rebinds: the slice would be made from its first value)
     for read in reads - params:
         binds = [i for i, s in enumerate(top) if read in _bound(s)]
         nested = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, (cst.AssignTarget, cst.AugAssign))

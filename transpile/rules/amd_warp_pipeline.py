@@ -1181,7 +1181,7 @@ def _descriptor_divisible(ctx: RuleContext, sp: StagePlan
             return f"{at} is not made once by `tl.make_tensor_descriptor` with list arguments"
         # (a pointer parameter, or the slice of one at `(i) * stride`, as a sliced host descriptor is made
         # (`transpile.passes.host_descriptors`): the stride then a multiple of 16 too)
-        sliced = re.fullmatch(r"(\w+) \+ \((.+)\) \* (\w+)", tile.base)
+        sliced = re.fullmatch(r"(\w+) \+ \(([^()]*)\) \* (\w+)", tile.base)
         if sliced is not None and sliced.group(1) in params and sliced.group(3) in params:
             names.append(sliced.group(3))
         elif tile.base not in params:
