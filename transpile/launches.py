@@ -197,8 +197,8 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     if dispatch.retile is not None:
         when += f", retile=({value(dispatch.retile[0])}, {dispatch.retile[1]}, {dispatch.retile[2]})"
 
-    if host is not None:
-        when += f", descriptors=_DescriptorParts(({descriptor_tuples(host)}))"
+    descriptors = f", descriptors=_DescriptorParts(({descriptor_tuples(host)}))" if host is not None else ""
+    when += descriptors
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""
@@ -216,11 +216,10 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     if dispatch.lds is not None:  # (no trailing commas: the formatter keeps the tuples on few lines)
         least = f", {dispatch.lds[2]}" if len(dispatch.lds) > 2 else ""  # (the fewest slots, where not two)
         amd += f", lds=({dispatch.lds[0]}, {tuple(dispatch.lds[1])!r}{least})"
-    when_host = when[when.index(", descriptors="):] if host is not None else ""
     if dispatch.reason == ALIGNMENT_REASON:
         divisible = "".join(value(n) + ", " for n in dispatch.divisible)
         launcher = cst.parse_statement(f"{name} = _AlignedOrTriton({name}, {copy}, params=({params})"
-                                       f"{f', divisible=({divisible})' if divisible else ''}{when_host}"
+                                       f"{f', divisible=({divisible})' if divisible else ''}{descriptors}"
                                        f"{', narrow=True' if dispatch.narrow else ''})\n")
     else:
         launcher = cst.parse_statement(

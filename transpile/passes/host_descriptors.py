@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from transpile.cst_utils import names_in
+from transpile.cst_utils import assigned_names, bound_names, is_docstring, names_in
 from transpile.cst_walk import semantic_preorder
 from transpile.discover import JitFunction, ModuleFacts, language_alias
 from transpile.source import SourceFile
@@ -69,6 +69,13 @@ def parts(name: str, rank: int) -> tuple[list[str], list[str], list[str], str]:
             [f"{name}_block_{i}" for i in range(rank)], f"{name}_base")
 
 
+def _parts_rank(name: str, params: set[str] | list[str]) -> int:
+    """The rank of the descriptor `name` whose parts (`parts`) are all among `params`, else 0."""
+    rank = sum(1 for p in params if p.startswith(f"{name}_shape_") and p[len(name) + 7:].isdigit())
+    shape, strides, block, base = parts(name, rank)
+    return rank if rank and all(p in params for p in (*shape, *strides, *block, base)) else 0
+
+
 def host_descriptors(original: list[str], translated: list[str], fn: cst.FunctionDef | None = None
                      ) -> tuple[tuple[str, int] | tuple[str, int, bool], ...]:
     """The host descriptors of a kernel whose source parameters are `original` and whose rewritten ones are
@@ -79,18 +86,15 @@ def host_descriptors(original: list[str], translated: list[str], fn: cst.Functio
     sliced = {pair[0] for pair in made if pair is not None and _sliced_made(*pair)}
     found: list[tuple[str, int] | tuple[str, int, bool]] = []
     for name in original:
-        if name in translated or f"{name}_base" not in translated:
-            continue
-        rank = sum(1 for p in translated if p.startswith(f"{name}_shape_") and p[len(name) + 7:].isdigit())
-        shape, strides, block, base = parts(name, rank)
-        if rank and all(p in translated for p in (*shape, *strides, *block, base)):
+        rank = _parts_rank(name, translated) if name not in translated else 0
+        if rank:
             found.append((name, rank, True) if name in sliced else (name, rank))
     return tuple(found)
 
 
 def descriptor_tuples(host: HostDescriptors) -> str:
     """The descriptors as the launcher and `_HostDescriptors` take them: `("a_desc", 2), ("x_desc", 3, True), `."""
-    return "".join(f"({', '.join([f'{chr(34)}{d[0]}{chr(34)}', *map(str, d[1:])])}), " for d in host.descriptors)
+    return "".join("(" + ", ".join([f'"{d[0]}"', *map(str, d[1:])]) + "), " for d in host.descriptors)
 
 
 def _sliced_made(name: str, value: cst.BaseExpression) -> bool:
@@ -104,14 +108,8 @@ def host_descriptor_names(fn: JitFunction) -> frozenset[str]:
     """The descriptors `fn` (as this pass rewrote it) makes from the parts of the host's: each `d` whose parts
     (`parts(d, rank)`) are all parameters of `fn` and that is not one itself."""
     params = {p.name for p in fn.params}
-    found = set()
-    for param in params:
-        name = param[: -len("_base")] if param.endswith("_base") else ""
-        rank = sum(1 for p in params if p.startswith(f"{name}_shape_") and p[len(name) + 7:].isdigit())
-        if name and rank and name not in params and all(
-                p in params for part in parts(name, rank)[:3] for p in part):
-            found.add(name)
-    return frozenset(found)
+    return frozenset(name for name in (p[: -len("_base")] for p in params if p.endswith("_base"))
+                     if name not in params and _parts_rank(name, params))
 
 
 def make_host_descriptors(source: SourceFile, facts: ModuleFacts
@@ -186,7 +184,7 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
         if found is not None:
             sliced[name] = found
     if sliced:
-        node = node.with_changes(body=_Sliced(set(sliced), alias).visit_block(node.body))
+        node = node.with_changes(body=node.body.visit(_Sliced(set(sliced), alias)))
     params: list[cst.Param] = []
     made: list[cst.BaseStatement] = []
     later: list[tuple[int, cst.BaseStatement]] = []  # (top-level statement index to follow, statement)
@@ -212,7 +210,7 @@ def _rewritten(source: SourceFile, fn: JitFunction) -> cst.FunctionDef | None:
     if params and params[-1] is not node.params.params[-1] and node.params.params[-1].comma == cst.MaybeSentinel.DEFAULT:
         params[-1] = params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     statements = list(node.body.body)
-    at = 1 if statements and _is_docstring(statements[0]) else 0
+    at = 1 if statements and is_docstring(statements[0]) else 0
     comment = cst.EmptyLine(comment=cst.Comment(
         "# triton-transpile: the host's tensor descriptors, made here from the parts the launcher passes"))
     for after in sorted({a for a, _ in later}, reverse=True):  # (from the last, so that indices hold)
@@ -280,7 +278,6 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
     the kernel, before any copy. Returns (`i`, the top-level statement the slice can be made after, -1 for the
     start), else None."""
     offsets: set[str] = set()
-    copies = 0
     matched = 0
     for block in (n for n in semantic_preorder(fn.body) if isinstance(n, cst.IndentedBlock)):
         body = list(block.body)
@@ -307,9 +304,9 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
                 offsets.add(_code(store.args[0].value.elements[0].value))  # type: ignore[attr-defined]
                 matched += 1
     copies = sum(1 for n in semantic_preorder(fn.body) if _copy_call(n, name) is not None)
-    reads = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, cst.Attribute)
-                and isinstance(n.value, cst.Name) and n.value.value == name)
-    if len(offsets) != 1 or matched != copies or reads != copies:
+    attributes = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, cst.Attribute)
+                     and isinstance(n.value, cst.Name) and n.value.value == name)
+    if len(offsets) != 1 or matched != copies or attributes != copies:
         return None  # (a `.shape`, `.strides` or `.block_shape` read is the rank-3 descriptor's: left rank 3)
     offset = offsets.pop()
     # the offset's names: parameters, or bound once at the kernel's top level before the first copy
@@ -317,13 +314,10 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
     params = {p.name.value for p in fn.params.params}
     after = -1
     reads = names_in(cst.parse_expression(offset))
-    assigned = {n for node in semantic_preorder(fn.body)
-                if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For))
-                for n in names_in(node.target)}
-    if reads & params & assigned:
+    if reads & params & bound_names(fn.body):
         return None  # (a parameter the kernel rebinds: the slice would be made from its first value)
     for read in reads - params:
-        binds = [i for i, s in enumerate(top) if read in _bound(s)]
+        binds = [i for i, s in enumerate(top) if read in assigned_names(s)]
         nested = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, (cst.AssignTarget, cst.AugAssign))
                      and read in names_in(n.target))
         if len(binds) != 1 or nested != 1:
@@ -335,72 +329,47 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
     return offset, after
 
 
-def _bound(statement: cst.BaseStatement) -> set[str]:
-    """The names a top-level statement binds (`x = ...`, `a, b = ...`, a loop's variable)."""
-    out: set[str] = set()
-    for node in semantic_preorder(statement):
-        if isinstance(node, cst.AssignTarget):
-            out |= names_in(node.target)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            out |= names_in(node.target)
-        elif isinstance(node, cst.For):
-            out |= names_in(node.target)
-    return out
+def _without_first(offsets: cst.List | cst.Tuple) -> cst.List | cst.Tuple:
+    """A copy's offsets without the first (the slice's): `[b, m, k]` -> `[m, k]`."""
+    kept = list(offsets.elements[1:])
+    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return offsets.with_changes(elements=kept)
 
 
-class _Sliced:
+class _Sliced(cst.CSTTransformer):
     """The copies of sliced rank-3 descriptors (`_slice`) as copies of their rank-2 slices: a load and its reshape
     become a load of the slice; a store reads the reshape's operand, and the reshape goes (nothing else reads it)."""
 
     def __init__(self, names: set[str], alias: str) -> None:
+        super().__init__()
         self.names = names
         self.alias = alias
 
-    def visit_block(self, block: cst.BaseSuite) -> cst.BaseSuite:
-        return block.visit(_SlicedBlocks(self))
-
-
-class _SlicedBlocks(cst.CSTTransformer):
-    def __init__(self, sliced: _Sliced) -> None:
-        super().__init__()
-        self.sliced = sliced
-        self.reads: dict[str, int] = {}
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
-        return True
-
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
-        body = list(updated.body)
         out: list[cst.BaseStatement] = []
         skip = False
-        for i, statement in enumerate(body):
+        for statement in updated.body:
             if skip:
                 skip = False
                 continue
             assigned = _assign(statement)
-            for name in self.sliced.names:
+            for name in self.names:
                 call = _copy_call(assigned[1], name) if assigned is not None else None
                 if call is not None and call.func.attr.value == "load":  # type: ignore[union-attr]
-                    offsets = call.args[0].value  # type: ignore[attr-defined]
-                    kept = offsets.with_changes(elements=[e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                                          if j == len(offsets.elements) - 1 else e
-                                                          for j, e in enumerate(offsets.elements) if j])
-                    load = call.with_changes(args=[call.args[0].with_changes(value=kept), *call.args[1:]])
+                    load = call.with_changes(args=[call.args[0].with_changes(
+                        value=_without_first(call.args[0].value)), *call.args[1:]])  # type: ignore[arg-type]
                     statement = statement.with_changes(body=[statement.body[0].with_changes(value=load)])
                     skip = True  # (the reshape to 2-D: the slice's tile is 2-D)
                     break
                 store = _store(statement, name)
                 if store is not None and out:
                     made = _assign(out[-1])
-                    operand = _reshape_of(made[1], self.sliced.alias)[0]  # type: ignore[index]
+                    operand = _reshape_of(made[1], self.alias)[0]  # type: ignore[index]
                     operand = operand if isinstance(operand, cst.Name) else cst.parse_expression(f"({_code(operand)})")
                     value = store.args[1].value.visit(_Renamed(made[0], operand))  # type: ignore[index]
-                    offsets = store.args[0].value
-                    kept = offsets.with_changes(elements=[e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                                          if j == len(offsets.elements) - 1 else e
-                                                          for j, e in enumerate(offsets.elements) if j])
-                    new = store.with_changes(args=[store.args[0].with_changes(value=kept),
-                                                   store.args[1].with_changes(value=value), *store.args[2:]])
+                    new = store.with_changes(args=[store.args[0].with_changes(
+                        value=_without_first(store.args[0].value)),  # type: ignore[arg-type]
+                        store.args[1].with_changes(value=value), *store.args[2:]])
                     statement = statement.with_changes(body=[statement.body[0].with_changes(value=new)])
                     out.pop()  # (the reshape to 3-D: nothing else reads it, `_slice`)
                     break
@@ -417,8 +386,8 @@ class _Renamed(cst.CSTTransformer):
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self.value if updated.value == self.name else updated
 
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # (`y.to(T)`: only variables, not attribute names)
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
-        statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString,
-                                                                               cst.ConcatenatedString))
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)  # (nor keyword-argument names)
