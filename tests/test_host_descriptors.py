@@ -103,7 +103,7 @@ def bmm(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.co
         b = b_desc.load([batch, k, 0])
         b = b.reshape(BK, BN)
         acc = tl.dot(a, b, acc)
-    c = tl.reshape(acc.to(tl.float16), [1, BM, BN])
+    c = tl.reshape(acc.to(c_desc.dtype), [1, BM, BN])
     c_desc.store([batch, 0, 0], c)
 '''
 
@@ -117,7 +117,8 @@ def test_a_rank3_descriptor_read_one_slice_at_a_time_is_made_as_that_slice() -> 
             "    a_desc = tl.make_tensor_descriptor(a_desc_base + (batch) * a_desc_stride_0, [a_desc_shape_1, "
             "a_desc_shape_2], [a_desc_stride_1, 1], [a_desc_block_1, a_desc_block_2])\n") in text
     assert "        a = a_desc.load([0, k])\n        b = b_desc.load([k, 0])\n        acc = tl.dot(a, b, acc)" in text
-    assert "    c_desc.store([0, 0], (acc.to(tl.float16)))" in text and "reshape" not in text
+    # (its `.dtype` is the slice's too: Liger-Kernel's kernels read it)
+    assert "    c_desc.store([0, 0], (acc.to(c_desc.dtype)))" in text and "reshape" not in text
     source = parse_source(text, "k.py")
     kernel = discover(source).functions["bmm"]
     from transpile.passes.host_descriptors import host_descriptors

@@ -304,10 +304,12 @@ def _slice(fn: cst.FunctionDef, name: str, alias: str) -> tuple[str, int] | None
                 offsets.add(_code(store.args[0].value.elements[0].value))  # type: ignore[attr-defined]
                 matched += 1
     copies = sum(1 for n in semantic_preorder(fn.body) if _copy_call(n, name) is not None)
-    attributes = sum(1 for n in semantic_preorder(fn.body) if isinstance(n, cst.Attribute)
-                     and isinstance(n.value, cst.Name) and n.value.value == name)
-    if len(offsets) != 1 or matched != copies or attributes != copies:
-        return None  # (a `.shape`, `.strides` or `.block_shape` read is the rank-3 descriptor's: left rank 3)
+    # (a `.shape`, `.strides` or `.block_shape` read is the rank-3 descriptor's, not the slice's: left rank 3;
+    # `.dtype` is both's)
+    geometry = any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name
+                   and n.attr.value in ("shape", "strides", "block_shape") for n in semantic_preorder(fn.body))
+    if len(offsets) != 1 or matched != copies or geometry:
+        return None
     offset = offsets.pop()
     # the offset's names: parameters, or bound once at the kernel's top level before the first copy
     top = list(fn.body.body)  # type: ignore[union-attr]
