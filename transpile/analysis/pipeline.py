@@ -639,6 +639,10 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
         return None
     live = set(stale)
     fresh: set[str] = set()  # names assigned afresh before the loop inside the loop around it, on the way
+    # ... and those assigned afresh before the loop at any level passed so far: every run of a loop further out
+    # reaches this loop through those assignments (a grouped GEMM's `while` over tiles, inside its loop over
+    # problems, makes the tile pointers afresh for each tile)
+    dominating: set[str] = set()
     for level in range(len(path) - 1, -1, -1):
         owner, block, index = path[level]
         for statement in block[index + 1:]:
@@ -662,6 +666,7 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                                        "the value it had before the loop")
         for statement in block[:index]:  # (run again before the loop by the next iteration of a loop around it)
             fresh |= _fresh_targets(statement) & live
+            dominating |= _fresh_targets(statement) & live
         if isinstance(owner, (cst.For, cst.While)):
             line = source.position(owner)[0]
             test = owner.test if isinstance(owner, cst.While) else owner.iter
@@ -669,7 +674,7 @@ def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, s
                 # (the loop itself reads what a name it carries holds when it starts: a value only its copies advanced
                 # is stale there unless assigned afresh; a name it assigns before reading matters only where read)
                 first = next((i for i, st in enumerate(block[:index]) if name in _fresh_targets(st)), index)
-                read_first = (name in carried and name not in fresh) or name not in advanced and (
+                read_first = (name in carried and name not in fresh | dominating) or name not in advanced and (
                     name in read_names(test) or any(name in _exposed([st], set())[0] for st in block[:first]))
                 if read_first:
                     return LoopRefusal(loop, f"`{name}`, which the loop computes for its loads, is carried into the "
