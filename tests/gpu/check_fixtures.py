@@ -78,6 +78,14 @@ def _batched_gemm_inputs(s, device, gen):
     return _randn(gen, s["B"], s["M"], s["K"], device=device), _randn(gen, s["B"], s["K"], s["N"], device=device)
 
 
+def _grouped_gemm_inputs(s, device, gen):
+    # problems of several shapes: rows of A 16-byte aligned or not (K odd in the last), B's rows likewise (N)
+    shapes = [(s["M"], s["N"], s["K"]), (s["M"] // 2 + 3, s["N"] // 2, s["K"] + 8),
+              (s["M"] // 3, s["N"] + 3, s["K"] - 3)]
+    return ([_randn(gen, m, k, device=device) for m, _, k in shapes],
+            [_randn(gen, k, n, device=device) for _, n, k in shapes])
+
+
 def _bias_gemm_inputs(s, device, gen):
     a, b = _gemm_inputs(s, device, gen)
     return a, b, _randn(gen, s["N"], device=device)
@@ -205,6 +213,10 @@ def _ref_matmul(a, b, split_k=1):
 
 def _ref_linear_weight(a, w):
     return a.double() @ w.double().T
+
+
+def _ref_grouped_gemm(a_list, b_list):
+    return [a.double() @ b.double() for a, b in zip(a_list, b_list)]
 
 
 def _ref_bmm(a, b):
@@ -904,6 +916,21 @@ CASES: list[Case] = [
         small_shape=dict(M=150, N=136, K=104),
         bench_shape=GEMM_BENCH,
         flops=_gemm_flops,
+    ),
+    Case(
+        # problems whose addresses and leading dimensions the kernel loads: aligned ones run the pipelined loop,
+        # the others (odd K or N) the loop as translated
+        name="grouped_gemm_ptr_array",
+        fixture="grouped_gemm_ptr_array",
+        wrapper="grouped_gemm",
+        make_inputs=_grouped_gemm_inputs,
+        reference=_ref_grouped_gemm,
+        shape=dict(M=1000, N=1096, K=712),
+        small_shape=dict(M=150, N=136, K=104),
+        bench_shape=dict(M=2048, N=2048, K=2048),
+        flops=lambda s: 2.0 * sum(m * n * k for m, n, k in (
+            (s["M"], s["N"], s["K"]), (s["M"] // 2 + 3, s["N"] // 2, s["K"] + 8),
+            (s["M"] // 3, s["N"] + 3, s["K"] - 3))),
     ),
     Case(
         # rank-3 host descriptors read one matrix of the batch at a time (a unit block along the batch axis)

@@ -648,3 +648,88 @@ def _some_term(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpressi
         if test(product_factors(term)):
             return True
     return False
+
+
+def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.BaseExpression | None,
+                       loop: cst.For) -> tuple[str, tuple[str, ...]] | None:
+    """What the kernel must test at run time, before `loop`, for a tile of pointers no launch can vouch for (its base
+    not a pointer parameter: a pointer the kernel loads, `a_ptr = tl.load(a_ptrs + g).to(tl.pointer_type(...))` in a
+    grouped GEMM, or a name assigned more than once) to be copied 16 bytes a lane: (its base, the integers that must
+    be multiples of 16 bytes of its elements: row strides, K advances and bounds along its last axis that the kernel
+    computes or loads, `lda`, `K`). Where the test holds, the loop's copies read them through values the compiler
+    knows aligned (`_aligned_ptr`, `_aligned_int`). None where the tile is not of that form: a base that is not one
+    scalar name first in its address, a local name scaling its last axis or added to it, or one the loop changes."""
+    definitions = _single_definitions(fn)
+    every = all_definitions(fn)
+    params = {p.name for p in fn.params}
+    in_loop = {loop.target.value} if isinstance(loop.target, cst.Name) else set()
+    for node in cst_walk.preorder(loop.body):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            in_loop |= set().union(*(names_in(t) for t in targets))
+
+    def scalar(name: str) -> bool:
+        """A local name whose every value is a scalar (no index vector, no broadcast), that the loop does not change."""
+        values = every.get(name)
+        return name not in params and name not in in_loop and values is not None and not any(
+            _is_2d(v) or any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
+                             for n in cst_walk.preorder(v)) for v in values.elements)  # type: ignore[attr-defined]
+
+    def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        if _is_2d(node) or any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
+                               for n in cst_walk.preorder(node)):
+            return True
+        return any(tensor(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
+
+    ints: list[str] = []
+    terms: list[cst.BaseExpression] = []
+
+    def expand(node: cst.BaseExpression, seen: frozenset[str]) -> None:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen \
+                    and tensor(definitions[term.value]):
+                expand(definitions[term.value], seen | {term.value})  # (a tile of pointers or of offsets)
+            else:
+                terms.append(term)
+
+    expand(tile, frozenset())
+    if not terms or not isinstance(terms[0], cst.Name) or terms[0].value in params or not scalar(terms[0].value):
+        return None
+    base = terms[0].value
+    for term in terms[1:]:
+        factors = product_factors(term)
+        axes = {broadcast_axis(f) for f in factors} - {None}
+        local = names_in(term) - {base}
+        if base in names_in(term):
+            return None
+        if axes == {0}:  # a row offset: what scales the index vector must keep rows 16-byte aligned
+            for factor in factors:
+                if broadcast_axis(factor) is None and names_in(factor) & in_loop:
+                    return None  # (a row stride the loop changes: tested once, before it, it would not hold)
+                if broadcast_axis(factor) is None and isinstance(factor, cst.Name) and scalar(factor.value):
+                    ints.append(factor.value)
+                elif broadcast_axis(factor) is None and {n for n in names_in(factor) if scalar(n)}:
+                    return None
+            continue
+        if {n for n in local if scalar(n)}:
+            return None  # (a local name along the contiguous axis, or a scalar offset: not tested here)
+    if isinstance(tile, cst.Name):  # what the loop advances the tile by (`b_ptrs += BLOCK_K * ldb`)
+        for node in cst_walk.preorder(loop.body):
+            if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) \
+                    and node.target.value == tile.value:
+                ints += [n for n in sorted(names_in(node.value)) if scalar(n)]
+    if mask is not None:  # bounds along the last axis: each lane's vector masked whole
+        for conjunct in conjuncts(mask):
+            if not isinstance(conjunct, cst.Comparison) or len(conjunct.comparisons) != 1:
+                continue
+            left, right = conjunct.left, conjunct.comparisons[0].comparator
+            sides = [side for side in (left, right) if not tensor(side)]
+            vector = [side for side in (left, right) if tensor(side)]
+            if len(sides) != 1 or not any(broadcast_axis(n) == 1 for v in vector for n in cst_walk.preorder(v)
+                                          if isinstance(n, cst.Subscript)):
+                continue
+            for name in sorted(names_in(sides[0])):
+                value = definitions.get(name)
+                names = names_in(value) if name in in_loop and value is not None else {name}
+                ints += [n for n in sorted(names) if scalar(n)]
+    return base, tuple(dict.fromkeys(ints))

@@ -34,7 +34,7 @@ from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (all_definitions, base_moved_along_last_axis, divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
                                                  last_axis_selected,
-                                                 pointer_tile_strides, tile_base)
+                                                 pointer_tile_strides, run_time_alignment, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
@@ -147,6 +147,10 @@ class StagePlan:
     # the next iteration's K and V, each warp the whole tile, across the stage boundary). The refill then writes the
     # slot read a step earlier, `distance = slots - 1` iterations ahead, and 3 slots are the fewest.
     late: tuple[str, ...] = ()
+    # Pointer tiles whose base the kernel loads (a grouped GEMM's per-problem pointers), by tile name: (the base, the
+    # integers that must be multiples of 16 bytes of its elements: `run_time_alignment`). The pipelined loop runs where
+    # a test before it finds them so, its copies 16 bytes a lane; elsewhere the loop runs as translated.
+    aligned_at_run_time: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def warps_along_m(self) -> bool:
@@ -222,6 +226,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                for load in loop_plan.loads if load.kind == "pointer" and load.pointer is not None}
     rows = {name for _, other in strides.values() for name in other}
 
+    run_time: dict[str, tuple[str, tuple[str, ...]]] = {}
+
     def not_16_bytes(load: OperandLoad) -> str:
         """Why no launch can vouch for the pointer tile `load` as rows of 16-byte vectors ("" where one can): it must
         be addressed from a pointer parameter, along its contiguous axis from no loaded offset, contiguous along its
@@ -229,8 +235,13 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         tile's row stride is never unit), its rows not a run-time integer divided apart."""
         at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
         if load.pointer is None or tile_base(fn, load.pointer, params) is None:
-            return (f"{at} is addressed from a pointer not traced to one pointer parameter (one the kernel loads, "
-                    "or a name assigned more than once before the loop)")
+            # (a base the kernel loads: tested at run time, before the loop, with what its rows and bounds read)
+            found = run_time_alignment(fn, load.pointer, load.mask, loop) if load.pointer is not None else None
+            if found is None:
+                return (f"{at} is addressed from a pointer not traced to one pointer parameter (one the kernel loads, "
+                        "or a name assigned more than once before the loop) and not tested before the loop (a base "
+                        "first in its address, rows scaled by names the loop does not change)")
+            run_time[load.name] = found
         if last_axis_reads_memory(fn, load.pointer):
             return f"{at} is addressed along its contiguous axis from loaded offsets"
         selected = last_axis_selected(fn, load.pointer)
@@ -472,9 +483,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         return StageRefusal(loop_plan.loop, f"{barrier_op} needs a CTA-wide barrier, which would fall inside the "
                             "`mma` stage of the warp pipeline (two warp groups one stage apart), and the TDM ring "
                             "runs only as that pipeline (its fused copy moves one tile per group)")
+    aligned = {name: found for name, found in run_time.items() if engine in ("async_copy", "buffer_loads")}
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes, staged, 1 if barrier_op else 2, barrier_op,
-                     "" if barrier_op else row_reduction, converts, late)
+                     "" if barrier_op else row_reduction, converts, late, aligned)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

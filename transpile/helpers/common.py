@@ -77,3 +77,19 @@ def _desc_store(desc, off0, off1, value):
     cols = off1 + gl.arange(0, value.shape[1], layout=gl.SliceLayout(0, layout))
     mask = (rows[:, None] < size0) & (cols[None, :] < size1)
     gl.store(base + rows[:, None] * stride0 + cols[None, :] * stride1, value.to(base.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _aligned_ptr(ptr):
+    """`ptr` rounded down to 16 bytes, as a value the compiler knows 16-byte aligned: `ptr` itself wherever `ptr` is
+    aligned (a pipelined loop tests that at run time of a base pointer the kernel loads, and reads its copies'
+    addresses from this value there). Made afresh, so that the hint binds this value alone, not `ptr`."""
+    return gl.multiple_of((ptr.to(gl.int64) // 16 * 16).to(ptr.dtype), 16)
+
+
+@gluon.jit
+def _aligned_int(value, dtype: gl.constexpr):
+    """`value` (a count of `dtype` elements: a row stride, a bound) rounded down to a multiple of 16 bytes of them, as
+    a value the compiler knows to be one: `value` itself wherever it is such a multiple (see `_aligned_ptr`)."""
+    n: gl.constexpr = 128 // dtype.primitive_bitwidth
+    return gl.multiple_of(value // n * n, n)

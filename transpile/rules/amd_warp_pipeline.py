@@ -720,6 +720,8 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 rows = 2 if engine == "buffer_loads" and k == 1 and not load.transposed \
                     and ctx.target.warp_size == 64 else 1
                 ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows)
+                if load.name in sp.aligned_at_run_time:
+                    ctx.aligned_at_run_time[rings[load.name]] = sp.aligned_at_run_time[load.name]
     lines = [
         *(f"{rings[load.name]} = gl.allocate_shared_memory({dtypes[load.name]}, [{stages}, "
           f"{', '.join(shapes[load.name])}], {layouts[load.name]})" for load in plan.loads),

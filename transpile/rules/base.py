@@ -65,6 +65,9 @@ class RuleContext:
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
     copy_rings: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # ring -> (shape, dtype, rows a lane)
+    # ring -> (its tile's base, integers), for tiles whose alignment the kernel tests at run time
+    # (`StagePlan.aligned_at_run_time`, `copy_operands`)
+    aligned_at_run_time: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     fresh_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: fresh copy -> pointer tile
     # Names a pipeline rule emitted, per loop (id of the source `For`): a second pipelined loop of the function names
     # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).

@@ -20,6 +20,7 @@ Targets: gfx942, gfx950, gfx1250.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 import libcst as cst
@@ -28,7 +29,7 @@ from transpile.cst_utils import (METADATA, bound_names, is_docstring, names_in, 
                                  value_names)
 from transpile.cst_walk import preorder
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
-from transpile.rules.pipeline_text import code, namer
+from transpile.rules.pipeline_text import code, namer, renamed
 
 #: the copy calls whose addresses are laid out per tile: a direct-to-LDS copy, a copy through registers
 COPIES = ("async_copy.global_load_to_shared", "async_copy.global_to_shared", "_tile_load")
@@ -114,7 +115,8 @@ class CopyOperandLayouts(Rule):
         if not ctx.copy_rings:
             return updated
         try:
-            rewritten = _Rewriter(updated, ctx.copy_rings).function()
+            rewriter = _Rewriter(updated, ctx.copy_rings, ctx.aligned_at_run_time)
+            rewritten = rewriter.function()
         except Unsupported as exc:
             why = (f"its pipelined loop would copy pointer tiles in 16-byte vectors, but {exc}: the copies cannot be "
                    "laid out for 16-byte transactions")
@@ -128,13 +130,18 @@ class CopyOperandLayouts(Rule):
             ctx.pipelined.clear()
             return updated
         ctx.need("copy_layout")
+        if rewriter.tested:
+            ctx.need("run_time_aligned")
         return rewritten
 
 
 class _Rewriter:
-    def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]]) -> None:
+    def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]],
+                 aligned: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> None:
         self.function_node = function
         self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane)
+        self.aligned = aligned or {}  # ring variable -> (base, integers) tested at run time
+        self.tested = False  # (a ring branch runs under such a test)
         self.name = namer(names_in(function))
         # Parameters the kernel rebinds (`A = A + (offs_m[:, None] * stride_am + ...)`, a pointer parameter made
         # into its tile): a copy's address re-evaluated from that definition reads the parameter under a name of
@@ -172,7 +179,8 @@ class _Rewriter:
                 continue
             if any(bound_names(s) & set(self.rings) for s in statement.body.body
                    if isinstance(s, cst.SimpleStatementLine)):
-                out[i] = statement.with_changes(body=self._ring(statement.body, [*before, *statements[:i]]))
+                ring = self._ring(statement.body, [*before, *statements[:i]])
+                out[i] = statement.with_changes(body=self._tested(ring, statement))
                 continue
             inner = statement.body.with_changes(body=self._block(list(statement.body.body),
                                                                  [*before, *statements[:i]]))
@@ -184,6 +192,42 @@ class _Rewriter:
                 (orelse,) = self._block([orelse], [*before, *statements[:i]])  # type: ignore[assignment]
             out[i] = statement.with_changes(body=inner, orelse=orelse)
         return out
+
+    # ---- a ring branch whose tiles' alignment the kernel tests ---------------------------------------------------
+    def _tested(self, branch: cst.IndentedBlock, statement: cst.If) -> cst.IndentedBlock:
+        """`branch` run where the bases and integers of its copied tiles that the kernel loads are 16-byte aligned
+        (`RuleContext.aligned_at_run_time`), reading them through values the compiler knows aligned; elsewhere the
+        loop as translated (the `else` of `statement`)."""
+        mine = bound_names(branch)
+        found = [self.aligned[ring] for ring in self.rings if ring in mine and ring in self.aligned]
+        if not found or not isinstance(statement.orelse, cst.Else):
+            return branch
+        names: dict[str, str] = {}
+        lines: list[str] = []
+        tests: list[str] = []
+        for base, ints in found:
+            if base not in names:
+                names[base] = self.name(f"{base}_16")
+                lines.append(f"{names[base]} = _aligned_ptr({base})")
+                tests.append(f"({names[base]}.to(gl.int64) == {base}.to(gl.int64))")
+            for value in ints:
+                if value not in names:
+                    names[value] = self.name(f"{value}_16")
+                    lines.append(f"{names[value]} = _aligned_int({value}, {base}.dtype.element_ty)")
+                    tests.append(f"({names[value]} == {value})")
+        listed = ", ".join(f"`{n}`" for n in names)
+        comment = [cst.EmptyLine(comment=cst.Comment(text)) for text in textwrap.wrap(
+            f"{listed}: values the kernel computes or loads, which no launch can vouch for as multiples of 16 bytes. "
+            "The pipelined loop runs where they are (its copies read them through values the compiler knows aligned, "
+            "equal to them there); elsewhere the loop runs as translated.", 100, initial_indent="# ",
+            subsequent_indent="# ")]
+        header = [cst.parse_statement(line) for line in lines]
+        header[0] = header[0].with_changes(leading_lines=comment)
+        test = cst.parse_expression(" & ".join(tests))
+        guarded = cst.If(test=test, body=renamed(branch, names),
+                         orelse=cst.Else(body=statement.orelse.body))  # type: ignore[union-attr]
+        self.tested = True
+        return branch.with_changes(body=[*header, guarded])
 
     # ---- one ring branch --------------------------------------------------------------------------------------
     def _ring(self, branch: cst.IndentedBlock, before: list[cst.BaseStatement]) -> cst.IndentedBlock:

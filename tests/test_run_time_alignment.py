@@ -1,0 +1,116 @@
+"""Pointer tiles whose base the kernel loads (a grouped GEMM's per-problem pointers, stored as integers): no launch can
+vouch for their 16-byte alignment, so the AMD pipelines test it in the kernel, before the loop
+(`transpile.analysis.launch_alignment.run_time_alignment`, `transpile.rules.copy_operands`): where the base, the row
+strides and the bounds along the contiguous axis are multiples of 16 bytes, the pipelined loop runs, its copies reading
+them through values the compiler knows aligned; elsewhere the loop as translated. Also: a pointer a loop nested
+between the pipelined loop and an outer loop makes afresh is not carried stale into the next run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from transpile.analysis.launch_alignment import run_time_alignment
+from transpile.cst_walk import preorder
+from transpile.discover import discover
+from transpile.engine import translate_source
+from transpile.source import parse_source
+from transpile.targets import get_target
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "grouped_gemm_ptr_array.py"
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def grouped(addrs, strides, sizes, c_ptr, G, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    for g in range(G):
+        K = tl.load(sizes + g)
+        lda = tl.load(strides + g)
+        a_ptr = tl.load(addrs + g).to(tl.pointer_type(tl.float16))
+        b_ptr = tl.load(addrs + G + g).to(tl.pointer_type(tl.float16))
+        offs_m = tl.arange(0, BM)
+        offs_n = tl.arange(0, BN)
+        offs_k = tl.arange(0, BK)
+        a_ptrs = a_ptr + offs_m[:, None] * lda + offs_k[None, :]
+        b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+            acc += tl.dot(a, b)
+            a_ptrs += BK
+            b_ptrs += BK * BN
+        tl.store(c_ptr + g * BM * BN + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def _loop_tiles(text: str) -> tuple[object, cst.For, dict[str, cst.BaseExpression], dict[str, cst.BaseExpression]]:
+    """The kernel, its innermost dot loop, and each tile load's pointer and mask there, by the name loaded into."""
+    source = parse_source(text, "k.py")
+    facts = discover(source)
+    fn = next(iter(facts.functions.values()))
+    loops = [n for n in preorder(fn.node) if isinstance(n, cst.For) and "tl.dot" in source.code(n)]
+    loop = loops[-1]
+    pointers, masks = {}, {}
+    for node in preorder(loop.body):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+                and source.code(node.value.func) == "tl.load":
+            name = node.targets[0].target.value  # type: ignore[attr-defined]
+            pointers[name] = node.value.args[0].value
+            masks[name] = next(a.value for a in node.value.args if a.keyword and a.keyword.value == "mask")
+    return fn, loop, pointers, masks
+
+
+def test_the_fixtures_tiles_are_tested_by_their_bases_rows_and_bounds() -> None:
+    fn, loop, pointers, masks = _loop_tiles(FIXTURE.read_text(encoding="utf-8"))
+    # A: rows `lda` apart, masked along K by the loaded `K`; B: rows `ldb` apart (its advance too), masked by `N`
+    assert run_time_alignment(fn, pointers["a"], masks["a"], loop) == ("a_ptr", ("lda", "K"))
+    assert run_time_alignment(fn, pointers["b"], masks["b"], loop) == ("b_ptr", ("ldb", "N"))
+
+
+@pytest.mark.parametrize("change, why", [
+    (("offs_k[None, :]", "offs_k[None, :] * lda"), "a loaded name scales the contiguous axis"),
+    (("a_ptr + offs_m", "a_ptr + K + offs_m"), "a loaded scalar added to the base"),
+    (("            a_ptrs += BK\n", "            a_ptrs += BK\n            lda += 1\n"), "the loop changes a row stride"),
+])
+def test_a_tile_the_test_cannot_cover_is_not_taken(change: tuple[str, str], why: str) -> None:
+    text = KERNEL.replace(*change)
+    assert text != KERNEL
+    fn, loop, pointers, masks = _loop_tiles(text)
+    assert run_time_alignment(fn, pointers["a"], masks["a"], loop) is None, why
+
+
+def test_the_pipelined_loop_runs_under_the_test_and_the_loop_as_translated_elsewhere() -> None:
+    out = translate_source(KERNEL, "k.py", get_target("gfx950"))
+    assert out.functions[0].pipelined
+    text = out.text
+    assert "a_ptr_16 = _aligned_ptr(a_ptr)" in text
+    assert "lda_16 = _aligned_int(lda, a_ptr.dtype.element_ty)" in text
+    assert "K_16 = _aligned_int(K, a_ptr.dtype.element_ty)" in text
+    assert "(a_ptr_16.to(gl.int64) == a_ptr.to(gl.int64))" in text and "& (lda_16 == lda)" in text
+    # the copies read the aligned values; B's base is tested too, its row stride a constexpr
+    assert "a_ptr_16 + offs_m_a_rows[:, None] * lda_16" in text
+    assert "b_ptr_16 = _aligned_ptr(b_ptr)" in text and "BN_16" not in text
+    # the loop as translated: under the failed test, and where the rings do not fit the LDS
+    assert text.count("for k in range(0, gl.cdiv(K, BK)):") == 2
+    assert "def _aligned_ptr(ptr):" in text and "def _aligned_int(value, dtype: gl.constexpr):" in text
+    # idempotent: the variant is what a second run writes
+    assert translate_source(KERNEL, "k.py", get_target("gfx950")).text == text
+
+
+def test_a_pointer_made_afresh_in_a_loop_between_is_not_stale() -> None:
+    """The grouped GEMM's tile pointers are made in the `while` over tiles, inside the loop over problems: each run of
+    the pipelined loop starts from them. Made before the loop over problems instead, they would be carried."""
+    fn_text = FIXTURE.read_text(encoding="utf-8")
+    assert translate_source(fn_text, "g.py", get_target("gfx950")).functions[0].pipelined
+    moved = KERNEL.replace("        a_ptrs = a_ptr + offs_m[:, None] * lda + offs_k[None, :]\n", "").replace(
+        "    for g in range(G):\n",
+        "    a_ptrs = addrs.to(tl.pointer_type(tl.float16)) + tl.arange(0, BM)[:, None] * 64 + tl.arange(0, BK)[None, :]\n"
+        "    for g in range(G):\n")
+    out = translate_source(moved, "k.py", get_target("gfx950"))
+    assert not out.functions[0].pipelined
+    assert "is carried into the next iteration of the loop at line" in "\n".join(d.message for d in out.diagnostics)
