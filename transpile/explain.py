@@ -133,6 +133,10 @@ def _stage_rows(source, fn, plan, target: Target, outcome) -> list[tuple[str, st
                              "LDS reads before the next stores"))
         for ring in sp.rings:
             rows.append(("ring", "", f"`{ring.operand}`: {sp.slots} x [{', '.join(ring.shape)}]"))
+        for tile, (base, ints) in sp.aligned_at_run_time.items():
+            tested = ", ".join(f"`{n}`" for n in (base, *ints))
+            rows.append(("run-time test", "", f"`{tile}`: the kernel loads {tested}; the pipelined loop runs where "
+                         "they are multiples of 16 bytes, the loop as translated elsewhere"))
         rows.append(("prologue", "", sp.prologue))
         rows.append(("epilogue", "", sp.epilogue))
         rows += _lds_rows(sp)
