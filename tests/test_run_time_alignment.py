@@ -7,6 +7,9 @@ between the pipelined loop and an outer loop makes afresh is not carried stale i
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import libcst as cst
@@ -114,3 +117,31 @@ def test_a_pointer_made_afresh_in_a_loop_between_is_not_stale() -> None:
     out = translate_source(moved, "k.py", get_target("gfx950"))
     assert not out.functions[0].pipelined
     assert "is carried into the next iteration of the loop at line" in "\n".join(d.message for d in out.diagnostics)
+
+
+def test_sm90_keeps_it_naming_the_loaded_values_and_emits_the_tested_ring_on_request() -> None:
+    """sm90's cp.async ring tests the loaded values in the kernel as it tests a launch's arguments; by default the kernel
+    is kept (that ring is not yet timed against the source on a GPU), with a reason that says so."""
+    text = FIXTURE.read_text(encoding="utf-8")
+    kept = translate_source(text, "g.py", get_target("sm90"))
+    assert not kept.functions[0].pipelined
+    reason = "\n".join(d.message for d in kept.diagnostics)
+    assert "addressed from values the kernel loads (`K`, `N`, `a_ptr`, `b_ptr`, `lda`, `ldb`)" in reason
+    assert "not been timed on a GPU yet" in reason
+    ring = translate_source(text, "g.py", get_target("sm90"), gluon_always=True)
+    assert ring.functions[0].pipelined
+    for test in ("(a_ptr.to(gl.int64) % 16 == 0)", "(lda % 8 == 0)", "(K % 8 == 0)", "(N % 8 == 0)",
+                 "(b_ptr.to(gl.int64) % 8 == 0)"):
+        assert test in ring.text, test
+
+
+@pytest.mark.slow
+def test_sm90_tested_ring_compiles(tmp_path: Path) -> None:
+    values = ["-v", "a_addrs=*i64", "-v", "b_addrs=*i64", "-v", "c_addrs=*i64", "-v", "sizes=*i32", "-v", "lds=*i32",
+              "-v", "G=i32", "-v", "NUM_SM=132", "-v", "BLOCK_M=128", "-v", "BLOCK_N=128", "-v", "BLOCK_K=64",
+              "-v", "num_warps=8"]
+    done = subprocess.run([sys.executable, "-m", "transpile", "verify", str(FIXTURE), "-t", "sm90", "--gluon-always",
+                           *values], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compiles" in done.stdout and "holds" in done.stdout

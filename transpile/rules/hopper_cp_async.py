@@ -48,6 +48,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from transpile.analysis.attention import plan_attention_loop
+from transpile.analysis.launch_alignment import run_time_alignment, tile_base
 from transpile.analysis.pipeline import (DotChain, LoopPlan, LoopRefusal, OperandLoad, advance_after, consumer_indices,
                                          plan_loop)
 from transpile.cst_utils import (
@@ -283,7 +284,16 @@ class HopperCpAsyncPipeline(Rule):
                 original, "cp.async in order, fresh addresses", f"`{emitter.fresh[0]}` is addressed afresh each "
                 "iteration (no loop-carried tile of pointers)"):
             return updated  # (the copies of such tiles take the translated layouts: narrow; rules/base.py)
-        if not in_order and not staged and ctx.slower_than_triton(original, "cp.async"):
+        if not in_order and not staged and emitter.loaded and not ctx.gluon_always:
+            # (Triton's own compile loads such tiles 2 bytes a lane; the ring below tests them in the kernel)
+            loaded = ", ".join(f"`{n}`" for n in sorted(emitter.loaded))
+            ctx.unprofitable[original] = (
+                f"its tiles are addressed from values the kernel loads ({loaded}): Triton's own compile copies such "
+                "tiles 2 bytes a lane (the grouped GEMM fixture ran at 39.5 TFLOP/s on an H200 at 2048^3), and the "
+                "cp.async ring that tests them in the kernel (16-byte copies where they are aligned; `--gluon-always` "
+                "emits it) has not been timed on a GPU yet")
+            return updated
+        if not in_order and not staged and not emitter.loaded and ctx.slower_than_triton(original, "cp.async"):
             return updated  # the profitability policy keeps the kernel as Triton (see the module docstring)
         if in_order and not ctx.gluon_always:
             # Faster than Triton's own pipeliner at 8 warps (attention's backward: 1.0-1.3x at head dimension 64,
@@ -403,6 +413,7 @@ class _Emitter:
         self.ctx, self.plan, self.original, self.updated = ctx, plan, original, updated
         self.body = list(updated.body.body)  # type: ignore[union-attr]
         self.params = {p.name for p in ctx.function.params if not p.is_constexpr}
+        self.loaded: set[str] = set()  # values the kernel loads that the run-time test reads too
         self.scaled: cst.Call | None = None  # a `tl.dot_scaled`, translated (`_dot_scaled(a, a_scale, ...)`)
 
     def emit(self) -> _Emitted | str:
@@ -540,6 +551,15 @@ class _Emitter:
             if load.other is not None and code(load.other) not in ZEROS:
                 return _AddressForm(f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements "
                                     "with zeros)")
+        # Tiles whose base the kernel loads (a grouped GEMM's per-problem pointers, with their leading dimensions and
+        # sizes): those values, defined before the loop and unchanged by it, are tested as the arguments are
+        # (`run_time_alignment`); Triton's own compile loads such tiles 2 bytes a lane.
+        for load in plan.loads:
+            if load.pointer is not None and tile_base(ctx.function, load.pointer, self.params) is None:
+                found = run_time_alignment(ctx.function, load.pointer, load.mask, self.original)
+                if found is not None:
+                    self.loaded |= {found[0], *found[1]}
+        self.params |= self.loaded
         # The run-time tests that make the copies' alignment hints true, per copy width.
         tests: dict[int, list[str]] = {vec: [] for vec, _ in TIERS}
         definitions: dict[str, cst.BaseExpression] = {}
