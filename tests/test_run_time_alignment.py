@@ -100,7 +100,7 @@ def test_the_pipelined_loop_runs_under_the_test_and_the_loop_as_translated_elsew
     assert "b_ptr_16 = _aligned_ptr(b_ptr)" in text and "BN_16" not in text
     # the loop as translated: under the failed test, and where the rings do not fit the LDS
     assert text.count("for k in range(0, gl.cdiv(K, BK)):") == 2
-    assert "def _aligned_ptr(ptr):" in text and "def _aligned_int(value, dtype: gl.constexpr):" in text
+    assert "def _aligned_ptr(ptr):" in text and "def _aligned_int(value, dtype: gl.constexpr, other" in text
     # idempotent: the variant is what a second run writes
     assert translate_source(KERNEL, "k.py", get_target("gfx950")).text == text
 
@@ -145,3 +145,33 @@ def test_sm90_tested_ring_compiles(tmp_path: Path) -> None:
                           env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "compiles" in done.stdout and "holds" in done.stdout
+
+
+# A and B both [rows, K], K-contiguous (`tl.dot(a, tl.trans(b))`): the loaded `K` bounds both tiles' columns, and
+# their rows are `lda` apart
+NT_KERNEL = KERNEL.replace("b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]",
+                           "b_ptrs = b_ptr + offs_n[:, None] * lda + offs_k[None, :]").replace(
+    "b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)",
+    "b = tl.load(b_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)").replace(
+    "acc += tl.dot(a, b)", "acc += tl.dot(a, tl.trans(b))").replace("b_ptrs += BK * BN", "b_ptrs += BK")
+
+
+def test_an_integer_two_tiles_read_is_a_multiple_for_both_types() -> None:
+    assert NT_KERNEL.count("lda") > KERNEL.count("lda")
+    out = translate_source(NT_KERNEL, "k.py", get_target("gfx950"))
+    assert out.functions[0].pipelined
+    assert "K_16 = _aligned_int(K, a_ptr.dtype.element_ty, b_ptr.dtype.element_ty)" in out.text
+    assert "lda_16 = _aligned_int(lda, a_ptr.dtype.element_ty, b_ptr.dtype.element_ty)" in out.text
+
+
+@pytest.mark.slow
+def test_the_two_type_test_compiles(tmp_path: Path) -> None:
+    source = tmp_path / "k.py"
+    source.write_text(NT_KERNEL, encoding="utf-8")
+    values = ["-v", "addrs=*i64", "-v", "strides=*i32", "-v", "sizes=*i32", "-v", "c_ptr=*fp16", "-v", "G=i32",
+              "-v", "BM=128", "-v", "BN=128", "-v", "BK=64", "-v", "num_warps=8"]
+    done = subprocess.run([sys.executable, "-m", "transpile", "verify", str(source), "-t", "gfx950", "--isa", *values],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pipelined" in done.stdout and "direct-to-LDS copies" in done.stdout

@@ -87,9 +87,17 @@ def _aligned_ptr(ptr):
     return gl.multiple_of((ptr.to(gl.int64) // 16 * 16).to(ptr.dtype), 16)
 
 
+@gluon.constexpr_function
+def _elements_in_16_bytes(dtype, other=None):
+    """Elements of `dtype` in 16 bytes; with `other`, of the narrower of the two (a multiple of it is one of both)."""
+    bits = dtype.primitive_bitwidth if other is None else min(dtype.primitive_bitwidth, other.primitive_bitwidth)
+    return 128 // bits
+
+
 @gluon.jit
-def _aligned_int(value, dtype: gl.constexpr):
-    """`value` (a count of `dtype` elements: a row stride, a bound) rounded down to a multiple of 16 bytes of them, as
-    a value the compiler knows to be one: `value` itself wherever it is such a multiple (see `_aligned_ptr`)."""
-    n: gl.constexpr = 128 // dtype.primitive_bitwidth
+def _aligned_int(value, dtype: gl.constexpr, other: gl.constexpr = None):
+    """`value` (a count of `dtype` elements: a row stride, a bound; of `dtype` and `other` where two tiles read it)
+    rounded down to a multiple of 16 bytes of them, as a value the compiler knows to be one: `value` itself wherever
+    it is such a multiple (see `_aligned_ptr`)."""
+    n: gl.constexpr = _elements_in_16_bytes(dtype, other)
     return gl.multiple_of(value // n * n, n)

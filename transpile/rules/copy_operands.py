@@ -205,6 +205,13 @@ class _Rewriter:
         names: dict[str, str] = {}
         lines: list[str] = []
         tests: list[str] = []
+        # (an integer two tiles read, `K` bounding A's columns and B's rows: a multiple of 16 bytes of both types)
+        readers: dict[str, list[str]] = {}
+        for base, ints in found:
+            for value in ints:
+                readers.setdefault(value, [])
+                if base not in readers[value]:
+                    readers[value].append(base)
         for base, ints in found:
             if base not in names:
                 names[base] = self.name(f"{base}_16")
@@ -213,7 +220,8 @@ class _Rewriter:
             for value in ints:
                 if value not in names:
                     names[value] = self.name(f"{value}_16")
-                    lines.append(f"{names[value]} = _aligned_int({value}, {base}.dtype.element_ty)")
+                    types = ", ".join(f"{b}.dtype.element_ty" for b in readers[value][:2])
+                    lines.append(f"{names[value]} = _aligned_int({value}, {types})")
                     tests.append(f"({names[value]} == {value})")
         listed = ", ".join(f"`{n}`" for n in names)
         comment = [cst.EmptyLine(comment=cst.Comment(text)) for text in textwrap.wrap(

@@ -10,7 +10,7 @@ COMMON = {
     "expand_scalar": helper("common", "_expand_scalar"),
     "desc_load": helper("common", "_desc_load"),
     "desc_store": helper("common", "_desc_store"),
-    "run_time_aligned": helper("common", "_aligned_ptr", "_aligned_int"),
+    "run_time_aligned": helper("common", "_aligned_ptr", "_elements_in_16_bytes", "_aligned_int"),
 }
 
 #: Host launchers: a kernel without a pipelined loop (`transpile.analysis.launch_alignment`), a persistent kernel's
