@@ -329,10 +329,15 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
         return any(last_axis(definitions[n], seen | {n}) for n in sorted(names_in(node) & set(definitions) - seen)
                    if _is_2d(definitions[n]))
 
+    # (a bound the kernel loads, `K = tl.load(sizes + g)`: its value, not the arguments its address reads, bounds the
+    # tile; `run_time_alignment` tests it in the kernel)
+    unloaded = {name: value for name, value in definitions.items()
+                if not any(isinstance(c, cst.Call) and node_code(_MODULE, c.func).rsplit(".", 1)[-1] == "load"
+                           for c in calls_in(value))}
     for mask in masks:
         for conjunct in conjuncts(mask):
             if last_axis(conjunct):
-                for name in sorted(_reads(conjunct, definitions) & params):
+                for name in sorted(_reads(conjunct, unloaded) & params):
                     if name not in found:
                         found.append(name)
     return found
@@ -650,6 +655,22 @@ def _some_term(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpressi
     return False
 
 
+def address_head(fn: JitFunction, tile: cst.BaseExpression) -> str | None:
+    """The name first in a tile of pointers' address, through the tensors it is made of (`a_ptrs = a_ptr + ...`:
+    `a_ptr`): the base, as Triton code writes `pointer + offsets`; None where the first term is not a name."""
+    definitions = _single_definitions(fn)
+    node, seen = tile, set()
+    while True:
+        head = unparenthesized(sum_terms(node)[0])
+        if not isinstance(head, cst.Name):
+            return None
+        value = definitions.get(head.value)
+        if value is None or head.value in seen or not isinstance(unparenthesized(sum_terms(value)[0]), cst.Name):
+            return head.value  # (a parameter, a name assigned more than once, or one a load or a call makes)
+        seen.add(head.value)
+        node = value
+
+
 def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.BaseExpression | None,
                        loop: cst.For) -> tuple[str, tuple[str, ...]] | None:
     """What the kernel must test at run time, before `loop`, for a tile of pointers no launch can vouch for (its base
@@ -719,17 +740,82 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
                     and node.target.value == tile.value:
                 ints += [n for n in sorted(names_in(node.value)) if scalar(n)]
     if mask is not None:  # bounds along the last axis: each lane's vector masked whole
-        for conjunct in conjuncts(mask):
-            if not isinstance(conjunct, cst.Comparison) or len(conjunct.comparisons) != 1:
+        loop_var = loop.target.value if isinstance(loop.target, cst.Name) else ""
+
+        def bound(node: cst.BaseExpression, depth: int = 0) -> bool:
+            """`node`, a bound along the contiguous axis, is a multiple of 16 bytes of elements wherever the names
+            it adds are (collected into `ints`; arguments the launcher checks, constexprs the compile knows):
+            sums of such names and of products with a block size or an argument in them."""
+            for term in _signed_terms(node):
+                if isinstance(term, cst.Integer):
+                    if int(term.value, 0) != 0:
+                        return False
+                elif isinstance(term, cst.Name):
+                    name = term.value
+                    if name in params:
+                        continue  # (an argument, or a constexpr: `last_axis_mask_params`, the compile)
+                    if name in in_loop and name != loop_var and name in definitions and depth < 4:
+                        if not bound(definitions[name], depth + 1):  # (`k_left = K - k * BLOCK_K` in the loop)
+                            return False
+                        continue
+                    if not scalar(name):
+                        return False
+                    ints.append(name)
+                elif isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply):
+                    factors = product_factors(term)
+                    if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
+                               or isinstance(f, cst.Name) and f.value in params for f in factors):
+                        return False
+                    ints.extend(f.value for f in factors if isinstance(f, cst.Name) and scalar(f.value))
+                else:
+                    return False  # (`K // 2`, a call: not known a multiple)
+            return True
+
+        def along_last(node: cst.CSTNode) -> bool | None:
+            """Whether a comparison of a tile runs along its last axis (None: along the first)."""
+            axes = {broadcast_axis(n) for n in cst_walk.preorder(node) if isinstance(n, cst.Subscript)} - {None}
+            if not axes:
+                return True if tensor(node) else None  # (a 1-D vector lines up with the last axis)
+            return True if 1 in axes else None
+
+        work: list[tuple[cst.BaseExpression, bool | None, int]] = [(c, None, 0) for c in conjuncts(mask)]
+        while work:
+            conjunct, axis, depth = work.pop()
+            conjunct = unparenthesized(conjunct)
+            if isinstance(conjunct, cst.Subscript) and broadcast_axis(conjunct) is not None:
+                # (`mk[None, :]`: a 1-D mask made before or in the loop, broadcast along an axis)
+                work.append((conjunct.value, broadcast_axis(conjunct) == 1 or None, depth))
                 continue
-            left, right = conjunct.left, conjunct.comparisons[0].comparator
-            sides = [side for side in (left, right) if not tensor(side)]
-            vector = [side for side in (left, right) if tensor(side)]
-            if len(sides) != 1 or not any(broadcast_axis(n) == 1 for v in vector for n in cst_walk.preorder(v)
-                                          if isinstance(n, cst.Subscript)):
+            if isinstance(conjunct, cst.Name):
+                value = definitions.get(conjunct.value)
+                if value is None or depth > 4:
+                    return None  # (a mask assigned more than once: not followed)
+                work += [(c, axis, depth + 1) for c in conjuncts(value)]
                 continue
-            for name in sorted(names_in(sides[0])):
-                value = definitions.get(name)
-                names = names_in(value) if name in in_loop and value is not None else {name}
-                ints += [n for n in sorted(names) if scalar(n)]
+            if axis is None:
+                axis = along_last(conjunct)
+            if not axis:
+                continue  # (rows: any bound)
+            if not isinstance(conjunct, cst.Comparison) or len(conjunct.comparisons) != 1 \
+                    or not isinstance(conjunct.comparisons[0].operator, (cst.LessThan, cst.GreaterThan)):
+                return None
+            sides = [conjunct.left, conjunct.comparisons[0].comparator]
+            fixed = [side for side in sides if not tensor(side)]
+            if len(fixed) != 1 or not bound(fixed[0]):
+                return None
+    for name in (base, *ints):  # (tested once, before the loop: the value the tiles were made from)
+        values = every.get(name)
+        if values is None or len(values.elements) != 1:  # type: ignore[attr-defined]
+            return None
     return base, tuple(dict.fromkeys(ints))
+
+
+def _signed_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum or difference, signs dropped (`K - k * BLOCK_K`: [K, k * BLOCK_K]): a multiple of 16
+    bytes of elements wherever each term is one."""
+    node = unparenthesized(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return [*_signed_terms(node.left), *_signed_terms(node.right)]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return _signed_terms(node.expression)
+    return [node]

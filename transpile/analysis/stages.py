@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import (all_definitions, base_moved_along_last_axis, divided_stride,
+from transpile.analysis.launch_alignment import (address_head, all_definitions, base_moved_along_last_axis,
+                                                 divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
                                                  last_axis_selected,
                                                  pointer_tile_strides, run_time_alignment, tile_base)
@@ -234,7 +235,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         last axis (a column-major tile's vectors would run down the columns, and a last axis scaled by another
         tile's row stride is never unit), its rows not a run-time integer divided apart."""
         at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
-        if load.pointer is None or tile_base(fn, load.pointer, params) is None:
+        traced = tile_base(fn, load.pointer, params) if load.pointer is not None else None
+        if traced is not None and address_head(fn, load.pointer) not in (traced, None):  # type: ignore[arg-type]
+            traced = None  # (an argument added to a base the kernel loads, `a_ptr + ... + k_off`, is no base)
+        if load.pointer is None or traced is None:
             # (a base the kernel loads: tested at run time, before the loop, with what its rows and bounds read)
             found = run_time_alignment(fn, load.pointer, load.mask, loop) if load.pointer is not None else None
             if found is None:

@@ -200,8 +200,10 @@ class _Rewriter:
         loop as translated (the `else` of `statement`)."""
         mine = bound_names(branch)
         found = [self.aligned[ring] for ring in self.rings if ring in mine and ring in self.aligned]
-        if not found or not isinstance(statement.orelse, cst.Else):
+        if not found:
             return branch
+        if not isinstance(statement.orelse, cst.Else):
+            raise Unsupported("its ring branch has no loop as translated to fall back to")
         names: dict[str, str] = {}
         lines: list[str] = []
         tests: list[str] = []
@@ -212,6 +214,9 @@ class _Rewriter:
                 readers.setdefault(value, [])
                 if base not in readers[value]:
                     readers[value].append(base)
+        crowded = next((value for value, bases in readers.items() if len(bases) > 2), None)
+        if crowded is not None:  # (`_aligned_int` takes two element types)
+            raise Unsupported(f"`{crowded}` bounds or strides the tiles of three rings, tested in the kernel")
         for base, ints in found:
             if base not in names:
                 names[base] = self.name(f"{base}_16")
@@ -232,8 +237,11 @@ class _Rewriter:
         header = [cst.parse_statement(line) for line in lines]
         header[0] = header[0].with_changes(leading_lines=comment)
         test = cst.parse_expression(" & ".join(tests))
-        guarded = cst.If(test=test, body=renamed(branch, names),
-                         orelse=cst.Else(body=statement.orelse.body))  # type: ignore[union-attr]
+        fallback = list(statement.orelse.body.body)  # type: ignore[union-attr]
+        fallback[0] = fallback[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# Those values are not multiples of 16 bytes: the loop runs as translated."))])
+        guarded = cst.If(test=test, body=renamed(branch, names), orelse=cst.Else(
+            body=statement.orelse.body.with_changes(body=fallback)))  # type: ignore[union-attr]
         self.tested = True
         return branch.with_changes(body=[*header, guarded])
 
