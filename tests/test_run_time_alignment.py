@@ -117,6 +117,9 @@ def test_the_pipelined_loop_runs_under_the_test_and_the_loop_as_translated_elsew
     # the copies read the aligned values; B's base is tested too, its row stride a constexpr
     assert "a_ptr_16 + offs_m_a_rows[:, None] * lda_16" in text
     assert "b_ptr_16 = _aligned_ptr(b_ptr)" in text and "BN_16" not in text
+    # the steady state leaves out the K masks of the tiles wholly inside the loaded `K` (read through the outer
+    # loop's variable: invariant in this loop)
+    assert "num_full = gl.minimum(num_iters, gl.maximum(K_16, 0) // BK)" in text
     # the loop as translated: under the failed test, and where the rings do not fit the LDS
     assert text.count("for k in range(0, gl.cdiv(K, BK)):") == 2
     assert "def _aligned_ptr(ptr):" in text and "def _aligned_int(value, dtype: gl.constexpr, other" in text

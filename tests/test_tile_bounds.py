@@ -68,6 +68,9 @@ CASES = {
     "carried_widened": ("offs_k = tl.arange(0, BK).to(tl.int64)", "0, tl.cdiv(K, BK)",
                         "k_mask = (offs_k + k * BK) < K", "(offs_m[:, None] < M) & k_mask[None, :]"),
     "reversed": ("k_end = K", "0, tl.cdiv(K, BK)", "", "k_end - k * BK > tl.arange(0, BK)[None, :]"),
+    # a bound the kernel loads once, before the loop (a grouped GEMM's per-problem `K`; `tl.load(K)` evaluates to K)
+    "loaded_bound": ("offs_k = tl.arange(0, BK)\n    k_end = tl.load(K)", "0, tl.cdiv(K, BK)", "",
+                     "offs_k[None, :] < k_end - k * BK"),
 }
 
 
@@ -86,7 +89,7 @@ def peel_of(text: str):  # noqa: ANN201
 
 
 _TL = types.SimpleNamespace(arange=lambda lo, hi: torch.arange(lo, hi), multiple_of=lambda x, _: x, int64=torch.int64,
-                            cdiv=lambda a, b: -(-a // b))
+                            cdiv=lambda a, b: -(-a // b), load=lambda value: value)
 _GL = types.SimpleNamespace(maximum=max, minimum=min)
 
 
@@ -145,6 +148,10 @@ def test_the_count_is_the_iterations_whose_tiles_are_full(case: str) -> None:
      "k_mask[None, :]", "a named mask with a term that does not read the loop variable"),
     ("offs_k = tl.arange(0, BK)", "0, tl.cdiv(K, BK)", "k_left = K - k * BK\n        k_left += 0",
      "offs_k[None, :] < k_left", "a name the loop assigns twice"),
+    ("offs_k = tl.arange(0, BK)", "0, tl.cdiv(K, BK)", "k_end = tl.load(K)", "offs_k[None, :] < k_end - k * BK",
+     "a bound loaded in the loop"),
+    ("offs_k = tl.arange(0, BK)\n    k_end = tl.load(offs_k)", "0, tl.cdiv(K, BK)", "",
+     "offs_k[None, :] < k_end - k * BK", "a load of a vector of addresses"),
 ])
 def test_terms_the_proof_does_not_take_stay(prelude: str, span: str, defs: str, mask: str, why: str) -> None:
     _, peel = peel_of(kernel(prelude, span, defs, mask))

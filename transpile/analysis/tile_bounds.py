@@ -36,7 +36,9 @@ Poly = dict[tuple[str, ...], int]
 
 _LOOP = ""  # the loop variable's atom
 _PASS_THROUGH = {"multiple_of", "max_contiguous", "convert_layout", "max_constancy"}  # value-preserving calls
-_SCALAR_CALLS = {"program_id", "num_programs", "cdiv", "minimum", "maximum", "min", "max", "to"}
+_SCALAR_CALLS = {"program_id", "num_programs", "cdiv", "minimum", "maximum", "min", "max", "to",
+                 # (a value loaded from a scalar address, once, outside the loop: a grouped GEMM's `K`)
+                 "load"}
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,11 @@ class _Algebra:
                 for name in names_in(target):
                     bindings[name] = bindings.get(name, 0) + 1
         self.single = {name: value for name, value in values.items() if bindings.get(name) == 1}
+        # the variables of `range` loops around the loop, bound once: scalars it does not change
+        self.outer = {node.target.value for node in cst_walk.preorder(fn.node)
+                      if isinstance(node, cst.For) and id(node) not in body_nodes and node is not plan.loop
+                      and isinstance(node.target, cst.Name) and bindings.get(node.target.value) == 1
+                      and isinstance(node.iter, cst.Call) and _callee(node.iter) in ("range", "static_range")}
         self.bound = set(bindings)
         self.loop_defs = {name for s in self.body for name in _assigned(s)}
         self.vectors: dict[str, tuple[Poly, Poly]] = {}  # arange atom -> (lo, hi)
@@ -388,6 +395,8 @@ class _Algebra:
                 continue
             if name in self.loop_defs or name == self.plan.var or name in seen:
                 return False
+            if name in self.outer:
+                continue
             value = self.single.get(name)
             if value is None or not self._scalar(value, seen | {name}):
                 return False
