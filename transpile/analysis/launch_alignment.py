@@ -27,6 +27,7 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.cst_utils import (
+    assigned_names,
     broadcast_axis,
     call_arguments,
     calls_in,
@@ -243,7 +244,7 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
 
     def is_vector(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
         """`node` reads an index vector (a `tl.arange`, through the names it is made of)."""
-        if any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange") for n in cst_walk.preorder(node)):
+        if _reads_arange(node):
             return True
         return any(is_vector(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
@@ -360,6 +361,12 @@ def all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
             # a loop variable takes the values its range's bounds and step make (`for k in range(K, 0, -BLOCK_K)`)
             values.setdefault(node.target.value, []).extend(a.value for a in node.iter.args if a.keyword is None)
     return {name: cst.Tuple([cst.Element(v) for v in vs]) for name, vs in values.items()}
+
+
+def _reads_arange(node: cst.CSTNode) -> bool:
+    """`node` makes an index vector itself (a `tl.arange` in it)."""
+    return any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
+               for n in cst_walk.preorder(node))
 
 
 def _is_2d(node: cst.CSTNode) -> bool:
@@ -683,22 +690,16 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     definitions = _single_definitions(fn)
     every = all_definitions(fn)
     params = {p.name for p in fn.params}
-    in_loop = {loop.target.value} if isinstance(loop.target, cst.Name) else set()
-    for node in cst_walk.preorder(loop.body):
-        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            in_loop |= set().union(*(names_in(t) for t in targets))
+    in_loop = assigned_names(loop)  # (its variable, and what its body assigns)
 
     def scalar(name: str) -> bool:
         """A local name whose every value is a scalar (no index vector, no broadcast), that the loop does not change."""
         values = every.get(name)
         return name not in params and name not in in_loop and values is not None and not any(
-            _is_2d(v) or any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
-                             for n in cst_walk.preorder(v)) for v in values.elements)  # type: ignore[attr-defined]
+            _is_2d(v) or _reads_arange(v) for v in values.elements)  # type: ignore[attr-defined]
 
     def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
-        if _is_2d(node) or any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
-                               for n in cst_walk.preorder(node)):
+        if _is_2d(node) or _reads_arange(node):
             return True
         return any(tensor(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 

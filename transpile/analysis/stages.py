@@ -231,9 +231,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
 
     def not_16_bytes(load: OperandLoad) -> str:
         """Why no launch can vouch for the pointer tile `load` as rows of 16-byte vectors ("" where one can): it must
-        be addressed from a pointer parameter, along its contiguous axis from no loaded offset, contiguous along its
-        last axis (a column-major tile's vectors would run down the columns, and a last axis scaled by another
-        tile's row stride is never unit), its rows not a run-time integer divided apart."""
+        be addressed from a pointer parameter (or from a base the kernel loads, tested in the kernel before the
+        loop: `run_time_alignment`, recorded in `run_time`), along its contiguous axis from no loaded offset,
+        contiguous along its last axis (a column-major tile's vectors would run down the columns, and a last axis
+        scaled by another tile's row stride is never unit), its rows not a run-time integer divided apart."""
         at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
         traced = tile_base(fn, load.pointer, params) if load.pointer is not None else None
         if traced is not None and address_head(fn, load.pointer) not in (traced, None):  # type: ignore[arg-type]

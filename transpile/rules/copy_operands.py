@@ -225,7 +225,7 @@ class _Rewriter:
             for value in ints:
                 if value not in names:
                     names[value] = self.name(f"{value}_16")
-                    types = ", ".join(f"{b}.dtype.element_ty" for b in readers[value][:2])
+                    types = ", ".join(f"{b}.dtype.element_ty" for b in readers[value])
                     lines.append(f"{names[value]} = _aligned_int({value}, {types})")
                     tests.append(f"({names[value]} == {value})")
         listed = ", ".join(f"`{n}`" for n in names)

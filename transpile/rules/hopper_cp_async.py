@@ -555,8 +555,7 @@ class _Emitter:
                 return _AddressForm(f"`{load.name}` is loaded with a nonzero `other` (cp.async fills masked elements "
                                     "with zeros)")
         # Tiles whose base the kernel loads (a grouped GEMM's per-problem pointers, with their leading dimensions and
-        # sizes): those values, defined before the loop and unchanged by it, are tested as the arguments are
-        # (`run_time_alignment`); Triton's own compile loads such tiles 2 bytes a lane.
+        # sizes, `run_time_alignment`): no launch vouches for them, and the ring has no in-kernel test for them.
         for load in plan.loads:
             if load.pointer is not None and tile_base(ctx.function, load.pointer, self.params) is None:
                 found = run_time_alignment(ctx.function, load.pointer, load.mask, self.original)
