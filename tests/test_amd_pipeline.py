@@ -2406,3 +2406,34 @@ def test_a_loop_counted_in_64_bits_is_refused_naming_the_cast() -> None:
     assert isinstance(stage_plan(loaded, "async_copy"), StagePlan)
     assert isinstance(sp, StageRefusal) and "the loop's trip count is computed from a 64-bit integer " \
         f"(`tl.program_id(1).to(tl.int64)`, line {line})" in sp.reason, sp
+
+
+def test_an_operand_computed_from_two_tiles_has_a_ring_for_each() -> None:
+    """`xg = (x * tl.exp(g)).to(x.dtype)`: A computed from two tiles of one shape loaded side by side. Each has a ring,
+    both slots are read in the layout the computation runs in (A's operand layout), and the computation stays in the
+    consumer. gfx1250 keeps it as Triton with its computed-operand measurement; sm90 names the tile."""
+    text = _fixture("gated_operand_gemm")
+    result = translate_source(text, "fixtures/gated_operand_gemm.py", get_target("gfx950"))
+    (kernel,) = [f for f in result.functions if f.name == "gated_matmul_kernel"]
+    assert kernel.pipelined
+    flat = re.sub(r"\s+", "", result.text)
+    for ring in ("x_ring", "g_ring", "w_ring"):
+        assert f"{ring}=gl.allocate_shared_memory(" in flat
+    assert "x=async_copy.load_shared_relaxed(x_ring.index((step+1)%NUM_STAGES),x_layout)" in flat
+    assert "g=async_copy.load_shared_relaxed(g_ring.index((step+1)%NUM_STAGES),x_layout)" in flat
+    steady = flat.split("forround_inrange(num_rounds):", 1)[1].split("#Thelastiterations", 1)[0]
+    assert "gl.convert_layout" not in steady
+    assert translate_source(text, "fixtures/gated_operand_gemm.py", get_target("gfx942")).functions[0].pipelined
+    kept = translate_source(text, "fixtures/gated_operand_gemm.py", get_target("gfx1250")).functions[0]
+    assert not kept.pipelined and "1.21-1.82x" in kept.kept_reason
+    sm90 = translate_source(text, "fixtures/gated_operand_gemm.py", get_target("sm90")).functions[0]
+    assert not sm90.pipelined and "computed from the tile `g`" in sm90.kept_reason
+    # tiles of different shapes (a vector broadcast along K, `x * s[None, :]` loaded as [1, BLOCK_K]) stay refused
+    vector = text.replace("g_ptrs = g_ptr + offs_m[:, None] * stride_gm + offs_k[None, :]",
+                          "g_ptrs = g_ptr + offs_k[None, :]").replace(
+        "g = tl.load(g_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)",
+        "g = tl.load(g_ptrs, mask=offs_k[None, :] < k_left, other=0.0)")
+    assert vector != text
+    sp = stage_plan(vector, "async_copy", 160 * 1024)
+    assert isinstance(sp, StageRefusal) and "computed from 2 tiles loaded in the loop (`x`, `g`)" in sp.reason
+    assert "tiles of one shape" in sp.reason

@@ -206,3 +206,76 @@ def test_the_fixtures_launches_reach_the_gluon_kernel(target: str) -> None:
         assert launcher.addressable((*addrs, *arrays, problems), kwargs), problems
     # (another module's 4-warp launch still runs the source kernel)
     assert not launcher.addressable((*addrs, *arrays, 3), {**kwargs, "num_warps": 4})
+
+
+# A pointer parameter the kernel moves by an offset it loads (a packed batch's per-sequence start, in elements): no
+# launch vouches for the moved base, and Triton 3.9 refused the direct-to-LDS copies of the variant that took it as
+# the launch's ("the load can only be vectorized to 1 element(s)"): the kernel tests it instead.
+MOVED_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def moved(q, w, o, offsets, K, stride_q, stride_w, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    q += tl.load(offsets + pid)
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        p_q = q + offs_m[:, None] * stride_q + (k * BK + offs_k)[None, :]
+        p_w = w + (k * BK + offs_k)[:, None] * stride_w + offs_n[None, :]
+        a = tl.load(p_q)
+        b = tl.load(p_w)
+        acc = tl.dot(a, b, acc)
+    tl.store(o + pid * BM * BN + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+def test_a_parameter_moved_by_a_loaded_offset_is_tested_in_the_kernel() -> None:
+    from transpile.analysis.launch_alignment import moved_unvouched
+
+    fn, loop, pointers, _ = _loop_tiles(MOVED_KERNEL.replace("a = tl.load(p_q)", "a = tl.load(p_q, mask=None)")
+                                        .replace("b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
+    assert moved_unvouched(fn, "q") and not moved_unvouched(fn, "w")
+    assert run_time_alignment(fn, pointers["a"], None, loop) == ("q", ())
+    out = translate_source(MOVED_KERNEL, "k.py", get_target("gfx950"))
+    assert out.functions[0].pipelined
+    assert "q_16 = _aligned_ptr(q)" in out.text and "if (q_16.to(gl.int64) == q.to(gl.int64)):" in out.text
+    assert "w_16" not in out.text  # (w is the launch's: its launcher checks it)
+    # moved by a product with an argument (a stride the launcher checks, a constexpr): the launch vouches for it
+    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q"):
+        text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", vouched)
+        source = parse_source(text, "k.py")
+        assert not moved_unvouched(next(iter(discover(source).functions.values())), "q"), vouched
+        assert "_aligned_ptr(q)" not in translate_source(text, "k.py", get_target("gfx950")).text
+
+
+def test_a_base_assigned_after_the_tile_is_made_is_not_tested() -> None:
+    """The test runs before the loop: a base moved again between the tile's definition and the loop would be
+    tested at another value than the tile's."""
+    text = MOVED_KERNEL.replace("        p_q = q + offs_m[:, None] * stride_q + (k * BK + offs_k)[None, :]\n", "")
+    text = text.replace("    acc = tl.zeros", "    p_q = q + offs_m[:, None] * stride_q + offs_k[None, :]\n"
+                        "    q += 8\n    acc = tl.zeros").replace("        acc = tl.dot(a, b, acc)\n",
+                                                                "        acc = tl.dot(a, b, acc)\n        p_q += BK\n")
+    text = text.replace("a = tl.load(p_q)", "a = tl.load(p_q, mask=None)")
+    fn, loop, pointers, _ = _loop_tiles(text.replace("b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
+    assert run_time_alignment(fn, pointers["a"], None, loop) is None
+    fn, loop, pointers, _ = _loop_tiles(text.replace("    q += 8\n", "").replace(
+        "b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
+    assert run_time_alignment(fn, pointers["a"], None, loop) == ("q", ())
+
+
+@pytest.mark.slow
+def test_the_moved_base_variant_compiles(tmp_path: Path) -> None:
+    source = tmp_path / "k.py"
+    source.write_text(MOVED_KERNEL, encoding="utf-8")
+    values = ["-v", "q=*fp16", "-v", "w=*fp16", "-v", "o=*fp32", "-v", "offsets=*i64", "-v", "K=i32",
+              "-v", "stride_q=i32", "-v", "stride_w=i32", "-v", "BM=128", "-v", "BN=128", "-v", "BK=64",
+              "-v", "num_warps=8"]
+    done = subprocess.run([sys.executable, "-m", "transpile", "verify", str(source), "-t", "gfx950,gfx942", "--isa",
+                           *values], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("pipelined") == 2 and "does not compile" not in done.stdout

@@ -168,6 +168,13 @@ def _bc_dequant_inputs(s, device, gen):
     return a, w, scales
 
 
+def _gated_operand_inputs(s, device, gen):
+    # (a gate near 1: exp of small values, as a decay's log)
+    x = _randn(gen, s["M"], s["K"], device=device)
+    g = (0.1 * torch.randn(s["M"], s["K"], generator=gen)).to(device=device, dtype=torch.float16)
+    return x, g, _randn(gen, s["K"], s["N"], device=device)
+
+
 def _cast_operand_inputs(s, device, gen):
     # (fp16: Triton's interpreter casts integers to bf16 by their bits)
     a = _randn(gen, s["M"], s["K"], device=device)
@@ -302,6 +309,10 @@ def _ref_bc_cross_entropy(logits, target, scale=1.0):
 
 def _ref_bc_dequant_matmul(a, w, scales):
     return a.double() @ (w.float() * scales).half().double()
+
+
+def _ref_gated_matmul(x, g, w):
+    return (x.double() * torch.exp(g.double())).half().double() @ w.double()
 
 
 def _ref_cast_operand_gemm(a, b):
@@ -1181,6 +1192,18 @@ CASES: list[Case] = [
         shape=dict(M=1003, V=5000),
         small_shape=dict(M=9, V=1500),
         options=dict(scale=0.5),
+    ),
+    Case(
+        # A computed from two tiles loaded side by side (x and its gate g): a ring each, both read in A's layout
+        name="gated_operand_gemm",
+        fixture="gated_operand_gemm",
+        wrapper="gated_matmul",
+        make_inputs=_gated_operand_inputs,
+        reference=_ref_gated_matmul,
+        shape=dict(M=1000, N=1100, K=900),
+        small_shape=dict(M=70, N=90, K=100),
+        bench_shape=GEMM_BENCH,
+        flops=_gemm_flops,
     ),
     Case(
         name="bc_dequant_matmul",

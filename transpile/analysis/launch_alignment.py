@@ -148,9 +148,14 @@ def _per_function(compute: Callable[[JitFunction], T]) -> Callable[[JitFunction]
 @_per_function
 def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """The value of each name that `fn` assigns exactly once with a plain `name = value` (anywhere in its body)."""
+    return _single_definitions_in(fn.node)
+
+
+def _single_definitions_in(root: cst.CSTNode) -> dict[str, cst.BaseExpression]:
+    """The value of each name assigned exactly once under `root` with a plain `name = value`."""
     values: dict[str, cst.BaseExpression] = {}
     counts: dict[str, int] = {}
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.preorder(root):
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             name = node.targets[0].target.value
             counts[name] = counts.get(name, 0) + 1
@@ -404,6 +409,37 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
         return None
     (base,) = found
     return base if not any(base in names_in(term) for term in rest) else None
+
+
+def moved_unvouched(fn: JitFunction, name: str) -> bool:
+    """Whether the kernel moves the pointer parameter `name` (`q += tl.load(offsets + pid)`, `q = q + off`) by a term
+    that no launch vouches for as a multiple of 16 bytes: not a product with an argument (a stride the launcher
+    checks, a constexpr the compile knows) or with a literal multiple of 16, nor an argument itself. The compile
+    cannot prove the moved base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it
+    (`run_time_alignment`)."""
+    params = {p.name for p in fn.params}
+    for node in cst_walk.preorder(fn.node):
+        moved: cst.BaseExpression | None = None
+        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == name \
+                and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            moved = node.value
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and node.targets[0].target.value == name:
+            terms = _signed_terms(node.value)
+            if not any(isinstance(t, cst.Name) and t.value == name for t in terms):
+                return True  # (a base made afresh: nothing vouches for it)
+            moved = node.value
+        if moved is None:
+            continue
+        for term in _signed_terms(moved):
+            term = unparenthesized(term)
+            if isinstance(term, cst.Name) and term.value in params:
+                continue
+            factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
+            if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
+                       or isinstance(f, cst.Name) and f.value in params for f in factors):
+                return True
+    return False
 
 
 def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
@@ -685,9 +721,14 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     grouped GEMM, or a name assigned more than once) to be copied 16 bytes a lane: (its base, the integers that must
     be multiples of 16 bytes of its elements: row strides, K advances and bounds along its last axis that the kernel
     computes or loads, `lda`, `K`). Where the test holds, the loop's copies read them through values the compiler
-    knows aligned (`_aligned_ptr`, `_aligned_int`). None where the tile is not of that form: a base that is not one
-    scalar name first in its address, a local name scaling its last axis or added to it, or one the loop changes."""
-    definitions = _single_definitions(fn)
+    knows aligned (`_aligned_ptr`, `_aligned_int`). The base may be a pointer parameter the kernel moves before the
+    loop (`q += (bos * H + i_h) * K`, `bos` loaded from a varlen batch's sequence offsets). None where the tile is not
+    of that form: a base that is not one scalar name first in its address, a local name scaling its last axis or
+    added to it, one the loop changes, or one assigned after the tile is made (a test before the loop would read
+    another value than the tile's)."""
+    # (a name the loop assigns once holds that value where the loop reads it, whatever the copies of the loop that an
+    # unswitched flag made elsewhere in the function assign)
+    definitions = {**_single_definitions(fn), **_single_definitions_in(loop)}
     every = all_definitions(fn)
     params = {p.name for p in fn.params}
     in_loop = assigned_names(loop)  # (its variable, and what its body assigns)
@@ -696,6 +737,13 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
         """A local name whose every value is a scalar (no index vector, no broadcast), that the loop does not change."""
         values = every.get(name)
         return name not in params and name not in in_loop and values is not None and not any(
+            _is_2d(v) or _reads_arange(v) for v in values.elements)  # type: ignore[attr-defined]
+
+    def moved_parameter(name: str) -> bool:
+        """A pointer parameter the kernel moves before the loop, every value a scalar (`q += (bos * H + i_h) * K`,
+        `bos` loaded from a varlen batch's offsets): no launch can vouch for it, the kernel tests it."""
+        values = every.get(name)
+        return name in params and name not in in_loop and values is not None and not any(
             _is_2d(v) or _reads_arange(v) for v in values.elements)  # type: ignore[attr-defined]
 
     def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
@@ -715,7 +763,8 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
                 terms.append(term)
 
     expand(tile, frozenset())
-    if not terms or not isinstance(terms[0], cst.Name) or terms[0].value in params or not scalar(terms[0].value):
+    if not terms or not isinstance(terms[0], cst.Name) or not (scalar(terms[0].value)
+                                                                or moved_parameter(terms[0].value)):
         return None
     base = terms[0].value
     for term in terms[1:]:
@@ -804,11 +853,44 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
             fixed = [side for side in sides if not tensor(side)]
             if len(fixed) != 1 or not bound(fixed[0]):
                 return None
-    for name in (base, *ints):  # (tested once, before the loop: the value the tiles were made from)
-        values = every.get(name)
-        if values is None or len(values.elements) != 1:  # type: ignore[attr-defined]
+    # Tested once, before the loop, each must hold there the value the tiles were made from: no assignment of it
+    # between the tile's definition (the loop's start, for a tile the loop makes) and the loop, nor after the loop
+    # (an enclosing loop would run it before the next test, the tile made before).
+    made = _single_assignments(fn).get(tile.value) if isinstance(tile, cst.Name) else None
+    order = {id(node): i for i, node in enumerate(cst_walk.preorder(fn.node))}
+    start = min(order[id(made)], order[id(loop)]) if made is not None else order[id(loop)]
+    for name in (base, *ints):
+        if any(order[id(site)] > start for site in _assignment_sites(fn).get(name, ())):
             return None
     return base, tuple(dict.fromkeys(ints))
+
+
+def _single_assignments(fn: JitFunction) -> dict[str, cst.Assign]:
+    """The `name = value` statement of each name `fn` assigns exactly once (with a plain assignment, anywhere)."""
+    found: dict[str, list[cst.Assign]] = {}
+    for node in cst_walk.preorder(fn.node):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            found.setdefault(node.targets[0].target.value, []).append(node)
+    return {name: nodes[0] for name, nodes in found.items() if len(nodes) == 1}
+
+
+def _assignment_sites(fn: JitFunction) -> dict[str, list[cst.CSTNode]]:
+    """The nodes of `fn` that assign each name (plain, augmented, annotated assignments and loop targets)."""
+    sites: dict[str, list[cst.CSTNode]] = {}
+    for node in cst_walk.preorder(fn.node):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            targets = [node.target]
+        elif isinstance(node, cst.NamedExpr):
+            targets = [node.target]
+        for target in targets:
+            for name in names_in(target):
+                sites.setdefault(name, []).append(node)
+    return sites
 
 
 def _signed_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -94,6 +94,10 @@ class DotChain:
     # b_s[None, :]`, block-scaled 8-bit GEMMs): the MMA starts from zero each iteration and the statement adds its
     # scaled result; `acc` is carried, and its layout is the product's
     scaled_product: bool = False
+    # Further tiles loaded in the loop that an operand is computed from, beside the one `operands` names (`xg = (x *
+    # tl.exp(g)).to(x.dtype)`: `x` in `operands`, `g` here): (name, operand position). Each has a ring of its own,
+    # its slot read in the layout the computation runs in, the operand's
+    factors: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -132,10 +136,13 @@ class LoopPlan:
 
     def use_of(self, name: str) -> tuple[DotChain, int]:
         """The (first) dot the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
-        chain = next(chain for chain in self.chains if name in chain.operands or name in chain.scales)
+        chain = next(chain for chain in self.chains if name in chain.operands or name in chain.scales
+                     or any(name == factor for factor, _ in chain.factors))
         if name in chain.operands:
             return chain, chain.operands.index(name)
-        return chain, 2 + chain.scales.index(name)
+        if name in chain.scales:
+            return chain, 2 + chain.scales.index(name)
+        return chain, next(position for factor, position in chain.factors if factor == name)
 
     @property
     def kind(self) -> str:
@@ -448,7 +455,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
         for load in chain_loads:
             position = chain.operands.index(load.name) if load.name in chain.operands \
-                else 2 + chain.scales.index(load.name)
+                else 2 + chain.scales.index(load.name) if load.name in chain.scales \
+                else next(p for factor, p in chain.factors if factor == load.name)
             known = loads.setdefault(load.name, load)
             if chained_dots and known is not load and known.index == load.index and not known.computed \
                     and not load.computed and not load.inline and known.transposed != load.transposed:
@@ -803,6 +811,8 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         acc = site.acc.value  # type: ignore[union-attr]
     operands: list[OperandLoad] = []
     names: list[str] = []  # A's and B's: a tile load's name, or a loop-invariant operand held in registers
+    factors: list[tuple[str, int]] = []  # further tiles a computed operand reads (`DotChain.factors`)
+    extra: list[OperandLoad] = []
     assigned_in_body = set().union(*(assigned_names(s) for s in body))
     views = [False, False]
     chained = False
@@ -835,7 +845,11 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                     operand.value in assigned_names(s) for s in body[found.index + 1:dot_index]):
                 found = None  # (`b = tl.load(...)` then `b = b.to(...)`: computed)
         if found is None and computed_operands and transposed is None:
-            found = computed_from(source, plan, body, dot_index, operand)
+            found = computed_from(source, plan, body, dot_index, operand, several=True)
+            if isinstance(found, list):  # (the first tile names the operand; the others are its factors)
+                factors += [(load.name, position) for load in found[1:]]
+                extra += found[1:]
+                found = found[0]
         elif not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         if isinstance(found, LoopRefusal):
@@ -863,9 +877,16 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
             load = None
         scales.append(load)
     rings = [load for load in scales if load is not None]
-    return [*operands, *rings], DotChain(dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
-                                         scales=tuple(load.name if load is not None else "" for load in scales),
-                                         transposed=(views[0], views[1]), chained=chained, scaled_product=scaled)
+    if extra and (rings or site.scaled is not None or names[0] == names[1]):
+        return LoopRefusal(extra[0].call, f"the dot operand is computed from {len(extra) + 1} tiles loaded in the loop "
+                           "in a scaled dot, or both its operands from one: a computed operand of such a dot is "
+                           "pipelined from one tile")
+    if len({load.name for load in [*operands, *extra]}) != len(operands) + len(extra):
+        return LoopRefusal(extra[0].call, f"`{extra[0].name}` feeds both operands of the dot, computed")
+    return [*operands, *extra, *rings], DotChain(
+        dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
+        scales=tuple(load.name if load is not None else "" for load in scales), transposed=(views[0], views[1]),
+        chained=chained, scaled_product=scaled, factors=tuple(factors))
 
 
 def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:
@@ -905,10 +926,13 @@ def _last_assignment(body: list[cst.BaseStatement], name: str, before: int) -> i
 
 
 def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
-                   operand: cst.BaseExpression) -> OperandLoad | LoopRefusal | None:
+                   operand: cst.BaseExpression, several: bool = False
+                   ) -> OperandLoad | list[OperandLoad] | LoopRefusal | None:
     """The one tile load of this iteration that the dot operand `operand` is computed from (through the statements
     before the dot), marked `computed`; a refusal where the computation reads several tiles or runs in a compound
-    statement; None where it reads none."""
+    statement; None where it reads none. With `several`, a computation of several tiles of one shape (`x *
+    tl.exp(g)`, each element of the operand from the same element of each) gives them all, in the loop's order, each
+    marked `computed` with the statements of the computation after it."""
     tiles: dict[int, OperandLoad] = {}
     prep: set[int] = set()
     seen: set[tuple[str, int]] = set()
@@ -947,9 +971,19 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
         return LoopRefusal(compound[0], f"the dot operand is computed from `{compound[1]}`, which this compound "
                            "statement assigns")
     if len(tiles) > 1:
-        names = ", ".join(f"`{t.name}`" for t in sorted(tiles.values(), key=lambda t: t.index))
-        return LoopRefusal(operand, f"the dot operand is computed from {len(tiles)} tiles loaded in the loop ({names}); "
-                           "a computed operand is pipelined from one")
+        ordered = sorted(tiles.values(), key=lambda t: t.index)
+        names = ", ".join(f"`{t.name}`" for t in ordered)
+        shapes = {tuple(plan.loads[t.call].shape) if t.call in plan.loads else None for t in ordered}
+        if not several or len(shapes) != 1 or None in shapes or any(t.descriptor for t in ordered):
+            why = ("a computed operand is pipelined from one" if not several else
+                   "a computed operand is pipelined from tiles of one shape (each element of the operand from the "
+                   "same element of each), here of different shapes or through tensor descriptors")
+            return LoopRefusal(operand, f"the dot operand is computed from {len(tiles)} tiles loaded in the loop "
+                               f"({names}); {why}")
+        for load in ordered:
+            load.computed = True
+            load.prep = tuple(sorted(i for i in prep if i > load.index))
+        return ordered
     if not tiles:
         return None
     load = next(iter(tiles.values()))
