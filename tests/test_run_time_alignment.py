@@ -245,7 +245,8 @@ def test_a_parameter_moved_by_a_loaded_offset_is_tested_in_the_kernel() -> None:
     assert "q_16 = _aligned_ptr(q)" in out.text and "if (q_16.to(gl.int64) == q.to(gl.int64)):" in out.text
     assert "w_16" not in out.text  # (w is the launch's: its launcher checks it)
     # moved by a product with an argument (a stride the launcher checks, a constexpr): the launch vouches for it
-    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q"):
+    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q",
+                    "off = pid * stride_q\n    q += off"):
         text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", vouched)
         source = parse_source(text, "k.py")
         assert not moved_unvouched(next(iter(discover(source).functions.values())), "q"), vouched

@@ -418,6 +418,25 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
     cannot prove the moved base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it
     (`run_time_alignment`)."""
     params = {p.name for p in fn.params}
+    definitions = _single_definitions(fn)
+
+    def vouched(node: cst.BaseExpression, depth: int = 0) -> bool:
+        """Every term of `node` is an argument, a product with an argument or a literal multiple of 16, or a name
+        assigned once to such a sum (`off = pid_b * stride_b`)."""
+        for term in _signed_terms(node):
+            term = unparenthesized(term)
+            if isinstance(term, cst.Name) and term.value in params:
+                continue
+            if isinstance(term, cst.Name) and term.value in definitions and depth < 4:
+                if vouched(definitions[term.value], depth + 1):
+                    continue
+                return False
+            factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
+            if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
+                       or isinstance(f, cst.Name) and f.value in params for f in factors):
+                return False
+        return True
+
     for node in cst_walk.preorder(fn.node):
         moved: cst.BaseExpression | None = None
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == name \
@@ -429,16 +448,8 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
             if not any(isinstance(t, cst.Name) and t.value == name for t in terms):
                 return True  # (a base made afresh: nothing vouches for it)
             moved = node.value
-        if moved is None:
-            continue
-        for term in _signed_terms(moved):
-            term = unparenthesized(term)
-            if isinstance(term, cst.Name) and term.value in params:
-                continue
-            factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
-            if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
-                       or isinstance(f, cst.Name) and f.value in params for f in factors):
-                return True
+        if moved is not None and not vouched(moved):
+            return True
     return False
 
 
