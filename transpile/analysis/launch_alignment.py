@@ -419,6 +419,13 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
     (`run_time_alignment`)."""
     params = {p.name for p in fn.params}
     definitions = _single_definitions(fn)
+    every = all_definitions(fn)
+
+    def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        """`node` makes or reads a vector (an index vector, a broadcast), through the names it reads."""
+        if _is_2d(node) or _reads_arange(node):
+            return True
+        return any(tensor(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
     def vouched(node: cst.BaseExpression, depth: int = 0) -> bool:
         """Every term of `node` is an argument, a product with an argument or a literal multiple of 16, or a name
@@ -448,8 +455,8 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
             if not any(isinstance(t, cst.Name) and t.value == name for t in terms):
                 return True  # (a base made afresh: nothing vouches for it)
             moved = node.value
-        if moved is not None and not vouched(moved):
-            return True
+        if moved is not None and not tensor(moved) and not vouched(moved):
+            return True  # (a move by a tensor, `b_ptr += (stride * offs_n)[None, :]`, is the other checks')
     return False
 
 
