@@ -2437,3 +2437,44 @@ def test_an_operand_computed_from_two_tiles_has_a_ring_for_each() -> None:
     sp = stage_plan(vector, "async_copy", 160 * 1024)
     assert isinstance(sp, StageRefusal) and "computed from 2 tiles loaded in the loop (`x`, `g`)" in sp.reason
     assert "tiles of one shape" in sp.reason
+
+
+SHORT_K = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def short_k(q, h, o, stride_q, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+            BV: tl.constexpr):
+    pid = tl.program_id(0)
+    o_t = pid * BT + tl.arange(0, BT)
+    o_v = tl.arange(0, BV)
+    acc = tl.zeros([BT, BV], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_q = tl.load(q + o_t[:, None] * stride_q + o_k[None, :])
+        b_h = tl.load(h + o_k[:, None] * V + o_v[None, :])
+        acc += tl.dot(b_q, b_h)
+    tl.store(o + o_t[:, None] * V + o_v[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def test_launches_of_a_few_iterations_known_at_compile_time_run_the_source(target: str) -> None:
+    """A loop whose trip count reads constexprs alone (a head dimension's blocks, `range(tl.cdiv(K, BK))`): the
+    launches where it runs no more iterations than the ring has slots run the source kernel, which Triton unrolls
+    (the ring would only copy every iteration in its prologue, measured with more LDS and VGPRs, fewer waves)."""
+    from transpile.rules.base import source_when_holds
+
+    out = translate_source(SHORT_K, "short.py", get_target(target))
+    (fn,) = out.functions
+    assert fn.pipelined
+    tests = [t for t in fn.dispatch.source_when if "BK - 1" in t[0]]
+    assert [t[0] for t in tests] == ["((K + BK - 1) // BK) <= 3"]
+    assert source_when_holds(*tests[0], {"K": 128, "BK": 64})
+    assert source_when_holds(*tests[0], {"K": 192, "BK": 64})
+    assert not source_when_holds(*tests[0], {"K": 512, "BK": 64})
+    # a trip count the launch gives at run time is the ring's to take
+    runtime = SHORT_K.replace("K: tl.constexpr, V", "K, V")
+    (fn,) = translate_source(runtime, "short.py", get_target(target)).functions
+    assert fn.pipelined and not [t for t in fn.dispatch.source_when if "BK - 1" in t[0]]

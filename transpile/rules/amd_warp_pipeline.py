@@ -32,7 +32,7 @@ from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CAL
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
-                                 parenthesized, product_factors, sum_terms)
+                                 parenthesized, product_factors, sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
@@ -227,6 +227,14 @@ class AMDWarpPipeline(Rule):
             if not one_group:
                 ctx.launch_warps = PIPELINE_WARPS
             ctx.launch_lds = _lds_check(ctx, stage_plan)
+        trips = _constant_trips(ctx, stage_plan.loop)
+        few = _launch_test(ctx, f"{trips} <= {stage_plan.slots}") if trips is not None else None
+        if few is not None:
+            # A loop of no more iterations than the ring has slots, its count known when the kernel is compiled (a
+            # head dimension's blocks): Triton's own compile unrolls it and issues every load up front, the ring
+            # would only copy every iteration in its prologue, and the loop as translated measured heavier than the
+            # source (occupancy 5 against 8 on gfx950: bench/RESULTS.md). Such launches run the source kernel.
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, few)))
         registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
@@ -904,6 +912,38 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         original,
     ]
     return "\n".join(header) + "\n"
+
+
+def _constant_trips(ctx: RuleContext, plan: LoopPlan) -> str | None:
+    """The loop's trip count as constexpr arithmetic (`(K + BK - 1) // BK` of `range(tl.cdiv(K, BK))`), where its
+    range reads only constexpr parameters and literals; else None."""
+    constexprs = set(ctx.function.constexpr_names)
+
+    def text(node: cst.BaseExpression) -> str | None:
+        node = unparenthesized(node)
+        if isinstance(node, cst.Integer):
+            return node.value
+        if isinstance(node, cst.Name):
+            return node.value if node.value in constexprs else None
+        if isinstance(node, cst.BinaryOperation) and isinstance(
+                node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
+            left, right = text(node.left), text(node.right)
+            op = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.FloorDivide: "//"}[type(node.operator)]
+            return f"({left} {op} {right})" if left is not None and right is not None else None
+        if isinstance(node, cst.Call) and code(node.func).split(".")[-1] == "cdiv" and len(node.args) == 2 \
+                and all(a.keyword is None for a in node.args):
+            x, y = text(node.args[0].value), text(node.args[1].value)
+            return f"(({x} + {y} - 1) // {y})" if x is not None and y is not None else None
+        return None
+
+    args = [text(a) for a in plan.range_args]
+    if not args or len(args) > 3 or None in args:
+        return None
+    start, stop, step = (("0", args[0], "1") if len(args) == 1 else (args[0], args[1], "1") if len(args) == 2
+                         else tuple(args))
+    if step == "1":
+        return f"({stop} - {start})" if start != "0" else stop
+    return f"(({stop} - {start} + {step} - 1) // {step})"
 
 
 def _steady_masks(ctx: RuleContext, plan: LoopPlan, consumer: list[int], additive: bool = True
