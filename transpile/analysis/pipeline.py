@@ -881,7 +881,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         return LoopRefusal(extra[0].call, f"the dot operand is computed from {len(extra) + 1} tiles loaded in the loop "
                            "in a scaled dot, or both its operands from one: a computed operand of such a dot is "
                            "pipelined from one tile")
-    if len({load.name for load in [*operands, *extra]}) != len(operands) + len(extra):
+    if extra and len({load.name for load in [*operands, *extra]}) != len(operands) + len(extra):
         return LoopRefusal(extra[0].call, f"`{extra[0].name}` feeds both operands of the dot, computed")
     return [*operands, *extra, *rings], DotChain(
         dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
