@@ -244,13 +244,22 @@ def test_a_parameter_moved_by_a_loaded_offset_is_tested_in_the_kernel() -> None:
     assert out.functions[0].pipelined
     assert "q_16 = _aligned_ptr(q)" in out.text and "if (q_16.to(gl.int64) == q.to(gl.int64)):" in out.text
     assert "w_16" not in out.text  # (w is the launch's: its launcher checks it)
-    # moved by a product with an argument (a stride the launcher checks, a constexpr): the launch vouches for it
-    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q",
-                    "off = pid * stride_q\n    q += off"):
+    # moved by a product with an integer argument, written in the move (the launcher checks it): the launch's
+    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q", "q += K"):
         text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", vouched)
         source = parse_source(text, "k.py")
         assert not moved_unvouched(next(iter(discover(source).functions.values())), "q"), vouched
         assert "_aligned_ptr(q)" not in translate_source(text, "k.py", get_target("gfx950")).text
+    # ... not through a local name (the launcher reads the arguments a move names), nor a constexpr (nothing checks
+    # its value), nor a base made from the parameter and such an offset: tested in the kernel
+    for tested in ("off = pid * K\n    q += off", "q += tl.load(offsets + pid) * BM", "q = q + pid * BK"):
+        text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", tested)
+        source = parse_source(text, "k.py")
+        assert moved_unvouched(next(iter(discover(source).functions.values())), "q"), tested
+        assert "q_16 = _aligned_ptr(q)" in translate_source(text, "k.py", get_target("gfx950")).text, tested
+    local = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", "qb = q + tl.load(offsets + pid)").replace(
+        "p_q = q + offs_m", "p_q = qb + offs_m")
+    assert "qb_16 = _aligned_ptr(qb)" in translate_source(local, "k.py", get_target("gfx950")).text
 
 
 def test_a_base_assigned_after_the_tile_is_made_is_not_tested() -> None:
@@ -266,6 +275,14 @@ def test_a_base_assigned_after_the_tile_is_made_is_not_tested() -> None:
     fn, loop, pointers, _ = _loop_tiles(text.replace("    q += 8\n", "").replace(
         "b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
     assert run_time_alignment(fn, pointers["a"], None, loop) == ("q", ())
+    # ... nor one moved after a tile the loop's addresses are made from (`q_rows`, then `p_q = q_rows + ...`)
+    rows = MOVED_KERNEL.replace("    acc = tl.zeros", "    q_rows = q + offs_m[:, None] * stride_q\n"
+                                "    q += tl.load(offsets + pid + 1)\n    acc = tl.zeros").replace(
+        "p_q = q + offs_m[:, None] * stride_q + ", "p_q = q_rows + ")
+    fn, loop, pointers, _ = _loop_tiles(rows.replace("a = tl.load(p_q)", "a = tl.load(p_q, mask=None)").replace(
+        "b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
+    assert run_time_alignment(fn, pointers["a"], None, loop) is None
+    assert not translate_source(rows, "k.py", get_target("gfx950")).functions[0].pipelined
 
 
 @pytest.mark.slow

@@ -412,38 +412,11 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
 
 
 def moved_unvouched(fn: JitFunction, name: str) -> bool:
-    """Whether the kernel moves the pointer parameter `name` (`q += tl.load(offsets + pid)`, `q = q + off`) by a term
-    that no launch vouches for as a multiple of 16 bytes: not a product with an argument (a stride the launcher
-    checks, a constexpr the compile knows) or with a literal multiple of 16, nor an argument itself. The compile
-    cannot prove the moved base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it
-    (`run_time_alignment`)."""
-    params = {p.name for p in fn.params}
-    definitions = _single_definitions(fn)
+    """Whether the kernel moves the pointer parameter `name` (`q += tl.load(offsets + pid)`, `q = q + off`) by a
+    scalar that no launch vouches for as a multiple of 16 bytes (`offset_vouched`). The compile cannot prove the moved
+    base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it (`run_time_alignment`).
+    A move by a tensor (`b_ptr += (stride * offs_n)[None, :]`) is left to the checks that name it."""
     every = all_definitions(fn)
-
-    def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
-        """`node` makes or reads a vector (an index vector, a broadcast), through the names it reads."""
-        if _is_2d(node) or _reads_arange(node):
-            return True
-        return any(tensor(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
-
-    def vouched(node: cst.BaseExpression, depth: int = 0) -> bool:
-        """Every term of `node` is an argument, a product with an argument or a literal multiple of 16, or a name
-        assigned once to such a sum (`off = pid_b * stride_b`)."""
-        for term in _signed_terms(node):
-            term = unparenthesized(term)
-            if isinstance(term, cst.Name) and term.value in params:
-                continue
-            if isinstance(term, cst.Name) and term.value in definitions and depth < 4:
-                if vouched(definitions[term.value], depth + 1):
-                    continue
-                return False
-            factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
-            if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
-                       or isinstance(f, cst.Name) and f.value in params for f in factors):
-                return False
-        return True
-
     for node in cst_walk.preorder(fn.node):
         moved: cst.BaseExpression | None = None
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == name \
@@ -454,10 +427,64 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
             terms = _signed_terms(node.value)
             if not any(isinstance(t, cst.Name) and t.value == name for t in terms):
                 return True  # (a base made afresh: nothing vouches for it)
-            moved = node.value
-        if moved is not None and not tensor(moved) and not vouched(moved):
-            return True  # (a move by a tensor, `b_ptr += (stride * offs_n)[None, :]`, is the other checks')
+            moved = _sum_of([t for t in terms if not (isinstance(t, cst.Name) and t.value == name)])
+        if moved is not None and not _tensor(moved, every) and not offset_vouched(fn, moved):
+            return True
     return False
+
+
+def _sum_of(values: list[cst.BaseExpression]) -> cst.BaseExpression | None:
+    """The sum of `values` (None for none)."""
+    if not values:
+        return None
+    total = values[0]
+    for value in values[1:]:
+        total = cst.BinaryOperation(total, cst.Add(), value)
+    return total
+
+
+def _tensor(node: cst.CSTNode, every: dict[str, cst.BaseExpression], seen: frozenset[str] = frozenset()) -> bool:
+    """`node` makes or reads a vector (an index vector, a broadcast), through the names it reads."""
+    if _is_2d(node) or _reads_arange(node):
+        return True
+    return any(_tensor(every[n], every, seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
+
+
+def offset_vouched(fn: JitFunction, node: cst.BaseExpression) -> bool:
+    """Every term of the scalar offset `node` is one the launcher checks as a multiple of 16 bytes: an integer argument
+    (not a constexpr: nothing checks its value), or a product with one or with a literal multiple of 16, written in
+    the move itself (the launcher reads the arguments a move names, not what a local name was assigned)."""
+    runtime = {p.name for p in fn.params if not p.is_constexpr}
+    for term in _signed_terms(node):
+        term = unparenthesized(term)
+        if isinstance(term, cst.Name) and term.value in runtime:
+            continue
+        factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
+        if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
+                   or isinstance(f, cst.Name) and f.value in runtime for f in factors):
+            return False
+    return True
+
+
+def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bool:
+    """Whether the address of `tile`, followed through the names assigned once that make it (`qb = q + tl.load(off +
+    pid)`, then `qb + offs_m[:, None] * stride`), adds to its base parameter `base` a scalar no launch vouches for
+    (`offset_vouched`): a tensor term is the other checks' (strides, contiguity)."""
+    definitions = _single_definitions(fn)
+    every = all_definitions(fn)
+    scalars: list[cst.BaseExpression] = []
+
+    def walk(node: cst.BaseExpression, seen: frozenset[str]) -> None:
+        for term in sum_terms(node):
+            if isinstance(term, cst.Name) and term.value == base:
+                continue
+            if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                walk(definitions[term.value], seen | {term.value})
+            elif not _tensor(term, every):
+                scalars.append(term)
+
+    walk(tile, frozenset())
+    return any(not offset_vouched(fn, term) for term in scalars)
 
 
 def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
@@ -772,10 +799,13 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     ints: list[str] = []
     terms: list[cst.BaseExpression] = []
 
+    followed: list[str] = [tile.value] if isinstance(tile, cst.Name) else []  # (the names the address is made of)
+
     def expand(node: cst.BaseExpression, seen: frozenset[str]) -> None:
         for term in sum_terms(node):
             if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen \
                     and tensor(definitions[term.value]):
+                followed.append(term.value)
                 expand(definitions[term.value], seen | {term.value})  # (a tile of pointers or of offsets)
             else:
                 terms.append(term)
@@ -874,9 +904,12 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     # Tested once, before the loop, each must hold there the value the tiles were made from: no assignment of it
     # between the tile's definition (the loop's start, for a tile the loop makes) and the loop, nor after the loop
     # (an enclosing loop would run it before the next test, the tile made before).
-    made = _single_assignments(fn).get(tile.value) if isinstance(tile, cst.Name) else None
+    # (the earliest assignment of the names the address is made of: `q_rows = q + ...` before the loop, `p_q = q_rows
+    # + ...` in it)
     order = {id(node): i for i, node in enumerate(cst_walk.preorder(fn.node))}
-    start = min(order[id(made)], order[id(loop)]) if made is not None else order[id(loop)]
+    singles = _single_assignments(fn)
+    made = [singles[n] for n in followed if n in singles]
+    start = min([order[id(loop)], *(order[id(m)] for m in made)])
     for name in (base, *ints):
         if any(order[id(site)] > start for site in _assignment_sites(fn).get(name, ())):
             return None

@@ -34,7 +34,7 @@ from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (address_head, all_definitions, base_moved_along_last_axis,
                                                  divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
-                                                 last_axis_selected, moved_unvouched,
+                                                 last_axis_selected, moved_unvouched, unvouched_offset,
                                                  pointer_tile_strides, run_time_alignment, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
@@ -239,8 +239,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         traced = tile_base(fn, load.pointer, params) if load.pointer is not None else None
         if traced is not None and address_head(fn, load.pointer) not in (traced, None):  # type: ignore[arg-type]
             traced = None  # (an argument added to a base the kernel loads, `a_ptr + ... + k_off`, is no base)
-        if traced is not None and moved_unvouched(fn, traced):
-            traced = None  # (a parameter the kernel moves by a loaded or computed offset: tested in the kernel)
+        if traced is not None and load.pointer is not None and (
+                moved_unvouched(fn, traced) or unvouched_offset(fn, load.pointer, traced)):
+            traced = None  # (a parameter moved by a loaded or computed offset: tested in the kernel)
         if load.pointer is None or traced is None:
             # (a base the kernel loads: tested at run time, before the loop, with what its rows and bounds read)
             found = run_time_alignment(fn, load.pointer, load.mask, loop) if load.pointer is not None else None

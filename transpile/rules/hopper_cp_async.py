@@ -436,6 +436,10 @@ class _Emitter:
         self.fresh: list[str] = []  # (in order) tiles addressed afresh each iteration, not through carried pointers
         if any(not chain.acc_in_dot and not chain.fresh for chain in plan.chains):
             return "a dot whose result is added to its accumulator (the wgmma takes the accumulator itself)"
+        factored = next((chain for chain in plan.chains if chain.factors), None)
+        if factored is not None:  # (not measured on sm90: the AMD rings take it)
+            return (f"a dot operand is computed from several tiles loaded in the loop (`{factored.factors[0][0]}` "
+                    "among them): the cp.async ring computes an operand from one")
         consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, self.body)
         original_body = list(self.original.body.body)  # type: ignore[union-attr]
         self.staged: dict[str, int] = {}  # loads a dot operand is computed from -> the operand's position
