@@ -244,15 +244,20 @@ def test_a_parameter_moved_by_a_loaded_offset_is_tested_in_the_kernel() -> None:
     assert out.functions[0].pipelined
     assert "q_16 = _aligned_ptr(q)" in out.text and "if (q_16.to(gl.int64) == q.to(gl.int64)):" in out.text
     assert "w_16" not in out.text  # (w is the launch's: its launcher checks it)
-    # moved by a product with an integer argument, written in the move (the launcher checks it): the launch's
-    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q", "q += K"):
-        text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", vouched)
+    # moved by a product with an integer argument, or by a local name assigned once to such a sum (the tutorial's
+    # `adj`): the launch's, the launcher checking that argument (`M`, read nowhere else)
+    for vouched in ("q += tl.load(offsets + pid) * stride_q", "q += pid * BM * stride_q", "q += K",
+                    "off = (pid * M).to(tl.int64)\n    q += off"):
+        text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", vouched).replace("K, stride_q", "K, M, stride_q")
         source = parse_source(text, "k.py")
         assert not moved_unvouched(next(iter(discover(source).functions.values())), "q"), vouched
-        assert "_aligned_ptr(q)" not in translate_source(text, "k.py", get_target("gfx950")).text
-    # ... not through a local name (the launcher reads the arguments a move names), nor a constexpr (nothing checks
-    # its value), nor a base made from the parameter and such an offset: tested in the kernel
-    for tested in ("off = pid * K\n    q += off", "q += tl.load(offsets + pid) * BM", "q = q + pid * BK"):
+        out = translate_source(text, "k.py", get_target("gfx950"))
+        assert "_aligned_ptr(q)" not in out.text
+        if "M)" in vouched:
+            assert '"M",' in out.text.split("divisible=(", 2)[2].split(")", 1)[0]
+    # ... not by a constexpr (nothing checks its value), nor a loaded value, nor a base made from the parameter and
+    # such an offset: tested in the kernel
+    for tested in ("q += tl.load(offsets + pid) * BM", "q = q + pid * BK"):
         text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", tested)
         source = parse_source(text, "k.py")
         assert moved_unvouched(next(iter(discover(source).functions.values())), "q"), tested
@@ -282,7 +287,8 @@ def test_a_base_assigned_after_the_tile_is_made_is_not_tested() -> None:
     fn, loop, pointers, _ = _loop_tiles(rows.replace("a = tl.load(p_q)", "a = tl.load(p_q, mask=None)").replace(
         "b = tl.load(p_w)", "b = tl.load(p_w, mask=None)"))
     assert run_time_alignment(fn, pointers["a"], None, loop) is None
-    assert not translate_source(rows, "k.py", get_target("gfx950")).functions[0].pipelined
+    kept = translate_source(rows, "k.py", get_target("gfx950")).functions[0]
+    assert not kept.pipelined and "addressed from `q` moved by an offset no launch vouches for" in kept.kept_reason
 
 
 @pytest.mark.slow

@@ -313,6 +313,10 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
                 and node.target.value in {p.name for p in fn.params}:
             add(other, node.value)
+            if not constexprs:  # (and the arguments a local name it adds was made of: `Q += adj`)
+                for name in vouching_params(fn, node.value) or []:
+                    if name not in other:
+                        other.append(name)
     return unit, [name for name in other if name not in unit]
 
 
@@ -451,19 +455,50 @@ def _tensor(node: cst.CSTNode, every: dict[str, cst.BaseExpression], seen: froze
 
 
 def offset_vouched(fn: JitFunction, node: cst.BaseExpression) -> bool:
-    """Every term of the scalar offset `node` is one the launcher checks as a multiple of 16 bytes: an integer argument
-    (not a constexpr: nothing checks its value), or a product with one or with a literal multiple of 16, written in
-    the move itself (the launcher reads the arguments a move names, not what a local name was assigned)."""
+    """Every term of the scalar offset `node` is one the launcher checks as a multiple of 16 bytes
+    (`vouching_params`)."""
+    return vouching_params(fn, node) is not None
+
+
+def vouching_params(fn: JitFunction, node: cst.BaseExpression, depth: int = 0) -> list[str] | None:
+    """The integer arguments whose being multiples of 16 makes the scalar offset `node` one: each term an integer
+    argument (not a constexpr: nothing checks its value), or a product with one or with a literal multiple of 16, or
+    a name assigned once to such a sum (`adj = (stride_h * (bhid % H) + stride_z * (bhid // H)).to(tl.int64)`, the
+    tutorial's); a cast is looked through. None where a term is none of these (a loaded offset, `* H` of a
+    constexpr). The launcher checks the arguments found (`pointer_tile_strides`)."""
     runtime = {p.name for p in fn.params if not p.is_constexpr}
+    definitions = _single_definitions(fn)
+    found: list[str] = []
     for term in _signed_terms(node):
         term = unparenthesized(term)
+        while isinstance(term, cst.Call) and isinstance(term.func, cst.Attribute) and term.func.attr.value == "to":
+            term = unparenthesized(term.func.value)  # (a cast: `(...).to(tl.int64)`)
+            if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Add, cst.Subtract)):
+                inner = vouching_params(fn, term, depth + 1) if depth < 4 else None
+                if inner is None:
+                    return None
+                found += inner
+                term = None  # type: ignore[assignment]
+                break
+        if term is None:
+            continue
         if isinstance(term, cst.Name) and term.value in runtime:
+            found.append(term.value)
+            continue
+        if isinstance(term, cst.Name) and term.value in definitions and depth < 4:
+            inner = vouching_params(fn, definitions[term.value], depth + 1)
+            if inner is None:
+                return None
+            found += inner
             continue
         factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
-        if not any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0
-                   or isinstance(f, cst.Name) and f.value in runtime for f in factors):
-            return False
-    return True
+        if any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0 for f in factors):
+            continue
+        scaling = [f.value for f in factors if isinstance(f, cst.Name) and f.value in runtime]
+        if not scaling:
+            return None
+        found.append(scaling[0])
+    return list(dict.fromkeys(found))
 
 
 def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bool:

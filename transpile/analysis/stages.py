@@ -239,17 +239,24 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         traced = tile_base(fn, load.pointer, params) if load.pointer is not None else None
         if traced is not None and address_head(fn, load.pointer) not in (traced, None):  # type: ignore[arg-type]
             traced = None  # (an argument added to a base the kernel loads, `a_ptr + ... + k_off`, is no base)
-        if traced is not None and load.pointer is not None and (
-                moved_unvouched(fn, traced) or unvouched_offset(fn, load.pointer, traced)):
-            traced = None  # (a parameter moved by a loaded or computed offset: tested in the kernel)
-        if load.pointer is None or traced is None:
-            # (a base the kernel loads: tested at run time, before the loop, with what its rows and bounds read)
+        untested = ""  # (why the tile's base is neither the launch's nor tested: after the checks that name more)
+        moved = traced is not None and load.pointer is not None and (
+            moved_unvouched(fn, traced) or unvouched_offset(fn, load.pointer, traced))
+        if load.pointer is None or traced is None or moved:
+            # (a base the kernel loads, or a parameter it moves by a loaded or computed offset: tested at run time,
+            # before the loop, with what its rows and bounds read)
             found = run_time_alignment(fn, load.pointer, load.mask, loop) if load.pointer is not None else None
-            if found is None:
+            if found is None and not moved:
                 return (f"{at} is addressed from a pointer not traced to one pointer parameter (one the kernel loads, "
                         "or a name assigned more than once before the loop) and not tested before the loop (a base "
                         "first in its address, rows scaled by names the loop does not change)")
-            run_time[load.name] = found
+            if found is None:
+                untested = (f"{at} is addressed from `{traced}` moved by an offset no launch vouches for (loaded, "
+                            "computed, or scaled by a constexpr) and not tested before the loop (a base first in its "
+                            "address, rows scaled by names the loop does not change, none assigned after the tile "
+                            "is made)")
+            else:
+                run_time[load.name] = found
         if last_axis_reads_memory(fn, load.pointer):
             return f"{at} is addressed along its contiguous axis from loaded offsets"
         selected = last_axis_selected(fn, load.pointer)
@@ -272,7 +279,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if crossed:
             return (f"{at} has its last axis strided by `{crossed[0]}`, a row stride of the loop's tiles (a tile read "
                     "transposed from memory: no launch has that stride 1)")
-        return ""
+        return untested
 
     def copies_16_bytes(load: OperandLoad) -> bool:
         return not not_16_bytes(load)
