@@ -255,9 +255,13 @@ def test_a_parameter_moved_by_a_loaded_offset_is_tested_in_the_kernel() -> None:
         assert "_aligned_ptr(q)" not in out.text
         if "M)" in vouched:
             assert '"M",' in out.text.split("divisible=(", 2)[2].split(")", 1)[0]
-    # ... not by a constexpr (nothing checks its value), nor a loaded value, nor a base made from the parameter and
-    # such an offset: tested in the kernel
-    for tested in ("q += tl.load(offsets + pid) * BM", "q = q + pid * BK"):
+    # by a product with a constexpr: launches where it is not a multiple of 16 run the source kernel
+    scaled = translate_source(MOVED_KERNEL.replace("q += tl.load(offsets + pid)", "q += tl.load(offsets + pid) * BM"),
+                              "k.py", get_target("gfx950"))
+    assert "_aligned_ptr(q)" not in scaled.text
+    assert "BM % 16 != 0" in [t[0] for t in scaled.functions[0].dispatch.source_when]
+    # a loaded value, through a local name too, or a base made from the parameter and one: tested in the kernel
+    for tested in ("off = tl.load(offsets + pid)\n    q += off", "q = q + tl.load(offsets + pid) + 3"):
         text = MOVED_KERNEL.replace("q += tl.load(offsets + pid)", tested)
         source = parse_source(text, "k.py")
         assert moved_unvouched(next(iter(discover(source).functions.values())), "q"), tested

@@ -315,7 +315,7 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
             add(other, node.value)
             if not constexprs:  # (and the arguments a local name it adds was made of: `Q += adj`)
                 for name in vouching_params(fn, node.value) or []:
-                    if name not in other:
+                    if name in params and name not in other:  # (the integer arguments; constexprs: the rule's)
                         other.append(name)
     return unit, [name for name in other if name not in unit]
 
@@ -417,7 +417,7 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
 
 def moved_unvouched(fn: JitFunction, name: str) -> bool:
     """Whether the kernel moves the pointer parameter `name` (`q += tl.load(offsets + pid)`, `q = q + off`) by a
-    scalar that no launch vouches for as a multiple of 16 bytes (`offset_vouched`). The compile cannot prove the moved
+    scalar it loads that no launch vouches for as a multiple of 16 bytes (`_unvouched_load`). The compile cannot prove the moved
     base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it (`run_time_alignment`).
     A move by a tensor (`b_ptr += (stride * offs_n)[None, :]`) is left to the checks that name it."""
     every = all_definitions(fn)
@@ -432,7 +432,7 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
             if not any(isinstance(t, cst.Name) and t.value == name for t in terms):
                 return True  # (a base made afresh: nothing vouches for it)
             moved = _sum_of([t for t in terms if not (isinstance(t, cst.Name) and t.value == name)])
-        if moved is not None and not _tensor(moved, every) and not offset_vouched(fn, moved):
+        if moved is not None and not _tensor(moved, every) and _unvouched_load(fn, moved, every):
             return True
     return False
 
@@ -455,38 +455,32 @@ def _tensor(node: cst.CSTNode, every: dict[str, cst.BaseExpression], seen: froze
 
 
 def offset_vouched(fn: JitFunction, node: cst.BaseExpression) -> bool:
-    """Every term of the scalar offset `node` is one the launcher checks as a multiple of 16 bytes
-    (`vouching_params`)."""
+    """Every term of the scalar offset `node` is one a launch vouches for as a multiple of 16 (`vouching_params`)."""
     return vouching_params(fn, node) is not None
 
 
 def vouching_params(fn: JitFunction, node: cst.BaseExpression, depth: int = 0) -> list[str] | None:
-    """The integer arguments whose being multiples of 16 makes the scalar offset `node` one: each term an integer
-    argument (not a constexpr: nothing checks its value), or a product with one or with a literal multiple of 16, or
-    a name assigned once to such a sum (`adj = (stride_h * (bhid % H) + stride_z * (bhid // H)).to(tl.int64)`, the
-    tutorial's); a cast is looked through. None where a term is none of these (a loaded offset, `* H` of a
-    constexpr). The launcher checks the arguments found (`pointer_tile_strides`)."""
+    """The arguments whose being multiples of 16 makes the scalar offset `node` one: each term an integer argument, a
+    product with one, with a literal multiple of 16 or with a local name assigned once to such a sum (`r *
+    stride_x_dh`, `stride_x_dh = dil_h * stride_x_h`), or such a name itself (`adj = (stride_h * (bhid % H) +
+    stride_z * (bhid // H)).to(tl.int64)`, the tutorial's); a cast is looked through. Integer arguments come first
+    in a product; a constexpr one is named where no integer argument scales the term (the launcher checks the first,
+    `pointer_tile_strides`; a constexpr's launches are tested by the rule, `offset_constexprs`). None where a term is
+    none of these (a loaded offset)."""
     runtime = {p.name for p in fn.params if not p.is_constexpr}
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
     definitions = _single_definitions(fn)
     found: list[str] = []
+
+    def local(name: str) -> list[str] | None:
+        return vouching_params(fn, definitions[name], depth + 1) if name in definitions and depth < 4 else None
+
     for term in _signed_terms(node):
         term = unparenthesized(term)
         while isinstance(term, cst.Call) and isinstance(term.func, cst.Attribute) and term.func.attr.value == "to":
             term = unparenthesized(term.func.value)  # (a cast: `(...).to(tl.int64)`)
-            if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Add, cst.Subtract)):
-                inner = vouching_params(fn, term, depth + 1) if depth < 4 else None
-                if inner is None:
-                    return None
-                found += inner
-                term = None  # type: ignore[assignment]
-                break
-        if term is None:
-            continue
-        if isinstance(term, cst.Name) and term.value in runtime:
-            found.append(term.value)
-            continue
-        if isinstance(term, cst.Name) and term.value in definitions and depth < 4:
-            inner = vouching_params(fn, definitions[term.value], depth + 1)
+        if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, (cst.Add, cst.Subtract)):
+            inner = vouching_params(fn, term, depth + 1) if depth < 4 else None
             if inner is None:
                 return None
             found += inner
@@ -494,17 +488,57 @@ def vouching_params(fn: JitFunction, node: cst.BaseExpression, depth: int = 0) -
         factors = product_factors(term) if isinstance(term, cst.BinaryOperation) else [term]
         if any(isinstance(f, cst.Integer) and int(f.value, 0) % 16 == 0 for f in factors):
             continue
-        scaling = [f.value for f in factors if isinstance(f, cst.Name) and f.value in runtime]
-        if not scaling:
+        names = [f.value for f in factors if isinstance(f, cst.Name)]
+        scaling = next((n for n in names if n in runtime), None) or next((n for n in names if n in constexprs), None)
+        if scaling is not None:
+            found.append(scaling)
+            continue
+        inner = next((v for v in (local(n) for n in names) if v is not None), None)
+        if inner is None:
             return None
-        found.append(scaling[0])
+        found += inner
+    return list(dict.fromkeys(found))
+
+
+def offset_constexprs(fn: JitFunction, tiles: list[cst.BaseExpression]) -> list[str]:
+    """The constexpr parameters that vouch for the offsets by which the kernel moves the parameters its pointer
+    tiles are addressed from (`q += (bos * H + i_h) * K`: `K`): launches where one is not a multiple of 16 cannot
+    prove the moved base aligned, and run the source kernel."""
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
+    params = {p.name for p in fn.params}
+    definitions = _single_definitions(fn)
+    every = all_definitions(fn)
+    found: list[str] = []
+    for tile in tiles:
+        base = tile_base(fn, tile, params)
+        if base is None:
+            continue
+        offsets: list[cst.BaseExpression] = []
+        for node in cst_walk.preorder(fn.node):
+            if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == base:
+                offsets.append(node.value)
+
+        def walk(node: cst.BaseExpression, seen: frozenset[str]) -> None:
+            for term in sum_terms(node):
+                if isinstance(term, cst.Name) and term.value == base:
+                    continue
+                if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
+                    walk(definitions[term.value], seen | {term.value})
+                elif not _tensor(term, every):
+                    offsets.append(term)
+
+        walk(tile, frozenset())
+        for offset in offsets:
+            if _tensor(offset, every):
+                continue
+            found += [n for n in vouching_params(fn, offset) or [] if n in constexprs]
     return list(dict.fromkeys(found))
 
 
 def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bool:
     """Whether the address of `tile`, followed through the names assigned once that make it (`qb = q + tl.load(off +
-    pid)`, then `qb + offs_m[:, None] * stride`), adds to its base parameter `base` a scalar no launch vouches for
-    (`offset_vouched`): a tensor term is the other checks' (strides, contiguity)."""
+    pid)`, then `qb + offs_m[:, None] * stride`), adds to its base parameter `base` a scalar it loads that no launch
+    vouches for (`_unvouched_load`): a tensor term is the other checks' (strides, contiguity)."""
     definitions = _single_definitions(fn)
     every = all_definitions(fn)
     scalars: list[cst.BaseExpression] = []
@@ -519,7 +553,23 @@ def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bo
                 scalars.append(term)
 
     walk(tile, frozenset())
-    return any(not offset_vouched(fn, term) for term in scalars)
+    return any(_unvouched_load(fn, term, every) for term in scalars)
+
+
+def _unvouched_load(fn: JitFunction, offset: cst.BaseExpression, every: dict[str, cst.BaseExpression]) -> bool:
+    """The scalar offset reads a value the kernel loads (through the names it is made of) and no argument vouches for
+    it (`vouching_params`): neither the launch nor the compile can prove it a multiple of 16 bytes. (An offset of
+    values the kernel computes from its arguments and constexprs, a local constexpr, is the compile's to prove.)"""
+    if offset_vouched(fn, offset):
+        return False
+
+    def loads(node: cst.CSTNode, seen: frozenset[str]) -> bool:
+        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "load"
+               or isinstance(call.func, cst.Name) and call.func.value == "load" for call in calls_in(node)):
+            return True
+        return any(loads(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
+
+    return loads(offset, frozenset())
 
 
 def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:

@@ -24,7 +24,7 @@ import textwrap
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect
-from transpile.analysis.launch_alignment import last_axis_mask_params, pointer_tile_strides
+from transpile.analysis.launch_alignment import last_axis_mask_params, offset_constexprs, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
@@ -254,6 +254,12 @@ class AMDWarpPipeline(Rule):
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
                 (f"{name} != 1", ((name, constexprs[name]),))
                 for name in tile_strides(ctx, stage_plan.loop, constexprs=True)[0]))))
+            # ... and a constexpr that scales an offset a tile's base parameter is moved by (`q += (bos * H + i_h) *
+            # K`): launches where it is not a multiple of 16 cannot prove the moved base aligned
+            pointers = [load.pointer for load in stage_plan.loop.loads if load.kind == "pointer" and load.pointer is not None]
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
+                (f"{name} % 16 != 0", ((name, constexprs[name]),))
+                for name in offset_constexprs(ctx.function, pointers)))))
             masks = [load.mask for load in stage_plan.loop.loads if load.kind == "pointer" and load.mask is not None]
             divisible += [n for n in last_axis_mask_params(ctx.function, masks) if n not in divisible + unit]
             ctx.launch_checked = True  # (a kernel with several such loops: what each needs)
