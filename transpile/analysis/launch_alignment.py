@@ -417,9 +417,10 @@ def tile_base(fn: JitFunction, tile: cst.BaseExpression, pointers: set[str]) -> 
 
 def moved_unvouched(fn: JitFunction, name: str) -> bool:
     """Whether the kernel moves the pointer parameter `name` (`q += tl.load(offsets + pid)`, `q = q + off`) by a
-    scalar it loads that no launch vouches for as a multiple of 16 bytes (`_unvouched_load`). The compile cannot prove the moved
-    base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it (`run_time_alignment`).
-    A move by a tensor (`b_ptr += (stride * offs_n)[None, :]`) is left to the checks that name it."""
+    scalar it loads that no launch vouches for as a multiple of 16 bytes (`_unvouched_load`). The compile cannot
+    prove the moved base aligned, and a copy of 16 bytes a lane from it does not compile: the kernel tests it
+    (`run_time_alignment`). A move by a tensor (`b_ptr += (stride * offs_n)[None, :]`) is left to the checks that
+    name it."""
     every = all_definitions(fn)
     for node in cst_walk.preorder(fn.node):
         moved: cst.BaseExpression | None = None

@@ -256,7 +256,8 @@ class AMDWarpPipeline(Rule):
                 for name in tile_strides(ctx, stage_plan.loop, constexprs=True)[0]))))
             # ... and a constexpr that scales an offset a tile's base parameter is moved by (`q += (bos * H + i_h) *
             # K`): launches where it is not a multiple of 16 cannot prove the moved base aligned
-            pointers = [load.pointer for load in stage_plan.loop.loads if load.kind == "pointer" and load.pointer is not None]
+            pointers = [load.pointer for load in stage_plan.loop.loads
+                        if load.kind == "pointer" and load.pointer is not None]
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
                 (f"{name} % 16 != 0", ((name, constexprs[name]),))
                 for name in offset_constexprs(ctx.function, pointers)))))
