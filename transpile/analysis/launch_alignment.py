@@ -153,14 +153,16 @@ def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
 
 def _single_definitions_in(root: cst.CSTNode) -> dict[str, cst.BaseExpression]:
     """The value of each name assigned exactly once under `root` with a plain `name = value`."""
-    values: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
+    return {name: node.value for name, node in _single_assignments_in(root).items()}
+
+
+def _single_assignments_in(root: cst.CSTNode) -> dict[str, cst.Assign]:
+    """The `name = value` statement of each name assigned exactly once under `root` with a plain assignment."""
+    found: dict[str, list[cst.Assign]] = {}
     for node in cst_walk.preorder(root):
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            name = node.targets[0].target.value
-            counts[name] = counts.get(name, 0) + 1
-            values[name] = node.value
-    return {name: value for name, value in values.items() if counts[name] == 1}
+            found.setdefault(node.targets[0].target.value, []).append(node)
+    return {name: nodes[0] for name, nodes in found.items() if len(nodes) == 1}
 
 
 def _addresses(facts: ModuleFacts, fn: JitFunction, calls: set[str], keyword: str = "pointer"
@@ -341,9 +343,7 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
 
     # (a bound the kernel loads, `K = tl.load(sizes + g)`: its value, not the arguments its address reads, bounds the
     # tile; `run_time_alignment` tests it in the kernel)
-    unloaded = {name: value for name, value in definitions.items()
-                if not any(isinstance(c, cst.Call) and node_code(_MODULE, c.func).rsplit(".", 1)[-1] == "load"
-                           for c in calls_in(value))}
+    unloaded = {name: value for name, value in definitions.items() if not any(map(_is_load, calls_in(value)))}
     for mask in masks:
         for conjunct in conjuncts(mask):
             if last_axis(conjunct):
@@ -370,6 +370,12 @@ def all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
             # a loop variable takes the values its range's bounds and step make (`for k in range(K, 0, -BLOCK_K)`)
             values.setdefault(node.target.value, []).extend(a.value for a in node.iter.args if a.keyword is None)
     return {name: cst.Tuple([cst.Element(v) for v in vs]) for name, vs in values.items()}
+
+
+def _is_load(call: cst.Call) -> bool:
+    """`call` loads from memory (`tl.load`, a descriptor's `load`, `load` imported)."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "load" \
+        or isinstance(call.func, cst.Name) and call.func.value == "load"
 
 
 def _reads_arange(node: cst.CSTNode) -> bool:
@@ -455,11 +461,6 @@ def _tensor(node: cst.CSTNode, every: dict[str, cst.BaseExpression], seen: froze
     return any(_tensor(every[n], every, seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
 
-def offset_vouched(fn: JitFunction, node: cst.BaseExpression) -> bool:
-    """Every term of the scalar offset `node` is one a launch vouches for as a multiple of 16 (`vouching_params`)."""
-    return vouching_params(fn, node) is not None
-
-
 def vouching_params(fn: JitFunction, node: cst.BaseExpression, depth: int = 0) -> list[str] | None:
     """The arguments whose being multiples of 16 makes the scalar offset `node` one: each term an integer argument, a
     product with one, with a literal multiple of 16 or with a local name assigned once to such a sum (`r *
@@ -507,29 +508,15 @@ def offset_constexprs(fn: JitFunction, tiles: list[cst.BaseExpression]) -> list[
     prove the moved base aligned, and run the source kernel."""
     constexprs = {p.name for p in fn.params if p.is_constexpr}
     params = {p.name for p in fn.params}
-    definitions = _single_definitions(fn)
     every = all_definitions(fn)
     found: list[str] = []
     for tile in tiles:
         base = tile_base(fn, tile, params)
         if base is None:
             continue
-        offsets: list[cst.BaseExpression] = []
-        for node in cst_walk.preorder(fn.node):
-            if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == base:
-                offsets.append(node.value)
-
-        def walk(node: cst.BaseExpression, seen: frozenset[str]) -> None:
-            for term in sum_terms(node):
-                if isinstance(term, cst.Name) and term.value == base:
-                    continue
-                if isinstance(term, cst.Name) and term.value in definitions and term.value not in seen:
-                    walk(definitions[term.value], seen | {term.value})
-                elif not _tensor(term, every):
-                    offsets.append(term)
-
-        walk(tile, frozenset())
-        for offset in offsets:
+        offsets = [node.value for node in cst_walk.preorder(fn.node) if isinstance(node, cst.AugAssign)
+                   and isinstance(node.target, cst.Name) and node.target.value == base]
+        for offset in [*offsets, *_scalar_offsets(fn, tile, base)]:
             if _tensor(offset, every):
                 continue
             found += [n for n in vouching_params(fn, offset) or [] if n in constexprs]
@@ -540,6 +527,13 @@ def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bo
     """Whether the address of `tile`, followed through the names assigned once that make it (`qb = q + tl.load(off +
     pid)`, then `qb + offs_m[:, None] * stride`), adds to its base parameter `base` a scalar it loads that no launch
     vouches for (`_unvouched_load`): a tensor term is the other checks' (strides, contiguity)."""
+    every = all_definitions(fn)
+    return any(_unvouched_load(fn, term, every) for term in _scalar_offsets(fn, tile, base))
+
+
+def _scalar_offsets(fn: JitFunction, tile: cst.BaseExpression, base: str) -> list[cst.BaseExpression]:
+    """The scalar terms the address of `tile` adds to its base parameter `base`, through the names assigned once it
+    is made of (`qb = q + off`, then `qb + offs_m[:, None] * stride`: `off`); its tensor terms left out."""
     definitions = _single_definitions(fn)
     every = all_definitions(fn)
     scalars: list[cst.BaseExpression] = []
@@ -554,19 +548,18 @@ def unvouched_offset(fn: JitFunction, tile: cst.BaseExpression, base: str) -> bo
                 scalars.append(term)
 
     walk(tile, frozenset())
-    return any(_unvouched_load(fn, term, every) for term in scalars)
+    return scalars
 
 
 def _unvouched_load(fn: JitFunction, offset: cst.BaseExpression, every: dict[str, cst.BaseExpression]) -> bool:
     """The scalar offset reads a value the kernel loads (through the names it is made of) and no argument vouches for
     it (`vouching_params`): neither the launch nor the compile can prove it a multiple of 16 bytes. (An offset of
     values the kernel computes from its arguments and constexprs, a local constexpr, is the compile's to prove.)"""
-    if offset_vouched(fn, offset):
+    if vouching_params(fn, offset) is not None:
         return False
 
     def loads(node: cst.CSTNode, seen: frozenset[str]) -> bool:
-        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "load"
-               or isinstance(call.func, cst.Name) and call.func.value == "load" for call in calls_in(node)):
+        if any(map(_is_load, calls_in(node))):
             return True
         return any(loads(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
@@ -597,11 +590,8 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
                 if shifts(term.left, seen):  # (`% N`: a launch makes `N` a multiple of 16)
                     return True
                 continue
-            for call in calls_in(term):
-                func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "load" or \
-                        isinstance(func, cst.Name) and func.value == "load":
-                    return True
+            if any(map(_is_load, calls_in(term))):
+                return True
             if any(shifts(definitions[n], seen | {n}) for n in sorted(names_in(term) - seen) if n in definitions):
                 return True
         return False
@@ -864,23 +854,23 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     params = {p.name for p in fn.params}
     in_loop = assigned_names(loop)  # (its variable, and what its body assigns)
 
-    def scalar(name: str) -> bool:
-        """A local name whose every value is a scalar (no index vector, no broadcast), that the loop does not change."""
+    def assigned_scalars(name: str) -> bool:
+        """Every value the kernel assigns `name` is a scalar (no index vector, no broadcast), the loop none."""
         values = every.get(name)
-        return name not in params and name not in in_loop and values is not None and not any(
+        return name not in in_loop and values is not None and not any(
             _is_2d(v) or _reads_arange(v) for v in values.elements)  # type: ignore[attr-defined]
+
+    def scalar(name: str) -> bool:
+        """A local name whose every value is a scalar, that the loop does not change."""
+        return name not in params and assigned_scalars(name)
 
     def moved_parameter(name: str) -> bool:
         """A pointer parameter the kernel moves before the loop, every value a scalar (`q += (bos * H + i_h) * K`,
         `bos` loaded from a varlen batch's offsets): no launch can vouch for it, the kernel tests it."""
-        values = every.get(name)
-        return name in params and name not in in_loop and values is not None and not any(
-            _is_2d(v) or _reads_arange(v) for v in values.elements)  # type: ignore[attr-defined]
+        return name in params and assigned_scalars(name)
 
-    def tensor(node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
-        if _is_2d(node) or _reads_arange(node):
-            return True
-        return any(tensor(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
+    def tensor(node: cst.CSTNode) -> bool:
+        return _tensor(node, every)
 
     ints: list[str] = []
     terms: list[cst.BaseExpression] = []
@@ -993,22 +983,14 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     # (the earliest assignment of the names the address is made of: `q_rows = q + ...` before the loop, `p_q = q_rows
     # + ...` in it)
     order = {id(node): i for i, node in enumerate(cst_walk.preorder(fn.node))}
-    singles = _single_assignments(fn)
+    singles = _single_assignments_in(fn.node)
     made = [singles[n] for n in followed if n in singles]
     start = min([order[id(loop)], *(order[id(m)] for m in made)])
+    sites = _assignment_sites(fn)
     for name in (base, *ints):
-        if any(order[id(site)] > start for site in _assignment_sites(fn).get(name, ())):
+        if any(order[id(site)] > start for site in sites.get(name, ())):
             return None
     return base, tuple(dict.fromkeys(ints))
-
-
-def _single_assignments(fn: JitFunction) -> dict[str, cst.Assign]:
-    """The `name = value` statement of each name `fn` assigns exactly once (with a plain assignment, anywhere)."""
-    found: dict[str, list[cst.Assign]] = {}
-    for node in cst_walk.preorder(fn.node):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            found.setdefault(node.targets[0].target.value, []).append(node)
-    return {name: nodes[0] for name, nodes in found.items() if len(nodes) == 1}
 
 
 def _assignment_sites(fn: JitFunction) -> dict[str, list[cst.CSTNode]]:

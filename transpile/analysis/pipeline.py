@@ -99,6 +99,15 @@ class DotChain:
     # its slot read in the layout the computation runs in, the operand's
     factors: tuple[tuple[str, int], ...] = ()
 
+    def position_of(self, name: str) -> int | None:
+        """The operand position at which this dot reads the tile load `name` (0: A, 1: B, 2 and 3: A's and B's
+        scales, a factor: the operand it is a factor of); None where it reads none."""
+        if name in self.operands:
+            return self.operands.index(name)
+        if name in self.scales:
+            return 2 + self.scales.index(name)
+        return next((position for factor, position in self.factors if factor == name), None)
+
 
 @dataclass
 class LoopPlan:
@@ -136,13 +145,8 @@ class LoopPlan:
 
     def use_of(self, name: str) -> tuple[DotChain, int]:
         """The (first) dot the tile load `name` feeds, and its operand position there (0: A, 1: B)."""
-        chain = next(chain for chain in self.chains if name in chain.operands or name in chain.scales
-                     or any(name == factor for factor, _ in chain.factors))
-        if name in chain.operands:
-            return chain, chain.operands.index(name)
-        if name in chain.scales:
-            return chain, 2 + chain.scales.index(name)
-        return chain, next(position for factor, position in chain.factors if factor == name)
+        chain = next(chain for chain in self.chains if chain.position_of(name) is not None)
+        return chain, chain.position_of(name)  # type: ignore[return-value]
 
     @property
     def kind(self) -> str:
@@ -454,9 +458,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             # sum of products over two halves of K, run in order into one MMA accumulator; any other pair is refused)
             return LoopRefusal(dot_statement, f"two dots accumulate into `{chain.acc}` (one chain per accumulator)")
         for load in chain_loads:
-            position = chain.operands.index(load.name) if load.name in chain.operands \
-                else 2 + chain.scales.index(load.name) if load.name in chain.scales \
-                else next(p for factor, p in chain.factors if factor == load.name)
+            position = chain.position_of(load.name)
             known = loads.setdefault(load.name, load)
             if chained_dots and known is not load and known.index == load.index and not known.computed \
                     and not load.computed and not load.inline and known.transposed != load.transposed:
