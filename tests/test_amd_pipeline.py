@@ -1062,7 +1062,7 @@ def test_an_accumulation_of_unknown_dtype_is_folded_where_the_types_allow(spelli
     assert "gl.DotOperandLayout(0, mma_layout, _mma_k_width(a_ring.dtype, mma_layout))" in variant
 
 
-def test_a_scaled_accumulation_is_a_scaled_product_and_8_bit_integers_are_refused_with_the_reason() -> None:
+def test_a_scaled_accumulation_is_a_scaled_product_and_an_8_bit_integer_sum_is_marked() -> None:
     scaled = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b) * 0.5").replace(
         "BODY", "acc = acc * 1.0").replace("NUM", "3")
     sp = stage_plan(scaled)
@@ -1070,7 +1070,7 @@ def test_a_scaled_accumulation_is_a_scaled_product_and_8_bit_integers_are_refuse
     int8 = ACC_TYPE.replace("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b)").replace(
         "BODY", "acc = acc * 1.0").replace("NUM", "3").replace("a_ptrs = a_ptr +", "a_ptrs = a_ptr.to(tl.pointer_type(tl.int8)) +")
     sp = stage_plan(int8)
-    assert isinstance(sp, StageRefusal) and "8-bit integer operands" in sp.reason
+    assert isinstance(sp, StagePlan) and sp.loop.chains[0].integer_sum and not sp.loop.chains[0].scaled_product
 
 
 def test_a_transposed_operand_is_read_through_a_transposed_view_of_its_slot() -> None:
@@ -2141,8 +2141,9 @@ def test_a_pointer_moved_along_the_last_axis_by_a_strided_vector_is_named() -> N
 
 # `acc += tl.dot(a, b)` into a float32 accumulator the canonicalisation leaves apart (a bias added first): where the
 # dot may run on 8-bit integers (the kernel names `tl.int8`), the int32 product would be added apart from the MMA,
-# and the loop is kept. A comment that says "int8" (kernl's autotune table, "# good for int8") or an operand cast to
-# a float type before the dot (an int4 weight unpacked into bf16) is not such a dot.
+# which spilled: the loop is pipelined and launches with 8-bit integer tensors run the source kernel (sm90 keeps the
+# loop, naming the reason). A comment that says "int8" (kernl's autotune table, "# good for int8") or an operand cast
+# to a float type before the dot (an int4 weight unpacked into bf16) is not such a dot.
 INTEGER_NAMED = HEAD + '''@triton.jit
 def mm(a_ptr, b_ptr, c_ptr, bias_ptr, K, stride_am, stride_bk, BM: tl.constexpr, BN: tl.constexpr,
        BK: tl.constexpr):
@@ -2164,20 +2165,26 @@ def mm(a_ptr, b_ptr, c_ptr, bias_ptr, K, stride_am, stride_bk, BM: tl.constexpr,
 _STORE = "tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))"
 
 
-@pytest.mark.parametrize(("operands", "output", "kept"), [
-    # the output's type names int8 (aiter's `acc_dtype = ... if c_ptr.type.element_ty != tl.int8 else ...`): kept
+@pytest.mark.parametrize(("operands", "output", "integer"), [
+    # the output's type names int8 (aiter's `acc_dtype = ... if c_ptr.type.element_ty != tl.int8 else ...`)
     ("a, b", f"if c_ptr.dtype.element_ty != tl.int8:\n        {_STORE}", True),
     # "int8" in a comment only
     ("a, b", f"{_STORE}  # int8 outputs are not supported", False),
     # the operands cast to bf16 before the dot, the kernel's other tiles int8
     ("a.to(tl.bfloat16), b.to(tl.bfloat16)", f"if c_ptr.dtype.element_ty != tl.int8:\n        {_STORE}", False),
 ])
-def test_a_dot_on_8_bit_integers_only_where_its_operands_may_be(operands: str, output: str, kept: bool) -> None:
+def test_a_dot_on_8_bit_integers_only_where_its_operands_may_be(operands: str, output: str, integer: bool) -> None:
     text = INTEGER_NAMED.replace("OPERANDS", operands).replace("OUTPUT", output)
-    result = translate_source(text, "mm.py", get_target("gfx950"))
-    assert result.functions[0].pipelined != kept, result.functions[0].kept_reason
-    if kept:
-        assert "on 8-bit integer operands" in result.functions[0].kept_reason
+    for target in ("gfx950", "gfx942", "gfx1250") if integer else ("gfx950",):
+        kernel = translate_source(text, "mm.py", get_target(target)).functions[0]
+        assert kernel.pipelined, kernel.kept_reason
+        assert kernel.dispatch is not None
+        assert not integer or {"int8", "uint8"} <= set(kernel.dispatch.slow_dtypes), (target, kernel.dispatch)
+    sp = stage_plan(text, anchored=True)
+    assert isinstance(sp, StagePlan) and sp.loop.chains[0].integer_sum == integer
+    hopper = translate_source(text, "mm.py", get_target("sm90")).functions[0]
+    if integer:
+        assert not hopper.pipelined and "on 8-bit integer operands" in hopper.kept_reason
 
 
 # Two dots into one accumulator, each over its own tiles (a GEMM over two halves of K, a fused gate/up backward's

@@ -100,6 +100,15 @@ def _int8_gemm_inputs(s, device, gen):
     return tuple(t.to(device) for t in (a, b, scale_a, scale_b))
 
 
+def _fp8_gemm_inputs(s, device, gen):
+    """fp8 (e4m3) operands with per-row and per-column float32 scales, as `_int8_gemm_inputs` gives int8 ones."""
+    a = torch.randn(s["M"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(s["K"], s["N"], generator=gen).to(torch.float8_e4m3fn)
+    scale_a = torch.rand(s["M"], generator=gen) * 1e-2 + 5e-3
+    scale_b = torch.rand(s["N"], generator=gen) * 1e-2 + 5e-3
+    return tuple(t.to(device) for t in (a, b, scale_a, scale_b))
+
+
 def _moe_inputs(s, device, gen):
     """Each expert gets a random number of distinct tokens; the rest of its M slots are -1 padding."""
     a = _randn(gen, s["T"], s["K"], device=device)
@@ -1486,6 +1495,11 @@ SUITE_CASES: list[Case] = [
                      reference=_ref_int8_matmul_scaled),
     _suite_gemm_case("suite_scaled_mm_carried", wrapper="scaled_mm_carried", make_inputs=_int8_gemm_inputs,
                      reference=_ref_int8_matmul_scaled),
+    # (an accumulator typed from the output's type: the AMD variants run fp8 launches, int8 ones the source kernel)
+    _suite_gemm_case("suite_a8w8_output_acc", wrapper="a8w8_matmul", make_inputs=_fp8_gemm_inputs,
+                     reference=_ref_int8_matmul_scaled, atol=5e-2, rtol=2e-2),
+    _suite_gemm_case("suite_a8w8_output_acc-int8", fixture="suite_a8w8_output_acc", wrapper="a8w8_matmul",
+                     make_inputs=_int8_gemm_inputs, reference=_ref_int8_matmul_scaled, atol=5e-2, rtol=2e-2),
     _suite_gemm_case("suite_scaled_mm_carried-small", fixture="suite_scaled_mm_carried", wrapper="scaled_mm_carried",
                      make_inputs=_int8_gemm_inputs, reference=_ref_int8_matmul_scaled,
                      shape=dict(M=40, N=1100, K=700), small_shape=dict(M=17, N=130, K=100), bench_shape=None,

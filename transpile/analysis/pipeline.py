@@ -98,6 +98,11 @@ class DotChain:
     # tl.exp(g)).to(x.dtype)`: `x` in `operands`, `g` here): (name, operand position). Each has a ring of its own,
     # its slot read in the layout the computation runs in, the operand's
     factors: tuple[tuple[str, int], ...] = ()
+    # `acc += tl.dot(a, b)` where the operands may be 8-bit integers and the accumulator's type is not named (aiter's
+    # `acc_dtype = tl.float32 if c_ptr.type.element_ty != tl.int8 else tl.int32`): an int32 product added to a float
+    # accumulator apart from the MMA. The loop is pipelined for the other operand types; launches with 8-bit integer
+    # tensors run the source kernel (`integer_sums` of `plan_loop`)
+    integer_sum: bool = False
 
     def position_of(self, name: str) -> int | None:
         """The operand position at which this dot reads the tile load `name` (0: A, 1: B, 2 and 3: A's and B's
@@ -401,7 +406,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
               scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
-              scaled_products: bool = False, advances_after: bool = False) -> LoopPlan | LoopRefusal | None:
+              scaled_products: bool = False, advances_after: bool = False, integer_sums: bool = False
+              ) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -416,7 +422,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`); `scaled_products` (with
     `accumulations`): it can take a dot whose product is scaled before it is added to the accumulator
     (`DotChain.scaled_product`); `advances_after`: it binds the carried pointers the code after the loop reads to
-    their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step."""
+    their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step;
+    `integer_sums` (with `accumulations`): it runs the source kernel for launches with 8-bit integer tensors, so a dot
+    whose result is added to an accumulator of unnamed type may have 8-bit integer operands (`DotChain.integer_sum`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -449,7 +457,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     for dot_index, dot_statement in dots:
         products = {c.acc for c in chains if c.fresh} if chained_dots else set()
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
-                           accumulations, computed_operands, scale_rings, fresh_dots, products, scaled_products)
+                           accumulations, computed_operands, scale_rings, fresh_dots, products, scaled_products,
+                           integer_sums)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -774,7 +783,7 @@ def _continues(chain: DotChain) -> bool:
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
                computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
-               products: set[str] | None = None, scaled_products: bool = False
+               products: set[str] | None = None, scaled_products: bool = False, integer_sums: bool = False
                ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
     `scale_rings`) those of a scaled dot's scales. `products`: the fresh products of earlier dots of the iteration,
@@ -783,7 +792,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     site = plan.dots[dot_call]
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     acc_in_dot = True
-    fresh = scaled = False
+    fresh = scaled = integer_sum = False
     if fresh_dots and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
             and _fresh_value(small.value, dot_call) and len(small.targets) == 1 \
             and isinstance(small.targets[0].target, cst.Name) \
@@ -801,7 +810,8 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         if added is None:
             return LoopRefusal(dot_call, (_scaled(small, dot_call) if accumulations else "") or
                                "the dot is not `acc = tl.dot(a, b, acc)` with a loop-carried accumulator")
-        if not scaled and _integer_dot(plan.function.node, site):
+        integer_sum = not scaled and _integer_dot(plan.function.node, site)
+        if integer_sum and not integer_sums:
             # 8-bit integer operands make an int32 product, which such an accumulator (float32 where the output
             # is not int8, in aiter's `gemm_a8w8`) takes as a separate add per iteration: that form measured 48
             # VGPR spills at 256x128x64 on gfx950 where Triton's own compile has none
@@ -888,7 +898,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     return [*operands, *extra, *rings], DotChain(
         dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
         scales=tuple(load.name if load is not None else "" for load in scales), transposed=(views[0], views[1]),
-        chained=chained, scaled_product=scaled, factors=tuple(factors))
+        chained=chained, scaled_product=scaled, factors=tuple(factors), integer_sum=integer_sum)
 
 
 def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:
@@ -1053,7 +1063,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         plan = plans[fn.name]
         loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
                                        accumulations=True, several_dots=True, computed_operands=True,
-                                       fresh_dots=True, scaled_products=True))
+                                       fresh_dots=True, scaled_products=True, integer_sums=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
         from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop  # (imports this)
 
@@ -1107,7 +1117,7 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                 continue
             loop_plan = plan_loop(source, loop.node, plans[fn.name], default_stages, transposed_operands=True,
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
-                                  chained_dots=True, scaled_products=True)
+                                  chained_dots=True, scaled_products=True, integer_sums=True)
             if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
                     chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
                 from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)

@@ -273,6 +273,8 @@ class AMDWarpPipeline(Rule):
             slow = SLOW_DTYPES.get(ctx.target.name, ())
             if any(load.computed for load in stage_plan.loop.loads):
                 slow += tuple(t for t in COMPUTED_SLOW_DTYPES if t not in slow)
+            if any(chain.integer_sum for chain in stage_plan.loop.chains):
+                slow += tuple(t for t in INTEGER_SUM_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
             # ... and so do those that cast the dots' operands to such a type through a constexpr parameter
             # (`a.to(AB_DTYPE)`, an unswitched copy's: gfx942's OCP fp8 converted through fp16 measured 1.31x)
@@ -1035,6 +1037,12 @@ PREP_IN_MEM_STAGE = ("gfx950",)
 #: gfx950 with the cast in `mem`, 1.09x at 64x64x64 on gfx942; scaled as well, bc_dequant_matmul measured 0.67-0.81x
 #: on gfx950), where 16-bit codes measured 0.77-0.99x on both (bench/RESULTS.md). The launcher runs the source kernel
 #: for launches with such tensors.
+#: Element types whose launches run the source kernel where a dot's product is added to an accumulator of a type the
+#: kernel does not name (`DotChain.integer_sum`: aiter's `gemm_a8w8`, float32 unless the output is int8): 8-bit integer
+#: operands make an int32 product added apart from the MMA each iteration, which spilled (gfx950, 256x128x64: 10
+#: scratch instructions in the hot loop, 1.23x Triton's own non-MFMA instructions per iteration) where Triton's own
+#: compile spills none; fp8 operands fold into the MFMA (0.73x at 256x128x64, 0.77x at 128x128x128).
+INTEGER_SUM_SLOW_DTYPES = ("int8", "uint8")
 COMPUTED_SLOW_DTYPES = ("int8", "uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
