@@ -242,3 +242,57 @@ def test_a_hint_on_the_loop_variable_keeps_the_rewrite() -> None:
     source = parse_source(text, "k.py")
     result = rewrite_inductions(source, discover(source))
     assert result is not None and "k_ptrs += BLOCK_N * HEAD_DIM" not in result[0]
+
+
+BRANCHED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, BK: tl.constexpr, EVEN_K: tl.constexpr):
+    offs = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs
+    b_ptrs = b_ptr + offs
+    acc = tl.zeros((BK, BK), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BK)):
+        if EVEN_K:
+            mask = offs >= 0
+        else:
+            mask = offs < K
+            offs += BK
+        a = tl.load(a_ptrs, mask=mask)
+        b = tl.load(b_ptrs, mask=mask)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK
+    tl.store(c_ptr, acc)
+'''
+
+
+@pytest.mark.parametrize("change, rewritten", [
+    ("", True),
+    # read outside the branch that advances it: the branch taken or not, other reads see other values
+    ("        b = tl.load(b_ptrs, mask=mask)\n", False),
+    ("if EVEN_K:", False),  # (with the edit below: a test decided at run time)
+])
+def test_an_index_advanced_in_a_compile_time_branch_is_read_from_the_loop_variable(change: str,
+                                                                                  rewritten: bool) -> None:
+    """FlagGems' style: the K offsets advanced in the `else:` of `if DIVISIBLE_K:`, read in that branch alone. Triton
+    takes the branch in every iteration or in none, so inside it the offsets are the loop variable's again."""
+    text = BRANCHED
+    if change.startswith("        b = "):
+        text = text.replace(change, "        b = tl.load(b_ptrs + offs, mask=mask)\n")
+    elif change:
+        text = text.replace(change, "if K > 0:")
+    source = parse_source(text, "k.py")
+    result = rewrite_inductions(source, discover(source))
+    if not rewritten:
+        assert result is None
+        return
+    assert result is not None
+    lines = [line.strip() for line in result[0].splitlines()]
+    assert "mask = (offs + k * BK) < K" in lines
+    assert "offs += BK" not in lines
+    assert "mask = offs >= 0" in lines  # the other branch as written
+    again = parse_source(result[0], "k.py")
+    assert rewrite_inductions(again, discover(again)) is None

@@ -164,7 +164,7 @@ VALUES = json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))
 # it as Triton, as it does where K is read [HEAD_DIM, BLOCK_N]: fx_attention_kt, fx_attention_varlen).
 PIPELINED = ["attention_fwd", "fx_attention_two_loops", "fx_attention_v_late", "suite_attn_inner_stages",
              "fx_attention_kt", "fx_attention_moved_ptrs", "fx_attention_varlen", "suite_gqa_attention", "matmul_grouped", "canon_gemm_iadd", "canon_gemm_nt", "suite_linear_trans_b", "suite_moe_grouped_rows", "canon_gemm_recompute", "suite_gemm_evenk", "suite_gemm_kaddr", "suite_gemm_flag_masks",
-             "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_alias_gemm", "fx_two_gemms",
+             "matmul_int8", "matmul_splitk", "moe_gather_gemm", "suite_bmm", "suite_bmm_divisible", "suite_alias_gemm", "fx_two_gemms",
              "suite_gemm_bias_gelu", "suite_int8_rowscale", "suite_scaled_mm_carried", "suite_gemm_acc_type", "suite_gated_linear", "suite_swiglu_gemm", "suite_gemm_persistent", "suite_splitk_atomic",
              "suite_gemm_persistent_flat", "suite_moe_sorted", "matmul_descriptor", "canon_linear_desc_bias", "fx_desc_epilogue",
              "suite_desc_persistent", "suite_cast_operand_gemm", "suite_mx_gemm", "suite_segment_gemm",

@@ -1469,6 +1469,14 @@ SUITE_CASES: list[Case] = [
     _suite_gemm_case("suite_bmm", wrapper="bmm", make_inputs=_bmm_inputs, reference=_ref_matmul,
                      shape=dict(B=3, M=500, N=600, K=300), small_shape=dict(B=2, M=70, N=90, K=50),
                      bench_shape=dict(B=8, M=2048, N=2048, K=2048), flops=_bmm_flops),
+    # FlagGems' style: masks chosen under launch flags, the K offsets advanced in the branch that needs them; ragged
+    # sizes, then multiples of both configs' tiles (the DIVISIBLE_* copies)
+    _suite_gemm_case("suite_bmm_divisible", wrapper="bmm", make_inputs=_bmm_inputs, reference=_ref_matmul,
+                     shape=dict(B=3, M=500, N=600, K=300), small_shape=dict(B=2, M=70, N=90, K=50),
+                     bench_shape=dict(B=8, M=2048, N=2048, K=2048), flops=_bmm_flops),
+    _suite_gemm_case("suite_bmm_divisible-even", fixture="suite_bmm_divisible", wrapper="bmm",
+                     make_inputs=_bmm_inputs, reference=_ref_matmul, shape=dict(B=2, M=512, N=640, K=384),
+                     small_shape=dict(B=2, M=128, N=128, K=128), bench_shape=None, flops=None),
     # Descriptor operands keep 16-byte aligned rows (K and N multiples of 8).
     _suite_gemm_case("suite_desc_linear", wrapper="linear", make_inputs=_linear_nk_inputs(torch.float16),
                      reference=_ref_linear_nk, shape=dict(M=1000, N=1096, K=712),

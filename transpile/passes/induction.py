@@ -38,6 +38,7 @@ import libcst as cst
 
 from transpile.cst_utils import (
     assigned_names,
+    compile_time,
     bound_names,
     calls_in,
     module_code,
@@ -165,6 +166,10 @@ class _Blocks(cst.CSTTransformer):
             if not any(name in names_in(s) for s in body[:i]):
                 continue
             drops[i] = (name, by)
+        branched = {} if drops else self._branch_advances(loop, body, var, lo, step, assigned_in_loop, before)
+        if branched:
+            return loop.with_changes(body=loop.body.with_changes(
+                body=[branched.get(i, s) for i, s in enumerate(body)]))
         if not drops:
             return loop
         replacements = {name: _at_iteration(name, by, var, lo, step, attention if name in pointers else None)
@@ -177,6 +182,61 @@ class _Blocks(cst.CSTTransformer):
             if lines and kept < len(new_body):
                 new_body[kept] = new_body[kept].with_changes(leading_lines=[*lines, *new_body[kept].leading_lines])
         return loop.with_changes(body=loop.body.with_changes(body=new_body))
+
+    def _branch_advances(self, loop: cst.For, body: list[cst.BaseStatement], var: str,
+                         lo: cst.BaseExpression | None, step: cst.BaseExpression | None, assigned_in_loop: set[str],
+                         before: list[cst.BaseStatement]) -> dict[int, cst.BaseStatement]:
+        """Index tensors advanced inside one branch of a compile-time `if` of the loop's body, and read in that `if`
+        alone (FlagGems' `if DIVISIBLE_K: ... else: mask_k = offs_k < K; offs_k += BLOCK_K`): a branch Triton takes
+        in every iteration or in none, so that inside it the value is again `start + index * step`. {index in `body`:
+        the `if` with the branch rewritten}; empty where none is."""
+        constexprs = {p.name.value for p in self.fn.params.params
+                      if p.annotation is not None and "constexpr" in _code(p.annotation.annotation)}
+        found: dict[int, cst.BaseStatement] = {}
+        for j, statement in enumerate(body):
+            if not isinstance(statement, cst.If):
+                continue
+            branches: list[cst.IndentedBlock] = []
+            node: cst.If | cst.Else | None = statement
+            while isinstance(node, cst.If):  # (an `elif` chain: every test decided at compile time)
+                if not compile_time(node.test, constexprs) or not isinstance(node.body, cst.IndentedBlock):
+                    branches = []
+                    break
+                branches.append(node.body)
+                node = node.orelse
+            if isinstance(node, cst.Else) and isinstance(node.body, cst.IndentedBlock) and branches:
+                branches.append(node.body)
+            for block in branches:
+                inner = list(block.body)
+                drops: dict[int, tuple[str, cst.BaseExpression]] = {}
+                for i, s in enumerate(inner):
+                    advance = _advance(s)
+                    if advance is None:
+                        continue
+                    name, by = advance
+                    if names_in(by) & assigned_in_loop or self.counts.get(name) != 2 \
+                            or _is_pointer(self.source, loop.body, name):
+                        continue
+                    start = _definition(before, name)
+                    if start is None or not self._made_from_arange(start[1], before) \
+                            or _uses(self.fn, name) != sum(_uses(b, name) for b in before[start[0]:]) \
+                            + _uses(loop, name):
+                        continue
+                    # (read in this branch before the advance alone: not after it, nor anywhere else in the loop)
+                    if any(name in names_in(t) for t in inner[i + 1:]) or not any(name in names_in(t)
+                                                                                 for t in inner[:i]):
+                        continue
+                    # (the other branches, which never advance it, read the value before the loop, as written)
+                    if _uses(loop, name) != _uses(statement, name):
+                        continue
+                    drops[i] = (name, by)
+                if not drops:
+                    continue
+                replacements = {name: _at_iteration(name, by, var, lo, step) for name, by in drops.values()}
+                new_inner = [substituted(t, replacements) for i, t in enumerate(inner) if i not in drops]
+                new_block = block.with_changes(body=new_inner)
+                found[j] = found.get(j, statement).deep_replace(block, new_block)  # type: ignore[assignment]
+        return found
 
     def _hint(self, target: cst.CSTNode, name: str) -> bool:
         """`name = tl.multiple_of(name, ...)` (or `max_contiguous`): a hint that keeps the value."""
