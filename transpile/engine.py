@@ -34,6 +34,7 @@ from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
+from transpile.passes.reassigned_names import rename_reassigned
 from transpile.passes.none_masks import drop_none_masks
 from transpile.passes.operand_aliases import drop_operand_aliases
 from transpile.passes.operand_names import name_dot_operands
@@ -397,6 +398,9 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
     # A dot operand computed in the loop from a tile it loads (`tl.dot(q, k.to(T))`), named on a line of its own
     # before the dot (`transpile.passes.operand_names`): the planners read it as a computed operand.
     source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
+    # A name a dot loop's iteration binds more than once (`k_mask = ...`, then `k_mask = ... & k_mask[None, :]`),
+    # each binding but the last named afresh (`transpile.passes.reassigned_names`): one value a name in the loop.
+    source, facts, original = _rewritten(source, facts, original, rename_reassigned(source, facts), path, inlined)
     # Index tensors a dot loop advances by a constant, read as functions of the loop variable
     # (`transpile.passes.induction`): the copies of a pipelined loop can then compute them for any iteration.
     source, facts, original = _rewritten(source, facts, original, rewrite_inductions(source, facts), path, inlined)

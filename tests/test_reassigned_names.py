@@ -1,0 +1,101 @@
+"""Names a dot loop's iteration binds more than once (`transpile.passes.reassigned_names`): each binding but the last
+named afresh with the reads that see it; values carried between iterations, bindings in branches and loops without a
+dot left as written. The rewritten loop is also run against the source's, with torch standing in for Triton."""
+
+from __future__ import annotations
+
+import pytest
+
+from transpile.discover import discover
+from transpile.passes.reassigned_names import rename_reassigned
+from transpile.source import parse_source
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def qk(q_ptr, k_ptr, out_ptr, n, D: tl.constexpr, BK: tl.constexpr):
+    rows = tl.arange(0, 16)
+    acc = tl.zeros((16, 16), dtype=tl.float32)
+    for k0 in range(0, D, BK):
+        offs = k0 + tl.arange(0, BK)
+        mask = offs < D
+        q = tl.load(q_ptr + rows[:, None] * D + offs[None, :], mask=mask[None, :], other=0.0)
+        mask = (rows[:, None] < n) & mask[None, :]
+        k = tl.load(k_ptr + rows[:, None] * D + offs[None, :], mask=mask, other=0.0)
+        acc = tl.dot(q, tl.trans(k), acc)
+    tl.store(out_ptr + rows[:, None] * 16 + rows[None, :], acc)
+'''
+
+
+def rewrite(text: str) -> str | None:
+    source = parse_source(text, "k.py")
+    result = rename_reassigned(source, discover(source))
+    return None if result is None else result[0]
+
+
+def test_each_binding_but_the_last_gets_a_name_of_its_own() -> None:
+    text = rewrite(KERNEL)
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    assert "mask_1 = offs < D" in lines
+    assert "q = tl.load(q_ptr + rows[:, None] * D + offs[None, :], mask=mask_1[None, :], other=0.0)" in lines
+    assert "mask = (rows[:, None] < n) & mask_1[None, :]" in lines  # the last binding keeps the name
+    assert "k = tl.load(k_ptr + rows[:, None] * D + offs[None, :], mask=mask, other=0.0)" in lines
+    assert len(text.splitlines()) == len(KERNEL.splitlines())  # lines kept
+    assert rewrite(text) is None  # idempotent
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("        mask = offs < D\n",
+      "        mask = offs < D\n        c = mask\n        mask = mask & (offs >= 0)\n"), None),
+    (("        offs = k0 + tl.arange(0, BK)\n", "        offs = k0 + tl.arange(0, BK)\n        c = mask\n"),
+     "read before its first binding: the previous iteration's value"),
+    (("        mask = (rows[:, None] < n) & mask[None, :]\n",
+      "        if n > 8:\n            mask = (rows[:, None] < n) & mask[None, :]\n"), "bound in a branch"),
+    (("        acc = tl.dot(q, tl.trans(k), acc)\n", "        acc += q\n"), "a loop without a dot"),
+    (("        mask = (rows[:, None] < n) & mask[None, :]\n",
+      "        mask, m2 = (rows[:, None] < n) & mask[None, :], 0\n"), "bound with another name on its line"),
+])
+def test_what_is_left_as_written(edit: tuple[str, str], why: str | None) -> None:
+    text = KERNEL.replace(*edit)
+    assert text != KERNEL
+    result = rewrite(text)
+    if why is None:  # three bindings: two fresh names, in order
+        assert result is not None
+        lines = [line.strip() for line in result.splitlines()]
+        assert ["mask_1 = offs < D", "c = mask_1", "mask_2 = mask_1 & (offs >= 0)"] == lines[10:13]
+        assert "mask = (rows[:, None] < n) & mask_2[None, :]" in lines
+        return
+    assert result is None, why
+
+
+def test_a_fresh_name_is_not_one_the_kernel_uses() -> None:
+    text = rewrite(KERNEL.replace("rows = tl.arange(0, 16)", "rows = tl.arange(0, 16)\n    mask_1 = rows"))
+    assert text is not None and "mask_2 = offs < D" in text and "mask_1 = rows" in text
+
+
+def test_the_renamed_loop_computes_the_same_values() -> None:
+    """The loop body, run as Python on torch tensors with `tl` standing in: the same loads' masks, before and after."""
+    import torch
+
+    class TL:
+        float32 = torch.float32
+
+        @staticmethod
+        def arange(lo, hi):
+            return torch.arange(lo, hi)
+
+    def body(text: str) -> list[str]:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("for k0"))
+        return [line[8:] for line in lines[start + 1:start + 6] if "tl.load" not in line]
+
+    results = []
+    for text in (KERNEL, rewrite(KERNEL)):
+        env = {"tl": TL, "rows": torch.arange(16), "n": 11, "D": 40, "k0": 32, "BK": 16}
+        for line in body(text):
+            exec(line, env)  # noqa: S102 - the test's own kernel text
+        results.append((env["mask"], env.get("mask_1", env["mask"])))
+    assert torch.equal(results[0][0], results[1][0])
