@@ -491,3 +491,31 @@ def test_the_split_kernel_with_names_living_on_computes_what_the_source_computes
                              str(tmp_path / "split.py")], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+# FlagGems' log-softmax style: one tile in the first clause, a loop per column block in the others, each binding the
+# same names afresh (the inner `if` is the site: a name of two ranks after it)
+SIBLINGS = HEAD + '''@triton.jit
+def modes(x_ptr, y_ptr, n, MODE: tl.constexpr, B: tl.constexpr):
+    if MODE == 0:
+        offs = tl.arange(0, B)
+        x = tl.load(x_ptr + offs)
+        tl.store(y_ptr + offs, x)
+    else:
+        if MODE == 1:
+            x = tl.load(x_ptr + tl.arange(0, B))
+        else:
+            x = tl.load(x_ptr + tl.arange(0, B)[:, None] * B + tl.arange(0, B)[None, :])
+        tl.store(y_ptr, tl.sum(x))
+'''
+
+
+def test_a_name_a_sibling_clause_binds_is_not_copied_into_the_branches() -> None:
+    """The names the first clause of an outer `if` binds are unbound in its `else`: the inner `if`'s copies bind
+    them afresh (no `x_2 = x` of a name that clause never bound, which would not compile for MODE 2)."""
+    text, _ = split_branches(SIBLINGS, [12])
+    assert "= x\n" not in text and "= offs\n" not in text
+    assert '''        else:
+            x_2 = tl.load(x_ptr + tl.arange(0, B)[:, None] * B + tl.arange(0, B)[None, :])
+            tl.store(y_ptr, tl.sum(x_2))
+''' in text

@@ -271,9 +271,18 @@ def _split(lines: list[str], origin: list[int], function: ast.FunctionDef, branc
     taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(function)
                                                                           if isinstance(a, ast.arg)}
     params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+    # (not the names a sibling clause of an `if` around this one binds: `if A: x = ... else: if B: ...` leaves `x`
+    # unbound in the inner `if`'s copies)
+    def holds(block: list[ast.stmt]) -> bool:
+        return any(s.lineno <= branch.lineno <= (s.end_lineno or s.lineno) for s in block)
+
+    siblings = {id(node) for outer in ast.walk(function) if isinstance(outer, ast.If) and outer is not branch
+                and (holds(outer.body) or holds(outer.orelse))
+                for block in (outer.body, outer.orelse) if not holds(block)
+                for statement in block for node in ast.walk(statement)}
     before = {node.id for statement in function.body for node in ast.walk(statement)
               if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-              and (node.lineno < branch.lineno)}
+              and (node.lineno < branch.lineno) and id(node) not in siblings}
     before |= {node.id for node in ast.walk(branch.test) if isinstance(node, ast.Name)}
 
     chain_bound = {n.id for n in ast.walk(branch) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
