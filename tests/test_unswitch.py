@@ -564,3 +564,70 @@ def test_a_name_each_copy_binds_once_is_one_definition() -> None:
     single, rebound = bindings(fn)
     assert {"offs", "fill"} <= rebound and not {"offs", "fill"} & set(single)
 
+
+
+def test_a_hoisted_negated_flag_decides_the_plain_test_in_each_copy() -> None:
+    """`if not EVEN_K:` hoisted first: each copy also decides a later `if EVEN_K:` of the loop (torchao's HQQ kernel
+    writes `if not TRANSPOSED:` for its loads and `if TRANSPOSED:` for its operand), not left in the copies."""
+    body = ("        if not EVEN_K:\n"
+            "            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)\n"
+            "        else:\n            a = tl.load(a_ptrs)\n"
+            "        b = tl.load(b_ptrs)\n"
+            "        if EVEN_K:\n            b = b.to(tl.float16)")
+    new, _ = _unswitched(_kernel(body))
+    compile(new, "k.py", "exec")
+    assert "if EVEN_K" not in new and new.count("if not EVEN_K") == 1
+    taken, other = new.split("    if not EVEN_K:\n", 1)[1].split("\n    else:\n", 1)
+    assert "b.to(tl.float16)" not in taken and "mask=" in taken
+    assert "b_2 = b_2.to(tl.float16)" in other.split("c_ptrs = ")[0] or "b = b.to(tl.float16)" in other
+
+
+SAME_BRANCHES = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+         FAST_ACC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        # the same product either way once spelled alike
+        if FAST_ACC:
+            acc = tl.dot(a, b, acc)
+        else:
+            acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+
+
+def test_a_branch_whose_two_sides_are_the_same_is_folded_without_a_copy() -> None:
+    """`if FAST_ACC: acc = tl.dot(a, b, acc) else: acc += tl.dot(a, b)` is one statement once canonical: the loop
+    keeps it, with no copy for the flag (which would take one of the copies a loop is allowed); the `EVEN_K` copies
+    are pipelined, and the kernel's launches with either flag value run them."""
+    from transpile.engine import prepare
+
+    prepared = prepare(SAME_BRANCHES, "k.py")
+    text = prepared.source.text
+    assert "FAST_ACC:" not in text.split("acc = tl.zeros")[1] and text.count("for k in range") == 2
+    assert text.count("acc = tl.dot(a, b, acc)") == 2 and "# the same product either way" in text
+    result = translate_source(SAME_BRANCHES, "k.py", get_target("gfx950"))
+    (outcome,) = result.functions
+    assert outcome.translated and outcome.pipelined
+    assert result.text.count("warp-pipelined by triton-transpile") == 2

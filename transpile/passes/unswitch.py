@@ -29,7 +29,9 @@ is not None:`), are hoisted; so are tests of the element types of tiles the loop
 read before the loop as their pointers' (`a_ptr.dtype.element_ty`). Another branch of arithmetic only (a causal mask
 under `if CAUSAL:`) is read by the analyses as it is, and the pipeline stages it whole. At most two flags are hoisted
 out of one loop (four copies, of at most four dots each), three out of a loop of one dot (eight copies of a GEMM's
-loop).
+loop). A copy decides `if FLAG:` and `if not FLAG:` alike, whichever was hoisted. An `if` whose two branches are
+the same statements once canonical (`if FAST_ACC: acc = tl.dot(a, b, acc) else: acc += tl.dot(a, b)`) is folded
+into its first branch instead, at no copy's cost.
 
 The rewrite is textual, line by line, so that every line of the copies maps back to the line it came from
 (`unswitch` returns that map, in the form of `transpile.source.line_map`): diagnostics inside either copy point at
@@ -75,6 +77,11 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
         if not sites:
             break
         for function, loop, branch, dtypes in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up
+            if _same_branches(branch):
+                # `if fp8_fast_accum: acc = tl.dot(a, b, acc) else: acc += tl.dot(a, b)`, one statement once the
+                # spellings are canonical: the loop keeps the branch's statements, with no copy for the flag
+                lines, origin = _folded(lines, origin, branch)
+                continue
             key = (function, origin[loop.lineno - 1])
             hoisted[key] = hoisted.get(key, 0) + 1
             lines, origin = _hoisted(lines, origin, loop, branch, dtypes)
@@ -257,10 +264,17 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             # A GEMM's loop (one dot) is copied for up to three flags (FlagGems' `bmm` masks its tiles by
             # `DIVISIBLE_K`, `DIVISIBLE_M` and `DIVISIBLE_N`).
             dots = _copy_dots(loop.body, flags)
-            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
-                    _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS) or not 1 <= dots <= 4:
+            if not 1 <= dots <= 4 or _multiline_strings(loop) or not _body_on_own_lines(loop):
                 continue
-            if _multiline_strings(loop) or not _body_on_own_lines(loop):
+            # (an `if` whose branches are the same is folded first, at no copy's cost)
+            same = [b for b in _branches(loop) if _same_branches(b) and _flag_test(b.test, flags)
+                    and _else_line(lines, b) is not None]
+            if same:
+                found.append((function.name, loop, same[0], {}))
+                taken.append(loop)
+                continue
+            if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
+                    _MAX_GEMM_HOISTS if dots == 1 else _MAX_HOISTS):
                 continue
             for branch in _branches(loop):
                 dtypes = _tile_dtypes(function, loop, branch) if "dtype" in ast.unparse(branch.test) else {}
@@ -549,13 +563,17 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
     `value` takes (a branch on `not FLAG` reads names only the other copy binds: left in, it read as a refusal)."""
     first, last = loop.lineno, loop.end_lineno
 
+    def signed(expr: ast.expr) -> tuple[str, bool]:  # (`not X` -> ("X", False))
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            return ast.unparse(expr.operand), False
+        return ast.unparse(expr), True
+
+    base, sign = signed(ast.parse(test, mode="eval").body)
+
     def polarity(branch: ast.If) -> bool | None:
-        if ast.unparse(branch.test) == test:
-            return True
-        if isinstance(branch.test, ast.UnaryOp) and isinstance(branch.test.op, ast.Not) \
-                and ast.unparse(branch.test.operand) == test:
-            return False
-        return None
+        # (`if X:` and `if not X:` alike, whichever of them was hoisted)
+        other, other_sign = signed(branch.test)
+        return other_sign == sign if other == base else None
 
     branches = [b for b in _branches(loop) if polarity(b) is not None]
     outermost = [b for b in branches
@@ -593,6 +611,21 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
     out += lines[cursor - 1:last]
     out_origin += origin[cursor - 1:last]
     return out, out_origin
+
+
+def _same_branches(branch: ast.If) -> bool:
+    """Both branches of the `if` run the same statements (compared as syntax trees: layout and comments aside)."""
+    return bool(branch.orelse) and not (len(branch.orelse) == 1 and isinstance(branch.orelse[0], ast.If)) \
+        and [ast.dump(s) for s in branch.body] == [ast.dump(s) for s in branch.orelse]
+
+
+def _folded(lines: list[str], origin: list[int], branch: ast.If) -> tuple[list[str], list[int]]:
+    """`lines` with `branch` (whose branches are the same) replaced by its first branch's statements, dedented."""
+    indent = _indent(lines[branch.lineno - 1])
+    by = _indent(lines[branch.body[0].lineno - 1]) - indent
+    body, body_origin = _dedented(lines, origin, branch.lineno + 1, _else_line(lines, branch) - 1, by)
+    return ([*lines[:branch.lineno - 1], *body, *lines[branch.end_lineno:]],
+            [*origin[:branch.lineno - 1], *body_origin, *origin[branch.end_lineno:]])
 
 
 def _alone(loop: ast.For, branch: ast.If) -> bool:
