@@ -63,3 +63,42 @@ def test_undefined_in_statements_is_undefined_names(text: str) -> None:
     statements = [ast.parse(t).body for t in texts]
     assert [(u.function, u.name) for _, u in undefined_in_statements(statements, texts=texts)] == whole
     assert whole
+
+
+# A module that imports only from triton (`from triton import jit, language as tl`, tritonbench's GEMM kernels): the
+# launch helpers a variant carries ask `triton.runtime.driver` for the device, so the variant binds `triton` itself.
+FROM_TRITON = '''from triton import jit, language as tl
+
+
+@jit
+def gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950", "gfx1250"])
+def test_a_variant_of_a_module_importing_only_from_triton_binds_triton(target: str) -> None:
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    result = translate_source(FROM_TRITON, "k.py", get_target(target))
+    assert result.functions[0].pipelined and "triton.runtime.driver" in result.text
+    assert _names(result.text) == []
+    assert result.text.count("\nimport triton\n") == 1
+    # ... and a module that binds it already gets no second import
+    bound = translate_source("import triton\n" + FROM_TRITON, "k.py", get_target(target))
+    assert bound.text.count("import triton\n") == 1 and _names(bound.text) == []

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 from transpile import __version__, cst_walk
 from transpile.cst_walk import _SHAPE
@@ -1000,7 +1001,12 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
 
     imports_end = _imports_end(body)
     new_imports = [_parsed_statement(line) for line in target.imports]
-    new_imports = _used_imports(new_imports, [*body, *_snippet_statements(target, helpers)], module)
+    snippet_code = _snippet_statements(target, helpers)
+    new_imports = _used_imports(new_imports, [*body, *snippet_code], module)
+    if not _binds_name(body, "triton") and "triton" in code_names(module, snippet_code, attributes=False):
+        # the helpers ask the driver for the device (`triton.runtime.driver`): a module that imports only from
+        # triton (`from triton import jit, language as tl`) gets the package's name bound too
+        new_imports.insert(0, _parsed_statement("import triton"))
     snippets: list[cst.BaseStatement] = []
     for i, name in enumerate(target.snippet_order(helpers)):
         snippets.extend(_snippet_block(target.snippet(name), target.name if i == 0 else None))
@@ -1195,6 +1201,20 @@ def _used_imports(imports: list[cst.BaseStatement], code: list[cst.BaseStatement
             statement = statement.with_changes(body=[small.with_changes(names=names)])  # type: ignore[union-attr]
         kept.append(statement)
     return kept
+
+
+def _binds_name(body: list[cst.BaseStatement], name: str) -> bool:
+    """A top-level import of `body` binds `name` (`import triton`, `import triton.language`, `from x import triton`)."""
+    for statement in body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import) and any(
+                    (a.asname.name.value if a.asname  # type: ignore[union-attr]
+                     else (get_full_name_for_node(a.name) or "").split(".")[0]) == name for a in small.names):
+                return True
+            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and any(
+                    (a.asname.name.value if a.asname else a.name.value) == name for a in small.names):  # type: ignore[union-attr]
+                return True
+    return False
 
 
 def _imports_end(body: list[cst.BaseStatement]) -> int:
