@@ -76,8 +76,8 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
         sites = _sites(tree, names, lines, origin, hoisted)
         if not sites:
             break
-        for function, loop, branch, dtypes in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up
-            if _same_branches(branch):
+        for function, loop, branch, dtypes, fold in sorted(sites, key=lambda site: -site[1].lineno):  # bottom up
+            if fold:
                 # `if fp8_fast_accum: acc = tl.dot(a, b, acc) else: acc += tl.dot(a, b)`, one statement once the
                 # spellings are canonical: the loop keeps the branch's statements, with no copy for the flag
                 lines, origin = _folded(lines, origin, branch)
@@ -243,10 +243,11 @@ def _if_in_loop(text: str) -> bool:
 
 
 def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
-           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If, dict[str, str]]]:
-    """The (function, dot loop, constexpr `if`, the loop's tile dtypes) to hoist in this round: per loop the first
-    branch, over loops none of which contains another (their rewrites do not overlap)."""
-    found: list[tuple[str, ast.For, ast.If, dict[str, str]]] = []
+           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If, dict[str, str], bool]]:
+    """The (function, dot loop, constexpr `if`, the loop's tile dtypes, whether the `if` is folded rather than
+    hoisted) of this round: per loop the first branch, over loops none of which contains another (their rewrites do
+    not overlap)."""
+    found: list[tuple[str, ast.For, ast.If, dict[str, str], bool]] = []
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef) or function.name not in names:
             continue
@@ -270,7 +271,7 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
             same = [b for b in _branches(loop) if _same_branches(b) and _flag_test(b.test, flags)
                     and _else_line(lines, b) is not None]
             if same:
-                found.append((function.name, loop, same[0], {}))
+                found.append((function.name, loop, same[0], {}, True))
                 taken.append(loop)
                 continue
             if hoisted.get((function.name, origin[loop.lineno - 1]), 0) >= (
@@ -280,7 +281,7 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
                 dtypes = _tile_dtypes(function, loop, branch) if "dtype" in ast.unparse(branch.test) else {}
                 if _flag_test(branch.test, flags, dtypes) and (_has_effects(branch) or _feeds_loads(branch, loop)) \
                         and _hoistable(branch, lines):
-                    found.append((function.name, loop, branch, dtypes))
+                    found.append((function.name, loop, branch, dtypes, False))
                     taken.append(loop)
                     break
     return found
