@@ -519,3 +519,45 @@ def test_a_name_a_sibling_clause_binds_is_not_copied_into_the_branches() -> None
             x_2 = tl.load(x_ptr + tl.arange(0, B)[:, None] * B + tl.arange(0, B)[None, :])
             tl.store(y_ptr, tl.sum(x_2))
 ''' in text
+
+
+# A decay per row, or one shared by every row, chosen by a constexpr flag and tested again further down (the style of
+# selective-scan state updates): `decay` is a rank-1 tensor in one branch and a scalar in the other.
+SHARED = HEAD + '''@triton.jit
+def update_state(state_ptr, decay_ptr, x_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                 SHARED_DECAY: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)
+    state = tl.load(state_ptr + rows[:, None] * COLS + cols[None, :])
+    x = tl.load(x_ptr + cols)
+    if not SHARED_DECAY:
+        decay = tl.load(decay_ptr + rows)
+    else:
+        decay = tl.load(decay_ptr)
+    decay = tl.exp(decay)
+    if not SHARED_DECAY:
+        state = state * decay[:, None] + x[None, :]
+    else:
+        state = state * decay + x[None, :]
+    tl.store(out_ptr + rows[:, None] * COLS + cols[None, :], state)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_tensor_in_one_branch_and_a_scalar_in_the_other_is_split(
+        target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The scalar branch used to take the other branch's rank (a name keeps the tensor it held), and the variant
+    broadcast the scalar as a row vector: `convert_layout` of a scalar, which does not compile. Each branch now gets
+    its copy of the code after it, and the `if not SHARED_DECAY:` tested again is decided in each."""
+    result = translate_source(SHARED, str(tmp_path / "k.py"), get_target(target))
+    (kernel,) = result.functions
+    assert kernel.translated, [d.format() for d in result.diagnostics]
+    text = result.text.split("def _update_state_triton")[0]  # (the Gluon kernel, not the source's copy after it)
+    assert "decay_2 = gl.load(decay_ptr)" in text and "state_2 = state_2 * decay_2 + x[None, :]" in text, text
+    assert text.count("if not SHARED_DECAY:") == 1, text  # (the later test is decided in both copies)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"state_ptr": "*fp32", "decay_ptr": "*fp32", "x_ptr": "*fp32", "out_ptr": "*fp32", "ROWS": 16,
+              "COLS": 32}
+    for shared in (False, True):
+        compiled = verify(result, {**values, "SHARED_DECAY": shared})
+        assert compiled and all(c.ok for c in compiled), [(shared, c.label, c.message) for c in compiled]

@@ -498,10 +498,17 @@ class _FunctionWalker(LanguageCalls):
                         if name in terms:
                             self.name_terms[name] = terms[name]
             then = dict(self.env)
+            # A name the first branch binds afresh is unbound where the other starts: a scalar the other binds it to
+            # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds).
+            fresh = [name for name in then if name not in env] if orelse is not None else []
+            for name in fresh:
+                del self.env[name]
             if isinstance(orelse, cst.If):
                 self.walk_statement(orelse)
             elif isinstance(orelse, cst.Else):
                 self.walk_body(orelse.body)
+            for name in fresh:
+                self.env.setdefault(name, then[name])
             for name, (value, term) in reranked.items():
                 # ... and where the other branch leaves it as it was, the code after the `if` reads it as the first
                 # branch leaves it, as after an `if` without `else` (a constexpr test: the later code under the same
@@ -514,15 +521,21 @@ class _FunctionWalker(LanguageCalls):
                 # A name both branches leave as tensors of different ranks (`db = b[None, :] * d[:, None]` under
                 # `if PER_ROW:`, `db = b * d` else): Triton compiles the branch a constexpr test takes, with either
                 # rank after it; the translation gives each name one layout.
+                # A scalar in one branch and a tensor in the other (`dt = tl.load(dt_ptrs, mask=...)` per row under
+                # `if not TIE_HDIM:`, `dt = tl.load(dt_ptr)` else, then `A * dt` in the code after it under the same
+                # flag: mamba's selective state update) is such a name too: rank 0.
                 for name, value in self.env.items():
                     other = then.get(name)
-                    if (isinstance(value, Tensor) and isinstance(other, Tensor) and other is not env.get(name)
-                            and value is not env.get(name) and None not in (value.rank, other.rank)
-                            and value.rank != other.rank):
+                    if other is env.get(name) or value is env.get(name):
+                        continue
+                    ranks = [0 if isinstance(v, Scalar) else v.rank if isinstance(v, Tensor) else None
+                             for v in (other, value)]
+                    if None not in ranks and ranks[0] != ranks[1] and (isinstance(other, Tensor)
+                                                                       or isinstance(value, Tensor)):
                         self.refuse(statement, "TT010", (
-                            f"`{name}` is a rank-{other.rank} tensor after this `if` branch and a rank-{value.rank} "
-                            "tensor after the other; the Gluon translation gives a name one layout: give each "
-                            "rank its own name"))
+                            f"`{name}` is a rank-{ranks[0]} tensor after this `if` branch and a rank-{ranks[1]} "
+                            f"tensor after the other{' (rank 0: a scalar)' if 0 in ranks else ''}; the Gluon "
+                            "translation gives a name one layout: give each rank its own name"))
                         break
         elif isinstance(statement, cst.For):
             self.eval(statement.iter)

@@ -375,7 +375,7 @@ def _chain(branch: ast.If) -> tuple[list[ast.expr], list[list[ast.stmt]]]:
 def _facts(tests: list[ast.expr], index: int) -> dict[str, tuple[str, set[object]]]:
     """What the clause at `index` of a chain of `tests` knows of the flags: its own test holds and the earlier ones
     fail. Per flag: ("eq", {value}) where it equals a literal, ("ne", {values}) where it equals none of them, "truthy"
-    or "falsy" where it was tested bare (`if FLAG:`)."""
+    or "falsy" where it was tested bare (`if FLAG:`, `if not FLAG:`)."""
     facts: dict[str, tuple[str, set[object]]] = {}
     for i, test in enumerate(tests[:index + 1]):
         holds = i == index
@@ -389,6 +389,9 @@ def _facts(tests: list[ast.expr], index: int) -> dict[str, tuple[str, set[object
             facts[name] = ("eq", {value}) if equal else ("ne", (known[1] if known else set()) | {value})
         elif isinstance(test, ast.Name) and test.id not in facts:
             facts[test.id] = ("truthy" if holds else "falsy", set())
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name) \
+                and test.operand.id not in facts:  # (`if not TIE_HDIM:`)
+            facts[test.operand.id] = ("falsy" if holds else "truthy", set())
     return facts
 
 
