@@ -506,15 +506,28 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
 def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan
               ) -> tuple[cst.BaseExpression, bool] | None:
     """`value` is `call * scale` or `scale * call` with `scale` a scalar the loop does not change (names, numbers and
-    arithmetic, no tensor, nothing bound in the loop): (scale, whether it is on the left), else None."""
+    arithmetic, no tensor, nothing bound in the loop): (scale, whether it is on the left), else None. A chain of
+    such factors after the dot, `tl.dot(q, k) * scale * RCP_LN2` (flash-linear-attention), is `(dot * scale) *
+    RCP_LN2`: its scale is `scale * RCP_LN2` as a node of its own, which `scores * <scale>` writes back in the
+    source's order (the products are made one after the other, as the source makes them)."""
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
         return None
-    if value.left is call:
-        scale, left = value.right, False
-    elif value.right is call:
+    if value.right is call:
         scale, left = value.left, True
     else:
-        return None
+        factors = []
+        node: cst.BaseExpression = value
+        while node is not call and isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) \
+                and not node.lpar:
+            factors.append(node.right)
+            node = node.left
+        if node is not call or not factors:
+            return None
+        factors.reverse()
+        scale, left = factors[0], False
+        for factor in factors[1:]:
+            scale = cst.BinaryOperation(scale, cst.Multiply(whitespace_before=cst.SimpleWhitespace(" "),
+                                                            whitespace_after=cst.SimpleWhitespace(" ")), factor)
     allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.LeftParen, cst.RightParen,
                cst.BaseBinaryOp, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
                cst.EmptyLine, cst.Comment)

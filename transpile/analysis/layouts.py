@@ -499,8 +499,13 @@ class _FunctionWalker(LanguageCalls):
                             self.name_terms[name] = terms[name]
             then = dict(self.env)
             # A name the first branch binds afresh is unbound where the other starts: a scalar the other binds it to
-            # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds).
-            fresh = [name for name in then if name not in env] if orelse is not None else []
+            # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds). But
+            # `x = None` in either branch is no scalar value (a mask, a bias or a scale left out): such a name keeps
+            # the tensor, as the code after the `if` reads it only where it is one.
+            nones = {n.targets[0].target.value for n in preorder(statement)
+                     if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
+                     and isinstance(n.value, cst.Name) and n.value.value == "None"}
+            fresh = [name for name in then if name not in env and name not in nones] if orelse is not None else []
             for name in fresh:
                 del self.env[name]
             if isinstance(orelse, cst.If):
@@ -531,7 +536,8 @@ class _FunctionWalker(LanguageCalls):
                     ranks = [0 if isinstance(v, Scalar) else v.rank if isinstance(v, Tensor) else None
                              for v in (other, value)]
                     if None not in ranks and ranks[0] != ranks[1] and (isinstance(other, Tensor)
-                                                                       or isinstance(value, Tensor)):
+                                                                       or isinstance(value, Tensor)) \
+                            and (isinstance(other, Tensor) and isinstance(value, Tensor) or name not in nones):
                         self.refuse(statement, "TT010", (
                             f"`{name}` is a rank-{ranks[0]} tensor after this `if` branch and a rank-{ranks[1]} "
                             f"tensor after the other{' (rank 0: a scalar)' if 0 in ranks else ''}; the Gluon "

@@ -237,7 +237,8 @@ def _acc_keyword_to_positional(call: cst.Call, acc: str) -> cst.Call | None:
 
 
 def _accumulator_dtypes(source: SourceFile, fn: cst.FunctionDef) -> dict[str, str]:
-    """Names the function starts from `tl.zeros(shape, dtype)` / `tl.full(shape, value, dtype)`: their dtype text."""
+    """Names the function starts from `tl.zeros(shape, dtype)` / `tl.full(shape, value, dtype)`, or from a copy of
+    such a name: their dtype text."""
     found: dict[str, str] = {}
 
     class _Visitor(cst.CSTVisitor):
@@ -245,6 +246,11 @@ def _accumulator_dtypes(source: SourceFile, fn: cst.FunctionDef) -> dict[str, st
             if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
                 return
             value = node.value
+            if isinstance(value, cst.Name) and value.value in found:
+                # a copy of such a start (`b_o_2 = b_o`, the accumulator of a branch's copy of the code after a
+                # compile-time `if`, `passes/branch_tails.py`) starts from it
+                found.setdefault(node.targets[0].target.value, found[value.value])
+                return
             if not isinstance(value, cst.Call):
                 return
             lang = language_name(source.qualified_name(value.func))

@@ -1014,7 +1014,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
 
     dot1 = _value(body[plan.scores_index])
     if plan.scores_scale is not None:  # `s = tl.dot(q, k) * scale`: the dot, then the product after its wait
-        dot1 = dot1.left if plan.scores_scale[1] is False else dot1.right  # type: ignore[attr-defined]
+        if plan.scores_scale[1]:
+            dot1 = dot1.right  # type: ignore[attr-defined]
+        while isinstance(dot1, cst.BinaryOperation):  # (`tl.dot(q, k) * scale * RCP_LN2`: the innermost left)
+            dot1 = dot1.left
     zeros = _text(dot1.args[2].value) if len(dot1.args) > 2 else f"gl.zeros([{m}, {n}], gl.float32, layout={acc_layout})"
     # P's type may be spelt through the K or V tile (`p.to(v.dtype)`): neither is a register tile in this branch.
     p_operand = _value(body[plan.acc_index]).args[0].value
