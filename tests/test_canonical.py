@@ -116,3 +116,13 @@ def test_unchanged_source_is_not_reparsed() -> None:
     text = HEAD.format(dtype="tl.float32") + "    acc = tl.dot(a, b, acc)\n" + TAIL
     prepared = prepare(text, "k.py")
     assert prepared.original is None and prepared.source.text == text
+
+
+def test_a_copy_of_a_float32_start_folds_like_the_start() -> None:
+    """`acc_2 = acc`, then `acc_2 = acc_2 * s[:, None] + tl.dot(a, b)`: the copy a branch gets of the code after a
+    compile-time `if` (`passes/branch_tails.py`, `passes/unswitch.py`) starts from the float32 zeros as `acc` does,
+    and its online-softmax PV folds into the dot as the original's does; a copy of another start does not."""
+    assert _canonical("    acc_2 = acc\n    acc_2 = acc_2 * s[:, None] + tl.dot(a, b)\n") == \
+        "    acc_2 = acc\n    acc_2 = tl.dot(a, b, acc_2 * s[:, None])\n"
+    assert _canonical("    acc_2 = acc\n    acc_2 += tl.dot(a, b)\n", dtype="tl.float16") == \
+        "    acc_2 = acc\n    acc_2 += tl.dot(a, b)\n"

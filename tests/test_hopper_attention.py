@@ -353,3 +353,32 @@ def test_an_accumulator_rescaled_in_the_statement_that_adds_pv_is_rescaled_where
     lines = [line.strip() for line in ring(fused).splitlines()]
     assert lines.index("acc = acc * alpha[:, None]") > lines.index(
         "acc, _ = warpgroup_mma_wait(0, deps=[acc, v_smem.index(prev_slot)])")
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_scores_scaled_by_a_chain_of_factors_are_pipelined_with_the_products_in_the_sources_order(
+        target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`qk = tl.dot(q, k) * sm_scale * LOG2E` (flash-linear-attention's parallel attention) is `(dot * sm_scale) *
+    LOG2E`: one scale of two factors, multiplied in after the dot in that order (reassociated, `sm_scale * LOG2E`
+    first, it would round otherwise). It was refused as a first dot that is not `s = tl.dot(q, k)` times a scalar."""
+    import tempfile
+
+    from transpile.verify import verify
+
+    text = PADDED.read_text(encoding="utf-8")
+    chained = text.replace(
+        "        qk = tl.dot(q, k)\n        qk = tl.where(offs_m[:, None] >= (start_n + offs_n[None, :]), qk * qk_scale,",
+        "        qk = tl.dot(q, k) * sm_scale * 1.4426950408889634\n"
+        "        qk = tl.where(offs_m[:, None] >= (start_n + offs_n[None, :]), qk,")
+    assert chained != text
+    result = translate_source(chained, str(tmp_path / "k.py"), get_target(target))
+    assert [f.pipelined for f in result.functions if f.name == "padded_head_attn_kernel"] == [True], \
+        [d.format() for d in result.diagnostics]
+    kernel = result.text.split("def _padded_head_attn_kernel_triton")[0]
+    flat = " ".join(kernel.split())
+    assert re.search(r"qk = qk \* sm_scale \* 1\.4426950408889634|\) \* sm_scale \* 1\.4426950408889634", flat), flat
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "sm_scale": "fp32", "H": 32, "BLOCK_M": 128,
+              "BLOCK_DMODEL": 128, "BLOCK_N": 64}
+    compiled = [c for c in verify(result, values) if c.kernel == "padded_head_attn_kernel"]
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
