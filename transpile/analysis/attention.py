@@ -20,6 +20,7 @@ dots are not this plan's business (None). Pure facts: the tree is not edited.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -750,10 +751,9 @@ def loop_local(function: cst.FunctionDef, name: str) -> bool:
     """`name` is a temporary of loops: every loop body that binds it does so at its top level before any statement
     there reads it, and nothing outside those loops reads or binds it (the copies of one loop that unswitching or
     branch splitting made, each binding `off_k` for its own load: each copy's value is its own)."""
+    loops, names = _loops_and_names(function)
     owners: list[cst.CSTNode] = []
-    for node in preorder(function):
-        if not isinstance(node, (cst.For, cst.While)) or not isinstance(node.body, cst.IndentedBlock):
-            continue
+    for node, _inside in loops:
         statements = list(node.body.body)
         first = next((i for i, st in enumerate(statements) if name in names_in(st) or name in assigned_names(st)),
                      None)
@@ -765,9 +765,23 @@ def loop_local(function: cst.FunctionDef, name: str) -> bool:
         if any(name in assigned_names(st) for st in statements[first + 1:]):
             continue
         owners.append(node)
-    inside = {id(n) for owner in owners for n in preorder(owner)}
-    return bool(owners) and all(id(n) in inside for n in preorder(function) if isinstance(n, cst.Name)
-                                and n.value == name)
+    inside = set().union(*(names_inside for node, names_inside in loops if any(node is o for o in owners)))
+    return bool(owners) and all(id(n) in inside for n in names.get(name, ()))
+
+
+@functools.lru_cache(maxsize=8)
+def _loops_and_names(function: cst.FunctionDef) -> tuple[list[tuple[cst.CSTNode, frozenset[int]]],
+                                                         dict[str, list[cst.Name]]]:
+    """The function's loops with an indented body, each with the ids of the Names inside it, and the function's
+    Names by value (`loop_local` asks for many names of one function; a tree is never changed in place)."""
+    loops = []
+    names: dict[str, list[cst.Name]] = {}
+    for node in preorder(function):
+        if isinstance(node, cst.Name):
+            names.setdefault(node.value, []).append(node)
+        elif isinstance(node, (cst.For, cst.While)) and isinstance(node.body, cst.IndentedBlock):
+            loops.append((node, frozenset(id(n) for n in preorder(node) if isinstance(n, cst.Name))))
+    return loops, names
 
 
 def loop_prefix(function: cst.FunctionDef, loop: cst.CSTNode) -> list[cst.BaseStatement]:

@@ -370,6 +370,11 @@ class _FunctionWalker(LanguageCalls):
         self.local_constexprs: dict[str, cst.BaseExpression] = {}
         lines = [n for n in preorder(self.fn.node.body) if isinstance(n, cst.SimpleStatementLine)]
         bindings = Counter(name for line in lines for name in bound_names(line))
+        # Names the function assigns `None` somewhere (`mask = None` under a flag): a mask, a bias or a scale left
+        # out, no scalar value (`walk_statement`'s `if`)
+        self.nones = {a.targets[0].target.value for line in lines for a in line.body
+                      if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name)
+                      and isinstance(a.value, cst.Name) and a.value.value == "None"}
         for statement in lines:
             small = statement.body[0] if len(statement.body) == 1 else None
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
@@ -500,12 +505,10 @@ class _FunctionWalker(LanguageCalls):
             then = dict(self.env)
             # A name the first branch binds afresh is unbound where the other starts: a scalar the other binds it to
             # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds). But
-            # `x = None` in either branch is no scalar value (a mask, a bias or a scale left out): such a name keeps
-            # the tensor, as the code after the `if` reads it only where it is one.
-            nones = {n.targets[0].target.value for n in preorder(statement)
-                     if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
-                     and isinstance(n.value, cst.Name) and n.value.value == "None"}
-            fresh = [name for name in then if name not in env and name not in nones] if orelse is not None else []
+            # `x = None` is no scalar value (a mask, a bias or a scale left out): a name the function assigns `None`
+            # keeps the tensor, as the code after the `if` reads it only where it is one.
+            fresh = [name for name in then if name not in env and name not in self.nones] \
+                if orelse is not None else []
             for name in fresh:
                 del self.env[name]
             if isinstance(orelse, cst.If):
@@ -537,7 +540,7 @@ class _FunctionWalker(LanguageCalls):
                              for v in (other, value)]
                     if None not in ranks and ranks[0] != ranks[1] and (isinstance(other, Tensor)
                                                                        or isinstance(value, Tensor)) \
-                            and (isinstance(other, Tensor) and isinstance(value, Tensor) or name not in nones):
+                            and (isinstance(other, Tensor) and isinstance(value, Tensor) or name not in self.nones):
                         self.refuse(statement, "TT010", (
                             f"`{name}` is a rank-{ranks[0]} tensor after this `if` branch and a rank-{ranks[1]} "
                             f"tensor after the other{' (rank 0: a scalar)' if 0 in ranks else ''}; the Gluon "

@@ -114,7 +114,14 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
             if origin[loop.lineno - 1] in copied:
                 groups.setdefault(origin[loop.lineno - 1], []).append(loop)
         params = _param_names(function)
-        taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | params
+        # (every Name of the function by its id, in source order: `_private` asks for each name's mentions)
+        index: dict[str, list[ast.Name]] = {}
+        for n in ast.walk(function):
+            if isinstance(n, ast.Name):
+                index.setdefault(n.id, []).append(n)
+        for found in index.values():
+            found.sort(key=lambda n: (n.lineno, n.col_offset))
+        taken = set(index) | params
         parents = {id(child): node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
         for group in groups.values():
             group = sorted(group, key=lambda loop: loop.lineno)
@@ -123,7 +130,7 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
             targets = {n.id for loop in group for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
             local = sorted(n for n in {n.id for loop in group for n in ast.walk(loop) if isinstance(n, ast.Name)
                                        and isinstance(n.ctx, ast.Store)} - params - targets
-                           if _private(function, parents, group, n))
+                           if _private(function, parents, group, n, index))
             kinds = {name: [_binding_kind(loop, name) for loop in group] for name in local}
             computing = [any(kinds[name][i] == "computed" and "loaded" in kinds[name] for name in local)
                          for i in range(len(group))]
@@ -152,12 +159,13 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
     return lines
 
 
-def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list[ast.For], name: str) -> bool:
+def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list[ast.For], name: str,
+             index: dict[str, list[ast.Name]]) -> bool:
     """The copies `group` of a loop hold `name` for themselves: each binds it, at its top level, before any read of
     it (`a = tl.load(...)`: not carried from an iteration to the next, nor read from before the loop), and after the
     statement that holds them the first mention of it binds it again, by a statement beside that one that does not
     read it (a peeled K tail: `a = tl.load(...)` after the loop). Not inside another loop of the function.
-    `parents`: each node's parent in the function, by id."""
+    `parents`: each node's parent in the function, by id; `index`: the function's Names by id, in source order."""
 
     def fresh(statement: ast.stmt) -> bool:
         """`statement` binds `name` by a plain assignment that does not read it."""
@@ -166,8 +174,12 @@ def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list
             isinstance(n, ast.Name) and n.id == name for n in ast.walk(statement.value))
 
     def mentions(node: ast.AST) -> list[ast.Name]:
-        return sorted((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name),
-                      key=lambda n: (n.lineno, n.col_offset))
+        """The Names `name` inside `node` (a statement: those within its span of the text), in source order."""
+        found = index.get(name, [])
+        if node is function:
+            return found
+        start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+        return [n for n in found if start <= (n.lineno, n.col_offset) and (n.end_lineno, n.end_col_offset) <= end]
 
     for loop in group:
         first = mentions(loop)
@@ -189,7 +201,7 @@ def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list
     # (between each copy and the holder only the `if`s of the copies: not a loop around a copy, copied itself)
     if any(isinstance(n, (ast.For, ast.While)) for chain in chains for n in chain[:chain.index(holder)]):
         return False
-    inside = {id(n) for loop in group for n in ast.walk(loop)}
+    inside = {id(n) for loop in group for n in mentions(loop)}
     if any(id(n) not in inside for n in mentions(holder)):
         return False  # (read or bound beside the copies, inside the statement holding them)
     block = next((b for b in (getattr(parents.get(id(holder)), f, None) for f in ("body", "orelse", "finalbody"))
