@@ -20,6 +20,7 @@ from transpile.cst_utils import bound_names, calls_in, names_in
 from transpile.diagnostics import Severity
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.launches import alignment_dispatch, launch_facts, passed_as_value, use_text
+from transpile.language import NOT_TRITON
 from transpile.outcomes import KernelOutcome
 from transpile.passes.tma_tiles import Dispatch, jit_callees
 from transpile.passes.vector_loads import replicated_vector_load
@@ -64,7 +65,10 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
                        "kernel imports it translates its own copy, at the kinds that kernel passes", alone=True)
     elif refusals:
         outcome.translated = False
-        outcome.kept_reason = f"it is not translated for {target.name}: {refusals[0].message}"
+        # (a construct Triton's own compiler rejects, where there is one, first: what else the translation would
+        # refuse matters only once the source is Triton)
+        first = next((d for d in refusals if NOT_TRITON in d.message), refusals[0])
+        outcome.kept_reason = f"it is not translated for {target.name}: {first.message}"
     elif ctx.keep is not None:
         keep_as_triton(outcome, source, ctx.keep[0], fn.name, ctx.keep[1], drop=())
     elif target.backend == "cuda" and (few := few_warps(fn, facts, plans, all_few=bool(

@@ -70,7 +70,8 @@ from transpile.analysis.layout_values import (  # noqa: F401 - read from here by
     DescriptorInfo,
     DotSite,
 )
-from transpile.cst_utils import bound_names, call_arguments, calls_in, names_in, substituted, unparenthesized
+from transpile.cst_utils import (bound_names, call_arguments, calls_in, names_in, single_assign, substituted,
+                                 unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.language import NOT_TRITON
@@ -331,6 +332,16 @@ def _binding_statements(function: cst.FunctionDef) -> tuple[dict[str, list[cst.S
     return plain, other
 
 
+def _bound_first(orelse: cst.Else, name: str) -> bool:
+    """The first statement of the `else` block that mentions `name` binds it by a plain assignment that does not
+    read it."""
+    for statement in orelse.body.body if isinstance(orelse.body, cst.IndentedBlock) else ():
+        if name in names_in(statement) or name in bound_names(statement):
+            assigned = single_assign(statement)
+            return assigned is not None and assigned[0] == name and name not in names_in(assigned[1])
+    return False
+
+
 class _FunctionWalker(LanguageCalls):
     def __init__(self, analysis: LayoutAnalysis, plan: LayoutPlan, arg_kinds: tuple[Value, ...] | None) -> None:
         self.analysis = analysis
@@ -507,8 +518,10 @@ class _FunctionWalker(LanguageCalls):
             # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds). But
             # `x = None` is no scalar value (a mask, a bias or a scale left out): a name the function assigns `None`
             # keeps the tensor, as the code after the `if` reads it only where it is one.
-            fresh = [name for name in then if name not in env and name not in self.nones] \
-                if orelse is not None else []
+            # Only where the `else` binds the name before it reads it (an `else` that reads a name only the first
+            # branch binds compiles only where the first branch runs: it keeps the first branch's tensor).
+            fresh = [name for name in then if name not in env and name not in self.nones
+                     and _bound_first(orelse, name)] if isinstance(orelse, cst.Else) else []
             for name in fresh:
                 del self.env[name]
             if isinstance(orelse, cst.If):
