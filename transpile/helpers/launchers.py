@@ -332,7 +332,8 @@ class _TMAOrTriton:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            if not self.addressable(args, kwargs) or not self.long_enough(grid, args, kwargs):
+            # (the grid's count first: a short launch, which runs the source kernel, skips the argument checks)
+            if not self.long_enough(grid, args, kwargs) or not self.addressable(args, kwargs):
                 return self.triton_kernel[grid](*args, **kwargs)
             launch_grid = grid
             if self.persistent is not None:  # one program per SM for the warp-specialised configs
@@ -356,7 +357,7 @@ class _TMAOrTriton:
         """What `triton.autotune(...)(kernel)` and `triton.heuristics(...)(kernel)` call: the same choice."""
         if not warmup:
             return self[grid](*args, **kwargs)
-        chosen = self.addressable(args, kwargs) and self.long_enough(grid, args, kwargs)
+        chosen = self.long_enough(grid, args, kwargs) and self.addressable(args, kwargs)
         kernel = self.gluon_kernel if chosen else self.triton_kernel
         return kernel.run(*args, grid=grid, warmup=True, **kwargs)
 
