@@ -577,3 +577,31 @@ def test_triton_s_own_wrappers_applied_by_a_call_take_the_launcher(wrapper: str)
     assert {f.name: f for f in result.functions}["scale_kernel"].translated
     assert "scale_kernel = _AlignedOrTriton(" in result.text
     assert f"if FLAG:\n    scale_kernel = {wrapper}(scale_kernel)\n" in result.text
+
+
+def test_a_construct_triton_rejects_is_the_reason_before_what_else_the_translation_refuses() -> None:
+    """A kernel on Triton's removed TMA API whose other branch loads the tile by pointers: the branch's name is a
+    scalar (the removed call) in one branch and a tile in the other, which the layout analysis refuses first; the
+    kept kernel's reason names the removed API, the construct that keeps the source from compiling at all."""
+    from transpile.language import NOT_TRITON
+
+    text = textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def copy_tile(desc, x_ptr, out_ptr, USE_TMA: tl.constexpr, B: tl.constexpr):
+            offs = tl.arange(0, B)
+            if USE_TMA:
+                tile = tl._experimental_descriptor_load(desc, [0, 0], [B, B], tl.float16)
+            else:
+                tile = tl.load(x_ptr + offs[:, None] * B + offs[None, :])
+            tl.store(out_ptr + offs[:, None] * B + offs[None, :], tile)
+        ''')
+    for target in ("gfx950", "sm90"):
+        result = translate_source(text, "k.py", get_target(target))
+        (kernel,) = result.functions
+        assert not kernel.translated and NOT_TRITON in (kernel.kept_reason or ""), kernel.kept_reason
+        assert any("tensor after this `if` branch" in d.message for d in result.diagnostics), \
+            [d.message for d in result.diagnostics]
