@@ -151,8 +151,10 @@ def _single_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     return _single_definitions_in(fn.node)
 
 
+@functools.lru_cache(maxsize=32)
 def _single_definitions_in(root: cst.CSTNode) -> dict[str, cst.BaseExpression]:
-    """The value of each name assigned exactly once under `root` with a plain `name = value`."""
+    """The value of each name assigned exactly once under `root` with a plain `name = value` (read-only: cached per
+    tree, which is never changed in place; the analyses ask for it per loop and per tile)."""
     return {name: node.value for name, node in _single_assignments_in(root).items()}
 
 
@@ -356,9 +358,14 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
 @_per_function
 def all_definitions(fn: JitFunction) -> dict[str, cst.BaseExpression]:
     """Every value `fn` assigns to each name (plain, augmented or annotated), as one tuple expression per name: what
-    reads a name may read any of them."""
+    reads a name may read any of them (read-only: cached per function tree)."""
+    return _all_definitions_in(fn.node)
+
+
+@functools.lru_cache(maxsize=32)
+def _all_definitions_in(root: cst.CSTNode) -> dict[str, cst.BaseExpression]:
     values: dict[str, list[cst.BaseExpression]] = {}
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.preorder(root):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 for name in names_in(target.target):

@@ -332,13 +332,19 @@ def _binding_statements(function: cst.FunctionDef) -> tuple[dict[str, list[cst.S
     return plain, other
 
 
-def _bound_first(orelse: cst.Else, name: str) -> bool:
-    """The first statement of the `else` block that mentions `name` binds it by a plain assignment that does not
-    read it."""
+def _loaded_first(orelse: cst.Else, name: str) -> bool:
+    """The first statement of the `else` block that mentions `name` binds it, by a plain assignment that does not read
+    it, to a value loaded from memory (`dt = tl.load(dt_ptr).to(tl.float32)`: a scalar where the other branch loads a
+    vector). A number or a parameter (`s = 1.0`, `flip = order`) is not: such a name is a tensor or a number, which the
+    translation handles where it is used (`isinstance(x, gl.tensor)` in helpers)."""
     for statement in orelse.body.body if isinstance(orelse.body, cst.IndentedBlock) else ():
         if name in names_in(statement) or name in bound_names(statement):
             assigned = single_assign(statement)
-            return assigned is not None and assigned[0] == name and name not in names_in(assigned[1])
+            return assigned is not None and assigned[0] == name and name not in names_in(assigned[1]) and any(
+                isinstance(call, cst.Call) and (
+                    isinstance(call.func, cst.Attribute) and call.func.attr.value == "load"
+                    or isinstance(call.func, cst.Name) and call.func.value == "load")
+                for call in preorder(assigned[1]))
     return False
 
 
@@ -518,10 +524,10 @@ class _FunctionWalker(LanguageCalls):
             # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds). But
             # `x = None` is no scalar value (a mask, a bias or a scale left out): a name the function assigns `None`
             # keeps the tensor, as the code after the `if` reads it only where it is one.
-            # Only where the `else` binds the name before it reads it (an `else` that reads a name only the first
+            # Only where the `else` loads the name before it reads it (an `else` that reads a name only the first
             # branch binds compiles only where the first branch runs: it keeps the first branch's tensor).
             fresh = [name for name in then if name not in env and name not in self.nones
-                     and _bound_first(orelse, name)] if isinstance(orelse, cst.Else) else []
+                     and _loaded_first(orelse, name)] if isinstance(orelse, cst.Else) else []
             for name in fresh:
                 del self.env[name]
             if isinstance(orelse, cst.If):
@@ -551,9 +557,8 @@ class _FunctionWalker(LanguageCalls):
                         continue
                     ranks = [0 if isinstance(v, Scalar) else v.rank if isinstance(v, Tensor) else None
                              for v in (other, value)]
-                    if None not in ranks and ranks[0] != ranks[1] and (isinstance(other, Tensor)
-                                                                       or isinstance(value, Tensor)) \
-                            and (isinstance(other, Tensor) and isinstance(value, Tensor) or name not in self.nones):
+                    if None not in ranks and ranks[0] != ranks[1] and (
+                            isinstance(other, Tensor) and isinstance(value, Tensor) or name in fresh):
                         self.refuse(statement, "TT010", (
                             f"`{name}` is a rank-{ranks[0]} tensor after this `if` branch and a rank-{ranks[1]} "
                             f"tensor after the other{' (rank 0: a scalar)' if 0 in ranks else ''}; the Gluon "
