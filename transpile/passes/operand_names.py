@@ -17,6 +17,10 @@ as the dot's view of its operand (`tl.trans(k_op)`). This pass writes the operan
         kv_lora_op = kv_lora.to(q_lora.dtype)
         s = tl.dot(q_lora, tl.trans(kv_lora_op))
 
+An operand the loop loads and casts on one line, ``a = tl.load(a_ptrs, mask=m).to(dot_dtype)`` (mamba's chunked
+scans), is written as the load, named afresh, and the cast: ``a_tile = tl.load(a_ptrs, mask=m)`` then
+``a = a_tile.to(dot_dtype)``: the tile goes through the ring and the cast runs on the slot read, as above.
+
 A cast of a transposed tile is the transpose of the cast tile (a cast converts each element where it is): the cast is
 named, and the dot reads its transpose as `tl.trans(name)`. Only a dot's first two arguments, in a loop's own statements (not under a
 branch of it), that read a name the loop binds from a load (`tl.load`, a descriptor's `.load`) and call nothing but
@@ -50,7 +54,7 @@ _HOLE = "__named_operand__"
 
 def name_dot_operands(source: SourceFile, facts: ModuleFacts) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
     if ".to(" not in source.text:
-        return None
+        return None  # (both forms cast)
     return rewrite_functions(source.module, {fn.node for fn in facts.functions.values()},
                              lambda fn: _Loops(source, fn, language_alias(source, fn))
                              if language_alias(source, fn) else None)
@@ -111,17 +115,52 @@ class _Loops(cst.CSTTransformer):
         """`tl.trans(<the name>)`, in the kernel's spelling of the language module (the one the planners read)."""
         return cst.parse_expression(f"{self.lang}.trans({_HOLE})")
 
-    def fresh(self, base: str) -> str:
-        candidate, i = f"{base}_op", 1
+    def fresh(self, base: str, suffix: str = "op") -> str:
+        candidate, i = f"{base}_{suffix}", 1
         while candidate in self.taken:
             i += 1
-            candidate = f"{base}_op{i}"
+            candidate = f"{base}_{suffix}{i}"
         self.taken.add(candidate)
         return candidate
+
+    def cast_load(self, value: cst.BaseExpression) -> cst.Call | None:
+        """The load `value` casts (`tl.load(p, mask=m).to(T)`, `d.load([i, j]).to(T).to(U)`), else None."""
+        casts = 0
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to" \
+                and self.language(value.func) is None:
+            value, casts = value.func.value, casts + 1
+        if casts and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value == "load" and self.language(value.func) in (None, "load", "core.load"):
+            return value
+        return None
+
+    def split_cast_loads(self, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """`a = tl.load(...).to(T)` of an operand a dot of the loop reads by name, as the load, named afresh, and the
+        cast on a line of its own: `a_tile = tl.load(...)`, `a = a_tile.to(T)`."""
+        operands = {arg.value.value for statement in body for call in semantic_preorder(statement)
+                    if isinstance(call, cst.Call) and is_dot_call(self.source, call)
+                    for arg in [a for a in call.args if a.keyword is None][:2] if isinstance(arg.value, cst.Name)}
+        out: list[cst.BaseStatement] = []
+        for statement in body:
+            assign = single_assign(statement)
+            load = self.cast_load(assign[1]) if assign is not None and assign[0] in operands else None
+            if load is None:
+                out.append(statement)
+                continue
+            name = self.fresh(assign[0], "tile")
+            small = statement.body[0]  # type: ignore[attr-defined]
+            out.append(statement.with_changes(body=[cst.Assign([cst.AssignTarget(cst.Name(name))], load)],
+                                              trailing_whitespace=cst.TrailingWhitespace()))
+            out.append(statement.with_changes(leading_lines=[], body=[small.with_changes(
+                value=replaced(small.value, {load: cst.Name(name)}))]))
+            self.changed = True
+        return out
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         if not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
+        updated_node = updated_node.with_changes(body=updated_node.body.with_changes(
+            body=self.split_cast_loads(list(updated_node.body.body))))
         loaded = set()  # names the loop binds from a load
         for statement in updated_node.body.body:
             assign = single_assign(statement)
