@@ -1257,3 +1257,36 @@ def clamp_scale(x_ptr, y_ptr, amax_ptr, n, BLOCK: tl.constexpr):
         compiled = {c.kernel: c for c in verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "amax_ptr": "*fp32",
                                                           "n": "i32", "BLOCK": 256})}
         assert compiled["clamp_scale"].ok, compiled["clamp_scale"].message
+
+
+# A name that holds a vector in the loop and is rebound after it to a scalar read from memory (the style of
+# chunked state-space scans: a per-position scale in the loop, the chunk's last decay after it).
+REBOUND_SCALAR = HEAD + '''@triton.jit
+def rebound(x_ptr, d_ptr, last_ptr, y_ptr, T, BM: tl.constexpr, BK: tl.constexpr):
+    rows = tl.arange(0, BM)
+    ks = tl.arange(0, BK)
+    acc = tl.zeros((BM, BK), dtype=tl.float32)
+    for k in range(0, T, BK):
+        scale = tl.exp(tl.load(d_ptr + k + ks, mask=k + ks < T, other=0.0))
+        acc += tl.load(x_ptr + rows[:, None] * T + (k + ks)[None, :], mask=(k + ks)[None, :] < T, other=0.0) \\
+            * scale[None, :]
+    last = tl.load(last_ptr)
+    if last > 0:
+        scale = tl.exp(last)
+        acc = acc * scale
+    tl.store(y_ptr + rows[:, None] * BK + ks[None, :], acc)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_name_rebound_to_a_loaded_scalar_is_a_scalar_after(target: str, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """A scalar read from memory replaces the vector the name held: `acc * scale` multiplies by the scalar (the
+    translation broadcast it as a row, `scale[None, :]`, which does not compile)."""
+    result = translate_source(REBOUND_SCALAR, str(tmp_path / "k.py"), get_target(target))
+    assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+    assert "acc = acc * scale\n" in result.text and "scale[None, :]\n" in result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"x_ptr": "*fp32", "d_ptr": "*fp32", "last_ptr": "*fp32", "y_ptr": "*fp32", "BM": 16,
+                               "BK": 32})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -90,3 +90,59 @@ def test_the_attention_loop_is_pipelined_and_the_new_line_maps_to_the_dot(tmp_pa
     assert "warp_pipeline_stage" in result.text and "k_op = " in result.text
     # the kernel as written is what the variant keeps for launches the Gluon kernel does not take
     assert "qk = tl.dot(q, k.to(q.dtype).T)" in result.text
+
+
+LOADED_AND_CAST = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(a_ptr, b_ptr, o_ptr, K, T: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        # both tiles cast to the dot's type as they are loaded
+        a = tl.load(a_ptr + offs_m[:, None] * K + (k0 + offs_k)[None, :]).to(T)  # (a comment of the line)
+        b = tl.load(b_ptr + (k0 + offs_k)[:, None] * BN + offs_n[None, :], mask=MASK, other=0.0).to(T)
+        scale = tl.load(a_ptr + offs_m).to(tl.float32)
+        acc += tl.dot(a, b)
+    tl.store(o_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+def test_an_operand_loaded_and_cast_on_one_line_is_split_into_the_load_and_the_cast() -> None:
+    """`a = tl.load(...).to(T)` -> `a_tile = tl.load(...)` then `a = a_tile.to(T)`: the comments above stay above the
+    load, the line's own comment goes with the cast; a load cast that no dot reads (`scale`) is left as written."""
+    text = rewritten(LOADED_AND_CAST.replace("MASK", "offs_n[None, :] < BN"))
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    at = lines.index("a_tile = tl.load(a_ptr + offs_m[:, None] * K + (k0 + offs_k)[None, :])")
+    assert lines[at - 1] == "# both tiles cast to the dot's type as they are loaded"
+    assert lines[at + 1] == "a = a_tile.to(T)  # (a comment of the line)"
+    assert lines[at + 2] == "b_tile = tl.load(b_ptr + (k0 + offs_k)[:, None] * BN + offs_n[None, :], " \
+                            "mask=offs_n[None, :] < BN, other=0.0)"
+    assert lines[at + 3] == "b = b_tile.to(T)"
+    assert lines[at + 4] == "scale = tl.load(a_ptr + offs_m).to(tl.float32)"
+    assert rewritten(text) is None  # idempotent
+
+
+def test_a_loaded_and_cast_operand_is_pipelined_through_the_engine() -> None:
+    """Through the engine the loop is pipelined on gfx950 (the cast runs on the slot read: a computed operand), the
+    new lines map to the line they came from (the variant is compiled with the goldens, test_compile)."""
+    from pathlib import Path
+
+    from transpile.engine import prepare, translate_source
+    from transpile.targets import get_target
+
+    fixture = (Path(__file__).resolve().parent.parent / "fixtures" / "suite_chunk_scores.py").read_text()
+    load_line = next(i for i, line in enumerate(fixture.splitlines(), 1) if line.strip().startswith("q = tl.load("))
+    prepared = prepare(fixture, "suite_chunk_scores.py")
+    lines = prepared.source.text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("q_tile = tl.load("))
+    assert lines[at + 1].strip() == "q = q_tile.to(dot_dtype)"
+    assert prepared.source.line_map[at + 1] == load_line and prepared.source.line_map[at + 2] == load_line
+    result = translate_source(fixture, "suite_chunk_scores.py", get_target("gfx950"), prepared=prepared)
+    assert "warp_pipeline_stage" in result.text and "q = q_tile.to(dot_dtype)" in result.text
+    assert not [d for d in result.diagnostics if d.code == "TT041"]

@@ -1375,6 +1375,23 @@ def _ref_chunk_products(a, v, beta):
     return u
 
 
+def _chunk_scores_inputs(s, device, gen):
+    shape = (s["B"], s["T"], s["D"])
+    return _randn(gen, *shape, device=device, dtype=s.get("dtype", torch.float16)), \
+        _randn(gen, *shape, device=device, dtype=s.get("dtype", torch.float16))
+
+
+def _ref_chunk_scores(q, k, chunk_size=128):
+    batch, seqlen, _ = q.shape
+    chunks = -(-seqlen // chunk_size)
+    s = torch.zeros((batch, chunks, chunk_size, chunk_size), dtype=torch.float64, device=q.device)
+    for c in range(chunks):
+        rows = slice(c * chunk_size, min((c + 1) * chunk_size, seqlen))
+        n = rows.stop - rows.start
+        s[:, c, :n, :n] = q.double()[:, rows] @ k.double()[:, rows].transpose(1, 2)
+    return s
+
+
 def _attention_bwd_inputs(s, device, gen):
     """q, k, v, dO of s["BH"] heads of s["T"] tokens at head dimension 64, and what the forward leaves: each query
     row's log2-sum-exp2 of its scores (m) and rowsum(dO * O) (delta)."""
@@ -1451,6 +1468,16 @@ SUITE_CASES: list[Case] = [
     Case(name="suite_chunk_products-aligned", fixture="suite_chunk_products", wrapper="chunk_products",
          make_inputs=_chunk_products_inputs, reference=_ref_chunk_products, shape=dict(T=1000, V=1024),
          small_shape=dict(T=100, V=80)),
+    # Products within chunks of a sequence (state-space-model style), operands loaded and cast on one line
+    # (`tl.load(...).to(dot_dtype)`); a short last chunk, a head dimension not a multiple of the tiles'.
+    Case(name="suite_chunk_scores", fixture="suite_chunk_scores", wrapper="chunk_scores",
+         make_inputs=_chunk_scores_inputs, reference=_ref_chunk_scores, shape=dict(B=3, T=1000, D=72),
+         small_shape=dict(B=1, T=150, D=40), bench_shape=dict(B=8, T=16384, D=128),
+         flops=lambda s: 2.0 * s["B"] * s["T"] * 128 * s["D"]),
+    # ... few programs (one batch, two chunks: the pipeline's fill and drain) and bf16 inputs (a bf16 dot)
+    Case(name="suite_chunk_scores-short", fixture="suite_chunk_scores", wrapper="chunk_scores",
+         make_inputs=_chunk_scores_inputs, reference=_ref_chunk_scores,
+         shape=dict(B=1, T=256, D=64, dtype=torch.bfloat16), small_shape=dict(B=1, T=130, D=64, dtype=torch.bfloat16)),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

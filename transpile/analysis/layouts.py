@@ -392,6 +392,9 @@ class _FunctionWalker(LanguageCalls):
         self.nones = {a.targets[0].target.value for line in lines for a in line.body
                       if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name)
                       and isinstance(a.value, cst.Name) and a.value.value == "None"}
+        # Names bound to a scalar read from memory (`dA_last = tl.load(p + i)`, `s = tl.exp(dA_last)`), as the walk
+        # meets them (`bind_target`): such a value replaces a tensor the name held before
+        self.loaded_scalars: set[str] = set()
         for statement in lines:
             small = statement.body[0] if len(statement.body) == 1 else None
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
@@ -617,6 +620,12 @@ class _FunctionWalker(LanguageCalls):
         elif isinstance(small, cst.Assert):
             self.eval(small.test)
 
+    def _reads_memory(self, node: cst.BaseExpression) -> bool:
+        """`node` loads (`tl.load(...)`, any spelling) or reads a name bound to a scalar loaded from memory."""
+        return any(isinstance(n, cst.Call) and (isinstance(n.func, cst.Attribute) and n.func.attr.value == "load"
+                                                or isinstance(n.func, cst.Name) and n.func.value == "load")
+                   or isinstance(n, cst.Name) and n.value in self.loaded_scalars for n in preorder(node))
+
     def bind_target(self, target: cst.BaseExpression, value: Value, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
             name = target.value
@@ -650,6 +659,16 @@ class _FunctionWalker(LanguageCalls):
                 self.plan.descriptor_makes.setdefault(name, []).append(value.info)
             else:
                 previous = self.env.get(name)
+                if isinstance(value, Scalar) and value_node is not None and self._reads_memory(value_node):
+                    # A scalar read from memory rebinding a name that held a tensor (a vector of scales in the
+                    # loop, `scale = tl.exp(dA_last)` after it: mamba's chunk states): the code after reads the
+                    # scalar. (A number keeps the tensor: `s = 1.0` in one branch of a flag, a tensor in the other.)
+                    self.loaded_scalars.add(name)
+                    if isinstance(previous, Tensor):
+                        self.name_terms.pop(name, None)
+                        previous = None
+                else:
+                    self.loaded_scalars.discard(name)
                 self.env[name] = previous if isinstance(previous, Tensor) else value
         elif isinstance(target, (cst.Tuple, cst.List)):
             items = value.items if isinstance(value, Tup) else None
