@@ -1972,6 +1972,8 @@ def test_loaded_offsets_along_the_contiguous_axis(offset: str, reason: str | Non
 # A block pointer read transposed (order `(0, 1)`, fla's chunked kernels' K^T tile) is lowered to pointer tiles
 # whose strides are names (`p_k_stride0 = 1`, `p_k_stride1 = H * K`): its vectors run down the first axis, and a
 # direct-to-LDS copy of 16 bytes a lane along the last one does not compile ("can only be vectorized to 1 element").
+# As the B operand it is loaded as its transpose, [BT, BK] (`transpile.passes.transposed_keys`), and the dot reads
+# `tl.trans` of that: the ring copies it 16 bytes a lane along K.
 TRANSPOSED_BLOCK = HEAD + '''@triton.jit
 def chunk(q, k, o, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
     i_t, i_h = tl.program_id(0), tl.program_id(1)
@@ -1989,10 +1991,29 @@ def chunk(q, k, o, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl
 '''
 
 
-def test_a_block_pointer_read_transposed_is_not_copied_direct_to_lds() -> None:
-    result = translate_source(TRANSPOSED_BLOCK, "chunk.py", get_target("gfx950"))
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "gfx1250"])
+def test_a_block_pointer_read_transposed_is_copied_as_its_transpose(target: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    result = translate_source(TRANSPOSED_BLOCK, "chunk.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    # ([BT, BK] slots, read as B through their transposed view)
+    assert "b_k_ring = gl.allocate_shared_memory(k.dtype.element_ty, [NUM_STAGES, BT, BK]," in result.text
+    assert re.search(r"b_k_ring\.index\(0\)\.permute\(\[1, 0\]\)(\.load\(|, )gl\.DotOperandLayout\(1, b_A",
+                     result.text), result.text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"q": "*fp16", "k": "*fp16", "o": "*fp32", "T": "i32", "H": 4, "K": 512, "BT": 64,
+                               "BK": 64})
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_tile_read_transposed_as_an_a_operand_is_not_copied_direct_to_lds() -> None:
+    """Only B operands are read as their transpose (an A tile contiguous along M would be read from its slot
+    transposed): a K^T tile as the A operand stays refused."""
+    # ([BK, BT] @ [BT, BK], BT == BK: the K^T tile as A)
+    text = TRANSPOSED_BLOCK.replace("b_A = tl.dot(b_q, b_k, acc=b_A)", "b_A = tl.dot(b_k, b_q, acc=b_A)")
+    result = translate_source(text, "chunk.py", get_target("gfx950"))
     assert not result.functions[0].pipelined
-    assert "the tile `b_k` at line 15 is contiguous along its first axis" in result.functions[0].kept_reason
+    assert "is contiguous along its first axis" in result.functions[0].kept_reason
 
 
 def test_a_last_axis_strided_by_constexprs_is_not_copied_direct_to_lds() -> None:
@@ -2001,8 +2022,7 @@ def test_a_last_axis_strided_by_constexprs_is_not_copied_direct_to_lds() -> None
         "p_k = k + (i_k * BK + tl.arange(0, BK))[:, None] * 1 + (i_t * BT + tl.arange(0, BT))[None, :] * (H * K)"
     ).replace("b_k = tl.load(p_k, boundary_check=(0, 1))", "b_k = tl.load(p_k)")
     result = translate_source(text, "chunk.py", get_target("gfx950"))
-    assert not result.functions[0].pipelined
-    assert "contiguous along its first axis" in result.functions[0].kept_reason
+    assert result.functions[0].pipelined, result.functions[0].kept_reason  # (read as its transpose, as above)
     text = text.replace("[:, None] * 1 +", "[:, None] * 2 +")
     result = translate_source(text, "chunk.py", get_target("gfx950"))
     assert not result.functions[0].pipelined

@@ -344,3 +344,65 @@ def test_a_k_computed_with_a_vector_is_left_as_written() -> None:
 def test_the_rewritten_kernel_with_a_computed_k_computes_what_the_source_computes(tmp_path: Path) -> None:
     result = _run_both(tmp_path, COMPUTED, RUN)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+# A GEMM-like loop (no attention): the B operand of the scores' dot read as [BK, BT], contiguous along its first axis
+# (chunked linear attention's keys; a block pointer of order (0, 1) lowers to this form).
+INTRA = (FIXTURES / "suite_chunk_intra.py").read_text(encoding="utf-8")
+
+
+def test_a_b_operand_contiguous_along_its_first_axis_is_loaded_transposed() -> None:
+    """The address bound in the loop is rewritten where it is bound, the load's mask swapped, the dot reads the
+    tile's transpose; lines kept, idempotent; the A operand and the tiles after the loop are left as written."""
+    text = rewritten(INTRA)
+    assert text is not None
+    assert len(text.splitlines()) == len(INTRA.splitlines())
+    loop = text.split("for i_k in range(tl.cdiv(K, BK)):")[1].split("# causal inside the chunk")[0]
+    assert "p_k = k + o_k[None, :] + o_t[:, None] * (H * K)" in loop
+    assert "b_k = tl.load(p_k, mask=m_k[None, :] & m_t[:, None], other=0.0)" in loop
+    assert "b_A = tl.dot(b_q, tl.trans(b_k), b_A)" in loop  # (canonical: the accumulation in the dot)
+    assert "p_q = q + o_t[:, None] * (H * K) + o_k[None, :]" in loop  # (contiguous along its last axis)
+    assert rewritten(text) is None
+
+
+@pytest.mark.parametrize("change", [
+    # read other than as a B operand: as an A operand too, or by a reduction
+    ("        b_A += tl.dot(b_q, b_k)\n", "        b_A += tl.dot(b_q, b_k)\n        b_A += tl.sum(b_k, 0)[None, :]\n"),
+    # its address read by another load too
+    ("        b_A += tl.dot(b_q, b_k)\n", "        b_A += tl.dot(b_q, b_k)\n        b_A += tl.sum(tl.load(p_k), 0)[None, :]\n"),
+    # its address reads a 2-D name the loop does not bind once
+    ("        p_k = k + o_k[:, None] + o_t[None, :] * (H * K)\n",
+     "        p_k = k + o_k[:, None] + o_t[None, :] * (H * K)\n        p_k2 = p_k\n"),
+    # a subscript other than the two broadcasts
+    ("o_t[None, :] * (H * K)\n", "tl.reshape(o_t, (1, BT)) * (H * K)\n"),
+])
+def test_a_first_axis_contiguous_operand_is_left_where_it_is_not_the_same_tile_transposed(change) -> None:
+    text = INTRA.replace(*change)
+    assert text != INTRA
+    rewritten_text = rewritten(text)
+    assert rewritten_text is None or "tl.trans(b_k)" not in rewritten_text
+
+
+INTRA_RUN = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 100, 2, 128, dtype=torch.float16) / 4 for _ in range(3))
+expected, got = source.chunk_intra(q, k, v), rewritten.chunk_intra(q, k, v)
+assert torch.equal(expected, got), (expected.float() - got.float()).abs().max()
+print("SAME")
+"""
+
+
+@pytest.mark.slow
+def test_the_rewritten_chunk_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
+    result = _run_both(tmp_path, INTRA, INTRA_RUN)
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

@@ -1392,6 +1392,27 @@ def _ref_chunk_scores(q, k, chunk_size=128):
     return s
 
 
+def _chunk_intra_inputs(s, device, gen):
+    shape = (s["B"], s["T"], s["H"], s["D"])
+    return tuple(_randn(gen, *shape, device=device) / 4 for _ in range(3))
+
+
+def _ref_chunk_intra(q, k, v, scale=None, BT=64):
+    B, T, H, K = q.shape
+    scale = K**-0.5 if scale is None else scale
+    o = torch.zeros(v.shape, dtype=torch.float64, device=q.device)
+    for start in range(0, T, BT):
+        rows = slice(start, min(start + BT, T))
+        n = rows.stop - rows.start
+        qc, kc, vc = (x.double()[:, rows].transpose(1, 2) for x in (q, k, v))  # [B, H, n, D]
+        a = (qc @ kc.transpose(-1, -2) * scale).tril()
+        # the kernel multiplies the scores in the inputs' 16-bit type
+        a = a.to(v.dtype).double()
+        o[:, rows] = (a @ vc).transpose(1, 2)
+        assert n > 0
+    return o
+
+
 def _attention_bwd_inputs(s, device, gen):
     """q, k, v, dO of s["BH"] heads of s["T"] tokens at head dimension 64, and what the forward leaves: each query
     row's log2-sum-exp2 of its scores (m) and rowsum(dO * O) (delta)."""
@@ -1474,10 +1495,17 @@ SUITE_CASES: list[Case] = [
          make_inputs=_chunk_scores_inputs, reference=_ref_chunk_scores, shape=dict(B=3, T=1000, D=72),
          small_shape=dict(B=1, T=150, D=40), bench_shape=dict(B=8, T=16384, D=128),
          flops=lambda s: 2.0 * s["B"] * s["T"] * 128 * s["D"]),
-    # ... few programs (one batch, two chunks: the pipeline's fill and drain) and bf16 inputs (a bf16 dot)
+    # ... few programs (one batch, two chunks: the pipeline's fill and drain) and bf16 inputs (a bf16 dot; fp16
+    # under the interpreter, whose bf16 dots are not exact)
     Case(name="suite_chunk_scores-short", fixture="suite_chunk_scores", wrapper="chunk_scores",
          make_inputs=_chunk_scores_inputs, reference=_ref_chunk_scores,
-         shape=dict(B=1, T=256, D=64, dtype=torch.bfloat16), small_shape=dict(B=1, T=130, D=64, dtype=torch.bfloat16)),
+         shape=dict(B=1, T=256, D=64, dtype=torch.bfloat16), small_shape=dict(B=1, T=130, D=64, dtype=torch.float16)),
+    # Intra-chunk scores of chunked linear attention, the keys read transposed ([BK, BT], contiguous along the
+    # first axis), then the causal scores times V; a short last chunk, a key dimension of several blocks.
+    Case(name="suite_chunk_intra", fixture="suite_chunk_intra", wrapper="chunk_intra",
+         make_inputs=_chunk_intra_inputs, reference=_ref_chunk_intra, shape=dict(B=2, T=1000, H=3, D=256),
+         small_shape=dict(B=1, T=100, H=2, D=128), bench_shape=dict(B=8, T=8192, H=16, D=256), atol=2e-2, rtol=2e-2,
+         flops=lambda s: 2.0 * s["B"] * s["T"] * 64 * s["H"] * s["D"] * 2),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

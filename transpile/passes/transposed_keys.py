@@ -29,16 +29,20 @@ that is not the same tile transposed). Only the K load and the dot's operand cha
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import libcst as cst
 
-from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attention_loop, top_definitions,
-                                          transposed_k)
+from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attention_loop, swapped_axes,
+                                          top_definitions, transposed_k)
 from transpile.analysis.dot_loops import dot_loops
-from transpile.analysis.layouts import LayoutPlan
+from transpile.analysis.launch_alignment import first_axis_contiguous
+from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.stages import not_elementwise
-from transpile.cst_utils import assigned_names, bound_names, calls_in, names_in, single_assign, substituted
-from transpile.discover import ModuleFacts, language_alias
+from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, single_assign,
+                                 substituted, unparenthesized)
+from transpile.cst_walk import preorder
+from transpile.discover import JitFunction, ModuleFacts, language_alias, language_name
 from transpile.passes import Replace
 from transpile.source import SourceFile
 
@@ -55,6 +59,7 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                 continue
             att = plan_attention_loop(source, loop.node, plan, 2, in_order=True)
             if not isinstance(att, AttentionPlan):
+                replacements += _transposed_operands(source, fn, plan, loop.node, lang)
                 continue
             body = list(loop.node.body.body)  # type: ignore[union-attr]
             # (the scores' K tile, then those of the products added to the scores: each read as its transpose)
@@ -139,3 +144,135 @@ def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpressio
     values = {name: _expanded(definitions[name], definitions, seen | {name}).with_changes(
         lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) for name in names_in(node) & set(definitions) - seen}
     return substituted(node, values)
+
+
+def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, loop: cst.For, lang: str
+                         ) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """The rewrites that read each B operand tile of the loop's dots that is contiguous along its first axis (a
+    [K, N] tile with K contiguous: keys loaded transposed in chunked linear attention, a block pointer of order
+    `(0, 1)`) as its transpose, the dot reading `tl.trans(tile)`: its address and mask with every `v[:, None]` and
+    `v[None, :]` swapped, and so the definitions of the 2-D names they read, where those are bound once (in the loop
+    before the load, or before the loop and moved in it by scalars) and read by that load alone. The ring then copies
+    [N, K] slots 16 bytes a lane along K, which the MMA reads as B as it reads a K-major B. Only a tile the loop loads
+    once, by a plain `tl.load`, that the function reads nowhere but as B operands of dots of the loop."""
+    body = list(loop.body.body)  # type: ignore[union-attr]
+    function = fn.node
+    terms = name_terms(plan)
+    _, counts = top_definitions(function)
+    occurrences = Counter(n.value for n in preorder(function.body) if isinstance(n, cst.Name))
+    dots = [(i, call) for i, statement in enumerate(body) for call in calls_in(statement) if call in plan.dots]
+    replacements: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+    for index, statement in enumerate(body):
+        assigned = single_assign(statement)
+        if assigned is None or not isinstance(assigned[1], cst.Call) or counts.get(assigned[0], 0) != 1:
+            continue
+        name, call = assigned
+        if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
+            continue
+        operands = [plan.dots[dot].b for i, dot in dots if i > index and isinstance(plan.dots[dot].b, cst.Name)
+                    and plan.dots[dot].b.value == name]
+        # (the tile is read as B operands alone: no A operand, no other read, none after the loop)
+        if not operands or occurrences[name] != 1 + len(operands):
+            continue
+        positional = [a for a in call.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if set(keywords) - {"pointer", "mask", "other", "cache_modifier", "eviction_policy", "volatile"}:
+            continue
+        pointer = positional[0].value if positional else keywords.get("pointer")
+        mask = positional[1].value if len(positional) > 1 else keywords.get("mask")
+        other = positional[2].value if len(positional) > 2 else keywords.get("other")
+        if pointer is None or not first_axis_contiguous(fn, pointer) or (other is not None and not _scalar(
+                other, terms)):
+            continue
+        names: dict[str, cst.BaseExpression] = {}  # 2-D names the address and mask read -> where they are bound
+        if not all(_swappable(node, terms, function, loop, body, index, names, occurrences)
+                   for node in (pointer, mask) if node is not None):
+            continue
+        for bound in names.values():
+            replacements.append((bound, swapped_axes(bound)))
+        replacements.append((call, call.with_changes(args=[
+            a.with_changes(value=swapped_axes(a.value)) if a.value is pointer or a.value is mask else a
+            for a in call.args])))
+        for operand in operands:
+            replacements.append((operand, cst.parse_expression(f"{lang}.trans({name})")))
+    return replacements
+
+
+def _scalar(node: cst.BaseExpression, terms: dict) -> bool:
+    """A number or a name the layout plan holds no tensor for."""
+    return isinstance(node, (cst.Integer, cst.Float)) or isinstance(node, cst.UnaryOperation) and isinstance(
+        node.expression, (cst.Integer, cst.Float)) or isinstance(node, cst.Name) and node.value not in terms
+
+
+def _swappable(node: cst.BaseExpression, terms: dict, function: cst.FunctionDef, loop: cst.For,
+               body: list[cst.BaseStatement], index: int, names: dict[str, cst.BaseExpression],
+               occurrences: Counter, inside: bool = False) -> bool:
+    """Whether `node`, a 2-D address or mask (or, `inside` a broadcast, a 1-D part of one), is the same tile
+    transposed once its broadcasts are swapped: arithmetic and comparisons on scalars, 1-D vectors broadcast by
+    `v[:, None]` / `v[None, :]` (`tl.arange` and 1-D names inside them alone), and 2-D names bound once by such an
+    expression and read by this load alone (collected in `names`, name -> the value to swap where it is bound)."""
+    node = unparenthesized(node)
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Subscript):
+        return not inside and broadcast_axis(node) is not None and _swappable(
+            node.value, terms, function, loop, body, index, names, occurrences, True)
+    if isinstance(node, cst.BinaryOperation):
+        return all(_swappable(part, terms, function, loop, body, index, names, occurrences, inside)
+                   for part in (node.left, node.right))
+    if isinstance(node, cst.UnaryOperation):
+        return _swappable(node.expression, terms, function, loop, body, index, names, occurrences, inside)
+    if isinstance(node, cst.Comparison):
+        return all(_swappable(part, terms, function, loop, body, index, names, occurrences, inside)
+                   for part in (node.left, *(c.comparator for c in node.comparisons)))
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "arange" \
+                or isinstance(node.func, cst.Name) and node.func.value == "arange":
+            return inside
+        return not any(n in terms for n in names_in(node))  # (a scalar: `tl.cdiv(K, BK)`)
+    if not isinstance(node, cst.Name):
+        return False
+    term = terms.get(node.value)
+    if term is None:
+        return True  # (a scalar)
+    if term.slice_of is not None or term.find().rank == 1:
+        return inside
+    if inside or term.find().rank != 2:
+        return False
+    if node.value in names:
+        return True
+    bound = _bound_once(node.value, function, loop, body, index)
+    # (read by this load alone: bound once, read here once, moved only by `+=` of scalars)
+    if bound is None or occurrences[node.value] != 2 + _advances(node.value, body, terms):
+        return False
+    names[node.value] = bound
+    return _swappable(bound, terms, function, loop, body, index, names, occurrences)
+
+
+def _bound_once(name: str, function: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement], index: int
+                ) -> cst.BaseExpression | None:
+    """The value of the one `name = value` binding `name`, in the loop before statement `index` or at the
+    function's top level before the loop; None where it has another binding (`+=` of a scalar aside)."""
+    found = [single_assign(s) for s in body[:index]]
+    found = [value for assigned in found if assigned is not None and assigned[0] == name for value in [assigned[1]]]
+    if not found:
+        top = list(function.body.body)  # type: ignore[union-attr]
+        if loop not in top:
+            return None
+        found = [value for s in top[:top.index(loop)] for assigned in [single_assign(s)]
+                 if assigned is not None and assigned[0] == name for value in [assigned[1]]]
+    bindings = sum(name in assigned_names(s) for s in preorder(function.body)
+                   if isinstance(s, cst.SimpleStatementLine) and not _is_advance(s, name))
+    return found[0] if len(found) == 1 and bindings == 1 else None
+
+
+def _is_advance(statement: cst.SimpleStatementLine, name: str) -> bool:
+    small = statement.body[0] if len(statement.body) == 1 else None
+    return isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and small.target.value == name \
+        and isinstance(small.operator, cst.AddAssign)
+
+
+def _advances(name: str, body: list[cst.BaseStatement], terms: dict) -> int:
+    """How often the loop moves `name` by `name += <scalar>` (each an occurrence of the name)."""
+    return sum(1 for s in body if isinstance(s, cst.SimpleStatementLine) and _is_advance(s, name)
+               and not any(n in terms for n in names_in(s.body[0].value)))  # type: ignore[attr-defined]
