@@ -50,7 +50,7 @@ import libcst as cst
 from transpile.analysis.attention import plan_attention_loop
 from transpile.analysis.launch_alignment import run_time_alignment, tile_base
 from transpile.analysis.pipeline import (DotChain, LoopPlan, LoopRefusal, OperandLoad, advance_after, consumer_indices,
-                                         plan_loop)
+                                         loop_body, plan_loop)
 from transpile.cst_utils import (
     calls_in,
     assigned_names,
@@ -58,6 +58,7 @@ from transpile.cst_utils import (
     broadcast_axis,
     names_in,
     product_factors,
+    single_assign,
     sum_terms,
 )
 from transpile.lowering.sm90 import (GEMM_STEADY_SCALED, GEMM_STEADY_STAGED, IN_ORDER_STEADY, WGMMA_ROWS, CpAsyncCopy,
@@ -311,6 +312,9 @@ class HopperCpAsyncPipeline(Rule):
             short = _trip_count_test(ctx, original, IN_ORDER_LEAST_ITERATIONS)
             if short is not None:
                 ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, short)))
+        if staged and emitter.scaled is None and _casts_only(plan, original) \
+                and ctx.slower_than_triton(original, "cp.async, cast operands"):
+            return updated  # (no gain where the computation is a cast alone: rules/base.py)
         if staged and not ctx.gluon_always:
             # Faster than the source only with few tiles (STAGED_DEPTH): the launcher runs the Gluon kernel for grids
             # of one wave, the source kernel for the others (per config where the kernel is autotuned), and for
@@ -407,6 +411,17 @@ class _Emitted:
 
     def __init__(self, text: str, ring: Sm90Ring, rows: tuple[str, int] = ("", 0)) -> None:
         self.text, self.ring, self.rows = text, ring, rows
+
+
+def _casts_only(plan: LoopPlan, loop: cst.For) -> bool:
+    """Every operand the loop computes from a loaded tile is that tile cast, `a = a_tile.to(T)` (mamba's
+    `tl.load(...).to(dot_dtype)`, split by `transpile.passes.operand_names`): no dequantisation."""
+    body = loop_body(loop)
+    computed = [load for load in plan.loads if load.computed]
+    return bool(computed) and all(
+        (assigned := single_assign(body[i])) is not None and isinstance(assigned[1], cst.Call)
+        and isinstance(assigned[1].func, cst.Attribute) and assigned[1].func.attr.value == "to"
+        and isinstance(assigned[1].func.value, cst.Name) for load in computed for i in load.prep)
 
 
 class _Emitter:
