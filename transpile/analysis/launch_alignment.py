@@ -345,7 +345,7 @@ def last_axis_mask_params(fn: JitFunction, masks: list[cst.BaseExpression]) -> l
 
     # (a bound the kernel loads, `K = tl.load(sizes + g)`: its value, not the arguments its address reads, bounds the
     # tile; `run_time_alignment` tests it in the kernel)
-    unloaded = {name: value for name, value in definitions.items() if not any(map(_is_load, calls_in(value)))}
+    unloaded = {name: value for name, value in definitions.items() if not any(map(is_load, calls_in(value)))}
     for mask in masks:
         for conjunct in conjuncts(mask):
             if last_axis(conjunct):
@@ -379,7 +379,7 @@ def _all_definitions_in(root: cst.CSTNode) -> dict[str, cst.BaseExpression]:
     return {name: cst.Tuple([cst.Element(v) for v in vs]) for name, vs in values.items()}
 
 
-def _is_load(call: cst.Call) -> bool:
+def is_load(call: cst.Call) -> bool:
     """`call` loads from memory (`tl.load`, a descriptor's `load`, `load` imported)."""
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "load" \
         or isinstance(call.func, cst.Name) and call.func.value == "load"
@@ -566,7 +566,7 @@ def _unvouched_load(fn: JitFunction, offset: cst.BaseExpression, every: dict[str
         return False
 
     def loads(node: cst.CSTNode, seen: frozenset[str]) -> bool:
-        if any(map(_is_load, calls_in(node))):
+        if any(map(is_load, calls_in(node))):
             return True
         return any(loads(every[n], seen | {n}) for n in sorted(names_in(node) & set(every) - seen))
 
@@ -597,7 +597,7 @@ def last_axis_reads_memory(fn: JitFunction, tile: cst.BaseExpression) -> bool:
                 if shifts(term.left, seen):  # (`% N`: a launch makes `N` a multiple of 16)
                     return True
                 continue
-            if any(map(_is_load, calls_in(term))):
+            if any(map(is_load, calls_in(term))):
                 return True
             if any(shifts(definitions[n], seen | {n}) for n in sorted(names_in(term) - seen) if n in definitions):
                 return True

@@ -35,6 +35,7 @@ from transpile.analysis.imports import (
     module_functions,
     top_bindings,
 )
+from transpile.analysis.launch_alignment import is_load
 from transpile.analysis.layout_calls import LanguageCalls
 from transpile.analysis.layout_values import (
     _DESCRIPTOR_METHODS,
@@ -341,10 +342,7 @@ def _loaded_first(orelse: cst.Else, name: str) -> bool:
         if name in names_in(statement) or name in bound_names(statement):
             assigned = single_assign(statement)
             return assigned is not None and assigned[0] == name and name not in names_in(assigned[1]) and any(
-                isinstance(call, cst.Call) and (
-                    isinstance(call.func, cst.Attribute) and call.func.attr.value == "load"
-                    or isinstance(call.func, cst.Name) and call.func.value == "load")
-                for call in preorder(assigned[1]))
+                is_load(call) for call in preorder(assigned[1]) if isinstance(call, cst.Call))
     return False
 
 
@@ -523,12 +521,11 @@ class _FunctionWalker(LanguageCalls):
                         if name in terms:
                             self.name_terms[name] = terms[name]
             then = dict(self.env)
-            # A name the first branch binds afresh is unbound where the other starts: a scalar the other binds it to
-            # is not taken for the first branch's tensor (`bind_target` keeps a tensor a name already holds). But
-            # `x = None` is no scalar value (a mask, a bias or a scale left out): a name the function assigns `None`
-            # keeps the tensor, as the code after the `if` reads it only where it is one.
-            # Only where the `else` loads the name before it reads it (an `else` that reads a name only the first
-            # branch binds compiles only where the first branch runs: it keeps the first branch's tensor).
+            # A name the first branch binds afresh and the `else` loads before it reads it is unbound where the
+            # `else` starts: the scalar it loads is not taken for the first branch's tensor (`bind_target` keeps a
+            # tensor a name already holds). Not a name the function assigns `None` (a mask, a bias or a scale left
+            # out: the code after the `if` reads it only where it is a tensor), nor one the `else` reads first (it
+            # compiles only where the first branch runs, and keeps the first branch's tensor).
             fresh = [name for name in then if name not in env and name not in self.nones
                      and _loaded_first(orelse, name)] if isinstance(orelse, cst.Else) else []
             for name in fresh:
@@ -622,9 +619,8 @@ class _FunctionWalker(LanguageCalls):
 
     def _reads_memory(self, node: cst.BaseExpression) -> bool:
         """`node` loads (`tl.load(...)`, any spelling) or reads a name bound to a scalar loaded from memory."""
-        return any(isinstance(n, cst.Call) and (isinstance(n.func, cst.Attribute) and n.func.attr.value == "load"
-                                                or isinstance(n.func, cst.Name) and n.func.value == "load")
-                   or isinstance(n, cst.Name) and n.value in self.loaded_scalars for n in preorder(node))
+        return any(isinstance(n, cst.Call) and is_load(n) or isinstance(n, cst.Name) and n.value in self.loaded_scalars
+                   for n in preorder(node))
 
     def bind_target(self, target: cst.BaseExpression, value: Value, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
