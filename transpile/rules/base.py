@@ -205,7 +205,8 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows; a warp-specialised form and one "
         "that scales a product while the next wgmma runs were no faster (bench/RESULTS.md)"),
     ("sm90", "cp.async, cast operands"): (
-        "its dot operands are computed from their tiles by a cast alone (`a = a_tile.to(T)`): the ring that stages "
+        "its dot operands are computed from their tiles by a cast alone to a type the launch passes "
+        "(`a = a_tile.to(dot_dtype)`): the ring that stages "
         "such operands for the wgmma, faster than Triton's own only for grids of one wave where the computation "
         "dequantises, ran suite_chunk_scores (operands cast to the dot's type) on an H100 at 0.99-1.01x Triton 3.6's "
         "own compile at the grids it takes, while its launcher's checks cost the host about 20 us a call (0.51x "

@@ -312,7 +312,8 @@ class HopperCpAsyncPipeline(Rule):
             short = _trip_count_test(ctx, original, IN_ORDER_LEAST_ITERATIONS)
             if short is not None:
                 ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, short)))
-        if staged and emitter.scaled is None and _casts_only(plan, original) \
+        if staged and emitter.scaled is None and _casts_only(plan, original, {p.name for p in ctx.function.params
+                                                                      if p.is_constexpr}) \
                 and ctx.slower_than_triton(original, "cp.async, cast operands"):
             return updated  # (no gain where the computation is a cast alone: rules/base.py)
         if staged and not ctx.gluon_always:
@@ -413,15 +414,19 @@ class _Emitted:
         self.text, self.ring, self.rows = text, ring, rows
 
 
-def _casts_only(plan: LoopPlan, loop: cst.For) -> bool:
-    """Every operand the loop computes from a loaded tile is that tile cast, `a = a_tile.to(T)` (mamba's
-    `tl.load(...).to(dot_dtype)`, split by `transpile.passes.operand_names`): no dequantisation."""
+def _casts_only(plan: LoopPlan, loop: cst.For, constexprs: set[str]) -> bool:
+    """Every operand the loop computes from a loaded tile is that tile cast to a type the launch passes,
+    `a = a_tile.to(dot_dtype)` with `dot_dtype: tl.constexpr` (mamba's `tl.load(...).to(dot_dtype)`, split by
+    `transpile.passes.operand_names`; `AB_DTYPE`): the dot's type, chosen from the inputs', no dequantisation. (A cast
+    to a type the kernel names, `b.to(tl.bfloat16)` of int16 codes, may be one: the ring's measurements there stand.)"""
     body = loop_body(loop)
     computed = [load for load in plan.loads if load.computed]
     return bool(computed) and all(
         (assigned := single_assign(body[i])) is not None and isinstance(assigned[1], cst.Call)
         and isinstance(assigned[1].func, cst.Attribute) and assigned[1].func.attr.value == "to"
-        and isinstance(assigned[1].func.value, cst.Name) for load in computed for i in load.prep)
+        and isinstance(assigned[1].func.value, cst.Name) and len(assigned[1].args) == 1
+        and isinstance(assigned[1].args[0].value, cst.Name) and assigned[1].args[0].value.value in constexprs
+        for load in computed for i in load.prep)
 
 
 class _Emitter:
