@@ -414,6 +414,8 @@ def _with_pointee(tensor: Tensor, other: Value, constexprs: Sequence[str] = (),
     addition of a parameter wins: `a_ptr + (offs + start)` points into `a_ptr`; a constexpr parameter is no
     pointer)."""
     if isinstance(other, Scalar) and other.param is not None and other.param not in constexprs:
+        if tensor.pointer and tensor.elem is not None and other.param not in pointers:
+            return tensor  # (a tile of pointers moved by an integer parameter, `x_ptrs += stride_x_head`: same pointee)
         # (a tensor of pointers only where the parameter is an address base of the kernel's loads and stores: an
         # integer parameter, `cols - seq_len`, keeps the old reading of its type and is no pointer)
         return Tensor(tensor.term, f"{other.param}.dtype.element_ty", tensor.shape, pointer=other.param in pointers)
