@@ -324,6 +324,12 @@ class HopperCpAsyncPipeline(Rule):
             ctx.launch_one_wave = True
             if emitted.rows[0]:
                 ctx.launch_at_least = tuple(dict.fromkeys((*ctx.launch_at_least, emitted.rows)))
+        if ctx.launch_checked:
+            # Tiles the loop moves by integer parameters alone (`x_ptrs += stride_x_head`, a loop over heads): the
+            # copies are 16 bytes a lane only where those are multiples of 16 (as a launch specialises them), which
+            # the launcher tests with the tensors' alignment; others run the source kernel (cp.async takes no
+            # copy of 2 bytes)
+            ctx.launch_divisible = tuple(dict.fromkeys((*ctx.launch_divisible, *_moving_params(ctx, plan, original))))
         ctx.pipelined_loop(original, emitted.ring)
         # The header comment and the loop's own leading lines go before the first statement (`statements`).
         return cst.FlattenSentinel(statements(emitted.text, updated.leading_lines))
@@ -412,6 +418,26 @@ class _Emitted:
 
     def __init__(self, text: str, ring: Sm90Ring, rows: tuple[str, int] = ("", 0)) -> None:
         self.text, self.ring, self.rows = text, ring, rows
+
+
+def _moving_params(ctx: RuleContext, plan: LoopPlan, loop: cst.For) -> list[str]:
+    """The integer parameters that move a tile of the loop by themselves: a term of a `+=` advance after the loads
+    that is a parameter or a product of parameters, none a constexpr or a number (`x_ptrs += stride_x_head`; not
+    `a_ptrs += BLOCK_K * stride_ak`, whose block factor keeps the copies' alignment)."""
+    body = loop_body(loop)
+    params = {p.name: p.is_constexpr for p in ctx.function.params}
+    found: list[str] = []
+    for i in plan.producer_after():
+        statement = body[i]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if not isinstance(small, cst.AugAssign) or not isinstance(small.operator, cst.AddAssign):
+            continue
+        for term in sum_terms(small.value):
+            factors = product_factors(term)
+            if all(isinstance(f, cst.Name) and f.value in params and not params[f.value] for f in factors):
+                found += [f.value for f in factors if f.value not in found]  # type: ignore[attr-defined]
+    return found
 
 
 def _casts_only(plan: LoopPlan, loop: cst.For, constexprs: set[str]) -> bool:
