@@ -37,6 +37,7 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile.analysis.dot_loops import is_dot_call
+from transpile.analysis.launch_alignment import is_load
 from transpile.cst_utils import names_in, single_assign
 from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_alias, language_name
@@ -129,10 +130,7 @@ class _Loops(cst.CSTTransformer):
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to" \
                 and self.language(value.func) is None:
             value, casts = value.func.value, casts + 1
-        if casts and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                and value.func.attr.value == "load" and self.language(value.func) in (None, "load", "core.load"):
-            return value
-        return None
+        return value if casts and isinstance(value, cst.Call) and is_load(value) else None
 
     def split_cast_loads(self, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """`a = tl.load(...).to(T)` of an operand a dot of the loop reads by name, as the load, named afresh, and the

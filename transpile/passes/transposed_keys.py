@@ -185,8 +185,8 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
                 other, terms)):
             continue
         names: dict[str, cst.BaseExpression] = {}  # 2-D names the address and mask read -> where they are bound
-        if not all(_swappable(node, terms, function, loop, body, index, names, occurrences)
-                   for node in (pointer, mask) if node is not None):
+        swappable = _Swappable(terms, function, loop, body, index, occurrences, names)
+        if not all(swappable(node) for node in (pointer, mask) if node is not None):
             continue
         for bound in names.values():
             replacements.append((bound, swapped_axes(bound)))
@@ -204,63 +204,72 @@ def _scalar(node: cst.BaseExpression, terms: dict) -> bool:
         node.expression, (cst.Integer, cst.Float)) or isinstance(node, cst.Name) and node.value not in terms
 
 
-def _swappable(node: cst.BaseExpression, terms: dict, function: cst.FunctionDef, loop: cst.For,
-               body: list[cst.BaseStatement], index: int, names: dict[str, cst.BaseExpression],
-               occurrences: Counter, inside: bool = False) -> bool:
-    """Whether `node`, a 2-D address or mask (or, `inside` a broadcast, a 1-D part of one), is the same tile
-    transposed once its broadcasts are swapped: arithmetic and comparisons on scalars, 1-D vectors broadcast by
-    `v[:, None]` / `v[None, :]` (`tl.arange` and 1-D names inside them alone), and 2-D names bound once by such an
-    expression and read by this load alone (collected in `names`, name -> the value to swap where it is bound)."""
-    node = unparenthesized(node)
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return True
-    if isinstance(node, cst.Subscript):
-        return not inside and broadcast_axis(node) is not None and _swappable(
-            node.value, terms, function, loop, body, index, names, occurrences, True)
-    if isinstance(node, cst.BinaryOperation):
-        return all(_swappable(part, terms, function, loop, body, index, names, occurrences, inside)
-                   for part in (node.left, node.right))
-    if isinstance(node, cst.UnaryOperation):
-        return _swappable(node.expression, terms, function, loop, body, index, names, occurrences, inside)
-    if isinstance(node, cst.Comparison):
-        return all(_swappable(part, terms, function, loop, body, index, names, occurrences, inside)
-                   for part in (node.left, *(c.comparator for c in node.comparisons)))
-    if isinstance(node, cst.Call):
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "arange" \
-                or isinstance(node.func, cst.Name) and node.func.value == "arange":
+@dataclasses.dataclass
+class _Swappable:
+    """Whether a 2-D address or mask of the load at `index` of the loop's `body` is the same tile transposed once its
+    broadcasts are swapped: arithmetic and comparisons on scalars, 1-D vectors broadcast by `v[:, None]` /
+    `v[None, :]` (`tl.arange` and 1-D names inside them alone), and 2-D names bound once by such an expression and
+    read by this load alone (collected in `names`, name -> the value to swap where it is bound)."""
+
+    terms: dict
+    function: cst.FunctionDef
+    loop: cst.For
+    body: list[cst.BaseStatement]
+    index: int
+    occurrences: Counter
+    names: dict[str, cst.BaseExpression]
+
+    def __call__(self, node: cst.BaseExpression, inside: bool = False) -> bool:
+        """`inside`: `node` is a 1-D part of a broadcast."""
+        node = unparenthesized(node)
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.Subscript):
+            return not inside and broadcast_axis(node) is not None and self(node.value, True)
+        if isinstance(node, cst.BinaryOperation):
+            return self(node.left, inside) and self(node.right, inside)
+        if isinstance(node, cst.UnaryOperation):
+            return self(node.expression, inside)
+        if isinstance(node, cst.Comparison):
+            return all(self(part, inside) for part in (node.left, *(c.comparator for c in node.comparisons)))
+        if isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "arange" \
+                    or isinstance(node.func, cst.Name) and node.func.value == "arange":
+                return inside
+            return not any(n in self.terms for n in names_in(node))  # (a scalar: `tl.cdiv(K, BK)`)
+        if not isinstance(node, cst.Name):
+            return False
+        term = self.terms.get(node.value)
+        if term is None:
+            return True  # (a scalar)
+        if term.slice_of is not None or term.find().rank == 1:
             return inside
-        return not any(n in terms for n in names_in(node))  # (a scalar: `tl.cdiv(K, BK)`)
-    if not isinstance(node, cst.Name):
-        return False
-    term = terms.get(node.value)
-    if term is None:
-        return True  # (a scalar)
-    if term.slice_of is not None or term.find().rank == 1:
-        return inside
-    if inside or term.find().rank != 2:
-        return False
-    if node.value in names:
-        return True
-    bound = _bound_once(node.value, function, loop, body, index)
-    # (read by this load alone: bound once, read here once, moved only by `+=` of scalars)
-    if bound is None or occurrences[node.value] != 2 + _advances(node.value, body, terms):
-        return False
-    names[node.value] = bound
-    return _swappable(bound, terms, function, loop, body, index, names, occurrences)
+        if inside or term.find().rank != 2:
+            return False
+        if node.value in self.names:
+            return True
+        bound = _bound_once(node.value, self.function, self.loop, self.body, self.index)
+        # (read by this load alone: bound once, read here once, moved only by `+=` of scalars)
+        if bound is None or self.occurrences[node.value] != 2 + _advances(node.value, self.body, self.terms):
+            return False
+        self.names[node.value] = bound
+        return self(bound)
 
 
 def _bound_once(name: str, function: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement], index: int
                 ) -> cst.BaseExpression | None:
     """The value of the one `name = value` binding `name`, in the loop before statement `index` or at the
     function's top level before the loop; None where it has another binding (`+=` of a scalar aside)."""
-    found = [single_assign(s) for s in body[:index]]
-    found = [value for assigned in found if assigned is not None and assigned[0] == name for value in [assigned[1]]]
+    def values(statements: list[cst.BaseStatement]) -> list[cst.BaseExpression]:
+        return [assigned[1] for assigned in map(single_assign, statements)
+                if assigned is not None and assigned[0] == name]
+
+    found = values(body[:index])
     if not found:
         top = list(function.body.body)  # type: ignore[union-attr]
         if loop not in top:
             return None
-        found = [value for s in top[:top.index(loop)] for assigned in [single_assign(s)]
-                 if assigned is not None and assigned[0] == name for value in [assigned[1]]]
+        found = values(top[:top.index(loop)])
     bindings = sum(name in assigned_names(s) for s in preorder(function.body)
                    if isinstance(s, cst.SimpleStatementLine) and not _is_advance(s, name))
     return found[0] if len(found) == 1 and bindings == 1 else None

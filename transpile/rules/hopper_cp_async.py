@@ -312,8 +312,7 @@ class HopperCpAsyncPipeline(Rule):
             short = _trip_count_test(ctx, original, IN_ORDER_LEAST_ITERATIONS)
             if short is not None:
                 ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, short)))
-        if staged and emitter.scaled is None and _casts_only(plan, original, {p.name for p in ctx.function.params
-                                                                      if p.is_constexpr}) \
+        if staged and emitter.scaled is None and _casts_only(plan, original, set(ctx.function.constexpr_names)) \
                 and ctx.slower_than_triton(original, "cp.async, cast operands"):
             return updated  # (no gain where the computation is a cast alone: rules/base.py)
         if staged and not ctx.gluon_always:
@@ -425,7 +424,7 @@ def _moving_params(ctx: RuleContext, plan: LoopPlan, loop: cst.For) -> list[str]
     that is a parameter or a product of parameters, none a constexpr or a number (`x_ptrs += stride_x_head`; not
     `a_ptrs += BLOCK_K * stride_ak`, whose block factor keeps the copies' alignment)."""
     body = loop_body(loop)
-    params = {p.name: p.is_constexpr for p in ctx.function.params}
+    params = {p.name for p in ctx.function.params} - set(ctx.function.constexpr_names)
     found: list[str] = []
     for i in plan.producer_after():
         statement = body[i]
@@ -435,7 +434,7 @@ def _moving_params(ctx: RuleContext, plan: LoopPlan, loop: cst.For) -> list[str]
             continue
         for term in sum_terms(small.value):
             factors = product_factors(term)
-            if all(isinstance(f, cst.Name) and f.value in params and not params[f.value] for f in factors):
+            if all(isinstance(f, cst.Name) and f.value in params for f in factors):
                 found += [f.value for f in factors if f.value not in found]  # type: ignore[attr-defined]
     return found
 
