@@ -38,6 +38,7 @@ from transpile.passes.induction import rewrite_inductions
 from transpile.passes.reassigned_names import rename_reassigned
 from transpile.passes.none_masks import drop_none_masks
 from transpile.passes.operand_aliases import drop_operand_aliases
+from transpile.passes.dot_results import name_dot_results
 from transpile.passes.operand_names import name_dot_operands
 from transpile.passes.transposed_keys import transpose_key_tiles
 from transpile.passes.vector_loads import load_calls, own_layout_loads
@@ -399,6 +400,10 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
     # A dot operand computed in the loop from a tile it loads (`tl.dot(q, k.to(T))`), named on a line of its own
     # before the dot (`transpile.passes.operand_names`): the planners read it as a computed operand.
     source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
+    # A product a later dot of the iteration reads, folded into a statement that scales, casts or masks it
+    # (`qk = tl.dot(q, k).to(tl.float32) * scale`), named on the line before (`transpile.passes.dot_results`): the
+    # planners read the scores as a product of their own.
+    source, facts, original = _rewritten(source, facts, original, name_dot_results(source, facts), path, inlined)
     # A name a dot loop's iteration binds more than once (`k_mask = ...`, then `k_mask = ... & k_mask[None, :]`),
     # each binding but the last named afresh (`transpile.passes.reassigned_names`): one value a name in the loop.
     source, facts, original = _rewritten(source, facts, original, rename_reassigned(source, facts), path, inlined)

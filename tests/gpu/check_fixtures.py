@@ -1430,6 +1430,36 @@ def _ref_attention_bwd(q, k, v, do, m, delta, sm_scale):
     return (ds.transpose(1, 2) @ q.double()) * sm_scale, dv
 
 
+def _block_sparse_inputs(s, device, gen):
+    """q, k, v [Z, H, N_CTX, HEAD_DIM] and, per (batch, head) and block of 128 queries, an ascending list of key blocks
+    of 64: the two diagonal blocks and each earlier block with probability DENSITY."""
+    z, h, n, d = s["Z"], s["H"], s["N_CTX"], s["HEAD_DIM"]
+    q, k, v = (_randn(gen, z, h, n, d, device=device) for _ in range(3))
+    rows, key_blocks = -(-n // 128), -(-n // 64)
+    idx = torch.zeros(z * h, rows, key_blocks, dtype=torch.int32)
+    cnt = torch.zeros(z * h, rows, dtype=torch.int32)
+    for zh in range(z * h):
+        for m in range(rows):
+            earlier = torch.nonzero(torch.rand(2 * m, generator=gen) < s["DENSITY"]).flatten().tolist()
+            listed = earlier + [b for b in (2 * m, 2 * m + 1) if b < key_blocks]
+            idx[zh, m, :len(listed)] = torch.tensor(listed, dtype=torch.int32)
+            cnt[zh, m] = len(listed)
+    return q, k, v, idx.to(device), cnt.to(device), 1.0 / d ** 0.5
+
+
+def _ref_block_sparse(q, k, v, block_idx, block_cnt, sm_scale):
+    z, h, n, _ = q.shape
+    allowed = torch.zeros(z * h, n, n, dtype=torch.bool, device=q.device)
+    for zh in range(z * h):
+        for m in range(block_idx.shape[1]):
+            for b in block_idx[zh, m, :int(block_cnt[zh, m])].tolist():
+                allowed[zh, 128 * m:128 * (m + 1), 64 * b:64 * (b + 1)] = True
+    allowed &= torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    scores = (q.double() @ k.double().transpose(-1, -2)) * sm_scale
+    scores = scores.masked_fill(~allowed.view(z, h, n, n), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v.double()
+
+
 def _suite_gemm_case(name, wrapper="matmul", **kw):
     """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
     fixture = kw.pop("fixture", name)
@@ -1504,6 +1534,21 @@ SUITE_CASES: list[Case] = [
          make_inputs=_chunk_intra_inputs, reference=_ref_chunk_intra, shape=dict(B=2, T=1000, H=3, D=256),
          small_shape=dict(B=1, T=100, H=2, D=128), bench_shape=dict(B=8, T=8192, H=16, D=256), atol=2e-2, rtol=2e-2,
          flops=lambda s: 2.0 * s["B"] * s["T"] * 64 * s["H"] * s["D"] * 2),
+    # Block-sparse causal attention: key blocks listed per query block, read through a pointer the loop advances,
+    # the scores started from the causal mask; a ragged last block (1000 tokens), several heads.
+    Case(name="suite_block_sparse_attention", fixture="suite_block_sparse_attention", wrapper="block_sparse_attention",
+         make_inputs=_block_sparse_inputs, reference=_ref_block_sparse,
+         shape=dict(Z=2, H=3, N_CTX=1000, HEAD_DIM=128, DENSITY=0.3),
+         small_shape=dict(Z=1, H=2, N_CTX=300, HEAD_DIM=64, DENSITY=0.5), atol=5e-3,
+         bench_shape=dict(Z=2, H=16, N_CTX=8192, HEAD_DIM=128, DENSITY=0.3),
+         flops=lambda s: 4.0 * s["Z"] * s["H"] * s["N_CTX"] ** 2 * s["HEAD_DIM"] * 0.5 * s["DENSITY"]),
+    # ... short sequences (two query blocks a head): the ring's fill and drain
+    Case(name="suite_block_sparse_attention-short", fixture="suite_block_sparse_attention",
+         wrapper="block_sparse_attention", make_inputs=_block_sparse_inputs, reference=_ref_block_sparse,
+         shape=dict(Z=4, H=16, N_CTX=256, HEAD_DIM=128, DENSITY=1.0),
+         small_shape=dict(Z=1, H=1, N_CTX=200, HEAD_DIM=64, DENSITY=1.0), atol=5e-3,
+         bench_shape=dict(Z=32, H=16, N_CTX=512, HEAD_DIM=128, DENSITY=1.0),
+         flops=lambda s: 4.0 * s["Z"] * s["H"] * s["N_CTX"] ** 2 * s["HEAD_DIM"] * 0.5 * s["DENSITY"]),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

@@ -28,7 +28,8 @@ import libcst as cst
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
 from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, computed_from, loop_header
 from transpile.cst_utils import (added_to, assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in,
-                                 names_in, only_nodes, parenthesized, per_loop, read_names, rescaled, single_assign)
+                                 names_in, only_nodes, parenthesized, per_loop, read_names, rescaled, single_assign,
+                                 statement_reads)
 from transpile.cst_walk import parent_map, preorder
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -87,6 +88,10 @@ class AttentionPlan:
     # of `acc = acc * alpha[:, None] + tl.dot(p, v)`): the factor (`alpha[:, None]`), which the sm90 rings apply where
     # the rescales go (after the previous PV's wait), the dot then reading the accumulator itself
     pv_rescale: cst.BaseExpression | None = field(default=None, repr=False)
+    # `in_order` plans: producer state carried from the last iteration and advanced before the loads (a block-sparse
+    # kernel's block list, `c = tl.load(idx_ptr)` then `idx_ptr = idx_ptr + stride`): the expander's copies advance
+    # a copy of it of their own, started from the value the loop starts from
+    carried: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -145,7 +150,7 @@ def _is_zero(source: SourceFile, node: cst.BaseExpression) -> bool:
     return source.code(node).strip() in ("0", "0.0", "0.", "False")
 
 
-def _zeroed_before(source: SourceFile, body: list[cst.BaseStatement], index: int, acc: cst.BaseExpression
+def zeroed_before(source: SourceFile, body: list[cst.BaseStatement], index: int, acc: cst.BaseExpression
                    ) -> int | None:
     """The first dot's accumulator is a zero tile made in this iteration: ``qk = tl.zeros([M, N], dtype=...)`` then,
     with nothing reading or binding `qk` in between, ``qk += tl.dot(q, k)`` (the canonical ``qk = tl.dot(q, k, qk)``):
@@ -236,7 +241,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     scale = _scale_of(first[1], call1, body, plan) if first is not None else None
     if first is None or (first[1] is not call1 and scale is None):
         return refuse(call1, "the first dot is not `s = tl.dot(q, k)` (or a dot times a scalar) on a line of its own")
-    zeroed = _zeroed_before(source, body, i1, site1.acc) if site1.acc is not None else None
+    zeroed = zeroed_before(source, body, i1, site1.acc) if site1.acc is not None else None
     if site1.acc is not None and not (isinstance(site1.acc, cst.Name) and site1.acc.value == "None") \
             and zeroed is None:
         return refuse(call1, "the first dot has an accumulator; the score tile must start from zero each iteration")
@@ -422,6 +427,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     for load in tiles:
         needed |= read_names(load.pointer) | (read_names(load.mask) if load.mask is not None else set())
     producer: set[int] = set()
+    carried_state: set[str] = set()
     frontier = set(needed)
     while frontier:
         name = frontier.pop()
@@ -439,6 +445,13 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
         if (i > min(t.index for t in tiles) and carried) or (
                 read_names(statement) & ({acc} | derived)):
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
+        # (`idx_ptr = idx_ptr + stride`; not the loop variable, which the loop binds afresh: `start_n =
+        # tl.multiple_of(start_n, BLOCK_N)`)
+        if (carried or _assigned(statement) & statement_reads(statement)) and _assigned(statement) - {loop.target.value}:
+            if not in_order:
+                return refuse(statement, "a load address is advanced from the last iteration's value (the ring "
+                              "computes each iteration's addresses from the loop variable)")
+            carried_state |= _assigned(statement) - {loop.target.value}
         producer.add(i)
         frontier |= read_names(statement) - needed
         needed |= read_names(statement)
@@ -446,7 +459,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     invariants = sorted(needed - inside)
     return AttentionPlan(loop, loop.target.value, range_args, stages, site1.a.value, k, k_operand is not None, v,
                          scores, i1, acc, i2, site2.a, sorted(producer), rescales, invariants, scale, summed=summed,
-                         shared_v=shared, pv_rescale=rescale_factor(site2.acc, acc))
+                         shared_v=shared, pv_rescale=rescale_factor(site2.acc, acc),
+                         carried=sorted(carried_state, key=lambda n: assigned_at[n]))
 
 
 def rescale_factor(node: cst.BaseExpression | None, acc: str) -> cst.BaseExpression | None:
@@ -475,8 +489,9 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
     """The attention loop as a pipelining plan of tile loads and dot chains, the form the AMD expander takes for
     every loop: K and V are the ring operands; the first dot is fresh (its scores start from zero each iteration)
     and reads the loop-invariant Q from registers; the second reads the probabilities from registers and carries
-    the accumulator. Nothing is carried by the producer (an address advanced after its load is refused by the
-    attention plan; `transpile.passes.induction` reads such addresses from the loop variable first)."""
+    the accumulator. The producer carries only state advanced before the loads (`AttentionPlan.carried`: an address
+    advanced after its load is refused by the attention plan; `transpile.passes.induction` reads such addresses from
+    the loop variable first)."""
     body = list(att.loop.body.body)  # type: ignore[union-attr]
 
     def load(tile: TileLoad, transposed: bool) -> OperandLoad:
@@ -500,7 +515,8 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
     k.twice = shared
     return LoopPlan(att.loop, att.var, att.range_args, att.num_stages,
                     [k, *(load(extra.k, extra.k_transposed) for extra in att.summed),
-                     *([] if shared else [load(att.v, False)])], att.scores_index, att.acc, list(att.producer), [],
+                     *([] if shared else [load(att.v, False)])], att.scores_index, att.acc, list(att.producer),
+                    list(att.carried),
                     chains, attention=True)
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
-from transpile.analysis.launch_alignment import (address_head, all_definitions, base_moved_along_last_axis,
+from transpile.analysis.launch_alignment import (address_head, all_definitions, base_moved_along_last_axis, is_load,
                                                  divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
                                                  last_axis_selected, moved_unvouched, unvouched_offset,
@@ -39,7 +39,8 @@ from transpile.analysis.launch_alignment import (address_head, all_definitions, 
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, names_in, only_nodes, read_names
+from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, names_in, only_nodes,
+                                 read_names, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -764,11 +765,36 @@ def _iteration_scalars(flow: LoopDataflow, var: str, outside: set[str]) -> set[s
             else None
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
             name = small.targets[0].target.value
-            if counts.get(name) == 1 and name not in read and only_nodes(small.value, INTEGER_ARITHMETIC) \
-                    and read_names(small.value) <= outside | made | {var}:
+            if counts.get(name) == 1 and name not in read and _scalar_arithmetic(small.value, outside | made | {var}):
                 made.add(name)
         read |= read_names(facts.node)
     return made
+
+
+def _scalar_arithmetic(node: cst.BaseExpression, names: set[str]) -> bool:
+    """Integer arithmetic (`INTEGER_ARITHMETIC`) of `names` and literals, through scalar loads from addresses of such
+    arithmetic (a block-sparse kernel's block index, `tl.load(blocks_ptr + i) * BLOCK_N`: one value for every lane)
+    and casts (`tl.cast(i, tl.int64)`, `x.to(tl.int32)`, `tl.multiple_of(x, 16)`)."""
+    node = unparenthesized(node)
+    if isinstance(node, cst.Name):
+        return node.value in names
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.BinaryOperation):
+        return isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)) \
+            and _scalar_arithmetic(node.left, names) and _scalar_arithmetic(node.right, names)
+    if not isinstance(node, cst.Call):
+        return False
+    positional = [a.value for a in node.args if a.keyword is None]
+    func = node.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if is_load(node):
+        return len(node.args) == 1 and len(positional) == 1 and _scalar_arithmetic(positional[0], names)
+    if isinstance(func, cst.Attribute) and last == "to":  # (`x.to(tl.int32)`)
+        return _scalar_arithmetic(func.value, names)
+    if last in ("cast", "multiple_of") and positional:
+        return _scalar_arithmetic(positional[0], names)
+    return False
 
 
 #: Where the converted offsets stand in the expression `hoistable_convert` gives.
