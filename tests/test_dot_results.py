@@ -137,3 +137,20 @@ def test_block_sparse_attention_is_pipelined_and_the_new_line_maps_to_the_dot() 
 def test_scores_summed_from_two_products_are_left_as_written() -> None:
     # latent attention: `qk += tl.dot(q_pe, k_pe)` after `qk = tl.dot(q, k)`, a form the planners read as summed scores
     assert rewritten(kernel("qk = tl.dot(q, kt)", "qk += tl.dot(q, kt * 2)")) is None
+
+
+def test_sparse_attention_dq_is_pipelined_with_its_mask_made_before_the_loop() -> None:
+    """suite_sparse_attention_bwd_dq, a loop of three chained dots: the scaled scores (`tl.dot(q, k.T) * qk_scale`)
+    named on their own line, which the planner of chained dots reads; `n_mask = offs_n < L - idx_n * BLOCK_N` (a block
+    index the iteration loads), read by the copies and by the probabilities, converted once, of `offs_n`, before the
+    loop. Pipelined on gfx950 (the variant is compiled with the goldens)."""
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+
+    path = FIXTURES / "suite_sparse_attention_bwd_dq.py"
+    result = translate_source(path.read_text(), str(path), get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    flat = " ".join(result.text.split())
+    assert "qk_dot = _dot(" in flat and "qk = qk_dot * qk_scale" in flat
+    assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in flat
+    assert "p = gl.where((offs_n_cvt < L - idx_n * BLOCK_N)[None, :], p, 0.0)" in flat

@@ -1460,6 +1460,42 @@ def _ref_block_sparse(q, k, v, block_idx, block_cnt, sm_scale):
     return torch.softmax(scores, dim=-1) @ v.double()
 
 
+def _sparse_dq_allowed(lut, n, block_m=128, block_n=64):
+    """[BH, n, n]: the keys each query's block lists (keys past the end left out)."""
+    bh = lut.shape[0]
+    allowed = torch.zeros(bh, n, n, dtype=torch.bool, device=lut.device)
+    for b in range(bh):
+        for m in range(lut.shape[1]):
+            for blk in lut[b, m].tolist():
+                allowed[b, block_m * m:block_m * (m + 1), block_n * blk:block_n * (blk + 1)] = True
+    return allowed
+
+
+def _sparse_dq_inputs(s, device, gen):
+    """q, k, v, do [BH, L, D]; a table of TOPK distinct key blocks of 64 per block of 128 queries; the base-2 row
+    log-sum-exps and deltas of the forward over the listed keys (computed here, in float64)."""
+    bh, n, d, topk = s["BH"], s["L"], s["D"], s["TOPK"]
+    q, k, v, do = (_randn(gen, bh, n, d, device=device) for _ in range(4))
+    rows, key_blocks = -(-n // 128), -(-n // 64)
+    lut = torch.stack([torch.stack([torch.randperm(key_blocks, generator=gen)[:topk] for _ in range(rows)])
+                       for _ in range(bh)]).to(torch.int32).to(device)
+    sm_scale = 1.0 / d ** 0.5
+    scores = (q.double() @ k.double().transpose(1, 2)) * sm_scale
+    scores = scores.masked_fill(~_sparse_dq_allowed(lut, n), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.softmax(scores, dim=-1) @ v.double()
+    delta = (do.double() * out).sum(-1)
+    return q, k, v, do, (lse / math.log(2)).float(), delta.float(), lut, sm_scale
+
+
+def _ref_sparse_dq(q, k, v, do, lse, delta, lut, sm_scale):
+    scores = (q.double() @ k.double().transpose(1, 2)) * sm_scale
+    p = torch.exp(scores - lse.double()[..., None] * math.log(2))
+    p = p.masked_fill(~_sparse_dq_allowed(lut, q.shape[1]), 0.0)
+    ds = p * (do.double() @ v.double().transpose(1, 2) - delta.double()[..., None])
+    return (ds @ k.double()) * sm_scale
+
+
 def _suite_gemm_case(name, wrapper="matmul", **kw):
     """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
     fixture = kw.pop("fixture", name)
@@ -1549,6 +1585,13 @@ SUITE_CASES: list[Case] = [
          small_shape=dict(Z=1, H=1, N_CTX=200, HEAD_DIM=64, DENSITY=1.0), atol=5e-3,
          bench_shape=dict(Z=32, H=16, N_CTX=512, HEAD_DIM=128, DENSITY=1.0),
          flops=lambda s: 4.0 * s["Z"] * s["H"] * s["N_CTX"] ** 2 * s["HEAD_DIM"] * 0.5 * s["DENSITY"]),
+    # The dQ pass of block-sparse attention's backward: a table of key blocks per query block, the block index
+    # loaded in the iteration masking loads and probabilities; a ragged last block (1000 tokens).
+    Case(name="suite_sparse_attention_bwd_dq", fixture="suite_sparse_attention_bwd_dq",
+         wrapper="sparse_attention_bwd_dq", make_inputs=_sparse_dq_inputs, reference=_ref_sparse_dq,
+         shape=dict(BH=6, L=1000, D=64, TOPK=8), small_shape=dict(BH=2, L=300, D=64, TOPK=3), atol=2e-2, rtol=2e-2,
+         bench_shape=dict(BH=32, L=8192, D=64, TOPK=32),
+         flops=lambda s: 6.0 * s["BH"] * s["L"] * s["TOPK"] * 64 * s["D"]),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

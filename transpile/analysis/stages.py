@@ -847,12 +847,20 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
                 and len(small.value.comparisons) == 1 and isinstance(small.value.comparisons[0].operator, _COMPARISONS):
             comparison = small.value.comparisons[0]
             bound = comparison.comparator
-            inner = hoistable_convert(small.value.left, loop, flow, fn, scalar_names)
-            if inner is None or not only_nodes(bound, INTEGER_ARITHMETIC) or not read_names(bound) <= (
-                    (scalars | scalar_names) - defined - {var}):
+            left = unparenthesized(small.value.left)
+            if isinstance(left, cst.Name) and left.value not in defined and left.value != var:
+                inner: tuple[str, str] | None = (OFFSETS, left.value)  # (`n_mask = offs_n < L - idx_n * BLOCK_N`)
+            elif _arange_bounds(left, scalars - defined - {var}) is not None:
+                inner = (OFFSETS, ARANGE + _arange_bounds(left, scalars - defined - {var}))  # type: ignore[operator]
+            else:
+                inner = hoistable_convert(small.value.left, loop, flow, fn, scalar_names)
+            # (the bound: scalars from before the loop, or of this iteration, `L - idx_n * BLOCK_N` with `idx_n` a
+            # block index the iteration loads)
+            if inner is None or not _scalar_arithmetic(bound, ((scalars | scalar_names) - defined - {var}) | made):
                 return None
             operator = cst.Module([]).code_for_node(comparison.operator).strip()
-            return f"({inner[0]}) {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
+            left_text = inner[0] if inner[0] == OFFSETS else f"({inner[0]})"
+            return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
         if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
                 and isinstance(small.value.operator, cst.Add)):
             return None

@@ -19,8 +19,9 @@ scalars), which the consumer stage then computes on. This pass names the product
     qk = qk + qk_dot                                          # (the start added to the product)
 
 Only a loop's own statements (not under a branch of it) that bind one name, whose value a later dot of the iteration
-reads (through the statements between), and that hold one `tl.dot`: where the value is more than the dot (or a dot
-times factors that are names, numbers and arithmetic), or where the dot's accumulator is a start the iteration
+reads (through the statements between), and that hold one `tl.dot`: where the value is more than the dot (or, in a
+loop of two dots, which the attention planners read with its scale, a dot times factors that are names, numbers and
+arithmetic: attention's backward, `qk = tl.dot(q, tl.trans(k)) * scale` then `dp` and `dq += ...`, is named), or where the dot's accumulator is a start the iteration
 makes that is not a zero tile (`tl.dot(q, k, bias)` is `bias + q k^T`). A product accumulated into a value carried
 from the last iteration (a GEMM's `acc += tl.dot(a, b) * s`) or added to another product (latent attention's
 `qk += tl.dot(q_pe, k_pe)` after `qk = tl.dot(q, k)`, a form the planners read) is left as written. The new line maps to the dot's
@@ -63,6 +64,9 @@ class _Loops(cst.CSTTransformer):
 
     def dot(self, node: cst.CSTNode) -> bool:
         return isinstance(node, cst.Call) and language_name(self.source.qualified_name(node.func)) == "dot"
+
+    def dots_in(self, body: list[cst.BaseStatement]) -> int:
+        return sum(1 for statement in body for n in semantic_preorder(statement) if self.dot(n))
 
     def fresh(self, base: str) -> str:
         candidate, i = f"{base}_dot", 1
@@ -126,8 +130,10 @@ class _Loops(cst.CSTTransformer):
                 # (`qk += tl.dot(q, k)`: taken as it is where `qk` starts as a zero tile, the scores made afresh)
                 if not augmented or zeroed_before(self.source, body, index, cst.Name(target)) is not None:
                     return None
-            elif not augmented and _scalar_product(value, dot):
-                return None  # (the forms the planners read as they are)
+            elif not augmented and _scalar_product(value, dot) and self.dots_in(body) <= 2:
+                # (the form the two-dot attention planners read as it is; the planner of loops of more dots, chained
+                # as attention's backward chains them, reads a product of its own)
+                return None
             product = dot
             name = self.fresh(target)
             rest = replaced(value, {dot: cst.Name(name)})
