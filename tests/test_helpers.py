@@ -264,3 +264,64 @@ def test_the_sm90_dot_reads_a_16_bit_a_from_registers(tmp_path: Path) -> None:
     assert not helpers._dot_a_in_registers(layout, gl.float8e4nv)
     split = helpers._mma_layout(64, [256], gl.float16, 8)  # (8 warps on 64 rows: two warpgroups side by side in N)
     assert helpers._dot_a_in_registers(split, gl.float16) == (split.warps_per_cta[1] == 1)
+
+
+MIXED_DEPTH_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mixed_kernel(a_ptr, b_ptr, x_ptr, y_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a = tl.load(a_ptr + offs_m[:, None] * BK + offs_k[None, :])
+    b = tl.load(b_ptr + offs_k[:, None] * BN + offs_n[None, :])
+    x = tl.load(x_ptr + offs_m[:, None] * BK + offs_k[None, :])
+    y = tl.load(y_ptr + offs_k[:, None] * BN + offs_n[None, :])
+    acc = tl.dot(a, b)
+    acc = tl.dot(x, y, acc)  # (PRECISION)
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
+def test_dots_of_two_operand_types_into_one_accumulator_compile(target: str, tmp_path: Path) -> None:
+    """A 16-bit dot and an fp32 (tf32) dot whose results meet share one MMA layout, laid out for one of the two
+    types (the source names neither: both are the launch's pointer types). `_dot` runs the other type's instruction
+    in `_with_depth`'s layout of the same tiles and warps: the translation compiles for the target at fp16 + fp32 and
+    at fp32 + fp16, and `_other_depth` says which dot needs it. A kernel asking for full-precision fp32 products
+    (`allow_tf32=False`) of operands whose type the launch gives runs its fp32 launches on the source kernel (AMD:
+    `slow_dtypes`), or is kept as Triton (sm90, whose launchers do not test types)."""
+    from triton.experimental.gluon import language as gl
+
+    from transpile.engine import translate_source
+    from transpile.verify import compile_kernel
+
+    result = translate_source(MIXED_DEPTH_KERNEL, "mixed.py", get_target(target), gluon_always=True)
+    assert result.functions[0].translated, result.functions[0].kept_reason
+    path = tmp_path / f"mixed_{target}.py"
+    path.write_text(result.text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    warps = 4 if target == "sm90" else 8
+    for first, second in (("*fp16", "*fp32"), ("*fp32", "*bf16")):
+        signature = {"a_ptr": first, "b_ptr": first, "x_ptr": second, "y_ptr": second, "c_ptr": "*fp32"}
+        ok, error, _, _ = compile_kernel(module.mixed_kernel, get_target(target), signature,
+                                         {"BM": 128, "BN": 64, "BK": 32}, warps)
+        assert ok, (first, second, error)
+    helpers = _target_module(target, tmp_path)
+    layout = helpers._mma_layout(128, [64], gl.float16, warps)
+    assert not helpers._other_depth(layout, gl.float16) and not helpers._other_depth(layout, gl.bfloat16)
+    assert helpers._other_depth(layout, gl.float32)
+    own = helpers._with_depth(layout, gl.float32)
+    assert list(own.instr_shape[:2]) == list(layout.instr_shape[:2]) and own.instr_shape[2] != layout.instr_shape[2]
+    assert not helpers._other_depth(own, gl.float32) and helpers._other_depth(own, gl.float16)
+    precise = translate_source(MIXED_DEPTH_KERNEL.replace("acc)  # (PRECISION)", "acc, allow_tf32=False)"),
+                               "mixed.py", get_target(target), gluon_always=True)
+    (outcome,) = precise.functions
+    if target == "sm90":
+        assert not outcome.translated and "full-precision fp32 products" in outcome.kept_reason, outcome
+    else:
+        assert outcome.translated and outcome.dispatch is not None and "float32" in outcome.dispatch.slow_dtypes

@@ -1496,6 +1496,30 @@ def _ref_sparse_dq(q, k, v, do, lse, delta, lut, sm_scale):
     return (ds @ k.double()) * sm_scale
 
 
+def _chunk_state_output_inputs(s, device, gen):
+    """C [T, S] and X [T, D] fp16, the chunks' fp32 states [chunks, S, D] (scaled to outputs of order 1), decays
+    exp(a_cum) in (0, 1], and CB [chunks, chunk, chunk] fp16, zero above each diagonal."""
+    t, d, n, chunk = s["T"], s["D"], s["S"], s["CHUNK"]
+    chunks = -(-t // chunk)
+    c = _randn(gen, t, n, device=device)
+    states = (torch.randn(chunks, n, d, generator=gen) / n ** 0.5).to(device)
+    a_cum = -torch.rand(t, generator=gen).to(device)
+    cb = (torch.randn(chunks, chunk, chunk, generator=gen).tril() / chunk ** 0.5).to(torch.float16).to(device)
+    x = _randn(gen, t, d, device=device)
+    return c, states, a_cum, cb, x, chunk
+
+
+def _ref_chunk_state_output(c, states, a_cum, cb, x, chunk_size):
+    t = c.shape[0]
+    out = torch.empty(x.shape, dtype=torch.float64, device=x.device)
+    for i, start in enumerate(range(0, t, chunk_size)):
+        n = min(chunk_size, t - start)
+        rows = slice(start, start + n)
+        out[rows] = (c[rows].double() @ states[i].double()) * torch.exp(a_cum[rows].double())[:, None] \
+            + cb[i, :n, :n].double() @ x[rows].double()
+    return out
+
+
 def _suite_gemm_case(name, wrapper="matmul", **kw):
     """A plain [M, K] x [K, N] fp16 GEMM fixture of the suite: ragged sizes, 4096^3 on the benchmark."""
     fixture = kw.pop("fixture", name)
@@ -1592,6 +1616,13 @@ SUITE_CASES: list[Case] = [
          shape=dict(BH=6, L=1000, D=64, TOPK=8), small_shape=dict(BH=2, L=300, D=64, TOPK=3), atol=2e-2, rtol=2e-2,
          bench_shape=dict(BH=32, L=8192, D=64, TOPK=32),
          flops=lambda s: 6.0 * s["BH"] * s["L"] * s["TOPK"] * 64 * s["D"]),
+    # A chunked scan's output: an fp32 (tf32) product with the chunk's state and 16-bit products inside the chunk
+    # into one accumulator (two operand types, one MMA layout); a ragged last chunk, a chunk size given at launch.
+    Case(name="suite_chunk_state_output", fixture="suite_chunk_state_output", wrapper="chunk_state_output",
+         make_inputs=_chunk_state_output_inputs, reference=_ref_chunk_state_output,
+         shape=dict(T=1000, D=200, S=64, CHUNK=256), small_shape=dict(T=300, D=64, S=32, CHUNK=128), atol=3e-2,
+         rtol=2e-2, bench_shape=dict(T=65536, D=2048, S=64, CHUNK=256),
+         flops=lambda s: 2.0 * s["T"] * s["D"] * (s["S"] + s["CHUNK"] / 2)),
     # Attention's backward dK/dV pass: four chained dots, Q and dO each read as loaded and transposed.
     Case(name="suite_attention_bwd", fixture="suite_attention_bwd", wrapper="attention_bwd_dkdv",
          make_inputs=_attention_bwd_inputs, reference=_ref_attention_bwd, shape=dict(BH=6, T=1000),

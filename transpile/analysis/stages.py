@@ -39,8 +39,8 @@ from transpile.analysis.launch_alignment import (address_head, all_definitions, 
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
-from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, names_in, only_nodes,
-                                 read_names, unparenthesized)
+from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, conjuncts, names_in,
+                                 only_nodes, read_names, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -281,6 +281,12 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if crossed:
             return (f"{at} has its last axis strided by `{crossed[0]}`, a row stride of the loop's tiles (a tile read "
                     "transposed from memory: no launch has that stride 1)")
+        for term in conjuncts(load.mask) if load.mask is not None else []:
+            # (`cols[None, :] <= rows[:, None]`, a causal mask inside a chunk: it changes value inside a row, where no
+            # bound of the tile proves it true, and a 16-byte copy takes one mask value for its whole vector)
+            if {0, 1} <= {broadcast_axis(n) for n in preorder(term) if isinstance(n, cst.Subscript)}:
+                return (f"{at} is masked by `{' '.join(source.code(term).split())}`, which compares its columns with "
+                        "its rows: a 16-byte copy takes one mask value for its whole vector")
         return untested
 
     def copies_16_bytes(load: OperandLoad) -> bool:

@@ -7,7 +7,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.amd.cdna4 import async_copy, mfma, mfma_scaled
 
 from transpile.helpers.common import _acc_dtype  # noqa: F401
-from transpile.helpers.cdna import _mma_layout, _scale_layout, _scaled_operand_layout  # noqa: F401
+from transpile.helpers.cdna import _mma_layout, _other_depth, _scale_layout, _scaled_operand_layout, _with_depth  # noqa: F401
 
 # Target parameters (see `transpile.helpers`): the values here are gfx950's.
 WARP_SIZE = 64
@@ -57,7 +57,12 @@ def _f8f6f4(dtype):
 @gluon.jit
 def _dot(a, b, acc):
     """`tl.dot(a, b, acc)` on the matrix cores: both operands are converted to the dot-operand layouts of the
-    accumulator's {instr} layout, then one `{instr_name}` accumulates into `acc`."""
+    accumulator's {instr} layout, then one `{instr_name}` accumulates into `acc`. Operands of another type than the
+    layout was laid out for (an fp32 dot whose result meets a 16-bit dot's: one layout) run the instruction of their
+    own depth in a layout of the same tiles and warps (`_with_depth`), conversions that move nothing."""
+    if _other_depth(acc.type.layout, a.dtype):
+        own: gl.constexpr = _with_depth(acc.type.layout, a.dtype)
+        return gl.convert_layout(_dot(a, b, gl.convert_layout(acc, own)), acc.type.layout)
     k_width: gl.constexpr = _mma_k_width(a.dtype, acc.type.layout)
     a = gl.convert_layout(a, gl.DotOperandLayout(0, acc.type.layout, k_width))
     b = gl.convert_layout(b, gl.DotOperandLayout(1, acc.type.layout, k_width))
@@ -73,6 +78,7 @@ def _dot(a, b, acc):
         # lowering of such a dot does, and the result is rounded back.
         return MMA(a, b, acc.to(gl.float32)).to(acc.dtype)
     return MMA(a, b, acc)
+
 
 
 @gluon.jit

@@ -57,6 +57,30 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
 
 
 @gluon.constexpr_function
+def _other_depth(layout, dtype):
+    """The MFMA accumulator `layout` was laid out for 16-bit operands and `dtype` is 32-bit, or the other way round (an
+    fp32 dot beside 16-bit ones whose results meet: one layout). 8-bit operands take the layout as it is (their depth
+    also follows the dot's K block)."""
+    return dtype.primitive_bitwidth in (16, 32) and layout.instr_shape[2] != _with_depth(layout, dtype).instr_shape[2]
+
+
+@gluon.constexpr_function
+def _with_depth(layout, dtype):
+    """`layout` (an MFMA accumulator layout) with the K depth of `dtype`'s instruction: the same tiles and warps, so
+    the accumulator's elements lie where they did (a conversion between the two moves nothing)."""
+    if _float8_via_fp16(dtype):
+        depth = DEPTHS[16]
+    elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        depth = FLOAT8_DEPTH(dtype)
+    else:
+        depth = DEPTHS[dtype.primitive_bitwidth]
+    instr_mn = layout.instr_shape[0]
+    return gl.amd.AMDMFMALayout(version=layout.version, instr_shape=[instr_mn, instr_mn,
+                                                                     depth if instr_mn == 32 else depth * 2],
+                                transposed=layout.transposed, warps_per_cta=layout.warps_per_cta)
+
+
+@gluon.constexpr_function
 def _scaled_mma_layout(m, ns, num_warps, warps_along_m=False):
     """Accumulator layout of a `tl.dot_scaled` on gfx950: that of OCP fp8's deep f8f6f4 instructions (32x32x64,
     16x16x128), which the scaled MFMAs are, whatever the operands' storage type."""

@@ -32,6 +32,21 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
 
 
 @gluon.constexpr_function
+def _other_depth(layout, dtype):
+    """The WMMA accumulator `layout` was laid out for 16-bit operands and `dtype` is 32-bit, or the other way round (an
+    fp32 dot beside 16-bit ones whose results meet: one layout). 8-bit operands take the layout as it is."""
+    return dtype.primitive_bitwidth in (16, 32) and layout.instr_shape[2] != _with_depth(layout, dtype).instr_shape[2]
+
+
+@gluon.constexpr_function
+def _with_depth(layout, dtype):
+    """`layout` (a WMMA accumulator layout) with the K depth of `dtype`'s instruction: the same tiles and warps, so the
+    accumulator's elements lie where they did (a conversion between the two moves nothing)."""
+    instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
+    return gl.amd.AMDWMMALayout(3, layout.transposed, layout.warp_bases, layout.reg_bases, [16, 16, instr_k])
+
+
+@gluon.constexpr_function
 def _scaled_mma_layout(m, ns, num_warps, warps_along_m=False):
     """Accumulator layout of a `tl.dot_scaled` on gfx1250: the scaled WMMA's 16x16x128, the warps as `tl.dot`'s."""
     base = _mma_layout(m, ns, gl.float8e4nv, num_warps, warps_along_m)

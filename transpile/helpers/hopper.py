@@ -29,6 +29,21 @@ def _mma_layout(m, ns, dtype, num_warps):
 
 
 @gluon.constexpr_function
+def _with_depth(layout, dtype):
+    """`layout` (a wgmma accumulator layout) with the K depth of `dtype`'s instruction, 32 bytes: the same tiles and
+    warps, so the accumulator's elements lie where they did (a conversion between the two moves nothing)."""
+    return gl.NVMMADistributedLayout(version=layout.version, warps_per_cta=layout.warps_per_cta,
+                                     instr_shape=[16, layout.instr_shape[1], 256 // dtype.primitive_bitwidth])
+
+
+@gluon.constexpr_function
+def _other_depth(layout, dtype):
+    """The wgmma accumulator `layout` was laid out for operands of another depth than `dtype`'s (an fp32 dot beside
+    16-bit ones whose results meet: one layout). An mma.sync layout names no depth."""
+    return layout.version[0] == 3 and layout.instr_shape[2] != 256 // dtype.primitive_bitwidth
+
+
+@gluon.constexpr_function
 def _mma_sync_warps(m, n, num_warps):
     """Warps of an mma.sync accumulator of [m, n]: doubled along M while M has more 16-row instructions per warp than
     N has pairs of 8-column ones (and M has rows left for another warp), else along N (Triton's `warpsPerTileV2`)."""
@@ -74,7 +89,12 @@ def _dot(a, b, acc):
     """`tl.dot(a, b, acc)` as one wgmma, the result waited for at once: B staged through shared memory in the NVMMA
     layout the tensor cores read (fenced, so that the async proxy sees the stores), a 16-bit A from registers in the
     accumulator's operand layout (`_dot_a_in_registers`; another A staged as B is). An accumulator of fewer than 64
-    rows (`_mma_layout`) takes mma.sync instead, its operands in registers."""
+    rows (`_mma_layout`) takes mma.sync instead, its operands in registers. Operands of another type than the layout
+    was laid out for (an fp32 dot whose result meets a 16-bit dot's: one layout) run the wgmma of their own depth in a
+    layout of the same tiles and warps (`_with_depth`), conversions that move nothing."""
+    if _other_depth(acc.type.layout, a.dtype):
+        own: gl.constexpr = _with_depth(acc.type.layout, a.dtype)
+        return gl.convert_layout(_dot(a, b, gl.convert_layout(acc, own)), acc.type.layout)
     if _is_mma_sync(acc.type.layout):
         a = gl.convert_layout(a, _mma_sync_operand(acc.type.layout, 0, a.dtype))
         b = gl.convert_layout(b, _mma_sync_operand(acc.type.layout, 1, b.dtype))
@@ -92,6 +112,7 @@ def _dot(a, b, acc):
         acc = warpgroup_mma(a_smem, b_smem, acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
     return acc
+
 
 
 @gluon.constexpr_function

@@ -14,6 +14,7 @@ import libcst as cst
 
 from transpile.analysis.layouts import DotSite
 from transpile.cst_utils import calls_in
+from transpile.passes.tma_tiles import dot_may_use_tf32
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bare, call, expr
 
 # The operand formats of the microscaled MMAs (`tl.dot_scaled`'s "bf16"/"fp16" operands are upcast by Triton)
@@ -70,6 +71,23 @@ class Dot(Rule):
         if a is None or b is None:
             ctx.refuse(original, "TT010", "`tl.dot` needs both operands")
             return updated
+        dtype = site.operand_dtype
+        if not dot_may_use_tf32(original, cst.Module([]).code_for_node) and not (
+                dtype is not None and dtype.startswith("gl.") and dtype not in ("gl.float32", "gl.float64")):
+            # Operands that may be fp32, and the kernel asks for full-precision products, which no MMA of these
+            # targets computes (for 16- and 8-bit operands the precision asked for changes nothing: FlagGems passes
+            # `allow_tf32=False` whatever its inputs). Where the operands' type is the launch's, the AMD launcher runs
+            # the source kernel for launches with fp32 tensors (`Dispatch.slow_dtypes`); otherwise the kernel stays.
+            if dtype == "gl.float32" or ctx.target.backend != "hip":
+                ctx.keep_kernel(original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, "
+                                "`\"tf32x3\"` or `allow_tf32=False`)", "the matrix cores take fp32 operands as tf32 "
+                                "only; Triton's own compile computes such products with FMAs (or three tf32 passes), "
+                                "as the kernel asks" + ("" if dtype == "gl.float32" else
+                                                        " (its operands' type is the launch's, and this target's "
+                                                        "launcher cannot send fp32 launches to the source kernel)"))
+                return updated
+            ctx.launch_checked = True
+            ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, "float32")))
         if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
             layout = ctx.plan.layout_expr(site.result)
             m, n = site.shape

@@ -97,14 +97,11 @@ class Target:
             # (the dots of each type in their own branch of one constexpr `if`, as an unswitched loop's copies are:
             # one of them runs in any compile, and the layout is chosen for its type when the kernel is compiled)
             dtype, types = split, {split}
-        other = next((d for d in dots if _operand_dtype(d) not in (None, dtype)), None) \
-            if len(types) > 1 and "gl.float32" in types else None
-        if other is not None:
-            # one MMA layout is laid out for one operand type (its instruction's K depth): an fp32 dot beside an
-            # fp16 one asked for an fp32 MFMA of fp16's shape, which does not exist (found by compiling public code)
-            ctx.refuse(other.node, "TT010", f"this dot's operands are `{_operand_dtype(other)}` and another dot whose "
-                       f"result meets this one's has `{dtype}` operands: one matrix-core layout cannot serve both (cast "
-                       "the operands to one type)")
+        if split is None and len(types) > 1 and "gl.float32" in types:
+            # One MMA layout is laid out for one operand type (its instruction's K depth): the layout takes the 16-bit
+            # type, and an fp32 dot whose result meets it runs the fp32 instruction in a layout of the same tiles and
+            # warps (`_dot`: `_other_depth`, `_with_depth`; an fp32 MFMA of fp16's shape does not exist).
+            dtype = next(_operand_dtype(d) for d in dots if _operand_dtype(d) not in (None, "gl.float32"))
         if dtype is None:
             ctx.refuse(dots[0].node, "TT010", "cannot tell the element type of this dot's operands from the source "
                        "(load them through a pointer parameter, or cast with `.to(tl.float16)`)")
@@ -180,7 +177,8 @@ def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 
 
 # Snippets that call other snippets.
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
-    "dot": ("mma_k_width", "mma_sync", "register_a_layout", "float8_via_fp16", "f8f6f4"),
+    "dot": ("mma_k_width", "mma_sync", "register_a_layout", "float8_via_fp16", "f8f6f4", "with_depth"),
+    "with_depth": ("float8_via_fp16", "f8f6f4"),
     "mma_sync_slots": ("mma_sync",),
     "dot_acc": ("dot", "mma_sync", "acc_dtype", "mma_k_width", "float8_via_fp16", "f8f6f4"),
     "dot_scaled": ("scaled_layouts", "mma_layout", "float8_via_fp16", "f8f6f4"),

@@ -85,6 +85,7 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
         "mma_k_width": helper("amd", "_mma_k_width", K_WIDTHS=k_widths, FLOAT8_K_WIDTH=str(float8_k_width), arch=arch),
         "dot": helper("amd", "_dot", MMA=instr_name, MMA_SCALED="mfma_scaled", SCALED_FP8=scaled, instr="MFMA",
                       instr_name=instr_name),
+        "with_depth": helper("cdna", "_other_depth", "_with_depth", DEPTHS=depths, FLOAT8_DEPTH=str(float8_depth)),
     }
     if scaled:
         snippets = {"f8f6f4": helper("amd", "_f8f6f4"), **snippets,
@@ -126,6 +127,7 @@ GFX1250 = _amd_target(
                               FLOAT8_K_WIDTH="16 if layout is not None and layout.instr_shape[2] >= 128 else 8",
                               arch="gfx1250 WMMA"),
         "dot": helper("amd", "_dot", MMA="wmma", SCALED_FP8=False, instr="WMMA", instr_name="wmma"),
+        "with_depth": helper("gfx1250", "_other_depth", "_with_depth"),
         "scaled_layouts": helper("gfx1250", "_scaled_mma_layout", "_scaled_operand_layout", "_scale_layout"),
         "dot_scaled": helper("amd", "_dot_scaled", MMA_SCALED="wmma_scaled", instr="scaled WMMA"),
     },

@@ -58,6 +58,7 @@ SM90 = Target(
         "mma_k_width": helper("hopper", "_mma_k_width"),
         "mma_sync": helper("hopper", "_is_mma_sync", "_mma_sync_operand"),
         "dot": helper("hopper", "_dot_a_in_registers", "_dot"),
+        "with_depth": helper("hopper", "_with_depth", "_other_depth"),
         "dot_scaled": helper("hopper", "_scaled_compute_type", "_upcast_scaled", "_dot_scaled"),
         "mma_sync_slots": helper("hopper", "_mma_sync_slots"),
         "wgmma_a_regs": helper("hopper", "_wgmma_a_regs"),
