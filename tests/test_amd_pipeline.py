@@ -2509,3 +2509,17 @@ def test_launches_of_a_few_iterations_known_at_compile_time_run_the_source(targe
     runtime = SHORT_K.replace("K: tl.constexpr, V", "K, V")
     (fn,) = translate_source(runtime, "short.py", get_target(target)).functions
     assert fn.pipelined and not [t for t in fn.dispatch.source_when if "BK - 1" in t[0]]
+
+
+def test_a_tile_masked_by_its_columns_against_its_rows_is_not_copied_direct_to_lds() -> None:
+    # a causal mask inside a chunk, in the load (`(k * BK + offs_k)[None, :] <= offs_m[:, None]`): it changes value
+    # inside a row where no bound proves it true, and a direct-to-LDS copy of 16 bytes takes one mask value a vector
+    # (Triton refused to lower such a copy); the copies go through registers, and the reason names the mask
+    text = gemm().replace("a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)",
+                          "a = tl.load(a_ptrs, mask=(k * BK + offs_k)[None, :] <= offs_m[:, None], other=0.0)")
+    sp = stage_plan(text, engine="async_copy")
+    assert isinstance(sp, StagePlan) and sp.engine == "registers", sp
+    assert "is masked by `(k * BK + offs_k)[None, :] <= offs_m[:, None]`, which compares its columns with its rows" \
+        in sp.staged, sp.staged
+    plain = stage_plan(gemm(), engine="async_copy")
+    assert isinstance(plain, StagePlan) and plain.engine == "async_copy", plain
