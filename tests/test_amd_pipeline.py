@@ -2523,3 +2523,24 @@ def test_a_tile_masked_by_its_columns_against_its_rows_is_not_copied_direct_to_l
         in sp.staged, sp.staged
     plain = stage_plan(gemm(), engine="async_copy")
     assert isinstance(plain, StagePlan) and plain.engine == "async_copy", plain
+
+
+@pytest.mark.parametrize("bound", ["(start_n + offs_n) < N_CTX", "offs_n < N_CTX - start_n"])
+def test_a_key_mask_of_offsets_from_before_the_loop_is_made_before_it(bound: str) -> None:
+    # `mask_n = (start_n + offs_n) < N_CTX` (aiter's extend attention, the loop variable rebound to a hint of itself)
+    # or `offs_n < N_CTX - start_n`, read by the copies and by the scores: its conversion into the scores' layout is
+    # made once, of `offs_n`, before the loop; the warp pipeline keeps both groups (no barrier in `mma`)
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "        offs_kv = start_n + offs_n\n",
+        f"        start_n = tl.multiple_of(start_n, BLOCK_N)\n        offs_kv = start_n + offs_n\n"
+        f"        mask_n = {bound}\n").replace(
+        "qk = tl.where(offs_kv[None, :] < N_CTX, qk, -float(\"inf\"))",
+        "qk = tl.where(mask_n[None, :], qk, -float(\"inf\"))").replace(
+        "mask=offs_kv[:, None] < N_CTX", "mask=mask_n[:, None]")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.groups == 2 and not sp.barrier_op, sp
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    variant = " ".join(result.text.split())
+    assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant, variant
+    assert f"gl.where(({bound.replace('offs_n', 'offs_n_cvt')})[None, :], qk" in variant, variant

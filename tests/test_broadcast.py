@@ -614,11 +614,12 @@ def center(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
                for d in result.diagnostics), [d.format() for d in result.diagnostics]
 
 
-def test_an_fp32_dot_beside_a_pointee_typed_dot_in_one_layout_is_refused() -> None:
+def test_an_fp32_dot_beside_a_pointee_typed_dot_in_one_layout_compiles(monkeypatch, tmp_path: Path) -> None:
     """`c = tl.dot(a, b)` on loaded data and `d = tl.dot(a.to(tl.float32), b.to(tl.float32))`, then `c + d`: one
-    matrix-core layout was declared for both, at the loaded type's shape (an fp32 MFMA of fp16's depth does not exist;
-    found by compiling public code). Refused on the fp32 dot, saying why; PV in attention (`p.to(tl.float16)` beside
-    `q_ptr`'s type) is not affected (the attention goldens are unchanged)."""
+    matrix-core layout is declared for both, at the loaded type's depth (an fp32 MFMA of fp16's depth does not exist;
+    found by compiling public code). The fp32 dot runs its own instruction in a layout of the same tiles and warps
+    (`_dot`: `_other_depth`), and the variant compiles; PV in attention (`p.to(tl.float16)` beside `q_ptr`'s type)
+    is not affected (the attention goldens are unchanged)."""
     text = HEAD + '''@triton.jit
 def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
     r = tl.arange(0, BLOCK)
@@ -629,11 +630,14 @@ def two_dots(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
     d = tl.dot(a.to(tl.float32), b.to(tl.float32))
     tl.store(c_ptr + offs, c + d)
 '''
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for target in ("gfx942", "sm90"):
-        result = translate_source(text, "k.py", get_target(target))
-        assert not result.functions[0].translated
-        assert any(d.code == "TT010" and d.line == 12 and "one matrix-core layout cannot serve both" in d.message
-                   for d in result.diagnostics), [d.format() for d in result.diagnostics]
+        result = translate_source(text, str(tmp_path / "k.py"), get_target(target))
+        assert result.functions[0].translated, [d.format() for d in result.diagnostics]
+        assert "if _other_depth(acc.type.layout, a.dtype):" in result.text
+        compiled = {c.kernel: c for c in verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32",
+                                                          "BLOCK": 64})}
+        assert compiled["two_dots"].ok, compiled["two_dots"].message
 
 
 @pytest.mark.slow

@@ -743,7 +743,11 @@ def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, 
     sums = [name for name in read_names(node) if name not in scalars]
     if len(sums) != 1:
         return None
-    inner = hoistable_convert(cst.Name(sums[0]), loop, flow, fn, scalar_names)
+    if sums[0] not in defined and sums[0] != var:
+        # (offsets from before the loop, `(start_n + offs_n) < end`: the conversion of `offs_n`, made once)
+        inner: tuple[str, str] | None = (OFFSETS, sums[0])
+    else:
+        inner = hoistable_convert(cst.Name(sums[0]), loop, flow, fn, scalar_names)
     if inner is None or inner[0].startswith("("):  # (a sum, not a bound of one)
         return None
 
@@ -754,7 +758,7 @@ def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, 
             return cst.Name(marker) if updated.value == sums[0] else updated
 
     text = " ".join(cst.Module([]).code_for_node(node.visit(_Sum())).split())  # type: ignore[arg-type]
-    return text.replace(marker, f"({inner[0]})"), inner[1]
+    return text.replace(marker, inner[0] if inner[0] == OFFSETS else f"({inner[0]})"), inner[1]
 
 
 def _iteration_scalars(flow: LoopDataflow, var: str, outside: set[str]) -> set[str]:
@@ -775,6 +779,30 @@ def _iteration_scalars(flow: LoopDataflow, var: str, outside: set[str]) -> set[s
                 made.add(name)
         read |= read_names(facts.node)
     return made
+
+
+def _wrapped(text: str) -> bool:
+    """`text` is one parenthesised expression, `(a + b)` (not `(a) + (b)`)."""
+    if not text.startswith("("):
+        return False
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
+def _hint_of(statement: cst.CSTNode, var: str) -> bool:
+    """`statement` is `var = tl.multiple_of(var, ...)` (or `tl.max_contiguous`): a hint that keeps the value."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+            and small.targets[0].target.value == var and isinstance(small.value, cst.Call)):
+        return False
+    func = small.value.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    first = small.value.args[0].value if small.value.args else None
+    return last in ("multiple_of", "max_contiguous") and isinstance(first, cst.Name) and first.value == var
 
 
 def _scalar_arithmetic(node: cst.BaseExpression, names: set[str]) -> bool:
@@ -838,8 +866,10 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
     if not isinstance(node, cst.Name):
         return _hoistable_expression(node, loop, flow, fn, scalar_names)
     var = loop.target.value
-    # (`x` bound once in the iteration, the loop variable never: `x` then holds that sum wherever it is converted)
-    if sum(node.value in f.defines for f in flow.statements) != 1 or any(var in f.defines for f in flow.statements):
+    # (`x` bound once in the iteration, the loop variable never but to a hint of itself, `start_n =
+    # tl.multiple_of(start_n, BLOCK_N)`: `x` then holds that sum wherever it is converted)
+    if sum(node.value in f.defines for f in flow.statements) != 1 or any(
+            var in f.defines and not _hint_of(f.node, var) for f in flow.statements):
         return None
     defined = {name for f in flow.statements for name in f.defines}
     scalars = {var, *(p.name for p in fn.params)}
@@ -865,7 +895,7 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
             if inner is None or not _scalar_arithmetic(bound, ((scalars | scalar_names) - defined - {var}) | made):
                 return None
             operator = cst.Module([]).code_for_node(comparison.operator).strip()
-            left_text = inner[0] if inner[0] == OFFSETS else f"({inner[0]})"
+            left_text = inner[0] if inner[0] == OFFSETS or _wrapped(inner[0]) else f"({inner[0]})"
             return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
         if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
                 and isinstance(small.value.operator, cst.Add)):
