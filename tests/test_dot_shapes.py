@@ -176,7 +176,12 @@ def test_a_tensor_of_pointers_bound_to_a_name_keeps_its_pointee(target: str) -> 
     operand type was lost, TT010)."""
     result = translate_source(WGRAD, "wgrad.py", get_target(target), gluon_always=True)
     assert not [d for d in result.diagnostics if d.code == "TT010"], [d.format() for d in result.diagnostics]
-    assert "_mma_layout(BLOCK_C, [BLOCK_O], x_ptr.dtype.element_ty, " in result.text
+    if target == "sm90":
+        # (`allow_tf32=False` on operands whose type is the launch's: no sm90 launcher sends fp32 launches to the
+        # source kernel, so the kernel is kept, saying why)
+        assert "full-precision fp32 products" in result.functions[0].kept_reason, result.functions[0]
+    else:
+        assert "_mma_layout(BLOCK_C, [BLOCK_O], x_ptr.dtype.element_ty, " in result.text
 
 
 UNIT_DIVISOR = HEAD + '''@triton.jit

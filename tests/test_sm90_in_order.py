@@ -89,7 +89,7 @@ def test_the_backward_loop_is_pipelined_in_order(variant: str) -> None:
     # every dot is an asynchronous wgmma from shared memory; those whose A the loop computes take it from registers
     assert ring.count("warpgroup_mma(k_smem,") == 1 and ring.count("warpgroup_mma(v_smem,") == 1
     assert ring.count("_wgmma_a_regs(") == 2
-    assert "qkT = warpgroup_mma_wait(1, deps=[qkT])" in ring and "dpT_mma = warpgroup_mma_wait(1, " in ring
+    assert "qkT = warpgroup_mma_wait(1, deps=[qkT])" in ring and "dpT_dot = warpgroup_mma_wait(1, " in ring
     assert "and BLOCK_N >= 64" in ring  # (a wgmma takes 64 rows a warpgroup: narrower tiles run the fallback)
     report = check_source(variant)
     assert report.cases and report.findings == [], "\n".join(map(str, report.findings))
