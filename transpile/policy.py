@@ -49,8 +49,9 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
     run in order, the first that keeps the kernel giving the reason: the translation's refusals, the rules' own keep,
     too few warps for a wgmma, a name the Gluon translation reserves, an unpipelined dot loop Triton pipelines, forms
     of the translated code measured slower than Triton's (reshape networks, vectors reloaded per warp, transposed
-    accesses), then what a launcher cannot take (a helper picked at import time, `triton.jit` applied by a call, the
-    kernel handed to `wrap_triton`)."""
+    accesses), a construct the rules keep after those (`RuleContext.keep_after_loops`: full-precision fp32 products),
+    then what a launcher cannot take (a helper picked at import time, `triton.jit` applied by a call, the kernel
+    handed to `wrap_triton`)."""
     plan = plans[fn.name]
     target = ctx.target
     refusals = [d for d in outcome.diagnostics if d.severity is not Severity.NOTE]
@@ -130,6 +131,10 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
                            drop=(), note=" (--gluon-always translates it)")
         elif outcome.translated and outcome.dispatch is None and not fn.is_helper and not outcome.pipelined:
             outcome.dispatch = alignment_dispatch(facts, fn, column_reduced(plan))
+    if outcome.translated and ctx.keep_after_loops is not None:
+        # (full-precision fp32 products no MMA computes: after the loops' reasons, which name a measurement where
+        # there is one; with `--gluon-always` too, since the translation would compute other values)
+        keep_as_triton(outcome, source, ctx.keep_after_loops[0], fn.name, ctx.keep_after_loops[1], drop=())
     chosen = sorted(n.value for n in cst_walk.preorder(fn.node)
                     if isinstance(n, cst.Name) and n.value in facts.chosen) if facts.chosen else []
     if outcome.translated and outcome.dispatch is not None and chosen:

@@ -81,6 +81,8 @@ class RuleContext:
     # A construct this target has no Gluon form of, where the source kernel is what the target runs best (sm90's
     # `tl.dot_scaled`: no microscaled MMA): (node, reason); the kernel is kept as Triton with the reason (TT041)
     keep: tuple[cst.CSTNode, str] | None = None
+    # ... and one whose reason comes after those of the kernel's loops (`keep_kernel_after_loops`, `policy.decide`)
+    keep_after_loops: tuple[cst.CSTNode, str] | None = None
     # Module-level functions a rule emits right before this function (a warp-specialised loop's loader partition).
     module_functions: list[str] = field(default_factory=list)
     # The operand tile shapes (constexpr names, A then B) of a warp-specialised ring: its tile becomes a config.
@@ -148,6 +150,12 @@ class RuleContext:
 
     def refuse(self, node: cst.CSTNode, code: str, message: str) -> None:
         self.diagnostics.append(self.source.diagnostic(node, code, message))
+
+    def keep_kernel_after_loops(self, node: cst.CSTNode, construct: str, reason: str) -> None:
+        """`keep_kernel` for a construct whose reason comes after the loops' own (a kernel whose dot loop no rule
+        pipelines, or only a form measured slower would, says so first): `RuleContext.keep_after_loops`."""
+        if self.keep_after_loops is None:
+            self.keep_after_loops = (node, f"{construct} at line {self.source.position(node)[0]}: {reason}")
 
     def keep_kernel(self, node: cst.CSTNode, construct: str, reason: str) -> None:
         """Keep the function as Triton (TT041, `RuleContext.keep`) for `construct` at `node`: the first such call

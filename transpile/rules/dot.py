@@ -79,7 +79,7 @@ class Dot(Rule):
             # `allow_tf32=False` whatever its inputs). Where the operands' type is the launch's, the AMD launcher runs
             # the source kernel for launches with fp32 tensors (`Dispatch.slow_dtypes`); otherwise the kernel stays.
             if dtype == "gl.float32" or ctx.target.backend != "hip":
-                ctx.keep_kernel(original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, "
+                ctx.keep_kernel_after_loops(original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, "
                                 "`\"tf32x3\"` or `allow_tf32=False`)", "the matrix cores take fp32 operands as tf32 "
                                 "only; Triton's own compile computes such products with FMAs (or three tf32 passes), "
                                 "as the kernel asks" + ("" if dtype == "gl.float32" else
