@@ -62,8 +62,8 @@ def test_a_parameter_test_keeps_its_branch_or_drops_it() -> None:
     assert "mfma_scaled(a, None" in gfx950 and "if SCALED_FP8" not in gfx950
     assert "mfma_scaled" not in gfx942 and "_f8f6f4" not in gfx942
     assert "return mfma(a, b, acc)" in gfx942
-    assert 'depth = 64 if _f8f6f4(dtype) != "" else 16' in get_target("gfx950").snippet("mma_layout")
-    assert "depth = 16\n" in get_target("gfx942").snippet("mma_layout")
+    assert 'return 64 if _f8f6f4(dtype) != "" else 16' in get_target("gfx950").snippet("mma_layout")
+    assert "return 16\n" in get_target("gfx942").snippet("mma_layout")
     assert "on\n    gfx942, 32x32" in get_target("gfx942").snippet("mma_layout")
     assert "return wmma(a, b, acc)" in get_target("gfx1250").snippet("dot")
 

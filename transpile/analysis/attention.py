@@ -447,11 +447,12 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
             return refuse(statement, "a load address depends on a value computed after the loads or on the softmax")
         # (`idx_ptr = idx_ptr + stride`; not the loop variable, which the loop binds afresh: `start_n =
         # tl.multiple_of(start_n, BLOCK_N)`)
-        if (carried or _assigned(statement) & statement_reads(statement)) and _assigned(statement) - {loop.target.value}:
+        advanced = _assigned(statement) - {loop.target.value}
+        if advanced and (carried or _assigned(statement) & statement_reads(statement)):
             if not in_order:
                 return refuse(statement, "a load address is advanced from the last iteration's value (the ring "
                               "computes each iteration's addresses from the loop variable)")
-            carried_state |= _assigned(statement) - {loop.target.value}
+            carried_state |= advanced
         producer.add(i)
         frontier |= read_names(statement) - needed
         needed |= read_names(statement)
@@ -520,6 +521,13 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
                     chains, attention=True)
 
 
+#: What a scalar factor of the scores may be made of (`tl.dot(q, k) * (sm_scale * LOG2E)`): names, numbers and
+#: arithmetic, no call and no subscript
+SCALAR_FACTOR_NODES = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.LeftParen, cst.RightParen,
+                       cst.BaseBinaryOp, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline,
+                       cst.TrailingWhitespace, cst.EmptyLine, cst.Comment)
+
+
 def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStatement], plan: LayoutPlan
               ) -> tuple[cst.BaseExpression, bool] | None:
     """`value` is `call * scale` or `scale * call` with `scale` a scalar the loop does not change (names, numbers and
@@ -545,11 +553,8 @@ def _scale_of(value: cst.BaseExpression, call: cst.Call, body: list[cst.BaseStat
         for factor in factors[1:]:
             scale = cst.BinaryOperation(scale, cst.Multiply(whitespace_before=cst.SimpleWhitespace(" "),
                                                             whitespace_after=cst.SimpleWhitespace(" ")), factor)
-    allowed = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.LeftParen, cst.RightParen,
-               cst.BaseBinaryOp, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline, cst.TrailingWhitespace,
-               cst.EmptyLine, cst.Comment)
     names = read_names(scale)
-    if not only_nodes(scale, allowed) or names & bound_names_of(body) or names & set(name_terms(plan)):
+    if not only_nodes(scale, SCALAR_FACTOR_NODES) or names & bound_names_of(body) or names & set(name_terms(plan)):
         return None
     return scale, left
 

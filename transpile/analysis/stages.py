@@ -793,16 +793,20 @@ def _wrapped(text: str) -> bool:
     return False
 
 
+def _last_name(func: cst.BaseExpression) -> str:
+    """The last name of a called expression (`tl.multiple_of` -> "multiple_of", `x.to` -> "to"), "" for others."""
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
 def _hint_of(statement: cst.CSTNode, var: str) -> bool:
     """`statement` is `var = tl.multiple_of(var, ...)` (or `tl.max_contiguous`): a hint that keeps the value."""
     small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
     if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
             and small.targets[0].target.value == var and isinstance(small.value, cst.Call)):
         return False
-    func = small.value.func
-    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     first = small.value.args[0].value if small.value.args else None
-    return last in ("multiple_of", "max_contiguous") and isinstance(first, cst.Name) and first.value == var
+    return _last_name(small.value.func) in ("multiple_of", "max_contiguous") and isinstance(first, cst.Name) \
+        and first.value == var
 
 
 def _scalar_arithmetic(node: cst.BaseExpression, names: set[str]) -> bool:
@@ -821,7 +825,7 @@ def _scalar_arithmetic(node: cst.BaseExpression, names: set[str]) -> bool:
         return False
     positional = [a.value for a in node.args if a.keyword is None]
     func = node.func
-    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    last = _last_name(func)
     if is_load(node):
         return len(node.args) == 1 and len(positional) == 1 and _scalar_arithmetic(positional[0], names)
     if isinstance(func, cst.Attribute) and last == "to":  # (`x.to(tl.int32)`)
@@ -843,9 +847,7 @@ def _arange_bounds(node: cst.BaseExpression, scalars: set[str]) -> str | None:
     arithmetic of `scalars` and literals; else None."""
     if not isinstance(node, cst.Call) or len(node.args) != 2 or any(a.keyword is not None for a in node.args):
         return None
-    func = node.func
-    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    if last != "arange":
+    if _last_name(node.func) != "arange":
         return None
     if not all(only_nodes(a.value, INTEGER_ARITHMETIC) and read_names(a.value) <= scalars for a in node.args):
         return None
@@ -884,10 +886,11 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
             comparison = small.value.comparisons[0]
             bound = comparison.comparator
             left = unparenthesized(small.value.left)
+            bounds = _arange_bounds(left, scalars - defined - {var})
             if isinstance(left, cst.Name) and left.value not in defined and left.value != var:
                 inner: tuple[str, str] | None = (OFFSETS, left.value)  # (`n_mask = offs_n < L - idx_n * BLOCK_N`)
-            elif _arange_bounds(left, scalars - defined - {var}) is not None:
-                inner = (OFFSETS, ARANGE + _arange_bounds(left, scalars - defined - {var}))  # type: ignore[operator]
+            elif bounds is not None:
+                inner = (OFFSETS, ARANGE + bounds)
             else:
                 inner = hoistable_convert(small.value.left, loop, flow, fn, scalar_names)
             # (the bound: scalars from before the loop, or of this iteration, `L - idx_n * BLOCK_N` with `idx_n` a

@@ -24,6 +24,17 @@ def _float8_via_fp16(dtype):  # (the helper of `amd`, for this module's paramete
 
 
 @gluon.constexpr_function
+def _depth(dtype):
+    """The K depth of {arch}'s 32x32 MFMA instruction for `dtype` operands (twice that at 16x16)."""
+    if _float8_via_fp16(dtype):
+        return DEPTHS[16]
+    if dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        # {float8_why}
+        return FLOAT8_DEPTH(dtype)
+    return DEPTHS[dtype.primitive_bitwidth]
+
+
+@gluon.constexpr_function
 def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     """MFMA accumulator layout for [m, n] tiles of `dtype` operands: the instruction Triton chooses for `tl.dot` on
     {arch}, 32x32 (16x16 for tiles narrower than 32) with the K depth of `dtype`; warps split between M and N, at
@@ -31,13 +42,7 @@ def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     warp takes its own rows, 16x16 instructions where a warp has fewer than 32: reductions along a row then stay
     inside a warp. `k`: the dot's K block, where known: an fp8 block shallower than the deep instruction takes the
     plain one (K 16 at 32x32, 32 at 16x16)."""
-    if _float8_via_fp16(dtype):
-        depth = DEPTHS[16]
-    elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
-        # {float8_why}
-        depth = FLOAT8_DEPTH(dtype)
-    else:
-        depth = DEPTHS[dtype.primitive_bitwidth]
+    depth = _depth(dtype)
     if warps_along_m and m is not None and m >= 16 * num_warps:
         instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
         instr_k = depth if instr_mn == 32 else depth * 2
@@ -68,12 +73,7 @@ def _other_depth(layout, dtype):
 def _with_depth(layout, dtype):
     """`layout` (an MFMA accumulator layout) with the K depth of `dtype`'s instruction: the same tiles and warps, so
     the accumulator's elements lie where they did (a conversion between the two moves nothing)."""
-    if _float8_via_fp16(dtype):
-        depth = DEPTHS[16]
-    elif dtype.is_floating() and dtype.primitive_bitwidth == 8:
-        depth = FLOAT8_DEPTH(dtype)
-    else:
-        depth = DEPTHS[dtype.primitive_bitwidth]
+    depth = _depth(dtype)
     instr_mn = layout.instr_shape[0]
     return gl.amd.AMDMFMALayout(version=layout.version, instr_shape=[instr_mn, instr_mn,
                                                                      depth if instr_mn == 32 else depth * 2],

@@ -11,13 +11,20 @@ def _float8_via_fp16(dtype):  # (the helper of `amd`, for this module's layouts)
 
 
 @gluon.constexpr_function
+def _depth(dtype):
+    """The K depth of gfx1250's 16x16 WMMA instruction for `dtype` operands (fp8 kinds the instructions do not take go
+    through fp16)."""
+    return {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
+
+
+@gluon.constexpr_function
 def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
     16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
     `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp. (`k`,
     the dot's K block: every K block a dot takes is at least one instruction deep here; fp8 operands go by the
     16x16x128 instruction where it is at least 128, as Triton's own compile does: half the instructions of 16x16x64.)"""
-    instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
+    instr_k = _depth(dtype)
     if instr_k == 64 and dtype.is_floating() and k is not None and k >= 128:
         instr_k = 128
     if warps_along_m and m is not None and m >= 16 * num_warps:
@@ -42,8 +49,7 @@ def _other_depth(layout, dtype):
 def _with_depth(layout, dtype):
     """`layout` (a WMMA accumulator layout) with the K depth of `dtype`'s instruction: the same tiles and warps, so the
     accumulator's elements lie where they did (a conversion between the two moves nothing)."""
-    instr_k = {8: 64, 16: 32, 32: 4}[16 if _float8_via_fp16(dtype) else dtype.primitive_bitwidth]
-    return gl.amd.AMDWMMALayout(3, layout.transposed, layout.warp_bases, layout.reg_bases, [16, 16, instr_k])
+    return gl.amd.AMDWMMALayout(3, layout.transposed, layout.warp_bases, layout.reg_bases, [16, 16, _depth(dtype)])
 
 
 @gluon.constexpr_function

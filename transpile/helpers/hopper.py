@@ -114,7 +114,6 @@ def _dot(a, b, acc):
     return acc
 
 
-
 @gluon.constexpr_function
 def _scaled_compute_type(a_format, b_format):
     """The type a `tl.dot_scaled`'s operands are upcast to where there is no microscaled MMA: fp16 if either operand

@@ -21,11 +21,12 @@ scalars), which the consumer stage then computes on. This pass names the product
 Only a loop's own statements (not under a branch of it) that bind one name, whose value a later dot of the iteration
 reads (through the statements between), and that hold one `tl.dot`: where the value is more than the dot (or, in a
 loop of two dots, which the attention planners read with its scale, a dot times factors that are names, numbers and
-arithmetic: attention's backward, `qk = tl.dot(q, tl.trans(k)) * scale` then `dp` and `dq += ...`, is named), or where the dot's accumulator is a start the iteration
-makes that is not a zero tile (`tl.dot(q, k, bias)` is `bias + q k^T`). A product accumulated into a value carried
-from the last iteration (a GEMM's `acc += tl.dot(a, b) * s`) or added to another product (latent attention's
-`qk += tl.dot(q_pe, k_pe)` after `qk = tl.dot(q, k)`, a form the planners read) is left as written. The new line maps to the dot's
-line (`replaced_line_map`).
+arithmetic: attention's backward, `qk = tl.dot(q, tl.trans(k)) * scale` then `dp` and `dq += ...`, is named), or
+where the dot's accumulator is a start the iteration makes that is not a zero tile (`tl.dot(q, k, bias)` is
+`bias + q k^T`). A product accumulated into a value carried from the last iteration (a GEMM's
+`acc += tl.dot(a, b) * s`) or added to another product (latent attention's `qk += tl.dot(q_pe, k_pe)` after
+`qk = tl.dot(q, k)`, a form the planners read) is left as written. The new line maps to the dot's line
+(`replaced_line_map`).
 
 `name_dot_results(source, facts)` returns the new module text and the functions it replaced (old node -> new), or
 None when nothing changes.
@@ -35,18 +36,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from transpile.analysis.attention import zeroed_before
+from transpile.analysis.attention import SCALAR_FACTOR_NODES, zeroed_before
 from transpile.cst_utils import assigned_names, names_in, only_nodes
 from transpile.cst_walk import semantic_preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.passes import replaced, rewrite_functions
 from transpile.source import SourceFile
-
-#: what a factor of a product the planners take may hold (`tl.dot(q, k) * (sm_scale * LOG2E)`)
-_FACTOR_NODES = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.BaseBinaryOp, cst.LeftParen,
-                 cst.RightParen, cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.Newline,
-                 cst.TrailingWhitespace, cst.EmptyLine, cst.Comment)
-
 
 def name_dot_results(source: SourceFile, facts: ModuleFacts) -> tuple[str, dict[cst.CSTNode, cst.CSTNode]] | None:
     if "dot(" not in source.text:
@@ -163,11 +158,11 @@ def _scalar_product(value: cst.BaseExpression, dot: cst.Call) -> bool:
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
         return False
     if value.right is dot:
-        return only_nodes(value.left, _FACTOR_NODES)
+        return only_nodes(value.left, SCALAR_FACTOR_NODES)
     node: cst.BaseExpression = value
     while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) and node is not dot \
             and not node.lpar:
-        if not only_nodes(node.right, _FACTOR_NODES):
+        if not only_nodes(node.right, SCALAR_FACTOR_NODES):
             return False
         node = node.left
     return node is dot

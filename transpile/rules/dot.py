@@ -79,12 +79,12 @@ class Dot(Rule):
             # `allow_tf32=False` whatever its inputs). Where the operands' type is the launch's, the AMD launcher runs
             # the source kernel for launches with fp32 tensors (`Dispatch.slow_dtypes`); otherwise the kernel stays.
             if dtype == "gl.float32" or ctx.target.backend != "hip":
-                ctx.keep_kernel_after_loops(original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, "
-                                "`\"tf32x3\"` or `allow_tf32=False`)", "the matrix cores take fp32 operands as tf32 "
-                                "only; Triton's own compile computes such products with FMAs (or three tf32 passes), "
-                                "as the kernel asks" + ("" if dtype == "gl.float32" else
-                                                        " (its operands' type is the launch's, and this target's "
-                                                        "launcher cannot send fp32 launches to the source kernel)"))
+                ctx.keep_kernel_after_loops(
+                    original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, `\"tf32x3\"` or "
+                    "`allow_tf32=False`)", "the matrix cores take fp32 operands as tf32 only; Triton's own compile "
+                    "computes such products with FMAs (or three tf32 passes), as the kernel asks" + (
+                        "" if dtype == "gl.float32" else " (its operands' type is the launch's, and this target's "
+                        "launcher cannot send fp32 launches to the source kernel)"))
                 return updated
             ctx.launch_checked = True
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, "float32")))

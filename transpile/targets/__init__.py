@@ -177,8 +177,8 @@ def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 
 
 # Snippets that call other snippets.
 SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls (closure of one step: list them all)
-    "dot": ("mma_k_width", "mma_sync", "register_a_layout", "float8_via_fp16", "f8f6f4", "with_depth"),
-    "with_depth": ("float8_via_fp16", "f8f6f4"),
+    "dot": ("mma_k_width", "mma_sync", "register_a_layout", "float8_via_fp16", "f8f6f4", "with_depth", "mma_layout"),
+    "with_depth": ("mma_layout", "float8_via_fp16", "f8f6f4"),
     "mma_sync_slots": ("mma_sync",),
     "dot_acc": ("dot", "mma_sync", "acc_dtype", "mma_k_width", "float8_via_fp16", "f8f6f4"),
     "dot_scaled": ("scaled_layouts", "mma_layout", "float8_via_fp16", "f8f6f4"),

@@ -80,12 +80,12 @@ def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
     float8_depth, float8_k_width, float8_why, float8_native = float8
     snippets = {
         "float8_via_fp16": helper("amd", "_float8_via_fp16", FLOAT8_NATIVE=float8_native, arch=arch),
-        "mma_layout": helper("cdna", "_mma_layout", DEPTHS=depths, FLOAT8_DEPTH=str(float8_depth), MFMA_VERSION=version,
+        "mma_layout": helper("cdna", "_depth", "_mma_layout", DEPTHS=depths, FLOAT8_DEPTH=str(float8_depth), MFMA_VERSION=version,
                              arch=arch, float8_why=float8_why),
         "mma_k_width": helper("amd", "_mma_k_width", K_WIDTHS=k_widths, FLOAT8_K_WIDTH=str(float8_k_width), arch=arch),
         "dot": helper("amd", "_dot", MMA=instr_name, MMA_SCALED="mfma_scaled", SCALED_FP8=scaled, instr="MFMA",
                       instr_name=instr_name),
-        "with_depth": helper("cdna", "_other_depth", "_with_depth", DEPTHS=depths, FLOAT8_DEPTH=str(float8_depth)),
+        "with_depth": helper("cdna", "_other_depth", "_with_depth"),
     }
     if scaled:
         snippets = {"f8f6f4": helper("amd", "_f8f6f4"), **snippets,
@@ -122,7 +122,7 @@ GFX1250 = _amd_target(
     "TDM for descriptors; direct-to-LDS async copies for pointer tiles", 320 * 1024,
     {
         "float8_via_fp16": helper("amd", "_float8_via_fp16", FLOAT8_NATIVE='("fp8e4nv", "fp8e5")', arch="gfx1250"),
-        "mma_layout": helper("gfx1250", "_mma_layout"),
+        "mma_layout": helper("gfx1250", "_depth", "_mma_layout"),
         "mma_k_width": helper("amd", "_mma_k_width", K_WIDTHS="{8: 8, 16: 8, 32: 2}",
                               FLOAT8_K_WIDTH="16 if layout is not None and layout.instr_shape[2] >= 128 else 8",
                               arch="gfx1250 WMMA"),
