@@ -275,14 +275,24 @@ def _transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: boo
 
 # Calls an `if` of the loop body may not make: they would decide inside the pipelined loop which memory operations,
 # MMAs or barriers an iteration runs (the copies of a later iteration run ahead of its consumer).
+#: why a branch on constexpr parameters stayed in the loop (`passes/unswitch.py` copies the loop once per value)
+NOT_COPIED = ("decided at compile time, but the loop was not copied once per value (the tool copies a dot loop for at "
+              "most two such tests, four copies of at most four dots each (three tests, eight copies, for a loop of "
+              "one dot), each test written on a line of its own; with fewer such tests in the loop, each copy is "
+              "planned on its own)")
+#: memory operations a branch of the loop may run, kept whole in the consumer (`branch_refusal`)
+_CONSUMER_MEMORY = ("load", "core.load", "store", "core.store")
 _BRANCH_EFFECTS = re.compile(r"^(core\.)?(load|store|dot|dot_scaled|atomic_\w+|debug_barrier|device_print|"
                              r"device_assert|make_block_ptr|advance)$")
 
 
 def branch_refusal(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStatement) -> LoopRefusal | None:
-    """None where `statement`, a compound statement of the loop body, is an `if` of arithmetic only (a mask or an
-    offset chosen by a flag, an operand converted under `if USE_FP8:`): the pipeline stages it as one statement,
-    whole, with the producer (renamed for a later iteration) or with the consumer. Else the refusal naming it."""
+    """None where `statement`, a compound statement of the loop body, is an `if` of arithmetic, plain loads and
+    stores only (a mask or an offset chosen by a flag, an operand converted under `if USE_FP8:`, a state stored every
+    few iterations, a gate loaded under `if USE_G:` or on a run-time test): the pipeline stages it as one statement,
+    whole, with the consumer (a branch the loads' addresses read, which would go with the producer, is refused by
+    `plan_loop`). Else the refusal naming it: a dot, an atomic, a barrier, a tensor descriptor's or block pointer's
+    operation in a branch."""
     line = source.position(statement)[0]
     if isinstance(statement, cst.With):
         return LoopRefusal(statement, f"the `with` block at line {line} inside the main loop (no pipeline rule stages "
@@ -307,15 +317,15 @@ def branch_refusal(source: SourceFile, plan: LayoutPlan, statement: cst.BaseStat
                 what = "dot"
             elif not _BRANCH_EFFECTS.match(what):
                 continue
+            elif what in _CONSUMER_MEMORY:
+                # (a plain load or store: the branch runs whole in the consumer, in the iteration's order, as the
+                # source runs it; a branch the loads' addresses read is refused apart, and a tile a dot reads that a
+                # branch loads is no ring's tile)
+                continue
             flags = _compile_time_tests(source, plan, statement, node)
             if flags:
                 return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs "
-                                   f"`{what.split('.')[-1]}` in a branch on `{flags}`, decided at compile "
-                                   "time, but the loop was not copied once per value (the tool copies a dot loop for "
-                                   "at most two such tests, four copies of at most four dots each (three tests, eight copies, for a "
-                                   "loop of one dot), each test written "
-                                   "on a line of its own; with fewer such tests in the loop, each copy is planned on "
-                                   "its own)")
+                                   f"`{what.split('.')[-1]}` in a branch on `{flags}`, {NOT_COPIED}")
             return LoopRefusal(node, f"the `if` at line {line} inside the main loop runs `{what.split('.')[-1]}` in a "
                                "branch: which loads, stores or MMAs an iteration runs would be decided inside the "
                                "pipelined loop (a branch on constexpr parameters alone is hoisted out of the loop "
@@ -329,7 +339,7 @@ def _compile_time_tests(source: SourceFile, plan: LayoutPlan, statement: cst.If,
     constexprs = {p.name for p in plan.function.params if p.is_constexpr}
     tests: list[cst.BaseExpression] = []
     parents = source.parents
-    at = parents.get(node)
+    at = parents.get(node) if node is not statement else None
     while at is not None and at is not statement:
         if isinstance(at, cst.If):
             tests.append(at.test)
@@ -980,8 +990,13 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
         prep.add(at)
         work += [(n, at) for n in value_names(statement)]
     if tiles and compound is not None:
-        return LoopRefusal(compound[0], f"the dot operand is computed from `{compound[1]}`, which this compound "
-                           "statement assigns")
+        flags = _compile_time_tests(source, plan, compound[0], compound[0]) \
+            if isinstance(compound[0], cst.If) else ""
+        line = source.position(compound[0])[0]
+        where = f"the `if` at line {line} on `{flags}` assigns, {NOT_COPIED}" if flags else \
+            f"the `if` at line {line} assigns (a branch on a run-time value: the computation is pipelined from " \
+            "straight-line statements)" if isinstance(compound[0], cst.If) else "this compound statement assigns"
+        return LoopRefusal(compound[0], f"the dot operand is computed from `{compound[1]}`, which {where}")
     if len(tiles) > 1:
         ordered = sorted(tiles.values(), key=lambda t: t.index)
         names = ", ".join(f"`{t.name}`" for t in ordered)

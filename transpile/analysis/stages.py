@@ -153,6 +153,8 @@ class StagePlan:
     # integers that must be multiples of 16 bytes of its elements: `run_time_alignment`). The pipelined loop runs where
     # a test before it finds them so, its copies 16 bytes a lane; elsewhere the loop runs as translated.
     aligned_at_run_time: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    # The loop's bounds are computed from a 64-bit integer (`LoopRange.wide`): its variable is 64-bit
+    wide: bool = False
 
     @property
     def warps_along_m(self) -> bool:
@@ -216,11 +218,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # `async_copy.global_to_shared`: a loop of pointer tiles only).
     if loop_plan.kind != "descriptor" and engine != "async_copy":
         engine = "async_copy" if pointer_engine == "async_copy" and loop_plan.kind == "pointer" else "registers"
-    wide = _wide_trip_count(source, fn, loop)
-    if wide is not None:
-        return StageRefusal(wide, "the loop's trip count is computed from a 64-bit integer "
-                            f"(`{source.code(wide).strip()}`, line {source.position(wide)[0]}): the pipelined loop "
-                            "indexes its ring slots and counts its iterations in 32 bits")
+    # (a trip count computed from a 64-bit integer: the pipelined loop counts in 32 bits, `LoopRange.wide`)
+    wide = _wide_trip_count(source, fn, loop) is not None
     params = {p.name for p in fn.params if not p.is_constexpr}
     # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
     # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
@@ -383,13 +382,12 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                                         else f"{what} in the loop body")
         if facts.nested_loop and loop_plan.attention:
             return StageRefusal(facts.node, "a loop inside the main loop")
-        # A store of a product made afresh each iteration (`x = tl.dot(a, b)`, a tile of the output) runs in the
-        # `mma` stage after it, while the copies of later iterations are already issued: as Triton's own pipeliner
-        # orders them (neither proves that a store does not write what a later load reads). Atomics, and stores in a
-        # loop that carries an accumulator, stay refused.
-        if Effect.ATOMIC in facts.effects or (Effect.GLOBAL_STORE in facts.effects and not all(
-                chain.fresh for chain in loop_plan.chains)) or (Effect.GLOBAL_STORE in facts.effects and
-                                                                loop_plan.attention):
+        # A store (a tile of the output made afresh each iteration, `x = tl.dot(a, b)`; a recurrent state stored
+        # every few iterations, `if i_t % NTS == 0: tl.store(p_h, b_h)`) runs in the `mma` stage, in the iteration's
+        # order, while the copies of later iterations are already issued: as Triton's own pipeliner orders them
+        # (neither proves that a store does not write what a later load reads; a loop that says so asks for
+        # `num_stages=1`, below). Atomics, and stores in an attention loop, stay refused.
+        if Effect.ATOMIC in facts.effects or (Effect.GLOBAL_STORE in facts.effects and loop_plan.attention):
             return StageRefusal(facts.node, "a store or atomic inside the main loop (the stages would reorder it "
                                 "against the prefetched loads)")
         if Effect.GLOBAL_STORE in facts.effects and _no_prefetch(source, loop, fn):
@@ -509,7 +507,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     aligned = {name: found for name, found in run_time.items() if engine in ("async_copy", "buffer_loads")}
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes, staged, 1 if barrier_op else 2, barrier_op,
-                     "" if barrier_op else row_reduction, converts, late, aligned)
+                     "" if barrier_op else row_reduction, converts, late, aligned, wide)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

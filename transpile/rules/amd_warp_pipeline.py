@@ -122,7 +122,11 @@ class AMDWarpPipeline(Rule):
         if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
             return updated  # no dot fed by loads
         if isinstance(stage_plan, StageRefusal):
-            ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node, "TT040",
+            # (a construct before the loop that the refusal names, with its line: the note goes on the loop, where
+            # the kept kernel's reason looks for it)
+            inside = ctx.source.position(original)[0] <= ctx.source.position(stage_plan.node)[0] \
+                <= ctx.source.positions[original].end.line
+            ctx.diagnostics.append(ctx.source.diagnostic(stage_plan.node if inside else original, "TT040",
                                                          f"main loop not pipelined: {stage_plan.reason}"))
             return updated
         several = SEVERAL_DOTS_HEAVIER.get(ctx.target.name)
@@ -419,7 +423,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Each tile load feeds one operand position of one or more dots (a gated GEMM's A tile feeds two)
     feeds = {load.name: plan.use_of(load.name) for load in plan.loads}
     dtypes = {load.name: ring_dtype(ctx, plan, load) for load in plan.loads}
-    span = LoopRange.of(updated)
+    span = LoopRange.of(updated, sp.wide)
     count, index = span.count, span.value
 
     # Conversions of `<loop variable> + offsets` in the consumer (an attention mask's key offsets, laid along the

@@ -109,23 +109,32 @@ class LoopRange:
     lo: str
     hi: str
     step: str
+    # The bounds are computed from a 64-bit integer (`bos = tl.load(cu_seqlens + i_n).to(tl.int64)`): the source's
+    # loop variable is then 64-bit, while the pipelined loop counts its iterations (and indexes its slots) in 32 bits.
+    # The count is taken to 32 bits (a loop runs fewer than 2**31 iterations) and the loop variable is made from the
+    # iteration index in 64 bits, as the source computes it.
+    wide: bool = False
 
     @classmethod
-    def of(cls, loop: cst.For) -> LoopRange:
+    def of(cls, loop: cst.For, wide: bool = False) -> LoopRange:
         texts = [code(a.value) for a in loop.iter.args if a.keyword is None]  # type: ignore[attr-defined]
         if len(texts) == 1:
-            return cls("0", texts[0], "1")
-        return cls(texts[0], texts[1], texts[2] if len(texts) > 2 else "1")
+            return cls("0", texts[0], "1", wide)
+        return cls(texts[0], texts[1], texts[2] if len(texts) > 2 else "1", wide)
 
     @property
     def count(self) -> str:
         if (self.lo, self.step) == ("0", "1"):
-            return self.hi
-        if self.lo == "0":
-            return f"gl.cdiv({self.hi}, {self.step})"
-        return f"gl.cdiv({self.hi} - ({self.lo}), {self.step})"
+            count = self.hi
+        elif self.lo == "0":
+            count = f"gl.cdiv({self.hi}, {self.step})"
+        else:
+            count = f"gl.cdiv({self.hi} - ({self.lo}), {self.step})"
+        return f"gl.cast({count}, gl.int32)" if self.wide else count
 
     def value(self, iteration: str) -> str:
+        if self.wide:
+            iteration = f"gl.cast({iteration}, gl.int64)"
         if (self.lo, self.step) == ("0", "1"):
             return iteration
         return f"{iteration} * {self.step}" if self.lo == "0" else f"{self.lo} + {iteration} * {self.step}"
