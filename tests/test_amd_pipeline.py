@@ -2583,3 +2583,32 @@ def test_a_key_mask_of_offsets_from_before_the_loop_is_made_before_it(bound: str
     variant = " ".join(result.text.split())
     assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant, variant
     assert f"gl.where(({bound.replace('offs_n', 'offs_n_cvt')})[None, :], qk" in variant, variant
+
+
+FLA_BLOCKS = HEAD + '''@triton.jit
+def intra(a_ptr, b_ptr, o_ptr, T, BC: tl.constexpr, BV: tl.constexpr):
+    i_v, i_c = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    o_r = i_c * BC + tl.arange(0, BC)
+    o_v = i_v * BV + tl.arange(0, BV)
+    acc = tl.zeros([BC, BV], dtype=tl.float32)
+    for i_j in range(0, i_c):
+        o_j = i_j * BC + tl.arange(0, BC)
+        a = tl.load(a_ptr + o_r[:, None] * T + o_j[None, :], mask=(o_r[:, None] < T) & (o_j[None, :] < T), other=0.0)
+        b = tl.load(b_ptr + o_j[:, None] * BV + o_v[None, :], mask=o_j[:, None] < T, other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(o_ptr + o_r[:, None] * BV + o_v[None, :], acc.to(o_ptr.dtype.element_ty), mask=o_r[:, None] < T)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_small_blocks_addressed_in_64_bits_are_copied_with_32_bit_offsets(target: str) -> None:
+    """FLA's intra-chunk kernels: 16 x 16 blocks, addressed from a program id cast to 64 bits in a tuple assignment
+    (`i_v, i_c = tl.program_id(0), tl.program_id(1).to(tl.int64)`). The buffer copies' offsets, made from it, are
+    cast to 32 bits (the launcher runs the kernel only on tensors under 2 GB), and a tile of fewer 16-byte vectors
+    than a warp has lanes is copied 4 bytes a lane, so that no two lanes of a warp write one slot row."""
+    result = translate_source(FLA_BLOCKS, "x.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert ".to(gl.int32)" in result.text.split("def intra(", 1)[1]
+    compiled = verify(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "o_ptr": "*bf16", "T": "i32", "BC": 16, "BV": 64},
+                      all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

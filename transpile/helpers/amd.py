@@ -164,6 +164,10 @@ def _copy_layout(shape, dtype, num_warps, rows=1):
     vec = min(128 // dtype.primitive_bitwidth, shape[1])
     if vec * dtype.primitive_bitwidth == 64:
         vec //= 2  # (a direct-to-LDS copy moves 4 or 16 bytes a lane, not 8: rows of 8 bytes go in two halves)
+    if shape[0] * shape[1] < WARP_SIZE * vec:
+        # (a tile of fewer vectors than a warp has lanes, FLA's 16 x 16 blocks: 4 bytes a lane, else the warp's lanes
+        # would cover rows past the tile's, and a direct-to-LDS copy would write the same slot rows twice)
+        vec = max(1, min(32 // dtype.primitive_bitwidth, shape[1]))
     lanes_n = min(WARP_SIZE, shape[1] // vec)
     lane_rows = rows if shape[0] >= rows * num_warps * (WARP_SIZE // lanes_n) else 1
     return gl.BlockedLayout([lane_rows, vec], [WARP_SIZE // lanes_n, lanes_n], [num_warps, 1], [1, 0])

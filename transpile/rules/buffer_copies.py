@@ -170,13 +170,27 @@ def _names_made_from(function: cst.FunctionDef, seed: Callable[[cst.BaseExpressi
         changed = False
         for node in assignments:
             value = node.value
-            if value is None or not (names_in(value) & found or seed(value)):
+            if value is None:
                 continue
             targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
             for target in targets:
-                if isinstance(target, cst.Name) and target.value not in found:
-                    found.add(target.value)
-                    changed = True
+                if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+                        and len(target.elements) == len(value.elements):
+                    # (`i_v, i_c = tl.program_id(0), tl.program_id(1).to(tl.int64)`: each name from its own value)
+                    pairs += [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+                else:
+                    pairs.append((target, value))
+            for target, part in pairs:
+                if not (names_in(part) & found or seed(part)):
+                    continue
+                names = [target] if isinstance(target, cst.Name) else [
+                    e.value for e in target.elements if isinstance(e.value, cst.Name)] \
+                    if isinstance(target, (cst.Tuple, cst.List)) else []
+                for name in names:
+                    if name.value not in found:
+                        found.add(name.value)
+                        changed = True
     return found
 
 
