@@ -325,3 +325,61 @@ def test_dots_of_two_operand_types_into_one_accumulator_compile(target: str, tmp
         assert not outcome.translated and "full-precision fp32 products" in outcome.kept_reason, outcome
     else:
         assert outcome.translated and outcome.dispatch is not None and "float32" in outcome.dispatch.slow_dtypes
+
+
+UNNAMED_TYPE_KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def lora_kernel(a_ptr, b_ptr, c_ptr, s_ptr, o_ptr, K, N, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                BR: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_r = tl.arange(0, BR)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BR), dtype=tl.float32)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BR + offs_r[None, :]
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc=acc)
+        a_ptrs += BK
+        b_ptrs += BK * BR
+    ar = acc.to(c_ptr.dtype.element_ty)
+    ar *= tl.load(s_ptr).to(ar.dtype)
+    c_ptrs = c_ptr + offs_r[:, None] * N + offs_n[None, :]
+    for n in range(0, tl.cdiv(N, BN)):
+        lb = tl.load(c_ptrs, mask=offs_n[None, :] < N - n * BN, other=0.0)
+        tl.store(o_ptr + offs_m[:, None] * N + offs_n[None, :] + n * BN, tl.dot(ar, lb))
+        c_ptrs += BN
+'''
+
+
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
+def test_a_dot_of_operands_whose_type_the_source_does_not_spell_compiles(target: str, tmp_path: Path) -> None:
+    """LoRA's second product reads `ar`, cast to a pointer's type and then to its own (`tl.load(s).to(ar.dtype)`):
+    the source spells no type the analysis reads. The MMA layout is laid out for 16-bit operands, and `_dot` runs
+    32-bit ones in the instruction of their own depth: the translation compiles at fp16 and at fp32."""
+    from transpile.engine import translate_source
+    from transpile.verify import compile_kernel
+
+    result = translate_source(UNNAMED_TYPE_KERNEL, "lora.py", get_target(target), gluon_always=True)
+    assert result.functions[0].translated, result.functions[0].kept_reason
+    path = tmp_path / f"lora_{target}.py"
+    path.write_text(result.text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    warps = 4 if target == "sm90" else 8
+    for second in ("*fp16", "*fp32"):
+        signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": second, "s_ptr": "*fp32", "o_ptr": "*fp32",
+                     "K": "i32", "N": "i32"}
+        kernel = getattr(module.lora_kernel, "gluon_kernel", module.lora_kernel)  # (AMD: its launcher's kernel)
+        # (as the launcher runs it: aligned pointers, sizes that are multiples of 16, tensors under 2 GB)
+        pointers = tuple(name for name, kind in signature.items() if kind.startswith("*"))
+        ok, error, _, _ = compile_kernel(kernel, get_target(target), signature,
+                                         {"BM": 128, "BN": 64, "BK": 64, "BR": 32}, warps,
+                                         divisible=(*pointers, "K", "N"), pointer_range=pointers)
+        assert ok, (second, error)

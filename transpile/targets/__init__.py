@@ -103,8 +103,9 @@ class Target:
             # warps (`_dot`: `_other_depth`, `_with_depth`; an fp32 MFMA of fp16's shape does not exist).
             dtype = next(_operand_dtype(d) for d in dots if _operand_dtype(d) not in (None, "gl.float32"))
         if dtype is None:
-            ctx.refuse(dots[0].node, "TT010", "cannot tell the element type of this dot's operands from the source "
-                       "(load them through a pointer parameter, or cast with `.to(tl.float16)`)")
+            # (operands whose type the source does not spell, `b_q * exp2(b_g)` through a helper it imports: the
+            # layout is laid out for 16-bit operands, and `_dot` runs operands of another width in the instruction of
+            # their own depth, in a layout of the same tiles and warps: `_other_depth`, `_with_depth`)
             dtype = "gl.float16"
         ctx.need("mma_layout")
         m = ms[0] if ms else "None"
