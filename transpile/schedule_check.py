@@ -236,6 +236,9 @@ class _Machine:
         self.read_since: set[str] = set()
         self.bars: dict[tuple, _Bar] = {}
         self.rings: dict[str, int] = {}  # allocations made of each name
+        # names an MMA updates under a test the checker evaluated false in some iteration (a guarded accumulation,
+        # `if i_s >= 0: acc = _dot(a, b, acc)`): they take fewer updates than the loop has iterations, and skip tiles
+        self.guarded: set[str] = set()
         # warp specialisation: the baton passed between partition threads (one runs at a time)
         self.baton = threading.Condition()
         self.turn: _Part | None = None
@@ -393,8 +396,8 @@ class _Machine:
                 continue
             last = part.sequence.get((tile.ring, name), -1)
             # the next tile, or the same one again (a software-pipelined PV reads the first V tile twice: with a
-            # zero P, then with the first P); never one skipped or an older one
-            if tile.number not in (last, last + 1):
+            # zero P, then with the first P); never one skipped (but by a guard the iteration failed) or an older one
+            if tile.number not in (last, last + 1) and not (name in self.guarded and tile.number > last):
                 self.find(line, f"`{name}` uses tile {tile.number} of `{tile.ring}` (read at line {read.line}) "
                                 f"after tile {last}")
             part.sequence[(tile.ring, name)] = tile.number
@@ -416,7 +419,7 @@ class _Machine:
     def _settle(self, state: list, name: str) -> None:
         if state[0] == 0 or not isinstance(state[1], int):
             return
-        if state[0] != state[1]:
+        if state[0] != state[1] and not (name in self.guarded and state[0] < state[1]):
             self.find(state[2], f"`{name}` is updated {state[0]} times by a loop of {state[1]} iterations")
         # each update a tile of its own (one may come twice: a software-pipelined PV's first V tile), not the same
         # registers again and again
@@ -996,6 +999,12 @@ class _Runner:
         elif isinstance(stmt, ast.If):
             test = self.value(stmt.test)
             if _is_int(test):
+                if not test and not stmt.orelse and self.mentions(stmt):
+                    # (a guarded accumulation skipped this iteration: fewer updates than iterations, tiles skipped;
+                    # the stage around it meets the other warp group's barriers all the same, as where it runs)
+                    self.m.guarded |= {node.id for s in stmt.body for node in ast.walk(s) if isinstance(s, (
+                        ast.Assign, ast.AugAssign)) and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+                    self.m.now()
                 self.block(stmt.body if test else stmt.orelse)
             elif not self.mentions(stmt):
                 self.block(stmt.body)  # nothing of the model: either branch leaves it as it is

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
-from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor
+from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor, name_terms
 from transpile.analysis.layout_values import DotSite
 from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, names_int8,
                                  per_loop, read_names, value_names)
@@ -103,6 +103,10 @@ class DotChain:
     # accumulator apart from the MMA. The loop is pipelined for the other operand types; launches with 8-bit integer
     # tensors run the source kernel (`integer_sums` of `plan_loop`)
     integer_sum: bool = False
+    # The dot runs under a test of scalars alone (`if i_s >= 0: b_o += tl.dot(b_s, b_v)`, FLA's guard): its
+    # statement is the `if`, whose branch is the one accumulation (`guarded_dot`); the MMA runs where the test holds,
+    # its operands read from the rings as for any dot (`guarded_dots` of `plan_loop`)
+    guarded: bool = False
 
     def position_of(self, name: str) -> int | None:
         """The operand position at which this dot reads the tile load `name` (0: A, 1: B, 2 and 3: A's and B's
@@ -416,8 +420,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
               transposed_operands: bool = False, inline_loads: bool = False, accumulations: bool = False,
               several_dots: bool = False, computed_operands: bool = False,
               scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
-              scaled_products: bool = False, advances_after: bool = False, integer_sums: bool = False
-              ) -> LoopPlan | LoopRefusal | None:
+              scaled_products: bool = False, advances_after: bool = False, integer_sums: bool = False,
+              guarded_dots: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -434,7 +438,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     (`DotChain.scaled_product`); `advances_after`: it binds the carried pointers the code after the loop reads to
     their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step;
     `integer_sums` (with `accumulations`): it runs the source kernel for launches with 8-bit integer tensors, so a dot
-    whose result is added to an accumulator of unnamed type may have 8-bit integer operands (`DotChain.integer_sum`)."""
+    whose result is added to an accumulator of unnamed type may have 8-bit integer operands (`DotChain.integer_sum`);
+    `guarded_dots`: it can take a dot accumulated under a test of scalars alone (`DotChain.guarded`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -454,6 +459,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         if isinstance(statement, (cst.For, cst.While)):
             return LoopRefusal(statement, "a loop inside the main loop")
         if not isinstance(statement, cst.SimpleStatementLine):
+            if guarded_dots and guarded_dot(plan, statement) is not None:
+                continue
             refusal = branch_refusal(source, plan, statement)
             if refusal is not None:
                 return refusal
@@ -800,10 +807,13 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     which an A operand may be computed from in registers (`DotChain.chained`)."""
     dot_call = next(c for c in calls_in(dot_statement) if c in plan.dots)
     site = plan.dots[dot_call]
+    guard = guarded_dot(plan, dot_statement)
+    if guard is not None:
+        dot_statement = guard
     small = dot_statement.body[0] if isinstance(dot_statement, cst.SimpleStatementLine) else None
     acc_in_dot = True
     fresh = scaled = integer_sum = False
-    if fresh_dots and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
+    if fresh_dots and guard is None and site.acc is None and site.scaled is None and isinstance(small, cst.Assign) \
             and _fresh_value(small.value, dot_call) and len(small.targets) == 1 \
             and isinstance(small.targets[0].target, cst.Name) \
             and small.targets[0].target.value not in _exposed(body[:dot_index], set())[0]:
@@ -908,7 +918,26 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
     return [*operands, *extra, *rings], DotChain(
         dot_index, acc, acc_in_dot, (names[0], names[1]), dot_call, fresh=fresh,
         scales=tuple(load.name if load is not None else "" for load in scales), transposed=(views[0], views[1]),
-        chained=chained, scaled_product=scaled, factors=tuple(factors), integer_sum=integer_sum)
+        chained=chained, scaled_product=scaled, factors=tuple(factors), integer_sum=integer_sum,
+        guarded=guard is not None)
+
+
+def guarded_dot(plan: LayoutPlan, statement: cst.BaseStatement) -> cst.SimpleStatementLine | None:
+    """The one statement of `statement`, an `if` of one branch whose test reads no tensor (the loop variable, scalars,
+    constexprs: `if i_s >= 0:`), where that statement runs one dot and nothing else of the loop's memory (a guarded
+    accumulation, `b_o += tl.dot(b_s, b_v)`); else None."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return None
+    inner = list(statement.body.body)  # type: ignore[union-attr]
+    if len(inner) != 1 or not isinstance(inner[0], cst.SimpleStatementLine) or len(inner[0].body) != 1:
+        return None
+    if names_in(statement.test) & set(name_terms(plan)) or any(
+            isinstance(call, cst.Call) for call in preorder(statement.test)):
+        return None
+    calls = calls_in(inner[0])
+    if sum(call in plan.dots for call in calls) != 1:
+        return None
+    return inner[0]
 
 
 def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -603,9 +604,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 and ctx.plan.dots[chain.call].scaled is None:
             # `acc += tl.dot(a, b)`: the addition folded into the MMA (where the types allow)
             ctx.need("dot_acc")
-            body[chain.index] = _folded(body[chain.index], chain.acc)
+            body[chain.index] = _guarded(body[chain.index], lambda s, acc=chain.acc: _folded(s, acc))
         if chain.scaled_product:
-            body[chain.index] = _fused(body[chain.index], chain.acc)
+            body[chain.index] = _guarded(body[chain.index], lambda s, acc=chain.acc: _fused(s, acc))
 
     # The MMA layout of a dot: its accumulator's, or (`acc += tl.dot(a, b)`, a fresh dot, a dot adding to this
     # iteration's product: latent attention's `qk = tl.dot(q_pe, k_pe, qk)`, whose `qk` the loop makes) the dot
@@ -1585,6 +1586,16 @@ def _untransposed(statement: cst.BaseStatement, names: dict[str, str]) -> cst.Ba
     """The translated dot statement with `gl.permute(w, [1, 0])` of the transposed operands read as `names[w]` (`w`
     itself, renamed with the slot reads; `w_t` for a tile read in both forms)."""
     return statement.visit(_Untranspose(names))  # type: ignore[return-value]
+
+
+def _guarded(statement: cst.BaseStatement, rewrite: Callable[[cst.BaseStatement], cst.BaseStatement]
+             ) -> cst.BaseStatement:
+    """`rewrite` of a dot statement, inside the `if` that guards it where one does (`DotChain.guarded`: `if i_s >= 0:
+    b_o += tl.dot(b_s, b_v)` keeps its test, the MMA runs where it holds)."""
+    if isinstance(statement, cst.If):
+        inner = statement.body.body[0]  # type: ignore[union-attr]
+        return statement.with_changes(body=statement.body.with_changes(body=[rewrite(inner)]))
+    return rewrite(statement)
 
 
 def _fused(statement: cst.BaseStatement, acc: str) -> cst.BaseStatement:
