@@ -2644,3 +2644,42 @@ def test_a_dot_under_a_test_of_tensors_or_with_other_statements_is_refused() -> 
         text = gemm("pass", stages=2).replace("        acc = tl.dot(a, b, acc)\n", body)
         sp = stage_plan(text)
         assert isinstance(sp, StageRefusal) and "runs `dot` in a branch" in sp.reason, sp
+
+
+TWO_LOOPS_LOCAL_ADDRESSES = HEAD + '''@triton.jit
+def two_loops(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        o_k = k * BK + tl.arange(0, BK)
+        p_a = a_ptr + offs_m[:, None] * K + o_k[None, :]
+        p_b = b_ptr + o_k[:, None] * BN + offs_n[None, :]
+        a = tl.load(p_a, mask=o_k[None, :] < K, other=0.0)
+        b = tl.load(p_b, mask=o_k[:, None] < K, other=0.0)
+        acc += tl.dot(a, b)
+    for k in range(0, tl.cdiv(K, BK)):
+        o_k = k * BK + tl.arange(0, BK)
+        p_a = a_ptr + offs_m[:, None] * K + o_k[None, :]
+        p_b = b_ptr + o_k[:, None] * BN + offs_n[None, :]
+        a = tl.load(p_a, mask=o_k[None, :] < K, other=0.0)
+        b = tl.load(p_b, mask=o_k[:, None] < K, other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def test_addresses_each_loop_makes_afresh_are_read_as_that_loop_makes_them() -> None:
+    """FLA's kernels of two loops, each making `p_dA` afresh: the name has two definitions in the function, but the
+    loop's own (`local_pointer`) traces the tile to its pointer parameter, so its copies go direct to LDS (before:
+    "not traced to one pointer parameter", staged through registers)."""
+    sp = stage_plan(TWO_LOOPS_LOCAL_ADDRESSES, "async_copy")
+    assert isinstance(sp, StagePlan) and sp.engine == "async_copy" and not sp.staged, sp
+    result = translate_source(TWO_LOOPS_LOCAL_ADDRESSES, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert result.text.count("_to_shared(") >= 8  # (direct-to-LDS copies in both loops: two tiles, prologue and steady)
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report.findings[:3]
+    compiled = verify(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128, "BN": 128,
+                               "BK": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -625,6 +625,25 @@ def _invariant_steps(body: list[cst.BaseStatement], loop: cst.For, names: set[st
     return steps
 
 
+def local_pointer(plan: LoopPlan, load: OperandLoad) -> cst.BaseExpression | None:
+    """The address of the pointer tile `load` as the analyses of its alignment read it: where the load reads a name
+    the loop body binds once, by a plain assignment before it (`p_dA = dA + i_bh * T * BT + ...`), that assignment's
+    value, which the function-wide definitions do not give where another loop binds the name too (FLA's kernels of
+    two loops, each making `p_dA` afresh); else the pointer as the load reads it."""
+    pointer = load.pointer
+    if not isinstance(pointer, cst.Name):
+        return pointer
+    body = loop_body(plan.loop)
+    found = [s for s in body if pointer.value in assigned_names(s)]
+    if len(found) != 1 or body.index(found[0]) >= load.index or not isinstance(found[0], cst.SimpleStatementLine) \
+            or len(found[0].body) != 1 or not isinstance(found[0].body[0], cst.Assign):
+        return pointer
+    assign = found[0].body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return pointer
+    return assign.value
+
+
 def advance_after(plan: LoopPlan, iterations: str) -> list[str]:
     """Gluon statements that advance each of `LoopPlan.advanced` to its value after the loop: `p += iterations *
     (step)`, `iterations` the loop's trip count (none where it is not positive)."""

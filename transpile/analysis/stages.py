@@ -38,7 +38,7 @@ from transpile.analysis.launch_alignment import (address_head, all_definitions, 
                                                  pointer_tile_strides, run_time_alignment, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, local_pointer, plan_loop
 from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, conjuncts, names_in,
                                  only_nodes, read_names, unparenthesized)
 from transpile.cst_walk import preorder
@@ -224,7 +224,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
     # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
     # that stride 1, which no launch of real tensors gives (the launcher would never run the Gluon kernel).
-    strides = {load.name: pointer_tile_strides(fn, [load.pointer], [])
+    # (each tile's address as the loop makes it: `local_pointer`)
+    pointers = {load.name: local_pointer(loop_plan, load) for load in loop_plan.loads}
+    strides = {load.name: pointer_tile_strides(fn, [pointers[load.name]], [])
                for load in loop_plan.loads if load.kind == "pointer" and load.pointer is not None}
     rows = {name for _, other in strides.values() for name in other}
 
@@ -237,13 +239,14 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         contiguous along its last axis (a column-major tile's vectors would run down the columns, and a last axis
         scaled by another tile's row stride is never unit), its rows not a run-time integer divided apart."""
         at = f"the tile `{load.name}` at line {source.position(load.call)[0]}"
-        traced = tile_base(fn, load.pointer, params) if load.pointer is not None else None
-        if traced is not None and address_head(fn, load.pointer) not in (traced, None):  # type: ignore[arg-type]
+        pointer = pointers[load.name]
+        traced = tile_base(fn, pointer, params) if pointer is not None else None
+        if traced is not None and address_head(fn, pointer) not in (traced, None):  # type: ignore[arg-type]
             traced = None  # (an argument added to a base the kernel loads, `a_ptr + ... + k_off`, is no base)
         untested = ""  # (why the tile's base is neither the launch's nor tested: after the checks that name more)
-        moved = traced is not None and load.pointer is not None and (
-            moved_unvouched(fn, traced) or unvouched_offset(fn, load.pointer, traced))
-        if load.pointer is None or traced is None or moved:
+        moved = traced is not None and pointer is not None and (
+            moved_unvouched(fn, traced) or unvouched_offset(fn, pointer, traced))
+        if pointer is None or traced is None or moved:
             # (a base the kernel loads, or a parameter it moves by a loaded or computed offset: tested at run time,
             # before the loop, with what its rows and bounds read)
             found = run_time_alignment(fn, load.pointer, load.mask, loop) if load.pointer is not None else None
@@ -258,23 +261,23 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                             "is made)")
             else:
                 run_time[load.name] = found
-        if last_axis_reads_memory(fn, load.pointer):
+        if last_axis_reads_memory(fn, pointer):
             return f"{at} is addressed along its contiguous axis from loaded offsets"
-        selected = last_axis_selected(fn, load.pointer)
+        selected = last_axis_selected(fn, pointer)
         if selected:
             return (f"{at} is addressed along its contiguous axis by `{selected}`, which a `where` makes with no "
                     f"`tl.max_contiguous` hint after it: the compiler cannot prove its columns contiguous")
-        if first_axis_contiguous(fn, load.pointer):
+        if first_axis_contiguous(fn, pointer):
             return f"{at} is contiguous along its first axis (a tile read transposed from memory)"
-        moved = base_moved_along_last_axis(fn, load.pointer)
+        moved = base_moved_along_last_axis(fn, pointer)
         if moved:
             return (f"{at} is addressed from a pointer moved along the tile's last axis by a strided vector "
                     f"(`{moved}`): its columns are not contiguous")
-        fixed = fixed_last_axis_stride(fn, load.pointer)
+        fixed = fixed_last_axis_stride(fn, pointer)
         if fixed:
             return (f"{at} has its last axis strided by `{fixed}`, known when the kernel is compiled and not 1 (a tile "
                     "read transposed from memory)")
-        if divided_stride(fn, load.pointer):
+        if divided_stride(fn, pointer):
             return f"{at} has rows a run-time integer divides apart"
         crossed = sorted(set(strides[load.name][0]) & rows)
         if crossed:
@@ -415,9 +418,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, a tensor descriptor's "
                                 "tile: only computed pointer tiles are pipelined")
         if engine not in POINTER_ENGINES:
+            why = staged or (f"`{load.name}` is a tile read transposed (K as [HEAD_DIM, BLOCK_N])" if
+                             loop_plan.attention else "no launch proves its rows aligned for 16-byte copies")
             return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, whose copies would go "
-                                "through registers in the MMA operand's layout (no launch proves its rows aligned "
-                                "for 16-byte copies)")
+                                f"through registers in the MMA operand's layout ({why})")
         if operand is None or operand[0] != position or operand[3] is None \
                 or operand[3].find() is not plan.dots[chain.call].result.find():
             return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, and that computation "

@@ -27,7 +27,8 @@ import libcst as cst
 from transpile.analysis.dataflow import Effect
 from transpile.analysis.launch_alignment import last_axis_mask_params, offset_constexprs, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.pipeline import DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, loop_body
+from transpile.analysis.pipeline import (DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, local_pointer,
+                                         loop_body)
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
@@ -261,7 +262,7 @@ class AMDWarpPipeline(Rule):
                 for name in tile_strides(ctx, stage_plan.loop, constexprs=True)[0]))))
             # ... and a constexpr that scales an offset a tile's base parameter is moved by (`q += (bos * H + i_h) *
             # K`): launches where it is not a multiple of 16 cannot prove the moved base aligned
-            pointers = [load.pointer for load in stage_plan.loop.loads
+            pointers = [local_pointer(stage_plan.loop, load) for load in stage_plan.loop.loads
                         if load.kind == "pointer" and load.pointer is not None]
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, *(
                 (f"{name} % 16 != 0", ((name, constexprs[name]),))
@@ -1463,7 +1464,7 @@ def tile_strides(ctx: RuleContext, plan: LoopPlan, constexprs: bool = False) -> 
     """The parameters of the loop's pointer tiles that the launcher requires to be 1 (inner strides) and multiples of
     16 (the others) before it runs the Gluon kernel (with `constexprs`, the constexpr parameters in those places)."""
     body = loop_body(plan.loop)
-    tiles = [load.pointer for load in plan.loads if load.kind == "pointer" and load.pointer is not None]
+    tiles = [local_pointer(plan, load) for load in plan.loads if load.kind == "pointer" and load.pointer is not None]
     return pointer_tile_strides(ctx.function, tiles, [body[i] for i in plan.producer_after()], constexprs)
 
 
