@@ -277,8 +277,6 @@ def _transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: boo
     return None
 
 
-# Calls an `if` of the loop body may not make: they would decide inside the pipelined loop which memory operations,
-# MMAs or barriers an iteration runs (the copies of a later iteration run ahead of its consumer).
 #: why a branch on constexpr parameters stayed in the loop (`passes/unswitch.py` copies the loop once per value)
 NOT_COPIED = ("decided at compile time, but the loop was not copied once per value (the tool copies a dot loop for at "
               "most two such tests, four copies of at most four dots each (three tests, eight copies, for a loop of "
@@ -286,6 +284,8 @@ NOT_COPIED = ("decided at compile time, but the loop was not copied once per val
               "planned on its own)")
 #: memory operations a branch of the loop may run, kept whole in the consumer (`branch_refusal`)
 _CONSUMER_MEMORY = ("load", "core.load", "store", "core.store")
+# Calls an `if` of the loop body may not make, those above aside: they would decide inside the pipelined loop which
+# MMAs, atomics or barriers an iteration runs (the copies of a later iteration run ahead of its consumer).
 _BRANCH_EFFECTS = re.compile(r"^(core\.)?(load|store|dot|dot_scaled|atomic_\w+|debug_barrier|device_print|"
                              r"device_assert|make_block_ptr|advance)$")
 
