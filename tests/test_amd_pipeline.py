@@ -2683,3 +2683,15 @@ def test_addresses_each_loop_makes_afresh_are_read_as_that_loop_makes_them() -> 
     compiled = verify(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128, "BN": 128,
                                "BK": 64}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_tile_indexed_along_its_contiguous_axis_through_a_floor_division_is_not_copied_16_bytes() -> None:
+    """aiter's block-scaled GEMMs read B's scales at `offs_bsk = (k + offs) // B_SCALE_K_GROUP` along the tile's last
+    axis: neighbouring columns share an address, so no lane has 16 contiguous bytes (its direct-to-LDS copy did not
+    compile once the loop's own address traced the tile to its parameter): the tile is named, its copies staged."""
+    text = TWO_LOOPS_LOCAL_ADDRESSES.replace(
+        "        p_b = b_ptr + o_k[:, None] * BN + offs_n[None, :]\n",
+        "        o_n = (k * BN + offs_n) // 2\n        p_b = b_ptr + o_k[:, None] * BN + o_n[None, :]\n", 1)
+    sp = stage_plan(text, "async_copy")
+    assert isinstance(sp, StagePlan) and sp.engine == "registers", sp
+    assert "is indexed along its contiguous axis through a floor division (`(k * BN + offs_n) // 2`)" in sp.staged
