@@ -72,6 +72,14 @@ def stage_plan(text: str, engine: str = "registers", lds: int = 64 * 1024, ancho
     return plan_stages(source, fn, loop, plans[fn.name], engine, lds)
 
 
+def assert_holds_and_compiles(result, values: dict[str, object]) -> None:  # noqa: ANN001 - a TranslationResult
+    """The variant's schedule holds in every case the checker runs, and it compiles at `values`."""
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report.findings[:3]
+    compiled = verify(result, values, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 def attention_plan(text: str):  # noqa: ANN201 - (SourceFile, AttentionPlan | LoopRefusal | None)
     """The source and the in-order attention plan (the AMD expander's) of the first loop of `text`'s kernel."""
     from transpile.analysis.attention import plan_attention_loop
@@ -1184,11 +1192,8 @@ def test_stores_and_loads_in_the_loop_or_a_branch_of_it_run_in_the_consumer(targ
     assert result.functions[0].pipelined, result.functions[0].kept_reason
     loop = result.text.split("# Main loop, ", 1)[1]
     assert body.splitlines()[0].strip().replace("tl.", "gl.") in loop
-    report = check_source(result.text)
-    assert report.cases and not report.findings, report
-    compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64},
-                      all_configs=False)
-    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    assert_holds_and_compiles(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128,
+                                       "BK": 64})
 
 
 def test_a_store_in_a_loop_that_asks_for_no_pipelining_is_refused() -> None:
@@ -2467,11 +2472,8 @@ def test_a_loop_counted_in_64_bits_is_pipelined_counting_its_iterations_in_32() 
     kernel = result.text[result.text.index("def attn("):]
     assert "num_iters = gl.cast(count, gl.int32)" in kernel
     assert "start_n = gl.cast(it, gl.int64)" in kernel and "start_n_next = gl.cast(" in kernel
-    report = check_source(result.text)
-    assert report.cases and report.findings == [], report.findings[:3]
-    compiled = verify(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32",
-                               "BLOCK_M": 128, "BLOCK_N": 64, "D": 64}, all_configs=False)
-    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    assert_holds_and_compiles(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16",
+                                       "N_CTX": "i32", "BLOCK_M": 128, "BLOCK_N": 64, "D": 64})
 
 
 def test_an_operand_computed_from_two_tiles_has_a_ring_for_each() -> None:
@@ -2630,11 +2632,8 @@ def test_a_dot_accumulated_under_a_scalar_test_is_pipelined_guarded(target: str,
     assert result.functions[0].pipelined, result.functions[0].kept_reason
     mma = result.text.split('warp_pipeline_stage("mma", priority=0):', 1)[1].split("warp_pipeline_stage", 1)[0]
     assert f"if {guard}:\n" in mma and "acc = _dot" in mma.split(f"if {guard}:\n", 1)[1]
-    report = check_source(result.text)
-    assert report.cases and not report.findings, report.findings[:3]
-    compiled = verify(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128, "BN": 128,
-                               "BK": 64}, all_configs=False)
-    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    assert_holds_and_compiles(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128,
+                                       "BN": 128, "BK": 64})
 
 
 def test_a_dot_under_a_test_of_tensors_or_with_other_statements_is_refused() -> None:
@@ -2678,11 +2677,8 @@ def test_addresses_each_loop_makes_afresh_are_read_as_that_loop_makes_them() -> 
     result = translate_source(TWO_LOOPS_LOCAL_ADDRESSES, "x.py", get_target("gfx950"))
     assert result.functions[0].pipelined, result.functions[0].kept_reason
     assert result.text.count("_to_shared(") >= 8  # (direct-to-LDS copies in both loops: two tiles, prologue and steady)
-    report = check_source(result.text)
-    assert report.cases and not report.findings, report.findings[:3]
-    compiled = verify(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128, "BN": 128,
-                               "BK": 64}, all_configs=False)
-    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+    assert_holds_and_compiles(result, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "K": "i32", "BM": 128,
+                                       "BN": 128, "BK": 64})
 
 
 def test_a_tile_indexed_along_its_contiguous_axis_through_a_floor_division_is_not_copied_16_bytes() -> None:

@@ -25,6 +25,15 @@ def _parameters(module: str) -> set[str]:
     return set(re.findall(r"^(?:def )?([A-Z][A-Z0-9_]+)\b", text, re.M))
 
 
+def _module_from(path: Path, text: str):  # noqa: ANN202 - a module
+    """`text` written to `path` and imported from there (Triton reads a jit function's source from its file)."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _target_module(target_name: str, tmp_path: Path):  # noqa: ANN202 - a module
     """Every helper of a target, as a variant holds them, in a module of their own (imported from a file: Triton reads
     a jit function's source)."""
@@ -115,11 +124,7 @@ def test_the_mma_layout_is_the_one_triton_chooses(target: str, tmp_path: Path) -
     from transpile.verify import compile_kernel
 
     helpers = _target_module(target, tmp_path)
-    source = tmp_path / "dot_kernel.py"
-    source.write_text(DOT_KERNEL)
-    spec = importlib.util.spec_from_file_location("dot_kernel", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module_from(tmp_path / "dot_kernel.py", DOT_KERNEL)
     for m, n, k, warps in SHAPES:
         if target == "sm90" and m < 64:
             continue
@@ -244,11 +249,7 @@ def test_the_sm90_dot_reads_a_16_bit_a_from_registers(tmp_path: Path) -> None:
     source = Path(__file__).parent / "gpu" / "dot_chain.py"
     result = translate_source(source.read_text(), str(source), get_target("sm90"), gluon_always=True)
     assert "_dot_a_in_registers" in result.text and "def chain_kernel" in result.text
-    path = tmp_path / "dot_chain_sm90.py"
-    path.write_text(result.text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module_from(tmp_path / "dot_chain_sm90.py", result.text)
     signature = {"q_ptr": "*fp16", "k_ptr": "*fp16", "o_ptr": "*fp32", "T": "i32"}
     ok, error, asm, _ = compile_kernel(module.chain_kernel, get_target("sm90"), signature,
                                        {"BM": 32, "BN": 128, "D": 64}, 4)
@@ -300,11 +301,7 @@ def test_dots_of_two_operand_types_into_one_accumulator_compile(target: str, tmp
 
     result = translate_source(MIXED_DEPTH_KERNEL, "mixed.py", get_target(target), gluon_always=True)
     assert result.functions[0].translated, result.functions[0].kept_reason
-    path = tmp_path / f"mixed_{target}.py"
-    path.write_text(result.text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module_from(tmp_path / f"mixed_{target}.py", result.text)
     warps = 4 if target == "sm90" else 8
     for first, second in (("*fp16", "*fp32"), ("*fp32", "*bf16")):
         signature = {"a_ptr": first, "b_ptr": first, "x_ptr": second, "y_ptr": second, "c_ptr": "*fp32"}
@@ -367,11 +364,7 @@ def test_a_dot_of_operands_whose_type_the_source_does_not_spell_compiles(target:
 
     result = translate_source(UNNAMED_TYPE_KERNEL, "lora.py", get_target(target), gluon_always=True)
     assert result.functions[0].translated, result.functions[0].kept_reason
-    path = tmp_path / f"lora_{target}.py"
-    path.write_text(result.text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module_from(tmp_path / f"lora_{target}.py", result.text)
     warps = 4 if target == "sm90" else 8
     for second in ("*fp16", "*fp32"):
         signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": second, "s_ptr": "*fp32", "o_ptr": "*fp32",

@@ -812,6 +812,37 @@ def divided_stride(fn: JitFunction, tile: cst.BaseExpression) -> bool:
         divided(f) for f in factors if broadcast_axis(f) is None))
 
 
+def last_axis_divided(tile: cst.BaseExpression, definitions: dict[str, cst.BaseExpression]) -> str:
+    """The floor division (or right shift) of an index vector laid along a 2-D pointer tile's last axis (`offs_bsk =
+    (k + offs) // B_SCALE_K_GROUP`, then `offs_bsk[None, :] * stride_bsk`: neighbouring columns share an address),
+    through the names of `definitions`; "" where there is none. (`divided_stride`'s twin along the columns; a scalar
+    divided, `(k // 32 + rs)[None, :]`, leaves each column its own address.)"""
+
+    def vector(node: cst.CSTNode, seen: frozenset[str]) -> bool:
+        """`node` reads an index vector (a `tl.arange`, through the names it is made of), not a scalar alone."""
+        return _reads_arange(node) or any(vector(definitions[name], seen | {name})
+                                          for name in sorted(names_in(node) & set(definitions) - seen))
+
+    def division(node: cst.CSTNode, seen: frozenset[str]) -> str:
+        for n in cst_walk.preorder(node):
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.FloorDivide, cst.RightShift)) \
+                    and vector(n.left, frozenset()):
+                return " ".join(node_code(_MODULE, n).split())
+        return next((found for name in sorted(names_in(node) & set(definitions) - seen)
+                     if (found := division(definitions[name], seen | {name}))), "")
+
+    def walk(node: cst.CSTNode, seen: frozenset[str]) -> str:
+        for n in cst_walk.preorder(node):
+            if isinstance(n, cst.Subscript) and broadcast_axis(n) == 1:
+                found = division(n.value, seen)
+                if found:
+                    return found
+        return next((found for name in sorted(names_in(node) & set(definitions) - seen)
+                     if (found := walk(definitions[name], seen | {name}))), "")
+
+    return walk(tile, frozenset())
+
+
 def _some_term(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpression],
                test: Callable[[list[cst.BaseExpression]], bool], seen: frozenset[str] = frozenset()) -> bool:
     """Whether `test` holds on the factors of some term of the sum `node`, through the names it adds

@@ -625,6 +625,24 @@ def _invariant_steps(body: list[cst.BaseStatement], loop: cst.For, names: set[st
     return steps
 
 
+def loop_bindings(loop: cst.For) -> dict[str, tuple[int, cst.BaseExpression]]:
+    """The names the body of `loop` binds once, by a plain `name = value` statement of its own (no other statement of
+    the body binds them): (that statement's index, the value), by name."""
+    body = loop_body(loop)
+    counts: dict[str, int] = {}
+    for statement in body:
+        for name in assigned_names(statement):
+            counts[name] = counts.get(name, 0) + 1
+    found: dict[str, tuple[int, cst.BaseExpression]] = {}
+    for i, statement in enumerate(body):
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
+                and isinstance(statement.body[0].targets[0].target, cst.Name) \
+                and counts[statement.body[0].targets[0].target.value] == 1:
+            found[statement.body[0].targets[0].target.value] = (i, statement.body[0].value)
+    return found
+
+
 def local_pointer(plan: LoopPlan, load: OperandLoad) -> cst.BaseExpression | None:
     """The address of the pointer tile `load` as the analyses of its alignment read it: where the load reads a name
     the loop body binds once, by a plain assignment before it (`p_dA = dA + i_bh * T * BT + ...`), that assignment's
@@ -633,15 +651,8 @@ def local_pointer(plan: LoopPlan, load: OperandLoad) -> cst.BaseExpression | Non
     pointer = load.pointer
     if not isinstance(pointer, cst.Name):
         return pointer
-    body = loop_body(plan.loop)
-    found = [s for s in body if pointer.value in assigned_names(s)]
-    if len(found) != 1 or body.index(found[0]) >= load.index or not isinstance(found[0], cst.SimpleStatementLine) \
-            or len(found[0].body) != 1 or not isinstance(found[0].body[0], cst.Assign):
-        return pointer
-    assign = found[0].body[0]
-    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
-        return pointer
-    return assign.value
+    found = loop_bindings(plan.loop).get(pointer.value)
+    return found[1] if found is not None and found[0] < load.index else pointer
 
 
 def advance_after(plan: LoopPlan, iterations: str) -> list[str]:
@@ -942,9 +953,9 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
 
 
 def guarded_dot(plan: LayoutPlan, statement: cst.BaseStatement) -> cst.SimpleStatementLine | None:
-    """The one statement of `statement`, an `if` of one branch whose test reads no tensor (the loop variable, scalars,
-    constexprs: `if i_s >= 0:`), where that statement runs one dot and nothing else of the loop's memory (a guarded
-    accumulation, `b_o += tl.dot(b_s, b_v)`); else None."""
+    """The one statement of `statement`, an `if` of one branch whose test reads no tensor and calls nothing (the loop
+    variable, scalars, constexprs: `if i_s >= 0:`), where that statement runs exactly one dot (a guarded
+    accumulation, `b_o += tl.dot(b_s, b_v)`; `_dot_chain` then reads its operands as any dot's); else None."""
     if not isinstance(statement, cst.If) or statement.orelse is not None:
         return None
     inner = list(statement.body.body)  # type: ignore[union-attr]
@@ -953,10 +964,7 @@ def guarded_dot(plan: LayoutPlan, statement: cst.BaseStatement) -> cst.SimpleSta
     if names_in(statement.test) & set(name_terms(plan)) or any(
             isinstance(call, cst.Call) for call in preorder(statement.test)):
         return None
-    calls = calls_in(inner[0])
-    if sum(call in plan.dots for call in calls) != 1:
-        return None
-    return inner[0]
+    return inner[0] if sum(call in plan.dots for call in calls_in(inner[0])) == 1 else None
 
 
 def _fresh_value(value: cst.BaseExpression, dot_call: cst.Call) -> bool:

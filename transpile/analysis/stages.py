@@ -34,13 +34,13 @@ from transpile.analysis.dataflow import Effect, LoopDataflow, loop_dataflow
 from transpile.analysis.launch_alignment import (address_head, all_definitions, base_moved_along_last_axis, is_load,
                                                  divided_stride,
                                                  first_axis_contiguous, fixed_last_axis_stride, last_axis_reads_memory,
-                                                 last_axis_selected, moved_unvouched, unvouched_offset,
+                                                 last_axis_divided, last_axis_selected, moved_unvouched, unvouched_offset,
                                                  pointer_tile_strides, run_time_alignment, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, local_pointer, plan_loop
-from transpile.cst_utils import (INTEGER_ARITHMETIC, assigned_names, bound_names, broadcast_axis, calls_in, conjuncts,
-                                 names_in, only_nodes, read_names, single_definitions, unparenthesized)
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, local_pointer, loop_bindings, plan_loop
+from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, conjuncts, names_in,
+                                 only_nodes, read_names, single_definitions, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction, language_name
 from transpile.source import SourceFile
@@ -224,8 +224,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     # The strides of the pointer tiles' other axes (rows): a tile whose last axis is scaled by one of them (Q read
     # transposed, `offs_m[None, :] * stride_tok`, beside dO's rows `offs_m[:, None] * stride_tok`) needs a launch with
     # that stride 1, which no launch of real tensors gives (the launcher would never run the Gluon kernel).
-    # (each tile's address as the loop makes it: `local_pointer`)
+    # (each tile's address as the loop makes it: `local_pointer`; the names it reads, as the loop binds them)
     pointers = {load.name: local_pointer(loop_plan, load) for load in loop_plan.loads}
+    definitions = {**single_definitions(fn.node), **{name: value for name, (_, value) in loop_bindings(loop).items()}}
     strides = {load.name: pointer_tile_strides(fn, [pointers[load.name]], [])
                for load in loop_plan.loads if load.kind == "pointer" and load.pointer is not None}
     rows = {name for _, other in strides.values() for name in other}
@@ -279,7 +280,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                     "read transposed from memory)")
         if divided_stride(fn, pointer):
             return f"{at} has rows a run-time integer divides apart"
-        repeated = _last_axis_divided(pointer, loop, fn)
+        repeated = last_axis_divided(pointer, definitions) if pointer is not None else ""
         if repeated:
             return (f"{at} is indexed along its contiguous axis through a floor division (`{repeated}`): neighbouring "
                     "columns share addresses (a scale per group of K), no run of 16 bytes")
@@ -710,58 +711,6 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
 def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:
     """Names `fn` binds that the layout plan did not bind to tensors: its scalars (`cur_end = tl.minimum(...)`)."""
     return frozenset(bound_names(fn.node) - set(name_terms(plan)))
-
-
-def _last_axis_divided(pointer: cst.BaseExpression | None, loop: cst.For, fn: JitFunction) -> str:
-    """The floor division (or right shift) an index laid along a 2-D pointer tile's last axis is made with (`offs_bsk
-    = (k + offs) // B_SCALE_K_GROUP`, then `offs_bsk[None, :] * stride_bsk`), through the names the loop body or the
-    function binds once; "" where there is none."""
-    if pointer is None:
-        return ""
-    local: dict[str, cst.BaseExpression] = {}
-    counts: dict[str, int] = {}
-    for statement in list(loop.body.body):  # type: ignore[union-attr]
-        for name in assigned_names(statement):
-            counts[name] = counts.get(name, 0) + 1
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
-                and isinstance(statement.body[0].targets[0].target, cst.Name):
-            local[statement.body[0].targets[0].target.value] = statement.body[0].value
-    definitions = {**single_definitions(fn.node), **{n: v for n, v in local.items() if counts.get(n) == 1}}
-
-    def vector(node: cst.CSTNode, seen: frozenset[str]) -> bool:
-        """`node` reads an index vector (`tl.arange`, through the names it is made of), not a scalar alone."""
-        if any(isinstance(n, cst.Call) and isinstance(n.func, (cst.Attribute, cst.Name)) and (
-                n.func.attr.value if isinstance(n.func, cst.Attribute) else n.func.value) == "arange"
-                for n in preorder(node)):
-            return True
-        return any(vector(definitions[name], seen | {name}) for name in sorted(names_in(node) & set(definitions) - seen))
-
-    def division(node: cst.CSTNode, seen: frozenset[str]) -> str:
-        for n in preorder(node):
-            # (a division of the index vector itself: `k // 32 + rs` divides a scalar, each column its own address)
-            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.FloorDivide, cst.RightShift)) \
-                    and vector(n.left, frozenset()):
-                return " ".join(cst.Module([]).code_for_node(n).split())
-        for name in sorted(names_in(node) & set(definitions) - seen):
-            found = division(definitions[name], seen | {name})
-            if found:
-                return found
-        return ""
-
-    def walk(node: cst.CSTNode, seen: frozenset[str]) -> str:
-        for n in preorder(node):
-            if isinstance(n, cst.Subscript) and broadcast_axis(n) == 1:
-                found = division(n.value, seen)
-                if found:
-                    return found
-        for name in sorted(names_in(node) & set(definitions) - seen):
-            found = walk(definitions[name], seen | {name})
-            if found:
-                return found
-        return ""
-
-    return walk(pointer, frozenset())
 
 
 def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.CSTNode | None:
