@@ -102,6 +102,19 @@ def test_k_operand_that_is_an_expression_is_refused() -> None:
     assert line == _line(text, "qk = tl.dot(")
 
 
+@pytest.mark.parametrize("in_order, engine", [(False, "wgmma"), (True, "MMA")])
+def test_k_tile_read_outside_its_dot_is_refused_naming_the_targets_mma(in_order: bool, engine: str) -> None:
+    # (the AMD step expander plans with `in_order`: its refusal names no Hopper instruction)
+    text = EXAMPLE.replace(SCORES, SCORES + "        k_sum = tl.sum(k, axis=0)\n")
+    source = parse_source(text, "x.py")
+    plans = analyse_layouts(discover(source))
+    loop = next(s for s in plans["attn"].function.node.body.body if isinstance(s, cst.For))  # type: ignore[union-attr]
+    plan = plan_attention_loop(source, loop, plans["attn"], 3, in_order=in_order)
+    assert isinstance(plan, LoopRefusal), plan
+    assert f"`k` is used outside its dot; the pipelined {engine} reads it straight from shared memory" in plan.reason
+    assert source.position(plan.node)[0] == _line(text, "k = tl.load(")
+
+
 def test_query_tile_loaded_in_the_loop_is_refused() -> None:
     text = EXAMPLE.replace(K_LOAD, K_LOAD + "        q = tl.load(q_ptr + offs_m[:, None] * stride_n + "
                            "offs_d[None, :] * stride_d)\n")

@@ -279,8 +279,8 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
             # (`p.to(v.dtype)`: the tile's element type, which the rings read from Q's, is not a use of the tile)
             uses = sum(operand.value in tile_reads(s) for j, s in enumerate(body) if j not in (i, also))
             if uses != 1:
-                return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined wgmma reads it "
-                              "straight from shared memory")
+                return refuse(statement, f"`{operand.value}` is used outside its dot; the pipelined "
+                              f"{'MMA' if in_order else 'wgmma'} reads it straight from shared memory")
             return TileLoad(i, operand.value, call, pointer, mask)
         return refuse(operand, f"{what} `{operand.value}` is not loaded in this loop")
 
