@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -2691,3 +2692,44 @@ def test_a_tile_indexed_along_its_contiguous_axis_through_a_floor_division_is_no
     sp = stage_plan(text, "async_copy")
     assert isinstance(sp, StagePlan) and sp.engine == "registers", sp
     assert "is indexed along its contiguous axis through a floor division (`(k * BN + offs_n) // 2`)" in sp.staged
+
+
+# Two GEMM loops one after the other, their trip count a constexpr (FLA's kernels make K and V constexprs).
+TWO_CONSTANT_LOOPS = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def two_gemms(a_ptr, b_ptr, c_ptr, d_ptr, stride_am, stride_bk, stride_cm,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, K: tl.constexpr):
+        offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+        offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+        offs_k = tl.arange(0, BK)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k * BK + offs_k)[None, :])
+            b = tl.load(b_ptr + (k * BK + offs_k)[:, None] * stride_bk + offs_n[None, :])
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(tl.float16))
+        acc2 = tl.zeros([BM, BN], dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k * BK + offs_k)[None, :])
+            b = tl.load(b_ptr + (k * BK + offs_k)[:, None] * stride_bk + offs_n[None, :])
+            acc2 += tl.dot(a, b)
+        tl.store(d_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc2.to(tl.float16))
+    ''')
+
+
+@pytest.mark.parametrize("k", [512, 1024])
+def test_two_warp_pipelined_loops_of_one_constant_round_compile(k: int) -> None:
+    # At K = 512 each steady state is one round, which the compiler folds into straight-line code: the first loop's
+    # last iterations (a loop) then sat between the stage borders of the two, and Triton's warp pipeliner refused the
+    # kernel ("loop op cannot appear inside a warp_pipeline_stage region"). The second loop runs such a round in its
+    # last iterations instead.
+    result = translate_source(TWO_CONSTANT_LOOPS, "two.py", get_target("gfx950"))
+    assert result.text.count('warp_pipeline_stage("mma"') == 2
+    assert result.text.count("if num_rounds_ == 1:") == 1 and "if num_rounds == 1:" not in result.text
+    values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "d_ptr": "*fp16", "stride_am": "i32",
+              "stride_bk": "i32", "stride_cm": "i32", "BM": 128, "BN": 128, "BK": 64, "K": k}
+    assert_holds_and_compiles(result, values)

@@ -290,8 +290,11 @@ class AMDWarpPipeline(Rule):
         if one_group:
             ctx.need("cta_barrier")
         ctx.pipelined_loop(original, stage_plan)
+        # (a warp-pipelined loop before this one that runs in the same launch: not a copy of it for another value of
+        # a compile-time flag)
+        after = any(not _exclusive(ctx.function.node, earlier, original) for earlier in ctx.pipelined[:-1])
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
-                                                    self.pointer_copy),
+                                                    self.pointer_copy, after),
                                                updated.leading_lines))
 
     def leave_FunctionDef(self, ctx: RuleContext, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -411,9 +414,34 @@ class _ConfigWarps(cst.CSTTransformer):
         return updated_node
 
 
-def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None) -> str:
+def _exclusive(function: cst.FunctionDef, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether `first` and `second` lie in different branches of one `if` of `function` (the copies of a loop that
+    unswitching made, one per value of a flag): no launch runs both."""
+
+    def path(node: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+        if node is target:
+            return [node]
+        for child in node.children:
+            found = path(child, target)
+            if found is not None:
+                return [node, *found]
+        return None
+
+    a, b = path(function, first), path(function, second)
+    if a is None or b is None:
+        return False
+    for depth, (x, y) in enumerate(zip(a, b)):
+        if x is not y:
+            parent = a[depth - 1]
+            return isinstance(parent, cst.If) and (x is parent.body) != (y is parent.body) \
+                and parent.test not in (x, y)
+    return False
+
+
+def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None, after: bool = False) -> str:
     """The pipelined loop; `pointer_copy`: the target's own direct-to-LDS copy call of a pointer tile (None: gfx950's,
-    whose `async_copy` also has `load_shared_relaxed` for the slot reads; with another, slots are read by `.load`)."""
+    whose `async_copy` also has `load_shared_relaxed` for the slot reads; with another, slots are read by `.load`);
+    `after`: another warp-pipelined loop runs before it in the same launch."""
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
     name = loop_namer(ctx, plan.loop)
@@ -841,6 +869,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         # (prefetching, the last step's loads are of iteration (round + 1) * NUM_STAGES: one iteration fewer)
         f"{rounds} = ({full if bounded else iters} - 1) // {stages} - 1" if prefetch else
         f"{rounds} = {full if bounded else iters} // {stages} - 1",
+        *(["# (One round, which a trip count known when the kernel is compiled can give, is folded by the compiler",
+           "# into straight-line code; two loops so folded put the first one's last iterations, a loop, between",
+           "# warp-pipeline stage borders, which Triton's warp pipeliner rejects. A loop after another",
+           "# warp-pipelined loop runs such a round below.)",
+           f"if {rounds} == 1:", f"    {rounds} = 0"] if sp.groups == 2 and after else []),
         f"for {rnd} in range({rounds}):",
         f"    for {step_} in gl.static_range({stages}):",
         f"        {it} = {rnd} * {stages} + {step_}",
