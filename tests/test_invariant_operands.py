@@ -66,3 +66,45 @@ def test_one_name_for_an_operand_two_dots_read() -> None:
 ])
 def test_other_operands_are_left_as_written(operand: str) -> None:
     assert rewritten(KERNEL.replace("OPERAND", operand)) is None
+
+
+# FLA's style: the operand cast to the element type of a tile the loop loads, through a pointer the loop makes
+TYPED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(a_ptr, do, dv, T, BT: tl.constexpr, BV: tl.constexpr, V: tl.constexpr):
+    o_t = tl.arange(0, BT)
+    do += tl.program_id(0) * T * V
+    b_A = tl.load(a_ptr + o_t[:, None] * BT + o_t[None, :])
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        p_do = do + o_t[:, None] * V + o_v[None, :]
+        b_do = tl.load(p_do)
+        b_dv = tl.dot(b_A.to(b_do.dtype), b_do)
+        tl.store(dv + o_t[:, None] * V + o_v[None, :], b_dv)
+'''
+
+
+def test_the_element_type_of_a_tile_the_loop_loads_is_its_pointers() -> None:
+    text = rewritten(TYPED)
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    hoisted = lines.index("b_A_dot = b_A.to(do.dtype.element_ty)")
+    assert lines[hoisted - 2:hoisted] == [
+        "# triton-transpile: the dot operand `b_A.to(b_do.dtype)`, the same every iteration, made once before the loop.",
+        "# (`b_do.dtype` is `do.dtype.element_ty`, the element type of the tile's pointer.)"]
+    assert lines[hoisted + 1].startswith("for i_v in range(")
+    assert "b_dv = tl.dot(b_A_dot, b_do)" in lines
+    assert rewritten(text) is None  # idempotent
+
+
+@pytest.mark.parametrize("change", [
+    ("    do += tl.program_id(0) * T * V\n", "    do = do.to(tl.pointer_type(tl.float32))\n"),  # a cast pointer
+    ("        b_do = tl.load(p_do)\n", "        b_do = tl.load(p_do)\n        b_do = b_do * 2\n"),  # rebound tile
+    ("        p_do = do + o_t", "        p_do = (do + 1).to(tl.pointer_type(tl.float32)) + o_t"),  # ... in the loop
+])
+def test_a_tile_type_not_known_before_the_loop_is_left(change: tuple[str, str]) -> None:
+    assert change[0] in TYPED
+    assert rewritten(TYPED.replace(*change)) is None

@@ -20,7 +20,10 @@ compiler hoists the computation out of the loop anyway. This pass writes it that
 
 Only an operand (a dot's first two arguments) that reads names the loop never binds, and calls nothing but casts,
 transposes and reshapes (`x.to(...)`, `tl.trans`, `tl.permute`, `tl.reshape`, `.T`), in a loop's own statements (not
-under a branch of it), is moved; the same expression read by several dots of the loop is made once.
+under a branch of it), is moved; the same expression read by several dots of the loop is made once. A tile the loop
+loads may be read for its element type alone (`b_A.to(b_do.dtype)`, FLA's style: `b_do = tl.load(p_do, ...)`, `p_do =
+do + ...`): that type is its pointer parameter's, known before the loop, and the operand made there reads
+`do.dtype.element_ty` instead (where the kernel moves that parameter only by offsets, `do += ...`).
 
 `hoist_invariant_operands(source, facts)` returns the new module text and the functions it replaced (old node ->
 new), or None when nothing changes.
@@ -74,6 +77,7 @@ class _Loops(cst.CSTTransformer):
     def __init__(self, source: SourceFile, fn: cst.FunctionDef) -> None:
         super().__init__()
         self.source = source
+        self.fn = fn
         self.changed = False
         self.taken = names_in(fn)
 
@@ -103,6 +107,7 @@ class _Loops(cst.CSTTransformer):
 
     def hoist(self, loop: cst.For) -> tuple[list[cst.BaseStatement], cst.For]:
         bound = bound_names(loop.body) | names_in(loop.target)
+        dtypes = _tile_dtypes(self.fn, loop)
         made: dict[str, str] = {}  # expression text -> its name
         lines: list[cst.BaseStatement] = []
         replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
@@ -114,19 +119,32 @@ class _Loops(cst.CSTTransformer):
                     continue
                 for arg in [a for a in call.args if a.keyword is None][:2]:
                     operand = arg.value
-                    reads = names_in(operand)
-                    if isinstance(operand, cst.Name) or not reads or reads & bound or not self.pure(operand):
+                    if isinstance(operand, cst.Name) or not self.pure(operand):
                         continue
+                    # (`tile.dtype` of a tile the loop loads: its pointer parameter's element type)
+                    typed = {id(n): cst.parse_expression(f"{dtypes[n.value.value]}.dtype.element_ty")
+                             for n in semantic_preorder(operand) if isinstance(n, cst.Attribute)
+                             and n.attr.value == "dtype" and isinstance(n.value, cst.Name) and n.value.value in dtypes}
+                    if typed:
+                        operand = operand.visit(_Replace(typed))
+                    reads = names_in(operand)
+                    if not reads or reads & bound:
+                        continue
+                    original = arg.value
                     text = " ".join(_code(operand).split())
                     if text not in made:
                         root = next((n.value for n in semantic_preorder(operand) if isinstance(n, cst.Name)), "x")
                         made[text] = self.fresh(root)
-                        note = (f"# triton-transpile: the dot operand `{text}`, the same every iteration, made once "
-                                "before the loop.")
+                        written = " ".join(_code(original).split())
+                        note = (f"# triton-transpile: the dot operand `{written}`, the same every iteration, made "
+                                "once before the loop.")
+                        # (a loaded tile's element type: its pointer's, read before the loop)
+                        types = [f"# (`{_code(n)}` is `{dtypes[n.value.value]}.dtype.element_ty`, the element type of "
+                                 "the tile's pointer.)" for n in semantic_preorder(original) if id(n) in typed]
                         lines.append(cst.SimpleStatementLine(
                             [cst.Assign([cst.AssignTarget(cst.Name(made[text]))], operand)],
-                            leading_lines=[cst.EmptyLine(comment=cst.Comment(note))]))
-                    replacements[operand] = cst.Name(made[text])
+                            leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in [note, *types]]))
+                    replacements[original] = cst.Name(made[text])
         if not replacements:
             return [], loop
         self.changed = True
@@ -134,3 +152,82 @@ class _Loops(cst.CSTTransformer):
         if lines:  # (the loop's own leading comments stay above the first new line)
             lines[0] = lines[0].with_changes(leading_lines=[*loop.leading_lines, *lines[0].leading_lines])
         return lines, loop.with_changes(body=body, leading_lines=[])
+
+
+class _Replace(cst.CSTTransformer):
+    """Nodes replaced by id (`typed`: `tile.dtype` -> `ptr.dtype.element_ty`)."""
+
+    def __init__(self, by_id: dict[int, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.by_id = by_id
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self.by_id.get(id(original_node), updated_node)
+
+
+def _tile_dtypes(fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
+    """The tiles the loop's own statements load once, each by a plain `name = tl.load(ptr, ...)` of a pointer made from
+    a pointer parameter (`do + ...`, through a name the loop or the function binds once before: `p_do = do + ...`),
+    with that parameter's name: the tile's `dtype` is its element type, the same every iteration. Only parameters the
+    function rebinds by offsets alone (`do += ...`) or not at all."""
+    params = {p.name.value for p in fn.params.params if p.annotation is None}
+    binds: dict[str, list[cst.CSTNode]] = {}
+
+    class _Binds(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                for name in names_in(target.target):
+                    binds.setdefault(name, []).append(node)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            for name in names_in(node.target):
+                binds.setdefault(name, []).append(node)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            for name in names_in(node.target):
+                binds.setdefault(name, []).append(node)
+
+        def visit_For(self, node: cst.For) -> None:
+            for name in names_in(node.target):
+                binds.setdefault(name, []).append(node)
+
+    fn.body.visit(_Binds())
+    offsets_only = {p for p in params if all(isinstance(b, cst.AugAssign) and isinstance(
+        b.operator, (cst.AddAssign, cst.SubtractAssign)) for b in binds.get(p, []))}
+
+    def single_value(name: str) -> cst.BaseExpression | None:
+        found = binds.get(name, [])
+        if len(found) == 1 and isinstance(found[0], cst.Assign) and len(found[0].targets) == 1 \
+                and isinstance(found[0].targets[0].target, cst.Name):
+            return found[0].value
+        return None
+
+    def base(node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> str | None:
+        while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+            node = node.left
+        if not isinstance(node, cst.Name):
+            return None
+        if node.value in offsets_only:
+            return node.value
+        value = single_value(node.value) if node.value not in seen else None
+        return base(value, seen | {node.value}) if value is not None else None
+
+    found: dict[str, str] = {}
+    for statement in loop.body.body:  # type: ignore[union-attr]
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        small = statement.body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
+            continue
+        func = small.value.func
+        called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) \
+            else None
+        positional = [a for a in small.value.args if a.keyword is None]
+        name = small.targets[0].target.value
+        if called != "load" or not positional or len(binds.get(name, [])) != 1:
+            continue
+        pointer = base(positional[0].value)
+        if pointer is not None:
+            found[name] = pointer
+    return found
