@@ -2733,3 +2733,57 @@ def test_two_warp_pipelined_loops_of_one_constant_round_compile(k: int) -> None:
     values = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "d_ptr": "*fp16", "stride_am": "i32",
               "stride_bk": "i32", "stride_cm": "i32", "BM": 128, "BN": 128, "BK": 64, "K": k}
     assert_holds_and_compiles(result, values)
+
+
+# FLA's chunk_fwd_kernel_o style: keys read transposed from memory ([BK, BT], K contiguous) as the B operand, in a loop
+# unswitched on a compile-time flag (each copy binds its own `p_k` and `b_k`).
+TRANSPOSED_KEYS_UNSWITCHED = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def chunk_o(q, k, h, o, a, T, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                BV: tl.constexpr, STATE_V_FIRST: tl.constexpr):
+        i_v, i_t = tl.program_id(0), tl.program_id(1)
+        o_t = i_t * BT + tl.arange(0, BT)
+        m_t = o_t < T
+        o_v = i_v * BV + tl.arange(0, BV)
+        b_o = tl.zeros([BT, BV], dtype=tl.float32)
+        b_A = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_k = o_k < K
+            p_q = q + o_t[:, None] * K + o_k[None, :]
+            p_k = k + o_k[:, None] + o_t[None, :] * K
+            if STATE_V_FIRST:
+                p_h = h + o_v[:, None] * K + o_k[None, :]
+                m_h = (o_v[:, None] < V) & m_k[None, :]
+            else:
+                p_h = h + o_k[:, None] * V + o_v[None, :]
+                m_h = m_k[:, None] & (o_v[None, :] < V)
+            b_q = tl.load(p_q, mask=m_t[:, None] & m_k[None, :], other=0.0)
+            b_k = tl.load(p_k, mask=m_k[:, None] & m_t[None, :], other=0.0)
+            b_h = tl.load(p_h, mask=m_h, other=0.0)
+            if STATE_V_FIRST:
+                b_o += tl.dot(b_q, tl.trans(b_h))
+            else:
+                b_o += tl.dot(b_q, b_h)
+            b_A += tl.dot(b_q, b_k)
+        tl.store(o + o_t[:, None] * V + o_v[None, :], b_o.to(tl.float16), mask=m_t[:, None])
+        tl.store(a + o_t[:, None] * BT + tl.arange(0, BT)[None, :], b_A.to(tl.float16), mask=m_t[:, None])
+    ''')
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_keys_read_transposed_in_each_unswitched_copy_are_copied_as_their_transpose(state_v_first: bool) -> None:
+    # (each copy of the loop makes its own `p_k` and loads its own `b_k`: counted in that copy, the tile is read as its
+    # transpose there, and both copies are pipelined; before, the names bound twice in the function kept the tile
+    # as written and the register-staged ring's measurement kept the kernel)
+    result = translate_source(TRANSPOSED_KEYS_UNSWITCHED, "chunk_o.py", get_target("gfx950"))
+    assert result.text.count('warp_pipeline_stage("mma"') == 2
+    assert result.text.count("b_k_ring.index(0).permute([1, 0])") + result.text.count(
+        "b_k_ring_.index(0).permute([1, 0])") == 2
+    values = {"q": "*fp16", "k": "*fp16", "h": "*fp16", "o": "*fp16", "a": "*fp16", "T": "i32", "K": 4096, "V": 64,
+              "BT": 64, "BK": 64, "BV": 64, "STATE_V_FIRST": state_v_first}
+    assert_holds_and_compiles(result, values)

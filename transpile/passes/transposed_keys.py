@@ -38,6 +38,7 @@ from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attent
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.launch_alignment import first_axis_contiguous
 from transpile.analysis.layouts import LayoutPlan, name_terms
+from transpile.analysis.pipeline import loop_bindings
 from transpile.analysis.stages import not_elementwise
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, single_assign,
                                  substituted, unparenthesized)
@@ -161,10 +162,14 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
     _, counts = top_definitions(function)
     occurrences = Counter(n.value for n in preorder(function.body) if isinstance(n, cst.Name))
     dots = [(i, call) for i, statement in enumerate(body) for call in calls_in(statement) if call in plan.dots]
+    # (a name each copy of an unswitched loop binds for itself, `b_k = tl.load(p_k, ...)` in both copies: counted in
+    # this copy alone, `loop_local`)
+    scoped = _LoopScope(function, loop, occurrences)
+    bindings = loop_bindings(loop)
     replacements: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     for index, statement in enumerate(body):
         assigned = single_assign(statement)
-        if assigned is None or not isinstance(assigned[1], cst.Call) or counts.get(assigned[0], 0) != 1:
+        if assigned is None or not isinstance(assigned[1], cst.Call) or scoped.bindings(assigned[0], counts) != 1:
             continue
         name, call = assigned
         if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
@@ -172,7 +177,7 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         operands = [plan.dots[dot].b for i, dot in dots if i > index and isinstance(plan.dots[dot].b, cst.Name)
                     and plan.dots[dot].b.value == name]
         # (the tile is read as B operands alone: no A operand, no other read, none after the loop)
-        if not operands or occurrences[name] != 1 + len(operands):
+        if not operands or scoped.occurrences(name) != 1 + len(operands):
             continue
         positional = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -181,11 +186,15 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         pointer = positional[0].value if positional else keywords.get("pointer")
         mask = positional[1].value if len(positional) > 1 else keywords.get("mask")
         other = positional[2].value if len(positional) > 2 else keywords.get("other")
-        if pointer is None or not first_axis_contiguous(fn, pointer) or (other is not None and not _scalar(
+        # (the address as this loop makes it, where it binds the name once before the load: each copy of an
+        # unswitched loop makes its own `p_k`, which the function-wide definitions do not give)
+        local = bindings.get(pointer.value) if isinstance(pointer, cst.Name) else None
+        address = local[1] if local is not None and local[0] < index else pointer
+        if pointer is None or not first_axis_contiguous(fn, address) or (other is not None and not _scalar(
                 other, terms)):
             continue
         names: dict[str, cst.BaseExpression] = {}  # 2-D names the address and mask read -> where they are bound
-        swappable = _Swappable(terms, function, loop, body, index, occurrences, names)
+        swappable = _Swappable(terms, function, loop, body, index, scoped, names)
         if not all(swappable(node) for node in (pointer, mask) if node is not None):
             continue
         for bound in names.values():
@@ -196,6 +205,30 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         for operand in operands:
             replacements.append((operand, cst.parse_expression(f"{lang}.trans({name})")))
     return replacements
+
+
+class _LoopScope:
+    """How often a name is bound and occurs, counted in the loop `loop` alone where the name is a temporary of the
+    loops that bind it (`loop_local`: each copy of an unswitched loop binds its own), else in the whole function."""
+
+    def __init__(self, function: cst.FunctionDef, loop: cst.For, occurrences: Counter):
+        self.function, self.loop, self.every = function, loop, occurrences
+        self.inside = Counter(n.value for n in preorder(loop.body) if isinstance(n, cst.Name))
+        self._local: dict[str, bool] = {}
+
+    def local(self, name: str) -> bool:
+        if name not in self._local:
+            self._local[name] = loop_local(self.function, name)
+        return self._local[name]
+
+    def occurrences(self, name: str) -> int:
+        return self.inside[name] if self.local(name) else self.every[name]
+
+    def bindings(self, name: str, counts: dict[str, int]) -> int:
+        if self.local(name):
+            return sum(name in assigned_names(s) for s in preorder(self.loop.body)
+                       if isinstance(s, cst.SimpleStatementLine))
+        return counts.get(name, 0)
 
 
 def _scalar(node: cst.BaseExpression, terms: dict) -> bool:
@@ -216,7 +249,7 @@ class _Swappable:
     loop: cst.For
     body: list[cst.BaseStatement]
     index: int
-    occurrences: Counter
+    scope: _LoopScope
     names: dict[str, cst.BaseExpression]
 
     def __call__(self, node: cst.BaseExpression, inside: bool = False) -> bool:
@@ -248,16 +281,16 @@ class _Swappable:
             return False
         if node.value in self.names:
             return True
-        bound = _bound_once(node.value, self.function, self.loop, self.body, self.index)
+        bound = _bound_once(node.value, self.function, self.loop, self.body, self.index, self.scope)
         # (read by this load alone: bound once, read here once, moved only by `+=` of scalars)
-        if bound is None or self.occurrences[node.value] != 2 + _advances(node.value, self.body, self.terms):
+        if bound is None or self.scope.occurrences(node.value) != 2 + _advances(node.value, self.body, self.terms):
             return False
         self.names[node.value] = bound
         return self(bound)
 
 
-def _bound_once(name: str, function: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement], index: int
-                ) -> cst.BaseExpression | None:
+def _bound_once(name: str, function: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement], index: int,
+                scope: _LoopScope) -> cst.BaseExpression | None:
     """The value of the one `name = value` binding `name`, in the loop before statement `index` or at the
     function's top level before the loop; None where it has another binding (`+=` of a scalar aside)."""
     def values(statements: list[cst.BaseStatement]) -> list[cst.BaseExpression]:
@@ -265,12 +298,15 @@ def _bound_once(name: str, function: cst.FunctionDef, loop: cst.For, body: list[
                 if assigned is not None and assigned[0] == name]
 
     found = values(body[:index])
+    in_loop = bool(found)
     if not found:
         top = list(function.body.body)  # type: ignore[union-attr]
         if loop not in top:
             return None
         found = values(top[:top.index(loop)])
-    bindings = sum(name in assigned_names(s) for s in preorder(function.body)
+    # (bound in the loop, in each copy of an unswitched loop: counted in this copy)
+    where = loop.body if in_loop and scope.local(name) else function.body
+    bindings = sum(name in assigned_names(s) for s in preorder(where)
                    if isinstance(s, cst.SimpleStatementLine) and not _is_advance(s, name))
     return found[0] if len(found) == 1 and bindings == 1 else None
 
