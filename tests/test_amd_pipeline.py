@@ -2787,3 +2787,56 @@ def test_keys_read_transposed_in_each_unswitched_copy_are_copied_as_their_transp
     values = {"q": "*fp16", "k": "*fp16", "h": "*fp16", "o": "*fp16", "a": "*fp16", "T": "i32", "K": 4096, "V": 64,
               "BT": 64, "BK": 64, "BV": 64, "STATE_V_FIRST": state_v_first}
     assert_holds_and_compiles(result, values)
+
+
+# FLA's backward style: `b_v` the B operand of one dot, read transposed, and the A operand of another, as loaded.
+A_AND_TRANSPOSED_B = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def dqk(v, do, h, ds_out, dk_out, T, V, BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr):
+        o_t = tl.program_id(0) * BT + tl.arange(0, BT)
+        m_t = o_t < T
+        o_k = tl.arange(0, BK)
+        b_ds = tl.zeros([BT, BT], dtype=tl.float32)
+        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+        for i_v in range(tl.cdiv(V, BV)):
+            o_v = i_v * BV + tl.arange(0, BV)
+            m_v = o_v < V
+            b_v = tl.load(v + o_t[:, None] * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+            b_do = tl.load(do + o_t[:, None] * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+            b_h = tl.load(h + o_v[:, None] * BK + o_k[None, :], mask=m_v[:, None], other=0.0)
+            b_ds += tl.dot(b_do, tl.trans(b_v))
+            b_dk += tl.dot(b_v, b_h)
+        tl.store(ds_out + o_t[:, None] * BT + tl.arange(0, BT)[None, :], b_ds.to(tl.float16), mask=m_t[:, None])
+        tl.store(dk_out + o_t[:, None] * BK + o_k[None, :], b_dk.to(tl.float16), mask=m_t[:, None])
+    ''')
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx1250"])
+def test_a_tile_read_as_a_and_transposed_as_b_is_read_in_each_form(target: str) -> None:
+    result = translate_source(A_AND_TRANSPOSED_B, "dqk.py", get_target(target))
+    assert result.text.count('warp_pipeline_stage("mma"') == 1
+    text = "".join(result.text.split())
+    # (one ring; its slot read as loaded in the A layout of `b_dk`'s dot and transposed in the B layout of `b_ds`'s)
+    assert re.search(r"b_v=[\w.]*\(b_v_ring\.index\(0\),gl\.DotOperandLayout\(0,b_dk\.type\.layout", text) \
+        or "b_v=b_v_ring.index(0).load(gl.DotOperandLayout(0,b_dk.type.layout" in text
+    assert (re.search(r"b_v_t=[\w.]*\(b_v_ring\.index\(0\)\.permute\(\[1,0\]\),gl\.DotOperandLayout\(1,"
+                      r"b_ds\.type\.layout", text)
+            or "b_v_t=b_v_ring.index(0).permute([1,0]).load(gl.DotOperandLayout(1,b_ds.type.layout" in text)
+    assert "_dot(b_do,b_v_t,b_ds)" in text
+    values = {"v": "*fp16", "do": "*fp16", "h": "*fp16", "ds_out": "*fp16", "dk_out": "*fp16", "T": "i32",
+              "V": "i32", "BT": 64, "BV": 64, "BK": 64}
+    assert_holds_and_compiles(result, values)
+
+
+def test_a_tile_read_as_loaded_as_both_a_and_b_is_refused() -> None:
+    text = A_AND_TRANSPOSED_B.replace("b_ds += tl.dot(b_do, tl.trans(b_v))", "b_ds += tl.dot(b_do, b_v)").replace(
+        "b_ds = tl.zeros([BT, BT]", "b_ds = tl.zeros([BT, BV]").replace("BV: tl.constexpr, BK", "BV: tl.constexpr, BK")
+    result = translate_source(text.replace("b_do = tl.load(do + o_t[:, None] * V + o_v[None, :]",
+                                           "b_do = tl.load(do + o_t[:, None] * BT + tl.arange(0, BT)[None, :]"),
+                              "dqk.py", get_target("gfx950"))
+    kept = next(f for f in result.functions if f.name == "dqk")
+    assert not kept.translated and "`b_v` is the A operand of one dot and the B operand of another" in kept.kept_reason

@@ -501,7 +501,10 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
                 return LoopRefusal(chain.call, f"`{held}`, a dot operand held in registers across the loop, is also "
                                    "used outside the dot (the pipelined MMA reads it converted to its operand layout)")
     for name, fed in uses_of.items():
-        if len({position for _, position in fed}) != 1:
+        # (a tile read as loaded by one dot and transposed by another, `OperandLoad.twice`, may be the A operand of
+        # one and the B operand of the other: FLA's `b_ds += tl.dot(b_do, tl.trans(b_v))`, `b_dk += tl.dot(b_v,
+        # b_dh)`; each form is read from the slot in the layout of the dot that reads it so)
+        if len({position for _, position in fed}) != 1 and not loads[name].twice:
             return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
         uses = sum(name in value_names(st) for j, st in enumerate(body) if j != loads[name].index)
         if not loads[name].inline and not loads[name].computed and uses != len({index for index, _ in fed}):
