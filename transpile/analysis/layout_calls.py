@@ -588,9 +588,9 @@ class LanguageCalls:
         unknown = [a for a in node.args if a.keyword is not None and a.keyword.value not in keywords]
         if unknown:  # (`trans_b=True`, of Triton 1.x: dropped, it gave Q K instead of Q K^T)
             what = "tl.dot_scaled" if scaled else "tl.dot"
-            self.refuse(unknown[0], "TT010", f"`{unknown[0].keyword.value}=` is not an argument of `{what}` (it "
-                        f"takes {', '.join(sorted(keywords))})" + ("" if scaled else "; transpose an operand with "
-                                                                     "`tl.trans`"))
+            self.refuse(unknown[0], "TT010", f"`{unknown[0].keyword.value}=` is not an argument of `{what}`, "
+                        f"{language.NOT_TRITON} (it takes {', '.join(sorted(keywords))})"
+                        + ("" if scaled else "; transpose an operand with `tl.trans`"))
         if scaled:
             a_node, b_node, acc_node = self.arg(node, 0, "lhs"), self.arg(node, 3, "rhs"), self.arg(node, 6, "acc")
         else:
