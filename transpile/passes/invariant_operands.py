@@ -35,9 +35,9 @@ import libcst as cst
 
 from transpile.analysis.dot_loops import is_dot_call
 from transpile.cst_utils import bound_names, names_in
-from transpile.cst_walk import semantic_preorder
+from transpile.cst_walk import preorder, semantic_preorder
 from transpile.discover import ModuleFacts, language_name
-from transpile.passes import replaced, rewrite_functions
+from transpile.passes import Replace, replaced, rewrite_functions
 from transpile.source import SourceFile
 
 #: language calls that only rearrange or convert a tile (and the method `x.to(...)`)
@@ -107,7 +107,7 @@ class _Loops(cst.CSTTransformer):
 
     def hoist(self, loop: cst.For) -> tuple[list[cst.BaseStatement], cst.For]:
         bound = bound_names(loop.body) | names_in(loop.target)
-        dtypes = _tile_dtypes(self.fn, loop)
+        dtypes: dict[str, str] | None = None  # (the loop's loaded tiles and their pointers, where an operand reads one)
         made: dict[str, str] = {}  # expression text -> its name
         lines: list[cst.BaseStatement] = []
         replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
@@ -122,11 +122,14 @@ class _Loops(cst.CSTTransformer):
                     if isinstance(operand, cst.Name) or not self.pure(operand):
                         continue
                     # (`tile.dtype` of a tile the loop loads: its pointer parameter's element type)
+                    types = [n for n in semantic_preorder(operand) if isinstance(n, cst.Attribute)
+                             and n.attr.value == "dtype" and isinstance(n.value, cst.Name)]
+                    if types and dtypes is None:
+                        dtypes = _tile_dtypes(self.source, self.fn, loop)
                     typed = {id(n): cst.parse_expression(f"{dtypes[n.value.value]}.dtype.element_ty")
-                             for n in semantic_preorder(operand) if isinstance(n, cst.Attribute)
-                             and n.attr.value == "dtype" and isinstance(n.value, cst.Name) and n.value.value in dtypes}
+                             for n in types if n.value.value in dtypes}
                     if typed:
-                        operand = operand.visit(_Replace(typed))
+                        operand = operand.visit(Replace(typed))
                     reads = names_in(operand)
                     if not reads or reads & bound:
                         continue
@@ -154,44 +157,19 @@ class _Loops(cst.CSTTransformer):
         return lines, loop.with_changes(body=body, leading_lines=[])
 
 
-class _Replace(cst.CSTTransformer):
-    """Nodes replaced by id (`typed`: `tile.dtype` -> `ptr.dtype.element_ty`)."""
-
-    def __init__(self, by_id: dict[int, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.by_id = by_id
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        return self.by_id.get(id(original_node), updated_node)
-
-
-def _tile_dtypes(fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
+def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
     """The tiles the loop's own statements load once, each by a plain `name = tl.load(ptr, ...)` of a pointer made from
     a pointer parameter (`do + ...`, through a name the loop or the function binds once before: `p_do = do + ...`),
     with that parameter's name: the tile's `dtype` is its element type, the same every iteration. Only parameters the
     function rebinds by offsets alone (`do += ...`) or not at all."""
     params = {p.name.value for p in fn.params.params if p.annotation is None}
     binds: dict[str, list[cst.CSTNode]] = {}
-
-    class _Binds(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                for name in names_in(target.target):
-                    binds.setdefault(name, []).append(node)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            for name in names_in(node.target):
+    for node in preorder(fn.body):
+        targets = ([t.target for t in node.targets] if isinstance(node, cst.Assign) else
+                   [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else [])
+        for target in targets:
+            for name in names_in(target):
                 binds.setdefault(name, []).append(node)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            for name in names_in(node.target):
-                binds.setdefault(name, []).append(node)
-
-        def visit_For(self, node: cst.For) -> None:
-            for name in names_in(node.target):
-                binds.setdefault(name, []).append(node)
-
-    fn.body.visit(_Binds())
     offsets_only = {p for p in params if all(isinstance(b, cst.AugAssign) and isinstance(
         b.operator, (cst.AddAssign, cst.SubtractAssign)) for b in binds.get(p, []))}
 
@@ -220,12 +198,10 @@ def _tile_dtypes(fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1
                 and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
             continue
-        func = small.value.func
-        called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) \
-            else None
         positional = [a for a in small.value.args if a.keyword is None]
         name = small.targets[0].target.value
-        if called != "load" or not positional or len(binds.get(name, [])) != 1:
+        if language_name(source.qualified_name(small.value.func)) not in ("load", "core.load") or not positional \
+                or len(binds.get(name, [])) != 1:
             continue
         pointer = base(positional[0].value)
         if pointer is not None:

@@ -292,7 +292,7 @@ class AMDWarpPipeline(Rule):
         ctx.pipelined_loop(original, stage_plan)
         # (a warp-pipelined loop before this one that runs in the same launch: not a copy of it for another value of
         # a compile-time flag)
-        after = any(not _exclusive(ctx.function.node, earlier, original) for earlier in ctx.pipelined[:-1])
+        after = any(not _exclusive(ctx, earlier, original) for earlier in ctx.pipelined[:-1])
         return cst.FlattenSentinel(statements(_emit(ctx, stage_plan, updated.with_changes(leading_lines=[]),
                                                     self.pointer_copy, after),
                                                updated.leading_lines))
@@ -414,28 +414,23 @@ class _ConfigWarps(cst.CSTTransformer):
         return updated_node
 
 
-def _exclusive(function: cst.FunctionDef, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """Whether `first` and `second` lie in different branches of one `if` of `function` (the copies of a loop that
-    unswitching made, one per value of a flag): no launch runs both."""
+def _exclusive(ctx: RuleContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether `first` and `second` lie in different branches of one `if` of the function (the copies of a loop that
+    unswitching made, one per value of a flag, also inside a loop around them): no launch runs both."""
+    parents = ctx.source.parents
 
-    def path(node: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-        if node is target:
-            return [node]
-        for child in node.children:
-            found = path(child, target)
-            if found is not None:
-                return [node, *found]
-        return None
+    def branches(node: cst.CSTNode) -> dict[int, bool]:
+        """The `if`s around `node` (by id), each with whether `node` lies in its body."""
+        found: dict[int, bool] = {}
+        child, parent = node, parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.If):
+                found[id(parent)] = parent.body is child
+            child, parent = parent, parents.get(parent)
+        return found
 
-    a, b = path(function, first), path(function, second)
-    if a is None or b is None:
-        return False
-    for depth, (x, y) in enumerate(zip(a, b)):
-        if x is not y:
-            parent = a[depth - 1]
-            return isinstance(parent, cst.If) and (x is parent.body) != (y is parent.body) \
-                and parent.test not in (x, y)
-    return False
+    around = branches(first)
+    return any(branch in around and around[branch] != runs for branch, runs in branches(second).items())
 
 
 def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str | None, after: bool = False) -> str:
