@@ -172,7 +172,7 @@ PIPELINED = ["attention_fwd", "fx_attention_two_loops", "fx_attention_v_late", "
              "suite_rms_linear", "suite_paged_prefill", "suite_padded_head_attention", "suite_gemm_peeled_tail",
              "suite_gemm_even_mn", "suite_desc_linear", "canon_desc_carried_nt", "suite_decode_linear",
              "suite_gemm_small_warps", "grouped_gemm_ptr_array", "gated_operand_gemm",
-             "suite_a8w8_output_acc"]
+             "suite_a8w8_output_acc", "suite_chunk_states"]
 # Fixtures whose dot reads an operand computed from a loaded tile (a cast, a dequantisation): the computation's
 # arithmetic, the same in both, dilutes the ring's gain, so their bar is "never heavier" (at most 1.0x) on every target
 # (bench/RESULTS.md: computed operands).

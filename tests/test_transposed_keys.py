@@ -19,9 +19,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KT = (FIXTURES / "fx_attention_kt.py").read_text(encoding="utf-8")
 
 
-def rewritten(text: str) -> str | None:
+def rewritten(text: str, a_operands: bool = False) -> str | None:
     prepared = prepare(text, "k.py")
-    return transpose_key_tiles(prepared.source, prepared.facts, prepared.plans)
+    return transpose_key_tiles(prepared.source, prepared.facts, prepared.plans, a_operands)
 
 
 def test_k_is_loaded_transposed_and_transposed_in_the_dot() -> None:
@@ -87,10 +87,10 @@ print("SAME")
 """
 
 
-def _run_both(tmp_path: Path, source: str, run: str) -> subprocess.CompletedProcess:
+def _run_both(tmp_path: Path, source: str, run: str, a_operands: bool = False) -> subprocess.CompletedProcess:
     """`run` under Triton's interpreter, given the source module's path and its rewritten one's."""
     (tmp_path / "source.py").write_text(source)
-    (tmp_path / "rewritten.py").write_text(rewritten(source) or "")
+    (tmp_path / "rewritten.py").write_text(rewritten(source, a_operands) or "")
     (tmp_path / "run.py").write_text(run)
     return subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "source.py"),
                            str(tmp_path / "rewritten.py")], capture_output=True, text=True, timeout=300,
@@ -405,4 +405,48 @@ print("SAME")
 @pytest.mark.slow
 def test_the_rewritten_chunk_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
     result = _run_both(tmp_path, INTRA, INTRA_RUN)
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+STATES = (FIXTURES / "suite_chunk_states.py").read_text(encoding="utf-8")
+
+
+def test_an_a_operand_contiguous_along_its_first_axis_is_loaded_transposed_where_the_target_asks() -> None:
+    """K^T as the A operand of a chunk's state update: left as written for gfx942 (`a_operands` False), else loaded
+    as [BT, BK] and read through `tl.trans`; the B tile and the store's address as written; idempotent."""
+    assert rewritten(STATES) is None
+    text = rewritten(STATES, a_operands=True)
+    assert text is not None
+    assert len(text.splitlines()) == len(STATES.splitlines())
+    loop = text.split("for i_t in range(NT):")[1]
+    assert "p_k = k + o_k[None, :] + o_t[:, None] * (H * K)" in loop
+    assert "b_k = tl.load(p_k, mask=m_k[None, :] & m_t[:, None], other=0.0)" in loop
+    assert "b_h = tl.dot(tl.trans(b_k), b_v, b_h)" in loop  # (canonical: the accumulation in the dot)
+    assert "p_v = v + o_t[:, None] * (H * V) + o_v[None, :]" in loop
+    assert "p_h = h + i_t * H * K * V + o_k[:, None] * V + o_v[None, :]" in loop
+    assert rewritten(text, a_operands=True) is None
+
+
+STATES_RUN = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
+torch.manual_seed(0)
+k, v = (torch.randn(1, 150, 2, 96, dtype=torch.float16) / 4 for _ in range(2))
+expected, got = source.chunk_states(k, v), rewritten.chunk_states(k, v)
+assert torch.equal(expected, got), (expected - got).abs().max()
+print("SAME")
+"""
+
+
+@pytest.mark.slow
+def test_the_rewritten_chunk_states_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
+    result = _run_both(tmp_path, STATES, STATES_RUN, a_operands=True)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]

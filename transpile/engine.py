@@ -127,7 +127,9 @@ class Prepared:
     # the AMD targets' layouts, where a dot loop reads a tile computed from a loaded one (`with_operand_layouts`)
     operand_layouts: Prepared | None = field(default=None, repr=False)
     # the AMD targets' text, where an attention loop loads K as [HEAD_DIM, BLOCK_N] (`with_transposed_keys`)
-    transposed_keys: Prepared | None = field(default=None, repr=False)
+    # (one text with the A operands contiguous along their first axis transposed too, one without:
+    # `Target.transposed_a_operands`)
+    transposed_keys: dict[bool, Prepared] = field(default_factory=dict, repr=False)
     # kernels defined under a module-level block, where the file has no other: (name, TT007), kept as written
     nested: list[tuple[str, Diagnostic]] = field(default_factory=list)
     # ... and where it has kernels of its own, which are translated: the variant keeps these as written too
@@ -506,30 +508,34 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
     return prepared.tma[skip]
 
 
-def for_amd(prepared: Prepared) -> Prepared:
-    """What the AMD targets translate: K tiles of attention loops read transposed (`with_transposed_keys`), then the
-    layouts of computed operands (`with_operand_layouts`)."""
-    return with_operand_layouts(with_transposed_keys(prepared))
+def for_amd(prepared: Prepared, target: Target) -> Prepared:
+    """What the AMD target `target` translates: tiles contiguous along their first axis read transposed
+    (`with_transposed_keys`), then the layouts of computed operands (`with_operand_layouts`)."""
+    return with_operand_layouts(with_transposed_keys(prepared, target.transposed_a_operands))
 
 
-def with_transposed_keys(prepared: Prepared) -> Prepared:
-    """`prepared` with each attention loop's K tile loaded as [HEAD_DIM, BLOCK_N] loaded as its transpose and
-    transposed in the dot (`transpile.passes.transposed_keys`: the AMD rings copy 16 bytes along a tile's last axis,
-    K's head dimension); `prepared` itself where no loop does. The lines stay where they were; kept functions stay
-    as written (`Prepared.original`)."""
-    if prepared.transposed_keys is None:
-        text = transpose_key_tiles(prepared.source, prepared.facts, prepared.plans)
+def with_transposed_keys(prepared: Prepared, a_operands: bool) -> Prepared:
+    """`prepared` with each attention loop's K tile loaded as [HEAD_DIM, BLOCK_N], and each B operand tile of other
+    dot loops contiguous along its first axis (and each such A operand tile, with `a_operands`), loaded as its
+    transpose and transposed in the dot (`transpile.passes.transposed_keys`: the AMD rings copy 16 bytes along a
+    tile's last axis); `prepared` itself where no loop does. The lines stay where they were; kept functions stay as
+    written (`Prepared.original`)."""
+    if a_operands not in prepared.transposed_keys:
+        text = transpose_key_tiles(prepared.source, prepared.facts, prepared.plans, a_operands)
+        other = prepared.transposed_keys.get(not a_operands)
         if text is None:
-            prepared.transposed_keys = prepared
+            found = prepared
+        elif other is not None and other is not prepared and other.source.module.code == text:
+            found = other  # (no A operand read so: the same text)
         else:
             source = parse_source(text, prepared.source.path, prepared.source.line_map, prepared.source.inlined)
             facts = discover(source)
-            prepared.transposed_keys = Prepared(prepared.text, source, facts,
-                                                analyse_layouts(facts, prepared.own_loads),
-                                                prepared.original_source, block_pointers=prepared.block_pointers,
-                                                own_loads=prepared.own_loads)
-            prepared.transposed_keys.transposed_keys = prepared.transposed_keys
-    return prepared.transposed_keys
+            found = Prepared(prepared.text, source, facts, analyse_layouts(facts, prepared.own_loads),
+                             prepared.original_source, block_pointers=prepared.block_pointers,
+                             own_loads=prepared.own_loads)
+            found.transposed_keys[a_operands] = found
+        prepared.transposed_keys[a_operands] = found
+    return prepared.transposed_keys[a_operands]
 
 
 def with_operand_layouts(prepared: Prepared) -> Prepared:
@@ -586,7 +592,7 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
             "(the comments above them say why)", "(defined inside a module-level block, a class or a function: not translated)")
         return TranslationResult(path, target, header + text, list(outcomes.values()), sha256_text(text), text)
     if target.backend == "hip":
-        prepared = for_amd(prepared)
+        prepared = for_amd(prepared, target)
     if target.backend != "cuda" or not tma_tiles:
         return _translate(text, path, target, command, prepared, gluon_always, {})
     skip: frozenset[str] = frozenset()

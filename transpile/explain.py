@@ -22,13 +22,13 @@ def explain_file(path: Path, target: Target, display: str, gluon_always: bool = 
     text = read_text(path)
     prepared = prepare(text, display)  # the canonical text: what the rules read (same lines as the source)
     if target.backend == "hip":  # (what the AMD rules translate: `for_amd`)
-        prepared = for_amd(prepared)
+        prepared = for_amd(prepared, target)
     result = translate_source(text, display, target, prepared=prepared, gluon_always=gluon_always)
     outcomes: dict[str, KernelOutcome] = {}
     for o in result.functions:
         outcomes.setdefault(o.name, o)  # (a kernel of one name in two branches of a module-level `if`: the first)
     # the module, or the module-level blocks its kernels stand in, each translated as a module (`transpile.blocks`)
-    blocks = [for_amd(p) if target.backend == "hip" else p for p in prepare_blocks(prepared)]
+    blocks = [for_amd(p, target) if target.backend == "hip" else p for p in prepare_blocks(prepared)]
     functions = [(p.source, fn, p.plans[fn.name]) for p in [prepared, *blocks] for fn in p.facts.functions.values()]
     tables: list[Table] = []
     for source, fn, plan in functions:

@@ -1397,6 +1397,24 @@ def _chunk_intra_inputs(s, device, gen):
     return tuple(_randn(gen, *shape, device=device) / 4 for _ in range(3))
 
 
+def _chunk_states_inputs(s, device, gen):
+    shape = (s["B"], s["T"], s["H"], s["D"])
+    return tuple(_randn(gen, *shape, device=device) / 4 for _ in range(2))
+
+
+def _ref_chunk_states(k, v, BT=64):
+    B, T, H, K = k.shape
+    NT = -(-T // BT)
+    h = torch.zeros(B, NT, H, K, v.shape[-1], dtype=torch.float64, device=k.device)
+    state = torch.zeros(B, H, K, v.shape[-1], dtype=torch.float64, device=k.device)
+    for t in range(NT):
+        h[:, t] = state
+        rows = slice(t * BT, min((t + 1) * BT, T))
+        kc, vc = (x.double()[:, rows].transpose(1, 2) for x in (k, v))  # [B, H, rows, D]
+        state = state + kc.transpose(-1, -2) @ vc
+    return h
+
+
 def _ref_chunk_intra(q, k, v, scale=None, BT=64):
     B, T, H, K = q.shape
     scale = K**-0.5 if scale is None else scale
@@ -1594,6 +1612,12 @@ SUITE_CASES: list[Case] = [
          make_inputs=_chunk_intra_inputs, reference=_ref_chunk_intra, shape=dict(B=2, T=1000, H=3, D=256),
          small_shape=dict(B=1, T=100, H=2, D=128), bench_shape=dict(B=8, T=8192, H=16, D=256), atol=2e-2, rtol=2e-2,
          flops=lambda s: 2.0 * s["B"] * s["T"] * 64 * s["H"] * s["D"] * 2),
+    # Chunk states of chunked linear attention: the keys read transposed ([BK, BT], contiguous along the first axis)
+    # as the A operand of the state's update, the state stored each chunk; a short last chunk, ragged head dimensions.
+    Case(name="suite_chunk_states", fixture="suite_chunk_states", wrapper="chunk_states",
+         make_inputs=_chunk_states_inputs, reference=_ref_chunk_states, shape=dict(B=2, T=1000, H=3, D=96),
+         small_shape=dict(B=1, T=100, H=2, D=64), bench_shape=dict(B=8, T=8192, H=16, D=128), atol=2e-2, rtol=2e-2,
+         flops=lambda s: 2.0 * s["B"] * s["T"] * s["H"] * s["D"] * s["D"]),
     # Block-sparse causal attention: key blocks listed per query block, read through a pointer the loop advances,
     # the scores started from the causal mask; a ragged last block (1000 tokens), several heads.
     Case(name="suite_block_sparse_attention", fixture="suite_block_sparse_attention", wrapper="block_sparse_attention",

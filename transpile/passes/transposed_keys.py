@@ -48,7 +48,8 @@ from transpile.passes import Replace
 from transpile.source import SourceFile
 
 
-def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan]) -> str | None:
+def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], a_operands: bool = False
+                        ) -> str | None:
     replacements: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     for fn in facts.functions.values():
         plan = plans.get(fn.name)
@@ -60,7 +61,7 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
                 continue
             att = plan_attention_loop(source, loop.node, plan, 2, in_order=True)
             if not isinstance(att, AttentionPlan):
-                replacements += _transposed_operands(source, fn, plan, loop.node, lang)
+                replacements += _transposed_operands(source, fn, plan, loop.node, lang, a_operands)
                 continue
             body = list(loop.node.body.body)  # type: ignore[union-attr]
             # (the scores' K tile, then those of the products added to the scores: each read as its transpose)
@@ -147,15 +148,18 @@ def _expanded(node: cst.BaseExpression, definitions: dict[str, cst.BaseExpressio
     return substituted(node, values)
 
 
-def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, loop: cst.For, lang: str
-                         ) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, loop: cst.For, lang: str,
+                         a_operands: bool) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     """The rewrites that read each B operand tile of the loop's dots that is contiguous along its first axis (a
     [K, N] tile with K contiguous: keys loaded transposed in chunked linear attention, a block pointer of order
     `(0, 1)`) as its transpose, the dot reading `tl.trans(tile)`: its address and mask with every `v[:, None]` and
     `v[None, :]` swapped, and so the definitions of the 2-D names they read, where those are bound once (in the loop
     before the load, or before the loop and moved in it by scalars) and read by that load alone. The ring then copies
-    [N, K] slots 16 bytes a lane along K, which the MMA reads as B as it reads a K-major B. Only a tile the loop loads
-    once, by a plain `tl.load`, that the function reads nowhere but as B operands of dots of the loop."""
+    [N, K] slots 16 bytes a lane along K, which the MMA reads as B as it reads a K-major B. With `a_operands`, so is
+    an A operand tile contiguous along its first axis (a [M, K] tile with M contiguous: K^T of a chunk's state
+    update `b_h += tl.dot(b_k, b_v)`, X^T of a weight gradient), its [K, M] slots read through a transposed view. Only
+    a tile the loop loads once, by a plain `tl.load`, that the function reads nowhere but as operands of dots of the
+    loop."""
     body = list(loop.body.body)  # type: ignore[union-attr]
     function = fn.node
     terms = name_terms(plan)
@@ -174,9 +178,11 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         name, call = assigned
         if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
             continue
-        operands = [plan.dots[dot].b for i, dot in dots if i > index and isinstance(plan.dots[dot].b, cst.Name)
-                    and plan.dots[dot].b.value == name]
-        # (the tile is read as B operands alone: no A operand, no other read, none after the loop)
+        operands = [operand for i, dot in dots if i > index
+                    for operand in ((plan.dots[dot].a, plan.dots[dot].b) if a_operands else (plan.dots[dot].b,))
+                    if isinstance(operand, cst.Name) and operand.value == name]
+        # (the tile is read as operands alone (B operands alone without `a_operands`): no other read, none after the
+        # loop)
         if not operands or scoped.occurrences(name) != 1 + len(operands):
             continue
         positional = [a for a in call.args if a.keyword is None]

@@ -42,6 +42,11 @@ class Target:
     # snippets of this target that call others besides those SNIPPET_DEPENDENCIES lists for every target (each
     # brings its own SNIPPET_DEPENDENCIES)
     snippet_needs: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    # AMD: an A operand tile contiguous along its first axis (K^T read as [BK, BT], `offs_k[:, None] + offs_t[None, :]
+    # * stride`) is loaded as its transpose and read through a transposed view of its ring slot
+    # (`transpile.passes.transposed_keys`); where False, such a loop's A tile stays as written (gfx942: that view's
+    # MFMA operand reads measured heavier than Triton's own compile at 128-wide tiles, bench/RESULTS.md)
+    transposed_a_operands: bool = False
 
     def gpu_target(self):  # noqa: ANN201 - triton.backends.compiler.GPUTarget, imported lazily (slow import)
         from triton.backends.compiler import GPUTarget

@@ -33,8 +33,8 @@ def _rules(engine: str, pointer_copy: str | None = None, late_reads: bool = Fals
 
 def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, mma: str, copy: str, lds: int,
                 mma_snippets: dict[str, str], imports: tuple[str, ...], k_widths: str, engine: str,
-                buffer_ops: str, pointer_copy: str | None = None, scaled_mma: str = "", late_reads: bool = False
-                ) -> Target:
+                buffer_ops: str, pointer_copy: str | None = None, scaled_mma: str = "", late_reads: bool = False,
+                transposed_a_operands: bool = True) -> Target:
     """`buffer_ops`: the module of the target's buffer loads (`gl.amd.cdna3`, ...); `pointer_copy`: its direct-to-LDS
     copy of a pointer tile where the descriptor tiles go by another engine (gfx1250)."""
     snippets = {
@@ -69,7 +69,8 @@ def _amd_target(name: str, aliases: tuple[str, ...], arch: str, warp_size: int, 
     }
     return Target(name=name, aliases=aliases, backend="hip", arch=arch, warp_size=warp_size, mma=mma,
                   copy_engine=copy, shared_memory_bytes=lds, min_triton=(3, 9), rules=_rules(engine, pointer_copy, late_reads),
-                  imports=(*GLUON_IMPORTS, *imports), snippets=snippets, scaled_mma=scaled_mma)
+                  imports=(*GLUON_IMPORTS, *imports), snippets=snippets, scaled_mma=scaled_mma,
+                  transposed_a_operands=transposed_a_operands)
 
 
 def _mfma(arch: str, version: int, depths: str, k_widths: str, instr_name: str,
@@ -102,6 +103,7 @@ GFX942 = _amd_target(
     ("from triton.experimental.gluon.language.amd.cdna3 import mfma",), "{8: 8, 16: 4, 32: 1}", "registers",
     "gl.amd.cdna3",
     scaled_mma="has no scaled MFMA (Triton's own compile upcasts the operands to bf16 in software)",
+    transposed_a_operands=False,
 )
 GFX950 = _amd_target(
     "gfx950", ("mi350",), "gfx950", 64, "MFMA (gl.amd.cdna4.mfma, AMDMFMALayout version 4)",
