@@ -450,3 +450,101 @@ print("SAME")
 def test_the_rewritten_chunk_states_kernel_computes_what_the_source_computes(tmp_path: Path) -> None:
     result = _run_both(tmp_path, STATES, STATES_RUN, a_operands=True)
     assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+# Attention's backward as the Triton tutorial writes it: Q read transposed through run-time strides, `qT_ptrs = Q +
+# offs_m[None, :] * stride_tok + offs_d[:, None] * stride_d`, beside K, V and dO made with `offs_d[None, :] *
+# stride_d`, and read as loaded by one dot and transposed by another.
+BWD = (FIXTURES / "suite_attention_bwd.py").read_text(encoding="utf-8")
+TUTORIAL_BWD = BWD
+for old, new in [
+        ("sm_scale, N_CTX, stride_bh, stride_tok,", "sm_scale, N_CTX, stride_bh, stride_tok, stride_d,"),
+        ("offs_n[:, None] * stride_tok + offs_d[None, :]", "offs_n[:, None] * stride_tok + offs_d[None, :] * stride_d"),
+        ("q_ptrs = Q + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :]",
+         "qT_ptrs = Q + bh * stride_bh + offs_m[None, :] * stride_tok + offs_d[:, None] * stride_d"),
+        ("do_ptrs = DO + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :]",
+         "do_ptrs = DO + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d"),
+        ("q = tl.load(q_ptrs, mask=rows[:, None] < N_CTX, other=0.0)",
+         "qT = tl.load(qT_ptrs, mask=rows[None, :] < N_CTX, other=0.0)"),
+        ("qkT = tl.dot(k, tl.trans(q))", "qkT = tl.dot(k, qT)"),
+        ("dk += tl.dot(dsT.to(tl.float16), q)", "dk += tl.dot(dsT.to(tl.float16), tl.trans(qT))"),
+        ("q_ptrs += BLOCK_M * stride_tok", "qT_ptrs += BLOCK_M * stride_tok"),
+        ("sm_scale, T, q.stride(0), q.stride(1),", "sm_scale, T, q.stride(0), q.stride(1), q.stride(2),")]:
+    assert old in TUTORIAL_BWD, old
+    TUTORIAL_BWD = TUTORIAL_BWD.replace(old, new)
+
+
+def test_a_tile_read_transposed_through_run_time_strides_is_loaded_as_its_transpose() -> None:
+    """Q^T's first axis is strided by `stride_d`, the last-axis stride of K, V, dO, dK and dV: loaded as [BLOCK_M,
+    HEAD_DIM], its dots swap their forms; dO (its last axis `stride_d`) stays as written. An A operand, it is read as
+    loaded, so gfx942's text changes too."""
+    for a_operands in (False, True):
+        text = rewritten(TUTORIAL_BWD, a_operands)
+        assert text is not None
+        loop = text.split("for start_m in range(0, N_CTX, BLOCK_M):")[1]
+        assert "qT = tl.load((Q + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d)" in loop \
+            or "qT = tl.load(qT_ptrs, mask=rows[:, None] < N_CTX, other=0.0)" in loop, loop
+        assert "qkT = tl.dot(k, tl.trans(qT))" in loop
+        assert "tl.dot(dsT.to(tl.float16), qT" in loop
+        assert "do_ptrs = DO + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d" in text
+        assert rewritten(text, a_operands) is None
+
+
+def test_a_tile_whose_last_axis_is_the_usual_one_is_left_as_written() -> None:
+    """The same kernel with every tile but Q^T strided along its first axis by `stride_d`: Q^T is then the tile read
+    as the others are, and nothing changes."""
+    text = TUTORIAL_BWD.replace("offs_d[None, :] * stride_d", "offs_d[None, :] * stride_e").replace(
+        "stride_tok, stride_d,", "stride_tok, stride_d, stride_e,")
+    assert rewritten(text, True) is None
+
+
+TUTORIAL_BWD_RUN = """
+import importlib.util, sys
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+source, rewritten = load(sys.argv[1], "source"), load(sys.argv[2], "rewritten")
+torch.manual_seed(0)
+BH, T, D = 2, 100, 64
+q, k, v, do = (torch.randn(BH, T, D, dtype=torch.float16) / 4 for _ in range(4))
+m = torch.randn(BH, T, dtype=torch.float32).abs() + 4
+delta = torch.randn(BH, T, dtype=torch.float32) / 4
+expected = source.attention_bwd_dkdv(q, k, v, do, m, delta, 0.125)
+got = rewritten.attention_bwd_dkdv(q, k, v, do, m, delta, 0.125)
+for e, g in zip(expected, got):
+    assert torch.equal(e, g), (e.float() - g.float()).abs().max()
+print("SAME")
+"""
+
+
+@pytest.mark.slow
+def test_the_rewritten_tutorial_backward_computes_what_the_source_computes(tmp_path: Path) -> None:
+    result = _run_both(tmp_path, TUTORIAL_BWD, TUTORIAL_BWD_RUN, a_operands=True)
+    assert result.returncode == 0 and "SAME" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_tutorial_backward_is_pipelined_on_gfx950_and_compiles(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read as its transpose, Q is the fixture's tile (suite_attention_bwd): the dK/dV loop is pipelined, its
+    launcher runs the Gluon kernel where `stride_d` is 1, and the variant compiles."""
+    import json
+    import tempfile
+
+    from transpile.engine import translate_source
+    from transpile.targets import get_target
+    from transpile.verify import verify
+
+    result = translate_source(TUTORIAL_BWD, "bwd.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert 'unit=("stride_d",)' in result.text  # (the launcher runs the source kernel where it is not 1)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {**json.loads((FIXTURES / "verify.json").read_text(encoding="utf-8"))["suite_attention_bwd.py"],
+              "stride_d": 1}
+    compiled = verify(result, values)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

@@ -36,9 +36,9 @@ import libcst as cst
 from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attention_loop, swapped_axes,
                                           top_definitions, transposed_k)
 from transpile.analysis.dot_loops import dot_loops
-from transpile.analysis.launch_alignment import first_axis_contiguous
+from transpile.analysis.launch_alignment import first_axis_contiguous, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.pipeline import loop_bindings
+from transpile.analysis.pipeline import _transposed_name, loop_bindings
 from transpile.analysis.stages import not_elementwise
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, single_assign,
                                  substituted, unparenthesized)
@@ -178,12 +178,21 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         name, call = assigned
         if language_name(source.qualified_name(call.func)) not in ("load", "core.load"):
             continue
-        operands = [operand for i, dot in dots if i > index
-                    for operand in ((plan.dots[dot].a, plan.dots[dot].b) if a_operands else (plan.dots[dot].b,))
-                    if isinstance(operand, cst.Name) and operand.value == name]
-        # (the tile is read as operands alone (B operands alone without `a_operands`): no other read, none after the
-        # loop)
-        if not operands or scoped.occurrences(name) != 1 + len(operands):
+        # (the tile read as an operand, `tl.dot(k, qT)`, is read through a transposed view of its slot once loaded as
+        # its transpose; read transposed, `tl.dot(ds, tl.trans(qT))`, it is read as loaded. A plain A operand is
+        # taken only with `a_operands`)
+        plain, transposed = [], []
+        for i, dot in dots:
+            if i <= index:
+                continue
+            for position, operand in enumerate((plan.dots[dot].a, plan.dots[dot].b)):
+                inner = _transposed_name(source, operand)
+                if isinstance(inner, cst.Name) and inner.value == name:
+                    transposed.append(operand)
+                elif isinstance(operand, cst.Name) and operand.value == name and (position or a_operands):
+                    plain.append(operand)
+        # (the tile is read as operands alone: no other read, none after the loop)
+        if not plain + transposed or scoped.occurrences(name) != 1 + len(plain) + len(transposed):
             continue
         positional = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -196,8 +205,8 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         # unswitched loop makes its own `p_k`, which the function-wide definitions do not give)
         local = bindings.get(pointer.value) if isinstance(pointer, cst.Name) else None
         address = local[1] if local is not None and local[0] < index else pointer
-        if pointer is None or not first_axis_contiguous(fn, address) or (other is not None and not _scalar(
-                other, terms)):
+        if pointer is None or not (first_axis_contiguous(fn, address) or _strided_as_transposed(
+                source, fn, loop, body, call, scoped)) or (other is not None and not _scalar(other, terms)):
             continue
         names: dict[str, cst.BaseExpression] = {}  # 2-D names the address and mask read -> where they are bound
         swappable = _Swappable(terms, function, loop, body, index, scoped, names)
@@ -208,9 +217,37 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         replacements.append((call, call.with_changes(args=[
             a.with_changes(value=swapped_axes(a.value)) if a.value is pointer or a.value is mask else a
             for a in call.args])))
-        for operand in operands:
+        for operand in plain:
             replacements.append((operand, cst.parse_expression(f"{lang}.trans({name})")))
+        for operand in transposed:
+            replacements.append((operand, cst.Name(name)))
     return replacements
+
+
+def _strided_as_transposed(source: SourceFile, fn: JitFunction, loop: cst.For, body: list[cst.BaseStatement],
+                           call: cst.Call, scope: _LoopScope) -> bool:
+    """Whether the tile `call` loads is read transposed through run-time strides (the tutorial's attention backward:
+    `qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None] * stride_d`, beside tiles made with
+    `offs_k[None, :] * stride_d`): each stride of its first axis scales the last axis of more of the function's 2-D
+    tiles (loaded or stored) than any stride of its last axis does. Read as its transpose, its last-axis stride is
+    the one the launch already vouches for as 1 for those tiles. The address is read where it is bound once (moved by
+    `+=`)."""
+    pointer = call.args[0].value if call.args and call.args[0].keyword is None else None
+    if isinstance(pointer, cst.Name):
+        index = next(i for i, statement in enumerate(body) if any(c is call for c in calls_in(statement)))
+        pointer = _bound_once(pointer.value, fn.node, loop, body, index, scope)
+    if pointer is None:
+        return False
+    last, _ = pointer_tile_strides(fn, [pointer], [])
+    first, _ = pointer_tile_strides(fn, [swapped_axes(pointer)], [])
+    if not last or not first:
+        return False
+    on_last: Counter = Counter()
+    for node in preorder(fn.node.body):
+        if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and language_name(
+                source.qualified_name(node.func)) in ("load", "core.load", "store", "core.store"):
+            on_last.update(set(pointer_tile_strides(fn, [node.args[0].value], [])[0]))
+    return min(on_last[name] for name in first) > max(on_last[name] for name in last)
 
 
 class _LoopScope:
