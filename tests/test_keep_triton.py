@@ -605,3 +605,18 @@ def test_a_construct_triton_rejects_is_the_reason_before_what_else_the_translati
         assert not kernel.translated and NOT_TRITON in (kernel.kept_reason or ""), kernel.kept_reason
         assert any("tensor after this `if` branch" in d.message for d in result.diagnostics), \
             [d.message for d in result.diagnostics]
+
+
+@pytest.mark.parametrize("fixture", ["suite_lora", "suite_linear_attn"])
+def test_a_loop_of_several_dots_no_sm90_ring_takes_names_the_translations_measurement(fixture: str) -> None:
+    """sm90 keeps a loop of several dots that is neither one GEMM nor attention, and says what its translation without
+    a ring measured (each dot one wgmma waited for at once); the AMD targets, whose warp pipeline reads such loops,
+    do not carry that measurement."""
+    text = (FIXTURES / f"{fixture}.py").read_text(encoding="utf-8")
+    result = translate_source(text, f"{fixture}.py", get_target("sm90"))
+    kept = [f for f in result.functions if not f.pipelined and f.kept_reason]
+    assert kept and all("are neither one GEMM nor the two chained dots of attention" in f.kept_reason for f in kept)
+    assert all("measured 0.26x and 0.67x their source on an H100" in f.kept_reason for f in kept)
+    for target in ("gfx950", "gfx942"):
+        amd = translate_source(text, f"{fixture}.py", get_target(target))
+        assert not any("wgmma waited for at once" in (f.kept_reason or "") for f in amd.functions)

@@ -288,8 +288,15 @@ def loop_reason(ctx: RuleContext, loop: DotLoop) -> str:
                      "(the AMD warp pipeline takes such loops)")
         else:
             shape = "; no dot of it is fed by a tile loaded in the loop"
+        measured = ""
+        if ctx.target.name == "sm90":
+            # (what the translation without a ring runs, `--gluon-always`: each dot one wgmma, waited for at once)
+            measured = ("; translated without a ring, each dot runs as one wgmma waited for at once and no copy runs "
+                        "ahead: such loops measured 0.26x and 0.67x their source on an H100 (suite_lora, "
+                        "suite_linear_attn) and 0.22-0.50x on chained dots on an H200 (bench/RESULTS.md), so the "
+                        "loop stays as Triton pipelines it")
         return (f"its {len(loop.dots)} dots (lines {where}) are neither one GEMM nor the two chained dots of "
-                f"attention, the loops the {ctx.target.name} pipeline rules take{shape}")
+                f"attention, the loops the {ctx.target.name} pipeline rules take{shape}{measured}")
     if isinstance(loop.node, cst.While):
         return ("a `while` loop: the pipeline rules take counted loops (`for k in range(0, K, BLOCK_K)`, "
                 "`tl.range(...)`), whose trip count they can split into a prologue and a steady state")
