@@ -491,6 +491,19 @@ def test_a_tile_read_transposed_through_run_time_strides_is_loaded_as_its_transp
         assert rewritten(text, a_operands) is None
 
 
+def test_a_tile_read_for_its_type_too_is_loaded_as_its_transpose() -> None:
+    """`dsT.to(qT.dtype)` (FlagGems' spelling) reads Q^T's element type, the same read transposed: still rewritten;
+    a read of its values outside the dots (`tl.where(..., qT, 0.0)`) leaves it as written."""
+    typed = TUTORIAL_BWD.replace("dk += tl.dot(dsT.to(tl.float16), tl.trans(qT))",
+                                 "dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT))")
+    assert typed != TUTORIAL_BWD
+    text = rewritten(typed, True)
+    assert text is not None and "tl.dot(dsT.to(qT.dtype), qT" in text
+    valued = typed.replace("        qkT = tl.dot(k, qT)\n",
+                           "        qT = tl.where(rows[None, :] < N_CTX, qT, 0.0)\n        qkT = tl.dot(k, qT)\n")
+    assert valued != typed and rewritten(valued, True) is None
+
+
 def test_a_tile_whose_last_axis_is_the_usual_one_is_left_as_written() -> None:
     """The same kernel with every tile but Q^T strided along its first axis by `stride_d`: Q^T is then the tile read
     as the others are, and nothing changes."""

@@ -191,8 +191,10 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
                     transposed.append(operand)
                 elif isinstance(operand, cst.Name) and operand.value == name and (position or a_operands):
                     plain.append(operand)
-        # (the tile is read as operands alone: no other read, none after the loop)
-        if not plain + transposed or scoped.occurrences(name) != 1 + len(plain) + len(transposed):
+        # (the tile is read as operands alone, and for its type, `.to(kT.dtype)`: no other read, none after the
+        # loop)
+        if not plain + transposed or scoped.occurrences(name) != 1 + len(plain) + len(transposed) + scoped.dtype_reads(
+                name):
             continue
         positional = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -266,6 +268,12 @@ class _LoopScope:
 
     def occurrences(self, name: str) -> int:
         return self.inside[name] if self.local(name) else self.every[name]
+
+    def dtype_reads(self, name: str) -> int:
+        """How often `name.dtype` is read (its element type, the same once the tile is read transposed)."""
+        where = self.loop.body if self.local(name) else self.function.body
+        return sum(1 for n in preorder(where) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)
+                   and n.value.value == name and n.attr.value == "dtype")
 
     def bindings(self, name: str, counts: dict[str, int]) -> int:
         if self.local(name):
