@@ -99,3 +99,44 @@ def test_the_renamed_loop_computes_the_same_values() -> None:
             exec(line, env)  # noqa: S102 - the test's own kernel text
         results.append((env["mask"], env.get("mask_1", env["mask"])))
     assert torch.equal(results[0][0], results[1][0])
+
+
+# The Triton tutorial's attention backward, inlined: `offs_m` makes Q^T's address before the loop and is bound again
+# in it for the rows the iteration reads (the statistics, the causal mask).
+SHADOWED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def dkdv(Q, M, k, out_ptr, start_m, stride_tok, num_steps, BLOCK_M: tl.constexpr, D: tl.constexpr):
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, D)
+    qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None]
+    curr_m = start_m
+    acc = tl.zeros((D, BLOCK_M), dtype=tl.float32)
+    for blk in range(num_steps):
+        qT = tl.load(qT_ptrs)
+        offs_m = curr_m + tl.arange(0, BLOCK_M)
+        m = tl.load(M + offs_m)
+        acc += tl.dot(k, qT) - m[None, :]
+        curr_m += BLOCK_M
+        qT_ptrs += BLOCK_M * stride_tok
+    tl.store(out_ptr + offs_k[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :], acc)
+'''
+
+
+def test_a_name_the_loop_binds_again_after_its_value_made_an_address_gets_a_name_of_its_own() -> None:
+    """The loop's `offs_m` is named afresh in the loop (one value, one layout a name); the address made before the
+    loop keeps reading the first. Left as written where the loop reads the name before binding it, or code after the
+    loop reads it."""
+    text = rewrite(SHADOWED)
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    assert "qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None]" in lines
+    assert "offs_m_1 = curr_m + tl.arange(0, BLOCK_M)" in lines
+    assert "m = tl.load(M + offs_m_1)" in lines
+    assert rewrite(text) is None
+    read_first = SHADOWED.replace("        qT = tl.load(qT_ptrs)\n", "        qT = tl.load(qT_ptrs + offs_m[None, :] * 0)\n")
+    assert read_first != SHADOWED and rewrite(read_first) is None
+    read_after = SHADOWED.replace("tl.arange(0, BLOCK_M)[None, :], acc)", "offs_m[None, :], acc)")
+    assert read_after != SHADOWED and rewrite(read_after) is None

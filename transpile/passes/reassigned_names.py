@@ -23,6 +23,12 @@ branch of them) bind, each time by a plain `name = value`, and that the iteratio
 binding (a value carried from the previous iteration, an accumulator, is left as written) is renamed; nothing in a
 loop that runs no dot itself (a persistent loop around the dot loop). Lines are kept.
 
+A name a line before a loop at the function's top level binds, that the loop binds again before reading it and that
+nothing after the loop reads (the Triton tutorial's attention backward: `offs_m` makes Q^T's address before the loop,
+then the rows each iteration reads), is named afresh in the loop too: the address made before the loop reads the first
+value, the iteration its own, and each name has one layout in the variant (one name for both would need a layout
+conversion inside the pipelined loop).
+
 `rename_reassigned(source, facts)` returns the new module text and the functions it replaced (old node -> new), or
 None when nothing changes.
 """
@@ -50,6 +56,9 @@ class _Loops(cst.CSTTransformer):
         self.source = source
         self.changed = False
         self.taken = names_in(fn)
+        # (the names each top-level loop of the function shadows: bound before it, bound again in it and read there
+        # only after that binding, read nowhere after it)
+        self.shadowed = _shadowed(fn)
 
     def fresh(self, base: str) -> str:
         i = 1
@@ -104,6 +113,18 @@ class _Loops(cst.CSTTransformer):
         loop_names = names_in(updated_node.target)
         feeding = self.feeding_loads(body)
         changed = False
+        for name in sorted(self.shadowed.get(original_node, ())):
+            at = bindings.get(name, [])
+            if len(at) != 1 or name in nested or name in loop_names \
+                    or any(name in read_names(s) for s in body[:at[0]]) or _reads_own(body[at[0]], name):
+                continue
+            # (its value before the loop is the one the tiles' addresses made there read; the iteration's own value
+            # under a name of its own, so that each name has one value, and one layout, in the variant)
+            new = self.fresh(name)
+            body[at[0]] = _renamed_target(body[at[0]], name, new)
+            for j in range(at[0] + 1, len(body)):
+                body[j] = substituted(body[j], {name: cst.Name(new)})
+            changed = self.changed = True
         for name, at in sorted(bindings.items()):
             if len(at) < 2 or name in nested or name in loop_names or name not in feeding:
                 continue
@@ -121,6 +142,23 @@ class _Loops(cst.CSTTransformer):
         if not changed:
             return updated_node
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+
+def _shadowed(fn: cst.FunctionDef) -> dict[cst.For, set[str]]:
+    """For each loop at the top level of `fn`: the names a line before it (at the top level, not in an earlier loop
+    or branch) binds, that it binds again, and that no statement after it reads (the loop's value never leaves
+    it)."""
+    found: dict[cst.For, set[str]] = {}
+    top = list(fn.body.body)  # type: ignore[union-attr]
+    for i, statement in enumerate(top):
+        if not isinstance(statement, cst.For):
+            continue
+        before: set[str] = set().union(*(assigned_names(s) for s in top[:i] if isinstance(s, cst.SimpleStatementLine)))
+        after: set[str] = set().union(*(names_in(s) for s in top[i + 1:])) if i + 1 < len(top) else set()
+        names = (_bound_in(statement) & before) - after - names_in(statement.target)
+        if names:
+            found[statement] = names
+    return found
 
 
 def _bound_in(statement: cst.BaseStatement) -> set[str]:
