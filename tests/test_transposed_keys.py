@@ -483,8 +483,9 @@ def test_a_tile_read_transposed_through_run_time_strides_is_loaded_as_its_transp
         text = rewritten(TUTORIAL_BWD, a_operands)
         assert text is not None
         loop = text.split("for start_m in range(0, N_CTX, BLOCK_M):")[1]
-        assert "qT = tl.load((Q + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d)" in loop \
-            or "qT = tl.load(qT_ptrs, mask=rows[:, None] < N_CTX, other=0.0)" in loop, loop
+        # (the address swapped where it is bound, before the loop, and moved in it by `+=` of scalars)
+        assert "qT_ptrs = Q + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d" in text
+        assert "qT = tl.load(qT_ptrs, mask=rows[:, None] < N_CTX, other=0.0)" in loop, loop
         assert "qkT = tl.dot(k, tl.trans(qT))" in loop
         assert "tl.dot(dsT.to(tl.float16), qT" in loop
         assert "do_ptrs = DO + bh * stride_bh + offs_m[:, None] * stride_tok + offs_d[None, :] * stride_d" in text

@@ -260,7 +260,7 @@ def _inline_descriptor_load(plan: LayoutPlan, operand: cst.BaseExpression, dot_i
     return OperandLoad(dot_index, f"{desc}_tile", desc, operand, transposed=transposed, inline=True)
 
 
-def _transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: bool = False
+def transposed_name(source: SourceFile, operand: cst.BaseExpression, calls: bool = False
                      ) -> cst.BaseExpression | None:
     """`w` of a dot operand written `tl.trans(w)` or `tl.permute(w, (1, 0))` (canonicalisation turns `w.T` into
     `tl.trans(w)`), else None; with `calls`, `w` may be a call (`tl.trans(w_desc.load(...))`)."""
@@ -891,7 +891,7 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
             names.append(" ".join(source.code(operand).split()))
             chained = True
             continue
-        transposed = _transposed_name(source, operand, inline_loads) if transposed_operands else None
+        transposed = transposed_name(source, operand, inline_loads) if transposed_operands else None
         views[position] = transposed is not None
         if transposed is not None:
             operand = transposed

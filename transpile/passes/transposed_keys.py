@@ -38,7 +38,7 @@ from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attent
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.launch_alignment import first_axis_contiguous, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.pipeline import _transposed_name, loop_bindings
+from transpile.analysis.pipeline import loop_bindings, transposed_name
 from transpile.analysis.stages import not_elementwise
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, single_assign,
                                  substituted, unparenthesized)
@@ -170,6 +170,7 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
     # this copy alone, `loop_local`)
     scoped = _LoopScope(function, loop, occurrences)
     bindings = loop_bindings(loop)
+    on_last: Counter | None = None  # (`_last_axis_strides`, counted once the first tile asks)
     replacements: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     for index, statement in enumerate(body):
         assigned = single_assign(statement)
@@ -186,7 +187,7 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
             if i <= index:
                 continue
             for position, operand in enumerate((plan.dots[dot].a, plan.dots[dot].b)):
-                inner = _transposed_name(source, operand)
+                inner = transposed_name(source, operand)
                 if isinstance(inner, cst.Name) and inner.value == name:
                     transposed.append(operand)
                 elif isinstance(operand, cst.Name) and operand.value == name and (position or a_operands):
@@ -207,9 +208,14 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
         # unswitched loop makes its own `p_k`, which the function-wide definitions do not give)
         local = bindings.get(pointer.value) if isinstance(pointer, cst.Name) else None
         address = local[1] if local is not None and local[0] < index else pointer
-        if pointer is None or not (first_axis_contiguous(fn, address) or _strided_as_transposed(
-                source, fn, loop, body, call, scoped)) or (other is not None and not _scalar(other, terms)):
+        if pointer is None or other is not None and not _scalar(other, terms):
             continue
+        if not first_axis_contiguous(fn, address):
+            on_last = _last_axis_strides(source, fn) if on_last is None else on_last
+            # (a pointer given as `pointer=` aside)
+            if not positional or not _strided_as_transposed(fn, loop, body, index, positional[0].value, scoped,
+                                                            on_last):
+                continue
         names: dict[str, cst.BaseExpression] = {}  # 2-D names the address and mask read -> where they are bound
         swappable = _Swappable(terms, function, loop, body, index, scoped, names)
         if not all(swappable(node) for node in (pointer, mask) if node is not None):
@@ -226,30 +232,34 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
     return replacements
 
 
-def _strided_as_transposed(source: SourceFile, fn: JitFunction, loop: cst.For, body: list[cst.BaseStatement],
-                           call: cst.Call, scope: _LoopScope) -> bool:
-    """Whether the tile `call` loads is read transposed through run-time strides (the tutorial's attention backward:
-    `qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None] * stride_d`, beside tiles made with
-    `offs_k[None, :] * stride_d`): each stride of its first axis scales the last axis of more of the function's 2-D
-    tiles (loaded or stored) than any stride of its last axis does. Read as its transpose, its last-axis stride is
-    the one the launch already vouches for as 1 for those tiles. The address is read where it is bound once (moved by
-    `+=`)."""
-    pointer = call.args[0].value if call.args and call.args[0].keyword is None else None
+def _strided_as_transposed(fn: JitFunction, loop: cst.For, body: list[cst.BaseStatement], index: int,
+                           pointer: cst.BaseExpression, scope: _LoopScope, on_last: Counter) -> bool:
+    """Whether the tile the load at `index` of the loop's `body` reads from `pointer` is read transposed through
+    run-time strides (the tutorial's attention backward: `qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None]
+    * stride_d`, beside tiles made with `offs_k[None, :] * stride_d`): each stride of its first axis scales the last
+    axis of more of the function's 2-D tiles (`on_last`, `_last_axis_strides`) than any stride of its last axis does.
+    Read as its transpose, its last-axis stride is the one the launch already vouches for as 1 for those tiles. The
+    address is read where it is bound once (moved by `+=`)."""
     if isinstance(pointer, cst.Name):
-        index = next(i for i, statement in enumerate(body) if any(c is call for c in calls_in(statement)))
-        pointer = _bound_once(pointer.value, fn.node, loop, body, index, scope)
+        pointer = _bound_once(pointer.value, fn.node, loop, body, index, scope)  # type: ignore[assignment]
     if pointer is None:
         return False
     last, _ = pointer_tile_strides(fn, [pointer], [])
     first, _ = pointer_tile_strides(fn, [swapped_axes(pointer)], [])
     if not last or not first:
         return False
+    return min(on_last[name] for name in first) > max(on_last[name] for name in last)
+
+
+def _last_axis_strides(source: SourceFile, fn: JitFunction) -> Counter:
+    """For each stride parameter, how many of the function's 2-D pointer tiles (loaded or stored) it scales along
+    their last axis."""
     on_last: Counter = Counter()
     for node in preorder(fn.node.body):
         if isinstance(node, cst.Call) and node.args and node.args[0].keyword is None and language_name(
                 source.qualified_name(node.func)) in ("load", "core.load", "store", "core.store"):
             on_last.update(set(pointer_tile_strides(fn, [node.args[0].value], [])[0]))
-    return min(on_last[name] for name in first) > max(on_last[name] for name in last)
+    return on_last
 
 
 class _LoopScope:
