@@ -541,6 +541,33 @@ def test_key_offsets_made_in_the_loop_from_a_range_are_made_before_it(target: st
     assert report.cases and not report.findings, report
 
 
+@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def test_a_bound_of_key_offsets_written_in_place_is_made_from_a_range_made_before_the_loop(target: str) -> None:
+    # FLA's sparse attention backward masks the scores by `(o_c < NC)[None, :]`: the comparison itself is what is laid
+    # out along the scores' columns. It is made of the range made once before the loop, in that layout, as the
+    # offsets' own conversion is; no conversion is left in the `mma` stage, so both warp groups run the pipeline
+    text = ATTENTION.replace("COLUMNS", "pass").replace("offs_kv = start_n + offs_n",
+                                                        "offs_kv = start_n + tl.arange(0, BLOCK_N)").replace(
+        "qk = tl.where(offs_kv[None, :] < N_CTX, qk, -float(\"inf\"))",
+        "qk = tl.where((offs_kv < N_CTX)[None, :], qk, -float(\"inf\"))")
+    assert "(offs_kv < N_CTX)[None, :]" in text
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.groups == 2 and not sp.barrier_op, sp
+    result = translate_source(text, "x.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    variant = " ".join(result.text.split())
+    assert "keys_offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))" in variant
+    assert "((start_n + keys_offs) < N_CTX)[None, :]" in variant
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    assert_holds_and_compiles(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16",
+                                       "N_CTX": "i32", "BLOCK_M": 128, "BLOCK_N": 64, "D": 64})
+    # a bound read from the loaded tile is no scalar: the comparison stays converted where it is made
+    text = text.replace("(offs_kv < N_CTX)[None, :]", "(offs_kv < tl.sum(k, axis=1).to(tl.int32))[None, :]")
+    sp = stage_plan(text)
+    assert not isinstance(sp, StagePlan) or sp.barrier_op, sp
+
+
 def test_decode_style_attention_over_block_indices_with_an_augmented_rescale() -> None:
     # lightllm's decode style: the loop runs over block indices (`offs_kv = start_n * BLOCK_N + offs_n`) and the
     # accumulator is rescaled by `acc *= alpha[:, None]`. The rescale is the attention's (its augmented spelling), and

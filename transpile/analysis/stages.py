@@ -740,13 +740,30 @@ def _wide_trip_count(source: SourceFile, fn: JitFunction, loop: cst.For) -> cst.
 def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction,
                           scalar_names: frozenset[str]) -> tuple[str, str] | None:
     """For a layout conversion of integer arithmetic of one hoistable sum `x` and scalars (an ALiBi bias's key
-    distance, `(blk_seq_offs - seq_len + 1)`): that arithmetic with `x` written as its sum (`hoistable_convert`)."""
-    if not isinstance(node, cst.BaseExpression) or not only_nodes(node, INTEGER_ARITHMETIC):
+    distance, `(blk_seq_offs - seq_len + 1)`): that arithmetic with `x` written as its sum (`hoistable_convert`).
+    Likewise a bound of such arithmetic written in place, `(o_c < NC)[None, :]` (the bound scalars): the comparison of
+    the sum made in the converted layout."""
+    if not isinstance(node, cst.BaseExpression):
         return None
     var = loop.target.value  # type: ignore[attr-defined]
     defined = {name for f in flow.statements for name in f.defines}
     scalars = ({var, *(p.name for p in fn.params)} | scalar_names) - defined
     scalars |= _iteration_scalars(flow, var, scalars)
+    bare = unparenthesized(node)
+    if isinstance(bare, cst.Comparison) and len(bare.comparisons) == 1 \
+            and isinstance(bare.comparisons[0].operator, _COMPARISONS):
+        bound = bare.comparisons[0].comparator
+        if not _scalar_arithmetic(bound, scalars):
+            return None
+        left = unparenthesized(bare.left)
+        inner = hoistable_convert(left, loop, flow, fn, scalar_names)
+        if inner is None or inner[0].startswith("("):
+            return None
+        operator = cst.Module([]).code_for_node(bare.comparisons[0].operator).strip()
+        left_text = inner[0] if inner[0] == OFFSETS or _wrapped(inner[0]) else f"({inner[0]})"
+        return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
+    if not only_nodes(node, INTEGER_ARITHMETIC):
+        return None
     sums = [name for name in read_names(node) if name not in scalars]
     if len(sums) != 1:
         return None
@@ -914,7 +931,7 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
         for position, offsets in enumerate(sides):
             scalar = sides[1 - position]
             if not (only_nodes(scalar, INTEGER_ARITHMETIC) and ({var} | made) & names_in(scalar)
-                    and read_names(scalar) <= (scalars - defined) | made):
+                    and read_names(scalar) <= ((scalars | scalar_names) - defined) | made):
                 continue
             if isinstance(offsets, cst.Name) and offsets.value not in defined and offsets.value != var:
                 return f"{' '.join(cst.Module([]).code_for_node(scalar).split())} + {OFFSETS}", offsets.value
