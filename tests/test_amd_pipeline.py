@@ -568,6 +568,29 @@ def test_a_bound_of_key_offsets_written_in_place_is_made_from_a_range_made_befor
     assert not isinstance(sp, StagePlan) or sp.barrier_op, sp
 
 
+def test_key_offsets_summed_with_a_scalar_bound_before_the_loop_are_converted_before_it() -> None:
+    # FLA's intra-chunk kernels: `o_j = i_t * BT + i_j * BC + o_i`, `i_t` a scalar the kernel binds before the loop. The
+    # sum's scalar part reads it where the iteration reads it, so the conversion of `o_i` is made once before the loop
+    text = ATTENTION.replace("COLUMNS", "pass").replace(
+        "    for start_n in range(0, N_CTX, BLOCK_N):",
+        "    first = tl.program_id(1) * BLOCK_N\n    for start_n in range(0, N_CTX - first, BLOCK_N):").replace(
+        "offs_kv = start_n + offs_n", "offs_kv = first + start_n + offs_n")
+    sp = stage_plan(text)
+    assert isinstance(sp, StagePlan) and sp.groups == 2 and not sp.barrier_op, sp
+    result = translate_source(text, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    variant = " ".join(result.text.split())
+    assert "offs_n_cvt = gl.convert_layout(offs_n, gl.SliceLayout(0, mma_layout))" in variant
+    assert "(first + start_n + offs_n_cvt)[None, :] < N_CTX" in variant
+    assert_holds_and_compiles(result, {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16",
+                                       "N_CTX": "i32", "BLOCK_M": 128, "BLOCK_N": 64, "D": 64})
+    # a scalar the loop assigns is no invariant part of the sum: the offsets stay converted where they are made
+    text = text.replace("        offs_kv = first + start_n + offs_n",
+                        "        first = first + 0 * start_n\n        offs_kv = first + start_n + offs_n")
+    sp = stage_plan(text)
+    assert not isinstance(sp, StagePlan) or sp.barrier_op, sp
+
+
 def test_decode_style_attention_over_block_indices_with_an_augmented_rescale() -> None:
     # lightllm's decode style: the loop runs over block indices (`offs_kv = start_n * BLOCK_N + offs_n`) and the
     # accumulator is rescaled by `acc *= alpha[:, None]`. The rescale is the attention's (its augmented spelling), and
