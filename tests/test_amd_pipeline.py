@@ -2579,6 +2579,35 @@ def test_an_operand_computed_from_two_tiles_has_a_ring_for_each() -> None:
     assert "tiles of one shape" in sp.reason
 
 
+def test_a_tile_cast_where_it_is_loaded_is_a_computed_tile_with_a_ring() -> None:
+    """FLA's gated kernels load the gate cast where it is loaded, `b_g = tl.load(p_g, ...).to(tl.float32)`: the ring
+    holds the tile as loaded, its slot read is cast as the source casts the load, and the gate's computation runs in
+    the operand's layout (no conversion in the steady state, both warp groups). A B operand cast where it is loaded
+    (`w = tl.load(...).to(x.dtype)`) is a computed tile likewise."""
+    text = _fixture("gated_operand_gemm").replace(
+        "g = tl.load(g_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)",
+        "g = tl.load(g_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0).to(tl.float32)"
+    ).replace("xg = (x * tl.exp(g.to(tl.float32))).to(x.dtype)", "xg = (x * tl.exp(g)).to(x.dtype)")
+    assert ".to(tl.float32)\n" in text
+    values = {"x_ptr": "*fp16", "g_ptr": "*fp16", "w_ptr": "*fp16", "out_ptr": "*fp16", "M": "i32", "N": "i32",
+              "K": "i32", "stride_xm": "i32", "stride_gm": "i32", "stride_wk": "i32", "stride_om": "i32"}
+    for form in (text, text.replace("w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), "
+                                    "other=0.0)", "w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & "
+                                    "(offs_n[None, :] < N), other=0.0).to(x.dtype)")):
+        sp = stage_plan(form, "async_copy", 160 * 1024, anchored=True)
+        assert isinstance(sp, StagePlan) and sp.groups == 2 and not sp.barrier_op, sp
+        assert {load.name: load.computed for load in sp.loop.loads}["g"]
+        result = translate_source(form, "fixtures/gated_operand_gemm.py", get_target("gfx950"))
+        (kernel,) = [f for f in result.functions if f.name == "gated_matmul_kernel"]
+        assert kernel.pipelined, kernel.kept_reason
+        flat = re.sub(r"\s+", "", result.text)
+        assert "g=async_copy.load_shared_relaxed(g_ring.index((step+1)%NUM_STAGES),x_layout).to(gl.float32)" in flat
+        steady = flat.split("forround_inrange(num_rounds):", 1)[1].split("#Thelastiterations", 1)[0]
+        assert "gl.convert_layout" not in steady
+        assert_holds_and_compiles(result, values)
+    assert ").to(x.dtype)" in flat.split("forround_inrange(num_rounds):", 1)[1]
+
+
 SHORT_K = '''import triton
 import triton.language as tl
 

@@ -544,7 +544,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
-        statement = body[load.index]
+        statement = _uncast(body[load.index]) if load.cast is not None else body[load.index]
         if not guard and peel is not None and load.index in peel.dropped:
             statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
         if engine == "registers":
@@ -684,9 +684,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 f"{mma_of(load)}))")
 
     def read_line(load: OperandLoad, slot_expr: str, pad: str) -> str:
-        """The tile `load` read from slot `slot_expr` into its operand name, in the layout its dot reads it in."""
+        """The tile `load` read from slot `slot_expr` into its operand name, in the layout its dot reads it in (cast
+        as the source casts the load, `OperandLoad.cast`)."""
         return f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}" \
-               f"{read_layout(load)})"
+               f"{read_layout(load)}){_cast_of(body[load.index]) if load.cast is not None else ''}"
 
     def reads(slot_expr: str, pad: str, computed: bool | None = None) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts (`computed`: only the
@@ -1022,6 +1023,23 @@ def _steady_bound(uniform: list[tuple[UniformMask, list[tuple[str | None, str]]]
             elif guard is not None:
                 lines += [f"if {guard}:", f"    {full} = gl.minimum({full}, {count})"]
     return lines
+
+
+def _uncast(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """The load statement `x = <load>.to(T)` (translated) as `x = <load>`: its copy moves the tile as loaded."""
+    line = statement.body[0]  # type: ignore[attr-defined]
+    value = line.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Call):
+        return statement.with_changes(body=[line.with_changes(value=value.func.value)])  # type: ignore[attr-defined]
+    return statement
+
+
+def _cast_of(statement: cst.BaseStatement) -> str:
+    """`.to(T)` of the translated load statement `x = <load>.to(T)`: what its slot read is cast by."""
+    value = statement.body[0].value  # type: ignore[attr-defined]
+    whole, inner = code(value), code(value.func.value)
+    return whole[len(inner):] if whole.startswith(inner) else "." + code(value.func.attr) + "(" + ", ".join(
+        code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in value.args) + ")"
 
 
 def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],
