@@ -493,10 +493,18 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
     renames = next_names(plan.var, plan.producer, body, name)
-    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
+    # A tile cast where it is loaded (`g = tl.load(...).to(tl.float32)`, `OperandLoad.cast`) is copied as loaded; the
+    # cast, `g = g.to(gl.float32)`, runs where the load stood, as the first statement of its computation (a slot read
+    # cast at once would hold the wider tile across the stage boundary)
+    load_statements = {load.index: body[load.index] for load in plan.loads}
+    for load in plan.loads:
+        if load.cast is not None:
+            body[load.index] = _cast_statement(body[load.index], load.name)
+    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads if load.cast is None}, body)
     # A dot operand computed from a loaded tile (dequantised weights) is computed in the `mem` stage, for the next
     # iteration, right after its tile is read from the ring (PREP_IN_MEM_STAGE), else in the `mma` stage.
-    prep = sorted({i for load in plan.loads for i in load.prep}) if ctx.target.name in PREP_IN_MEM_STAGE else []
+    prep = sorted({i for load in plan.loads for i in (*load.prep, *([load.index] if load.cast is not None else []))}
+                  ) if ctx.target.name in PREP_IN_MEM_STAGE else []
     in_mem = name("PREP_IN_MEM")  # the constexpr that says where (PREP_IN_MEM_STAGE)
     uses_var = any(plan.var in names_in(body[i]) for i in consumer)
     prep_uses_var = any(plan.var in names_in(body[i]) for i in prep)
@@ -544,7 +552,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
-        statement = _uncast(body[load.index]) if load.cast is not None else body[load.index]
+        statement = _uncast(load_statements[load.index]) if load.cast is not None else load_statements[load.index]
         if not guard and peel is not None and load.index in peel.dropped:
             statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
         if engine == "registers":
@@ -684,10 +692,9 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 f"{mma_of(load)}))")
 
     def read_line(load: OperandLoad, slot_expr: str, pad: str) -> str:
-        """The tile `load` read from slot `slot_expr` into its operand name, in the layout its dot reads it in (cast
-        as the source casts the load, `OperandLoad.cast`)."""
+        """The tile `load` read from slot `slot_expr` into its operand name, in the layout its dot reads it in."""
         return f"{pad}{operand[load.name]} = {_read(_view(f'{rings[load.name]}.index({slot_expr})', load), relaxed)}" \
-               f"{read_layout(load)}){_cast_of(body[load.index]) if load.cast is not None else ''}"
+               f"{read_layout(load)})"
 
     def reads(slot_expr: str, pad: str, computed: bool | None = None) -> list[str]:
         """The operands of the dots from ring slot `slot_expr`, in the MMA operand layouts (`computed`: only the
@@ -1034,12 +1041,12 @@ def _uncast(statement: cst.BaseStatement) -> cst.BaseStatement:
     return statement
 
 
-def _cast_of(statement: cst.BaseStatement) -> str:
-    """`.to(T)` of the translated load statement `x = <load>.to(T)`: what its slot read is cast by."""
-    value = statement.body[0].value  # type: ignore[attr-defined]
-    whole, inner = code(value), code(value.func.value)
-    return whole[len(inner):] if whole.startswith(inner) else "." + code(value.func.attr) + "(" + ", ".join(
-        code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in value.args) + ")"
+def _cast_statement(statement: cst.BaseStatement, name: str) -> cst.BaseStatement:
+    """The translated load statement `x = <load>.to(T)` as `x = x.to(T)`: the cast of the tile read from its slot."""
+    line = statement.body[0]  # type: ignore[attr-defined]
+    value = line.value
+    cast = value.with_changes(func=value.func.with_changes(value=cst.Name(name)))
+    return statement.with_changes(body=[line.with_changes(value=cast)])  # type: ignore[attr-defined]
 
 
 def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],
