@@ -60,9 +60,6 @@ class OperandLoad:
     # The tile feeds dots both as loaded and transposed (attention's backward reads Q and dO each way: `tl.dot(k, qT)`
     # and `tl.dot(ds, tl.trans(qT))`): one ring, its slot read once in each form. `transposed` is the first dot's form.
     twice: bool = False
-    # The load is cast where it is made (`g = tl.load(p_g, mask=m).to(tl.float32)`): the call `<load>.to(...)` around
-    # `call`. The ring holds the tile as loaded; its slot read is cast as the source casts the load (a computed tile).
-    cast: cst.Call | None = field(default=None, repr=False)
 
     @property
     def kind(self) -> str:
@@ -215,20 +212,14 @@ def loop_header(source: SourceFile, loop: cst.For, default_stages: int
 
 
 def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cst.BaseStatement,
-                 name: str, casts: bool = False) -> OperandLoad | LoopRefusal | None:
-    """`name = desc.load(coords)` or `name = tl.load(ptrs, mask=, other=)` at `statement`, else None. With `casts`,
-    also a pointer load cast where it is made, `name = tl.load(...).to(T)` (`OperandLoad.cast`)."""
+                 name: str) -> OperandLoad | LoopRefusal | None:
+    """`name = desc.load(coords)` or `name = tl.load(ptrs, mask=, other=)` at `statement`, else None."""
     if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Assign) and assigned_names(statement) == {name}):
         return None
     call = statement.body[0].value
     if not isinstance(call, cst.Call):
         return None
-    cast = None
-    if casts and isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" \
-            and isinstance(call.func.value, cst.Call) \
-            and language_name(source.qualified_name(call.func.value.func)) in ("load", "core.load"):
-        cast, call = call, call.func.value
     op = plan.descriptor_ops.get(call)
     if op is not None and op[0] == "load" and isinstance(call.func, cst.Attribute) \
             and isinstance(call.func.value, cst.Name):
@@ -253,7 +244,7 @@ def operand_load(source: SourceFile, plan: LayoutPlan, index: int, statement: cs
     other = values[2] if len(values) > 2 else keywords.get("other")
     if pointer is None:
         return None
-    return OperandLoad(index, name, "", call, pointer, mask, other, cast=cast)
+    return OperandLoad(index, name, "", call, pointer, mask, other)
 
 
 def _inline_descriptor_load(plan: LayoutPlan, operand: cst.BaseExpression, dot_index: int, transposed: bool
@@ -430,7 +421,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
               several_dots: bool = False, computed_operands: bool = False,
               scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
               scaled_products: bool = False, advances_after: bool = False, integer_sums: bool = False,
-              guarded_dots: bool = False, cast_loads: bool = False) -> LoopPlan | LoopRefusal | None:
+              guarded_dots: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -448,9 +439,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step;
     `integer_sums` (with `accumulations`): it runs the source kernel for launches with 8-bit integer tensors, so a dot
     whose result is added to an accumulator of unnamed type may have 8-bit integer operands (`DotChain.integer_sum`);
-    `guarded_dots`: it can take a dot accumulated under a test of scalars alone (`DotChain.guarded`); `cast_loads`
-    (with `computed_operands`): it can take a tile cast where it is loaded, `g = tl.load(...).to(T)`, as a computed
-    tile (`OperandLoad.cast`: the ring holds it as loaded, its slot read is cast)."""
+    `guarded_dots`: it can take a dot accumulated under a test of scalars alone (`DotChain.guarded`)."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -486,7 +475,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         products = {c.acc for c in chains if c.fresh} if chained_dots else set()
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
                            accumulations, computed_operands, scale_rings, fresh_dots, products, scaled_products,
-                           integer_sums, cast_loads and computed_operands)
+                           integer_sums)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -844,8 +833,8 @@ def _continues(chain: DotChain) -> bool:
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
                computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
-               products: set[str] | None = None, scaled_products: bool = False, integer_sums: bool = False,
-               cast_loads: bool = False) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+               products: set[str] | None = None, scaled_products: bool = False, integer_sums: bool = False
+               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
     `scale_rings`) those of a scaled dot's scales. `products`: the fresh products of earlier dots of the iteration,
     which an A operand may be computed from in registers (`DotChain.chained`)."""
@@ -914,14 +903,14 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
         found: OperandLoad | LoopRefusal | None = None
         if isinstance(operand, cst.Name):
             for i, statement in enumerate(body[:dot_index]):
-                candidate = operand_load(source, plan, i, statement, operand.value, cast_loads)
+                candidate = operand_load(source, plan, i, statement, operand.value)
                 if candidate is not None:
                     found = candidate
-            if computed_operands and isinstance(found, OperandLoad) and (found.cast is not None or any(
-                    operand.value in assigned_names(s) for s in body[found.index + 1:dot_index])):
-                found = None  # (`b = tl.load(...)` then `b = b.to(...)`, or `b = tl.load(...).to(...)`: computed)
+            if computed_operands and isinstance(found, OperandLoad) and any(
+                    operand.value in assigned_names(s) for s in body[found.index + 1:dot_index]):
+                found = None  # (`b = tl.load(...)` then `b = b.to(...)`: computed)
         if found is None and computed_operands and transposed is None:
-            found = computed_from(source, plan, body, dot_index, operand, several=True, casts=cast_loads)
+            found = computed_from(source, plan, body, dot_index, operand, several=True)
             if isinstance(found, list):  # (the first tile names the operand; the others are its factors)
                 factors += [(load.name, position) for load in found[1:]]
                 extra += found[1:]
@@ -1018,14 +1007,13 @@ def _last_assignment(body: list[cst.BaseStatement], name: str, before: int) -> i
 
 
 def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
-                   operand: cst.BaseExpression, several: bool = False, casts: bool = False
+                   operand: cst.BaseExpression, several: bool = False
                    ) -> OperandLoad | list[OperandLoad] | LoopRefusal | None:
     """The one tile load of this iteration that the dot operand `operand` is computed from (through the statements
     before the dot), marked `computed`; a refusal where the computation reads several tiles or runs in a compound
     statement; None where it reads none. With `several`, a computation of several tiles of one shape (`x *
     tl.exp(g)`, each element of the operand from the same element of each) gives them all, in the loop's order, each
-    marked `computed` with the statements of the computation after it. `casts`: a tile cast where it is loaded
-    (`OperandLoad.cast`) is one of them."""
+    marked `computed` with the statements of the computation after it."""
     tiles: dict[int, OperandLoad] = {}
     prep: set[int] = set()
     seen: set[tuple[str, int]] = set()
@@ -1049,7 +1037,7 @@ def computed_from(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseState
             compound = compound or (statement, name)
             work += [(n, at) for n in value_names(statement)]
             continue
-        load = operand_load(source, plan, at, statement, name, casts)
+        load = operand_load(source, plan, at, statement, name)
         if isinstance(load, OperandLoad) and not load.descriptor:
             value = plan.loads.get(load.call)
             if value is not None and value.rank == 2:
@@ -1150,7 +1138,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
                                        accumulations=True, several_dots=True, computed_operands=True,
                                        fresh_dots=True, scaled_products=True, integer_sums=True,
-                                       guarded_dots=True, cast_loads=True))
+                                       guarded_dots=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
         from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop  # (imports this)
 
@@ -1204,8 +1192,7 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                 continue
             loop_plan = plan_loop(source, loop.node, plans[fn.name], default_stages, transposed_operands=True,
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
-                                  chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True,
-                                  cast_loads=True)
+                                  chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True)
             if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
                     chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
                 from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)

@@ -133,11 +133,23 @@ class _Loops(cst.CSTTransformer):
         return value if casts and isinstance(value, cst.Call) and is_load(value) else None
 
     def split_cast_loads(self, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        """`a = tl.load(...).to(T)` of an operand a dot of the loop reads by name, as the load, named afresh, and the
-        cast on a line of its own: `a_tile = tl.load(...)`, `a = a_tile.to(T)`."""
+        """`a = tl.load(...).to(T)` of an operand a dot of the loop reads by name, or of a tile the loop computes such an
+        operand from, as the load, named afresh, and the cast on a line of its own: `a_tile = tl.load(...)`,
+        `a = a_tile.to(T)`."""
         operands = {arg.value.value for statement in body for call in semantic_preorder(statement)
                     if isinstance(call, cst.Call) and is_dot_call(self.source, call)
                     for arg in [a for a in call.args if a.keyword is None][:2] if isinstance(arg.value, cst.Name)}
+        # ... and the names the loop computes those operands from, through its plain assignments (a gate loaded and
+        # cast beside its tile, `b_g = tl.load(p_g, mask=m).to(tl.float32)`, then `b_qg = (b_q * exp2(b_g)).to(...)`)
+        bindings = [assign for assign in map(single_assign, body) if assign is not None]
+        work = list(operands)
+        while work:
+            target = work.pop()
+            for name, value in bindings:
+                if name == target:
+                    fresh = names_in(value) - operands
+                    operands |= fresh
+                    work += fresh
         out: list[cst.BaseStatement] = []
         for statement in body:
             assign = single_assign(statement)

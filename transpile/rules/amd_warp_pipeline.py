@@ -493,18 +493,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
     renames = next_names(plan.var, plan.producer, body, name)
-    # A tile cast where it is loaded (`g = tl.load(...).to(tl.float32)`, `OperandLoad.cast`) is copied as loaded; the
-    # cast, `g = g.to(gl.float32)`, runs where the load stood, as the first statement of its computation (a slot read
-    # cast at once would hold the wider tile across the stage boundary)
-    load_statements = {load.index: body[load.index] for load in plan.loads}
-    for load in plan.loads:
-        if load.cast is not None:
-            body[load.index] = _cast_statement(body[load.index], load.name)
-    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads if load.cast is None}, body)
+    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
     # A dot operand computed from a loaded tile (dequantised weights) is computed in the `mem` stage, for the next
     # iteration, right after its tile is read from the ring (PREP_IN_MEM_STAGE), else in the `mma` stage.
-    prep = sorted({i for load in plan.loads for i in (*load.prep, *([load.index] if load.cast is not None else []))}
-                  ) if ctx.target.name in PREP_IN_MEM_STAGE else []
+    prep = sorted({i for load in plan.loads for i in load.prep}) if ctx.target.name in PREP_IN_MEM_STAGE else []
     in_mem = name("PREP_IN_MEM")  # the constexpr that says where (PREP_IN_MEM_STAGE)
     uses_var = any(plan.var in names_in(body[i]) for i in consumer)
     prep_uses_var = any(plan.var in names_in(body[i]) for i in prep)
@@ -552,7 +544,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     def copy(load: OperandLoad, iteration: str, slot_expr: str, pad: str, guard: bool) -> str:
         dest = f"{rings[load.name]}.index({slot_expr})"
-        statement = _uncast(load_statements[load.index]) if load.cast is not None else load_statements[load.index]
+        statement = body[load.index]
         if not guard and peel is not None and load.index in peel.dropped:
             statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
         if engine == "registers":
@@ -1030,23 +1022,6 @@ def _steady_bound(uniform: list[tuple[UniformMask, list[tuple[str | None, str]]]
             elif guard is not None:
                 lines += [f"if {guard}:", f"    {full} = gl.minimum({full}, {count})"]
     return lines
-
-
-def _uncast(statement: cst.BaseStatement) -> cst.BaseStatement:
-    """The load statement `x = <load>.to(T)` (translated) as `x = <load>`: its copy moves the tile as loaded."""
-    line = statement.body[0]  # type: ignore[attr-defined]
-    value = line.value
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Call):
-        return statement.with_changes(body=[line.with_changes(value=value.func.value)])  # type: ignore[attr-defined]
-    return statement
-
-
-def _cast_statement(statement: cst.BaseStatement, name: str) -> cst.BaseStatement:
-    """The translated load statement `x = <load>.to(T)` as `x = x.to(T)`: the cast of the tile read from its slot."""
-    line = statement.body[0]  # type: ignore[attr-defined]
-    value = line.value
-    cast = value.with_changes(func=value.func.with_changes(value=cst.Name(name)))
-    return statement.with_changes(body=[line.with_changes(value=cast)])  # type: ignore[attr-defined]
 
 
 def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[int, ...],
