@@ -128,6 +128,26 @@ def test_an_operand_loaded_and_cast_on_one_line_is_split_into_the_load_and_the_c
     assert rewritten(text) is None  # idempotent
 
 
+def test_a_tile_an_operand_is_computed_from_is_split_and_an_address_index_is_not() -> None:
+    """A gate loaded and cast beside its tile, which the operand is computed from (`ag = (a * tl.exp(g)).to(T)`), is
+    split as the operand itself would be; an index vector loaded and cast to address a load (`rows`) is not (the
+    traversal stops at loads: their addresses are not part of the operand's value)."""
+    text = LOADED_AND_CAST.replace("MASK", "offs_n[None, :] < BN").replace(
+        "        scale = tl.load(a_ptr + offs_m).to(tl.float32)\n        acc += tl.dot(a, b)",
+        "        rows = tl.load(o_ptr + offs_m).to(tl.int64)\n"
+        "        g = tl.load(a_ptr + rows[:, None] * K + (k0 + offs_k)[None, :]).to(tl.float32)\n"
+        "        ag = (a * tl.exp(g)).to(T)\n"
+        "        acc += tl.dot(ag, b)")
+    out = rewritten(text)
+    assert out is not None
+    lines = [line.strip() for line in out.splitlines()]
+    assert "g_tile = tl.load(a_ptr + rows[:, None] * K + (k0 + offs_k)[None, :])" in lines
+    assert lines[lines.index("g_tile = tl.load(a_ptr + rows[:, None] * K + (k0 + offs_k)[None, :])") + 1] == \
+        "g = g_tile.to(tl.float32)"
+    assert "rows = tl.load(o_ptr + offs_m).to(tl.int64)" in lines
+    assert rewritten(out) is None  # idempotent
+
+
 def test_a_loaded_and_cast_operand_is_pipelined_through_the_engine() -> None:
     """Through the engine the loop is pipelined on gfx950 (the cast runs on the slot read: a computed operand), the
     new lines map to the line they came from (the variant is compiled with the goldens, test_compile)."""

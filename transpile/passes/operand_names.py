@@ -139,14 +139,15 @@ class _Loops(cst.CSTTransformer):
         operands = {arg.value.value for statement in body for call in semantic_preorder(statement)
                     if isinstance(call, cst.Call) and is_dot_call(self.source, call)
                     for arg in [a for a in call.args if a.keyword is None][:2] if isinstance(arg.value, cst.Name)}
-        # ... and the names the loop computes those operands from, through its plain assignments (a gate loaded and
-        # cast beside its tile, `b_g = tl.load(p_g, mask=m).to(tl.float32)`, then `b_qg = (b_q * exp2(b_g)).to(...)`)
+        # ... and the names the loop computes those operands' values from, through its plain assignments (a gate loaded
+        # and cast beside its tile, `b_g = tl.load(p_g, mask=m).to(tl.float32)`, then `b_qg = (b_q * exp2(b_g))...`);
+        # not what a load's address reads (an index vector loaded and cast, `idx = tl.load(...).to(tl.int64)`)
         bindings = [assign for assign in map(single_assign, body) if assign is not None]
         work = list(operands)
         while work:
             target = work.pop()
             for name, value in bindings:
-                if name == target:
+                if name == target and not is_load(value) and self.cast_load(value) is None:
                     fresh = names_in(value) - operands
                     operands |= fresh
                     work += fresh
