@@ -147,7 +147,8 @@ class _Loops(cst.CSTTransformer):
         while work:
             target = work.pop()
             for name, value in bindings:
-                if name == target and not is_load(value) and self.cast_load(value) is None:
+                if name == target and not (isinstance(value, cst.Call) and is_load(value)) \
+                        and self.cast_load(value) is None:
                     fresh = names_in(value) - operands
                     operands |= fresh
                     work += fresh
