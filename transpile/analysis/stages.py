@@ -759,9 +759,7 @@ def _hoistable_expression(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, 
         inner = hoistable_convert(left, loop, flow, fn, scalar_names)
         if inner is None or inner[0].startswith("("):
             return None
-        operator = cst.Module([]).code_for_node(bare.comparisons[0].operator).strip()
-        left_text = inner[0] if inner[0] == OFFSETS or _wrapped(inner[0]) else f"({inner[0]})"
-        return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
+        return _compared(inner, bare.comparisons[0])
     if not only_nodes(node, INTEGER_ARITHMETIC):
         return None
     sums = [name for name in read_names(node) if name not in scalars]
@@ -879,6 +877,13 @@ def _arange_bounds(node: cst.BaseExpression, scalars: set[str]) -> str | None:
 _COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
 
 
+def _compared(inner: tuple[str, str], comparison: cst.ComparisonTarget) -> tuple[str, str]:
+    """`inner` (a hoisted sum and its offsets, `hoistable_convert`) compared as `comparison` compares the sum."""
+    operator = cst.Module([]).code_for_node(comparison.operator).strip()
+    left_text = inner[0] if inner[0] == OFFSETS or _wrapped(inner[0]) else f"({inner[0]})"
+    return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(comparison.comparator).split())}", inner[1]
+
+
 def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: JitFunction,
                       scalar_names: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """For a layout conversion of `x`, where this iteration computes ``x = <scalar> + offs`` with `offs` from
@@ -921,9 +926,7 @@ def hoistable_convert(node: cst.CSTNode, loop: cst.For, flow: LoopDataflow, fn: 
             # block index the iteration loads)
             if inner is None or not _scalar_arithmetic(bound, ((scalars | scalar_names) - defined - {var}) | made):
                 return None
-            operator = cst.Module([]).code_for_node(comparison.operator).strip()
-            left_text = inner[0] if inner[0] == OFFSETS or _wrapped(inner[0]) else f"({inner[0]})"
-            return f"{left_text} {operator} {' '.join(cst.Module([]).code_for_node(bound).split())}", inner[1]
+            return _compared(inner, comparison)
         if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation)
                 and isinstance(small.value.operator, cst.Add)):
             return None
