@@ -65,10 +65,28 @@ def test_other_operands_are_left_as_written(operand: str) -> None:
     assert rewritten(KERNEL.replace("OPERAND", operand)) is None
 
 
-def test_an_operand_under_a_branch_of_the_loop_is_left_as_written() -> None:
-    text = KERNEL.replace("        acc += tl.dot(q, OPERAND)\n",
-                          "        if start > 0:\n            acc += tl.dot(q, tl.trans(kt.to(q.dtype)))\n")
-    assert rewritten(text) is None
+def test_an_operand_of_a_guarded_dot_is_named_before_the_guard() -> None:
+    # (`if i_k >= 0: b_o += tl.dot(...)`, FLA's form: a test of scalars around the one dot; the cast runs either way)
+    text = rewritten(KERNEL.replace("        acc += tl.dot(q, OPERAND)\n",
+                                    "        if start > 0:\n            acc += tl.dot(q, tl.trans(kt).to(q.dtype))\n"))
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    at = lines.index("kt_op = kt.to(q.dtype)")
+    assert lines[at - 1] == "# the scores of this key block"
+    assert lines[at + 1:at + 3] == ["if start > 0:", "acc += tl.dot(q, tl.trans(kt_op))"]
+    assert rewritten(text) is None  # idempotent
+
+
+@pytest.mark.parametrize("branch", [
+    # two branches: which operand is computed is decided there
+    "        if start > 0:\n            acc += tl.dot(q, tl.trans(kt.to(q.dtype)))\n"
+    "        else:\n            acc += tl.dot(q, tl.trans(kt))\n",
+    # a test that calls something, and a branch of two statements
+    "        if tl.sum(kt) > 0:\n            acc += tl.dot(q, tl.trans(kt.to(q.dtype)))\n",
+    "        if start > 0:\n            kt = kt * 2\n            acc += tl.dot(q, tl.trans(kt.to(q.dtype)))\n",
+])
+def test_an_operand_under_another_branch_of_the_loop_is_left_as_written(branch: str) -> None:
+    assert rewritten(KERNEL.replace("        acc += tl.dot(q, OPERAND)\n", branch)) is None
 
 
 def test_the_attention_loop_is_pipelined_and_the_new_line_maps_to_the_dot(tmp_path) -> None:

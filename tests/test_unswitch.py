@@ -237,6 +237,23 @@ def test_a_branch_that_casts_a_dot_operand_is_hoisted_and_an_accumulator_branch_
     assert new.count("if SATURATE:") == 2
 
 
+def test_the_copy_that_reads_a_tile_transposed_takes_names_of_its_own() -> None:
+    """A flag that loads a tile the other way round and reads it transposed in that copy (`if B_T: b = ...` then
+    `tl.dot(a, tl.trans(b))`, FLA's `STATE_V_FIRST`): the copies read `b` in different forms, so the transposing
+    copy renames what it binds (`b_2`); the other keeps the names as written."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if B_T:\n            acc += tl.dot(a, tl.trans(b))\n        else:\n            acc += tl.dot(a, b)")
+    new, _ = _unswitched(_kernel(body, "B_T: tl.constexpr"))
+    compile(new, "k.py", "exec")
+    transposed, plain = new.split("    if B_T:\n", 1)[1].split("\n    else:\n", 1)
+    assert "b_2 = tl.load(b_ptrs)" in transposed and "tl.trans(b_2)" in transposed
+    assert "b = tl.load(b_ptrs)" in plain and "_2" not in plain.split("c_ptrs = ")[0]
+    # (copies that read every name in one form keep the names as written)
+    same, _ = _unswitched(_kernel(body.replace("tl.dot(a, tl.trans(b))", "tl.dot(a, tl.trans(b)) * 3.0").replace(
+        "tl.dot(a, b)", "tl.dot(a, tl.trans(b)) * 2.0"), "B_T: tl.constexpr"))
+    assert "b_2" not in same
+
+
 def test_the_copy_of_a_loop_with_the_cast_takes_names_of_its_own_and_is_pipelined() -> None:
     """A name has one layout in a function: the copy that casts its tiles (`a = a.to(AB_DTYPE)`, laid out as the dot
     reads it) renames what it binds (`a_2`, `b_2`), and the AMD variant pipelines both copies; no launch runs the

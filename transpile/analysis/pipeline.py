@@ -421,7 +421,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
               several_dots: bool = False, computed_operands: bool = False,
               scale_rings: bool = False, fresh_dots: bool = False, chained_dots: bool = False,
               scaled_products: bool = False, advances_after: bool = False, integer_sums: bool = False,
-              guarded_dots: bool = False) -> LoopPlan | LoopRefusal | None:
+              guarded_dots: bool = False, transposed_computed: bool = False) -> LoopPlan | LoopRefusal | None:
     """The pipelining plan of `loop`, a refusal, or None when the loop has no dot fed by tile loads.
     `transposed_operands`: the caller's ring can feed a transposed tile (`tl.trans(w)`) to the MMA; `inline_loads`:
     it can take a tensor descriptor's load written as the dot operand itself (`tl.dot(a_desc.load([...]), ...)`);
@@ -439,7 +439,10 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step;
     `integer_sums` (with `accumulations`): it runs the source kernel for launches with 8-bit integer tensors, so a dot
     whose result is added to an accumulator of unnamed type may have 8-bit integer operands (`DotChain.integer_sum`);
-    `guarded_dots`: it can take a dot accumulated under a test of scalars alone (`DotChain.guarded`)."""
+    `guarded_dots`: it can take a dot accumulated under a test of scalars alone (`DotChain.guarded`);
+    `transposed_computed` (with `computed_operands`): it can take a computed operand the dot reads transposed
+    (`b_h_op = b_h.to(T)`, `tl.dot(b_q, tl.trans(b_h_op))`: `OperandLoad.computed_as`), its slot read through a
+    transposed view and the computation run on that view."""
     body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if not dots:
@@ -475,7 +478,7 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         products = {c.acc for c in chains if c.fresh} if chained_dots else set()
         chain = _dot_chain(source, plan, body, dot_index, dot_statement, transposed_operands, inline_loads,
                            accumulations, computed_operands, scale_rings, fresh_dots, products, scaled_products,
-                           integer_sums)
+                           integer_sums, transposed_computed)
         if isinstance(chain, LoopRefusal):
             return chain
         chain_loads, chain = chain
@@ -833,8 +836,8 @@ def _continues(chain: DotChain) -> bool:
 def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatement], dot_index: int,
                dot_statement: cst.BaseStatement, transposed_operands: bool, inline_loads: bool, accumulations: bool,
                computed_operands: bool = False, scale_rings: bool = False, fresh_dots: bool = False,
-               products: set[str] | None = None, scaled_products: bool = False, integer_sums: bool = False
-               ) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
+               products: set[str] | None = None, scaled_products: bool = False, integer_sums: bool = False,
+               transposed_computed: bool = False) -> tuple[list[OperandLoad], DotChain] | LoopRefusal:
     """The accumulator of the dot at `dot_index` and the tile loads of its two operands (A, then B), then (with
     `scale_rings`) those of a scaled dot's scales. `products`: the fresh products of earlier dots of the iteration,
     which an A operand may be computed from in registers (`DotChain.chained`)."""
@@ -915,6 +918,11 @@ def _dot_chain(source: SourceFile, plan: LayoutPlan, body: list[cst.BaseStatemen
                 factors += [(load.name, position) for load in found[1:]]
                 extra += found[1:]
                 found = found[0]
+        elif found is None and computed_operands and transposed_computed and isinstance(operand, cst.Name):
+            # (`tl.trans(b_h_op)` with `b_h_op = b_h.to(T)`: one tile, its slot read transposed and computed so)
+            found = computed_from(source, plan, body, dot_index, operand)
+            if isinstance(found, OperandLoad):
+                found.computed_as = operand.value
         elif not isinstance(operand, cst.Name):
             return LoopRefusal(operand, "a dot operand is an expression, not a loaded tile (it would need registers)")
         if isinstance(found, LoopRefusal):
@@ -1138,7 +1146,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         loops = [(loop.node, plan_loop(source, loop.node, plan, default_stages, transposed_operands=True,
                                        accumulations=True, several_dots=True, computed_operands=True,
                                        fresh_dots=True, scaled_products=True, integer_sums=True,
-                                       guarded_dots=True))
+                                       guarded_dots=True, transposed_computed=True))
                  for loop in dot_loops(facts, fn) if isinstance(loop.node, cst.For)]
         from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop  # (imports this)
 
@@ -1192,7 +1200,8 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                 continue
             loop_plan = plan_loop(source, loop.node, plans[fn.name], default_stages, transposed_operands=True,
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
-                                  chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True)
+                                  chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True,
+                                  transposed_computed=True)
             if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
                     chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
                 from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)

@@ -197,7 +197,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     loop_plan = plan_loop(source, loop, plan, requested or MIN_SLOTS, transposed_operands=True, accumulations=True,
                           several_dots=True, computed_operands=True, scale_rings=True, fresh_dots=True,
                           chained_dots=True, scaled_products=True, advances_after=True,
-                          integer_sums=True, guarded_dots=True)
+                          integer_sums=True, guarded_dots=True, transposed_computed=True)
     if loop_plan is None:
         return None
     if isinstance(loop_plan, LoopRefusal) or loop_plan.chained:

@@ -183,33 +183,58 @@ class _Loops(cst.CSTTransformer):
             return updated_node
         statements: list[cst.BaseStatement] = []
         for statement in updated_node.body.body:
-            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-                statements.append(statement)
-                continue
-            new_lines: list[cst.BaseStatement] = []
-            replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
-            for call in (n for n in semantic_preorder(statement) if isinstance(n, cst.Call)):
-                if not is_dot_call(self.source, call):
-                    continue
-                for arg in [a for a in call.args if a.keyword is None][:2]:
-                    operand = arg.value
-                    if isinstance(operand, cst.Name) or not _tile_reads(operand) & loaded or not self.pure(operand):
-                        continue
-                    parts = self.split(operand)
-                    if parts is None:
-                        continue
-                    value, form = parts
-                    root = next(n for n in _tile_reads(value, ordered=True) if n in loaded)
-                    name = self.fresh(root)
-                    new_lines.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)]))
-                    replacements[operand] = form.visit(_Fill(name))
-            if not replacements:
+            guarded = _guarded(statement)
+            named = self.named(guarded if guarded is not None else statement, loaded)
+            if named is None:
                 statements.append(statement)
                 continue
             self.changed = True
+            new_lines, line = named
             new_lines[0] = new_lines[0].with_changes(leading_lines=statement.leading_lines)
-            statements += [*new_lines, replaced(statement, replacements).with_changes(leading_lines=[])]
+            if guarded is not None:  # (named before the `if`: a cast of a loaded tile, computed either way)
+                line = statement.with_changes(leading_lines=[], body=statement.body.with_changes(body=[line]))
+            statements += [*new_lines, line.with_changes(leading_lines=[])]
         return updated_node.with_changes(body=updated_node.body.with_changes(body=statements))
+
+    def named(self, statement: cst.BaseStatement, loaded: set[str]
+              ) -> tuple[list[cst.BaseStatement], cst.BaseStatement] | None:
+        """The lines naming the computed operands of the dots `statement` runs, and the statement reading those names;
+        None where no operand is named."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        new_lines: list[cst.BaseStatement] = []
+        replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
+        for call in (n for n in semantic_preorder(statement) if isinstance(n, cst.Call)):
+            if not is_dot_call(self.source, call):
+                continue
+            for arg in [a for a in call.args if a.keyword is None][:2]:
+                operand = arg.value
+                if isinstance(operand, cst.Name) or not _tile_reads(operand) & loaded or not self.pure(operand):
+                    continue
+                parts = self.split(operand)
+                if parts is None:
+                    continue
+                value, form = parts
+                root = next(n for n in _tile_reads(value, ordered=True) if n in loaded)
+                name = self.fresh(root)
+                new_lines.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)]))
+                replacements[operand] = form.visit(_Fill(name))
+        if not replacements:
+            return None
+        return new_lines, replaced(statement, replacements)
+
+
+def _guarded(statement: cst.BaseStatement) -> cst.SimpleStatementLine | None:
+    """The one simple statement of `statement`, an `if` of one branch whose test calls nothing (a guarded dot, `if
+    i_k >= 0: b_o += tl.dot(...)`, as `analysis.pipeline.guarded_dot` reads it), else None."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None \
+            or not isinstance(statement.body, cst.IndentedBlock) or len(statement.body.body) != 1:
+        return None
+    inner = statement.body.body[0]
+    if not isinstance(inner, cst.SimpleStatementLine) or any(
+            isinstance(n, cst.Call) for n in semantic_preorder(statement.test)):
+        return None
+    return inner
 
 
 def _tile_reads(node: cst.BaseExpression, ordered: bool = False):  # noqa: ANN202 - a set, or a list where ordered
