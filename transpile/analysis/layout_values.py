@@ -198,6 +198,7 @@ class LayoutPlan:
     function: JitFunction
     creations: dict[cst.CSTNode, Term] = field(default_factory=dict)  # arange/zeros/full/desc.load: `layout=`
     converts: dict[cst.CSTNode, Term] = field(default_factory=dict)  # wrap the node in convert_layout(node, ...)
+    convert_sources: dict[cst.CSTNode, Term] = field(default_factory=dict)  # ... the class each converts from
     param_converts: dict[str, Term] = field(default_factory=dict)  # helpers: convert a tensor parameter on entry
     param_terms: dict[str, Term] = field(default_factory=dict)  # helpers: the class of each tensor parameter
     dots: dict[cst.Call, DotSite] = field(default_factory=dict)
@@ -473,8 +474,14 @@ def _compatible(a: Term, b: Term) -> bool:
             rb.plain and (ra.slice_of is not None or ra.dots is not None)):
         return False
     if ra.operand is not None or rb.operand is not None:  # a dot operand's own class meets only its own
-        return ra.operand is not None and rb.operand is not None and ra.operand[0] == rb.operand[0] \
-            and ra.operand[1].find() is rb.operand[1].find()
+        if ra.operand is None or rb.operand is None or ra.operand[0] != rb.operand[0]:
+            return False
+        if ra.operand[1].find() is rb.operand[1].find():
+            return True
+        # ... or another operand's of the same layout: the same position, element type and MMA layout (two B tiles
+        # of dots of one MMA layout, `b_h` and `b_dh` multiplied elementwise: no conversion between them)
+        return ra.operand[2] == rb.operand[2] and ra.operand[3] is not None and rb.operand[3] is not None \
+            and ra.operand[3].find() is rb.operand[3].find()
     return True
 
 

@@ -156,6 +156,11 @@ class LayoutAnalysis:
             if fn.name not in self.plans:
                 self.analyse(fn, None)
         for plan in self.plans.values():
+            _merge_equal_layouts(plan)
+            # (a conversion between classes merged after it was recorded, two operands' layouts found one: none)
+            for node, source in plan.convert_sources.items():
+                if node in plan.converts and plan.converts[node].find() is source.find():
+                    del plan.converts[node]
             _solve(plan, self)
         return self.plans
 
@@ -460,6 +465,7 @@ class _FunctionWalker(LanguageCalls):
         """Make the tensor `node` (of class `value`) live in `target`'s class, or convert it at this site."""
         if not _unify(target, value):
             self.plan.converts[node] = target
+            self.plan.convert_sources[node] = value
 
     def dtype_text(self, node: cst.BaseExpression) -> str | None:
         """``tl.float16`` -> ``gl.float16``; ``c_ptr.dtype.element_ty`` as is; None for anything local."""
@@ -731,10 +737,18 @@ class _FunctionWalker(LanguageCalls):
         if isinstance(left, Tensor) and isinstance(right, Tensor):
             lr, rr = left.rank, right.rank
             if lr is not None and rr is not None and lr != rr:
-                if lr < rr:
-                    left = self.expand_to_rank(left_node, left, rr)
-                else:
-                    right = self.expand_to_rank(right_node, right, lr)
+                low_node, low, high = (left_node, left, right) if lr < rr else (right_node, right, left)
+                expanded = self.expand_to_rank(low_node, low, high.rank)  # type: ignore[arg-type]
+                if not _unify(high.term, expanded.term):
+                    # (the tile's class takes no other, a dot operand's own: the vector is converted to its slice,
+                    # `gl.convert_layout(v, gl.SliceLayout(0, <operand layout>))[None, :]`, not the tile to another)
+                    expected, rank = high.term, high.rank or 0
+                    for position in range(rank - (low.rank or 0) - 1, -1, -1):
+                        rank -= 1
+                        expected = Term(rank=rank, slice_of=(position, expected), origins={"slice"})
+                    self.unify_or_convert(expected, low_node, low.term)
+                    expanded = Tensor(high.term, expanded.elem, expanded.shape, expanded.pointer)
+                left, right = (expanded, right) if lr < rr else (left, expanded)
             self.unify_or_convert(left.term, right_node, right.term)
             shape = _broadcast(left.shape, right.shape)
             offsets = right if left.pointer else left
@@ -1296,6 +1310,37 @@ def _passed_through(plan: LayoutPlan, result: Tensor, callee: JitFunction, kinds
 
 # --------------------------------------------------------------------------------------------------------------------
 # Solving: a concrete, named layout per class
+
+
+def _merge_equal_layouts(plan: LayoutPlan) -> None:
+    """One class for the MMA layouts of dots that no value joined but that are one layout (plain dots of one shape,
+    K block and operand type: two gradients' products, `b_dv += tl.dot(b_k, b_dh)` and `b_dw += tl.dot(b_dk, b_h)`),
+    then one for the operand layouts of one position, element type and MMA layout (`b_h` and `b_dh`): a value that
+    meets both (`b_h * b_dh`) is then converted nowhere."""
+    mmas: dict[tuple, Term] = {}
+    for site in plan.dots.values():
+        if site.scaled is not None or site.a_shape is None or None in site.shape or site.operand_dtype is None:
+            continue
+        key = (*site.shape, site.a_shape[-1], site.operand_dtype)
+        root = site.result.find()
+        if root.dots is None or any(d.scaled is not None or d.operand_dtype != site.operand_dtype or d.a_shape is None
+                                    or (*d.shape, d.a_shape[-1]) != key[:3] for d in root.dots):
+            continue
+        if key in mmas:
+            _unify(mmas[key], root)
+        else:
+            mmas[key] = root
+    operands: dict[tuple, Term] = {}
+    terms = [*plan.converts.values(), *plan.convert_sources.values(), *(v.term for v in plan.loads.values())]
+    for term in terms:
+        root = term.find()
+        if root.operand is None or root.operand[3] is None or not root.operand[2]:
+            continue
+        key = (root.operand[0], root.operand[2], root.operand[3].find().id)
+        if key in operands:
+            _unify(operands[key], root)
+        else:
+            operands[key] = root
 
 
 def _solve(plan: LayoutPlan, analysis: LayoutAnalysis) -> None:

@@ -362,6 +362,14 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     row_reduction = ""  # the first row reduction every warp along M keeps inside a warp
     row_scalars = set(scalars) | {p.name for p in fn.params}
     rows = _row_family(source, loop_plan, body, row_scalars) if not (loop_plan.attention or loop_plan.chained) else set()
+    # (and the B tiles' K axis, which each warp holds whole: `tl.sum(b_h * b_dh, axis=0)` of two B tiles, FLA's gate
+    # gradients, reduces inside each warp)
+    k_columns = _row_family(source, loop_plan, body, row_scalars, position=1) \
+        if not (loop_plan.attention or loop_plan.chained) else set()
+    # (... with values the loop does not bind, a gate's vector loaded before it, `exp(b_gn)`: laid out as the tiles
+    # they meet, converted once before the loop where they need it)
+    invariant = row_scalars | (bound_names(fn.node) - set().union(*(f.defines for f in body))
+                               - ({loop.target.value} if isinstance(loop.target, cst.Name) else set()))
     skipped = {*loop_plan.producer, *(load.index for load in loop_plan.loads),
                *(chain.index for chain in loop_plan.chains)}
     for facts in body:
@@ -377,6 +385,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                 # (a row reduction of the accumulator or of an A tile: warp-local so)
                 row_reduction = row_reduction or f"{what} at line {facts.line}"
                 continue
+            if not loop_plan.attention and not loop_plan.chained and what.startswith("reduction") \
+                    and _row_reduction_of(source, node, k_columns, invariant, axis=0):
+                continue  # (along the K axis of B tiles: inside each warp, whatever the warps)
             if facts.index in skipped:
                 continue
             if what == "layout conversion":  # (of what, where: the analysis inserted it, the source shows none)
@@ -562,14 +573,18 @@ def _no_prefetch(source: SourceFile, loop: cst.For, fn: JitFunction) -> bool:
     return False
 
 
-def _row_family(source: SourceFile, loop_plan: LoopPlan, body: list, scalars: set[str]) -> set[str]:
+def _row_family(source: SourceFile, loop_plan: LoopPlan, body: list, scalars: set[str], position: int = 0
+                ) -> set[str]:
     """Names whose rows lie where the accumulators' do: the accumulators, the A tiles of the dots (read as loaded,
     not transposed), and the names the loop computes from them elementwise with scalars (`xf = x.to(tl.float32)`).
-    With every warp along M in the MMA layout, each warp holds whole rows of all of them."""
-    family = {chain.acc for chain in loop_plan.chains}
-    family |= {chain.operands[0] for chain in loop_plan.chains if not chain.transposed[0]}
+    With every warp along M in the MMA layout, each warp holds whole rows of all of them. `position` 1: the B tiles
+    instead (no accumulator), whose columns (K, axis 0) each warp holds whole in the B operand's layout, whatever the
+    warps (they split N, or hold copies of the tile)."""
+    family = {chain.acc for chain in loop_plan.chains} if position == 0 else set()
+    family |= {chain.operands[position] for chain in loop_plan.chains if not chain.transposed[position]}
     loads = {load.name: load for load in loop_plan.loads}
-    family |= {load.name for load in loop_plan.loads if loop_plan.use_of(load.name)[1] == 0}  # (A tiles computed on)
+    # (the tiles computed on: in their operand's layout, `OperandLoad.computed`)
+    family |= {load.name for load in loop_plan.loads if loop_plan.use_of(load.name)[1] == position}
     family = {name for name in family if name not in loads or not loads[name].transposed}
     own = {chain.index for chain in loop_plan.chains} | {load.index for load in loop_plan.loads}
     for facts in body:
@@ -646,10 +661,13 @@ def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:
     return read_names(expression) - modules
 
 
-def _elementwise(node: cst.CSTNode) -> bool:
-    """`node`, a call or a subscript, keeps its operand's rows: `x.to(...)`, a language function of one element."""
+def _elementwise(node: cst.CSTNode, source: SourceFile | None = None) -> bool:
+    """`node`, a call or a subscript, keeps its operand's rows: `x.to(...)`, a language function of one element (with
+    `source`, also one imported by name: `exp(x)` from `triton.language.math`)."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         return node.func.attr.value in ("to", "cast") or node.func.attr.value in PURE_CALLS
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and source is not None:
+        return language_name(source.qualified_name(node.func)) in PURE_CALLS
     return False
 
 
@@ -670,17 +688,20 @@ def _reduction(source: SourceFile, node: cst.CSTNode) -> tuple[cst.BaseExpressio
     return operand, {"0": 0, "1": 1, "-1": 1}.get(text)
 
 
-def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str]) -> bool:
+def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str], axis: int = 1
+                      ) -> bool:
     """`node` reduces along axis 1 a value computed elementwise from names of `family` (and scalars): with every warp
-    along M, a reduction inside each warp (`scalars`: names bound to no tensor)."""
+    along M, a reduction inside each warp (`scalars`: names bound to no tensor). (`axis` 0 with the B tiles' family:
+    along K, inside each warp.)"""
     reduction = _reduction(source, node)
-    if reduction is None or reduction[1] != 1:
+    if reduction is None or reduction[1] != axis:
         return False
     operand = reduction[0]
-    if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n))
+    if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n, source))
            for n in preorder(operand)):
         return False
-    names = _variables(source, operand)
+    names = _variables(source, operand) - {n.func.value for n in preorder(operand)
+                                           if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     return bool(names & family) and names <= family | scalars
 
 
