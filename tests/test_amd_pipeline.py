@@ -2978,21 +2978,20 @@ def _one_copy(text: str, v_first: bool) -> str:
     return re.sub(r"            if V_FIRST:\n.*\n            else:\n.*\n", f"            {dot}\n", text)
 
 
-@pytest.mark.parametrize("form", ["inline", "guarded", "flag"])
+@pytest.mark.parametrize("form", ["inline", "flag"])
 def test_a_computed_operand_read_transposed_is_computed_on_its_slot_s_transposed_view(form: str) -> None:
     """FLA's `chunk_gla_fwd_kernel_o` reads its state `tl.trans(b_h).to(T)` where the state is stored V-first: a cast
-    of a transposed tile. The operand-names pass writes it `b_h_op = b_h.to(T)`, `tl.trans(b_h_op)` (under a dot's
-    guard too, `if i_k >= 0:`, named before it); the GEMM planner reads it as a computed tile the dot reads
-    transposed: the ring holds the tile as loaded, the slot is read through a transposed view straight in the MMA
-    operand's layout and cast there, with no conversion in the steady state. With the flag left in (each value a copy
-    of the loop), the copies' names are their own where one copy reads the state transposed and the other as is, so
-    both copies are pipelined."""
-    text = _one_copy(GATED_OUTPUT, True)
-    assert "V_FIRST:" not in text.split("for i_k", 1)[1]
-    if form == "inline":
-        text = text.replace("        if i_k >= 0:\n            acc +=", "        acc +=")
-    elif form == "flag":
-        text = GATED_OUTPUT
+    of a transposed tile. The operand-names pass writes it `b_h_op = b_h.to(T)`, `tl.trans(b_h_op)`; the GEMM planner
+    reads it as a computed tile the dot reads transposed: the ring holds the tile as loaded, the slot is read through a
+    transposed view straight in the MMA operand's layout and cast there, with no conversion in the steady state. With
+    the flag left in (each value a copy of the loop), the copies' names are their own where one copy reads the state
+    transposed and the other as is, so both copies are pipelined."""
+    text = _one_copy(GATED_OUTPUT, True) if form == "inline" else GATED_OUTPUT
+    text = text.replace("        if i_k >= 0:\n            acc +=", "        acc +=").replace(
+        "        if i_k >= 0:\n            if V_FIRST:\n                acc += tl.dot(b_qg, tl.trans(b_h).to(b_qg.dtype))\n"
+        "            else:\n                acc +=",
+        "        if V_FIRST:\n            acc += tl.dot(b_qg, tl.trans(b_h).to(b_qg.dtype))\n        else:\n            acc +=")
+    assert "i_k >= 0" not in text
     values = {"q": "*bf16", "g": "*fp32", "h": "*bf16", "o": "*fp16", "stride_q": "i32", "K": 256, "V": 64, "BT": 64,
               "BK": 64, "BV": 64, "V_FIRST": True}
     result = translate_source(text, "gated.py", get_target("gfx950"))
@@ -3012,6 +3011,23 @@ def test_a_computed_operand_read_transposed_is_computed_on_its_slot_s_transposed
     for target, why in (("gfx942", "0.62-1.31x"), ("gfx1250", "1.21-1.82x")):
         (kept,) = translate_source(text, "gated.py", get_target(target)).functions
         assert not kept.pipelined and why in kept.kept_reason
+
+
+def test_a_computed_operand_of_a_guarded_dot_is_kept_with_its_measurement() -> None:
+    """The same loops with the dot under `if i_k >= 0:` (FLA's kernel as written): the operand of a guarded dot is named
+    before the guard and the ring is planned (`--gluon-always` emits it pipelined in both copies; it compiles), but
+    Triton does not pipeline a loop whose dot sits under an `if`, and its lean loop measured lighter than the ring,
+    which computes the operand in the MMA operand's layout: the kernel is kept, with the figures."""
+    for target in ("gfx950", "gfx942"):
+        (kept,) = translate_source(GATED_OUTPUT, "gated.py", get_target(target)).functions
+        assert not kept.pipelined and "Triton's own compile does not software-pipeline" in kept.kept_reason
+    result = translate_source(GATED_OUTPUT, "gated.py", get_target("gfx950"), gluon_always=True)
+    flat = re.sub(r"\s+", "", result.text)
+    assert len(re.findall(r"forround_+inrange\(num_rounds_*\):", flat)) == 2 and "ifi_k>=0:" in flat
+    values = {"q": "*bf16", "g": "*fp32", "h": "*bf16", "o": "*fp16", "stride_q": "i32", "K": 256, "V": 64, "BT": 64,
+              "BK": 64, "BV": 64}
+    for v_first in (True, False):
+        assert_holds_and_compiles(result, {**values, "V_FIRST": v_first})
 
 
 def test_a_transposed_computed_operand_that_is_not_elementwise_is_refused() -> None:

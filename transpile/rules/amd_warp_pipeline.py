@@ -1440,6 +1440,8 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
     if sp.engine == "registers" and sp.loop.kind == "descriptor" and not any(load.computed for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"  # (16-byte loads a step ahead: a descriptor vouches for its rows)
     if any(load.computed for load in sp.loop.loads):
+        if any(chain.guarded for chain in sp.loop.chains):
+            return "computed-operand ring, guarded dot"
         if _k_indexed(sp.loop) is not None:
             return "computed-operand ring, K-indexed vector"
         if _loads_in_computation(sp.loop):

@@ -264,7 +264,17 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
         "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
        for form in ("computed-operand ring", "computed-operand ring, K-indexed vector",
-                    "computed-operand ring, loaded factor", "computed-operand ring, both operands")},
+                    "computed-operand ring, loaded factor", "computed-operand ring, both operands",
+                    "computed-operand ring, guarded dot")},
+    **{(target, "computed-operand ring, guarded dot"): (
+        "a dot accumulated under a test of scalars (`if i_k >= 0: b_o += tl.dot(b_qg, ...)`) reads an operand computed "
+        "from a loaded tile: Triton's own compile does not software-pipeline a loop whose dot sits under an `if`, and "
+        "its loop computes the operand in a blocked layout and moves it through LDS in few instructions, where the ring "
+        "computes it in the MMA operand's layout, which repeats the work for every warp along N: that ring measured "
+        "2.03-2.69x on gfx950 (FLA's `chunk_gla_fwd_kernel_o` at 64x64x64 for both `STATE_V_FIRST` values, its form at "
+        "64 and 128 rows) and 3.0x on gfx942 Triton's own non-MFMA instructions per loop iteration (8 warps): "
+        "bench/RESULTS.md")
+       for target in ("gfx942", "gfx950")},
     ("gfx942", "computed-operand ring, both operands"): (
         "both operands of a dot are computed from their loaded tiles (`a = a.to(T)`, `b = b.to(T)`), cast each step in "
         "the MMA operand layouts, and on gfx942 that ring measured 0.62-1.31x Triton's own non-MFMA instructions per "
