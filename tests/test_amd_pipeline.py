@@ -3120,3 +3120,32 @@ def test_a_sum_that_crosses_the_warps_of_a_b_tile_is_named(change: str, named: s
         text = text.replace("tl.store(dg + tl.program_id(0) * V + o_v, b_dg)", "tl.store(dg + o_t, b_dg)")
     sp = prepared_stage_plan(text)
     assert isinstance(sp, StagePlan) and sp.groups == 1 and sp.barrier_op, sp
+
+
+def test_a_sum_along_k_through_an_imported_elementwise_helper(tmp_path: Path) -> None:
+    """FLA imports its `exp` (`from fla.ops.utils.op import exp`, a jit helper of elementwise math): the sum along K
+    reads `exp(b_gn)` as it reads `tl.exp(b_gn)`, and the helper's call on the loop-invariant vector is converted once
+    before the loop; both warp groups run, and the variant compiles with the helper imported."""
+    (tmp_path / "op.py").write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                    "def exp(x):\n    return tl.exp(x.to(tl.float32))\n")
+    text = GATE_GRADIENT.replace("import triton.language as tl\n", "import triton.language as tl\n\nfrom op import exp\n",
+                                 1).replace("tl.exp(b_gn)", "exp(b_gn)")
+    path = tmp_path / "gate.py"
+    path.write_text(text)
+    result = translate_source(text, str(path), get_target("gfx950"))
+    (fn,) = result.functions
+    assert fn.pipelined, fn.kept_reason
+    flat = re.sub(r"\s+", "", result.text)
+    steady = flat.split("forround_inrange(num_rounds):", 1)[1].split("#Thelastiterations", 1)[0]
+    assert "gl.convert_layout" not in steady and "fromopimportexp" in flat
+    assert "=gl.convert_layout(exp(b_gn),gl.SliceLayout(0,b_h_layout))" in flat
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert_holds_and_compiles(result, {"k": "*fp16", "dk": "*fp16", "h": "*fp16", "dh": "*fp16", "gn": "*fp32",
+                                           "dv": "*fp16", "dw": "*fp16", "dg": "*fp32", "K": 256, "V": 64, "BT": 64,
+                                           "BK": 64, "BV": 64})
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("op", None)

@@ -199,6 +199,9 @@ class LayoutPlan:
     creations: dict[cst.CSTNode, Term] = field(default_factory=dict)  # arange/zeros/full/desc.load: `layout=`
     converts: dict[cst.CSTNode, Term] = field(default_factory=dict)  # wrap the node in convert_layout(node, ...)
     convert_sources: dict[cst.CSTNode, Term] = field(default_factory=dict)  # ... the class each converts from
+    # Names the module imports bound to helpers of elementwise math alone (`exp` from FLA's `fla.ops.utils.op`): their
+    # result has their tensor argument's layout
+    elementwise_imports: frozenset[str] = frozenset()
     param_converts: dict[str, Term] = field(default_factory=dict)  # helpers: convert a tensor parameter on entry
     param_terms: dict[str, Term] = field(default_factory=dict)  # helpers: the class of each tensor parameter
     dots: dict[cst.Call, DotSite] = field(default_factory=dict)

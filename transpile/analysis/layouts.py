@@ -167,7 +167,7 @@ class LayoutAnalysis:
     def analyse(self, fn: JitFunction, arg_kinds: tuple[Value, ...] | None) -> LayoutPlan:
         if fn.name in self.plans:
             return self.plans[fn.name]
-        plan = LayoutPlan(fn)
+        plan = LayoutPlan(fn, elementwise_imports=frozenset(self.elementwise_imports))
         if arg_kinds is not None:
             plan.kinds = tuple(_kind(k) for k in arg_kinds)
         self.plans[fn.name] = plan

@@ -375,7 +375,8 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for facts in body:
         for node, what in facts.barriers:
             if what == "layout conversion" and (hoistable_convert(node, loop, flow, fn, scalars) is not None or (
-                    isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow))):
+                    isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow,
+                                                                                  plan.elementwise_imports))):
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
             if loop_plan.attention and what.startswith("reduction") \
                     and (_reduction(source, node) or (None, None))[1] == 1:
@@ -386,7 +387,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                 row_reduction = row_reduction or f"{what} at line {facts.line}"
                 continue
             if not loop_plan.attention and not loop_plan.chained and what.startswith("reduction") \
-                    and _row_reduction_of(source, node, k_columns, invariant, axis=0):
+                    and _row_reduction_of(source, node, k_columns, invariant, axis=0, helpers=plan.elementwise_imports):
                 continue  # (along the K axis of B tiles: inside each warp, whatever the warps)
             if facts.index in skipped:
                 continue
@@ -661,13 +662,14 @@ def _variables(source: SourceFile, expression: cst.BaseExpression) -> set[str]:
     return read_names(expression) - modules
 
 
-def _elementwise(node: cst.CSTNode, source: SourceFile | None = None) -> bool:
+def _elementwise(node: cst.CSTNode, source: SourceFile | None = None, helpers: frozenset[str] = frozenset()) -> bool:
     """`node`, a call or a subscript, keeps its operand's rows: `x.to(...)`, a language function of one element (with
-    `source`, also one imported by name: `exp(x)` from `triton.language.math`)."""
+    `source`, also one imported by name: `exp(x)` from `triton.language.math`, or a helper of elementwise math the
+    module imports, `helpers`: FLA's `exp`)."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         return node.func.attr.value in ("to", "cast") or node.func.attr.value in PURE_CALLS
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and source is not None:
-        return language_name(source.qualified_name(node.func)) in PURE_CALLS
+        return node.func.value in helpers or language_name(source.qualified_name(node.func)) in PURE_CALLS
     return False
 
 
@@ -688,8 +690,8 @@ def _reduction(source: SourceFile, node: cst.CSTNode) -> tuple[cst.BaseExpressio
     return operand, {"0": 0, "1": 1, "-1": 1}.get(text)
 
 
-def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str], axis: int = 1
-                      ) -> bool:
+def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], scalars: set[str], axis: int = 1,
+                      helpers: frozenset[str] = frozenset()) -> bool:
     """`node` reduces along axis 1 a value computed elementwise from names of `family` (and scalars): with every warp
     along M, a reduction inside each warp (`scalars`: names bound to no tensor). (`axis` 0 with the B tiles' family:
     along K, inside each warp.)"""
@@ -697,7 +699,7 @@ def _row_reduction_of(source: SourceFile, node: cst.CSTNode, family: set[str], s
     if reduction is None or reduction[1] != axis:
         return False
     operand = reduction[0]
-    if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n, source))
+    if any(isinstance(n, cst.Subscript) or (isinstance(n, cst.Call) and not _elementwise(n, source, helpers))
            for n in preorder(operand)):
         return False
     names = _variables(source, operand) - {n.func.value for n in preorder(operand)
@@ -713,7 +715,8 @@ PURE_CALLS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "m
                         "math.rsqrt", "math.abs"})
 
 
-def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow: LoopDataflow) -> bool:
+def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow: LoopDataflow,
+                      helpers: frozenset[str] = frozenset()) -> bool:
     """A layout conversion of a value the loop does not change (it reads names the loop does not assign, through
     arithmetic, broadcasts and elementwise math: `shifter[:, None]`, `exp2(b_g)`): the rule makes it once, before the
     loop, instead of in a stage next to the MMA."""
@@ -724,7 +727,8 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
         if isinstance(n, cst.Name) and n.value in defined:
             return False
         if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
-                and language_name(source.qualified_name(n.func)) not in PURE_CALLS:
+                and language_name(source.qualified_name(n.func)) not in PURE_CALLS \
+                and not (isinstance(n.func, cst.Name) and n.func.value in helpers):
             return False
     return True
 

@@ -485,7 +485,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Conversions of values the loop does not change (`shifter[:, None]`, `exp2(g)` of loop-invariant vectors:
     # `invariant_convert` in analysis/stages.py) are made once, before the loop, under names of their own.
     changed = {n for statement in body for n in assigned_names(statement)} | {plan.var}
-    invariant = _Invariant(changed, name)
+    invariant = _Invariant(changed, name, ctx.plan.elementwise_imports)
     body = [s if i in loads_at or i in plan.producer or not isinstance(s, cst.SimpleStatementLine) else s.visit(invariant)
             for i, s in enumerate(body)]  # (a conversion in a branch is made where the branch runs)
     hoisted += [f"{target} = gl.convert_layout({value}, {layout})" for (value, layout), target in invariant.made.items()]
@@ -1556,10 +1556,11 @@ class _Invariant(cst.CSTTransformer):
     """`gl.convert_layout(x, layout)` of an `x` that reads no name of `changed` (the names the loop assigns) through
     arithmetic, broadcasts, casts and elementwise math -> a name made before the loop (`made`: (x, layout) -> name)."""
 
-    def __init__(self, changed: set[str], name) -> None:  # noqa: ANN001 - the loop's namer
+    def __init__(self, changed: set[str], name, helpers: frozenset[str] = frozenset()) -> None:  # noqa: ANN001
         super().__init__()
         self.changed = changed
-        self.name = name
+        self.name = name  # (the loop's namer)
+        self.helpers = helpers  # helpers of elementwise math the module imports (`exp`)
         self.made: dict[tuple[str, str], str] = {}
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -1570,7 +1571,7 @@ class _Invariant(cst.CSTTransformer):
             if isinstance(n, cst.Name) and n.value in self.changed:
                 return updated
             if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
-                    and code(n.func).removeprefix("gl.") not in PURE_CALLS:
+                    and code(n.func).removeprefix("gl.") not in PURE_CALLS and code(n.func) not in self.helpers:
                 return updated
         key = (" ".join(code(value).split()), " ".join(code(updated.args[1].value).split()))
         if key not in self.made:
