@@ -94,7 +94,8 @@ def unswitch(text: str, facts: ModuleFacts) -> tuple[str, list[int]] | None:
 
 def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied: set[int]) -> list[str]:
     """`lines` with the names bound in the copies of a loop renamed in the copies that compute a tile another copy
-    loads as it is: `a = tl.load(a_ptrs)` in one copy, `a = a.to(AB_DTYPE)` after it in another. A name has one layout
+    loads as it is: `a = tl.load(a_ptrs)` in one copy, `a = a.to(AB_DTYPE)` after it in another; or that reads a tile
+    transposed that another copy reads as it is (`tl.trans(b_h)` under `if STATE_V_FIRST:`). A name has one layout
     in a function, and a computed operand is laid out as its dot reads it (the tile it is computed from, and what its
     load's address and mask read in the loop, `mask_k`), a loaded tile as its copies write it: the copies that compute
     take names of their own, each copy its own (`a_2`, `mask_k_2`: the first number free), read only there. Only
@@ -139,8 +140,8 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
             views = [_transposed_reads(loop) for loop in group]
             plain = [_plain_reads(loop) for loop in group]
             forms = [{name: (name in views[i], name in plain[i]) for name in local} for i in range(len(group))]
-            computing = [computes or any(forms[i][name][0] and any(forms[j][name]) and forms[i][name] != forms[j][name]
-                                         for name in local for j in range(len(group)))
+            computing = [computes or any(forms[i][name][0] and any(other[name]) and forms[i][name] != other[name]
+                                         for name in local for other in forms)
                          for i, computes in enumerate(computing)]
             if not any(computing):
                 continue

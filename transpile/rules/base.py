@@ -269,8 +269,8 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     **{(target, "computed-operand ring, guarded dot"): (
         "a dot accumulated under a test of scalars (`if i_k >= 0: b_o += tl.dot(b_qg, ...)`) reads an operand computed "
         "from a loaded tile: Triton's own compile does not software-pipeline a loop whose dot sits under an `if`, and "
-        "its loop computes the operand in a blocked layout and moves it through LDS in few instructions, where the ring "
-        "computes it in the MMA operand's layout, which repeats the work for every warp along N: that ring measured "
+        "its loop computes the operand in a blocked layout and moves it through LDS in few instructions, where the "
+        "ring computes it in the MMA operand's layout, which repeats the work for every warp along N: that ring measured "
         "2.03-2.69x on gfx950 (FLA's `chunk_gla_fwd_kernel_o` at 64x64x64 for both `STATE_V_FIRST` values, its form at "
         "64 and 128 rows) and 3.0x on gfx942 Triton's own non-MFMA instructions per loop iteration (8 warps): "
         "bench/RESULTS.md")
