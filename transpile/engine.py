@@ -420,10 +420,12 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         source.text, contiguous_axis_sites(source.text, set(facts.functions))), path, inlined)
     # Constexpr branches inside dot loops hoisted out of them (`transpile.passes.unswitch`): a loop per value of
     # the flag, each with a straight-line body the pipeline rules read. Kept functions stay as written (`original`).
-    source, facts, original = _remapped(source, facts, original, unswitch(source.text, facts), path, inlined)
-    # ... and the dot operands of the copies named as above, where only a copy reads them as a statement of the loop
-    # (a cast under the flag's branch: `if STATE_V_FIRST: b_o += tl.dot(b_qg, tl.trans(b_h).to(T))`)
-    source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
+    unswitched = unswitch(source.text, facts)
+    source, facts, original = _remapped(source, facts, original, unswitched, path, inlined)
+    if unswitched is not None:
+        # ... and the dot operands of the copies named as above, where only a copy reads them as a statement of the
+        # loop (a cast under the flag's branch: `if STATE_V_FIRST: b_o += tl.dot(b_qg, tl.trans(b_h).to(T))`)
+        source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
     # Dot operands read through a name that renames or transposes a tile (`arg1 = a` or `arg1 = a.T`, as an
     # unswitched copy binds them) read as the tile (`transpile.passes.operand_aliases`).
     source, facts, original = _rewritten(source, facts, original, drop_operand_aliases(source, facts), path, inlined)

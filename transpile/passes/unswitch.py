@@ -137,9 +137,8 @@ def _renamed_copies(lines: list[str], origin: list[int], names: set[str], copied
                          for i in range(len(group))]
             # (and the copies that read a tile transposed that another copy reads as it is: `tl.trans(b_h)` where
             # the flag's other value loads `b_h` the other way round; a name's layout is that of its first form)
-            views = [_transposed_reads(loop) for loop in group]
-            plain = [_plain_reads(loop) for loop in group]
-            forms = [{name: (name in views[i], name in plain[i]) for name in local} for i in range(len(group))]
+            reads = [_reads(loop) for loop in group]
+            forms = [{name: (name in views, name in plain) for name in local} for views, plain in reads]
             computing = [computes or any(forms[i][name][0] and any(other[name]) and forms[i][name] != other[name]
                                          for name in local for other in forms)
                          for i, computes in enumerate(computing)]
@@ -225,28 +224,20 @@ def _private(function: ast.FunctionDef, parents: dict[int, ast.AST], group: list
     return any(statement is parents.get(id(later[0])) and fresh(statement) for statement in after)
 
 
-def _transposed_reads(loop: ast.For) -> set[str]:
-    """The names the loop reads transposed: `tl.trans(x)`, `tl.permute(x, ...)`, `x.T`, `x.trans(...)`,
-    `x.permute(...)`."""
-    found = set()
+def _reads(loop: ast.For) -> tuple[set[str], set[str]]:
+    """The names the loop reads as the tile of a transpose (`tl.trans(x)`, `tl.permute(x, ...)`, `x.T`,
+    `x.trans(...)`, `x.permute(...)`), and those it reads otherwise."""
+    views: dict[int, str] = {}  # the Names read as a transpose's tile, by id
     for node in ast.walk(loop):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
                 and re.search(r"(^|\.)(trans|permute)$", _dotted(node.func)):
-            found.add(node.args[0].id)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in ("T", "trans",
-                                                                                                 "permute"):
-            found.add(node.value.id)
-    return found
-
-
-def _plain_reads(loop: ast.For) -> set[str]:
-    """The names the loop reads other than as the tile of a transpose (`_transposed_reads`)."""
-    views = {id(node.args[0]) for node in ast.walk(loop) if isinstance(node, ast.Call) and node.args
-             and re.search(r"(^|\.)(trans|permute)$", _dotted(node.func))}
-    views |= {id(node.value) for node in ast.walk(loop) if isinstance(node, ast.Attribute)
-              and node.attr in ("T", "trans", "permute")}
-    return {node.id for node in ast.walk(loop) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-            and id(node) not in views}
+            views[id(node.args[0])] = node.args[0].id
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.attr in ("T", "trans", "permute"):
+            views[id(node.value)] = node.value.id
+    plain = {node.id for node in ast.walk(loop) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+             and id(node) not in views}
+    return set(views.values()), plain
 
 
 def _param_names(function: ast.FunctionDef) -> set[str]:
