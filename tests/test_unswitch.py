@@ -254,6 +254,27 @@ def test_the_copy_that_reads_a_tile_transposed_takes_names_of_its_own() -> None:
     assert "b_2" not in same
 
 
+def test_the_copy_that_casts_what_another_copy_reads_through_an_alias_takes_names_of_its_own() -> None:
+    """tritonbench's `bf16xint16_matmul_kernel`: each copy casts another operand and passes the other on by a plain
+    name (`b_op = b` beside `a_op = a.to(T)`, and the other way round). An alias of a loaded tile counts as loaded,
+    so each copy computes a name the other reads as loaded, and each takes names of its own; neither is then refused
+    for names it shares with the other, and both are pipelined."""
+    body = ("        a = tl.load(a_ptrs)\n        b = tl.load(b_ptrs)\n"
+            "        if TRANSPOSE:\n            a_op = a.to(tl.float16)\n            b_op = b\n"
+            "        else:\n            a_op = a\n            b_op = b.to(tl.float16)")
+    text = _kernel(body, "TRANSPOSE: tl.constexpr").replace("acc += tl.dot(a, b)", "acc += tl.dot(a_op, b_op)")
+    new, _ = _unswitched(text)
+    compile(new, "k.py", "exec")
+    first, second = new.split("    if TRANSPOSE:\n", 1)[1].split("\n    else:\n", 1)
+    assert "a_op_2 = a_2.to(tl.float16)" in first and "b_op_2 = b_2\n" in first
+    assert "a_op_3 = a_3\n" in second and "b_op_3 = b_3.to(tl.float16)" in second
+    result = translate_source(text, "k.py", get_target("gfx950"))
+    assert result.text.count('warp_pipeline_stage("mem"') == 2, result.diagnostics
+    assert not [d for d in result.diagnostics if d.code in ("TT040", "TT045")], result.diagnostics
+    # (each copy computes another operand: the MMA layout lays the warps along it, as the flag picks the copy)
+    assert "computed_operand=(0 if TRANSPOSE else 1)" in " ".join(result.text.split())
+
+
 def test_the_copy_of_a_loop_with_the_cast_takes_names_of_its_own_and_is_pipelined() -> None:
     """A name has one layout in a function: the copy that casts its tiles (`a = a.to(AB_DTYPE)`, laid out as the dot
     reads it) renames what it binds (`a_2`, `b_2`), and the AMD variant pipelines both copies; no launch runs the

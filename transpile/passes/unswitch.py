@@ -247,7 +247,8 @@ def _param_names(function: ast.FunctionDef) -> set[str]:
 
 def _binding_kind(loop: ast.For, name: str) -> str:
     """How the loop binds `name`: "loaded" (its last binding a load: `a = tl.load(...)`, `a = desc.load(...)`, once or
-    in both branches of a mask's choice), "computed" (otherwise: `a = a.to(T)` after the load), or "absent"."""
+    in both branches of a mask's choice; or another name the loop loads so, `b_op = b`), "computed" (otherwise:
+    `a = a.to(T)` after the load), or "absent"."""
     bindings = [n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
                 and any(isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Store)
                         for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
@@ -258,6 +259,10 @@ def _binding_kind(loop: ast.For, name: str) -> str:
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
             and isinstance(last.value, ast.Call) and re.search(r"(^|\.)load$", _dotted(last.value.func)):
         return "loaded"
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
+            and isinstance(last.value, ast.Name) and last.value.id != name \
+            and _binding_kind(loop, last.value.id) == "loaded":
+        return "loaded"  # (an alias of a loaded tile: `b_bf16 = b` where another copy casts, `b_bf16 = b.to(T)`)
     return "computed"
 
 
