@@ -35,21 +35,30 @@ def _depth(dtype):
 
 
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None, computed_operand=None):
     """MFMA accumulator layout for [m, n] tiles of `dtype` operands: the instruction Triton chooses for `tl.dot` on
     {arch}, 32x32 (16x16 for tiles narrower than 32) with the K depth of `dtype`; warps split between M and N, at
     most 2 along M (Triton's own split follows the tile's aspect). With `warps_along_m` (and rows enough), every
     warp takes its own rows, 16x16 instructions where a warp has fewer than 32: reductions along a row then stay
     inside a warp. `k`: the dot's K block, where known: an fp8 block shallower than the deep instruction takes the
-    plain one (K 16 at 32x32, 32 at 16x16)."""
+    plain one (K 16 at 32x32, 32 at 16x16). `computed_operand` (0 for A, 1 for B): the operand the loop computes in
+    registers, in its MMA operand layout; every warp along the other axis holds a copy of that layout's elements and
+    computes them again, so every warp goes along this operand's own axis (M for A, N for B) where its tile has 16
+    rows (columns) a warp."""
     depth = _depth(dtype)
-    if warps_along_m and m is not None and m >= 16 * num_warps:
-        instr_mn = 32 if m // num_warps >= 32 and all(n is not None and n >= 32 for n in ns) else 16
+    n = min(ns) if all(n is not None for n in ns) else None
+    along = 0 if warps_along_m else computed_operand  # (the axis every warp goes along: 0 M, 1 N; None: split)
+    size = m if along == 0 else n if along == 1 else None
+    if size is not None and size >= 16 * num_warps:
+        # (32-wide instructions where each warp's share and the other axis allow them; with fewer rows (columns) for
+        # a computed operand the split below stands: warps partly along its axis measured mixed)
+        other = n if along == 0 else m
+        instr_mn = 32 if size // num_warps >= 32 and other is not None and other >= 32 else 16
         instr_k = depth if instr_mn == 32 else depth * 2
         if k is not None and k < instr_k and dtype.primitive_bitwidth == 8 and dtype.is_floating():
             instr_k = 16 if instr_mn == 32 else 32
         return gl.amd.AMDMFMALayout(version=MFMA_VERSION, instr_shape=[instr_mn, instr_mn, instr_k], transposed=True,
-                                    warps_per_cta=[num_warps, 1])
+                                    warps_per_cta=[num_warps, 1] if along == 0 else [1, num_warps])
     small = (m is not None and m < 32) or any(n is not None and n < 32 for n in ns)
     instr_mn = 16 if small else 32
     instr_k = depth * 2 if small else depth

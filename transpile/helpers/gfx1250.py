@@ -18,19 +18,26 @@ def _depth(dtype):
 
 
 @gluon.constexpr_function
-def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None):
+def _mma_layout(m, ns, dtype, num_warps, warps_along_m=False, k=None, computed_operand=None):
     """WMMA accumulator layout for [m, n] tiles of `dtype` operands, the choice Triton makes for `tl.dot` on gfx1250:
     16x16 instructions with the K depth of `dtype`; the first warp bit goes to N, the others to M. With
     `warps_along_m` (and rows enough) every warp bit goes to M: reductions along a row then stay inside a warp. (`k`,
     the dot's K block: every K block a dot takes is at least one instruction deep here; fp8 operands go by the
-    16x16x128 instruction where it is at least 128, as Triton's own compile does: half the instructions of 16x16x64.)"""
+    16x16x128 instruction where it is at least 128, as Triton's own compile does: half the instructions of 16x16x64.)
+    `computed_operand` (0 for A, 1 for B): the operand the loop computes in registers, in its MMA operand layout;
+    every warp along the other axis would compute its elements again, so every warp bit goes along this operand's
+    own axis (M for A, N for B) where its tile has 16 rows (columns) a warp."""
     instr_k = _depth(dtype)
     if instr_k == 64 and dtype.is_floating() and k is not None and k >= 128:
         instr_k = 128
-    if warps_along_m and m is not None and m >= 16 * num_warps:
+    n = min(ns) if all(n is not None for n in ns) else None
+    along = 0 if warps_along_m else computed_operand  # (the axis every warp bit goes along: 0 M, 1 N; None: split)
+    size = m if along == 0 else n if along == 1 else None
+    if size is not None and size >= 16 * num_warps:
         warp_bases = []
         while (1 << len(warp_bases)) < num_warps:
-            warp_bases.append([1 << len(warp_bases), 0])
+            step = 1 << len(warp_bases)
+            warp_bases.append([step, 0] if along == 0 else [0, step])
         return gl.amd.AMDWMMALayout(3, True, warp_bases, [], [16, 16, instr_k])
     warp_bases = [[0, 1]] if num_warps > 1 else []
     while (1 << len(warp_bases)) < num_warps:

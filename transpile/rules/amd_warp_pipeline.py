@@ -178,8 +178,13 @@ class AMDWarpPipeline(Rule):
             gathered = any(Effect.GLOBAL_LOAD in facts.effects or any(
                 isinstance(call.func, cst.Name) and call.func.value in helpers for call in calls_in(facts.node))
                 for facts in stage_plan.dataflow.statements if facts.index in plan_.producer)
-        if ctx.slower_than_triton(original, _form(stage_plan, masks_left_out, gathered), construct):
+        form = _form(stage_plan, masks_left_out, gathered)
+        if ctx.slower_than_triton(original, form, construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
+        narrow = _computed_axis_launches(ctx, stage_plan, COMPUTED_AXIS_LAUNCHES.get((ctx.target.name, form), ()))
+        if narrow:
+            ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {narrow}"))
+            return updated
         ctx.need("lds_ring")
         if stage_plan.engine == "async_copy":
             ctx.need("lds_copy")
@@ -218,6 +223,15 @@ class AMDWarpPipeline(Rule):
             joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
             ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
             _source_below(ctx, str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0]), 16 * PIPELINE_WARPS)
+        if not (stage_plan.loop.attention or stage_plan.loop.chained or stage_plan.warps_along_m):
+            # A computed operand is computed in its MMA operand layout, which every warp along the other axis holds
+            # too: the MMA layout lays the warps along the computed operand's axis instead, so each element is
+            # computed once (gfx950: 0.28-0.61x Triton's non-MFMA instructions per iteration where the split measured
+            # 0.76-0.93x; bench/RESULTS.md)
+            for call, position in _computed_sides(stage_plan.loop).items():
+                site = ctx.plan.dots.get(call)
+                if site is not None:
+                    ctx.mma_computed = {**ctx.mma_computed, id(site.node): position}
         if descriptor_launch is not None or (stage_plan.engine == "registers" and stage_plan.loop.kind == "descriptor"):
             # Launches with output tiles under DESCRIPTOR_RING_MIN_TILE elements run the source kernel (their 8 warps
             # hold too little MMA work a step for the copies' address and mask arithmetic), and so do those whose
@@ -278,7 +292,10 @@ class AMDWarpPipeline(Rule):
             ctx.launch_no_agprs = True
             slow = SLOW_DTYPES.get(ctx.target.name, ())
             if any(load.computed for load in stage_plan.loop.loads):
-                slow += tuple(t for t in COMPUTED_SLOW_DTYPES if t not in slow)
+                # (8-bit integer codes measured lighter only with the warps along the computed operand's axis)
+                codes = COMPUTED_SLOW_DTYPES if _computed_across_warps(stage_plan) else (
+                    "int8", "uint8", *COMPUTED_SLOW_DTYPES)
+                slow += tuple(t for t in codes if t not in slow)
             if any(chain.integer_sum for chain in stage_plan.loop.chains):
                 slow += tuple(t for t in INTEGER_SUM_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
@@ -1066,18 +1083,21 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
 PREP_IN_MEM_STAGE = ("gfx950",)
 
 
-#: Element types (torch's names) for which a ring with a computed operand (`OperandLoad.computed`) measured heavier than
-#: Triton's own compile: a tile of 8-bit codes cast to a 16-bit type (suite_cast_operand_gemm: 1.09x at 128x128x64 on
-#: gfx950 with the cast in `mem`, 1.09x at 64x64x64 on gfx942; scaled as well, bc_dequant_matmul measured 0.67-0.81x
-#: on gfx950), where 16-bit codes measured 0.77-0.99x on both (bench/RESULTS.md). The launcher runs the source kernel
-#: for launches with such tensors.
 #: Element types whose launches run the source kernel where a dot's product is added to an accumulator of a type the
 #: kernel does not name (`DotChain.integer_sum`: aiter's `gemm_a8w8`, float32 unless the output is int8): 8-bit integer
 #: operands make an int32 product added apart from the MMA each iteration, which spilled (gfx950, 256x128x64: 10
 #: scratch instructions in the hot loop, 1.23x Triton's own non-MFMA instructions per iteration) where Triton's own
 #: compile spills none; fp8 operands fold into the MFMA (0.73x at 256x128x64, 0.77x at 128x128x128).
 INTEGER_SUM_SLOW_DTYPES = ("int8", "uint8")
-COMPUTED_SLOW_DTYPES = ("int8", "uint8", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+#: Element types (torch's names) for which a ring with a computed operand (`OperandLoad.computed`) has not measured
+#: lighter than Triton's own compile: fp8 codes; and 8-bit integer codes where the warps are not laid along the
+#: computed operand's axis (`_computed_across_warps`): cast to a 16-bit type they measured 1.09x at 128x128x64 on
+#: gfx950 and 1.09x at 64x64x64 on gfx942 with the warps split between M and N, and with every warp along the computed
+#: operand's axis (`_mma_layout`'s `computed_operand`) 0.90-0.91x and 0.58-1.00x, scaled as well (bc_dequant_matmul)
+#: 0.51-0.73x and 0.64-0.84x (bench/RESULTS.md). The launcher runs the source kernel for launches with tensors of
+#: these types.
+COMPUTED_SLOW_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
 #: Element types (torch's names) for which a target's warp-pipelined ring measured heavier than Triton's own compile
@@ -1462,6 +1482,75 @@ def _computed_pair(plan: LoopPlan) -> DotChain | None:
         if {0, 1} <= positions:
             return chain
     return None
+
+
+#: Forms of a computed-operand ring measured lighter than Triton's own compile only where every warp lies along the
+#: computed operand's axis (`_mma_layout`'s `computed_operand`: 16 rows of A, or columns of B, a warp, 128 at the
+#: pipeline's 8 warps), by (target, form): the operand positions that need it (0: A, 1: B). Launches with fewer rows
+#: (columns) run the source kernel. Non-MFMA (WMMA) instructions per loop iteration against Triton's own compile, 8
+#: warps (bench/RESULTS.md, "Computed operands: the warps along their axis"): gfx1250, B computed (int8 and int16
+#: codes cast or scaled) 0.52-0.62x at 128 columns, 1.13-1.43x at 64 (its split puts 4 warps along M); A computed
+#: 0.25-0.44x at 64 rows and more. gfx942, GPTQ's unpacking (a vector laid along K) 0.63-0.75x at 128 columns,
+#: 1.42x at 64.
+COMPUTED_AXIS_LAUNCHES: dict[tuple[str, str], tuple[int, ...]] = {
+    ("gfx1250", "computed-operand ring"): (1,),
+    ("gfx942", "computed-operand ring, K-indexed vector"): (0, 1),
+}
+
+
+def _computed_axis_launches(ctx: RuleContext, sp: StagePlan, positions: tuple[int, ...]) -> str:
+    """For the computed operands at `positions` (`COMPUTED_AXIS_LAUNCHES`): launches whose operand axis is under 16
+    rows (columns) a warp run the source kernel (`_source_below`); why the loop is left as it is where that axis is
+    neither a constexpr parameter nor a literal that size ("" where it is not)."""
+    if not positions:
+        return ""
+    bound = 16 * PIPELINE_WARPS
+    sides = _computed_sides(sp.loop)
+    for load in sp.loop.loads:
+        if not load.computed:
+            continue
+        chain, position = sp.loop.use_of(load.name)
+        if position not in positions:
+            continue
+        site = ctx.plan.dots.get(chain.call)
+        size = str(site.shape[position]) if site is not None and site.shape[position] is not None else ""
+        if sides.get(chain.call) != position:
+            return (f"both operands of the dot that reads `{load.name}` are computed from loaded tiles, and this form "
+                    "runs lighter than Triton's own compile only with every warp along one computed operand's axis "
+                    "(bench/RESULTS.md)")
+        if size.isdigit() and int(size) >= bound:
+            continue
+        constexprs = {p.name for p in ctx.function.params if p.is_constexpr}
+        if size not in constexprs:
+            axis = ("rows", "columns")[position]
+            return (f"`{load.name}` is computed from a loaded tile, and this form runs lighter than Triton's own "
+                    f"compile only with every warp along its {axis} ({bound} a launch at the pipeline's "
+                    f"{PIPELINE_WARPS} warps), which `{size or '?'}` does not give (bench/RESULTS.md)")
+        _source_below(ctx, size, bound)
+    return ""
+
+
+def _computed_across_warps(sp: StagePlan) -> bool:
+    """Every dot of the loop that reads a computed operand computes it on one side, and the MMA layout lays the warps
+    along that operand's axis (`_mma_layout`'s `computed_operand`; not where every warp lies along M for other
+    reasons: attention, chained dots, row reductions)."""
+    if sp.loop.attention or sp.loop.chained or sp.warps_along_m:
+        return False
+    sides = _computed_sides(sp.loop)
+    return all(chain.call in sides for load in sp.loop.loads if load.computed
+               for chain in sp.loop.chains if chain.position_of(load.name) is not None)
+
+
+def _computed_sides(plan: LoopPlan) -> dict[cst.Call, int]:
+    """The dots of the loop that read operands computed from loaded tiles on one side only: dot call -> that
+    operand's position (0: A, 1: B). A dot computing both, or none, is not listed."""
+    sides: dict[cst.Call, set[int]] = {}
+    for load in plan.loads:
+        for chain in plan.chains:
+            position = chain.position_of(load.name) if load.computed else None
+            if position is not None:
+                sides.setdefault(chain.call, set()).add(position)
+    return {call: positions.pop() for call, positions in sides.items() if len(positions) == 1}
 
 
 def _loads_in_computation(plan: LoopPlan) -> bool:

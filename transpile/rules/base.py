@@ -62,6 +62,9 @@ class RuleContext:
     # chosen for all of them, so that they take one instruction shape and a product reaches the next dot's operand
     # layout inside its warp (two shapes, 16x16 beside 32x32, convert through shared memory with a barrier)
     mma_joint_ns: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id(dot call) -> the N sizes
+    # ... and the operand a pipelined dot computes in registers (0: A, 1: B): its MMA layout lays the warps along that
+    # operand's axis, so that no two warps compute the same elements (`_mma_layout`'s `computed_operand`)
+    mma_computed: dict[int, int] = field(default_factory=dict)  # id(dot call) -> the operand's position
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
     copy_rings: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # ring -> (shape, dtype, rows a lane)
@@ -259,11 +262,14 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # 0.32-0.51x, Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the LDS,
     # but for the element types their launchers give the source kernel (`SLOW_DTYPES` in
     # rules/amd_warp_pipeline.py; bench/RESULTS.md).
+    # ("gfx1250", "computed-operand ring") is not listed: with every warp along the computed operand's axis it
+    # measured 0.25-0.62x (`COMPUTED_AXIS_LAUNCHES` in rules/amd_warp_pipeline.py: the launches it runs)
     **{("gfx1250", form): (
         "a dot operand is computed from a loaded tile (dequantised, cast), and on gfx1250 that ring's hot loop "
         "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
-        "256x256x32 with 8 warps, the computation in either stage): bench/RESULTS.md")
-       for form in ("computed-operand ring", "computed-operand ring, K-indexed vector",
+        "256x256x32 with 8 warps, the computation in either stage; GPTQ's unpacking 0.83-2.09x with every warp along "
+        "N): bench/RESULTS.md")
+       for form in ("computed-operand ring, K-indexed vector",
                     "computed-operand ring, loaded factor", "computed-operand ring, both operands",
                     "computed-operand ring, guarded dot")},
     **{(target, "computed-operand ring, guarded dot"): (
@@ -286,13 +292,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "and 1.30x (gfx942) Triton's own non-MFMA instructions per loop iteration (128x128x64, fp16, 8 warps): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950")},
-    **{(target, "computed-operand ring, K-indexed vector"): (
+    # ("gfx942", "computed-operand ring, K-indexed vector") is not listed: with every warp along N it measured
+    # 0.63-0.75x (`COMPUTED_AXIS_LAUNCHES` in rules/amd_warp_pipeline.py: the launches it runs)
+    ("gfx950", "computed-operand ring, K-indexed vector"): (
         "a dot operand is computed from a loaded tile with a vector laid along K ({construct}GPTQ's `shifter[:, "
         "None]`: packed 4-bit weights unpacked by per-row shifts), which the MMA operand layout makes per-element "
-        "arithmetic: that ring "
-        "measured 1.26-2.10x (gfx950) and 1.06-1.51x (gfx942) Triton's own non-MFMA instructions per MFMA on a public "
-        "GPTQ GEMM (64x64x64 to 128x128x64, 8 warps), whose compile unpacks in a blocked layout: bench/RESULTS.md")
-       for target in ("gfx942", "gfx950")},
+        "arithmetic: that ring measured 0.73-0.84x Triton's own non-MFMA instructions per loop iteration with every "
+        "warp along N (128 columns: the fixture suite_w4a16_gptq and a public GPTQ GEMM, 64x128x64 to 256x128x32, "
+        "8 warps), 1.55x at 64 columns, whose compile unpacks in a blocked layout: not under the 0.8x a machine-code "
+        "measure must show at every tile: bench/RESULTS.md"),
     **{(target, "attention, register-staged ring"): (
         "its K or V tile cannot be copied 16 bytes a lane (addressed from loaded pointers, or K read as [HEAD_DIM, "
         "BLOCK_N] through addresses that are not the transposed tile's), so the warp-pipelined attention ring would "

@@ -115,6 +115,14 @@ class Target:
         ctx.need("mma_layout")
         m = ms[0] if ms else "None"
         rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
+        # (the operand the pipelined dots of the layout compute in registers, where every dot of the layout agrees,
+        # or as a compile-time flag decides between copies of a loop: the warps along its axis)
+        computed = {str(ctx.mma_computed.get(id(d.node))) for d in dots}
+        if not ctx.mma_warps_along_m and computed != {"None"}:
+            split = computed.pop() if len(computed) == 1 else _split_by_flag(
+                ctx, dots, lambda d: str(ctx.mma_computed.get(id(d.node))))
+            if split is not None:
+                rows = f", computed_operand={split}"
         # the K block, where every dot of the layout has the same one (an fp8 K block shallower than the target's
         # deep instruction takes the plain one)
         ks = {d.a_shape[1] if d.a_shape is not None and len(d.a_shape) == 2 else None for d in dots}
@@ -131,16 +139,18 @@ def _operand_dtype(site) -> str | None:  # noqa: ANN001 - a dot site
     return "gl.float16" if "fp16" in formats else "gl.bfloat16"
 
 
-def _split_by_flag(ctx: RuleContext, dots: list) -> str | None:  # noqa: ANN001 - the root's dot sites
+def _split_by_flag(ctx: RuleContext, dots: list, value=None) -> str | None:  # noqa: ANN001 - dot sites, a function
     """`(T if TEST else U)` where the dots of known operand type `T` all run where a compile-time test (of constexpr
     parameters alone: `if CAST_FP32:`) holds and those of `U` all where it fails, else None. The test may be written
     in several `if`s, each copy of a loop unswitched on another flag first (`if EVEN_K:` around `if AB_DTYPE is not
-    None:` in each of its branches): the `if`s of one text decide alike."""
+    None:` in each of its branches): the `if`s of one text decide alike. `value`: another text a dot gives (None
+    where it gives none) to split so, in place of its operand type."""
     import libcst as cst
 
     from transpile.cst_utils import ELEMENT_TY, compile_time
 
-    typed = {id(d.node): d.operand_dtype for d in dots if d.operand_dtype is not None}
+    value = value or (lambda d: d.operand_dtype)
+    typed = {id(d.node): value(d) for d in dots if value(d) is not None}
     constexprs = set(ctx.function.constexpr_names) | set(ctx.function.heuristics)
     params = {p.name for p in ctx.function.params}
     code = cst.Module([]).code_for_node
