@@ -140,3 +140,51 @@ def test_a_name_the_loop_binds_again_after_its_value_made_an_address_gets_a_name
     assert read_first != SHADOWED and rewrite(read_first) is None
     read_after = SHADOWED.replace("tl.arange(0, BLOCK_M)[None, :], acc)", "offs_m[None, :], acc)")
     assert read_after != SHADOWED and rewrite(read_after) is None
+
+
+BRANCHED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def state_dx(b_ptr, s_ptr, out_ptr, dstate, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             BD: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BD if BD <= 128 else BK)
+    b_ptrs = b_ptr + offs_m[:, None] * dstate + offs_k[None, :]
+    s_ptrs = s_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    if BD <= 128:
+        b = tl.load(b_ptrs, mask=offs_k[None, :] < dstate, other=0.0)
+        s = tl.load(s_ptrs, mask=offs_k[:, None] < dstate, other=0.0)
+        s = s.to(b_ptr.dtype.element_ty)
+        acc = tl.dot(b, s)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, dstate, BK):
+            b = tl.load(b_ptrs, mask=offs_k[None, :] < dstate - k, other=0.0)
+            s = tl.load(s_ptrs, mask=offs_k[:, None] < dstate - k, other=0.0)
+            s = s.to(b_ptr.dtype.element_ty)
+            acc += tl.dot(b, s)
+            b_ptrs += BK
+            s_ptrs += BK * BN
+    tl.store(out_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+def test_a_loop_in_a_branch_names_afresh_what_the_branch_beside_it_binds() -> None:
+    """mamba's state kernels compute the product once where a flag allows (`if BD <= 128:`) and loop otherwise, with
+    the same names: the loop's `b` and `s` (each binding of `s`, the load and its cast) take names of their own, so
+    the loop's tiles have layouts of their own; `acc`, read after the `if`, keeps its name. A name read after the
+    `if` is left as written."""
+    text = rewrite(BRANCHED)
+    assert text is not None
+    lines = [line.strip() for line in text.splitlines()]
+    assert "b_1 = tl.load(b_ptrs, mask=offs_k[None, :] < dstate - k, other=0.0)" in lines
+    assert "s_1 = s_1.to(b_ptr.dtype.element_ty)" in lines and "acc += tl.dot(b_1, s_1)" in lines
+    assert "b = tl.load(b_ptrs, mask=offs_k[None, :] < dstate, other=0.0)" in lines  # (the other branch as written)
+    assert rewrite(text) is None
+    read_after = BRANCHED.replace("tl.store(out_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)",
+                                  "tl.store(out_ptr + offs_m[:, None] * BN + offs_n[None, :], acc + s)")
+    after = rewrite(read_after)
+    assert after is None or "s_1" not in after

@@ -23,9 +23,10 @@ branch of them) bind, each time by a plain `name = value`, and that the iteratio
 binding (a value carried from the previous iteration, an accumulator, is left as written) is renamed; nothing in a
 loop that runs no dot itself (a persistent loop around the dot loop). Lines are kept.
 
-A name a line before a loop at the function's top level binds, that the loop binds again before reading it and that
-nothing after the loop reads (the Triton tutorial's attention backward: `offs_m` makes Q^T's address before the loop,
-then the rows each iteration reads), is named afresh in the loop too: the address made before the loop reads the first
+A name a line outside a loop binds (before it at the function's top level, or in a branch beside it: the same product
+computed once where a flag allows, looped otherwise), that the loop binds again before reading it and that nothing
+after the loop reads (the Triton tutorial's attention backward: `offs_m` makes Q^T's address before the loop, then the
+rows each iteration reads), is named afresh in the loop too: the address made before the loop reads the first
 value, the iteration its own, and each name has one layout in the variant (one name for both would need a layout
 conversion inside the pipelined loop).
 
@@ -56,8 +57,8 @@ class _Loops(cst.CSTTransformer):
         self.source = source
         self.changed = False
         self.taken = names_in(fn)
-        # (the names each top-level loop of the function shadows: bound before it, bound again in it and read there
-        # only after that binding, read nowhere after it)
+        # (the names each loop of the function's top level, or of its `if`s, shadows: bound outside it, bound again in
+        # it and read there only after that binding, read nowhere after it)
         self.shadowed = _shadowed(fn)
 
     def fresh(self, base: str) -> str:
@@ -113,20 +114,26 @@ class _Loops(cst.CSTTransformer):
         loop_names = names_in(updated_node.target)
         feeding = self.feeding_loads(body)
         changed = False
+        renamed: set[str] = set()
         for name in sorted(self.shadowed.get(original_node, ())):
             at = bindings.get(name, [])
-            if len(at) != 1 or name in nested or name in loop_names \
+            if not at or name in nested or name in loop_names \
                     or any(name in read_names(s) for s in body[:at[0]]) or _reads_own(body[at[0]], name):
                 continue
-            # (its value before the loop is the one the tiles' addresses made there read; the iteration's own value
-            # under a name of its own, so that each name has one value, and one layout, in the variant)
+            # (its value before the loop is the one the tiles' addresses made there read; the iteration's own value,
+            # each binding of it (`x = tl.load(...)`, then `x = x.to(T)`), under a name of its own, so that each name
+            # has one value, and one layout, in the variant)
             new = self.fresh(name)
-            body[at[0]] = _renamed_target(body[at[0]], name, new)
-            for j in range(at[0] + 1, len(body)):
-                body[j] = substituted(body[j], {name: cst.Name(new)})
+            for j in range(at[0], len(body)):
+                if j in at:
+                    body[j] = _with_value(_renamed_target(body[j], name, new),
+                                          substituted(_value(body[j]), {name: cst.Name(new)}))
+                else:
+                    body[j] = substituted(body[j], {name: cst.Name(new)})
+            renamed.add(name)
             changed = self.changed = True
         for name, at in sorted(bindings.items()):
-            if len(at) < 2 or name in nested or name in loop_names or name not in feeding:
+            if len(at) < 2 or name in nested or name in loop_names or name not in feeding or name in renamed:
                 continue
             # (read before its first binding: the previous iteration's value)
             if any(name in read_names(s) for s in body[:at[0]]) or _reads_own(body[at[0]], name):
@@ -145,19 +152,36 @@ class _Loops(cst.CSTTransformer):
 
 
 def _shadowed(fn: cst.FunctionDef) -> dict[cst.For, set[str]]:
-    """For each loop at the top level of `fn`: the names a line before it (at the top level, not in an earlier loop
-    or branch) binds, that it binds again, and that no statement after it reads (the loop's value never leaves
-    it)."""
+    """For each loop at the top level of `fn`, or in a branch of `if`s there: the names a line outside it binds (a
+    line before it at the top level, or in a branch beside it: mamba's `if BLOCK_SIZE_DSTATE <= 128:` computes the
+    product once, its `else:` loops), that it binds again, and that no statement after it reads (after the loop in
+    its block, and after each `if` around it: the loop's value never leaves it)."""
     found: dict[cst.For, set[str]] = {}
+
+    def outside(loop: cst.For) -> set[str]:
+        """The names the simple lines of the function outside `loop` bind."""
+        inside = {id(node) for node in semantic_preorder(loop)}
+        return set().union(*(assigned_names(node) for node in semantic_preorder(fn.body)
+                             if isinstance(node, cst.SimpleStatementLine) and id(node) not in inside))
+
+    def walk(block: list[cst.BaseStatement], after: set[str]) -> None:
+        for i, statement in enumerate(block):
+            later = after | set().union(*(names_in(s) for s in block[i + 1:]))
+            if isinstance(statement, cst.For):
+                names = (_bound_in(statement) & outside(statement)) - later - names_in(statement.target)
+                if names:
+                    found[statement] = names
+            elif isinstance(statement, cst.If):
+                branch: cst.If | cst.Else | None = statement
+                while branch is not None:
+                    body = branch.body
+                    if isinstance(body, cst.IndentedBlock):
+                        walk(list(body.body), later | (names_in(branch.test) if isinstance(branch, cst.If)
+                                                       else set()))
+                    branch = branch.orelse if isinstance(branch, cst.If) else None
+
     top = list(fn.body.body)  # type: ignore[union-attr]
-    for i, statement in enumerate(top):
-        if not isinstance(statement, cst.For):
-            continue
-        before: set[str] = set().union(*(assigned_names(s) for s in top[:i] if isinstance(s, cst.SimpleStatementLine)))
-        after: set[str] = set().union(*(names_in(s) for s in top[i + 1:])) if i + 1 < len(top) else set()
-        names = (_bound_in(statement) & before) - after - names_in(statement.target)
-        if names:
-            found[statement] = names
+    walk(top, set())
     return found
 
 
