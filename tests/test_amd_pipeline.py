@@ -3296,3 +3296,60 @@ def test_computed_operand_layouts_put_every_warp_along_the_axis(target: str, tmp
     depth = helpers._mma_layout(128, [128], gl.float16, 8).instr_shape[2]
     ours = helpers._mma_layout(256, [256], gl.float16, 8, computed_operand=1)
     assert ours.instr_shape[2] in (depth, depth * 2)
+
+
+BRANCHED_STATES = HEAD + '''@triton.jit
+def state_dx(b_ptr, s_ptr, out_ptr, dstate, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             BD: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BD if BD <= 128 else BK)
+    b_ptrs = b_ptr + offs_m[:, None] * dstate + offs_k[None, :]
+    s_ptrs = s_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    if BD <= 128:
+        b = tl.load(b_ptrs, mask=offs_k[None, :] < dstate, other=0.0)
+        s = tl.load(s_ptrs, mask=offs_k[:, None] < dstate, other=0.0)
+        s = s.to(b_ptr.dtype.element_ty)
+        acc = tl.dot(b, s)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, dstate, BK):
+            b = tl.load(b_ptrs, mask=offs_k[None, :] < dstate - k, other=0.0)
+            s = tl.load(s_ptrs, mask=offs_k[:, None] < dstate - k, other=0.0)
+            s = s.to(b_ptr.dtype.element_ty)
+            acc += tl.dot(b, s)
+            b_ptrs += BK
+            s_ptrs += BK * BN
+    tl.store(out_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+'''
+
+
+@pytest.mark.parametrize("target, by_tile", [("gfx950", ()), ("gfx942", ("s_ptr=float32",)), ("gfx1250", ())])
+def test_a_loop_beside_the_branch_that_computes_it_once_is_pipelined(target: str, by_tile: tuple[str, ...]) -> None:
+    """mamba's state kernels: the product computed once under `if BD <= 128:`, looped otherwise, with the same names
+    and K offsets of a size a compile-time test picks (`tl.arange(0, BD if BD <= 128 else BK)`). The loop's names are
+    its own (`passes/reassigned_names.py`) and the size is kept as written, so the loop is pipelined; on gfx942 launches
+    whose computed tile is fp32 run the source kernel (that parameter's tensor alone: `"s_ptr=float32"`)."""
+    result = translate_source(BRANCHED_STATES, "states.py", get_target(target))
+    (outcome,) = result.functions
+    assert outcome.pipelined, outcome.kept_reason
+    assert "(BD if BD <= 128 else BK)" in result.text
+    assert tuple(t for t in outcome.dispatch.slow_dtypes if "=" in t) == by_tile
+
+
+def test_the_launcher_runs_the_source_kernel_for_one_parameter_of_a_slow_type() -> None:
+    """`slow_dtypes` entries "name=type" send to the source kernel the launches where that parameter's tensor has
+    that type; other tensors of the type do not."""
+    import torch
+
+    from transpile.helpers.launchers import _WarpPipelinedOrTriton
+
+    class Kernel:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    launcher = _WarpPipelinedOrTriton(Kernel("gluon"), Kernel("triton"), ("a_ptr", "s_ptr", "n"), (),
+                                      slow_dtypes=("s_ptr=float32",))
+    fp32, bf16 = torch.zeros(64, dtype=torch.float32), torch.zeros(64, dtype=torch.bfloat16)
+    assert launcher.addressable((bf16, bf16, 64), {}) and launcher.addressable((fp32, bf16, 64), {})
+    assert not launcher.addressable((bf16, fp32, 64), {})

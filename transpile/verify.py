@@ -736,8 +736,9 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
                     elif values[name] != 1:  # a launch the launcher gives the source kernel: that is the variant
                         gluon = False
                         status = f"source kernel at this launch (`{name}` is not 1)"
-            slow = [t for t in signature.values() if t.startswith("*") and _TORCH_NAMES.get(t[1:]) in (
-                outcome.dispatch.slow_dtypes if outcome.dispatch is not None and outcome.translated else ())]
+            kinds = outcome.dispatch.slow_dtypes if outcome.dispatch is not None and outcome.translated else ()
+            slow = [t for n, t in signature.items() if t.startswith("*") and (
+                _TORCH_NAMES.get(t[1:]) in kinds or f"{n}={_TORCH_NAMES.get(t[1:])}" in kinds)]
             if slow and gluon:  # a launch the launcher gives the source kernel: that is the variant
                 gluon = False
                 status = f"source kernel at this launch (`{slow[0][1:]}` tensors)"

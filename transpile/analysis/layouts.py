@@ -81,6 +81,9 @@ from transpile.source import SourceFile
 # --------------------------------------------------------------------------------------------------------------------
 # The analysis
 
+#: The words a compile-time test in a shape may hold besides names (`D if D <= 128 and not SPLIT else BLOCK_K`).
+_TEST_WORDS = frozenset({"and", "or", "not", "is", "None", "True", "False"})
+
 
 class LayoutAnalysis:
     """Analyses every jit function of a module; helpers are analysed at their first call site (argument kinds)."""
@@ -484,6 +487,16 @@ class _FunctionWalker(LanguageCalls):
         return self.shape_text(node)
 
     def shape_text(self, node: cst.BaseExpression) -> str | None:
+        bare = unparenthesized(node)
+        if isinstance(bare, cst.IfExp):
+            # (a size a compile-time test picks, `tl.arange(0, D if D <= 128 else BLOCK_K)`: Triton picks it when it
+            # compiles the kernel, Gluon likewise)
+            body, orelse = self.shape_text(bare.body), self.shape_text(bare.orelse)
+            test = self.source.code(bare.test).strip()
+            if body is None or orelse is None or not all(
+                    name in self.allowed_shape_names or name in _TEST_WORDS for name in _IDENT.findall(test)):
+                return None
+            return f"({body} if {' '.join(test.split())} else {orelse})"
         text = self.source.code(node).strip()
         if all(name in self.allowed_shape_names for name in _IDENT.findall(text)):
             return text

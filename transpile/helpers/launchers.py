@@ -382,7 +382,8 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
     that ask for other than `warps` warps (or none: Triton's default is 4; two warp groups of 4 run the stages), and,
     with `small`, for launches with a tensor spanning 2 GB or more (the Gluon kernel copies through 32-bit buffer
     offsets), and for launches with a tensor of an element type in `slow_dtypes` (types the target's matrix cores
-    take only converted, where the Gluon kernel measured heavier), and, with `lds` (the target's LDS bytes, the
+    take only converted, where the Gluon kernel measured heavier; `"name=type"`: that parameter's tensor of that
+    type, a tile the kernel computes an operand from), and, with `lds` (the target's LDS bytes, the
     rings' shapes and the pointers whose element types they hold), for launches whose block sizes leave no room for
     two slots of each ring (the Gluon kernel would run its loop unpipelined), and for launches for which a test of
     `source_when` holds (a function of constexpr parameters: the Gluon kernel pipelines its loop for the other
@@ -437,10 +438,12 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
         values = self.arguments(args, kwargs)
         if not hasattr(self.gluon_kernel, "configs") and not self.pipelines(values):
             return False
-        for value in [*args[len(self.params):], *values.values()]:  # (a descriptor's base: its parts)
+        for name, value in [*((None, v) for v in args[len(self.params):]), *values.items()]:  # (a descriptor's base:
+            # its parts)
             if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                 continue
-            if self.slow_dtypes and str(getattr(value, "dtype", "")).rpartition(".")[2] in self.slow_dtypes:
+            dtype = str(getattr(value, "dtype", "")).rpartition(".")[2]
+            if self.slow_dtypes and (dtype in self.slow_dtypes or f"{name}={dtype}" in self.slow_dtypes):
                 return False
             if self.small and value.numel():
                 span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1

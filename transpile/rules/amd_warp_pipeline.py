@@ -296,6 +296,12 @@ class AMDWarpPipeline(Rule):
                 codes = COMPUTED_SLOW_DTYPES if _computed_across_warps(stage_plan) else (
                     "int8", "uint8", *COMPUTED_SLOW_DTYPES)
                 slow += tuple(t for t in codes if t not in slow)
+                # (and the tiles of the types a target's ring measured heavier computing from: by parameter)
+                for load in stage_plan.loop.loads:
+                    match = re.fullmatch(r"(\w+)\.dtype\.element_ty", ring_dtype(ctx, stage_plan.loop, load) or "")
+                    if load.computed and match is not None:
+                        slow += tuple(f"{match.group(1)}={t}" for t in COMPUTED_TILE_SLOW_DTYPES.get(
+                            ctx.target.name, ()) if f"{match.group(1)}={t}" not in slow)
             if any(chain.integer_sum for chain in stage_plan.loop.chains):
                 slow += tuple(t for t in INTEGER_SUM_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
@@ -1098,6 +1104,12 @@ INTEGER_SUM_SLOW_DTYPES = ("int8", "uint8")
 #: 0.51-0.73x and 0.64-0.84x (bench/RESULTS.md). The launcher runs the source kernel for launches with tensors of
 #: these types.
 COMPUTED_SLOW_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+#: ... and, by target, the element types of a tile an operand is computed from whose launches run the source kernel
+#: (`"param=type"` in the launcher's `slow_dtypes`: that tile's tensor alone): gfx942's ring computing a bf16 B from
+#: fp32 states (mamba's `_chunk_state_bwd_dx_kernel`) measured 1.40x Triton's own non-MFMA instructions per iteration
+#: at 128x128x64 (0.61-0.77x at 128x64x64 and 64x128x32; gfx950 0.73-0.78x, gfx1250 0.52-0.72x), as fp32 tiles cast
+#: to fp16 did in its both-operand form (1.14x at 64x64x64): bench/RESULTS.md.
+COMPUTED_TILE_SLOW_DTYPES = {"gfx942": ("float32",)}
 
 
 #: Element types (torch's names) for which a target's warp-pipelined ring measured heavier than Triton's own compile
