@@ -443,7 +443,7 @@ class _WarpPipelinedOrTriton(_TMAOrTriton):
             if not (hasattr(value, "data_ptr") and hasattr(value, "stride")):
                 continue
             dtype = str(getattr(value, "dtype", "")).rpartition(".")[2]
-            if self.slow_dtypes and (dtype in self.slow_dtypes or f"{name}={dtype}" in self.slow_dtypes):
+            if self.slow_dtypes and (dtype in self.slow_dtypes or str(name) + "=" + dtype in self.slow_dtypes):
                 return False
             if self.small and value.numel():
                 span = sum((n - 1) * s for n, s in zip(value.shape, value.stride())) + 1
