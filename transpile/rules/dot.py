@@ -10,6 +10,8 @@ Targets: all (each brings its own `_dot`).
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from transpile.analysis.layouts import DotSite
@@ -87,7 +89,15 @@ class Dot(Rule):
                         "launcher cannot send fp32 launches to the source kernel)"))
                 return updated
             ctx.launch_checked = True
-            ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, "float32")))
+            # (the operands' type is that of the tensors they are loaded from, where the source says which:
+            # `a_ptr.dtype.element_ty`; only an fp32 tensor of those sends a launch to the source kernel, not the
+            # kernel's other fp32 tensors, FLA's gates; "name=type" in the launcher's slow types)
+            params = {p.name for p in ctx.function.params}
+            owners = [m.group(1) if m is not None and m.group(1) in params else None
+                      for m in (re.fullmatch(r"(\w+)\.dtype\.element_ty", t or "")
+                                for t in (site.operand_dtype, site.b_dtype))]
+            slow = tuple(f"{name}=float32" for name in dict.fromkeys(owners)) if None not in owners else ("float32",)
+            ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
         if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
             layout = ctx.plan.layout_expr(site.result)
             m, n = site.shape
