@@ -274,6 +274,13 @@ def names_int8(node: cst.CSTNode) -> bool:
 ELEMENT_TY = re.compile(r"(?<![\w.])(\w+)\.dtype\.element_ty\b")
 
 
+def element_type_pointer(text: str | None, params: set[str]) -> str | None:
+    """The pointer parameter whose element type `text` is (`a_ptr.dtype.element_ty` -> "a_ptr"), None where it is
+    not one of `params`' element type."""
+    found = ELEMENT_TY.fullmatch(text or "")
+    return found.group(1) if found is not None and found.group(1) in params else None
+
+
 def compile_time(test: cst.BaseExpression, constexprs: set[str]) -> bool:
     """`test` reads only the names `constexprs` and literals, with no call, subscript or attribute: Triton decides it
     when it compiles the kernel."""

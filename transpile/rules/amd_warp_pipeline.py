@@ -33,8 +33,9 @@ from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CAL
                                       StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
-from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts, names_in,
-                                 parenthesized, product_factors, sum_terms, unparenthesized)
+from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts,
+                                 element_type_pointer, names_in, parenthesized, product_factors, sum_terms,
+                                 unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
@@ -223,7 +224,7 @@ class AMDWarpPipeline(Rule):
             joint = tuple(dict.fromkeys(str(site.shape[1]) for site in sites if site.shape[1] is not None))
             ctx.mma_joint_ns = {**ctx.mma_joint_ns, **{id(site.node): joint for site in sites}}
             _source_below(ctx, str(ctx.plan.dots[stage_plan.loop.chains[0].call].shape[0]), 16 * PIPELINE_WARPS)
-        if not (stage_plan.loop.attention or stage_plan.loop.chained or stage_plan.warps_along_m):
+        if _warps_follow_computed(stage_plan):
             # A computed operand is computed in its MMA operand layout, which every warp along the other axis holds
             # too: the MMA layout lays the warps along the computed operand's axis instead, so each element is
             # computed once (gfx950: 0.28-0.61x Triton's non-MFMA instructions per iteration where the split measured
@@ -297,11 +298,12 @@ class AMDWarpPipeline(Rule):
                     "int8", "uint8", *COMPUTED_SLOW_DTYPES)
                 slow += tuple(t for t in codes if t not in slow)
                 # (and the tiles of the types a target's ring measured heavier computing from: by parameter)
-                for load in stage_plan.loop.loads:
-                    match = re.fullmatch(r"(\w+)\.dtype\.element_ty", ring_dtype(ctx, stage_plan.loop, load) or "")
-                    if load.computed and match is not None:
-                        slow += tuple(f"{match.group(1)}={t}" for t in COMPUTED_TILE_SLOW_DTYPES.get(
-                            ctx.target.name, ()) if f"{match.group(1)}={t}" not in slow)
+                params = {p.name for p in ctx.function.params}
+                for load in (load for load in stage_plan.loop.loads if load.computed):
+                    pointer = element_type_pointer(ring_dtype(ctx, stage_plan.loop, load), params)
+                    if pointer is not None:
+                        slow += tuple(f"{pointer}={t}" for t in COMPUTED_TILE_SLOW_DTYPES.get(ctx.target.name, ())
+                                      if f"{pointer}={t}" not in slow)
             if any(chain.integer_sum for chain in stage_plan.loop.chains):
                 slow += tuple(t for t in INTEGER_SUM_SLOW_DTYPES if t not in slow)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
@@ -386,9 +388,8 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> LdsNeed | None:
     params = {p.name for p in ctx.function.params}
     rings = []
     for load, ring in zip(sp.loop.loads, sp.rings):
-        dtype = ring_dtype(ctx, sp.loop, load)
-        match = re.fullmatch(r"(\w+)\.dtype\.element_ty", dtype or "")
-        if load.kind not in ("pointer", "descriptor") or match is None or match.group(1) not in params:
+        pointer = element_type_pointer(ring_dtype(ctx, sp.loop, load), params)
+        if load.kind not in ("pointer", "descriptor") or pointer is None:
             return None
         shape: list[str | int] = []
         for dim in ring.shape:
@@ -399,7 +400,7 @@ def _lds_check(ctx: RuleContext, sp: StagePlan) -> LdsNeed | None:
                 shape.append(dim)
             else:
                 return None
-        rings.append((tuple(shape), match.group(1)))
+        rings.append((tuple(shape), pointer))
     if ctx.launch_lds is not None and ctx.launch_lds[1] != tuple(rings):
         return None  # (several pipelined loops with other rings: each loop's own check holds)
     # (several loops with the same rings: the most slots any needs)
@@ -1518,6 +1519,7 @@ def _computed_axis_launches(ctx: RuleContext, sp: StagePlan, positions: tuple[in
         return ""
     bound = 16 * PIPELINE_WARPS
     sides = _computed_sides(sp.loop)
+    constexprs = {p.name for p in ctx.function.params if p.is_constexpr}
     for load in sp.loop.loads:
         if not load.computed:
             continue
@@ -1532,7 +1534,6 @@ def _computed_axis_launches(ctx: RuleContext, sp: StagePlan, positions: tuple[in
                     "(bench/RESULTS.md)")
         if size.isdigit() and int(size) >= bound:
             continue
-        constexprs = {p.name for p in ctx.function.params if p.is_constexpr}
         if size not in constexprs:
             axis = ("rows", "columns")[position]
             return (f"`{load.name}` is computed from a loaded tile, and this form runs lighter than Triton's own "
@@ -1546,11 +1547,17 @@ def _computed_across_warps(sp: StagePlan) -> bool:
     """Every dot of the loop that reads a computed operand computes it on one side, and the MMA layout lays the warps
     along that operand's axis (`_mma_layout`'s `computed_operand`; not where every warp lies along M for other
     reasons: attention, chained dots, row reductions)."""
-    if sp.loop.attention or sp.loop.chained or sp.warps_along_m:
+    if not _warps_follow_computed(sp):
         return False
     sides = _computed_sides(sp.loop)
     return all(chain.call in sides for load in sp.loop.loads if load.computed
                for chain in sp.loop.chains if chain.position_of(load.name) is not None)
+
+
+def _warps_follow_computed(sp: StagePlan) -> bool:
+    """The loop's MMA layout may lay its warps along a computed operand's axis: no other reason puts every warp along
+    M (attention, chained dots, row reductions)."""
+    return not (sp.loop.attention or sp.loop.chained or sp.warps_along_m)
 
 
 def _computed_sides(plan: LoopPlan) -> dict[cst.Call, int]:

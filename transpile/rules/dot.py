@@ -10,12 +10,10 @@ Targets: all (each brings its own `_dot`).
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from transpile.analysis.layouts import DotSite
-from transpile.cst_utils import calls_in
+from transpile.cst_utils import calls_in, element_type_pointer
 from transpile.passes.tma_tiles import dot_may_use_tf32
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext, bare, call, expr
 
@@ -93,9 +91,7 @@ class Dot(Rule):
             # `a_ptr.dtype.element_ty`; only an fp32 tensor of those sends a launch to the source kernel, not the
             # kernel's other fp32 tensors, FLA's gates; "name=type" in the launcher's slow types)
             params = {p.name for p in ctx.function.params}
-            owners = [m.group(1) if m is not None and m.group(1) in params else None
-                      for m in (re.fullmatch(r"(\w+)\.dtype\.element_ty", t or "")
-                                for t in (site.operand_dtype, site.b_dtype))]
+            owners = [element_type_pointer(t, params) for t in (site.operand_dtype, site.b_dtype)]
             slow = tuple(f"{name}=float32" for name in dict.fromkeys(owners)) if None not in owners else ("float32",)
             ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
         if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):

@@ -117,10 +117,12 @@ class Target:
         rows = ", warps_along_m=True" if ctx.mma_warps_along_m else ""
         # (the operand the pipelined dots of the layout compute in registers, where every dot of the layout agrees,
         # or as a compile-time flag decides between copies of a loop: the warps along its axis)
-        computed = {str(ctx.mma_computed.get(id(d.node))) for d in dots}
+        def side(d) -> str:  # noqa: ANN001 - a dot site
+            return str(ctx.mma_computed.get(id(d.node)))
+
+        computed = {side(d) for d in dots}
         if not ctx.mma_warps_along_m and computed != {"None"}:
-            split = computed.pop() if len(computed) == 1 else _split_by_flag(
-                ctx, dots, lambda d: str(ctx.mma_computed.get(id(d.node))))
+            split = computed.pop() if len(computed) == 1 else _split_by_flag(ctx, dots, side)
             if split is not None:
                 rows = f", computed_operand={split}"
         # the K block, where every dot of the layout has the same one (an fp8 K block shallower than the target's
