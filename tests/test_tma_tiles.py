@@ -335,3 +335,109 @@ def test_the_launcher_can_be_copied(tmp_path: Path) -> None:
     clone = copy.copy(module.gemm)
     assert clone.gluon_kernel is module.gemm.gluon_kernel and clone.triton_kernel is module.gemm.triton_kernel
     assert module.gemm.configs == module.gemm.gluon_kernel.configs  # the Gluon kernel's autotune table
+
+
+# ---- Copies of the loop under an `if` (the unswitch pass's, one per value of a flag) and bases moved per batch ----
+
+FLAG_SIGNATURE = SIGNATURE.replace("BK: tl.constexpr):", "BK: tl.constexpr, EVEN_K: tl.constexpr, SCALED: tl.constexpr):")
+COPIES = textwrap.indent(textwrap.dedent("""\
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if EVEN_K:
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)
+            acc += tl.dot(a, b)
+            a_ptrs += BK * stride_ak
+            b_ptrs += BK * stride_bk
+    else:
+        for k in range(0, tl.cdiv(K, BK)):
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BK), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BK) & (offs_n[None, :] < N), other=0.0)
+            acc += tl.dot(a, b)
+            a_ptrs += BK * stride_ak
+            b_ptrs += BK * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+"""), "    ")
+
+
+def test_copies_that_differ_in_their_masks_alone_become_one_descriptor_loop() -> None:
+    """The copy for `EVEN_K` leaves K unmasked; the other copy's mask gives its extent. Read through descriptors the
+    copies are the same loop, which replaces the `if`."""
+    conversion, refusals = _convert(HEADER + FLAG_SIGNATURE + COPIES)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "if EVEN_K" not in kernel and kernel.count("for k in range") == 1, kernel
+    assert "shape=[M, K]" in kernel and "shape=[K, N]" in kernel
+    assert "a = a_desc.load([pid_m * BM, k * BK])" in kernel
+    assert "a_ptrs" not in kernel and "offs_k" not in kernel and "tl.load" not in kernel
+    assert [t.param for t in conversion.dispatch["gemm"].tiles] == ["a_ptr", "b_ptr", "c_ptr"]
+
+
+def test_copies_that_compute_differently_keep_their_if_each_copy_rewritten() -> None:
+    body = COPIES.replace("    else:\n        for k", "    elif SCALED:\n        for k").replace(
+        "            acc += tl.dot(a, b)\n            a_ptrs += BK * stride_ak\n            b_ptrs += BK * stride_bk\n"
+        "    tl.store", "            acc += tl.dot(a * 2.0, b)\n            a_ptrs += BK * stride_ak\n"
+        "            b_ptrs += BK * stride_bk\n    tl.store")
+    assert "elif SCALED" in body and "a * 2.0" in body
+    conversion, refusals = _convert(HEADER + FLAG_SIGNATURE + body)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    # (no `else`: a launch with neither flag runs no loop, so the copies stay under their tests)
+    assert "if EVEN_K:" in kernel and "elif SCALED:" in kernel and kernel.count("for k in range") == 2
+    assert kernel.count("a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K]") == 2
+    assert "tl.load" not in kernel and "a_ptrs" not in kernel
+
+
+def test_a_copy_no_other_copy_gives_an_extent_is_refused_with_its_reason() -> None:
+    body = COPIES.replace("mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BK)", "mask=offs_k[None, :] < K - k * BK")
+    body = body.replace("a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)", "a = tl.load(a_ptrs)")
+    conversion, refusals = _convert(HEADER + FLAG_SIGNATURE + body)
+    assert conversion is None and "rows of `a` are neither masked nor wrapped" in refusals["gemm"]
+
+
+def test_a_branch_with_two_dot_loops_is_refused() -> None:
+    loop = COPIES[COPIES.index("        for k"):COPIES.index("    else:")]
+    body = COPIES.replace("    else:\n", "    else:\n" + loop.replace("        for k", "        for k2"), 1)
+    conversion, refusals = _convert(HEADER + FLAG_SIGNATURE + body)
+    assert conversion is None and "one loop per branch" in refusals["gemm"]
+
+
+MOVED = RECOMPUTED.replace("    offs_m = pid_m", "    pid_b = tl.program_id(2)\n    a_ptr += pid_b * stride_ab\n"
+                           "    b_ptr += pid_b * K * N\n    c_ptr += pid_b * stride_cb\n    offs_m = pid_m", 1)
+MOVED_SIGNATURE = SIGNATURE.replace("stride_cn,\n", "stride_cn, stride_ab, stride_cb,\n")
+
+
+def test_bases_moved_before_the_loop_are_read_as_moved_and_their_steps_checked_by_the_launcher() -> None:
+    """`a_ptr += pid_b * stride_ab` (a batch's matrix): the descriptor starts at the moved base; the launcher
+    checks the parameter that scales each move for 16-byte alignment, as it does an offset in the address."""
+    conversion, refusals = _convert(HEADER + MOVED_SIGNATURE + MOVED)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "a_ptr += pid_b * stride_ab" in kernel
+    assert "a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K]" in kernel
+    tiles = {t.param: t.offsets for t in conversion.dispatch["gemm"].tiles}
+    assert tiles == {"a_ptr": ("stride_ab",), "b_ptr": ("K",), "c_ptr": ("stride_cb",)}
+
+
+def test_a_base_read_before_it_is_moved_is_refused() -> None:
+    body = MOVED.replace("    a_ptr += pid_b * stride_ab\n", "    first = tl.load(a_ptr)\n    a_ptr += pid_b * stride_ab\n")
+    conversion, refusals = _convert(HEADER + MOVED_SIGNATURE + body)
+    assert conversion is None and "base is not a pointer parameter" in refusals["gemm"]
+
+
+def test_a_flagged_batched_gemm_is_pipelined_through_descriptors_with_full_precision_asked() -> None:
+    """The engine's whole path on FlagGems' style (suite_bmm_divisible): moved bases, the unswitch pass's eight
+    copies, `allow_tf32=False` (the launcher runs launches whose tiles are not 16-bit on the source kernel)."""
+    path = ROOT / "fixtures" / "suite_bmm_divisible.py"
+    result = _translate(path.read_text())
+    outcome = next(o for o in result.functions if o.name == "bmm_divisible_kernel")
+    assert outcome.translated and outcome.pipelined and outcome.dispatch is not None
+    assert [(t.param, t.offsets) for t in outcome.dispatch.tiles if t.load] == [("A", ("M",)), ("B", ("K",))]
+    kernel = result.text[result.text.index("def bmm_divisible_kernel("):result.text.index("def _bmm_divisible_kernel_triton(")]
+    assert "if DIVISIBLE_K" not in kernel and "warp_specialize" in kernel

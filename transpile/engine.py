@@ -730,7 +730,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
             translated_helpers[fn.name] = set()
             continue
         plan = plans[fn.name]
-        ctx = RuleContext(facts, fn, plan, target, helpers=set(), gluon_always=gluon_always)
+        ctx = RuleContext(facts, fn, plan, target, helpers=set(), gluon_always=gluon_always,
+                          descriptor_launches=any(t.load for t in getattr(dispatch.get(fn.name), "tiles", ())))
         ctx.diagnostics.extend(source.diagnostic(r.node, r.code, r.message) for r in plan.refusals)
         node = cst_walk.transform(fn.node, _KernelRewriter(ctx))
         for refusal in prepared.block_pointers:

@@ -40,7 +40,7 @@ source's lines) and, per rewritten kernel, what the launcher checks; or None whe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -282,14 +282,24 @@ class _Kernel:
         self.advancing: set[str] = set()  # pointer tiles advanced as `ptrs += step` (their own rule)
         self.facts_only = False  # `operand_tiles`: the analysis without the 16-bit test, nothing rewritten
         self.opaque: set[str] = set()
+        # pointer parameters moved before the loop (`A += pid_b * stride_ab`, per batch) -> the parameters that
+        # scale each move (the launcher checks them for 16-byte alignment): a tile's base, read as moved
+        self.moved: dict[str, tuple[str, ...]] = {}
         self.operands: list[Operand] = []
         self.tf32 = False
         self.dot: cst.Call | None = None
         self.source = source
+        self.facts = facts
         self.fn = fn
         self.params = [p.name for p in fn.params]
         self.constexprs = set(fn.constexpr_names)
         self.body = list(fn.node.body.body)  # type: ignore[union-attr]
+        # One copy of a dot loop that an `if` at the kernel's top level holds (`_rewrite_copies`): the rewrite of
+        # that copy alone, its body returned unassembled, and the extents other copies' masks give a dimension this
+        # copy leaves unmasked ((pointer parameter, strides, dimension) -> bound)
+        self.in_copy = False
+        self.sibling_bounds: dict[tuple[str, str | None, str | None, int], str] = {}
+        self.found_bounds: dict[tuple[str, str | None, str | None, int], str] = {}
 
     def lang(self, call: cst.CSTNode) -> str | None:
         if not isinstance(call, cst.Call):
@@ -300,7 +310,9 @@ class _Kernel:
 
     def rewrite(self) -> tuple[cst.FunctionDef, Dispatch] | None:
         loops = [i for i, s in enumerate(self.body) if isinstance(s, cst.For) and self._has_dot(s)]
-        nested = [s for s in self.body if not isinstance(s, cst.For) and self._has_dot(s)]
+        nested = [i for i, s in enumerate(self.body) if not isinstance(s, cst.For) and self._has_dot(s)]
+        if not loops and len(nested) == 1 and isinstance(self.body[nested[0]], cst.If) and not self.in_copy:
+            return self._rewrite_copies(nested[0])
         if len(loops) != 1 or nested:
             return None
         at = loops[0]
@@ -327,6 +339,8 @@ class _Kernel:
         # rewrite evaluates it (coordinates in the loop, bounds before it).
         self.loop_assigned = {n for s in inner for n in bound_names(s)}
         self.assigned_anywhere = {n for s in self.body for n in bound_names(s)}
+        self.moved = _moved_pointers(self, at)
+        self.assigned_anywhere -= set(self.moved)
         # Scalars a jit helper returns, unpacked once before the loop (`pid_m, pid_n = grouped_launch(pid, ...)`):
         # opaque values that do not change, read as themselves.
         counts: dict[str, int] = {}
@@ -344,6 +358,68 @@ class _Kernel:
         self.at = at
         return self._convert()
 
+    def _rewrite_copies(self, at: int) -> tuple[cst.FunctionDef, Dispatch] | None:
+        """The dot loop held by an `if` at the kernel's top level, once per branch (the copies the unswitch pass
+        makes for a constexpr flag, `if EVEN_K: <loop> else: <loop>`, nested for two flags; a test of types; a
+        run-time guard of one branch): each copy rewritten as a kernel of its own would be (the statements before
+        the `if`, the copy, those after it), all of them or none. A copy that leaves a dimension unmasked (the
+        flag's promise that the masks are not needed) takes the extent another copy's mask gives it."""
+        site = self.body[at]
+        copies = _loop_copies(site, self._has_dot)
+        if not copies:
+            raise Refusal("the `if` around the dot loop holds it in a form other than one loop per branch (a branch "
+                          "with the loop beside an `if` that holds it again, or two loops)")
+        head, tail = self.body[:at], self.body[at + 1:]
+        done: dict[int, tuple[list[cst.BaseStatement], list[cst.BaseStatement], Dispatch, _Kernel]] = {}
+        bounds: dict[tuple[str, str | None, str | None, int], str] = {}
+        pending = list(range(len(copies)))
+        while pending:  # (again while a round finds extents: a copy may need one that another copy's refusal found)
+            refused: list[tuple[int, Refusal]] = []
+            known = len(bounds)
+            for index in pending:
+                sub = _Kernel(self.source, self.facts, self.fn, self.helpers)
+                sub.in_copy = True
+                sub.body = [*head, *copies[index], *tail]
+                sub.sibling_bounds = dict(bounds)
+                try:
+                    result = sub.rewrite()
+                except Refusal as exc:
+                    refused.append((index, exc))
+                    continue
+                finally:
+                    bounds.update(sub.found_bounds)
+                if result is None:
+                    return None
+                body, dispatch = result  # type: ignore[misc]
+                size = len(body) - len(head) - len(tail)
+                done[index] = (body[len(head):len(head) + size], body[len(head) + size:], dispatch, sub)
+            if refused and len(bounds) == known:
+                raise refused[0][1]
+            pending = [index for index, _ in refused]
+        tails = {"".join(self.source.module.code_for_node(s) for s in done[i][1]) for i in done}
+        if len(tails) != 1:
+            raise Refusal("the copies of the dot loop would store their tiles differently after the `if`")
+        new_tail = done[0][1]
+        leaves = []
+        for index in range(len(copies)):
+            leaf, _, _, sub = done[index]
+            keep = frozenset(id(s) for s in (*head, *new_tail))
+            body = _drop_dead([*head, *leaf, *new_tail], sub, keep)
+            leaves.append(body[len(head):len(body) - len(new_tail)])
+        tiles: list[Tile] = []
+        for index in range(len(copies)):
+            tiles.extend(t for t in done[index][2].tiles if t not in tiles)
+        texts = {"".join(self.source.module.code_for_node(s) for s in leaf) for leaf in leaves}
+        if len(texts) == 1 and _every_path_copies(site, self._has_dot):
+            # (the copies differed in their masks alone, which the descriptors' bounds replace: one loop, whatever
+            # the flags say)
+            merged: list[cst.BaseStatement] = leaves[0]
+        else:
+            merged = [_replace_copies(site, self._has_dot, leaves)]
+        body = _drop_top([*head, *merged, *new_tail], self)
+        node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
+        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
+
     def _has_dot(self, node: cst.CSTNode) -> bool:
         return any(self.lang(c) in ("dot", "core.dot") for c in calls_in(node))
 
@@ -360,6 +436,9 @@ class _Kernel:
                         if loop:
                             self.loop_bindings.add(id(binding))
                     elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
+                            and small.target.value in self.moved:
+                        continue  # (a pointer parameter moved before the loop: read as moved, `_moved_pointers`)
+                    elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) \
                             and isinstance(small.operator, cst.AddAssign) and env.get(small.target.value) is not None:
                         env[small.target.value] = binding = (
                             cst.BinaryOperation(small.target, cst.Add(), small.value), dict(env))
@@ -369,8 +448,16 @@ class _Kernel:
                         for name in assigned_names(s):
                             env[name] = None
             else:
-                for name in bound_names(s):
+                bound = bound_names(s)
+                for name in bound:
                     env[name] = None
+                if isinstance(s, cst.If):
+                    # A name one branch alone assigns, once, from names bound before the `if` (`if not
+                    # DIVISIBLE_M: mask_m = offs_m < M`): code that reads it runs only where that branch ran (Triton
+                    # compiles a read of a name no branch taken bound as an error), so it reads that value.
+                    for name, value in _branch_bindings(s).items():
+                        if not names_in(value) & bound:
+                            env[name] = (value, dict(env))
         return env
 
     # -- expressions ----------------------------------------------------------------------------------------------
@@ -498,7 +585,7 @@ class _Kernel:
         if len(pointers) != 1:
             raise Refusal("the pointer tile's base is not a pointer parameter of the kernel (offset before the loop, e.g. per batch)")
         param = pointers[0][0].value
-        offsets = []
+        offsets = list(self.moved.get(param, ()))
         for f in base_terms:
             if f is pointers[0]:
                 continue
@@ -712,8 +799,16 @@ class _Kernel:
                     vector = tile["vectors"][dim][0]
                     if isinstance(vector, cst.Name):
                         wrapped_names.add(vector.value)
+                key = (tile["param"], tile["strides"][0], tile["strides"][1], dim)
+                if bounds[dim] is None:
+                    # (a copy of the loop for a flag that says the masks are not needed, `if EVEN_K:`: the extent
+                    # another copy's mask gives that dimension of the same tensor; past it this copy read nothing
+                    # the kernel meant to read)
+                    bounds[dim] = self.sibling_bounds.get(key)
                 if bounds[dim] is None:
                     raise Refusal(f"the {('rows', 'columns')[dim]} of `{name}` are neither masked nor wrapped: a descriptor needs the tensor's extent")
+                if wrapped[dim] is None:
+                    self.found_bounds[key] = bounds[dim]
             desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
             used_names.add(desc)
             # (a tile contiguous along its first axis: the descriptor of the transposed view, [cols, rows], and the
@@ -776,6 +871,8 @@ class _Kernel:
             tiles.append(tile)
         made[0] = made[0].with_changes(leading_lines=comment)
         body[self.at:self.at + 1] = [*made, loop]
+        if self.in_copy:  # (`_rewrite_copies` assembles the kernel and drops what no copy reads any more)
+            return body, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)  # type: ignore[return-value]
         body = _drop_dead(body, self)
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
         return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
@@ -986,10 +1083,12 @@ def _fresh(name: str, used: set[str]) -> str:
     return out
 
 
-def _drop_dead(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatement]:
+def _drop_dead(body: list[cst.BaseStatement], k: _Kernel, keep: frozenset[int] = frozenset()
+               ) -> list[cst.BaseStatement]:
     """Drops the address and mask statements (pure: aranges, hints, arithmetic) that nothing reads any more, at the
     top of the function and in the rewritten loop: the pointer tiles, their offsets and masks. A value is read if a
-    statement after its definition reads it (in the loop: any statement of the loop, or after it)."""
+    statement after its definition reads it (in the loop: any statement of the loop, or after it). Statements whose
+    ids `keep` holds stay (those other copies of the loop share)."""
     body = list(body)
     at = next(i for i, s in enumerate(body) if isinstance(s, cst.For) and k._has_dot(s))
     loop = body[at]
@@ -1001,7 +1100,7 @@ def _drop_dead(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatem
         body[at] = header  # (read through `header` and `inner` while the loop is being cut down)
         dead = None
         for i, s in enumerate(body):
-            if i == at:
+            if i == at or id(s) in keep:
                 continue
             later = {n for t in body[i + 1:] if t is not body[at] for n in statement_reads(t)}
             if i < at:
@@ -1025,6 +1124,150 @@ def _drop_dead(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatem
             del inner[i]
     body[at] = loop.with_changes(body=loop.body.with_changes(body=inner))  # type: ignore[union-attr]
     return body
+
+
+def _moved_pointers(k: _Kernel, at: int) -> dict[str, tuple[str, ...]]:
+    """The kernel's parameters that statements at its top level before statement `at` move and nothing else
+    assigns (`A += pid_b * stride_ab`, a batch's matrix), each read by no statement before its last move: a tile
+    addressed from such a parameter starts at the moved address. Each move's terms name a parameter that scales it
+    (`stride_ab`; `M` of `pid_b * M * K`), which the launcher checks for 16-byte alignment."""
+    moved: dict[str, tuple[str, ...]] = {}
+    for param in k.fn.params:
+        name = param.name
+        if param.is_constexpr is not False:
+            continue
+        binders = [i for i, s in enumerate(k.body) if name in bound_names(s)]
+        if not binders or binders[-1] >= at:
+            continue
+        scales: list[str] = []
+        for i in binders:
+            s = k.body[i]
+            small = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
+            if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+                    and isinstance(small.target, cst.Name) and small.target.value == name):
+                break
+            for term in sum_terms(small.value, k.strip):
+                found = [f.value for f in product_factors(term, k.strip) if isinstance(f, cst.Name)
+                         and f.value in k.params and f.value != name]
+                if not found:
+                    break
+                scales.append(found[0])
+            else:
+                continue
+            break
+        else:
+            if not any(name in names_in(s) for i, s in enumerate(k.body[:binders[-1]]) if i not in binders):
+                moved[name] = tuple(dict.fromkeys(scales))
+    return moved
+
+
+def _branch_bindings(site: cst.If) -> dict[str, cst.BaseExpression]:
+    """Names bound exactly once in `site` (its branches, nested `if`s, no loops), by a plain `name = value`: name ->
+    value."""
+    found: dict[str, list[cst.BaseExpression | None]] = {}
+
+    def walk(statements: Sequence[cst.BaseStatement]) -> None:
+        for statement in statements:
+            if isinstance(statement, cst.If):
+                walk(statement.body.body)  # type: ignore[union-attr]
+                other = statement.orelse
+                while isinstance(other, cst.If):
+                    walk(other.body.body)  # type: ignore[union-attr]
+                    other = other.orelse
+                if other is not None:
+                    walk(other.body.body)  # type: ignore[union-attr]
+                continue
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) \
+                and len(statement.body) == 1 else None
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                found.setdefault(small.targets[0].target.value, []).append(small.value)
+            else:
+                for name in bound_names(statement):
+                    found.setdefault(name, []).append(None)
+
+    walk([site])
+    return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
+
+
+def _drop_top(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatement]:
+    """Drops the top-level address and mask statements that no later statement reads (`_drop_dead` at the top of
+    a kernel whose rewritten loops sit in the branches of an `if`)."""
+    body = list(body)
+    while True:
+        dead = next((i for i, s in enumerate(body) if _removable(
+            s, {n for t in body[i + 1:] for n in statement_reads(t)}, k)), None)
+        if dead is None:
+            return body
+        del body[dead]
+
+
+def _loop_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool]) -> list[list[cst.BaseStatement]]:
+    """The statements of each branch of `site` (an `if`, its `elif`s and `else`, and `if`s that are a branch's one
+    statement, in order) that holds one dot loop; empty where a branch holds dots otherwise."""
+    copies: list[list[cst.BaseStatement]] = []
+    for branch in _branches(site):
+        statements = list(branch.body)  # type: ignore[union-attr]
+        with_dots = [s for s in statements if has_dot(s)]
+        if not with_dots:
+            continue
+        if len(statements) == 1 and isinstance(statements[0], cst.If):
+            inner = _loop_copies(statements[0], has_dot)
+            if not inner:
+                return []
+            copies.extend(inner)
+        elif len(with_dots) == 1 and isinstance(with_dots[0], cst.For):
+            copies.append(statements)
+        else:
+            return []
+    return copies
+
+
+def _every_path_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool]) -> bool:
+    """Every way through `site` runs a copy of the loop: an `else` at every level, every branch with its dots."""
+    node: cst.If | cst.Else | None = site
+    while isinstance(node, cst.If):
+        statements = list(node.body.body)  # type: ignore[union-attr]
+        if not any(has_dot(s) for s in statements) or (
+                len(statements) == 1 and isinstance(statements[0], cst.If)
+                and not _every_path_copies(statements[0], has_dot)):
+            return False
+        node = node.orelse
+    if node is None:
+        return False
+    statements = list(node.body.body)  # type: ignore[union-attr]
+    return any(has_dot(s) for s in statements) and not (
+        len(statements) == 1 and isinstance(statements[0], cst.If) and not _every_path_copies(statements[0], has_dot))
+
+
+def _branches(site: cst.If) -> list[cst.BaseSuite]:
+    """The bodies of an `if`, its `elif`s and its `else`, in order."""
+    suites: list[cst.BaseSuite] = []
+    node: cst.If | cst.Else | None = site
+    while node is not None:
+        suites.append(node.body)
+        node = node.orelse if isinstance(node, cst.If) else None
+    return suites
+
+
+def _replace_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool], leaves: list[list[cst.BaseStatement]]
+                    ) -> cst.If:
+    """`site` with the branches `_loop_copies` found replaced by `leaves`, in the same order."""
+    queue = list(leaves)
+
+    def rebuilt(node: cst.If | cst.Else) -> cst.If | cst.Else:
+        statements = list(node.body.body)  # type: ignore[union-attr]
+        if any(has_dot(s) for s in statements):
+            if len(statements) == 1 and isinstance(statements[0], cst.If):
+                statements = [rebuilt(statements[0])]  # type: ignore[list-item]
+            else:
+                statements = queue.pop(0)
+        changes: dict[str, object] = {"body": node.body.with_changes(body=statements)}
+        if isinstance(node, cst.If) and node.orelse is not None:
+            changes["orelse"] = rebuilt(node.orelse)
+        return node.with_changes(**changes)
+
+    return rebuilt(site)  # type: ignore[return-value]
 
 
 def _removable(statement: cst.BaseStatement, reads: set[str], k: _Kernel) -> bool:

@@ -76,6 +76,9 @@ class RuleContext:
     # its constexpr ring depth, rings and counters apart from the first (`pipeline_text.loop_namer`).
     generated: dict[int, set[str]] = field(default_factory=dict)
     gluon_always: bool = False  # --gluon-always: emit every pipeline and translation, even those measured slower
+    # sm90: the kernel's pointer tiles are read through TMA descriptors (`transpile.passes.tma_tiles`), so its
+    # launcher runs the Gluon kernel only for launches whose loaded tiles are 16- or 8-bit (the others: the source)
+    descriptor_launches: bool = False
     pipelined: list[cst.For] = field(default_factory=list)  # loops (nodes of the source tree) a pipeline rule rewrote
     # The schedule each of those loops was emitted from, in the same order (an AMD `StagePlan`, an sm90 `Sm90Ring`):
     # what `transpile explain --timeline` draws.

@@ -78,7 +78,10 @@ class Dot(Rule):
             # targets computes (for 16- and 8-bit operands the precision asked for changes nothing: FlagGems passes
             # `allow_tf32=False` whatever its inputs). Where the operands' type is the launch's, the AMD launcher runs
             # the source kernel for launches with fp32 tensors (`Dispatch.slow_dtypes`); otherwise the kernel stays.
-            if dtype == "gl.float32" or ctx.target.backend != "hip":
+            # (sm90, tiles read through TMA descriptors: that launcher runs fp32 launches on the source kernel)
+            if ctx.descriptor_launches and dtype != "gl.float32":
+                pass
+            elif dtype == "gl.float32" or ctx.target.backend != "hip":
                 ctx.keep_kernel_after_loops(
                     original, "`tl.dot` with full-precision fp32 products (`input_precision=\"ieee\"`, `\"tf32x3\"` or "
                     "`allow_tf32=False`)", "the matrix cores take fp32 operands as tf32 only; Triton's own compile "
@@ -86,14 +89,16 @@ class Dot(Rule):
                         "" if dtype == "gl.float32" else " (its operands' type is the launch's, and this target's "
                         "launcher cannot send fp32 launches to the source kernel)"))
                 return updated
-            ctx.launch_checked = True
-            # (the operands' type is that of the tensors they are loaded from, where the source says which:
-            # `a_ptr.dtype.element_ty`; only an fp32 tensor of those sends a launch to the source kernel, not the
-            # kernel's other fp32 tensors, FLA's gates; "name=type" in the launcher's slow types)
-            params = {p.name for p in ctx.function.params}
-            owners = [element_type_pointer(t, params) for t in (site.operand_dtype, site.b_dtype)]
-            slow = tuple(f"{name}=float32" for name in dict.fromkeys(owners)) if None not in owners else ("float32",)
-            ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
+            else:
+                ctx.launch_checked = True
+                # (the operands' type is that of the tensors they are loaded from, where the source says which:
+                # `a_ptr.dtype.element_ty`; only an fp32 tensor of those sends a launch to the source kernel, not
+                # the kernel's other fp32 tensors, FLA's gates; "name=type" in the launcher's slow types)
+                params = {p.name for p in ctx.function.params}
+                owners = [element_type_pointer(t, params) for t in (site.operand_dtype, site.b_dtype)]
+                slow = tuple(f"{name}=float32" for name in dict.fromkeys(owners)) if None not in owners \
+                    else ("float32",)
+                ctx.launch_slow_dtypes = tuple(dict.fromkeys((*ctx.launch_slow_dtypes, *slow)))
         if acc is None or (isinstance(acc, cst.Name) and acc.value == "None"):
             layout = ctx.plan.layout_expr(site.result)
             m, n = site.shape
