@@ -441,3 +441,21 @@ def test_a_flagged_batched_gemm_is_pipelined_through_descriptors_with_full_preci
     assert [(t.param, t.offsets) for t in outcome.dispatch.tiles if t.load] == [("A", ("M",)), ("B", ("K",))]
     kernel = result.text[result.text.index("def bmm_divisible_kernel("):result.text.index("def _bmm_divisible_kernel_triton(")]
     assert "if DIVISIBLE_K" not in kernel and "warp_specialize" in kernel
+
+
+def test_a_tile_order_picked_under_a_flag_and_cache_hints_are_read_through() -> None:
+    """`pid_m, pid_n` bound in both branches of an `if` before the loop (scalars: no tensor made there) are the
+    coordinates' scalars as they stand; a cache hint on a load is a hint, which a TMA copy does without."""
+    body = RECOMPUTED.replace("    offs_m = pid_m * BM", "    if BM == 64:\n        tile_m, tile_n = pid_n, pid_m\n"
+                              "    else:\n        tile_m, tile_n = tl.swizzle2d(pid_m, pid_n, 8, 8, 4)\n"
+                              "    offs_m = tile_m * BM", 1).replace("offs_n = pid_n * BN", "offs_n = tile_n * BN")
+    body = body.replace("mask=a_mask, other=0.0)", "mask=a_mask, other=0.0, cache_modifier='.cg')")
+    assert "tile_n * BN" in body and "cache_modifier" in body
+    conversion, refusals = _convert(HEADER + SIGNATURE + body)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "a = a_desc.load([tile_m * BM, k])" in kernel and "cache_modifier" not in kernel
+    # ... but not a tensor bound so (an index vector is no coordinate)
+    tensor = body.replace("tile_m, tile_n = pid_n, pid_m", "tile_m, tile_n = tl.arange(0, 2), pid_m")
+    conversion, refusals = _convert(HEADER + SIGNATURE + tensor)
+    assert conversion is None and "assigned in a branch" in refusals["gemm"]

@@ -1563,6 +1563,11 @@ SUITE_CASES: list[Case] = [
                      small_shape=dict(M=256, N=128, K=128), bench_shape=None, flops=None),
     _suite_gemm_case("suite_gemm_evenk-even", fixture="suite_gemm_evenk", shape=dict(M=1000, N=1100, K=704),
                      small_shape=dict(M=150, N=130, K=96), bench_shape=None, flops=None),
+    # aiter's and FlagGems' basic GEMM: the tile order picked under a flag, wrapped rows, cache hints; ragged, then K
+    # a multiple of both configs' BLOCK_K (the `EVEN_K` copy)
+    _suite_gemm_case("suite_gemm_hinted"),
+    _suite_gemm_case("suite_gemm_hinted-even", fixture="suite_gemm_hinted", shape=dict(M=1000, N=1104, K=704),
+                     small_shape=dict(M=150, N=136, K=128), bench_shape=None, flops=None),
     _suite_gemm_case("suite_alias_gemm", wrapper="matmul_relu_squared", make_inputs=_scaled_gemm_inputs,
                      reference=lambda a, b: torch.relu(a.double() @ b.double()) ** 2),
     _suite_gemm_case("suite_gemm_persistent", wrapper="matmul_persistent"),

@@ -346,12 +346,22 @@ class _Kernel:
         counts: dict[str, int] = {}
         for s in self.body:
             for n in bound_names(s):
-                counts[n] = counts.get(n, 0) + 1
+                counts[n] = counts.get(n, 0) + 1  # (statements binding it: an `if` counts once)
         self.opaque = {n for s in self.body[:at] if isinstance(s, cst.SimpleStatementLine)
                        for small in s.body if isinstance(small, cst.Assign) and len(small.targets) == 1
                        and isinstance(small.targets[0].target, cst.Tuple) and isinstance(small.value, cst.Call)
-                       and isinstance(small.value.func, cst.Name) and small.value.func.value in self.helpers
+                       and isinstance(small.value.func, cst.Name) and (small.value.func.value in self.helpers
+                                                                      or _scalar_looking(small.value, self))
                        for n in names_in(small.targets[0].target) if counts.get(n) == 1}
+        # ... and scalars the branches of an `if` before the loop bind (`if GROUP_M == 1: pid_m, pid_n = pidx, pidy
+        # else: pid_m, pid_n = tl.swizzle2d(...)`), which nothing after it assigns
+        for s in self.body[:at]:
+            if isinstance(s, cst.If):
+                bindings = _branch_assignments(s)
+                for name, values in bindings.items():
+                    if values and all(v is not None and _scalar_looking(v, self) for v in values) \
+                            and counts.get(name) == 1 and not any(name in bound_names(t) for t in self.body[at:]):
+                        self.opaque.add(name)
         self.before_env = self._env(self.body[:at])
         self.inner = inner
         self.loop = loop
@@ -727,8 +737,10 @@ class _Kernel:
             env = self._env(self.inner[:i], self.before_env, loop=True)
             positional = [a.value for a in call.args if a.keyword is None]
             keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-            if set(keywords) - {"mask", "other", "pointer"}:
-                raise Refusal("the load takes keywords other than `mask` and `other` (boundary_check, cache or eviction hints)")
+            # (cache and eviction hints are hints: a TMA copy takes none, and what it reads is the same)
+            if set(keywords) - {"mask", "other", "pointer", "cache_modifier", "eviction_policy"}:
+                raise Refusal("the load takes keywords other than `mask`, `other` and cache or eviction hints "
+                              "(`boundary_check`, `volatile`)")
             pointer = positional[0] if positional else keywords.get("pointer")
             mask = positional[1] if len(positional) > 1 else keywords.get("mask")
             other = positional[2] if len(positional) > 2 else keywords.get("other")
@@ -1159,6 +1171,53 @@ def _moved_pointers(k: _Kernel, at: int) -> dict[str, tuple[str, ...]]:
             if not any(name in names_in(s) for i, s in enumerate(k.body[:binders[-1]]) if i not in binders):
                 moved[name] = tuple(dict.fromkeys(scales))
     return moved
+
+
+#: calls whose result is a tensor (or read one): a value made with them is not a scalar a descriptor's coordinate takes
+TENSOR_CALLS = ("arange", "zeros", "full", "load", "where", "broadcast_to", "reshape", "expand_dims", "view", "join",
+                "cat", "trans", "permute", "dot", "sum", "max", "min", "cumsum", "zeros_like", "full_like", "split",
+                "make_block_ptr", "advance", "make_tensor_descriptor", "gather")
+
+
+def _scalar_looking(value: cst.BaseExpression, k: _Kernel) -> bool:
+    """`value` makes no tensor: no subscript (`v[:, None]`) and no call that makes or reads one (`TENSOR_CALLS`,
+    in Triton's language or as a method); names it reads are the kernel's parameters or bound to such values."""
+    for node in preorder(value):
+        if isinstance(node, cst.Subscript):
+            return False
+        if isinstance(node, cst.Call):
+            name = (k.lang(node) or "").rsplit(".", 1)[-1] or (
+                node.func.attr.value if isinstance(node.func, cst.Attribute) else "")
+            if name in TENSOR_CALLS:
+                return False
+    return True
+
+
+def _branch_assignments(site: cst.If) -> dict[str, list[cst.BaseExpression | None]]:
+    """Names the branches of `site` bind -> the value of each binding (a tuple assignment's element where the
+    value is a tuple; the whole value where it is a call; None where it is bound otherwise)."""
+    found: dict[str, list[cst.BaseExpression | None]] = {}
+    for statement in preorder(site):
+        if isinstance(statement, (cst.For, cst.While)):
+            return {}
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target, value = small.targets[0].target, small.value
+                if isinstance(target, cst.Name):
+                    found.setdefault(target.value, []).append(value)
+                elif isinstance(target, cst.Tuple):
+                    items = [e.value for e in target.elements]
+                    values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) \
+                        and len(value.elements) == len(items) else [value] * len(items)
+                    for item, item_value in zip(items, values):
+                        for name in names_in(item):
+                            found.setdefault(name, []).append(item_value if isinstance(item, cst.Name) else None)
+            else:
+                for name in assigned_names(statement):
+                    found.setdefault(name, []).append(None)
+    return found
 
 
 def _branch_bindings(site: cst.If) -> dict[str, cst.BaseExpression]:
