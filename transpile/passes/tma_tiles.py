@@ -298,6 +298,9 @@ class _Kernel:
         # that copy alone, its body returned unassembled, and the extents other copies' masks give a dimension this
         # copy leaves unmasked ((pointer parameter, strides, dimension) -> bound)
         self.in_copy = False
+        # `_split_before`: how many `if`s before the loop this kernel's body was split at; the copies must merge
+        self.split_depth = 0
+        self.require_merge = False
         self.sibling_bounds: dict[tuple[str, str | None, str | None, int], str] = {}
         self.found_bounds: dict[tuple[str, str | None, str | None, int], str] = {}
 
@@ -309,9 +312,49 @@ class _Kernel:
     # -- finding the loop ---------------------------------------------------------------------------------------
 
     def rewrite(self) -> tuple[cst.FunctionDef, Dispatch] | None:
+        try:
+            return self._rewrite()
+        except Refusal as refusal:
+            split = self._split_before()
+            if split is None:
+                raise
+            try:
+                return split._rewrite_copies(len(split.body) - 1)
+            except Refusal:
+                raise refusal from None
+
+    def _split_before(self) -> _Kernel | None:
+        """The kernel with the code after an `if` before its dot statement that binds names in each branch (`if
+        EVEN_MN: offs_m = <unmasked> else: offs_m = <wrapped>`) moved into both branches: a kernel whose dot loop
+        is copied under that `if`, to be rewritten only where the copies then merge into one (the branches differed
+        in what the descriptors' bounds replace); None where there is no such `if` (or this is such a kernel)."""
+        if self.split_depth >= 2:
+            return None
+        site = next((i for i, s in enumerate(self.body) if self._has_dot(s)), None)
+        ifs = [i for i, s in enumerate(self.body[:site]) if isinstance(s, cst.If) and s.orelse is not None
+               and not isinstance(s.orelse, cst.If) and bound_names(s)] if site is not None else []
+        if not ifs:
+            return None
+        at = ifs[-1]
+        site_if = self.body[at]
+        rest = self.body[at + 1:]
+        assert isinstance(site_if, cst.If) and isinstance(site_if.orelse, cst.Else)
+        merged_if = site_if.with_changes(
+            body=site_if.body.with_changes(body=[*site_if.body.body, *rest]),  # type: ignore[union-attr]
+            orelse=site_if.orelse.with_changes(body=site_if.orelse.body.with_changes(
+                body=[*site_if.orelse.body.body, *rest])))
+        split = _Kernel(self.source, self.facts, self.fn, self.helpers)
+        split.body = [*self.body[:at], merged_if]
+        split.split_depth = self.split_depth + 1
+        split.require_merge = True
+        split.in_copy = self.in_copy
+        split.sibling_bounds = dict(self.sibling_bounds)
+        return split
+
+    def _rewrite(self) -> tuple[cst.FunctionDef, Dispatch] | None:
         loops = [i for i, s in enumerate(self.body) if isinstance(s, cst.For) and self._has_dot(s)]
         nested = [i for i, s in enumerate(self.body) if not isinstance(s, cst.For) and self._has_dot(s)]
-        if not loops and len(nested) == 1 and isinstance(self.body[nested[0]], cst.If) and not self.in_copy:
+        if not loops and len(nested) == 1 and isinstance(self.body[nested[0]], cst.If):
             return self._rewrite_copies(nested[0])
         if len(loops) != 1 or nested:
             return None
@@ -381,7 +424,8 @@ class _Kernel:
                           "with the loop beside an `if` that holds it again, or two loops)")
         head, tail = self.body[:at], self.body[at + 1:]
         done: dict[int, tuple[list[cst.BaseStatement], list[cst.BaseStatement], Dispatch, _Kernel]] = {}
-        bounds: dict[tuple[str, str | None, str | None, int], str] = {}
+        # (the extents known from copies around this `if` too; those found here go to them, refused or not)
+        bounds: dict[tuple[str, str | None, str | None, int], str] = dict(self.sibling_bounds)
         pending = list(range(len(copies)))
         while pending:  # (again while a round finds extents: a copy may need one that another copy's refusal found)
             refused: list[tuple[int, Refusal]] = []
@@ -389,6 +433,7 @@ class _Kernel:
             for index in pending:
                 sub = _Kernel(self.source, self.facts, self.fn, self.helpers)
                 sub.in_copy = True
+                sub.split_depth = self.split_depth
                 sub.body = [*head, *copies[index], *tail]
                 sub.sibling_bounds = dict(bounds)
                 try:
@@ -398,6 +443,7 @@ class _Kernel:
                     continue
                 finally:
                     bounds.update(sub.found_bounds)
+                    self.found_bounds.update(sub.found_bounds)
                 if result is None:
                     return None
                 body, dispatch = result  # type: ignore[misc]
@@ -414,7 +460,11 @@ class _Kernel:
         for index in range(len(copies)):
             leaf, _, _, sub = done[index]
             keep = frozenset(id(s) for s in (*head, *new_tail))
-            body = _drop_dead([*head, *leaf, *new_tail], sub, keep)
+            body = [*head, *leaf, *new_tail]
+            # (a copy that is the loop: its dead address statements, in the loop too; one that holds copies of its
+            # own under an `if`: those are done, the statements around them remain)
+            looped = any(isinstance(s, cst.For) and sub._has_dot(s) for s in leaf)
+            body = _drop_dead(body, sub, keep) if looped else _drop_top(body, sub, keep)
             leaves.append(body[len(head):len(body) - len(new_tail)])
         tiles: list[Tile] = []
         for index in range(len(copies)):
@@ -424,11 +474,17 @@ class _Kernel:
             # (the copies differed in their masks alone, which the descriptors' bounds replace: one loop, whatever
             # the flags say)
             merged: list[cst.BaseStatement] = leaves[0]
+        elif self.require_merge:
+            raise Refusal("the copies of the code after an `if` that binds its index vectors differ once read "
+                          "through descriptors")
         else:
             merged = [_replace_copies(site, self._has_dot, leaves)]
+        dispatch = Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
+        if self.in_copy:  # (copies inside a copy: the enclosing `_rewrite_copies` assembles and drops)
+            return [*head, *merged, *new_tail], dispatch  # type: ignore[return-value]
         body = _drop_top([*head, *merged, *new_tail], self)
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
-        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
+        return node, dispatch
 
     def _has_dot(self, node: cst.CSTNode) -> bool:
         return any(self.lang(c) in ("dot", "core.dot") for c in calls_in(node))
@@ -819,8 +875,7 @@ class _Kernel:
                     bounds[dim] = self.sibling_bounds.get(key)
                 if bounds[dim] is None:
                     raise Refusal(f"the {('rows', 'columns')[dim]} of `{name}` are neither masked nor wrapped: a descriptor needs the tensor's extent")
-                if wrapped[dim] is None:
-                    self.found_bounds[key] = bounds[dim]
+                self.found_bounds[key] = bounds[dim]  # (a wrapped dimension's bound is its extent too)
             desc = _fresh(f"{_stem(pname or name)}_desc", used_names)
             used_names.add(desc)
             # (a tile contiguous along its first axis: the descriptor of the transposed view, [cols, rows], and the
@@ -1249,12 +1304,13 @@ def _branch_bindings(site: cst.If) -> dict[str, cst.BaseExpression]:
     return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
 
 
-def _drop_top(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStatement]:
+def _drop_top(body: list[cst.BaseStatement], k: _Kernel, keep: frozenset[int] = frozenset()
+              ) -> list[cst.BaseStatement]:
     """Drops the top-level address and mask statements that no later statement reads (`_drop_dead` at the top of
-    a kernel whose rewritten loops sit in the branches of an `if`)."""
+    a kernel whose rewritten loops sit in the branches of an `if`), but those whose ids `keep` holds."""
     body = list(body)
     while True:
-        dead = next((i for i, s in enumerate(body) if _removable(
+        dead = next((i for i, s in enumerate(body) if id(s) not in keep and _removable(
             s, {n for t in body[i + 1:] for n in statement_reads(t)}, k)), None)
         if dead is None:
             return body
@@ -1262,41 +1318,29 @@ def _drop_top(body: list[cst.BaseStatement], k: _Kernel) -> list[cst.BaseStateme
 
 
 def _loop_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool]) -> list[list[cst.BaseStatement]]:
-    """The statements of each branch of `site` (an `if`, its `elif`s and `else`, and `if`s that are a branch's one
-    statement, in order) that holds one dot loop; empty where a branch holds dots otherwise."""
+    """The statements of each branch of `site` (an `if`, its `elif`s and `else`, in order) whose dots are in one
+    statement, a loop or an `if` (copies of their own, `_Kernel._rewrite_copies` again); empty where a branch holds
+    dots otherwise."""
     copies: list[list[cst.BaseStatement]] = []
     for branch in _branches(site):
         statements = list(branch.body)  # type: ignore[union-attr]
         with_dots = [s for s in statements if has_dot(s)]
         if not with_dots:
             continue
-        if len(statements) == 1 and isinstance(statements[0], cst.If):
-            inner = _loop_copies(statements[0], has_dot)
-            if not inner:
-                return []
-            copies.extend(inner)
-        elif len(with_dots) == 1 and isinstance(with_dots[0], cst.For):
-            copies.append(statements)
-        else:
+        if len(with_dots) != 1 or not isinstance(with_dots[0], (cst.For, cst.If)):
             return []
+        copies.append(statements)
     return copies
 
 
 def _every_path_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool]) -> bool:
-    """Every way through `site` runs a copy of the loop: an `else` at every level, every branch with its dots."""
+    """Every way through `site` runs a copy of the loop: an `else` ends it, and every branch holds dots."""
     node: cst.If | cst.Else | None = site
     while isinstance(node, cst.If):
-        statements = list(node.body.body)  # type: ignore[union-attr]
-        if not any(has_dot(s) for s in statements) or (
-                len(statements) == 1 and isinstance(statements[0], cst.If)
-                and not _every_path_copies(statements[0], has_dot)):
+        if not any(has_dot(s) for s in node.body.body):  # type: ignore[union-attr]
             return False
         node = node.orelse
-    if node is None:
-        return False
-    statements = list(node.body.body)  # type: ignore[union-attr]
-    return any(has_dot(s) for s in statements) and not (
-        len(statements) == 1 and isinstance(statements[0], cst.If) and not _every_path_copies(statements[0], has_dot))
+    return node is not None and any(has_dot(s) for s in node.body.body)  # type: ignore[union-attr]
 
 
 def _branches(site: cst.If) -> list[cst.BaseSuite]:
@@ -1317,10 +1361,7 @@ def _replace_copies(site: cst.If, has_dot: Callable[[cst.CSTNode], bool], leaves
     def rebuilt(node: cst.If | cst.Else) -> cst.If | cst.Else:
         statements = list(node.body.body)  # type: ignore[union-attr]
         if any(has_dot(s) for s in statements):
-            if len(statements) == 1 and isinstance(statements[0], cst.If):
-                statements = [rebuilt(statements[0])]  # type: ignore[list-item]
-            else:
-                statements = queue.pop(0)
+            statements = queue.pop(0)
         changes: dict[str, object] = {"body": node.body.with_changes(body=statements)}
         if isinstance(node, cst.If) and node.orelse is not None:
             changes["orelse"] = rebuilt(node.orelse)
