@@ -459,3 +459,25 @@ def test_a_tile_order_picked_under_a_flag_and_cache_hints_are_read_through() -> 
     tensor = body.replace("tile_m, tile_n = pid_n, pid_m", "tile_m, tile_n = tl.arange(0, 2), pid_m")
     conversion, refusals = _convert(HEADER + SIGNATURE + tensor)
     assert conversion is None and "assigned in a branch" in refusals["gemm"]
+
+
+def test_index_vectors_picked_under_a_flag_before_the_loop_are_read_as_one_descriptor_loop() -> None:
+    """aiter's basic GEMM: `if EVEN_MN:` unmasked offsets, else wrapped ones (`% M`). The code after the `if` is
+    rewritten once for each branch; read through descriptors (extent M from the wrapped copy) both are one loop."""
+    signature = FLAG_SIGNATURE.replace("EVEN_K: tl.constexpr", "EVEN_MN: tl.constexpr")
+    body = ADVANCED.replace(
+        "    offs_m = (pid_m * BM + tl.arange(0, BM)) % M\n    offs_n = (pid_n * BN + tl.arange(0, BN)) % N\n"
+        "    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BM), BM)\n",
+        "    if EVEN_MN:\n        offs_m = pid_m * BM + tl.arange(0, BM)\n        offs_n = pid_n * BN + tl.arange(0, BN)\n"
+        "    else:\n        offs_m = (pid_m * BM + tl.arange(0, BM)) % M\n        offs_n = (pid_n * BN + tl.arange(0, BN)) % N\n")
+    assert "if EVEN_MN" in body
+    conversion, refusals = _convert(HEADER + signature + body)
+    assert conversion is not None, refusals
+    kernel = _kernel_text(conversion)
+    assert "if EVEN_MN" not in kernel and kernel.count("for k in range") == 1
+    assert "shape=[M, K]" in kernel and "shape=[K, N]" in kernel and "offs_m" not in kernel
+    # Branches that read other tensors stay as written, with the reason the loop first gave.
+    other = body.replace("        offs_n = pid_n * BN + tl.arange(0, BN)\n",
+                         "        offs_n = pid_n * BN + tl.arange(0, BN)\n        a_ptr = b_ptr\n", 1)
+    conversion, refusals = _convert(HEADER + signature + other)
+    assert conversion is None and "gemm" in refusals
