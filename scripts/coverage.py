@@ -12,7 +12,9 @@ the kept ones, grouped by their first clause (the construct), most frequent firs
 under a module-level block count as kept, with TT007. A kernel kept
 as Triton because the form that would pipeline it measured slower, with the measurement named in its reason, counts
 as *covered* (the table's last figure per target): pipelined + kept with a measurement (or, on sm90, run on a K-major
-copy of B, TT046: a measured faster form of the Triton kernel). A kernel whose source Triton's own compiler rejects
+copy of B, TT046: a measured faster form of the Triton kernel). "pipelined, some launches" counts the pipelined
+kernels whose launcher runs the Gluon kernel for some launches only (a flag, least sizes or grid, a test of the
+parameters, element types), the others on the source kernel. A kernel whose source Triton's own compiler rejects
 (names Triton removed before 3.6, another backend's dialect: the tool's reason says "which Triton's compiler rejects
 too") is counted apart as well ("source not Triton"), and the percentages are given over the others too.
 """
@@ -115,6 +117,8 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                     rows[t]["dot-loop kernels"] += 1
                     if fn.translated and fn.pipelined:  # (a kernel kept as Triton after its loop was planned is not)
                         rows[t]["pipelined"] += 1
+                        if _some_launches(fn.dispatch):
+                            rows[t]["pipelined, some launches"] += 1
                     elif fn.translated:
                         rows[t]["translated, not pipelined"] += 1
                         reasons[t]["translated without a pipeline"] += 1
@@ -128,6 +132,17 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                         kept[t].append((str(path), fn.name, fn.kept_reason))
     return {"targets": targets, "table": {r: {t: dict(c) for t, c in rows.items()} for r, rows in table.items()},
             "reasons": {t: c.most_common() for t, c in reasons.items()}, "kept": kept}
+
+
+def _some_launches(dispatch) -> bool:  # noqa: ANN001 - passes.tma_tiles.Dispatch or None
+    """The variant's launcher runs the Gluon kernel only for some launches its tiles can address (a flag, sizes at
+    least some value, a grid long enough, a test of the parameters, element types, one wave): a kernel pipelined at
+    some launches only, the others running the source kernel. (Not the tests every launch of a form passes where
+    its sizes and data do: alignment, 8 warps, the LDS its ring needs.)"""
+    if dispatch is None:
+        return False
+    return bool(dispatch.when or dispatch.at_least or dispatch.grid_at_least or dispatch.source_when
+                or dispatch.slow_dtypes or dispatch.one_wave)
 
 
 def _pct(part: int, whole: int) -> str:
@@ -158,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             c = rows[t]
             totals[t].update(c)
             covered = c.get("pipelined", 0) + c.get("kept, measured slower", 0)
-            cells.append(f"{c.get('pipelined', 0)} / {c.get('dot-loop kernels', 0)} ({covered})")
+            some = c.get("pipelined, some launches", 0)
+            cells.append(f"{c.get('pipelined', 0)} / {c.get('dot-loop kernels', 0)} ({covered})"
+                         + (f", {some} at some launches" if some else ""))
         print(f"| {repo} | " + " | ".join(cells) + " |")
     print("| **all** | " + " | ".join(
         f"**{totals[t]['pipelined']} / {totals[t]['dot-loop kernels']} "
         f"({_pct(totals[t]['pipelined'], totals[t]['dot-loop kernels'])}; covered "
-        f"{_pct(totals[t]['pipelined'] + totals[t]['kept, measured slower'], totals[t]['dot-loop kernels'])})**"
+        f"{_pct(totals[t]['pipelined'] + totals[t]['kept, measured slower'], totals[t]['dot-loop kernels'])}; "
+        f"{totals[t]['pipelined, some launches']} of the pipelined at some launches only)**"
         for t in targets) + " |")
     # (kernels whose source Triton itself rejects: the tool can neither run nor beat them)
     print("| **all Triton kernels** | " + " | ".join(

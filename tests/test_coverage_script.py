@@ -83,3 +83,16 @@ def test_kernels_whose_source_triton_rejects_are_counted_apart(tmp_path: Path,
     assert row["dot-loop kernels"] == 2 and row["pipelined"] == 1 and row["source not Triton"] == 1
     assert coverage.main([str(repo), "-t", "gfx950"]) == 0
     assert "| **all Triton kernels** | 1 / 1 (100%; covered 100%; 1 not Triton) |" in capsys.readouterr().out
+
+
+def test_kernels_pipelined_for_some_launches_only_are_counted_apart(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The attention ring runs the launches that set the causal flag (TT043): pipelined, at some launches only; a
+    GEMM whose launcher tests alignment alone is not counted so."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / "fixtures" / "attention_fwd.py", repo / "attention.py")
+    shutil.copy(ROOT / "fixtures" / "matmul_grouped.py", repo / "mm.py")
+    assert coverage.main([str(repo), "-t", "sm90", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["table"]["repo"]["sm90"]
+    assert row["pipelined"] == 2 and row["pipelined, some launches"] == 1
