@@ -399,7 +399,7 @@ class _Kernel:
         # ... and scalars the branches of an `if` before the loop bind (`if GROUP_M == 1: pid_m, pid_n = pidx, pidy
         # else: pid_m, pid_n = tl.swizzle2d(...)`), which nothing after it assigns
         for s in self.body[:at]:
-            if isinstance(s, cst.If):
+            if isinstance(s, cst.If) and not any(isinstance(n, (cst.For, cst.While)) for n in preorder(s)):
                 bindings = _branch_assignments(s)
                 for name, values in bindings.items():
                     if values and all(v is not None and _scalar_looking(v, self) for v in values) \
@@ -479,7 +479,7 @@ class _Kernel:
                           "through descriptors")
         else:
             merged = [_replace_copies(site, self._has_dot, leaves)]
-        dispatch = Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
+        dispatch = self._dispatch(tiles)
         if self.in_copy:  # (copies inside a copy: the enclosing `_rewrite_copies` assembles and drops)
             return [*head, *merged, *new_tail], dispatch  # type: ignore[return-value]
         body = _drop_top([*head, *merged, *new_tail], self)
@@ -939,10 +939,14 @@ class _Kernel:
         made[0] = made[0].with_changes(leading_lines=comment)
         body[self.at:self.at + 1] = [*made, loop]
         if self.in_copy:  # (`_rewrite_copies` assembles the kernel and drops what no copy reads any more)
-            return body, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)  # type: ignore[return-value]
+            return body, self._dispatch(tiles)  # type: ignore[return-value]
         body = _drop_dead(body, self)
         node = self.fn.node.with_changes(body=self.fn.node.body.with_changes(body=body))
-        return node, Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
+        return node, self._dispatch(tiles)
+
+    def _dispatch(self, tiles: list[Tile]) -> Dispatch:
+        """What the launcher checks for the rewritten kernel: its parameters and the tiles read through descriptors."""
+        return Dispatch(self.fn.name, tuple(self.params), tuple(tiles), self.helpers)
 
     def _transposed_operands(self, dot_index: int, dot: cst.Call, names: set[str]) -> cst.BaseStatement:
         """The dot's statement reading the tiles `names` (loaded through descriptors of their transposed views)
@@ -1206,26 +1210,29 @@ def _moved_pointers(k: _Kernel, at: int) -> dict[str, tuple[str, ...]]:
         binders = [i for i, s in enumerate(k.body) if name in bound_names(s)]
         if not binders or binders[-1] >= at:
             continue
-        scales: list[str] = []
-        for i in binders:
-            s = k.body[i]
-            small = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
-            if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
-                    and isinstance(small.target, cst.Name) and small.target.value == name):
-                break
-            for term in sum_terms(small.value, k.strip):
-                found = [f.value for f in product_factors(term, k.strip) if isinstance(f, cst.Name)
-                         and f.value in k.params and f.value != name]
-                if not found:
-                    break
-                scales.append(found[0])
-            else:
-                continue
-            break
-        else:
-            if not any(name in names_in(s) for i, s in enumerate(k.body[:binders[-1]]) if i not in binders):
-                moved[name] = tuple(dict.fromkeys(scales))
+        scales = [_move_scales(k, k.body[i], name) for i in binders]
+        if any(found is None for found in scales):
+            continue
+        if not any(name in names_in(s) for i, s in enumerate(k.body[:binders[-1]]) if i not in binders):
+            moved[name] = tuple(dict.fromkeys(f for found in scales for f in found))  # type: ignore[union-attr]
     return moved
+
+
+def _move_scales(k: _Kernel, statement: cst.BaseStatement, name: str) -> list[str] | None:
+    """For `name += <terms>`, a parameter scaling each term (the first a term multiplies by); None where the
+    statement is another or a term has none."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+            and isinstance(small.target, cst.Name) and small.target.value == name):
+        return None
+    scales = []
+    for term in sum_terms(small.value, k.strip):
+        found = [f.value for f in product_factors(term, k.strip) if isinstance(f, cst.Name)
+                 and f.value in k.params and f.value != name]
+        if not found:
+            return None
+        scales.append(found[0])
+    return scales
 
 
 #: calls whose result is a tensor (or read one): a value made with them is not a scalar a descriptor's coordinate takes
@@ -1248,60 +1255,45 @@ def _scalar_looking(value: cst.BaseExpression, k: _Kernel) -> bool:
     return True
 
 
-def _branch_assignments(site: cst.If) -> dict[str, list[cst.BaseExpression | None]]:
-    """Names the branches of `site` bind -> the value of each binding (a tuple assignment's element where the
-    value is a tuple; the whole value where it is a call; None where it is bound otherwise)."""
+def _branch_assignments(site: cst.If, elements: bool = True) -> dict[str, list[cst.BaseExpression | None]]:
+    """Names the branches of `site` bind (its `elif`s and `else`, nested `if`s) -> the value of each binding: a
+    plain `name = value`'s value and, with `elements`, a tuple assignment's element where its value is a tuple of
+    as many (`a, b = x, y`), else the whole value for each name (`a, b = f(x)`); None where the name is bound
+    otherwise (in a loop or a `with`, on a line of several statements, a tuple assignment without `elements`)."""
     found: dict[str, list[cst.BaseExpression | None]] = {}
-    for statement in preorder(site):
-        if isinstance(statement, (cst.For, cst.While)):
-            return {}
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target, value = small.targets[0].target, small.value
-                if isinstance(target, cst.Name):
-                    found.setdefault(target.value, []).append(value)
-                elif isinstance(target, cst.Tuple):
-                    items = [e.value for e in target.elements]
-                    values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) \
-                        and len(value.elements) == len(items) else [value] * len(items)
-                    for item, item_value in zip(items, values):
-                        for name in names_in(item):
-                            found.setdefault(name, []).append(item_value if isinstance(item, cst.Name) else None)
+
+    def walk(statements: Sequence[cst.BaseStatement]) -> None:
+        for statement in statements:
+            if isinstance(statement, cst.If):
+                for suite in _branches(statement):
+                    walk(suite.body)  # type: ignore[attr-defined]
+                continue
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) \
+                and len(statement.body) == 1 else None
+            target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+            if isinstance(target, cst.Name):
+                found.setdefault(target.value, []).append(small.value)  # type: ignore[union-attr]
+            elif isinstance(target, cst.Tuple) and elements:
+                value = small.value  # type: ignore[union-attr]
+                items = [e.value for e in target.elements]
+                values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) \
+                    and len(value.elements) == len(items) else [value] * len(items)
+                for item, item_value in zip(items, values):
+                    for name in names_in(item):
+                        found.setdefault(name, []).append(item_value if isinstance(item, cst.Name) else None)
             else:
-                for name in assigned_names(statement):
+                for name in bound_names(statement):
                     found.setdefault(name, []).append(None)
+
+    walk([site])
     return found
 
 
 def _branch_bindings(site: cst.If) -> dict[str, cst.BaseExpression]:
     """Names bound exactly once in `site` (its branches, nested `if`s, no loops), by a plain `name = value`: name ->
     value."""
-    found: dict[str, list[cst.BaseExpression | None]] = {}
-
-    def walk(statements: Sequence[cst.BaseStatement]) -> None:
-        for statement in statements:
-            if isinstance(statement, cst.If):
-                walk(statement.body.body)  # type: ignore[union-attr]
-                other = statement.orelse
-                while isinstance(other, cst.If):
-                    walk(other.body.body)  # type: ignore[union-attr]
-                    other = other.orelse
-                if other is not None:
-                    walk(other.body.body)  # type: ignore[union-attr]
-                continue
-            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) \
-                and len(statement.body) == 1 else None
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                    and isinstance(small.targets[0].target, cst.Name):
-                found.setdefault(small.targets[0].target.value, []).append(small.value)
-            else:
-                for name in bound_names(statement):
-                    found.setdefault(name, []).append(None)
-
-    walk([site])
-    return {name: values[0] for name, values in found.items() if len(values) == 1 and values[0] is not None}
+    return {name: values[0] for name, values in _branch_assignments(site, elements=False).items()
+            if len(values) == 1 and values[0] is not None}
 
 
 def _drop_top(body: list[cst.BaseStatement], k: _Kernel, keep: frozenset[int] = frozenset()
