@@ -9,7 +9,8 @@ jit function of its file calls) with a loop that runs a `tl.dot`/`tl.dot_scaled`
 variant pipelines, and how many are kept as Triton or translated without a pipeline; below it, the reasons given for
 the kept ones, grouped by their first clause (the construct), most frequent first. Files the tool rejects as a whole
 (syntax errors, kernels defined inside functions) count their dot-loop kernels as "file rejected"; kernels defined
-under a module-level block count as kept, with TT007. A kernel kept
+under module-level blocks count as the variant has them: translated block by block where the file's kernels all stand
+in such blocks, else kept as written, with TT007. A kernel kept
 as Triton because the form that would pipeline it measured slower, with the measurement named in its reason, counts
 as *covered* (the table's last figure per target): pipelined + kept with a measurement (or, on sm90, run on a K-major
 copy of B, TT046: a measured faster form of the Triton kernel). "pipelined, some launches" counts the pipelined
@@ -89,19 +90,12 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                     rows[t]["file rejected"] += n
                     reasons[t][f"file rejected: {exc.diagnostic.code} {_reason_class(exc.diagnostic.message)}"] += n
                 continue
-            if prepared.nested:  # kernels in a module-level block or a class: kept as written (TT007)
-                looped = {k.name.value for k, _ in nested_kernels(prepared.source) if _dot_in_loop(k)}
-                for t in targets:
-                    for name, diagnostic in prepared.nested:
-                        if name not in looped:
-                            continue
-                        rows[t]["dot-loop kernels"] += 1
-                        rows[t]["kept as Triton"] += 1
-                        reasons[t][f"{diagnostic.code} {_reason_class(diagnostic.message)}"] += 1
-                continue
-            facts = prepared.facts
-            kernels = {name for name, fn in facts.functions.items()
-                       if not fn.called_by and dot_loops(facts, fn)}
+            if prepared.nested:  # kernels in module-level blocks: translated block by block, else kept (TT007)
+                kernels = {k.name.value for k, _ in nested_kernels(prepared.source) if _dot_in_loop(k)}
+            else:
+                facts = prepared.facts
+                kernels = {name for name, fn in facts.functions.items()
+                           if not fn.called_by and dot_loops(facts, fn)}
             if not kernels:
                 continue
             for t in targets:
@@ -128,7 +122,8 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                             rows[t]["kept, measured slower"] += 1
                         elif NOT_TRITON in fn.kept_reason:
                             rows[t]["source not Triton"] += 1
-                        reasons[t][_reason_class(fn.kept_reason)] += 1
+                        nested = next((d.code for d in fn.diagnostics if d.code == "TT007"), None)
+                        reasons[t][f"{nested} " * bool(nested) + _reason_class(fn.kept_reason)] += 1
                         kept[t].append((str(path), fn.name, fn.kept_reason))
     return {"targets": targets, "table": {r: {t: dict(c) for t, c in rows.items()} for r, rows in table.items()},
             "reasons": {t: c.most_common() for t, c in reasons.items()}, "kept": kept}
