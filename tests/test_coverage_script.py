@@ -41,18 +41,24 @@ def test_counts_dot_loop_kernels_per_repository(tmp_path: Path, capsys: pytest.C
     (repo / "ops").mkdir(parents=True)
     shutil.copy(ROOT / "fixtures" / "matmul_grouped.py", repo / "ops" / "mm.py")  # pipelined for gfx950
     shutil.copy(ROOT / "fixtures" / "softmax.py", repo / "ops" / "softmax.py")  # no dot: not counted
-    (repo / "ops" / "nested.py").write_text(  # a kernel under a module-level `if`: kept as written, and counted
+    (repo / "ops" / "block.py").write_text(  # a kernel under a module-level `if`: translated where it stands
         "import triton\nimport triton.language as tl\n\nif True:\n    @triton.jit\n    def k(x):\n"
         "        for i in range(4):\n            tl.dot(x, x)\n", encoding="utf-8")
+    (repo / "ops" / "nested.py").write_text(  # a kernel in a block in a block: kept as written (TT007), and counted
+        "import triton\nimport triton.language as tl\n\nif True:\n    if True:\n        @triton.jit\n"
+        "        def k(x):\n            for i in range(4):\n                tl.dot(x, x)\n", encoding="utf-8")
     (repo / "ops" / "nested_once.py").write_text(  # one dot, in no loop: not a dot-loop kernel, not counted
         "import triton\nimport triton.language as tl\n\nif True:\n    @triton.jit\n    def k(x):\n"
         "        tl.dot(x, x)\n", encoding="utf-8")
     assert coverage.main([str(repo), "-t", "gfx950", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     row = report["table"]["repo"]["gfx950"]
-    assert row["dot-loop kernels"] == 2 and row["pipelined"] == 1 and row["kept as Triton"] == 1
+    assert row["dot-loop kernels"] == 3 and row["pipelined"] == 1 and row["kept as Triton"] == 2
     assert "file rejected" not in row
-    assert report["reasons"]["gfx950"][0][0].startswith("TT007 `…` is defined inside the `…` block at line N")
+    reasons = [reason for reason, _ in report["reasons"]["gfx950"]]
+    assert sum(reason.startswith("TT007 `…` is defined inside the `…` block at line N") for reason in reasons) == 1
+    kept = {Path(path).name: reason for path, _, reason in report["kept"]["gfx950"]}
+    assert "TT007" not in kept["block.py"] and "defined inside" not in kept["block.py"]  # (the engine's own reason)
 
 
 def test_table_names_reasons_without_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
