@@ -1527,6 +1527,20 @@ def _chunk_state_output_inputs(s, device, gen):
     return c, states, a_cum, cb, x, chunk
 
 
+def _gated_state_inputs(s, device, gen):
+    """Keys and values [B, T, K] / [B, T, V] fp16, log-gates in (-1, 0] fp32 (decays exp(g) in (0.37, 1])."""
+    b, t, k, v = s["B"], s["T"], s["K"], s["V"]
+    keys = (torch.randn(b, t, k, generator=gen) / t ** 0.5).to(torch.float16).to(device)
+    values = torch.randn(b, t, v, generator=gen).to(torch.float16).to(device)
+    gates = -torch.rand(b, t, k, generator=gen).to(device)
+    return keys, values, gates
+
+
+def _ref_gated_state(k, v, g):
+    kg = (k.double() * torch.exp(g.double())).to(k.dtype).double()  # (the kernel rounds k * exp(g) to k's type)
+    return torch.einsum("btk,btv->bkv", kg, v.double())
+
+
 def _ref_chunk_state_output(c, states, a_cum, cb, x, chunk_size):
     t = c.shape[0]
     out = torch.empty(x.shape, dtype=torch.float64, device=x.device)
@@ -1645,6 +1659,12 @@ SUITE_CASES: list[Case] = [
          shape=dict(BH=6, L=1000, D=64, TOPK=8), small_shape=dict(BH=2, L=300, D=64, TOPK=3), atol=2e-2, rtol=2e-2,
          bench_shape=dict(BH=32, L=8192, D=64, TOPK=32),
          flops=lambda s: 6.0 * s["BH"] * s["L"] * s["TOPK"] * 64 * s["D"]),
+    # A linear-attention state: keys and gates read transposed ([BK, BT]), the dot's A computed from them; a ragged
+    # sequence and head size.
+    Case(name="fla_gated_state", fixture="fla_gated_state", wrapper="gated_state", make_inputs=_gated_state_inputs,
+         reference=_ref_gated_state, shape=dict(B=3, T=1000, K=100, V=120), small_shape=dict(B=2, T=150, K=64, V=64),
+         atol=3e-2, rtol=2e-2, bench_shape=dict(B=64, T=4096, K=128, V=128),
+         flops=lambda s: 2.0 * s["B"] * s["T"] * s["K"] * s["V"]),
     # A chunked scan's output: an fp32 (tf32) product with the chunk's state and 16-bit products inside the chunk
     # into one accumulator (two operand types, one MMA layout); a ragged last chunk, a chunk size given at launch.
     Case(name="suite_chunk_state_output", fixture="suite_chunk_state_output", wrapper="chunk_state_output",

@@ -155,6 +155,12 @@ class StagePlan:
     aligned_at_run_time: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     # The loop's bounds are computed from a 64-bit integer (`LoopRange.wide`): its variable is 64-bit
     wide: bool = False
+    # Pointer tiles a dot operand is computed from, in a ring copied through registers (`engine == "registers"`: a
+    # tile of the loop no launch copies 16 bytes a lane), by tile name: the axis along which the tile is contiguous
+    # in memory (0: read transposed, `base + offs_k[:, None] + offs_n[None, :] * stride`). Their translation loads
+    # them in the MMA operand's layout (the computation runs there); the ring loads them instead in a copy layout
+    # along that axis (`_copy_layout`, lanes along the contiguous axis: coalesced) and stores them into the slot.
+    register_copies: dict[str, int] = field(default_factory=dict)
 
     @property
     def warps_along_m(self) -> bool:
@@ -415,6 +421,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
             # asking Triton not to pipeline the loop)
             return StageRefusal(facts.node, "a store inside a loop that asks for `num_stages=1`: its loads are not to "
                                 "be prefetched ahead of its stores (a later iteration may read what this one stores)")
+    register_copies: dict[str, int] = {}  # (`StagePlan.register_copies`)
     for load in loop_plan.loads:
         if not load.computed:
             continue
@@ -434,7 +441,10 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if load.descriptor or value is None:
             return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, a tensor descriptor's "
                                 "tile: only computed pointer tiles are pipelined")
-        if engine not in POINTER_ENGINES:
+        if engine == "registers" and not loop_plan.attention and load.kind == "pointer" \
+                and load.pointer is not None and pointers[load.name] is not None:
+            register_copies[load.name] = 0 if first_axis_contiguous(fn, pointers[load.name]) else 1
+        elif engine not in POINTER_ENGINES:
             why = staged or (f"`{load.name}` is a tile read transposed (K as [HEAD_DIM, BLOCK_N])" if
                              loop_plan.attention else "no launch proves its rows aligned for 16-byte copies")
             return StageRefusal(load.call, f"the dot reads a tile computed from `{load.name}`, whose copies would go "
@@ -528,7 +538,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     aligned = {name: found for name, found in run_time.items() if engine in ("async_copy", "buffer_loads")}
     return StagePlan(source.position(loop)[0], loop_plan, flow, engine, slots, distance, stages, wait, rings,
                      lds_limit, configs, shapes, staged, 1 if barrier_op else 2, barrier_op,
-                     "" if barrier_op else row_reduction, converts, late, aligned, wide)
+                     "" if barrier_op else row_reduction, converts, late, aligned, wide, register_copies)
 
 
 def _refusal(source: SourceFile, loop: cst.For, plan: LayoutPlan, refusal: LoopRefusal) -> StageRefusal:

@@ -173,6 +173,19 @@ def _copy_layout(shape, dtype, num_warps, rows=1):
     return gl.BlockedLayout([lane_rows, vec], [WARP_SIZE // lanes_n, lanes_n], [num_warps, 1], [1, 0])
 
 
+@gluon.constexpr_function
+def _transposed_copy_layout(shape, dtype, num_warps):
+    """Register layout of a tile contiguous in memory along its first axis (read transposed), loaded through
+    registers into its slot: `_copy_layout` of the tile as memory holds it, its axes swapped (16 bytes a lane down
+    the columns, lanes along them first), so that the loads stay coalesced."""
+    rows, cols = shape[1], shape[0]  # (the tile as memory holds it)
+    vec = min(128 // dtype.primitive_bitwidth, cols)
+    if rows * cols < WARP_SIZE * vec:
+        vec = max(1, min(32 // dtype.primitive_bitwidth, cols))
+    lanes = min(WARP_SIZE, cols // vec)
+    return gl.BlockedLayout([vec, 1], [lanes, WARP_SIZE // lanes], [1, num_warps], [0, 1])
+
+
 @gluon.jit
 def _desc_tile(desc, off0, off1, BLOCK0: gl.constexpr, BLOCK1: gl.constexpr, layout: gl.constexpr,
                INSIDE: gl.constexpr):

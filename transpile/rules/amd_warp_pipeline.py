@@ -571,7 +571,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         statement = body[load.index]
         if not guard and peel is not None and load.index in peel.dropped:
             statement = _without_terms(statement, load, peel.dropped[load.index], peel.terms.get(load.index))
-        if engine == "registers":
+        if engine == "registers" and load.name not in sp.register_copies:
             loaded = later_load(statement, renames, iteration, iters, load, guard)
             if load.name in desc_copy_layouts:
                 # (a buffer load of the tile in its 16-byte copy layout, not the translation's masked pointer load)
@@ -592,7 +592,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
             copier = cst.parse_expression(pointer_copy if engine == "async_copy" and pointer_copy
-                                          else POINTER_COPIES[engine])
+                                          else POINTER_COPIES.get(engine, "_tile_load"))
+            if engine == "registers":  # (a computed operand's tile, in its copy layout: `register_copies`)
+                ctx.need("register_copy")
+                return f"{pad}{dest}.store({code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))})"
             if prefetch:  # into registers now, into the slot one step later
                 return (f"{pad}{staged[load.name]} = "
                         f"{code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))}")
@@ -779,17 +782,21 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             ctx.need("desc_buffer_load")
             hoisted.insert(0, f"{desc_copy_layouts[load.name]}: gl.constexpr = _copy_layout([{', '.join(shapes[load.name])}], "
                               f"{dtypes[load.name]}, gl.num_warps(){', 2' if rows == 2 else ''})")
-    if engine in POINTER_COPIES:
+    if engine in POINTER_COPIES or sp.register_copies:
         # The addresses and masks of the pointer tiles' copies are re-evaluated in 16-byte copy layouts
-        # (`transpile.rules.copy_operands`, after the layout declarations).
+        # (`transpile.rules.copy_operands`, after the layout declarations); through registers, those of the tiles a
+        # dot operand is computed from, in a copy layout along each tile's contiguous axis.
         for load in plan.loads:
             k = feeds[load.name][1]
-            if load.kind == "pointer":
+            if engine == "registers" and load.name in sp.register_copies:
+                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], 1,
+                                                    sp.register_copies[load.name])
+            elif load.kind == "pointer" and engine in POINTER_COPIES:
                 # (a B tile stored K-major from registers: two K rows a lane, so that its stores pack K pairs;
                 # measured on gfx942, heavier on gfx1250's 32-lane waves)
                 rows = 2 if engine == "buffer_loads" and k == 1 and not load.transposed \
                     and ctx.target.warp_size == 64 else 1
-                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows)
+                ctx.copy_rings[rings[load.name]] = (", ".join(shapes[load.name]), dtypes[load.name], rows, 1)
                 if load.name in sp.aligned_at_run_time:
                     ctx.aligned_at_run_time[rings[load.name]] = sp.aligned_at_run_time[load.name]
     lines = [
@@ -1473,15 +1480,18 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
     if sp.engine == "registers" and sp.loop.kind == "descriptor" and not any(load.computed for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"  # (16-byte loads a step ahead: a descriptor vouches for its rows)
     if any(load.computed for load in sp.loop.loads):
+        # (a computed operand's tile no launch copies 16 bytes a lane, loaded through registers in a copy layout
+        # along its contiguous axis: `StagePlan.register_copies`, a policy of its own per form)
+        staged = ", register-staged ring" if sp.register_copies else ""
         if any(chain.guarded for chain in sp.loop.chains):
-            return "computed-operand ring, guarded dot"
+            return f"computed-operand ring, guarded dot{staged}"
         if _k_indexed(sp.loop) is not None:
-            return "computed-operand ring, K-indexed vector"
+            return f"computed-operand ring, K-indexed vector{staged}"
         if _loads_in_computation(sp.loop):
-            return "computed-operand ring, loaded factor"
+            return f"computed-operand ring, loaded factor{staged}"
         if _computed_pair(sp.loop) is not None:
-            return "computed-operand ring, both operands"
-        return "computed-operand ring"
+            return f"computed-operand ring, both operands{staged}"
+        return f"computed-operand ring{staged}"
     if sp.engine == "async_copy" and any(load.kind == "descriptor" for load in sp.loop.loads):
         return f"{copies}, descriptor tiles"
     return copies

@@ -67,7 +67,8 @@ class RuleContext:
     mma_computed: dict[int, int] = field(default_factory=dict)  # id(dot call) -> the operand's position
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
     # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
-    copy_rings: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # ring -> (shape, dtype, rows a lane)
+    # ring -> (shape, dtype, rows a lane, the axis along which the tile is contiguous in memory)
+    copy_rings: dict[str, tuple[str, str, int, int]] = field(default_factory=dict)
     # ring -> (its tile's base, integers), for tiles whose alignment the kernel tests at run time
     # (`StagePlan.aligned_at_run_time`, `copy_operands`)
     aligned_at_run_time: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
@@ -196,6 +197,11 @@ class RuleContext:
 #: Pipelines measured slower than the loop Triton's own compiler pipelines, by (target, copy engine of a GEMM ring).
 #: By default such a loop is not rewritten: its kernel is kept as Triton (TT041). `--gluon-always` emits the ring.
 #: The measurements are in bench/RESULTS.md ("Profitability"); keyed on the copy engine, never on kernel names.
+UNPROFITABLE_GFX1250_COMPUTED = (
+    "a dot operand is computed from a loaded tile (dequantised, cast), and on gfx1250 that ring's hot loop "
+    "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
+    "256x256x32 with 8 warps, the computation in either stage; GPTQ's unpacking 0.83-2.09x with every warp along "
+    "N): bench/RESULTS.md")
 UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     ("sm90", "host descriptors"): (
         "{construct}its tensor descriptors are the host's (`TensorDescriptor` arguments), which the Gluon kernel makes "
@@ -267,14 +273,24 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     # rules/amd_warp_pipeline.py; bench/RESULTS.md).
     # ("gfx1250", "computed-operand ring") is not listed: with every warp along the computed operand's axis it
     # measured 0.25-0.62x (`COMPUTED_AXIS_LAUNCHES` in rules/amd_warp_pipeline.py: the launches it runs)
-    **{("gfx1250", form): (
-        "a dot operand is computed from a loaded tile (dequantised, cast), and on gfx1250 that ring's hot loop "
-        "measured 1.21-1.82x Triton's own non-MFMA instructions per WMMA (int8 weights scaled to fp16, 64x64x64 to "
-        "256x256x32 with 8 warps, the computation in either stage; GPTQ's unpacking 0.83-2.09x with every warp along "
-        "N): bench/RESULTS.md")
+    **{("gfx1250", form): UNPROFITABLE_GFX1250_COMPUTED
        for form in ("computed-operand ring, K-indexed vector",
                     "computed-operand ring, loaded factor", "computed-operand ring, both operands",
                     "computed-operand ring, guarded dot")},
+    # A computed operand's tile copied through registers (read transposed, or gathered along its contiguous axis):
+    # loaded in a copy layout along its contiguous axis, stored into its slot, the loop's other tiles as translated.
+    **{(target, f"computed-operand ring{form}, register-staged ring"): (
+        "a dot operand is computed from a tile no launch copies 16 bytes a lane ({construct}read transposed from "
+        "memory, or gathered along its contiguous axis), which the ring would load through registers and store into "
+        "its slot, the loop's other tiles with it: on the fixture fla_gated_state (keys and gates read as [BK, "
+        "BT], 8 warps) that ring measured 1.11x (gfx950, whose Triton copies the transposed tiles direct to LDS) and "
+        "0.95-1.87x (gfx942: 1.08x at BK 128, 1.87x at BV 128) Triton's own non-MFMA instructions per loop "
+        "iteration: bench/RESULTS.md")
+       for target in ("gfx942", "gfx950")
+       for form in ("", ", guarded dot", ", K-indexed vector", ", loaded factor", ", both operands")},
+    # (gfx1250: that ring measured 0.49-0.69x on the same fixture and configs; its other forms as they are listed)
+    **{("gfx1250", f"computed-operand ring, {form}, register-staged ring"): UNPROFITABLE_GFX1250_COMPUTED
+       for form in ("K-indexed vector", "loaded factor", "both operands", "guarded dot")},
     **{(target, "computed-operand ring, guarded dot"): (
         "a dot accumulated under a test of scalars (`if i_k >= 0: b_o += tl.dot(b_qg, ...)`) reads an operand computed "
         "from a loaded tile: Triton's own compile does not software-pipeline a loop whose dot sits under an `if`, and "

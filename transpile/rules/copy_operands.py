@@ -130,6 +130,8 @@ class CopyOperandLayouts(Rule):
             ctx.pipelined.clear()
             return updated
         ctx.need("copy_layout")
+        if any(axis == 0 for *_, axis in ctx.copy_rings.values()):
+            ctx.need("transposed_copy_layout")
         if rewriter.tested:
             ctx.need("run_time_aligned")
         return rewritten
@@ -139,7 +141,7 @@ class _Rewriter:
     def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]],
                  aligned: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> None:
         self.function_node = function
-        self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane)
+        self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane, contiguous axis)
         self.aligned = aligned or {}  # ring variable -> (base, integers) tested at run time
         self.tested = False  # (a ring branch runs under such a test)
         self.name = namer(names_in(function))
@@ -266,10 +268,14 @@ class _Rewriter:
         self.lines: list[str] = []
         layouts: dict[str, str] = {}
         mine = bound_names(branch)
-        for ring, (shape, dtype, rows) in self.rings.items():
+        for ring, (shape, dtype, rows, axis) in self.rings.items():
             if ring not in mine:  # another loop's ring (the loop in the other copy of an unswitched branch)
                 continue
             layouts[ring] = self.name(f"{ring}_copy_layout")
+            if axis == 0:  # (a tile contiguous along its first axis, loaded through registers)
+                self.lines.append(f"{layouts[ring]}: gl.constexpr = _transposed_copy_layout([{shape}], {dtype}, "
+                                  "gl.num_warps())")
+                continue
             self.lines.append(f"{layouts[ring]}: gl.constexpr = _copy_layout([{shape}], {dtype}, gl.num_warps()"
                               f"{f', rows={rows}' if rows != 1 else ''})")
         # Which tile context each copied pointer name is read in (a carried tile, or one the producer defines).
