@@ -144,6 +144,8 @@ class AMDWarpPipeline(Rule):
         along_k = _k_indexed(stage_plan.loop) if not stage_plan.loop.attention else None
         construct = f"here `{code(along_k)}` at line {ctx.source.position(along_k)[0]}" if along_k is not None \
             else stage_plan.staged if stage_plan.engine == "registers" else ""
+        if stage_plan.register_copies:  # (the register-staged forms name the tile no launch copies 16 bytes a lane)
+            construct = stage_plan.staged
         if stage_plan.groups == 1:
             construct = stage_plan.barrier_op
         elif stage_plan.warps_along_m:
