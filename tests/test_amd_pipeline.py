@@ -3355,27 +3355,31 @@ def test_the_launcher_runs_the_source_kernel_for_one_parameter_of_a_slow_type() 
     assert not launcher.addressable((bf16, fp32, 64), {})
 
 
+@pytest.mark.slow
 def test_a_computed_operand_of_a_transposed_tile_is_loaded_in_a_copy_layout_along_its_contiguous_axis() -> None:
     """FLA's keys and gates read as [BK, BT] (`k + o_k[:, None] + o_t[None, :] * K`, contiguous along the first
     axis: no launch copies them 16 bytes a lane) with the dot's A computed from them: the stage plan records them as
-    copied through registers along axis 0 (`register_copies`), and gfx1250's ring loads them in
-    `_transposed_copy_layout` (lanes down the columns) and stores them into their slots, where the computation reads
-    them in the MMA operand's layout; gfx950 and gfx942, where that ring measured heavier than Triton's own compile,
-    keep the kernel as Triton and say why."""
+    copied through registers along axis 0 (`register_copies`), and the ring (`--gluon-always`) loads them in
+    `_transposed_copy_layout` (lanes down the columns) as buffer loads stored into their slots, where the computation
+    reads them in the MMA operand's layout; it compiles on every AMD target. By default each target keeps the kernel
+    as Triton and says why: that ring measured heavier than Triton's own compile (gfx950, gfx942; gfx1250 on a
+    public FLA kernel)."""
     path = Path(__file__).resolve().parents[1] / "fixtures" / "fla_gated_state.py"
     text = path.read_text()
     sp = stage_plan(text, "async_copy", anchored=True)
     assert isinstance(sp, StagePlan) and sp.engine == "registers"
     assert sp.register_copies == {"b_k": 0, "b_g": 0}
-    variant = translate_source(text, str(path), get_target("gfx1250"))
-    flat = "".join(variant.text.split())  # (the text before formatting: compared without whitespace)
-    assert variant.functions[0].pipelined
-    assert "b_k_ring_copy_layout:gl.constexpr=_transposed_copy_layout([BK,BT],k.dtype.element_ty,gl.num_warps())" \
-        in flat
-    assert "def _transposed_copy_layout(shape, dtype, num_warps):" in variant.text
-    assert "b_k_ring.index(step).store(_buffer_tile_load(b_k_ring," in flat
-    assert "b_kg=(b_k*gl.exp(b_g.to(gl.float32))).to(b_k.dtype)" in flat
-    for target in ("gfx950", "gfx942"):
+    values = {"k": "*bf16", "v": "*bf16", "g": "*fp32", "h": "*fp32", "K": 128, "V": 128, "BT": 64, "BK": 64, "BV": 64}
+    for target in ("gfx950", "gfx942", "gfx1250"):
+        variant = translate_source(text, str(path), get_target(target), gluon_always=True)
+        flat = "".join(variant.text.split())  # (the text before formatting: compared without whitespace)
+        assert variant.functions[0].pipelined
+        assert "b_k_ring_copy_layout:gl.constexpr=_transposed_copy_layout([BK,BT],k.dtype.element_ty," \
+               "gl.num_warps())" in flat
+        assert "def _transposed_copy_layout(shape, dtype, num_warps):" in variant.text
+        assert "b_k_ring.index(step).store(_buffer_tile_load(b_k_ring," in flat
+        assert "b_kg=(b_k*gl.exp(b_g.to(gl.float32))).to(b_k.dtype)" in flat
+        assert_holds_and_compiles(variant, values)
         kept = translate_source(text, str(path), get_target(target)).functions[0]
         assert not kept.translated and "computed from a tile no launch copies 16 bytes a lane" in kept.kept_reason
         assert "`b_k` at line 33 is contiguous along its first axis" in kept.kept_reason

@@ -282,15 +282,12 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
     **{(target, f"computed-operand ring{form}, register-staged ring"): (
         "a dot operand is computed from a tile no launch copies 16 bytes a lane ({construct}read transposed from "
         "memory, or gathered along its contiguous axis), which the ring would load through registers and store into "
-        "its slot, the loop's other tiles with it: on the fixture fla_gated_state (keys and gates read as [BK, "
-        "BT], 8 warps) that ring measured 1.11x (gfx950, whose Triton copies the transposed tiles direct to LDS) and "
-        "0.95-1.87x (gfx942: 1.08x at BK 128, 1.87x at BV 128) Triton's own non-MFMA instructions per loop "
-        "iteration: bench/RESULTS.md")
-       for target in ("gfx942", "gfx950")
+        "its slot, the loop's other tiles with it: that ring measured 1.11x (gfx950, whose Triton copies such tiles "
+        "direct to LDS) and 0.95-1.87x (gfx942) Triton's own non-MFMA instructions per loop iteration on the fixture "
+        "fla_gated_state (keys and gates read as [BK, BT], 8 warps), and on gfx1250 0.49-0.69x there but 1.11x and "
+        "1.74x on FLA's `chunk_rwkv6_bwd_kernel_dh` (BK 32 and 64): bench/RESULTS.md")
+       for target in ("gfx942", "gfx950", "gfx1250")
        for form in ("", ", guarded dot", ", K-indexed vector", ", loaded factor", ", both operands")},
-    # (gfx1250: that ring measured 0.49-0.69x on the same fixture and configs; its other forms as they are listed)
-    **{("gfx1250", f"computed-operand ring, {form}, register-staged ring"): UNPROFITABLE_GFX1250_COMPUTED
-       for form in ("K-indexed vector", "loaded factor", "both operands", "guarded dot")},
     **{(target, "computed-operand ring, guarded dot"): (
         "a dot accumulated under a test of scalars (`if i_k >= 0: b_o += tl.dot(b_qg, ...)`) reads an operand computed "
         "from a loaded tile: Triton's own compile does not software-pipeline a loop whose dot sits under an `if`, and "
