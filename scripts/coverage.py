@@ -122,8 +122,8 @@ def evaluate(repos: list[Path], targets: list[str]) -> dict[str, object]:
                             rows[t]["kept, measured slower"] += 1
                         elif NOT_TRITON in fn.kept_reason:
                             rows[t]["source not Triton"] += 1
-                        nested = next((d.code for d in fn.diagnostics if d.code == "TT007"), None)
-                        reasons[t][f"{nested} " * bool(nested) + _reason_class(fn.kept_reason)] += 1
+                        nested = "TT007 " if any(d.code == "TT007" for d in fn.diagnostics) else ""
+                        reasons[t][nested + _reason_class(fn.kept_reason)] += 1
                         kept[t].append((str(path), fn.name, fn.kept_reason))
     return {"targets": targets, "table": {r: {t: dict(c) for t, c in rows.items()} for r, rows in table.items()},
             "reasons": {t: c.most_common() for t, c in reasons.items()}, "kept": kept}

@@ -159,7 +159,8 @@ class StagePlan:
     # tile of the loop no launch copies 16 bytes a lane), by tile name: the axis along which the tile is contiguous
     # in memory (0: read transposed, `base + offs_k[:, None] + offs_n[None, :] * stride`). Their translation loads
     # them in the MMA operand's layout (the computation runs there); the ring loads them instead in a copy layout
-    # along that axis (`_copy_layout`, lanes along the contiguous axis: coalesced) and stores them into the slot.
+    # along that axis (`_copy_layout`, `_transposed_copy_layout` for axis 0: lanes along the contiguous axis, so
+    # that the loads are coalesced) and stores them into the slot.
     register_copies: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -593,9 +593,11 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             keep = ("mask", "other", "cache_modifier") if engine == "async_copy" and not pointer_copy \
                 else ("mask", "other")
             args = [a for a in call.args if a.keyword is None or a.keyword.value in keep]  # type: ignore[attr-defined]
+            # (through registers, a computed operand's tile in its copy layout, `register_copies`: the buffer-load
+            # ring's load into registers, stored into its slot at once)
             copier = cst.parse_expression(pointer_copy if engine == "async_copy" and pointer_copy
-                                          else POINTER_COPIES.get(engine, "_tile_load"))
-            if engine == "registers":  # (a computed operand's tile, in its copy layout: `register_copies`)
+                                          else POINTER_COPIES["buffer_loads" if engine == "registers" else engine])
+            if engine == "registers":
                 ctx.need("register_copy")
                 return f"{pad}{dest}.store({code(cst.Call(copier, [cst.Arg(cst.Name(rings[load.name])), *args]))})"
             if prefetch:  # into registers now, into the slot one step later

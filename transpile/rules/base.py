@@ -66,8 +66,8 @@ class RuleContext:
     # operand's axis, so that no two warps compute the same elements (`_mma_layout`'s `computed_operand`)
     mma_computed: dict[int, int] = field(default_factory=dict)  # id(dot call) -> the operand's position
     copy_tiles: dict[str, str] = field(default_factory=dict)  # sm90 cp.async ring: tile shape text -> element type
-    # AMD direct-to-LDS rings of pointer tiles: ring variable -> (tile shape text, element type text)
-    # ring -> (shape, dtype, rows a lane, the axis along which the tile is contiguous in memory)
+    # AMD rings of pointer tiles whose copies `copy_operands` lays out (direct to LDS, or through registers): ring
+    # variable -> (tile shape text, element type text, rows a lane, the axis along which the tile is contiguous)
     copy_rings: dict[str, tuple[str, str, int, int]] = field(default_factory=dict)
     # ring -> (its tile's base, integers), for tiles whose alignment the kernel tests at run time
     # (`StagePlan.aligned_at_run_time`, `copy_operands`)

@@ -138,7 +138,7 @@ class CopyOperandLayouts(Rule):
 
 
 class _Rewriter:
-    def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str]],
+    def __init__(self, function: cst.FunctionDef, rings: dict[str, tuple[str, str, int, int]],
                  aligned: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> None:
         self.function_node = function
         self.rings = rings  # ring variable -> (tile shape text, element type text, rows a lane, contiguous axis)
