@@ -86,6 +86,7 @@ class SourceFile:
     # their helpers (`discover`), for the Triton code kept as written.
     inlined: Mapping[str, frozenset[str]] = field(repr=False, default_factory=dict)
     _qualified: dict = field(repr=False, default_factory=dict)
+    _reexports: list[tuple[str, str]] | None = field(repr=False, default=None)
     _parents: dict | None = field(repr=False, default=None)
     _positions: Mapping | None = field(repr=False, default=None)
 
@@ -133,7 +134,43 @@ class SourceFile:
             names = self._qualified[node] = self._qualified_names(node)
         if not names:
             return None
-        return sorted(n.name for n in names)[0]
+        name = sorted(n.name for n in names)[0]
+        for prefix, target in self.reexports:
+            if name == prefix or name.startswith(prefix + "."):
+                return target + name[len(prefix):]
+        return name
+
+    @property
+    def reexports(self) -> list[tuple[str, str]]:
+        """Triton as a project module re-exports it (`from vllm.triton_utils import tl, triton`, a shim for platforms
+        without Triton): (`vllm.triton_utils.triton`, `triton`) and (`vllm.triton_utils.tl`, `triton.language`),
+        where a module-level `from M import ...` (M not Triton's own) imports the name `triton` that decorates a
+        function here (`@triton.jit`, `@triton.autotune`, `@triton.heuristics`), and `tl` beside it. The qualified
+        names read through them as Triton's."""
+        if self._reexports is None:
+            found: list[tuple[str, str]] = []
+            for statement in self.module.body:
+                if not isinstance(statement, cst.SimpleStatementLine):
+                    continue
+                for small in statement.body:
+                    if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None \
+                            or isinstance(small.names, cst.ImportStar):
+                        continue
+                    module = node_code(self.module, small.module)
+                    if module == "triton" or module.startswith("triton."):
+                        continue
+                    local = {alias.name.value: (alias.asname.name.value if alias.asname else alias.name.value)
+                             for alias in small.names if isinstance(alias.name, cst.Name)
+                             and (alias.asname is None or isinstance(alias.asname.name, cst.Name))}
+                    if "triton" not in local or not re.search(
+                            rf"^\s*@\s*{re.escape(local['triton'])}\s*\.\s*(jit|autotune|heuristics)\b",
+                            self.text, re.MULTILINE):
+                        continue
+                    found.append((f"{module}.triton", "triton"))
+                    if "tl" in local:
+                        found.append((f"{module}.tl", "triton.language"))
+            self._reexports = found
+        return self._reexports
 
     def _qualified_names(self, node: cst.CSTNode) -> set | None:
         """`QualifiedNameProvider`'s value for `node`: None for a node outside this tree."""
