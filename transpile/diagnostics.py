@@ -22,7 +22,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "TT002": (Severity.ERROR, "unreadable input: missing, not a regular file (a directory, a named pipe), not text in "
                               "its encoding (UTF-8, or a PEP 263 coding cookie's), or an unknown coding"),
     "TT003": (Severity.ERROR, "no @triton.jit kernels in the file (kernels made only inside test functions, `test_*`, "
-                              "are a test's helpers: none)"),
+                              "are a test's helpers: none). Triton imported through a project module that re-exports it "
+                              "(vLLM's `from vllm.triton_utils import tl, triton`) counts as Triton where that `triton` "
+                              "decorates a function of the file (`SourceFile.reexports`)"),
     "TT004": (Severity.ERROR, "unknown target"),
     "TT005": (Severity.ERROR, "bad configuration in [tool.triton-transpile], or formatter settings (ruff, black) that "
                               "cannot be read"),
