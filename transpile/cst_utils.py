@@ -9,6 +9,7 @@ import re
 import sys
 import tokenize
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import TypeVar
 
 import libcst as cst
@@ -179,6 +180,11 @@ def _c_token_names(code: str) -> tuple[frozenset[str], frozenset[str]]:
 _ANALYSES_CACHE: dict[tuple, tuple[object, object, object]] = {}
 
 
+#: whether a loop's iteration guard is read as the iteration's own statements (`analysis.pipeline.flattened_guards`):
+#: part of every `per_loop` key, since a loop's statements differ with it
+GUARDS_FLATTENED: ContextVar[bool] = ContextVar("guards_flattened", default=False)
+
+
 def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
     """Memoise a pure analysis ``analysis(source, node, plan, *rest)`` of a node of the source tree: every target
     asks for the same loop's plan and dataflow, which do not depend on the target. Results are shared: read them,
@@ -187,7 +193,7 @@ def per_loop(analysis: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(analysis)
     def memoised(source, node, plan, *rest, **options):  # type: ignore[no-untyped-def]
-        key = (analysis, node, *rest, *sorted(options.items()))
+        key = (analysis, node, GUARDS_FLATTENED.get(), *rest, *sorted(options.items()))
         hit = _ANALYSES_CACHE.get(key)
         if hit is not None and hit[0] is source and hit[1] is plan:
             return hit[2]  # type: ignore[return-value]

@@ -30,13 +30,14 @@ from transpile.passes.specialise import kind_conflicts, specialise_helpers
 from transpile.passes.tile_loops import split_tile_loops
 from transpile.analysis.launch_alignment import MEMORY, REASON as ALIGNMENT_REASON
 from transpile.analysis.layouts import LayoutPlan, _unseen_functions, analyse_layouts
-from transpile.analysis.pipeline import operand_anchors, product_loops
+from transpile.analysis.pipeline import flattened_guards, operand_anchors, product_loops
 from transpile.analysis.stages import MIN_SLOTS
 from transpile.passes.tma_tiles import Dispatch, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.reassigned_names import rename_reassigned
 from transpile.passes.none_masks import drop_none_masks
+from transpile.passes.iteration_guards import mask_guarded_loads
 from transpile.passes.operand_aliases import drop_operand_aliases
 from transpile.passes.dot_results import name_dot_results
 from transpile.passes.operand_names import name_dot_operands
@@ -437,6 +438,10 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             original = source
         source = parse_source(unmasked, path, source.line_map, inlined)  # (the rewrite keeps lines)
         facts = discover(source)
+    # The loads under a dot loop's iteration guard (`if kbid:` around the iteration's work, block-sparse attention)
+    # masked by its test (`transpile.passes.iteration_guards`): copies made ahead of the branch move nothing for the
+    # iterations it skips.
+    source, facts, original = _rewritten(source, facts, original, mask_guarded_loads(source, facts), path, inlined)
     plans = analyse_layouts(facts)
     # Vectors loaded in a loop in a 2-D tile's slice layout: a layout of their own (`transpile.passes.vector_loads`)
     own = own_layout_loads(source, facts, plans)
@@ -515,8 +520,10 @@ def with_tma_tiles(prepared: Prepared, skip: frozenset[str] = frozenset()
 
 def for_amd(prepared: Prepared, target: Target) -> Prepared:
     """What the AMD target `target` translates: tiles contiguous along their first axis read transposed
-    (`with_transposed_keys`), then the layouts of computed operands (`with_operand_layouts`)."""
-    return with_operand_layouts(with_transposed_keys(prepared, target.transposed_a_operands))
+    (`with_transposed_keys`), then the layouts of computed operands (`with_operand_layouts`). Both read a loop with
+    an iteration guard as the AMD warp pipeline does, the guard's statements as the iteration's (`flattened_guards`)."""
+    with flattened_guards():
+        return with_operand_layouts(with_transposed_keys(prepared, target.transposed_a_operands))
 
 
 def with_transposed_keys(prepared: Prepared, a_operands: bool) -> Prepared:

@@ -14,6 +14,7 @@ import libcst as cst
 from transpile import cst_walk
 from transpile.analysis.attention import AttentionPlan, plan_attention_loop
 from transpile.analysis.dot_loops import DotLoop, dot_loops
+from transpile.analysis.guards import guard_shape, loads_in
 from transpile.analysis.layouts import OPAQUE, REDUCTIONS, SCANS, LayoutPlan
 from transpile.analysis.pipeline import LoopRefusal, plan_loop
 from transpile.cst_utils import bound_names, calls_in, names_in
@@ -196,12 +197,22 @@ def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
         reason = loop_reason(ctx, loop)
         reasons.append(f"the loop at line {loop.line} is not pipelined for {target.name} ({reason})")
     outcome.translated = False
+    # (a loop whose tiles are loaded under an iteration guard, `if kbid:`: Triton's own compile copies them in the
+    # branch, synchronously, as the translated loop would)
+    triton = ["Triton's compiler does not pipeline the loads under its `if` either" if _guarded_loads(loop.node)
+              else "Triton's compiler pipelines it" for loop in unpipelined]
     # (dict.fromkeys: the copies of a loop unswitched on a constexpr flag share its line, and often the reason)
-    outcome.kept_reason = "; ".join(dict.fromkeys(reasons)) + "; Triton's compiler pipelines it"
+    outcome.kept_reason = "; ".join(dict.fromkeys(reasons)) + "; " + "; ".join(dict.fromkeys(triton))
     outcome.diagnostics = sorted({*(d for d in outcome.diagnostics if d.code != "TT040"), *(
-        source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; Triton's compiler "
-                          "pipelines it (--gluon-always emits the Gluon translation)")
-        for loop, text in zip(unpipelined, reasons))})
+        source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; {how} "
+                          "(--gluon-always emits the Gluon translation)")
+        for loop, text, how in zip(unpipelined, reasons, triton))})
+
+
+def _guarded_loads(loop: cst.CSTNode) -> bool:
+    """Whether `loop` has an iteration guard (`analysis.guards.guard_shape`) that loads tiles."""
+    guard = guard_shape(loop) if isinstance(loop, (cst.For, cst.While)) else None
+    return guard is not None and bool(loads_in(guard.body))
 
 
 def launch_switched(ctx: RuleContext, loops: list[DotLoop]

@@ -621,6 +621,22 @@ def _mentions(node: ast.AST, functions: dict | None = None, seen: frozenset = fr
     return False
 
 
+def _only_mmas(body: list[ast.stmt], functions: dict | None) -> bool:
+    """Whether the model's operations in `body` are MMAs alone (no copy, wait, barrier, slot read or store)."""
+    for statement in body:
+        for sub in ast.walk(statement):
+            if isinstance(sub, ast.Call):
+                leaf = _leaf(sub.func)
+                if leaf in _DOTS:
+                    continue
+                if leaf in _MODEL_CALLS or (functions and isinstance(sub.func, ast.Name) and leaf in functions
+                                            and _mentions(functions[leaf], functions, frozenset({leaf}))):
+                    return False
+            if isinstance(sub, (ast.With, ast.For, ast.While)):
+                return False
+    return True
+
+
 class _Return(Exception):
     def __init__(self, value=None):
         self.value = value
@@ -1008,6 +1024,11 @@ class _Runner:
                 self.block(stmt.body if test else stmt.orelse)
             elif not self.mentions(stmt):
                 self.block(stmt.body)  # nothing of the model: either branch leaves it as it is
+            elif not stmt.orelse and _only_mmas(stmt.body, self.m.functions):
+                # (an iteration guard's test, `if kbid:` on a value the iteration loads: its branch runs MMAs on
+                # operands read outside it, every iteration, and issues no copy, wait or barrier; where it is skipped
+                # no slot is read either, so the branch taken every iteration is the case that shows every hazard)
+                self.block(stmt.body)
             elif stmt.lineno in self.m.decisions:
                 self.block(stmt.body if self.m.decisions[stmt.lineno] else stmt.orelse)
             else:

@@ -1478,6 +1478,26 @@ def _ref_block_sparse(q, k, v, block_idx, block_cnt, sm_scale):
     return torch.softmax(scores, dim=-1) @ v.double()
 
 
+def _skip_block_inputs(s, device, gen):
+    """q [Z, H, QO, D], k and v [Z, H, KV, D] fp16, and a flag per (query block of 128, key block of 64): each set
+    with probability DENSITY (some query blocks then read no key block at all, and write zeros)."""
+    z, h, qo, kv, d = s["Z"], s["H"], s["QO"], s["KV"], s["HEAD_DIM"]
+    q = _randn(gen, z, h, qo, d, device=device)
+    k, v = (_randn(gen, z, h, kv, d, device=device) for _ in range(2))
+    flags = (torch.rand(z * h, -(-qo // 128), -(-kv // 64), generator=gen) < s["DENSITY"]).to(torch.int8)
+    return q, k, v, flags.to(device), 1.0 / d ** 0.5
+
+
+def _ref_skip_block(q, k, v, flags, sm_scale):
+    z, h, qo, _ = q.shape
+    kv = k.shape[2]
+    allowed = flags.bool().repeat_interleave(128, dim=1)[:, :qo].repeat_interleave(64, dim=2)[:, :, :kv]
+    scores = (q.double() @ k.double().transpose(-1, -2)) * sm_scale
+    scores = scores.masked_fill(~allowed.view(z, h, qo, kv), float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v.double()
+    return torch.nan_to_num(out, nan=0.0)  # (a query block that reads no key block: zeros)
+
+
 def _sparse_dq_allowed(lut, n, block_m=128, block_n=64):
     """[BH, n, n]: the keys each query's block lists (keys past the end left out)."""
     bh = lut.shape[0]
@@ -1652,6 +1672,28 @@ SUITE_CASES: list[Case] = [
          small_shape=dict(Z=1, H=1, N_CTX=200, HEAD_DIM=64, DENSITY=1.0), atol=5e-3,
          bench_shape=dict(Z=32, H=16, N_CTX=512, HEAD_DIM=128, DENSITY=1.0),
          flops=lambda s: 4.0 * s["Z"] * s["H"] * s["N_CTX"] ** 2 * s["HEAD_DIM"] * 0.5 * s["DENSITY"]),
+    # Block-skipping sparse attention: every key block walked, the flagged-off ones skipped under `if kbid:` (their
+    # K and V tiles loaded in the branch); ragged query and key lengths, query blocks that read nothing.
+    Case(name="suite_skip_block_attention", fixture="suite_skip_block_attention", wrapper="skip_block_attention",
+         make_inputs=_skip_block_inputs, reference=_ref_skip_block,
+         shape=dict(Z=2, H=3, QO=1000, KV=900, HEAD_DIM=64, DENSITY=0.4),
+         small_shape=dict(Z=1, H=2, QO=200, KV=300, HEAD_DIM=64, DENSITY=0.5), atol=5e-3,
+         bench_shape=dict(Z=2, H=16, QO=8192, KV=8192, HEAD_DIM=128, DENSITY=0.3),
+         flops=lambda s: 4.0 * s["Z"] * s["H"] * s["QO"] * s["KV"] * s["HEAD_DIM"] * s["DENSITY"]),
+    # ... every block read (the guard always holds), head dimension 64
+    Case(name="suite_skip_block_attention-dense", fixture="suite_skip_block_attention",
+         wrapper="skip_block_attention", make_inputs=_skip_block_inputs, reference=_ref_skip_block,
+         shape=dict(Z=4, H=8, QO=256, KV=512, HEAD_DIM=128, DENSITY=1.0),
+         small_shape=dict(Z=1, H=1, QO=130, KV=200, HEAD_DIM=64, DENSITY=1.0), atol=5e-3,
+         bench_shape=dict(Z=2, H=16, QO=4096, KV=4096, HEAD_DIM=64, DENSITY=1.0),
+         flops=lambda s: 4.0 * s["Z"] * s["H"] * s["QO"] * s["KV"] * s["HEAD_DIM"] * s["DENSITY"]),
+    # ... short sequences (8 key blocks, half of them read): the ring's fill and drain
+    Case(name="suite_skip_block_attention-short", fixture="suite_skip_block_attention",
+         wrapper="skip_block_attention", make_inputs=_skip_block_inputs, reference=_ref_skip_block,
+         shape=dict(Z=8, H=8, QO=300, KV=500, HEAD_DIM=128, DENSITY=0.5),
+         small_shape=dict(Z=1, H=1, QO=100, KV=130, HEAD_DIM=64, DENSITY=0.5), atol=5e-3,
+         bench_shape=dict(Z=16, H=16, QO=512, KV=512, HEAD_DIM=128, DENSITY=0.5),
+         flops=lambda s: 4.0 * s["Z"] * s["H"] * s["QO"] * s["KV"] * s["HEAD_DIM"] * s["DENSITY"]),
     # The dQ pass of block-sparse attention's backward: a table of key blocks per query block, the block index
     # loaded in the iteration masking loads and probabilities; a ragged last block (1000 tokens).
     Case(name="suite_sparse_attention_bwd_dq", fixture="suite_sparse_attention_bwd_dq",

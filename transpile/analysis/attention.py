@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from transpile.analysis.layouts import REDUCTIONS, LayoutPlan, name_terms
-from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, computed_from, loop_header
+from transpile.analysis.pipeline import DotChain, LoopPlan, LoopRefusal, OperandLoad, computed_from, loop_body, loop_header
 from transpile.cst_utils import (added_to, assigned_names, bound_names, bound_names_of, broadcast_axis, calls_in,
                                  names_in, only_nodes, parenthesized, per_loop, read_names, rescaled, single_assign,
                                  statement_reads)
@@ -77,6 +77,10 @@ class AttentionPlan:
     # Names bound more than once whose value when the loop starts `k_definitions` gives (`value_at_loop`: a tile an
     # inlined helper moved, and the scalars its moves read), which a rule may read as if bound once
     k_settled: frozenset[str] = frozenset()
+    # 2-D names the loop binds before the K load that other statements read too (a key mask that also masks the
+    # scores: `k_mask = offs_n[None, :] < kv_len - start_n`): their swapped definitions are written into the load,
+    # the binding stays as it is for the other readers
+    k_inline: frozenset[str] = frozenset()
     # Further products added to the scores (`in_order` plans: multi-head latent attention's `qk += tl.dot(q_pe, k_pe)`
     # beside `qk = tl.dot(q_nope, k_nope)`), in order: each one's statement index, its A operand (loop-invariant, in
     # registers), its K tile (loaded in the loop) and whether the dot reads that tile transposed
@@ -199,7 +203,7 @@ def plan_attention_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, def
     computed after an earlier tile's load that an earlier statement reads (the rotary K's, under a flag that
     unswitching hoisted). Every plan takes the accumulator rescaled inside the second dot (`acc = tl.dot(p, v, acc *
     alpha[:, None])`, the canonical form of `acc = acc * alpha[:, None] + tl.dot(p, v)`: `AttentionPlan.pv_rescale`)."""
-    body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    body = loop_body(loop)
     dots = [(i, s) for i, s in enumerate(body) if any(call in plan.dots for call in calls_in(s))]
     if sum(1 for s in body for c in calls_in(s) if c in plan.dots) != len(dots) or not (
             len(dots) == 2 or (in_order and len(dots) > 2)):
@@ -493,7 +497,7 @@ def as_loop_plan(att: AttentionPlan, plan: LayoutPlan) -> LoopPlan:
     the accumulator. The producer carries only state advanced before the loads (`AttentionPlan.carried`: an address
     advanced after its load is refused by the attention plan; `transpile.passes.induction` reads such addresses from
     the loop variable first)."""
-    body = list(att.loop.body.body)  # type: ignore[union-attr]
+    body = loop_body(att.loop)
 
     def load(tile: TileLoad, transposed: bool) -> OperandLoad:
         other = next((a.value for a in tile.call.args if a.keyword is not None and a.keyword.value == "other"), None)
@@ -664,13 +668,14 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
     so are the definitions of the 2-D names they read (`AttentionPlan.k_definitions`). Refused where that is not the
     same tile transposed: a subscript other than those two broadcasts, a 2-D name not defined once by arithmetic on
     1-D vectors and scalars before the loop, or one the V addresses read too. `ring`: what copies K, for the
-    refusal. `loop_names`: also a 2-D name the loop binds before the K load and the load alone reads (its definition
-    is then the loop's; the caller rewrites it where it is bound: `transpile.passes.transposed_keys`)."""
+    refusal. `loop_names`: also a 2-D name the loop binds before the K load (its definition is then the loop's; the
+    caller rewrites it where it is bound, `transpile.passes.transposed_keys`, or, where other statements read it too,
+    writes its swapped definition into the load: `AttentionPlan.k_inline`)."""
     terms = name_terms(layouts)
     definitions, counts = top_definitions(function)
     v_names = set().union(*(names_in(n) for n in (plan.v.pointer, plan.v.mask) if n is not None)) \
         if plan.shared_v is None else set()  # (V the K tile itself: transposed with it)
-    body = plan.loop.body.body  # type: ignore[union-attr]
+    body = loop_body(plan.loop)
     bound_in_loop = set().union(*(assigned_names(body[i]) for i in plan.producer))
     # 2-D names the loop binds once, before the K load, from names bound once too (a paged kernel's `off_k =
     # kv_loc[None, :] * stride + offs_d[:, None]`, `kv_loc` loaded from its page table in the iteration): read at the
@@ -683,6 +688,7 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
             in_loop[assigned[0]] = assigned[1]
     swapped: dict[str, cst.BaseExpression] = {}
     settled_names: set[str] = set()
+    inline: set[str] = set()
 
     def refuse(node: cst.CSTNode, why: str) -> LoopRefusal:
         return LoopRefusal(node, "attention loop: the K tile is loaded as [HEAD_DIM, BLOCK_N] (keys along its "
@@ -704,7 +710,12 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
                 continue  # a scalar or a 1-D vector (the swapped broadcasts lay it along the other axis)
             definition = in_loop.get(name) if name in bound_in_loop else definitions.get(name)
             if name in bound_in_loop and sum(name in names_in(statement) for statement in body) != 2:
-                definition = None  # (read elsewhere than by the K load: rewritten where it is bound, it must not be)
+                if definition is not None and name not in v_names:
+                    # (read elsewhere than by the K load: its swapped definition is written into the load, and the
+                    # binding stays for the other readers)
+                    inline.add(name)
+                else:
+                    definition = None
             settled = False
             if name not in bound_in_loop and (definition is None or counts.get(name, 0) != 1):
                 # (bound before the loop in several lines or in a block around it: an inlined helper moves the
@@ -721,7 +732,7 @@ def transposed_k(plan: AttentionPlan, function: cst.FunctionDef, layouts: Layout
             pending.append(definition)
     k = dataclasses.replace(plan.k, pointer=swapped_axes(plan.k.pointer), mask=swapped_axes(plan.k.mask))
     return dataclasses.replace(plan, k=k, k_transposed=True, k_definitions=swapped, k_swapped=True,
-                               k_settled=frozenset(settled_names))
+                               k_settled=frozenset(settled_names), k_inline=frozenset(inline))
 
 
 class _ScalarCalls(cst.CSTTransformer):

@@ -16,6 +16,7 @@ from enum import Enum
 import libcst as cst
 
 from transpile.analysis.layouts import BARRIER_REDUCTIONS, LayoutPlan
+from transpile.analysis.pipeline import loop_body
 from transpile.cst_utils import assigned_names, calls_in, names_in, per_loop
 from transpile.discover import language_name
 from transpile.source import SourceFile
@@ -113,7 +114,7 @@ def _effects(source: SourceFile, plan: LayoutPlan, node: cst.CSTNode) -> set[Eff
 
 @per_loop
 def loop_dataflow(source: SourceFile, loop: cst.For | cst.While, plan: LayoutPlan) -> LoopDataflow:
-    body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    body = loop_body(loop)
     loop_vars = names_in(loop.target) if isinstance(loop, cst.For) else set()
     assigned: dict[str, list[int]] = {}
     for i, statement in enumerate(body):

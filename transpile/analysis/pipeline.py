@@ -14,16 +14,18 @@ later iteration, its carried state advanced on its own copy). When a loop cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from transpile.analysis.dot_loops import dot_loops, is_unrolled
+from transpile.analysis.guards import iteration_guard
 from transpile.analysis.layouts import LayoutPlan, OperandAnchor, StoreAnchor, name_terms
 from transpile.analysis.layout_values import DotSite
-from transpile.cst_utils import (added_to, assigned_names, bound_names, calls_in, compile_time, names_in, names_int8,
-                                 per_loop, read_names, value_names)
+from transpile.cst_utils import (GUARDS_FLATTENED, added_to, assigned_names, bound_names, calls_in, compile_time,
+                                 names_in, names_int8, per_loop, read_names, value_names)
 from transpile.cst_walk import preorder
 from transpile.discover import ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -185,8 +187,42 @@ class LoopRefusal:
     reason: str
 
 
+@contextmanager
+def flattened_guards() -> Iterator[None]:
+    """Within: `loop_body` gives a loop with an iteration guard (`analysis.guards.iteration_guard`: `if kbid:` around
+    the iteration's work, its loads masked by the test) the guard's statements in place of the `if`, so that the
+    planners read them as any iteration's. Only an expander that runs those statements under the test (the AMD warp
+    pipeline: `guarded_indices`) plans within it."""
+    token = GUARDS_FLATTENED.set(True)
+    try:
+        yield
+    finally:
+        GUARDS_FLATTENED.reset(token)
+
+
 def loop_body(loop: cst.For | cst.While) -> list[cst.BaseStatement]:
-    return list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    if GUARDS_FLATTENED.get():
+        guard = iteration_guard(loop)
+        if guard is not None:
+            at = next(i for i, s in enumerate(body) if s is guard)
+            body[at:at + 1] = list(guard.body.body)  # type: ignore[union-attr]
+    return body
+
+
+def guard_reads(loop: cst.For | cst.While) -> set[str]:
+    """The names the test of `loop`'s iteration guard reads (none without one, or outside `flattened_guards`)."""
+    found = guarded_indices(loop)
+    return names_in(found[0].test) if found is not None else set()
+
+
+def guarded_indices(loop: cst.For | cst.While) -> tuple[cst.If, range] | None:
+    """The iteration guard of `loop` and the indices its statements take in `loop_body` as flattened, else None."""
+    guard = iteration_guard(loop) if GUARDS_FLATTENED.get() else None
+    if guard is None:
+        return None
+    at = next(i for i, s in enumerate(loop.body.body) if s is guard)  # type: ignore[union-attr]
+    return guard, range(at, at + len(guard.body.body))  # type: ignore[union-attr]
 
 
 def loop_header(source: SourceFile, loop: cst.For, default_stages: int
@@ -668,12 +704,14 @@ def advance_after(plan: LoopPlan, iterations: str) -> list[str]:
     return [f"{name} += gl.maximum({iterations}, 0) * ({code(step)})" for name, step in plan.advanced]
 
 
-def consumer_indices(producer: Sequence[int], loads: set[int], body: list[cst.BaseStatement]) -> list[int]:
+def consumer_indices(producer: Sequence[int], loads: set[int], body: list[cst.BaseStatement],
+                     reads: set[str] | frozenset[str] = frozenset()) -> list[int]:
     """Indices of the loop statements the consumer of a pipelined loop runs: all but the tile loads, less the producer
     statements whose values only the producer reads (those run ahead, on the renamed copies). A producer statement
     whose value the consumer reads runs in the consumer too, and so, transitively, do the producer statements it
-    reads (`o_v = off + arange` then `off += BV`: the consumer advances its own `off`)."""
-    read: set[str] = set()
+    reads (`o_v = off + arange` then `off += BV`: the consumer advances its own `off`). `reads`: names the consumer
+    reads besides its statements (an iteration guard's test, which it evaluates for its own iteration)."""
+    read: set[str] = set(reads)
     taken: set[int] = set()
     for i, statement in enumerate(body):
         if i not in loads and i not in producer:

@@ -38,7 +38,7 @@ from transpile.analysis.launch_alignment import (address_head, all_definitions, 
                                                  pointer_tile_strides, run_time_alignment, tile_base)
 from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.attention import AttentionPlan, as_loop_plan, plan_attention_loop, tile_reads
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, local_pointer, loop_bindings, plan_loop
+from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, local_pointer, loop_bindings, loop_body, plan_loop
 from transpile.cst_utils import (INTEGER_ARITHMETIC, bound_names, broadcast_axis, calls_in, conjuncts, names_in,
                                  only_nodes, read_names, single_definitions, unparenthesized)
 from transpile.cst_walk import preorder
@@ -429,7 +429,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if load.computed_as:
             # (read transposed from its slot in the MMA operand's layout: its computation runs on that view, which
             # only an elementwise computation with scalars allows)
-            why = not_elementwise(source, list(loop_plan.loop.body.body), load.name, load.prep,  # type: ignore[union-attr]
+            why = not_elementwise(source, loop_body(loop_plan.loop), load.name, load.prep,  # type: ignore[union-attr]
                                   plan, fn)
             if why:
                 return StageRefusal(load.call, f"the dot reads `{load.computed_as}` transposed, computed from the tile "

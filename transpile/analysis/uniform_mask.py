@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from transpile.analysis.pipeline import loop_body
 from transpile.cst_utils import INTEGER_ARITHMETIC, bound_names, only_nodes, read_names, single_assign, unparenthesized
 from transpile.discover import JitFunction, language_alias
 from transpile.source import SourceFile
@@ -94,7 +95,7 @@ def loop_uniform_masks(source: SourceFile, function: JitFunction, tensors: set[s
     stable = {n for n in params if not counts.get(n)} | {n for n, c in counts.items() if c == 1 and n not in params}
     # (names read or bound: not keyword names, `tl.load(..., mask=...)` does not read a variable `mask`)
     outside = set().union(*(read_names(s) for s in function.node.body.body if s is not loop))
-    return uniform_masks(list(loop.body.body), indices, var, outer,  # type: ignore[union-attr]
+    return uniform_masks(loop_body(loop), indices, var, outer,  # type: ignore[union-attr]
                          tensors, set(function.constexpr_names), {lang}, stable, outside, additive)
 
 

@@ -19,7 +19,7 @@ the non-persistent warp-specialised ring is a helper every such kernel shares, `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -421,6 +421,11 @@ class AttentionStep:
     softmax: list[str]
     rescales: list[str]
     after: list[str]
+    # An iteration guard (`if kbid:` around the iteration's work, `analysis.guards`): its test, and the consumer's
+    # statements before and after the dots that run under it (`before` and `after` then hold the others)
+    guard: str = ""
+    guarded_before: list[str] = field(default_factory=list)
+    guarded_after: list[str] = field(default_factory=list)
 
     def lines(self, *, q: str, k_ring: str, v_ring: str, in_flight: int | str, acquire: Sequence[str],
               issued: Sequence[str] = (), k_read: Sequence[str] = (), v_read: Sequence[str] = ()) -> Iterator[str]:
@@ -439,7 +444,34 @@ class AttentionStep:
         if plan.k_transposed:
             k_operand += ".permute((1, 0))"
         yield f"for {self.it} in range({self.iters}):"
-        for op in self.order:
+        order = list(self.order)
+        if self.guard:
+            # The iteration's work under its guard: from the QK^T wgmma on, everything but the statements after the
+            # dots that run whatever the test (pointer moves). Where the test fails the previous iteration's PV is
+            # still issued and retired (its P is that iteration's), and the next one's is of a zero P; the slots
+            # were waited for above and are refilled after the step either way, so the ring keeps its count.
+            at = order.index("qk")
+            tail = [op for op in order[at:] if op != "consumer_after"]
+            inside = list(self._ops(tail, q, k_ring, v_ring, k_operand, in_flight, acquire, issued, k_read, v_read))
+            skipped = list(self._ops([op for op in tail if op in ("pv", "issued", "retire_pv", "v_read", "convert")],
+                                     q, k_ring, v_ring, k_operand, in_flight, acquire, issued, k_read, v_read))
+            yield from self._ops(order[:at], q, k_ring, v_ring, k_operand, in_flight, acquire, issued, k_read,
+                                 v_read)
+            yield f"    if {self.guard}:"
+            yield from ("    " + line for line in [*self.guarded_before, *inside, *self.guarded_after])
+            yield "    else:"
+            yield from ("    " + line for line in skipped)
+            yield f"        {self.p_prev} = gl.zeros_like({self.p_prev})"
+            if "consumer_after" in order:
+                yield from self.after
+            return
+        yield from self._ops(order, q, k_ring, v_ring, k_operand, in_flight, acquire, issued, k_read, v_read)
+
+    def _ops(self, order: Sequence[str], q: str, k_ring: str, v_ring: str, k_operand: str, in_flight: int | str,
+             acquire: Sequence[str], issued: Sequence[str], k_read: Sequence[str], v_read: Sequence[str]
+             ) -> Iterator[str]:
+        plan = self.plan
+        for op in order:
             if op == "index":
                 if self.uses_var:
                     yield f"    {plan.var} = {self.index(self.it)}"

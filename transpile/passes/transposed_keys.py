@@ -38,7 +38,7 @@ from transpile.analysis.attention import (AttentionPlan, loop_local, plan_attent
 from transpile.analysis.dot_loops import dot_loops
 from transpile.analysis.launch_alignment import first_axis_contiguous, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.pipeline import loop_bindings, transposed_name
+from transpile.analysis.pipeline import loop_bindings, loop_body, transposed_name
 from transpile.analysis.stages import not_elementwise
 from transpile.cst_utils import (assigned_names, bound_names, broadcast_axis, calls_in, names_in, single_assign,
                                  substituted, unparenthesized)
@@ -63,7 +63,7 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
             if not isinstance(att, AttentionPlan):
                 replacements += _transposed_operands(source, fn, plan, loop.node, lang, a_operands)
                 continue
-            body = list(loop.node.body.body)  # type: ignore[union-attr]
+            body = loop_body(loop.node)
             # (the scores' K tile, then those of the products added to the scores: each read as its transpose)
             tiles = [(att.k, att.k_transposed, att.scores_index),
                      *((extra.k, extra.k_transposed, extra.index) for extra in att.summed)]
@@ -85,10 +85,11 @@ def transpose_key_tiles(source: SourceFile, facts: ModuleFacts, plans: dict[str,
             for tile, view, index in found:
                 # (a 2-D name the loop binds, `off_k = kv_loc[None, :] * stride + ...`, is rewritten where it is bound;
                 # those bound before the loop are expanded into the load)
-                outside = {n: d for n, d in view.k_definitions.items() if n not in in_loop}
+                outside = {n: d for n, d in view.k_definitions.items() if n not in in_loop or n in view.k_inline}
                 for statement in body:
                     assigned = single_assign(statement)
-                    if assigned is not None and assigned[0] in view.k_definitions and assigned[0] in in_loop:
+                    if assigned is not None and assigned[0] in view.k_definitions and assigned[0] in in_loop \
+                            and assigned[0] not in view.k_inline:
                         replacements.append((assigned[1], _expanded(view.k_definitions[assigned[0]], outside)))
                 call = tile.call
                 args = []
@@ -124,7 +125,7 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
     _, counts = top_definitions(function)
     params = {p.name.value for p in function.params.params}
     in_loop = bound_names(loop)
-    body = list(loop.body.body)  # type: ignore[union-attr]
+    body = loop_body(loop)
     before_load = set().union(*(assigned_names(s) for s in body[:view.k.index]))
     for name, definition in view.k_definitions.items():
         if name in params:
@@ -132,8 +133,10 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
         for read in names_in(definition) - set(view.k_definitions):
             if read in view.k_settled:
                 continue  # (its value when the loop starts, which the definition reads: `value_at_loop`)
-            if read in in_loop and read in before_load and loop_local(function, read):
-                continue  # (bound before the load in each copy of the loop that binds it: this copy's value)
+            if read in in_loop and read in before_load and (loop_local(function, read) or (
+                    isinstance(loop.target, cst.Name) and read == loop.target.value)):
+                continue  # (bound before the load in each copy of the loop that binds it, or the loop's variable
+                # made a multiple of the step there, `start_n = tl.multiple_of(start_n, BLOCK_N)`: this copy's value)
             if counts.get(read, 0) + (read in params) > 1 or (read in in_loop and read not in before_load):
                 return False
     return True
@@ -160,7 +163,7 @@ def _transposed_operands(source: SourceFile, fn: JitFunction, plan: LayoutPlan, 
     update `b_h += tl.dot(b_k, b_v)`, X^T of a weight gradient), its [K, M] slots read through a transposed view. Only
     a tile the loop loads once, by a plain `tl.load`, that the function reads nowhere but as operands of dots of the
     loop."""
-    body = list(loop.body.body)  # type: ignore[union-attr]
+    body = loop_body(loop)
     function = fn.node
     terms = name_terms(plan)
     _, counts = top_definitions(function)

@@ -27,7 +27,8 @@ import libcst as cst
 from transpile.analysis.dataflow import Effect
 from transpile.analysis.launch_alignment import last_axis_mask_params, offset_constexprs, pointer_tile_strides
 from transpile.analysis.layouts import LayoutPlan, name_terms
-from transpile.analysis.pipeline import (DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices, local_pointer,
+from transpile.analysis.pipeline import (DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices,
+                                         flattened_guards, guard_reads, guarded_indices, local_pointer,
                                          loop_body)
 from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
                                       StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
@@ -116,11 +117,18 @@ class AMDWarpPipeline(Rule):
 
     def stage_plan(self, source: SourceFile, fn: JitFunction, loop: cst.For, plan: LayoutPlan, lds_limit: int
                    ) -> StagePlan | StageRefusal | None:
-        """The stage plan of `loop` with this target's copy engines (the one `explain` and the tables show)."""
-        return plan_stages(source, fn, loop, plan, self.engine, lds_limit,
-                           pointer_engine="async_copy" if self.pointer_copy else None, late_reads=self.late_reads)
+        """The stage plan of `loop` with this target's copy engines (the one `explain` and the tables show); a loop
+        with an iteration guard is planned on the guard's statements (`flattened_guards`: the expander runs the
+        consumer's under the guard's test)."""
+        with flattened_guards():
+            return plan_stages(source, fn, loop, plan, self.engine, lds_limit,
+                               pointer_engine="async_copy" if self.pointer_copy else None, late_reads=self.late_reads)
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        with flattened_guards():
+            return self._leave_for(ctx, original, updated)
+
+    def _leave_for(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN202
         stage_plan = self.stage_plan(ctx.source, ctx.function, original, ctx.plan, ctx.target.shared_memory_bytes)
         if stage_plan is None or (isinstance(stage_plan, StagePlan) and not isinstance(stage_plan.loop, LoopPlan)):
             return updated  # no dot fed by loads
@@ -172,7 +180,8 @@ class AMDWarpPipeline(Rule):
             # (whether the steady state leaves out score masks the source evaluates every iteration, and whether the
             # copies' addresses read offsets the producer loads each iteration: a paged KV cache's block table)
             plan_ = stage_plan.loop
-            consumer = consumer_indices(plan_.producer, {load.index for load in plan_.loads}, loop_body(original))
+            consumer = consumer_indices(plan_.producer, {load.index for load in plan_.loads}, loop_body(original),
+                                        guard_reads(plan_.loop))
             # (a mask added to the scores leaves its add in the steady state: measured at 0.80x on gfx1250, it does
             # not count here)
             masks_left_out = bool(_steady_masks(ctx, plan_, consumer, additive=False))
@@ -465,6 +474,16 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     `after`: another warp-pipelined loop runs before it in the same launch."""
     plan = sp.loop
     body = list(updated.body.body)  # type: ignore[union-attr]
+    # The statements of an iteration guard (`if kbid:` around the iteration's work; its loads masked by the test,
+    # `passes.iteration_guards`), read in its place as the planner read them (`loop_body`), which the consumer runs
+    # under the guard's test
+    guard = guarded_indices(plan.loop)
+    guarded = set(guard[1]) if guard is not None else set()
+    guard_test = ""
+    if guard is not None:
+        translated = body[guard[1].start]
+        guard_test = code(translated.test)  # type: ignore[attr-defined]
+        body[guard[1].start:guard[1].start + 1] = list(translated.body.body)  # type: ignore[attr-defined]
     name = loop_namer(ctx, plan.loop)
     prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
     # loop leaves its variable bound to the last value, which would change a kernel variable `i`)
@@ -519,7 +538,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # Producer statements re-evaluated for a later iteration, their names suffixed `_next`; carried producer state
     # (pointers advanced each iteration) runs on its own copy, started from the value the loop starts from.
     renames = next_names(plan.var, plan.producer, body, name)
-    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, body)
+    consumer = consumer_indices(plan.producer, {load.index for load in plan.loads}, body, guard_reads(plan.loop))
     # A dot operand computed from a loaded tile (dequantised weights) is computed in the `mem` stage, for the next
     # iteration, right after its tile is read from the ring (PREP_IN_MEM_STAGE), else in the `mma` stage.
     prep = sorted({i for load in plan.loads for i in load.prep}) if ctx.target.name in PREP_IN_MEM_STAGE else []
@@ -623,11 +642,18 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         """The prefetched tiles into slot `slot_expr`."""
         return [f"{pad}{rings[load.name]}.index({slot_expr}).store({staged[load.name]})" for load in plan.loads]
 
+    producer_loads = any(Effect.GLOBAL_LOAD in facts.effects for facts in sp.dataflow.statements
+                         if facts.index in plan.producer)
+
     def producer(iteration: str, slot_expr: str, pad: str, guard: bool = True) -> list[str]:
         """The copies of `iteration` into `slot_expr` (with `prefetch`: its loads into registers): address and mask
         statements, the copies (one commit group or one fused TDM operation), then the advances of the carried
-        pointers. Without `guard`, the iteration is known not to be past the end: no mask is added for it."""
-        lines = [f"{pad}{renames[plan.var]} = {index(iteration)}"]
+        pointers. Without `guard`, the iteration is known not to be past the end: no mask is added for it; with it,
+        where the address statements load (a block table, a flag an iteration guard tests), they are evaluated for
+        the last iteration in place of one past the end, whose copies are masked off, so that they read no entry
+        past the table's."""
+        at = f"gl.minimum({iteration}, gl.maximum({iters} - 1, 0))" if guard and producer_loads else iteration
+        lines = [f"{pad}{renames[plan.var]} = {index(at)}"]
         lines += [indent(rename(body[i], renames), pad) for i in plan.producer_before()]
         lines += [copy(load, iteration, slot_expr, pad, guard) for load in plan.loads]
         if engine == "async_copy":
@@ -752,8 +778,28 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         lines = [f"{pad}{plan.var} = {index(iteration)}"] if uses_var else []
         run: list[str] = []  # consecutive statements of the computation, run here where it is not in `mem`
         pending = [load for load in plan.loads if load.name in late]  # (read right before their first reader)
-        for i in consumer:
-            if steady and i in unmasked:
+        order = [i for i in consumer if not (steady and i in unmasked)]
+        inside = [i for i in order if i in guarded]
+        if inside:
+            # The iteration guard's statements run as one block under its test, as the source runs them; the slot
+            # reads and operand computations among them (pure: tiles and values from before the loop) go before it,
+            # so that every wave keeps the ring's count and the block is not split
+            at = order.index(inside[0])
+            first = [i for i in inside if i in prep]
+            order = [i for i in order[:at] if i not in guarded] + first + [-1] + [
+                i for i in order[at:] if i not in guarded]
+            pending_first = [load for load in pending if any(
+                {load.name, operand[load.name]} & names_in(body[i]) for i in inside)]
+        for i in order:
+            if i == -1:
+                for load in pending_first:
+                    pending.remove(load)
+                    lines.append(read_line(load, slot_expr, pad))
+                if run:
+                    lines += [f"{pad}if not {in_mem}:", *run]
+                    run = []
+                lines.append(f"{pad}if {guard_test}:")
+                lines += [consumed(j, pad + "    ", steady) for j in inside if j not in prep]
                 continue
             for load in [load for load in pending if {load.name, operand[load.name]} & names_in(body[i])]:
                 pending.remove(load)
@@ -1078,6 +1124,10 @@ def _without_terms(statement: cst.BaseStatement, load: OperandLoad, drop: tuple[
                  if isinstance(t, (cst.Comparison, cst.BinaryOperation, cst.BooleanOperation)) and not t.lpar else t
                  for t in expanded]
     kept = [t for i, t in enumerate(terms) if i not in drop]
+    if len(kept) > 1:  # (terms joined by `&` again: a comparison among them in parentheses, `(a != 0) & (k >= 0)`)
+        kept = [t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                if isinstance(t, (cst.Comparison, cst.BinaryOperation, cst.BooleanOperation, cst.UnaryOperation))
+                and not t.lpar else t for t in kept]
     if kept:
         mask = kept[0] if len(kept) > 1 or expanded is None else kept[0].with_changes(lpar=[], rpar=[])
         for term in kept[1:]:
@@ -1465,6 +1515,8 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
         return f"row-reduction ring, {copies}"
     if sp.groups == 1:  # (every wave running each step in order: its own policy, by what needs the barriers)
         return f"one warp group, {'layout conversions' if sp.barrier_converts else 'reductions'}, {copies}"
+    if not sp.loop.attention and sp.engine != "registers" and guarded_indices(sp.loop.loop) is not None:
+        return f"iteration-guard ring, {copies}"  # (a GEMM's work under `if flag:`, its copies masked by the flag)
     if sp.loop.attention:
         if sp.engine != "registers":  # (staged through registers: that ring's policy, whatever the form)
             if len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)

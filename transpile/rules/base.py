@@ -245,6 +245,11 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "than Triton 3.6's own pipeliner where it cannot leave out a causal mask on most tiles (medians of six runs "
         "0.97-0.98x for full attention and causal d128, 1.04x for causal d64; 0.74x in a kernel with several dot "
         "loops, which fills and drains the ring in each): bench/RESULTS.md"),
+    ("sm90", "cp.async attention, iteration guard"): (
+        "only the cp.async attention ring would pipeline it, running the iteration's work under its run-time test "
+        "(an iteration guard, `if kbid:`) with every iteration's copies masked by that iteration's test; that form "
+        "compiles under Triton 3.6 and 3.9 and its schedule checks, but has not been timed against the source on a "
+        "GPU, so it is not emitted by default (--gluon-always emits it; bench/RESULTS.md: Iteration guards)"),
     ("sm90", "cp.async attention, window mask"): (
         "only the cp.async attention ring would pipeline it, and where the score mask bounds keys from both sides "
         "(a sliding window and causal) few key blocks can leave it out: 0.89x (head dim 64) and 0.93x (128) of "
@@ -266,6 +271,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "loaded a step ahead instead, an element a lane, the tiles held in registers spilled 6-1,865 VGPRs): "
         "bench/RESULTS.md")
        for target in ("gfx942", "gfx950", "gfx1250")},
+    # A GEMM loop whose work runs under a run-time test (`if flag:` around its loads and dot, an iteration guard:
+    # docs/PIPELINES.md), its copies masked by the test of their own iteration (the attention form of it passes):
+    **{(target, f"iteration-guard ring, {copies}"): (
+        "its work runs under a run-time test (an iteration guard), which the ring would run with every iteration's "
+        "copies masked by that iteration's test, and that ring's hot loop measured 1.14x (gfx950), 1.08x (gfx942) and "
+        "0.92x (gfx1250) Triton's own non-MFMA instructions per loop iteration on a GEMM of that form (128x128x64, 8 "
+        "warps, tests/test_iteration_guards.py): not under the 0.8x a machine-code measure must show before a form "
+        "is emitted without the GPU to time it (bench/RESULTS.md)")
+       for target in ("gfx942", "gfx950", "gfx1250") for copies in ("buffer-load ring", "direct-to-LDS ring")},
     # ("gfx942", "buffer-load ring") and ("gfx1250", "direct-to-LDS ring") are not listed: 16-byte buffer loads into
     # registers, B stored K-major, measured 0.42-0.96x (gfx942), gfx1250's direct-to-LDS copies of pointer tiles
     # 0.32-0.51x, Triton's non-MFMA instructions per MFMA in every fixture kernel and config whose source fits the LDS,
@@ -347,7 +361,8 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "values the loop loads each iteration (or a helper it calls may: a paged KV cache's block table), and on "
         "gfx1250 such a ring's hot loop measured 0.84x Triton's own non-MFMA instructions per loop iteration "
         "(suite_paged_prefill, 128x64 tiles, 8 warps; the address work of the gathered copies outweighs the masks "
-        "it leaves out), 0.90x with the block table loaded in a helper: not under the 0.8x a machine-code measure "
+        "it leaves out), 0.90x with the block table loaded in a helper, 0.92x where a flag loaded each iteration "
+        "skips key blocks (suite_skip_block_attention, d64, at 4 waves a SIMD against the source's 7): not under the 0.8x a machine-code measure "
         "must show before a form is emitted without the GPU to time it (bench/RESULTS.md)"),
     ("gfx1250", "attention, more than two dots, direct-to-LDS ring"): (
         "only the warp-pipelined attention ring would pipeline it, its loop runs more than two dots, and on gfx1250 "

@@ -44,7 +44,7 @@ from transpile.analysis.attention import elementwise as _elementwise
 from transpile.analysis.attention import subscripts as _subscripts
 from transpile.analysis.attention import top_definitions as _definitions
 from transpile.analysis.layouts import Term, name_terms
-from transpile.analysis.pipeline import LoopRefusal
+from transpile.analysis.pipeline import LoopRefusal, flattened_guards, guard_reads, guarded_indices, loop_body
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks
 from transpile.cst_utils import (
     assigned_names,
@@ -152,6 +152,12 @@ class HopperAttentionPipeline(Rule):
     )
 
     def leave_For(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN201
+        # (a loop with an iteration guard, `if kbid:` around the iteration's work, is planned on the guard's
+        # statements: the ring runs them under its test, `AttentionStep.guard`)
+        with flattened_guards():
+            return self._leave_for(ctx, original, updated)
+
+    def _leave_for(self, ctx: RuleContext, original: cst.For, updated: cst.For):  # noqa: ANN202
         default = ctx.function.num_stages or 3
         plan = plan_attention_loop(ctx.source, original, ctx.plan, default)
         if plan is None:
@@ -172,7 +178,7 @@ class HopperAttentionPipeline(Rule):
             # read K untransposed.
             probe = _Relayout(ctx, name_terms(ctx.plan), str, [], view.k_definitions, view.k_settled)
             # (a name the loop binds before the K load is bound again, transposed, by the ring's copies)
-            in_loop = set().union(*(assigned_names(original.body.body[i]) for i in view.producer))  # type: ignore[union-attr]
+            in_loop = set().union(*(assigned_names(loop_body(original)[i]) for i in view.producer))
             stuck = sorted(n for n in view.k_definitions if n not in in_loop and probe.expression_of(n) is None)
             if stuck:
                 ctx.diagnostics.append(ctx.source.diagnostic(plan.k.call, "TT040", (
@@ -182,7 +188,11 @@ class HopperAttentionPipeline(Rule):
                 return updated
             plan = view
         body = list(updated.body.body)  # type: ignore[union-attr]
-        if len(body) != len(original.body.body):  # type: ignore[union-attr]
+        guarded = guarded_indices(original)
+        if guarded is not None:  # (the guard's statements read in its place, as the planner read them)
+            at = guarded[1].start
+            body[at:at + 1] = list(body[at].body.body)  # type: ignore[attr-defined]
+        if len(body) != len(loop_body(original)):
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", "main loop not pipelined: attention "
                                                          "loop: an earlier rule changed its statements"))
             return updated
@@ -193,11 +203,11 @@ class HopperAttentionPipeline(Rule):
                 "main loop not pipelined: attention loop: a step that is not a positive number or constexpr "
                 "(the ring counts iterations up from the start)")))
             return updated
-        loop_body = list(original.body.body)  # type: ignore[union-attr]
-        created = next((c for i in plan.producer for c in calls_in(loop_body[i])
+        statements = loop_body(original)
+        created = next((c for i in plan.producer for c in calls_in(statements[i])
                         if ctx.language(c.func) in ("arange", "core.arange")
-                        and _ring_vector(ctx, plan, loop_body[i]) is None
-                        and _index_load(ctx, plan, loop_body[i]) is None), None)
+                        and _ring_vector(ctx, plan, statements[i]) is None
+                        and _index_load(ctx, plan, statements[i]) is None), None)
         if created is not None:
             # The ring re-evaluates the K/V addresses for later iterations in its copy layout from the loop's
             # producer statements; an index vector made in the loop has the layout of its uses in the softmax.
@@ -237,6 +247,10 @@ class HopperAttentionPipeline(Rule):
                 at_least = ((head, 128),)
             elif not (head.isdigit() and int(head) >= 128):
                 engine = "cp.async attention, fixed tile"
+        if guarded is not None:
+            # (Triton's own compile copies the tiles of a guarded iteration in the branch, synchronously: the ring
+            # runs its copies ahead whatever the test, and its work under the test)
+            engine, pays, at_least = "cp.async attention, iteration guard", True, ()
         if ctx.slower_than_triton(original, engine):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS)
         # The ring's cp.async copies move 16 bytes: launches whose tensors have other rows run the source kernel
@@ -247,7 +261,7 @@ class HopperAttentionPipeline(Rule):
                                 *(b for b in walk.bounds if b not in _divisible_strides(walk, strides)))
         if not ctx.gluon_always:
             ctx.launch_at_least = at_least
-            flag = ctx.launch_flag = next(iter(guards)) if None not in guards else None
+            flag = ctx.launch_flag = next(iter(guards)) if guards and None not in guards else None
             name = ctx.function.name
             # Where the key blocks of a program end at its query block (a causal loop bounded by `program_id(axis)`),
             # the grid along that axis is the longest prompt in query blocks: with few of them every program runs
@@ -270,7 +284,8 @@ class HopperAttentionPipeline(Rule):
         for helper in ("cp_async", "cta_barrier", "copy_layout", "mma_layout", "register_a_layout"):
             ctx.need(helper)
         # The loop's own leading comments stay in front of the pipelined form (the translated copy goes without).
-        with_ws = bool(masks) and pays  # (the warp-specialised form, `hopper_attention_ws`, builds on such rings)
+        # (the warp-specialised form, `hopper_attention_ws`, builds on such rings; not on a guarded one)
+        with_ws = bool(masks) and pays and guarded is None
         text, ring, ws_loop = _emit(ctx, plan, updated.with_changes(leading_lines=[]), body, strides, masks,
                                     copy_nodes, with_ws)
         if len(ctx.plan.dots) == 2 and "_dot(" not in text:  # no translated copy of the loop keeps a `_dot` call
@@ -330,7 +345,7 @@ class WSLoop:
 def ring_tile(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str] | None:
     """The (rows, keys) tile sizes of the attention loop's scores, as written (`BLOCK_M`, `BLOCK_N`)."""
     site = next((s for s in ctx.plan.dots.values()
-                 if s.node in calls_in(plan.loop.body.body[plan.scores_index])), None)  # type: ignore[union-attr]
+                 if s.node in calls_in(loop_body(plan.loop)[plan.scores_index])), None)  # type: ignore[union-attr]
     if site is None or not all(isinstance(x, str) and x.isidentifier() for x in site.shape):
         return None
     return site.shape[0], site.shape[1]
@@ -419,7 +434,7 @@ def _index_load(ctx: RuleContext, plan: AttentionPlan, statement: cst.BaseStatem
         return None
     uses: list[cst.CSTNode] = [n for load in (plan.k, plan.v) for n in (load.pointer, load.mask) if n is not None]
     for i in plan.producer:
-        other = single_assign(plan.loop.body.body[i])  # type: ignore[union-attr]
+        other = single_assign(loop_body(plan.loop)[i])  # type: ignore[union-attr]
         if other is not None and other[0] != target:
             uses.append(plan.k_definitions.get(other[0], other[1]))
     if any(_bare_use(node, target) for node in uses):
@@ -454,7 +469,7 @@ def _copy_axis(plan: AttentionPlan, uses: list[cst.CSTNode], name: str, seen: fr
     1-D vectors the loop makes from it (``offs_n = start_n + cols``, then ``offs_n[:, None]``); else None."""
     axes = {a for node in uses for a in _subscripts_of(node, name)}
     for i in plan.producer:
-        statement = plan.loop.body.body[i]  # type: ignore[union-attr]
+        statement = loop_body(plan.loop)[i]  # type: ignore[union-attr]
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             else None
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
@@ -517,7 +532,7 @@ class _AddressTerms:
                 for name in bound_names(statement):
                     opaque_names.setdefault(name, set()).update(names_in(statement) & self.params)
         for i in plan.producer:  # the loop's statements that make what the copies read (`cols = start_n + offs_n`)
-            assignment = single_assign(plan.loop.body.body[i])  # type: ignore[union-attr]
+            assignment = single_assign(loop_body(plan.loop)[i])  # type: ignore[union-attr]
             if assignment is not None:
                 values[assignment[0]] = [assignment[1]]
         values.update({n: [v] for n, v in plan.k_definitions.items()})
@@ -809,8 +824,8 @@ def _head_dims(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str]:
     """The head dimensions of Q/K and of V as source text (Q's own columns, the first dot's A operand: its layout
     class may be shared with the accumulator, whose head dimension is V's)."""
     sites = list(ctx.plan.dots.values())
-    site1 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.scores_index]))  # type: ignore[union-attr]
-    site2 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.acc_index]))  # type: ignore[union-attr]
+    site1 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.scores_index]))  # type: ignore[union-attr]
+    site2 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.acc_index]))  # type: ignore[union-attr]
     q_cols = site1.a_shape[1] if site1.a_shape and len(site1.a_shape) == 2 and site1.a_shape[1] else \
         f"{plan.q}.shape[1]"
     return q_cols, str(site2.shape[1])
@@ -819,7 +834,7 @@ def _head_dims(ctx: RuleContext, plan: AttentionPlan) -> tuple[str, str]:
 def _copy_reads(plan: AttentionPlan, copy_nodes: dict[object, object]) -> tuple[set[str], set[str]]:
     """The names the K copy and the V copy read: their addresses and masks, through the loop's statements that make
     them (and the 2-D names the ring re-evaluates: `AttentionPlan.k_definitions` for a K read transposed)."""
-    producer = {i: copy_nodes.get(i, plan.loop.body.body[i]) for i in plan.producer}  # type: ignore[union-attr]
+    producer = {i: copy_nodes.get(i, loop_body(plan.loop)[i]) for i in plan.producer}  # type: ignore[union-attr]
     reads: list[set[str]] = []
     for key in ("k", "v"):
         names = set().union(*(read_names(n) for n in copy_nodes[key] if n is not None))  # type: ignore[attr-defined]
@@ -844,7 +859,7 @@ def _shared_vector(ctx: RuleContext, plan: AttentionPlan, copy_nodes: dict[objec
     terms = name_terms(ctx.plan)
     shared = sorted(n for n in k_reads & v_reads
                     if (n in terms and terms[n].slice_of is not None) or any(
-                        n in assigned_names(plan.loop.body.body[i]) for i in plan.producer))  # type: ignore[union-attr]
+                        n in assigned_names(loop_body(plan.loop)[i]) for i in plan.producer))  # type: ignore[union-attr]
     if shared:
         return LoopRefusal(plan.v.call, f"attention loop: K and V have different head dimensions, so their copies "
                            f"have layouts of their own, and both read the vector `{shared[0]}`")
@@ -858,7 +873,7 @@ def _copy_nodes(ctx: RuleContext, plan: AttentionPlan, body: list[cst.BaseStatem
     copy layout through the renames), else the translated node without its layout conversions, where that reads no
     name the source does not (a name the translation made, such as `offs_d_col`, is a vector in the softmax's layout,
     which the copies cannot broadcast against theirs)."""
-    source_body = list(plan.loop.body.body)  # type: ignore[union-attr]
+    source_body = loop_body(plan.loop)
     nodes: dict[object, object] = {}
 
     def translated(source_nodes: list[cst.CSTNode], new: list[cst.CSTNode | None]) -> LoopRefusal | None:
@@ -926,8 +941,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     q_smem, k_smem, v_smem = name(f"{plan.q}_smem"), name(f"{plan.k.name}_smem"), name(f"{plan.v.name}_smem")
     pv_layout, p_layout = name("pv_layout"), name("p_layout")
     sites = list(ctx.plan.dots.values())
-    site1 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.scores_index]))  # type: ignore[union-attr]
-    site2 = next(s for s in sites if s.node in calls_in(plan.loop.body.body[plan.acc_index]))  # type: ignore[union-attr]
+    site1 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.scores_index]))  # type: ignore[union-attr]
+    site2 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.acc_index]))  # type: ignore[union-attr]
     m, n = site1.shape
     d = site2.shape[1]
     acc_layout = ctx.plan.layout_expr(site2.result)
@@ -976,16 +991,22 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     span = LoopRange.of(updated)
     count, index = span.count, span.value
 
+    # Where the address statements load (a page table, a flag an iteration guard tests), those of an iteration past
+    # the last, whose copies are skipped, are evaluated for the last one: they read no entry past the table's.
+    producer_loads = any(ctx.language(c.func) in ("load", "core.load")
+                         for i in plan.producer for c in calls_in(loop_body(plan.loop)[i]))
+
     def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
-        lines = [f"{indent}{renames[plan.var]} = {index(iteration)}"]
+        at = f"gl.minimum({iteration}, gl.maximum({iters} - 1, 0))" if producer_loads else iteration
+        lines = [f"{indent}{renames[plan.var]} = {index(at)}"]
         for i in plan.producer:
-            vector = _ring_vector(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
-            gathered = _index_load(ctx, plan, plan.loop.body.body[i])  # type: ignore[union-attr]
+            vector = _ring_vector(ctx, plan, loop_body(plan.loop)[i])  # type: ignore[union-attr]
+            gathered = _index_load(ctx, plan, loop_body(plan.loop)[i])  # type: ignore[union-attr]
             if gathered is not None:
                 # an index vector loaded in the loop (a page table's rows): loaded again, ahead, in the copy layout
                 target, axis = gathered
                 layout = k_layout if target in k_reads else v_layout
-                value = single_assign(plan.loop.body.body[i])[1]  # type: ignore[index,union-attr]
+                value = single_assign(loop_body(plan.loop)[i])[1]  # type: ignore[index,union-attr]
                 text = " ".join(_text(value.visit(_InLayout(ctx, axis, layout)), renames).split())
                 lines.append(f"{indent}{renames.get(target, target)} = {text}")
                 continue
@@ -1026,9 +1047,13 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
         p_operand = _value(body[cast])
     p_text = _text(p_operand.visit(_TileDtype({plan.k.name, plan.v.name}, dtype)))
     loads = {plan.k.index, plan.v.index}
+    # (an iteration guard's test is read by the consumer, which evaluates it for its own iteration)
+    guarded = guarded_indices(plan.loop)
+    test_reads = guard_reads(plan.loop)
     producer_only = {i for i in plan.producer
-                     if not any(assigned_names(body[i]) & names_in(s) for j, s in enumerate(body)
-                                if j not in plan.producer and j not in loads)}
+                     if not assigned_names(body[i]) & test_reads
+                     and not any(assigned_names(body[i]) & names_in(s) for j, s in enumerate(body)
+                                 if j not in plan.producer and j not in loads)}
     skip = loads | producer_only | {plan.scores_index, plan.acc_index} | ({cast} if cast is not None else set())
     before = [i for i in range(plan.scores_index) if i not in skip]
     softmax = [i for i in range(plan.scores_index + 1, plan.acc_index) if i not in skip and i not in plan.rescales]
@@ -1036,7 +1061,8 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     masks = [m for m in masks if m.where_index in softmax and set(m.mask_indices) <= set(softmax)]
     uniform = name("uniform") if masks else ""
     tests = {m.where_index: m.test_lines(uniform) for m in masks}
-    uses_var = any(plan.var in names_in(body[i]) for i in before + softmax + after + plan.rescales) or any(
+    uses_var = plan.var in test_reads or any(plan.var in names_in(body[i]) for i in before + softmax + after
+                                              + plan.rescales) or any(
         plan.var in m.reads for m in masks)
 
     tile_dtype = _TileDtype({plan.k.name, plan.v.name}, dtype)  # (`p.to(v.dtype)`: no register tile `v` here)
@@ -1097,11 +1123,16 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     ]
     # The loop's own statements and names, as both forms run them (the ring here, the warp-specialised form's
     # consumers).
+    inside = set(guarded[1]) if guarded is not None else set()
     step = AttentionStep(plan, schedule.steady, it=it, iters=iters, index=index, uses_var=uses_var, slot=slot, prev_slot=prev_slot,
                      p_prev=p_prev, zeros=zeros, p_text=p_text, pv_layout=pv_layout, p_layout=p_layout,
-                     acc_layout=acc_layout, before=statements(before), softmax=softmax_statements(),
+                     acc_layout=acc_layout, before=statements([i for i in before if i not in inside]),
+                     softmax=softmax_statements(),
                      rescales=statements(plan.rescales) + _inline_rescale(plan, body[plan.acc_index]),
-                     after=statements(after))
+                     after=statements([i for i in after if i not in inside]),
+                     guard=_text(guarded[0].test) if guarded is not None else "",
+                     guarded_before=statements([i for i in before if i in inside]),
+                     guarded_after=statements([i for i in after if i in inside]))
     loop = list(step.lines(q=q_smem, k_ring=k_smem, v_ring=v_smem, in_flight=schedule.mma_in_flight, acquire=[
         f"    {slot} = {it} % {stages}",
         f"    {prev_slot} = ({it} + {stages} - 1) % {stages}",
