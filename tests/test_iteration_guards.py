@@ -75,6 +75,9 @@ def test_guard_term_is_the_test_as_a_mask(test: str, term: str) -> None:
                              "        a_ptrs += BK\n"),
     # a test that calls
     ("        if live != 0 and k >= 0:\n", "        if tl.load(flags) != 0:\n"),
+    # a pointer the branch advances (tiles stored compactly, moved only where one is read): a copy made ahead could
+    # not tell where a later iteration's tile lies
+    ("            acc = tl.dot(a, b, acc)\n", "            acc = tl.dot(a, b, acc)\n            b_ptrs += BK * BN\n"),
 ])
 def test_guard_shape_refuses_what_is_not_one_guard(change: tuple[str, str]) -> None:
     assert guard_shape(_loop(GUARDED_GEMM)) is not None

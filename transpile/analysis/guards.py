@@ -23,6 +23,8 @@ the test (the AMD warp pipeline's expander). Pure facts: nothing here edits a tr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from transpile.cst_utils import assigned_names, names_in
@@ -62,7 +64,26 @@ def guard_shape(loop: cst.For | cst.While) -> cst.If | None:
     for node in preorder(guard.body):
         if isinstance(node, (cst.For, cst.While, cst.Break, cst.Continue, cst.Return, cst.With, cst.Try)):
             return None
+    # A value the branch carries to the next iteration that a load's address or mask reads (`K_ptrs += step` under
+    # the test: keys stored compactly, advanced only where a block is read): a copy made ahead for a later iteration
+    # could not tell where that iteration's tile lies.
+    addressed = set().union(*(names_in(arg.value) for call in loads_in(guard.body) for arg in call.args), set())
+    if _carried(guard.body.body) & addressed:
+        return None
     return guard
+
+
+def _carried(statements: Sequence[cst.BaseStatement]) -> set[str]:
+    """Names the statements update from their own value (`x += d`, `x = x + d`)."""
+    found: set[str] = set()
+    for statement in statements:
+        for node in preorder(statement):
+            if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+                found.add(node.target.value)
+            elif isinstance(node, cst.Assign):
+                targets = {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+                found |= targets & names_in(node.value)
+    return found
 
 
 def guard_term(test: cst.BaseExpression) -> str:
