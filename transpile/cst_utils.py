@@ -583,3 +583,10 @@ def rescaled(node: cst.BaseExpression | None, acc: str) -> bool:
     sides = (node.left, node.right)
     return any(isinstance(side, cst.Name) and side.value == acc and acc not in names_in(other)
                for side, other in (sides, sides[::-1]))
+
+
+def mask_index(args: Sequence[cst.Arg]) -> int | None:
+    """Where a load call's mask is among its arguments (`mask=`, or the second positional one), or None."""
+    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "mask"), None)
+    positional = [i for i, a in enumerate(args) if a.keyword is None]
+    return at if at is not None else positional[1] if len(positional) > 1 else None

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from transpile.cst_utils import assigned_names, names_in
+from transpile.cst_utils import assigned_names, mask_index, names_in
 from transpile.cst_walk import preorder
 
 _DOTS = ("dot", "dot_scaled")
@@ -114,12 +114,9 @@ def loads_in(node: cst.CSTNode) -> list[cst.Call]:
 
 
 def load_mask(call: cst.Call) -> cst.BaseExpression | None:
-    """The mask a `tl.load` call passes (by keyword, or second positionally), else None."""
-    positional = [a for a in call.args if a.keyword is None]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == "mask":
-            return a.value
-    return positional[1].value if len(positional) > 1 else None
+    """The mask a `tl.load` call passes (by keyword, or second positionally: `mask_index`), else None."""
+    at = mask_index(call.args)
+    return call.args[at].value if at is not None else None
 
 
 def carries_guard(mask: cst.BaseExpression | None, term: str) -> bool:

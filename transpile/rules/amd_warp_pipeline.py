@@ -35,16 +35,16 @@ from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CAL
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts,
-                                 element_type_pointer, names_in, parenthesized, product_factors, sum_terms,
-                                 unparenthesized)
+                                 element_type_pointer, mask_index, names_in, parenthesized, product_factors,
+                                 sum_terms, unparenthesized)
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
 from transpile.rules.base import (Counterexample, Example, Rule, RuleContext, branch_path, launch_evaluable,
                                   launch_terms, source_when_holds)
 from transpile.rules.dot import SCALED_FORMATS, translated_dot
-from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, mask_index, next_names,
-                                           rename, statements)
+from transpile.rules.pipeline_text import (LoopRange, code, indent, later_load, loop_namer, next_names, rename,
+                                           statements)
 from transpile.source import SourceFile
 
 EXAMPLE = (

@@ -940,9 +940,10 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
                                                        name("p_prev"))
     q_smem, k_smem, v_smem = name(f"{plan.q}_smem"), name(f"{plan.k.name}_smem"), name(f"{plan.v.name}_smem")
     pv_layout, p_layout = name("pv_layout"), name("p_layout")
+    source_body = loop_body(plan.loop)  # (the loop's statements, an iteration guard's read in its place)
     sites = list(ctx.plan.dots.values())
-    site1 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.scores_index]))  # type: ignore[union-attr]
-    site2 = next(s for s in sites if s.node in calls_in(loop_body(plan.loop)[plan.acc_index]))  # type: ignore[union-attr]
+    site1 = next(s for s in sites if s.node in calls_in(source_body[plan.scores_index]))
+    site2 = next(s for s in sites if s.node in calls_in(source_body[plan.acc_index]))
     m, n = site1.shape
     d = site2.shape[1]
     acc_layout = ctx.plan.layout_expr(site2.result)
@@ -994,19 +995,19 @@ def _emit(ctx: RuleContext, plan: AttentionPlan, updated: cst.For, body: list[cs
     # Where the address statements load (a page table, a flag an iteration guard tests), those of an iteration past
     # the last, whose copies are skipped, are evaluated for the last one: they read no entry past the table's.
     producer_loads = any(ctx.language(c.func) in ("load", "core.load")
-                         for i in plan.producer for c in calls_in(loop_body(plan.loop)[i]))
+                         for i in plan.producer for c in calls_in(source_body[i]))
 
     def copies(iteration: str, slot_expr: str, indent: str) -> list[str]:
         at = f"gl.minimum({iteration}, gl.maximum({iters} - 1, 0))" if producer_loads else iteration
         lines = [f"{indent}{renames[plan.var]} = {index(at)}"]
         for i in plan.producer:
-            vector = _ring_vector(ctx, plan, loop_body(plan.loop)[i])  # type: ignore[union-attr]
-            gathered = _index_load(ctx, plan, loop_body(plan.loop)[i])  # type: ignore[union-attr]
+            vector = _ring_vector(ctx, plan, source_body[i])
+            gathered = _index_load(ctx, plan, source_body[i])
             if gathered is not None:
                 # an index vector loaded in the loop (a page table's rows): loaded again, ahead, in the copy layout
                 target, axis = gathered
                 layout = k_layout if target in k_reads else v_layout
-                value = single_assign(loop_body(plan.loop)[i])[1]  # type: ignore[index,union-attr]
+                value = single_assign(source_body[i])[1]  # type: ignore[index]
                 text = " ".join(_text(value.visit(_InLayout(ctx, axis, layout)), renames).split())
                 lines.append(f"{indent}{renames.get(target, target)} = {text}")
                 continue

@@ -14,7 +14,7 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.analysis.pipeline import OperandLoad
-from transpile.cst_utils import assigned_names, names_in, node_code
+from transpile.cst_utils import assigned_names, mask_index, names_in, node_code
 
 CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
 
@@ -174,13 +174,6 @@ def _string_lines(text: str) -> frozenset[int]:
 def _expression(text: str) -> cst.BaseExpression:
     """A parsed guard (`it < num_iters`): the same few texts for every load, only ever turned back into text."""
     return cst.parse_expression(text)
-
-
-def mask_index(args: Sequence[cst.Arg]) -> int | None:
-    """Where a load call's mask is among its arguments (`mask=`, or the second positional one), or None."""
-    at = next((i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value == "mask"), None)
-    positional = [i for i, a in enumerate(args) if a.keyword is None]
-    return at if at is not None else positional[1] if len(positional) > 1 else None
 
 
 def later_load(statement: cst.BaseStatement, renames: dict[str, str], iteration: str, iters: str,
