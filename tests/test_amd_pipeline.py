@@ -3383,3 +3383,79 @@ def test_a_computed_operand_of_a_transposed_tile_is_loaded_in_a_copy_layout_alon
         kept = translate_source(text, str(path), get_target(target)).functions[0]
         assert not kept.translated and "computed from a tile no launch copies 16 bytes a lane" in kept.kept_reason
         assert "`b_k` at line 33 is contiguous along its first axis" in kept.kept_reason
+
+
+# Gated linear attention's parallel form (FLA's `parallel_simple_gla_fwd_kernel`): a gate vector loaded in the
+# loop and broadcast against the scores; two loops bind the same index names (`o_k`, `m_k`).
+GATED_ATTENTION = HEAD + (
+    '@triton.jit\n'
+    'def gated_attention(q, k, v, g, o, T, BT: tl.constexpr, BS: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):\n'
+    '    i_t = tl.program_id(0)\n'
+    '    o_q = i_t * BT + tl.arange(0, BT)\n'
+    '    o_kk = tl.arange(0, BK)\n'
+    '    o_vv = tl.arange(0, BV)\n'
+    '    m_q = o_q < T\n'
+    '    b_q = tl.load(q + o_q[:, None] * BK + o_kk[None, :], mask=m_q[:, None], other=0.0)\n'
+    '    b_gq = tl.load(g + o_q, mask=m_q, other=0.0).to(tl.float32)\n'
+    '    b_o = tl.zeros([BT, BV], dtype=tl.float32)\n'
+    '    # keys before the query block\n'
+    '    for i_s in range(0, i_t * BT, BS):\n'
+    '        o_k = i_s + tl.arange(0, BS)\n'
+    '        m_k = o_k < T\n'
+    '        b_k = tl.load(k + o_kk[:, None] + o_k[None, :] * BK, mask=m_k[None, :], other=0.0)\n'
+    '        b_v = tl.load(v + o_k[:, None] * BV + o_vv[None, :], mask=m_k[:, None], other=0.0)\n'
+    '        b_s = tl.dot(b_q, b_k)\n'
+    '        b_gk = tl.load(g + o_k, mask=m_k, other=0.0)\n'
+    '        b_s *= tl.exp2(b_gq[:, None] - b_gk[None, :])\n'
+    '        b_o += tl.dot(b_s.to(b_q.dtype), b_v)\n'
+    "    # the query block's own keys, masked\n"
+    '    for i_s in range(i_t * BT, tl.minimum((i_t + 1) * BT, T), BS):\n'
+    '        o_k = i_s + tl.arange(0, BS)\n'
+    '        m_k = o_k < T\n'
+    '        b_k = tl.load(k + o_kk[:, None] + o_k[None, :] * BK, mask=m_k[None, :], other=0.0)\n'
+    '        b_v = tl.load(v + o_k[:, None] * BV + o_vv[None, :], mask=m_k[:, None], other=0.0)\n'
+    '        b_s = tl.dot(b_q, b_k)\n'
+    '        b_gk = tl.load(g + o_k, mask=m_k, other=0.0)\n'
+    '        b_s *= tl.exp2(b_gq[:, None] - b_gk[None, :])\n'
+    '        b_s = tl.where(o_q[:, None] >= o_k[None, :], b_s, 0.0)\n'
+    '        b_o += tl.dot(b_s.to(b_q.dtype), b_v)\n'
+    '    tl.store(o + o_q[:, None] * BV + o_vv[None, :], b_o.to(o.dtype.element_ty), mask=m_q[:, None])\n'
+)
+
+
+def test_a_vector_whose_index_names_two_loops_bind_is_loaded_in_the_scores_slice_layout() -> None:
+    """The gate `b_gk = tl.load(g + o_k, mask=m_k)` of gated attention, in two loops that each bind `o_k` and `m_k`
+    (bound twice in the kernel, once in each loop, before the load): its addresses are written from the loop's own
+    definitions (`transpile.passes.vector_loads`), so that on AMD it is loaded straight in the scores' slice layout
+    and no conversion (a CTA-wide barrier) falls inside the `mma` stage; both loops are pipelined, their schedules
+    hold and the variant compiles. (Before, the gate took `o_k`'s layout, the V tile's rows, and was converted each
+    iteration: the loops were kept as Triton.)"""
+    result = translate_source(GATED_ATTENTION, "gated.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert fn.pipelined and len(fn.schedules) == 2, fn.kept_reason
+    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
+        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert result.text.count("g + (i_s + gl.arange(0, BS, layout=gl.SliceLayout(0, mma_layout)))") >= 2
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"q": "*bf16", "k": "*bf16", "v": "*bf16", "g": "*fp32", "o": "*bf16", "T": "i32",
+                               "BT": 128, "BS": 64, "BK": 64, "BV": 64}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_loop_index_bound_after_the_vector_load_is_not_moved_into_it() -> None:
+    """A name the loop binds after the load (or carries into the next iteration) does not hold at the load what its
+    definition there says: the load's addresses stay as written."""
+    from transpile.passes.vector_loads import own_layout_loads
+
+    text = GATED_ATTENTION.replace(
+        "        b_gk = tl.load(g + o_k, mask=m_k, other=0.0)\n        b_s *= tl.exp2(b_gq[:, None] - b_gk[None, :])\n"
+        "        b_o += tl.dot(b_s.to(b_q.dtype), b_v)\n    # the query",
+        "        b_gk = tl.load(g + o_k, mask=m_k, other=0.0)\n        b_s *= tl.exp2(b_gq[:, None] - b_gk[None, :])\n"
+        "        b_o += tl.dot(b_s.to(b_q.dtype), b_v)\n        o_k = o_k + 1\n    # the query", 1)
+    assert text != GATED_ATTENTION
+    source = parse_source(text, "gated.py")
+    facts = discover(source)
+    rewritten = own_layout_loads(source, facts, analyse_layouts(facts))
+    first = (rewritten[0] if rewritten is not None else text).split("# the query")[0]
+    assert "b_gk = tl.load(g + o_k, mask=m_k, other=0.0)" in first

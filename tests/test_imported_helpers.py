@@ -392,3 +392,24 @@ def k(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
     (tmp_path / "k.py").write_text(mixed)
     result = translate_source(mixed, str(tmp_path / "k.py"), get_target("gfx950"))
     assert not result.functions[0].translated and "cast_like(b[None, :]" not in result.text
+
+
+
+def test_explain_reads_imported_modules_from_beside_the_file_whatever_the_directory(tmp_path: Path,
+                                                                                   monkeypatch) -> None:  # noqa: ANN001
+    """`transpile explain` names the file by its path in the project (`pkg/gated.py`) but reads the modules it
+    imports from beside the file itself, as a translation does (`set_location`), whichever directory it runs in: run
+    elsewhere, it read FLA's `exp2` from nowhere and reported the loops kept (a conversion of the helper's result)
+    where the variant pipelines them."""
+    from transpile.explain import explain_file
+    from transpile.source import location
+
+    from tests.test_amd_pipeline import GATED_ATTENTION
+
+    root = _package(tmp_path, {"gated.py": GATED_ATTENTION})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    tables = explain_file(root / "pkg" / "gated.py", get_target("gfx950"), "pkg/gated.py")
+    assert any("`gated_attention` for gfx950: pipelined" in str(t.title) for t in tables)
+    assert Path(location("pkg/gated.py")).resolve() == (root / "pkg" / "gated.py").resolve()

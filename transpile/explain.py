@@ -14,12 +14,13 @@ from transpile.engine import KernelOutcome, for_amd, prepare, prepare_blocks, tr
 from transpile.lowering.sm90 import CONSUMER_STEPS, LOADER_STEPS
 from transpile.rules.base import evaluate, source_when_holds
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
-from transpile.source import read_text
+from transpile.source import read_text, set_location
 from transpile.targets import Target
 
 
 def explain_file(path: Path, target: Target, display: str, gluon_always: bool = False) -> list[Table]:
     text = read_text(path)
+    set_location(display, path)  # (helpers imported from beside it are read from there, as a translation reads them)
     prepared = prepare(text, display)  # the canonical text: what the rules read (same lines as the source)
     if target.backend == "hip":  # (what the AMD rules translate: `for_amd`)
         prepared = for_amd(prepared, target)

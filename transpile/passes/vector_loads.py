@@ -28,8 +28,8 @@ from __future__ import annotations
 import libcst as cst
 
 from transpile import cst_walk
-from transpile.cst_utils import (bindings, block_statements, broadcast_axis, calls_in, module_code,
-                                 single_definitions, sum_terms)
+from transpile.cst_utils import (assigned_names, bindings, block_statements, broadcast_axis, calls_in, module_code,
+                                 names_in, single_definitions, sum_terms)
 from transpile.analysis.launch_alignment import _addresses
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -151,6 +151,36 @@ class _Inline(cst.CSTTransformer):
         return True
 
 
+def _reaching(loops: list[cst.For | cst.While], call: cst.Call,
+              single: dict[str, cst.BaseExpression], rebound: set[str]
+              ) -> tuple[dict[str, cst.BaseExpression], set[str]]:
+    """The definitions that reach `call`, a load in a loop, and the names not to be read by a definition moved to it:
+    the function's single definitions, and those of the innermost loop around the call that its body binds once, on a
+    line of its own before the call's statement (`o_k = i_s + tl.arange(0, BS)`, bound again in a second loop of the
+    kernel: bound twice in the function, once here). A name the loop binds otherwise (after the call, carried, twice)
+    is neither."""
+    loop = next((lp for lp in reversed(loops) if any(c is call for c in calls_in(lp.body))), None)
+    if loop is None:
+        return single, rebound
+    statements = list(block_statements(loop))
+    at = next((i for i, st in enumerate(statements) if any(c is call for c in calls_in(st))), None)
+    if at is None:
+        return single, rebound
+    body_single, body_rebound = bindings(cst.FunctionDef(name=cst.Name("_"), params=cst.Parameters(),
+                                                         body=loop.body))
+    bound_here: set[str] = set()
+    for statement in statements:
+        bound_here |= assigned_names(statement)
+    before = set().union(*(assigned_names(st) for st in statements[:at] if isinstance(st, cst.SimpleStatementLine)))
+    local = {name: value for name, value in body_single.items() if name in before}
+    here = {name: value for name, value in single.items() if name not in bound_here}
+    here.update(local)
+    # (the loop variables of the loops around the call hold at the call what they hold at a definition in the loop)
+    targets = {name for lp in loops if isinstance(lp, cst.For) and any(c is call for c in calls_in(lp.body))
+               for name in names_in(lp.target)}
+    return here, (rebound | body_rebound | bound_here) - set(local) - targets
+
+
 def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tuple[str, dict[str, frozenset[int]]] | None:
     """The source with every replicated vector load's addresses, mask and `other` written from their `arange`s, and
     those loads per function (indices among its loads), for `analyse_layouts(..., own_loads=)`; None where none."""
@@ -166,8 +196,10 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         single, rebound = bindings(fn.node)
         loads = load_calls(facts, fn)
         indices = set()
+        loops = _loops(fn.node.body.body)
         for call in flagged:
-            inline = _Inline(facts, single, rebound)
+            here, again = _reaching(loops, call, single, rebound)
+            inline = _Inline(facts, here, again)
             new = call.with_changes(args=[a.with_changes(value=a.value.visit(inline))
                                           if a.keyword is None or a.keyword.value in ("pointer", "mask", "other")
                                           else a for a in call.args])
