@@ -3459,3 +3459,74 @@ def test_a_loop_index_bound_after_the_vector_load_is_not_moved_into_it() -> None
     rewritten = own_layout_loads(source, facts, analyse_layouts(facts))
     first = (rewritten[0] if rewritten is not None else text).split("# the query")[0]
     assert "b_gk = tl.load(g + o_k, mask=m_k, other=0.0)" in first
+
+
+# FLA's parallel attention (`parallel_attn_fwd_kernel`): K read as [K, BS] through a pointer the loop names (`p_k`),
+# from a base bound in both branches of `if IS_VARLEN:`, and a gate vector added to the scores under `if USE_G:`.
+GATED_FLASH_ATTENTION = HEAD + (
+    '@triton.jit\n'
+    'def gated_flash_attention(q, k, v, o, g, cu_seqlens, scale, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,\n'
+    '                          BT: tl.constexpr, BS: tl.constexpr, USE_G: tl.constexpr, IS_VARLEN: tl.constexpr):\n'
+    '    i_t, i_bh = tl.program_id(0), tl.program_id(1)\n'
+    '    i_b, i_h = i_bh // H, i_bh % H\n'
+    '    if IS_VARLEN:\n'
+    '        bos, eos = tl.load(cu_seqlens + i_b).to(tl.int64), tl.load(cu_seqlens + i_b + 1).to(tl.int64)\n'
+    '        T = (eos - bos).to(tl.int32)\n'
+    '    else:\n'
+    '        bos, eos = (i_b * T).to(tl.int64), (i_b * T + T).to(tl.int64)\n'
+    '    o_q = i_t * BT + tl.arange(0, BT)\n'
+    '    o_d = tl.arange(0, K)\n'
+    '    o_v = tl.arange(0, V)\n'
+    '    m_q = o_q < T\n'
+    '    b_q = tl.load(q + (bos * H + i_h) * K + o_q[:, None] * (H * K) + o_d[None, :], mask=m_q[:, None], other=0.0)\n'
+    '    b_o = tl.zeros([BT, V], dtype=tl.float32)\n'
+    '    b_m = tl.full([BT], float("-inf"), dtype=tl.float32)\n'
+    '    b_acc = tl.zeros([BT], dtype=tl.float32)\n'
+    '    if USE_G:\n'
+    '        b_gq = tl.load(g + bos * H + i_h + o_q * H, mask=m_q, other=0.0).to(tl.float32)\n'
+    '    else:\n'
+    '        b_gq = None\n'
+    '    for i_s in range(0, i_t * BT, BS):\n'
+    '        o_k = i_s + tl.arange(0, BS)\n'
+    '        m_k = o_k < T\n'
+    '        # K read as [K, BS]: the transposed tile, its head dimension contiguous\n'
+    '        p_k = k + (bos * H + i_h) * K + o_d[:, None] + o_k[None, :] * (H * K)\n'
+    '        p_v = v + (bos * H + i_h) * V + o_k[:, None] * (H * V) + o_v[None, :]\n'
+    '        b_k = tl.load(p_k, mask=m_k[None, :], other=0.0)\n'
+    '        b_v = tl.load(p_v, mask=m_k[:, None], other=0.0)\n'
+    '        b_s = tl.dot(b_q, b_k) * scale\n'
+    '        if USE_G:\n'
+    '            b_gk = tl.load(g + (bos + o_k) * H + i_h, mask=m_k, other=0).to(tl.float32)\n'
+    '            b_s += b_gq[:, None] - b_gk[None, :]\n'
+    '        b_m, b_mp = tl.maximum(b_m, tl.max(b_s, 1)), b_m\n'
+    '        b_r = tl.math.exp2(b_mp - b_m)\n'
+    '        b_p = tl.math.exp2(b_s - b_m[:, None])\n'
+    '        b_acc = b_acc * b_r + tl.sum(b_p, 1)\n'
+    '        b_o = b_o * b_r[:, None] + tl.dot(b_p.to(b_q.dtype), b_v)\n'
+    '    b_o = b_o / b_acc[:, None]\n'
+    '    tl.store(o + (bos * H + i_h) * V + o_q[:, None] * (H * V) + o_v[None, :], b_o.to(o.dtype.element_ty),\n'
+    '             mask=m_q[:, None])\n'
+)
+
+
+def test_flash_attention_with_a_gate_vector_and_keys_read_transposed_from_a_varlen_base_is_pipelined() -> None:
+    """Both copies of the attention loop (per value of `USE_G`) are pipelined on gfx950: K's address, bound in the
+    loop, reads `bos`, bound in both branches of `if IS_VARLEN:` before it, which holds one value in the loop (so K is
+    loaded as its transpose, `passes/transposed_keys.py`); and the gate `b_gk`, loaded each iteration and added to the
+    scores, is loaded straight in their slice layout (an attention loop is one whose products meet such vectors,
+    `product_loops`): no conversion inside the `mma` stage. (Before, the copy with the gate was kept for the
+    conversion and the other for K staged through registers.) The schedules hold and the variant compiles; the
+    machine code (`transpile verify F -t gfx950 --isa`, BT 128, BS 64, d128, bf16, 8 warps) runs 0.65-0.67x Triton's
+    own non-MFMA instructions per iteration, no spills (bench/RESULTS.md)."""
+    result = translate_source(GATED_FLASH_ATTENTION, "gattn.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert fn.pipelined and len(fn.schedules) == 2 and all(s.loop.attention for s in fn.schedules), fn.kept_reason
+    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
+        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert "(bos + (i_s + gl.arange(0, BS, layout=gl.SliceLayout(0, mma_layout)))) * H" in result.text
+    report = check_source(result.text)
+    assert report.cases and not report.findings, report
+    compiled = verify(result, {"q": "*bf16", "k": "*bf16", "v": "*bf16", "o": "*bf16", "g": "*fp32",
+                               "cu_seqlens": "*i32", "scale": "fp32", "T": "i32", "H": 8, "K": 64, "V": 64, "BT": 128,
+                               "BS": 64, "USE_G": True, "IS_VARLEN": False}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]

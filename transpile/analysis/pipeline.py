@@ -1226,11 +1226,12 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                   ) -> dict[str, list[cst.For]]:
     """Per function, its dot loops whose products meet other values in registers, in the MMA layout: dots that read
     earlier dots' products (`LoopPlan.chained`: attention's backward), products made afresh each iteration
-    (`DotChain.fresh`) and products scaled before they are added (`DotChain.scaled_product`: block-scaled GEMMs).
-    A vector loaded in such a loop and broadcast against them (`lse[None, :]`, `a_s[:, None]`) is loaded straight in
-    the tile's slice layout, as Triton's own compile loads a vector of fewer elements than the program has lanes: a
-    layout of its own (`transpile.passes.vector_loads`) would be converted through shared memory inside the `mma`
-    stage. (The flash-attention loop keeps its planner's layouts.)"""
+    (`DotChain.fresh`), products scaled before they are added (`DotChain.scaled_product`: block-scaled GEMMs), and
+    flash-attention loops (a gate added to the scores, `b_s += b_gq[:, None] - b_gk[None, :]`: FLA's parallel
+    attention). A vector loaded in such a loop and broadcast against them (`lse[None, :]`, `a_s[:, None]`) is loaded
+    straight in the tile's slice layout, as Triton's own compile loads a vector of fewer elements than the program
+    has lanes: a layout of its own (`transpile.passes.vector_loads`) would be converted through shared memory inside
+    the `mma` stage."""
     found: dict[str, list[cst.For]] = {}
     for fn in facts.functions.values():
         for loop in dot_loops(facts, fn):
@@ -1240,12 +1241,12 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
                                   chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True,
                                   transposed_computed=True)
-            if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
-                    chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
-                from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
+            from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
 
-                if not isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages, in_order=True),
-                                  AttentionPlan):
-                    found.setdefault(fn.name, []).append(loop.node)  # (the attention loop: its planner's layouts)
+            attention = isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages,
+                                                       in_order=True), AttentionPlan)
+            if attention or isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
+                    chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
+                found.setdefault(fn.name, []).append(loop.node)
     return found
 

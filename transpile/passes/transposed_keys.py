@@ -137,6 +137,10 @@ def _readable_in_loop(function: cst.FunctionDef, loop: cst.For, view: AttentionP
                     isinstance(loop.target, cst.Name) and read == loop.target.value)):
                 continue  # (bound before the load in each copy of the loop that binds it, or the loop's variable
                 # made a multiple of the step there, `start_n = tl.multiple_of(start_n, BLOCK_N)`: this copy's value)
+            if name in in_loop and read not in in_loop:
+                continue  # (a definition the loop makes reads, at the load, what it reads where the loop makes it:
+                # a name the loop does not bind, however often the kernel bound it before, `bos, eos = ...` in both
+                # branches of `if IS_VARLEN:`)
             if counts.get(read, 0) + (read in params) > 1 or (read in in_loop and read not in before_load):
                 return False
     return True
