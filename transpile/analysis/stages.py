@@ -385,9 +385,11 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
                     isinstance(facts.node, cst.SimpleStatementLine) and invariant_convert(source, node, loop, flow,
                                                                                   plan.elementwise_imports))):
                 continue  # (a conversion in a branch is made where the branch runs: not hoisted)
-            if loop_plan.attention and what.startswith("reduction") \
+            if (loop_plan.attention or loop_plan.chained) and what.startswith("reduction") \
                     and (_reduction(source, node) or (None, None))[1] == 1:
-                continue  # a row reduction: warp-local with all warps along M
+                # a row reduction: warp-local with all warps along M (chained dots, attention's backward, lay their
+                # MMAs out so: `b_dg += tl.sum(b_ds, 1)` beside `b_dq += tl.dot(b_ds, tl.trans(b_k))`)
+                continue
             if not loop_plan.attention and not loop_plan.chained and what.startswith("reduction") \
                     and _row_reduction_of(source, node, rows, row_scalars):
                 # (a row reduction of the accumulator or of an A tile: warp-local so)

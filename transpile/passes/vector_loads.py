@@ -29,7 +29,7 @@ import libcst as cst
 
 from transpile import cst_walk
 from transpile.cst_utils import (assigned_names, bindings, block_statements, broadcast_axis, calls_in, module_code,
-                                 names_in, single_definitions, sum_terms)
+                                 names_in, sum_terms)
 from transpile.analysis.launch_alignment import _addresses
 from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.source import SourceFile
@@ -69,9 +69,11 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
     candidates = [(c, pointer) for c, pointer in _addresses(facts, fn, {"load"}) if id(c) in in_loop]
     if not candidates:
         return []
-    single = single_definitions(fn.node)
+    single, rebound = bindings(fn.node)
     found = []
     for call, pointer in candidates:
+        # (the definitions that reach the load: those its loop makes before it too, `_reaching`)
+        reaching = _reaching(loops, call, single, rebound)[0]
         seen: set[str] = set()
         pending, aranges, rank2 = [pointer], [], False
         while pending:  # the address, through the names it is computed from
@@ -83,9 +85,9 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
             for inner in cst_walk.preorder(node):
                 if isinstance(inner, cst.Call) and inner in plan.creations:
                     aranges.append(plan.creations[inner])
-                elif isinstance(inner, cst.Name) and inner.value in single and inner.value not in seen:
+                elif isinstance(inner, cst.Name) and inner.value in reaching and inner.value not in seen:
                     seen.add(inner.value)
-                    pending.append(single[inner.value])
+                    pending.append(reaching[inner.value])
         if rank2 or not aranges:
             continue
         roots = [term.find() for term in aranges]
@@ -110,9 +112,15 @@ class _Inline(cst.CSTTransformer):
     a tensor made otherwise (a load, a call other than `arange`, a subscript)."""
 
     def __init__(self, facts: ModuleFacts, single: dict[str, cst.BaseExpression], rebound: set[str],
-                 depth: int = 0) -> None:
+                 depth: int = 0, local: frozenset[str] = frozenset(), loop_rebound: frozenset[str] = frozenset(),
+                 function_rebound: set[str] | None = None) -> None:
         super().__init__()
         self.facts, self.single, self.rebound, self.depth = facts, single, rebound, depth
+        # (`local`: the names whose definitions the loop around the load makes; such a definition, moved to the load,
+        # reads there what it reads where the loop makes it but for the names the loop binds, `loop_rebound`; a
+        # definition made before the loop is checked against `function_rebound`)
+        self.local, self.loop_rebound = local, loop_rebound
+        self.function_rebound = rebound if function_rebound is None else function_rebound
         self.failed = False
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
@@ -126,7 +134,9 @@ class _Inline(cst.CSTTransformer):
         if self.depth > 8 or not self._inlinable(definition):
             self.failed = True
             return updated
-        inner = _Inline(self.facts, self.single, self.rebound, self.depth + 1)
+        inner = _Inline(self.facts, self.single, set(self.loop_rebound) if original.value in self.local
+                        else self.function_rebound, self.depth + 1, self.local, self.loop_rebound,
+                        self.function_rebound)
         value = definition.visit(inner)
         self.failed |= inner.failed
         return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[union-attr]
@@ -153,32 +163,46 @@ class _Inline(cst.CSTTransformer):
 
 def _reaching(loops: list[cst.For | cst.While], call: cst.Call,
               single: dict[str, cst.BaseExpression], rebound: set[str]
-              ) -> tuple[dict[str, cst.BaseExpression], set[str]]:
+              ) -> tuple[dict[str, cst.BaseExpression], set[str], frozenset[str], frozenset[str]]:
     """The definitions that reach `call`, a load in a loop, and the names not to be read by a definition moved to it:
     the function's single definitions, and those of the innermost loop around the call that its body binds once, on a
     line of its own before the call's statement (`o_k = i_s + tl.arange(0, BS)`, bound again in a second loop of the
     kernel: bound twice in the function, once here). A name the loop binds otherwise (after the call, carried, twice)
-    is neither."""
+    is neither. Also the loop's definitions, and the names a definition of the loop may not read when moved to the
+    call (those the loop binds otherwise: a name bound before the loop, however often, holds one value in it)."""
     loop = next((lp for lp in reversed(loops) if any(c is call for c in calls_in(lp.body))), None)
     if loop is None:
-        return single, rebound
+        return single, rebound, frozenset(), frozenset()
     statements = list(block_statements(loop))
-    at = next((i for i, st in enumerate(statements) if any(c is call for c in calls_in(st))), None)
-    if at is None:
-        return single, rebound
     body_single, body_rebound = bindings(cst.FunctionDef(name=cst.Name("_"), params=cst.Parameters(),
                                                          body=loop.body))
     bound_here: set[str] = set()
     for statement in statements:
         bound_here |= assigned_names(statement)
-    before = set().union(*(assigned_names(st) for st in statements[:at] if isinstance(st, cst.SimpleStatementLine)))
+    # (the lines before the call's statement, and in the block of a statement that holds it, `if USE_G:`, the lines
+    # before it there)
+    before: set[str] = set()
+    block = statements
+    while True:
+        at = next((i for i, st in enumerate(block) if any(c is call for c in calls_in(st))), None)
+        if at is None:
+            return single, rebound, frozenset(), frozenset()
+        before |= set().union(*(assigned_names(st) for st in block[:at] if isinstance(st, cst.SimpleStatementLine)))
+        if isinstance(block[at], cst.SimpleStatementLine) or not isinstance(block[at], cst.If):
+            break
+        inner = [b for b in (block[at].body, getattr(block[at].orelse, "body", None))
+                 if b is not None and any(c is call for c in calls_in(b))]
+        if not inner or not isinstance(inner[0], cst.IndentedBlock):
+            break
+        block = list(inner[0].body)
     local = {name: value for name, value in body_single.items() if name in before}
     here = {name: value for name, value in single.items() if name not in bound_here}
     here.update(local)
     # (the loop variables of the loops around the call hold at the call what they hold at a definition in the loop)
     targets = {name for lp in loops if isinstance(lp, cst.For) and any(c is call for c in calls_in(lp.body))
                for name in names_in(lp.target)}
-    return here, (rebound | body_rebound | bound_here) - set(local) - targets
+    return (here, (rebound | body_rebound | bound_here) - set(local) - targets, frozenset(local),
+            frozenset((body_rebound | bound_here) - set(local) - targets))
 
 
 def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tuple[str, dict[str, frozenset[int]]] | None:
@@ -198,8 +222,8 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         indices = set()
         loops = _loops(fn.node.body.body)
         for call in flagged:
-            here, again = _reaching(loops, call, single, rebound)
-            inline = _Inline(facts, here, again)
+            here, again, local, in_loop = _reaching(loops, call, single, rebound)
+            inline = _Inline(facts, here, again, local=local, loop_rebound=in_loop)
             new = call.with_changes(args=[a.with_changes(value=a.value.visit(inline))
                                           if a.keyword is None or a.keyword.value in ("pointer", "mask", "other")
                                           else a for a in call.args])
