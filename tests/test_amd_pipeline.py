@@ -31,6 +31,13 @@ from transpile.verify import verify
 
 HEAD = "import triton\nimport triton.language as tl\n\n\n"
 
+
+def _mma_stages(text: str) -> list[str]:
+    """The text of every `mma` warp-pipeline stage of a variant, up to its `mem` stage."""
+    return [loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+            for loop in text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]]
+
+
 GEMM = HEAD + '''@triton.jit
 def mm(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     offs_m = tl.arange(0, BM)
@@ -1806,8 +1813,7 @@ def test_attention_backward_loop_unswitched_on_a_load_flag_pipelines_both_copies
     fn = next(f for f in result.functions if f.name == "attn_bwd_dkdv_kernel")
     assert fn.translated and fn.pipelined, fn.kept_reason
     assert len(fn.schedules) == 2 and all(s.loop.chained for s in fn.schedules)
-    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
-        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert not any("gl.convert_layout" in stage for stage in _mma_stages(result.text))
     report = check_source(result.text)
     assert report.cases and not report.findings, report
     compiled = verify(result, {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "DO": "*fp16", "M": "*fp32",
@@ -3433,8 +3439,7 @@ def test_a_vector_whose_index_names_two_loops_bind_is_loaded_in_the_scores_slice
     result = translate_source(GATED_ATTENTION, "gated.py", get_target("gfx950"))
     fn = result.functions[0]
     assert fn.pipelined and len(fn.schedules) == 2, fn.kept_reason
-    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
-        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert not any("gl.convert_layout" in stage for stage in _mma_stages(result.text))
     assert result.text.count("g + (i_s + gl.arange(0, BS, layout=gl.SliceLayout(0, mma_layout)))") >= 2
     report = check_source(result.text)
     assert report.cases and not report.findings, report
@@ -3521,8 +3526,7 @@ def test_flash_attention_with_a_gate_vector_and_keys_read_transposed_from_a_varl
     result = translate_source(GATED_FLASH_ATTENTION, "gattn.py", get_target("gfx950"))
     fn = result.functions[0]
     assert fn.pipelined and len(fn.schedules) == 2 and all(s.loop.attention for s in fn.schedules), fn.kept_reason
-    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
-        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert not any("gl.convert_layout" in stage for stage in _mma_stages(result.text))
     assert "(bos + (i_s + gl.arange(0, BS, layout=gl.SliceLayout(0, mma_layout)))) * H" in result.text
     report = check_source(result.text)
     assert report.cases and not report.findings, report
@@ -3592,8 +3596,7 @@ def test_chained_dots_with_a_row_sum_and_a_gate_named_inside_a_branch_are_pipeli
     fn = result.functions[0]
     assert fn.pipelined and len(fn.schedules) == 2 and all(s.loop.chained for s in fn.schedules), fn.kept_reason
     assert all(s.groups == 2 for s in fn.schedules)
-    for loop in result.text.split('with gl.amd.warp_pipeline_stage("mma", priority=0):')[1:]:
-        assert "gl.convert_layout" not in loop.split('with gl.amd.warp_pipeline_stage("mem"', 1)[0]
+    assert not any("gl.convert_layout" in stage for stage in _mma_stages(result.text))
     report = check_source(result.text)
     assert report.cases and not report.findings, report
     compiled = verify(result, {"q": "*bf16", "k": "*bf16", "v": "*bf16", "do": "*bf16", "lse": "*fp32",

@@ -1232,6 +1232,8 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
     straight in the tile's slice layout, as Triton's own compile loads a vector of fewer elements than the program
     has lanes: a layout of its own (`transpile.passes.vector_loads`) would be converted through shared memory inside
     the `mma` stage."""
+    from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
+
     found: dict[str, list[cst.For]] = {}
     for fn in facts.functions.values():
         for loop in dot_loops(facts, fn):
@@ -1241,12 +1243,10 @@ def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, Layou
                                   accumulations=True, several_dots=True, computed_operands=True, fresh_dots=True,
                                   chained_dots=True, scaled_products=True, integer_sums=True, guarded_dots=True,
                                   transposed_computed=True)
-            from transpile.analysis.attention import AttentionPlan, plan_attention_loop  # (it imports this module)
-
-            attention = isinstance(plan_attention_loop(source, loop.node, plans[fn.name], default_stages,
-                                                       in_order=True), AttentionPlan)
-            if attention or isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
-                    chain.fresh or chain.scaled_product for chain in loop_plan.chains)):
+            if isinstance(loop_plan, LoopPlan) and (loop_plan.chained or any(
+                    chain.fresh or chain.scaled_product for chain in loop_plan.chains)) or isinstance(
+                    plan_attention_loop(source, loop.node, plans[fn.name], default_stages, in_order=True),
+                    AttentionPlan):
                 found.setdefault(fn.name, []).append(loop.node)
     return found
 

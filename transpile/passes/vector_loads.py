@@ -25,6 +25,8 @@ rewritten; `replicated_vector_load` then finds it, and the engine keeps its kern
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import libcst as cst
 
 from transpile import cst_walk
@@ -62,6 +64,11 @@ def _loops(statements) -> list[cst.For | cst.While]:  # noqa: ANN001 - the loop 
 
 def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call]:  # noqa: ANN001 - LayoutPlan
     """The loads inside a loop of `fn` of a vector (rank 1) whose index vectors are all slices of a 2-D class."""
+    return [call for call, _ in _replicated(facts, fn, plan)]
+
+
+def _replicated(facts: ModuleFacts, fn: JitFunction, plan) -> list[tuple[cst.Call, _Reach]]:  # noqa: ANN001
+    """`replicated_loads`, each with the definitions that reach it (`_reaching`)."""
     loops = _loops(fn.node.body.body)
     if not loops:
         return []
@@ -72,8 +79,8 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
     single, rebound = bindings(fn.node)
     found = []
     for call, pointer in candidates:
-        # (the definitions that reach the load: those its loop makes before it too, `_reaching`)
-        reaching = _reaching(loops, call, single, rebound)[0]
+        # (the definitions that reach the load: those its loop makes before it too)
+        reach = _reaching(loops, call, single, rebound)
         seen: set[str] = set()
         pending, aranges, rank2 = [pointer], [], False
         while pending:  # the address, through the names it is computed from
@@ -85,14 +92,14 @@ def replicated_loads(facts: ModuleFacts, fn: JitFunction, plan) -> list[cst.Call
             for inner in cst_walk.preorder(node):
                 if isinstance(inner, cst.Call) and inner in plan.creations:
                     aranges.append(plan.creations[inner])
-                elif isinstance(inner, cst.Name) and inner.value in reaching and inner.value not in seen:
+                elif isinstance(inner, cst.Name) and inner.value in reach.single and inner.value not in seen:
                     seen.add(inner.value)
-                    pending.append(reaching[inner.value])
+                    pending.append(reach.single[inner.value])
         if rank2 or not aranges:
             continue
         roots = [term.find() for term in aranges]
         if all(root.rank == 1 and root.slice_of is not None and root.slice_of[1].find().rank == 2 for root in roots):
-            found.append(call)
+            found.append((call, reach))
     return found
 
 
@@ -161,34 +168,44 @@ class _Inline(cst.CSTTransformer):
         return True
 
 
+class _Reach(NamedTuple):
+    """What `_reaching` finds for a load in a loop."""
+
+    single: dict[str, cst.BaseExpression]  # the definitions that reach it
+    rebound: set[str]  # the names a definition made before the loop may not read when moved to it
+    local: frozenset[str]  # the names whose definitions the innermost loop around it makes before it
+    loop_rebound: frozenset[str]  # the names such a definition may not read when moved to it (the loop binds them)
+
+
 def _reaching(loops: list[cst.For | cst.While], call: cst.Call,
-              single: dict[str, cst.BaseExpression], rebound: set[str]
-              ) -> tuple[dict[str, cst.BaseExpression], set[str], frozenset[str], frozenset[str]]:
+              single: dict[str, cst.BaseExpression], rebound: set[str]) -> _Reach:
     """The definitions that reach `call`, a load in a loop, and the names not to be read by a definition moved to it:
     the function's single definitions, and those of the innermost loop around the call that its body binds once, on a
     line of its own before the call's statement (`o_k = i_s + tl.arange(0, BS)`, bound again in a second loop of the
     kernel: bound twice in the function, once here). A name the loop binds otherwise (after the call, carried, twice)
     is neither. Also the loop's definitions, and the names a definition of the loop may not read when moved to the
     call (those the loop binds otherwise: a name bound before the loop, however often, holds one value in it)."""
-    loop = next((lp for lp in reversed(loops) if any(c is call for c in calls_in(lp.body))), None)
-    if loop is None:
-        return single, rebound, frozenset(), frozenset()
+    around = [lp for lp in loops if any(c is call for c in calls_in(lp.body))]  # (outermost first)
+    none = _Reach(single, rebound, frozenset(), frozenset())
+    if not around:
+        return none
+    loop = around[-1]
     statements = list(block_statements(loop))
     body_single, body_rebound = bindings(cst.FunctionDef(name=cst.Name("_"), params=cst.Parameters(),
                                                          body=loop.body))
     bound_here: set[str] = set()
     for statement in statements:
         bound_here |= assigned_names(statement)
-    # (the lines before the call's statement, and in the block of a statement that holds it, `if USE_G:`, the lines
+    # (the lines before the call's statement, and in the block of an `if` that holds it, `if USE_G:`, the lines
     # before it there)
     before: set[str] = set()
     block = statements
     while True:
         at = next((i for i, st in enumerate(block) if any(c is call for c in calls_in(st))), None)
         if at is None:
-            return single, rebound, frozenset(), frozenset()
+            return none
         before |= set().union(*(assigned_names(st) for st in block[:at] if isinstance(st, cst.SimpleStatementLine)))
-        if isinstance(block[at], cst.SimpleStatementLine) or not isinstance(block[at], cst.If):
+        if not isinstance(block[at], cst.If):
             break
         inner = [b for b in (block[at].body, getattr(block[at].orelse, "body", None))
                  if b is not None and any(c is call for c in calls_in(b))]
@@ -199,10 +216,9 @@ def _reaching(loops: list[cst.For | cst.While], call: cst.Call,
     here = {name: value for name, value in single.items() if name not in bound_here}
     here.update(local)
     # (the loop variables of the loops around the call hold at the call what they hold at a definition in the loop)
-    targets = {name for lp in loops if isinstance(lp, cst.For) and any(c is call for c in calls_in(lp.body))
-               for name in names_in(lp.target)}
-    return (here, (rebound | body_rebound | bound_here) - set(local) - targets, frozenset(local),
-            frozenset((body_rebound | bound_here) - set(local) - targets))
+    targets = {name for lp in around if isinstance(lp, cst.For) for name in names_in(lp.target)}
+    in_loop = (body_rebound | bound_here) - set(local) - targets
+    return _Reach(here, (rebound - set(local) - targets) | in_loop, frozenset(local), frozenset(in_loop))
 
 
 def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tuple[str, dict[str, frozenset[int]]] | None:
@@ -214,16 +230,13 @@ def own_layout_loads(source: SourceFile, facts: ModuleFacts, plans: dict) -> tup
         plan = plans.get(fn.name)
         if plan is None:
             continue
-        flagged = replicated_loads(facts, fn, plan)
+        flagged = _replicated(facts, fn, plan)
         if not flagged:
             continue
-        single, rebound = bindings(fn.node)
         loads = load_calls(facts, fn)
         indices = set()
-        loops = _loops(fn.node.body.body)
-        for call in flagged:
-            here, again, local, in_loop = _reaching(loops, call, single, rebound)
-            inline = _Inline(facts, here, again, local=local, loop_rebound=in_loop)
+        for call, reach in flagged:
+            inline = _Inline(facts, reach.single, reach.rebound, local=reach.local, loop_rebound=reach.loop_rebound)
             new = call.with_changes(args=[a.with_changes(value=a.value.visit(inline))
                                           if a.keyword is None or a.keyword.value in ("pointer", "mask", "other")
                                           else a for a in call.args])
