@@ -71,3 +71,35 @@ def test_both_orientations_compile(trans_b: bool) -> None:
     compiled = verify(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128, "BN": 128, "BK": 64,
                                "TRANS_B": trans_b}, all_configs=False)
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+TRANSPOSE_AXES = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def dk(k_ptr, u_ptr, da_ptr, out_ptr, T, D: tl.constexpr, BC: tl.constexpr):
+    o_d = tl.arange(0, D)
+    o_c = tl.program_id(0) * BC + tl.arange(0, BC)
+    da = tl.load(da_ptr + o_c[:, None] * BC + tl.arange(0, BC)[None, :])
+    acc = tl.zeros([BC, D], dtype=tl.float32)
+    for i in range(0, T, BC):
+        o_kv = i + tl.arange(0, BC)
+        kt = tl.load(k_ptr + o_d[:, None] + o_kv[None, :] * D)
+        k = tl.trans(kt, 1, 0)
+        acc = tl.dot(da.to(k.dtype), k, acc)
+    tl.store(out_ptr + o_c[:, None] * D + o_d[None, :], acc)
+'''
+
+
+def test_a_transpose_spelling_its_axes_and_read_for_its_dtype_is_read_as_the_tile() -> None:
+    """deltaformer's backward: `k = tl.trans(kt, 1, 0)` read by the dot and for its element type (`da.to(k.dtype)`):
+    the dot reads `tl.trans(kt)`, the element type is `kt`'s, and the line goes."""
+    text = prepare(TRANSPOSE_AXES, "dk.py").source.text
+    assert "acc = tl.dot(da.to(kt.dtype), tl.trans(kt), acc)" in text and "k = tl.trans" not in text
+
+
+def test_a_transpose_read_for_its_dtype_after_the_dot_is_left_as_written() -> None:
+    text = TRANSPOSE_AXES.replace("        acc = tl.dot(da.to(k.dtype), k, acc)\n",
+                                  "        acc = tl.dot(da.to(k.dtype), k, acc)\n        da = da.to(k.dtype)\n")
+    assert "k = tl.trans(kt, 1, 0)" in prepare(text, "dk.py").source.text

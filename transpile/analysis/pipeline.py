@@ -528,6 +528,14 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
             if chained_dots and known is not load and known.index == load.index and not known.computed \
                     and not load.computed and not load.inline and known.transposed != load.transposed:
                 known.twice = True  # (one ring, its slot read as loaded and transposed)
+            elif chained_dots and transposed_computed and known is not load and known.index == load.index \
+                    and known.computed and load.computed and known.transposed != load.transposed \
+                    and known.prep == load.prep and _one_computed_tile(plan, [*chains, chain], known, load):
+                # (a tile computed once and fed both ways, `b_q = (b_q * scale).to(T)` then `tl.dot(b_k,
+                # tl.trans(b_q))` and `tl.dot(b_ds, b_q)`: one ring, its slot read in each form and the computation,
+                # elementwise, run on each read)
+                known.twice = True
+                known.computed_as = known.computed_as or load.computed_as
             elif known.index != load.index or known.transposed != load.transposed \
                     or known.computed != load.computed:
                 return LoopRefusal(load.call, f"`{load.name}` feeds two dots in different forms")
@@ -633,6 +641,22 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
                     carried, chains, advanced=advanced)
+
+
+def _one_computed_tile(plan: LayoutPlan, chains: list[DotChain], first: OperandLoad, second: OperandLoad) -> bool:
+    """The two computed loads `first` and `second` of one tile (one read transposed, `OperandLoad.computed_as`, the
+    other as it is) feed their dots the same computed name: `tl.trans(b_q)` and `b_q`."""
+    computed = first.computed_as or second.computed_as
+    if not computed or (first.computed_as and second.computed_as):
+        return False
+    plain = second if first.computed_as else first
+    chain = next((c for c in reversed(chains) if c.position_of(plain.name) in (0, 1)
+                  and not c.transposed[c.position_of(plain.name)]), None)  # type: ignore[index]
+    if chain is None:
+        return False
+    site = plan.dots[chain.call]
+    operand = (site.a, site.b)[chain.position_of(plain.name)]  # type: ignore[index]
+    return isinstance(operand, cst.Name) and operand.value == computed
 
 
 def _invariant_steps(body: list[cst.BaseStatement], loop: cst.For, names: set[str]) -> dict[str, cst.BaseExpression]:

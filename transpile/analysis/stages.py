@@ -428,6 +428,18 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     for load in loop_plan.loads:
         if not load.computed:
             continue
+        if load.computed_as and load.twice:
+            # (a computed tile fed both ways: its computation runs on each form, in the MMA operand's layouts, where
+            # every warp holds a B tile whole; a cast folds into the reads, arithmetic is run 2 x 8 times over)
+            arithmetic = _arithmetic_step(loop_body(loop_plan.loop), load.prep)  # type: ignore[union-attr]
+            if arithmetic is not None:
+                return StageRefusal(arithmetic, f"`{load.computed_as}`, computed from the tile `{load.name}` by "
+                                    f"arithmetic (line {source.position(arithmetic)[0]}), feeds two dots, one "
+                                    "transposed: each form would run that computation in the MMA operand's layout, "
+                                    "every warp on the whole tile, and that form measured 0.92-1.80x Triton's own "
+                                    "non-MFMA instructions per loop iteration on gfx950, with more spills (FLA's "
+                                    "compression dK/dV, Q scaled, 128 keys x 16-32 query heads, 8 warps; "
+                                    "bench/RESULTS.md), where a cast alone measured 0.48-0.73x")
         if load.computed_as:
             # (read transposed from its slot in the MMA operand's layout: its computation runs on that view, which
             # only an elementwise computation with scalars allows)
@@ -741,9 +753,34 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
             return False
         if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
                 and language_name(source.qualified_name(n.func)) not in PURE_CALLS \
-                and not (isinstance(n.func, cst.Name) and n.func.value in helpers):
+                and not (isinstance(n.func, cst.Name) and (n.func.value in helpers or _builtin_minmax(source, n))):
             return False
     return True
+
+
+def _arithmetic_step(body: list[cst.BaseStatement], prep: tuple[int, ...]) -> cst.CSTNode | None:
+    """The first statement of the computation `prep` that does more than rename or cast (`x = y.to(T)`), or None."""
+    for i in prep:
+        statement = body[i]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        value = small.value if isinstance(small, cst.Assign) else None
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to":
+            value = value.func.value
+        if not isinstance(value, cst.Name):
+            return statement
+    return None
+
+
+#: Python's builtins that Triton's (and Gluon's) frontend reads as elementwise `maximum` / `minimum` on tensors
+BUILTIN_ELEMENTWISE = ("min", "max")
+
+
+def _builtin_minmax(source: SourceFile, call: cst.Call) -> bool:
+    """`max(0, x)`, `min(a, b)`: Python's builtins (`BUILTIN_ELEMENTWISE`), where the module does not bind the name
+    itself."""
+    return isinstance(call.func, cst.Name) and call.func.value in BUILTIN_ELEMENTWISE \
+        and source.qualified_name(call.func) in (None, "min", "max", "builtins.min", "builtins.max")
 
 
 def scalar_names(plan: LayoutPlan, fn: JitFunction) -> frozenset[str]:

@@ -13,7 +13,9 @@ value). The pipeline rules look for the loaded tile in the dot's operand; this p
 (`tl.dot(a, ...)`, or `tl.dot(tl.trans(a), ...)`) and drops the renaming line. Only where the name is a temporary of
 the loops that bind it (bound at the top of each before any read, read nowhere else: each unswitched copy of a loop
 binds its own), bound in this loop by a line of its own as `x = y`, `x = y.T` or `x = tl.trans(y)` of a name `y`,
-read in it by that dot alone, and `y` is not bound again between that line and the dot.
+read in it by that dot alone (and by reads of its element type, `x.dtype`, between that line and the dot: `y.dtype`
+then), and `y` is not bound again between that line and the dot. A transpose may spell its axes (`tl.trans(y, 1, 0)`,
+`tl.permute(y, (1, 0))`: deltaformer's backward).
 
 `drop_operand_aliases(source, facts)` returns the new module text and the functions it replaced (old node -> new),
 or None when nothing changes.
@@ -62,9 +64,14 @@ class _Loops(cst.CSTTransformer):
             return value.value, False
         if isinstance(value, cst.Attribute) and value.attr.value == "T" and isinstance(value.value, cst.Name):
             return value.value.value, True
-        if isinstance(value, cst.Call) and language_name(self.source.qualified_name(value.func)) in (
-                "trans", "core.trans") and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name):
-            return value.args[0].value.value, True
+        if isinstance(value, cst.Call) and value.args and isinstance(value.args[0].value, cst.Name) and all(
+                a.keyword is None for a in value.args):
+            # (`tl.trans(y)`, and the axes of a 2-D transpose spelled out: `tl.trans(y, 1, 0)`, `tl.permute(y, (1, 0))`)
+            function = language_name(self.source.qualified_name(value.func))
+            axes = ",".join(self.source.code(a.value) for a in value.args[1:]).replace(" ", "")
+            if function in ("trans", "core.trans") and axes in ("", "1,0", "(1,0)", "[1,0]") \
+                    or function in ("permute", "core.permute") and axes in ("(1,0)", "[1,0]", "1,0"):
+                return value.args[0].value.value, True
         return None
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
@@ -81,18 +88,28 @@ class _Loops(cst.CSTTransformer):
                     continue
                 for arg in [a for a in call.args if a.keyword is None][:2]:
                     name = arg.value
-                    if not isinstance(name, cst.Name) or _uses(updated_node.body, name.value) != 2 \
-                            or _uses(statement, name.value) != 1 or not loop_local(self.fn, name.value):
-                        continue  # (read elsewhere, or bound elsewhere than at the top of the loops that read it)
+                    if not isinstance(name, cst.Name) or not loop_local(self.fn, name.value):
+                        continue
                     line = next((i for i in range(d) if name.value in assigned_names(statements[i])), None)
-                    assigned = single_assign(statements[line]) if line is not None else None
+                    if line is None:
+                        continue
+                    # (its element type read between the line and the dot, `tl.dot(da.to(k.dtype), k)`: the tile's)
+                    dtypes = [n.value for s in statements[line + 1:d + 1] for n in semantic_preorder(s)
+                              if isinstance(n, cst.Attribute) and n.attr.value == "dtype"
+                              and isinstance(n.value, cst.Name) and n.value.value == name.value]
+                    if _uses(updated_node.body, name.value) != 2 + len(dtypes) \
+                            or _uses(statement, name.value) != 1 + sum(
+                                any(n is r for n in semantic_preorder(statement)) for r in dtypes):
+                        continue  # (read elsewhere, or bound elsewhere than at the top of the loops that read it)
+                    assigned = single_assign(statements[line])
                     alias = self.aliased(assigned[1]) if assigned is not None else None
                     if alias is None or alias[0] == name.value or any(
-                            alias[0] in assigned_names(s) for s in statements[line + 1:d + 1]):  # type: ignore[operator]
+                            alias[0] in assigned_names(s) for s in statements[line + 1:d + 1]):
                         continue
                     operands[name] = cst.parse_expression(f"{self.lang}.trans({alias[0]})") if alias[1] \
                         else cst.Name(alias[0])
-                    drop.add(line)  # type: ignore[arg-type]
+                    operands.update({read: cst.Name(alias[0]) for read in dtypes})
+                    drop.add(line)
         if not operands:
             return updated_node
         self.changed = True

@@ -30,8 +30,9 @@ from transpile.analysis.layouts import LayoutPlan, name_terms
 from transpile.analysis.pipeline import (DotChain, LoopPlan, OperandLoad, advance_after, consumer_indices,
                                          flattened_guards, guard_reads, guarded_indices, local_pointer,
                                          loop_body)
-from transpile.analysis.stages import (ARANGE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS, StagePlan,
-                                      StageRefusal, hoistable_convert, plan_stages, prefetches, scalar_names)
+from transpile.analysis.stages import (ARANGE, BUILTIN_ELEMENTWISE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS,
+                                      StagePlan, StageRefusal, hoistable_convert, plan_stages, prefetches,
+                                      scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts,
@@ -674,10 +675,24 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # A tile fed to dots both as loaded and transposed (`OperandLoad.twice`) is read from its slot once in each form:
     # as loaded under its own name, transposed under `<name>_t`, which the dots that transpose it take.
     twice = {load.name: name(f"{load.name}_t") for load in plan.loads if load.twice}
+    # A computed tile fed both ways (`b_q = (b_q * scale).to(T)`, read by `tl.dot(b_k, tl.trans(b_q))` and by
+    # `tl.dot(b_ds, b_q)`): its computation, elementwise, runs on each read, the second time on the transposed view
+    # under names of its own (`b_q_t`), which the dot that transposed it takes.
+    twice_prep: dict[int, dict[str, str]] = {}  # prep statement -> the names of its copy on the transposed view
+    computed_twice: dict[str, str] = {}
+    for load in plan.loads:
+        if load.twice and load.computed:
+            view = {load.name: twice[load.name]}
+            for i in load.prep:
+                view.update({n: name(f"{n}_t") for n in assigned_names(body[i]) if n not in view})
+            for i in load.prep:
+                twice_prep.setdefault(i, {}).update(view)
+            computed_twice[load.computed_as] = view[load.computed_as]
     # (a computed tile the dot reads transposed, `tl.dot(q, k.T)` with `k = k_0.to(...)`: the slot is read transposed
     # under `k_0_t`, the computation runs on that view, and the dot takes `k` as it is)
     transposed = {load.computed_as or load.name: load.computed_as or load.name for load in plan.loads
-                  if load.transposed and not load.twice} | twice
+                  if load.transposed and not load.twice} | {
+        k: v for k, v in twice.items() if k not in {load.name for load in plan.loads if load.computed}} | computed_twice
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
@@ -765,7 +780,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
         """Statement `i` of the body as the consumer runs it (operands under their slot-read names; `steady`: a where
         whose mask holds there without it)."""
         statement = steady_statements.get(i, body[i]) if steady else body[i]
-        return indent(rename(statement, op_renames) if op_renames else code(statement), pad)
+        text = rename(statement, op_renames) if op_renames else code(statement)
+        if i in twice_prep:  # (and its copy on the transposed view of the slot)
+            text = text.rstrip("\n") + "\n" + rename(statement, {**op_renames, **twice_prep[i]})
+        return indent(text, pad)
 
     def prepare(iteration: str, pad: str) -> list[str]:
         """The computed operands of `iteration`, from its tiles just read."""
@@ -1745,7 +1763,8 @@ class _Invariant(cst.CSTTransformer):
             if isinstance(n, cst.Name) and n.value in self.changed:
                 return updated
             if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value == "to") \
-                    and code(n.func).removeprefix("gl.") not in PURE_CALLS and code(n.func) not in self.helpers:
+                    and code(n.func).removeprefix("gl.") not in PURE_CALLS and code(n.func) not in self.helpers \
+                    and code(n.func) not in BUILTIN_ELEMENTWISE:
                 return updated
         key = (" ".join(code(value).split()), " ".join(code(updated.args[1].value).split()))
         if key not in self.made:
