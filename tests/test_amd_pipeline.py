@@ -3678,3 +3678,25 @@ def test_a_tile_computed_by_arithmetic_and_fed_both_ways_is_kept_with_the_measur
     assert not fn.pipelined
     assert "computed from the tile `b_q` by arithmetic (line 21)" in fn.kept_reason
     assert "0.92-1.80x" in fn.kept_reason
+
+
+def test_a_static_range_loop_is_kept_saying_triton_unrolls_it() -> None:
+    """A dot loop over `tl.static_range` (Liger's mHC GEMM-and-norm kernels): Triton's frontend unrolls it, so the
+    reason does not claim that Triton's compiler pipelines it."""
+    text = HEAD + (
+        "@triton.jit\n"
+        "def mm(a_ptr, b_ptr, c_ptr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):\n"
+        "    offs_m = tl.arange(0, BM)\n"
+        "    offs_n = tl.arange(0, BN)\n"
+        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n"
+        "    for k0 in tl.static_range(0, K, BK):\n"
+        "        offs_k = k0 + tl.arange(0, BK)\n"
+        "        a = tl.load(a_ptr + offs_m[:, None] * K + offs_k[None, :])\n"
+        "        b = tl.load(b_ptr + offs_k[:, None] * BN + offs_n[None, :])\n"
+        "        acc = tl.dot(a, b, acc)\n"
+        "    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)\n")
+    fn = translate_source(text, "mm.py", get_target("gfx950")).functions[0]
+    assert not fn.pipelined
+    assert "the loop at line 10 is not pipelined for gfx950 (the loop does not iterate over `range`" in fn.kept_reason
+    assert fn.kept_reason.endswith("Triton's compiler unrolls it at compile time (`tl.static_range`) and pipelines no "
+                                   "copy either")

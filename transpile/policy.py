@@ -200,13 +200,20 @@ def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
     # (a loop whose tiles are loaded under an iteration guard, `if kbid:`: Triton's own compile copies them in the
     # branch, synchronously, as the translated loop would)
     triton = ["Triton's compiler does not pipeline the loads under its `if` either" if _guarded_loads(loop.node)
-              else "Triton's compiler pipelines it" for loop in unpipelined]
+              else "Triton's compiler unrolls it at compile time (`tl.static_range`) and pipelines no copy either"
+              if _static_range(ctx.source, loop.node) else "Triton's compiler pipelines it" for loop in unpipelined]
     # (dict.fromkeys: the copies of a loop unswitched on a constexpr flag share its line, and often the reason)
     outcome.kept_reason = "; ".join(dict.fromkeys(reasons)) + "; " + "; ".join(dict.fromkeys(triton))
     outcome.diagnostics = sorted({*(d for d in outcome.diagnostics if d.code != "TT040"), *(
         source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; {how} "
                           "(--gluon-always emits the Gluon translation)")
         for loop, text, how in zip(unpipelined, reasons, triton))})
+
+
+def _static_range(source: SourceFile, loop: cst.CSTNode) -> bool:
+    """Whether `loop` is `for k in tl.static_range(...)`: unrolled by Triton's frontend, never software-pipelined."""
+    return isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) \
+        and language_name(source.qualified_name(loop.iter.func)) == "static_range"
 
 
 def _guarded_loads(loop: cst.CSTNode) -> bool:
