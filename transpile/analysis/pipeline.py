@@ -62,6 +62,9 @@ class OperandLoad:
     # The tile feeds dots both as loaded and transposed (attention's backward reads Q and dO each way: `tl.dot(k, qT)`
     # and `tl.dot(ds, tl.trans(qT))`): one ring, its slot read once in each form. `transposed` is the first dot's form.
     twice: bool = False
+    # The tile, as loaded, is the A operand of one dot and the B operand of another (FLA's `b_dA += tl.dot(b_do, b_v)`
+    # and `b_dv = tl.dot(b_A, b_do)`): one ring, its slot read once in each operand's layout
+    sides: bool = False
 
     @property
     def kind(self) -> str:
@@ -469,7 +472,8 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     own (`DotChain.scales`); `fresh_dots`: it can take a dot whose result is made afresh each iteration and used there
     (`x = tl.dot(a, b)`, `DotChain.fresh`); `chained_dots`: it can take a dot whose A operand is computed in registers
     from earlier dots' products of the iteration (`DotChain.chained`: attention's backward, `tl.dot(pT.to(do.dtype),
-    do)`) and a tile fed to dots both as loaded and transposed (`OperandLoad.twice`); `scaled_products` (with
+    do)`), a tile fed to dots both as loaded and transposed (`OperandLoad.twice`) and one fed as the A operand of a dot
+    and the B operand of another (`OperandLoad.sides`); `scaled_products` (with
     `accumulations`): it can take a dot whose product is scaled before it is added to the accumulator
     (`DotChain.scaled_product`); `advances_after`: it binds the carried pointers the code after the loop reads to
     their values there (`LoopPlan.advanced`, `advance_after`), where each advances by a loop-invariant step;
@@ -552,10 +556,14 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
         # one and the B operand of the other: FLA's `b_ds += tl.dot(b_do, tl.trans(b_v))`, `b_dk += tl.dot(b_v,
         # b_dh)`; each form is read from the slot in the layout of the dot that reads it so)
         if len({position for _, position in fed}) != 1 and not loads[name].twice:
-            return LoopRefusal(loads[name].call, f"`{name}` is the A operand of one dot and the B operand of another")
+            load = loads[name]
+            if not (chained_dots and {position for _, position in fed} == {0, 1} and not load.transposed
+                    and not load.computed and not load.inline):
+                return LoopRefusal(load.call, f"`{name}` is the A operand of one dot and the B operand of another")
+            load.sides = True  # (one ring, its slot read in each operand's layout)
         uses = sum(name in value_names(st) for j, st in enumerate(body) if j != loads[name].index)
         if not loads[name].inline and not loads[name].computed and uses != len({index for index, _ in fed}):
-            if computed_operands and not loads[name].transposed:
+            if computed_operands and not loads[name].transposed and not loads[name].sides:
                 loads[name].computed = True  # (its slot is read in the operand's layout, for every use)
                 continue
             return LoopRefusal(loads[name].call, f"`{name}` is used outside the dot; the pipelined MMA reads it "
@@ -1241,6 +1249,25 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
                 nodes = frozenset(id(n) for part in parts for n in preorder(part))
                 invariant = frozenset({name for part in parts for name in names_in(part)} - in_loop)
                 found.append(OperandAnchor(load.call, chain.call, position, nodes, invariant))
+        # A product made afresh and stored in a loop whose other dots accumulate, or read a tile as both operands
+        # (FLA's `b_dv = tl.dot(b_A, b_do)` stored beside `b_dA += tl.dot(b_do, b_v)`): its store too, for the loops
+        # the plan above leaves out (the AMD planner takes them with `chained_dots`)
+        stored = {id(a.store) for a in found if isinstance(a, StoreAnchor)}
+        for loop, _ in loops:
+            wide = plan_loop(source, loop, plan, default_stages, transposed_operands=True, accumulations=True,
+                             several_dots=True, computed_operands=True, fresh_dots=True, chained_dots=True,
+                             scaled_products=True, integer_sums=True, guarded_dots=True, transposed_computed=True)
+            if not isinstance(wide, LoopPlan) or wide.attention or wide.chained:
+                continue
+            fresh = {chain.acc for chain in wide.chains if chain.fresh}
+            for statement in loop_body(loop):
+                for call in calls_in(statement):
+                    if id(call) in stored or language_name(source.qualified_name(call.func)) not in (
+                            "store", "core.store") or len(call.args) < 2:
+                        continue
+                    if names_in(call.args[1].value) & fresh:
+                        found.append(StoreAnchor(call))
+                        stored.add(id(call))
         if found:
             anchors[fn.name] = found
     return anchors

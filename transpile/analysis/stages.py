@@ -491,7 +491,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
     if late_reads and loop_plan.attention and not barrier_op and engine == "async_copy":  # (no prefetching engine)
         # (V: a tile no dot before the second reads, read as loaded; the other warp group, a stage behind, reads it
         # in its `mma` stage while this one refills: the refill goes into the slot read a step earlier, one slot more)
-        late = tuple(load.name for load in loop_plan.loads if not load.computed and not load.twice
+        late = tuple(load.name for load in loop_plan.loads if not load.computed and not load.twice and not load.sides
                      and loop_plan.chains.index(loop_plan.use_of(load.name)[0]) > 0)
         if late:
             slots += 1
@@ -522,7 +522,9 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
            "(every warp owns rows of its own), on this iteration's tiles read from the rings one step ahead"
            + (f" ({', '.join(f'`{n}`' for n in twice)} read both as loaded and transposed)" if twice else "")
            if loop_plan.chained else
-           "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead")
+           "the MMA (and the rest of the body) on this iteration's operands, read from the ring one step ahead") + "".join(
+        f" (`{load.name}` read as the A operand of one dot and the B operand of another)"
+        for load in loop_plan.loads if load.sides)
     stages = [
         Stage("mma", 0, sorted(consumer_lines), mma, MMA_OPS),
         Stage("mem", 1, sorted(producer_lines + load_lines),

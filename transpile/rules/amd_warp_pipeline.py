@@ -271,6 +271,9 @@ class AMDWarpPipeline(Rule):
         registers = _register_test(ctx, stage_plan) or _chained_register_test(ctx, stage_plan)
         if registers is not None:  # launches whose accumulators and operand tiles would spill run the source kernel
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, registers)))
+        sides = _sides_depth_test(ctx, stage_plan)
+        if sides is not None:  # ... and those of a tile read as both operands through too shallow dots
+            ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, sides)))
         computed = _computed_tile_test(ctx, stage_plan, original)
         if computed is not None:  # ... and so do those of larger tiles than a dot of two computed operands pays at
             ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, computed)))
@@ -690,6 +693,17 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             computed_twice[load.computed_as] = view[load.computed_as]
     # (a computed tile the dot reads transposed, `tl.dot(q, k.T)` with `k = k_0.to(...)`: the slot is read transposed
     # under `k_0_t`, the computation runs on that view, and the dot takes `k` as it is)
+    # A tile that is the A operand of one dot and the B operand of another (`OperandLoad.sides`) is read from its slot
+    # once in each operand's layout: in the first dot's under its own name, in the other's under `<name>_a` or
+    # `<name>_b` (the operand it is there), which the dots that read it so take.
+    sides = {load.name: name(f"{load.name}_{'ab'[1 - feeds[load.name][1]]}") for load in plan.loads if load.sides}
+    for load in plan.loads:
+        if load.sides:
+            other = 1 - feeds[load.name][1]
+            for chain in plan.chains:
+                if chain.position_of(load.name) == other:
+                    body[chain.index] = body[chain.index].visit(
+                        _OperandRenamed(other, load.name, sides[load.name]))
     transposed = {load.computed_as or load.name: load.computed_as or load.name for load in plan.loads
                   if load.transposed and not load.twice} | {
         k: v for k, v in twice.items() if k not in {load.name for load in plan.loads if load.computed}} | computed_twice
@@ -731,6 +745,10 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
 
     relaxed = engine == "async_copy" and pointer_copy is None
 
+    def side_feed(load: OperandLoad, position: int) -> tuple[DotChain, int]:
+        """The first dot that reads the tile `load` as its operand `position` (0: A, 1: B)."""
+        return next((chain, position) for chain in plan.chains if chain.position_of(load.name) == position)
+
     def form_feed(load: OperandLoad, transposed: bool) -> tuple[DotChain, int]:
         """The first dot that reads the tile `load` in that form (as loaded, or transposed), and where."""
         return next((chain, position) for chain in plan.chains for position, held in enumerate(chain.operands)
@@ -768,6 +786,13 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
             if computed is not None and load.computed != computed or load.name in late:
                 continue
             slot = f"{rings[load.name]}.index({slot_expr})"
+            if load.sides:
+                first = feeds[load.name][1]
+                lines += [f"{pad}{operand[load.name]} = {_read(slot, relaxed)}"
+                          f"{read_layout(load, feeds[load.name])})",
+                          f"{pad}{sides[load.name]} = {_read(slot, relaxed)}"
+                          f"{read_layout(load, side_feed(load, 1 - first))})"]
+                continue
             if load.twice:
                 lines += [f"{pad}{operand[load.name]} = {_read(slot, relaxed)}{read_layout(load, form_feed(load, False))})",
                           f"{pad}{twice[load.name]} = {_read(f'{slot}.permute([1, 0])', relaxed)}"
@@ -1462,6 +1487,25 @@ def _multiple_of_16(ctx: RuleContext, sp: StagePlan, node: cst.BaseExpression, p
     return names, tests
 
 
+#: The least K depth of the dots of a loop that reads a tile as both an A and a B operand (`OperandLoad.sides`) for
+#: its ring: FLA's KDA dA/dv backward (`chunk_kda_bwd_kernel_dAv`, bf16, BT 64, V 2048, 8 warps) measured 0.87x
+#: Triton's own non-MFMA instructions per loop iteration on gfx950 at BV 64 but 1.08x at BV 32 (its dots 32 deep: the
+#: copies' address and mask arithmetic, 93 VALU a round against 27, outweighs four MFMA units a step).
+SIDES_MIN_DEPTH = 64
+
+
+def _sides_depth_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
+    """The launch test under which a loop that reads a tile as both operands runs the source kernel: a dot of it
+    shallower than `SIDES_MIN_DEPTH` (its K a constexpr parameter or a number); None where no such test applies."""
+    if not any(load.sides for load in sp.loop.loads):
+        return None
+    depths = {str(site.a_shape[-1]) for site in (ctx.plan.dots[chain.call] for chain in sp.loop.chains)
+              if site.a_shape and site.a_shape[-1] is not None}
+    if not depths:
+        return None
+    return _launch_test(ctx, " or ".join(f"({d}) < {SIDES_MIN_DEPTH}" for d in sorted(depths)))
+
+
 def _source_tile_below(ctx: RuleContext, sp: StagePlan, bound: int) -> None:
     """Launches whose output tile (the first dot's M x N, constexpr parameters or numbers) holds fewer than `bound`
     elements run the source kernel."""
@@ -1497,7 +1541,7 @@ def _chained_register_test(ctx: RuleContext, sp: StagePlan) -> tuple[str, tuple[
             if not shape or any(dim is None for dim in shape):
                 return None
             split.append(f"({') * ('.join(shape)}) * 2")  # (an operand held in registers: K, V)
-    whole = [f"({') * ('.join(ring.shape)}) * {2 if load.twice else 1} * 2"
+    whole = [f"({') * ('.join(ring.shape)}) * {2 if load.twice or load.sides else 1} * 2"
              for load, ring in zip(sp.loop.loads, sp.rings)]
     return _launch_test(ctx, f"{' + '.join(split)} + {PIPELINE_WARPS} * ({' + '.join(whole)}) > {limit * 4 * lanes}")
 
@@ -1792,6 +1836,22 @@ class _Unconvert(cst.CSTTransformer):
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
         if id(updated.value) in self.wrapped:  # (a whole argument needs none)
             return updated.with_changes(value=updated.value.with_changes(lpar=[], rpar=[]))
+        return updated
+
+
+class _OperandRenamed(cst.CSTTransformer):
+    """The translated dot (`_dot(a, b, acc)`) reading `old` as its operand `position`, reading `new` there instead."""
+
+    def __init__(self, position: int, old: str, new: str) -> None:
+        super().__init__()
+        self.position, self.old, self.new = position, old, new
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        args = list(updated.args)
+        if isinstance(updated.func, cst.Name) and updated.func.value == "_dot" and len(args) > self.position \
+                and isinstance(args[self.position].value, cst.Name) and args[self.position].value.value == self.old:
+            args[self.position] = args[self.position].with_changes(value=cst.Name(self.new))
+            return updated.with_changes(args=args)
         return updated
 
 

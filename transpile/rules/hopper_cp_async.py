@@ -505,7 +505,7 @@ class _Emitter:
             operand = site.a if position == 0 else site.b
             if load.prep or not (isinstance(operand, cst.Name) and operand.value == load.name):
                 # The operand is computed from the slot in registers and stored for the wgmma (`Staged`).
-                if len(plan.chains) > 1 or load.transposed or load.twice or len(users) > 1 \
+                if len(plan.chains) > 1 or load.transposed or load.twice or load.sides or len(users) > 1 \
                         or chain.operands.count(load.name) > 1:
                     return (f"a dot operand is computed from the tile `{load.name}` loaded at line {line}, in a loop "
                             "of several dots or read transposed (the ring stages a computed operand for one dot)")
