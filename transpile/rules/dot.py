@@ -111,7 +111,10 @@ class Dot(Rule):
                 dtype: cst.BaseExpression = out_dtype
             else:
                 ctx.need("acc_dtype")
-                dtype = expr(f"_acc_dtype({site.operand_dtype or 'gl.float16'})")
+                # (an operand type the analysis cannot name: the A operand's own, where it is a name, read at
+                # compile time; an 8-bit integer product then gets its int32 accumulator)
+                fallback = f"{a.value}.dtype" if isinstance(a, cst.Name) else "gl.float16"
+                dtype = expr(f"_acc_dtype({site.operand_dtype or fallback})")
             acc = call("gl.zeros", f"[{m}, {n}]", dtype, layout=layout)
         return call("_dot", bare(a), bare(b), bare(acc))
 
