@@ -1231,8 +1231,7 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
             body = loop_body(loop)
             if all(chain.fresh for chain in loop_plan.chains) and not loop_plan.attention:
                 # the tiles of products made afresh each iteration, stored in the loop (`StoreAnchor`)
-                found += [StoreAnchor(call) for statement in body for call in calls_in(statement)
-                          if language_name(source.qualified_name(call.func)) in ("store", "core.store")]
+                found += [StoreAnchor(call) for call in _stores(source, body)]
             # (the names of the computed tiles and of their computations: the loaded tile `a`, `a = a.to(T)`; the
             # unswitch pass gives a copy's own computations names of their own, `a_2`)
             computing = {name for load in loop_plan.loads if load.computed
@@ -1252,25 +1251,32 @@ def operand_anchors(source: SourceFile, facts: ModuleFacts, plans: dict[str, Lay
         # A product made afresh and stored in a loop whose other dots accumulate, or read a tile as both operands
         # (FLA's `b_dv = tl.dot(b_A, b_do)` stored beside `b_dA += tl.dot(b_do, b_v)`): its store too, for the loops
         # the plan above leaves out (the AMD planner takes them with `chained_dots`)
+        # (planned again with `chained_dots` only where that can add one: a loop planned above with no fresh dot,
+        # or only fresh ones, whose stores are anchored already, or an attention loop, has none to add)
         stored = {id(a.store) for a in found if isinstance(a, StoreAnchor)}
-        for loop, _ in loops:
+        for loop, loop_plan in loops:
+            if isinstance(loop_plan, LoopPlan) and (loop_plan.attention or all(
+                    chain.fresh for chain in loop_plan.chains) or not any(chain.fresh for chain in loop_plan.chains)):
+                continue
             wide = plan_loop(source, loop, plan, default_stages, transposed_operands=True, accumulations=True,
                              several_dots=True, computed_operands=True, fresh_dots=True, chained_dots=True,
                              scaled_products=True, integer_sums=True, guarded_dots=True, transposed_computed=True)
             if not isinstance(wide, LoopPlan) or wide.attention or wide.chained:
                 continue
             fresh = {chain.acc for chain in wide.chains if chain.fresh}
-            for statement in loop_body(loop):
-                for call in calls_in(statement):
-                    if id(call) in stored or language_name(source.qualified_name(call.func)) not in (
-                            "store", "core.store") or len(call.args) < 2:
-                        continue
-                    if names_in(call.args[1].value) & fresh:
-                        found.append(StoreAnchor(call))
-                        stored.add(id(call))
+            for call in _stores(source, loop_body(loop)):
+                if id(call) not in stored and len(call.args) >= 2 and names_in(call.args[1].value) & fresh:
+                    found.append(StoreAnchor(call))
+                    stored.add(id(call))
         if found:
             anchors[fn.name] = found
     return anchors
+
+
+def _stores(source: SourceFile, body: list[cst.BaseStatement]) -> list[cst.Call]:
+    """The `tl.store` calls of a loop body."""
+    return [call for statement in body for call in calls_in(statement)
+            if language_name(source.qualified_name(call.func)) in ("store", "core.store")]
 
 
 def product_loops(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan], default_stages: int

@@ -50,6 +50,12 @@ def _uses(node: cst.CSTNode, name: str) -> int:
     return sum(1 for n in semantic_preorder(node) if isinstance(n, cst.Name) and n.value == name)
 
 
+def _dtype_reads(node: cst.CSTNode, name: str) -> list[cst.Name]:
+    """The reads of `name` in `node` that only take its element type (`name.dtype`)."""
+    return [n.value for n in semantic_preorder(node) if isinstance(n, cst.Attribute) and n.attr.value == "dtype"
+            and isinstance(n.value, cst.Name) and n.value.value == name]
+
+
 class _Loops(cst.CSTTransformer):
     def __init__(self, source: SourceFile, fn: cst.FunctionDef, lang: str) -> None:
         super().__init__()
@@ -94,12 +100,9 @@ class _Loops(cst.CSTTransformer):
                     if line is None:
                         continue
                     # (its element type read between the line and the dot, `tl.dot(da.to(k.dtype), k)`: the tile's)
-                    dtypes = [n.value for s in statements[line + 1:d + 1] for n in semantic_preorder(s)
-                              if isinstance(n, cst.Attribute) and n.attr.value == "dtype"
-                              and isinstance(n.value, cst.Name) and n.value.value == name.value]
+                    dtypes = [read for s in statements[line + 1:d + 1] for read in _dtype_reads(s, name.value)]
                     if _uses(updated_node.body, name.value) != 2 + len(dtypes) \
-                            or _uses(statement, name.value) != 1 + sum(
-                                any(n is r for n in semantic_preorder(statement)) for r in dtypes):
+                            or _uses(statement, name.value) != 1 + len(_dtype_reads(statement, name.value)):
                         continue  # (read elsewhere, or bound elsewhere than at the top of the loops that read it)
                     assigned = single_assign(statements[line])
                     alias = self.aliased(assigned[1]) if assigned is not None else None

@@ -682,7 +682,7 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
     # `tl.dot(b_ds, b_q)`): its computation, elementwise, runs on each read, the second time on the transposed view
     # under names of its own (`b_q_t`), which the dot that transposed it takes.
     twice_prep: dict[int, dict[str, str]] = {}  # prep statement -> the names of its copy on the transposed view
-    computed_twice: dict[str, str] = {}
+    read_twice: dict[str, str] = {}  # the name a dot transposes -> the name it reads instead
     for load in plan.loads:
         if load.twice and load.computed:
             view = {load.name: twice[load.name]}
@@ -690,23 +690,25 @@ def _emit(ctx: RuleContext, sp: StagePlan, updated: cst.For, pointer_copy: str |
                 view.update({n: name(f"{n}_t") for n in assigned_names(body[i]) if n not in view})
             for i in load.prep:
                 twice_prep.setdefault(i, {}).update(view)
-            computed_twice[load.computed_as] = view[load.computed_as]
+            read_twice[load.computed_as] = view[load.computed_as]
+        elif load.twice:
+            read_twice[load.name] = twice[load.name]
     # (a computed tile the dot reads transposed, `tl.dot(q, k.T)` with `k = k_0.to(...)`: the slot is read transposed
     # under `k_0_t`, the computation runs on that view, and the dot takes `k` as it is)
     # A tile that is the A operand of one dot and the B operand of another (`OperandLoad.sides`) is read from its slot
     # once in each operand's layout: in the first dot's under its own name, in the other's under `<name>_a` or
     # `<name>_b` (the operand it is there), which the dots that read it so take.
-    sides = {load.name: name(f"{load.name}_{'ab'[1 - feeds[load.name][1]]}") for load in plan.loads if load.sides}
+    sides: dict[str, str] = {}
     for load in plan.loads:
         if load.sides:
             other = 1 - feeds[load.name][1]
+            sides[load.name] = name(f"{load.name}_{'ab'[other]}")
             for chain in plan.chains:
                 if chain.position_of(load.name) == other:
                     body[chain.index] = body[chain.index].visit(
                         _OperandRenamed(other, load.name, sides[load.name]))
     transposed = {load.computed_as or load.name: load.computed_as or load.name for load in plan.loads
-                  if load.transposed and not load.twice} | {
-        k: v for k, v in twice.items() if k not in {load.name for load in plan.loads if load.computed}} | computed_twice
+                  if load.transposed and not load.twice} | read_twice
     for chain in plan.chains:
         if transposed:
             body[chain.index] = _untransposed(body[chain.index], transposed)
