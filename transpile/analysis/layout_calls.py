@@ -628,7 +628,7 @@ class LanguageCalls:
             result.dots = [site]
             self.plan.dots[node] = site
         for anchor in self.anchors.values():  # the MMA layout and element type of the operands computed here
-            term = self.anchor_terms.get(anchor)
+            term = self.anchor_terms.get((id(anchor.dot), anchor.position))
             operand = (a, b)[anchor.position]
             # (only where the computation keeps the tile's class: a transpose or a reshape on the way makes another)
             if anchor.dot is node and term is not None and isinstance(operand, Tensor) \

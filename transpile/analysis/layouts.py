@@ -382,7 +382,7 @@ class _FunctionWalker(LanguageCalls):
         self.anchors: dict[int, OperandAnchor] = {id(a.load): a for a in anchors if isinstance(a, OperandAnchor)}
         self.store_anchors = {id(a.store) for a in anchors if isinstance(a, StoreAnchor)}
         self.anchored_nodes = {n: a for a in self.anchors.values() for n in a.nodes}
-        self.anchor_terms: dict[OperandAnchor, Term] = {}
+        self.anchor_terms: dict[tuple[int, int], Term] = {}  # (by the dot and the operand's position)
         self.lazy_uses: dict[int, tuple[cst.Name, Term, Term]] = {}  # node id -> (node, its class, the value's)
         self.unpacked: set[cst.BaseExpression] = set()  # ... unpacked into names right away
         param_names = [p.name for p in self.fn.params]
@@ -451,11 +451,13 @@ class _FunctionWalker(LanguageCalls):
     def anchor_term(self, anchor: OperandAnchor, shape: tuple[str | None, ...] | None = None) -> Term:
         """The class of the tile `anchor` loads (made at its load, of `shape`), a dot operand's own: until the dot
         is reached its MMA layout is the tile's own term, as a key."""
-        term = self.anchor_terms.get(anchor)
+        # (one class per operand: tiles combined into one operand, `(b_q * exp(b_zp[None, :] - b_z))`, share it)
+        key = (id(anchor.dot), anchor.position)
+        term = self.anchor_terms.get(key)
         if term is None:
             term = Term(rank=2, shape=list(shape) if shape else None, origins={"operand"})
             term.operand = (anchor.position, term, "", None)
-            self.anchor_terms[anchor] = term
+            self.anchor_terms[key] = term
         return term
 
     def created(self, node: cst.CSTNode, rank: int | None, shape: list[str | None] | None) -> Term:

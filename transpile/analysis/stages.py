@@ -431,7 +431,7 @@ def plan_stages(source: SourceFile, fn: JitFunction, loop: cst.For, plan: Layout
         if load.computed_as and load.twice:
             # (a computed tile fed both ways: its computation runs on each form, in the MMA operand's layouts, where
             # every warp holds a B tile whole; a cast folds into the reads, arithmetic is run 2 x 8 times over)
-            arithmetic = _arithmetic_step(loop_body(loop_plan.loop), load.prep)  # type: ignore[union-attr]
+            arithmetic = arithmetic_step(loop_body(loop_plan.loop), load.prep)  # type: ignore[union-attr]
             if arithmetic is not None:
                 return StageRefusal(arithmetic, f"`{load.computed_as}`, computed from the tile `{load.name}` by "
                                     f"arithmetic (line {source.position(arithmetic)[0]}), feeds two dots, one "
@@ -760,7 +760,7 @@ def invariant_convert(source: SourceFile, node: cst.CSTNode, loop: cst.For, flow
     return True
 
 
-def _arithmetic_step(body: list[cst.BaseStatement], prep: tuple[int, ...]) -> cst.CSTNode | None:
+def arithmetic_step(body: list[cst.BaseStatement], prep: tuple[int, ...]) -> cst.CSTNode | None:
     """The first statement of the computation `prep` that does more than rename or cast (`x = y.to(T)`), or None."""
     for i in prep:
         statement = body[i]

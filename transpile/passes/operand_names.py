@@ -136,13 +136,17 @@ class _Loops(cst.CSTTransformer):
         """`a = tl.load(...).to(T)` of an operand a dot of the loop reads by name, or of a tile the loop computes such an
         operand from, as the load, named afresh, and the cast on a line of its own: `a_tile = tl.load(...)`,
         `a = a_tile.to(T)`."""
-        operands = {arg.value.value for statement in body for call in semantic_preorder(statement)
+        # (an operand written as an expression, `tl.dot(b_A, b_kb.to(b_k.dtype))`: the names it reads)
+        operands = {name for statement in body for call in semantic_preorder(statement)
                     if isinstance(call, cst.Call) and is_dot_call(self.source, call)
-                    for arg in [a for a in call.args if a.keyword is None][:2] if isinstance(arg.value, cst.Name)}
+                    for arg in [a for a in call.args if a.keyword is None][:2] for name in names_in(arg.value)}
         # ... and the names the loop computes those operands' values from, through its plain assignments (a gate loaded
         # and cast beside its tile, `b_g = tl.load(p_g, mask=m).to(tl.float32)`, then `b_qg = (b_q * exp2(b_g))...`);
         # not what a load's address reads (an index vector loaded and cast, `idx = tl.load(...).to(tl.int64)`)
-        bindings = [assign for assign in map(single_assign, body) if assign is not None]
+        # (an update in place, `b_kb *= exp2(b_gk)`, computes the name from its value too)
+        bindings = [assign for assign in map(single_assign, body) if assign is not None] + [
+            (small.target.value, small.value) for statement in body if isinstance(statement, cst.SimpleStatementLine)
+            for small in statement.body if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name)]
         work = list(operands)
         while work:
             target = work.pop()

@@ -31,8 +31,8 @@ from transpile.analysis.pipeline import (DotChain, LoopPlan, OperandLoad, advanc
                                          flattened_guards, guard_reads, guarded_indices, local_pointer,
                                          loop_body)
 from transpile.analysis.stages import (ARANGE, BUILTIN_ELEMENTWISE, OFFSETS, PIPELINE_WARPS, PURE_CALLS, WAITS,
-                                      StagePlan, StageRefusal, hoistable_convert, plan_stages, prefetches,
-                                      scalar_names)
+                                      StagePlan, StageRefusal, arithmetic_step, hoistable_convert, plan_stages,
+                                      prefetches, scalar_names)
 from transpile.analysis.tile_bounds import TailPeel, descriptor_peel, descriptor_tile, leading_iterations, tail_peel
 from transpile.analysis.uniform_mask import UniformMask, loop_uniform_masks, unmasked as unmasked_statement
 from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls_in, conjuncts,
@@ -194,7 +194,9 @@ class AMDWarpPipeline(Rule):
         form = _form(stage_plan, masks_left_out, gathered)
         if ctx.slower_than_triton(original, form, construct):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
-        narrow = _computed_axis_launches(ctx, stage_plan, COMPUTED_AXIS_LAUNCHES.get((ctx.target.name, form), ()))
+        narrow = _computed_axis_launches(ctx, stage_plan, COMPUTED_AXIS_LAUNCHES.get((ctx.target.name, form), ())) \
+            or _computed_axis_launches(ctx, stage_plan, COMPUTED_ARITHMETIC_LAUNCHES.get((ctx.target.name, form), ()),
+                                       arithmetic=True)
         if narrow:
             ctx.diagnostics.append(ctx.source.diagnostic(original, "TT040", f"main loop not pipelined: {narrow}"))
             return updated
@@ -1634,24 +1636,35 @@ def _computed_pair(plan: LoopPlan) -> DotChain | None:
 #: warps (bench/RESULTS.md, "Computed operands: the warps along their axis"): gfx1250, B computed (int8 and int16
 #: codes cast or scaled) 0.52-0.62x at 128 columns, 1.13-1.43x at 64 (its split puts 4 warps along M); A computed
 #: 0.25-0.44x at 64 rows and more. gfx942, GPTQ's unpacking (a vector laid along K) 0.63-0.75x at 128 columns,
-#: 1.42x at 64.
+#: 1.42x at 64. gfx950, A computed by arithmetic on two tiles (`(q * exp(-z)).to(T)`, FLA's `chunk_abc_fwd_kernel_V`
+#: style, z fp32): 0.90-0.93x at 128 rows, 2.11-2.76x at 64 (4 warps along M: each A element computed twice, where
+#: Triton computes it once in a blocked layout); gfx1250 0.94x and 1.51x (the gated GEMM fixture's 0.29-0.44x at 64
+#: rows notwithstanding: the safe side). Those two apply to computations with arithmetic only
+#: (`COMPUTED_ARITHMETIC_LAUNCHES`): a cast alone (int16 codes cast for A, tritonbench's `bf16xint16_matmul_kernel`)
+#: measured 0.88x at 64 rows.
 COMPUTED_AXIS_LAUNCHES: dict[tuple[str, str], tuple[int, ...]] = {
     ("gfx1250", "computed-operand ring"): (1,),
     ("gfx942", "computed-operand ring, K-indexed vector"): (0, 1),
 }
+COMPUTED_ARITHMETIC_LAUNCHES: dict[tuple[str, str], tuple[int, ...]] = {
+    ("gfx950", "computed-operand ring"): (0,),
+    ("gfx1250", "computed-operand ring"): (0,),
+}
 
 
-def _computed_axis_launches(ctx: RuleContext, sp: StagePlan, positions: tuple[int, ...]) -> str:
-    """For the computed operands at `positions` (`COMPUTED_AXIS_LAUNCHES`): launches whose operand axis is under 16
-    rows (columns) a warp run the source kernel (`_source_below`); why the loop is left as it is where that axis is
-    neither a constexpr parameter nor a literal that size ("" where it is not)."""
+def _computed_axis_launches(ctx: RuleContext, sp: StagePlan, positions: tuple[int, ...], arithmetic: bool = False
+                            ) -> str:
+    """For the computed operands at `positions` (`COMPUTED_AXIS_LAUNCHES`; with `arithmetic`, those computed by more
+    than a cast, `COMPUTED_ARITHMETIC_LAUNCHES`): launches whose operand axis is under 16 rows (columns) a warp run
+    the source kernel (`_source_below`); why the loop is left as it is where that axis is neither a constexpr
+    parameter nor a literal that size ("" where it is not)."""
     if not positions:
         return ""
     bound = 16 * PIPELINE_WARPS
     sides = _computed_sides(sp.loop)
     constexprs = {p.name for p in ctx.function.params if p.is_constexpr}
     for load in sp.loop.loads:
-        if not load.computed:
+        if not load.computed or (arithmetic and arithmetic_step(loop_body(sp.loop.loop), load.prep) is None):
             continue
         chain, position = sp.loop.use_of(load.name)
         if position not in positions:
