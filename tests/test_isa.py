@@ -172,14 +172,15 @@ PIPELINED = ["attention_fwd", "fx_attention_two_loops", "fx_attention_v_late", "
              "suite_rms_linear", "suite_paged_prefill", "suite_padded_head_attention", "suite_gemm_peeled_tail",
              "suite_gemm_even_mn", "suite_desc_linear", "canon_desc_carried_nt", "suite_decode_linear",
              "suite_gemm_small_warps", "grouped_gemm_ptr_array", "gated_operand_gemm",
-             "suite_a8w8_output_acc", "suite_chunk_states", "bc_dequant_matmul", "suite_w4a16_gptq"]
+             "suite_a8w8_output_acc", "suite_chunk_states", "bc_dequant_matmul", "suite_w4a16_gptq",
+             "suite_block_fp8_linear"]
 # Fixtures whose dot reads an operand computed from a loaded tile (a cast, a dequantisation): the computation's
 # arithmetic, the same in both, dilutes the ring's gain, so their bar is "never heavier" (at most 1.0x) on every target
 # (bench/RESULTS.md: computed operands).
 COMPUTED = {"suite_cast_operand_gemm", "gated_operand_gemm", "bc_dequant_matmul", "suite_w4a16_gptq"}
 # Fixtures whose dot's product is scaled before it is added (block-scaled GEMMs): the same bar, for the same reason
 # (the scaling's multiply-adds, one per value in both; bench/RESULTS.md: block-scaled GEMMs).
-SCALED_PRODUCTS = {"suite_fp8_blockscale"}
+SCALED_PRODUCTS = {"suite_fp8_blockscale", "suite_block_fp8_linear"}
 
 
 @pytest.mark.slow

@@ -94,6 +94,10 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
             outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when,
                                                    amd=ctx.target.backend == "hip")
+        elif ctx.launch_source_when and outcome.dispatch is not None and target.backend == "cuda":
+            # (a TMA dispatch, `dispatch`, carries the rules' tests too: one scale per tile, `hopper_pipeline`)
+            outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=tuple(dict.fromkeys((
+                *outcome.dispatch.source_when, *ctx.launch_source_when))))
         if target.backend == "cuda" and outcome.translated and few_warps(fn, facts, plans) is not None:
             # A pipelined kernel some of whose configs or launches run fewer than 4 warps: its launcher runs those
             # on the source kernel (tested per launch and per autotune config), the others on the pipelined one

@@ -449,6 +449,23 @@ def _ref_fp8_blockscale(a, b, a_scale, b_scale):
     return a_full @ b_full
 
 
+def _block_fp8_linear_inputs(s, device, gen):
+    """x [M, K] and w [N, K] e4m3; x's scales per row and 128-wide K block, w's per 128 x 128 block."""
+    kb, nb = -(-s["K"] // 128), -(-s["N"] // 128)
+    x = torch.randn(s["M"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    w = torch.randn(s["N"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    x_scale = torch.rand(s["M"], kb, generator=gen) * 0.1 + 0.02
+    w_scale = torch.rand(nb, kb, generator=gen) * 0.1 + 0.02
+    return tuple(t.to(device) for t in (x, w, x_scale, w_scale))
+
+
+def _ref_block_fp8_linear(x, w, x_scale, w_scale, **_):
+    k, n = x.shape[1], w.shape[0]
+    x_full = x.double() * x_scale.double().repeat_interleave(128, dim=1)[:, :k]
+    w_full = w.double() * w_scale.double().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k]
+    return x_full @ w_full.T
+
+
 # MX (OCP microscaling) GEMM: e2m1 values two a byte (the low nibble first) along K, one e8m0 scale byte (2^(s - 127))
 # per 32 values along K.
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -1788,6 +1805,15 @@ SUITE_CASES: list[Case] = [
           ("suite_fp8_blockscale", "fp8_blockscale_matmul", _fp8_blockscale_inputs, _ref_fp8_blockscale,
            dict(atol=5e-2, rtol=2e-2)),
           ("suite_gemm_tf32", "matmul_tf32", _fp32_gemm_inputs, _ref_matmul, dict(atol=0.3, rtol=1e-2)))],
+    # a serving-style block-scaled fp8 linear layer (weight [N, K], scales per 128 x 128 block, group sizes passed at
+    # launch): K ragged, then the 64-row tile with 4 warps (the launcher runs the source kernel there)
+    _suite_gemm_case("suite_block_fp8_linear", wrapper="block_fp8_linear", make_inputs=_block_fp8_linear_inputs,
+                     reference=_ref_block_fp8_linear, shape=dict(M=1000, N=1104, K=720),
+                     small_shape=dict(M=150, N=136, K=208), atol=5e-2, rtol=2e-2),
+    _suite_gemm_case("suite_block_fp8_linear-m64", fixture="suite_block_fp8_linear", wrapper="block_fp8_linear",
+                     make_inputs=_block_fp8_linear_inputs, reference=_ref_block_fp8_linear,
+                     shape=dict(M=1000, N=1104, K=720), small_shape=dict(M=150, N=136, K=208),
+                     options=dict(block_m=64, num_warps=4), atol=5e-2, rtol=2e-2),
     _suite_gemm_case("suite_lora", wrapper="lora_linear", make_inputs=_lora_inputs, reference=_ref_lora,
                      shape=dict(M=1000, N=1100, K=700, R=16), small_shape=dict(M=150, N=130, K=100, R=16),
                      bench_shape=dict(M=4096, N=4096, K=4096, R=16), flops=_lora_flops),

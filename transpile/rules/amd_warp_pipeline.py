@@ -41,6 +41,7 @@ from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
+from transpile.rules.tile_scales import launch_tests, scalar_scale, uniform_scale
 from transpile.rules.base import (Counterexample, Example, Rule, RuleContext, branch_path, launch_evaluable,
                                   launch_terms, source_when_holds)
 from transpile.rules.dot import SCALED_FORMATS, translated_dot
@@ -331,6 +332,15 @@ class AMDWarpPipeline(Rule):
             ctx.launch_lds = _lds_check(ctx, stage_plan)
         if one_group:
             ctx.need("cta_barrier")
+        loop_plan = stage_plan.loop
+        uniform = uniform_scale(ctx, loop_plan, original, least_rows=0) if len(loop_plan.chains) == 1 \
+            and loop_plan.chains[0].scaled_product and not loop_plan.attention else None
+        if uniform is not None:
+            # (B's scales held once per tile: one scalar a step, for launches whose column groups hold whole tiles;
+            # `rules/tile_scales.py`)
+            launch_tests(ctx, loop_plan, uniform, None)
+            updated = updated.with_changes(body=updated.body.with_changes(body=scalar_scale(
+                list(updated.body.body), original, loop_plan.dot_index, uniform)))  # type: ignore[union-attr]
         ctx.pipelined_loop(original, stage_plan)
         # (a warp-pipelined loop before this one that runs in the same launch: not a copy of it for another value of
         # a compile-time flag)

@@ -222,8 +222,10 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "the dot's product is scaled before it is added to the accumulator (`acc += tl.dot(a, b) * s`, a block-scaled "
         "GEMM): the TMA ring that takes it (each step's wgmma from zero, waited for, then scaled and added) ran "
         "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
-        "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows; a warp-specialised form and one "
-        "that scales a product while the next wgmma runs were no faster (bench/RESULTS.md)"),
+        "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows, its B scales loaded per column; "
+        "a warp-specialised form and one that scales a product while the next wgmma runs were no faster. Where "
+        "the B scales hold one value per tile (`offs_n // group_n`, the group a whole number of tiles) the ring "
+        "loads them as one scalar and is emitted: 1.18-1.35x on an H100 (bench/RESULTS.md)"),
     ("sm90", "cp.async, cast operands"): (
         "its dot operands are computed from their tiles by a cast alone to a type the launch passes "
         "(`a = a_tile.to(dot_dtype)`): the ring that stages "

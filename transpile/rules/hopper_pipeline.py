@@ -27,10 +27,12 @@ from dataclasses import replace
 import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
+from transpile.analysis.tile_scales import UniformFactor
 from transpile.cst_utils import assigned_names, calls_in, names_in
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
+from transpile.rules.tile_scales import SCALED_TILE_ROWS, launch_tests, scalar_scale, uniform_scale
 from transpile.rules.dot import translated_dot
 from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
                                      partition_loop, wgmma_rows)
@@ -103,11 +105,16 @@ class HopperTMAPipeline(Rule):
                 plan.chains[0].call, "TT040", "main loop not pipelined: the dot is not `acc = tl.dot(a, b, acc)` "
                 "with a loop-carried accumulator"))
             return updated
-        if not plan.acc_in_dot and ctx.slower_than_triton(original, "TMA ring, scaled product"):
+        uniform = uniform_scale(ctx, plan, original) if not plan.acc_in_dot else None
+        if not plan.acc_in_dot and uniform is None and ctx.slower_than_triton(original, "TMA ring, scaled product"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
+        if uniform is not None:
+            # one scale per tile only where a column group holds whole tiles: the launcher runs the source kernel
+            # for the others, and for tiles of fewer rows
+            launch_tests(ctx, plan, uniform, SCALED_TILE_ROWS)
         if ctx.slower_than_triton(original, "TMA ring"):  # (a form no measure keeps but host descriptors)
             return updated
-        texts, ring = self._emit(ctx, plan, updated, original)
+        texts, ring = self._emit(ctx, plan, updated, original, uniform)
         ctx.pipelined_loop(original, ring)
         statement = cst.parse_statement(texts[0])
         if ctx.persistent is not None:
@@ -149,13 +156,22 @@ class HopperTMAPipeline(Rule):
                 return updated.with_changes(decorators=decorators)
         return updated
 
-    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For, original_loop: cst.For
-              ) -> tuple[list[str], Sm90Ring]:
+    def _emit(self, ctx: RuleContext, plan: LoopPlan, updated: cst.For, original_loop: cst.For,
+              uniform: UniformFactor | None = None) -> tuple[list[str], Sm90Ring]:
         """The pipelined loop for 16-bit operands, under a compile-time test that keeps the translated loop for
         operands of other widths, and the schedule it was written from; second text, where the kernel takes the
         persistent form (`ctx.persistent`), the same loop without the warp-specialised branch."""
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
+        tile_scale: list[str] = []  # (the scalar address of a scale held once per tile, defined before the ring)
+        if uniform is not None:
+            tile = name(f"{uniform.name}_ptr")
+            body = scalar_scale(body, original_loop, plan.dot_index, uniform, tile)
+            tile_scale = [
+                f"# One {uniform.name} per tile: the columns of a tile share one group of `{uniform.group}` (a "
+                f"multiple of `{uniform.block}`,",
+                "# which the launcher checks), so the scale is loaded once a step as a scalar, not once a column.",
+                f"{tile} = {code(uniform.scalar)}"]
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`); so are
         s_var = _barrier_var(ctx, name)  # the barrier loops'
@@ -228,6 +244,7 @@ class HopperTMAPipeline(Rule):
             f"{ready} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
             f"for {s_var} in gl.static_range({stages}):\n    mbarrier.init({ready}.index({s_var}), count=1)",
             f"{iters} = {count}",
+            *tile_scale,
         ]
         lines = gemm_ring(ring.steady, loop_text, RingNames(stages, it, slot, nxt, nxt_slot, iters, prologue_i), copy,
                           mma, [(renames[c], c) for c in plan.carried])

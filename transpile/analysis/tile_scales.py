@@ -1,0 +1,244 @@
+"""Scale vectors that hold one value per output tile: a block-scaled GEMM's B scales, read per column group.
+
+DeepSeek-style block-scaled GEMMs (lightllm's, vLLM's and sglang's `w8a8_block_fp8_matmul` kernels) scale each
+step's product by one value per row of A and per column group of B::
+
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    Bscale_ptrs = Bscale + (offs_bn // group_n) * stride_Bscale_n
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        ...
+        b_s = tl.load(Bscale_ptrs + offs_ks * stride_Bscale_k)
+        acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+
+Where the group is a whole number of tiles (`group_n % BLOCK_N == 0`, 128 and 128 in every such launch), the
+columns of a tile share one group, and `b_s` holds one value `BLOCK_N` times: the tile's first column's. In the wgmma
+accumulator layout each thread holds 64 of its columns, so the vector costs 64 loads and 64 registers a step where
+one scalar does (an H100 ran lightllm's kernel 1.16-1.36x faster with the scalar, the rest of the loop unchanged:
+bench/RESULTS.md). `uniform_factor` finds such a factor and the scalar address: the vector address with the tile's
+`tl.arange` term left out (the first column), defined once before the loop, valid for the launches with `group %
+BLOCK == 0` (the launcher runs the source kernel for the others). A column past the matrix's edge (`% N` wraps it) reads the tile's scale instead of
+another: its output is never stored.
+
+Facts only: the rules write the scalar form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from transpile.cst_utils import added_to, names_in, single_assign, sum_terms
+from transpile.cst_walk import preorder
+
+
+@dataclass(frozen=True)
+class UniformFactor:
+    """A factor `name[None, :]` of a scaled accumulation whose vector holds one value per tile."""
+
+    name: str  # the loaded vector (`b_s`)
+    load: cst.Call  # its load in the loop (`tl.load(Bscale_ptrs + offs_ks * stride_Bscale_k)`)
+    factor: cst.Subscript  # `b_s[None, :]` in the accumulation
+    scalar: cst.BaseExpression  # the loop-invariant terms of its address at the tile's first column (names, numbers)
+    rest: cst.BaseExpression | None  # the other terms (`offs_ks * stride_Bscale_k`), scalars the loop computes
+    group: str  # the divisor of the column index (`group_n`)
+    block: str  # the tile's width (`BLOCK_N`)
+
+    @property
+    def test(self) -> str:
+        """The launches the scalar is not valid for (groups that do not hold whole tiles)."""
+        return f"{self.group} % {self.block} != 0"
+
+
+def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSmallStatement,
+                   dot: cst.Call) -> UniformFactor | None:
+    """The factor `v[None, :]` of `acc += tl.dot(a, b) * ... * v[None, :]` (`accumulation`) that holds one value per
+    tile (see the module docstring), else None. `v` must be loaded in `loop` without a mask from an address whose
+    only vector part is a name bound once, before the loop, to an expression whose `tl.arange` terms each sit in
+    `((pid * BLOCK + tl.arange(0, BLOCK)) [% N]) // group`."""
+    added = added_to(accumulation)
+    if added is None:
+        return None
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    once = _bound_once(fn)
+    for factor in _factors(added[1], dot):
+        name = _row_broadcast(factor)
+        if name is None:
+            continue
+        loads = [value for statement in body for assign in [single_assign(statement)] if assign is not None
+                 and assign[0] == name for value in [assign[1]]]
+        if len(loads) != 1 or not _plain_load(loads[0]):
+            continue
+        load = loads[0]
+        address = load.args[0].value
+        # (the terms of the address the loop does not compute hold the columns' addresses; the others are scalars)
+        changing = _assigned_in(loop) | {n.value for n in preorder(loop.target) if isinstance(n, cst.Name)}
+        terms = sum_terms(address)
+        fixed = [t for t in terms if not names_in(t) & changing]
+        rest = [t for t in terms if names_in(t) & changing]
+        if not fixed or any(_vector(t, once, 0) or any(isinstance(n, (cst.Call, cst.Subscript)) for n in preorder(t))
+                            for t in rest):
+            continue
+        scalar = _scalar(_joined(fixed), once, loop)
+        if scalar is None:
+            continue
+        expression, group, block = scalar
+        return UniformFactor(name, load, factor, expression, _joined(rest) if rest else None, group, block)
+    return None
+
+
+def _joined(terms: list[cst.BaseExpression]) -> cst.BaseExpression:
+    """`a + b + c` of the terms (a difference in parentheses: `sum_terms` takes them off)."""
+    terms = [_paren(t) if isinstance(t, cst.BinaryOperation) and isinstance(t.operator, cst.Subtract) else t
+             for t in terms]
+    out = terms[0]
+    for term in terms[1:]:
+        out = cst.BinaryOperation(out, cst.Add(), term)
+    return out
+
+
+def _factors(node: cst.BaseExpression, dot: cst.Call) -> list[cst.BaseExpression]:
+    """The multiplied factors of a product that holds `dot` (`tl.dot(a, b) * a_s[:, None] * b_s[None, :]`)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return _factors(node.left, dot) + _factors(node.right, dot)
+    return [] if any(n is dot for n in preorder(node)) else [node]
+
+
+def _row_broadcast(node: cst.BaseExpression) -> str | None:
+    """`v` of `v[None, :]`."""
+    if not (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 2):
+        return None
+    first, second = (s.slice for s in node.slice)
+    if isinstance(first, cst.Index) and isinstance(first.value, cst.Name) and first.value.value == "None" \
+            and isinstance(second, cst.Slice) and second.lower is None and second.upper is None:
+        return node.value.value
+    return None
+
+
+def _plain_load(value: cst.BaseExpression) -> bool:
+    """`tl.load(address)`: one argument, no mask."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value == "load" and len(value.args) == 1 and value.args[0].keyword is None
+
+
+def _bound_once(fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
+    """The names `fn` binds exactly once, by a plain assignment, with their values."""
+    counts: dict[str, int] = {}
+    values: dict[str, cst.BaseExpression] = {}
+    for node in preorder(fn.body):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
+            targets = node.targets if isinstance(node, cst.Assign) else [node]
+            for target in targets:
+                t = target.target
+                for n in preorder(t):
+                    if isinstance(n, cst.Name):
+                        counts[n.value] = counts.get(n.value, 0) + 1
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                values[node.targets[0].target.value] = node.value
+    return {name: value for name, value in values.items() if counts.get(name) == 1}
+
+
+def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], loop: cst.For
+            ) -> tuple[cst.BaseExpression, str, str] | None:
+    """The address with each name that holds a tile's column vector expanded to its definition and the `tl.arange`
+    term left out, the group divisor and the tile width; None where the vector part is not of that form."""
+    class Inline(cst.CSTTransformer):
+        """Names bound once, before the loop, to vectors: their definitions, parenthesised."""
+
+        def __init__(self) -> None:
+            self.failed = False
+
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            value = once.get(original.value)
+            if value is None or not _vector(value, once, 0):
+                return updated
+            if original.value in _assigned_in(loop):
+                self.failed = True
+                return updated
+            return _paren(_inlined(value, depth=0))
+
+    def _inlined(node: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+        if depth > 8:
+            inline.failed = True
+            return node
+        return node.visit(inline)  # type: ignore[return-value]
+
+    inline = Inline()
+    expanded = _inlined(address, 0)
+    if inline.failed:
+        return None
+    found: list[tuple[str, str]] = []
+
+    class First(cst.CSTTransformer):
+        """`(first + tl.arange(0, BLOCK)) [% N] // group` -> `first [% N] // group`."""
+
+        def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BinaryOperation
+                                  ) -> cst.BaseExpression:
+            if isinstance(updated.operator, cst.FloorDivide) and isinstance(updated.right, cst.Name):
+                first = _first_column(updated.left)
+                if first is not None:
+                    found.append((updated.right.value, first[1]))
+                    return updated.with_changes(left=first[0])
+            return updated
+
+    result = expanded.visit(First())
+    # (a scalar of names and numbers only: the rules write it as it is in any dialect)
+    if any(isinstance(n, (cst.Call, cst.Subscript)) for n in preorder(result)) or len(set(found)) != 1:
+        return None
+    if getattr(result, "lpar", None):
+        result = result.with_changes(lpar=[], rpar=[])  # (a whole expression: no parentheses around it)
+    return result, found[0][0], found[0][1]  # type: ignore[return-value]
+
+
+def _assigned_in(loop: cst.For) -> set[str]:
+    return {n.value for node in preorder(loop.body) if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            for target in (node.targets if isinstance(node, cst.Assign) else [node])
+            for n in preorder(target.target) if isinstance(n, cst.Name)}
+
+
+def _vector(value: cst.BaseExpression, once: dict[str, cst.BaseExpression], depth: int) -> bool:
+    """Whether `value` reads a `tl.arange`, itself or through names bound once."""
+    if depth > 8:
+        return False
+    for n in preorder(value):
+        if _is_arange(n):
+            return True
+        if isinstance(n, cst.Name) and n.value in once and _vector(once[n.value], once, depth + 1):
+            return True
+    return False
+
+
+def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` in parentheses (once)."""
+    if getattr(node, "lpar", None) or isinstance(node, (cst.Name, cst.Integer, cst.Call, cst.Attribute)):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _is_arange(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "arange"
+
+
+def _first_column(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:
+    """`(pid * BLOCK + tl.arange(0, BLOCK)) [% N]` -> (`pid * BLOCK [% N]`, "BLOCK"): the tile's first column; None
+    for any other form. The tile starts at a multiple of `BLOCK` (`pid * BLOCK` or `BLOCK * pid`)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        inner = _first_column(node.left)
+        if inner is None or any(_is_arange(n) for n in preorder(node.right)):
+            return None
+        return node.with_changes(left=_paren(inner[0])), inner[1]
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
+        return None
+    for start, vector in ((node.left, node.right), (node.right, node.left)):
+        if not _is_arange(vector):
+            continue
+        args = vector.args  # type: ignore[attr-defined]
+        if len(args) != 2 or not isinstance(args[0].value, cst.Integer) or args[0].value.value != "0" \
+                or not isinstance(args[1].value, cst.Name):
+            return None
+        block = args[1].value.value
+        if isinstance(start, cst.BinaryOperation) and isinstance(start.operator, cst.Multiply) and block in (
+                getattr(start.left, "value", None), getattr(start.right, "value", None)) \
+                and not any(_is_arange(n) for n in preorder(start)):
+            return start, block
+    return None
