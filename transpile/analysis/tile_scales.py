@@ -13,11 +13,11 @@ step's product by one value per row of A and per column group of B::
 Where the group is a whole number of tiles (`group_n % BLOCK_N == 0`, 128 and 128 in every such launch), the
 columns of a tile share one group, and `b_s` holds one value `BLOCK_N` times: the tile's first column's. In the wgmma
 accumulator layout each thread holds 64 of its columns, so the vector costs 64 loads and 64 registers a step where
-one scalar does (an H100 ran lightllm's kernel 1.16-1.36x faster with the scalar, the rest of the loop unchanged:
-bench/RESULTS.md). `uniform_factor` finds such a factor and the scalar address: the vector address with the tile's
-`tl.arange` term left out (the first column), defined once before the loop, valid for the launches with `group %
-BLOCK == 0` (the launcher runs the source kernel for the others). A column past the matrix's edge (`% N` wraps it) reads the tile's scale instead of
-another: its output is never stored.
+one scalar does (an H100 ran lightllm's kernel 1.18-1.35x faster with the scalar, the rest of the loop unchanged:
+bench/RESULTS.md). `uniform_factor` finds such a factor and the scalar address: the loop-invariant terms of the
+vector address, their names' definitions written out, with the tile's `tl.arange` term left out (the first column),
+valid for the launches with `group % BLOCK == 0` (the launcher runs the source kernel for the others). A column past
+the matrix's edge (`% N` wraps it) reads the tile's scale instead of another: its output is never stored.
 
 Facts only: the rules write the scalar form.
 """
@@ -54,8 +54,9 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
                    dot: cst.Call) -> UniformFactor | None:
     """The factor `v[None, :]` of `acc += tl.dot(a, b) * ... * v[None, :]` (`accumulation`) that holds one value per
     tile (see the module docstring), else None. `v` must be loaded in `loop` without a mask from an address whose
-    only vector part is a name bound once, before the loop, to an expression whose `tl.arange` terms each sit in
-    `((pid * BLOCK + tl.arange(0, BLOCK)) [% N]) // group`."""
+    terms the loop computes (`offs_ks * stride`) are scalars of names and numbers, and whose other terms, through the
+    names bound once before the loop that they read, hold `tl.arange` only in `((pid * BLOCK + tl.arange(0, BLOCK))
+    [% N]) // group`."""
     added = added_to(accumulation)
     if added is None:
         return None
@@ -142,30 +143,28 @@ def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], lo
             ) -> tuple[cst.BaseExpression, str, str] | None:
     """The address with each name that holds a tile's column vector expanded to its definition and the `tl.arange`
     term left out, the group divisor and the tile width; None where the vector part is not of that form."""
-    class Inline(cst.CSTTransformer):
-        """Names bound once, before the loop, to vectors: their definitions, parenthesised."""
+    changing = _assigned_in(loop)
+    failed = False
 
-        def __init__(self) -> None:
-            self.failed = False
+    class Inline(cst.CSTTransformer):
+        """Names bound once, before the loop, to vectors: their definitions, parenthesised (`depth` levels deep at
+        most: a definition that reads its own name, `x = x + 1` of a parameter `x`, is not followed for ever)."""
+
+        def __init__(self, depth: int) -> None:
+            self.depth = depth
 
         def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            nonlocal failed
             value = once.get(original.value)
             if value is None or not _vector(value, once, 0):
                 return updated
-            if original.value in _assigned_in(loop):
-                self.failed = True
+            if original.value in changing or self.depth >= 8:
+                failed = True
                 return updated
-            return _paren(_inlined(value, depth=0))
+            return _paren(value.visit(Inline(self.depth + 1)))  # type: ignore[arg-type]
 
-    def _inlined(node: cst.BaseExpression, depth: int) -> cst.BaseExpression:
-        if depth > 8:
-            inline.failed = True
-            return node
-        return node.visit(inline)  # type: ignore[return-value]
-
-    inline = Inline()
-    expanded = _inlined(address, 0)
-    if inline.failed:
+    expanded = address.visit(Inline(0))
+    if failed:
         return None
     found: list[tuple[str, str]] = []
 
