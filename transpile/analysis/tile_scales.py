@@ -17,7 +17,9 @@ one scalar does (an H100 ran lightllm's kernel 1.18-1.35x faster with the scalar
 bench/RESULTS.md). `uniform_factor` finds such a factor and the scalar address: the loop-invariant terms of the
 vector address, their names' definitions written out, with the tile's `tl.arange` term left out (the first column),
 valid for the launches with `group % BLOCK == 0` (the launcher runs the source kernel for the others). A column past
-the matrix's edge (`% N` wraps it) reads the tile's scale instead of another: its output is never stored.
+the matrix's edge (`% N` wraps it) reads the tile's scale instead of another: its output is never stored. An address
+the loop advances by a scalar after the load (`b_scale_ptrs += step`, aiter's form) is its start plus the advance made
+before the iteration, `(k - start) * step` from the loop's range.
 
 Facts only: the rules write the scalar form.
 """
@@ -75,6 +77,13 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
         # (the terms of the address the loop does not compute hold the columns' addresses; the others are scalars)
         changing = _assigned_in(loop) | {n.value for n in preorder(loop.target) if isinstance(n, cst.Name)}
         terms = sum_terms(address)
+        # (an address the loop advances by a scalar each iteration, `b_scale_ptrs += step`, aiter's form: its start,
+        # and the advance as a function of the loop variable)
+        for term in list(terms):
+            carried = _advanced(fn, loop, term, changing) if isinstance(term, cst.Name) else None
+            if carried is not None:
+                terms.remove(term)
+                terms += list(carried)
         fixed = [t for t in terms if not names_in(t) & changing]
         rest = [t for t in terms if names_in(t) & changing]
         if not fixed or any(_vector(t, once, 0) or any(isinstance(n, (cst.Call, cst.Subscript)) for n in preorder(t))
@@ -86,6 +95,85 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
         expression, group, block = scalar
         return UniformFactor(name, load, factor, expression, _joined(rest) if rest else None, group, block)
     return None
+
+
+def _advanced(fn: cst.FunctionDef, loop: cst.For, name: cst.Name, changing: set[str]
+              ) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """For a name the loop advances by a loop-invariant step at its top level, after every read of it (`p += step`),
+    and binds once before it, in the function's own block (`p = base + ...`): (that start, the advance made before
+    the iteration of the loop variable, `((k - start) // step_k) * (step)`); None for any other name. The loop must
+    run over `range`/`tl.range` (its start and step from there)."""
+    body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    steps = [small for statement in body if isinstance(statement, cst.SimpleStatementLine)
+             for small in statement.body if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+             and isinstance(small.target, cst.Name) and small.target.value == name.value]
+    bound = [n for n in preorder(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+             and name.value in {t.value for target in (n.targets if isinstance(n, cst.Assign) else [n])
+                                for t in preorder(target.target) if isinstance(t, cst.Name)}]
+    if len(steps) != 1 or len(bound) != 1 or names_in(steps[0].value) & changing:
+        return None
+    position = next(i for i, statement in enumerate(body) if any(n is steps[0] for n in preorder(statement)))
+    if any(name.value in names_in(statement) for statement in body[position + 1:]):
+        return None  # (read after its advance: the advance made so far differs there)
+    # (the statements that run before the loop, in its block and in each block around it: a loop under `if pid_k *
+    # S < K:`; of those, one binds the name, a plain assignment; other copies of the loop, under the other arm of a
+    # compile-time test, may advance it too)
+    earlier = _before(fn, loop)
+    before = [single_assign(statement) for statement in earlier]
+    starts = [value for found in before if found is not None and found[0] == name.value for value in [found[1]]]
+    if len(starts) != 1 or sum(name.value in _targets(n) for statement in earlier for n in preorder(statement)) != 1:
+        return None
+    iterated = loop.iter
+    if not (isinstance(iterated, cst.Call) and code_name(iterated.func) in ("range", "tl.range")):
+        return None
+    args = [a.value for a in iterated.args if a.keyword is None]
+    start = args[0] if len(args) >= 2 else cst.Integer("0")
+    step = args[2] if len(args) >= 3 else None
+    if not isinstance(loop.target, cst.Name):
+        return None
+    count: cst.BaseExpression = cst.BinaryOperation(loop.target, cst.Subtract(), _paren(start)) \
+        if not (isinstance(start, cst.Integer) and start.value == "0") else loop.target
+    if step is not None:
+        count = cst.BinaryOperation(_paren(count), cst.FloorDivide(), _paren(step))
+    return starts[0], cst.BinaryOperation(_paren(count), cst.Multiply(), _paren(steps[0].value))
+
+
+def _before(fn: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
+    """The statements that run before `loop` in its own block and in the blocks around it, in the function."""
+    found: list[cst.BaseStatement] = []
+
+    def walk(block: cst.BaseSuite) -> bool:
+        body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+        for i, statement in enumerate(body):
+            if statement is loop or any(n is loop for n in preorder(statement)):
+                found.extend(body[:i])
+                if statement is loop:
+                    return True
+                for child in preorder(statement):
+                    if child is not statement and isinstance(child, cst.IndentedBlock) and any(
+                            n is loop for n in preorder(child)):
+                        return walk(child)
+                return False
+        return False
+
+    return found if walk(fn.body) else []
+
+
+def _targets(node: cst.CSTNode) -> set[str]:
+    """The names an assignment (or a `for` header) binds; none for any other node."""
+    if not isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
+        return set()
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    return {n.value for target in targets for n in preorder(target) if isinstance(n, cst.Name)}
+
+
+def code_name(node: cst.BaseExpression) -> str:
+    """`tl.range` of an attribute chain of names, `range` of a name; "" otherwise."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        return f"{node.value.value}.{node.attr.value}"
+    return ""
 
 
 def _joined(terms: list[cst.BaseExpression]) -> cst.BaseExpression:

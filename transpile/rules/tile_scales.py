@@ -68,17 +68,29 @@ def scalar_scale(body: list[cst.BaseStatement], original: cst.For, dot_index: in
     `uniform.scalar` itself, plus the rest of the address (`uniform.rest`), and multiplied as such (`b_s`, not
     `b_s[None, :]`)."""
     body = list(body)
-    for i, statement in enumerate(loop_body(original)):
-        if any(n is uniform.load for n in preorder(statement)):
-            load = next(n for n in preorder(body[i]) if isinstance(n, cst.Call)
-                        and isinstance(n.func, cst.Attribute) and n.func.attr.value == "load")
-            address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
-            if uniform.rest is not None:
-                address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
-            scalar = load.with_changes(args=[load.args[0].with_changes(value=address)])
-            body[i] = body[i].deep_replace(load, scalar)  # type: ignore[assignment]
-    factor = code(uniform.factor)
-    target = next((n for n in preorder(body[dot_index]) if isinstance(n, cst.Subscript) and code(n) == factor), None)
-    if target is not None:
-        body[dot_index] = body[dot_index].deep_replace(target, cst.Name(uniform.name))  # type: ignore[assignment]
+    # (the factor as translated: `b_s[None, :]`, or the vector converted there, `gl.convert_layout(b_s, ...)[None,
+    # :]`, and the load as translated, `gl.load(...)`; where either is not found the loop stays as it is, the scales
+    # per column: a load another rule rewrote, a buffer load, is left so)
+    target = next((n for n in preorder(body[dot_index]) if isinstance(n, cst.Subscript)
+                   and code(n).replace(" ", "").endswith("[None,:]") and _reads_only(n.value, uniform.name)), None)
+    index = next((i for i, statement in enumerate(loop_body(original))
+                  if any(n is uniform.load for n in preorder(statement))), None)
+    load = next((n for n in preorder(body[index]) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                 and n.func.attr.value == "load"), None) if index is not None else None
+    if target is None or load is None or index is None:
+        return body
+    body[dot_index] = body[dot_index].deep_replace(target, cst.Name(uniform.name))  # type: ignore[assignment]
+    address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
+    if uniform.rest is not None:
+        address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
+    scalar = load.with_changes(args=[load.args[0].with_changes(value=address)])
+    body[index] = body[index].deep_replace(load, scalar)  # type: ignore[assignment]
     return body
+
+
+def _reads_only(value: cst.BaseExpression, name: str) -> bool:
+    """`name`, or `gl.convert_layout(name, layout)`."""
+    if isinstance(value, cst.Name):
+        return value.value == name
+    return isinstance(value, cst.Call) and code(value.func) == "gl.convert_layout" and bool(value.args) \
+        and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
