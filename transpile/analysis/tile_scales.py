@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from transpile.cst_utils import added_to, names_in, single_assign, sum_terms
+from transpile.cst_utils import (added_to, bound_names, broadcast_axis, names_in, parenthesized, product_factors,
+                                 single_assign, single_definitions, sum_terms)
 from transpile.cst_walk import preorder
 
 
@@ -63,11 +64,13 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
     if added is None:
         return None
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
-    once = _bound_once(fn)
-    for factor in _factors(added[1], dot):
-        name = _row_broadcast(factor)
-        if name is None:
+    once = single_definitions(fn)
+    changing = bound_names(loop)  # (what the loop computes, its variable included)
+    for factor in product_factors(added[1]):
+        if any(n is dot for n in preorder(factor)) or broadcast_axis(factor) != 1 \
+                or not isinstance(factor.value, cst.Name):  # type: ignore[attr-defined]
             continue
+        name = factor.value.value  # type: ignore[attr-defined]
         loads = [value for statement in body for assign in [single_assign(statement)] if assign is not None
                  and assign[0] == name for value in [assign[1]]]
         if len(loads) != 1 or not _plain_load(loads[0]):
@@ -75,7 +78,6 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
         load = loads[0]
         address = load.args[0].value
         # (the terms of the address the loop does not compute hold the columns' addresses; the others are scalars)
-        changing = _assigned_in(loop) | {n.value for n in preorder(loop.target) if isinstance(n, cst.Name)}
         terms = sum_terms(address)
         # (an address the loop advances by a scalar each iteration, `b_scale_ptrs += step`, aiter's form: its start,
         # and the advance as a function of the loop variable)
@@ -89,7 +91,7 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
         if not fixed or any(_vector(t, once, 0) or any(isinstance(n, (cst.Call, cst.Subscript)) for n in preorder(t))
                             for t in rest):
             continue
-        scalar = _scalar(_joined(fixed), once, loop)
+        scalar = _scalar(_joined(fixed), once, changing)
         if scalar is None:
             continue
         expression, group, block = scalar
@@ -107,9 +109,7 @@ def _advanced(fn: cst.FunctionDef, loop: cst.For, name: cst.Name, changing: set[
     steps = [small for statement in body if isinstance(statement, cst.SimpleStatementLine)
              for small in statement.body if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
              and isinstance(small.target, cst.Name) and small.target.value == name.value]
-    bound = [n for n in preorder(loop.body) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
-             and name.value in {t.value for target in (n.targets if isinstance(n, cst.Assign) else [n])
-                                for t in preorder(target.target) if isinstance(t, cst.Name)}]
+    bound = [n for n in preorder(loop.body) if name.value in _targets(n)]
     if len(steps) != 1 or len(bound) != 1 or names_in(steps[0].value) & changing:
         return None
     position = next(i for i, statement in enumerate(body) if any(n is steps[0] for n in preorder(statement)))
@@ -124,18 +124,18 @@ def _advanced(fn: cst.FunctionDef, loop: cst.For, name: cst.Name, changing: set[
     if len(starts) != 1 or sum(name.value in _targets(n) for statement in earlier for n in preorder(statement)) != 1:
         return None
     iterated = loop.iter
-    if not (isinstance(iterated, cst.Call) and code_name(iterated.func) in ("range", "tl.range")):
+    if not (isinstance(iterated, cst.Call) and _callee(iterated.func) in ("range", "tl.range")):
         return None
     args = [a.value for a in iterated.args if a.keyword is None]
     start = args[0] if len(args) >= 2 else cst.Integer("0")
     step = args[2] if len(args) >= 3 else None
     if not isinstance(loop.target, cst.Name):
         return None
-    count: cst.BaseExpression = cst.BinaryOperation(loop.target, cst.Subtract(), _paren(start)) \
+    count: cst.BaseExpression = cst.BinaryOperation(loop.target, cst.Subtract(), parenthesized(start)) \
         if not (isinstance(start, cst.Integer) and start.value == "0") else loop.target
     if step is not None:
-        count = cst.BinaryOperation(_paren(count), cst.FloorDivide(), _paren(step))
-    return starts[0], cst.BinaryOperation(_paren(count), cst.Multiply(), _paren(steps[0].value))
+        count = cst.BinaryOperation(parenthesized(count), cst.FloorDivide(), parenthesized(step))
+    return starts[0], cst.BinaryOperation(parenthesized(count), cst.Multiply(), parenthesized(steps[0].value))
 
 
 def _before(fn: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
@@ -167,7 +167,7 @@ def _targets(node: cst.CSTNode) -> set[str]:
     return {n.value for target in targets for n in preorder(target) if isinstance(n, cst.Name)}
 
 
-def code_name(node: cst.BaseExpression) -> str:
+def _callee(node: cst.BaseExpression) -> str:
     """`tl.range` of an attribute chain of names, `range` of a name; "" otherwise."""
     if isinstance(node, cst.Name):
         return node.value
@@ -178,30 +178,12 @@ def code_name(node: cst.BaseExpression) -> str:
 
 def _joined(terms: list[cst.BaseExpression]) -> cst.BaseExpression:
     """`a + b + c` of the terms (a difference in parentheses: `sum_terms` takes them off)."""
-    terms = [_paren(t) if isinstance(t, cst.BinaryOperation) and isinstance(t.operator, cst.Subtract) else t
+    terms = [parenthesized(t) if isinstance(t, cst.BinaryOperation) and isinstance(t.operator, cst.Subtract) else t
              for t in terms]
     out = terms[0]
     for term in terms[1:]:
         out = cst.BinaryOperation(out, cst.Add(), term)
     return out
-
-
-def _factors(node: cst.BaseExpression, dot: cst.Call) -> list[cst.BaseExpression]:
-    """The multiplied factors of a product that holds `dot` (`tl.dot(a, b) * a_s[:, None] * b_s[None, :]`)."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
-        return _factors(node.left, dot) + _factors(node.right, dot)
-    return [] if any(n is dot for n in preorder(node)) else [node]
-
-
-def _row_broadcast(node: cst.BaseExpression) -> str | None:
-    """`v` of `v[None, :]`."""
-    if not (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 2):
-        return None
-    first, second = (s.slice for s in node.slice)
-    if isinstance(first, cst.Index) and isinstance(first.value, cst.Name) and first.value.value == "None" \
-            and isinstance(second, cst.Slice) and second.lower is None and second.upper is None:
-        return node.value.value
-    return None
 
 
 def _plain_load(value: cst.BaseExpression) -> bool:
@@ -210,28 +192,11 @@ def _plain_load(value: cst.BaseExpression) -> bool:
         and value.func.attr.value == "load" and len(value.args) == 1 and value.args[0].keyword is None
 
 
-def _bound_once(fn: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
-    """The names `fn` binds exactly once, by a plain assignment, with their values."""
-    counts: dict[str, int] = {}
-    values: dict[str, cst.BaseExpression] = {}
-    for node in preorder(fn.body):
-        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)):
-            targets = node.targets if isinstance(node, cst.Assign) else [node]
-            for target in targets:
-                t = target.target
-                for n in preorder(t):
-                    if isinstance(n, cst.Name):
-                        counts[n.value] = counts.get(n.value, 0) + 1
-            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-                values[node.targets[0].target.value] = node.value
-    return {name: value for name, value in values.items() if counts.get(name) == 1}
-
-
-def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], loop: cst.For
+def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], changing: set[str]
             ) -> tuple[cst.BaseExpression, str, str] | None:
     """The address with each name that holds a tile's column vector expanded to its definition and the `tl.arange`
-    term left out, the group divisor and the tile width; None where the vector part is not of that form."""
-    changing = _assigned_in(loop)
+    term left out, the group divisor and the tile width; None where the vector part is not of that form (or reads a
+    name the loop computes, `changing`)."""
     failed = False
 
     class Inline(cst.CSTTransformer):
@@ -249,7 +214,7 @@ def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], lo
             if original.value in changing or self.depth >= 8:
                 failed = True
                 return updated
-            return _paren(value.visit(Inline(self.depth + 1)))  # type: ignore[arg-type]
+            return parenthesized(value.visit(Inline(self.depth + 1)))  # type: ignore[arg-type]
 
     expanded = address.visit(Inline(0))
     if failed:
@@ -277,12 +242,6 @@ def _scalar(address: cst.BaseExpression, once: dict[str, cst.BaseExpression], lo
     return result, found[0][0], found[0][1]  # type: ignore[return-value]
 
 
-def _assigned_in(loop: cst.For) -> set[str]:
-    return {n.value for node in preorder(loop.body) if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
-            for target in (node.targets if isinstance(node, cst.Assign) else [node])
-            for n in preorder(target.target) if isinstance(n, cst.Name)}
-
-
 def _vector(value: cst.BaseExpression, once: dict[str, cst.BaseExpression], depth: int) -> bool:
     """Whether `value` reads a `tl.arange`, itself or through names bound once."""
     if depth > 8:
@@ -293,13 +252,6 @@ def _vector(value: cst.BaseExpression, once: dict[str, cst.BaseExpression], dept
         if isinstance(n, cst.Name) and n.value in once and _vector(once[n.value], once, depth + 1):
             return True
     return False
-
-
-def _paren(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`node` in parentheses (once)."""
-    if getattr(node, "lpar", None) or isinstance(node, (cst.Name, cst.Integer, cst.Call, cst.Attribute)):
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _is_arange(node: cst.CSTNode) -> bool:
@@ -313,7 +265,7 @@ def _first_column(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | 
         inner = _first_column(node.left)
         if inner is None or any(_is_arange(n) for n in preorder(node.right)):
             return None
-        return node.with_changes(left=_paren(inner[0])), inner[1]
+        return node.with_changes(left=parenthesized(inner[0])), inner[1]
     if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
         return None
     for start, vector in ((node.left, node.right), (node.right, node.left)):
