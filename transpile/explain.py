@@ -11,7 +11,7 @@ from rich.table import Table
 from transpile.analysis.loops import loop_facts
 from transpile.analysis.stages import ENGINES, StagePlan, StageRefusal
 from transpile.engine import KernelOutcome, for_amd, prepare, prepare_blocks, translate_source
-from transpile.lowering.sm90 import CONSUMER_STEPS, LOADER_STEPS
+from transpile.lowering.sm90 import CONSUMER_STEPS, LOADER_STEPS, SCALED_CONSUMER_STEPS
 from transpile.rules.base import evaluate, source_when_holds
 from transpile.rules.hopper_schedule import WS_CONSUMER, Sm90Ring
 from transpile.source import read_text, set_location
@@ -173,9 +173,12 @@ def _ring_rows(outcome) -> list[tuple[str, str, str]]:  # noqa: ANN001 - KernelO
         if ws is not None:
             rows.append(("partitions", "", f"if {ws.condition}: loader `{ws.loader}` ({ws.warps} warp, "
                          f"{ws.registers} registers) waits `empty[slot]`, expects and copies into the slot; "
-                         f"`{ws.consumer or WS_CONSUMER}` waits `ready[slot]`, multiplies, arrives on the previous "
-                         "slot's `empty`" + ("; both walk the program's tiles (persistent)" if ws.persistent else "")
-                         + f"; loader: {' -> '.join(LOADER_STEPS)}; consumer: {' -> '.join(CONSUMER_STEPS)}"
+                         f"`{ws.consumer or WS_CONSUMER}` waits `ready[slot]`, multiplies, "
+                         + ("runs the loop's own statements and arrives on the slot's `empty` once its product is "
+                            "complete" if ring.product else "arrives on the previous slot's `empty`")
+                         + ("; both walk the program's tiles (persistent)" if ws.persistent else "")
+                         + f"; loader: {' -> '.join(LOADER_STEPS)}; consumer: "
+                         + " -> ".join(SCALED_CONSUMER_STEPS if ring.product else CONSUMER_STEPS)
                          + "; else one partition (the iteration above)"))
         tests = outcome.dispatch.source_when if outcome.dispatch is not None else ()
         for config in ring.configs:

@@ -62,6 +62,12 @@ ATTENTION_STEADY = ("index", "consumer_before", "acquire", "qk", "pv", "issued",
 LOADER_STEPS = ("index", "producer_before", "slot", "wait_empty", "copy", "producer_after")
 #: The consumer partition of the persistent form: wait, multiply, retire, and hand the retired slot back.
 CONSUMER_STEPS = ("slot", "wait", "mma", "retire", "barrier", "release")
+#: The consumer partition of a warp-specialised ring whose loop scales each step's product (`acc += tl.dot(a, b) *
+#: a_s[:, None] * b_s`, block-scaled 8-bit GEMMs): the loop's statements before the dot (the scale loads, in flight
+#: while the slot's copies land), the wgmma from zero waited for at once, the slot handed back as soon as every
+#: warpgroup is past that wait, then the loop's statements after the dot (the scaled sum, in registers).
+SCALED_CONSUMER_STEPS = ("index", "consumer_before", "slot", "wait", "mma", "retire", "barrier", "release",
+                         "consumer_after")
 
 
 #: The rows of a warpgroup's wgmma. A dot tile of fewer rows gets the mma.sync layout (`_mma_layout`), whose operands
@@ -208,6 +214,9 @@ class Wgmma:
     # A constexpr the ring binds to its tile's rows test (`wgmma_rows`), where a launch may give fewer rows than a
     # wgmma takes: the ring then multiplies with mma.sync when it is false (`narrow`), from the same slots
     wgmma_flag: str = ""
+    # The engine runs in a warp-specialised consumer: a retired slot goes back to the loader (its `empty` barrier),
+    # not to a refill below
+    hands_back: bool = False
 
     def stage(self, it: str) -> list[str]:
         """Store the computed operands into this iteration's staging slot (the wgmma that read that slot two
@@ -242,6 +251,9 @@ class Wgmma:
         deps = ", ".join(held)
         kept = ", ".join(accs + ["_"] * len(held))
         which = "iteration's wgmmas have" if len(self.products) > 1 else "wgmma has"
+        if self.in_flight == 0 and self.hands_back:
+            return ["# This iteration's product is complete (the loop reads it below), and its slots no longer read.",
+                    f"{kept} = warpgroup_mma_wait(0, deps=[{', '.join(accs)}, {deps}])"]
         if self.in_flight == 0:
             return ["# This iteration's product is complete (the loop reads it below), and its slot free: refill that",
                     "# slot below (with two warpgroups, once both are done with it: the barrier).",
@@ -365,6 +377,10 @@ def partition_loop(steps: Sequence[str], loop: LoopText, copy: TmaCopy, mma: Wgm
             body += loop.producer_before
         elif op == "producer_after":
             body += loop.producer_after
+        elif op == "consumer_before":
+            body += loop.consumer_before
+        elif op == "consumer_after":
+            body += loop.consumer_after
         elif op == "slot":
             body.append(f"slot = {position} % NUM_STAGES")
         elif op == "wait_empty":
@@ -381,8 +397,11 @@ def partition_loop(steps: Sequence[str], loop: LoopText, copy: TmaCopy, mma: Wgm
         elif op == "retire":
             body += mma.retire(loop.acc, "slot")  # type: ignore[union-attr]
         elif op == "barrier":
-            body += ["# The previous wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
+            which = "This" if mma is not None and mma.in_flight == 0 else "The previous"
+            body += [f"# {which} wgmma has completed (in every warpgroup, past the barrier): hand its slot back.",
                      "if gl.num_warps() > 4:\n    _cta_barrier()"]
+        elif op == "release" and mma is not None and mma.in_flight == 0:
+            body.append("mbarrier.arrive(empty.index(slot), count=1)")  # (waited for at once: this iteration's slot)
         elif op == "release":
             body.append(f"mbarrier.arrive(empty.index(({bare} + NUM_STAGES - 1) % NUM_STAGES), pred=it > 0)")
         else:

@@ -16,7 +16,10 @@ the kernel's warps (`_ws_wgmma_consumer`) only wait, run the wgmmas and release 
 descriptor GEMM 1.18x (4096^3) and 1.37x (8192^3) faster than the original kernel at 128x256x64, against 1.18x and
 1.21x for the single-partition ring at that tile, and 0.95-1.04x at 128x128 (bench/RESULTS.md). An autotuned kernel
 whose tile sizes are config keys gets that tile as one more config (listed in the variant's header), so that the
-autotuner can choose it; its own configs stay.
+autotuner can choose it; its own configs stay. A loop that scales each step's product with one B scale per tile
+(block-scaled 8-bit GEMMs, `rules/tile_scales.py`) has a warp-specialised form from 128x128 tiles on 8 warps, whose
+consumer partition is the kernel's own: the loop's statements around each wgmma (`SCALED_CONSUMER_STEPS`), the kernel
+values they read passed to it (the fixture suite_block_fp8_linear 1.13 -> 1.21x its source on an H100).
 Targets: sm90.
 """
 
@@ -28,15 +31,17 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.analysis.tile_scales import UniformFactor
-from transpile.cst_utils import assigned_names, calls_in, names_in
+from transpile.cst_utils import assigned_names, calls_in, names_in, read_names
+from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
 from transpile.rules.tile_scales import SCALED_TILE_ROWS, launch_tests, scalar_scale, uniform_scale
 from transpile.rules.dot import translated_dot
-from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
+from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, SCALED_CONSUMER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
                                      partition_loop, wgmma_rows)
-from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, WS_CONFIG, WS_CONSUMER, WS_MIN_TILE, RingConfig,
+from transpile.rules.hopper_schedule import (PERSISTENT_LOADER_REGISTERS, SCALED_WS_MIN_TILE, WS_CONFIG, WS_CONSUMER,
+                                             WS_MIN_TILE, RingConfig,
                                              RingOperand, Sm90Ring, WarpSpecialised, add_config, kernel_configs,
                                              least_rows)
 from transpile.rules.pipeline_text import LoopRange, code, indent, loop_namer, next_names, rename, ring_depth
@@ -164,6 +169,7 @@ class HopperTMAPipeline(Rule):
         body = list(updated.body.body)  # type: ignore[union-attr]
         name = loop_namer(ctx, plan.loop)
         tile_scale: list[str] = []  # (the scalar address of a scale held once per tile, defined before the ring)
+        tile = ""
         if uniform is not None:
             tile = name(f"{uniform.name}_ptr")
             body = scalar_scale(body, original_loop, plan.dot_index, uniform, tile)
@@ -250,12 +256,21 @@ class HopperTMAPipeline(Rule):
                           mma, [(renames[c], c) for c in plan.carried])
         # `_tma_load` stays: the translated loop (the branch for 8- and 32-bit operands) calls it.
         ctx.need("cta_barrier")
-        # (the warp-specialised consumer runs only the wgmmas into the accumulator: no statement of the loop's own)
-        ring.ws = _ws_decision(ctx, plan, body, before or after or not plan.acc_in_dot, name)
-        if ring.ws is not None and flag:
-            ring.ws = replace(ring.ws, rows_test=rows)
-        ws = _warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, acc_in, (a_smem, b_smem, ready),
-                               coords_of) if ring.ws is not None else []
+        if uniform is not None:
+            # (a scaled product, one B scale per tile: a consumer partition of the kernel's own, which runs the
+            # loop's statements around the wgmma)
+            ring.ws = _scaled_ws_decision(ctx, plan, body, original_loop, loop_text, name)
+            ws = _scaled_warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, loop_text,
+                                          (a_smem, b_smem, ready), coords_of,
+                                          tile) if ring.ws is not None else []
+        else:
+            # (the warp-specialised consumer runs only the wgmmas into the accumulator: no statement of the loop's
+            # own)
+            ring.ws = _ws_decision(ctx, plan, body, before or after or not plan.acc_in_dot, name)
+            if ring.ws is not None and flag:
+                ring.ws = replace(ring.ws, rows_test=rows)
+            ws = _warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, acc_in,
+                                   (a_smem, b_smem, ready), coords_of) if ring.ws is not None else []
         sixteen = " and ".join(f"{op.descriptor}.dtype.primitive_bitwidth == 16" for op in plan.loads)
         condition = sixteen
         k_major = not a.transposed and b.transposed  # A's slot [M, K], B's [N, K]: both K-major, as 8-bit wgmma reads
@@ -285,6 +300,8 @@ class HopperTMAPipeline(Rule):
         plain = assemble(lines)
         if not ws:
             return [plain], ring
+        if uniform is not None:  # (no persistent form of the scaled ring: not measured)
+            return [assemble([*ws, "else:", indent("\n".join(lines), "    ")])], ring
         # the warp-specialised form for large tiles, the ring below for the others
         texts = [assemble([*ws, "else:", indent("\n".join(lines), "    ")]), plain]
         # The persistent form's kernel test: from WS_MIN_TILE with 8 warps (`ring.ws.condition`); but where B is read
@@ -368,8 +385,51 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
                       smem: tuple[str, str, str], coords_of: dict) -> list[str]:  # noqa: ANN001
     """The warp-specialised form `ws` of the ring (statements of the kernel that use the ring, its `ready` barriers
     and trip count allocated before them; the loader function is recorded in `ctx`)."""
-    producer = [body[i] for i in plan.producer]
+    free = _loader(ctx, plan, ws, body, index, coords_of)
     a, b = plan.loads
+    a_ring, b_ring, ready = smem
+    empty = name("empty")
+    s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
+    ctx.need("ws_wgmma_consumer")
+    ctx.need("tma_aliases")
+    # The operand tiles as the dot reads them, [M, K] and [K, N], for the added autotune config.
+    shapes = {op.descriptor: ctx.plan.descriptors[op.descriptor].block_shape for op in (a, b)}
+    tiles = tuple(list(reversed(shapes[op.descriptor])) if op.transposed else list(shapes[op.descriptor])
+                  for op in (a, b))
+    ctx.ws_tiles = tiles  # read by leave_FunctionDef (one more autotune config)
+    args = ", ".join(free)
+    # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
+    flags = ", " + ", ".join(str(op.transposed) for op in (a, b)) if a.transposed or b.transposed else ""
+    consumer = f"({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags}))"
+    return _specialise(ws, plan.acc, empty, s_var, stages, consumer, f"({ws.loader}, ({args}, {a_ring}, {b_ring}, "
+                       f"{ready}, {empty}, {iters}))", "these warps only wait, multiply and hand slots back")
+
+
+def _specialise(ws: WarpSpecialised, acc: str, empty: str, s_var: str, stages: str, consumer: str, loader: str,
+                what: str) -> list[str]:
+    """The kernel's statements of a warp-specialised ring: its `empty` barriers around `gl.warp_specialize` of the
+    consumer (the default partition, whose result is the accumulator) and the loader."""
+    return [
+        f"if {ws.condition}:",
+        f"    # Warp-specialised: one loader warp fills the ring, {what}",
+        "    # through the `empty` barriers.",
+        f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
+        f"    for {s_var} in gl.static_range({stages}):",
+        f"        mbarrier.init({empty}.index({s_var}), count=1)",
+        f"    {acc} = gl.warp_specialize([",
+        f"        {consumer},",
+        f"        {loader},",
+        f"    ], [{ws.warps}], [{ws.registers}])[0]",
+        f"    for {s_var} in gl.static_range({stages}):",
+        f"        mbarrier.invalidate({empty}.index({s_var}))",
+    ]
+
+
+def _loader(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, body: list[cst.BaseStatement], index,  # noqa: ANN001
+            coords_of: dict) -> list[str]:
+    """The loader partition's function of the warp-specialised form `ws` (recorded in `ctx`), and the kernel values
+    it takes, in order."""
+    producer = [body[i] for i in plan.producer]
     coords = [coords_of[id(op)] for op in plan.loads]
     local = _kernel_names(ctx.function.node)
     # Loop-carried producer state (`off_k += BLOCK_K` after the loads) starts from the kernel's value: an argument.
@@ -383,9 +443,6 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
     free = [*dict.fromkeys(descriptors), *[n for n in used if n not in descriptors]]
     constexprs = _constexpr_names(ctx.function)
     loader = ws.loader
-    a_ring, b_ring, ready = smem
-    empty = name("empty")
-    s_var = _barrier_var(ctx, name)  # (a kernel variable `s` would be left bound to the loop's last value)
     params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in free)
     line = ctx.source.position(plan.loop)[0]
     loader_loop = partition_loop(LOADER_STEPS, _partition_text(plan, body, index),
@@ -399,31 +456,93 @@ def _warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, bod
         "    NUM_STAGES: gl.constexpr = a_ring.shape[0]",
         *(indent(text, "    ") for text in loader_loop),
     ]) + "\n")
-    ctx.need("ws_wgmma_consumer")
+    return free
+
+
+#: Names the scaled consumer partition binds itself (its parameters and loop), besides the loader's
+CONSUMER_NAMES = LOADER_NAMES | {"product"}
+
+
+def _scaled_ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], loop: cst.For,
+                        text: LoopText, name) -> WarpSpecialised | None:  # noqa: ANN001
+    """The warp-specialised form of a ring whose steps' products the loop scales (one B scale per tile), or None
+    where its producer slice is not plain scalar arithmetic, a partition's own names would shadow the kernel's, or
+    the loop's statements bind a value the kernel reads after the loop (the consumer returns the accumulator only)."""
+    ws = _ws_decision(ctx, plan, body, [], name)
+    if ws is None or _kernel_names(ctx.function.node) & CONSUMER_NAMES - {plan.var}:
+        return None
+    consumer = f"_{ctx.function.name}_ws_consumer"
+    if consumer in ctx.facts.functions or consumer in _kernel_names(ctx.function.node):
+        return None
+    made = set().union(*(assigned_names(cst.parse_statement(s)) for s in [*text.consumer_before,
+                                                                        *text.consumer_after]))
+    if (made - {plan.acc}) & set().union(*(read_names(s) for s in _after(ctx.function.node, loop))):
+        return None
+    return replace(ws, consumer=consumer, min_tile=SCALED_WS_MIN_TILE)
+
+
+def _after(function: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
+    """The statements that run after `loop`: those after it in its block and in each block that holds it (and, in
+    a loop that holds it, those before it too: the next iteration's)."""
+    found: list[cst.BaseStatement] = []
+    for n in preorder(function.body):
+        if isinstance(n, cst.IndentedBlock) and any(m is loop for m in preorder(n)):
+            holder = next(i for i, s in enumerate(n.body) if any(m is loop for m in preorder(s)))
+            found += list(n.body[holder + 1:])
+        elif isinstance(n, (cst.For, cst.While)) and n is not loop and any(m is loop for m in preorder(n.body)):
+            found += [s for s in n.body.body if not any(m is loop for m in preorder(s))]  # type: ignore[union-attr]
+    return found
+
+
+def _scaled_warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, body: list[cst.BaseStatement],
+                             name, stages: str, iters: str, index, text: LoopText,  # noqa: ANN001
+                             smem: tuple[str, str, str], coords_of: dict, tile: str) -> list[str]:
+    """The warp-specialised form of a ring whose steps' products the loop scales: the loader partition as for any
+    ring, and a consumer partition of the kernel's own (`SCALED_CONSUMER_STEPS`) that runs the loop's statements
+    around each wgmma, the kernel values they read passed to it."""
+    free = _loader(ctx, plan, ws, body, index, coords_of)
+    a, b = plan.loads
+    a_ring, b_ring, ready = smem
+    empty = name("empty")
+    s_var = _barrier_var(ctx, name)
+    mma = Wgmma(0, lambda s: (_view(a, f"a_ring.index({s})"), _view(b, f"b_ring.index({s})")), ("a_ring", "b_ring"),
+                use_acc=False, hands_back=True)
+    loop = partition_loop(SCALED_CONSUMER_STEPS, text, TmaCopy("ready", ()), mma, None)
+    # The kernel values the loop reads before it binds them (the accumulator among them), in order of use.
+    local = _kernel_names(ctx.function.node) | {name for name, _, _ in ctx.plan.declarations} | {tile} - {""}
+    statements = list(cst.parse_module("\n".join(loop)).body)
+    assert isinstance(statements[0], cst.For)
+    taken: list[str] = []
+    bound: set[str] = set()
+    for statement in statements[0].body.body:  # type: ignore[union-attr]
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+            reads = read_names(small.value)
+        else:
+            reads = read_names(statement)
+        taken += [n for n in sorted(reads) if n in local and n not in bound and n not in taken]
+        bound |= assigned_names(statement)
+    constexprs = _constexpr_names(ctx.function) | {name for name, _, _ in ctx.plan.declarations}
+    params = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in taken)
+    line = ctx.source.position(plan.loop)[0]
+    ctx.module_functions.append("\n".join([
+        "@gluon.jit",
+        f"def {ws.consumer}({params}, a_ring, b_ring, ready, empty, num_iters):",
+        f'    """Consumer partition of `{ctx.function.name}`\'s warp-specialised main loop (line {line} of the '
+        "source): waits",
+        "    for each slot the loader warp filled, multiplies it into a product from zero, hands the slot back once "
+        "every",
+        "    warpgroup has its product, and scales the product into the accumulator as the loop does. Returns the",
+        "    accumulator as a 1-tuple (Triton 3.6's `warp_specialize` flattens the default partition's results).\"\"\"",
+        "    NUM_STAGES: gl.constexpr = a_ring.shape[0]",
+        *(indent(text_, "    ") for text_ in loop),
+        f"    return ({plan.acc}, )",
+    ]) + "\n")
     ctx.need("tma_aliases")
-    # The operand tiles as the dot reads them, [M, K] and [K, N], for the added autotune config.
-    shapes = {op.descriptor: ctx.plan.descriptors[op.descriptor].block_shape for op in (a, b)}
-    tiles = tuple(list(reversed(shapes[op.descriptor])) if op.transposed else list(shapes[op.descriptor])
-                  for op in (a, b))
-    ctx.ws_tiles = tiles  # read by leave_FunctionDef (one more autotune config)
     args = ", ".join(free)
-    # Transposed operands (`tl.trans(w)`): the consumer reads a transposed view of the slot (TRANS_A, TRANS_B).
-    flags = ", " + ", ".join(str(op.transposed) for op in (a, b)) if a.transposed or b.transposed else ""
-    consumer = f"({WS_CONSUMER}, ({a_ring}, {b_ring}, {ready}, {empty}, {iters}, {acc_in}{flags}))"
-    return [
-        f"if {ws.condition}:",
-        "    # Warp-specialised: one loader warp fills the ring, these warps only wait, multiply and hand slots back",
-        "    # through the `empty` barriers.",
-        f"    {empty} = gl.allocate_shared_memory(gl.int64, [{stages}, 1], mbarrier.MBarrierLayout())",
-        f"    for {s_var} in gl.static_range({stages}):",
-        f"        mbarrier.init({empty}.index({s_var}), count=1)",
-        f"    {plan.acc} = gl.warp_specialize([",
-        f"        {consumer},",
-        f"        ({loader}, ({args}, {a_ring}, {b_ring}, {ready}, {empty}, {iters})),",
-        f"    ], [{ws.warps}], [{ws.registers}])[0]",
-        f"    for {s_var} in gl.static_range({stages}):",
-        f"        mbarrier.invalidate({empty}.index({s_var}))",
-    ]
+    consumer = f"({ws.consumer}, ({', '.join(taken)}, {a_ring}, {b_ring}, {ready}, {empty}, {iters}))"
+    return _specialise(ws, plan.acc, empty, s_var, stages, consumer, f"({ws.loader}, ({args}, {a_ring}, {b_ring}, "
+                       f"{ready}, {empty}, {iters}))", "these warps wait, multiply, scale and hand slots back")
 
 
 def _persistent_form(ctx: RuleContext, plan: LoopPlan, loop: cst.For, body: list[cst.BaseStatement], name,  # noqa: ANN001

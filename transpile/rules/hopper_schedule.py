@@ -30,6 +30,9 @@ WS_CONSUMER = "_ws_wgmma_consumer"
 # Accumulator tiles of at least this many elements, on 8 warps or more, run the warp-specialised form (128x256 on 8
 # warps: measured faster than the single-partition ring on an H100, bench/RESULTS.md; at 128x128 it was not).
 WS_MIN_TILE = 128 * 256
+# ... and for a loop that scales each step's product (block-scaled 8-bit GEMMs, one B scale per tile): from 128x128 on
+# 8 warps (measured on an H100 at 128x128x128: 1.07-1.12x the single-partition ring, bench/RESULTS.md)
+SCALED_WS_MIN_TILE = 128 * 128
 WS_MIN_WARPS = 8
 # The tile that form is for, added to an autotuned kernel's configs: (BLOCK_M, BLOCK_N, BLOCK_K), warps, ring depth.
 WS_CONFIG = ((128, 256, 64), 8, 3)
