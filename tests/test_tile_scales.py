@@ -113,6 +113,22 @@ def test_scale_addresses_the_loop_advances_are_its_start_plus_the_advance_so_far
     assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
 
 
+def test_a_scale_address_written_over_several_lines_is_one_expression_in_the_sm90_ring() -> None:
+    """aiter writes the scale's addresses over several lines in parentheses (`b_scale_ptrs = (\\n b_scales_ptr\\n +
+    ...)`): the scalar address the ring defines before it keeps them one expression (it stopped the sm90 variant
+    with an internal error before), and the variant compiles."""
+    text = CARRIED.replace("    Bs_ptrs = Bs + offs_bsn * s_bsn\n",
+                           "    Bs_ptrs = (\n        Bs\n        + offs_bsn * s_bsn\n    )\n")
+    assert text != CARRIED
+    result = translate_source(text, "k.py", get_target("sm90"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    flat = re.sub(r"\s+", "", result.text)
+    assert "b_s_ptr=(Bs+(((pid_n*BLOCK_N)%N)//group_n)*s_bsn)" in flat
+    compiled = verify(result, {"A": "*fp8e4nv", "B": "*fp8e4nv", "C": "*bf16", "As": "*fp32", "Bs": "*fp32",
+                               "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
 @pytest.mark.parametrize(("change", "why"), [
     (("offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N", "offs_bn = tl.arange(0, BLOCK_N) + pid_n"),
      "a tile that does not start at a multiple of its width"),

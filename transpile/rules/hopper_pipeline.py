@@ -31,7 +31,7 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
 from transpile.analysis.tile_scales import UniformFactor
-from transpile.cst_utils import assigned_names, calls_in, names_in, read_names
+from transpile.cst_utils import assigned_names, calls_in, names_in, parenthesized, read_names
 from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
@@ -177,7 +177,7 @@ class HopperTMAPipeline(Rule):
                 f"# One {uniform.name} per tile: the columns of a tile share one group of `{uniform.group}` (a "
                 f"multiple of `{uniform.block}`,",
                 "# which the launcher checks), so the scale is loaded once a step as a scalar, not once a column.",
-                f"{tile} = {code(uniform.scalar)}"]
+                f"{tile} = {_one_expression(uniform.scalar)}"]
         prologue_i = name("i")  # the prologue's loop variable: a name the kernel does not use (a static_range
         # loop leaves its variable bound to the last value, which would change a kernel variable `i`); so are
         s_var = _barrier_var(ctx, name)  # the barrier loops'
@@ -479,6 +479,13 @@ def _scaled_ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseSta
     if (made - {plan.acc}) & set().union(*(read_names(s) for s in _after(ctx.function.node, loop))):
         return None
     return replace(ws, consumer=consumer, min_tile=SCALED_WS_MIN_TILE)
+
+
+def _one_expression(node: cst.BaseExpression) -> str:
+    """`node`'s code as one expression where it stands alone: an address written over several lines in the source
+    (inside a call's parentheses there) in parentheses of its own."""
+    text = code(node)
+    return code(parenthesized(node)) if "\n" in text else text
 
 
 def _after(function: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
