@@ -10,10 +10,11 @@ say how each op is written:
 - the MMA engine `Wgmma` issues `warpgroup_mma(..., is_async=True)` from the slots, retires all but the wgmmas left in
   flight (`warpgroup_mma_wait`) and drains them after the loop.
 
-The same engines write the warp-specialised partitions (`partition_loop`: the TMA ring's loader, and both partitions
-of the persistent form), so a copy or a wait is written in one place for every form that does it. (The consumer of
-the non-persistent warp-specialised ring is a helper every such kernel shares, `_ws_wgmma_consumer` of
-`transpile/helpers/hopper.py`: CONSUMER_STEPS written once as code.)
+The same engines write the warp-specialised partitions (`partition_loop`: the TMA ring's loader, both partitions
+of the persistent form, and the consumer of the block-scaled ring, which runs the loop's own statements around each
+wgmma, `SCALED_CONSUMER_STEPS`), so a copy or a wait is written in one place for every form that does it. (The
+consumer of the other non-persistent warp-specialised rings is a helper every such kernel shares, `_ws_wgmma_consumer`
+of `transpile/helpers/hopper.py`: CONSUMER_STEPS written once as code.)
 """
 
 from __future__ import annotations
