@@ -221,13 +221,15 @@ def test_the_block_scaled_ring_has_a_warp_specialised_form_whose_consumer_runs_t
     assert check_source(head + "def _block_fp8_linear_kernel_ws_consumer(" + early).findings
 
 
-def test_a_value_the_scaled_loop_makes_and_the_kernel_reads_after_it_keeps_the_single_partition_ring() -> None:
+@pytest.mark.parametrize("read", ["acc = acc * (x_s[:, None] > 0)", "acc = acc * (k >= 0)"])
+def test_a_value_the_scaled_loop_makes_and_the_kernel_reads_after_it_keeps_the_single_partition_ring(read: str
+                                                                                                      ) -> None:
     """The consumer partition returns the accumulator only: where the kernel reads after the loop a value the loop's
-    statements make (here the last step's row scales), the ring stays one partition."""
+    statements make (the last step's row scales) or the loop variable, the ring stays one partition."""
     text = (FIXTURES / "suite_block_fp8_linear.py").read_text().replace(
         "    offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n",
-        "    offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n    acc = acc * (x_s[:, None] > 0)\n")
-    assert "x_s[:, None] > 0" in text
+        f"    offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n    {read}\n")
+    assert read in text
     result = translate_source(text, "fixtures/suite_block_fp8_linear.py", get_target("sm90"))
     (fn,) = [f for f in result.functions if f.name == "block_fp8_linear_kernel"]
     assert fn.pipelined, fn.kept_reason

@@ -475,7 +475,7 @@ def _scaled_ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseSta
     if consumer in ctx.facts.functions or consumer in _kernel_names(ctx.function.node):
         return None
     made = set().union(*(assigned_names(cst.parse_statement(s)) for s in [*text.consumer_before,
-                                                                        *text.consumer_after]))
+                                                                        *text.consumer_after]), {plan.var})
     if (made - {plan.acc}) & set().union(*(read_names(s) for s in _after(ctx.function.node, loop))):
         return None
     return replace(ws, consumer=consumer, min_tile=SCALED_WS_MIN_TILE)
