@@ -642,9 +642,9 @@ def plan_loop(source: SourceFile, loop: cst.For, plan: LayoutPlan, default_stage
     steps = _invariant_steps(body, loop, stale & set(carried)) if advances_after else {}
     advanced: list[tuple[str, cst.BaseExpression]] = []
     for name in sorted(steps):  # (those the code after the loop reads: the others need no value there)
-        if _carried_out(source, plan.function.node, loop, {name}, carried) is not None:
+        if carried_out(source, plan.function.node, loop, {name}, carried) is not None:
             advanced.append((name, steps[name]))
-    escaped = _carried_out(source, plan.function.node, loop, stale, carried, {n for n, _ in advanced})
+    escaped = carried_out(source, plan.function.node, loop, stale, carried, {n for n, _ in advanced})
     if escaped is not None:
         return escaped
     return LoopPlan(loop, loop.target.value, range_args, stages, operands, dot_index, acc, sorted(producer),
@@ -767,7 +767,7 @@ def _stale_after(body: list[cst.BaseStatement], producer: Sequence[int], loads: 
     return by_producer - set().union(*(assigned_names(body[i]) for i in consumer))
 
 
-def _carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, stale: set[str],
+def carried_out(source: SourceFile, function: cst.FunctionDef, loop: cst.For, stale: set[str],
                  carried: Sequence[str], advanced: set[str] | frozenset[str] = frozenset()) -> LoopRefusal | None:
     """A refusal where a value only the pipelined copies compute (`a_ptrs += BLOCK_K`, `k0 = k * BLOCK_K`: `stale`)
     is read after the loop: later in the function, in another branch of an `if` around it that a loop around that

@@ -29,10 +29,10 @@ from dataclasses import replace
 
 import libcst as cst
 
-from transpile.analysis.pipeline import LoopPlan, LoopRefusal, OperandLoad, consumer_indices, plan_loop
+from transpile.analysis.pipeline import (LoopPlan, LoopRefusal, OperandLoad, carried_out, consumer_indices,
+                                         plan_loop)
 from transpile.analysis.tile_scales import UniformFactor
 from transpile.cst_utils import assigned_names, calls_in, names_in, parenthesized, read_names
-from transpile.cst_walk import preorder
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
@@ -259,7 +259,8 @@ class HopperTMAPipeline(Rule):
         if uniform is not None:
             # (a scaled product, one B scale per tile: a consumer partition of the kernel's own, which runs the
             # loop's statements around the wgmma)
-            ring.ws = _scaled_ws_decision(ctx, plan, body, original_loop, loop_text, name)
+            ring.ws = _scaled_ws_decision(ctx, plan, body, original_loop, [*before, body[plan.dot_index], *after],
+                                          name)
             ws = _scaled_warp_specialised(ctx, plan, ring.ws, body, name, stages, iters, index, loop_text,
                                           (a_smem, b_smem, ready), coords_of,
                                           tile) if ring.ws is not None else []
@@ -464,19 +465,20 @@ CONSUMER_NAMES = LOADER_NAMES | {"product"}
 
 
 def _scaled_ws_decision(ctx: RuleContext, plan: LoopPlan, body: list[cst.BaseStatement], loop: cst.For,
-                        text: LoopText, name) -> WarpSpecialised | None:  # noqa: ANN001
+                        consumed: list[cst.BaseStatement], name) -> WarpSpecialised | None:  # noqa: ANN001
     """The warp-specialised form of a ring whose steps' products the loop scales (one B scale per tile), or None
     where its producer slice is not plain scalar arithmetic, a partition's own names would shadow the kernel's, or
-    the loop's statements bind a value the kernel reads after the loop (the consumer returns the accumulator only)."""
+    the loop's statements the consumer runs (`consumed`) bind a value, or the loop variable, that the kernel reads
+    after the loop (`carried_out`: later in the function, in another branch of an `if` a loop around runs again, or
+    carried by a loop around into this loop's next run); the consumer returns the accumulator only."""
     ws = _ws_decision(ctx, plan, body, [], name)
     if ws is None or _kernel_names(ctx.function.node) & CONSUMER_NAMES - {plan.var}:
         return None
     consumer = f"_{ctx.function.name}_ws_consumer"
     if consumer in ctx.facts.functions or consumer in _kernel_names(ctx.function.node):
         return None
-    made = set().union(*(assigned_names(cst.parse_statement(s)) for s in [*text.consumer_before,
-                                                                        *text.consumer_after]), {plan.var})
-    if (made - {plan.acc}) & set().union(*(read_names(s) for s in _after(ctx.function.node, loop))):
+    made = set().union(*(assigned_names(s) for s in consumed), {plan.var}) - {plan.acc}
+    if carried_out(ctx.source, ctx.function.node, loop, made, sorted(made)) is not None:
         return None
     return replace(ws, consumer=consumer, min_tile=SCALED_WS_MIN_TILE)
 
@@ -486,19 +488,6 @@ def _one_expression(node: cst.BaseExpression) -> str:
     (inside a call's parentheses there) in parentheses of its own."""
     text = code(node)
     return code(parenthesized(node)) if "\n" in text else text
-
-
-def _after(function: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
-    """The statements that run after `loop`: those after it in its block and in each block that holds it (and, in
-    a loop that holds it, those before it too: the next iteration's)."""
-    found: list[cst.BaseStatement] = []
-    for n in preorder(function.body):
-        if isinstance(n, cst.IndentedBlock) and any(m is loop for m in preorder(n)):
-            holder = next(i for i, s in enumerate(n.body) if any(m is loop for m in preorder(s)))
-            found += list(n.body[holder + 1:])
-        elif isinstance(n, (cst.For, cst.While)) and n is not loop and any(m is loop for m in preorder(n.body)):
-            found += [s for s in n.body.body if not any(m is loop for m in preorder(s))]  # type: ignore[union-attr]
-    return found
 
 
 def _scaled_warp_specialised(ctx: RuleContext, plan: LoopPlan, ws: WarpSpecialised, body: list[cst.BaseStatement],
