@@ -102,6 +102,19 @@ def test_scale_addresses_the_loop_advances_are_its_start_plus_the_advance_so_far
                  CARRIED.replace("        Bs_ptrs += step * s_bsk\n", "        Bs_ptrs += step * s_bsk\n"
                                  "        Bs_ptrs += s_bsk\n")):
         assert text != CARRIED and _factor(text)[0] is None
+    # (inside a loop that runs it again without binding the address afresh: the next run starts where the advances
+    # left it, not at the start)
+    lines = CARRIED.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("    step = BLOCK_K // group_k"))
+    last = next(i for i, line in enumerate(lines) if line.startswith("    offs_cm"))
+    nested = "\n".join(lines[:first] + ["    for rep in range(2):"] + ["    " + line if line else line
+                                                                      for line in lines[first:last]] + lines[last:])
+    module = cst.parse_module(nested)
+    fn = next(n for n in module.body if isinstance(n, cst.FunctionDef))
+    inner = [n for n in preorder(fn) if isinstance(n, cst.For)][1]
+    line = next(s for s in inner.body.body if "tl.dot" in module.code_for_node(s))
+    dot = next(n for n in preorder(line) if isinstance(n, cst.Call) and module.code_for_node(n.func) == "tl.dot")
+    assert uniform_factor(fn, inner, line.body[0], dot) is None
     # gfx950 (`transpile verify F -t gfx950 --isa`, fp8, 128x128x128, 8 warps): 0.68 -> 0.63x Triton's own non-MFMA
     # instructions per iteration (the scale's buffer loads from a scalar base were already light), 234 -> 202 VGPRs
     result = translate_source(CARRIED, "k.py", get_target("gfx950"))

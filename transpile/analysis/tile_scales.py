@@ -120,8 +120,14 @@ def _advanced(fn: cst.FunctionDef, loop: cst.For, name: cst.Name, changing: set[
     # compile-time test, may advance it too)
     earlier = _before(fn, loop)
     before = [single_assign(statement) for statement in earlier]
-    starts = [value for found in before if found is not None and found[0] == name.value for value in [found[1]]]
+    starts = [(value, statement) for found, statement in zip(before, earlier) if found is not None
+              and found[0] == name.value for value in [found[1]]]
     if len(starts) != 1 or sum(name.value in _targets(n) for statement in earlier for n in preorder(statement)) != 1:
+        return None
+    # (a loop around this one runs it again from where the previous run's advances left the name, unless it binds
+    # the name afresh first: the start must lie inside every loop around)
+    if any(isinstance(n, (cst.For, cst.While)) and n is not loop and any(m is loop for m in preorder(n.body))
+           and not any(m is starts[0][1] for m in preorder(n.body)) for n in preorder(fn.body)):
         return None
     iterated = loop.iter
     if not (isinstance(iterated, cst.Call) and _callee(iterated.func) in ("range", "tl.range")):
@@ -135,7 +141,7 @@ def _advanced(fn: cst.FunctionDef, loop: cst.For, name: cst.Name, changing: set[
         if not (isinstance(start, cst.Integer) and start.value == "0") else loop.target
     if step is not None:
         count = cst.BinaryOperation(parenthesized(count), cst.FloorDivide(), parenthesized(step))
-    return starts[0], cst.BinaryOperation(parenthesized(count), cst.Multiply(), parenthesized(steps[0].value))
+    return starts[0][0], cst.BinaryOperation(parenthesized(count), cst.Multiply(), parenthesized(steps[0].value))
 
 
 def _before(fn: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement]:
