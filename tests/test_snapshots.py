@@ -151,6 +151,17 @@ def _formatted_source(path: Path) -> str:
     return format_texts([path.read_text(encoding="utf-8")], project_style(path.parents[1]))[0]
 
 
+def _made_names(variant: ast.Module, name: str) -> set[str]:
+    """The descriptors the launcher bound to `name` makes on the host (the names of its `made=_HostMade((...))`)."""
+    for node in variant.body:
+        if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [name]
+                and isinstance(node.value, ast.Call)):
+            for keyword in node.value.keywords:
+                if keyword.arg == "made" and isinstance(keyword.value, ast.Call) and keyword.value.args:
+                    return {e.elts[0].value for e in keyword.value.args[0].elts}
+    return set()
+
+
 def test_output_contract(fixture_name: str, target_name: str, goldens, translated, root: Path) -> None:
     """The variant keeps the source's functions (same names, same parameters), its autotune/heuristics decorators,
     its host code and every comment; kernels kept as Triton (refused, or a dot loop not pipelined) are the source
@@ -186,7 +197,13 @@ def test_output_contract(fixture_name: str, target_name: str, goldens, translate
         if host is not None:  # (a Gluon kernel taking the host's descriptors in parts, bound under the source's)
             assert list(ast.literal_eval(host.args[0])) == [n for n, _ in _parameters(fn)], fn.name
             continue
-        assert _parameters(other) == _parameters(fn), f"`{fn.name}`: parameters differ"
+        params = _parameters(other)
+        # (descriptors its launcher makes on the host, `transpile.rules.host_made`: parameters after the source's,
+        # None by default, each named in the launcher's `_HostMade`)
+        made = _made_names(variant, fn.name)
+        while params and params[-1][1] == "None" and params[-1][0] in made:
+            params = params[:-1]
+        assert params == _parameters(fn), f"`{fn.name}`: parameters differ"
         if is_jit:
             kept = [_without_warps(d)[0] for d in fn.decorator_list if "jit" not in ast.unparse(d)]
             added = _drop_added_configs(other, fn, variant_text)

@@ -61,6 +61,7 @@ from transpile.rules.hopper_schedule import Sm90Ring
 from transpile.rules.layouts import convert, expand
 from transpile.outcomes import KernelOutcome
 from transpile.policy import RESERVED_NAMES, callees, decide, keep_as_triton, propagate_kept
+from transpile.rules.host_made import host_made
 from transpile.launches import (HostLaunches, binds_triton, calls_renamed, dispatch_statements,
                                 helper_copies, kmajor_bound, launch_dispatch, passed_as_value)
 from transpile.source import SourceFile, parse_source, read_text, replaced_line_map, set_location, sha256_text
@@ -997,10 +998,19 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                 for function_text in outcomes[name].module_functions:  # e.g. a warp-specialised loader partition
                     function = cst.parse_statement(function_text)
                     body.append(function.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
-                body.append(_with_host_descriptors(rewritten[name], host[name]) if name in host else rewritten[name])
+                function, made = rewritten[name], ()
+                if name in host:
+                    function = _with_host_descriptors(function, host[name])
+                elif (name in dispatched and target.backend == "cuda" and not outcomes[name].dispatch.one_wave
+                      and outcomes[name].dispatch.reason != ALIGNMENT_REASON):
+                    # (a launcher that can make the kernel's TMA descriptors on the host: `transpile.rules.host_made`)
+                    function, made = host_made(function)
+                    if made:
+                        helpers.add("host_made")
+                body.append(function)
                 if name in dispatched:
                     body.extend(dispatch_statements(originals, name, outcomes[name].dispatch,
-                                                    outcomes[name].persistent_grid, copied, host.get(name)))
+                                                    outcomes[name].persistent_grid, copied, host.get(name), made))
             else:
                 kept = _kept_function(originals.get(name, statement), outcomes[name], target)
                 if copies.get(name):

@@ -18,6 +18,7 @@ from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel
 from transpile.passes.tma_tiles import Dispatch, Tile, jit_callees
 from transpile.rules.base import WARPGROUP_TEST, RuleContext
+from transpile.rules.host_made import MadeDescriptor
 from transpile.source import SourceFile
 
 
@@ -121,7 +122,8 @@ def helper_copies(originals: dict[str, cst.FunctionDef], helpers: list[str], cop
 
 
 def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispatch: Dispatch, persistent_grid: str | None,
-               copied: dict[str, str] | None = None, host: HostDescriptors | None = None) -> list[cst.BaseStatement]:
+               copied: dict[str, str] | None = None, host: HostDescriptors | None = None,
+               made: tuple[MadeDescriptor, ...] = ()) -> list[cst.BaseStatement]:
     """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
     set a flag (`Dispatch.when`) or have aligned tensors (`Dispatch.aligned`): the source kernel, unchanged but for
     its name (and those of the jit helpers it calls, copied too, since the variant's own are Gluon), and the launcher
@@ -199,6 +201,8 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
 
     descriptors = f", descriptors=_DescriptorParts(({descriptor_tuples(host)}))" if host is not None else ""
     when += descriptors
+    if made:  # (descriptors the launcher makes on the host: `transpile.rules.host_made`)
+        when += f", made=_HostMade(({''.join(_made_tuple(d) + ', ' for d in made)}))"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""
@@ -227,6 +231,13 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
             f"({name}, {copy}, params=({params}), "
             f"tiles=({tiles}{',' if tiles else ''}), persistent={persistent}{when}{amd})\n")
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
+
+
+def _made_tuple(descriptor: MadeDescriptor) -> str:
+    """`(name, base, lambda <parameters>: ([shape], [strides], [block shape]))`: what `_HostMade` takes per
+    descriptor."""
+    parts = ", ".join(f"[{', '.join(p)}]" for p in (descriptor.shape, descriptor.strides, descriptor.block))
+    return f'("{descriptor.name}", "{descriptor.base}", lambda {", ".join(descriptor.reads())}: ({parts}))'
 
 
 def _defaults_last(names: tuple[tuple[str, str | None], ...]) -> list[tuple[str, str | None]]:

@@ -263,6 +263,11 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
             divisible = (*divisible, *(f"{name}_base" for name in fn.descriptors.names))  # (16-byte aligned)
         fn = fn.fn
     kind = ASTSource if triton_kernel else GluonASTSource
+    # (parameters the variant added after the source's, defaulting to None: descriptors the launcher may make on the
+    # host, `transpile.rules.host_made`, compiled as a launch that passes none)
+    added = [p.name for p in fn.params if p.name not in signature and p.has_default and p.default is None]
+    signature = {**signature, **{name: "constexpr" for name in added}}
+    constexprs = {**constexprs, **{name: None for name in added}}
     attrs: dict[tuple[int], list[list[object]]] = {}
     # (names of the other form of a kernel taking host descriptors, whole or in parts, are not its parameters)
     for name in (n for n in divisible if n in fn.arg_names):
@@ -476,7 +481,36 @@ def _verify(result: TranslationResult, values: dict[str, object], all_configs: b
                                                {}, None, kept, check="not run"))
                 continue
             outcomes.append(CompiledKernel(outcome.name, label, ok, message, asm, shared, kept))
+            made = getattr(getattr(module, outcome.name), "made", None)
+            if ok and not kept and made is not None:
+                # the same launch with the descriptors the launcher makes on the host (`transpile.rules.host_made`)
+                host_signature, host_constexprs = _host_made(made, signature, constexprs)
+                ok, message, asm, shared = compile_kernel(
+                    kernel, result.target, host_signature, host_constexprs, num_warps, divisible=divisible,
+                    no_agprs=bool(outcome.dispatch is not None and outcome.dispatch.no_agprs))
+                outcomes.append(CompiledKernel(outcome.name, f"{label} (descriptors made on the host)", ok, message,
+                                               asm, shared, kept))
     return outcomes
+
+
+def _host_made(made, signature: dict[str, str], constexprs: dict[str, object]  # noqa: ANN001 - `_HostMade`
+               ) -> tuple[dict[str, str], dict[str, object]]:
+    """The signature and constexprs of a launch that passes the descriptors `made` (the variant's `_HostMade`)
+    makes: each a `tensordesc<fp16[128,64],NVMMASharedLayout(...)>` of its base's element type, its block from the
+    constexprs and the layout the launcher gives it."""
+    from triton.experimental.gluon import language as gl
+
+    signature, constexprs = dict(signature), dict(constexprs)
+    for name, base, parts, names in made.made:
+        kind = signature.get(base, "")
+        if not kind.startswith("*"):
+            continue
+        # (the block shape reads constexprs only; the shape and strides, runtime values, any positive number)
+        _, _, block = parts(**{n: constexprs[n] if isinstance(constexprs.get(n), int) else 16 for n in names})
+        layout = gl.NVMMASharedLayout.get_default_for(list(block), gl.dtype(kind[1:]))
+        signature[name] = f"tensordesc<{kind[1:]}[{','.join(map(str, block))}],{layout!r}>"
+        constexprs.pop(name, None)
+    return signature, constexprs
 
 
 def _other_warps(outcome, values: dict[str, object]) -> int | None:  # noqa: ANN001 - outcomes.KernelOutcome

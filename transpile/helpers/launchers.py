@@ -218,11 +218,16 @@ class _TMAOrTriton:
     arguments are multiples of 16 (ints) or 16-byte aligned (tensors) and whose `unit` ones are 1 (a launch then tells
     the compiler their rows are aligned, which cp.async copies of 16 bytes need to compile). The descriptors are
     made in the kernel, in a global scratch buffer that Triton allocates per launch: where no allocator is set
-    (`triton.set_allocator`), one that allocates with torch is set."""
+    (`triton.set_allocator`), one that allocates with torch is set; `made` (`_HostMade`): those the launcher makes on
+    the host instead, where the launch's arguments give their parts (an autotuned Gluon kernel's at each config's
+    block sizes, `_ConfigSplit`)."""
+
+    made = None
 
     def __init__(self, gluon_kernel, triton_kernel, params, tiles, persistent=None, when=None, aligned=False,
                  divisible=(), unit=(), at_least=(), unflagged_at_least=(), grid_at_least=None, retile=None,
-                 source_when=(), descriptors=None):
+                 source_when=(), descriptors=None, made=None):
+        self.made = made
         self.descriptors = descriptors
         self.source_when = source_when
         self.grid_at_least = grid_at_least
@@ -343,6 +348,8 @@ class _TMAOrTriton:
                 name, value, warps = self.retile
                 if self.arguments(args, kwargs).get(name) == value:
                     kwargs = {**kwargs, "num_warps": warps}
+            if not hasattr(self.gluon_kernel, "configs"):  # (an autotuned one's: per config, `_ConfigSplit`)
+                kwargs = self.with_made(args, kwargs)
             try:
                 return kernel(*args, **kwargs)
             except RuntimeError as exc:
@@ -358,8 +365,17 @@ class _TMAOrTriton:
         if not warmup:
             return self[grid](*args, **kwargs)
         chosen = self.long_enough(grid, args, kwargs) and self.addressable(args, kwargs)
+        if chosen and not hasattr(self.gluon_kernel, "configs"):
+            kwargs = self.with_made(args, kwargs)
         kernel = self.gluon_kernel if chosen else self.triton_kernel
         return kernel.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def with_made(self, args, kwargs):
+        """The Gluon kernel's keyword arguments: the launch's (or an autotune config's), and the descriptors `made`
+        makes at those values."""
+        if self.made is None:
+            return kwargs
+        return {**kwargs, **self.made.descriptors(self.arguments(args, kwargs))}
 
     def warmup(self, *args, grid, **kwargs):
         return self.run(*args, grid=grid, warmup=True, **kwargs)
@@ -368,6 +384,50 @@ class _TMAOrTriton:
         if name.startswith("__") or "gluon_kernel" not in self.__dict__:  # (copies made without __init__)
             raise AttributeError(name)
         return getattr(self.gluon_kernel, name)
+
+
+class _HostMade:
+    """TMA descriptors a Gluon kernel would make on the device (`tma.make_tensor_descriptor` under `if <name> is
+    None:`), made on the host from a launch's arguments: (the kernel's parameter, the pointer parameter it addresses,
+    a function of parameters returning its shape, strides and block shape) each. The layout is the kernel's: the
+    default NVMMA layout of the block for the tensor's element type. A descriptor some value of which the launch does
+    not give (a constexpr left at its default), or whose tensor TMA cannot address, is left to the kernel."""
+
+    #: torch's element types and Gluon's (`gl.<name>`)
+    DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32",
+              "torch.float8_e4m3fn": "float8e4nv", "torch.float8_e5m2": "float8e5", "torch.int8": "int8",
+              "torch.uint8": "uint8", "torch.int16": "int16", "torch.int32": "int32"}
+
+    def __init__(self, made):
+        self.made = [(name, base, parts, parts.__code__.co_varnames[:parts.__code__.co_argcount])
+                     for name, base, parts in made]
+        self.layouts = {}  # (block shape, element type) -> layout, made once
+
+    def layout(self, block, dtype):
+        from triton.experimental.gluon import language as gl
+
+        key = (block, dtype)
+        if key not in self.layouts:
+            self.layouts[key] = gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, dtype))
+        return self.layouts[key]
+
+    def descriptors(self, values):
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        made = {}
+        for name, base, parts, names in self.made:
+            tensor = values.get(base)
+            dtype = self.DTYPES.get(str(getattr(tensor, "dtype", None)))
+            if dtype is None or not hasattr(tensor, "data_ptr") or any(n not in values for n in names):
+                continue
+            shape, strides, block = parts(**{n: values[n] for n in names})
+            if not all(isinstance(v, int) and v > 0 for v in (*shape, *strides, *block)):
+                continue
+            try:
+                made[name] = TensorDescriptor(tensor, shape, strides, block, self.layout(tuple(block), dtype))
+            except AssertionError:  # (an alignment TMA cannot address: the kernel's own descriptor reads it so too)
+                continue
+        return made
 
 
 def _tma_scratch(size, alignment, stream):
@@ -577,7 +637,9 @@ class _ConfigSplit:
 
     def pick(self, args, kwargs):
         if not kwargs.get(self.SOURCE) and self.launcher.config_runs_gluon(self.launcher.arguments(args, kwargs)):
-            return self.fn, kwargs
+            # (with the descriptors the launcher makes on the host at this config's block sizes, if any)
+            with_made = getattr(self.launcher, "with_made", None)
+            return self.fn, kwargs if with_made is None else with_made(args, kwargs)
         kwargs = {k: v for k, v in kwargs.items() if k not in ("llvm_fn_attrs", self.SOURCE)}
         if hasattr(kwargs.get("grid"), "source"):  # a persistent grid (`_persistent_grid`): the source's own
             kwargs["grid"] = kwargs["grid"].source

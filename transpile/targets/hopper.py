@@ -77,6 +77,7 @@ SM90 = Target(
         "persistent_grid": LAUNCHERS["persistent_grid"],
         "tma_or_triton": LAUNCHERS["tma_or_triton"],
         "tma_scratch": LAUNCHERS["tma_scratch"],
+        "host_made": LAUNCHERS["host_made"],
         "one_wave_or_triton": LAUNCHERS["one_wave_or_triton"],
         "config_split": LAUNCHERS["config_split"],
         "launch_values": LAUNCHERS["launch_values"],

@@ -22,6 +22,7 @@ LAUNCHERS = {
     "aligned_or_triton": helper("launchers", "_AlignedOrTriton"),
     "persistent_grid": helper("launchers", "_SM_COUNTS", "_sm_count", "_persistent_grid"),
     "tma_scratch": helper("launchers", "_tma_scratch"),
+    "host_made": helper("launchers", "_HostMade"),
     "tma_or_triton": helper("launchers", "_TMAOrTriton"),
     "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton"),
     "one_wave_or_triton": helper("launchers", "_OneWaveOrTriton"),
