@@ -406,10 +406,7 @@ class _HostMade:
     def layout(self, block, dtype):
         from triton.experimental.gluon import language as gl
 
-        key = (block, dtype)
-        if key not in self.layouts:
-            self.layouts[key] = gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, dtype))
-        return self.layouts[key]
+        return gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, self.DTYPES[dtype]))
 
     def descriptors(self, values):
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -417,14 +414,18 @@ class _HostMade:
         made = {}
         for name, base, parts, names in self.made:
             tensor = values.get(base)
-            dtype = self.DTYPES.get(str(getattr(tensor, "dtype", None)))
-            if dtype is None or not hasattr(tensor, "data_ptr") or any(n not in values for n in names):
+            dtype = str(getattr(tensor, "dtype", None))
+            if dtype not in self.DTYPES or not hasattr(tensor, "data_ptr") or any(n not in values for n in names):
                 continue
-            shape, strides, block = parts(**{n: values[n] for n in names})
+            shape, strides, block = parts(*[values[n] for n in names])
             if not all(isinstance(v, int) and v > 0 for v in (*shape, *strides, *block)):
                 continue
+            key = (tuple(block), dtype)
+            layout = self.layouts.get(key)
+            if layout is None:
+                layout = self.layouts[key] = self.layout(block, dtype)
             try:
-                made[name] = TensorDescriptor(tensor, shape, strides, block, self.layout(tuple(block), dtype))
+                made[name] = TensorDescriptor(tensor, shape, strides, block, layout)
             except AssertionError:  # (an alignment TMA cannot address: the kernel's own descriptor reads it so too)
                 continue
         return made
