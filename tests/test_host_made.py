@@ -171,3 +171,43 @@ def test_the_variant_compiles_with_descriptors_made_on_the_host(tmp_path: Path, 
     assert len(device) == 1 and len(host) == 1 and host[0].ok, [c.message for c in host]
     # the kernel passed descriptors makes none: no descriptor written to global memory and fenced
     assert "tensormap" in device[0].asm["ptx"] and "tensormap" not in host[0].asm["ptx"]
+
+
+LAUNCHERS_ONLY_MADE = "".join(get_target("sm90").snippet(n) for n in ("launch_values", "host_made", "made_on_host"))
+
+
+class _Runs:
+    """Stands for a kernel's function under an autotuner: `run` records the keyword arguments it was given."""
+
+    arg_names = ("x_ptr", "M", "K", "stride_xm", "BLOCK_M", "BLOCK_K")
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, object]] = []
+
+    def run(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        self.runs.append(kwargs)
+
+
+class _Autotuned(_Recorded):
+    configs = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fn = _Runs()
+
+
+def test_a_kernel_without_another_launcher_gets_one_that_makes_its_descriptors() -> None:
+    scope: dict[str, object] = {}
+    exec(compile(LAUNCHERS_ONLY_MADE, "launchers", "exec"), scope)  # noqa: S102
+    params = ("x_ptr", "M", "K", "stride_xm", "BLOCK_M", "BLOCK_K")
+    kernel = _Recorded()
+    launcher = scope["_MadeOnHost"](kernel, params=params, made=scope["_HostMade"](eval(MADE)))  # type: ignore[operator]
+    x = torch.empty(256, 512, dtype=torch.float16)
+    launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)
+    assert list(kernel.launches[0]) == ["BLOCK_M", "BLOCK_K", "x_desc"]
+    # autotuned: the autotuner's runs of each config get the descriptors made at that config's block sizes
+    tuned = _Autotuned()
+    scope["_MadeOnHost"](tuned, params=params, made=scope["_HostMade"](eval(MADE)))  # type: ignore[operator]
+    tuned.fn.run(x, 256, 1024, 512, BLOCK_M=64, BLOCK_K=32)
+    assert list(tuned.fn.fn.runs[0]) == ["BLOCK_M", "BLOCK_K", "x_desc"]
+    assert list(tuned.fn.fn.runs[0]["x_desc"].block_shape) == [64, 32]

@@ -62,7 +62,7 @@ from transpile.rules.layouts import convert, expand
 from transpile.outcomes import KernelOutcome
 from transpile.policy import RESERVED_NAMES, callees, decide, keep_as_triton, propagate_kept
 from transpile.rules.host_made import host_made
-from transpile.launches import (HostLaunches, binds_triton, calls_renamed, dispatch_statements,
+from transpile.launches import (HostLaunches, binds_triton, calls_renamed, dispatch_statements, made_on_host,
                                 helper_copies, kmajor_bound, launch_dispatch, passed_as_value)
 from transpile.source import SourceFile, parse_source, read_text, replaced_line_map, set_location, sha256_text
 from transpile.targets import Target
@@ -1007,10 +1007,17 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                     function, made = host_made(function)
                     if made:
                         helpers.add("host_made")
+                elif name not in dispatched and target.backend == "cuda" and function.decorators:
+                    # (no launcher yet: one that only makes the descriptors, `_MadeOnHost`)
+                    function, made = host_made(function)
+                    if made:
+                        helpers.add("made_on_host")
                 body.append(function)
                 if name in dispatched:
                     body.extend(dispatch_statements(originals, name, outcomes[name].dispatch,
                                                     outcomes[name].persistent_grid, copied, host.get(name), made))
+                elif made:
+                    body.append(made_on_host(name, [p.name for p in facts.functions[name].params], made))
             else:
                 kept = _kept_function(originals.get(name, statement), outcomes[name], target)
                 if copies.get(name):

@@ -233,6 +233,21 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     return [*helpers, fallback, launcher.with_changes(leading_lines=[blank, blank])]
 
 
+def made_on_host(name: str, params: list[str], made: tuple[MadeDescriptor, ...]) -> cst.BaseStatement:
+    """`name = _MadeOnHost(name, params=(...), made=_HostMade((...)))`: the launcher of a kernel that has no other,
+    making the descriptors `made` on the host (`transpile.rules.host_made`)."""
+    blank = cst.EmptyLine(indent=False)
+    comment = textwrap.wrap(
+        f"triton-transpile: `{name}` makes its TMA descriptors in the kernel unless it is passed them; the launcher "
+        "makes them on the host where the launch's arguments give their parts.", width=116, initial_indent="# ",
+        subsequent_indent="# ")
+    statement = cst.parse_statement(
+        f"{name} = _MadeOnHost({name}, params=({''.join(f'{chr(34)}{p}{chr(34)}, ' for p in params)}), "
+        f"made=_HostMade(({''.join(_made_tuple(d) + ', ' for d in made)})))\n")
+    return statement.with_changes(leading_lines=[blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c))
+                                                                  for c in comment]])
+
+
 def _made_tuple(descriptor: MadeDescriptor) -> str:
     """`(name, base, lambda <parameters>: ([shape], [strides], [block shape]))`: what `_HostMade` takes per
     descriptor."""

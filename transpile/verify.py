@@ -258,6 +258,9 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
 
     fn = jit_fn
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
+        if type(fn).__name__ == "_MadeOnHost":  # (the launcher that makes a kernel's descriptors on the host)
+            fn = fn.kernel
+            continue
         if type(fn).__name__ == "_HostDescriptors":  # (the Gluon kernel takes the host's descriptors in parts)
             signature, constexprs = descriptor_parts(signature, constexprs)
             divisible = (*divisible, *(f"{name}_base" for name in fn.descriptors.names))  # (16-byte aligned)

@@ -431,6 +431,58 @@ class _HostMade:
         return made
 
 
+class _MadeOnHost:
+    """`kernel[grid](*args, **kwargs)` for a Gluon kernel that makes its TMA descriptors itself unless it is passed
+    them (`tma.make_tensor_descriptor` under `if <name> is None:`) and has no other launcher: passes it those `made`
+    (`_HostMade`) makes from the launch's arguments (`params`: the kernel's parameters, in order); an autotuned kernel
+    gets them at each config's block sizes (its autotuner runs `_MadeOnHost.Configs`)."""
+
+    def __init__(self, kernel, params, made):
+        self.kernel = kernel
+        self.params = params
+        self.made = made
+        if hasattr(kernel, "configs") and not isinstance(kernel.fn, _MadeOnHost.Configs):
+            kernel.fn = _MadeOnHost.Configs(kernel.fn, self)
+
+    class Configs:
+        """What the autotuner of such a kernel runs: the kernel, passed the descriptors made at each config's
+        values."""
+
+        def __init__(self, fn, launcher):
+            self.fn = fn  # (the autotuner reads the kernel's name and cache key through `fn`)
+            self.arg_names = fn.arg_names
+            self.launcher = launcher
+
+        def run(self, *args, **kwargs):
+            return self.fn.run(*args, **self.launcher.with_made(args, kwargs))
+
+        def warmup(self, *args, **kwargs):
+            return self.fn.warmup(*args, **self.launcher.with_made(args, kwargs))
+
+    def with_made(self, args, kwargs):
+        return {**kwargs, **self.made.descriptors(_launch_values(self.params, args, kwargs))}
+
+    def __getitem__(self, grid):
+        kernel = self.kernel[grid]
+        if hasattr(self.kernel, "configs"):  # (per config: `Configs`)
+            return kernel
+        return lambda *args, **kwargs: kernel(*args, **self.with_made(args, kwargs))
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        """What `triton.autotune(...)(kernel)` and `triton.heuristics(...)(kernel)` call: the same launch."""
+        if not hasattr(self.kernel, "configs"):
+            kwargs = self.with_made(args, kwargs)
+        return self.kernel.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.run(*args, grid=grid, warmup=True, **kwargs)
+
+    def __getattr__(self, name):  # `best_config`, `fn`, ...: the kernel's
+        if name.startswith("__") or "kernel" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.kernel, name)
+
+
 def _tma_scratch(size, alignment, stream):
     """Global scratch for descriptors made in a kernel (`triton.set_allocator`)."""
     import torch  # the launches' tensors are torch tensors

@@ -213,6 +213,7 @@ SNIPPET_DEPENDENCIES: dict[str, tuple[str, ...]] = {  # what each snippet calls 
     "tma_or_triton": ("config_split", "launch_values", "tma_scratch"),
     "aligned_or_triton": ("config_split", "launch_values"),
     "host_descriptors": ("launch_values", "tma_scratch"),
+    "made_on_host": ("host_made", "launch_values"),
     "warp_pipelined_or_triton": ("tma_or_triton", "config_split"),
     "one_wave_or_triton": ("tma_or_triton", "persistent_grid", "config_split"),
     "tma_store": ("tma_aliases",),

@@ -78,6 +78,7 @@ SM90 = Target(
         "tma_or_triton": LAUNCHERS["tma_or_triton"],
         "tma_scratch": LAUNCHERS["tma_scratch"],
         "host_made": LAUNCHERS["host_made"],
+        "made_on_host": LAUNCHERS["made_on_host"],
         "one_wave_or_triton": LAUNCHERS["one_wave_or_triton"],
         "config_split": LAUNCHERS["config_split"],
         "launch_values": LAUNCHERS["launch_values"],

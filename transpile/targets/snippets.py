@@ -23,6 +23,7 @@ LAUNCHERS = {
     "persistent_grid": helper("launchers", "_SM_COUNTS", "_sm_count", "_persistent_grid"),
     "tma_scratch": helper("launchers", "_tma_scratch"),
     "host_made": helper("launchers", "_HostMade"),
+    "made_on_host": helper("launchers", "_MadeOnHost"),
     "tma_or_triton": helper("launchers", "_TMAOrTriton"),
     "warp_pipelined_or_triton": helper("launchers", "_WarpPipelinedOrTriton"),
     "one_wave_or_triton": helper("launchers", "_OneWaveOrTriton"),
