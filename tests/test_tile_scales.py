@@ -182,7 +182,8 @@ def test_the_sm90_ring_loads_a_block_scaled_gemms_column_scale_once_per_tile_and
     ring = kernel.split("for it in range(num_iters):", 1)[1].split("mbarrier.invalidate", 1)[0]
     assert "w_s = gl.load(w_s_ptr + k_group * stride_wsk)" in ring
     assert "acc += product * x_s[:, None] * w_s\n" in ring
-    tests = re.findall(r"lambda [\w, ]+: [^,\n)]+", out.split("block_fp8_linear_kernel = _TMAOrTriton(", 1)[1])
+    launcher = out.split("block_fp8_linear_kernel = _TMAOrTriton(", 1)[1]
+    tests = re.findall(r"lambda [\w, ]+: [^,\n)]+", launcher.split("source_when=", 1)[1])
     assert tests == ["lambda BLOCK_N, group_n: group_n % BLOCK_N != 0", "lambda BLOCK_M: BLOCK_M < 128"]
     group, rows = (eval(t) for t in tests)  # noqa: S307 - the launcher's own tests, as it calls them
     assert not group(BLOCK_N=128, group_n=128) and not group(BLOCK_N=128, group_n=256)
