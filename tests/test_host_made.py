@@ -149,12 +149,16 @@ def test_a_launch_of_the_gluon_kernel_passes_the_descriptors_made() -> None:
         gluon, source, params=("x_ptr", "M", "K", "stride_xm", "BLOCK_M", "BLOCK_K"),
         tiles=(("x_ptr", "stride_xm", None, (), True),), made=scope["_HostMade"](eval(MADE)))  # type: ignore[operator]
     x = torch.empty(256, 512, dtype=torch.float16)
+    # an eager launch (no CUDA graph captured): the kernel makes its descriptor
     launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)
-    assert list(gluon.launches[0]) == ["BLOCK_M", "BLOCK_K", "x_desc"] and not source.launches
+    assert list(gluon.launches[0]) == ["BLOCK_M", "BLOCK_K"]
+    scope["_HostMade"].wanted = staticmethod(lambda: True)  # type: ignore[attr-defined] # (as while capturing)
+    launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)
+    assert list(gluon.launches[1]) == ["BLOCK_M", "BLOCK_K", "x_desc"] and not source.launches
     launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128)  # (BLOCK_K at the kernel's default: the kernel makes it)
-    assert list(gluon.launches[1]) == ["BLOCK_M"]
+    assert list(gluon.launches[2]) == ["BLOCK_M"]
     launcher[(2,)](x[:, 1:], 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)  # misaligned: the source kernel
-    assert len(gluon.launches) == 2 and len(source.launches) == 1 and "x_desc" not in source.launches[0]
+    assert len(gluon.launches) == 3 and len(source.launches) == 1 and "x_desc" not in source.launches[0]
 
 
 @pytest.mark.slow
@@ -203,8 +207,11 @@ def test_a_kernel_without_another_launcher_gets_one_that_makes_its_descriptors()
     kernel = _Recorded()
     launcher = scope["_MadeOnHost"](kernel, params=params, made=scope["_HostMade"](eval(MADE)))  # type: ignore[operator]
     x = torch.empty(256, 512, dtype=torch.float16)
+    launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)  # eager: the kernel makes its descriptor
+    assert list(kernel.launches[0]) == ["BLOCK_M", "BLOCK_K"]
+    scope["_HostMade"].wanted = staticmethod(lambda: True)  # type: ignore[attr-defined] # (as while capturing)
     launcher[(2,)](x, 256, 1024, 512, BLOCK_M=128, BLOCK_K=64)
-    assert list(kernel.launches[0]) == ["BLOCK_M", "BLOCK_K", "x_desc"]
+    assert list(kernel.launches[1]) == ["BLOCK_M", "BLOCK_K", "x_desc"]
     # autotuned: the autotuner's runs of each config get the descriptors made at that config's block sizes
     tuned = _Autotuned()
     scope["_MadeOnHost"](tuned, params=params, made=scope["_HostMade"](eval(MADE)))  # type: ignore[operator]

@@ -238,8 +238,8 @@ def made_on_host(name: str, params: list[str], made: tuple[MadeDescriptor, ...])
     making the descriptors `made` on the host (`transpile.rules.host_made`)."""
     blank = cst.EmptyLine(indent=False)
     comment = textwrap.wrap(
-        f"triton-transpile: `{name}` makes its TMA descriptors in the kernel unless it is passed them; the launcher "
-        "makes them on the host where the launch's arguments give their parts.", width=116, initial_indent="# ",
+        f"triton-transpile: `{name}` makes its TMA descriptors in the kernel unless it is passed them; while a CUDA "
+        "graph is captured, the launcher makes them on the host where the launch's arguments give their parts.", width=116, initial_indent="# ",
         subsequent_indent="# ")
     statement = cst.parse_statement(
         f"{name} = _MadeOnHost({name}, params=({''.join(f'{chr(34)}{p}{chr(34)}, ' for p in params)}), "

@@ -2,10 +2,13 @@
 
 A Gluon kernel that reads its pointer tiles through TMA makes each descriptor in the kernel
 (``tma.make_tensor_descriptor``): every program writes it to a global scratch buffer and fences it before its first
-copy. Measured on an H100, that costs a non-persistent kernel 6-14% against the same kernel given descriptors the host
-built (the block-scaled fp8 GEMMs of bench/RESULTS.md, most where each program runs few K steps). The host can make
-the same descriptor whenever every part of it is a launch argument: the base a pointer parameter, the shape, strides
-and block shape expressions of parameters. Matches, at the top level of a kernel (not in a loop or a branch)::
+copy. The host can make the same descriptor whenever every part of it is a launch argument: the base a pointer
+parameter, the shape, strides and block shape expressions of parameters. Measured on an H100 (Triton 3.6), the
+block-scaled fp8 GEMM's kernel then ran 8% faster (206 -> 190 us at 4096^3, CUDA-graph replays), a 16-row decode GEMM's
+as fast; but each launch pays for the descriptor objects and Triton's encoding of them, 25-60 us of host time, which
+made eager launches of the decode GEMM 0.61x. So the launcher makes them only while a CUDA graph is captured (what
+serving engines run their decode steps as), which pays that host time once. Matches, at the top level of a kernel
+(not in a loop or a branch)::
 
     x_desc = tma.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K],
                                         layout=gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K],
@@ -13,9 +16,10 @@ and block shape expressions of parameters. Matches, at the top level of a kernel
 
 Emits the descriptor as a parameter of the kernel (``x_desc=None``, after the source's) and the statement under
 ``if x_desc is None:``, which Triton decides at compile time: a launch that passes a descriptor compiles a kernel
-without the device-side one, a launch that passes none (an autotuned kernel's, whose block shape is the config's)
-compiles the kernel as before. The launcher (`_HostMade` in `transpile/helpers/launchers.py`) makes the descriptor
-from the launch's values with the same parts and layout, so the kernel reads the same tiles either way.
+without the device-side one, a launch that passes none (eager launches; an autotuned kernel's where the autotuner
+runs outside a capture) compiles the kernel as before. The launcher (`_HostMade` in `transpile/helpers/launchers.py`)
+makes the descriptor from the launch's values with the same parts and layout, so the kernel reads the same tiles
+either way.
 
 Not matched (the descriptor stays in the kernel): a base that is not a parameter (an address offset per program, as
 attention kernels' per-head bases are), a part that reads a local value or a parameter the kernel reassigns, a layout
@@ -127,8 +131,8 @@ def _made(line: cst.BaseStatement, params: set[str], fixed: set[str]) -> MadeDes
 
 
 #: over the first descriptor the launcher may make
-_NOTE = ("# The launcher makes these descriptors on the host where the launch's arguments give their parts",
-         "# (`_HostMade`): a kernel passed them does not make them here.")
+_NOTE = ("# While a CUDA graph is captured, the launcher makes these descriptors on the host where the launch's",
+         "# arguments give their parts (`_HostMade`): a kernel passed them does not make them here.")
 
 
 def _guarded(line: cst.SimpleStatementLine, name: str, first: bool) -> cst.If:
