@@ -1001,17 +1001,15 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                 function, made = rewritten[name], ()
                 if name in host:
                     function = _with_host_descriptors(function, host[name])
-                elif (name in dispatched and target.backend == "cuda" and not outcomes[name].dispatch.one_wave
-                      and outcomes[name].dispatch.reason != ALIGNMENT_REASON):
-                    # (a launcher that can make the kernel's TMA descriptors on the host: `transpile.rules.host_made`)
+                elif target.backend == "cuda" and (
+                        (name in dispatched and not outcomes[name].dispatch.one_wave
+                         and outcomes[name].dispatch.reason != ALIGNMENT_REASON)
+                        or (name not in dispatched and function.decorators)):
+                    # TMA descriptors the launcher can make on the host (`transpile.rules.host_made`): the kernel's
+                    # `_TMAOrTriton`, or, where it has no launcher, one that only makes them (`_MadeOnHost`)
                     function, made = host_made(function)
                     if made:
-                        helpers.add("host_made")
-                elif name not in dispatched and target.backend == "cuda" and function.decorators:
-                    # (no launcher yet: one that only makes the descriptors, `_MadeOnHost`)
-                    function, made = host_made(function)
-                    if made:
-                        helpers.add("made_on_host")
+                        helpers.add("host_made" if name in dispatched else "made_on_host")
                 body.append(function)
                 if name in dispatched:
                     body.extend(dispatch_statements(originals, name, outcomes[name].dispatch,

@@ -202,7 +202,7 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     descriptors = f", descriptors=_DescriptorParts(({descriptor_tuples(host)}))" if host is not None else ""
     when += descriptors
     if made:  # (descriptors the launcher makes on the host: `transpile.rules.host_made`)
-        when += f", made=_HostMade(({''.join(_made_tuple(d) + ', ' for d in made)}))"
+        when += f", made={_host_made(made)}"
     amd = ""
     amd += f", warps={dispatch.warps}" if dispatch.warps is not None else ""
     amd += ", small=True" if dispatch.small else ""
@@ -239,20 +239,22 @@ def made_on_host(name: str, params: list[str], made: tuple[MadeDescriptor, ...])
     blank = cst.EmptyLine(indent=False)
     comment = textwrap.wrap(
         f"triton-transpile: `{name}` makes its TMA descriptors in the kernel unless it is passed them; while a CUDA "
-        "graph is captured, the launcher makes them on the host where the launch's arguments give their parts.", width=116, initial_indent="# ",
-        subsequent_indent="# ")
-    statement = cst.parse_statement(
-        f"{name} = _MadeOnHost({name}, params=({''.join(f'{chr(34)}{p}{chr(34)}, ' for p in params)}), "
-        f"made=_HostMade(({''.join(_made_tuple(d) + ', ' for d in made)})))\n")
+        "graph is captured, the launcher makes them on the host where the launch's arguments give their parts.",
+        width=116, initial_indent="# ", subsequent_indent="# ")
+    names = "".join(f'"{p}", ' for p in params)
+    statement = cst.parse_statement(f"{name} = _MadeOnHost({name}, params=({names}), made={_host_made(made)})\n")
     return statement.with_changes(leading_lines=[blank, blank, *[cst.EmptyLine(indent=False, comment=cst.Comment(c))
                                                                   for c in comment]])
 
 
-def _made_tuple(descriptor: MadeDescriptor) -> str:
-    """`(name, base, lambda <parameters>: ([shape], [strides], [block shape]))`: what `_HostMade` takes per
-    descriptor."""
-    parts = ", ".join(f"[{', '.join(p)}]" for p in (descriptor.shape, descriptor.strides, descriptor.block))
-    return f'("{descriptor.name}", "{descriptor.base}", lambda {", ".join(descriptor.reads())}: ({parts}))'
+def _host_made(made: tuple[MadeDescriptor, ...]) -> str:
+    """`_HostMade(((name, base, lambda <parameters>: ([shape], [strides], [block shape])), ...))`: the launchers'
+    argument that makes the descriptors `made` on the host."""
+    tuples = []
+    for d in made:
+        parts = ", ".join(f"[{', '.join(p)}]" for p in (d.shape, d.strides, d.block))
+        tuples.append(f'("{d.name}", "{d.base}", lambda {", ".join(d.reads())}: ({parts})), ')
+    return f"_HostMade(({''.join(tuples)}))"
 
 
 def _defaults_last(names: tuple[tuple[str, str | None], ...]) -> list[tuple[str, str | None]]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 from transpile.cst_utils import assigned_names, names_in
 from transpile.cst_walk import semantic_preorder
@@ -77,12 +78,6 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node).strip()
 
 
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return node.value if isinstance(node, cst.Name) else ""
-
-
 def _list(node: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
     if not isinstance(node, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in node.elements):
         return None
@@ -97,7 +92,7 @@ def _made(line: cst.BaseStatement, params: set[str], fixed: set[str]) -> MadeDes
     if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
         return None
     call = assign.value
-    if not (isinstance(call, cst.Call) and _dotted(call.func) == "tma.make_tensor_descriptor"):
+    if not (isinstance(call, cst.Call) and get_full_name_for_node(call.func) == "tma.make_tensor_descriptor"):
         return None
     positional = [a for a in call.args if a.keyword is None]
     keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -115,7 +110,7 @@ def _made(line: cst.BaseStatement, params: set[str], fixed: set[str]) -> MadeDes
         return None
     # the layout the launcher makes too: the default NVMMA layout of the block for the base's element type
     layout = keywords["layout"]
-    if not (isinstance(layout, cst.Call) and _dotted(layout.func) == "gl.NVMMASharedLayout.get_default_for"
+    if not (isinstance(layout, cst.Call) and get_full_name_for_node(layout.func) == "gl.NVMMASharedLayout.get_default_for"
             and len(layout.args) == 2 and all(a.keyword is None for a in layout.args)):
         return None
     layout_block = _list(layout.args[0].value)
