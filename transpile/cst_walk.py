@@ -22,6 +22,8 @@ running it on a stand-in whose every field records its name (`_fields`).
 
 from __future__ import annotations
 
+import functools
+
 import libcst
 from libcst import CSTNode, CSTTransformer, CSTValidationError, CSTVisitor, FlattenSentinel, Module, RemovalSentinel
 from libcst._batched_visitor import BatchableCSTVisitor, _BatchedCSTVisitor
@@ -314,6 +316,13 @@ def preorder(root: CSTNode) -> list[CSTNode]:
                 children.extend(value)
         stack.extend(reversed(children))
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def nodes_of(root: CSTNode) -> tuple[CSTNode, ...]:
+    """`preorder(root)` as a tuple, cached per tree (libcst trees are never changed in place): for the analyses that
+    scan a whole function for each tile or loop they are asked about."""
+    return tuple(preorder(root))
 
 
 def semantic_preorder(root: CSTNode) -> list[CSTNode]:

@@ -58,7 +58,7 @@ def address_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
     source = facts.source
     params = [p.name for p in fn.params if not p.is_constexpr]
     definitions: dict[str, list[cst.CSTNode]] = {}
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 for name in names_in(target.target):
@@ -205,7 +205,7 @@ def pointer_params(facts: ModuleFacts, fn: JitFunction, _active: frozenset[str] 
 
     # names compared, multiplied or divided somewhere are offsets, not pointers
     offsets: set[str] = set()
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         if isinstance(node, cst.Comparison):
             offsets |= names_in(node)
         elif isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, (cst.Add, cst.Subtract)):
@@ -313,8 +313,8 @@ def pointer_tile_strides(fn: JitFunction, tiles: list[cst.BaseExpression], advan
         add(other, statement)
     # A base pointer the kernel moves (`a_ptr += batch * stride_ab`): what moves it must keep it 16-byte aligned.
     bases = set().union(*(_reads(tile, definitions) for tile in tiles))  # (through the definitions they are made of)
-    for node in cst_walk.preorder(fn.node):
-        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
+    for node in _aug_assigns_in(fn.node):
+        if isinstance(node.target, cst.Name) and node.target.value in bases \
                 and node.target.value in {p.name for p in fn.params}:
             add(other, node.value)
             if not constexprs:  # (and the arguments a local name it adds was made of: `Q += adj`)
@@ -385,8 +385,17 @@ def is_load(call: cst.Call) -> bool:
         or isinstance(call.func, cst.Name) and call.func.value == "load"
 
 
+@functools.lru_cache(maxsize=32)
+def _aug_assigns_in(root: cst.CSTNode) -> tuple[cst.AugAssign, ...]:
+    """The augmented assignments under `root`, in order (read-only: cached per tree, which the analyses ask for per
+    tile)."""
+    return tuple(node for node in cst_walk.preorder(root) if isinstance(node, cst.AugAssign))
+
+
+@functools.lru_cache(maxsize=4096)
 def _reads_arange(node: cst.CSTNode) -> bool:
-    """`node` makes an index vector itself (a `tl.arange` in it)."""
+    """`node` makes an index vector itself (a `tl.arange` in it; cached per node: trees are never changed in
+    place, and the analyses ask it of the same definitions for every tile)."""
     return any(isinstance(n, cst.Call) and node_code(_MODULE, n.func).endswith("arange")
                for n in cst_walk.preorder(node))
 
@@ -435,7 +444,7 @@ def moved_unvouched(fn: JitFunction, name: str) -> bool:
     (`run_time_alignment`). A move by a tensor (`b_ptr += (stride * offs_n)[None, :]`) is left to the checks that
     name it."""
     every = all_definitions(fn)
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         moved: cst.BaseExpression | None = None
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == name \
                 and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
@@ -521,7 +530,7 @@ def offset_constexprs(fn: JitFunction, tiles: list[cst.BaseExpression]) -> list[
         base = tile_base(fn, tile, params)
         if base is None:
             continue
-        offsets = [node.value for node in cst_walk.preorder(fn.node) if isinstance(node, cst.AugAssign)
+        offsets = [node.value for node in cst_walk.nodes_of(fn.node) if isinstance(node, cst.AugAssign)
                    and isinstance(node.target, cst.Name) and node.target.value == base]
         for offset in [*offsets, *_scalar_offsets(fn, tile, base)]:
             if _tensor(offset, every):
@@ -682,7 +691,7 @@ def _block_extents(fn: JitFunction) -> set[str]:
     knows, so a product with one is a multiple of it."""
     constexprs = {p.name for p in fn.params if p.is_constexpr}
     found: set[str] = set()
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         if isinstance(node, cst.Call) and node_code(_MODULE, node.func).endswith("arange") and len(node.args) == 2 \
                 and isinstance(node.args[1].value, cst.Name) and node.args[1].value.value in constexprs:
             found.add(node.args[1].value.value)
@@ -766,7 +775,7 @@ def base_moved_along_last_axis(fn: JitFunction, tile: cst.BaseExpression) -> str
     params = {p.name for p in fn.params if not p.is_constexpr}
     definitions = _single_definitions(fn)
     bases = _reads(tile, definitions)  # (the names the tile reads, through the definitions they are made of)
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
                 and node.target.value in params:
             for sub in cst_walk.preorder(node.value):
@@ -1020,7 +1029,7 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
     # (an enclosing loop would run it before the next test, the tile made before).
     # (the earliest assignment of the names the address is made of: `q_rows = q + ...` before the loop, `p_q = q_rows
     # + ...` in it)
-    order = {id(node): i for i, node in enumerate(cst_walk.preorder(fn.node))}
+    order = {id(node): i for i, node in enumerate(cst_walk.nodes_of(fn.node))}
     singles = _single_assignments_in(fn.node)
     made = [singles[n] for n in followed if n in singles]
     start = min([order[id(loop)], *(order[id(m)] for m in made)])
@@ -1034,7 +1043,7 @@ def run_time_alignment(fn: JitFunction, tile: cst.BaseExpression, mask: cst.Base
 def _assignment_sites(fn: JitFunction) -> dict[str, list[cst.CSTNode]]:
     """The nodes of `fn` that assign each name (plain, augmented, annotated assignments and loop targets)."""
     sites: dict[str, list[cst.CSTNode]] = {}
-    for node in cst_walk.preorder(fn.node):
+    for node in cst_walk.nodes_of(fn.node):
         targets: list[cst.CSTNode] = []
         if isinstance(node, cst.Assign):
             targets = [t.target for t in node.targets]
