@@ -210,3 +210,31 @@ def test_a_shape_through_local_constexprs_of_one_is_folded() -> None:
     assert [str(d) for d in site.shape] == ["BLOCK_M", "BLOCK_N"]
     text = translate_source(UNIT_DIVISOR, "k.py", get_target("gfx950")).text
     assert "// 1" not in text
+
+
+# A helper that rebinds its parameter (`x = x * s[None, :]`) returns a shape the analysis cannot write in the
+# helper's terms (`x.shape[0]` would read the new `x`): the broadcast of that unknown shape with `s[None, :]` is
+# unknown along the rows, not 1 (the accumulator was made [1, BN], and the variant failed to compile).
+REBOUND = HEAD + '''@triton.jit
+def scaled(x, s):
+    x = x * s[None, :]
+    return x
+
+
+@triton.jit
+def kern(x_ptr, s_ptr, o_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    o_m = tl.arange(0, BM)
+    o_n = tl.arange(0, BN)
+    x = tl.load(x_ptr + o_m[:, None] * BN + o_n[None, :])
+    s = tl.load(s_ptr + o_n)
+    y = scaled(x, s)
+    y = tl.dot(y.to(tl.float16), x.to(tl.float16))
+    tl.store(o_ptr + o_m[:, None] * BN + o_n[None, :], y)
+'''
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_a_broadcast_with_an_unknown_shape_is_not_taken_as_one_row(target: str) -> None:
+    result = translate_source(REBOUND, "k.py", get_target(target))
+    assert "gl.zeros([1, BN]" not in result.text
+    assert [d for d in result.diagnostics if d.code == "TT010" and "shape of this `tl.dot` result" in d.message]

@@ -275,3 +275,58 @@ def test_a_helper_rebinding_a_0d_value_in_a_loop_is_copied_for_it(monkeypatch, t
         assert not [d for d in result.diagnostics if d.code == "TT012"]
         compiled = verify(result, {"g_ptr": "*fp32", "h_ptr": "*fp32", "n_chunks": "i32", "BLOCK": 64, "USE_EXP2": 1})
         assert compiled and all(c.ok for c in compiled), [(c.kernel, c.message) for c in compiled if not c.ok]
+
+
+# A helper's optional tensor passed in one call and left `None` in another (FLA's mesa-net `chunk_update_once(...,
+# b_lamb)` and `(..., None)`): Triton compiles each call's helper with its `if b_lamb is not None:` decided, so the
+# branch that reads `b_lamb` as a tensor is never compiled where it is `None`.
+OPTIONAL = HEAD + '''@triton.jit
+def scaled(x, s, bias=None):
+    if s is not None:
+        x = x * s[None, :]
+    if bias is None:
+        y = x
+    else:
+        y = x + bias[:, None]
+    return y
+
+
+@triton.jit
+def update(b_p, b_k, b_lamb):
+    b_o = tl.dot(b_p.to(b_k.dtype), b_k)
+    if b_lamb is not None:
+        b_o += b_lamb[None, :] * b_p
+    return b_o
+
+
+@triton.jit
+def kern(x_ptr, s_ptr, o_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    o_m = tl.arange(0, BM)
+    o_n = tl.arange(0, BN)
+    x = tl.load(x_ptr + o_m[:, None] * BN + o_n[None, :])
+    s = tl.load(s_ptr + o_n)
+    y = x + scaled(x, s) + scaled(x, None)
+    for i in range(2):
+        y = update(y, x.to(tl.float16), s)
+    y = update(y, x.to(tl.float16), None)
+    tl.store(o_ptr + o_m[:, None] * BN + o_n[None, :], y)
+'''
+
+
+def test_a_helper_s_argument_left_none_decides_its_none_tests(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(OPTIONAL, str(tmp_path / "k.py"), get_target(target), gluon_always=True)
+        # (`update` and its copy are inlined where the kernel calls them)
+        assert all(f.translated for f in result.functions if not f.name.startswith("update")), \
+            [d.format() for d in result.diagnostics]
+        assert not [d for d in result.diagnostics if d.code in ("TT010", "TT012")]
+        text = result.text
+        # the call passing `None` calls a copy of kind "none", which converts nothing it does not read
+        assert "scaled_n(x, None)" in text and "scaled(x, s)" in text
+        copy = text[text.index("def scaled_n("):]
+        assert "convert_layout" not in copy[:copy.index("return y")]
+        # the inlined call binds `b_lamb = None`: its branch is left as written, never compiled
+        assert "b_lamb = None" in text
+        compiled = verify(result, {"x_ptr": "*fp32", "s_ptr": "*fp32", "o_ptr": "*fp32", "BM": 64, "BN": 64})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled if not c.ok]

@@ -70,6 +70,9 @@ class Scalar:
     param: str | None = None  # the jit function parameter this value is, when it is one (maybe a pointer)
     # a pointer made in the kernel (`tl.load(p).to(tl.pointer_type(tl.float16))`): its pointee type, as source text
     pointee: str | None = None
+    # a helper's argument that is `None` (the literal, or a parameter's `None` default the call leaves): Triton
+    # compiles the helper for it, its `if x is not None:` branches decided at compile time (kind "none")
+    none: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Tup:
 
 Value = Scalar | Tensor | Descriptor | Tup
 SCALAR = Scalar()
+NONE = Scalar(none=True)
 
 
 @dataclass
@@ -407,8 +411,13 @@ def _dim(x: str | None, y: str | None) -> str | None:
 
 
 def _broadcast(a: tuple[str | None, ...] | None, b: tuple[str | None, ...] | None) -> tuple[str | None, ...] | None:
-    if a is None or b is None or len(a) != len(b):
-        return a if a is not None else b
+    if a is None or b is None:
+        # (a size-1 dimension of the known shape takes the unknown one's size, unknown: `x * s[None, :]` of a helper
+        # parameter `x` it rebinds is not [1, N])
+        known = a if a is not None else b
+        return tuple(None if dim == "1" else dim for dim in known) if known is not None else None
+    if len(a) != len(b):
+        return a
     return tuple(_dim(x, y) for x, y in zip(a, b))
 
 
@@ -446,6 +455,8 @@ def _kind(value: Value) -> str:
         return "descriptor"
     if isinstance(value, Tup):
         return "tuple"
+    if isinstance(value, Scalar) and value.none:
+        return "none"
     return "scalar"
 
 

@@ -42,6 +42,7 @@ from transpile.analysis.layout_values import (
     _DTYPE_ORDER,
     _IDENT,
     _TYPE_CHAINS,
+    NONE,
     SCALAR,
     Descriptor,
     LayoutPlan,
@@ -181,6 +182,18 @@ class LayoutAnalysis:
         return plan
 
 
+
+
+def _bound_otherwise(body: cst.CSTNode, name: str) -> bool:
+    """`name` is bound under `body` other than by a plain statement (a loop target, a `with ... as`, a walrus)."""
+    return any(isinstance(n, cst.For) and name in names_in(n.target)
+               or isinstance(n, cst.WithItem) and n.asname is not None and name in names_in(n.asname.name)
+               or isinstance(n, cst.NamedExpr) and name in names_in(n.target) for n in preorder(body))
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    """`node` is the literal `None`."""
+    return isinstance(node, cst.Name) and node.value == "None"
 
 
 def _integer(source: SourceFile, node: cst.BaseExpression | None) -> int | None:
@@ -418,6 +431,15 @@ class _FunctionWalker(LanguageCalls):
         from transpile.analysis.launch_alignment import pointer_params
 
         self.pointers = pointer_params(analysis.facts, self.fn)  # the parameters the loads and stores address from
+        # Parameters this analysis's call passes `None` (kind "none"): their `if x is not None:` tests are decided
+        self.none_params: set[str] = set()
+        self.rebound_params = set(param_names) & bound_names(self.fn.node.body)  # (not taken as `None` throughout)
+        # ... and locals bound to `None` alone (a helper's argument inlined as `b_lamb_1 = None`)
+        none_bindings = Counter(a.targets[0].target.value for line in lines for a in line.body  # type: ignore[attr-defined]
+                                if isinstance(a, cst.Assign) and len(a.targets) == 1
+                                and isinstance(a.targets[0].target, cst.Name) and _is_none(a.value))
+        self.none_locals = {name for name, n in none_bindings.items() if bindings[name] == n
+                            and name not in param_names and not _bound_otherwise(self.fn.node.body, name)}
         for i, name in enumerate(param_names):
             kind = arg_kinds[i] if arg_kinds is not None and i < len(arg_kinds) else SCALAR
             if isinstance(kind, Tensor):
@@ -433,6 +455,20 @@ class _FunctionWalker(LanguageCalls):
                 self.env[name] = SCALAR
             else:
                 self.env[name] = Scalar(param=name)
+                if isinstance(kind, Scalar) and kind.none:
+                    self.none_params.add(name)
+
+    def none_test(self, test: cst.BaseExpression) -> bool | None:
+        """Whether `test`, `x is None` or `x is not None` of a parameter the call passes `None`, holds; None for any
+        other test."""
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)
+                and (test.left.value in self.none_params and test.left.value not in self.rebound_params
+                     or test.left.value in self.none_locals)):
+            return None
+        target = test.comparisons[0]
+        if not _is_none(target.comparator) or not isinstance(target.operator, (cst.Is, cst.IsNot)):
+            return None
+        return isinstance(target.operator, cst.Is)
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
 
@@ -524,6 +560,15 @@ class _FunctionWalker(LanguageCalls):
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 self.walk_small(small)
+        elif isinstance(statement, cst.If) and self.none_test(statement.test) is not None:
+            # `if x is not None:` of a parameter the call passes `None`: Triton compiles only the branch the test
+            # takes (the other is never compiled: it may read `x` as a tensor)
+            if self.none_test(statement.test):
+                self.walk_body(statement.body)
+            elif isinstance(statement.orelse, cst.If):
+                self.walk_statement(statement.orelse)
+            elif isinstance(statement.orelse, cst.Else):
+                self.walk_body(statement.orelse.body)
         elif isinstance(statement, cst.If):
             self.eval(statement.test)
             env, terms = dict(self.env), dict(self.name_terms)
@@ -1114,6 +1159,11 @@ class _FunctionWalker(LanguageCalls):
         kinds: list[Value] = [self.eval(a) for a in positional]
         for param in callee.params[len(positional):]:
             kinds.append(self.eval(keywords[param.name]) if param.name in keywords else SCALAR)
+        for i, param in enumerate(callee.params):
+            # (`None` passed, or left to a `None` default: kind "none", as Triton compiles the helper for it)
+            arg = positional[i] if i < len(positional) else keywords.get(param.name)
+            if _is_none(arg) if arg is not None else param.default == "None":
+                kinds[i] = NONE
         kinds_t = tuple(kinds)
         self.plan.helper_calls[node] = (name, tuple(_kind(k) for k in kinds_t))
         previous = self.analysis.helper_kinds.get(name)

@@ -33,7 +33,7 @@ from transpile.analysis.layouts import LayoutPlan
 from transpile.discover import ModuleFacts
 
 #: Short names of argument kinds, for the copies' names.
-_SHORT = {"scalar": "s", "tuple": "t", "descriptor": "desc"}
+_SHORT = {"scalar": "s", "tuple": "t", "descriptor": "desc", "none": "n"}
 
 
 def kind_conflicts(plans: dict[str, LayoutPlan]) -> bool:
