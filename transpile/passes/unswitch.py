@@ -41,6 +41,7 @@ the user's line. Where a function is kept as Triton, the variant keeps it as wri
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from transpile.discover import ModuleFacts
@@ -245,14 +246,25 @@ def _param_names(function: ast.FunctionDef) -> set[str]:
     return {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
 
 
+@functools.lru_cache(maxsize=256)
+def _loop_bindings(loop: ast.For) -> dict[str, list[ast.stmt]]:
+    """The statements under `loop` (itself included) that bind each name: assignments and loop targets (cached per
+    loop: `_binding_kind` asks it of every name the loop reads)."""
+    found: dict[str, list[ast.stmt]] = {}
+    for n in ast.walk(loop):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
+            names = {t.id for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                     for t in ast.walk(target) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+            for name in names:
+                found.setdefault(name, []).append(n)
+    return found
+
+
 def _binding_kind(loop: ast.For, name: str) -> str:
     """How the loop binds `name`: "loaded" (its last binding a load: `a = tl.load(...)`, `a = desc.load(...)`, once or
     in both branches of a mask's choice; or another name the loop loads so, `b_op = b`), "computed" (otherwise:
     `a = a.to(T)` after the load), or "absent"."""
-    bindings = [n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
-                and any(isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Store)
-                        for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                        for t in ast.walk(target))]
+    bindings = _loop_bindings(loop).get(name, [])
     if not bindings:
         return "absent"
     last = max(bindings, key=lambda n: (n.lineno, n.col_offset))
