@@ -620,3 +620,29 @@ def test_a_loop_of_several_dots_no_sm90_ring_takes_names_the_translations_measur
     for target in ("gfx950", "gfx942"):
         amd = translate_source(text, f"{fixture}.py", get_target(target))
         assert not any("wgmma waited for at once" in (f.kept_reason or "") for f in amd.functions)
+
+
+# A dot loop that loads nothing (an iterative solver on tiles loaded before it): nothing to pipeline, and the keep
+# reason says so instead of claiming that Triton's compiler pipelines it.
+SOLVER = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def solver(a_ptr, x_ptr, steps, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])
+        x = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :]).to(tl.float32)
+        for i in range(steps):
+            x = x - 0.5 * tl.dot(a, x.to(tl.float16))
+        tl.store(x_ptr + offs[:, None] * BLOCK + offs[None, :], x.to(tl.float16))
+    ''')
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_dot_loop_that_loads_nothing_is_kept_saying_so(target: str) -> None:
+    result = translate_source(SOLVER, "k.py", get_target(target))
+    notes = [d for d in result.diagnostics if d.code == "TT041"]
+    assert notes and "the loop loads nothing from memory" in notes[0].message
+    assert "Triton's compiler pipelines it" not in notes[0].message

@@ -205,13 +205,22 @@ def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
     # branch, synchronously, as the translated loop would)
     triton = ["Triton's compiler does not pipeline the loads under its `if` either" if _guarded_loads(loop.node)
               else "Triton's compiler unrolls it at compile time (`tl.static_range`) and pipelines no copy either"
-              if _static_range(ctx.source, loop.node) else "Triton's compiler pipelines it" for loop in unpipelined]
+              if _static_range(ctx.source, loop.node) else
+              "the loop loads nothing from memory (its dots read values it computes), so Triton's compiler pipelines "
+              "no copy in it either" if _loads_nothing(ctx, loop.node)
+              else "Triton's compiler pipelines it" for loop in unpipelined]
     # (dict.fromkeys: the copies of a loop unswitched on a constexpr flag share its line, and often the reason)
     outcome.kept_reason = "; ".join(dict.fromkeys(reasons)) + "; " + "; ".join(dict.fromkeys(triton))
     outcome.diagnostics = sorted({*(d for d in outcome.diagnostics if d.code != "TT040"), *(
         source.diagnostic(loop.node, "TT041", f"`{ctx.function.name}` kept as Triton: {text}; {how} "
                           "(--gluon-always emits the Gluon translation)")
         for loop, text, how in zip(unpipelined, reasons, triton))})
+
+
+def _loads_nothing(ctx: RuleContext, loop: cst.CSTNode) -> bool:
+    """Whether `loop` reads no memory itself: no `load` call, nor a call of a jit function (which may load)."""
+    return not loads_in(loop) and not any(
+        isinstance(call.func, cst.Name) and call.func.value in ctx.facts.functions for call in calls_in(loop))
 
 
 def _static_range(source: SourceFile, loop: cst.CSTNode) -> bool:
