@@ -330,3 +330,38 @@ def test_a_helper_s_argument_left_none_decides_its_none_tests(monkeypatch, tmp_p
         assert "b_lamb = None" in text
         compiled = verify(result, {"x_ptr": "*fp32", "s_ptr": "*fp32", "o_ptr": "*fp32", "BM": 64, "BN": 64})
         assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled if not c.ok]
+
+
+# A test of which arguments are `None` that leaves a name of another rank in each branch (`t` is [M, N] where both
+# offsets are given, [M] where only one is): Triton compiles each call's branch alone, so each call's copy is
+# analysed for the branch it takes (a tensor argument is not `None`; `and`/`or` read left to right).
+CHAIN = HEAD + '''@triton.jit
+def _offsets(first, second, stride):
+    if first is not None and second is not None:
+        t = first[:, None] * stride + second[None, :]
+    elif not (first is None or second is not None):
+        t = first * stride
+    else:
+        t = second
+    return t
+
+
+@triton.jit
+def kern(x_ptr, o_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    o_m = tl.arange(0, BM)
+    o_n = tl.arange(0, BN)
+    y = tl.load(x_ptr + _offsets(o_m, o_n, BN))
+    r = tl.load(x_ptr + _offsets(o_m, None, BN)) + tl.load(x_ptr + _offsets(None, o_m, BN))
+    tl.store(o_ptr + o_m[:, None] * BN + o_n[None, :], y + r[:, None])
+'''
+
+
+def test_a_chain_of_none_tests_is_decided_per_call(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for target in ("sm90", "gfx950"):
+        result = translate_source(CHAIN, str(tmp_path / "k.py"), get_target(target))
+        assert all(f.translated for f in result.functions), [d.format() for d in result.diagnostics]
+        assert not [d for d in result.diagnostics if d.code in ("TT010", "TT012")]
+        assert "_offsets(o_m, o_n, BN)" in result.text and "_offsets_n(o_m, None, BN)" in result.text
+        compiled = verify(result, {"x_ptr": "*fp32", "o_ptr": "*fp32", "BM": 64, "BN": 64})
+        assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled if not c.ok]

@@ -459,16 +459,32 @@ class _FunctionWalker(LanguageCalls):
                     self.none_params.add(name)
 
     def none_test(self, test: cst.BaseExpression) -> bool | None:
-        """Whether `test`, `x is None` or `x is not None` of a parameter the call passes `None`, holds; None for any
-        other test."""
-        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)
-                and (test.left.value in self.none_params and test.left.value not in self.rebound_params
-                     or test.left.value in self.none_locals)):
+        """Whether `test` holds, where Triton decides it at compile time from what is `None`: `x is None` or `x is
+        not None` of a parameter the call passes `None` (or a local bound to `None` alone) or a tensor, and `not`,
+        `and`, `or` of such tests, read left to right as Triton short-circuits them (`if a is not None and b is not
+        None:` ... `elif a is not None:`); None where the test is not so decided."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.none_test(test.expression)
+            return None if inner is None else not inner
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, (cst.And, cst.Or)):
+            left = self.none_test(test.left)
+            settles = isinstance(test.operator, cst.Or)  # (the left value that decides the whole: True for `or`)
+            if left is None:
+                return None
+            return left if left is settles else self.none_test(test.right)
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name)):
             return None
         target = test.comparisons[0]
         if not _is_none(target.comparator) or not isinstance(target.operator, (cst.Is, cst.IsNot)):
             return None
-        return isinstance(target.operator, cst.Is)
+        name = test.left.value
+        if name in self.none_locals or name in self.none_params and name not in self.rebound_params:
+            none = True
+        elif name in self.param_terms and name not in self.rebound_params:
+            none = False  # (a tensor argument)
+        else:
+            return None
+        return none is isinstance(target.operator, cst.Is)
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
 
