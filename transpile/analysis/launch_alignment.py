@@ -389,7 +389,7 @@ def is_load(call: cst.Call) -> bool:
 def _aug_assigns_in(root: cst.CSTNode) -> tuple[cst.AugAssign, ...]:
     """The augmented assignments under `root`, in order (read-only: cached per tree, which the analyses ask for per
     tile)."""
-    return tuple(node for node in cst_walk.preorder(root) if isinstance(node, cst.AugAssign))
+    return tuple(node for node in cst_walk.nodes_of(root) if isinstance(node, cst.AugAssign))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -530,8 +530,8 @@ def offset_constexprs(fn: JitFunction, tiles: list[cst.BaseExpression]) -> list[
         base = tile_base(fn, tile, params)
         if base is None:
             continue
-        offsets = [node.value for node in cst_walk.nodes_of(fn.node) if isinstance(node, cst.AugAssign)
-                   and isinstance(node.target, cst.Name) and node.target.value == base]
+        offsets = [node.value for node in _aug_assigns_in(fn.node)
+                   if isinstance(node.target, cst.Name) and node.target.value == base]
         for offset in [*offsets, *_scalar_offsets(fn, tile, base)]:
             if _tensor(offset, every):
                 continue
@@ -775,9 +775,8 @@ def base_moved_along_last_axis(fn: JitFunction, tile: cst.BaseExpression) -> str
     params = {p.name for p in fn.params if not p.is_constexpr}
     definitions = _single_definitions(fn)
     bases = _reads(tile, definitions)  # (the names the tile reads, through the definitions they are made of)
-    for node in cst_walk.nodes_of(fn.node):
-        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value in bases \
-                and node.target.value in params:
+    for node in _aug_assigns_in(fn.node):
+        if isinstance(node.target, cst.Name) and node.target.value in bases and node.target.value in params:
             for sub in cst_walk.preorder(node.value):
                 if isinstance(sub, cst.Subscript) and broadcast_axis(sub) == 1 and _scaled_inside(sub.value,
                                                                                                   definitions):

@@ -408,9 +408,10 @@ class _FunctionWalker(LanguageCalls):
         bindings = Counter(name for line in lines for name in bound_names(line))
         # Names the function assigns `None` somewhere (`mask = None` under a flag): a mask, a bias or a scale left
         # out, no scalar value (`walk_statement`'s `if`)
-        self.nones = {a.targets[0].target.value for line in lines for a in line.body
-                      if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name)
-                      and isinstance(a.value, cst.Name) and a.value.value == "None"}
+        none_bindings = Counter(a.targets[0].target.value for line in lines for a in line.body  # type: ignore[attr-defined]
+                                if isinstance(a, cst.Assign) and len(a.targets) == 1
+                                and isinstance(a.targets[0].target, cst.Name) and _is_none(a.value))
+        self.nones = set(none_bindings)
         # Names bound to a scalar read from memory (`dA_last = tl.load(p + i)`, `s = tl.exp(dA_last)`), as the walk
         # meets them (`bind_target`): such a value replaces a tensor the name held before
         self.loaded_scalars: set[str] = set()
@@ -435,9 +436,6 @@ class _FunctionWalker(LanguageCalls):
         self.none_params: set[str] = set()
         self.rebound_params = set(param_names) & bound_names(self.fn.node.body)  # (not taken as `None` throughout)
         # ... and locals bound to `None` alone (a helper's argument inlined as `b_lamb_1 = None`)
-        none_bindings = Counter(a.targets[0].target.value for line in lines for a in line.body  # type: ignore[attr-defined]
-                                if isinstance(a, cst.Assign) and len(a.targets) == 1
-                                and isinstance(a.targets[0].target, cst.Name) and _is_none(a.value))
         self.none_locals = {name for name, n in none_bindings.items() if bindings[name] == n
                             and name not in param_names and not _bound_otherwise(self.fn.node.body, name)}
         for i, name in enumerate(param_names):
@@ -576,10 +574,10 @@ class _FunctionWalker(LanguageCalls):
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 self.walk_small(small)
-        elif isinstance(statement, cst.If) and self.none_test(statement.test) is not None:
+        elif isinstance(statement, cst.If) and (taken := self.none_test(statement.test)) is not None:
             # `if x is not None:` of a parameter the call passes `None`: Triton compiles only the branch the test
             # takes (the other is never compiled: it may read `x` as a tensor)
-            if self.none_test(statement.test):
+            if taken:
                 self.walk_body(statement.body)
             elif isinstance(statement.orelse, cst.If):
                 self.walk_statement(statement.orelse)
