@@ -18,10 +18,13 @@ import tokenize
 from functools import lru_cache
 from pathlib import Path
 
+import libcst as cst
 import pytest
 from conftest import golden_project
 
 from transpile.engine import format_results, prepare, translate_source
+from transpile.passes.tile_scales import tile_scale_loops
+from transpile.passes.tile_scales import tile_scaled as tile_scaled_form
 from transpile.targets import get_target
 
 UPDATE_HINT = "if the change is intended, run `python -m pytest tests/test_snapshots.py --update-goldens`"
@@ -173,6 +176,7 @@ def test_output_contract(fixture_name: str, target_name: str, goldens, translate
     variant_text = goldens.read(fixture_name, target_name)
     source, variant = ast.parse(source_text), ast.parse(variant_text)
     translated_names = {f.name for f in translated(fixture_name, target_name).functions if f.translated}
+    tile_scaled = {f.name for f in translated(fixture_name, target_name).functions if f.tile_scaled}
     variant_functions = {n.name: n for n in variant.body if isinstance(n, ast.FunctionDef)}
     for fn in (n for n in source.body if isinstance(n, ast.FunctionDef)):
         decorators = [ast.unparse(d) for d in fn.decorator_list]
@@ -186,6 +190,14 @@ def test_output_contract(fixture_name: str, target_name: str, goldens, translate
                            if isinstance(n, ast.FunctionDef)}
                 assert ast.dump(other) == ast.dump(lowered[fn.name]), f"kept `{fn.name}` differs from its lowering"
                 assert "block pointers written as pointer tiles" in variant_text
+                continue
+            if fn.name in tile_scaled:
+                # (kept with its per-column scale read once per tile under a flag: `transpile.passes.tile_scales`,
+                # the only change)
+                node = next(n for n in cst.parse_module(source_text).body
+                            if isinstance(n, cst.FunctionDef) and n.name.value == fn.name)
+                expected = ast.parse(cst.Module(body=[tile_scaled_form(node, tile_scale_loops(node))]).code).body[0]
+                assert ast.dump(other) == ast.dump(expected), f"kept `{fn.name}` differs from its tile-scaled form"
                 continue
             assert ast.dump(other) == ast.dump(fn), f"kept `{fn.name}` differs from its source"
             assert ast.get_source_segment(formatted_source, formatted_functions[fn.name]) in variant_text

@@ -61,6 +61,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                              "unswitched on a constexpr flag): the source kernel runs the launches for the other"),
     "TT046": (Severity.NOTE, "sm90: a GEMM kept as Triton runs on a K-major copy of its B operand for launches of "
               "8-bit or tf32 data read N-contiguous (wgmma reads those K-major only)"),
+    "TT047": (Severity.NOTE, "a GEMM kept as Triton loads a per-column scale that holds one value per output tile as "
+                             "one scalar, its loop written twice under the group test the launch decides"),
     "TT050": (Severity.NOTE, "variant written unformatted: ruff is missing or failed (the message says why); "
                              "`--check` accepts it formatted or not"),
     "TT090": (Severity.ERROR, "internal error of the tool (a bug: please report it with the input)"),

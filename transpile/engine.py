@@ -26,6 +26,7 @@ from transpile.passes.imported_helpers import bring_in_helpers
 from transpile.passes.invariant_operands import hoist_invariant_operands
 from transpile.passes.inline import inline_dot_helpers
 from transpile.passes.kmajor_copy import KMajorLaunch, kmajor_launch
+from transpile.passes.tile_scales import tile_scale_loops, tile_scaled
 from transpile.passes.specialise import kind_conflicts, specialise_helpers
 from transpile.passes.tile_loops import split_tile_loops
 from transpile.analysis.launch_alignment import MEMORY, REASON as ALIGNMENT_REASON
@@ -772,6 +773,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
     while True:
         propagate_kept(facts, outcomes, source, target, inlined)
         helpers = {"kmajor_copy"} if _kmajor_launches(source, facts, target, outcomes) else set()
+        _tile_scales(prepared.original_source, facts, outcomes)
         for name, outcome in outcomes.items():
             if outcome.translated:
                 helpers |= translated_helpers[name]
@@ -1018,6 +1020,8 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                     body.append(made_on_host(name, [p.name for p in facts.functions[name].params], made))
             else:
                 kept = _kept_function(originals.get(name, statement), outcomes[name], target)
+                if outcomes[name].tile_scaled:
+                    kept = tile_scaled(kept, tile_scale_loops(kept))
                 if copies.get(name):
                     body.extend(helper_copies(originals, copies[name], copied, name, set(facts.functions)))
                     kept = calls_renamed(kept, {h: copied[h] for h in copies[name]})
@@ -1059,6 +1063,35 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     body[imports_end:imports_end] = [*new_imports, *snippets]
     out = module.with_changes(body=body)
     return _drop_unused_language_imports(out, source)
+
+
+def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, KernelOutcome]) -> None:
+    """Sets `KernelOutcome.tile_scaled` of each kernel kept as Triton whose scaled accumulation multiplies by a
+    per-column vector that holds one value per tile where its groups hold whole tiles
+    (`transpile.passes.tile_scales`), with its TT047 note at the factor. Read from the source as written (`original`:
+    what a kept kernel is written from), not from the passes' rewrite of it."""
+    functions = {s.name.value: s for s in original.module.body if isinstance(s, cst.FunctionDef)}
+    for name, outcome in outcomes.items():
+        fn = facts.functions.get(name)
+        outcome.tile_scaled = False
+        if outcome.translated or outcome.is_helper or fn is None or fn.jit_decorator is None \
+                or name not in functions:
+            continue
+        key = ("tile_scale_loops", name)
+        if key not in facts.memo:
+            facts.memo[key] = tile_scale_loops(functions[name])
+        found = facts.memo[key]
+        if not found:
+            continue
+        outcome.tile_scaled = True
+        for _, _, uniform in found:
+            note = original.diagnostic(uniform.factor, "TT047", (
+                f"`{name}` loads `{uniform.name}` as one scalar per tile where `{uniform.group} % {uniform.block} == "
+                f"0` (the columns of a tile then share one group), its loop written twice under that test: Triton's "
+                "own compile of the scalar form ran 1.10-1.30x the per-column form on an H100 (bench/RESULTS.md, "
+                "\"sm90: one B scale per tile\"); other launches run the loop as written"))
+            if note not in outcome.diagnostics:
+                outcome.diagnostics = sorted({*outcome.diagnostics, note})
 
 
 #: A file that names 8-bit or tf32 data (its kernels' launches may pass such operands: `_kmajor_launches`)

@@ -37,6 +37,9 @@ class KernelOutcome:
     # sm90, kept as Triton: launches with 8-bit or tf32 B read N-contiguous run it on a K-major copy of B
     # (`transpile.passes.kmajor_copy`)
     kmajor: KMajorLaunch | None = None
+    # kept as Triton: its scaled accumulation's per-column factor holds one value per tile where the group test
+    # holds, and its loop is unswitched on that test (`transpile.passes.tile_scales`)
+    tile_scaled: bool = False
 
     @property
     def status(self) -> str:

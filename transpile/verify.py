@@ -257,7 +257,9 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     from triton.runtime.jit import JITFunction
 
     fn = jit_fn
+    heuristics: dict[str, object] = {}  # (constexprs a `@triton.heuristics` wrapper computes per launch)
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
+        heuristics.update(getattr(fn, "values", None) or {} if type(fn).__name__ == "Heuristics" else {})
         if type(fn).__name__ == "_MadeOnHost":  # (the launcher that makes a kernel's descriptors on the host)
             fn = fn.kernel
             continue
@@ -271,6 +273,15 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     added = [p.name for p in fn.params if p.name not in signature and p.has_default and p.default is None]
     signature = {**signature, **{name: "constexpr" for name in added}}
     constexprs = {**constexprs, **{name: None for name in added}}
+    # (a flag the variant added to a kernel kept as Triton, which its launch computes from run-time values,
+    # `TILE_SCALED` of `transpile.passes.tile_scales`: compiled from the values given, else in the form it adds)
+    for name, heuristic in heuristics.items():
+        if name in fn.arg_names and name not in signature:
+            try:
+                value = heuristic(dict(constexprs))  # type: ignore[operator]
+            except Exception:  # noqa: BLE001 - a run-time value it reads is not known here
+                value = True
+            signature, constexprs = {**signature, name: "constexpr"}, {**constexprs, name: value}
     attrs: dict[tuple[int], list[list[object]]] = {}
     # (names of the other form of a kernel taking host descriptors, whole or in parts, are not its parameters)
     for name in (n for n in divisible if n in fn.arg_names):

@@ -15,10 +15,9 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, loop_body
 from transpile.analysis.tile_scales import UniformFactor, uniform_factor
+from transpile.passes.tile_scales import scalar_scale  # noqa: F401 - the rules' import of it
 from transpile.cst_utils import names_in
-from transpile.cst_walk import preorder
 from transpile.rules.base import RuleContext
-from transpile.rules.pipeline_text import code
 
 #: The fewest rows a tile of the block-scaled TMA ring with one scale per tile runs (`uniform_scale`, sm90); launches
 #: of fewer run the source kernel. On an H100 (bench/RESULTS.md, "sm90: one B scale per tile") lightllm's
@@ -59,38 +58,3 @@ def launch_tests(ctx: RuleContext, plan: LoopPlan, uniform: UniformFactor, least
         names = sorted(names_in(cst.parse_expression(test)))
         ctx.launch_source_when = tuple(dict.fromkeys((*ctx.launch_source_when, (
             test, tuple((n, defaults.get(n)) for n in names)))))
-
-
-def scalar_scale(body: list[cst.BaseStatement], original: cst.For, dot_index: int, uniform: UniformFactor,
-                 tile: str | None = None) -> list[cst.BaseStatement]:
-    """The translated loop body with the factor's vector loaded as one scalar, from `tile` (a name bound before the
-    loop to `uniform.scalar`, the loop-invariant part of its address at the tile's first column) or from
-    `uniform.scalar` itself, plus the rest of the address (`uniform.rest`), and multiplied as such (`b_s`, not
-    `b_s[None, :]`)."""
-    body = list(body)
-    # (the factor as translated: `b_s[None, :]`, or the vector converted there, `gl.convert_layout(b_s, ...)[None,
-    # :]`, and the load as translated, `gl.load(...)`; where either is not found the loop stays as it is, the scales
-    # per column: a load another rule rewrote, a buffer load, is left so)
-    target = next((n for n in preorder(body[dot_index]) if isinstance(n, cst.Subscript)
-                   and code(n).replace(" ", "").endswith("[None,:]") and _reads_only(n.value, uniform.name)), None)
-    index = next((i for i, statement in enumerate(loop_body(original))
-                  if any(n is uniform.load for n in preorder(statement))), None)
-    load = next((n for n in preorder(body[index]) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                 and n.func.attr.value == "load"), None) if index is not None else None
-    if target is None or load is None or index is None:
-        return body
-    body[dot_index] = body[dot_index].deep_replace(target, cst.Name(uniform.name))  # type: ignore[assignment]
-    address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
-    if uniform.rest is not None:
-        address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
-    scalar = load.with_changes(args=[load.args[0].with_changes(value=address)])
-    body[index] = body[index].deep_replace(load, scalar)  # type: ignore[assignment]
-    return body
-
-
-def _reads_only(value: cst.BaseExpression, name: str) -> bool:
-    """`name`, or `gl.convert_layout(name, layout)`."""
-    if isinstance(value, cst.Name):
-        return value.value == name
-    return isinstance(value, cst.Call) and code(value.func) == "gl.convert_layout" and bool(value.args) \
-        and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name

@@ -1,0 +1,227 @@
+"""Scale vectors that hold one value per output tile, read once as a scalar: a Triton-to-Triton rewrite of the
+block-scaled GEMMs a variant keeps as Triton.
+
+DeepSeek-style block-scaled GEMMs scale each step's product by one value per column group of B
+(`acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]`, `b_s` loaded through `offs_bn // group_n`). Where a group holds
+whole tiles (`group_n % BLOCK_N == 0`: 128 and 128 in every DeepSeek-style launch) the vector holds one value
+`BLOCK_N` times, the tile's first column's (`transpile.analysis.tile_scales` finds it). Triton's own compile of the
+same kernel given that scalar ran 1.10-1.30x the per-column kernel on an H100, ahead of both Gluon rings built with
+the scalar (bench/RESULTS.md, "sm90: one B scale per tile"), so the kernel is kept as Triton and its main loop is
+written twice, under the group test the launch decides:
+
+    if group_n % BLOCK_N == 0:
+        for k in ...:  # `b_s` loaded as one scalar and multiplied as such
+    else:
+        for k in ...:  # the loop as written
+
+The test reads launch arguments only (a run-time integer and a constexpr), so every program of a launch takes the
+same branch. Each rule that pipelines such a loop writes the same scalar (`scalar_scale`).
+
+`tile_scale_loops(fn)` -> the loops of a kernel whose scaled accumulation has such a factor; `tile_scaled(fn, found)`
+-> the kernel with those loops unswitched.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from transpile.analysis.tile_scales import UniformFactor, uniform_factor
+from transpile.cst_utils import added_to, node_code, single_assign
+from transpile.cst_walk import preorder
+
+_MODULE = cst.Module(body=[])
+
+
+def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, int, UniformFactor]]:
+    """Each `for` loop of `fn` (outermost first) with a statement `acc += tl.dot(...) * ... * v[None, :]` at its top
+    level whose factor `v` holds one value per tile (`analysis.tile_scales.uniform_factor`), where the group divisor
+    and the tile width are parameters `fn` never rebinds and `v` is read by that statement alone."""
+    params = {p.name.value for p in fn.params.params}
+    targets = _bindings(fn)
+    rebound = {n.value for n in targets}
+    found = []
+    for loop in preorder(fn.body):
+        if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
+            continue
+        for index, statement in enumerate(loop.body.body):
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                continue
+            small = statement.body[0]
+            dots = [n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                    and n.func.attr.value == "dot"]
+            if added_to(small) is None or len(dots) != 1:
+                continue
+            uniform = uniform_factor(fn, loop, small, dots[0])
+            if uniform is None or uniform.group not in params or uniform.block not in params \
+                    or {uniform.group, uniform.block} & rebound:
+                continue
+            # (the vector read nowhere else: the scalar takes its place in this product only; another loop may bind
+            # and read a name of its own so, a copy of this one under another branch)
+            reads = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == uniform.name
+                     and n not in targets]
+            inside = [n for n in reads if any(n is m for m in preorder(loop.body))]
+            if len(inside) != 1 or any(not _bound_in_own_loop(fn, n, uniform.name) for n in reads
+                                       if not any(n is m for m in inside)):
+                continue
+            found.append((loop, index, uniform))
+            break
+    # (a loop inside another that is unswitched is unswitched with it: only the outermost are rewritten)
+    return [item for item in found
+            if not any(other[0] is not item[0] and any(n is item[0] for n in preorder(other[0].body))
+                       for other in found)]
+
+
+def _bound_in_own_loop(fn: cst.FunctionDef, read: cst.Name, name: str) -> bool:
+    """`read` lies in a `for` loop that binds `name` at its top level (its value there is that loop's own)."""
+    for node in preorder(fn.body):
+        if isinstance(node, cst.For) and isinstance(node.body, cst.IndentedBlock) \
+                and any(read is m for m in preorder(node.body)) \
+                and any(single is not None and single[0] == name
+                        for single in (single_assign(s) for s in node.body.body)):
+            return True
+    return False
+
+
+def _bindings(fn: cst.FunctionDef) -> set[cst.Name]:
+    """The names `fn` assigns (as targets, not reads)."""
+    out: set[cst.Name] = set()
+    for node in preorder(fn.body):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else \
+            [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else []
+        for target in targets:
+            out.update(n for n in preorder(target) if isinstance(n, cst.Name))
+    return out
+
+
+def scalar_scale(body: list[cst.BaseStatement], original: cst.For, dot_index: int, uniform: UniformFactor,
+                 tile: str | None = None) -> list[cst.BaseStatement]:
+    """The loop body `body` (the loop `original` as written, or its translation) with the factor's vector loaded as
+    one scalar, from `tile` (a name bound before the loop to `uniform.scalar`, the loop-invariant part of its address
+    at the tile's first column) or from `uniform.scalar` itself, plus the rest of the address (`uniform.rest`), and
+    multiplied as such (`b_s`, not `b_s[None, :]`)."""
+    body = list(body)
+    # (the factor as written or translated: `b_s[None, :]`, or the vector converted there, `gl.convert_layout(b_s,
+    # ...)[None, :]`, and its load, `tl.load(...)` / `gl.load(...)`; where either is not found the loop stays as it
+    # is, the scales per column: a load another rule rewrote, a buffer load, is left so)
+    target = next((n for n in preorder(body[dot_index]) if isinstance(n, cst.Subscript)
+                   and _code(n).replace(" ", "").endswith("[None,:]") and _reads_only(n.value, uniform.name)), None)
+    original_body = original.body.body if isinstance(original.body, cst.IndentedBlock) else ()
+    index = next((i for i, statement in enumerate(original_body)
+                  if any(n is uniform.load for n in preorder(statement))), None)
+    load = next((n for n in preorder(body[index]) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                 and n.func.attr.value == "load"), None) if index is not None else None
+    if target is None or load is None or index is None:
+        return body
+    body[dot_index] = body[dot_index].deep_replace(target, cst.Name(uniform.name))  # type: ignore[assignment]
+    address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
+    if uniform.rest is not None:
+        address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
+    scalar = load.with_changes(args=[load.args[0].with_changes(value=address)])
+    body[index] = body[index].deep_replace(load, scalar)  # type: ignore[assignment]
+    return body
+
+
+def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFactor]],
+                taken: set[str] = frozenset()) -> cst.FunctionDef:  # type: ignore[assignment]
+    """`fn` with each loop of `found` written twice under a constexpr flag its launch sets from the group test
+    (`@triton.heuristics`, placed right above the jit decorator so that it sees an autotune config's tile width):
+    the scalar form where the groups hold whole tiles, the loop as written otherwise. A compile-time test, so that
+    each form is a kernel of its own: under a run-time `if` the two loops shared one register allocation, the
+    per-column loop's, and the scalar form lost what it saves (gfx942: 52 spills where the scalar kernel has none;
+    gfx1250: 324 VGPRs against 238). `taken`: names the flag must not take (the module's)."""
+    decorators = list(fn.decorators)
+    jit = next((i for i, d in enumerate(decorators) if "jit" in _code(d.decorator)), None)
+    params = {p.name.value: p for p in fn.params.params}
+    if jit is None or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT or fn.params.kwonly_params \
+            or fn.params.star_kwarg is not None:
+        return fn
+    used = {n.value for n in preorder(fn) if isinstance(n, cst.Name)} | set(taken)
+    flags: dict[str, str] = {}  # test -> flag
+    replacements: dict[int, cst.CSTNode] = {}
+    for loop, index, uniform in found:
+        block = params.get(uniform.block)
+        if block is None or block.annotation is None:
+            continue
+        body = scalar_scale(list(loop.body.body), loop, index, uniform)  # type: ignore[attr-defined]
+        if all(a is b for a, b in zip(body, loop.body.body)):  # type: ignore[attr-defined]
+            continue
+        test = f"{uniform.group} % {uniform.block} == 0"
+        if test not in flags:
+            flag = "TILE_SCALED"
+            while flag in used:
+                flag = f"{flag}_"
+            used.add(flag)
+            flags[test] = flag
+        body = _without_dead_advances(fn, loop, body)
+        scalar_loop = loop.with_changes(leading_lines=[], body=loop.body.with_changes(body=body))
+        comment = (f"# triton-transpile: where a group of `{uniform.group}` columns holds whole tiles "
+                   f"(`{flags[test]}`), `{uniform.name}` holds one value per tile: loaded once, as a scalar.")
+        replacements[id(loop)] = cst.If(
+            test=cst.Name(flags[test]),
+            body=cst.IndentedBlock(body=[scalar_loop.with_changes(leading_lines=[
+                cst.EmptyLine(indent=True, comment=cst.Comment(line)) for line in _wrapped(comment)])]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])])),
+            leading_lines=loop.leading_lines)
+    if not replacements:
+        return fn
+
+    class Replace(cst.CSTTransformer):
+        def on_leave(self, original, updated):  # noqa: ANN001, ANN201
+            return replacements.get(id(original), updated)
+
+    out: cst.FunctionDef = fn.visit(Replace())  # type: ignore[assignment]
+    annotation = next(params[u.block].annotation for _, _, u in found if u.block in params)
+    added = [cst.Param(cst.Name(flag), annotation=annotation, default=cst.Name("False"),
+                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
+                                             whitespace_after=cst.SimpleWhitespace(" ")))
+             for flag in flags.values()]
+    last = list(out.params.params)
+    if last and last[-1].comma is cst.MaybeSentinel.DEFAULT:
+        last[-1] = last[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    entries = ", ".join(f'"{flag}": lambda args: args["{test.split(" % ")[0]}"] % args["{test.split(" % ")[1][:-5]}"] '
+                        "== 0" for test, flag in flags.items())
+    heuristics = cst.Decorator(cst.parse_expression(f"triton.heuristics({{{entries}}})"))
+    decorators.insert(jit, heuristics)
+    return out.with_changes(params=out.params.with_changes(params=[*last, *added]), decorators=decorators)
+
+
+def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement]
+                           ) -> list[cst.BaseStatement]:
+    """`body` without the advances (`p += step`) of a name that only the vector's load read, which the scalar form
+    no longer reads (aiter's `b_scale_ptrs += ...`): a name the function reads nowhere outside `loop` and the scalar
+    body reads nowhere else."""
+    out = []
+    for statement in body:
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+            name = small.target.value
+            elsewhere = [n for other in body if other is not statement for n in preorder(other)
+                         if isinstance(n, cst.Name) and n.value == name]
+            outside = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == name
+                       and not any(n is m for m in preorder(loop))]
+            # (outside: its one definition before the loop, as a target)
+            if not elsewhere and all(n in _bindings(fn) for n in outside) and len(outside) <= 1:
+                continue
+        out.append(statement)
+    return out
+
+
+def _wrapped(comment: str, width: int = 100) -> list[str]:
+    return textwrap.wrap(comment, width=width, subsequent_indent="# ")
+
+
+def _code(node: cst.CSTNode) -> str:
+    return node_code(_MODULE, node).strip()
+
+
+def _reads_only(value: cst.BaseExpression, name: str) -> bool:
+    """`name`, or `gl.convert_layout(name, layout)`."""
+    if isinstance(value, cst.Name):
+        return value.value == name
+    return isinstance(value, cst.Call) and _code(value.func) == "gl.convert_layout" and bool(value.args) \
+        and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
+
+
