@@ -16,6 +16,7 @@ from transpile.passes.host_descriptors import HostDescriptors, descriptor_tuples
 from transpile.analysis.launch_alignment import REASON as ALIGNMENT_REASON, address_params, column_major_access
 from transpile.discover import JitFunction, ModuleFacts
 from transpile.passes.kmajor_copy import LEAST_ELEMENTS, LEAST_OUTPUTS, LEAST_ROWS, KMajorLaunch, kmajor_kernel
+from transpile.passes.tile_scales import tile_scale_loops, tile_scaled
 from transpile.passes.tma_tiles import Dispatch, Tile, jit_callees
 from transpile.rules.base import WARPGROUP_TEST, RuleContext
 from transpile.rules.host_made import MadeDescriptor
@@ -134,6 +135,10 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     copied = {} if copied is None else copied
     helpers = helper_copies(originals, list(dispatch.helpers), copied, copy, {copy})
     statement = calls_renamed(originals[name], {h: copied[h] for h in dispatch.helpers})
+    # (its per-column scale read once per tile where the groups hold whole tiles, as a kernel kept as Triton reads
+    # it: `transpile.passes.tile_scales`)
+    scaled = tile_scale_loops(statement)
+    statement = tile_scaled(statement, scaled) if scaled else statement
     if dispatch.tiles:
         why = (f"its TMA descriptors need 16-bit operands{' (or 8-bit floats, read K-major)' if any(t.fp8 for t in dispatch.tiles) else ''}, "
                "a unit inner stride and 16-byte aligned addresses and row strides")
@@ -166,8 +171,10 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
                                *([f"`{'`, `'.join(sorted({n for _, names in dispatch.source_when for n, _ in names}))}`"]
                                  if dispatch.source_when and not dispatch.amd else []),
                                *(["its tensors' alignment"] if dispatch.aligned else [])])
+    unchanged = ("unchanged but for its per-column scale, read once per tile where the groups hold whole tiles "
+                 "(`TILE_SCALED`)") if scaled else "unchanged"
     comments = textwrap.wrap(
-        f"triton-transpile: the source kernel, unchanged, for the launches `{name}` above does not take: {why}. "
+        f"triton-transpile: the source kernel, {unchanged}, for the launches `{name}` above does not take: {why}. "
         f"`{name}` is bound below to a launcher that checks {checks} and runs one or the "
         "other (same arguments, same grid).", width=116, initial_indent="# ", subsequent_indent="# ")
     blank = cst.EmptyLine(indent=False)
