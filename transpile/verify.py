@@ -818,7 +818,9 @@ def _isa_compare(result: TranslationResult, values: dict[str, object], all_confi
             message = ""
             no_agprs = bool(outcome.dispatch is not None and outcome.dispatch.no_agprs and gluon)
             if not gluon and outcome.translated:
-                kernel = getattr(original, outcome.name)
+                # (the variant's copy of the source kernel, which its launcher runs: the source's own where it has
+                # none, or one the tool rewrote, a per-column scale read once per tile)
+                kernel = getattr(module, f"_{outcome.name}_triton", None) or getattr(original, outcome.name)
             for jit_fn, as_triton in ((getattr(original, outcome.name), True), (kernel, not gluon)):
                 if wrong and not as_triton:
                     figures.append(None)
