@@ -18,6 +18,7 @@ fixtures once per autotune config (lines NAME@cfgI) rather than only with the co
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import importlib.util
 import os
@@ -542,6 +543,39 @@ def _ref_moe_sorted(a, b, sorted_ids, expert_ids, block_m=64):
 
 def _moe_sorted_flops(s: Shape) -> float:
     return 2.0 * s["T"] * s["N"] * s["K"]
+
+
+def _moe_fp8_inputs(s, device, gen, block_m=64):
+    """Top-1 routing of T tokens to E experts (as `_moe_sorted_inputs`), e4m3 data: a [T, K] with a scale per token
+    and 128-wide K block, w [E, N, K] with one per 128 x 128 block of each expert."""
+    kb, nb = -(-s["K"] // 128), -(-s["N"] // 128)
+    a = torch.randn(s["T"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    w = torch.randn(s["E"], s["N"], s["K"], generator=gen).to(torch.float8_e4m3fn)
+    a_scale = torch.rand(s["T"], kb, generator=gen) * 0.1 + 0.02
+    w_scale = torch.rand(s["E"], nb, kb, generator=gen) * 0.1 + 0.02
+    expert_of = torch.randint(0, s["E"], (s["T"],), generator=gen)
+    sorted_ids, expert_ids = [], []
+    for e in range(s["E"]):
+        tokens = torch.nonzero(expert_of == e).flatten().to(torch.int32)
+        blocks = -(-len(tokens) // block_m)
+        padded = torch.full((blocks * block_m,), s["T"], dtype=torch.int32)
+        padded[: len(tokens)] = tokens
+        sorted_ids.append(padded)
+        expert_ids += [e] * blocks
+    return (*(t.to(device) for t in (a, w, a_scale, w_scale)), torch.cat(sorted_ids).to(device),
+            torch.tensor(expert_ids, dtype=torch.int32).to(device))
+
+
+def _ref_moe_fp8(a, w, a_scale, w_scale, sorted_ids, expert_ids, block_m=64, **_):
+    k, n = a.shape[1], w.shape[1]
+    a_full = a.double() * a_scale.double().repeat_interleave(128, dim=1)[:, :k]
+    out = torch.zeros(a.shape[0], n, dtype=torch.float64, device=a.device)
+    for block, expert in enumerate(expert_ids.tolist()):
+        ids = sorted_ids[block * block_m:(block + 1) * block_m].long()
+        ids = ids[ids < a.shape[0]]
+        scale = w_scale[expert].double().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k]
+        out[ids] = a_full[ids] @ (w[expert].double() * scale).T
+    return out
 
 
 def _gqa_inputs(s, device, gen):
@@ -1814,6 +1848,17 @@ SUITE_CASES: list[Case] = [
                      make_inputs=_block_fp8_linear_inputs, reference=_ref_block_fp8_linear,
                      shape=dict(M=1000, N=1104, K=720), small_shape=dict(M=150, N=136, K=208),
                      options=dict(block_m=64, num_warps=4), atol=5e-2, rtol=2e-2),
+    # the serving engines' fused-MoE kernel, block-scaled fp8: 64-row blocks on 4 warps (where every target's
+    # variant runs its copy of the source kernel, the B scale read once per tile), then 128 on 8
+    _suite_gemm_case("suite_moe_fp8_blockscale", wrapper="fused_moe_fp8", make_inputs=_moe_fp8_inputs,
+                     reference=_ref_moe_fp8, shape=dict(T=2000, E=4, N=1104, K=720),
+                     small_shape=dict(T=200, E=3, N=136, K=208), bench_shape=dict(T=16384, E=8, N=4096, K=4096),
+                     flops=_moe_sorted_flops, atol=5e-2, rtol=2e-2),
+    _suite_gemm_case("suite_moe_fp8_blockscale-m128", fixture="suite_moe_fp8_blockscale", wrapper="fused_moe_fp8",
+                     make_inputs=functools.partial(_moe_fp8_inputs, block_m=128), reference=_ref_moe_fp8,
+                     shape=dict(T=2000, E=4, N=1104, K=720), small_shape=dict(T=200, E=3, N=136, K=208),
+                     bench_shape=dict(T=16384, E=8, N=4096, K=4096), flops=_moe_sorted_flops,
+                     options=dict(block_m=128, num_warps=8), atol=5e-2, rtol=2e-2),
     _suite_gemm_case("suite_lora", wrapper="lora_linear", make_inputs=_lora_inputs, reference=_ref_lora,
                      shape=dict(M=1000, N=1100, K=700, R=16), small_shape=dict(M=150, N=130, K=100, R=16),
                      bench_shape=dict(M=4096, N=4096, K=4096, R=16), flops=_lora_flops),

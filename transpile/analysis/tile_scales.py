@@ -265,8 +265,8 @@ def _is_arange(node: cst.CSTNode) -> bool:
 
 
 def _first_column(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:
-    """`(pid * BLOCK + tl.arange(0, BLOCK)) [% N]` -> (`pid * BLOCK [% N]`, "BLOCK"): the tile's first column; None
-    for any other form. The tile starts at a multiple of `BLOCK` (`pid * BLOCK` or `BLOCK * pid`)."""
+    """`(pid * BLOCK + tl.arange(0, BLOCK)[.to(type)]) [% N]` -> (`pid * BLOCK [% N]`, "BLOCK"): the tile's first
+    column; None for any other form. The tile starts at a multiple of `BLOCK` (`pid * BLOCK` or `BLOCK * pid`)."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
         inner = _first_column(node.left)
         if inner is None or any(_is_arange(n) for n in preorder(node.right)):
@@ -275,6 +275,11 @@ def _first_column(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | 
     if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
         return None
     for start, vector in ((node.left, node.right), (node.right, node.left)):
+        if isinstance(vector, cst.Call) and isinstance(vector.func, cst.Attribute) and vector.func.attr.value == "to" \
+                and _is_arange(vector.func.value):
+            # (`tl.arange(0, BLOCK).to(tl.int64)`, the fused-MoE kernels' wide offsets: the first column's scalar
+            # is the start, in the width its own terms give, as the source computes it before the add)
+            vector = vector.func.value
         if not _is_arange(vector):
             continue
         args = vector.args  # type: ignore[attr-defined]

@@ -28,49 +28,146 @@ import textwrap
 import libcst as cst
 
 from transpile.analysis.tile_scales import UniformFactor, uniform_factor
-from transpile.cst_utils import added_to, node_code, single_assign
+from transpile.cst_utils import added_to, compile_time, node_code, single_assign
 from transpile.cst_walk import preorder
 
 _MODULE = cst.Module(body=[])
 
 
 def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, int, UniformFactor]]:
-    """Each `for` loop of `fn` (outermost first) with a statement `acc += tl.dot(...) * ... * v[None, :]` at its top
-    level whose factor `v` holds one value per tile (`analysis.tile_scales.uniform_factor`), where the group divisor
-    and the tile width are parameters `fn` never rebinds and `v` is read by that statement alone."""
-    params = {p.name.value for p in fn.params.params}
-    targets = _bindings(fn)
-    rebound = {n.value for n in targets}
+    """Each `for` loop of `fn` (outermost first) with a statement `acc += tl.dot(...) * ... * v[None, :]` whose
+    factor `v` holds one value per tile (`analysis.tile_scales.uniform_factor`), where the group divisor and the tile
+    width are parameters `fn` never rebinds and `v` is read by that statement alone. The statement may sit under
+    compile-time tests in the loop (`if use_fp8_w8a8:` ... `if group_k > 0 and group_n > 0:`, the fused-MoE
+    kernels' form): the kernel is then read as Triton compiles it where those tests take the statement's branches,
+    every `if` of the same test decided alike (its scale addresses bound under the same tests before the loop). The
+    index (second) is the statement's position in the loop's own body, -1 where it is nested."""
+    constexprs = {p.name.value for p in fn.params.params if p.annotation is not None
+                  and "constexpr" in _code(p.annotation.annotation)}
     found = []
     for loop in preorder(fn.body):
         if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
             continue
-        for index, statement in enumerate(loop.body.body):
-            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        for small, path in _accumulations(loop.body, ()):
+            if any(not compile_time(test, constexprs) for test, _ in path):
                 continue
-            small = statement.body[0]
-            dots = [n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                    and n.func.attr.value == "dot"]
-            if added_to(small) is None or len(dots) != 1:
-                continue
-            uniform = uniform_factor(fn, loop, small, dots[0])
-            if uniform is None or uniform.group not in params or uniform.block not in params \
-                    or {uniform.group, uniform.block} & rebound:
-                continue
-            # (the vector read nowhere else: the scalar takes its place in this product only; another loop may bind
-            # and read a name of its own so, a copy of this one under another branch)
-            reads = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == uniform.name
-                     and n not in targets]
-            inside = [n for n in reads if any(n is m for m in preorder(loop.body))]
-            if len(inside) != 1 or any(not _bound_in_own_loop(fn, n, uniform.name) for n in reads
-                                       if not any(n is m for m in inside)):
-                continue
-            found.append((loop, index, uniform))
-            break
+            choices = {_code(test): taken for test, taken in path}
+            view, loops = _resolved(fn, choices) if choices else (fn, {id(loop): loop})
+            uniform = _uniform(view, loops.get(id(loop)), small)
+            if uniform is not None:
+                top = next((i for i, statement in enumerate(loop.body.body) if isinstance(
+                    statement, cst.SimpleStatementLine) and any(n is small for n in statement.body)), -1)
+                found.append((loop, top, uniform))
+                break
     # (a loop inside another that is unswitched is unswitched with it: only the outermost are rewritten)
     return [item for item in found
             if not any(other[0] is not item[0] and any(n is item[0] for n in preorder(other[0].body))
                        for other in found)]
+
+
+def _accumulations(block: cst.BaseSuite, path: tuple) -> list[tuple[cst.BaseSmallStatement, tuple]]:
+    """The statements `acc += <one tl.dot> ...` of a loop's body, each with the `if` tests above it in the loop
+    ((test, True) in its body, (test, False) in its `else`/`elif`); not those of a loop nested in it."""
+    out: list[tuple[cst.BaseSmallStatement, tuple]] = []
+    for statement in block.body if isinstance(block, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            dots = [n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                    and n.func.attr.value == "dot"]
+            if added_to(small) is not None and len(dots) == 1:
+                out.append((small, path))
+        elif isinstance(statement, cst.If):
+            out += _if_accumulations(statement, path)
+    return out
+
+
+def _if_accumulations(node: cst.If, path: tuple) -> list[tuple[cst.BaseSmallStatement, tuple]]:
+    out = _accumulations(node.body, (*path, (node.test, True)))
+    if isinstance(node.orelse, cst.If):
+        out += _if_accumulations(node.orelse, (*path, (node.test, False)))
+    elif isinstance(node.orelse, cst.Else):
+        out += _accumulations(node.orelse.body, (*path, (node.test, False)))
+    return out
+
+
+def _resolved(fn: cst.FunctionDef, choices: dict[str, bool]) -> tuple[cst.FunctionDef, dict[int, cst.For]]:
+    """`fn` with every `if` whose test is a key of `choices` replaced by the branch that value takes, and the loops
+    it rebuilt (id of the original -> its copy). Statements with nothing to decide are the original nodes."""
+    loops: dict[int, cst.For] = {}
+
+    def block(suite: cst.BaseSuite) -> cst.BaseSuite:
+        if not isinstance(suite, cst.IndentedBlock):
+            return suite
+        body = statements(list(suite.body))
+        return suite if all(a is b for a, b in zip(body, suite.body)) and len(body) == len(suite.body) \
+            else suite.with_changes(body=body)
+
+    def branch(node: cst.If | cst.Else | None) -> list[cst.BaseStatement]:
+        if node is None:
+            return []
+        if isinstance(node, cst.If):
+            return statements([node])
+        return statements(list(node.body.body)) if isinstance(node.body, cst.IndentedBlock) else []
+
+    def statements(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        out: list[cst.BaseStatement] = []
+        for statement in body:
+            if isinstance(statement, cst.If) and _code(statement.test) in choices:
+                out += statements(list(statement.body.body)) if choices[_code(statement.test)] \
+                    and isinstance(statement.body, cst.IndentedBlock) else [] if choices[_code(statement.test)] \
+                    else branch(statement.orelse)
+            elif isinstance(statement, cst.If):
+                orelse = statement.orelse
+                if isinstance(orelse, cst.If):
+                    decided = statements([orelse])
+                    orelse = decided[0] if len(decided) == 1 and isinstance(decided[0], cst.If) else \
+                        (cst.Else(body=cst.IndentedBlock(body=decided)) if decided else None)
+                elif isinstance(orelse, cst.Else):
+                    orelse = orelse.with_changes(body=block(orelse.body))
+                new = statement.with_changes(body=block(statement.body), orelse=orelse)
+                out.append(statement if new.deep_equals(statement) else new)
+            elif isinstance(statement, (cst.For, cst.While, cst.With)):
+                inner = block(statement.body)
+                new = statement if inner is statement.body else statement.with_changes(body=inner)
+                if isinstance(statement, cst.For):
+                    loops[id(statement)] = new  # type: ignore[assignment]
+                out.append(new)
+            else:
+                out.append(statement)
+        return out
+
+    return fn.with_changes(body=block(fn.body)), loops
+
+
+def _uniform(fn: cst.FunctionDef, loop: cst.For | None, small: cst.BaseSmallStatement) -> UniformFactor | None:
+    """`uniform_factor` of `small` (at the top level of `loop`, in `fn`), where the group divisor and the tile width
+    are parameters `fn` never rebinds and the vector is read by that statement alone."""
+    if loop is None or not isinstance(loop.body, cst.IndentedBlock) or not any(
+            isinstance(statement, cst.SimpleStatementLine) and any(n is small for n in statement.body)
+            for statement in loop.body.body):
+        return None
+    dot = next(n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+               and n.func.attr.value == "dot")
+    uniform = uniform_factor(fn, loop, small, dot)
+    params = {p.name.value for p in fn.params.params}
+    targets = _bindings(fn)
+    if uniform is None or uniform.group not in params or uniform.block not in params \
+            or {uniform.group, uniform.block} & {n.value for n in targets}:
+        return None
+    # (the vector read nowhere else: the scalar takes its place in this product only; another loop may bind and
+    # read a name of its own so, a copy of this one under another branch)
+    reads = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == uniform.name
+             and n not in targets]
+    inside = [n for n in reads if any(n is m for m in preorder(loop.body))]
+    if len(inside) != 1 or any(not _bound_in_own_loop(fn, n, uniform.name) for n in reads
+                               if not any(n is m for m in inside)):
+        return None
+    # (nor bound before the loop: Triton would carry it through the loop, a vector there and a scalar in the loop)
+    others = [n for n in targets if n.value == uniform.name and not any(n is m for m in preorder(loop.body))]
+    if any(not any(isinstance(f, cst.For) and f is not loop and any(n is m for m in preorder(f.body))
+                   for f in preorder(fn.body)) for n in others):
+        return None
+    return uniform
 
 
 def _bound_in_own_loop(fn: cst.FunctionDef, read: cst.Name, name: str) -> bool:
@@ -144,9 +241,16 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
         block = params.get(uniform.block)
         if block is None or block.annotation is None:
             continue
-        body = scalar_scale(list(loop.body.body), loop, index, uniform)  # type: ignore[attr-defined]
-        if all(a is b for a, b in zip(body, loop.body.body)):  # type: ignore[attr-defined]
+        # (the factor, `b_s[None, :]`, and its load, nodes of this loop wherever they sit in it)
+        address: cst.BaseExpression = uniform.scalar
+        if uniform.rest is not None:
+            address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
+        scalar = uniform.load.with_changes(args=[uniform.load.args[0].with_changes(value=address)])
+        swaps = {id(uniform.factor): cst.Name(uniform.name), id(uniform.load): scalar}
+        rewritten = loop.visit(_Swap(swaps))
+        if rewritten.deep_equals(loop) or not isinstance(rewritten.body, cst.IndentedBlock):
             continue
+        body = list(rewritten.body.body)
         test = f"{uniform.group} % {uniform.block} == 0"
         if test not in flags:
             flag = "TILE_SCALED"
@@ -185,6 +289,17 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
     heuristics = cst.Decorator(cst.parse_expression(f"triton.heuristics({{{entries}}})"))
     decorators.insert(jit, heuristics)
     return out.with_changes(params=out.params.with_changes(params=[*last, *added]), decorators=decorators)
+
+
+class _Swap(cst.CSTTransformer):
+    """Each node whose id is a key of `swaps` replaced by its value."""
+
+    def __init__(self, swaps: dict[int, cst.CSTNode]) -> None:
+        super().__init__()
+        self.swaps = swaps
+
+    def on_leave(self, original, updated):  # noqa: ANN001, ANN201
+        return self.swaps.get(id(original), updated)
 
 
 def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement]
