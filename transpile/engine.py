@@ -1074,7 +1074,10 @@ def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, K
     for name, outcome in outcomes.items():
         fn = facts.functions.get(name)
         outcome.tile_scaled = False
-        if outcome.translated or outcome.is_helper or fn is None or fn.jit_decorator is None \
+        # (a translated kernel whose launcher keeps the source kernel for some launches: that copy reads it so,
+        # `launches.dispatch_statements`)
+        copy = outcome.translated and outcome.dispatch is not None
+        if (outcome.translated and not copy) or outcome.is_helper or fn is None or fn.jit_decorator is None \
                 or name not in functions:
             continue
         key = ("tile_scale_loops", name)
@@ -1083,13 +1086,16 @@ def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, K
         found = facts.memo[key]
         if not found:
             continue
-        outcome.tile_scaled = True
+        outcome.tile_scaled = not copy
+        which = (f"`_{name}_triton` (the source kernel, which `{name}`'s launcher runs for the launches its Gluon "
+                 "kernel does not take)") if copy else f"`{name}`"
         for _, _, uniform in found:
             note = original.diagnostic(uniform.factor, "TT047", (
-                f"`{name}` loads `{uniform.name}` as one scalar per tile where `{uniform.group} % {uniform.block} == "
-                f"0` (the columns of a tile then share one group), its loop written twice under that test: Triton's "
-                "own compile of the scalar form ran 1.10-1.30x the per-column form on an H100 (bench/RESULTS.md, "
-                "\"sm90: one B scale per tile\"); other launches run the loop as written"))
+                f"{which} loads `{uniform.name}` as one scalar per tile where `{uniform.group} % {uniform.block} == "
+                f"0` (the columns of a tile then share one group), its loop written twice under that test (a "
+                "constexpr flag the launch sets): fewer registers and loads in the hot loop (bench/RESULTS.md, "
+                "\"One B scale per tile in the Triton kernels a variant keeps\"); other launches run the loop as "
+                "written"))
             if note not in outcome.diagnostics:
                 outcome.diagnostics = sorted({*outcome.diagnostics, note})
 
