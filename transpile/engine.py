@@ -1078,8 +1078,8 @@ def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, K
         # `launches.dispatch_statements`)
         copy = outcome.translated and outcome.dispatch is not None
         if (outcome.translated and not copy) or outcome.is_helper or fn is None or fn.jit_decorator is None \
-                or name not in functions:
-            continue
+                or name not in functions or (not copy and passed_as_value(facts, name) is not None):
+            continue  # (a kernel handed to `wrap_triton` and the like stays Triton's own object, unwrapped)
         key = ("tile_scale_loops", name)
         if key not in facts.memo:
             facts.memo[key] = tile_scale_loops(functions[name])
