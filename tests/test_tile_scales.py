@@ -374,3 +374,19 @@ def test_the_kept_kernels_scalar_form_compiles_lighter_for_gfx1250() -> None:
     assert row["status"] == "kept as Triton" and row["ratio"] is not None and row["ratio"] < 0.9, row
     source, variant = row["source"], row["variant"]
     assert variant["vgprs"] < source["vgprs"] and variant["hot_loop"]["global_loads"] < source["hot_loop"]["global_loads"], row
+
+
+def test_a_column_scale_broadcast_without_its_none_axis_is_read_once_per_tile_where_its_width_is_the_columns() -> None:
+    """torchao's spelling, `acc += tl.dot(a, b) * a_s[:, None] * b_s` with `b_s` a vector of the tile's columns
+    (broadcast along the last axis): taken where the vector's tile width is the accumulator's column count, and
+    written as the same product of the scalar."""
+    bare = KERNEL.replace("acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]", "acc += tl.dot(a, b) * a_s[:, None] * b_s")
+    result, fn = _kept(bare)
+    assert fn.tile_scaled
+    scalar = re.sub(r"\s+", "", result.text).split("ifTILE_SCALED:", 1)[1].split("else:", 1)[0]
+    assert "b_s=tl.load(Bs+(((pid_n*BLOCK_N)%N)//group_n)*s_bsn+offs_ks*s_bsk)" in scalar
+    assert "acc+=tl.dot(a,b)*a_s[:,None]*b_s" in scalar
+    # (a row vector so broadcast would be read along the columns: its width is not theirs, it is left alone)
+    rows = bare.replace("Bs_ptrs = Bs + offs_bsn * s_bsn", "Bs_ptrs = Bs + (offs_am // group_n) * s_bsn")
+    _, fn = _kept(rows)
+    assert not fn.tile_scaled

@@ -41,7 +41,7 @@ class UniformFactor:
 
     name: str  # the loaded vector (`b_s`)
     load: cst.Call  # its load in the loop (`tl.load(Bscale_ptrs + offs_ks * stride_Bscale_k)`)
-    factor: cst.Subscript  # `b_s[None, :]` in the accumulation
+    factor: cst.Subscript | cst.Name  # `b_s[None, :]` in the accumulation (`b_s`, broadcast so, with `columns`)
     scalar: cst.BaseExpression  # the loop-invariant terms of its address at the tile's first column (names, numbers)
     rest: cst.BaseExpression | None  # the other terms (`offs_ks * stride_Bscale_k`), scalars the loop computes
     group: str  # the divisor of the column index (`group_n`)
@@ -54,12 +54,14 @@ class UniformFactor:
 
 
 def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSmallStatement,
-                   dot: cst.Call) -> UniformFactor | None:
+                   dot: cst.Call, columns: str | None = None) -> UniformFactor | None:
     """The factor `v[None, :]` of `acc += tl.dot(a, b) * ... * v[None, :]` (`accumulation`) that holds one value per
     tile (see the module docstring), else None. `v` must be loaded in `loop` without a mask from an address whose
     terms the loop computes (`offs_ks * stride`) are scalars of names and numbers, and whose other terms, through the
     names bound once before the loop that they read, hold `tl.arange` only in `((pid * BLOCK + tl.arange(0, BLOCK))
-    [% N]) // group`."""
+    [% N]) // group`. With `columns` (the accumulator's column count, `BLOCK_N` of its `tl.zeros`), a factor written
+    without its `[None, :]` (`* b_s`, torchao's form: a vector broadcast along the last axis) is taken too, where its
+    tile width is that count."""
     added = added_to(accumulation)
     if added is None:
         return None
@@ -67,10 +69,11 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
     once = single_definitions(fn)
     changing = bound_names(loop)  # (what the loop computes, its variable included)
     for factor in product_factors(added[1]):
-        if any(n is dot for n in preorder(factor)) or broadcast_axis(factor) != 1 \
-                or not isinstance(factor.value, cst.Name):  # type: ignore[attr-defined]
+        bare = isinstance(factor, cst.Name) and columns is not None
+        if any(n is dot for n in preorder(factor)) or not bare and (
+                broadcast_axis(factor) != 1 or not isinstance(factor.value, cst.Name)):  # type: ignore[attr-defined]
             continue
-        name = factor.value.value  # type: ignore[attr-defined]
+        name = factor.value if bare else factor.value.value  # type: ignore[attr-defined]
         loads = [value for statement in body for assign in [single_assign(statement)] if assign is not None
                  and assign[0] == name for value in [assign[1]]]
         if len(loads) != 1 or not _plain_load(loads[0]):
@@ -95,6 +98,8 @@ def uniform_factor(fn: cst.FunctionDef, loop: cst.For, accumulation: cst.BaseSma
         if scalar is None:
             continue
         expression, group, block = scalar
+        if bare and block != columns:
+            continue  # (a vector along another axis, or of another width: not the tile's columns)
         return UniformFactor(name, load, factor, expression, _joined(rest) if rest else None, group, block)
     return None
 

@@ -148,7 +148,7 @@ def _uniform(fn: cst.FunctionDef, loop: cst.For | None, small: cst.BaseSmallStat
         return None
     dot = next(n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
                and n.func.attr.value == "dot")
-    uniform = uniform_factor(fn, loop, small, dot)
+    uniform = uniform_factor(fn, loop, small, dot, _columns(fn, small))
     params = {p.name.value for p in fn.params.params}
     targets = _bindings(fn)
     if uniform is None or uniform.group not in params or uniform.block not in params \
@@ -168,6 +168,23 @@ def _uniform(fn: cst.FunctionDef, loop: cst.For | None, small: cst.BaseSmallStat
                    for f in preorder(fn.body)) for n in others):
         return None
     return uniform
+
+
+def _columns(fn: cst.FunctionDef, small: cst.BaseSmallStatement) -> str | None:
+    """The column count of the accumulator `small` adds to, where the function binds it once to `tl.zeros((rows,
+    columns), ...)` with `columns` a name; None otherwise."""
+    added = added_to(small)
+    if added is None:
+        return None
+    found = set()
+    for node in preorder(fn.body):
+        value = node.value if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(
+            node.targets[0].target, cst.Name) and node.targets[0].target.value == added[0] else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "zeros" \
+                and value.args and isinstance(value.args[0].value, (cst.Tuple, cst.List)):
+            sizes = [e.value for e in value.args[0].value.elements]
+            found.add(sizes[1].value if len(sizes) == 2 and isinstance(sizes[1], cst.Name) else None)
+    return found.pop() if len(found) == 1 else None
 
 
 def _bound_in_own_loop(fn: cst.FunctionDef, read: cst.Name, name: str) -> bool:
