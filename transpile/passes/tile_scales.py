@@ -28,8 +28,8 @@ import textwrap
 import libcst as cst
 
 from transpile.analysis.tile_scales import UniformFactor, uniform_factor
-from transpile.cst_utils import added_to, compile_time, node_code, single_assign
-from transpile.cst_walk import preorder
+from transpile.cst_utils import added_to, broadcast_axis, compile_time, node_code, product_factors, single_assign
+from transpile.cst_walk import nodes_of, preorder, semantic_preorder
 
 _MODULE = cst.Module(body=[])
 
@@ -42,10 +42,16 @@ def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, int, UniformFac
     kernels' form): the kernel is then read as Triton compiles it where those tests take the statement's branches,
     every `if` of the same test decided alike (its scale addresses bound under the same tests before the loop). The
     index (second) is the statement's position in the loop's own body, -1 where it is nested."""
+    nodes = semantic_preorder(fn.body)
+    params = {p.name.value for p in fn.params.params}
+    # (a column index divided by a parameter, `offs_n // group_n`, somewhere in the function: else nothing to find)
+    if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide)
+               and isinstance(n.right, cst.Name) and n.right.value in params for n in nodes):
+        return []
     constexprs = {p.name.value for p in fn.params.params if p.annotation is not None
                   and "constexpr" in _code(p.annotation.annotation)}
     found = []
-    for loop in preorder(fn.body):
+    for loop in nodes:
         if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
             continue
         for small, path in _accumulations(loop.body, ()):
@@ -74,7 +80,11 @@ def _accumulations(block: cst.BaseSuite, path: tuple) -> list[tuple[cst.BaseSmal
             small = statement.body[0]
             dots = [n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
                     and n.func.attr.value == "dot"]
-            if added_to(small) is not None and len(dots) == 1:
+            added = added_to(small)
+            # (a product of the dot and a vector loaded in the loop: `v[None, :]`, or a name broadcast so)
+            if added is not None and len(dots) == 1 and any(
+                    isinstance(f, cst.Name) or isinstance(f, cst.Subscript) and broadcast_axis(f) == 1
+                    for f in product_factors(added[1])):
                 out.append((small, path))
         elif isinstance(statement, cst.If):
             out += _if_accumulations(statement, path)
@@ -148,24 +158,30 @@ def _uniform(fn: cst.FunctionDef, loop: cst.For | None, small: cst.BaseSmallStat
         return None
     dot = next(n for n in preorder(small) if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
                and n.func.attr.value == "dot")
-    uniform = uniform_factor(fn, loop, small, dot, _columns(fn, small))
+    uniform = uniform_factor(fn, loop, small, dot)
+    added = added_to(small)
+    if uniform is None and added is not None and any(isinstance(f, cst.Name) for f in product_factors(added[1])):
+        # (a factor written without its `[None, :]`: taken where its width is the columns')
+        uniform = uniform_factor(fn, loop, small, dot, _columns(fn, small))
+    if uniform is None:
+        return None
     params = {p.name.value for p in fn.params.params}
     targets = _bindings(fn)
-    if uniform is None or uniform.group not in params or uniform.block not in params \
+    if uniform.group not in params or uniform.block not in params \
             or {uniform.group, uniform.block} & {n.value for n in targets}:
         return None
     # (the vector read nowhere else: the scalar takes its place in this product only; another loop may bind and
     # read a name of its own so, a copy of this one under another branch)
-    reads = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == uniform.name
+    in_loop = {id(n) for n in nodes_of(loop.body)}
+    reads = [n for n in nodes_of(fn.body) if isinstance(n, cst.Name) and n.value == uniform.name
              and n not in targets]
-    inside = [n for n in reads if any(n is m for m in preorder(loop.body))]
-    if len(inside) != 1 or any(not _bound_in_own_loop(fn, n, uniform.name) for n in reads
-                               if not any(n is m for m in inside)):
+    inside = [n for n in reads if id(n) in in_loop]
+    if len(inside) != 1 or any(not _bound_in_own_loop(fn, n, uniform.name) for n in reads if id(n) not in in_loop):
         return None
     # (nor bound before the loop: Triton would carry it through the loop, a vector there and a scalar in the loop)
-    others = [n for n in targets if n.value == uniform.name and not any(n is m for m in preorder(loop.body))]
-    if any(not any(isinstance(f, cst.For) and f is not loop and any(n is m for m in preorder(f.body))
-                   for f in preorder(fn.body)) for n in others):
+    others = [n for n in targets if n.value == uniform.name and id(n) not in in_loop]
+    if any(not any(isinstance(f, cst.For) and f is not loop and any(n is m for m in nodes_of(f.body))
+                   for f in nodes_of(fn.body)) for n in others):
         return None
     return uniform
 
@@ -177,7 +193,7 @@ def _columns(fn: cst.FunctionDef, small: cst.BaseSmallStatement) -> str | None:
     if added is None:
         return None
     found = set()
-    for node in preorder(fn.body):
+    for node in nodes_of(fn.body):
         value = node.value if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(
             node.targets[0].target, cst.Name) and node.targets[0].target.value == added[0] else None
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "zeros" \
@@ -201,7 +217,7 @@ def _bound_in_own_loop(fn: cst.FunctionDef, read: cst.Name, name: str) -> bool:
 def _bindings(fn: cst.FunctionDef) -> set[cst.Name]:
     """The names `fn` assigns (as targets, not reads)."""
     out: set[cst.Name] = set()
-    for node in preorder(fn.body):
+    for node in nodes_of(fn.body):
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else \
             [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else []
         for target in targets:
@@ -325,6 +341,7 @@ def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.Ba
     no longer reads (aiter's `b_scale_ptrs += ...`): a name the function reads nowhere outside `loop` and the scalar
     body reads nowhere else."""
     out = []
+    targets = _bindings(fn)
     for statement in body:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             else None
@@ -335,7 +352,7 @@ def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.Ba
             outside = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == name
                        and not any(n is m for m in preorder(loop))]
             # (outside: its one definition before the loop, as a target)
-            if not elsewhere and all(n in _bindings(fn) for n in outside) and len(outside) <= 1:
+            if not elsewhere and all(n in targets for n in outside) and len(outside) <= 1:
                 continue
         out.append(statement)
     return out
