@@ -268,9 +268,9 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
             or fn.params.star_kwarg is not None:
         return fn
     used = {n.value for n in preorder(fn) if isinstance(n, cst.Name)} | set(taken)
-    flags: dict[str, str] = {}  # test -> flag
+    flags: dict[tuple[str, str], str] = {}  # (group divisor, tile width) -> the flag of their test
     replacements: dict[int, cst.CSTNode] = {}
-    for loop, index, uniform in found:
+    for loop, _, uniform in found:
         block = params.get(uniform.block)
         if block is None or block.annotation is None:
             continue
@@ -284,7 +284,7 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
         if rewritten.deep_equals(loop) or not isinstance(rewritten.body, cst.IndentedBlock):
             continue
         body = list(rewritten.body.body)
-        test = f"{uniform.group} % {uniform.block} == 0"
+        test = (uniform.group, uniform.block)
         if test not in flags:
             flag = "TILE_SCALED"
             while flag in used:
@@ -317,8 +317,8 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
     last = list(out.params.params)
     if last and last[-1].comma is cst.MaybeSentinel.DEFAULT:
         last[-1] = last[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    entries = ", ".join(f'"{flag}": lambda args: args["{test.split(" % ")[0]}"] % args["{test.split(" % ")[1][:-5]}"] '
-                        "== 0" for test, flag in flags.items())
+    entries = ", ".join(f'"{flag}": lambda args: args["{group}"] % args["{block}"] == 0'
+                        for (group, block), flag in flags.items())
     heuristics = cst.Decorator(cst.parse_expression(f"triton.heuristics({{{entries}}})"))
     decorators.insert(jit, heuristics)
     return out.with_changes(params=out.params.with_changes(params=[*last, *added]), decorators=decorators)
