@@ -1089,7 +1089,7 @@ def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, K
         outcome.tile_scaled = not copy
         which = (f"`_{name}_triton` (the source kernel, which `{name}`'s launcher runs for the launches its Gluon "
                  "kernel does not take)") if copy else f"`{name}`"
-        for _, _, uniform in found:
+        for _, uniform in found:
             note = original.diagnostic(uniform.factor, "TT047", (
                 f"{which} loads `{uniform.name}` as one scalar per tile where `{uniform.group} % {uniform.block} == "
                 f"0` (the columns of a tile then share one group), its loop written twice under that test (a "

@@ -259,7 +259,8 @@ def compile_kernel(jit_fn, target: Target, signature: dict[str, str], constexprs
     fn = jit_fn
     heuristics: dict[str, object] = {}  # (constexprs a `@triton.heuristics` wrapper computes per launch)
     while not isinstance(fn, JITFunction):  # unwrap @triton.autotune / @triton.heuristics
-        heuristics.update(getattr(fn, "values", None) or {} if type(fn).__name__ == "Heuristics" else {})
+        if type(fn).__name__ == "Heuristics":
+            heuristics.update(fn.values)
         if type(fn).__name__ == "_MadeOnHost":  # (the launcher that makes a kernel's descriptors on the host)
             fn = fn.kernel
             continue

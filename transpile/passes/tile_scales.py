@@ -30,11 +30,12 @@ import libcst as cst
 from transpile.analysis.tile_scales import UniformFactor, uniform_factor
 from transpile.cst_utils import added_to, broadcast_axis, compile_time, node_code, product_factors, single_assign
 from transpile.cst_walk import nodes_of, preorder, semantic_preorder
+from transpile.passes import replaced
 
 _MODULE = cst.Module(body=[])
 
 
-def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, int, UniformFactor]]:
+def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, UniformFactor]]:
     """Each `for` loop of `fn` (outermost first) with a statement `acc += tl.dot(...) * ... * v[None, :]` whose
     factor `v` holds one value per tile (`analysis.tile_scales.uniform_factor`), where the group divisor and the tile
     width are parameters `fn` never rebinds and `v` is read by that statement alone. The statement may sit under
@@ -61,9 +62,7 @@ def tile_scale_loops(fn: cst.FunctionDef) -> list[tuple[cst.For, int, UniformFac
             view, loops = _resolved(fn, choices) if choices else (fn, {id(loop): loop})
             uniform = _uniform(view, loops.get(id(loop)), small)
             if uniform is not None:
-                top = next((i for i, statement in enumerate(loop.body.body) if isinstance(
-                    statement, cst.SimpleStatementLine) and any(n is small for n in statement.body)), -1)
-                found.append((loop, top, uniform))
+                found.append((loop, uniform))
                 break
     # (a loop inside another that is unswitched is unswitched with it: only the outermost are rewritten)
     return [item for item in found
@@ -112,20 +111,17 @@ def _resolved(fn: cst.FunctionDef, choices: dict[str, bool]) -> tuple[cst.Functi
         return suite if all(a is b for a, b in zip(body, suite.body)) and len(body) == len(suite.body) \
             else suite.with_changes(body=body)
 
+    def suite(body: cst.BaseSuite) -> list[cst.BaseStatement]:
+        return statements(list(body.body)) if isinstance(body, cst.IndentedBlock) else []
+
     def branch(node: cst.If | cst.Else | None) -> list[cst.BaseStatement]:
-        if node is None:
-            return []
-        if isinstance(node, cst.If):
-            return statements([node])
-        return statements(list(node.body.body)) if isinstance(node.body, cst.IndentedBlock) else []
+        return [] if node is None else statements([node]) if isinstance(node, cst.If) else suite(node.body)
 
     def statements(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         out: list[cst.BaseStatement] = []
         for statement in body:
             if isinstance(statement, cst.If) and _code(statement.test) in choices:
-                out += statements(list(statement.body.body)) if choices[_code(statement.test)] \
-                    and isinstance(statement.body, cst.IndentedBlock) else [] if choices[_code(statement.test)] \
-                    else branch(statement.orelse)
+                out += suite(statement.body) if choices[_code(statement.test)] else branch(statement.orelse)
             elif isinstance(statement, cst.If):
                 orelse = statement.orelse
                 if isinstance(orelse, cst.If):
@@ -245,42 +241,42 @@ def scalar_scale(body: list[cst.BaseStatement], original: cst.For, dot_index: in
     if target is None or load is None or index is None:
         return body
     body[dot_index] = body[dot_index].deep_replace(target, cst.Name(uniform.name))  # type: ignore[assignment]
-    address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
-    if uniform.rest is not None:
-        address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
-    scalar = load.with_changes(args=[load.args[0].with_changes(value=address)])
-    body[index] = body[index].deep_replace(load, scalar)  # type: ignore[assignment]
+    body[index] = body[index].deep_replace(load, _scalar_load(load, uniform, tile))  # type: ignore[assignment]
     return body
 
 
-def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFactor]],
-                taken: set[str] = frozenset()) -> cst.FunctionDef:  # type: ignore[assignment]
+def _scalar_load(load: cst.Call, uniform: UniformFactor, tile: str | None = None) -> cst.Call:
+    """`load` reading the factor's one value a tile: at `tile` (a name bound to `uniform.scalar`) or `uniform.scalar`,
+    plus the rest of its address (`uniform.rest`)."""
+    address: cst.BaseExpression = cst.Name(tile) if tile is not None else uniform.scalar
+    if uniform.rest is not None:
+        address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
+    return load.with_changes(args=[load.args[0].with_changes(value=address)])
+
+
+def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, UniformFactor]]) -> cst.FunctionDef:
     """`fn` with each loop of `found` written twice under a constexpr flag its launch sets from the group test
     (`@triton.heuristics`, placed right above the jit decorator so that it sees an autotune config's tile width):
     the scalar form where the groups hold whole tiles, the loop as written otherwise. A compile-time test, so that
     each form is a kernel of its own: under a run-time `if` the two loops shared one register allocation, the
     per-column loop's, and the scalar form lost what it saves (gfx942: 52 spills where the scalar kernel has none;
-    gfx1250: 324 VGPRs against 238). `taken`: names the flag must not take (the module's)."""
+    gfx1250: 324 VGPRs against 238). The flag takes a name the kernel does not read."""
     decorators = list(fn.decorators)
     jit = next((i for i, d in enumerate(decorators) if "jit" in _code(d.decorator)), None)
     params = {p.name.value: p for p in fn.params.params}
     if jit is None or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT or fn.params.kwonly_params \
             or fn.params.star_kwarg is not None:
         return fn
-    used = {n.value for n in preorder(fn) if isinstance(n, cst.Name)} | set(taken)
+    used = {n.value for n in preorder(fn) if isinstance(n, cst.Name)}
     flags: dict[tuple[str, str], str] = {}  # (group divisor, tile width) -> the flag of their test
-    replacements: dict[int, cst.CSTNode] = {}
-    for loop, _, uniform in found:
+    replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+    for loop, uniform in found:
         block = params.get(uniform.block)
         if block is None or block.annotation is None:
             continue
         # (the factor, `b_s[None, :]`, and its load, nodes of this loop wherever they sit in it)
-        address: cst.BaseExpression = uniform.scalar
-        if uniform.rest is not None:
-            address = cst.BinaryOperation(address, cst.Add(), uniform.rest)
-        scalar = uniform.load.with_changes(args=[uniform.load.args[0].with_changes(value=address)])
-        swaps = {id(uniform.factor): cst.Name(uniform.name), id(uniform.load): scalar}
-        rewritten = loop.visit(_Swap(swaps))
+        rewritten = replaced(loop, {uniform.factor: cst.Name(uniform.name),
+                                    uniform.load: _scalar_load(uniform.load, uniform)})
         if rewritten.deep_equals(loop) or not isinstance(rewritten.body, cst.IndentedBlock):
             continue
         body = list(rewritten.body.body)
@@ -295,7 +291,7 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
         scalar_loop = loop.with_changes(leading_lines=[], body=loop.body.with_changes(body=body))
         comment = (f"# triton-transpile: where a group of `{uniform.group}` columns holds whole tiles "
                    f"(`{flags[test]}`), `{uniform.name}` holds one value per tile: loaded once, as a scalar.")
-        replacements[id(loop)] = cst.If(
+        replacements[loop] = cst.If(
             test=cst.Name(flags[test]),
             body=cst.IndentedBlock(body=[scalar_loop.with_changes(leading_lines=[
                 cst.EmptyLine(indent=True, comment=cst.Comment(line)) for line in _wrapped(comment)])]),
@@ -303,13 +299,8 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
             leading_lines=loop.leading_lines)
     if not replacements:
         return fn
-
-    class Replace(cst.CSTTransformer):
-        def on_leave(self, original, updated):  # noqa: ANN001, ANN201
-            return replacements.get(id(original), updated)
-
-    out: cst.FunctionDef = fn.visit(Replace())  # type: ignore[assignment]
-    annotation = next(params[u.block].annotation for _, _, u in found if u.block in params)
+    out: cst.FunctionDef = replaced(fn, replacements)  # type: ignore[assignment]
+    annotation = next(params[u.block].annotation for _, u in found if u.block in params)
     added = [cst.Param(cst.Name(flag), annotation=annotation, default=cst.Name("False"),
                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
                                              whitespace_after=cst.SimpleWhitespace(" ")))
@@ -324,17 +315,6 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, int, UniformFact
     return out.with_changes(params=out.params.with_changes(params=[*last, *added]), decorators=decorators)
 
 
-class _Swap(cst.CSTTransformer):
-    """Each node whose id is a key of `swaps` replaced by its value."""
-
-    def __init__(self, swaps: dict[int, cst.CSTNode]) -> None:
-        super().__init__()
-        self.swaps = swaps
-
-    def on_leave(self, original, updated):  # noqa: ANN001, ANN201
-        return self.swaps.get(id(original), updated)
-
-
 def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.BaseStatement]
                            ) -> list[cst.BaseStatement]:
     """`body` without the advances (`p += step`) of a name that only the vector's load read, which the scalar form
@@ -342,6 +322,7 @@ def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.Ba
     body reads nowhere else."""
     out = []
     targets = _bindings(fn)
+    in_loop = {id(n) for n in nodes_of(loop)}
     for statement in body:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
             else None
@@ -349,8 +330,8 @@ def _without_dead_advances(fn: cst.FunctionDef, loop: cst.For, body: list[cst.Ba
             name = small.target.value
             elsewhere = [n for other in body if other is not statement for n in preorder(other)
                          if isinstance(n, cst.Name) and n.value == name]
-            outside = [n for n in preorder(fn.body) if isinstance(n, cst.Name) and n.value == name
-                       and not any(n is m for m in preorder(loop))]
+            outside = [n for n in nodes_of(fn.body) if isinstance(n, cst.Name) and n.value == name
+                       and id(n) not in in_loop]
             # (outside: its one definition before the loop, as a target)
             if not elsewhere and all(n in targets for n in outside) and len(outside) <= 1:
                 continue

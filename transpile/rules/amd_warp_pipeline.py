@@ -41,7 +41,8 @@ from transpile.cst_utils import (added_to, assigned_names, broadcast_axis, calls
 from transpile.cst_walk import preorder
 from transpile.discover import JitFunction
 from transpile.passes.tma_tiles import LdsNeed
-from transpile.rules.tile_scales import launch_tests, scalar_scale, uniform_scale
+from transpile.passes.tile_scales import scalar_scale
+from transpile.rules.tile_scales import launch_tests, uniform_scale
 from transpile.rules.base import (Counterexample, Example, Rule, RuleContext, branch_path, launch_evaluable,
                                   launch_terms, source_when_holds)
 from transpile.rules.dot import SCALED_FORMATS, translated_dot

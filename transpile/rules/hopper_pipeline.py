@@ -36,7 +36,8 @@ from transpile.cst_utils import assigned_names, calls_in, names_in, parenthesize
 from transpile.discover import TRITON_AUTOTUNE, decorator_target
 from transpile.rules import hopper_persistent as persistent
 from transpile.rules.base import Counterexample, Example, Rule, RuleContext
-from transpile.rules.tile_scales import SCALED_TILE_ROWS, launch_tests, scalar_scale, uniform_scale
+from transpile.passes.tile_scales import scalar_scale
+from transpile.rules.tile_scales import SCALED_TILE_ROWS, launch_tests, uniform_scale
 from transpile.rules.dot import translated_dot
 from transpile.lowering.sm90 import (CONSUMER_STEPS, LOADER_STEPS, SCALED_CONSUMER_STEPS, LoopText, RingNames, TmaCopy, Wgmma, gemm_ring,
                                      partition_loop, wgmma_rows)

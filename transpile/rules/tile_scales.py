@@ -15,7 +15,6 @@ import libcst as cst
 
 from transpile.analysis.pipeline import LoopPlan, loop_body
 from transpile.analysis.tile_scales import UniformFactor, uniform_factor
-from transpile.passes.tile_scales import scalar_scale  # noqa: F401 - the rules' import of it
 from transpile.cst_utils import names_in
 from transpile.rules.base import RuleContext
 
