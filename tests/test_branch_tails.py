@@ -562,3 +562,35 @@ def test_a_tensor_in_one_branch_and_a_scalar_in_the_other_is_split(
     for shared in (False, True):
         compiled = verify(result, {**values, "SHARED_DECAY": shared})
         assert compiled and all(c.ok for c in compiled), [(shared, c.label, c.message) for c in compiled]
+
+
+# A name both branches bind, of two ranks, that nothing reads after the `if` (here each branch stores its own tile;
+# an unswitched loop's two copies bind their names so too): it needs no one layout, so the kernel translates as
+# written, its `if` not split; a read after the `if` is still refused (and split)
+UNREAD = HEAD + '''@triton.jit
+def store_either(x_ptr, y_ptr, FLAT: tl.constexpr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    if FLAT:
+        ptrs = y_ptr + offs
+        tl.store(ptrs, tl.load(x_ptr + offs))
+    else:
+        ptrs = y_ptr + tl.arange(0, B // 2)[:, None] * 2 + tl.arange(0, 2)[None, :]
+        tl.store(ptrs, tl.load(x_ptr + tl.arange(0, B // 2)[:, None] * 2 + tl.arange(0, 2)[None, :]))
+    tl.store(y_ptr, 1.0)
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "sm90"])
+def test_a_name_of_two_ranks_nothing_reads_after_the_if_is_not_refused(
+        target: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    result = translate_source(UNREAD, "k.py", get_target(target))
+    (kernel,) = result.functions
+    assert kernel.translated, [d.format() for d in result.diagnostics]
+    assert "ptrs_2" not in result.text  # (translated as written: no copies)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "B": 64, "FLAT": False})
+    assert compiled and all(c.ok for c in compiled), [(c.config, c.message) for c in compiled]
+    read = UNREAD.replace("    tl.store(y_ptr, 1.0)\n", "    tl.store(ptrs, 1.0)\n")
+    assert split_branches(read, [8]) is not None
+    refused = translate_source(read, "k.py", get_target(target))
+    assert refused.functions[0].translated and "ptrs_2" in refused.text  # (read after it: split, then translated)

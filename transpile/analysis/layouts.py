@@ -415,6 +415,10 @@ class _FunctionWalker(LanguageCalls):
         # Names bound to a scalar read from memory (`dA_last = tl.load(p + i)`, `s = tl.exp(dA_last)`), as the walk
         # meets them (`bind_target`): such a value replaces a tensor the name held before
         self.loaded_scalars: set[str] = set()
+        # names a compile-time `if` leaves of two ranks (the `if` and the refusal's text): refused where read before
+        # they are bound again (a name nothing reads after the `if`, such as one an unswitched loop binds in both
+        # its copies, needs no one layout)
+        self.two_ranks: dict[str, tuple[cst.If, str]] = {}
         for statement in lines:
             small = statement.body[0] if len(statement.body) == 1 else None
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
@@ -639,11 +643,10 @@ class _FunctionWalker(LanguageCalls):
                              for v in (other, value)]
                     if None not in ranks and ranks[0] != ranks[1] and (
                             isinstance(other, Tensor) and isinstance(value, Tensor) or name in fresh):
-                        self.refuse(statement, "TT010", (
+                        self.two_ranks[name] = (statement, (
                             f"`{name}` is a rank-{ranks[0]} tensor after this `if` branch and a rank-{ranks[1]} "
                             f"tensor after the other{' (rank 0: a scalar)' if 0 in ranks else ''}; the Gluon "
                             "translation gives a name one layout: give each rank its own name"))
-                        break
         elif isinstance(statement, cst.For):
             self.eval(statement.iter)
             self.bind_target(statement.target, SCALAR, None)
@@ -705,6 +708,7 @@ class _FunctionWalker(LanguageCalls):
     def bind_target(self, target: cst.BaseExpression, value: Value, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
             name = target.value
+            self.two_ranks.pop(name, None)
             if isinstance(value, Tensor):
                 known = self.name_terms.get(name)
                 if known is not None and None not in (known.find().rank, value.rank) \
@@ -764,6 +768,9 @@ class _FunctionWalker(LanguageCalls):
         if node is None:
             return SCALAR
         if isinstance(node, cst.Name):
+            if node.value in self.two_ranks:
+                branch, message = self.two_ranks[node.value]
+                self.refuse(branch, "TT010", message)
             value = self.env.get(node.value, SCALAR)
             anchor = self.anchored_nodes.get(id(node))
             if anchor is not None and isinstance(value, Tensor) and node.value in anchor.invariant:
