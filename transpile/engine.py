@@ -611,9 +611,11 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
         return _translate(text, path, target, command, prepared, gluon_always, {})
     skip: frozenset[str] = frozenset()
     unused: set[str] = set()  # rewritten, but only the single-partition ring would run them
+    measured: dict[str, KernelOutcome] = {}  # kept in their descriptor form by the profitability policy
     while True:
         converted, dispatch, refusals = with_tma_tiles(prepared, skip)
-        result = _translate(text, path, target, command, converted, gluon_always, dispatch)
+        result = _translate(text, path, target, command, converted, gluon_always, dispatch, measured)
+        measured |= {o.name: o for o in result.functions if o.name in dispatch and o.measured_keep}
         # A kernel read through TMA descriptors pays where its ring is warp-specialised (a 128x256 tile with 8 warps,
         # which an autotuned kernel gets as one more config); with only the single-partition ring it ran at 0.79-1.04x
         # its source on an H100 (bench/RESULTS.md: Profitability): such a kernel is translated as written.
@@ -627,6 +629,21 @@ def _translate_source(text: str, path: str, target: Target, command: str | None,
             _tma_notes(result, prepared, refusals, unused)
             return result
         skip = skip | failed
+
+
+def _measured_keep(outcome: KernelOutcome, policy: KernelOutcome | None) -> None:
+    """A kernel whose descriptor form the profitability policy kept as Triton (`policy`: its ring measured slower
+    than a Triton form of the loop, UNPROFITABLE_RINGS), and that is kept as written too, gives that measurement as
+    its reason: not what the pointer rings refuse in the loop as written, which the descriptor form was tried for."""
+    if policy is None or outcome.translated:
+        return
+    notes = [d for d in policy.diagnostics if d.code == "TT041"]
+    kept = [d for d in outcome.diagnostics if d.code == "TT041"]
+    if len(notes) != len(kept):
+        return
+    outcome.kept_reason, outcome.measured_keep = policy.kept_reason, True
+    swapped = {id(d): dataclasses.replace(d, message=note.message) for d, note in zip(kept, notes)}
+    outcome.diagnostics = sorted(swapped.get(id(d), d) for d in outcome.diagnostics)
 
 
 def prepare_blocks(prepared: Prepared) -> list[Prepared]:
@@ -707,7 +724,8 @@ def _tma_notes(result: TranslationResult, prepared: Prepared, refusals: dict[str
 
 
 def _translate(text: str, path: str, target: Target, command: str | None, prepared: Prepared,
-               gluon_always: bool, dispatch: dict[str, Dispatch]) -> TranslationResult:
+               gluon_always: bool, dispatch: dict[str, Dispatch], measured: dict[str, KernelOutcome] | None = None
+               ) -> TranslationResult:
     """Translate the Triton kernels of `text` (the file at `path`) into the Gluon variant for `target`.
 
     Raises TranspileError for bad input (syntax error, no kernels). A kernel is kept as Triton (its source function,
@@ -715,7 +733,8 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
     pipeline rule pipelines on `target` (Triton's compiler pipelines that loop; an unpipelined Gluon loop is slower);
     `gluon_always` emits the translated Gluon for the latter anyway. What keeping a function implies for the others
     follows the call graph (`propagate_kept`). `prepared` (from `prepare`) saves parsing and analysing the same text
-    again for another target.
+    again for another target. `measured`: the outcomes of kernels whose descriptor form the profitability policy
+    kept (`_measured_keep`).
 
     The text is the translation as the rules emit it, not yet formatted: `format_results` lays it out as the command
     line writes it (one ruff process for any number of results).
@@ -755,6 +774,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
                                 dispatch=dispatch.get(fn.name) or launch_dispatch(facts, fn, ctx),
                                 ws_config=ctx.ws_config)
         decide(source, facts, plans, fn, ctx, outcome, dispatch, gluon_always)
+        _measured_keep(outcome, (measured or {}).get(fn.name))
         outcomes[fn.name] = outcome
         rewritten[fn.name] = node  # type: ignore[assignment]
         translated_helpers[fn.name] = ctx.helpers
@@ -773,7 +793,7 @@ def _translate(text: str, path: str, target: Target, command: str | None, prepar
     while True:
         propagate_kept(facts, outcomes, source, target, inlined)
         helpers = {"kmajor_copy"} if _kmajor_launches(source, facts, target, outcomes) else set()
-        _tile_scales(prepared.original_source, facts, outcomes)
+        _tile_scales(prepared.original_source, facts, outcomes, target)
         for name, outcome in outcomes.items():
             if outcome.translated:
                 helpers |= translated_helpers[name]
@@ -1014,14 +1034,14 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
                         helpers.add("host_made" if name in dispatched else "made_on_host")
                 body.append(function)
                 if name in dispatched:
-                    body.extend(dispatch_statements(originals, name, outcomes[name].dispatch,
+                    body.extend(dispatch_statements(target, originals, name, outcomes[name].dispatch,
                                                     outcomes[name].persistent_grid, copied, host.get(name), made))
                 elif made:
                     body.append(made_on_host(name, [p.name for p in facts.functions[name].params], made))
             else:
                 kept = _kept_function(originals.get(name, statement), outcomes[name], target)
                 if outcomes[name].tile_scaled:
-                    kept = tile_scaled(kept, tile_scale_loops(kept))
+                    kept = tile_scaled(kept, tile_scale_loops(kept), target.tile_scale_min_warps)
                 if copies.get(name):
                     body.extend(helper_copies(originals, copies[name], copied, name, set(facts.functions)))
                     kept = calls_renamed(kept, {h: copied[h] for h in copies[name]})
@@ -1065,7 +1085,8 @@ def _emit_tree(source: SourceFile, facts: ModuleFacts, target: Target, rewritten
     return _drop_unused_language_imports(out, source)
 
 
-def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, KernelOutcome]) -> None:
+def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, KernelOutcome], target: Target
+                 ) -> None:
     """Sets `KernelOutcome.tile_scaled` of each kernel kept as Triton whose scaled accumulation multiplies by a
     per-column vector that holds one value per tile where its groups hold whole tiles
     (`transpile.passes.tile_scales`), with its TT047 note at the factor. Read from the source as written (`original`:
@@ -1089,10 +1110,13 @@ def _tile_scales(original: SourceFile, facts: ModuleFacts, outcomes: dict[str, K
         outcome.tile_scaled = not copy
         which = (f"`_{name}_triton` (the source kernel, which `{name}`'s launcher runs for the launches its Gluon "
                  "kernel does not take)") if copy else f"`{name}`"
+        # (sm90: only at 8 warps and more, `Target.tile_scale_min_warps`)
+        warps = (f" and the launch runs at least {target.tile_scale_min_warps} warps"
+                 if target.tile_scale_min_warps > 4 else "")
         for _, uniform in found:
             note = original.diagnostic(uniform.factor, "TT047", (
                 f"{which} loads `{uniform.name}` as one scalar per tile where `{uniform.group} % {uniform.block} == "
-                f"0` (the columns of a tile then share one group), its loop written twice under that test (a "
+                f"0` (the columns of a tile then share one group){warps}, its loop written twice under that test (a "
                 "constexpr flag the launch sets): fewer registers and loads in the hot loop (bench/RESULTS.md, "
                 "\"One B scale per tile in the Triton kernels a variant keeps\"); other launches run the loop as "
                 "written"))

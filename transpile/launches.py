@@ -21,6 +21,7 @@ from transpile.passes.tma_tiles import Dispatch, Tile, jit_callees
 from transpile.rules.base import WARPGROUP_TEST, RuleContext
 from transpile.rules.host_made import MadeDescriptor
 from transpile.source import SourceFile
+from transpile.targets import Target
 
 
 class HostLaunches(cst.CSTTransformer):
@@ -122,7 +123,8 @@ def helper_copies(originals: dict[str, cst.FunctionDef], helpers: list[str], cop
             width=116, initial_indent="# ", subsequent_indent="# ")]]) for h in new]
 
 
-def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispatch: Dispatch, persistent_grid: str | None,
+def dispatch_statements(target: Target, originals: dict[str, cst.FunctionDef], name: str, dispatch: Dispatch,
+                        persistent_grid: str | None,
                copied: dict[str, str] | None = None, host: HostDescriptors | None = None,
                made: tuple[MadeDescriptor, ...] = ()) -> list[cst.BaseStatement]:
     """After a kernel translated from its TMA-descriptor form, or one whose Gluon form runs only the launches that
@@ -138,7 +140,7 @@ def dispatch_statements(originals: dict[str, cst.FunctionDef], name: str, dispat
     # (its per-column scale read once per tile where the groups hold whole tiles, as a kernel kept as Triton reads
     # it: `transpile.passes.tile_scales`)
     scaled = tile_scale_loops(statement)
-    statement = tile_scaled(statement, scaled) if scaled else statement
+    statement = tile_scaled(statement, scaled, target.tile_scale_min_warps) if scaled else statement
     if dispatch.tiles:
         why = (f"its TMA descriptors need 16-bit operands{' (or 8-bit floats, read K-major)' if any(t.fp8 for t in dispatch.tiles) else ''}, "
                "a unit inner stride and 16-byte aligned addresses and row strides")

@@ -25,6 +25,9 @@ class KernelOutcome:
     num_warps: int | None = None  # the warps the variant must be launched with (a warp-pipelined loop needs 8)
     pipelined: bool = False  # a pipeline rule rewrote one of its loops
     kept_reason: str = ""  # why it is kept as Triton (when not translated)
+    # kept by the profitability policy alone: every loop left unpipelined is a form measured slower than Triton's own
+    # (`rules.base.UNPROFITABLE_RINGS`), its reason that measurement
+    measured_keep: bool = False
     module_functions: list[str] = field(default_factory=list)  # emitted right before it (see RuleContext)
     added_configs: list[str] = field(default_factory=list)  # autotune configs the variant added (see RuleContext)
     # sm90 persistent form: the `meta` test under which its launches take one program per SM (`_persistent_grid`)

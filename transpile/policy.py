@@ -89,7 +89,13 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
     elif reserved:
         keep_as_triton(outcome, source, fn.node, fn.name, f"it binds `{reserved[0]}`, the name its Gluon translation "
                        "reads the Gluon language by", drop=())
-    elif not gluon_always:
+    elif gluon_always:
+        if ctx.launch_source_when and outcome.translated and outcome.dispatch is not None:
+            # (the launches the pipelined form is not written for, --gluon-always or not: one scale per tile where the
+            # groups hold whole tiles, `rules.tile_scales.launch_tests`)
+            outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=tuple(dict.fromkeys((
+                *outcome.dispatch.source_when, *ctx.launch_source_when))), amd=ctx.target.backend == "hip")
+    else:
         keep_unpipelined(ctx, outcome)
         if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
             outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when,
@@ -201,6 +207,7 @@ def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
         reason = loop_reason(ctx, loop)
         reasons.append(f"the loop at line {loop.line} is not pipelined for {target.name} ({reason})")
     outcome.translated = False
+    outcome.measured_keep = all(any(loop.node is node for node in ctx.unprofitable) for loop in unpipelined)
     # (a loop whose tiles are loaded under an iteration guard, `if kbid:`: Triton's own compile copies them in the
     # branch, synchronously, as the translated loop would)
     triton = ["Triton's compiler does not pipeline the loads under its `if` either" if _guarded_loads(loop.node)

@@ -254,13 +254,16 @@ def _scalar_load(load: cst.Call, uniform: UniformFactor, tile: str | None = None
     return load.with_changes(args=[load.args[0].with_changes(value=address)])
 
 
-def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, UniformFactor]]) -> cst.FunctionDef:
+def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, UniformFactor]], min_warps: int = 0
+                ) -> cst.FunctionDef:
     """`fn` with each loop of `found` written twice under a constexpr flag its launch sets from the group test
     (`@triton.heuristics`, placed right above the jit decorator so that it sees an autotune config's tile width):
     the scalar form where the groups hold whole tiles, the loop as written otherwise. A compile-time test, so that
     each form is a kernel of its own: under a run-time `if` the two loops shared one register allocation, the
     per-column loop's, and the scalar form lost what it saves (gfx942: 52 spills where the scalar kernel has none;
-    gfx1250: 324 VGPRs against 238). The flag takes a name the kernel does not read."""
+    gfx1250: 324 VGPRs against 238). The flag takes a name the kernel does not read. `min_warps`: the test also asks
+    for a launch of at least that many warps (`Target.tile_scale_min_warps`; Triton's default, 4, where the launch
+    names none)."""
     decorators = list(fn.decorators)
     jit = next((i for i, d in enumerate(decorators) if "jit" in _code(d.decorator)), None)
     params = {p.name.value: p for p in fn.params.params}
@@ -308,7 +311,8 @@ def tile_scaled(fn: cst.FunctionDef, found: list[tuple[cst.For, UniformFactor]])
     last = list(out.params.params)
     if last and last[-1].comma is cst.MaybeSentinel.DEFAULT:
         last[-1] = last[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    entries = ", ".join(f'"{flag}": lambda args: args["{group}"] % args["{block}"] == 0'
+    warps = f' and args.get("num_warps", 4) >= {min_warps}' if min_warps > 4 else ""
+    entries = ", ".join(f'"{flag}": lambda args: args["{group}"] % args["{block}"] == 0{warps}'
                         for (group, block), flag in flags.items())
     heuristics = cst.Decorator(cst.parse_expression(f"triton.heuristics({{{entries}}})"))
     decorators.insert(jit, heuristics)

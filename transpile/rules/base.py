@@ -223,9 +223,15 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "GEMM): the TMA ring that takes it (each step's wgmma from zero, waited for, then scaled and added) ran "
         "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
         "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows, its B scales loaded per column; "
-        "a warp-specialised form and one that scales a product while the next wgmma runs were no faster. Where "
-        "the B scales hold one value per tile (`offs_n // group_n`, the group a whole number of tiles) the ring "
-        "loads them as one scalar and is emitted: 1.18-1.35x on an H100 (bench/RESULTS.md)"),
+        "a warp-specialised form and one that scales a product while the next wgmma runs were no faster (where "
+        "the B scales hold one value per tile, the next entry)"),
+    ("sm90", "TMA ring, one scale per tile"): (
+        "{construct}the dot's product is scaled by a B scale that holds one value per tile where the groups hold "
+        "whole tiles (`offs_n // group_n`): Triton's own compile of the loop with that scale read once per tile, the "
+        "form the kept kernel takes (TT047), ran the block-scaled fp8 linear fixture on an H100 at 1.18-1.29x its "
+        "source from 256 to 8192 rows with 8 warps and 128x128x128 tiles, where the warp-specialised TMA ring that "
+        "takes the loop ran 1.19-1.21x (0.99-1.07x the ring; an earlier run, 1.06-1.22x the single-partition ring and "
+        "1.00-1.18x the warp-specialised one: bench/RESULTS.md)"),
     ("sm90", "cp.async, cast operands"): (
         "its dot operands are computed from their tiles by a cast alone to a type the launch passes "
         "(`a = a_tile.to(dot_dtype)`): the ring that stages "

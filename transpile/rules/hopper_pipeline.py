@@ -114,6 +114,8 @@ class HopperTMAPipeline(Rule):
         uniform = uniform_scale(ctx, plan, original) if not plan.acc_in_dot else None
         if not plan.acc_in_dot and uniform is None and ctx.slower_than_triton(original, "TMA ring, scaled product"):
             return updated  # the profitability policy keeps the kernel as Triton (UNPROFITABLE_RINGS in rules/base.py)
+        if uniform is not None and ctx.slower_than_triton(original, "TMA ring, one scale per tile"):
+            return updated  # (kept: the tile-scaled Triton form, `transpile.passes.tile_scales`, measured faster)
         if uniform is not None:
             # one scale per tile only where a column group holds whole tiles: the launcher runs the source kernel
             # for the others, and for tiles of fewer rows

@@ -47,6 +47,12 @@ class Target:
     # (`transpile.passes.transposed_keys`); where False, such a loop's A tile stays as written (gfx942: that view's
     # MFMA operand reads measured heavier than Triton's own compile at 128-wide tiles, bench/RESULTS.md)
     transposed_a_operands: bool = False
+    # The B scale read once per tile in the Triton kernels a variant keeps (`transpile.passes.tile_scales`): the
+    # fewest warps a launch runs for that form to be taken (0: every launch whose groups hold whole tiles). sm90: 8,
+    # since with 4 warps the registers it saves let a third CTA onto each SM (64x128 fp8 tiles: 197 -> 168
+    # registers), and a grid just over two per SM then ends in a wave of few CTAs: 0.84x the source at 512 CTAs on an
+    # H100, 1.00-1.06x elsewhere; with 8 warps 1.09-1.29x (bench/RESULTS.md)
+    tile_scale_min_warps: int = 0
 
     def gpu_target(self):  # noqa: ANN201 - triton.backends.compiler.GPUTarget, imported lazily (slow import)
         from triton.backends.compiler import GPUTarget

@@ -46,6 +46,7 @@ SM90 = Target(
     min_triton=(3, 6),
     scaled_mma="",
     scaled_upcast=True,
+    tile_scale_min_warps=8,
     snippet_needs={"dot_scaled": ("dot",)},
     rules=RULES,
     imports=IMPORTS,
