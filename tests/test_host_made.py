@@ -166,7 +166,8 @@ def test_the_variant_compiles_with_descriptors_made_on_the_host(tmp_path: Path, 
                                                                verify_values) -> None:
     root = Path(__file__).resolve().parents[1]
     path = root / "fixtures" / "suite_block_fp8_linear.py"
-    result = translate_file(path, get_target("sm90"))
+    # (its TMA ring: --gluon-always, since by default sm90 keeps this loop in a measured-faster Triton form)
+    result = translate_file(path, get_target("sm90"), gluon_always=True)
     assert 'made=_HostMade(' in result.text and "    if x_desc is None:\n" in result.text
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     compiled = verify(dataclasses.replace(result), verify_values["suite_block_fp8_linear.py"])

@@ -19,7 +19,9 @@ whose tile sizes are config keys gets that tile as one more config (listed in th
 autotuner can choose it; its own configs stay. A loop that scales each step's product with one B scale per tile
 (block-scaled 8-bit GEMMs, `rules/tile_scales.py`) has a warp-specialised form from 128x128 tiles on 8 warps, whose
 consumer partition is the kernel's own: the loop's statements around each wgmma (`SCALED_CONSUMER_STEPS`), the kernel
-values they read passed to it (the fixture suite_block_fp8_linear 1.13 -> 1.21x its source on an H100).
+values they read passed to it (the fixture suite_block_fp8_linear 1.13 -> 1.21x its source on an H100). By default
+such a loop is kept as Triton instead, with its scale read once per tile there (`passes/tile_scales.py`), which
+measured at or above this ring (UNPROFITABLE_RINGS, "TMA ring, one scale per tile"); `--gluon-always` emits the ring.
 Targets: sm90.
 """
 
