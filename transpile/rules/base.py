@@ -223,8 +223,8 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "GEMM): the TMA ring that takes it (each step's wgmma from zero, waited for, then scaled and added) ran "
         "lightllm's block-scaled fp8 GEMM on an H200 at 0.95-1.06x its source from 128 rows with 8 warps and "
         "128x128 tiles, 0.51-0.99x with 4 warps and 64x128, 0.47-0.58x at 64 rows, its B scales loaded per column; "
-        "a warp-specialised form and one that scales a product while the next wgmma runs were no faster (where "
-        "the B scales hold one value per tile, the next entry)"),
+        "a warp-specialised form and one that scales a product while the next wgmma runs were no faster "
+        "(bench/RESULTS.md; where the B scales hold one value per tile, the next entry)"),
     ("sm90", "TMA ring, one scale per tile"): (
         "{construct}the dot's product is scaled by a B scale that holds one value per tile where the groups hold "
         "whole tiles (`offs_n // group_n`): Triton's own compile of the loop with that scale read once per tile, the "
