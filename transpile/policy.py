@@ -90,20 +90,17 @@ def decide(source: SourceFile, facts: ModuleFacts, plans: dict[str, LayoutPlan],
         keep_as_triton(outcome, source, fn.node, fn.name, f"it binds `{reserved[0]}`, the name its Gluon translation "
                        "reads the Gluon language by", drop=())
     elif gluon_always:
-        if ctx.launch_source_when and outcome.translated and outcome.dispatch is not None:
-            # (the launches the pipelined form is not written for, --gluon-always or not: one scale per tile where the
-            # groups hold whole tiles, `rules.tile_scales.launch_tests`)
-            outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=tuple(dict.fromkeys((
-                *outcome.dispatch.source_when, *ctx.launch_source_when))), amd=ctx.target.backend == "hip")
+        # (the launches the pipelined form is not written for, --gluon-always or not: a dispatch `launch_dispatch`
+        # made holds the rules' tests already, a TMA dispatch is given them here)
+        if fn.name in dispatch:
+            _tma_dispatch_tests(ctx, outcome)
     else:
         keep_unpipelined(ctx, outcome)
         if ctx.launch_source_when and outcome.dispatch is not None and fn.name not in dispatch:
             outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=ctx.launch_source_when,
                                                    amd=ctx.target.backend == "hip")
-        elif ctx.launch_source_when and outcome.dispatch is not None and target.backend == "cuda":
-            # (a TMA dispatch, `dispatch`, carries the rules' tests too: one scale per tile, `hopper_pipeline`)
-            outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=tuple(dict.fromkeys((
-                *outcome.dispatch.source_when, *ctx.launch_source_when))))
+        else:
+            _tma_dispatch_tests(ctx, outcome)
         if target.backend == "cuda" and outcome.translated and few_warps(fn, facts, plans) is not None:
             # A pipelined kernel some of whose configs or launches run fewer than 4 warps: its launcher runs those
             # on the source kernel (tested per launch and per autotune config), the others on the pipelined one
@@ -181,6 +178,14 @@ def keep_as_triton(outcome: KernelOutcome, source: SourceFile, node: cst.CSTNode
     kept = source.diagnostic(node, "TT041", f"`{name}` kept as Triton{f' for {target}' if target else ''}: "
                                             f"{reason}{note}")
     outcome.diagnostics = [kept] if alone else sorted({*(d for d in outcome.diagnostics if d.code not in drop), kept})
+
+
+def _tma_dispatch_tests(ctx: RuleContext, outcome: KernelOutcome) -> None:
+    """A TMA dispatch (`dispatch`, from `with_tma_tiles`) carries the rules' launch tests too: one scale per tile
+    where the groups hold whole tiles (`hopper_pipeline`)."""
+    if ctx.launch_source_when and outcome.dispatch is not None and ctx.target.backend == "cuda":
+        outcome.dispatch = dataclasses.replace(outcome.dispatch, source_when=tuple(dict.fromkeys((
+            *outcome.dispatch.source_when, *ctx.launch_source_when))))
 
 
 def keep_unpipelined(ctx: RuleContext, outcome: KernelOutcome) -> None:
