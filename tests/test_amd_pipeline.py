@@ -3848,3 +3848,39 @@ def test_a_static_range_loop_is_kept_saying_triton_unrolls_it() -> None:
     assert "the loop at line 10 is not pipelined for gfx950 (the loop does not iterate over `range`" in fn.kept_reason
     assert fn.kept_reason.endswith("Triton's compiler unrolls it at compile time (`tl.static_range`) and pipelines no "
                                    "copy either")
+
+
+PICKED_STEP = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WIDE: tl.constexpr):
+    if WIDE:
+        STEP: tl.constexpr = BK * 2
+    else:
+        STEP: tl.constexpr = BK
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, STEP)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, STEP)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += STEP
+        b_ptrs += STEP * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942"])
+def test_a_block_size_each_branch_of_a_flag_binds_is_one_constexpr(target: str) -> None:
+    """`STEP: tl.constexpr` bound once in each branch of a compile-time `if` is the value the flag picks: the tiles'
+    shapes and the rings' slots read `(BK * 2 if WIDE else BK)`, and the variant compiles for both values."""
+    sp = stage_plan(PICKED_STEP)
+    assert isinstance(sp, StagePlan), sp
+    assert [ring.shape for ring in sp.rings] == [["BM", "(BK * 2 if WIDE else BK)"], ["(BK * 2 if WIDE else BK)", "BN"]]
+    result = translate_source(PICKED_STEP, "x.py", get_target(target))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    for wide in (False, True):
+        assert_holds_and_compiles(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128,
+                                           "BN": 128, "BK": 32, "WIDE": wide, "num_warps": 8})

@@ -419,8 +419,14 @@ class _FunctionWalker(LanguageCalls):
         # they are bound again (a name nothing reads after the `if`, such as one an unswitched loop binds in both
         # its copies, needs no one layout)
         self.two_ranks: dict[str, tuple[cst.If, str]] = {}
+        picked = self._branch_constexprs(bindings)
         for statement in lines:
             small = statement.body[0] if len(statement.body) == 1 else None
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                    and small.target.value in picked:
+                if small is picked[small.target.value][0]:
+                    self._bind_picked(*picked[small.target.value][1:])
+                continue
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
                     and bindings[small.target.value] > 1:
                 continue
@@ -563,6 +569,64 @@ class _FunctionWalker(LanguageCalls):
         return None
 
     # ---- statements -----------------------------------------------------------------------------------------------
+
+    def _branch_constexprs(self, bindings: Counter) -> dict[str, tuple[cst.AnnAssign, str, cst.BaseExpression,
+                                                                        cst.BaseExpression, cst.BaseExpression]]:
+        """Constexprs the two branches of one compile-time `if` bind, once each, outside any loop::
+
+            if PRESHUFFLED:
+                PACKED_BLOCK_K: tl.constexpr = BLOCK_K * 16
+            else:
+                PACKED_BLOCK_K: tl.constexpr = BLOCK_K
+
+        by name: (the first binding, the name, the test, the value each branch gives). Triton compiles the branch the
+        test takes, so the name is one constexpr, `(BLOCK_K * 16 if PRESHUFFLED else BLOCK_K)`, wherever it is read."""
+        found: dict[str, tuple[cst.AnnAssign, str, cst.BaseExpression, cst.BaseExpression, cst.BaseExpression]] = {}
+
+        def constexprs(block: cst.BaseSuite) -> dict[str, cst.AnnAssign]:
+            own: dict[str, cst.AnnAssign] = {}
+            for line in block.body if isinstance(block, cst.IndentedBlock) else []:
+                if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+                    small = line.body[0]
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                            and small.value is not None \
+                            and self.source.code(small.annotation.annotation).strip().endswith("constexpr"):
+                        own[small.target.value] = small
+            return own
+
+        def visit(block: cst.BaseSuite) -> None:
+            for statement in block.body if isinstance(block, cst.IndentedBlock) else []:
+                if not isinstance(statement, cst.If):
+                    continue  # (not inside loops: a loop may bind it again each iteration)
+                visit(statement.body)
+                if isinstance(statement.orelse, cst.If):
+                    continue
+                if not isinstance(statement.orelse, cst.Else):
+                    continue
+                visit(statement.orelse.body)
+                test = self.source.code(statement.test).strip()
+                if not all(name in self.allowed_shape_names or name in _TEST_WORDS for name in _IDENT.findall(test)):
+                    continue
+                then, other = constexprs(statement.body), constexprs(statement.orelse.body)
+                for name in then.keys() & other.keys():
+                    if bindings[name] == 2 and name not in self.allowed_shape_names:
+                        found[name] = (then[name], name, statement.test, then[name].value, other[name].value)
+
+        visit(self.fn.node.body)
+        return found
+
+    def _bind_picked(self, name: str, test: cst.BaseExpression, then: cst.BaseExpression,
+                     other: cst.BaseExpression) -> None:
+        """`local_constexprs[name]`: the value the compile-time `test` picks (`_branch_constexprs`), where both values
+        read parameters, module names and earlier constexprs alone."""
+        if not all(n in self.allowed_shape_names or n in self.local_constexprs
+                   for n in names_in(then) | names_in(other)):
+            return
+        picked = cst.IfExp(test=test.with_changes(lpar=[], rpar=[]) if isinstance(test, cst.Name) else test,
+                           body=substituted(then, self.local_constexprs),
+                           orelse=substituted(other, self.local_constexprs),
+                           lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        self.local_constexprs[name] = picked
 
     def literal_argument(self, node: cst.BaseExpression | None) -> str | None:
         """`node` as a constant's text: a literal, or a parameter of this helper that every call gives the same
