@@ -100,9 +100,25 @@ def test_a_module_that_defines_a_helper_name_of_the_variant_keeps_its_kernels_as
     assert all(o.translated for o in plain.functions) and "_sigmoid = gluon.jit(" in plain.text
 
 
-def test_a_kernel_variable_named_gl_keeps_the_kernel_as_triton():
-    result = translate_source(_elementwise("    gl = x * 2.0\n    tl.store(y_ptr + offs, gl, mask=mask)"), "k.py",
-                              get_target("sm90"))
+@pytest.mark.parametrize("target", ["sm90", "gfx950"])
+def test_a_kernel_variable_named_gl_is_named_afresh(target: str):
+    """A local `gl` (FLA's PaTH attention names a gate gradient so) would shadow the Gluon language the variant reads
+    by that name: it is renamed at every mention in the kernel, and the variant computes what the source does."""
+    result = translate_source(_elementwise("    gl = x * 2.0\n    gl += gl.to(tl.float32)\n"
+                                           "    tl.store(y_ptr + offs, gl, mask=mask)"), "k.py", get_target(target))
+    assert result.functions[0].translated, result.functions[0].kept_reason
+    kernel = result.text.split("def ", 1)[1]
+    assert "gl_1 = x * 2.0" in kernel and "gl_1 += gl_1.to(gl.float32)" in kernel and "gl_1, mask=mask" in kernel
+    assert not any("it binds `gl`" in d.message for d in result.diagnostics)
+    compiled = verify(result, {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": 256}, all_configs=False)
+    assert compiled and all(c.ok for c in compiled), [(c.label, c.message) for c in compiled]
+
+
+def test_a_kernel_parameter_named_gl_keeps_the_kernel_as_triton():
+    """A parameter keeps its name (a caller may pass it by keyword): the kernel is kept, with the reason."""
+    text = _elementwise("    tl.store(y_ptr + offs, x * gl, mask=mask)").replace("(x_ptr,", "(x_ptr, gl,", 1)
+    assert "(x_ptr, gl," in text
+    result = translate_source(text, "k.py", get_target("sm90"))
     assert not result.functions[0].translated
     assert any("it binds `gl`" in d.message for d in result.diagnostics)
 

@@ -37,6 +37,7 @@ from transpile.passes.tma_tiles import Dispatch, convert as convert_tma_tiles
 from transpile.passes.unswitch import unswitch
 from transpile.passes.induction import rewrite_inductions
 from transpile.passes.reassigned_names import rename_reassigned
+from transpile.passes.reserved_names import RESERVED_NAMES, rename_reserved
 from transpile.passes.none_masks import drop_none_masks
 from transpile.passes.iteration_guards import mask_guarded_loads
 from transpile.passes.operand_aliases import drop_operand_aliases
@@ -61,7 +62,7 @@ from transpile.rules.hoist import is_hoisted
 from transpile.rules.hopper_schedule import Sm90Ring
 from transpile.rules.layouts import convert, expand
 from transpile.outcomes import KernelOutcome
-from transpile.policy import RESERVED_NAMES, callees, decide, keep_as_triton, propagate_kept
+from transpile.policy import callees, decide, keep_as_triton, propagate_kept
 from transpile.rules.host_made import host_made
 from transpile.launches import (HostLaunches, binds_triton, calls_renamed, dispatch_statements, made_on_host,
                                 helper_copies, kmajor_bound, launch_dispatch, passed_as_value)
@@ -384,6 +385,9 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
             if lowered_text != source.text:
                 source = parse_source(lowered_text, path, _through(source.line_map, lowered_lines), inlined)
                 facts = discover(source)
+    # Locals that bind a name the variant reads the Gluon language by (`gl = p * ...`), named afresh
+    # (`transpile.passes.reserved_names`).
+    source, facts, original = _rewritten(source, facts, original, rename_reserved(source, facts), path, inlined)
     # A persistent GEMM's one loop over tiles and K steps, as a tile loop around its K loop
     # (`transpile.passes.tile_loops`): the store at a tile's end is then outside the loop the pipeline takes.
     source, facts, original = _rewritten(source, facts, original, split_tile_loops(source, facts), path, inlined)

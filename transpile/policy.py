@@ -23,6 +23,7 @@ from transpile.discover import JitFunction, ModuleFacts, language_name
 from transpile.launches import alignment_dispatch, launch_facts, passed_as_value, use_text
 from transpile.language import NOT_TRITON
 from transpile.outcomes import KernelOutcome
+from transpile.passes.reserved_names import RESERVED_NAMES
 from transpile.passes.tma_tiles import Dispatch, jit_callees
 from transpile.passes.vector_loads import replicated_vector_load
 from transpile.rules.base import WARPGROUP_TEST, RuleContext, branch_path, launch_evaluable, launch_terms
@@ -31,7 +32,6 @@ from transpile.targets import Target
 
 
 #: Names the Gluon translation of a function reads the language and the runtime by.
-RESERVED_NAMES = frozenset({"gl", "gluon"})
 
 
 _NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
