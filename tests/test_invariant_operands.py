@@ -108,3 +108,17 @@ def test_the_element_type_of_a_tile_the_loop_loads_is_its_pointers() -> None:
 def test_a_tile_type_not_known_before_the_loop_is_left(change: tuple[str, str]) -> None:
     assert change[0] in TYPED
     assert rewritten(TYPED.replace(*change)) is None
+
+
+def test_the_element_type_of_a_value_cast_to_a_loaded_tiles_type_is_its_pointers() -> None:
+    """FLA's `recompute_w_u_fwd_kernel`: `b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`, then `b_A.to(b_vb.dtype)`:
+    `b_vb` has the element type of `v`, known before the loop."""
+    text = TYPED.replace("        b_dv = tl.dot(b_A.to(b_do.dtype), b_do)\n",
+                         "        b_dob = (b_do * 2).to(b_do.dtype)\n        b_dv = tl.dot(b_A.to(b_dob.dtype), b_dob)\n")
+    out = rewritten(text)
+    assert out is not None
+    lines = [line.strip() for line in out.splitlines()]
+    assert "b_A_dot = b_A.to(do.dtype.element_ty)" in lines and "b_dv = tl.dot(b_A_dot, b_dob)" in lines
+    assert "# (`b_dob.dtype` is `do.dtype.element_ty`, the element type of the tile's pointer.)" in lines
+    # (cast to a type the loop does not know before it: left as written)
+    assert rewritten(text.replace(".to(b_do.dtype)\n", ".to(b_dv.dtype)\n")) is None

@@ -160,7 +160,8 @@ class _Loops(cst.CSTTransformer):
 def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
     """The tiles the loop's own statements load once, each by a plain `name = tl.load(ptr, ...)` of a pointer made from
     a pointer parameter (`do + ...`, through a name the loop or the function binds once before: `p_do = do + ...`),
-    with that parameter's name: the tile's `dtype` is its element type, the same every iteration. Only parameters the
+    with that parameter's name: the tile's `dtype` is its element type, the same every iteration. So is that of a
+    value the loop casts to such a tile's type once (`b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`). Only parameters the
     function rebinds by offsets alone (`do += ...`) or not at all."""
     params = {p.name.value for p in fn.params.params if p.annotation is None}
     binds: dict[str, list[cst.CSTNode]] = {}
@@ -200,6 +201,15 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
             continue
         positional = [a for a in small.value.args if a.keyword is None]
         name = small.targets[0].target.value
+        func = small.value.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "to" and len(positional) == 1 \
+                and len(binds.get(name, [])) == 1:
+            # (a tile cast to a loaded tile's type, `b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`: that type)
+            cast = positional[0].value
+            if isinstance(cast, cst.Attribute) and cast.attr.value == "dtype" and isinstance(cast.value, cst.Name) \
+                    and cast.value.value in found:
+                found[name] = found[cast.value.value]
+            continue
         if language_name(source.qualified_name(small.value.func)) not in ("load", "core.load") or not positional \
                 or len(binds.get(name, [])) != 1:
             continue
