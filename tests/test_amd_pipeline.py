@@ -3884,3 +3884,37 @@ def test_a_block_size_each_branch_of_a_flag_binds_is_one_constexpr(target: str) 
     for wide in (False, True):
         assert_holds_and_compiles(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "BM": 128,
                                            "BN": 128, "BK": 32, "WIDE": wide, "num_warps": 8})
+
+
+GATHERED_ROWS = HEAD + '''@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, idx_ptr, M, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+       GATHER: tl.constexpr):
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_m = offs_m % M
+    if GATHER:
+        offs_m = tl.load(idx_ptr + offs_m)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def test_rows_a_flag_may_gather_are_converted_once_for_the_copies() -> None:
+    """`offs_m` is bound three times before the loop, the last under `if GATHER:` (MoE kernels' gathered token
+    rows): a tensor either way, read along the rows of the A tile, so the copies read it converted once to their
+    layout's row slice before the loop (it was read as a scalar, and the variant did not compile)."""
+    result = translate_source(GATHERED_ROWS, "x.py", get_target("gfx950"))
+    assert result.functions[0].pipelined, result.functions[0].kept_reason
+    assert "gl.convert_layout(offs_m, gl.SliceLayout(1, a_ring_copy_layout))" in result.text
+    for gather in (False, True):
+        assert_holds_and_compiles(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "idx_ptr": "*i32",
+                                           "BM": 128, "BN": 128, "BK": 64, "GATHER": gather, "num_warps": 8})

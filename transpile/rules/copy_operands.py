@@ -253,6 +253,14 @@ class _Rewriter:
         # names an `if`/`with` before the ring binds (`if EVEN_MN: offs_am = ... else: offs_am = ... % M`): no one
         # value to re-evaluate, so the copies convert the value itself, once, before the loop
         self.branched = _branch_values(before, set(self.outside))
+        # (and the value each held before that `if`, where a branch reads it or leaves it: `offs_x_m = ... % M`,
+        # then `if GATHER: offs_x_m = tl.load(GatherIndx + offs_x_m)`: a tensor either way)
+        self.prior: dict[str, cst.BaseExpression] = {}
+        for name in self.branched:
+            last = max(i for i, statement in enumerate(before) if name in bound_names(statement))
+            value = _definitions(before[:last], self.aliases).get(name)
+            if value is not None:
+                self.prior[name] = value
         # (a name the function binds once, in one branch (`if not DIVISIBLE_N: mask_n = offs_n < N`), holds that value
         # wherever the loop reads it: a compile that skips the branch cannot read it)
         parameters = {p.name.value for p in self.function_node.params.params}
@@ -303,7 +311,9 @@ class _Rewriter:
         if value is None and name in getattr(self, "carried", {}):  # advanced in the loop: a tensor if it starts as one
             return any(self.tensor(n, seen | {name}) for n in self.carried[name] - {name})
         if value is None and name in getattr(self, "branched", {}):  # a tensor in any branch is a tensor
-            return any(self._tensor_value(v, seen | {name}) for v in self.branched[name])
+            prior = self.prior.get(name)
+            return any(self._tensor_value(v, seen | {name}) for v in self.branched[name]) or (
+                prior is not None and self._tensor_value(prior, seen | {name}))
         if value is None:
             return False  # a parameter, a loop variable, a constexpr
         return self._tensor_value(value, seen | {name})
