@@ -122,3 +122,58 @@ def test_the_element_type_of_a_value_cast_to_a_loaded_tiles_type_is_its_pointers
     assert "# (`b_dob.dtype` is `do.dtype.element_ty`, the element type of the tile's pointer.)" in lines
     # (cast to a type the loop does not know before it: left as written)
     assert rewritten(text.replace(".to(b_do.dtype)\n", ".to(b_dv.dtype)\n")) is None
+
+
+def test_a_tile_name_two_loops_bind_has_the_type_each_loop_loads() -> None:
+    """aiter's extend attention reads `q.to(k.dtype)` in two loops, each loading its own `k` (the prefix from the
+    KV cache, then the extension): in each loop, after its load, `k` has that load's pointer's element type."""
+    second = ("    for i_v in range(tl.cdiv(V, BV)):\n        o_v = i_v * BV + tl.arange(0, BV)\n"
+              "        b_do = tl.load(dv + o_t[:, None] * V + o_v[None, :])\n"
+              "        b_dv = tl.dot(b_A.to(b_do.dtype), b_do)\n"
+              "        tl.store(do + o_t[:, None] * V + o_v[None, :], b_dv)\n")
+    out = rewritten(TYPED + second)
+    assert out is not None
+    lines = [line.strip() for line in out.splitlines()]
+    assert "b_A_dot = b_A.to(do.dtype.element_ty)" in lines and "b_A_dot2 = b_A.to(dv.dtype.element_ty)" in lines
+    assert lines.count("b_dv = tl.dot(b_A_dot, b_do)") == 1 and lines.count("b_dv = tl.dot(b_A_dot2, b_do)") == 1
+    # (a dot before the loop's load reads the tile of the iteration before, or of before the loop: left as written)
+    early = TYPED.replace("        b_do = tl.load(p_do)\n        b_dv = tl.dot(b_A.to(b_do.dtype), b_do)\n",
+                          "        b_dv = tl.dot(b_A.to(b_do.dtype), b_do)\n        b_do = tl.load(p_do)\n")
+    assert early != TYPED and rewritten(early) is None
+
+
+FLAGGED = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, b2_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SECOND: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a = tl.load(a_ptr + offs_m[:, None] * BK + offs_k[None, :])
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    b2_ptrs = b2_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc)
+        if SECOND:
+            b2 = tl.load(b2_ptrs)
+            acc = tl.dot(a.to(b2.dtype), b2, acc)
+        b_ptrs += BK * BN
+        b2_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def test_an_operand_typed_by_a_tile_loaded_under_a_flag_is_made_before_its_copy_of_the_loop() -> None:
+    """aiter's extend attention, `tl.dot(qpe.to(kpe.dtype), kpe, acc=qk)` with `kpe` loaded under `if BLOCK_DPE > 0:`:
+    once the loop is copied per value of the flag, the copy that loads the tile makes the operand before it (the
+    tile's pointer advanced by offsets in the loop keeps its element type)."""
+    from transpile.engine import prepare
+
+    text = prepare(FLAGGED, "k.py").source.text
+    copy = text[text.index("if SECOND:"):text.index("else:")]
+    assert "a_dot = a.to(b2_ptr.dtype.element_ty)" in copy and "acc = tl.dot(a_dot, b2, acc)" in copy
+    assert copy.index("a_dot = a.to(") < copy.index("for k in range(")

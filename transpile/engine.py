@@ -433,6 +433,10 @@ def _prepare(text: str, path: str, base: tuple[str, list[int] | None] | None = N
         # ... and the dot operands of the copies named as above, where only a copy reads them as a statement of the
         # loop (a cast under the flag's branch: `if STATE_V_FIRST: b_o += tl.dot(b_qg, tl.trans(b_h).to(T))`)
         source, facts, original = _rewritten(source, facts, original, name_dot_operands(source, facts), path, inlined)
+        # ... and an operand the same every iteration made once before its copy (`qpe.to(kpe.dtype)`, `kpe` a tile
+        # loaded under the flag's branch)
+        source, facts, original = _rewritten(source, facts, original, hoist_invariant_operands(source, facts), path,
+                                             inlined)
     # Dot operands read through a name that renames or transposes a tile (`arg1 = a` or `arg1 = a.T`, as an
     # unswitched copy binds them) read as the tile (`transpile.passes.operand_aliases`).
     source, facts, original = _rewritten(source, facts, original, drop_operand_aliases(source, facts), path, inlined)

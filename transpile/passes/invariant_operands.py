@@ -31,6 +31,8 @@ new), or None when nothing changes.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 
 from transpile.analysis.dot_loops import is_dot_call
@@ -111,7 +113,7 @@ class _Loops(cst.CSTTransformer):
         made: dict[str, str] = {}  # expression text -> its name
         lines: list[cst.BaseStatement] = []
         replacements: dict[cst.CSTNode, cst.BaseExpression] = {}
-        for statement in loop.body.body:  # type: ignore[union-attr]
+        for index, statement in enumerate(loop.body.body):  # type: ignore[union-attr]
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for call in (n for n in semantic_preorder(statement) if isinstance(n, cst.Call)):
@@ -126,8 +128,9 @@ class _Loops(cst.CSTTransformer):
                              and n.attr.value == "dtype" and isinstance(n.value, cst.Name)]
                     if types and dtypes is None:
                         dtypes = _tile_dtypes(self.source, self.fn, loop)
-                    typed = {id(n): cst.parse_expression(f"{dtypes[n.value.value]}.dtype.element_ty")
-                             for n in types if n.value.value in dtypes}
+                    # (a tile the iteration loads before this statement: the type it has here)
+                    typed = {id(n): cst.parse_expression(f"{dtypes[n.value.value][0]}.dtype.element_ty")
+                             for n in types if n.value.value in dtypes and dtypes[n.value.value][1] < index}
                     if typed:
                         operand = operand.visit(Replace(typed))
                     reads = names_in(operand)
@@ -142,7 +145,7 @@ class _Loops(cst.CSTTransformer):
                         note = (f"# triton-transpile: the dot operand `{written}`, the same every iteration, made "
                                 "once before the loop.")
                         # (a loaded tile's element type: its pointer's, read before the loop)
-                        types = [f"# (`{_code(n)}` is `{dtypes[n.value.value]}.dtype.element_ty`, the element type of "
+                        types = [f"# (`{_code(n)}` is `{dtypes[n.value.value][0]}.dtype.element_ty`, the element type of "
                                  "the tile's pointer.)" for n in semantic_preorder(original) if id(n) in typed]
                         lines.append(cst.SimpleStatementLine(
                             [cst.Assign([cst.AssignTarget(cst.Name(made[text]))], operand)],
@@ -157,10 +160,11 @@ class _Loops(cst.CSTTransformer):
         return lines, loop.with_changes(body=body, leading_lines=[])
 
 
-def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict[str, str]:
+def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict[str, tuple[str, int]]:
     """The tiles the loop's own statements load once, each by a plain `name = tl.load(ptr, ...)` of a pointer made from
     a pointer parameter (`do + ...`, through a name the loop or the function binds once before: `p_do = do + ...`),
-    with that parameter's name: the tile's `dtype` is its element type, the same every iteration. So is that of a
+    with that parameter's name and the statement's index: the tile's `dtype` is its element type, the same every
+    iteration, after that statement (another loop of the function may bind the name to another tile). So is that of a
     value the loop casts to such a tile's type once (`b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`). Only parameters the
     function rebinds by offsets alone (`do += ...`) or not at all."""
     params = {p.name.value for p in fn.params.params if p.annotation is None}
@@ -175,7 +179,10 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
         b.operator, (cst.AddAssign, cst.SubtractAssign)) for b in binds.get(p, []))}
 
     def single_value(name: str) -> cst.BaseExpression | None:
-        found = binds.get(name, [])
+        # (one plain binding; others only move it by offsets, `b_ptrs += BK * stride`: a pointer stays into the
+        # tensor it started from)
+        found = [b for b in binds.get(name, []) if not (isinstance(b, cst.AugAssign) and isinstance(
+            b.operator, (cst.AddAssign, cst.SubtractAssign)))]
         if len(found) == 1 and isinstance(found[0], cst.Assign) and len(found[0].targets) == 1 \
                 and isinstance(found[0].targets[0].target, cst.Name):
             return found[0].value
@@ -191,8 +198,14 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
         value = single_value(node.value) if node.value not in seen else None
         return base(value, seen | {node.value}) if value is not None else None
 
-    found: dict[str, str] = {}
-    for statement in loop.body.body:  # type: ignore[union-attr]
+    # (how often the loop binds each name: a tile it binds once holds, after that statement, what it loaded there,
+    # whatever another loop of the function binds to the name)
+    inner = Counter(name for node in preorder(loop.body) for target in (
+        [t.target for t in node.targets] if isinstance(node, cst.Assign) else
+        [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else [])
+        for name in names_in(target))
+    found: dict[str, tuple[str, int]] = {}
+    for index, statement in enumerate(loop.body.body):  # type: ignore[union-attr]
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             continue
         small = statement.body[0]
@@ -203,17 +216,17 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
         name = small.targets[0].target.value
         func = small.value.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to" and len(positional) == 1 \
-                and len(binds.get(name, [])) == 1:
+                and inner[name] == 1:
             # (a tile cast to a loaded tile's type, `b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`: that type)
             cast = positional[0].value
             if isinstance(cast, cst.Attribute) and cast.attr.value == "dtype" and isinstance(cast.value, cst.Name) \
                     and cast.value.value in found:
-                found[name] = found[cast.value.value]
+                found[name] = (found[cast.value.value][0], index)
             continue
         if language_name(source.qualified_name(small.value.func)) not in ("load", "core.load") or not positional \
-                or len(binds.get(name, [])) != 1:
+                or inner[name] != 1:
             continue
         pointer = base(positional[0].value)
         if pointer is not None:
-            found[name] = pointer
+            found[name] = (pointer, index)
     return found
