@@ -3918,3 +3918,42 @@ def test_rows_a_flag_may_gather_are_converted_once_for_the_copies() -> None:
     for gather in (False, True):
         assert_holds_and_compiles(result, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "idx_ptr": "*i32",
                                            "BM": 128, "BN": 128, "BK": 64, "GATHER": gather, "num_warps": 8})
+
+
+BIAS_GRADIENT = HEAD + '''@triton.jit
+def tgmm(lhs_ptr, rhs_ptr, out_ptr, bias_ptr, M, tile_n, BK: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
+         BIAS_GRAD: tl.constexpr):
+    offs_k = tl.arange(0, BK)
+    offs_n = tl.arange(0, BN)
+    offs_m = tl.arange(0, BM)
+    lhs_ptrs = lhs_ptr + offs_k[:, None] * M + offs_m[None, :]
+    rhs_ptrs = rhs_ptr + offs_m[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BK, BN), dtype=tl.float32)
+    bias_acc = tl.zeros((BK,), dtype=tl.float32)
+    for _ in range(tl.cdiv(M, BM)):
+        lhs = tl.load(lhs_ptrs)
+        rhs = tl.load(rhs_ptrs)
+        acc = tl.dot(lhs, rhs, acc=acc)
+        if BIAS_GRAD and tile_n == 0:  # the bias gradient, once per row of tiles
+            bias_acc += tl.sum(lhs, axis=1)
+        lhs_ptrs += BM
+        rhs_ptrs += BM * BN
+    tl.store(out_ptr + offs_k[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+    if BIAS_GRAD and tile_n == 0:
+        tl.store(bias_ptr + offs_k, bias_acc)
+'''
+
+
+def test_a_test_of_a_flag_and_a_run_time_value_copies_the_loop_per_value_of_the_flag() -> None:
+    """aiter's grouped GEMM gradient `tgmm`: `if COMPUTE_BIAS_GRAD and tile_n == 0:` sums the A tile outside the dot.
+    The loop is copied per value of the flag's part of the test: the copy without the branch is pipelined, and
+    launches with the flag set run the source kernel (TT045)."""
+    result = translate_source(BIAS_GRADIENT, "x.py", get_target("gfx950"))
+    fn = result.functions[0]
+    assert fn.pipelined, fn.kept_reason
+    assert any(d.code == "TT045" and "except where `BIAS_GRAD` holds" in d.message for d in result.diagnostics)
+    text = result.text
+    assert "if tile_n == 0:  # the bias gradient, once per row of tiles" in text  # (the flag's copy keeps the rest)
+    assert_holds_and_compiles(result, {"lhs_ptr": "*fp16", "rhs_ptr": "*fp16", "out_ptr": "*fp16",
+                                       "bias_ptr": "*fp32", "BK": 128, "BN": 128, "BM": 64, "BIAS_GRAD": False,
+                                       "num_warps": 8})

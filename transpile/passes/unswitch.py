@@ -296,11 +296,11 @@ def _if_in_loop(text: str) -> bool:
 
 
 def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int],
-           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If, dict[str, str], bool]]:
-    """The (function, dot loop, constexpr `if`, the loop's tile dtypes, whether the `if` is folded rather than
-    hoisted) of this round: per loop the first branch, over loops none of which contains another (their rewrites do
-    not overlap)."""
-    found: list[tuple[str, ast.For, ast.If, dict[str, str], bool]] = []
+           hoisted: dict[tuple[str, int], int]) -> list[tuple[str, ast.For, ast.If | ast.expr, dict[str, str], bool]]:
+    """The (function, dot loop, constexpr `if` (or the compile-time conjunct of the test of an `if` without `else`,
+    `_flag_conjunct`), the loop's tile dtypes, whether the `if` is folded rather than hoisted) of this round: per loop
+    the first branch, over loops none of which contains another (their rewrites do not overlap)."""
+    found: list[tuple[str, ast.For, ast.If | ast.expr, dict[str, str], bool]] = []
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef) or function.name not in names:
             continue
@@ -335,6 +335,13 @@ def _sites(tree: ast.Module, names: set[str], lines: list[str], origin: list[int
                 if _flag_test(branch.test, flags, dtypes) and (_has_effects(branch) or _feeds_loads(branch, loop)) \
                         and _hoistable(branch, lines):
                     found.append((function.name, loop, branch, dtypes, False))
+                    taken.append(loop)
+                    break
+                conjunct = _flag_conjunct(branch, flags)
+                if conjunct is not None and (_has_effects(branch) or _feeds_loads(branch, loop)
+                                             or _reads_operands(branch, loop)) and _hoistable(branch, lines):
+                    # (`if COMPUTE_BIAS_GRAD and tile_n == 0:`: the loop copied per value of the flag's part)
+                    found.append((function.name, loop, conjunct, {}, False))
                     taken.append(loop)
                     break
     return found
@@ -470,6 +477,29 @@ def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
             break
         needed |= more
     return bool(assigned & needed)
+
+
+def _flag_conjunct(branch: ast.If, flags: set[str]) -> ast.expr | None:
+    """The first conjunct decided at compile time (`_flag_test`: `COMPUTE_BIAS_GRAD`) of the test of an `if` without
+    `else` that also tests run-time values (`if COMPUTE_BIAS_GRAD and tile_n == 0:`), on the header's line; else None.
+    Where it is false the branch never runs: the loop copied per its value has a copy without the branch."""
+    test = branch.test
+    if branch.orelse or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) \
+            or _flag_test(test, flags):
+        return None
+    return next((v for v in test.values if _flag_test(v, flags) and not isinstance(v, ast.Constant)
+                 and v.lineno == v.end_lineno == branch.lineno), None)
+
+
+def _reads_operands(branch: ast.If, loop: ast.For) -> bool:
+    """The branch reads a tile the loop loads into a name a dot of the loop reads (`bias_acc += tl.sum(lhs, axis=1)`
+    beside `acc = tl.dot(lhs, rhs, acc)`): in the copy without the branch, the tile feeds the dot alone."""
+    operands = {arg.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
+        r"(^|\.)dot(_scaled)?$", _dotted(call.func)) for arg in call.args[:2] if isinstance(arg, ast.Name)}
+    loaded = {t.id for stmt in loop.body if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+              and re.search(r"(^|\.)load$", _dotted(stmt.value.func)) for t in stmt.targets if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in operands & loaded
+               for stmt in branch.body for n in ast.walk(stmt))
 
 
 def _multiline_strings(node: ast.AST) -> bool:
@@ -629,7 +659,24 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
         other, other_sign = signed(branch.test)
         return other_sign == sign if other == base else None
 
-    branches = [b for b in _branches(loop) if polarity(b) is not None]
+    def conjunct(branch: ast.If) -> tuple[bool, str] | None:
+        # (`if FLAG and rest:` without `else`: (the polarity of FLAG there, the text of `rest`); its conjuncts on
+        # the header's line)
+        test = branch.test
+        if branch.orelse or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) or any(
+                v.lineno != branch.lineno or v.end_lineno != branch.lineno for v in test.values):
+            return None
+        for i, v in enumerate(test.values):
+            other, other_sign = signed(v)
+            if other == base:
+                header = lines[branch.lineno - 1]
+                rest = [header[w.col_offset:w.end_col_offset] for j, w in enumerate(test.values) if j != i]
+                rest = [f"({t})" if isinstance(w, ast.BoolOp) or isinstance(w, ast.NamedExpr) else t
+                        for t, w in zip(rest, [w for j, w in enumerate(test.values) if j != i])]
+                return other_sign == sign, " and ".join(rest)
+        return None
+
+    branches = [b for b in _branches(loop) if polarity(b) is not None or conjunct(b) is not None]
     outermost = [b for b in branches
                  if not any(o is not b and o.lineno < b.lineno <= o.end_lineno for o in branches)]
     out: list[str] = []
@@ -639,7 +686,17 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
         out += lines[cursor - 1:branch.lineno - 1]
         out_origin += origin[cursor - 1:branch.lineno - 1]
         indent = lines[branch.lineno - 1][:branch.col_offset]
-        if value == polarity(branch):
+        part = conjunct(branch) if polarity(branch) is None else None
+        if part is not None:
+            # (the flag's part of the test decided: the `if` on the rest where it holds, nothing where it does not)
+            if value == part[0]:
+                header = lines[branch.lineno - 1]
+                new = [f"{indent}if {part[1]}:{header[branch.test.end_col_offset:].split(':', 1)[1]}",
+                       *lines[branch.lineno:branch.end_lineno]]
+                new_origin = origin[branch.lineno - 1:branch.end_lineno]
+            else:
+                new, new_origin = [], []
+        elif value == polarity(branch):
             body_end = (_else_line(lines, branch) - 1) if branch.orelse else branch.end_lineno
             by = _indent(lines[branch.body[0].lineno - 1]) - len(indent)
             new, new_origin = _dedented(lines, origin, branch.lineno + 1, body_end, by)
@@ -692,12 +749,14 @@ def _alone(loop: ast.For, branch: ast.If) -> bool:
     return True
 
 
-def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If, dtypes: dict[str, str]
+def _hoisted(lines: list[str], origin: list[int], loop: ast.For, branch: ast.If | ast.expr, dtypes: dict[str, str]
              ) -> tuple[list[str], list[int]]:
     """`lines` with `loop` replaced by `if <test>: <loop, branch taken> else: <loop, branch not taken>` (a tile's
-    `a.dtype` read, before the loop, as its pointer's `A.dtype.element_ty`)."""
-    test = ast.unparse(branch.test)
-    test_text = lines[branch.lineno - 1][branch.test.col_offset:branch.test.end_col_offset]
+    `a.dtype` read, before the loop, as its pointer's `A.dtype.element_ty`). `branch`: the `if`, or the compile-time
+    conjunct of its test (`_flag_conjunct`)."""
+    expr = branch.test if isinstance(branch, ast.If) else branch
+    test = ast.unparse(expr)
+    test_text = lines[expr.lineno - 1][expr.col_offset:expr.end_col_offset]
     if not test_text.isascii():  # (ast's columns count UTF-8 bytes)
         test_text = test
     for tile, pointer in dtypes.items():
