@@ -3957,3 +3957,22 @@ def test_a_test_of_a_flag_and_a_run_time_value_copies_the_loop_per_value_of_the_
     assert_holds_and_compiles(result, {"lhs_ptr": "*fp16", "rhs_ptr": "*fp16", "out_ptr": "*fp16",
                                        "bias_ptr": "*fp32", "BK": 128, "BN": 128, "BM": 64, "BIAS_GRAD": False,
                                        "num_warps": 8})
+
+
+def test_gfx950_keeps_latent_attention_over_a_paged_cache_as_triton() -> None:
+    """Latent attention (scores summed with a rotary product) whose K and V rows are gathered through a block table
+    the loop loads (aiter's extend attention at 192-wide keys): the ring spilled 97 VGPRs on gfx950 where Triton's
+    compile spills none, so that form is kept, with the measurement; without the table it is pipelined."""
+    paged = LATENT.replace("SUMMED", "qk += tl.dot(q_pe, tl.trans(k_pe))").replace(
+        "def attn(q_ptr, ", "def attn(table_ptr, q_ptr, ").replace(
+        "        offs_kv = start_n + offs_n\n",
+        "        offs_kv = start_n + offs_n\n        kv_loc = tl.load(table_ptr + offs_kv, mask=offs_kv < N_CTX, other=0)\n"
+    ).replace("k_ptr + offs_kv[:, None] * D", "k_ptr + kv_loc[:, None] * D").replace(
+        "v_ptr + offs_kv[:, None] * D", "v_ptr + kv_loc[:, None] * D").replace(
+        "kpe_ptr + offs_kv[:, None] * 32", "kpe_ptr + kv_loc[:, None] * 32")
+    assert paged.count("kv_loc[:, None]") == 3
+    kept = translate_source(paged, "x.py", get_target("gfx950")).functions[0]
+    assert not kept.pipelined and "spilled 97 VGPRs" in kept.kept_reason, kept.kept_reason
+    plain = translate_source(LATENT.replace("SUMMED", "qk += tl.dot(q_pe, tl.trans(k_pe))"), "x.py",
+                             get_target("gfx950")).functions[0]
+    assert plain.pipelined, plain.kept_reason

@@ -1597,6 +1597,8 @@ def _form(sp: StagePlan, masks_left_out: bool = True, gathered: bool = False) ->
     if sp.loop.attention:
         if sp.engine != "registers":  # (staged through registers: that ring's policy, whatever the form)
             if len(sp.loop.chains) > 2:  # (latent attention: scores summed from products)
+                if gathered:  # (... over a paged KV cache)
+                    return f"attention, more than two dots, copies reading loaded values, {copies}"
                 return f"attention, more than two dots, {copies}"
             if gathered:
                 return f"attention, copies reading loaded values, {copies}"

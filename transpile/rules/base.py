@@ -379,6 +379,22 @@ UNPROFITABLE_RINGS: dict[tuple[str, str], str] = {
         "the one such loop measured (latent attention, its scores summed with a rotary product) spilled 40 VGPRs "
         "at 192-wide keys where Triton's own compile spills none (fx_mla_prefill, 128x64 tiles, 8 warps; "
         "bench/RESULTS.md)"),
+    # Latent attention over a paged KV cache (scores summed from a rotary product, K and V rows gathered through an
+    # index the loop loads): on gfx950 the ring spilled where Triton's compile does not; on gfx1250 both of the
+    # entries above hold.
+    ("gfx950", "attention, more than two dots, copies reading loaded values, direct-to-LDS ring"): (
+        "only the warp-pipelined attention ring would pipeline it, its loop runs more than two dots (scores summed "
+        "with a rotary product) and the addresses of its K and V copies read values the loop loads (a paged KV "
+        "cache), and on gfx950 such a ring's hot loop spilled 97 VGPRs where Triton's own compile spills none "
+        "(aiter's extend attention at 192-wide keys, 128 + 64, 128x64 tiles, 8 warps; 0.52x Triton's non-MFMA "
+        "instructions per loop iteration, none spilled, without the rotary part: bench/RESULTS.md)"),
+    ("gfx1250", "attention, more than two dots, copies reading loaded values, direct-to-LDS ring"): (
+        "only the warp-pipelined attention ring would pipeline it, its loop runs more than two dots, and on gfx1250 "
+        "the one such loop measured (latent attention, its scores summed with a rotary product) spilled 40 VGPRs "
+        "at 192-wide keys where Triton's own compile spills none (fx_mla_prefill, 128x64 tiles, 8 warps); the "
+        "addresses of its K and V copies read values the loop loads besides (a paged KV cache), a ring that "
+        "measured 0.84x Triton's own non-MFMA instructions per loop iteration on gfx1250 (suite_paged_prefill): "
+        "bench/RESULTS.md"),
     # A loop whose body holds an op that needs a CTA-wide barrier (a reduction, a layout conversion, a transpose) that
     # would fall inside the `mma` stage: pipelined over the same ring by one warp group (`StagePlan.groups`), every
     # wave running each step in order at the kernel's own warps.
