@@ -666,10 +666,12 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
         if branch.orelse or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) or any(
                 v.lineno != branch.lineno or v.end_lineno != branch.lineno for v in test.values):
             return None
+        header = lines[branch.lineno - 1]
+        if not header.encode("utf-8")[:test.end_col_offset].isascii():  # (ast's columns count UTF-8 bytes)
+            return None
         for i, v in enumerate(test.values):
             other, other_sign = signed(v)
             if other == base:
-                header = lines[branch.lineno - 1]
                 rest = [header[w.col_offset:w.end_col_offset] for j, w in enumerate(test.values) if j != i]
                 rest = [f"({t})" if isinstance(w, ast.BoolOp) or isinstance(w, ast.NamedExpr) else t
                         for t, w in zip(rest, [w for j, w in enumerate(test.values) if j != i])]
