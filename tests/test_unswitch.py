@@ -669,3 +669,43 @@ def test_a_branch_whose_two_sides_are_the_same_is_folded_without_a_copy() -> Non
     (outcome,) = result.functions
     assert outcome.translated and outcome.pipelined
     assert result.text.count("warp-pipelined by triton-transpile") == 2
+
+
+DTYPE_QUESTION = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, s, M, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ROWS: tl.constexpr,
+       EVEN: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        if b.dtype.is_fp8():
+            b = (b.to(tl.float32) * s).to(tl.float16)
+        if (ROWS and EVEN) and k % 2 == 0:
+            a = a * 2
+        acc = tl.dot(a, b.to(tl.float16), acc)
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+'''
+
+
+def test_a_question_the_tiles_element_type_answers_and_flags_inside_a_run_time_test_are_hoisted() -> None:
+    """aiter's latent decode attention dequantises its keys under `if k.dtype.is_fp8():`, a question the element
+    type of `K_Buffer` answers when the kernel compiles: hoisted as `b_ptr.dtype.element_ty.is_fp8()`. Its rotary
+    loop tests `(USE_ROPE and LAST_SPLIT) and start_n >= ...`: each flag among the conjuncts is hoisted, the copy where
+    all hold keeps the run-time rest (`if k % 2 == 0:`), the others lose the branch."""
+    result = _unswitched(DTYPE_QUESTION)
+    assert result is not None
+    text = result[0]
+    assert "if b_ptr.dtype.element_ty.is_fp8():" in text and "if b.dtype.is_fp8():" not in text
+    assert "if ROWS:" in text and "if EVEN:" in text and text.count("if k % 2 == 0:") == 2
+    assert "and k % 2 == 0" not in text

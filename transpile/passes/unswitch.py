@@ -51,6 +51,11 @@ _EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$"
 # Memory operations: a branch that computes what their addresses or masks read is hoisted too.
 _MEMORY = re.compile(r"(^|\.)(load|store|atomic_\w+|async_\w+)$")
 _MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
+#: questions a Triton dtype answers at compile time (`k.dtype.is_fp8()`)
+_DTYPE_TESTS = frozenset({"is_fp8", "is_fp8e4nv", "is_fp8e4b8", "is_fp8e4b15", "is_fp8e5", "is_fp8e5b16", "is_fp16",
+                          "is_bf16", "is_fp32", "is_fp64", "is_floating", "is_int", "is_int_signed", "is_int_unsigned",
+                          "is_int1", "is_int8", "is_int16", "is_int32", "is_int64", "is_uint8", "is_uint16",
+                          "is_uint32", "is_uint64", "is_standard_floating"})
 _MAX_GEMM_HOISTS = 7  # ... of a loop of one dot (a GEMM's, small): three flags, eight copies
 _MAX_ROUNDS = 32  # loops rewritten per file
 # A file indented by tabs: every line's indentation is tabs, then (continuation lines) spaces
@@ -463,6 +468,23 @@ def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
         for arg in call.args[:6 if _dotted(call.func).endswith("_scaled") else 2] if isinstance(arg, ast.Name)}
     if assigned & operands:
         return True
+    # (or a tile the loop loads that an operand is computed from: `qk = tl.dot(q_pe, k_pe.to(T))`, `k_pe` rebound
+    # under `if (USE_ROPE and LAST_SPLIT) and start_n >= ...:`)
+    sources = operands | {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
+        r"(^|\.)dot(_scaled)?$", _dotted(call.func)) for arg in call.args[:2] for n in ast.walk(arg)
+        if isinstance(n, ast.Name)}
+    computations = [n for n in ast.walk(loop) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                    and isinstance(n.targets[0], ast.Name)]
+    while True:
+        more = {r.id for n in computations if n.targets[0].id in sources  # type: ignore[union-attr]
+                for r in ast.walk(n.value) if isinstance(r, ast.Name)} - sources
+        if not more:
+            break
+        sources |= more
+    loaded = {t.id for n in computations if isinstance(n.value, ast.Call)
+              and re.search(r"(^|\.)load$", _dotted(n.value.func)) for t in n.targets if isinstance(t, ast.Name)}
+    if assigned & sources & loaded:  # (a product a later dot reads, masked under a flag, is staged whole instead)
+        return True
     needed = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and _MEMORY.search(_dotted(call.func))
               for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg)
               if isinstance(n, ast.Name)}
@@ -487,8 +509,15 @@ def _flag_conjunct(branch: ast.If, flags: set[str]) -> ast.expr | None:
     if branch.orelse or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) \
             or _flag_test(test, flags):
         return None
-    return next((v for v in test.values if _flag_test(v, flags) and not isinstance(v, ast.Constant)
+    return next((v for v in _conjuncts(test) if _flag_test(v, flags) and not isinstance(v, ast.Constant)
                  and v.lineno == v.end_lineno == branch.lineno), None)
+
+
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    """The operands of `test`'s `and`s, nested ones too (`(A and B) and C`: A, B, C)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [c for v in test.values for c in _conjuncts(v)]
+    return [test]
 
 
 def _reads_operands(branch: ast.If, loop: ast.For) -> bool:
@@ -575,6 +604,9 @@ def _flag_test(test: ast.expr, flags: set[str], dtypes: dict[str, str] | None = 
     of tiles the loop loads (`a.dtype`, `dtypes`)."""
     if isinstance(test, ast.Attribute) and test.attr == "dtype" and isinstance(test.value, ast.Name):
         return test.value.id in (dtypes or {})
+    if isinstance(test, ast.Call) and not test.args and not test.keywords and isinstance(test.func, ast.Attribute) \
+            and test.func.attr in _DTYPE_TESTS:  # (`k.dtype.is_fp8()`: a question the element type answers)
+        return _flag_test(test.func.value, flags, dtypes)
     if isinstance(test, ast.Name):
         return test.id in flags
     if isinstance(test, ast.Constant):
@@ -669,12 +701,13 @@ def _specialised(lines: list[str], origin: list[int], loop: ast.For, test: str, 
         header = lines[branch.lineno - 1]
         if not header.encode("utf-8")[:test.end_col_offset].isascii():  # (ast's columns count UTF-8 bytes)
             return None
-        for i, v in enumerate(test.values):
+        values = _conjuncts(test)
+        for i, v in enumerate(values):
             other, other_sign = signed(v)
             if other == base:
-                rest = [header[w.col_offset:w.end_col_offset] for j, w in enumerate(test.values) if j != i]
-                rest = [f"({t})" if isinstance(w, ast.BoolOp) or isinstance(w, ast.NamedExpr) else t
-                        for t, w in zip(rest, [w for j, w in enumerate(test.values) if j != i])]
+                others = [w for j, w in enumerate(values) if j != i]
+                rest = [f"({header[w.col_offset:w.end_col_offset]})" if isinstance(w, (ast.BoolOp, ast.NamedExpr))
+                        else header[w.col_offset:w.end_col_offset] for w in others]
                 return other_sign == sign, " and ".join(rest)
         return None
 
