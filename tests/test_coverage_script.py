@@ -102,3 +102,16 @@ def test_kernels_pipelined_for_some_launches_only_are_counted_apart(tmp_path: Pa
     assert coverage.main([str(repo), "-t", "sm90", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["table"]["repo"]["sm90"]
     assert row["pipelined"] == 2 and row["pipelined, some launches"] == 1
+
+
+def test_a_kernel_is_covered_by_measurements_only_where_each_of_its_loops_names_one() -> None:
+    """A kept kernel counts as covered where the reason of every loop (every unswitched copy) it keeps names a
+    measurement: one measured copy beside an unmeasured one is not enough."""
+    measured = coverage.measured
+    one = ("the loop at line 5 is not pipelined for gfx950 (a ring that measured 0.9x Triton's: bench/RESULTS.md); "
+           "Triton's compiler pipelines it")
+    two = ("the loop at line 5 is not pipelined for gfx950 (a dot in a branch on a run-time value); the loop at line 5 "
+           "is not pipelined for gfx950 (a ring that measured 0.9x Triton's: bench/RESULTS.md); Triton's compiler "
+           "pipelines it")
+    assert measured(one) and not measured(two)
+    assert measured(two.replace("a dot in a branch on a run-time value", "measured 1.2x"))
