@@ -31,9 +31,6 @@ from transpile.source import SourceFile
 from transpile.targets import Target
 
 
-#: Names the Gluon translation of a function reads the language and the runtime by.
-
-
 _NUM_WARPS = re.compile(r"\bnum_warps\s*=\s*(\w+)")
 
 

@@ -430,10 +430,8 @@ class _FunctionWalker(LanguageCalls):
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
                     and bindings[small.target.value] > 1:
                 continue
-            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None \
-                    and self.source.code(small.annotation.annotation).strip().endswith("constexpr") \
-                    and all(n in self.allowed_shape_names or n in self.local_constexprs
-                            for n in names_in(small.value)):
+            if self._constexpr_binding(small) and all(n in self.allowed_shape_names or n in self.local_constexprs
+                                                      for n in names_in(small.value)):
                 value = substituted(small.value, self.local_constexprs)
                 self.local_constexprs[small.target.value] = value if isinstance(
                     value, (cst.Name, cst.Integer)) else value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -584,15 +582,10 @@ class _FunctionWalker(LanguageCalls):
         found: dict[str, tuple[cst.AnnAssign, str, cst.BaseExpression, cst.BaseExpression, cst.BaseExpression]] = {}
 
         def constexprs(block: cst.BaseSuite) -> dict[str, cst.AnnAssign]:
-            own: dict[str, cst.AnnAssign] = {}
-            for line in block.body if isinstance(block, cst.IndentedBlock) else []:
-                if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-                    small = line.body[0]
-                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
-                            and small.value is not None \
-                            and self.source.code(small.annotation.annotation).strip().endswith("constexpr"):
-                        own[small.target.value] = small
-            return own
+            return {line.body[0].target.value: line.body[0]  # type: ignore[attr-defined]
+                    for line in (block.body if isinstance(block, cst.IndentedBlock) else [])
+                    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                    and self._constexpr_binding(line.body[0])}
 
         def visit(block: cst.BaseSuite) -> None:
             for statement in block.body if isinstance(block, cst.IndentedBlock) else []:
@@ -614,6 +607,11 @@ class _FunctionWalker(LanguageCalls):
 
         visit(self.fn.node.body)
         return found
+
+    def _constexpr_binding(self, small: cst.BaseSmallStatement | None) -> bool:
+        """`small` binds a name to a value as a constexpr (`X: tl.constexpr = ...`)."""
+        return isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None \
+            and self.source.code(small.annotation.annotation).strip().endswith("constexpr")
 
     def _bind_picked(self, name: str, test: cst.BaseExpression, then: cst.BaseExpression,
                      other: cst.BaseExpression) -> None:

@@ -31,8 +31,6 @@ new), or None when nothing changes.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import libcst as cst
 
 from transpile.analysis.dot_loops import is_dot_call
@@ -168,21 +166,13 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
     value the loop casts to such a tile's type once (`b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`). Only parameters the
     function rebinds by offsets alone (`do += ...`) or not at all."""
     params = {p.name.value for p in fn.params.params if p.annotation is None}
-    binds: dict[str, list[cst.CSTNode]] = {}
-    for node in preorder(fn.body):
-        targets = ([t.target for t in node.targets] if isinstance(node, cst.Assign) else
-                   [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else [])
-        for target in targets:
-            for name in names_in(target):
-                binds.setdefault(name, []).append(node)
-    offsets_only = {p for p in params if all(isinstance(b, cst.AugAssign) and isinstance(
-        b.operator, (cst.AddAssign, cst.SubtractAssign)) for b in binds.get(p, []))}
+    binds = _bindings(fn.body)
+    offsets_only = {p for p in params if all(_moves_by_offsets(b) for b in binds.get(p, []))}
 
     def single_value(name: str) -> cst.BaseExpression | None:
         # (one plain binding; others only move it by offsets, `b_ptrs += BK * stride`: a pointer stays into the
         # tensor it started from)
-        found = [b for b in binds.get(name, []) if not (isinstance(b, cst.AugAssign) and isinstance(
-            b.operator, (cst.AddAssign, cst.SubtractAssign)))]
+        found = [b for b in binds.get(name, []) if not _moves_by_offsets(b)]
         if len(found) == 1 and isinstance(found[0], cst.Assign) and len(found[0].targets) == 1 \
                 and isinstance(found[0].targets[0].target, cst.Name):
             return found[0].value
@@ -200,10 +190,7 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
 
     # (how often the loop binds each name: a tile it binds once holds, after that statement, what it loaded there,
     # whatever another loop of the function binds to the name)
-    inner = Counter(name for node in preorder(loop.body) for target in (
-        [t.target for t in node.targets] if isinstance(node, cst.Assign) else
-        [node.target] if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) else [])
-        for name in names_in(target))
+    inner = {name: len(nodes) for name, nodes in _bindings(loop.body).items()}
     found: dict[str, tuple[str, int]] = {}
     for index, statement in enumerate(loop.body.body):  # type: ignore[union-attr]
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -216,7 +203,7 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
         name = small.targets[0].target.value
         func = small.value.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to" and len(positional) == 1 \
-                and inner[name] == 1:
+                and inner.get(name) == 1:
             # (a tile cast to a loaded tile's type, `b_vb = (b_v * b_beta[:, None]).to(b_v.dtype)`: that type)
             cast = positional[0].value
             if isinstance(cast, cst.Attribute) and cast.attr.value == "dtype" and isinstance(cast.value, cst.Name) \
@@ -224,9 +211,26 @@ def _tile_dtypes(source: SourceFile, fn: cst.FunctionDef, loop: cst.For) -> dict
                 found[name] = (found[cast.value.value][0], index)
             continue
         if language_name(source.qualified_name(small.value.func)) not in ("load", "core.load") or not positional \
-                or inner[name] != 1:
+                or inner.get(name) != 1:
             continue
         pointer = base(positional[0].value)
         if pointer is not None:
             found[name] = (pointer, index)
     return found
+
+
+def _bindings(node: cst.CSTNode) -> dict[str, list[cst.CSTNode]]:
+    """The statements under `node` that bind each name (assignments, augmented and annotated ones, loop targets)."""
+    binds: dict[str, list[cst.CSTNode]] = {}
+    for found in preorder(node):
+        targets = ([t.target for t in found.targets] if isinstance(found, cst.Assign) else
+                   [found.target] if isinstance(found, (cst.AugAssign, cst.AnnAssign, cst.For)) else [])
+        for target in targets:
+            for name in names_in(target):
+                binds.setdefault(name, []).append(found)
+    return binds
+
+
+def _moves_by_offsets(binding: cst.CSTNode) -> bool:
+    """`binding` moves its name by an offset (`x += ...`, `x -= ...`): a pointer stays into its tensor."""
+    return isinstance(binding, cst.AugAssign) and isinstance(binding.operator, (cst.AddAssign, cst.SubtractAssign))

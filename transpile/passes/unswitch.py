@@ -43,6 +43,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterable
 
 from transpile.discover import ModuleFacts
 
@@ -50,6 +51,8 @@ from transpile.discover import ModuleFacts
 _EFFECTS = re.compile(r"(^|\.)(load|store|dot|dot_scaled|atomic_\w+|async_\w+)$")
 # Memory operations: a branch that computes what their addresses or masks read is hoisted too.
 _MEMORY = re.compile(r"(^|\.)(load|store|atomic_\w+|async_\w+)$")
+_DOT = re.compile(r"(^|\.)dot(_scaled)?$")
+_LOAD = re.compile(r"(^|\.)load$")
 _MAX_HOISTS = 3  # hoists per loop of the source: two flags, four copies
 #: questions a Triton dtype answers at compile time (`k.dtype.is_fp8()`)
 _DTYPE_TESTS = frozenset({"is_fp8", "is_fp8e4nv", "is_fp8e4b8", "is_fp8e4b15", "is_fp8e5", "is_fp8e5b16", "is_fp16",
@@ -274,7 +277,7 @@ def _binding_kind(loop: ast.For, name: str) -> str:
         return "absent"
     last = max(bindings, key=lambda n: (n.lineno, n.col_offset))
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
-            and isinstance(last.value, ast.Call) and re.search(r"(^|\.)load$", _dotted(last.value.func)):
+            and isinstance(last.value, ast.Call) and _LOAD.search(_dotted(last.value.func)):
         return "loaded"
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
             and isinstance(last.value, ast.Name) and last.value.id != name \
@@ -431,7 +434,7 @@ def _has_dot(node: ast.AST) -> bool:
 
 
 def _dot_count(node: ast.AST) -> int:
-    return sum(1 for name in _calls(node) if re.search(r"(^|\.)dot(_scaled)?$", name))
+    return sum(1 for name in _calls(node) if _DOT.search(name))
 
 
 def _copy_dots(body: list[ast.stmt], flags: set[str]) -> int:
@@ -463,16 +466,14 @@ def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if not assigned:
         return False
-    operands = {arg.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
-        r"(^|\.)dot(_scaled)?$", _dotted(call.func))
-        for arg in call.args[:6 if _dotted(call.func).endswith("_scaled") else 2] if isinstance(arg, ast.Name)}
+    operands = {arg.id for call in _dot_calls(loop)
+                for arg in call.args[:6 if _dotted(call.func).endswith("_scaled") else 2] if isinstance(arg, ast.Name)}
     if assigned & operands:
         return True
     # (or a tile the loop loads that an operand is computed from: `qk = tl.dot(q_pe, k_pe.to(T))`, `k_pe` rebound
     # under `if (USE_ROPE and LAST_SPLIT) and start_n >= ...:`)
-    sources = operands | {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
-        r"(^|\.)dot(_scaled)?$", _dotted(call.func)) for arg in call.args[:2] for n in ast.walk(arg)
-        if isinstance(n, ast.Name)}
+    sources = operands | {n.id for call in _dot_calls(loop) for arg in call.args[:2] for n in ast.walk(arg)
+                          if isinstance(n, ast.Name)}
     computations = [n for n in ast.walk(loop) if isinstance(n, ast.Assign) and len(n.targets) == 1
                     and isinstance(n.targets[0], ast.Name)]
     while True:
@@ -481,9 +482,7 @@ def _feeds_loads(branch: ast.If, loop: ast.For) -> bool:
         if not more:
             break
         sources |= more
-    loaded = {t.id for n in computations if isinstance(n.value, ast.Call)
-              and re.search(r"(^|\.)load$", _dotted(n.value.func)) for t in n.targets if isinstance(t, ast.Name)}
-    if assigned & sources & loaded:  # (a product a later dot reads, masked under a flag, is staged whole instead)
+    if assigned & sources & _loaded(computations):  # (a product a later dot reads, masked under a flag, is staged whole instead)
         return True
     needed = {n.id for call in ast.walk(loop) if isinstance(call, ast.Call) and _MEMORY.search(_dotted(call.func))
               for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg)
@@ -523,12 +522,21 @@ def _conjuncts(test: ast.expr) -> list[ast.expr]:
 def _reads_operands(branch: ast.If, loop: ast.For) -> bool:
     """The branch reads a tile the loop loads into a name a dot of the loop reads (`bias_acc += tl.sum(lhs, axis=1)`
     beside `acc = tl.dot(lhs, rhs, acc)`): in the copy without the branch, the tile feeds the dot alone."""
-    operands = {arg.id for call in ast.walk(loop) if isinstance(call, ast.Call) and re.search(
-        r"(^|\.)dot(_scaled)?$", _dotted(call.func)) for arg in call.args[:2] if isinstance(arg, ast.Name)}
-    loaded = {t.id for stmt in loop.body if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
-              and re.search(r"(^|\.)load$", _dotted(stmt.value.func)) for t in stmt.targets if isinstance(t, ast.Name)}
+    operands = {arg.id for call in _dot_calls(loop) for arg in call.args[:2] if isinstance(arg, ast.Name)}
+    loaded = _loaded(stmt for stmt in loop.body if isinstance(stmt, ast.Assign))
     return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in operands & loaded
                for stmt in branch.body for n in ast.walk(stmt))
+
+
+def _dot_calls(node: ast.AST) -> list[ast.Call]:
+    """The calls of `tl.dot` / `tl.dot_scaled` (any spelling) under `node`."""
+    return [call for call in ast.walk(node) if isinstance(call, ast.Call) and _DOT.search(_dotted(call.func))]
+
+
+def _loaded(assignments: Iterable[ast.Assign]) -> set[str]:
+    """The names of `assignments` bound to a load's result (`a = tl.load(a_ptrs)`)."""
+    return {t.id for n in assignments if isinstance(n.value, ast.Call) and _LOAD.search(_dotted(n.value.func))
+            for t in n.targets if isinstance(t, ast.Name)}
 
 
 def _multiline_strings(node: ast.AST) -> bool:
@@ -588,7 +596,7 @@ def _tile_dtypes(function: ast.FunctionDef, loop: ast.For, branch: ast.If) -> di
     found: dict[str, str] = {}
     for stmt in loop.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-                and isinstance(stmt.value, ast.Call) and re.search(r"(^|\.)load$", _dotted(stmt.value.func)) \
+                and isinstance(stmt.value, ast.Call) and _LOAD.search(_dotted(stmt.value.func)) \
                 and stmt.value.args:
             name, pointer = stmt.targets[0].id, base(stmt.value.args[0])
             # (the branch that reads `a.dtype` comes after the load, and the loop binds `a` nowhere between them)
